@@ -1,0 +1,50 @@
+# Two commands: `make run` serves the lab on 127.0.0.1:8000, `make test` runs the whole suite.
+# Both create .venv when it is missing and install what they need into it.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The CPU build; a GPU user installs a CUDA torch into .venv first (see README) and make keeps it.
+TORCH  ?= torch==2.13.0
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: run test install install-test lint typecheck bench screenshots clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.torch: | $(BIN)/python
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install "$(TORCH)"
+	@touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.torch
+	$(BIN)/pip install -e .
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install -e '.[test]'
+	@touch $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
+
+run: install
+	$(BIN)/attention-lab serve --host $(HOST) --port $(PORT)
+
+lint: install-test
+	$(BIN)/ruff check app engine bench tests
+	$(BIN)/ruff format --check app engine bench tests
+
+typecheck: install-test
+	$(BIN)/mypy app engine
+
+test: lint typecheck
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python -m bench.attention
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

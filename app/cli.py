@@ -1,0 +1,186 @@
+"""`attention-lab`: serve the lab, or print one trace's stage as labelled tables (or as the API's JSON).
+
+Heavy imports (torch, uvicorn) happen inside the commands, so `attention-lab --help` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import unicodedata
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.spec import Limits
+
+STAGE_ALIASES = {"1": "projection", "2": "scores", "3": "mask", "4": "softmax", "5": "weighted_sum"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    from engine.spec import MASKS, PRESETS, SCALES, STAGES
+
+    p = argparse.ArgumentParser(prog="attention-lab", description="A step-through calculator of self-attention.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="serve the lab and its JSON API")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="default: auto")
+    s.add_argument("--workers", type=int, default=1, help="processes; the app keeps no per-user state")
+    s.add_argument("--threads", type=int, default=None, help="torch threads per worker")
+    s.add_argument("--reload", action="store_true", help=argparse.SUPPRESS)
+
+    t = sub.add_parser("trace", help="print one stage of a trace")
+    t.add_argument("tokens", nargs="?", default=None, help='the sequence, e.g. "猫 坐 在 垫子 上"')
+    t.add_argument("--preset", choices=tuple(PRESETS), default="toy")
+    t.add_argument("--d-model", type=int, default=None)
+    t.add_argument("--n-heads", type=int, default=None)
+    t.add_argument("--mask", choices=MASKS, default="none")
+    t.add_argument("--pad-positions", default="", help="comma-separated, for --mask padding")
+    t.add_argument("--segment-ids", default="", help="comma-separated, for --mask document")
+    t.add_argument("--scale", choices=SCALES, default="sqrt_dk")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--stage", type=_stage, default="softmax", help=f"1-5 or one of {', '.join(STAGES)}")
+    t.add_argument("--heads", default="", help="comma-separated heads to print (default: all)")
+    t.add_argument("--decimals", type=int, default=None)
+    t.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
+    t.add_argument("--json", action="store_true", help="print the API's JSON for the same request")
+    return p
+
+
+def _stage(text: str) -> str:
+    from engine.spec import STAGES
+
+    key = STAGE_ALIASES.get(text, text)
+    if key not in STAGES:
+        raise argparse.ArgumentTypeError(f"unknown stage {text!r}; use 1-5 or one of {', '.join(STAGES)}")
+    return key
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.replace(" ", ",").split(",") if part]
+
+
+def _width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return " " * (width - _width(text)) + text
+
+
+def _fmt(v: float, decimals: int) -> str:
+    return "−∞" if v == float("-inf") else f"{v:.{decimals}f}"
+
+
+def table(rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence[float]], decimals: int) -> str:
+    cells = [[_fmt(v, decimals) for v in row] for row in values]
+    w = max([_width(c) for c in cols] + [_width(c) for row in cells for c in row] + [1])
+    lw = max(_width(r) for r in rows)
+    lines = [
+        " " * lw + " │ " + " ".join(_pad(c, w) for c in cols),
+        "─" * lw + "─┼─" + "─" * ((w + 1) * len(cols)),
+    ]
+    lines += [_pad(r, lw) + " │ " + " ".join(_pad(c, w) for c in row) for r, row in zip(rows, cells, strict=True)]
+    return "\n".join(lines)
+
+
+def _trace(args: argparse.Namespace) -> int:
+    import orjson
+
+    from app.render.payload import OPTIONS, document
+    from app.schemas import AttentionRequest, FieldError
+    from engine import SpecError, compute
+    from engine.device import resolve
+
+    stage = args.stage
+    try:
+        req = AttentionRequest(
+            tokens=args.tokens,
+            preset=args.preset,
+            d_model=args.d_model,
+            n_heads=args.n_heads,
+            mask=args.mask,
+            pad_positions=_ints(args.pad_positions),
+            segment_ids=_ints(args.segment_ids),
+            scale=args.scale,
+            seed=args.seed,
+            stages=[stage],
+            heads=_ints(args.heads) or None,
+            decimals=args.decimals,
+        )
+        spec = req.to_spec(_limits(), resolve(args.device))
+        view = req.view(spec)
+    except (SpecError, FieldError) as exc:
+        print(f"attention-lab: {exc.field}: {exc.message}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # pydantic's ValidationError
+        print(f"attention-lab: {exc}", file=sys.stderr)
+        return 2
+    trace = compute(spec)
+    doc = document(trace, view.stages, view.heads, view.decimals)
+    if args.json:
+        sys.stdout.write(orjson.dumps(doc, option=OPTIONS).decode() + "\n")
+        return 0
+    tokens = list(spec.tokens)
+    decimals = 4 if args.decimals is None else args.decimals
+    s = spec.summary()
+    print(
+        f"{stage}  ·  preset {s['preset']}  d_model {s['d_model']}  heads {s['n_heads']}  d_k {s['d_k']}  "
+        f"mask {s['mask']}  scale {s['scale']} (÷{s['scale_value']:g})  seed {s['seed']}"
+    )
+    for name, arr in doc["stages"][0]["tensors"].items():
+        blocks = [(None, arr)] if arr.ndim == 2 else list(zip(view.heads, arr, strict=True))
+        for head, mat in blocks:
+            cols = (
+                tokens
+                if mat.shape[1] == len(tokens) and name not in ("x", "concat", "output")
+                else [f"d{j}" for j in range(mat.shape[1])]
+            )
+            label = name if head is None else f"{name}  head {head}"
+            print(f"\n{label}  {tuple(mat.shape)}")
+            print(table(tokens, cols, mat.tolist(), decimals))
+    c = doc["checks"]
+    print(
+        f"\nmax |Δ| vs scaled_dot_product_attention: {c['max_abs_diff_vs_sdpa']:.2e}   "
+        f"rows sum to 1: {c['rows_sum_to_one']}"
+    )
+    return 0
+
+
+def _limits() -> Limits:
+    from app.settings import get_settings
+
+    return get_settings().limits()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    # Flags become settings through the environment, so every worker process reads the same values.
+    if args.device:
+        os.environ["ATTENTION_LAB_DEVICE"] = args.device
+    if args.threads:
+        os.environ["ATTENTION_LAB_THREADS"] = str(args.threads)
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        reload=args.reload,
+        http="httptools",
+        loop="uvloop",
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return _trace(args) if args.command == "trace" else _serve(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

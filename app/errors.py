@@ -1,0 +1,72 @@
+"""Every bad input becomes a 4xx whose message names the field: never a 500, never an echo of the input.
+
+FastAPI's default 422 body repeats the offending input, and a NaN there cannot be encoded as JSON (a 500); these
+handlers keep only the location, the message and the error type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from engine import SpecError
+
+from .render.payload import json_response
+from .schemas import FieldError
+
+
+def problem(status: int, errors: list[dict[str, Any]]) -> Response:
+    message = "; ".join(f"{_path(e['loc'])}: {e['msg']}" for e in errors)
+    return json_response({"message": message, "detail": errors}, status)
+
+
+def _path(loc: list[str]) -> str:
+    """["body", "x", "0", "1"] -> "x[0][1]"."""
+    parts = loc[1:] if len(loc) > 1 else loc or ["request"]
+    return parts[0] + "".join(f"[{p}]" for p in parts[1:])
+
+
+def clean(errors: Any, where: str) -> list[dict[str, Any]]:
+    """Pydantic errors without `input`/`ctx`, located at the top-level field they concern."""
+    out = []
+    for e in errors:
+        loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query")]
+        # Union members add their type name to the location (tokens.list[str].0); keep only the field.
+        field = loc[0] if loc else "request"
+        out.append(
+            {
+                "loc": [where, field, *loc[1:]],
+                "msg": str(e.get("msg", "invalid")).removeprefix("Value error, "),
+                "type": e.get("type", ""),
+            }
+        )
+    return out
+
+
+def field_error(where: str, field: str, message: str, status: int = 422) -> Response:
+    return problem(status, [{"loc": [where, field], "msg": message, "type": "value_error"}])
+
+
+def where_of(request: Request) -> str:
+    return "query" if request.method == "GET" else "body"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _request_invalid(request: Request, exc: RequestValidationError) -> Response:
+        return problem(422, clean(exc.errors(), where_of(request)))
+
+    @app.exception_handler(ValidationError)
+    async def _model_invalid(request: Request, exc: ValidationError) -> Response:
+        return problem(422, clean(exc.errors(), where_of(request)))
+
+    @app.exception_handler(SpecError)
+    async def _spec_invalid(request: Request, exc: SpecError) -> Response:
+        return field_error(where_of(request), exc.field, exc.message)
+
+    @app.exception_handler(FieldError)
+    async def _field_invalid(request: Request, exc: FieldError) -> Response:
+        return field_error(where_of(request), exc.field, exc.message)

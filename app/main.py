@@ -1,0 +1,38 @@
+"""The application factory: settings, the Lab, static files and the routers. Run with `attention-lab serve`."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from . import __version__, errors
+from .lab import Lab
+from .routes import api, docs
+from .settings import Settings, get_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+STATIC = ROOT / "static"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(
+        title="Attention Lab",
+        version=__version__,
+        summary="Scaled dot-product attention, one stage at a time, every number computed.",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.lab = Lab(settings)
+    errors.install(app)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount("/vendor/htmx", StaticFiles(directory=str(files("js_lib_htmx") / "static" / "htmx")), name="htmx")
+    app.mount("/vendor/swagger", StaticFiles(directory=str(files("swagger_ui") / "static")), name="swagger")
+    app.include_router(api.router)
+    app.include_router(api.health)
+    app.include_router(docs.router)
+    return app

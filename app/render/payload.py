@@ -1,0 +1,66 @@
+"""A trace as the API's JSON (orjson; −∞ becomes null) or as a NumPy .npz archive."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import orjson
+from starlette.responses import Response
+
+from engine.attention import Trace
+
+from .arrays import element_count, stage_arrays
+
+OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """orjson, not FastAPI's encoder: NumPy arrays go out directly and −∞ becomes null."""
+    body = data if isinstance(data, bytes) else orjson.dumps(data, option=OPTIONS)
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+class TooLarge(Exception):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"{size} bytes over {limit}")
+        self.size = size
+        self.limit = limit
+
+
+def document(trace: Trace, stages: tuple[str, ...], heads: tuple[int, ...], decimals: int | None) -> dict[str, Any]:
+    spec = trace.spec.summary() | {"stages": list(stages), "heads": list(heads), "decimals": decimals}
+    return {
+        "spec": spec,
+        "tokens": list(trace.spec.tokens),
+        "stages": [
+            {"index": i, "key": key, "tensors": arrays}
+            for i, key, arrays in stage_arrays(trace, stages, heads, decimals)
+        ],
+        "checks": {
+            "max_abs_diff_vs_sdpa": trace.checks.max_abs_diff_vs_sdpa,
+            "rows_sum_to_one": trace.checks.rows_sum_to_one,
+        },
+    }
+
+
+def to_json(trace: Trace, stages: tuple[str, ...], heads: tuple[int, ...], decimals: int | None, limit: int) -> bytes:
+    """The JSON body, or TooLarge; refused before any work when even a lower bound passes `limit`."""
+    estimate = 2 * element_count(trace, stages, heads)  # no number is shorter than "0,"
+    if estimate > limit:
+        raise TooLarge(estimate, limit)
+    body = orjson.dumps(document(trace, stages, heads, decimals), option=OPTIONS)
+    if len(body) > limit:
+        raise TooLarge(len(body), limit)
+    return body
+
+
+def to_npz(trace: Trace, stages: tuple[str, ...], heads: tuple[int, ...]) -> bytes:
+    """Every selected tensor under its API name (x, q, …, output), plus `tokens`; −∞ stays −∞."""
+    arrays: dict[str, np.ndarray] = {"tokens": np.array(trace.spec.tokens)}
+    for _, _, stage in stage_arrays(trace, stages, heads):
+        arrays.update(stage)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
+    return buf.getvalue()

@@ -1,0 +1,1 @@
+"""One router per module: the JSON API, the offline docs, the lab page."""

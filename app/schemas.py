@@ -1,0 +1,170 @@
+"""The API's request and response models, and the one path from a request to an engine Spec.
+
+Pydantic checks types and static ranges; `make_spec` checks every rule that depends on other fields or on the
+server's configured limits. Both report the field at fault, so every bad input becomes a 422 that names it.
+A GET request carries the same fields as query parameters: `tokens` as one space-separated string, lists as
+repeated or comma-separated values, and explicit matrices as JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from engine.spec import BIASES, MATRICES, STAGES, Limits, Spec, make_spec
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Row = Annotated[list[Finite], Field(max_length=4096)]
+MatrixIn = Annotated[list[Row], Field(max_length=4096)]
+StageKey = Literal["projection", "scores", "mask", "softmax", "weighted_sum"]
+PresetName = Literal["toy", "gpt2-small"]  # kept equal to engine.PRESETS by a test
+
+
+class AttentionRequest(BaseModel):
+    """One attention trace. Every field is optional; the preset fills the rest."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: list[str] | str | None = Field(
+        None,
+        description="The sequence: a list of tokens, or one string split on whitespace.",
+        examples=["猫 坐 在 垫子 上"],
+    )
+    preset: PresetName = Field("toy", description="toy (d_model 4, 1 head) or gpt2-small (768, 12 heads)")
+    d_model: int | None = Field(None, ge=1, description="Width; defaults to the preset's.")
+    n_heads: int | None = Field(None, ge=1, description="Heads; d_model must be divisible by it.")
+    mask: Literal["none", "causal", "padding", "document"] = "none"
+    pad_positions: list[int] = Field(default_factory=list, description="0-based key positions never attended to.")
+    segment_ids: list[int] = Field(
+        default_factory=list,
+        description="mask=document: one id per token; a token sees its own document, causally.",
+    )
+    scale: Literal["sqrt_dk", "none", "dk"] = Field("sqrt_dk", description="Divide QKᵀ by √d_k, 1 or d_k.")
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Half precision needs CUDA.")
+    x: MatrixIn | None = Field(None, description="Explicit input (N, d_model) instead of seeded embeddings.")
+    w_q: MatrixIn | None = Field(None, description="Explicit (d_model, d_model); Q = X W_Q + b_Q.")
+    w_k: MatrixIn | None = None
+    w_v: MatrixIn | None = None
+    w_o: MatrixIn | None = None
+    b_q: Row | None = None
+    b_k: Row | None = None
+    b_v: Row | None = None
+    b_o: Row | None = None
+    stages: list[StageKey] | None = Field(None, description="Stages to return; all when omitted.")
+    heads: list[int] | None = Field(None, description="Heads to return (0-based); all when omitted.")
+    decimals: int | None = Field(None, ge=0, le=8, description="Round every returned number.")
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _tokens_shape(cls, v: Any) -> Any:
+        if v is None or isinstance(v, str):
+            return v
+        if isinstance(v, list) and all(isinstance(t, str) for t in v):
+            return v
+        raise ValueError("must be a list of strings or one space-separated string")
+
+    @field_validator("heads")
+    @classmethod
+    def _heads_non_negative(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(h < 0 for h in v):
+            raise ValueError("head indices are 0-based and non-negative")
+        return v
+
+    def to_spec(self, limits: Limits, device: str) -> Spec:
+        explicit = {n: getattr(self, n) for n in ("x", *MATRICES, *BIASES)}
+        return make_spec(
+            self.tokens,
+            preset=self.preset,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            mask=self.mask,
+            pad_positions=self.pad_positions,
+            segment_ids=self.segment_ids,
+            scale=self.scale,
+            seed=self.seed,
+            device=device,
+            dtype=self.dtype,
+            limits=limits,
+            **explicit,
+        )
+
+    def view(self, spec: Spec) -> View:
+        """Which stages and heads to return; heads out of range are the request's error."""
+        heads = tuple(range(spec.n_heads)) if self.heads is None else tuple(dict.fromkeys(self.heads))
+        for h in heads:
+            if h >= spec.n_heads:
+                raise FieldError("heads", f"head {h} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+        stages = STAGES if self.stages is None else tuple(s for s in STAGES if s in self.stages)
+        return View(stages=stages, heads=heads, decimals=self.decimals)
+
+
+class View(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    stages: tuple[str, ...]
+    heads: tuple[int, ...]
+    decimals: int | None = None
+
+
+class FieldError(ValueError):
+    """A request error found outside pydantic, naming its field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+LIST_FIELDS = ("pad_positions", "segment_ids", "stages", "heads")
+JSON_FIELDS = ("x", *MATRICES, *BIASES)
+
+
+def from_query(params: Mapping[str, Any], getlist: Any = None) -> dict[str, Any]:
+    """Turn query parameters into the body a POST would carry. Unknown parameters (the page's own `stage`,
+    `head`, `lang`) are left out, so a lab URL works unchanged as its JSON twin."""
+    out: dict[str, Any] = {}
+    for name in AttentionRequest.model_fields:
+        if name not in params:
+            continue
+        if name in LIST_FIELDS:
+            values = getlist(name) if getlist else [params[name]]
+            items = [part.strip() for v in values for part in str(v).replace(" ", ",").split(",")]
+            out[name] = [i for i in items if i]
+        elif name in JSON_FIELDS:
+            text = params[name]
+            try:
+                out[name] = json.loads(text)
+            except ValueError:
+                raise FieldError(name, "must be JSON text, e.g. [[1, 0], [0, 1]]") from None
+        else:
+            value = params[name]
+            if value != "" or name == "tokens":  # an empty form field means "the default"
+                out[name] = value
+    return out
+
+
+# Response models: they describe the JSON for /docs; the routes serialise with orjson directly.
+Nested = list[Any]
+
+
+class StageOut(BaseModel):
+    index: int = Field(description="1..5, the stage's place in the computation")
+    key: StageKey
+    tensors: dict[str, Nested] = Field(
+        description="Tensors by name. (H, …) tensors hold the selected heads in order. A masked entry (−∞) is null."
+    )
+
+
+class ChecksOut(BaseModel):
+    max_abs_diff_vs_sdpa: float = Field(description="Largest |stage 5 − torch scaled_dot_product_attention|")
+    rows_sum_to_one: bool
+
+
+class AttentionResponse(BaseModel):
+    spec: dict[str, Any] = Field(description="The normalised request, with d_k, n_tokens, device and dtype")
+    tokens: list[str]
+    stages: list[StageOut]
+    checks: ChecksOut

@@ -1,0 +1,44 @@
+"""Server settings, read from ATTENTION_LAB_* environment variables (and CLI flags) in one place."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from engine.spec import Limits
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ATTENTION_LAB_")
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when PyTorch sees a GPU
+    threads: int | None = Field(None, ge=1)  # torch intra-op threads; None keeps PyTorch's default
+    max_tokens: int = Field(1024, ge=1)
+    max_d_model: int = Field(4096, ge=1)
+    max_heads: int = Field(64, ge=1)
+    max_token_chars: int = Field(10_000, ge=1)
+    max_explicit_d_model: int = Field(64, ge=1)
+    max_explicit_tokens: int = Field(64, ge=1)
+    memory_budget_mb: float = Field(2048, gt=0)  # one trace's tensors, estimated before computing
+    cache_mb: float = Field(512, ge=0)  # byte-bounded LRU of computed traces
+    json_limit_mb: float = Field(32, gt=0)  # larger JSON answers get 413 and a pointer to the .npz
+    body_limit_mb: float = Field(8, gt=0)  # request bodies
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_tokens=self.max_tokens,
+            max_d_model=self.max_d_model,
+            max_heads=self.max_heads,
+            max_token_chars=self.max_token_chars,
+            max_explicit_d_model=self.max_explicit_d_model,
+            max_explicit_tokens=self.max_explicit_tokens,
+            memory_budget_bytes=int(self.memory_budget_mb * 2**20),
+        )
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

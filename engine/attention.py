@@ -1,0 +1,155 @@
+"""The five stages of scaled dot-product attention, computed one at a time and kept as data.
+
+This is nanoGPT's manual attention path (project, QKᵀ, scale, mask, softmax, AV, W_O) with every intermediate
+returned in a `Trace` instead of thrown away. It is the only place the stages are computed; the fused
+`scaled_dot_product_attention` serves as the independent reference every trace is checked against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn.functional as F
+
+from . import masks
+from .sources import Weights
+from .spec import STAGES, Spec
+
+
+@dataclass(frozen=True)
+class Projection:
+    x: torch.Tensor  # (N, d)
+    q: torch.Tensor  # (H, N, d_k)
+    k: torch.Tensor  # (H, N, d_k)
+    v: torch.Tensor  # (H, N, d_k)
+
+
+@dataclass(frozen=True)
+class Scores:
+    raw: torch.Tensor  # (H, N, N)  QKᵀ
+    scaled: torch.Tensor  # (H, N, N)  QKᵀ / s
+
+
+@dataclass(frozen=True)
+class Mask:
+    mask: torch.Tensor  # (N, N)  0 or −∞
+    masked: torch.Tensor  # (H, N, N)  scaled + mask
+
+
+@dataclass(frozen=True)
+class Softmax:
+    weights: torch.Tensor  # (H, N, N)  each row sums to 1 (0 for a row with every key masked)
+
+
+@dataclass(frozen=True)
+class WeightedSum:
+    heads: torch.Tensor  # (H, N, d_k)  A V per head
+    concat: torch.Tensor  # (N, d)  heads side by side
+    output: torch.Tensor  # (N, d)  concat W_O + b_O
+
+
+@dataclass(frozen=True)
+class Checks:
+    max_abs_diff_vs_sdpa: float  # over rows with at least one visible key
+    rows_sum_to_one: bool  # every row with a visible key sums to 1, every fully masked row to 0
+
+
+@dataclass(frozen=True)
+class Trace:
+    spec: Spec
+    projection: Projection
+    scores: Scores
+    mask: Mask
+    softmax: Softmax
+    weighted_sum: WeightedSum
+    checks: Checks
+
+    def stage(self, key: str) -> dict[str, torch.Tensor]:
+        """The named stage's tensors, in the API's order."""
+        if key not in STAGES:
+            raise KeyError(key)
+        s = getattr(self, key)
+        return {f.name: getattr(s, f.name) for f in fields(s)}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for key in STAGES for t in self.stage(key).values())
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    return x @ w if b is None else torch.addmm(b, x, w)
+
+
+def project(x: torch.Tensor, w: Weights, n_heads: int) -> Projection:
+    """Stage 1: Q = X W_Q + b_Q (likewise K, V), then head h takes columns h·d_k … (h+1)·d_k − 1."""
+    n, d = x.shape
+
+    def split(t: torch.Tensor) -> torch.Tensor:
+        return t.view(n, n_heads, d // n_heads).transpose(0, 1).contiguous()  # (H, N, d_k)
+
+    return Projection(
+        x=x,
+        q=split(_linear(x, w.w_q, w.b_q)),
+        k=split(_linear(x, w.w_k, w.b_k)),
+        v=split(_linear(x, w.w_v, w.b_v)),
+    )
+
+
+def scores(p: Projection, scale: float) -> Scores:
+    """Stage 2: the raw dot products QKᵀ and the scaled scores QKᵀ / s."""
+    raw = p.q @ p.k.transpose(-2, -1)  # (H, N, N)
+    return Scores(raw=raw, scaled=raw / scale)
+
+
+def mask(s: Scores, additive: torch.Tensor) -> Mask:
+    """Stage 3: add M (0 or −∞) to every head's scaled scores."""
+    return Mask(mask=additive, masked=s.scaled + additive)
+
+
+def softmax(m: Mask) -> Softmax:
+    """Stage 4: row-wise softmax over keys, with the row maximum subtracted so exp never overflows.
+
+    A fully masked row has max −∞; its maximum is taken as 0 so every exp is exp(−∞) = 0, and dividing by a
+    sum of 0 is avoided: the row's weights are all zero by definition.
+    """
+    row_max = m.masked.amax(dim=-1, keepdim=True)  # (H, N, 1)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    e = (m.masked - row_max).exp_()  # (H, N, N)
+    total = e.sum(dim=-1, keepdim=True)  # (H, N, 1)
+    return Softmax(weights=e.div_(torch.where(total > 0, total, torch.ones_like(total))))
+
+
+def weighted_sum(a: Softmax, p: Projection, w: Weights) -> WeightedSum:
+    """Stage 5: each head's A V, the heads concatenated back to (N, d), then the output projection W_O."""
+    heads = a.weights @ p.v  # (H, N, d_k)
+    h, n, dk = heads.shape
+    concat = heads.transpose(0, 1).reshape(n, h * dk)  # (N, d)
+    return WeightedSum(heads=heads, concat=concat, output=_linear(concat, w.w_o, w.b_o))
+
+
+def check(p: Projection, add_mask: torch.Tensor, scale: float, a: Softmax, ws: WeightedSum) -> Checks:
+    """Compare stage 5 with PyTorch's fused attention on the same Q, K, V, mask and scale."""
+    visible = torch.isfinite(add_mask).any(dim=-1)  # (N,) rows with at least one key
+    fused = F.scaled_dot_product_attention(p.q, p.k, p.v, attn_mask=add_mask, scale=1.0 / scale)
+    diff = (fused - ws.heads)[:, visible].abs()
+    sums = a.weights.sum(dim=-1)  # (H, N)
+    target = visible.to(sums.dtype).expand_as(sums)
+    tol = 1e-4 if a.weights.dtype == torch.float32 else 2e-2
+    return Checks(
+        max_abs_diff_vs_sdpa=float(diff.max()) if diff.numel() else 0.0,
+        rows_sum_to_one=bool(torch.allclose(sums.float(), target.float(), atol=tol, rtol=0)),
+    )
+
+
+def run(spec: Spec, x: torch.Tensor, w: Weights) -> Trace:
+    """All five stages for `spec` on the given input and weights (already on their device and dtype)."""
+    s = spec.scale_value
+    add = masks.additive(masks.allowed(spec.mask, spec.n_tokens, spec.pad_positions, spec.segment_ids), x.dtype)
+    add = add.to(x.device)
+    p = project(x, w, spec.n_heads)
+    sc = scores(p, s)
+    m = mask(sc, add)
+    a = softmax(m)
+    ws = weighted_sum(a, p, w)
+    return Trace(spec, p, sc, m, a, ws, check(p, add, s, a, ws))

@@ -1,0 +1,86 @@
+"""A byte-bounded LRU of traces keyed by their Spec.
+
+Stepping through the five stages of one large trace asks for the same Spec five times; the first request computes,
+the rest are served from here. Concurrent requests for a Spec that is still being computed wait for that one
+computation instead of starting their own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Generic, Protocol, TypeVar
+
+
+class Sized(Protocol):
+    @property
+    def nbytes(self) -> int: ...
+
+
+K = TypeVar("K")
+V = TypeVar("V", bound=Sized)
+
+
+class TraceCache(Generic[K, V]):
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._pending: dict[K, Future[V]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._items
+
+    def get_or_compute(self, key: K, compute: Callable[[K], V]) -> tuple[V, bool]:
+        """The value for `key` and whether it came from the cache."""
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return self._items[key], True
+            waiting = self._pending.get(key)
+            if waiting is None:
+                mine: Future[V] = Future()
+                self._pending[key] = mine
+                self.misses += 1
+        if waiting is not None:
+            return waiting.result(), True
+        try:
+            value = compute(key)
+        except BaseException as exc:
+            with self._lock:
+                del self._pending[key]
+            mine.set_exception(exc)
+            raise
+        with self._lock:
+            del self._pending[key]
+            self._store(key, value)
+        mine.set_result(value)
+        return value, False
+
+    def _store(self, key: K, value: V) -> None:
+        size = value.nbytes
+        if size > self.max_bytes:
+            return  # larger than the whole cache: serve it, keep nothing
+        self._items[key] = value
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, old = self._items.popitem(last=False)
+            self._bytes -= old.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0

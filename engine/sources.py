@@ -1,0 +1,69 @@
+"""Where a trace's input x and its weights come from: given explicitly, or generated from the seed.
+
+Everything random is drawn on the CPU from a seeded `torch.Generator` and only then moved, so a seed gives the same
+numbers on every machine and device. A token's embedding is seeded by (seed, token text) alone, so the same word has
+the same vector wherever it stands in the sentence; the weights are seeded by the seed alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from .spec import Spec
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Row-vector convention (GPT-2, nanoGPT): Q = X W_Q + b_Q, each W is (d_model, d_model)."""
+
+    w_q: torch.Tensor  # (d, d)
+    w_k: torch.Tensor  # (d, d)
+    w_v: torch.Tensor  # (d, d)
+    w_o: torch.Tensor  # (d, d)
+    b_q: torch.Tensor | None = None  # (d,)
+    b_k: torch.Tensor | None = None
+    b_v: torch.Tensor | None = None
+    b_o: torch.Tensor | None = None
+
+
+def _seed_of(*parts: object) -> int:
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+@lru_cache(maxsize=8192)
+def token_embedding(token: str, seed: int, d_model: int) -> torch.Tensor:
+    """N(0, 1) vector for one token's text: (d_model,). It stands for the normalised input attention sees."""
+    g = torch.Generator().manual_seed(_seed_of("token", seed, token))
+    return torch.randn(d_model, generator=g)
+
+
+def embed(tokens: tuple[str, ...], seed: int, d_model: int) -> torch.Tensor:
+    return torch.stack([token_embedding(t, seed, d_model) for t in tokens])  # (N, d)
+
+
+@lru_cache(maxsize=8)
+def random_weights(seed: int, d_model: int, init_std: float, bias: bool) -> Weights:
+    """W_Q, W_K, W_V, W_O drawn from N(0, init_std²) in that order; biases start at zero as in GPT-2."""
+    g = torch.Generator().manual_seed(_seed_of("weights", seed))
+    ws = [torch.randn(d_model, d_model, generator=g) * init_std for _ in range(4)]
+    bs = [torch.zeros(d_model) for _ in range(4)] if bias else [None] * 4
+    return Weights(*ws, *bs)
+
+
+def load(spec: Spec, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, Weights]:
+    """The layer input x (N, d) and the weights for `spec`, on `device` in `dtype`."""
+    x = torch.tensor(spec.x) if spec.x is not None else embed(spec.tokens, spec.seed, spec.d_model)
+    generated = random_weights(spec.seed, spec.d_model, spec.init_std, spec.bias)
+    parts: dict[str, torch.Tensor | None] = {}
+    for name in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):
+        given = getattr(spec, name)
+        value = torch.tensor(given) if given is not None else getattr(generated, name)
+        if value is None and spec.bias:  # an explicit bias given for one projection: the others are zero
+            value = torch.zeros(spec.d_model)
+        parts[name] = None if value is None else value.to(device=device, dtype=dtype)
+    return x.to(device=device, dtype=dtype), Weights(**parts)  # type: ignore[arg-type]

@@ -1,0 +1,336 @@
+"""What one attention trace is: the presets, the limits, and the normalised, hashable `Spec`.
+
+`make_spec` is the single gate every caller passes through (the API, the lab page, the CLI, a notebook): it fills
+defaults from the preset, checks every cross-field rule and every size that costs compute or memory, and raises
+`SpecError(field, message)` naming the offending field. A `Spec` that exists is valid, and because it is frozen and
+made of tuples it is also the cache key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+STAGES = ("projection", "scores", "mask", "softmax", "weighted_sum")
+STAGE_TENSORS: dict[str, tuple[str, ...]] = {
+    "projection": ("x", "q", "k", "v"),
+    "scores": ("raw", "scaled"),
+    "mask": ("mask", "masked"),
+    "softmax": ("weights",),
+    "weighted_sum": ("heads", "concat", "output"),
+}
+MASKS = ("none", "causal", "padding", "document")
+SCALES = ("sqrt_dk", "none", "dk")
+DTYPES = ("float32", "bfloat16", "float16")
+MATRICES = ("w_q", "w_k", "w_v", "w_o")
+BIASES = ("b_q", "b_k", "b_v", "b_o")
+
+Matrix = tuple[tuple[float, ...], ...]
+Vector = tuple[float, ...]
+
+
+class SpecError(ValueError):
+    """A request that cannot be traced; `field` names the input at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    d_model: int  # width of the residual stream
+    n_heads: int  # d_k = d_model // n_heads
+    n_ctx: int  # longest sequence the preset accepts
+    bias: bool  # b_Q, b_K, b_V, b_O present
+    init_std: float | None  # std of the generated weights; None means 1/sqrt(d_model)
+    tokens: tuple[str, ...]  # used when a request gives none
+
+
+PRESETS: dict[str, Preset] = {
+    # Unit-variance queries and keys, so the unscaled scores have variance d_k as the chapter derives.
+    "toy": Preset("toy", 4, 1, 1024, False, None, ("猫", "坐", "在", "垫子", "上")),
+    # GPT-2 small's attention: 768 wide, 12 heads of 64, biases, weights drawn from N(0, 0.02).
+    "gpt2-small": Preset("gpt2-small", 768, 12, 1024, True, 0.02, ("The", "cat", "sat", "on", "the", "mat", ".")),
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every size that costs compute or memory, in one place; the server fills it from its settings."""
+
+    max_tokens: int = 1024  # sequence length N
+    max_d_model: int = 4096
+    max_heads: int = 64
+    max_token_chars: int = 10_000  # one token's text
+    max_explicit_d_model: int = 64  # explicit x and weights are for toy sizes
+    max_explicit_tokens: int = 64
+    max_abs_value: float = 1e4  # explicit numbers beyond this overflow float16 scores and are refused
+    memory_budget_bytes: int = 2 * 1024**3  # estimate of one trace's tensors
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One trace, normalised: equal specs give equal numbers."""
+
+    preset: str
+    tokens: tuple[str, ...]
+    d_model: int
+    n_heads: int
+    mask: str = "none"
+    pad_positions: tuple[int, ...] = ()
+    segment_ids: tuple[int, ...] = ()
+    scale: str = "sqrt_dk"
+    seed: int = 0
+    bias: bool = False
+    init_std: float = 0.5
+    device: str = "cpu"
+    dtype: str = "float32"
+    x: Matrix | None = None
+    w_q: Matrix | None = None
+    w_k: Matrix | None = None
+    w_v: Matrix | None = None
+    w_o: Matrix | None = None
+    b_q: Vector | None = None
+    b_k: Vector | None = None
+    b_v: Vector | None = None
+    b_o: Vector | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def scale_value(self) -> float:
+        """The divisor s in QKᵀ / s."""
+        return {"sqrt_dk": math.sqrt(self.d_k), "none": 1.0, "dk": float(self.d_k)}[self.scale]
+
+    @property
+    def explicit(self) -> tuple[str, ...]:
+        """Names of the inputs given explicitly rather than generated from the seed."""
+        return tuple(n for n in ("x", *MATRICES, *BIASES) if getattr(self, n) is not None)
+
+    def summary(self) -> dict[str, object]:
+        """The normalised request as plain data (explicit matrices are named, not repeated)."""
+        return {
+            "preset": self.preset,
+            "d_model": self.d_model,
+            "n_heads": self.n_heads,
+            "d_k": self.d_k,
+            "n_tokens": self.n_tokens,
+            "mask": self.mask,
+            "pad_positions": list(self.pad_positions),
+            "segment_ids": list(self.segment_ids),
+            "scale": self.scale,
+            "scale_value": self.scale_value,
+            "seed": self.seed,
+            "bias": self.bias,
+            "init_std": self.init_std,
+            "device": self.device,
+            "dtype": self.dtype,
+            "explicit": list(self.explicit),
+        }
+
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def estimate_bytes(n: int, d: int, h: int, dtype: str = "float32") -> int:
+    """Bytes of the tensors one trace keeps, plus the softmax's two temporaries."""
+    nn = n * n
+    elements = (4 + 2) * h * nn + nn + 7 * n * d + 4 * d * d + 4 * d
+    return elements * DTYPE_BYTES[dtype]
+
+
+def _matrix(name: str, value: object, rows: int | None, cols: int | None, limits: Limits) -> Matrix:
+    if not isinstance(value, list | tuple) or not value:
+        raise SpecError(name, "must be a non-empty list of rows")
+    out = []
+    for i, row in enumerate(value):
+        if not isinstance(row, list | tuple):
+            raise SpecError(name, f"row {i} must be a list of numbers")
+        out.append(_vector(name, row, cols, limits, where=f"row {i}"))
+        cols = len(out[-1])
+    if rows is not None and len(out) != rows:
+        raise SpecError(name, f"has {len(out)} rows, expected {rows}")
+    return tuple(out)
+
+
+def _vector(name: str, value: object, length: int | None, limits: Limits, where: str = "") -> Vector:
+    prefix = f"{where} " if where else ""
+    if not isinstance(value, list | tuple) or not value:
+        raise SpecError(name, f"{prefix}must be a non-empty list of numbers")
+    if length is not None and len(value) != length:
+        raise SpecError(name, f"{prefix}has {len(value)} entries, expected {length}")
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise SpecError(name, f"{prefix}must contain only numbers")
+        f = float(v)
+        if not math.isfinite(f):
+            raise SpecError(name, f"{prefix}contains a non-finite number ({v}); only finite numbers are allowed")
+        if abs(f) > limits.max_abs_value:
+            raise SpecError(name, f"{prefix}contains {v}, beyond ±{limits.max_abs_value:g}")
+        out.append(f)
+    return tuple(out)
+
+
+def make_spec(
+    tokens: list[str] | tuple[str, ...] | str | None = None,
+    *,
+    preset: str = "toy",
+    d_model: int | None = None,
+    n_heads: int | None = None,
+    mask: str = "none",
+    pad_positions: list[int] | tuple[int, ...] | None = None,
+    segment_ids: list[int] | tuple[int, ...] | None = None,
+    scale: str = "sqrt_dk",
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: str = "float32",
+    limits: Limits | None = None,
+    **explicit: object,
+) -> Spec:
+    """Validate and normalise one trace request. Raises `SpecError` naming the field at fault."""
+    limits = limits or Limits()
+    unknown = set(explicit) - {"x", *MATRICES, *BIASES}
+    if unknown:
+        name = sorted(unknown)[0]
+        raise SpecError(name, "is not a field of an attention trace")
+    given = {k: v for k, v in explicit.items() if v is not None}
+
+    if preset not in PRESETS:
+        raise SpecError("preset", f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    p = PRESETS[preset]
+    for name, value, choices in (("mask", mask, MASKS), ("scale", scale, SCALES), ("dtype", dtype, DTYPES)):
+        if value not in choices:
+            raise SpecError(name, f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+    if device not in ("cpu", "cuda"):
+        raise SpecError("device", f"unknown device {device!r}; choose cpu or cuda")
+    if dtype != "float32" and device != "cuda":
+        raise SpecError("dtype", f"{dtype} is only offered on CUDA; this server computes on {device}")
+
+    # d_model: explicit > inferred from an explicit matrix > preset.
+    if d_model is None:
+        for name in ("x", *MATRICES):
+            m = given.get(name)
+            if isinstance(m, list | tuple) and m and isinstance(m[0], list | tuple):
+                d_model = len(m[0]) if name == "x" else len(m)
+                break
+        else:
+            d_model = p.d_model
+    if n_heads is None:
+        n_heads = p.n_heads if d_model % p.n_heads == 0 else 1
+    if not 1 <= d_model <= limits.max_d_model:
+        raise SpecError("d_model", f"must be between 1 and {limits.max_d_model}, got {d_model}")
+    if not 1 <= n_heads <= limits.max_heads:
+        raise SpecError("n_heads", f"must be between 1 and {limits.max_heads}, got {n_heads}")
+    if d_model % n_heads:
+        raise SpecError("n_heads", f"d_model {d_model} is not divisible by n_heads {n_heads}")
+
+    # Tokens: a list, or one string split on whitespace; with an explicit x and no tokens, x's rows are named.
+    if isinstance(tokens, str):
+        tokens = tokens.split()
+    if tokens is None or len(tokens) == 0:
+        x_rows = given.get("x")
+        if tokens is None and isinstance(x_rows, list | tuple) and x_rows:
+            tokens = [f"x{i + 1}" for i in range(len(x_rows))]
+        elif tokens is None:
+            tokens = list(p.tokens)
+        else:
+            raise SpecError("tokens", "needs at least one token")
+    for i, t in enumerate(tokens):
+        if not isinstance(t, str) or not t.strip():
+            raise SpecError("tokens", f"token {i} is empty or not a string")
+        if len(t) > limits.max_token_chars:
+            raise SpecError("tokens", f"token {i} is {len(t)} characters long, over {limits.max_token_chars}")
+    n = len(tokens)
+    max_n = min(limits.max_tokens, p.n_ctx)
+    if n > max_n:
+        raise SpecError("tokens", f"{n} tokens is more than the {max_n} this server traces for {preset}")
+
+    if given:
+        if d_model > limits.max_explicit_d_model:
+            raise SpecError(
+                next(iter(given)),
+                f"explicit inputs are for toy sizes: d_model must be at most {limits.max_explicit_d_model}",
+            )
+        if n > limits.max_explicit_tokens:
+            raise SpecError("x", f"explicit inputs are for toy sizes: at most {limits.max_explicit_tokens} tokens")
+    norm: dict[str, Matrix | Vector] = {}
+    if "x" in given:
+        norm["x"] = _matrix("x", given["x"], n, d_model, limits)
+    for name in MATRICES:
+        if name in given:
+            norm[name] = _matrix(name, given[name], d_model, d_model, limits)
+    for name in BIASES:
+        if name in given:
+            norm[name] = _vector(name, given[name], d_model, limits)
+
+    pads = tuple(sorted(set(pad_positions or ())))
+    segs = tuple(segment_ids or ())
+    if pads and mask != "padding":
+        raise SpecError("pad_positions", "is only used with mask=padding")
+    if segs and mask != "document":
+        raise SpecError("segment_ids", "is only used with mask=document")
+    for pos in pads:
+        if not 0 <= pos < n:
+            raise SpecError("pad_positions", f"position {pos} is outside 0..{n - 1}")
+    if mask == "document":
+        if len(segs) != n:
+            raise SpecError("segment_ids", f"needs one segment id per token: {len(segs)} given for {n} tokens")
+        if any(s < 0 for s in segs):
+            raise SpecError("segment_ids", "segment ids must be non-negative integers")
+
+    if not 0 <= seed < 2**63:
+        raise SpecError("seed", "must be between 0 and 2^63 - 1")
+    needed = estimate_bytes(n, d_model, n_heads, dtype)
+    if needed > limits.memory_budget_bytes:
+        raise SpecError(
+            "tokens",
+            f"this trace needs about {needed / 2**20:.0f} MiB, over the server's budget of "
+            f"{limits.memory_budget_bytes / 2**20:.0f} MiB: use fewer tokens or heads",
+        )
+
+    init_std = p.init_std if p.init_std is not None else 1 / math.sqrt(d_model)
+    has_bias = p.bias or any(b in norm for b in BIASES)
+    return Spec(
+        preset=preset,
+        tokens=tuple(tokens),
+        d_model=d_model,
+        n_heads=n_heads,
+        mask=mask,
+        pad_positions=pads,
+        segment_ids=segs,
+        scale=scale,
+        seed=seed,
+        bias=has_bias,
+        init_std=init_std,
+        device=device,
+        dtype=dtype,
+        **norm,  # type: ignore[arg-type]
+    )
+
+
+__all__ = [
+    "BIASES",
+    "DTYPES",
+    "MASKS",
+    "MATRICES",
+    "PRESETS",
+    "SCALES",
+    "STAGES",
+    "STAGE_TENSORS",
+    "Limits",
+    "Preset",
+    "Spec",
+    "SpecError",
+    "estimate_bytes",
+    "make_spec",
+]

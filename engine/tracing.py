@@ -1,0 +1,21 @@
+"""The engine's front door: a Spec in, a Trace out."""
+
+from __future__ import annotations
+
+import torch
+
+from . import attention, sources
+from .device import torch_dtype
+from .spec import Spec, make_spec
+
+
+@torch.inference_mode()
+def compute(spec: Spec) -> attention.Trace:
+    """Run the five stages for a validated spec."""
+    x, w = sources.load(spec, torch.device(spec.device), torch_dtype(spec.dtype))
+    return attention.run(spec, x, w)
+
+
+def trace(tokens: list[str] | str | None = None, **options: object) -> attention.Trace:
+    """Notebook convenience: `trace("猫 坐 在 垫子 上", mask="causal")` validates, then computes."""
+    return compute(make_spec(tokens, **options))  # type: ignore[arg-type]
