@@ -1,0 +1,135 @@
+"""Staged attention against fused SDPA for gpt2-small, and the toy request through the API.
+
+    python -m bench.attention [--sizes 128,512,1024] [--repeat 5] [--json]
+
+For each N: the median time of each of the five stages, their total, the fused path with the same projections
+(X W_Q … → scaled_dot_product_attention → W_O), and staged / fused. Then the toy request's time through the
+API, first (computed) and repeated (served from the cache). Ratios come from one run on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import warnings
+
+import orjson
+import torch
+import torch.nn.functional as F
+
+from engine import attention, make_spec, masks, sources
+from engine.device import resolve, torch_dtype
+
+
+def _timed(fn: Callable[[], Any], repeat: int, device: str) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(repeat):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+@torch.inference_mode()
+def staged_vs_fused(n: int, repeat: int, device: str) -> dict[str, Any]:
+    spec = make_spec([f"t{i}" for i in range(n)], preset="gpt2-small", mask="causal", device=device)
+    x, w = sources.load(spec, torch.device(device), torch_dtype(spec.dtype))
+    add = masks.additive(masks.allowed("causal", n)).to(device)
+    s = spec.scale_value
+    t: dict[str, float] = {}
+    t["projection"], p = _timed(lambda: attention.project(x, w, spec.n_heads), repeat, device)
+    t["scores"], sc = _timed(lambda: attention.scores(p, s), repeat, device)
+    t["mask"], m = _timed(lambda: attention.mask(sc, add), repeat, device)
+    t["softmax"], a = _timed(lambda: attention.softmax(m), repeat, device)
+    t["weighted_sum"], _ = _timed(lambda: attention.weighted_sum(a, p, w), repeat, device)
+    staged = sum(t.values())
+
+    def fused() -> torch.Tensor:
+        q = attention.project(x, w, spec.n_heads)
+        y = F.scaled_dot_product_attention(q.q, q.k, q.v, is_causal=True, scale=1 / s)
+        return torch.addmm(w.b_o, y.transpose(0, 1).reshape(n, -1), w.w_o)
+
+    t_fused, _ = _timed(fused, repeat, device)
+    return {
+        "bench": "staged_vs_fused",
+        "preset": "gpt2-small",
+        "n": n,
+        "device": device,
+        "stages_ms": {k: round(v * 1e3, 3) for k, v in t.items()},
+        "staged_ms": round(staged * 1e3, 3),
+        "fused_ms": round(t_fused * 1e3, 3),
+        "ratio": round(staged / t_fused, 3),
+    }
+
+
+def toy_request(repeat: int) -> dict[str, Any]:
+    warnings.filterwarnings("ignore", message="Using `httpx`")
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    with TestClient(create_app(Settings(device="cpu"))) as c:
+        params = {"mask": "causal", "seed": 12345}
+        t0 = time.perf_counter()
+        assert c.get("/api/v1/attention", params=params).status_code == 200
+        first = time.perf_counter() - t0
+        cached, _ = _timed(lambda: c.get("/api/v1/attention", params=params), max(repeat, 20), "cpu")
+    return {"bench": "toy_request", "first_ms": round(first * 1e3, 3), "cached_ms": round(cached * 1e3, 3)}
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "bench": "machine",
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="128,512,1024")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--json", action="store_true", help="one JSON object per measurement")
+    args = ap.parse_args()
+    device = resolve(args.device)
+    rows = [machine()]
+    for n in (int(v) for v in args.sizes.split(",")):
+        staged_vs_fused(n, 1, device)  # warm-up
+        rows.append(staged_vs_fused(n, args.repeat, device))
+    rows.append(toy_request(args.repeat))
+    if args.json:
+        for r in rows:
+            print(orjson.dumps(r).decode())
+        return
+    m = rows[0]
+    print(f"machine: {m['processor']}, {m['cpus']} CPUs, torch {m['torch']} ({m['threads']} threads), "
+          f"device {device}{' ' + m['cuda'] if m['cuda'] else ''}")
+    print("| N | projection | scores | mask | softmax | weighted sum | staged | fused SDPA | staged / fused |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows[1:-1]:
+        st = r["stages_ms"]
+        print(f"| {r['n']} | " + " | ".join(f"{st[k]:.1f}" for k in st)
+              + f" | {r['staged_ms']:.1f} | {r['fused_ms']:.1f} | {r['ratio']:.2f}× |")
+    toy = rows[-1]
+    print(f"\ntoy request through the API: first {toy['first_ms']:.1f} ms, repeated (cached) {toy['cached_ms']:.2f} ms "
+          f"({toy['first_ms'] / toy['cached_ms']:.0f}× faster)")
+
+
+if __name__ == "__main__":
+    main()
