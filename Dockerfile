@@ -1,9 +1,9 @@
 # CPU image by default:   docker build -t attention-lab . && docker run -p 8000:8000 attention-lab
-# CUDA torch instead:     docker build --build-arg TORCH="torch==2.13.0" --build-arg TORCH_INDEX=<CUDA wheel index> .
+# CUDA torch instead:     docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 -t attention-lab:cuda .
 FROM python:3.11-slim
 
 ARG TORCH="torch==2.13.0"
-ARG TORCH_INDEX=""
+ARG TORCH_INDEX="https://download.pytorch.org/whl/cpu"
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 
 RUN useradd --create-home --uid 10001 lab
