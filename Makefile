@@ -22,13 +22,19 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 	$(BIN)/pip install -e .
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed node_modules/.installed
 	$(BIN)/pip install -e '.[test]'
 	@touch $@
 
-install: $(VENV)/.installed
+# The math font for the formulas comes from npm; without npm the page falls back to the system's math font.
+node_modules/.installed: package.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm install --no-audit --no-fund --no-package-lock --loglevel=error && touch $@; \
+	else echo "npm not found: formulas will use the system's math font (apt-get install nodejs npm to add it)"; fi
 
-install-test: $(VENV)/.installed-test
+install: $(VENV)/.installed node_modules/.installed
+
+install-test: $(VENV)/.installed-test node_modules/.installed
 
 run: install
 	$(BIN)/attention-lab serve --host $(HOST) --port $(PORT)
@@ -47,4 +53,4 @@ bench: install
 	$(BIN)/python -m bench.attention
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -10,11 +10,12 @@ from fastapi.staticfiles import StaticFiles
 
 from . import __version__, errors
 from .lab import Lab
-from .routes import api, docs
+from .routes import api, docs, pages
 from .settings import Settings, get_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "static"
+MATH_FONT = ROOT / "node_modules" / "@fontsource" / "noto-sans-math" / "files"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -31,8 +32,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.mount("/vendor/htmx", StaticFiles(directory=str(files("js_lib_htmx") / "static" / "htmx")), name="htmx")
+    if MATH_FONT.is_dir():  # installed by `make` from npm; without it formulas use the system's math font
+        app.mount("/vendor/math-font", StaticFiles(directory=MATH_FONT), name="math-font")
     app.mount("/vendor/swagger", StaticFiles(directory=str(files("swagger_ui") / "static")), name="swagger")
     app.include_router(api.router)
     app.include_router(api.health)
     app.include_router(docs.router)
+    app.include_router(pages.router)
     return app

@@ -14,10 +14,9 @@ import os
 import platform
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
-
-import warnings
 
 import orjson
 import torch
@@ -118,17 +117,24 @@ def main() -> None:
             print(orjson.dumps(r).decode())
         return
     m = rows[0]
-    print(f"machine: {m['processor']}, {m['cpus']} CPUs, torch {m['torch']} ({m['threads']} threads), "
-          f"device {device}{' ' + m['cuda'] if m['cuda'] else ''}")
+    print(
+        f"machine: {m['processor']}, {m['cpus']} CPUs, torch {m['torch']} ({m['threads']} threads), "
+        f"device {device}{' ' + m['cuda'] if m['cuda'] else ''}"
+    )
     print("| N | projection | scores | mask | softmax | weighted sum | staged | fused SDPA | staged / fused |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows[1:-1]:
         st = r["stages_ms"]
-        print(f"| {r['n']} | " + " | ".join(f"{st[k]:.1f}" for k in st)
-              + f" | {r['staged_ms']:.1f} | {r['fused_ms']:.1f} | {r['ratio']:.2f}× |")
+        print(
+            f"| {r['n']} | "
+            + " | ".join(f"{st[k]:.1f}" for k in st)
+            + f" | {r['staged_ms']:.1f} | {r['fused_ms']:.1f} | {r['ratio']:.2f}× |"
+        )
     toy = rows[-1]
-    print(f"\ntoy request through the API: first {toy['first_ms']:.1f} ms, repeated (cached) {toy['cached_ms']:.2f} ms "
-          f"({toy['first_ms'] / toy['cached_ms']:.0f}× faster)")
+    print(
+        f"\ntoy request through the API: first {toy['first_ms']:.1f} ms, repeated (cached) {toy['cached_ms']:.2f} ms "
+        f"({toy['first_ms'] / toy['cached_ms']:.0f}× faster)"
+    )
 
 
 if __name__ == "__main__":

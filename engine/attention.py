@@ -64,6 +64,7 @@ class Trace:
     softmax: Softmax
     weighted_sum: WeightedSum
     checks: Checks
+    weights: Weights  # W_Q … b_O the trace used (not a stage: the page shows them beside stages 1 and 5)
 
     def stage(self, key: str) -> dict[str, torch.Tensor]:
         """The named stage's tensors, in the API's order."""
@@ -152,4 +153,4 @@ def run(spec: Spec, x: torch.Tensor, w: Weights) -> Trace:
     m = mask(sc, add)
     a = softmax(m)
     ws = weighted_sum(a, p, w)
-    return Trace(spec, p, sc, m, a, ws, check(p, add, s, a, ws))
+    return Trace(spec, p, sc, m, a, ws, check(p, add, s, a, ws), w)

@@ -250,11 +250,11 @@ def test_bad_input_is_422_naming_the_field(client, body, field):
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_numbers_are_422_not_500(client, literal):
-    raw = '{"x": [[%s, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]}' % literal
+    raw = '{"x": [[' + literal + ", 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]}"
     r = client.post("/api/v1/attention", content=raw, headers={"content-type": "application/json"})
     _assert_422(r, "x")
     r = client.post(
-        "/api/v1/attention", content='{"b_o": [%s, 1, 2, 3]}' % literal, headers={"content-type": "application/json"}
+        "/api/v1/attention", content='{"b_o": [' + literal + ", 1, 2, 3]}", headers={"content-type": "application/json"}
     )
     _assert_422(r, "b_o")
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import numpy as np
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from engine import PRESETS, STAGE_TENSORS, STAGES
+from engine.attention import Trace
 
 from ..errors import field_error, where_of
 from ..lab import Lab, get_lab
+from ..render.arrays import to_numpy
+from ..render.heatmap import png
 from ..render.payload import TooLarge, json_response, to_json, to_npz
-from ..schemas import AttentionRequest, AttentionResponse, from_query
+from ..schemas import AttentionRequest, AttentionResponse, FieldError, from_query
 
 router = APIRouter(prefix="/api/v1", tags=["attention"])
 
@@ -130,3 +134,84 @@ health = APIRouter(tags=["health"])
 @health.get("/healthz")
 def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     return {"status": "ok", "device": lab.device, "cached_traces": len(lab.cache)}
+
+
+TENSOR_STAGE = {name: key for key, names in STAGE_TENSORS.items() for name in names}
+DEFAULT_TENSOR = {
+    "projection": "q",
+    "scores": "scaled",
+    "mask": "masked",
+    "softmax": "weights",
+    "weighted_sum": "heads",
+}
+
+
+def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise FieldError(name, f"must be an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise FieldError(name, f"must be between {lo} and {hi}, got {value}")
+    return value
+
+
+async def _matrix_of(request: Request, lab: Lab) -> tuple[Trace, str, np.ndarray]:
+    """The 2-D matrix a heat map or a window shows: one head of one tensor (or a head-less tensor)."""
+    req = parse_query(request)
+    spec = req.to_spec(lab.limits, lab.device)
+    q = request.query_params
+    stage = q.get("stage", "softmax")
+    if stage.isdigit() and 1 <= int(stage) <= len(STAGES):
+        stage = STAGES[int(stage) - 1]
+    if stage not in STAGES:
+        raise FieldError("stage", f"unknown stage {stage!r}; use 1-5 or one of {', '.join(STAGES)}")
+    tensor = q.get("tensor") or DEFAULT_TENSOR[stage]
+    if tensor not in TENSOR_STAGE:
+        raise FieldError("tensor", f"unknown tensor {tensor!r}; choose one of {', '.join(TENSOR_STAGE)}")
+    head = _int_param(request, "head", 0, 0, spec.n_heads - 1)
+    trace, _ = await run_in_threadpool(lab.trace, spec)
+    t = trace.stage(TENSOR_STAGE[tensor])[tensor]
+    return trace, tensor, to_numpy(t[head] if t.dim() == 3 else t)
+
+
+@router.get(
+    "/attention/heatmap.png",
+    response_class=Response,
+    responses={200: {"content": {"image/png": {}}, "description": "One head's matrix as a PNG heat map"}},
+)
+async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
+    (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is grey."""
+    size = _int_param(request, "size", 512, 16, 2048)
+    _, tensor, a = await _matrix_of(request, lab)
+    body = await run_in_threadpool(png, a, "sequential" if tensor == "weights" else "diverging", size)
+    return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
+
+
+@router.get("/attention/window")
+async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """Exact numbers of a rectangle of one head's matrix: `row`, `col` (its top-left corner), `rows`, `cols`
+    (at most 65,536 numbers). −∞ is null."""
+    trace, tensor, a = await _matrix_of(request, lab)
+    r0 = _int_param(request, "row", 0, 0, a.shape[0] - 1)
+    c0 = _int_param(request, "col", 0, 0, a.shape[1] - 1)
+    rows = _int_param(request, "rows", 16, 1, a.shape[0])
+    cols = _int_param(request, "cols", 16, 1, a.shape[1])
+    if rows * cols > 65_536:
+        raise FieldError("rows", f"a window holds at most 65,536 numbers; {rows} × {cols} asked for")
+    tok = list(trace.spec.tokens)
+    col_labels = tok if a.shape[1] == len(tok) else [str(j) for j in range(a.shape[1])]
+    return json_response(
+        {
+            "tensor": tensor,
+            "row": r0,
+            "col": c0,
+            "rows": tok[r0 : r0 + rows],
+            "cols": col_labels[c0 : c0 + cols],
+            "values": a[r0 : r0 + rows, c0 : c0 + cols],
+        }
+    )

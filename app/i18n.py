@@ -1,0 +1,335 @@
+"""The lab's message catalogue: every string the page shows, in English and Chinese.
+
+Templates call `t("key", **values)`; a missing key is a bug caught by the test that both languages hold the same
+keys. The language comes from `?lang=`, else from Accept-Language, else English.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+LANGS = ("en", "zh")
+
+MESSAGES: dict[str, dict[str, str]] = {
+    "en": {
+        "title": "Attention Lab",
+        "tagline": "Scaled dot-product attention, one stage at a time. Every number is computed.",
+        "lang.name": "English",
+        "controls": "Settings",
+        "tokens": "Tokens",
+        "tokens.hint": "separated by spaces",
+        "preset": "Preset",
+        "preset.toy": "toy (d = 4, 1 head)",
+        "preset.gpt2-small": "GPT-2 small (d = 768, 12 heads)",
+        "seed": "Seed",
+        "d_model": "d_model",
+        "n_heads": "Heads",
+        "mask": "Mask",
+        "mask.none": "none (bidirectional)",
+        "mask.causal": "causal",
+        "mask.padding": "padding",
+        "mask.document": "document (packed)",
+        "pad_positions": "Pad positions",
+        "segment_ids": "Segment ids",
+        "scale": "Scale",
+        "scale.sqrt_dk": "÷ √d_k",
+        "scale.none": "none (÷ 1)",
+        "scale.dk": "÷ d_k",
+        "apply": "Compute",
+        "prev": "← Previous",
+        "next": "Next →",
+        "stage": "Stage",
+        "stage.projection": "Projection",
+        "stage.scores": "Scores",
+        "stage.mask": "Mask",
+        "stage.softmax": "Softmax",
+        "stage.weighted_sum": "Weighted sum",
+        "toggle.mask.on": "Causal mask: on",
+        "toggle.mask.off": "Causal mask: off",
+        "toggle.scale": "Scale: {scale}",
+        "compare": "Compare",
+        "compare.mask": "mask on / off",
+        "compare.scale": "√d_k / none",
+        "compare.close": "Close comparison",
+        "compare.title.mask": "Softmax weights without and with the causal mask",
+        "compare.title.scale": "Softmax weights scaled by √d_k and unscaled",
+        "json": "JSON",
+        "json.title": "The same view as JSON",
+        "npz": "NumPy .npz",
+        "docs": "API docs",
+        "head": "Head",
+        "shape": "shape",
+        "keys": "keys →",
+        "queries": "queries ↓",
+        "formula": "Formula",
+        "what": "What happens",
+        "notice": "What to notice",
+        "weights.show": "Weights used in this stage",
+        "row.stats": "Row statistics",
+        "entropy": "entropy (nats)",
+        "max_weight": "largest weight",
+        "top3": "top-3 keys",
+        "row": "query",
+        "checks": "Check: max |difference| from torch scaled_dot_product_attention = {diff}; rows sum to 1: {ok}.",
+        "yes": "yes",
+        "no": "no",
+        "keyboard": "Keys: ← → step · m toggles the causal mask · s cycles the scale",
+        "loading": "Computing…",
+        "error": "The lab could not compute this view.",
+        "error.field": "Problem with “{field}”: {message}",
+        "cell.title": "How this number is computed",
+        "cell.hint": "Click any number to see its arithmetic.",
+        "cell.close": "close",
+        "cell.score": "Score of query “{q}” against key “{k}”",
+        "cell.weight": "Weight of key “{k}” for query “{q}”",
+        "cell.output": "Output of “{q}”, dimension {c}",
+        "cell.projection": "{m} of “{q}”, column {c}",
+        "cell.final": "Output projection of “{q}”, column {c}",
+        "cell.masked_entry": "This key is masked: its score is −∞ and its weight exactly 0.",
+        "cell.masked_row": "Every key of this query is masked: the lab defines its weights as all zeros.",
+        "large": "{n} tokens × d_model {d}: too many numbers for cells. Each head is drawn as a heat map.",
+        "heads.all": "All heads (click one to zoom)",
+        "zoom": "Head {h}, zoomed",
+        "hover": "Hover over the map to read a cell.",
+        "tile": "Tile inspector: rows {r0}–{r1}, columns {c0}–{c1}",
+        "tile.move": "Move the window",
+        "tile.up": "↑ up",
+        "tile.down": "↓ down",
+        "tile.left": "← left",
+        "tile.right": "→ right",
+        "legend.diverging": "blue < 0 < red",
+        "legend.sequential": "0 → 1",
+        "legend.neginf": "−∞ (masked)",
+        "explain.projection": (
+            "Each token's vector x is multiplied by three learned matrices. Q (queries) says what a token looks for, "
+            "K (keys) how it can be found, V (values) what it hands over. Head h takes columns h·d_k to (h+1)·d_k − 1."
+        ),
+        "explain.scores": (
+            "Every query is compared with every key by a dot product: entry (i, j) of QKᵀ says how well token i's "
+            "question matches token j's key. Dividing by s keeps the numbers in a range where softmax still learns."
+        ),
+        "explain.mask": (
+            "The mask is added to the scores: 0 keeps an entry, −∞ forbids it. Under the causal mask token i may read "
+            "only tokens 1…i, so a language model cannot peek at the word it must predict."
+        ),
+        "explain.softmax": (
+            "Each row becomes a probability distribution over keys: exponentiate, then divide by the row's sum. The "
+            "row maximum is subtracted first so exp never overflows. A −∞ score becomes a weight of exactly 0."
+        ),
+        "explain.weighted_sum": (
+            "Each token's output is the average of the value vectors, weighted by its softmax row. The heads are laid "
+            "side by side (concatenated) and mixed by the output projection W_O."
+        ),
+        "notice.projection": (
+            "The same word has the same x, and so the same q, k and v, wherever it stands: without a mask or positions, "
+            "attention alone does not know word order."
+        ),
+        "notice.scores.none": (
+            "Unscaled, the logits reach ±{max:.2f} (std {std:.2f}). Dot products of d_k terms grow like √d_k, and large "
+            "logits push softmax towards one-hot weights whose gradients vanish."
+        ),
+        "notice.scores.sqrt_dk": (
+            "Raw scores have std {raw_std:.2f}; after dividing by √d_k = {s:.2f} their std is {std:.2f}: the scale keeps "
+            "the logits near unit variance however wide the heads are."
+        ),
+        "notice.scores.dk": (
+            "Dividing by d_k = {s:.0f} shrinks the logits to std {std:.2f}: for wide heads this flattens softmax toward "
+            "uniform weights."
+        ),
+        "notice.mask.none": "No entry is masked: every token reads every token, in both directions, as in BERT.",
+        "notice.mask.causal": (
+            "{count} of {total} entries are −∞: the strict upper triangle. The diagonal stays, since a token may read "
+            "itself."
+        ),
+        "notice.mask.padding": "The columns of the pad positions {pads} are −∞: no query ever reads a pad token.",
+        "notice.mask.document": (
+            "Blocks along the diagonal: a token reads only earlier tokens of its own document ({count} of {total} "
+            "entries masked)."
+        ),
+        "notice.softmax.causal": (
+            "Row 1 is exactly 1.00: the first token “{first}” can see only itself, so all of its weight lands on itself. "
+            "Each later row spreads its weight over the tokens before it."
+        ),
+        "notice.softmax.other": (
+            "Every row sums to 1. The most concentrated row is “{token}” with a largest weight of {max:.2f}; the "
+            "flattest has entropy {entropy:.2f} nats (uniform over {n} keys would be {uniform:.2f})."
+        ),
+        "notice.weighted_sum": (
+            "Row i of the output is Σ_j a_ij v_j: a mix of value vectors. Under the causal mask the first row simply "
+            "copies v_1."
+        ),
+        "notice.weighted_sum.none": (
+            "Row i of the output is Σ_j a_ij v_j: a mix of value vectors. Shuffle the tokens and, with no mask, these "
+            "rows shuffle the same way."
+        ),
+        "footer": "Computed with PyTorch on {device}. The JSON API returns every number shown here.",
+    },
+    "zh": {
+        "title": "注意力实验室",
+        "tagline": "缩放点积注意力，一步一个阶段；页面上每个数都是真算出来的。",
+        "lang.name": "中文",
+        "controls": "设置",
+        "tokens": "词元",
+        "tokens.hint": "用空格分隔",
+        "preset": "预设",
+        "preset.toy": "玩具（d = 4，1 个头）",
+        "preset.gpt2-small": "GPT-2 small（d = 768，12 个头）",
+        "seed": "随机种子",
+        "d_model": "d_model",
+        "n_heads": "头数",
+        "mask": "掩码",
+        "mask.none": "无（双向）",
+        "mask.causal": "因果",
+        "mask.padding": "填充",
+        "mask.document": "文档（打包）",
+        "pad_positions": "填充位置",
+        "segment_ids": "文档编号",
+        "scale": "缩放",
+        "scale.sqrt_dk": "÷ √d_k",
+        "scale.none": "不缩放（÷ 1）",
+        "scale.dk": "÷ d_k",
+        "apply": "计算",
+        "prev": "← 上一步",
+        "next": "下一步 →",
+        "stage": "阶段",
+        "stage.projection": "投影",
+        "stage.scores": "打分",
+        "stage.mask": "掩码",
+        "stage.softmax": "Softmax",
+        "stage.weighted_sum": "加权求和",
+        "toggle.mask.on": "因果掩码：开",
+        "toggle.mask.off": "因果掩码：关",
+        "toggle.scale": "缩放：{scale}",
+        "compare": "对比",
+        "compare.mask": "掩码 开 / 关",
+        "compare.scale": "√d_k / 不缩放",
+        "compare.close": "关闭对比",
+        "compare.title.mask": "不加与加上因果掩码时的 softmax 权重",
+        "compare.title.scale": "除以 √d_k 与不缩放时的 softmax 权重",
+        "json": "JSON",
+        "json.title": "同一视图的 JSON",
+        "npz": "NumPy .npz",
+        "docs": "API 文档",
+        "head": "头",
+        "shape": "形状",
+        "keys": "键 →",
+        "queries": "查询 ↓",
+        "formula": "公式",
+        "what": "这一步做了什么",
+        "notice": "值得注意",
+        "weights.show": "本阶段用到的权重矩阵",
+        "row.stats": "逐行统计",
+        "entropy": "熵（nats）",
+        "max_weight": "最大权重",
+        "top3": "权重最大的 3 个键",
+        "row": "查询",
+        "checks": "校验：与 torch scaled_dot_product_attention 的最大绝对差 = {diff}；每行和为 1：{ok}。",
+        "yes": "是",
+        "no": "否",
+        "keyboard": "快捷键：← → 切换阶段 · m 开关因果掩码 · s 切换缩放",
+        "loading": "计算中…",
+        "error": "实验室无法计算这个视图。",
+        "error.field": "“{field}” 有误：{message}",
+        "cell.title": "这个数是怎么算出来的",
+        "cell.hint": "点击任意数字，查看它的算式。",
+        "cell.close": "关闭",
+        "cell.score": "查询“{q}”对键“{k}”的分数",
+        "cell.weight": "查询“{q}”分给键“{k}”的权重",
+        "cell.output": "“{q}”的输出，第 {c} 维",
+        "cell.projection": "“{q}”的 {m}，第 {c} 列",
+        "cell.final": "“{q}”经输出投影后的第 {c} 列",
+        "cell.masked_entry": "这个键被遮住了：分数为 −∞，权重恰好为 0。",
+        "cell.masked_row": "这个查询的所有键都被遮住了：实验室规定它的权重全部为 0。",
+        "large": "{n} 个词元 × d_model {d}：数字太多，无法逐格显示；每个头画成一张热力图。",
+        "heads.all": "所有头（点击放大）",
+        "zoom": "第 {h} 个头（放大）",
+        "hover": "把鼠标移到图上即可读出该格的数值。",
+        "tile": "局部检查器：第 {r0}–{r1} 行，第 {c0}–{c1} 列",
+        "tile.move": "移动窗口",
+        "tile.up": "↑ 上",
+        "tile.down": "↓ 下",
+        "tile.left": "← 左",
+        "tile.right": "→ 右",
+        "legend.diverging": "蓝 < 0 < 红",
+        "legend.sequential": "0 → 1",
+        "legend.neginf": "−∞（被遮住）",
+        "explain.projection": (
+            "每个词元的向量 x 分别乘以三个可学习的矩阵：Q（查询）表示它在找什么，K（键）表示它能被怎样找到，"
+            "V（值）表示被找到后交出什么内容。第 h 个头取第 h·d_k 到 (h+1)·d_k − 1 列。"
+        ),
+        "explain.scores": (
+            "每个查询与每个键做点积：QKᵀ 的第 (i, j) 项衡量词元 i 的查询与词元 j 的键有多匹配。"
+            "再除以 s，让数值落在 softmax 仍能正常学习的范围内。"
+        ),
+        "explain.mask": (
+            "把掩码加到分数上：0 表示保留，−∞ 表示禁止。因果掩码下词元 i 只能读取第 1…i 个词元，"
+            "语言模型因此无法偷看它要预测的下一个词。"
+        ),
+        "explain.softmax": (
+            "每一行变成键上的概率分布：先取指数，再除以该行之和。计算前先减去行最大值，exp 就不会溢出。"
+            "分数为 −∞ 的位置权重恰好为 0。"
+        ),
+        "explain.weighted_sum": (
+            "每个词元的输出是各个值向量按它那一行 softmax 权重求得的加权平均。各个头的结果并排拼接，"
+            "再经过输出投影 W_O 混合。"
+        ),
+        "notice.projection": (
+            "同一个词无论出现在哪里，x 都相同，q、k、v 也就相同：没有掩码和位置信息时，注意力本身并不知道词序。"
+        ),
+        "notice.scores.none": (
+            "不缩放时分数可达 ±{max:.2f}（标准差 {std:.2f}）。d_k 项之和的点积大约按 √d_k 增长，"
+            "过大的分数会把 softmax 推向独热分布，梯度随之消失。"
+        ),
+        "notice.scores.sqrt_dk": (
+            "原始分数的标准差为 {raw_std:.2f}；除以 √d_k = {s:.2f} 之后为 {std:.2f}：无论头有多宽，"
+            "缩放都让分数保持在单位方差附近。"
+        ),
+        "notice.scores.dk": "除以 d_k = {s:.0f} 把分数压到标准差 {std:.2f}：头越宽，softmax 越接近均匀分布。",
+        "notice.mask.none": "没有任何位置被遮住：每个词元都能双向读取所有词元，和 BERT 一样。",
+        "notice.mask.causal": "{total} 项中有 {count} 项为 −∞，正是严格上三角；对角线保留，因为词元可以读取自己。",
+        "notice.mask.padding": "填充位置 {pads} 所在的列全为 −∞：任何查询都不会读取填充词元。",
+        "notice.mask.document": "对角线上的分块：词元只能读取同一文档中更早的词元（{total} 项中遮住 {count} 项）。",
+        "notice.softmax.causal": (
+            "第 1 行恰好是 1.00：第一个词元“{first}”只能看见自己，全部权重都落在自己身上。"
+            "之后的每一行把权重分给它之前的词元。"
+        ),
+        "notice.softmax.other": (
+            "每行之和都是 1。最集中的一行是“{token}”，最大权重 {max:.2f}；最平坦的一行熵为 {entropy:.2f} nats"
+            "（{n} 个键上均匀分布时为 {uniform:.2f}）。"
+        ),
+        "notice.weighted_sum": "输出第 i 行是 Σ_j a_ij v_j，即值向量的加权混合。因果掩码下第一行正好复制 v_1。",
+        "notice.weighted_sum.none": (
+            "输出第 i 行是 Σ_j a_ij v_j，即值向量的加权混合。没有掩码时，打乱词元顺序，这些行也按同样方式打乱。"
+        ),
+        "footer": "由 PyTorch 在 {device} 上计算。JSON API 返回这里显示的每一个数。",
+    },
+}
+
+
+def negotiate(query_lang: str | None, accept_language: str | None) -> str:
+    """`?lang=` wins; otherwise the first supported language in Accept-Language by quality; else English."""
+    if query_lang in LANGS:
+        return query_lang
+    best, best_q = "en", -1.0
+    for part in (accept_language or "").split(","):
+        tag, _, params = part.strip().partition(";")
+        q = 1.0
+        if params.strip().startswith("q="):
+            try:
+                q = float(params.strip()[2:])
+            except ValueError:
+                q = 0.0
+        lang = tag.split("-")[0].lower()
+        if lang in LANGS and q > best_q:
+            best, best_q = lang, q
+    return best
+
+
+def translator(lang: str) -> Callable[..., str]:
+    table = MESSAGES[lang]
+
+    def t(key: str, **values: object) -> str:
+        text = table[key]
+        return text.format(**values) if values else text
+
+    return t

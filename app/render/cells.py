@@ -1,0 +1,95 @@
+"""Matrices as the page shows them: labelled rows and columns, a shape, and per-cell text, value and colour.
+
+Colours are CSS classes, not inline styles, so the page needs no 'unsafe-inline': a diverging scale (dv-m5 … dv-p5,
+blue below zero, red above) for scores, a colour-blind-safe sequential one (sq-0 … sq-10, viridis) for weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str  # two decimals, or −∞
+    value: str  # the full float32 value, or -inf (data-value)
+    cls: str  # colour class
+
+
+@dataclass
+class MatrixView:
+    name: str  # the tensor's name in the API (data-matrix)
+    label: str  # how the page titles it, e.g. "Q" or "A = softmax(S′)"
+    head: int | None  # None for (N, d) and (N, N) tensors without a head axis
+    rows: list[str]
+    cols: list[str]
+    cells: list[list[Cell]]
+    shape: str  # "(N, d_k) = (5, 4)"
+    scale: str  # "diverging" | "sequential" | "plain"
+    links: bool = True  # cells open their arithmetic
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def full(v: float) -> str:
+    if v == -math.inf:
+        return "-inf"
+    return str(np.float32(v))  # the shortest text that reads back as the same float32, as in the JSON
+
+
+def short(v: float, decimals: int = 2) -> str:
+    if v == -math.inf:
+        return "−∞"
+    text = f"{v:.{decimals}f}"
+    return "0.00" if text == "-0.00" else text.replace("-", "−")
+
+
+def colour(v: float, scale: str, bound: float) -> str:
+    if v == -math.inf:
+        return "neginf"
+    if scale == "sequential":
+        return f"sq-{min(10, max(0, round(v * 10)))}"
+    if scale == "diverging" and bound > 0:
+        b = max(-5, min(5, round(v / bound * 5)))
+        return f"dv-{'m' if b < 0 else 'p'}{abs(b)}"
+    return "plain"
+
+
+def matrix_view(
+    name: str,
+    label: str,
+    a: np.ndarray,
+    rows: list[str],
+    cols: list[str],
+    shape_symbols: str,
+    scale: str = "diverging",
+    head: int | None = None,
+) -> MatrixView:
+    finite = a[np.isfinite(a)]
+    bound = float(np.abs(finite).max()) if finite.size else 0.0
+    cells = [[Cell(short(float(v)), full(float(v)), colour(float(v), scale, bound)) for v in row] for row in a]
+    shape = f"{shape_symbols} = ({', '.join(str(s) for s in a.shape)})"
+    return MatrixView(name, label, head, rows, cols, cells, shape, scale)
+
+
+def dims(n: int, prefix: str = "") -> list[str]:
+    return [f"{prefix}{j}" for j in range(n)]
+
+
+def row_stats(weights: np.ndarray, keys: list[str]) -> list[dict[str, object]]:
+    """Entropy (nats), largest weight and top-3 keys of each softmax row (N, N)."""
+    out = []
+    for row in weights:
+        p = row[row > 0]
+        entropy = max(0.0, float(-(p * np.log(p)).sum())) if p.size else 0.0
+        top = np.argsort(-row, kind="stable")[:3]
+        out.append(
+            {
+                "entropy": entropy,
+                "max": float(row.max()) if row.size else 0.0,
+                "top": [(keys[j], float(row[j])) for j in top if row[j] > 0],
+            }
+        )
+    return out

@@ -1,0 +1,62 @@
+"""Heat maps as PNG, drawn by the server for traces too large for numbers in cells.
+
+Weights use viridis (sequential, readable with every common colour-vision deficiency, 0 → 1 fixed); scores use
+ColorBrewer's RdBu (diverging, symmetric around 0 with the matrix's largest |value|). −∞ is drawn grey.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from PIL import Image
+
+VIRIDIS = [
+    "#440154", "#482475", "#414487", "#355f8d", "#2a788e", "#21918c",
+    "#22a884", "#44bf70", "#7ad151", "#bddf26", "#fde725",
+]  # fmt: skip
+RDBU = [
+    "#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7",
+    "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f",
+]  # fmt: skip
+MASKED = (189, 189, 189)
+
+
+def _rgb(hexes: list[str]) -> np.ndarray:
+    return np.array([[int(h[i : i + 2], 16) for i in (1, 3, 5)] for h in hexes], dtype=np.float64)
+
+
+def _lut(hexes: list[str], n: int = 256) -> np.ndarray:
+    anchors = _rgb(hexes)
+    xs = np.linspace(0, 1, len(anchors))
+    t = np.linspace(0, 1, n)
+    return np.stack([np.interp(t, xs, anchors[:, c]) for c in range(3)], axis=1).round().astype(np.uint8)
+
+
+LUTS = {"sequential": _lut(VIRIDIS), "diverging": _lut(RDBU)}
+
+
+def colourise(a: np.ndarray, scale: str) -> np.ndarray:
+    """(R, C) floats -> (R, C, 3) uint8."""
+    finite = np.isfinite(a)
+    if scale == "sequential":
+        t = np.clip(np.where(finite, a, 0), 0, 1)
+    else:
+        bound = float(np.abs(a[finite]).max()) if finite.any() else 0.0
+        t = np.where(finite, a, 0) / (2 * bound) + 0.5 if bound > 0 else np.full(a.shape, 0.5)
+    rgb = LUTS[scale][np.clip((t * 255).round().astype(np.int64), 0, 255)]
+    rgb[~finite] = MASKED
+    return rgb
+
+
+def png(a: np.ndarray, scale: str, size: int) -> bytes:
+    """A PNG whose longer side is `size` pixels: nearest-neighbour when enlarging, area-averaged when shrinking."""
+    img = Image.fromarray(colourise(a, scale), "RGB")
+    h, w = a.shape
+    factor = size / max(h, w)
+    target = (max(1, round(w * factor)), max(1, round(h * factor)))
+    if target != (w, h):
+        img = img.resize(target, Image.Resampling.NEAREST if factor >= 1 else Image.Resampling.BOX)
+    buf = io.BytesIO()
+    img.save(buf, "PNG", optimize=False, compress_level=6)
+    return buf.getvalue()

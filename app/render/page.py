@@ -1,0 +1,257 @@
+"""A trace as the lab page's view model: formulas, matrices, notices, the arithmetic of one cell, heat maps.
+
+Nothing here computes attention: every number comes from the Trace. What is derived (row entropy, a score's terms)
+is derived from the trace's own tensors, so the page and the JSON twin always agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from latex2mathml.converter import convert
+
+from engine import STAGES
+from engine.attention import Trace
+
+from .arrays import to_numpy
+from .cells import MatrixView, dims, full, matrix_view, row_stats, short
+
+SMALL = 16  # traces with N and d_model up to this show every number in cells
+
+
+def is_small(trace: Trace) -> bool:
+    return trace.spec.n_tokens <= SMALL and trace.spec.d_model <= SMALL
+
+
+@lru_cache(maxsize=64)
+def mathml(latex: str) -> str:
+    return convert(latex, display="block")
+
+
+def formula(trace: Trace, key: str) -> str:
+    spec = trace.spec
+    b = (lambda n: f" + b_{n}") if spec.bias else (lambda n: "")
+    s = {"sqrt_dk": rf"\sqrt{{d_k}} = {spec.scale_value:g}", "none": "1", "dk": rf"d_k = {spec.d_k}"}[spec.scale]
+    mask_cases = {
+        "none": r"M_{ij} = 0",
+        "causal": r"M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases}",
+        "padding": r"M_{ij} = \begin{cases} 0 & j \notin \mathrm{pad} \\ -\infty & j \in \mathrm{pad} \end{cases}",
+        "document": r"M_{ij} = \begin{cases} 0 & \mathrm{doc}_j = \mathrm{doc}_i,\ j \le i \\ -\infty & \mathrm{otherwise}"
+        r" \end{cases}",
+    }[spec.mask]
+    latex = {
+        "projection": rf"Q = XW_Q{b('Q')},\quad K = XW_K{b('K')},\quad V = XW_V{b('V')}",
+        "scores": rf"S = \frac{{QK^\top}}{{s}},\qquad s = {s}",
+        "mask": rf"S' = S + M,\qquad {mask_cases}",
+        "softmax": r"A_{ij} = \frac{\exp(S'_{ij} - m_i)}{\sum_{k} \exp(S'_{ik} - m_i)},\qquad m_i = \max_k S'_{ik}",
+        "weighted_sum": r"\mathrm{head}_h = A_h V_h,\qquad O = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_H)\,W_O"
+        + b("O"),
+    }[key]
+    return mathml(latex)
+
+
+def notice(trace: Trace, key: str, t: Any) -> str:
+    spec = trace.spec
+    n = spec.n_tokens
+    if key == "projection":
+        return str(t("notice.projection"))
+    if key == "scores":
+        raw, scaled = to_numpy(trace.scores.raw), to_numpy(trace.scores.scaled)
+        return str(
+            t(
+                f"notice.scores.{spec.scale}",
+                max=float(np.abs(scaled).max()),
+                std=float(scaled.std()),
+                raw_std=float(raw.std()),
+                s=spec.scale_value,
+            )
+        )
+    if key == "mask":
+        count = int(np.isinf(to_numpy(trace.mask.mask)).sum())
+        pads = ", ".join(str(p) for p in spec.pad_positions) or "—"
+        return str(t(f"notice.mask.{spec.mask}", count=count, total=n * n, pads=pads))
+    if key == "softmax":
+        w = to_numpy(trace.softmax.weights)
+        if spec.mask in ("causal", "document") and w[0, 0, 0] == 1.0:
+            return str(t("notice.softmax.causal", first=spec.tokens[0]))
+        stats = row_stats(w[0], list(spec.tokens))
+        best = max(range(n), key=lambda i: float(stats[i]["max"]))  # type: ignore[arg-type]
+        flat = max(float(s["entropy"]) for s in stats)  # type: ignore[arg-type]
+        return str(
+            t(
+                "notice.softmax.other",
+                token=spec.tokens[best],
+                max=stats[best]["max"],
+                entropy=flat,
+                n=n,
+                uniform=math.log(n),
+            )
+        )
+    return str(t("notice.weighted_sum" if spec.mask == "causal" else "notice.weighted_sum.none"))
+
+
+def stage_matrices(trace: Trace, key: str, head: int) -> list[MatrixView]:
+    """The matrices stage `key` shows for one head (small traces)."""
+    spec = trace.spec
+    tok = list(spec.tokens)
+    h = head
+    if key == "projection":
+        p = trace.projection
+        return [
+            matrix_view("x", "X", to_numpy(p.x), tok, dims(spec.d_model), "(N, d_model)", "diverging"),
+            matrix_view("q", "Q", to_numpy(p.q[h]), tok, dims(spec.d_k), "(N, d_k)", "diverging", h),
+            matrix_view("k", "K", to_numpy(p.k[h]), tok, dims(spec.d_k), "(N, d_k)", "diverging", h),
+            matrix_view("v", "V", to_numpy(p.v[h]), tok, dims(spec.d_k), "(N, d_k)", "diverging", h),
+        ]
+    if key == "scores":
+        s = trace.scores
+        return [
+            matrix_view("raw", "QKᵀ", to_numpy(s.raw[h]), tok, tok, "(N, N)", "diverging", h),
+            matrix_view("scaled", "S = QKᵀ / s", to_numpy(s.scaled[h]), tok, tok, "(N, N)", "diverging", h),
+        ]
+    if key == "mask":
+        m = trace.mask
+        return [
+            matrix_view("mask", "M", to_numpy(m.mask), tok, tok, "(N, N)", "plain"),
+            matrix_view("masked", "S′ = S + M", to_numpy(m.masked[h]), tok, tok, "(N, N)", "diverging", h),
+        ]
+    if key == "softmax":
+        return [
+            matrix_view("weights", "A", to_numpy(trace.softmax.weights[h]), tok, tok, "(N, N)", "sequential", h),
+        ]
+    ws = trace.weighted_sum
+    return [
+        matrix_view("heads", f"head{h} = A V", to_numpy(ws.heads[h]), tok, dims(spec.d_k), "(N, d_k)", "diverging", h),
+        matrix_view("concat", "Concat", to_numpy(ws.concat), tok, dims(spec.d_model), "(N, d_model)", "diverging"),
+        matrix_view("output", "O", to_numpy(ws.output), tok, dims(spec.d_model), "(N, d_model)", "diverging"),
+    ]
+
+
+def weight_matrices(trace: Trace, key: str) -> list[MatrixView]:
+    """W_Q, W_K, W_V beside stage 1 and W_O beside stage 5 (small traces only)."""
+    w = trace.weights
+    d = dims(trace.spec.d_model)
+    names = {"projection": ("w_q", "w_k", "w_v"), "weighted_sum": ("w_o",)}.get(key, ())
+    labels = {"w_q": "W_Q", "w_k": "W_K", "w_v": "W_V", "w_o": "W_O"}
+    out = []
+    for n in names:
+        mv = matrix_view(n, labels[n], to_numpy(getattr(w, n)), d, d, "(d_model, d_model)", "diverging")
+        mv.links = False
+        out.append(mv)
+    return out
+
+
+@dataclass
+class Arithmetic:
+    title: str
+    lines: list[str]  # each a line of the computation, numbers filled in
+    result: str
+
+
+def _sum_terms(a: np.ndarray, b: np.ndarray) -> str:
+    return " + ".join(f"({short(float(x), 3)})·({short(float(y), 3)})" for x, y in zip(a, b, strict=True))
+
+
+def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Arithmetic | None:
+    """The computation behind one cell, term by term, for the tensors where it is instructive."""
+    spec = trace.spec
+    tok = spec.tokens
+    n, dk = spec.n_tokens, spec.d_k
+    if not (0 <= r < n and 0 <= head < spec.n_heads):
+        return None
+    if name in ("raw", "scaled", "masked"):
+        if not 0 <= c < n:
+            return None
+        q = to_numpy(trace.projection.q[head, r])
+        k = to_numpy(trace.projection.k[head, c])
+        raw = float(to_numpy(trace.scores.raw[head])[r, c])
+        scaled = float(to_numpy(trace.scores.scaled[head])[r, c])
+        lines = [
+            f"q·k = Σ_t q_{r},t · k_{c},t = {_sum_terms(q, k)}",
+            f"= {full(raw)}",
+            f"÷ s = {full(raw)} ÷ {spec.scale_value:g} = {full(scaled)}",
+        ]
+        result = full(scaled)
+        if name == "masked":
+            m = float(to_numpy(trace.mask.mask)[r, c])
+            lines.append(f"+ M = {full(scaled)} + ({short(m)}) = {short(scaled + m, 4)}")
+            result = short(scaled + m, 4)
+            if m == -math.inf:
+                lines.append(str(t("cell.masked_entry")))
+        return Arithmetic(str(t("cell.score", q=tok[r], k=tok[c])), lines, result)
+    if name == "weights":
+        if not 0 <= c < n:
+            return None
+        s = to_numpy(trace.mask.masked[head, r])
+        w = float(to_numpy(trace.softmax.weights[head])[r, c])
+        finite = np.isfinite(s)
+        if not finite.any():
+            return Arithmetic(str(t("cell.weight", q=tok[r], k=tok[c])), [str(t("cell.masked_row"))], "0")
+        m = float(s[finite].max())
+        terms = " + ".join(f"exp({short(float(v) - m, 3)})" for v in s[finite])
+        denom = float(np.exp(s[finite].astype(np.float64) - m).sum())
+        lines = [
+            f"m = max_j S′_{r},j = {short(m, 4)}",
+            f"Σ_j exp(S′_{r},j − m) = {terms} = {denom:.4f}",
+        ]
+        if s[c] == -math.inf:
+            lines.append(str(t("cell.masked_entry")))
+        else:
+            lines.append(f"exp({short(float(s[c]) - m, 4)}) / {denom:.4f} = {full(w)}")
+        return Arithmetic(str(t("cell.weight", q=tok[r], k=tok[c])), lines, full(w))
+    if name == "heads":
+        if not 0 <= c < dk:
+            return None
+        a = to_numpy(trace.softmax.weights[head, r])
+        v = to_numpy(trace.projection.v[head, :, c])
+        out = float(to_numpy(trace.weighted_sum.heads[head])[r, c])
+        lines = [f"Σ_j a_{r},j · v_j,{c} = {_sum_terms(a, v)}", f"= {full(out)}"]
+        return Arithmetic(str(t("cell.output", q=tok[r], c=c)), lines, full(out))
+    if name in ("q", "k", "v"):
+        if not 0 <= c < dk:
+            return None
+        x = to_numpy(trace.projection.x[r])
+        col = head * dk + c
+        w_col = to_numpy(getattr(trace.weights, f"w_{name}")[:, col])
+        out = float(to_numpy(getattr(trace.projection, name)[head])[r, c])
+        bias = getattr(trace.weights, f"b_{name}")
+        b = "" if bias is None else f" + b[{col}] ({short(float(bias[col]), 3)})"
+        lines = [f"Σ_t x_{r},t · W_{name.upper()}[t, {col}]{b} = {_sum_terms(x, w_col)}{b}", f"= {full(out)}"]
+        return Arithmetic(str(t("cell.projection", q=tok[r], m=name.upper(), c=col)), lines, full(out))
+    if name == "output":
+        if not 0 <= c < spec.d_model:
+            return None
+        x = to_numpy(trace.weighted_sum.concat[r])
+        w_col = to_numpy(trace.weights.w_o[:, c])
+        out = float(to_numpy(trace.weighted_sum.output)[r, c])
+        bias = trace.weights.b_o
+        b = "" if bias is None else f" + b_O[{c}] ({short(float(bias[c]), 3)})"
+        lines = [f"Σ_t concat_{r},t · W_O[t, {c}]{b} = {_sum_terms(x, w_col)}{b}", f"= {full(out)}"]
+        return Arithmetic(str(t("cell.final", q=tok[r], c=c)), lines, full(out))
+    return None
+
+
+def compare_side(trace: Trace, head: int) -> dict[str, Any]:
+    """One side of a comparison: the head's softmax weights and each row's entropy and largest weight."""
+    w = to_numpy(trace.softmax.weights[head])
+    tok = list(trace.spec.tokens)
+    mv = matrix_view("weights", "A", w, tok, tok, "(N, N)", "sequential", head)
+    mv.links = False
+    return {"matrix": mv, "stats": row_stats(w, tok), "spec": trace.spec}
+
+
+HEATMAP_TENSOR = {
+    "projection": "q",
+    "scores": "scaled",
+    "mask": "masked",
+    "softmax": "weights",
+    "weighted_sum": "heads",
+}
+
+
+def stage_index(key: str) -> int:
+    return STAGES.index(key) + 1

@@ -1,0 +1,253 @@
+"""The lab page `/`: the whole state lives in the URL, so any view can be shared, bookmarked and reloaded.
+
+One template renders the page; an HTMX request (HX-Request) gets only its `stage` block plus the controls as an
+out-of-band swap, so the form never disagrees with the panel. Without JavaScript every link and the form do full
+page loads of the same URLs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, Response
+from jinja2_fragments.fastapi import Jinja2Blocks
+from pydantic import ValidationError
+
+from engine import PRESETS, STAGES, SpecError
+from engine.attention import Trace
+
+from ..errors import clean
+from ..i18n import LANGS, negotiate, translator
+from ..lab import Lab, get_lab
+from ..render import page as view
+from ..render.arrays import to_numpy
+from ..render.cells import matrix_view, row_stats
+from ..schemas import AttentionRequest, FieldError, from_query
+
+TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).resolve().parents[2] / "templates"))
+TEMPLATES.env.globals["zip"] = zip
+router = APIRouter(include_in_schema=False)
+
+API_KEYS = ("tokens", "preset", "d_model", "n_heads", "mask", "pad_positions", "segment_ids", "scale", "seed")
+PAGE_KEYS = (*API_KEYS, "stage", "head", "compare", "cell", "tile", "lang")
+SCALE_CYCLE = {"sqrt_dk": "none", "none": "dk", "dk": "sqrt_dk"}
+TILE = 16
+
+
+class PageState:
+    """The page's query parameters, normalised, and URLs for every change of them."""
+
+    def __init__(self, params: dict[str, str]) -> None:
+        mask = params.get("mask", "none")
+        if mask != "padding":
+            params.pop("pad_positions", None)  # a leftover from another mask is not an error on the page
+        if mask != "document":
+            params.pop("segment_ids", None)
+        self.params = params
+
+    @classmethod
+    def from_request(cls, request: Request) -> PageState:
+        q = request.query_params
+        return cls({k: q[k].strip() for k in PAGE_KEYS if k in q and q[k].strip() != ""})
+
+    def get(self, key: str, default: str = "") -> str:
+        return self.params.get(key, default)
+
+    def url(self, **changes: object) -> str:
+        p = dict(self.params)
+        for k, v in changes.items():
+            if v is None:
+                p.pop(k, None)
+            else:
+                p[k] = str(v)
+        if p.get("mask", "none") != "padding":
+            p.pop("pad_positions", None)
+        if p.get("mask", "none") != "document":
+            p.pop("segment_ids", None)
+        ordered = [(k, p[k]) for k in PAGE_KEYS if k in p]
+        return "/?" + urlencode(ordered) if ordered else "/"
+
+    def api_query(self, **extra: object) -> str:
+        items = [(k, self.params[k]) for k in API_KEYS if k in self.params]
+        items += [(k, str(v)) for k, v in extra.items() if v is not None]
+        return urlencode(items)
+
+
+def parse_stage(value: str) -> str:
+    if not value:
+        return STAGES[0]
+    if value.isdigit() and 1 <= int(value) <= len(STAGES):
+        return STAGES[int(value) - 1]
+    if value in STAGES:
+        return value
+    raise FieldError("stage", f"unknown stage {value!r}; use 1-5 or one of {', '.join(STAGES)}")
+
+
+def parse_int(name: str, value: str, default: int) -> int:
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise FieldError(name, f"must be an integer, got {value!r}") from None
+
+
+def parse_cell(value: str) -> tuple[str, int, int, int] | None:
+    parts = value.split(".")
+    if len(parts) != 4 or not all(p.lstrip("-").isdigit() for p in parts[1:]):
+        return None
+    return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+
+
+def small_context(trace: Trace, key: str, head: int, state: PageState, t: Any) -> dict[str, Any]:
+    ctx: dict[str, Any] = {
+        "matrices": view.stage_matrices(trace, key, head),
+        "weight_matrices": view.weight_matrices(trace, key),
+    }
+    if key in ("softmax", "weighted_sum"):
+        w = to_numpy(trace.softmax.weights[head])
+        ctx["stats"] = row_stats(w, list(trace.spec.tokens))
+    cell = parse_cell(state.get("cell"))
+    if cell:
+        name, h, r, c = cell
+        ctx["arithmetic"] = view.arithmetic(trace, name, h, r, c, t)
+        ctx["selected"] = cell
+    return ctx
+
+
+def large_context(trace: Trace, key: str, head: int, state: PageState) -> dict[str, Any]:
+    spec = trace.spec
+    tensor = view.HEATMAP_TENSOR[key]
+    full = getattr(getattr(trace, key), tensor)[head]  # (N, N) or (N, d_k)
+    a = to_numpy(full)
+    n_rows, n_cols = a.shape
+    r0, _, c0 = state.get("tile", "0,0").partition(",")
+    row0 = min(max(0, parse_int("tile", r0, 0)), max(0, n_rows - TILE))
+    col0 = min(max(0, parse_int("tile", c0 or "0", 0)), max(0, n_cols - TILE))
+    tok = list(spec.tokens)
+    col_labels = tok if n_cols == spec.n_tokens else [f"{j}" for j in range(n_cols)]
+    window = a[row0 : row0 + TILE, col0 : col0 + TILE]
+    scale = "sequential" if tensor == "weights" else "diverging"
+    tile = matrix_view(
+        tensor,
+        tensor,
+        window,
+        [f"{row0 + i}: {tok[row0 + i]}" for i in range(window.shape[0])],
+        col_labels[col0 : col0 + TILE],
+        "window",
+        scale,
+        head,
+    )
+    tile.links = False
+    tile.extra = {"row0": str(row0), "col0": str(col0)}
+    moves = {
+        "up": state.url(tile=f"{max(0, row0 - TILE)},{col0}") if row0 > 0 else None,
+        "down": state.url(tile=f"{row0 + TILE},{col0}") if row0 + TILE < n_rows else None,
+        "left": state.url(tile=f"{row0},{max(0, col0 - TILE)}") if col0 > 0 else None,
+        "right": state.url(tile=f"{row0},{col0 + TILE}") if col0 + TILE < n_cols else None,
+    }
+    stats = None
+    if tensor == "weights":
+        rows = row_stats(a[row0 : row0 + TILE], tok)
+        stats = [(f"{row0 + i}: {tok[row0 + i]}", s) for i, s in enumerate(rows)]
+    size = min(768, max(256, n_rows))
+    return {
+        "tensor": tensor,
+        "thumbs": [
+            (h, "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=h, size=160), state.url(head=h))
+            for h in range(spec.n_heads)
+        ],
+        "zoom_src": "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=head, size=size),
+        "window_api": "/api/v1/attention/window?" + state.api_query(tensor=tensor, head=head),
+        "n_rows": n_rows,
+        "n_cols": n_cols,
+        "col_labels": col_labels,
+        "tile": tile,
+        "tile_range": (row0, row0 + window.shape[0] - 1, col0, col0 + window.shape[1] - 1),
+        "moves": moves,
+        "tile_stats": stats,
+        "scale_kind": scale,
+    }
+
+
+@router.get("/", response_class=HTMLResponse)
+async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
+    t = translator(lang)
+    state = PageState.from_request(request)
+    ctx: dict[str, Any] = {
+        "t": t,
+        "lang": lang,
+        "langs": LANGS,
+        "state": state,
+        "stages": STAGES,
+        "presets": list(PRESETS),
+        "lang_urls": {code: state.url(lang=code) for code in LANGS},
+        "json_url": "/api/v1/attention?" + state.api_query(),
+        "npz_url": "/api/v1/attention.npz?" + state.api_query(),
+        "error": None,
+        "fragment": request.headers.get("hx-request") == "true"
+        and request.headers.get("hx-history-restore-request") != "true",
+    }
+    status = 200
+    try:
+        req = AttentionRequest.model_validate(from_query({k: state.params[k] for k in API_KEYS if k in state.params}))
+        spec = req.to_spec(lab.limits, lab.device)
+        key = parse_stage(state.get("stage"))
+        head = parse_int("head", state.get("head"), 0)
+        if not 0 <= head < spec.n_heads:
+            raise FieldError("head", f"head {head} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+        trace, _ = await run_in_threadpool(lab.trace, spec)
+        index = STAGES.index(key)
+        mask_on = spec.mask == "causal"
+        ctx.update(
+            trace=trace,
+            spec=spec,
+            key=key,
+            index=index + 1,
+            head=head,
+            small=view.is_small(trace),
+            formula=view.formula(trace, key),
+            notice=view.notice(trace, key, t),
+            prev_url=state.url(stage=STAGES[index - 1]) if index > 0 else None,
+            next_url=state.url(stage=STAGES[index + 1]) if index + 1 < len(STAGES) else None,
+            stage_urls=[(s, state.url(stage=s)) for s in STAGES],
+            head_urls=[(h, state.url(head=h, cell=None)) for h in range(spec.n_heads)],
+            mask_on=mask_on,
+            mask_toggle_url=state.url(mask="none" if mask_on else "causal", cell=None),
+            scale_toggle_url=state.url(scale=SCALE_CYCLE[spec.scale], cell=None),
+            compare_urls={k: state.url(compare=k) for k in ("mask", "scale")},
+            compare_close_url=state.url(compare=None),
+        )
+        if ctx["small"]:
+            ctx.update(small_context(trace, key, head, state, t))
+        else:
+            ctx["large"] = large_context(trace, key, head, state)
+        compare = state.get("compare")
+        if compare in ("mask", "scale") and ctx["small"]:
+            pairs = {"mask": ({"mask": "none"}, {"mask": "causal"}), "scale": ({"scale": "sqrt_dk"}, {"scale": "none"})}
+            sides = []
+            for change in pairs[compare]:
+                other = req.model_copy(update=change | {"pad_positions": [], "segment_ids": []})
+                other_trace, _ = await run_in_threadpool(lab.trace, other.to_spec(lab.limits, lab.device))
+                sides.append(view.compare_side(other_trace, head))
+            ctx["compare"] = {"kind": compare, "sides": sides}
+    except ValidationError as exc:
+        errors = clean(exc.errors(), "query")
+        ctx["error"] = [t("error.field", field=e["loc"][1], message=e["msg"]) for e in errors]
+        status = 422
+    except (SpecError, FieldError) as exc:
+        ctx["error"] = [t("error.field", field=exc.field, message=exc.message)]
+        status = 422
+    return TEMPLATES.TemplateResponse(
+        request,
+        "lab.html",
+        ctx,
+        status_code=status,
+        block_names=["stage", "controls"] if ctx["fragment"] else [],
+        headers={"Vary": "HX-Request, Accept-Language"},
+    )

@@ -1,0 +1,57 @@
+// Attention Lab: keyboard shortcuts and the heat-map hover readout. Everything else is links, forms and htmx.
+(function () {
+  "use strict";
+
+  var KEYS = {
+    ArrowRight: "[data-action=next]",
+    ArrowLeft: "[data-action=prev]",
+    m: "[data-toggle=mask]",
+    s: "[data-toggle=scale]",
+  };
+
+  document.addEventListener("keydown", function (e) {
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    var t = e.target;
+    if (t && t.closest && t.closest("input, select, textarea, [contenteditable]")) return;
+    var selector = KEYS[e.key];
+    if (!selector) return;
+    var el = document.querySelector(selector);
+    if (el && el.getAttribute("href")) {
+      e.preventDefault();
+      el.click();
+    }
+  });
+
+  // Large traces: the zoomed heat map reads (query, key, value) under the pointer, one row fetched at a time.
+  var rowCache = {};
+
+  function readout(img, e) {
+    var out = document.getElementById("hover-readout");
+    if (!out) return;
+    var box = img.getBoundingClientRect();
+    var rows = +img.dataset.rows, cols = +img.dataset.cols;
+    var r = Math.min(rows - 1, Math.max(0, Math.floor((e.clientY - box.top) / box.height * rows)));
+    var c = Math.min(cols - 1, Math.max(0, Math.floor((e.clientX - box.left) / box.width * cols)));
+    var rowLabels = JSON.parse(img.dataset.rowLabels), colLabels = JSON.parse(img.dataset.colLabels);
+    var key = img.dataset.window + "#" + r;
+    var show = function (values) {
+      var v = values[c];
+      out.textContent = "(" + r + ": " + rowLabels[r] + ", " + c + ": " + colLabels[c] + ") = " +
+        (v === null ? "−∞" : v);
+    };
+    if (rowCache[key]) return show(rowCache[key]);
+    out.textContent = "(" + r + ": " + rowLabels[r] + ", " + c + ": " + colLabels[c] + ") …";
+    fetch(img.dataset.window + "&row=" + r + "&col=0&rows=1&cols=" + cols)
+      .then(function (res) { return res.ok ? res.json() : Promise.reject(res.status); })
+      .then(function (body) { rowCache[key] = body.values[0]; show(rowCache[key]); })
+      .catch(function () { /* the readout keeps the labels */ });
+  }
+
+  var pending = null;
+  document.addEventListener("mousemove", function (e) {
+    var img = e.target;
+    if (!img || img.id !== "zoom") return;
+    if (pending) return;
+    pending = window.requestAnimationFrame(function () { pending = null; readout(img, e); });
+  });
+})();
