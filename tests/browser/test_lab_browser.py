@@ -1,0 +1,125 @@
+"""A student's path through the lab in a real browser: step, toggle, reload, keys, language, offline."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from playwright.sync_api import Page, expect
+
+pytestmark = pytest.mark.browser
+
+
+def row(page: Page, matrix: str, r: int) -> list[str]:
+    return page.locator(f"table[data-matrix={matrix}] td[data-row='{r}']").evaluate_all(
+        "tds => tds.map(td => td.dataset.value)"
+    )
+
+
+def test_step_through_the_five_stages_without_reloading(page: Page, live_server: str):
+    page.goto(f"{live_server}/?lang=en")
+    page.evaluate("window.__same_document = true")
+    keys = ["projection", "scores", "mask", "softmax", "weighted_sum"]
+    expect(page.locator("#stage")).to_have_attribute("data-stage", "projection")
+    for i, key in enumerate(keys[1:], start=2):
+        page.click("[data-action=next]")
+        expect(page.locator("#stage")).to_have_attribute("data-index", str(i))
+        assert parse_qs(urlparse(page.url).query)["stage"] == [key]  # the URL was pushed
+    assert page.evaluate("window.__same_document") is True  # htmx swapped the panel, no full load
+    expect(page.locator("[data-action=next]")).not_to_have_attribute("href", "")
+
+
+def test_toggle_the_mask_at_softmax_and_read_row_one(page: Page, live_server: str):
+    page.goto(f"{live_server}/?stage=4&mask=causal&lang=en")
+    assert row(page, "weights", 0) == ["1.0", "0.0", "0.0", "0.0", "0.0"]
+    page.click("[data-toggle=mask]")
+    expect(page.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "false")
+    expect(page.locator("#stage")).to_have_attribute("data-index", "4")
+    off = [float(v) for v in row(page, "weights", 0)]
+    assert all(v > 0 for v in off) and abs(sum(off) - 1) < 1e-5
+    expect(page.locator("form#controls select[name=mask]")).to_have_value("none")  # controls updated out of band
+    page.click("[data-toggle=mask]")
+    expect(page.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "true")
+    assert row(page, "weights", 0)[0] == "1.0"
+
+
+def test_the_pushed_url_reloads_to_the_same_view(page: Page, live_server: str):
+    page.goto(f"{live_server}/?lang=en")
+    for index in ("2", "3"):
+        page.click("[data-action=next]")
+        expect(page.locator("#stage")).to_have_attribute("data-index", index)
+    page.click("[data-toggle=mask]")
+    expect(page.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "true")
+    before = row(page, "masked", 1)
+    page.reload()
+    expect(page.locator("#stage")).to_have_attribute("data-stage", "mask")
+    assert row(page, "masked", 1) == before and before[2] == "-inf"
+
+
+def test_keyboard_shortcuts(page: Page, live_server: str):
+    page.goto(f"{live_server}/?lang=en")
+    stage = page.locator("#stage")
+    page.keyboard.press("ArrowRight")
+    expect(stage).to_have_attribute("data-index", "2")
+    page.keyboard.press("ArrowRight")
+    expect(stage).to_have_attribute("data-index", "3")
+    page.keyboard.press("ArrowLeft")
+    expect(stage).to_have_attribute("data-index", "2")
+    page.keyboard.press("m")
+    expect(page.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "true")
+    page.keyboard.press("s")
+    expect(page.locator("form#controls select[name=scale]")).to_have_value("none")
+    assert parse_qs(urlparse(page.url).query)["scale"] == ["none"]
+    page.keyboard.press("s")
+    expect(page.locator("form#controls select[name=scale]")).to_have_value("dk")
+    # typing in the tokens box must not step
+    page.click("input[name=tokens]")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("m")
+    expect(stage).to_have_attribute("data-index", "2")
+
+
+def test_language_switch_keeps_the_state(page: Page, live_server: str):
+    page.goto(f"{live_server}/?stage=4&mask=causal&lang=en")
+    page.click("[data-lang=zh]")
+    expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
+    expect(page.locator("#stage")).to_have_attribute("data-index", "4")
+    expect(page.locator(".notice")).to_contain_text("第 1 行恰好是 1.00")
+    page.click("[data-lang=en]")
+    expect(page.locator("html")).to_have_attribute("lang", "en")
+    expect(page.locator(".notice")).to_contain_text("Row 1 is exactly 1.00")
+
+
+def test_clicking_a_cell_shows_its_arithmetic(page: Page, live_server: str):
+    page.goto(f"{live_server}/?stage=2&lang=en")
+    value = page.get_attribute("table[data-matrix=scaled] td[data-row='1'][data-col='2']", "data-value")
+    page.click("table[data-matrix=scaled] td[data-row='1'][data-col='2'] a")
+    expect(page.locator("#arithmetic .result strong")).to_have_text(value or "")
+    expect(page.locator("#arithmetic")).to_contain_text("Σ_t q_1,t · k_2,t")
+
+
+def test_the_form_recomputes_and_errors_show_inline(page: Page, live_server: str):
+    page.goto(f"{live_server}/?stage=4&lang=en")
+    page.fill("input[name=tokens]", "we love small models")
+    page.select_option("select[name=mask]", "causal")
+    page.click("form#controls button[type=submit]")
+    expect(page.locator("table[data-matrix=weights] tbody th").first).to_have_text("we")
+    expect(page.locator("table[data-matrix=weights] tbody tr")).to_have_count(4)
+    page.fill("input[name=n_heads]", "3")
+    page.click("form#controls button[type=submit]")
+    expect(page.locator("#stage .error")).to_contain_text("n_heads")
+
+
+def test_no_request_leaves_loopback(page: Page, live_server: str):
+    hosts: set[str] = set()
+    page.on("request", lambda req: hosts.add(urlparse(req.url).hostname or req.url.split(":")[0]))
+    page.goto(f"{live_server}/?stage=3&mask=causal&lang=zh")
+    page.click("[data-action=next]")
+    expect(page.locator("#stage")).to_have_attribute("data-index", "4")
+    page.keyboard.press("m")
+    expect(page.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "false")
+    page.goto(f"{live_server}/?preset=gpt2-small&tokens=a+b+c+d+e+f+g+h+i+j+k+l+m+n+o+p+q+r&stage=4")
+    page.locator("#zoom").hover()
+    page.goto(f"{live_server}/docs")
+    page.wait_for_load_state("networkidle")
+    assert hosts - {"data"} == {"127.0.0.1"}
