@@ -298,3 +298,19 @@ def test_healthz_and_offline_docs(client):
     schema = client.get("/openapi.json").json()
     assert "/api/v1/attention" in schema["paths"]
     assert "null" in schema["paths"]["/api/v1/attention"]["post"]["description"]
+
+
+def test_request_body_over_the_limit_is_413():
+    with make_client(body_limit_mb=0.001) as c:
+        r = c.post("/api/v1/attention", json={"tokens": ["a"] * 500})
+        assert r.status_code == 413 and "limit" in r.json()["message"]
+
+        def chunks():
+            yield b'{"tokens": ['
+            for _ in range(300):
+                yield b'"abc",'
+            yield b'"z"]}'
+
+        r = c.post("/api/v1/attention", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        assert c.post("/api/v1/attention", json={"tokens": "a b"}).status_code == 200

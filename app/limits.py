@@ -1,0 +1,73 @@
+"""A request body size limit, enforced before FastAPI reads (and parses) the body."""
+
+from __future__ import annotations
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class BodyLimit:
+    """413 for a body longer than `max_bytes`, whether it declares its length or streams it."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send)
+            return
+        seen = 0
+        over = started = False
+
+        async def counted() -> Message:
+            nonlocal seen, over
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    over = True
+                    raise _TooLong
+            return message
+
+        async def tracked(message: Message) -> None:
+            # The app may turn the interrupted read into its own error (FastAPI: 400); answer 413 instead.
+            nonlocal started
+            if over:
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await self._refuse(send)
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracked)
+        except _TooLong:
+            if not started:
+                await self._refuse(send)
+
+    async def _refuse(self, send: Send) -> None:
+        mib = self.max_bytes / 2**20
+        body = orjson.dumps(
+            {
+                "message": f"request body: over the {mib:g} MiB limit",
+                "detail": [{"loc": ["body"], "msg": f"over the {mib:g} MiB limit", "type": "too_large"}],
+            }
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLong(Exception):
+    pass
