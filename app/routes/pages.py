@@ -7,14 +7,12 @@ page loads of the same URLs.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
-from jinja2_fragments.fastapi import Jinja2Blocks
 from pydantic import ValidationError
 
 from engine import PRESETS, STAGES, SpecError
@@ -27,9 +25,8 @@ from ..render import page as view
 from ..render.arrays import to_numpy
 from ..render.cells import matrix_view, row_stats
 from ..schemas import AttentionRequest, FieldError, from_query
+from ..templating import TEMPLATES
 
-TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).resolve().parents[2] / "templates"))
-TEMPLATES.env.globals["zip"] = zip
 router = APIRouter(include_in_schema=False)
 
 API_KEYS = ("tokens", "preset", "d_model", "n_heads", "mask", "pad_positions", "segment_ids", "scale", "seed")
@@ -180,6 +177,7 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
     t = translator(lang)
     state = PageState.from_request(request)
     ctx: dict[str, Any] = {
+        "page": "lab",
         "t": t,
         "lang": lang,
         "langs": LANGS,
