@@ -9,6 +9,7 @@ from fastapi import Request
 
 from engine import Limits, Spec, TraceCache, compute
 from engine.attention import Trace
+from engine.block import BlockSpec, BlockTrace, compute_block
 from engine.device import resolve
 
 from .settings import Settings
@@ -23,11 +24,15 @@ class Lab:
         self.settings = settings
         self.device = resolve(settings.device)
         self.limits: Limits = settings.limits()
-        self.cache: TraceCache[Spec, Trace] = TraceCache(int(settings.cache_mb * 2**20))
+        self.cache: TraceCache[Spec | BlockSpec, Trace | BlockTrace] = TraceCache(int(settings.cache_mb * 2**20))
 
     def trace(self, spec: Spec) -> tuple[Trace, bool]:
         """The trace for `spec` and whether it came from the cache."""
         return self.cache.get_or_compute(spec, compute)
+
+    def block(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
+        """The block trace for `spec` and whether it came from the cache."""
+        return self.cache.get_or_compute(spec, compute_block)
 
     @property
     def json_limit(self) -> int:

@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 from . import __version__, errors
 from .lab import Lab
 from .limits import BodyLimit
-from .routes import api, docs, pages, params
+from .routes import api, block, docs, pages, params
 from .settings import Settings, get_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +38,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.mount("/vendor/math-font", StaticFiles(directory=MATH_FONT), name="math-font")
     app.mount("/vendor/swagger", StaticFiles(directory=str(files("swagger_ui") / "static")), name="swagger")
     app.include_router(api.router)
+    app.include_router(block.router)
     app.include_router(api.health)
     app.include_router(params.router)
     app.include_router(docs.router)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engine.block import BlockSpec, make_block_spec
 from engine.spec import BIASES, MATRICES, STAGES, Limits, Spec, make_spec
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -102,6 +103,40 @@ class AttentionRequest(BaseModel):
         return View(stages=stages, heads=heads, decimals=self.decimals)
 
 
+BlockStageKey = Literal[
+    "ln1", "projection", "scores", "mask", "softmax", "weighted_sum", "residual1", "ln2", "ffn_hidden", "ffn_out",
+    "output",
+]  # fmt: skip
+
+
+class BlockRequest(AttentionRequest):
+    """A whole decoder block: the attention fields, plus the norm, the FFN and where the norms sit."""
+
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    ffn: Literal["gelu", "swiglu"] = Field("gelu", description="gelu: d → d_ff → d (GPT-2); swiglu: gate, up, down")
+    d_ff: int | None = Field(None, ge=1, description="FFN width; 4·d_model when omitted")
+    placement: Literal["pre", "post"] = Field("pre", description="pre: GPT-2's Pre-LN; post: the 2017 Post-LN")
+    gelu: Literal["tanh", "exact"] = Field("tanh", description="GPT-2's tanh approximation, or the erf form")
+    stages: list[BlockStageKey] | None = Field(None, description="Stages to return; all when omitted.")  # type: ignore[assignment]
+
+    def to_block_spec(self, limits: Limits, device: str) -> BlockSpec:
+        return make_block_spec(
+            self.to_spec(limits, device),
+            norm=self.norm,
+            ffn=self.ffn,
+            d_ff=self.d_ff,
+            placement=self.placement,
+            gelu=self.gelu,
+            max_d_ff=4 * limits.max_d_model,
+            memory_budget_bytes=limits.memory_budget_bytes,
+        )
+
+    def block_view(self, spec: BlockSpec) -> View:
+        view = self.view(spec.attn)
+        stages = spec.order if self.stages is None else tuple(s for s in spec.order if s in self.stages)
+        return View(stages=stages, heads=view.heads, decimals=view.decimals)
+
+
 class View(BaseModel):
     model_config = ConfigDict(frozen=True)
     stages: tuple[str, ...]
@@ -122,11 +157,13 @@ LIST_FIELDS = ("pad_positions", "segment_ids", "stages", "heads")
 JSON_FIELDS = ("x", *MATRICES, *BIASES)
 
 
-def from_query(params: Mapping[str, Any], getlist: Any = None) -> dict[str, Any]:
+def from_query(
+    params: Mapping[str, Any], getlist: Any = None, model: type[BaseModel] = AttentionRequest
+) -> dict[str, Any]:
     """Turn query parameters into the body a POST would carry. Unknown parameters (the page's own `stage`,
     `head`, `lang`) are left out, so a lab URL works unchanged as its JSON twin."""
     out: dict[str, Any] = {}
-    for name in AttentionRequest.model_fields:
+    for name in model.model_fields:
         if name not in params:
             continue
         if name in LIST_FIELDS:

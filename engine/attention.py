@@ -77,6 +77,26 @@ class Trace:
     def nbytes(self) -> int:
         return sum(t.nbytes for key in STAGES for t in self.stage(key).values())
 
+    # What every trace (this one, a whole block) offers its renderers.
+    order = STAGES
+
+    @property
+    def n_heads(self) -> int:
+        return self.spec.n_heads
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return self.spec.tokens
+
+    def summary(self) -> dict[str, object]:
+        return self.spec.summary()
+
+    def check_values(self) -> dict[str, object]:
+        return {
+            "max_abs_diff_vs_sdpa": self.checks.max_abs_diff_vs_sdpa,
+            "rows_sum_to_one": self.checks.rows_sum_to_one,
+        }
+
 
 def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     return x @ w if b is None else torch.addmm(b, x, w)

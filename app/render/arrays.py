@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Protocol
 
 import numpy as np
 import torch
 
-from engine import STAGES
-from engine.attention import Trace
+
+class Traced(Protocol):
+    """A Trace or a BlockTrace: ordered stages of named tensors."""
+
+    @property
+    def order(self) -> tuple[str, ...]: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def tokens(self) -> tuple[str, ...]: ...
+    def stage(self, key: str) -> dict[str, torch.Tensor]: ...
+    def summary(self) -> dict[str, object]: ...
+    def check_values(self) -> dict[str, object]: ...
+
 
 # Tensors whose first axis is the head; the others are (N, d) or (N, N) and are returned whole.
 PER_HEAD = {"q", "k", "v", "raw", "scaled", "masked", "weights", "heads"}
@@ -21,11 +34,11 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def stage_arrays(
-    trace: Trace, stages: tuple[str, ...], heads: tuple[int, ...], decimals: int | None = None
+    trace: Traced, stages: tuple[str, ...], heads: tuple[int, ...], decimals: int | None = None
 ) -> Iterator[tuple[int, str, dict[str, np.ndarray]]]:
-    """(index 1..5, key, {name: array}) for each selected stage, in order."""
-    all_heads = heads == tuple(range(trace.spec.n_heads))
-    for index, key in enumerate(STAGES, start=1):
+    """(index from 1, key, {name: array}) for each selected stage, in the trace's order."""
+    all_heads = heads == tuple(range(trace.n_heads))
+    for index, key in enumerate(trace.order, start=1):
         if key not in stages:
             continue
         arrays = {}
@@ -39,10 +52,10 @@ def stage_arrays(
         yield index, key, arrays
 
 
-def element_count(trace: Trace, stages: tuple[str, ...], heads: tuple[int, ...]) -> int:
+def element_count(trace: Traced, stages: tuple[str, ...], heads: tuple[int, ...]) -> int:
     total = 0
     for key in stages:
         for name, t in trace.stage(key).items():
             n = t.numel()
-            total += n * len(heads) // trace.spec.n_heads if name in PER_HEAD else n
+            total += n * len(heads) // trace.n_heads if name in PER_HEAD else n
     return total

@@ -9,9 +9,7 @@ import numpy as np
 import orjson
 from starlette.responses import Response
 
-from engine.attention import Trace
-
-from .arrays import element_count, stage_arrays
+from .arrays import Traced, element_count, stage_arrays
 
 OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -29,23 +27,20 @@ class TooLarge(Exception):
         self.limit = limit
 
 
-def document(trace: Trace, stages: tuple[str, ...], heads: tuple[int, ...], decimals: int | None) -> dict[str, Any]:
-    spec = trace.spec.summary() | {"stages": list(stages), "heads": list(heads), "decimals": decimals}
+def document(trace: Traced, stages: tuple[str, ...], heads: tuple[int, ...], decimals: int | None) -> dict[str, Any]:
+    spec = trace.summary() | {"stages": list(stages), "heads": list(heads), "decimals": decimals}
     return {
         "spec": spec,
-        "tokens": list(trace.spec.tokens),
+        "tokens": list(trace.tokens),
         "stages": [
             {"index": i, "key": key, "tensors": arrays}
             for i, key, arrays in stage_arrays(trace, stages, heads, decimals)
         ],
-        "checks": {
-            "max_abs_diff_vs_sdpa": trace.checks.max_abs_diff_vs_sdpa,
-            "rows_sum_to_one": trace.checks.rows_sum_to_one,
-        },
+        "checks": trace.check_values(),
     }
 
 
-def to_json(trace: Trace, stages: tuple[str, ...], heads: tuple[int, ...], decimals: int | None, limit: int) -> bytes:
+def to_json(trace: Traced, stages: tuple[str, ...], heads: tuple[int, ...], decimals: int | None, limit: int) -> bytes:
     """The JSON body, or TooLarge; refused before any work when even a lower bound passes `limit`."""
     estimate = 2 * element_count(trace, stages, heads)  # no number is shorter than "0,"
     if estimate > limit:
@@ -56,11 +51,13 @@ def to_json(trace: Trace, stages: tuple[str, ...], heads: tuple[int, ...], decim
     return body
 
 
-def to_npz(trace: Trace, stages: tuple[str, ...], heads: tuple[int, ...]) -> bytes:
-    """Every selected tensor under its API name (x, q, …, output), plus `tokens`; −∞ stays −∞."""
-    arrays: dict[str, np.ndarray] = {"tokens": np.array(trace.spec.tokens)}
-    for _, _, stage in stage_arrays(trace, stages, heads):
-        arrays.update(stage)
+def to_npz(trace: Traced, stages: tuple[str, ...], heads: tuple[int, ...], prefixed: bool = False) -> bytes:
+    """Every selected tensor under its API name (x, q, …, output), or `stage.name` when `prefixed`, plus `tokens`.
+    −∞ stays −∞."""
+    arrays: dict[str, np.ndarray] = {"tokens": np.array(trace.tokens)}
+    for _, key, stage in stage_arrays(trace, stages, heads):
+        for name, a in stage.items():  # a name two stages share (a block's input) is prefixed by its stage
+            arrays[f"{key}.{name}" if prefixed or name in arrays else name] = a
     buf = io.BytesIO()
     np.savez(buf, **arrays)  # type: ignore[arg-type]
     return buf.getvalue()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import numpy as np
@@ -9,14 +10,13 @@ from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from engine import PRESETS, STAGE_TENSORS, STAGES
-from engine.attention import Trace
 
 from ..errors import field_error, where_of
 from ..lab import Lab, get_lab
-from ..render.arrays import to_numpy
+from ..render.arrays import Traced, to_numpy
 from ..render.heatmap import png
 from ..render.payload import TooLarge, json_response, to_json, to_npz
-from ..schemas import AttentionRequest, AttentionResponse, FieldError, from_query
+from ..schemas import AttentionRequest, AttentionResponse, FieldError, View, from_query
 
 router = APIRouter(prefix="/api/v1", tags=["attention"])
 
@@ -27,19 +27,25 @@ NULL_NOTE = (
 )
 
 
-def parse_query(request: Request) -> AttentionRequest:
-    return AttentionRequest.model_validate(from_query(request.query_params, request.query_params.getlist))
+def parse_query(request: Request, model: type[AttentionRequest] = AttentionRequest) -> AttentionRequest:
+    return model.model_validate(from_query(request.query_params, request.query_params.getlist, model))
 
 
 async def answer(request: Request, req: AttentionRequest, lab: Lab, fmt: str) -> Response:
-    """Validate, compute (off the event loop, through the cache) and serialise one request."""
+    """Validate, compute (off the event loop, through the cache) and serialise one attention request."""
     spec = req.to_spec(lab.limits, lab.device)
-    view = req.view(spec)
+    return await respond(request, lab, fmt, lambda: lab.trace(spec), req.view(spec), "attention")
+
+
+async def respond(
+    request: Request, lab: Lab, fmt: str, get: Callable[[], tuple[Traced, bool]], view: View, name: str
+) -> Response:
+    """Compute through the cache, off the event loop, and serialise as JSON (size-limited) or .npz."""
 
     def work() -> tuple[bytes, bool]:
-        trace, cached = lab.trace(spec)
+        trace, cached = get()
         if fmt == "npz":
-            return to_npz(trace, view.stages, view.heads), cached
+            return to_npz(trace, view.stages, view.heads, prefixed=name != "attention"), cached
         return to_json(trace, view.stages, view.heads, view.decimals, lab.json_limit), cached
 
     try:
@@ -49,12 +55,12 @@ async def answer(request: Request, req: AttentionRequest, lab: Lab, fmt: str) ->
             where_of(request),
             "stages",
             f"the answer would be at least {exc.size / 2**20:.1f} MiB, over the {exc.limit / 2**20:.0f} MiB limit: "
-            "select fewer `heads` or `stages`, or fetch every stage as a NumPy archive from /api/v1/attention.npz",
+            f"select fewer `heads` or `stages`, or fetch every stage as a NumPy archive from /api/v1/{name}.npz",
             status=413,
         )
     headers = {"X-Cache": "hit" if cached else "miss"}
     if fmt == "npz":
-        headers["Content-Disposition"] = 'attachment; filename="attention.npz"'
+        headers["Content-Disposition"] = f'attachment; filename="{name}.npz"'
         return Response(body, media_type="application/x-npz", headers=headers)
     return json_response(body, headers=headers)
 
@@ -136,7 +142,6 @@ def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     return {"status": "ok", "device": lab.device, "cached_traces": len(lab.cache)}
 
 
-TENSOR_STAGE = {name: key for key, names in STAGE_TENSORS.items() for name in names}
 DEFAULT_TENSOR = {
     "projection": "q",
     "scores": "scaled",
@@ -159,51 +164,40 @@ def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> i
     return value
 
 
-async def _matrix_of(request: Request, lab: Lab) -> tuple[Trace, str, np.ndarray]:
-    """The 2-D matrix a heat map or a window shows: one head of one tensor (or a head-less tensor)."""
-    req = parse_query(request)
-    spec = req.to_spec(lab.limits, lab.device)
+def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
+    """The 2-D matrix a heat map or a window shows: `stage` (key or 1-based index), `tensor` (the stage's main one
+    by default) and `head` for tensors with a head axis."""
     q = request.query_params
-    stage = q.get("stage", "softmax")
-    if stage.isdigit() and 1 <= int(stage) <= len(STAGES):
-        stage = STAGES[int(stage) - 1]
-    if stage not in STAGES:
-        raise FieldError("stage", f"unknown stage {stage!r}; use 1-5 or one of {', '.join(STAGES)}")
-    tensor = q.get("tensor") or DEFAULT_TENSOR[stage]
-    if tensor not in TENSOR_STAGE:
-        raise FieldError("tensor", f"unknown tensor {tensor!r}; choose one of {', '.join(TENSOR_STAGE)}")
-    head = _int_param(request, "head", 0, 0, spec.n_heads - 1)
-    trace, _ = await run_in_threadpool(lab.trace, spec)
-    t = trace.stage(TENSOR_STAGE[tensor])[tensor]
-    return trace, tensor, to_numpy(t[head] if t.dim() == 3 else t)
+    stage = q.get("stage") or default_stage
+    if stage.isdigit() and 1 <= int(stage) <= len(trace.order):
+        stage = trace.order[int(stage) - 1]
+    if stage not in trace.order:
+        raise FieldError(
+            "stage", f"unknown stage {stage!r}; use 1-{len(trace.order)} or one of {', '.join(trace.order)}"
+        )
+    tensors = trace.stage(stage)
+    tensor = q.get("tensor") or DEFAULT_TENSOR.get(stage) or list(tensors)[-1]
+    if tensor not in tensors:
+        raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(tensors)}")
+    t = tensors[tensor]
+    if t.dim() == 3:
+        t = t[_int_param(request, "head", 0, 0, trace.n_heads - 1)]
+    return tensor, to_numpy(t)
 
 
-@router.get(
-    "/attention/heatmap.png",
-    response_class=Response,
-    responses={200: {"content": {"image/png": {}}, "description": "One head's matrix as a PNG heat map"}},
-)
-async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
-    (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is grey."""
-    size = _int_param(request, "size", 512, 16, 2048)
-    _, tensor, a = await _matrix_of(request, lab)
-    body = await run_in_threadpool(png, a, "sequential" if tensor == "weights" else "diverging", size)
+def heatmap_response(tensor: str, a: np.ndarray, size: int) -> Response:
+    body = png(a, "sequential" if tensor == "weights" else "diverging", size)
     return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 
 
-@router.get("/attention/window")
-async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    """Exact numbers of a rectangle of one head's matrix: `row`, `col` (its top-left corner), `rows`, `cols`
-    (at most 65,536 numbers). −∞ is null."""
-    trace, tensor, a = await _matrix_of(request, lab)
+def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray) -> Response:
     r0 = _int_param(request, "row", 0, 0, a.shape[0] - 1)
     c0 = _int_param(request, "col", 0, 0, a.shape[1] - 1)
     rows = _int_param(request, "rows", 16, 1, a.shape[0])
     cols = _int_param(request, "cols", 16, 1, a.shape[1])
     if rows * cols > 65_536:
         raise FieldError("rows", f"a window holds at most 65,536 numbers; {rows} × {cols} asked for")
-    tok = list(trace.spec.tokens)
+    tok = list(trace.tokens)
     col_labels = tok if a.shape[1] == len(tok) else [str(j) for j in range(a.shape[1])]
     return json_response(
         {
@@ -215,3 +209,29 @@ async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Res
             "values": a[r0 : r0 + rows, c0 : c0 + cols],
         }
     )
+
+
+HEATMAP_DOC: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"image/png": {}}, "description": "One head's matrix as a PNG heat map"}
+}
+
+
+@router.get("/attention/heatmap.png", response_class=Response, responses=HEATMAP_DOC)
+async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
+    (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is grey."""
+    size = _int_param(request, "size", 512, 16, 2048)
+    spec = parse_query(request).to_spec(lab.limits, lab.device)
+    trace, _ = await run_in_threadpool(lab.trace, spec)
+    tensor, a = matrix_of(request, trace)
+    return await run_in_threadpool(heatmap_response, tensor, a, size)
+
+
+@router.get("/attention/window")
+async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """Exact numbers of a rectangle of one head's matrix: `stage` or `tensor`, `head`, `row`, `col` (its top-left
+    corner), `rows`, `cols` (at most 65,536 numbers). −∞ is null."""
+    spec = parse_query(request).to_spec(lab.limits, lab.device)
+    trace, _ = await run_in_threadpool(lab.trace, spec)
+    tensor, a = matrix_of(request, trace)
+    return window_response(request, trace, tensor, a)

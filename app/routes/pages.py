@@ -159,7 +159,7 @@ def large_context(trace: Trace, key: str, head: int, state: PageState) -> dict[s
             for h in range(spec.n_heads)
         ],
         "zoom_src": "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=head, size=size),
-        "window_api": "/api/v1/attention/window?" + state.api_query(tensor=tensor, head=head),
+        "window_api": "/api/v1/attention/window?" + state.api_query(stage=key, tensor=tensor, head=head),
         "n_rows": n_rows,
         "n_cols": n_cols,
         "col_labels": col_labels,

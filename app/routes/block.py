@@ -1,0 +1,85 @@
+"""The whole decoder block as JSON, .npz and heat maps: x → norm → the five attention stages → residual → norm →
+FFN → residual, every intermediate under a stable key."""
+
+from __future__ import annotations
+
+from typing import Annotated, cast
+
+from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from engine.block import BlockTrace
+
+from ..lab import Lab, get_lab
+from ..schemas import BlockRequest
+from .api import (
+    HEATMAP_DOC,
+    NPZ,
+    RESPONSES,
+    _int_param,
+    heatmap_response,
+    matrix_of,
+    parse_query,
+    respond,
+    window_response,
+)
+
+router = APIRouter(prefix="/api/v1", tags=["block"])
+
+BLOCK_NOTE = (
+    "Stages in computation order. Pre-LN: ln1 (input, ln1), projection … weighted_sum (the attention of "
+    "/api/v1/attention on ln1), residual1, ln2, ffn_hidden (pre_activation, ffn_hidden | gate, up, ffn_hidden), "
+    "ffn_out, output. Post-LN: the attention on the input, residual1 (input, residual1), ln1, ffn_hidden, ffn_out, "
+    "ln2 (residual2, ln2), output. checks adds max_abs_diff_vs_reference: the block recomputed with torch's own "
+    "layer_norm / rms_norm, scaled_dot_product_attention and gelu / silu."
+)
+
+
+def _block_query(request: Request) -> BlockRequest:
+    return cast(BlockRequest, parse_query(request, BlockRequest))
+
+
+async def answer_block(request: Request, req: BlockRequest, lab: Lab, fmt: str) -> Response:
+    spec = req.to_block_spec(lab.limits, lab.device)
+    return await respond(request, lab, fmt, lambda: lab.block(spec), req.block_view(spec), "block")
+
+
+@router.post("/block", responses=RESPONSES, description=BLOCK_NOTE)
+async def block_post(
+    request: Request, req: Annotated[BlockRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]
+) -> Response:
+    return await answer_block(request, req, lab, "json")
+
+
+@router.get("/block", responses=RESPONSES, description=BLOCK_NOTE)
+async def block_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    return await answer_block(request, _block_query(request), lab, "json")
+
+
+@router.get("/block.npz", response_class=Response, responses=NPZ)
+async def block_npz(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """Every selected stage as a NumPy archive, names `stage.tensor` (e.g. `ln1.ln1`, `softmax.weights`)."""
+    return await answer_block(request, _block_query(request), lab, "npz")
+
+
+async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
+    spec = _block_query(request).to_block_spec(lab.limits, lab.device)
+    trace, _ = await run_in_threadpool(lab.block, spec)
+    return trace
+
+
+@router.get("/block/heatmap.png", response_class=Response, responses=HEATMAP_DOC)
+async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """One tensor of one block stage as a PNG: the block fields plus `stage`, `tensor`, `head`, `size`."""
+    size = _int_param(request, "size", 512, 16, 2048)
+    trace = await _block_trace(request, lab)
+    tensor, a = matrix_of(request, trace, default_stage="output")
+    return await run_in_threadpool(heatmap_response, tensor, a, size)
+
+
+@router.get("/block/window")
+async def block_window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """Exact numbers of a rectangle of one block tensor (see /api/v1/attention/window)."""
+    trace = await _block_trace(request, lab)
+    tensor, a = matrix_of(request, trace, default_stage="output")
+    return window_response(request, trace, tensor, a)

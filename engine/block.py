@@ -1,0 +1,260 @@
+"""A whole decoder block around the five attention stages: norms, residuals and the feed-forward network.
+
+    Pre-LN (GPT-2):   r = x + Attn(LN1(x));   y = r + FFN(LN2(r))
+    Post-LN (2017):   r = LN1(x + Attn(x));   y = LN2(r + FFN(r))
+
+LayerNorm or RMSNorm; a GELU FFN (d → d_ff → d, GPT-2) or SwiGLU (SiLU(x W_gate) ⊙ (x W_up) W_down, LLaMA). The
+attention inside is `attention.run`, the same five stages the lab shows, kept as a Trace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from . import attention, sources
+from .device import torch_dtype
+from .sources import _seed_of
+from .spec import Spec, SpecError
+
+NORMS = ("layernorm", "rmsnorm")
+FFNS = ("gelu", "swiglu")
+PLACEMENTS = ("pre", "post")
+GELUS = ("tanh", "exact")
+PRE_ORDER = ("ln1", "projection", "scores", "mask", "softmax", "weighted_sum", "residual1", "ln2", "ffn_hidden",
+             "ffn_out", "output")  # fmt: skip
+POST_ORDER = ("projection", "scores", "mask", "softmax", "weighted_sum", "residual1", "ln1", "ffn_hidden", "ffn_out",
+              "ln2", "output")  # fmt: skip
+BLOCK_STAGES = frozenset(PRE_ORDER)
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    attn: Spec  # tokens, sizes, mask, scale, seed, device: everything the attention needs
+    norm: str = "layernorm"
+    ffn: str = "gelu"
+    d_ff: int = 0  # 0 means 4·d_model
+    placement: str = "pre"
+    gelu: str = "tanh"  # GPT-2 uses the tanh approximation; nn.GELU() defaults to the exact erf form
+    eps: float = 1e-5
+
+    @property
+    def ff(self) -> int:
+        return self.d_ff or 4 * self.attn.d_model
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        return PRE_ORDER if self.placement == "pre" else POST_ORDER
+
+    def summary(self) -> dict[str, object]:
+        return self.attn.summary() | {
+            "norm": self.norm,
+            "ffn": self.ffn,
+            "d_ff": self.ff,
+            "placement": self.placement,
+            "gelu": self.gelu,
+            "eps": self.eps,
+        }
+
+
+def make_block_spec(
+    attn: Spec,
+    *,
+    norm: str = "layernorm",
+    ffn: str = "gelu",
+    d_ff: int | None = None,
+    placement: str = "pre",
+    gelu: str = "tanh",
+    eps: float = 1e-5,
+    max_d_ff: int = 16384,
+    memory_budget_bytes: int | None = None,
+) -> BlockSpec:
+    for name, value, choices in (
+        ("norm", norm, NORMS),
+        ("ffn", ffn, FFNS),
+        ("placement", placement, PLACEMENTS),
+        ("gelu", gelu, GELUS),
+    ):
+        if value not in choices:
+            raise SpecError(name, f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+    d_ff = d_ff or 0
+    if not 0 <= d_ff <= max_d_ff:
+        raise SpecError("d_ff", f"must be between 1 and {max_d_ff} (or 0 for 4·d_model), got {d_ff}")
+    if not (math.isfinite(eps) and 0 < eps <= 1):
+        raise SpecError("eps", f"must be in (0, 1], got {eps}")
+    spec = BlockSpec(attn, norm, ffn, d_ff, placement, gelu, eps)
+    if memory_budget_bytes is not None:
+        n, d = attn.n_tokens, attn.d_model
+        extra = (3 * n * spec.ff + 8 * n * d + 3 * d * spec.ff) * 4
+        if extra > memory_budget_bytes:
+            raise SpecError("d_ff", "this block's FFN needs more memory than the server's budget")
+    return spec
+
+
+@dataclass(frozen=True)
+class BlockWeights:
+    ln1_w: torch.Tensor  # (d,) gain
+    ln1_b: torch.Tensor | None  # (d,) LayerNorm only
+    ln2_w: torch.Tensor
+    ln2_b: torch.Tensor | None
+    w_up: torch.Tensor  # (d, d_ff): GELU's first layer, SwiGLU's up
+    w_down: torch.Tensor  # (d_ff, d)
+    w_gate: torch.Tensor | None = None  # (d, d_ff) SwiGLU only
+    b_up: torch.Tensor | None = None  # (d_ff,) GELU with biases
+    b_down: torch.Tensor | None = None  # (d,)
+
+
+@lru_cache(maxsize=8)
+def random_block_weights(seed: int, d: int, d_ff: int, norm: str, ffn: str, bias: bool, std: float) -> BlockWeights:
+    """Norm gains 1 and shifts 0 (as initialised); FFN matrices N(0, std²), FFN biases 0."""
+    g = torch.Generator().manual_seed(_seed_of("block", seed))
+    w_up = torch.randn(d, d_ff, generator=g) * std
+    w_down = torch.randn(d_ff, d, generator=g) * std
+    w_gate = torch.randn(d, d_ff, generator=g) * std if ffn == "swiglu" else None
+    shift = torch.zeros(d) if norm == "layernorm" else None
+    with_bias = bias and ffn == "gelu"
+    return BlockWeights(
+        ln1_w=torch.ones(d),
+        ln1_b=shift,
+        ln2_w=torch.ones(d),
+        ln2_b=None if shift is None else shift.clone(),
+        w_up=w_up,
+        w_down=w_down,
+        w_gate=w_gate,
+        b_up=torch.zeros(d_ff) if with_bias else None,
+        b_down=torch.zeros(d) if with_bias else None,
+    )
+
+
+@dataclass(frozen=True)
+class BlockTrace:
+    spec: BlockSpec
+    stages: dict[str, dict[str, torch.Tensor]]  # block-level stages (ln1, residual1, …); attention ones via `attention`
+    attention: attention.Trace
+    weights: BlockWeights
+    max_abs_diff_vs_reference: float  # against torch's own modules (F.layer_norm, SDPA, F.gelu)
+
+    def stage(self, key: str) -> dict[str, torch.Tensor]:
+        return self.attention.stage(key) if key in attention.STAGES else self.stages[key]
+
+    @property
+    def nbytes(self) -> int:
+        own = sum(t.nbytes for s in self.stages.values() for t in s.values())
+        return own + self.attention.nbytes
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        return self.spec.order
+
+    @property
+    def n_heads(self) -> int:
+        return self.spec.attn.n_heads
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return self.spec.attn.tokens
+
+    def summary(self) -> dict[str, object]:
+        return self.spec.summary()
+
+    def check_values(self) -> dict[str, object]:
+        return self.attention.check_values() | {"max_abs_diff_vs_reference": self.max_abs_diff_vs_reference}
+
+
+def normalise(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, kind: str, eps: float) -> torch.Tensor:
+    if kind == "layernorm":
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)  # biased, as LayerNorm
+        y = (x - mu) / torch.sqrt(var + eps) * w
+        return y if b is None else y + b
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w  # RMSNorm: no centring, no shift
+
+
+def feed_forward(h: torch.Tensor, w: BlockWeights, spec: BlockSpec) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    if spec.ffn == "gelu":
+        pre = h @ w.w_up if w.b_up is None else torch.addmm(w.b_up, h, w.w_up)  # (N, d_ff)
+        if spec.gelu == "tanh":
+            act = 0.5 * pre * (1 + torch.tanh(math.sqrt(2 / math.pi) * (pre + 0.044715 * pre**3)))
+        else:
+            act = 0.5 * pre * (1 + torch.erf(pre / math.sqrt(2)))
+        hidden = {"pre_activation": pre, "ffn_hidden": act}
+    else:
+        assert w.w_gate is not None
+        gate, up = h @ w.w_gate, h @ w.w_up  # (N, d_ff) each
+        act = gate * torch.sigmoid(gate) * up  # SiLU(gate) ⊙ up
+        hidden = {"gate": gate, "up": up, "ffn_hidden": act}
+    out = act @ w.w_down if w.b_down is None else torch.addmm(w.b_down, act, w.w_down)  # (N, d)
+    return hidden, out
+
+
+def reference(x: torch.Tensor, aw: sources.Weights, w: BlockWeights, spec: BlockSpec, add_mask: torch.Tensor):
+    """The same block from torch's fused functions, written independently of the staged path."""
+    s = spec.attn
+    n, d = x.shape
+
+    def norm(t: torch.Tensor, g: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        if spec.norm == "layernorm":
+            return F.layer_norm(t, (d,), g, b, spec.eps)
+        return F.rms_norm(t, (d,), g, spec.eps)
+
+    def attn(t: torch.Tensor) -> torch.Tensor:
+        q, k, v = (F.linear(t, m.T, b).view(n, s.n_heads, s.d_k).transpose(0, 1) for m, b in
+                   ((aw.w_q, aw.b_q), (aw.w_k, aw.b_k), (aw.w_v, aw.b_v)))  # fmt: skip
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=add_mask, scale=1 / s.scale_value)
+        y = torch.nan_to_num(y, nan=0.0)  # rows with every key masked: zeros, as the engine defines them
+        return F.linear(y.transpose(0, 1).reshape(n, d), aw.w_o.T, aw.b_o)
+
+    def ffn(t: torch.Tensor) -> torch.Tensor:
+        if spec.ffn == "gelu":
+            hidden = F.gelu(F.linear(t, w.w_up.T, w.b_up), approximate="tanh" if spec.gelu == "tanh" else "none")
+        else:
+            assert w.w_gate is not None
+            hidden = F.silu(t @ w.w_gate) * (t @ w.w_up)
+        return F.linear(hidden, w.w_down.T, w.b_down)
+
+    if spec.placement == "pre":
+        r = x + attn(norm(x, w.ln1_w, w.ln1_b))
+        return r + ffn(norm(r, w.ln2_w, w.ln2_b))
+    r = norm(x + attn(x), w.ln1_w, w.ln1_b)
+    return norm(r + ffn(r), w.ln2_w, w.ln2_b)
+
+
+@torch.inference_mode()
+def compute_block(spec: BlockSpec, x: torch.Tensor | None = None, w: BlockWeights | None = None) -> BlockTrace:
+    s = spec.attn
+    device, dtype = torch.device(s.device), torch_dtype(s.dtype)
+    x0, aw = sources.load(s, device, dtype)
+    x = x0 if x is None else x.to(device=device, dtype=dtype)
+    if w is None:
+        w = random_block_weights(s.seed, s.d_model, spec.ff, spec.norm, spec.ffn, s.bias, s.init_std)
+    w = BlockWeights(**{k: None if v is None else v.to(device=device, dtype=dtype) for k, v in vars(w).items()})  # type: ignore[arg-type]
+    stages: dict[str, dict[str, torch.Tensor]] = {}
+    if spec.placement == "pre":
+        h = normalise(x, w.ln1_w, w.ln1_b, spec.norm, spec.eps)
+        stages["ln1"] = {"input": x, "ln1": h}
+        att = attention.run(s, h, aw)
+        r = x + att.weighted_sum.output
+        stages["residual1"] = {"residual1": r}
+        h2 = normalise(r, w.ln2_w, w.ln2_b, spec.norm, spec.eps)
+        stages["ln2"] = {"ln2": h2}
+        hidden, out = feed_forward(h2, w, spec)
+        stages["ffn_hidden"], stages["ffn_out"] = hidden, {"ffn_out": out}
+        stages["output"] = {"output": r + out}
+    else:
+        att = attention.run(s, x, aw)
+        r = x + att.weighted_sum.output
+        stages["residual1"] = {"input": x, "residual1": r}
+        h = normalise(r, w.ln1_w, w.ln1_b, spec.norm, spec.eps)
+        stages["ln1"] = {"ln1": h}
+        hidden, out = feed_forward(h, w, spec)
+        stages["ffn_hidden"], stages["ffn_out"] = hidden, {"ffn_out": out}
+        y = normalise(h + out, w.ln2_w, w.ln2_b, spec.norm, spec.eps)
+        stages["ln2"] = {"residual2": h + out, "ln2": y}
+        stages["output"] = {"output": y}
+    ref = reference(x, aw, w, spec, att.mask.mask)
+    diff = float((ref - stages["output"]["output"]).abs().max())
+    return BlockTrace(spec, stages, att, w, diff)
