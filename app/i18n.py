@@ -205,6 +205,66 @@ MESSAGES: dict[str, dict[str, str]] = {
         "params.miss.gqa": "K and V use {kv} of {h} heads (GQA): attention holds {att} per block, not 4d² = {four}.",
         "params.miss.small": "Biases and norms add {extra} per block ({pct:.2f}% of a block).",
         "params.miss.kv": "KV cache: {bytes} bytes per token in fp16 (2 · L · n_kv_heads · d_k · 2 bytes).",
+        "nav.block": "Whole block",
+        "block.title": "A whole decoder block",
+        "block.intro": (
+            "Attention is one sub-layer of a block. Follow x through the norm, the five attention stages, the residual "
+            "addition, the second norm and the feed-forward network, to the block's output."
+        ),
+        "block.norm": "Norm",
+        "block.ffn": "FFN",
+        "block.d_ff": "d_ff",
+        "block.placement": "Norm placement",
+        "placement.pre": "Pre-LN (GPT-2)",
+        "placement.post": "Post-LN (2017)",
+        "norm.layernorm": "LayerNorm",
+        "norm.rmsnorm": "RMSNorm",
+        "ffn.gelu": "GELU (d → d_ff → d)",
+        "ffn.swiglu": "SwiGLU (gate, up, down)",
+        "block.attention": "Attention",
+        "bstage.ln1": "Norm 1",
+        "bstage.residual1": "+ Residual",
+        "bstage.ln2": "Norm 2",
+        "bstage.ffn_hidden": "FFN hidden",
+        "bstage.ffn_out": "FFN out",
+        "bstage.output": "Output",
+        "bexplain.ln1.pre": "Each token's vector is normalised on its own before attention reads it.",
+        "bexplain.ln1.post": "Post-LN normalises after the residual addition: r = LN₁(x + Attn(x)).",
+        "bexplain.residual1.pre": "The attention output is added back to x: the residual path carries x around the sub-layer.",
+        "bexplain.residual1.post": "The attention output is added back to x, before the first norm.",
+        "bexplain.ln2.pre": "A second norm prepares the residual stream for the feed-forward network.",
+        "bexplain.ln2.post": "After the FFN's residual addition the second norm gives the block's output.",
+        "bexplain.ffn_hidden": "Each token separately goes up to d_ff dimensions through a non-linearity.",
+        "bexplain.ffn_out": "The down projection brings each token back to d_model.",
+        "bexplain.output.pre": "The FFN output is added to the residual stream: y = r + FFN(LN₂(r)).",
+        "bexplain.output.post": "In Post-LN the output is the second norm: y = LN₂(r + FFN(r)).",
+        "bnotice.layernorm": (
+            "Every row now has mean {mean:.2f} and standard deviation {std:.2f}; before the norm the rows' standard "
+            "deviations ran from {lo:.2f} to {hi:.2f}."
+        ),
+        "bnotice.rmsnorm": (
+            "Every row now has root-mean-square {rms:.2f}. Unlike LayerNorm the mean is kept: row means run from "
+            "{lo:.2f} to {hi:.2f}."
+        ),
+        "bnotice.residual1": (
+            "The sub-layer's output (largest |value| {a:.2f}) is added to its input (largest |value| {x:.2f}); "
+            "the shape stays (N, d)."
+        ),
+        "bnotice.gelu": (
+            "d_ff = {ff}. GELU lets positive values through almost unchanged and squeezes negative ones towards 0: "
+            "{pct:.0f}% of the hidden values are negative, none below {low:.2f}."
+        ),
+        "bnotice.swiglu": (
+            "d_ff = {ff}. SiLU(x W_gate) gates x W_up element by element: where the gate is near 0 the up "
+            "projection is switched off ({pct:.0f}% of gates below 0.1 in absolute value)."
+        ),
+        "bnotice.ffn_out": "The FFN mixes dimensions, never tokens: row i depends on row i of its input alone.",
+        "bnotice.output": "The block's output has the input's shape {shape}: blocks stack. Largest |value| {m:.2f}.",
+        "block.check": (
+            "Check: max |difference| from the same block computed with torch's own norm, "
+            "scaled_dot_product_attention and activation = {diff}."
+        ),
+        "block.large": "{n} tokens × d_model {d}: each tensor is drawn as a heat map; rows are tokens, columns dimensions.",
         "footer": "Computed with PyTorch on {device}. The JSON API returns every number shown here.",
     },
     "zh": {
@@ -386,6 +446,53 @@ MESSAGES: dict[str, dict[str, str]] = {
         "params.miss.gqa": "K 和 V 只用 {h} 个头中的 {kv} 个（GQA）：注意力每块 {att}，而不是 4d² = {four}。",
         "params.miss.small": "偏置和归一化每块再加 {extra}（占一个块的 {pct:.2f}%）。",
         "params.miss.kv": "KV cache：fp16 下每个词元 {bytes} 字节（2 · L · n_kv_heads · d_k · 2 字节）。",
+        "nav.block": "完整的块",
+        "block.title": "一个完整的解码器块",
+        "block.intro": (
+            "注意力只是块中的一个子层。跟着 x 走一遍：归一化、注意力的五个阶段、残差相加、第二次归一化、"
+            "前馈网络，直到块的输出。"
+        ),
+        "block.norm": "归一化",
+        "block.ffn": "FFN",
+        "block.d_ff": "d_ff",
+        "block.placement": "归一化位置",
+        "placement.pre": "Pre-LN（GPT-2）",
+        "placement.post": "Post-LN（2017）",
+        "norm.layernorm": "LayerNorm",
+        "norm.rmsnorm": "RMSNorm",
+        "ffn.gelu": "GELU（d → d_ff → d）",
+        "ffn.swiglu": "SwiGLU（门控、升维、降维）",
+        "block.attention": "注意力",
+        "bstage.ln1": "归一化 1",
+        "bstage.residual1": "+ 残差",
+        "bstage.ln2": "归一化 2",
+        "bstage.ffn_hidden": "FFN 隐藏层",
+        "bstage.ffn_out": "FFN 输出",
+        "bstage.output": "输出",
+        "bexplain.ln1.pre": "每个词元的向量在进入注意力之前各自归一化。",
+        "bexplain.ln1.post": "Post-LN 在残差相加之后归一化：r = LN₁(x + Attn(x))。",
+        "bexplain.residual1.pre": "注意力的输出加回 x：残差通路让 x 绕过子层直接传下去。",
+        "bexplain.residual1.post": "注意力的输出加回 x，随后才做第一次归一化。",
+        "bexplain.ln2.pre": "第二次归一化为前馈网络准备好残差流。",
+        "bexplain.ln2.post": "FFN 的残差相加之后，第二次归一化给出块的输出。",
+        "bexplain.ffn_hidden": "每个词元各自经过非线性，升到 d_ff 维。",
+        "bexplain.ffn_out": "降维投影把每个词元变回 d_model 维。",
+        "bexplain.output.pre": "FFN 的输出加到残差流上：y = r + FFN(LN₂(r))。",
+        "bexplain.output.post": "Post-LN 的输出就是第二次归一化：y = LN₂(r + FFN(r))。",
+        "bnotice.layernorm": "现在每一行的均值为 {mean:.2f}、标准差为 {std:.2f}；归一化之前各行标准差在 {lo:.2f} 到 {hi:.2f} 之间。",
+        "bnotice.rmsnorm": "现在每一行的均方根为 {rms:.2f}。与 LayerNorm 不同，均值没有被减去：各行均值在 {lo:.2f} 到 {hi:.2f} 之间。",
+        "bnotice.residual1": "子层输出（最大绝对值 {a:.2f}）加到它的输入（最大绝对值 {x:.2f}）上；形状仍是 (N, d)。",
+        "bnotice.gelu": (
+            "d_ff = {ff}。GELU 让正值几乎原样通过，把负值压向 0：隐藏值中有 {pct:.0f}% 为负，最小不低于 {low:.2f}。"
+        ),
+        "bnotice.swiglu": (
+            "d_ff = {ff}。SiLU(x W_gate) 逐元素地给 x W_up 加门：门接近 0 的位置，升维投影就被关掉"
+            "（{pct:.0f}% 的门绝对值小于 0.1）。"
+        ),
+        "bnotice.ffn_out": "FFN 只在维度之间混合，从不跨词元：第 i 行只取决于输入的第 i 行。",
+        "bnotice.output": "块的输出与输入形状相同 {shape}：块可以一层层叠起来。最大绝对值 {m:.2f}。",
+        "block.check": "校验：与用 torch 自带的归一化、scaled_dot_product_attention 和激活函数算出的同一个块相比，最大绝对差 = {diff}。",
+        "block.large": "{n} 个词元 × d_model {d}：每个张量画成一张热力图，行是词元，列是维度。",
         "footer": "由 PyTorch 在 {device} 上计算。JSON API 返回这里显示的每一个数。",
     },
 }

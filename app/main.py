@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 from . import __version__, errors
 from .lab import Lab
 from .limits import BodyLimit
-from .routes import api, block, docs, pages, params
+from .routes import api, block, block_page, docs, pages, params
 from .settings import Settings, get_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,5 +43,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(params.router)
     app.include_router(docs.router)
     app.include_router(pages.router)
+    app.include_router(block_page.router)
     app.include_router(params.page_router)
     return app

@@ -50,11 +50,12 @@ def colourise(a: np.ndarray, scale: str) -> np.ndarray:
 
 
 def png(a: np.ndarray, scale: str, size: int) -> bytes:
-    """A PNG whose longer side is `size` pixels: nearest-neighbour when enlarging, area-averaged when shrinking."""
+    """A PNG whose longer side is `size` pixels: nearest-neighbour when enlarging, area-averaged when shrinking.
+    The shorter side never loses rows (or columns) it has room for, so a (7, 3072) strip keeps its 7 tokens."""
     img = Image.fromarray(colourise(a, scale), "RGB")
     h, w = a.shape
     factor = size / max(h, w)
-    target = (max(1, round(w * factor)), max(1, round(h * factor)))
+    target = (max(round(w * factor), min(w, size), 1), max(round(h * factor), min(h, size), 1))
     if target != (w, h):
         img = img.resize(target, Image.Resampling.NEAREST if factor >= 1 else Image.Resampling.BOX)
     buf = io.BytesIO()

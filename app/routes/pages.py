@@ -38,6 +38,10 @@ TILE = 16
 class PageState:
     """The page's query parameters, normalised, and URLs for every change of them."""
 
+    path = "/"
+    api_keys: tuple[str, ...] = API_KEYS
+    page_keys: tuple[str, ...] = PAGE_KEYS
+
     def __init__(self, params: dict[str, str]) -> None:
         mask = params.get("mask", "none")
         if mask != "padding":
@@ -49,7 +53,7 @@ class PageState:
     @classmethod
     def from_request(cls, request: Request) -> PageState:
         q = request.query_params
-        return cls({k: q[k].strip() for k in PAGE_KEYS if k in q and q[k].strip() != ""})
+        return cls({k: q[k].strip() for k in cls.page_keys if k in q and q[k].strip() != ""})
 
     def get(self, key: str, default: str = "") -> str:
         return self.params.get(key, default)
@@ -65,11 +69,11 @@ class PageState:
             p.pop("pad_positions", None)
         if p.get("mask", "none") != "document":
             p.pop("segment_ids", None)
-        ordered = [(k, p[k]) for k in PAGE_KEYS if k in p]
-        return "/?" + urlencode(ordered) if ordered else "/"
+        ordered = [(k, p[k]) for k in self.page_keys if k in p]
+        return f"{self.path}?{urlencode(ordered)}" if ordered else self.path
 
     def api_query(self, **extra: object) -> str:
-        items = [(k, self.params[k]) for k in API_KEYS if k in self.params]
+        items = [(k, self.params[k]) for k in self.api_keys if k in self.params]
         items += [(k, str(v)) for k, v in extra.items() if v is not None]
         return urlencode(items)
 

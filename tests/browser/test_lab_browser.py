@@ -123,3 +123,29 @@ def test_no_request_leaves_loopback(page: Page, live_server: str):
     page.goto(f"{live_server}/docs")
     page.wait_for_load_state("networkidle")
     assert hosts - {"data"} == {"127.0.0.1"}
+
+
+def test_block_page_steps_through_the_whole_block(page: Page, live_server: str):
+    page.goto(f"{live_server}/block?mask=causal&lang=en")
+    stage = page.locator("#stage")
+    order = [
+        "ln1",
+        "projection",
+        "scores",
+        "mask",
+        "softmax",
+        "weighted_sum",
+        "residual1",
+        "ln2",
+        "ffn_hidden",
+        "ffn_out",
+        "output",
+    ]
+    expect(stage).to_have_attribute("data-stage", order[0])
+    for key in order[1:]:
+        page.keyboard.press("ArrowRight")
+        expect(stage).to_have_attribute("data-stage", key)
+    assert parse_qs(urlparse(page.url).query)["stage"] == ["output"]
+    page.click("[data-lang=zh]")
+    expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
+    expect(stage).to_have_attribute("data-stage", "output")
