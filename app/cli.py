@@ -30,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="default: auto")
     s.add_argument("--workers", type=int, default=1, help="processes; the app keeps no per-user state")
     s.add_argument("--threads", type=int, default=None, help="torch threads per worker")
+    s.add_argument("--checkpoint", default=None, help="a Hugging Face GPT-2 directory, served as preset=checkpoint")
     s.add_argument("--reload", action="store_true", help=argparse.SUPPRESS)
 
     t = sub.add_parser("trace", help="print one stage of a trace")
@@ -164,6 +165,14 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["ATTENTION_LAB_DEVICE"] = args.device
     if args.threads:
         os.environ["ATTENTION_LAB_THREADS"] = str(args.threads)
+    if args.checkpoint:
+        from pathlib import Path
+
+        path = Path(args.checkpoint).resolve()
+        if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+            print(f"attention-lab: {path} needs config.json and model.safetensors", file=sys.stderr)
+            return 2
+        os.environ["ATTENTION_LAB_CHECKPOINT"] = str(path)
     uvicorn.run(
         "app.main:create_app",
         factory=True,

@@ -5,6 +5,8 @@ It keeps no per-user state; any number of workers or machines serve the same URL
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Request
 
 from engine import Limits, Spec, TraceCache, compute
@@ -25,14 +27,19 @@ class Lab:
         self.device = resolve(settings.device)
         self.limits: Limits = settings.limits()
         self.cache: TraceCache[Spec | BlockSpec, Trace | BlockTrace] = TraceCache(int(settings.cache_mb * 2**20))
+        self.models: dict[str, Any] = {}
+        if settings.checkpoint:
+            from engine.checkpoint import GPT2Checkpoint
+
+            self.models["checkpoint"] = GPT2Checkpoint(settings.checkpoint, "checkpoint", self.device)
 
     def trace(self, spec: Spec) -> tuple[Trace, bool]:
         """The trace for `spec` and whether it came from the cache."""
-        return self.cache.get_or_compute(spec, compute)
+        return self.cache.get_or_compute(spec, lambda s: compute(s, self.models.get(s.preset)))
 
     def block(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
         """The block trace for `spec` and whether it came from the cache."""
-        return self.cache.get_or_compute(spec, compute_block)
+        return self.cache.get_or_compute(spec, lambda s: compute_block(s, self.models.get(s.attn.preset)))
 
     @property
     def json_limit(self) -> int:

@@ -21,7 +21,6 @@ Finite = Annotated[float, Field(allow_inf_nan=False)]
 Row = Annotated[list[Finite], Field(max_length=4096)]
 MatrixIn = Annotated[list[Row], Field(max_length=4096)]
 StageKey = Literal["projection", "scores", "mask", "softmax", "weighted_sum"]
-PresetName = Literal["toy", "gpt2-small"]  # kept equal to engine.PRESETS by a test
 
 
 class AttentionRequest(BaseModel):
@@ -34,10 +33,20 @@ class AttentionRequest(BaseModel):
         description="The sequence: a list of tokens, or one string split on whitespace.",
         examples=["猫 坐 在 垫子 上"],
     )
-    preset: PresetName = Field("toy", description="toy (d_model 4, 1 head) or gpt2-small (768, 12 heads)")
+    preset: str = Field(
+        "toy",
+        max_length=64,
+        description="toy (d_model 4, 1 head), gpt2-small (768, 12 heads), or a pretrained model this server loaded "
+        "(GET /api/v1/presets lists them, e.g. checkpoint)",
+    )
+    text: str | None = Field(None, description="Pretrained models: text for the model's own tokenizer.")
+    token_ids: list[int] | None = Field(None, max_length=4096, description="Pretrained models: token ids.")
+    layer: int | None = Field(None, ge=0, description="Pretrained models: the layer (block) to trace, from 0.")
     d_model: int | None = Field(None, ge=1, description="Width; defaults to the preset's.")
     n_heads: int | None = Field(None, ge=1, description="Heads; d_model must be divisible by it.")
-    mask: Literal["none", "causal", "padding", "document"] = "none"
+    mask: Literal["none", "causal", "padding", "document"] | None = Field(
+        None, description="Default: none, or the model's own (causal for GPT-2)."
+    )
     pad_positions: list[int] = Field(default_factory=list, description="0-based key positions never attended to.")
     segment_ids: list[int] = Field(
         default_factory=list,
@@ -75,10 +84,14 @@ class AttentionRequest(BaseModel):
             raise ValueError("head indices are 0-based and non-negative")
         return v
 
-    def to_spec(self, limits: Limits, device: str) -> Spec:
+    def to_spec(self, limits: Limits, device: str, models: Mapping[str, Any] | None = None) -> Spec:
         explicit = {n: getattr(self, n) for n in ("x", *MATRICES, *BIASES)}
         return make_spec(
             self.tokens,
+            text=self.text,
+            token_ids=self.token_ids,
+            layer=self.layer,
+            models=models,
             preset=self.preset,
             d_model=self.d_model,
             n_heads=self.n_heads,
@@ -112,23 +125,40 @@ BlockStageKey = Literal[
 class BlockRequest(AttentionRequest):
     """A whole decoder block: the attention fields, plus the norm, the FFN and where the norms sit."""
 
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    ffn: Literal["gelu", "swiglu"] = Field("gelu", description="gelu: d → d_ff → d (GPT-2); swiglu: gate, up, down")
+    norm: Literal["layernorm", "rmsnorm"] | None = Field(None, description="Default layernorm, or the model's.")
+    ffn: Literal["gelu", "swiglu"] | None = Field(
+        None, description="gelu: d → d_ff → d (GPT-2, the default); swiglu: gate, up, down"
+    )
     d_ff: int | None = Field(None, ge=1, description="FFN width; 4·d_model when omitted")
-    placement: Literal["pre", "post"] = Field("pre", description="pre: GPT-2's Pre-LN; post: the 2017 Post-LN")
-    gelu: Literal["tanh", "exact"] = Field("tanh", description="GPT-2's tanh approximation, or the erf form")
+    placement: Literal["pre", "post"] | None = Field(
+        None, description="pre: GPT-2's Pre-LN (the default); post: the 2017 Post-LN"
+    )
+    gelu: Literal["tanh", "exact"] | None = Field(
+        None, description="GPT-2's tanh approximation (the default), or the erf form"
+    )
     stages: list[BlockStageKey] | None = Field(None, description="Stages to return; all when omitted.")  # type: ignore[assignment]
 
-    def to_block_spec(self, limits: Limits, device: str) -> BlockSpec:
+    def to_block_spec(self, limits: Limits, device: str, models: Mapping[str, Any] | None = None) -> BlockSpec:
+        attn = self.to_spec(limits, device, models)
+        model = (models or {}).get(attn.preset)
+        chosen = {"norm": self.norm, "ffn": self.ffn, "placement": self.placement, "gelu": self.gelu}
+        defaults = {"norm": "layernorm", "ffn": "gelu", "placement": "pre", "gelu": "tanh"}
+        if model is not None:  # a pretrained block is what it is: a different choice is an error, not ignored
+            own = {k: getattr(model.info, k) for k in chosen}
+            for k, v in chosen.items():
+                if v is not None and v != own[k]:
+                    raise FieldError(k, f"{attn.preset}'s blocks use {k}={own[k]}")
+            if self.d_ff is not None:
+                raise FieldError("d_ff", f"{attn.preset}'s FFN width is fixed")
+            defaults = own
+        options = {k: v if v is not None else defaults[k] for k, v in chosen.items()}
         return make_block_spec(
-            self.to_spec(limits, device),
-            norm=self.norm,
-            ffn=self.ffn,
-            d_ff=self.d_ff,
-            placement=self.placement,
-            gelu=self.gelu,
+            attn,
+            d_ff=self.d_ff or (model.info.d_ff if model is not None else None),
+            eps=model.info.eps if model is not None else 1e-5,
             max_d_ff=4 * limits.max_d_model,
             memory_budget_bytes=limits.memory_budget_bytes,
+            **options,
         )
 
     def block_view(self, spec: BlockSpec) -> View:
@@ -153,7 +183,7 @@ class FieldError(ValueError):
         self.message = message
 
 
-LIST_FIELDS = ("pad_positions", "segment_ids", "stages", "heads")
+LIST_FIELDS = ("pad_positions", "segment_ids", "stages", "heads", "token_ids")
 JSON_FIELDS = ("x", *MATRICES, *BIASES)
 
 

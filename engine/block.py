@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -174,10 +175,10 @@ def normalise(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, kind: st
     return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w  # RMSNorm: no centring, no shift
 
 
-def feed_forward(h: torch.Tensor, w: BlockWeights, spec: BlockSpec) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    if spec.ffn == "gelu":
+def feed_forward(h: torch.Tensor, w: BlockWeights, ffn: str, gelu: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    if ffn == "gelu":
         pre = h @ w.w_up if w.b_up is None else torch.addmm(w.b_up, h, w.w_up)  # (N, d_ff)
-        if spec.gelu == "tanh":
+        if gelu == "tanh":
             act = 0.5 * pre * (1 + torch.tanh(math.sqrt(2 / math.pi) * (pre + 0.044715 * pre**3)))
         else:
             act = 0.5 * pre * (1 + torch.erf(pre / math.sqrt(2)))
@@ -224,11 +225,17 @@ def reference(x: torch.Tensor, aw: sources.Weights, w: BlockWeights, spec: Block
 
 
 @torch.inference_mode()
-def compute_block(spec: BlockSpec, x: torch.Tensor | None = None, w: BlockWeights | None = None) -> BlockTrace:
+def compute_block(spec: BlockSpec, model: Any = None) -> BlockTrace:
+    """Every stage of one block; `model` is the pretrained model behind a model preset."""
     s = spec.attn
     device, dtype = torch.device(s.device), torch_dtype(s.dtype)
-    x0, aw = sources.load(s, device, dtype)
-    x = x0 if x is None else x.to(device=device, dtype=dtype)
+    w: BlockWeights | None = None
+    if model is not None:
+        x = model.hidden(s.token_ids, s.layer).to(device, dtype)
+        aw = sources.cast(model.attention_weights(s.layer), device, dtype)
+        w = model.block_weights(s.layer)
+    else:
+        x, aw = sources.load(s, device, dtype)
     if w is None:
         w = random_block_weights(s.seed, s.d_model, spec.ff, spec.norm, spec.ffn, s.bias, s.init_std)
     w = BlockWeights(**{k: None if v is None else v.to(device=device, dtype=dtype) for k, v in vars(w).items()})  # type: ignore[arg-type]
@@ -241,7 +248,7 @@ def compute_block(spec: BlockSpec, x: torch.Tensor | None = None, w: BlockWeight
         stages["residual1"] = {"residual1": r}
         h2 = normalise(r, w.ln2_w, w.ln2_b, spec.norm, spec.eps)
         stages["ln2"] = {"ln2": h2}
-        hidden, out = feed_forward(h2, w, spec)
+        hidden, out = feed_forward(h2, w, spec.ffn, spec.gelu)
         stages["ffn_hidden"], stages["ffn_out"] = hidden, {"ffn_out": out}
         stages["output"] = {"output": r + out}
     else:
@@ -250,7 +257,7 @@ def compute_block(spec: BlockSpec, x: torch.Tensor | None = None, w: BlockWeight
         stages["residual1"] = {"input": x, "residual1": r}
         h = normalise(r, w.ln1_w, w.ln1_b, spec.norm, spec.eps)
         stages["ln1"] = {"ln1": h}
-        hidden, out = feed_forward(h, w, spec)
+        hidden, out = feed_forward(h, w, spec.ffn, spec.gelu)
         stages["ffn_hidden"], stages["ffn_out"] = hidden, {"ffn_out": out}
         y = normalise(h + out, w.ln2_w, w.ln2_b, spec.norm, spec.eps)
         stages["ln2"] = {"residual2": h + out, "ln2": y}

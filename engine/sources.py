@@ -55,6 +55,10 @@ def random_weights(seed: int, d_model: int, init_std: float, bias: bool) -> Weig
     return Weights(*ws, *bs)
 
 
+def cast(w: Weights, device: torch.device, dtype: torch.dtype) -> Weights:
+    return Weights(**{k: None if v is None else v.to(device, dtype) for k, v in vars(w).items()})  # type: ignore[arg-type]
+
+
 def load(spec: Spec, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, Weights]:
     """The layer input x (N, d) and the weights for `spec`, on `device` in `dtype`."""
     x = torch.tensor(spec.x) if spec.x is not None else embed(spec.tokens, spec.seed, spec.d_model)

@@ -9,7 +9,9 @@ made of tuples it is also the cache key.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 STAGES = ("projection", "scores", "mask", "softmax", "weighted_sum")
 STAGE_TENSORS: dict[str, tuple[str, ...]] = {
@@ -97,6 +99,8 @@ class Spec:
     b_k: Vector | None = None
     b_v: Vector | None = None
     b_o: Vector | None = None
+    layer: int = 0  # pretrained models: the block whose attention is traced
+    token_ids: tuple[int, ...] = ()  # pretrained models: the tokenizer's ids behind `tokens`
 
     @property
     def n_tokens(self) -> int:
@@ -135,7 +139,7 @@ class Spec:
             "device": self.device,
             "dtype": self.dtype,
             "explicit": list(self.explicit),
-        }
+        } | ({"layer": self.layer, "token_ids": list(self.token_ids)} if self.token_ids else {})
 
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -181,33 +185,7 @@ def _vector(name: str, value: object, length: int | None, limits: Limits, where:
     return tuple(out)
 
 
-def make_spec(
-    tokens: list[str] | tuple[str, ...] | str | None = None,
-    *,
-    preset: str = "toy",
-    d_model: int | None = None,
-    n_heads: int | None = None,
-    mask: str = "none",
-    pad_positions: list[int] | tuple[int, ...] | None = None,
-    segment_ids: list[int] | tuple[int, ...] | None = None,
-    scale: str = "sqrt_dk",
-    seed: int = 0,
-    device: str = "cpu",
-    dtype: str = "float32",
-    limits: Limits | None = None,
-    **explicit: object,
-) -> Spec:
-    """Validate and normalise one trace request. Raises `SpecError` naming the field at fault."""
-    limits = limits or Limits()
-    unknown = set(explicit) - {"x", *MATRICES, *BIASES}
-    if unknown:
-        name = sorted(unknown)[0]
-        raise SpecError(name, "is not a field of an attention trace")
-    given = {k: v for k, v in explicit.items() if v is not None}
-
-    if preset not in PRESETS:
-        raise SpecError("preset", f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = PRESETS[preset]
+def _check_choices(mask: str, scale: str, dtype: str, device: str) -> None:
     for name, value, choices in (("mask", mask, MASKS), ("scale", scale, SCALES), ("dtype", dtype, DTYPES)):
         if value not in choices:
             raise SpecError(name, f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
@@ -215,6 +193,160 @@ def make_spec(
         raise SpecError("device", f"unknown device {device!r}; choose cpu or cuda")
     if dtype != "float32" and device != "cuda":
         raise SpecError("dtype", f"{dtype} is only offered on CUDA; this server computes on {device}")
+
+
+def _check_mask(
+    mask: str, pad_positions: Sequence[int] | None, segment_ids: Sequence[int] | None, n: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    pads = tuple(sorted(set(pad_positions or ())))
+    segs = tuple(segment_ids or ())
+    if pads and mask != "padding":
+        raise SpecError("pad_positions", "is only used with mask=padding")
+    if segs and mask != "document":
+        raise SpecError("segment_ids", "is only used with mask=document")
+    for pos in pads:
+        if not 0 <= pos < n:
+            raise SpecError("pad_positions", f"position {pos} is outside 0..{n - 1}")
+    if mask == "document":
+        if len(segs) != n:
+            raise SpecError("segment_ids", f"needs one segment id per token: {len(segs)} given for {n} tokens")
+        if any(s < 0 for s in segs):
+            raise SpecError("segment_ids", "segment ids must be non-negative integers")
+    return pads, segs
+
+
+def _check_cost(seed: int, n: int, d_model: int, n_heads: int, dtype: str, limits: Limits) -> None:
+    if not 0 <= seed < 2**63:
+        raise SpecError("seed", "must be between 0 and 2^63 - 1")
+    needed = estimate_bytes(n, d_model, n_heads, dtype)
+    if needed > limits.memory_budget_bytes:
+        raise SpecError(
+            "tokens",
+            f"this trace needs about {needed / 2**20:.0f} MiB, over the server's budget of "
+            f"{limits.memory_budget_bytes / 2**20:.0f} MiB: use fewer tokens or heads",
+        )
+
+
+def _model_spec(
+    model: Any,
+    tokens: object,
+    text: str | None,
+    token_ids: Sequence[int] | None,
+    layer: int | None,
+    d_model: int | None,
+    n_heads: int | None,
+    given: dict[str, object],
+    mask: str | None,
+    pad_positions: Sequence[int] | None,
+    segment_ids: Sequence[int] | None,
+    scale: str,
+    seed: int,
+    device: str,
+    dtype: str,
+    limits: Limits,
+) -> Spec:
+    """A trace of a pretrained model: its sizes, its tokenizer, one of its layers."""
+    info = model.info
+    if given:
+        raise SpecError(next(iter(given)), f"{info.name} brings its own x and weights; explicit ones are not used")
+    for name, value, own in (("d_model", d_model, info.d_model), ("n_heads", n_heads, info.n_heads)):
+        if value is not None and value != own:
+            raise SpecError(name, f"{info.name} has {name} {own}; it cannot be changed")
+    if tokens is not None:
+        raise SpecError("tokens", f"{info.name} tokenises with its own tokenizer: give text or token_ids")
+    if text is not None and token_ids is not None:
+        raise SpecError("text", "give either text or token_ids, not both")
+    if token_ids is not None:
+        ids = list(token_ids)
+        bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < info.vocab)]
+        if bad:
+            raise SpecError("token_ids", f"id {bad[0]} is outside the vocabulary 0..{info.vocab - 1}")
+    else:
+        if not model.has_tokenizer:
+            raise SpecError("text", f"{info.name} has no tokenizer.json: give token_ids")
+        text = info.default_text if text is None else text
+        if len(text) > limits.max_token_chars * 4:
+            raise SpecError("text", f"is {len(text)} characters long, over {limits.max_token_chars * 4}")
+        ids = model.tokenize(text)
+    if not ids:
+        raise SpecError("token_ids" if token_ids is not None else "text", "gives no tokens")
+    n = len(ids)
+    max_n = min(limits.max_tokens, info.n_ctx)
+    if n > max_n:
+        raise SpecError("token_ids" if token_ids is not None else "text",
+                        f"{n} tokens is more than the {max_n} this server traces for {info.name}")  # fmt: skip
+    layer = 0 if layer is None else layer
+    if not 0 <= layer < info.n_layer:
+        raise SpecError("layer", f"{info.name} has layers 0..{info.n_layer - 1}, not {layer}")
+    mask = mask or info.default_mask
+    _check_choices(mask, scale, dtype, device)
+    pads, segs = _check_mask(mask, pad_positions, segment_ids, n)
+    _check_cost(seed, n, info.d_model, info.n_heads, dtype, limits)
+    return Spec(
+        preset=info.name,
+        tokens=tuple(model.labels(ids)),
+        d_model=info.d_model,
+        n_heads=info.n_heads,
+        mask=mask,
+        pad_positions=pads,
+        segment_ids=segs,
+        scale=scale,
+        seed=seed,
+        bias=True,
+        init_std=0.0,
+        device=device,
+        dtype=dtype,
+        layer=layer,
+        token_ids=tuple(ids),
+    )
+
+
+def make_spec(
+    tokens: list[str] | tuple[str, ...] | str | None = None,
+    *,
+    preset: str = "toy",
+    d_model: int | None = None,
+    n_heads: int | None = None,
+    mask: str | None = None,
+    pad_positions: list[int] | tuple[int, ...] | None = None,
+    segment_ids: list[int] | tuple[int, ...] | None = None,
+    scale: str = "sqrt_dk",
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: str = "float32",
+    limits: Limits | None = None,
+    text: str | None = None,
+    token_ids: list[int] | tuple[int, ...] | None = None,
+    layer: int | None = None,
+    models: Mapping[str, Any] | None = None,
+    **explicit: object,
+) -> Spec:
+    """Validate and normalise one trace request. Raises `SpecError` naming the field at fault.
+
+    `models` maps extra preset names to loaded pretrained models (each with `info`, `tokenize`, `labels`)."""
+    limits = limits or Limits()
+    models = models or {}
+    unknown = set(explicit) - {"x", *MATRICES, *BIASES}
+    if unknown:
+        name = sorted(unknown)[0]
+        raise SpecError(name, "is not a field of an attention trace")
+    given = {k: v for k, v in explicit.items() if v is not None}
+    if preset in models:
+        return _model_spec(models[preset], tokens, text, token_ids, layer, d_model, n_heads, given,
+                           mask, pad_positions, segment_ids, scale, seed, device, dtype, limits)  # fmt: skip
+    if preset not in PRESETS:
+        names = ", ".join([*PRESETS, *models])
+        raise SpecError("preset", f"unknown preset {preset!r}; choose one of {names}")
+    p = PRESETS[preset]
+    for name, value in (("token_ids", token_ids), ("layer", layer)):
+        if value is not None:
+            raise SpecError(name, f"is only used with a pretrained model preset, not {preset}")
+    if text is not None:
+        if tokens is not None:
+            raise SpecError("text", "give either tokens or text, not both")
+        tokens = text
+    mask = mask or "none"
+    _check_choices(mask, scale, dtype, device)
 
     # d_model: explicit > inferred from an explicit matrix > preset.
     if d_model is None:
@@ -273,30 +405,8 @@ def make_spec(
         if name in given:
             norm[name] = _vector(name, given[name], d_model, limits)
 
-    pads = tuple(sorted(set(pad_positions or ())))
-    segs = tuple(segment_ids or ())
-    if pads and mask != "padding":
-        raise SpecError("pad_positions", "is only used with mask=padding")
-    if segs and mask != "document":
-        raise SpecError("segment_ids", "is only used with mask=document")
-    for pos in pads:
-        if not 0 <= pos < n:
-            raise SpecError("pad_positions", f"position {pos} is outside 0..{n - 1}")
-    if mask == "document":
-        if len(segs) != n:
-            raise SpecError("segment_ids", f"needs one segment id per token: {len(segs)} given for {n} tokens")
-        if any(s < 0 for s in segs):
-            raise SpecError("segment_ids", "segment ids must be non-negative integers")
-
-    if not 0 <= seed < 2**63:
-        raise SpecError("seed", "must be between 0 and 2^63 - 1")
-    needed = estimate_bytes(n, d_model, n_heads, dtype)
-    if needed > limits.memory_budget_bytes:
-        raise SpecError(
-            "tokens",
-            f"this trace needs about {needed / 2**20:.0f} MiB, over the server's budget of "
-            f"{limits.memory_budget_bytes / 2**20:.0f} MiB: use fewer tokens or heads",
-        )
+    pads, segs = _check_mask(mask, pad_positions, segment_ids, n)
+    _check_cost(seed, n, d_model, n_heads, dtype, limits)
 
     init_std = p.init_std if p.init_std is not None else 1 / math.sqrt(d_model)
     has_bias = p.bias or any(b in norm for b in BIASES)

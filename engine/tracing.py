@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from . import attention, sources
@@ -10,9 +12,13 @@ from .spec import Spec, make_spec
 
 
 @torch.inference_mode()
-def compute(spec: Spec) -> attention.Trace:
-    """Run the five stages for a validated spec."""
-    x, w = sources.load(spec, torch.device(spec.device), torch_dtype(spec.dtype))
+def compute(spec: Spec, model: Any = None) -> attention.Trace:
+    """Run the five stages for a validated spec; `model` is the pretrained model behind a model preset."""
+    device, dtype = torch.device(spec.device), torch_dtype(spec.dtype)
+    if model is not None:
+        x, w = model.attention_input(spec.token_ids, spec.layer)
+        return attention.run(spec, x.to(device, dtype), sources.cast(w, device, dtype))
+    x, w = sources.load(spec, device, dtype)
     return attention.run(spec, x, w)
 
 

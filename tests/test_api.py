@@ -8,9 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from app.schemas import AttentionRequest
-from engine import PRESETS
-
 from .conftest import make_client
 
 STAGE_KEYS = ["projection", "scores", "mask", "softmax", "weighted_sum"]
@@ -35,8 +32,9 @@ def test_presets_lists_dimensions_and_limits(client):
     assert body["limits"]["max_tokens"] == 1024
 
 
-def test_preset_literal_matches_engine():
-    assert set(AttentionRequest.model_fields["preset"].annotation.__args__) == set(PRESETS)
+def test_unknown_preset_lists_the_known_ones(client):
+    r = client.post("/api/v1/attention", json={"preset": "gpt-5"})
+    assert r.status_code == 422 and "toy, gpt2-small" in r.json()["message"]
 
 
 def test_toy_trace_has_every_stage_and_tensor_shape(client):

@@ -33,7 +33,7 @@ def parse_query(request: Request, model: type[AttentionRequest] = AttentionReque
 
 async def answer(request: Request, req: AttentionRequest, lab: Lab, fmt: str) -> Response:
     """Validate, compute (off the event loop, through the cache) and serialise one attention request."""
-    spec = req.to_spec(lab.limits, lab.device)
+    spec = req.to_spec(lab.limits, lab.device, lab.models)
     return await respond(request, lab, fmt, lambda: lab.trace(spec), req.view(spec), "attention")
 
 
@@ -81,6 +81,21 @@ def presets(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
                 "tokens": list(p.tokens),
             }
             for name, p in PRESETS.items()
+        }
+        | {
+            name: {
+                "d_model": m.info.d_model,
+                "n_heads": m.info.n_heads,
+                "d_k": m.info.d_model // m.info.n_heads,
+                "n_ctx": m.info.n_ctx,
+                "max_tokens": min(m.info.n_ctx, limits.max_tokens),
+                "n_layer": m.info.n_layer,
+                "vocab": m.info.vocab,
+                "pretrained": True,
+                "tokenizer": m.has_tokenizer,
+                "default_mask": m.info.default_mask,
+            }
+            for name, m in lab.models.items()
         },
         "stages": [{"index": i, "key": k, "tensors": list(STAGE_TENSORS[k])} for i, k in enumerate(STAGES, 1)],
         "limits": {
@@ -221,7 +236,7 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
     """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
     (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is grey."""
     size = _int_param(request, "size", 512, 16, 2048)
-    spec = parse_query(request).to_spec(lab.limits, lab.device)
+    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
     trace, _ = await run_in_threadpool(lab.trace, spec)
     tensor, a = matrix_of(request, trace)
     return await run_in_threadpool(heatmap_response, tensor, a, size)
@@ -231,7 +246,7 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
 async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Exact numbers of a rectangle of one head's matrix: `stage` or `tensor`, `head`, `row`, `col` (its top-left
     corner), `rows`, `cols` (at most 65,536 numbers). −∞ is null."""
-    spec = parse_query(request).to_spec(lab.limits, lab.device)
+    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
     trace, _ = await run_in_threadpool(lab.trace, spec)
     tensor, a = matrix_of(request, trace)
     return window_response(request, trace, tensor, a)

@@ -132,14 +132,15 @@ def stage_label(key: str, t: Any) -> str:
 async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
     t = translator(lang)
-    state = BlockState.from_request(request)
+    state = BlockState.from_request(request, lab.models)
     ctx: dict[str, Any] = {
         "page": "block",
         "t": t,
         "lang": lang,
         "langs": LANGS,
         "state": state,
-        "presets": ["toy", "gpt2-small"],
+        "presets": ["toy", "gpt2-small", *lab.models],
+        "models": lab.models,
         "lang_urls": {code: state.url(lang=code) for code in LANGS},
         "json_url": "/api/v1/block?" + state.api_query(),
         "npz_url": "/api/v1/block.npz?" + state.api_query(),
@@ -152,7 +153,7 @@ async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     try:
         raw = {k: state.params[k] for k in BLOCK_KEYS if k in state.params}
         req = cast(BlockRequest, BlockRequest.model_validate(from_query(raw, None, BlockRequest)))
-        spec = req.to_block_spec(lab.limits, lab.device)
+        spec = req.to_block_spec(lab.limits, lab.device, lab.models)
         order = spec.order
         stage = state.get("stage") or order[0]
         if stage.isdigit() and 1 <= int(stage) <= len(order):

@@ -29,7 +29,8 @@ from ..templating import TEMPLATES
 
 router = APIRouter(include_in_schema=False)
 
-API_KEYS = ("tokens", "preset", "d_model", "n_heads", "mask", "pad_positions", "segment_ids", "scale", "seed")
+API_KEYS = ("tokens", "text", "token_ids", "preset", "layer", "d_model", "n_heads", "mask", "pad_positions",
+            "segment_ids", "scale", "seed")  # fmt: skip
 PAGE_KEYS = (*API_KEYS, "stage", "head", "compare", "cell", "tile", "lang")
 SCALE_CYCLE = {"sqrt_dk": "none", "none": "dk", "dk": "sqrt_dk"}
 TILE = 16
@@ -51,9 +52,23 @@ class PageState:
         self.params = params
 
     @classmethod
-    def from_request(cls, request: Request) -> PageState:
+    def from_request(cls, request: Request, models: dict[str, Any] | None = None) -> PageState:
         q = request.query_params
-        return cls({k: q[k].strip() for k in cls.page_keys if k in q and q[k].strip() != ""})
+        params = {k: q[k].strip() for k in cls.page_keys if k in q and q[k].strip() != ""}
+        # The form keeps its fields when the preset changes: carry the sequence across instead of failing.
+        if params.get("preset") in (models or {}):
+            if "tokens" in params and "text" not in params and "token_ids" not in params:
+                params["text"] = params.pop("tokens")
+            params.pop("tokens", None)
+            params.pop("d_model", None)
+            params.pop("n_heads", None)
+        else:
+            params.pop("layer", None)
+            params.pop("token_ids", None)
+            if "text" in params and "tokens" not in params:
+                params["tokens"] = params.pop("text")
+            params.pop("text", None)
+        return cls(params)
 
     def get(self, key: str, default: str = "") -> str:
         return self.params.get(key, default)
@@ -179,7 +194,7 @@ def large_context(trace: Trace, key: str, head: int, state: PageState) -> dict[s
 async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
     t = translator(lang)
-    state = PageState.from_request(request)
+    state = PageState.from_request(request, lab.models)
     ctx: dict[str, Any] = {
         "page": "lab",
         "t": t,
@@ -187,7 +202,8 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
         "langs": LANGS,
         "state": state,
         "stages": STAGES,
-        "presets": list(PRESETS),
+        "presets": [*PRESETS, *lab.models],
+        "models": lab.models,
         "lang_urls": {code: state.url(lang=code) for code in LANGS},
         "json_url": "/api/v1/attention?" + state.api_query(),
         "npz_url": "/api/v1/attention.npz?" + state.api_query(),
@@ -198,7 +214,7 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
     status = 200
     try:
         req = AttentionRequest.model_validate(from_query({k: state.params[k] for k in API_KEYS if k in state.params}))
-        spec = req.to_spec(lab.limits, lab.device)
+        spec = req.to_spec(lab.limits, lab.device, lab.models)
         key = parse_stage(state.get("stage"))
         head = parse_int("head", state.get("head"), 0)
         if not 0 <= head < spec.n_heads:
@@ -235,7 +251,7 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
             sides = []
             for change in pairs[compare]:
                 other = req.model_copy(update=change | {"pad_positions": [], "segment_ids": []})
-                other_trace, _ = await run_in_threadpool(lab.trace, other.to_spec(lab.limits, lab.device))
+                other_trace, _ = await run_in_threadpool(lab.trace, other.to_spec(lab.limits, lab.device, lab.models))
                 sides.append(view.compare_side(other_trace, head))
             ctx["compare"] = {"kind": compare, "sides": sides}
     except ValidationError as exc:
