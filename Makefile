@@ -51,6 +51,7 @@ test: lint typecheck
 
 bench: install
 	$(BIN)/python -m bench.attention
+	$(BIN)/python -m bench.serve
 
 clean:
 	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache .hypothesis

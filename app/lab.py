@@ -5,9 +5,13 @@ It keeps no per-user state; any number of workers or machines serve the same URL
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from fastapi import Request
+from fastapi import Request, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import Limits, Spec, TraceCache, compute
 from engine.attention import Trace
@@ -15,6 +19,19 @@ from engine.block import BlockSpec, BlockTrace, compute_block
 from engine.device import resolve
 
 from .settings import Settings
+
+
+@dataclass(frozen=True)
+class CachedResponse:
+    """A finished GET answer: the same URL gets the same bytes, without parsing or serialising again."""
+
+    body: bytes
+    media_type: str
+    headers: tuple[tuple[str, str], ...]
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.body)
 
 
 class Lab:
@@ -27,6 +44,9 @@ class Lab:
         self.device = resolve(settings.device)
         self.limits: Limits = settings.limits()
         self.cache: TraceCache[Spec | BlockSpec, Trace | BlockTrace] = TraceCache(int(settings.cache_mb * 2**20))
+        self.responses: TraceCache[tuple[str, str], CachedResponse] = TraceCache(
+            int(settings.response_cache_mb * 2**20)
+        )
         self.models: dict[str, Any] = {}
         if settings.checkpoint:
             from engine.checkpoint import GPT2Checkpoint
@@ -44,6 +64,51 @@ class Lab:
     @property
     def json_limit(self) -> int:
         return int(self.settings.json_limit_mb * 2**20)
+
+
+def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
+    """Serve a GET route's successful answers from `Lab.responses`, keyed by path and query string: a repeated URL
+    skips validation, computing and serialising. The answer is a pure function of the URL and the server's
+    configuration, so this is safe for every idempotent route here."""
+
+    @functools.wraps(handler)
+    async def wrapper(request: Request, lab: Lab) -> Response:
+        key = (request.url.path, request.url.query)
+        hit = lab.responses.get(key)
+        if hit is not None:
+            return Response(hit.body, media_type=hit.media_type, headers=dict(hit.headers) | {"X-Cache": "hit"})
+        response = await handler(request, lab)
+        if response.status_code == 200 and lab.responses.max_bytes:
+            keep = tuple((k, v) for k, v in response.headers.items() if k in ("content-disposition", "cache-control"))
+            lab.responses.put(key, CachedResponse(bytes(response.body), response.media_type or "", keep))
+        return response
+
+    return wrapper
+
+
+class ServeCached:
+    """ASGI middleware: a GET whose answer `cached_get` already stored is sent straight from `Lab.responses`,
+    before routing, validation and dependency injection. Everything else passes through untouched."""
+
+    def __init__(self, app: ASGIApp, lab: Lab) -> None:
+        self.app = app
+        self.lab = lab
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and self.lab.responses.max_bytes:
+            key = (scope["path"], scope["query_string"].decode("latin-1"))
+            hit = self.lab.responses.get(key)
+            if hit is not None:
+                headers = [
+                    (b"content-type", hit.media_type.encode()),
+                    (b"content-length", str(len(hit.body)).encode()),
+                    (b"x-cache", b"hit"),
+                    *((k.encode(), v.encode()) for k, v in hit.headers),
+                ]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": hit.body})
+                return
+        await self.app(scope, receive, send)
 
 
 def get_lab(request: Request) -> Lab:

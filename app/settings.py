@@ -25,6 +25,7 @@ class Settings(BaseSettings):
     max_explicit_tokens: int = Field(64, ge=1)
     memory_budget_mb: float = Field(2048, gt=0)  # one trace's tensors, estimated before computing
     cache_mb: float = Field(512, ge=0)  # byte-bounded LRU of computed traces
+    response_cache_mb: float = Field(64, ge=0)  # finished GET answers (JSON, .npz, PNG), keyed by their URL
     json_limit_mb: float = Field(32, gt=0)  # larger JSON answers get 413 and a pointer to the .npz
     body_limit_mb: float = Field(8, gt=0)  # request bodies
 

@@ -70,6 +70,19 @@ class TraceCache(Generic[K, V]):
         mine.set_result(value)
         return value, False
 
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+                self.hits += 1
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            if key not in self._items:
+                self._store(key, value)
+
     def _store(self, key: K, value: V) -> None:
         size = value.nbytes
         if size > self.max_bytes:

@@ -312,3 +312,18 @@ def test_request_body_over_the_limit_is_413():
         r = c.post("/api/v1/attention", content=chunks(), headers={"content-type": "application/json"})
         assert r.status_code == 413
         assert c.post("/api/v1/attention", json={"tokens": "a b"}).status_code == 200
+
+
+def test_a_repeated_url_is_served_from_the_response_cache():
+    with make_client() as c:
+        url = "/api/v1/attention?tokens=a+b+c&mask=causal&seed=77"
+        first, second = c.get(url), c.get(url)
+        assert first.headers["x-cache"] == "miss" and second.headers["x-cache"] == "hit"
+        assert first.content == second.content
+        assert c.app.state.lab.cache.misses == 1
+        bad = c.get("/api/v1/attention?tokens=a+b&n_heads=3")
+        assert bad.status_code == 422 and c.get("/api/v1/attention?tokens=a+b&n_heads=3").status_code == 422
+    with make_client(response_cache_mb=0) as c:
+        c.get(url)
+        assert c.get(url).headers["x-cache"] == "hit"  # the trace cache still answers, the body is rebuilt
+        assert len(c.app.state.lab.responses) == 0

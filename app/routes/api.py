@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from engine import PRESETS, STAGE_TENSORS, STAGES
 
 from ..errors import field_error, where_of
-from ..lab import Lab, get_lab
+from ..lab import Lab, cached_get, get_lab
 from ..render.arrays import Traced, to_numpy
 from ..render.heatmap import png
 from ..render.payload import TooLarge, json_response, to_json, to_npz
@@ -126,6 +126,7 @@ async def attention_post(
 
 
 @router.get("/attention", response_model=AttentionResponse, responses=RESPONSES, description=NULL_NOTE)
+@cached_get
 async def attention_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """The same fields as the POST body, as query parameters (`tokens` space-separated, lists comma-separated)."""
     return await answer(request, parse_query(request), lab, "json")
@@ -137,6 +138,7 @@ NPZ: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/attention.npz", response_class=Response, responses=NPZ)
+@cached_get
 async def attention_npz_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Every selected stage as a NumPy archive, no size limit beyond the trace's own."""
     return await answer(request, parse_query(request), lab, "npz")
@@ -232,6 +234,7 @@ HEATMAP_DOC: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/attention/heatmap.png", response_class=Response, responses=HEATMAP_DOC)
+@cached_get
 async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
     (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is grey."""
@@ -243,6 +246,7 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
 
 
 @router.get("/attention/window")
+@cached_get
 async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Exact numbers of a rectangle of one head's matrix: `stage` or `tensor`, `head`, `row`, `col` (its top-left
     corner), `rows`, `cols` (at most 65,536 numbers). −∞ is null."""

@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from engine.block import BlockTrace
 
-from ..lab import Lab, get_lab
+from ..lab import Lab, cached_get, get_lab
 from ..schemas import BlockRequest
 from .api import (
     HEATMAP_DOC,
@@ -52,11 +52,13 @@ async def block_post(
 
 
 @router.get("/block", responses=RESPONSES, description=BLOCK_NOTE)
+@cached_get
 async def block_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     return await answer_block(request, _block_query(request), lab, "json")
 
 
 @router.get("/block.npz", response_class=Response, responses=NPZ)
+@cached_get
 async def block_npz(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Every selected stage as a NumPy archive, names `stage.tensor` (e.g. `ln1.ln1`, `softmax.weights`)."""
     return await answer_block(request, _block_query(request), lab, "npz")
@@ -69,6 +71,7 @@ async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
 
 
 @router.get("/block/heatmap.png", response_class=Response, responses=HEATMAP_DOC)
+@cached_get
 async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One tensor of one block stage as a PNG: the block fields plus `stage`, `tensor`, `head`, `size`."""
     size = _int_param(request, "size", 512, 16, 2048)
@@ -78,6 +81,7 @@ async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)])
 
 
 @router.get("/block/window")
+@cached_get
 async def block_window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Exact numbers of a rectangle of one block tensor (see /api/v1/attention/window)."""
     trace = await _block_trace(request, lab)
