@@ -11,6 +11,8 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from engine import SpecError
 
@@ -66,6 +68,23 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(SpecError)
     async def _spec_invalid(request: Request, exc: SpecError) -> Response:
         return field_error(where_of(request), exc.field, exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 400 and request.method in ("POST", "PUT", "PATCH"):
+            # FastAPI's answer to a body that is not UTF-8 JSON at all: an invalid input like any other.
+            return field_error("body", "request", "the body is not valid UTF-8 JSON")
+        if exc.status_code == 405:
+            # A path served by several routes (GET and POST twins): Allow lists them all, not the first one's.
+            allowed: set[str] = set()
+            for route in app.router.routes:
+                match, _ = route.matches({"type": "http", "path": request.url.path, "method": "__none__"})
+                if match != Match.NONE:
+                    allowed |= set(getattr(route, "methods", None) or ())
+            headers["Allow"] = ", ".join(sorted(allowed))
+        body = {"message": str(exc.detail), "detail": [{"loc": ["request"], "msg": str(exc.detail), "type": "http"}]}
+        return json_response(body, exc.status_code, headers)
 
     @app.exception_handler(FieldError)
     async def _field_invalid(request: Request, exc: FieldError) -> Response:

@@ -10,7 +10,7 @@ from fastapi.staticfiles import StaticFiles
 
 from . import __version__, errors
 from .lab import Lab, ServeCached
-from .limits import BodyLimit
+from .limits import BodyLimit, SecurityHeaders
 from .routes import api, block, block_page, docs, pages, params
 from .settings import Settings, get_settings
 
@@ -33,6 +33,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.add_middleware(ServeCached, lab=app.state.lab)
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
+    app.add_middleware(SecurityHeaders)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.mount("/vendor/htmx", StaticFiles(directory=str(files("js_lib_htmx") / "static" / "htmx")), name="htmx")
     if MATH_FONT.is_dir():  # installed by `make` from npm; without it formulas use the system's math font

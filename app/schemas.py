@@ -202,15 +202,36 @@ def from_query(
             out[name] = [i for i in items if i]
         elif name in JSON_FIELDS:
             text = params[name]
+            if text == "":
+                continue  # an empty field means "not given", as for every other field
             try:
                 out[name] = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # malformed, or nested deeper than any matrix
                 raise FieldError(name, "must be JSON text, e.g. [[1, 0], [0, 1]]") from None
         else:
             value = params[name]
             if value != "" or name == "tokens":  # an empty form field means "the default"
                 out[name] = value
     return out
+
+
+class ProblemItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """Every 4xx answer: a one-line message and the field-level details."""
+
+    message: str
+    detail: list[ProblemItem]
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    413: {"model": Problem, "description": "Too large: the body, or the answer (select heads/stages, or use .npz)"},
+    422: {"model": Problem, "description": "A field is invalid; `message` and `detail[].loc` name it"},
+}
 
 
 # Response models: they describe the JSON for /docs; the routes serialise with orjson directly.
@@ -235,3 +256,31 @@ class AttentionResponse(BaseModel):
     tokens: list[str]
     stages: list[StageOut]
     checks: ChecksOut
+
+
+INT_OR_EMPTY: dict[str, Any] = {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 0}]}
+
+
+def query_parameters(model: type[BaseModel], extra: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """OpenAPI descriptions of a GET route's query parameters, derived from the POST body model, so /docs and
+    API fuzzers know the GET twin's fields: lists are comma-separated, matrices JSON text."""
+    params = []
+    for name, field in model.model_fields.items():
+        schema: dict[str, Any] = {"type": "string"}
+        note = field.description or ""
+        if name in LIST_FIELDS:
+            note = (note + " Comma-separated.").strip()
+        elif name in JSON_FIELDS:
+            note = (note + " JSON text, e.g. [[1, 0], [0, 1]].").strip()
+        else:
+            body = model.model_json_schema()["properties"][name]
+            options = body.get("anyOf", [body])
+            enums = [v for o in options for v in o.get("enum", [])] + [o["const"] for o in options if "const" in o]
+            if enums:  # an empty value (a form's untouched field) means the default
+                schema = {"type": "string", "enum": [*enums, ""]}
+            elif any(o.get("type") == "integer" for o in options):
+                schema = INT_OR_EMPTY
+        params.append({"name": name, "in": "query", "required": False, "schema": schema, "description": note})
+    for name, schema in (extra or {}).items():
+        params.append({"name": name, "in": "query", "required": False, "schema": schema})
+    return params

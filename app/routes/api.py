@@ -16,9 +16,18 @@ from ..lab import Lab, cached_get, get_lab
 from ..render.arrays import Traced, to_numpy
 from ..render.heatmap import png
 from ..render.payload import TooLarge, json_response, to_json, to_npz
-from ..schemas import AttentionRequest, AttentionResponse, FieldError, View, from_query
+from ..schemas import (
+    ERRORS,
+    INT_OR_EMPTY,
+    AttentionRequest,
+    AttentionResponse,
+    FieldError,
+    View,
+    from_query,
+    query_parameters,
+)
 
-router = APIRouter(prefix="/api/v1", tags=["attention"])
+router = APIRouter(prefix="/api/v1", tags=["attention"], responses=ERRORS)
 
 NULL_NOTE = (
     "JSON has no −∞: a masked entry is null. Tensors: projection x (N,d), q k v (H,N,d_k); scores raw, scaled "
@@ -112,10 +121,7 @@ def presets(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     }
 
 
-RESPONSES: dict[int | str, dict[str, Any]] = {
-    413: {"description": "The JSON would exceed the size limit: select heads/stages or use the .npz"},
-    422: {"description": "A field is invalid; `message` and `detail[].loc` name it"},
-}
+RESPONSES = ERRORS
 
 
 @router.post("/attention", response_model=AttentionResponse, responses=RESPONSES, description=NULL_NOTE)
@@ -125,7 +131,21 @@ async def attention_post(
     return await answer(request, req, lab, "json")
 
 
-@router.get("/attention", response_model=AttentionResponse, responses=RESPONSES, description=NULL_NOTE)
+GET_PARAMS = {"parameters": query_parameters(AttentionRequest)}
+VIEW_PARAMS: dict[str, dict[str, Any]] = {
+    "stage": {"type": "string"},
+    "tensor": {"type": "string"},
+    "head": INT_OR_EMPTY,
+}
+
+
+@router.get(
+    "/attention",
+    response_model=AttentionResponse,
+    responses=RESPONSES,
+    description=NULL_NOTE,
+    openapi_extra=GET_PARAMS,
+)
 @cached_get
 async def attention_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """The same fields as the POST body, as query parameters (`tokens` space-separated, lists comma-separated)."""
@@ -137,7 +157,7 @@ NPZ: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/attention.npz", response_class=Response, responses=NPZ)
+@router.get("/attention.npz", response_class=Response, responses=NPZ, openapi_extra=GET_PARAMS)
 @cached_get
 async def attention_npz_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Every selected stage as a NumPy archive, no size limit beyond the trace's own."""
@@ -185,6 +205,7 @@ def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -
     """The 2-D matrix a heat map or a window shows: `stage` (key or 1-based index), `tensor` (the stage's main one
     by default) and `head` for tensors with a head axis."""
     q = request.query_params
+    head = _int_param(request, "head", 0, 0, trace.n_heads - 1)  # checked even where the tensor has no heads
     stage = q.get("stage") or default_stage
     if stage.isdigit() and 1 <= int(stage) <= len(trace.order):
         stage = trace.order[int(stage) - 1]
@@ -198,7 +219,7 @@ def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -
         raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(tensors)}")
     t = tensors[tensor]
     if t.dim() == 3:
-        t = t[_int_param(request, "head", 0, 0, trace.n_heads - 1)]
+        t = t[head]
     return tensor, to_numpy(t)
 
 
@@ -233,7 +254,12 @@ HEATMAP_DOC: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/attention/heatmap.png", response_class=Response, responses=HEATMAP_DOC)
+@router.get(
+    "/attention/heatmap.png",
+    response_class=Response,
+    responses=HEATMAP_DOC,
+    openapi_extra={"parameters": query_parameters(AttentionRequest, VIEW_PARAMS | {"size": INT_OR_EMPTY})},
+)
 @cached_get
 async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
@@ -245,7 +271,10 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
     return await run_in_threadpool(heatmap_response, tensor, a, size)
 
 
-@router.get("/attention/window")
+WINDOW_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS | {k: INT_OR_EMPTY for k in ("row", "col", "rows", "cols")}
+
+
+@router.get("/attention/window", openapi_extra={"parameters": query_parameters(AttentionRequest, WINDOW_EXTRA)})
 @cached_get
 async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Exact numbers of a rectangle of one head's matrix: `stage` or `tensor`, `head`, `row`, `col` (its top-left

@@ -11,11 +11,13 @@ from fastapi.concurrency import run_in_threadpool
 from engine.block import BlockTrace
 
 from ..lab import Lab, cached_get, get_lab
-from ..schemas import BlockRequest
+from ..schemas import ERRORS, INT_OR_EMPTY, BlockRequest, query_parameters
 from .api import (
     HEATMAP_DOC,
     NPZ,
     RESPONSES,
+    VIEW_PARAMS,
+    WINDOW_EXTRA,
     _int_param,
     heatmap_response,
     matrix_of,
@@ -24,7 +26,7 @@ from .api import (
     window_response,
 )
 
-router = APIRouter(prefix="/api/v1", tags=["block"])
+router = APIRouter(prefix="/api/v1", tags=["block"], responses=ERRORS)
 
 BLOCK_NOTE = (
     "Stages in computation order. Pre-LN: ln1 (input, ln1), projection … weighted_sum (the attention of "
@@ -51,13 +53,16 @@ async def block_post(
     return await answer_block(request, req, lab, "json")
 
 
-@router.get("/block", responses=RESPONSES, description=BLOCK_NOTE)
+BLOCK_PARAMS = {"parameters": query_parameters(BlockRequest)}
+
+
+@router.get("/block", responses=RESPONSES, description=BLOCK_NOTE, openapi_extra=BLOCK_PARAMS)
 @cached_get
 async def block_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     return await answer_block(request, _block_query(request), lab, "json")
 
 
-@router.get("/block.npz", response_class=Response, responses=NPZ)
+@router.get("/block.npz", response_class=Response, responses=NPZ, openapi_extra=BLOCK_PARAMS)
 @cached_get
 async def block_npz(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Every selected stage as a NumPy archive, names `stage.tensor` (e.g. `ln1.ln1`, `softmax.weights`)."""
@@ -70,7 +75,12 @@ async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
     return trace
 
 
-@router.get("/block/heatmap.png", response_class=Response, responses=HEATMAP_DOC)
+@router.get(
+    "/block/heatmap.png",
+    response_class=Response,
+    responses=HEATMAP_DOC,
+    openapi_extra={"parameters": query_parameters(BlockRequest, VIEW_PARAMS | {"size": INT_OR_EMPTY})},
+)
 @cached_get
 async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One tensor of one block stage as a PNG: the block fields plus `stage`, `tensor`, `head`, `size`."""
@@ -80,7 +90,7 @@ async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)])
     return await run_in_threadpool(heatmap_response, tensor, a, size)
 
 
-@router.get("/block/window")
+@router.get("/block/window", openapi_extra={"parameters": query_parameters(BlockRequest, WINDOW_EXTRA)})
 @cached_get
 async def block_window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Exact numbers of a rectangle of one block tensor (see /api/v1/attention/window)."""

@@ -14,9 +14,10 @@ from engine.params import MODELS, count, shape_from
 
 from ..errors import clean
 from ..i18n import LANGS, negotiate, translator
+from ..schemas import ERRORS
 from ..templating import TEMPLATES
 
-router = APIRouter(prefix="/api/v1", tags=["parameters"])
+router = APIRouter(prefix="/api/v1", tags=["parameters"], responses=ERRORS)
 
 
 class ParamsQuery(BaseModel):

@@ -110,9 +110,11 @@ def test_the_form_recomputes_and_errors_show_inline(page: Page, live_server: str
     expect(page.locator("#stage .error")).to_contain_text("n_heads")
 
 
-def test_no_request_leaves_loopback(page: Page, live_server: str):
+def test_no_request_leaves_loopback_and_the_csp_blocks_nothing(page: Page, live_server: str):
     hosts: set[str] = set()
+    refused: list[str] = []
     page.on("request", lambda req: hosts.add(urlparse(req.url).hostname or req.url.split(":")[0]))
+    page.on("console", lambda msg: refused.append(msg.text) if "Content Security Policy" in msg.text else None)
     page.goto(f"{live_server}/?stage=3&mask=causal&lang=zh")
     page.click("[data-action=next]")
     expect(page.locator("#stage")).to_have_attribute("data-index", "4")
@@ -121,8 +123,10 @@ def test_no_request_leaves_loopback(page: Page, live_server: str):
     page.goto(f"{live_server}/?preset=gpt2-small&tokens=a+b+c+d+e+f+g+h+i+j+k+l+m+n+o+p+q+r&stage=4")
     page.locator("#zoom").hover()
     page.goto(f"{live_server}/docs")
+    expect(page.locator(".swagger-ui .title").first).to_contain_text("Attention Lab")
     page.wait_for_load_state("networkidle")
     assert hosts - {"data"} == {"127.0.0.1"}
+    assert refused == []
 
 
 def test_block_page_steps_through_the_whole_block(page: Page, live_server: str):
