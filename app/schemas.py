@@ -44,8 +44,27 @@ class AttentionRequest(BaseModel):
     layer: int | None = Field(None, ge=0, description="Pretrained models: the layer (block) to trace, from 0.")
     d_model: int | None = Field(None, ge=1, description="Width; defaults to the preset's.")
     n_heads: int | None = Field(None, ge=1, description="Heads; d_model must be divisible by it.")
-    mask: Literal["none", "causal", "padding", "document"] | None = Field(
+    mask: Literal["none", "causal", "padding", "document", "sliding_window", "prefix_lm", "custom"] | None = Field(
         None, description="Default: none, or the model's own (causal for GPT-2)."
+    )
+    window: int | None = Field(
+        None, ge=1, description="mask=sliding_window: tokens a query reads back, itself included."
+    )
+    prefix: int | None = Field(None, ge=0, description="mask=prefix_lm: the first `prefix` tokens are read both ways.")
+    mask_matrix: (
+        Annotated[list[Annotated[list[Literal[0, 1]], Field(max_length=1024)]], Field(max_length=1024)] | None
+    ) = Field(None, description="mask=custom: N × N_kv of 1 (may read) and 0 (may not).")
+    positions: Literal["none", "sinusoidal", "learned", "rope"] | None = Field(
+        None, description="none, sinusoidal or learned (added to x), or rope (rotates q and k)."
+    )
+    rope_base: float | None = Field(None, gt=1, le=1e9, allow_inf_nan=False, description="RoPE: θ_i = base^(−2i/d_k).")
+    rope_pairing: Literal["adjacent", "half"] | None = Field(
+        None, description="RoPE pairs (2i, 2i+1) as the paper, or (i, i + d_k/2) as Hugging Face's LLaMA."
+    )
+    n_ctx: int | None = Field(None, ge=1, le=1_000_000, description="positions=learned: rows of the table.")
+    n_kv_heads: int | None = Field(None, ge=1, description="GQA/MQA: K/V heads shared by groups of query heads.")
+    kv_tokens: list[str] | str | None = Field(
+        None, description="Cross-attention: the sequence K and V come from (Q comes from `tokens`)."
     )
     pad_positions: list[int] = Field(default_factory=list, description="0-based key positions never attended to.")
     segment_ids: list[int] = Field(
@@ -92,6 +111,15 @@ class AttentionRequest(BaseModel):
             token_ids=self.token_ids,
             layer=self.layer,
             models=models,
+            positions=self.positions,
+            rope_base=self.rope_base,
+            rope_pairing=self.rope_pairing,
+            n_ctx=self.n_ctx,
+            n_kv_heads=self.n_kv_heads,
+            window=self.window,
+            prefix=self.prefix,
+            mask_matrix=self.mask_matrix,
+            kv_tokens=self.kv_tokens,
             preset=self.preset,
             d_model=self.d_model,
             n_heads=self.n_heads,
@@ -184,7 +212,7 @@ class FieldError(ValueError):
 
 
 LIST_FIELDS = ("pad_positions", "segment_ids", "stages", "heads", "token_ids")
-JSON_FIELDS = ("x", *MATRICES, *BIASES)
+JSON_FIELDS = ("x", *MATRICES, *BIASES, "mask_matrix")
 
 
 def from_query(

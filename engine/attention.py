@@ -12,17 +12,30 @@ from dataclasses import dataclass, fields
 import torch
 import torch.nn.functional as F
 
-from . import masks
+from . import masks, positions
 from .sources import Weights
 from .spec import STAGES, Spec
 
 
 @dataclass(frozen=True)
 class Projection:
-    x: torch.Tensor  # (N, d)
+    x: torch.Tensor  # (N, d)  what W_Q reads: the token vectors, plus absolute positions when they are added
     q: torch.Tensor  # (H, N, d_k)
-    k: torch.Tensor  # (H, N, d_k)
-    v: torch.Tensor  # (H, N, d_k)
+    k: torch.Tensor  # (H_kv, N_kv, d_k)  H_kv < H under GQA/MQA: head h reads K head h // (H / H_kv)
+    v: torch.Tensor  # (H_kv, N_kv, d_k)
+    embedding: torch.Tensor | None = None  # (N, d) the token vectors alone (sinusoidal or learned positions)
+    positions: torch.Tensor | None = None  # (N, d) the position table added to them
+    q_rot: torch.Tensor | None = None  # (H, N, d_k) q after RoPE
+    k_rot: torch.Tensor | None = None  # (H_kv, N_kv, d_k) k after RoPE
+    source: torch.Tensor | None = None  # (N_kv, d) cross-attention: what W_K and W_V read
+
+    @property
+    def query(self) -> torch.Tensor:
+        return self.q if self.q_rot is None else self.q_rot
+
+    @property
+    def key(self) -> torch.Tensor:
+        return self.k if self.k_rot is None else self.k_rot
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,7 @@ class Trace:
         if key not in STAGES:
             raise KeyError(key)
         s = getattr(self, key)
-        return {f.name: getattr(s, f.name) for f in fields(s)}
+        return {f.name: getattr(s, f.name) for f in fields(s) if getattr(s, f.name) is not None}
 
     @property
     def nbytes(self) -> int:
@@ -102,24 +115,49 @@ def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.T
     return x @ w if b is None else torch.addmm(b, x, w)
 
 
-def project(x: torch.Tensor, w: Weights, n_heads: int) -> Projection:
-    """Stage 1: Q = X W_Q + b_Q (likewise K, V), then head h takes columns h·d_k … (h+1)·d_k − 1."""
+def project(x: torch.Tensor, w: Weights, spec: Spec, source: torch.Tensor | None = None) -> Projection:
+    """Stage 1: Q = X W_Q + b_Q, K = X W_K + b_K, V = X W_V + b_V (K and V read `source` in cross-attention),
+    then head h takes columns h·d_k … (h+1)·d_k − 1. Absolute positions are added to x first; RoPE rotates q and k."""
     n, d = x.shape
+    extra: dict[str, torch.Tensor] = {}
+    if spec.positions in ("sinusoidal", "learned"):
+        table = _position_table(spec, max(n, 0 if source is None else source.shape[0]), d).to(x.device, x.dtype)
+        extra = {"embedding": x, "positions": table[:n]}
+        x = x + table[:n]
+        if source is not None:
+            source = source + table[: source.shape[0]]
+    src = x if source is None else source
+    m = src.shape[0]
 
-    def split(t: torch.Tensor) -> torch.Tensor:
-        return t.view(n, n_heads, d // n_heads).transpose(0, 1).contiguous()  # (H, N, d_k)
+    def split(t: torch.Tensor, rows: int, heads: int) -> torch.Tensor:
+        return t.view(rows, heads, spec.d_k).transpose(0, 1).contiguous()  # (heads, rows, d_k)
 
-    return Projection(
-        x=x,
-        q=split(_linear(x, w.w_q, w.b_q)),
-        k=split(_linear(x, w.w_k, w.b_k)),
-        v=split(_linear(x, w.w_v, w.b_v)),
-    )
+    q = split(_linear(x, w.w_q, w.b_q), n, spec.n_heads)
+    k = split(_linear(src, w.w_k, w.b_k), m, spec.kv_heads)
+    v = split(_linear(src, w.w_v, w.b_v), m, spec.kv_heads)
+    if spec.positions == "rope":
+        pos = torch.arange(n, device=x.device)
+        extra["q_rot"] = positions.rotate(q, pos, spec.rope_base, spec.rope_pairing)
+        extra["k_rot"] = positions.rotate(k, torch.arange(m, device=x.device), spec.rope_base, spec.rope_pairing)
+    if source is not None:
+        extra["source"] = src
+    return Projection(x=x, q=q, k=k, v=v, **extra)
+
+
+def _position_table(spec: Spec, n: int, d: int) -> torch.Tensor:
+    if spec.positions == "sinusoidal":
+        return positions.sinusoidal(n, d)
+    return positions.learned_table(spec.seed, spec.n_ctx, d)[:n]
+
+
+def _per_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """K or V heads repeated so that query head h meets K/V head h // (H / H_kv): (H, N_kv, d_k)."""
+    return t if t.shape[0] == n_heads else t.repeat_interleave(n_heads // t.shape[0], dim=0)
 
 
 def scores(p: Projection, scale: float) -> Scores:
     """Stage 2: the raw dot products QKᵀ and the scaled scores QKᵀ / s."""
-    raw = p.q @ p.k.transpose(-2, -1)  # (H, N, N)
+    raw = p.query @ _per_head(p.key, p.q.shape[0]).transpose(-2, -1)  # (H, N, N_kv)
     return Scores(raw=raw, scaled=raw / scale)
 
 
@@ -143,7 +181,7 @@ def softmax(m: Mask) -> Softmax:
 
 def weighted_sum(a: Softmax, p: Projection, w: Weights) -> WeightedSum:
     """Stage 5: each head's A V, the heads concatenated back to (N, d), then the output projection W_O."""
-    heads = a.weights @ p.v  # (H, N, d_k)
+    heads = a.weights @ _per_head(p.v, p.q.shape[0])  # (H, N, d_k)
     h, n, dk = heads.shape
     concat = heads.transpose(0, 1).reshape(n, h * dk)  # (N, d)
     return WeightedSum(heads=heads, concat=concat, output=_linear(concat, w.w_o, w.b_o))
@@ -152,7 +190,9 @@ def weighted_sum(a: Softmax, p: Projection, w: Weights) -> WeightedSum:
 def check(p: Projection, add_mask: torch.Tensor, scale: float, a: Softmax, ws: WeightedSum) -> Checks:
     """Compare stage 5 with PyTorch's fused attention on the same Q, K, V, mask and scale."""
     visible = torch.isfinite(add_mask).any(dim=-1)  # (N,) rows with at least one key
-    fused = F.scaled_dot_product_attention(p.q, p.k, p.v, attn_mask=add_mask, scale=1.0 / scale)
+    h = p.q.shape[0]
+    k, v = _per_head(p.key, h), _per_head(p.v, h)
+    fused = F.scaled_dot_product_attention(p.query, k, v, attn_mask=add_mask, scale=1.0 / scale)
     diff = (fused - ws.heads)[:, visible].abs()
     sums = a.weights.sum(dim=-1)  # (H, N)
     target = visible.to(sums.dtype).expand_as(sums)
@@ -163,12 +203,26 @@ def check(p: Projection, add_mask: torch.Tensor, scale: float, a: Softmax, ws: W
     )
 
 
-def run(spec: Spec, x: torch.Tensor, w: Weights) -> Trace:
-    """All five stages for `spec` on the given input and weights (already on their device and dtype)."""
+def mask_of(spec: Spec, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    allow = masks.allowed(
+        spec.mask,
+        spec.n_tokens,
+        spec.pad_positions,
+        spec.segment_ids,
+        window=spec.window,
+        prefix=spec.prefix,
+        custom=spec.mask_matrix,
+        n_kv=len(spec.kv_tokens) or None,
+    )
+    return masks.additive(allow, dtype)
+
+
+def run(spec: Spec, x: torch.Tensor, w: Weights, source: torch.Tensor | None = None) -> Trace:
+    """All five stages for `spec` on the given input (and, for cross-attention, the source sequence that K and V
+    read) and weights, already on their device and dtype."""
     s = spec.scale_value
-    add = masks.additive(masks.allowed(spec.mask, spec.n_tokens, spec.pad_positions, spec.segment_ids), x.dtype)
-    add = add.to(x.device)
-    p = project(x, w, spec.n_heads)
+    add = mask_of(spec, x.dtype).to(x.device)
+    p = project(x, w, spec, source)
     sc = scores(p, s)
     m = mask(sc, add)
     a = softmax(m)

@@ -10,14 +10,14 @@ attention inside is `attention.run`, the same five stages the lab shows, kept as
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from . import attention, sources
+from . import attention, positions, sources
 from .device import torch_dtype
 from .sources import _seed_of
 from .spec import Spec, SpecError
@@ -87,6 +87,8 @@ def make_block_spec(
         raise SpecError("d_ff", f"must be between 1 and {max_d_ff} (or 0 for 4·d_model), got {d_ff}")
     if not (math.isfinite(eps) and 0 < eps <= 1):
         raise SpecError("eps", f"must be in (0, 1], got {eps}")
+    if attn.kv_tokens:
+        raise SpecError("kv_tokens", "a decoder block attends to itself; cross-attention is an attention trace")
     spec = BlockSpec(attn, norm, ffn, d_ff, placement, gelu, eps)
     if memory_budget_bytes is not None:
         n, d = attn.n_tokens, attn.d_model
@@ -203,9 +205,15 @@ def reference(x: torch.Tensor, aw: sources.Weights, w: BlockWeights, spec: Block
         return F.rms_norm(t, (d,), g, spec.eps)
 
     def attn(t: torch.Tensor) -> torch.Tensor:
-        q, k, v = (F.linear(t, m.T, b).view(n, s.n_heads, s.d_k).transpose(0, 1) for m, b in
-                   ((aw.w_q, aw.b_q), (aw.w_k, aw.b_k), (aw.w_v, aw.b_v)))  # fmt: skip
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=add_mask, scale=1 / s.scale_value)
+        q = F.linear(t, aw.w_q.T, aw.b_q).view(n, s.n_heads, s.d_k).transpose(0, 1)
+        k, v = (F.linear(t, m.T, b).view(n, s.kv_heads, s.d_k).transpose(0, 1) for m, b in
+                ((aw.w_k, aw.b_k), (aw.w_v, aw.b_v)))  # fmt: skip
+        if s.positions == "rope":
+            pos = torch.arange(n, device=t.device)
+            q = positions.rotate(q, pos, s.rope_base, s.rope_pairing)
+            k = positions.rotate(k, pos, s.rope_base, s.rope_pairing)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=add_mask, scale=1 / s.scale_value,
+                                           enable_gqa=s.kv_heads != s.n_heads)  # fmt: skip
         y = torch.nan_to_num(y, nan=0.0)  # rows with every key masked: zeros, as the engine defines them
         return F.linear(y.transpose(0, 1).reshape(n, d), aw.w_o.T, aw.b_o)
 
@@ -240,9 +248,14 @@ def compute_block(spec: BlockSpec, model: Any = None) -> BlockTrace:
         w = random_block_weights(s.seed, s.d_model, spec.ff, spec.norm, spec.ffn, s.bias, s.init_std)
     w = BlockWeights(**{k: None if v is None else v.to(device=device, dtype=dtype) for k, v in vars(w).items()})  # type: ignore[arg-type]
     stages: dict[str, dict[str, torch.Tensor]] = {}
+    table = None
+    if s.positions in ("sinusoidal", "learned"):  # added to the residual stream, as GPT-2 adds wpe, not inside
+        table = attention._position_table(s, s.n_tokens, s.d_model).to(device, dtype)
+        x = x + table
+        s = replace(s, positions="none")
     if spec.placement == "pre":
         h = normalise(x, w.ln1_w, w.ln1_b, spec.norm, spec.eps)
-        stages["ln1"] = {"input": x, "ln1": h}
+        stages["ln1"] = {"input": x, "ln1": h} | ({} if table is None else {"positions": table})
         att = attention.run(s, h, aw)
         r = x + att.weighted_sum.output
         stages["residual1"] = {"residual1": r}
@@ -254,7 +267,7 @@ def compute_block(spec: BlockSpec, model: Any = None) -> BlockTrace:
     else:
         att = attention.run(s, x, aw)
         r = x + att.weighted_sum.output
-        stages["residual1"] = {"input": x, "residual1": r}
+        stages["residual1"] = {"input": x, "residual1": r} | ({} if table is None else {"positions": table})
         h = normalise(r, w.ln1_w, w.ln1_b, spec.norm, spec.eps)
         stages["ln1"] = {"ln1": h}
         hidden, out = feed_forward(h, w, spec.ffn, spec.gelu)
@@ -262,6 +275,6 @@ def compute_block(spec: BlockSpec, model: Any = None) -> BlockTrace:
         y = normalise(h + out, w.ln2_w, w.ln2_b, spec.norm, spec.eps)
         stages["ln2"] = {"residual2": h + out, "ln2": y}
         stages["output"] = {"output": y}
-    ref = reference(x, aw, w, spec, att.mask.mask)
+    ref = reference(x, aw, w, replace(spec, attn=s), att.mask.mask)
     diff = float((ref - stages["output"]["output"]).abs().max())
     return BlockTrace(spec, stages, att, w, diff)

@@ -47,12 +47,22 @@ def embed(tokens: tuple[str, ...], seed: int, d_model: int) -> torch.Tensor:
 
 
 @lru_cache(maxsize=8)
-def random_weights(seed: int, d_model: int, init_std: float, bias: bool) -> Weights:
-    """W_Q, W_K, W_V, W_O drawn from N(0, init_std²) in that order; biases start at zero as in GPT-2."""
+def random_weights(seed: int, d_model: int, init_std: float, bias: bool, d_kv: int | None = None) -> Weights:
+    """W_Q, W_K, W_V, W_O drawn from N(0, init_std²) in that order; biases start at zero as in GPT-2.
+    Under GQA, W_K and W_V have d_kv = n_kv_heads · d_k columns."""
+    d_kv = d_model if d_kv is None else d_kv
     g = torch.Generator().manual_seed(_seed_of("weights", seed))
-    ws = [torch.randn(d_model, d_model, generator=g) * init_std for _ in range(4)]
-    bs = [torch.zeros(d_model) for _ in range(4)] if bias else [None] * 4
+    cols = (d_model, d_kv, d_kv, d_model)
+    ws = [torch.randn(d_model, c, generator=g) * init_std for c in cols]
+    bs = [torch.zeros(c) for c in cols] if bias else [None] * 4
     return Weights(*ws, *bs)
+
+
+def source(spec: Spec, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+    """Cross-attention: the seeded vectors of the sequence K and V are read from, (N_kv, d); else None."""
+    if not spec.kv_tokens:
+        return None
+    return embed(spec.kv_tokens, spec.seed, spec.d_model).to(device=device, dtype=dtype)
 
 
 def cast(w: Weights, device: torch.device, dtype: torch.dtype) -> Weights:
@@ -62,12 +72,12 @@ def cast(w: Weights, device: torch.device, dtype: torch.dtype) -> Weights:
 def load(spec: Spec, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, Weights]:
     """The layer input x (N, d) and the weights for `spec`, on `device` in `dtype`."""
     x = torch.tensor(spec.x) if spec.x is not None else embed(spec.tokens, spec.seed, spec.d_model)
-    generated = random_weights(spec.seed, spec.d_model, spec.init_std, spec.bias)
+    generated = random_weights(spec.seed, spec.d_model, spec.init_std, spec.bias, spec.d_kv)
     parts: dict[str, torch.Tensor | None] = {}
     for name in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):
         given = getattr(spec, name)
         value = torch.tensor(given) if given is not None else getattr(generated, name)
         if value is None and spec.bias:  # an explicit bias given for one projection: the others are zero
-            value = torch.zeros(spec.d_model)
+            value = torch.zeros(spec.d_kv if name in ("b_k", "b_v") else spec.d_model)
         parts[name] = None if value is None else value.to(device=device, dtype=dtype)
     return x.to(device=device, dtype=dtype), Weights(**parts)  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 STAGES = ("projection", "scores", "mask", "softmax", "weighted_sum")
@@ -21,7 +21,9 @@ STAGE_TENSORS: dict[str, tuple[str, ...]] = {
     "softmax": ("weights",),
     "weighted_sum": ("heads", "concat", "output"),
 }
-MASKS = ("none", "causal", "padding", "document")
+MASKS = ("none", "causal", "padding", "document", "sliding_window", "prefix_lm", "custom")
+POSITIONS = ("none", "sinusoidal", "learned", "rope")
+PAIRINGS = ("adjacent", "half")
 SCALES = ("sqrt_dk", "none", "dk")
 DTYPES = ("float32", "bfloat16", "float16")
 MATRICES = ("w_q", "w_k", "w_v", "w_o")
@@ -101,6 +103,15 @@ class Spec:
     b_o: Vector | None = None
     layer: int = 0  # pretrained models: the block whose attention is traced
     token_ids: tuple[int, ...] = ()  # pretrained models: the tokenizer's ids behind `tokens`
+    positions: str = "none"  # none | sinusoidal | learned (added to x) | rope (rotates q and k)
+    rope_base: float = 10000.0  # θ_i = base^(−2i/d_k)
+    rope_pairing: str = "adjacent"  # adjacent (2i, 2i+1) | half (i, i + d_k/2), as Hugging Face's LLaMA
+    n_ctx: int = 1024  # rows of the learned position table
+    n_kv_heads: int = 0  # GQA/MQA: K and V heads shared by groups of query heads; 0 means n_heads
+    window: int = 0  # mask=sliding_window: how many tokens back a query reads, itself included
+    prefix: int = 0  # mask=prefix_lm: the first `prefix` tokens are read in both directions
+    mask_matrix: tuple[tuple[bool, ...], ...] | None = None  # mask=custom: True where query i may read key j
+    kv_tokens: tuple[str, ...] = ()  # cross-attention: the sequence K and V come from
 
     @property
     def n_tokens(self) -> int:
@@ -109,6 +120,15 @@ class Spec:
     @property
     def d_k(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def d_kv(self) -> int:
+        """Columns of W_K and W_V: n_kv_heads · d_k."""
+        return self.kv_heads * self.d_k
 
     @property
     def scale_value(self) -> float:
@@ -139,6 +159,16 @@ class Spec:
             "device": self.device,
             "dtype": self.dtype,
             "explicit": list(self.explicit),
+            "positions": self.positions,
+            "rope_base": self.rope_base,
+            "rope_pairing": self.rope_pairing,
+            "n_ctx": self.n_ctx,
+            "n_kv_heads": self.kv_heads,
+            "window": self.window,
+            "prefix": self.prefix,
+            "mask_matrix": None if self.mask_matrix is None else [[int(v) for v in r] for r in self.mask_matrix],
+            "kv_tokens": list(self.kv_tokens),
+            "kv_cache_bytes_per_token": 2 * self.d_kv * DTYPE_BYTES[self.dtype],
         } | ({"layer": self.layer, "token_ids": list(self.token_ids)} if self.token_ids else {})
 
 
@@ -225,6 +255,86 @@ def _check_cost(seed: int, n: int, d_model: int, n_heads: int, dtype: str, limit
             f"this trace needs about {needed / 2**20:.0f} MiB, over the server's budget of "
             f"{limits.memory_budget_bytes / 2**20:.0f} MiB: use fewer tokens or heads",
         )
+
+
+def _check_kv_heads(n_kv_heads: int | None, n_heads: int) -> int:
+    if n_kv_heads is None or n_kv_heads == 0:
+        return n_heads
+    if not 1 <= n_kv_heads <= n_heads or n_heads % n_kv_heads:
+        raise SpecError(
+            "n_kv_heads", f"must divide n_heads {n_heads} (1 is MQA, {n_heads} is plain MHA), got {n_kv_heads}"
+        )
+    return n_kv_heads
+
+
+def _check_kv_tokens(kv_tokens: Sequence[str] | str | None, limits: Limits) -> tuple[str, ...]:
+    if kv_tokens is None:
+        return ()
+    items = kv_tokens.split() if isinstance(kv_tokens, str) else list(kv_tokens)
+    for i, t in enumerate(items):
+        if not isinstance(t, str) or not t.strip() or len(t) > limits.max_token_chars:
+            raise SpecError("kv_tokens", f"token {i} is empty, not a string or too long")
+    if len(items) > limits.max_tokens:
+        raise SpecError("kv_tokens", f"{len(items)} tokens is more than the {limits.max_tokens} this server traces")
+    return tuple(items)
+
+
+def _with_options(spec: Spec, options: dict[str, Any], limits: Limits) -> Spec:
+    """Positions, RoPE and the mask kinds that need a parameter, checked against the finished spec."""
+    n, n_keys = spec.n_tokens, len(spec.kv_tokens) or spec.n_tokens
+    positions = options["positions"] or "none"
+    if positions not in POSITIONS:
+        raise SpecError("positions", f"unknown positions {positions!r}; choose one of {', '.join(POSITIONS)}")
+    pairing = options["rope_pairing"] or "adjacent"
+    if pairing not in PAIRINGS:
+        raise SpecError("rope_pairing", f"unknown pairing {pairing!r}; choose adjacent or half")
+    base = 10000.0 if options["rope_base"] is None else float(options["rope_base"])
+    if not (math.isfinite(base) and 1 < base <= 1e9):
+        raise SpecError("rope_base", f"must be a number above 1 and at most 1e9, got {options['rope_base']}")
+    if positions == "rope":
+        if spec.d_k % 2:
+            raise SpecError("positions", f"RoPE rotates pairs of dimensions: d_k must be even, it is {spec.d_k}")
+        if spec.kv_tokens:
+            raise SpecError("positions", "RoPE is for self-attention here: cross-attention has no shared positions")
+    n_ctx = spec.n_ctx if options["n_ctx"] is None else int(options["n_ctx"])
+    if not 1 <= n_ctx <= 1_000_000:
+        raise SpecError("n_ctx", f"must be between 1 and 1,000,000, got {n_ctx}")
+    if positions == "learned" and max(n, n_keys) > n_ctx:
+        raise SpecError(
+            "tokens", f"learned positions stop at n_ctx = {n_ctx}: token {n_ctx + 1} has no position vector"
+        )
+    window, prefix, custom = options["window"], options["prefix"], options["mask_matrix"]
+    if spec.mask == "sliding_window":
+        if window is None or not 1 <= int(window) <= limits.max_tokens:
+            raise SpecError("window", "mask=sliding_window needs window ≥ 1: how many tokens back a query reads")
+    elif window is not None:
+        raise SpecError("window", "is only used with mask=sliding_window")
+    if spec.mask == "prefix_lm":
+        if prefix is None or not 0 <= int(prefix) <= n:
+            raise SpecError("prefix", f"mask=prefix_lm needs prefix between 0 and {n}: the tokens read both ways")
+    elif prefix is not None:
+        raise SpecError("prefix", "is only used with mask=prefix_lm")
+    matrix = None
+    if spec.mask == "custom":
+        if custom is None:
+            raise SpecError("mask_matrix", f"mask=custom needs an {n} × {n_keys} matrix of 0 and 1")
+        if len(custom) != n or any(not isinstance(r, list | tuple) or len(r) != n_keys for r in custom):
+            raise SpecError("mask_matrix", f"must be {n} × {n_keys} (queries × keys)")
+        if any(v not in (0, 1, True, False) or (isinstance(v, float) and not v.is_integer()) for r in custom for v in r):
+            raise SpecError("mask_matrix", "entries are 1 (may read) or 0 (may not)")
+        matrix = tuple(tuple(bool(v) for v in r) for r in custom)
+    elif custom is not None:
+        raise SpecError("mask_matrix", "is only used with mask=custom")
+    return replace(
+        spec,
+        positions=positions,
+        rope_base=base,
+        rope_pairing=pairing,
+        n_ctx=n_ctx,
+        window=int(window or 0),
+        prefix=int(prefix or 0),
+        mask_matrix=matrix,
+    )
 
 
 def _model_spec(
@@ -319,6 +429,15 @@ def make_spec(
     token_ids: list[int] | tuple[int, ...] | None = None,
     layer: int | None = None,
     models: Mapping[str, Any] | None = None,
+    positions: str | None = None,
+    rope_base: float | None = None,
+    rope_pairing: str | None = None,
+    n_ctx: int | None = None,
+    n_kv_heads: int | None = None,
+    window: int | None = None,
+    prefix: int | None = None,
+    mask_matrix: Sequence[Sequence[object]] | None = None,
+    kv_tokens: Sequence[str] | str | None = None,
     **explicit: object,
 ) -> Spec:
     """Validate and normalise one trace request. Raises `SpecError` naming the field at fault.
@@ -331,9 +450,16 @@ def make_spec(
         name = sorted(unknown)[0]
         raise SpecError(name, "is not a field of an attention trace")
     given = {k: v for k, v in explicit.items() if v is not None}
+    options = {"positions": positions, "rope_base": rope_base, "rope_pairing": rope_pairing, "n_ctx": n_ctx,
+               "n_kv_heads": n_kv_heads, "window": window, "prefix": prefix, "mask_matrix": mask_matrix,
+               "kv_tokens": kv_tokens}  # fmt: skip
     if preset in models:
-        return _model_spec(models[preset], tokens, text, token_ids, layer, d_model, n_heads, given,
+        for name in ("positions", "n_kv_heads", "kv_tokens", "n_ctx", "rope_base", "rope_pairing"):
+            if options[name] not in (None, "none", ()):
+                raise SpecError(name, f"{preset} is a pretrained model: its positions and heads are its own")
+        spec = _model_spec(models[preset], tokens, text, token_ids, layer, d_model, n_heads, given,
                            mask, pad_positions, segment_ids, scale, seed, device, dtype, limits)  # fmt: skip
+        return _with_options(spec, options, limits)
     if preset not in PRESETS:
         names = ", ".join([*PRESETS, *models])
         raise SpecError("preset", f"unknown preset {preset!r}; choose one of {names}")
@@ -365,6 +491,8 @@ def make_spec(
         raise SpecError("n_heads", f"must be between 1 and {limits.max_heads}, got {n_heads}")
     if d_model % n_heads:
         raise SpecError("n_heads", f"d_model {d_model} is not divisible by n_heads {n_heads}")
+    kv_heads = _check_kv_heads(options["n_kv_heads"], n_heads)  # type: ignore[arg-type]
+    d_kv = kv_heads * (d_model // n_heads)
 
     # Tokens: a list, or one string split on whitespace; with an explicit x and no tokens, x's rows are named.
     if isinstance(tokens, str):
@@ -400,17 +528,22 @@ def make_spec(
         norm["x"] = _matrix("x", given["x"], n, d_model, limits)
     for name in MATRICES:
         if name in given:
-            norm[name] = _matrix(name, given[name], d_model, d_model, limits)
+            cols = d_kv if name in ("w_k", "w_v") else d_model
+            norm[name] = _matrix(name, given[name], d_model, cols, limits)
     for name in BIASES:
         if name in given:
-            norm[name] = _vector(name, given[name], d_model, limits)
+            norm[name] = _vector(name, given[name], d_kv if name in ("b_k", "b_v") else d_model, limits)
 
-    pads, segs = _check_mask(mask, pad_positions, segment_ids, n)
-    _check_cost(seed, n, d_model, n_heads, dtype, limits)
+    kv_tokens = _check_kv_tokens(options["kv_tokens"], limits)  # type: ignore[arg-type]
+    if kv_tokens and mask not in ("none", "padding", "custom"):
+        raise SpecError("mask", "cross-attention reads another sequence: use none, padding or custom")
+    n_keys = len(kv_tokens) or n
+    pads, segs = _check_mask(mask, pad_positions, segment_ids, n_keys)
+    _check_cost(seed, max(n, n_keys), d_model, n_heads, dtype, limits)
 
     init_std = p.init_std if p.init_std is not None else 1 / math.sqrt(d_model)
     has_bias = p.bias or any(b in norm for b in BIASES)
-    return Spec(
+    spec = Spec(
         preset=preset,
         tokens=tuple(tokens),
         d_model=d_model,
@@ -424,8 +557,12 @@ def make_spec(
         init_std=init_std,
         device=device,
         dtype=dtype,
+        n_kv_heads=kv_heads if kv_heads != n_heads else 0,
+        kv_tokens=kv_tokens,
+        n_ctx=p.n_ctx,
         **norm,  # type: ignore[arg-type]
     )
+    return _with_options(spec, options, limits)
 
 
 __all__ = [

@@ -19,7 +19,7 @@ def compute(spec: Spec, model: Any = None) -> attention.Trace:
         x, w = model.attention_input(spec.token_ids, spec.layer)
         return attention.run(spec, x.to(device, dtype), sources.cast(w, device, dtype))
     x, w = sources.load(spec, device, dtype)
-    return attention.run(spec, x, w)
+    return attention.run(spec, x, w, sources.source(spec, device, dtype))
 
 
 def trace(tokens: list[str] | str | None = None, **options: object) -> attention.Trace:

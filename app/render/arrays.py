@@ -24,7 +24,14 @@ class Traced(Protocol):
 
 
 # Tensors whose first axis is the head; the others are (N, d) or (N, N) and are returned whole.
-PER_HEAD = {"q", "k", "v", "raw", "scaled", "masked", "weights", "heads"}
+PER_HEAD = {"q", "k", "v", "q_rot", "k_rot", "raw", "scaled", "masked", "weights", "heads"}
+# Under GQA these have n_kv_heads heads: a selection of query heads keeps the K/V heads they read.
+KV_HEAD = {"k", "v", "k_rot"}
+
+
+def kv_heads_of(heads: tuple[int, ...], n_heads: int, n_kv: int) -> list[int]:
+    group = n_heads // n_kv
+    return sorted({h // group for h in heads})
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -44,7 +51,10 @@ def stage_arrays(
         arrays = {}
         for name, t in trace.stage(key).items():
             if name in PER_HEAD and not all_heads:
-                t = t[list(heads)]
+                if name in KV_HEAD and t.shape[0] != trace.n_heads:
+                    t = t[kv_heads_of(heads, trace.n_heads, t.shape[0])]
+                else:
+                    t = t[list(heads)]
             a = to_numpy(t)
             if decimals is not None:
                 a = np.round(a, decimals)
@@ -57,5 +67,10 @@ def element_count(trace: Traced, stages: tuple[str, ...], heads: tuple[int, ...]
     for key in stages:
         for name, t in trace.stage(key).items():
             n = t.numel()
-            total += n * len(heads) // trace.n_heads if name in PER_HEAD else n
+            if name not in PER_HEAD:
+                total += n
+            elif name in KV_HEAD and t.shape[0] != trace.n_heads:
+                total += n * len(kv_heads_of(heads, trace.n_heads, t.shape[0])) // t.shape[0]
+            else:
+                total += n * len(heads) // t.shape[0]
     return total

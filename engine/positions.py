@@ -1,0 +1,59 @@
+"""Where a token stands: absolute tables added to x (sinusoidal, learned) or rotations of q and k (RoPE).
+
+Without any of them, and without an asymmetric mask, attention is permutation-equivariant: shuffle the tokens and
+the output rows shuffle the same way. RoPE rotates each pair of a head's dimensions by m·θ_i, θ_i = base^(−2i/d_k),
+so ⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩ depends on the offset n − m alone. Two pairings are in use: adjacent dimensions
+(2i, 2i+1), as the RoFormer paper and the chapter write it, and first half with second half (i, i + d_k/2), as
+Hugging Face's LLaMA implements it (`rotate_half`). Both are offered; they give the same scores up to a permutation
+of the dimensions inside q and k.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from .sources import _seed_of
+
+KINDS = ("none", "sinusoidal", "learned", "rope")
+PAIRINGS = ("adjacent", "half")
+
+
+def sinusoidal(n: int, d: int, base: float = 10000.0) -> torch.Tensor:
+    """PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(p / base^(2i/d)): (N, d)."""
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    i = torch.arange(0, d, 2, dtype=torch.float64)
+    angle = pos / base ** (i / d)  # (N, ceil(d/2))
+    pe = torch.zeros(n, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : d // 2])
+    return pe.float()
+
+
+@lru_cache(maxsize=8)
+def learned_table(seed: int, n_ctx: int, d: int) -> torch.Tensor:
+    """A seeded (n_ctx, d) table standing for GPT-2's wpe; N(0, 1) so its effect is as visible as the tokens'."""
+    g = torch.Generator().manual_seed(_seed_of("positions", seed))
+    return torch.randn(n_ctx, d, generator=g)
+
+
+def rope_angles(positions: torch.Tensor, d_k: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of m·θ_i for every position m and pair i: (N, d_k/2) each, computed in float64."""
+    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)  # (d_k/2,)
+    angle = positions.to(torch.float64)[:, None] * theta[None, :]
+    return torch.cos(angle), torch.sin(angle)
+
+
+def rotate(t: torch.Tensor, positions: torch.Tensor, base: float, pairing: str) -> torch.Tensor:
+    """Apply RoPE to t (..., N, d_k) at the given positions (N,)."""
+    d_k = t.shape[-1]
+    cos, sin = (a.to(t.dtype).to(t.device) for a in rope_angles(positions, d_k, base))
+    if pairing == "adjacent":
+        x1, x2 = t[..., 0::2], t[..., 1::2]
+    else:
+        x1, x2 = t[..., : d_k // 2], t[..., d_k // 2 :]
+    r1, r2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos
+    if pairing == "adjacent":
+        return torch.stack((r1, r2), dim=-1).flatten(-2)
+    return torch.cat((r1, r2), dim=-1)
