@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from engine import Limits, Spec, TraceCache, compute
 from engine.attention import Trace
 from engine.block import BlockSpec, BlockTrace, compute_block
+from engine.decode import DecodeTrace, decode
 from engine.device import resolve
 
 from .settings import Settings
@@ -43,7 +44,7 @@ class Lab:
         self.settings = settings
         self.device = resolve(settings.device)
         self.limits: Limits = settings.limits()
-        self.cache: TraceCache[Spec | BlockSpec, Trace | BlockTrace] = TraceCache(int(settings.cache_mb * 2**20))
+        self.cache: TraceCache[Any, Any] = TraceCache(int(settings.cache_mb * 2**20))
         self.responses: TraceCache[tuple[str, str], CachedResponse] = TraceCache(
             int(settings.response_cache_mb * 2**20)
         )
@@ -56,6 +57,11 @@ class Lab:
     def trace(self, spec: Spec) -> tuple[Trace, bool]:
         """The trace for `spec` and whether it came from the cache."""
         return self.cache.get_or_compute(spec, lambda s: compute(s, self.models.get(s.preset)))
+
+    def decode(self, spec: Spec, prefill: int) -> tuple[DecodeTrace, bool]:
+        """The decode trace for `spec` with `prefill` prompt tokens, and whether it came from the cache."""
+        value, cached = self.cache.get_or_compute(("decode", spec, prefill), lambda k: decode(k[1], k[2]))
+        return value, cached
 
     def block(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
         """The block trace for `spec` and whether it came from the cache."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -193,6 +194,25 @@ class BlockRequest(AttentionRequest):
         view = self.view(spec.attn)
         stages = spec.order if self.stages is None else tuple(s for s in spec.order if s in self.stages)
         return View(stages=stages, heads=view.heads, decimals=view.decimals)
+
+
+class DecodeRequest(AttentionRequest):
+    """Prefill the first `prefill` tokens, then decode the rest one at a time against the KV cache."""
+
+    prefill: int = Field(1, ge=1, description="Tokens processed at once before the first decode step.")
+    stages: None = Field(None, description="Not used: a decode answer has its own shape.")
+
+    def to_decode_spec(self, limits: Limits, device: str, max_tokens: int) -> tuple[Spec, int]:
+        if self.mask not in (None, "causal"):
+            raise FieldError("mask", "decoding with a KV cache is causal: leave mask out or set it to causal")
+        spec = self.to_spec(limits, device)
+        if spec.kv_tokens:
+            raise FieldError("kv_tokens", "the KV cache here is a decoder's self-attention cache")
+        if spec.n_tokens > max_tokens:
+            raise FieldError("tokens", f"decoding step by step is offered up to {max_tokens} tokens")
+        if not 1 <= self.prefill <= spec.n_tokens:
+            raise FieldError("prefill", f"must be between 1 and the {spec.n_tokens} tokens")
+        return replace(spec, mask="causal"), self.prefill
 
 
 class View(BaseModel):

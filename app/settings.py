@@ -23,6 +23,7 @@ class Settings(BaseSettings):
     max_token_chars: int = Field(10_000, ge=1)
     max_explicit_d_model: int = Field(64, ge=1)
     max_explicit_tokens: int = Field(64, ge=1)
+    max_decode_tokens: int = Field(256, ge=1)  # /api/v1/decode answers one row per step
     memory_budget_mb: float = Field(2048, gt=0)  # one trace's tensors, estimated before computing
     cache_mb: float = Field(512, ge=0)  # byte-bounded LRU of computed traces
     response_cache_mb: float = Field(64, ge=0)  # finished GET answers (JSON, .npz, PNG), keyed by their URL

@@ -320,7 +320,9 @@ def _with_options(spec: Spec, options: dict[str, Any], limits: Limits) -> Spec:
             raise SpecError("mask_matrix", f"mask=custom needs an {n} × {n_keys} matrix of 0 and 1")
         if len(custom) != n or any(not isinstance(r, list | tuple) or len(r) != n_keys for r in custom):
             raise SpecError("mask_matrix", f"must be {n} × {n_keys} (queries × keys)")
-        if any(v not in (0, 1, True, False) or (isinstance(v, float) and not v.is_integer()) for r in custom for v in r):
+        if any(
+            v not in (0, 1, True, False) or (isinstance(v, float) and not v.is_integer()) for r in custom for v in r
+        ):
             raise SpecError("mask_matrix", "entries are 1 (may read) or 0 (may not)")
         matrix = tuple(tuple(bool(v) for v in r) for r in custom)
     elif custom is not None:

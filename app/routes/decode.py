@@ -1,0 +1,80 @@
+"""GET/POST /api/v1/decode: prefill, then one token at a time against the KV cache, each step checked against a
+full recomputation."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, cast
+
+from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from engine.decode import DecodeTrace
+
+from ..lab import Lab, cached_get, get_lab
+from ..render.arrays import to_numpy
+from ..render.payload import json_response
+from ..schemas import ERRORS, DecodeRequest, query_parameters
+from .api import parse_query
+
+router = APIRouter(prefix="/api/v1", tags=["kv cache"], responses=ERRORS)
+
+NOTE = (
+    "prefill: the K and V cache after the prompt, (H_kv, prefill, d_k). Each step: the new token's q (H, d_k), "
+    "the k and v appended to the cache (H_kv, d_k), its row of scaled scores and weights over every cached key "
+    "(H, t+1), the heads (H, d_k) and the output after W_O (d,), the cache length and bytes, and the largest "
+    "difference from the same row of a full causal recomputation."
+)
+
+
+def document(t: DecodeTrace, decimals: int | None) -> dict[str, Any]:
+    def arr(x: Any) -> Any:
+        a = to_numpy(x)
+        return a.round(decimals) if decimals is not None else a
+
+    per_token = t.bytes_per_token
+    return {
+        "spec": t.spec.summary() | {"prefill": t.prefill, "decimals": decimals},
+        "tokens": list(t.spec.tokens),
+        "kv_cache_bytes_per_token": per_token,
+        "prefill": {
+            "k_cache": arr(t.k_prefill),
+            "v_cache": arr(t.v_prefill),
+            "cache_len": t.prefill,
+            "cache_bytes": t.prefill * per_token,
+        },
+        "steps": [
+            {
+                "position": s.position,
+                "token": t.spec.tokens[s.position],
+                "q": arr(s.q),
+                "k_new": arr(s.k_new),
+                "v_new": arr(s.v_new),
+                "scores": arr(s.scores),
+                "weights": arr(s.weights),
+                "heads": arr(s.heads),
+                "output": arr(s.output),
+                "cache_len": s.position + 1,
+                "cache_bytes": (s.position + 1) * per_token,
+                "max_abs_diff_vs_full": s.max_abs_diff_vs_full,
+            }
+            for s in t.steps
+        ],
+        "checks": {"max_abs_diff_vs_full": t.max_abs_diff_vs_full},
+    }
+
+
+async def answer(req: DecodeRequest, lab: Lab) -> Response:
+    spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
+    trace, _ = await run_in_threadpool(lab.decode, spec, prefill)
+    return json_response(document(trace, req.decimals))
+
+
+@router.post("/decode", description=NOTE)
+async def decode_post(req: Annotated[DecodeRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    return await answer(req, lab)
+
+
+@router.get("/decode", description=NOTE, openapi_extra={"parameters": query_parameters(DecodeRequest)})
+@cached_get
+async def decode_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    return await answer(cast(DecodeRequest, parse_query(request, DecodeRequest)), lab)

@@ -1,0 +1,70 @@
+"""The KV cache: every decode step equals the full causal recomputation; the cache grows one token per step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine import make_spec
+from engine.decode import decode
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(2, 8),
+    st.data(),
+    st.sampled_from([(4, 1, 0), (8, 4, 2), (8, 4, 1), (8, 2, 0)]),
+    st.sampled_from(["none", "rope", "sinusoidal", "learned"]),
+    st.integers(0, 2**31),
+)
+def test_decode_equals_full_recomputation(n, data, dims, positions, seed):
+    prefill = data.draw(st.integers(1, n))
+    d, h, kv = dims
+    spec = make_spec(
+        [f"t{i}" for i in range(n)],
+        d_model=d,
+        n_heads=h,
+        n_kv_heads=kv or None,
+        mask="causal",
+        positions=positions,
+        seed=seed,
+    )
+    t = decode(spec, prefill)
+    assert len(t.steps) == n - prefill
+    assert t.k_prefill.shape == (spec.kv_heads, prefill, d // h)
+    for s in t.steps:
+        assert s.k_cache.shape[1] == s.position + 1
+        torch.testing.assert_close(s.output, t.full.weighted_sum.output[s.position], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            s.weights, t.full.softmax.weights[:, s.position, : s.position + 1], rtol=1e-5, atol=1e-6
+        )
+    assert t.max_abs_diff_vs_full < 1e-5
+
+
+def test_cache_bytes_per_token_shrink_with_gqa(client):
+    mha = client.get("/api/v1/decode", params={"preset": "gpt2-small", "tokens": "a b c", "prefill": 2}).json()
+    assert mha["kv_cache_bytes_per_token"] == 2 * 768 * 4
+    gqa = client.get(
+        "/api/v1/decode", params={"preset": "gpt2-small", "tokens": "a b c", "prefill": 2, "n_kv_heads": 3}
+    ).json()
+    assert gqa["kv_cache_bytes_per_token"] == 2 * 3 * 64 * 4
+    step = gqa["steps"][0]
+    assert step["cache_len"] == 3 and step["cache_bytes"] == 3 * gqa["kv_cache_bytes_per_token"]
+    assert len(step["weights"]) == 12 and len(step["weights"][0]) == 3
+    assert gqa["checks"]["max_abs_diff_vs_full"] < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"mask": "none"}, "mask"),
+        ({"prefill": 0}, "prefill"),
+        ({"prefill": 6}, "prefill"),
+        ({"kv_tokens": "a b"}, "kv_tokens"),
+    ],
+)
+def test_decode_errors_name_the_field(client, params, field):
+    r = client.get("/api/v1/decode", params=params)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][1] == field
