@@ -227,3 +227,48 @@ def test_gpt2_small_1024_tokens_opens_all_heads_under_one_megabyte(client):
         total += len(client.get(img["src"]).content)
     assert len(page.select(".thumbs img")) == 12
     assert total < 1_000_000, total
+
+
+def test_rope_gqa_and_positions_appear_in_the_projection_stage(client):
+    page = soup(client.get("/?positions=rope&d_model=8&n_heads=4&n_kv_heads=2&head=3&lang=en"))
+    names = [t["data-matrix"] for t in page.select("#stage > .matrices table[data-matrix]")]
+    assert names == ["x", "q", "k", "v", "q_rot", "k_rot"]
+    assert page.select_one("table[data-matrix=k]")["data-head"] == "1"  # query head 3 reads K/V head 1
+    absolute = soup(client.get("/?positions=sinusoidal&lang=en"))
+    assert [t["data-matrix"] for t in absolute.select("#stage > .matrices table")][:3] == [
+        "embedding",
+        "positions",
+        "x",
+    ]
+
+
+def test_clicking_a_mask_cell_flips_it_into_a_custom_mask(client):
+    page = soup(client.get("/?stage=3&mask=causal&lang=en"))
+    link = page.select_one("table[data-matrix=mask] td[data-row='0'][data-col='2'] a[data-edit=mask]")
+    q = parse_qs(urlparse(link["href"]).query)
+    assert q["mask"] == ["custom"] and q["mask_matrix"][0].startswith("[[1,0,1,0,0],[1,1,0,0,0]")
+    edited = soup(client.get(link["href"]))
+    assert edited.select_one("table[data-matrix=mask] td[data-row='0'][data-col='2']")["data-value"] == "0.0"
+    assert "by hand" in edited.select_one(".notice").text
+
+
+def test_choosing_custom_in_the_form_starts_from_an_open_mask(client):
+    r = client.get("/?stage=3&mask=custom&lang=en")
+    assert r.status_code == 200
+    assert all(td["data-value"] == "0.0" for td in soup(r).select("table[data-matrix=mask] td"))
+
+
+def test_cross_attention_labels_keys_with_the_source_tokens(client):
+    page = soup(client.get("/?tokens=je+suis&kv_tokens=I+am+a+student&stage=4&lang=en"))
+    cols = [th.text for th in page.select("table[data-matrix=weights] thead th")][1:]
+    rows = [th.text for th in page.select("table[data-matrix=weights] tbody th")]
+    assert cols == ["I", "am", "a", "student"] and rows == ["je", "suis"]
+
+
+def test_document_leak_compare(client):
+    page = soup(client.get("/?stage=4&mask=document&segment_ids=0,0,1,1,1&compare=leak&lang=en"))
+    sides = page.select(".compare-view .side")
+    assert [s["data-mask"] for s in sides] == ["causal", "document"]
+    leak = cells(sides[0].select_one("table[data-matrix=weights]"))
+    blocked = cells(sides[1].select_one("table[data-matrix=weights]"))
+    assert float(leak[2][0]) > 0 and float(blocked[2][0]) == 0  # token 3 reads document 1 only when it leaks

@@ -31,6 +31,7 @@ class MatrixView:
     scale: str  # "diverging" | "sequential" | "plain"
     links: bool = True  # cells open their arithmetic
     extra: dict[str, str] = field(default_factory=dict)
+    cell_urls: list[list[str]] | None = None  # per-cell links instead of the arithmetic (the editable mask)
 
 
 def full(v: float) -> str:

@@ -42,9 +42,21 @@ def formula(trace: Trace, key: str) -> str:
         "padding": r"M_{ij} = \begin{cases} 0 & j \notin \mathrm{pad} \\ -\infty & j \in \mathrm{pad} \end{cases}",
         "document": r"M_{ij} = \begin{cases} 0 & \mathrm{doc}_j = \mathrm{doc}_i,\ j \le i \\ -\infty & \mathrm{otherwise}"
         r" \end{cases}",
+        "sliding_window": rf"M_{{ij}} = \begin{{cases}} 0 & i - {spec.window} < j \le i \\ -\infty & \mathrm{{otherwise}}"
+        r" \end{cases}",
+        "prefix_lm": rf"M_{{ij}} = \begin{{cases}} 0 & j < {spec.prefix} \ \mathrm{{or}}\ j \le i \\ -\infty & "
+        r"\mathrm{otherwise} \end{cases}",
+        "custom": r"M_{ij} = \begin{cases} 0 & \mathrm{allowed}(i, j) \\ -\infty & \mathrm{otherwise} \end{cases}",
     }[spec.mask]
+    rope = (
+        rf",\qquad \tilde q_m = R_m q_m,\ \tilde k_n = R_n k_n,\ \theta_i = {spec.rope_base:g}^{{-2i/d_k}}"
+        if spec.positions == "rope"
+        else ""
+    )
+    pos = r"X = E + P,\quad " if spec.positions in ("sinusoidal", "learned") else ""
+    src = "S" if spec.kv_tokens else "X"
     latex = {
-        "projection": rf"Q = XW_Q{b('Q')},\quad K = XW_K{b('K')},\quad V = XW_V{b('V')}",
+        "projection": rf"{pos}Q = XW_Q{b('Q')},\quad K = {src}W_K{b('K')},\quad V = {src}W_V{b('V')}{rope}",
         "scores": rf"S = \frac{{QK^\top}}{{s}},\qquad s = {s}",
         "mask": rf"S' = S + M,\qquad {mask_cases}",
         "softmax": r"A_{ij} = \frac{\exp(S'_{ij} - m_i)}{\sum_{k} \exp(S'_{ik} - m_i)},\qquad m_i = \max_k S'_{ik}",
@@ -58,6 +70,14 @@ def notice(trace: Trace, key: str, t: Any) -> str:
     spec = trace.spec
     n = spec.n_tokens
     if key == "projection":
+        if spec.kv_tokens:
+            return str(t("notice.projection.cross", n=n, m=len(spec.kv_tokens)))
+        if spec.positions == "rope":
+            return str(t("notice.projection.rope", base=spec.rope_base, pairing=t(f"pairing.{spec.rope_pairing}")))
+        if spec.positions in ("sinusoidal", "learned"):
+            return str(t("notice.projection.absolute"))
+        if spec.kv_heads != spec.n_heads:
+            return str(t("notice.projection.gqa", kv=spec.kv_heads, h=spec.n_heads, g=spec.n_heads // spec.kv_heads))
         return str(t("notice.projection"))
     if key == "scores":
         raw, scaled = to_numpy(trace.scores.raw), to_numpy(trace.scores.scaled)
@@ -73,12 +93,15 @@ def notice(trace: Trace, key: str, t: Any) -> str:
     if key == "mask":
         count = int(np.isinf(to_numpy(trace.mask.mask)).sum())
         pads = ", ".join(str(p) for p in spec.pad_positions) or "—"
-        return str(t(f"notice.mask.{spec.mask}", count=count, total=n * n, pads=pads))
+        total = n * (len(spec.kv_tokens) or n)
+        text = t(f"notice.mask.{spec.mask}", count=count, total=total, pads=pads, window=spec.window,
+                 prefix=spec.prefix)  # fmt: skip
+        return str(text) + " " + str(t("notice.mask.loss"))
     if key == "softmax":
         w = to_numpy(trace.softmax.weights)
         if spec.mask in ("causal", "document") and w[0, 0, 0] == 1.0:
             return str(t("notice.softmax.causal", first=spec.tokens[0]))
-        stats = row_stats(w[0], list(spec.tokens))
+        stats = row_stats(w[0], list(spec.kv_tokens or spec.tokens))
         best = max(range(n), key=lambda i: float(stats[i]["max"]))  # type: ignore[arg-type]
         flat = max(float(s["entropy"]) for s in stats)  # type: ignore[arg-type]
         return str(
@@ -98,30 +121,49 @@ def stage_matrices(trace: Trace, key: str, head: int) -> list[MatrixView]:
     """The matrices stage `key` shows for one head (small traces)."""
     spec = trace.spec
     tok = list(spec.tokens)
+    keys = list(spec.kv_tokens) or tok
+    nn = "(N, N_kv)" if spec.kv_tokens else "(N, N)"
     h = head
+    g = kv_head(spec, h)
     if key == "projection":
         p = trace.projection
-        return [
-            matrix_view("x", "X", to_numpy(p.x), tok, dims(spec.d_model), "(N, d_model)", "diverging"),
-            matrix_view("q", "Q", to_numpy(p.q[h]), tok, dims(spec.d_k), "(N, d_k)", "diverging", h),
-            matrix_view("k", "K", to_numpy(p.k[h]), tok, dims(spec.d_k), "(N, d_k)", "diverging", h),
-            matrix_view("v", "V", to_numpy(p.v[h]), tok, dims(spec.d_k), "(N, d_k)", "diverging", h),
+        dm, dk = dims(spec.d_model), dims(spec.d_k)
+        out = []
+        if p.embedding is not None and p.positions is not None:
+            out += [
+                matrix_view("embedding", "E", to_numpy(p.embedding), tok, dm, "(N, d_model)", "diverging"),
+                matrix_view("positions", "P", to_numpy(p.positions), tok, dm, "(N, d_model)", "diverging"),
+            ]
+        out.append(matrix_view("x", "X", to_numpy(p.x), tok, dm, "(N, d_model)", "diverging"))
+        if p.source is not None:
+            out.append(matrix_view("source", "S", to_numpy(p.source), keys, dm, "(N_kv, d_model)", "diverging"))
+        rows_kv = "(N_kv, d_k)" if spec.kv_tokens else "(N, d_k)"
+        out += [
+            matrix_view("q", "Q", to_numpy(p.q[h]), tok, dk, "(N, d_k)", "diverging", h),
+            matrix_view("k", "K", to_numpy(p.k[g]), keys, dk, rows_kv, "diverging", g),
+            matrix_view("v", "V", to_numpy(p.v[g]), keys, dk, rows_kv, "diverging", g),
         ]
+        if p.q_rot is not None and p.k_rot is not None:
+            out += [
+                matrix_view("q_rot", "Q̃ = RoPE(Q)", to_numpy(p.q_rot[h]), tok, dk, "(N, d_k)", "diverging", h),
+                matrix_view("k_rot", "K̃ = RoPE(K)", to_numpy(p.k_rot[g]), keys, dk, rows_kv, "diverging", g),
+            ]
+        return out
     if key == "scores":
         s = trace.scores
         return [
-            matrix_view("raw", "QKᵀ", to_numpy(s.raw[h]), tok, tok, "(N, N)", "diverging", h),
-            matrix_view("scaled", "S = QKᵀ / s", to_numpy(s.scaled[h]), tok, tok, "(N, N)", "diverging", h),
+            matrix_view("raw", "QKᵀ", to_numpy(s.raw[h]), tok, keys, nn, "diverging", h),
+            matrix_view("scaled", "S = QKᵀ / s", to_numpy(s.scaled[h]), tok, keys, nn, "diverging", h),
         ]
     if key == "mask":
         m = trace.mask
         return [
-            matrix_view("mask", "M", to_numpy(m.mask), tok, tok, "(N, N)", "plain"),
-            matrix_view("masked", "S′ = S + M", to_numpy(m.masked[h]), tok, tok, "(N, N)", "diverging", h),
+            matrix_view("mask", "M", to_numpy(m.mask), tok, keys, nn, "plain"),
+            matrix_view("masked", "S′ = S + M", to_numpy(m.masked[h]), tok, keys, nn, "diverging", h),
         ]
     if key == "softmax":
         return [
-            matrix_view("weights", "A", to_numpy(trace.softmax.weights[h]), tok, tok, "(N, N)", "sequential", h),
+            matrix_view("weights", "A", to_numpy(trace.softmax.weights[h]), tok, keys, nn, "sequential", h),
         ]
     ws = trace.weighted_sum
     return [
@@ -129,6 +171,11 @@ def stage_matrices(trace: Trace, key: str, head: int) -> list[MatrixView]:
         matrix_view("concat", "Concat", to_numpy(ws.concat), tok, dims(spec.d_model), "(N, d_model)", "diverging"),
         matrix_view("output", "O", to_numpy(ws.output), tok, dims(spec.d_model), "(N, d_model)", "diverging"),
     ]
+
+
+def kv_head(spec: Any, head: int) -> int:
+    """The K/V head a query head reads (GQA shares one among n_heads / n_kv_heads query heads)."""
+    return head // (spec.n_heads // spec.kv_heads)
 
 
 def weight_matrices(trace: Trace, key: str) -> list[MatrixView]:
@@ -161,13 +208,15 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
     spec = trace.spec
     tok = spec.tokens
     n, dk = spec.n_tokens, spec.d_k
-    if not (0 <= r < n and 0 <= head < spec.n_heads):
+    n_keys = len(spec.kv_tokens) or n
+    key_tok = spec.kv_tokens or tok
+    if not (0 <= r < max(n, n_keys) and 0 <= head < spec.n_heads):
         return None
     if name in ("raw", "scaled", "masked"):
-        if not 0 <= c < n:
+        if not 0 <= c < n_keys:
             return None
-        q = to_numpy(trace.projection.q[head, r])
-        k = to_numpy(trace.projection.k[head, c])
+        q = to_numpy(trace.projection.query[head, r])
+        k = to_numpy(trace.projection.key[kv_head(spec, head), c])
         raw = float(to_numpy(trace.scores.raw[head])[r, c])
         scaled = float(to_numpy(trace.scores.scaled[head])[r, c])
         lines = [
@@ -182,15 +231,15 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
             result = short(scaled + m, 4)
             if m == -math.inf:
                 lines.append(str(t("cell.masked_entry")))
-        return Arithmetic(str(t("cell.score", q=tok[r], k=tok[c])), lines, result)
+        return Arithmetic(str(t("cell.score", q=tok[r], k=key_tok[c])), lines, result)
     if name == "weights":
-        if not 0 <= c < n:
+        if not 0 <= c < n_keys:
             return None
         s = to_numpy(trace.mask.masked[head, r])
         w = float(to_numpy(trace.softmax.weights[head])[r, c])
         finite = np.isfinite(s)
         if not finite.any():
-            return Arithmetic(str(t("cell.weight", q=tok[r], k=tok[c])), [str(t("cell.masked_row"))], "0")
+            return Arithmetic(str(t("cell.weight", q=tok[r], k=key_tok[c])), [str(t("cell.masked_row"))], "0")
         m = float(s[finite].max())
         terms = " + ".join(f"exp({short(float(v) - m, 3)})" for v in s[finite])
         denom = float(np.exp(s[finite].astype(np.float64) - m).sum())
@@ -202,26 +251,32 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
             lines.append(str(t("cell.masked_entry")))
         else:
             lines.append(f"exp({short(float(s[c]) - m, 4)}) / {denom:.4f} = {full(w)}")
-        return Arithmetic(str(t("cell.weight", q=tok[r], k=tok[c])), lines, full(w))
+        return Arithmetic(str(t("cell.weight", q=tok[r], k=key_tok[c])), lines, full(w))
     if name == "heads":
         if not 0 <= c < dk:
             return None
         a = to_numpy(trace.softmax.weights[head, r])
-        v = to_numpy(trace.projection.v[head, :, c])
+        v = to_numpy(trace.projection.v[kv_head(spec, head), :, c])
         out = float(to_numpy(trace.weighted_sum.heads[head])[r, c])
         lines = [f"Σ_j a_{r},j · v_j,{c} = {_sum_terms(a, v)}", f"= {full(out)}"]
         return Arithmetic(str(t("cell.output", q=tok[r], c=c)), lines, full(out))
     if name in ("q", "k", "v"):
         if not 0 <= c < dk:
             return None
-        x = to_numpy(trace.projection.x[r])
-        col = head * dk + c
+        p = trace.projection
+        rows = p.source if name != "q" and p.source is not None else p.x
+        if not 0 <= r < rows.shape[0]:
+            return None
+        x = to_numpy(rows[r])
+        col = (head if name == "q" else kv_head(spec, head)) * dk + c
+        head = head if name == "q" else kv_head(spec, head)
         w_col = to_numpy(getattr(trace.weights, f"w_{name}")[:, col])
         out = float(to_numpy(getattr(trace.projection, name)[head])[r, c])
         bias = getattr(trace.weights, f"b_{name}")
         b = "" if bias is None else f" + b[{col}] ({short(float(bias[col]), 3)})"
         lines = [f"Σ_t x_{r},t · W_{name.upper()}[t, {col}]{b} = {_sum_terms(x, w_col)}{b}", f"= {full(out)}"]
-        return Arithmetic(str(t("cell.projection", q=tok[r], m=name.upper(), c=col)), lines, full(out))
+        label = tok[r] if name == "q" else key_tok[r]
+        return Arithmetic(str(t("cell.projection", q=label, m=name.upper(), c=col)), lines, full(out))
     if name == "output":
         if not 0 <= c < spec.d_model:
             return None

@@ -236,7 +236,9 @@ def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray)
     if rows * cols > 65_536:
         raise FieldError("rows", f"a window holds at most 65,536 numbers; {rows} × {cols} asked for")
     tok = list(trace.tokens)
-    col_labels = tok if a.shape[1] == len(tok) else [str(j) for j in range(a.shape[1])]
+    spec = getattr(trace, "spec", None)
+    keys = list(getattr(spec, "kv_tokens", ()) or tok)
+    col_labels = keys if tensor in ("raw", "scaled", "masked", "weights") else [str(j) for j in range(a.shape[1])]
     return json_response(
         {
             "tensor": tensor,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
+import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
@@ -29,8 +30,26 @@ from ..templating import TEMPLATES
 
 router = APIRouter(include_in_schema=False)
 
-API_KEYS = ("tokens", "text", "token_ids", "preset", "layer", "d_model", "n_heads", "mask", "pad_positions",
-            "segment_ids", "scale", "seed")  # fmt: skip
+API_KEYS = ("tokens", "text", "token_ids", "preset", "layer", "d_model", "n_heads", "n_kv_heads", "kv_tokens",
+            "positions", "rope_pairing", "rope_base", "n_ctx", "mask", "pad_positions", "segment_ids", "window",
+            "prefix", "mask_matrix", "scale", "seed")  # fmt: skip
+# A field that only one choice of another field uses; left over from another choice, the page drops it.
+DEPENDS = {
+    "pad_positions": ("mask", "padding"),
+    "segment_ids": ("mask", "document"),
+    "window": ("mask", "sliding_window"),
+    "prefix": ("mask", "prefix_lm"),
+    "mask_matrix": ("mask", "custom"),
+    "rope_pairing": ("positions", "rope"),
+    "rope_base": ("positions", "rope"),
+    "n_ctx": ("positions", "learned"),
+}
+
+
+def drop_unused(p: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in p.items() if k not in DEPENDS or p.get(DEPENDS[k][0]) == DEPENDS[k][1]}
+
+
 PAGE_KEYS = (*API_KEYS, "stage", "head", "compare", "cell", "tile", "lang")
 SCALE_CYCLE = {"sqrt_dk": "none", "none": "dk", "dk": "sqrt_dk"}
 TILE = 16
@@ -44,12 +63,7 @@ class PageState:
     page_keys: tuple[str, ...] = PAGE_KEYS
 
     def __init__(self, params: dict[str, str]) -> None:
-        mask = params.get("mask", "none")
-        if mask != "padding":
-            params.pop("pad_positions", None)  # a leftover from another mask is not an error on the page
-        if mask != "document":
-            params.pop("segment_ids", None)
-        self.params = params
+        self.params = drop_unused(params)
 
     @classmethod
     def from_request(cls, request: Request, models: dict[str, Any] | None = None) -> PageState:
@@ -80,10 +94,7 @@ class PageState:
                 p.pop(k, None)
             else:
                 p[k] = str(v)
-        if p.get("mask", "none") != "padding":
-            p.pop("pad_positions", None)
-        if p.get("mask", "none") != "document":
-            p.pop("segment_ids", None)
+        p = drop_unused(p)
         ordered = [(k, p[k]) for k in self.page_keys if k in p]
         return f"{self.path}?{urlencode(ordered)}" if ordered else self.path
 
@@ -119,6 +130,14 @@ def parse_cell(value: str) -> tuple[str, int, int, int] | None:
     return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
 
 
+def edit_url(state: PageState, allow: np.ndarray, r: int, c: int) -> str:
+    """The lab URL with cell (r, c) of the mask flipped: the mask becomes custom."""
+    flipped = allow.copy()
+    flipped[r, c] = 1 - flipped[r, c]
+    matrix = "[" + ",".join("[" + ",".join(str(int(v)) for v in row) + "]" for row in flipped) + "]"
+    return state.url(mask="custom", mask_matrix=matrix, cell=None)
+
+
 def small_context(trace: Trace, key: str, head: int, state: PageState, t: Any) -> dict[str, Any]:
     ctx: dict[str, Any] = {
         "matrices": view.stage_matrices(trace, key, head),
@@ -126,7 +145,14 @@ def small_context(trace: Trace, key: str, head: int, state: PageState, t: Any) -
     }
     if key in ("softmax", "weighted_sum"):
         w = to_numpy(trace.softmax.weights[head])
-        ctx["stats"] = row_stats(w, list(trace.spec.tokens))
+        ctx["stats"] = row_stats(w, list(trace.spec.kv_tokens or trace.spec.tokens))
+    if key == "mask" and not trace.spec.token_ids:  # the toy's mask can be edited cell by cell
+        allow = np.isfinite(to_numpy(trace.mask.mask)).astype(int)
+        for m in ctx["matrices"]:
+            if m.name == "mask":
+                m.cell_urls = [
+                    [edit_url(state, allow, r, c) for c in range(allow.shape[1])] for r in range(allow.shape[0])
+                ]
     cell = parse_cell(state.get("cell"))
     if cell:
         name, h, r, c = cell
@@ -145,7 +171,8 @@ def large_context(trace: Trace, key: str, head: int, state: PageState) -> dict[s
     row0 = min(max(0, parse_int("tile", r0, 0)), max(0, n_rows - TILE))
     col0 = min(max(0, parse_int("tile", c0 or "0", 0)), max(0, n_cols - TILE))
     tok = list(spec.tokens)
-    col_labels = tok if n_cols == spec.n_tokens else [f"{j}" for j in range(n_cols)]
+    keys = list(spec.kv_tokens) or tok
+    col_labels = keys if tensor in ("scaled", "masked", "weights", "raw") else [f"{j}" for j in range(n_cols)]
     window = a[row0 : row0 + TILE, col0 : col0 + TILE]
     scale = "sequential" if tensor == "weights" else "diverging"
     tile = matrix_view(
@@ -168,7 +195,7 @@ def large_context(trace: Trace, key: str, head: int, state: PageState) -> dict[s
     }
     stats = None
     if tensor == "weights":
-        rows = row_stats(a[row0 : row0 + TILE], tok)
+        rows = row_stats(a[row0 : row0 + TILE], keys)
         stats = [(f"{row0 + i}: {tok[row0 + i]}", s) for i, s in enumerate(rows)]
     size = min(768, max(256, n_rows))
     return {
@@ -195,6 +222,10 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
     lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
     t = translator(lang)
     state = PageState.from_request(request, lab.models)
+    if state.get("mask") == "custom" and not state.get("mask_matrix") and state.get("preset", "toy") in PRESETS:
+        # Choosing "custom" in the form starts from a mask that hides nothing, ready to be edited cell by cell.
+        n = len(state.get("tokens").split()) or len(PRESETS[state.get("preset", "toy")].tokens)
+        state.params["mask_matrix"] = "[" + ",".join(["[" + ",".join(["1"] * n) + "]"] * n) + "]"
     ctx: dict[str, Any] = {
         "page": "lab",
         "t": t,
@@ -238,7 +269,9 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
             mask_on=mask_on,
             mask_toggle_url=state.url(mask="none" if mask_on else "causal", cell=None),
             scale_toggle_url=state.url(scale=SCALE_CYCLE[spec.scale], cell=None),
-            compare_urls={k: state.url(compare=k) for k in ("mask", "scale")},
+            compare_urls={
+                k: state.url(compare=k) for k in ("mask", "scale", *(("leak",) if spec.mask == "document" else ()))
+            },
             compare_close_url=state.url(compare=None),
         )
         if ctx["small"]:
@@ -246,11 +279,21 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
         else:
             ctx["large"] = large_context(trace, key, head, state)
         compare = state.get("compare")
-        if compare in ("mask", "scale") and ctx["small"]:
-            pairs = {"mask": ({"mask": "none"}, {"mask": "causal"}), "scale": ({"scale": "sqrt_dk"}, {"scale": "none"})}
+        pairs: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+            "mask": ({"mask": "none"}, {"mask": "causal"}),
+            "scale": ({"scale": "sqrt_dk"}, {"scale": "none"}),
+            "leak": ({"mask": "causal", "segment_ids": []}, {"mask": "document"}),  # boundaries ignored vs blocked
+        }
+        if compare in pairs and ctx["small"] and (compare != "leak" or spec.mask == "document"):
             sides = []
             for change in pairs[compare]:
-                other = req.model_copy(update=change | {"pad_positions": [], "segment_ids": []})
+                mask_kind = change.get("mask", spec.mask)
+                unused: dict[str, Any] = {
+                    k: ([] if k in ("pad_positions", "segment_ids") else None)
+                    for k, (field, value) in DEPENDS.items()
+                    if field == "mask" and value != mask_kind
+                }
+                other = req.model_copy(update=unused | change)
                 other_trace, _ = await run_in_threadpool(lab.trace, other.to_spec(lab.limits, lab.device, lab.models))
                 sides.append(view.compare_side(other_trace, head))
             ctx["compare"] = {"kind": compare, "sides": sides}
