@@ -1,0 +1,149 @@
+"""The KV-cache page `/decode`: prefill, then one step per token, each against the cache it grew."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, cast
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, Response
+from pydantic import ValidationError
+
+from engine import SpecError
+
+from ..errors import clean
+from ..i18n import LANGS, negotiate, translator
+from ..lab import Lab, get_lab
+from ..render.arrays import to_numpy
+from ..render.cells import MatrixView, dims, matrix_view
+from ..render.page import kv_head
+from ..schemas import DecodeRequest, FieldError, from_query
+from ..templating import TEMPLATES
+from .pages import API_KEYS, PageState, parse_int
+
+router = APIRouter(include_in_schema=False)
+DECODE_KEYS = tuple(k for k in API_KEYS if k not in ("mask", "pad_positions", "segment_ids", "window", "prefix",
+                                                      "mask_matrix", "kv_tokens", "text", "token_ids", "layer"))  # fmt: skip
+
+
+class DecodeState(PageState):
+    path = "/decode"
+    api_keys = (*DECODE_KEYS, "prefill")
+    page_keys = (*DECODE_KEYS, "prefill", "step", "head", "lang")
+
+
+def _fixed(m: MatrixView) -> MatrixView:
+    m.links = False
+    return m
+
+
+@router.get("/decode", response_class=HTMLResponse)
+async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
+    t = translator(lang)
+    state = DecodeState.from_request(request, {})
+    ctx: dict[str, Any] = {
+        "page": "decode",
+        "t": t,
+        "lang": lang,
+        "langs": LANGS,
+        "state": state,
+        "presets": ["toy", "gpt2-small"],
+        "lang_urls": {code: state.url(lang=code) for code in LANGS},
+        "json_url": "/api/v1/decode?" + state.api_query(),
+        "error": None,
+        "fragment": request.headers.get("hx-request") == "true"
+        and request.headers.get("hx-history-restore-request") != "true",
+    }
+    status = 200
+    try:
+        raw = {k: state.params[k] for k in (*DECODE_KEYS, "prefill") if k in state.params}
+        req = cast(DecodeRequest, DecodeRequest.model_validate(from_query(raw, None, DecodeRequest)))
+        spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
+        trace, _ = await run_in_threadpool(lab.decode, spec, prefill)
+        n_steps = len(trace.steps)
+        step = parse_int("step", state.get("step"), 0)
+        if not 0 <= step <= n_steps:
+            raise FieldError("step", f"this decode has steps 0 (prefill) to {n_steps}")
+        head = parse_int("head", state.get("head"), 0)
+        if not 0 <= head < spec.n_heads:
+            raise FieldError("head", f"head {head} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+        g = kv_head(spec, head)
+        tok = list(spec.tokens)
+        dk = dims(spec.d_k)
+        small = spec.d_model <= 16 and spec.n_tokens <= 16
+        per_token = trace.bytes_per_token
+        ctx.update(spec=spec, trace=trace, step=step, n_steps=n_steps, head=head, small=small, prefill=prefill,
+                   per_token=per_token)  # fmt: skip
+        if step == 0:
+            k, v = to_numpy(trace.k_prefill[g]), to_numpy(trace.v_prefill[g])
+            cache_len, cur = prefill, None
+        else:
+            s = trace.steps[step - 1]
+            k, v = to_numpy(s.k_cache[g]), to_numpy(s.v_cache[g])
+            cache_len, cur = s.position + 1, s
+        rows = tok[:cache_len]
+        if small:
+            ctx["cache"] = [
+                _fixed(matrix_view("k_cache", "K cache", k, rows, dk, "(t + 1, d_k)", "diverging", g)),
+                _fixed(matrix_view("v_cache", "V cache", v, rows, dk, "(t + 1, d_k)", "diverging", g)),
+            ]
+        if cur is not None:
+            q_tok = [tok[cur.position]]
+            ctx["row"] = [
+                _fixed(matrix_view("q", "q_t", to_numpy(cur.q[head])[None], q_tok, dk, "(1, d_k)", "diverging", head)),
+                _fixed(
+                    matrix_view(
+                        "scores",
+                        "q_t Kᵀ / s",
+                        to_numpy(cur.scores[head])[None],
+                        q_tok,
+                        rows,
+                        "(1, t + 1)",
+                        "diverging",
+                        head,
+                    )
+                ),
+                _fixed(
+                    matrix_view(
+                        "weights",
+                        "a_t",
+                        to_numpy(cur.weights[head])[None],
+                        q_tok,
+                        rows,
+                        "(1, t + 1)",
+                        "sequential",
+                        head,
+                    )
+                ),
+            ]
+            if small:
+                out = to_numpy(cur.output)[None]
+                ctx["row"].append(_fixed(matrix_view("output", "o_t", out, q_tok, dims(spec.d_model), "(1, d)")))
+            ctx["diff"] = cur.max_abs_diff_vs_full
+            full_row = to_numpy(trace.full.weighted_sum.output[cur.position])
+            ctx["full_equal"] = bool(np.allclose(full_row, to_numpy(cur.output), atol=1e-5))
+        ctx.update(
+            cache_len=cache_len,
+            cache_bytes=cache_len * per_token,
+            gpt2_bytes=2 * 768 * 2 * 12,
+            prev_url=state.url(step=step - 1) if step > 0 else None,
+            next_url=state.url(step=step + 1) if step < n_steps else None,
+            step_urls=[(i, state.url(step=i)) for i in range(n_steps + 1)],
+            head_urls=[(h, state.url(head=h)) for h in range(spec.n_heads)],
+        )
+    except ValidationError as exc:
+        ctx["error"] = [t("error.field", field=e["loc"][1], message=e["msg"]) for e in clean(exc.errors(), "query")]
+        status = 422
+    except (SpecError, FieldError) as exc:
+        ctx["error"] = [t("error.field", field=exc.field, message=exc.message)]
+        status = 422
+    return TEMPLATES.TemplateResponse(
+        request,
+        "decode.html",
+        ctx,
+        status_code=status,
+        block_names=["stage", "controls"] if ctx["fragment"] else [],
+        headers={"Vary": "HX-Request, Accept-Language"},
+    )
