@@ -1,0 +1,153 @@
+"""The demonstrations: `/demos` (page) and `/api/v1/demo/*` (JSON, and the √d_k charts as SVG)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, Response
+from pydantic import BaseModel, Field, ValidationError
+
+from engine import demos
+
+from ..errors import clean
+from ..i18n import LANGS, negotiate, translator
+from ..render.charts import Series, line_chart
+from ..schemas import ERRORS, FieldError
+from ..templating import TEMPLATES
+
+router = APIRouter(prefix="/api/v1/demo", tags=["demonstrations"], responses=ERRORS)
+page_router = APIRouter(include_in_schema=False)
+
+Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
+
+
+class PermutationQuery(BaseModel):
+    tokens: str = Field("猫 坐 在 垫子 上", max_length=2000, description="Space-separated, at most 16 tokens.")
+    perm: str = Field("2,0,1,4,3", max_length=200, description="A reordering of 0..N−1, comma-separated.")
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+
+
+class RopeQuery(BaseModel):
+    m: int = Field(3, ge=0, le=100_000, description="The query's position.")
+    n: int = Field(7, ge=0, le=100_000, description="The key's position.")
+    d_k: int = Field(8, ge=2, le=1024, multiple_of=2)
+    base: float = Field(10000.0, gt=1, le=1e9, allow_inf_nan=False)
+    pairing: Literal["adjacent", "half"] = "adjacent"
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+
+
+class SoftmaxQuery(BaseModel):
+    logits: str = Field("10,11,12", max_length=500, description="Comma-separated, at most 32 numbers.")
+    dtype: Literal["float16", "bfloat16", "float32"] = "float16"
+
+
+def _perm(q: PermutationQuery) -> dict[str, Any]:
+    tokens = q.tokens.split()
+    if not 1 <= len(tokens) <= 16:
+        raise FieldError("tokens", "give 1 to 16 tokens")
+    try:
+        perm = [int(p) for p in q.perm.replace(" ", ",").split(",") if p]
+    except ValueError:
+        raise FieldError("perm", "must be comma-separated integers") from None
+    if sorted(perm) != list(range(len(tokens))):
+        raise FieldError("perm", f"must reorder 0..{len(tokens) - 1}, each once")
+    return demos.permutation(tokens, perm, q.seed)
+
+
+def _logits(q: SoftmaxQuery) -> list[float]:
+    try:
+        values = [float(v) for v in q.logits.replace(" ", ",").split(",") if v]
+    except ValueError:
+        raise FieldError("logits", "must be comma-separated numbers") from None
+    if not 1 <= len(values) <= 32 or any(abs(v) > 1e6 or v != v for v in values):
+        raise FieldError("logits", "give 1 to 32 finite numbers between −1e6 and 1e6")
+    return values
+
+
+@router.get("/permutation", summary="Shuffling the tokens shuffles the outputs — unless positions or a mask")
+def permutation(q: Annotated[PermutationQuery, Query()]) -> dict[str, Any]:
+    return _perm(q)
+
+
+@router.get("/rope", summary="⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩")
+def rope(q: Annotated[RopeQuery, Query()]) -> dict[str, Any]:
+    return demos.rope_relative(q.m, q.n, q.d_k, q.base, q.pairing, q.seed)
+
+
+@router.get("/scaling", summary="Var(q·k) against d_k; softmax's peak and entropy under each scale")
+async def scaling() -> dict[str, Any]:
+    return await run_in_threadpool(demos.scaling)
+
+
+@router.get("/scaling.svg", response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}})
+async def scaling_svg(
+    chart: Literal["variance", "max", "entropy"] = "variance", lang: Literal["en", "zh"] = "en"
+) -> Response:
+    data = await run_in_threadpool(demos.scaling)
+    return Response(scaling_charts(data, translator(lang))[chart], media_type="image/svg+xml")
+
+
+@router.get("/softmax", summary="Softmax in float16 without and with the row maximum subtracted")
+def softmax(q: Annotated[SoftmaxQuery, Query()]) -> dict[str, Any]:
+    return demos.softmax_stability(_logits(q), q.dtype)
+
+
+def scaling_charts(data: dict[str, Any], t: Any) -> dict[str, str]:
+    rows = data["rows"]
+    d = [r["d_k"] for r in rows]
+    labels = {"none": t("scale.none"), "sqrt_dk": t("scale.sqrt_dk"), "dk": t("scale.dk")}
+    return {
+        "variance": line_chart(
+            [Series(t("demo.sampled"), d, [r["var"] for r in rows]), Series("d_k", d, d, dashed=True)],
+            t("demo.var_title"), "d_k", "Var(q·k)", x_log=True, y_log=True, chart_id="variance",
+        ),
+        "max": line_chart(
+            [Series(labels[k], d, [r[f"max_{k}"] for r in rows]) for k in labels],
+            t("demo.max_title", n=data["n_keys"]), "d_k", t("max_weight"), x_log=True, chart_id="max",
+        ),
+        "entropy": line_chart(
+            [Series(labels[k], d, [r[f"entropy_{k}"] for r in rows]) for k in labels]
+            + [Series(t("demo.uniform"), d, [data["uniform_entropy"]] * len(d), dashed=True)],
+            t("demo.entropy_title", n=data["n_keys"]), "d_k", t("entropy"), x_log=True, chart_id="entropy",
+        ),
+    }  # fmt: skip
+
+
+@page_router.get("/demos", response_class=HTMLResponse)
+async def demos_page(request: Request) -> Response:
+    lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
+    t = translator(lang)
+    q = {k: v for k, v in request.query_params.items() if v != ""}
+    ctx: dict[str, Any] = {
+        "page": "demos",
+        "t": t,
+        "lang": lang,
+        "langs": LANGS,
+        "values": q,
+        "lang_urls": {c: "/demos?" + "&".join(f"{k}={v}" for k, v in (q | {"lang": c}).items()) for c in LANGS},
+        "errors": {},
+    }
+    status = 200
+    sections: dict[str, Any] = {}
+    runs: tuple[tuple[str, type[BaseModel], Callable[[Any], dict[str, Any]]], ...] = (
+        ("permutation", PermutationQuery, _perm),
+        ("rope", RopeQuery, lambda r: demos.rope_relative(r.m, r.n, r.d_k, r.base, r.pairing, r.seed)),
+        ("softmax", SoftmaxQuery, lambda r: demos.softmax_stability(_logits(r), r.dtype)),
+    )
+    for name, model, run in runs:
+        try:
+            fields = {k: v for k, v in q.items() if k in model.model_fields}
+            sections[name] = run(model.model_validate(fields))
+        except ValidationError as exc:
+            e = clean(exc.errors(), "query")[0]
+            ctx["errors"][name] = t("error.field", field=e["loc"][1], message=e["msg"])
+            status = 422
+        except FieldError as exc:
+            ctx["errors"][name] = t("error.field", field=exc.field, message=exc.message)
+            status = 422
+    data = await run_in_threadpool(demos.scaling)
+    ctx.update(sections, scaling=data, charts=scaling_charts(data, t))
+    return TEMPLATES.TemplateResponse(request, "demos.html", ctx, status_code=status)

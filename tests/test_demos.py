@@ -1,0 +1,69 @@
+"""The demonstrations: each computes what the chapter claims, and each input error names its field."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from bs4 import BeautifulSoup
+
+from engine import demos
+
+
+def test_permutation_equivariance_holds_only_without_positions_or_mask():
+    r = demos.permutation(["a", "b", "c", "d"], [3, 1, 0, 2])
+    assert {c["case"]: c["equivariant"] for c in r["cases"]} == {"plain": True, "sinusoidal": False, "causal": False}
+
+
+def test_rope_relative_identity():
+    r = demos.rope_relative(4, 11, d_k=16, pairing="half")
+    assert r["equal"] and r["absolute"] == pytest.approx(r["relative"], abs=1e-9)
+    scores = [o["score"] for o in r["offsets"]]
+    assert max(scores) - min(scores) < 1e-9
+
+
+def test_scaling_variance_tracks_dk_and_sqrt_dk_keeps_softmax_steady():
+    s = demos.scaling()
+    for row in s["rows"]:
+        assert row["var"] == pytest.approx(row["d_k"], rel=0.15)
+    first, last = s["rows"][0], s["rows"][-1]
+    assert last["max_none"] > 0.9 > first["max_none"]  # unscaled: near one-hot at d_k = 1024
+    assert abs(last["max_sqrt_dk"] - first["max_sqrt_dk"]) < 0.05  # √d_k: the same at every width
+    assert last["entropy_dk"] == pytest.approx(math.log(16), abs=0.05)  # ÷ d_k: nearly uniform
+
+
+def test_float16_softmax_overflows_without_the_max_subtracted():
+    r = demos.softmax_stability([10.0, 11.0, 12.0])
+    assert r["naive_exp"][2] is None and not r["naive_ok"]
+    assert sum(r["stable"]) == pytest.approx(1, abs=1e-3) and r["stable_max_abs_diff"] < 1e-3
+    assert demos.softmax_stability([1.0, 2.0, 3.0])["naive_ok"]
+
+
+def test_demo_api_and_svg(client):
+    assert client.get("/api/v1/demo/permutation", params={"perm": "4,3,2,1,0"}).json()["cases"][0]["equivariant"]
+    svg = client.get("/api/v1/demo/scaling.svg", params={"chart": "entropy", "lang": "zh"})
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    assert "<polyline" in svg.text and "熵" in svg.text
+    assert client.get("/api/v1/demo/rope", params={"m": 2, "n": 9}).json()["equal"]
+
+
+@pytest.mark.parametrize(("path", "params", "field"), [
+    ("/api/v1/demo/permutation", {"perm": "0,0,1,2,3"}, "perm"),
+    ("/api/v1/demo/permutation", {"perm": "x"}, "perm"),
+    ("/api/v1/demo/rope", {"d_k": 7}, "d_k"),
+    ("/api/v1/demo/softmax", {"logits": "1,nan"}, "logits"),
+    ("/api/v1/demo/softmax", {"dtype": "int8"}, "dtype"),
+])  # fmt: skip
+def test_demo_errors_name_the_field(client, path, params, field):
+    r = client.get(path, params=params)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][1] == field
+
+
+def test_demos_page_in_both_languages(client):
+    page = BeautifulSoup(client.get("/demos?lang=en").text, "html.parser")
+    cases = {tr["data-case"]: tr["data-equivariant"] for tr in page.select("#permutation tr[data-case]")}
+    assert cases == {"plain": "true", "sinusoidal": "false", "causal": "false"}
+    assert len(page.select("#scaling svg.chart")) == 3
+    assert page.select_one("#softmax table")["data-naive-ok"] == "false"
+    zh = BeautifulSoup(client.get("/demos?lang=zh&perm=1,0").text, "html.parser")
+    assert "为什么除以 √d_k" in zh.text and "“perm” 有误" in zh.select_one("#permutation .error").text
