@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 from . import __version__, errors
 from .lab import Lab, ServeCached
 from .limits import BodyLimit, SecurityHeaders
-from .routes import api, block, block_page, decode, decode_page, demos, docs, pages, params
+from .routes import api, block, block_page, decode, decode_page, demos, docs, lessons, pages, params
 from .settings import Settings, get_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(decode.router)
     app.include_router(demos.router)
     app.include_router(demos.page_router)
+    app.include_router(lessons.router)
     app.include_router(api.health)
     app.include_router(params.router)
     app.include_router(docs.router)

@@ -18,6 +18,9 @@
     var el = document.querySelector(selector);
     if (el && el.getAttribute("href")) {
       e.preventDefault();
+      // A key can arrive right after a swap, before htmx has boosted the new link: process it first, so the
+      // step is a panel swap and never a full page load.
+      if (window.htmx) window.htmx.process(el);
       el.click();
     }
   });
@@ -54,4 +57,19 @@
     if (pending) return;
     pending = window.requestAnimationFrame(function () { pending = null; readout(img, e); });
   });
+})();
+
+// The language links sit outside the swapped panel: after htmx pushes a new URL, point them at it, so switching
+// language keeps the stage the student is on.
+(function () {
+  "use strict";
+  function relink() {
+    document.querySelectorAll("a[data-lang]").forEach(function (a) {
+      var url = new URL(window.location.href);
+      url.searchParams.set("lang", a.dataset.lang);
+      a.setAttribute("href", url.pathname + url.search + url.hash);
+    });
+  }
+  document.addEventListener("htmx:pushedIntoHistory", relink);
+  document.addEventListener("htmx:historyRestore", relink);
 })();

@@ -153,3 +153,26 @@ def test_block_page_steps_through_the_whole_block(page: Page, live_server: str):
     page.click("[data-lang=zh]")
     expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
     expect(stage).to_have_attribute("data-stage", "output")
+
+
+def test_a_lesson_reveals_its_answer_and_opens_the_lab(page: Page, live_server: str):
+    page.goto(f"{live_server}/lessons/row-one?lang=en")
+    answer = page.locator("li.lesson-step[data-step='1'] details.answer p")
+    expect(answer).to_be_hidden()
+    page.click("li.lesson-step[data-step='1'] details.answer summary")
+    expect(answer).to_be_visible()
+    expect(answer).to_contain_text("exp(−∞) = 0")
+    page.click("li.lesson-step[data-step='1'] a[data-open=lab]")
+    expect(page.locator("#stage")).to_have_attribute("data-index", "4")
+    assert row(page, "weights", 0) == ["1.0", "0.0", "0.0", "0.0", "0.0"]
+    expect(page.locator("#arithmetic")).to_be_visible()
+
+
+def test_the_kv_cache_lesson_steps_through_decoding(page: Page, live_server: str):
+    page.goto(f"{live_server}/lessons/kv-cache?lang=zh")
+    page.click("li.lesson-step[data-step='1'] a[data-open=lab]")
+    expect(page.locator(".cache-size")).to_have_attribute("data-cache-len", "2")
+    for n in ("3", "4"):
+        page.keyboard.press("ArrowRight")
+        expect(page.locator(".cache-size")).to_have_attribute("data-cache-len", n)
+    expect(page.locator(".notice")).to_have_attribute("data-equal", "true")
