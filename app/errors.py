@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from engine import SpecError
+from engine.budget import Busy
 
 from .render.payload import json_response
 from .schemas import FieldError
@@ -85,6 +86,14 @@ def install(app: FastAPI) -> None:
             headers["Allow"] = ", ".join(sorted(allowed))
         body = {"message": str(exc.detail), "detail": [{"loc": ["request"], "msg": str(exc.detail), "type": "http"}]}
         return json_response(body, exc.status_code, headers)
+
+    @app.exception_handler(Busy)
+    async def _busy(request: Request, exc: Busy) -> Response:
+        body = {
+            "message": f"the server is busy with other large computations; retry in {exc.retry_after} s",
+            "detail": [{"loc": ["request"], "msg": "memory budget in use", "type": "busy"}],
+        }
+        return json_response(body, 503, {"Retry-After": str(exc.retry_after)})
 
     @app.exception_handler(FieldError)
     async def _field_invalid(request: Request, exc: FieldError) -> Response:

@@ -16,8 +16,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from engine import Limits, Spec, TraceCache, compute
 from engine.attention import Trace
 from engine.block import BlockSpec, BlockTrace, compute_block
+from engine.budget import MemoryBudget
 from engine.decode import DecodeTrace, decode
 from engine.device import resolve
+from engine.spec import estimate_bytes
 
 from .settings import Settings
 
@@ -44,6 +46,7 @@ class Lab:
         self.settings = settings
         self.device = resolve(settings.device)
         self.limits: Limits = settings.limits()
+        self.budget = MemoryBudget(self.limits.memory_budget_bytes, settings.compute_wait_s)
         self.cache: TraceCache[Any, Any] = TraceCache(int(settings.cache_mb * 2**20))
         self.responses: TraceCache[tuple[str, str], CachedResponse] = TraceCache(
             int(settings.response_cache_mb * 2**20)
@@ -54,18 +57,39 @@ class Lab:
 
             self.models["checkpoint"] = GPT2Checkpoint(settings.checkpoint, "checkpoint", self.device)
 
+    def _cost(self, spec: Spec, factor: float = 1.0) -> int:
+        return int(
+            factor * estimate_bytes(max(spec.n_tokens, len(spec.kv_tokens)), spec.d_model, spec.n_heads, spec.dtype)
+        )
+
     def trace(self, spec: Spec) -> tuple[Trace, bool]:
-        """The trace for `spec` and whether it came from the cache."""
-        return self.cache.get_or_compute(spec, lambda s: compute(s, self.models.get(s.preset)))
+        """The trace for `spec` and whether it came from the cache (computed within the memory budget)."""
+
+        def run(s: Spec) -> Trace:
+            with self.budget.reserve(self._cost(s)):
+                return compute(s, self.models.get(s.preset))
+
+        return self.cache.get_or_compute(spec, run)
 
     def decode(self, spec: Spec, prefill: int) -> tuple[DecodeTrace, bool]:
         """The decode trace for `spec` with `prefill` prompt tokens, and whether it came from the cache."""
-        value, cached = self.cache.get_or_compute(("decode", spec, prefill), lambda k: decode(k[1], k[2]))
+
+        def run(key: tuple[str, Spec, int]) -> DecodeTrace:
+            with self.budget.reserve(self._cost(key[1], 2.0)):
+                return decode(key[1], key[2])
+
+        value, cached = self.cache.get_or_compute(("decode", spec, prefill), run)
         return value, cached
 
     def block(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
         """The block trace for `spec` and whether it came from the cache."""
-        return self.cache.get_or_compute(spec, lambda s: compute_block(s, self.models.get(s.attn.preset)))
+
+        def run(s: BlockSpec) -> BlockTrace:
+            n, d = s.attn.n_tokens, s.attn.d_model
+            with self.budget.reserve(self._cost(s.attn) + 4 * (3 * n * s.ff + 8 * n * d + 3 * d * s.ff)):
+                return compute_block(s, self.models.get(s.attn.preset))
+
+        return self.cache.get_or_compute(spec, run)
 
     @property
     def json_limit(self) -> int:

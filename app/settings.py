@@ -24,7 +24,8 @@ class Settings(BaseSettings):
     max_explicit_d_model: int = Field(64, ge=1)
     max_explicit_tokens: int = Field(64, ge=1)
     max_decode_tokens: int = Field(256, ge=1)  # /api/v1/decode answers one row per step
-    memory_budget_mb: float = Field(2048, gt=0)  # one trace's tensors, estimated before computing
+    memory_budget_mb: float = Field(2048, gt=0)  # all computations in flight together, estimated before computing
+    compute_wait_s: float = Field(10, ge=0)  # how long a request waits for budget before a 503
     cache_mb: float = Field(512, ge=0)  # byte-bounded LRU of computed traces
     response_cache_mb: float = Field(64, ge=0)  # finished GET answers (JSON, .npz, PNG), keyed by their URL
     json_limit_mb: float = Field(32, gt=0)  # larger JSON answers get 413 and a pointer to the .npz

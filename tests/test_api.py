@@ -327,3 +327,38 @@ def test_a_repeated_url_is_served_from_the_response_cache():
         c.get(url)
         assert c.get(url).headers["x-cache"] == "hit"  # the trace cache still answers, the body is rebuilt
         assert len(c.app.state.lab.responses) == 0
+
+
+def test_concurrent_work_over_the_memory_budget_waits_then_gets_503():
+    with make_client(memory_budget_mb=64, compute_wait_s=0.3) as c:
+        budget = c.app.state.lab.budget
+        with budget.reserve(budget.limit):  # another request holds the whole budget
+            r = c.get("/api/v1/attention", params={"tokens": "a b c", "seed": 4242})
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            assert "busy" in r.json()["message"]
+            page = c.get("/", params={"tokens": "a b c", "seed": 4242, "lang": "en"})
+            assert page.status_code == 503 and "busy" in page.text
+        assert budget.in_use == 0
+        assert c.get("/api/v1/attention", params={"tokens": "a b c", "seed": 4242}).status_code == 200
+
+
+def test_the_budget_never_holds_more_than_its_limit():
+    import threading
+    import time
+
+    from engine.budget import MemoryBudget
+
+    budget, peak, lock = MemoryBudget(100, wait_s=5), [0], threading.Lock()
+
+    def work():
+        with budget.reserve(40):
+            with lock:
+                peak[0] = max(peak[0], budget.in_use)
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=work) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak[0] <= 100 and budget.in_use == 0

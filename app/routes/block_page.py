@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from engine import STAGES, SpecError
 from engine.block import BlockTrace
+from engine.budget import Busy
 
 from ..errors import clean
 from ..i18n import LANGS, negotiate, translator
@@ -207,6 +208,9 @@ async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     except (SpecError, FieldError) as exc:
         ctx["error"] = [t("error.field", field=exc.field, message=exc.message)]
         status = 422
+    except Busy as exc:
+        ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
+        status = 503
     return TEMPLATES.TemplateResponse(
         request,
         "block.html",

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
 from engine import SpecError
+from engine.budget import Busy
 
 from ..errors import clean
 from ..i18n import LANGS, negotiate, translator
@@ -139,6 +140,9 @@ async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
     except (SpecError, FieldError) as exc:
         ctx["error"] = [t("error.field", field=exc.field, message=exc.message)]
         status = 422
+    except Busy as exc:
+        ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
+        status = 503
     return TEMPLATES.TemplateResponse(
         request,
         "decode.html",

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from engine import PRESETS, STAGES, SpecError
 from engine.attention import Trace
+from engine.budget import Busy
 
 from ..errors import clean
 from ..i18n import LANGS, negotiate, translator
@@ -304,6 +305,9 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
     except (SpecError, FieldError) as exc:
         ctx["error"] = [t("error.field", field=exc.field, message=exc.message)]
         status = 422
+    except Busy as exc:
+        ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
+        status = 503
     return TEMPLATES.TemplateResponse(
         request,
         "lab.html",
