@@ -173,8 +173,21 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"attention-lab: {path} needs config.json and model.safetensors", file=sys.stderr)
             return 2
         os.environ["ATTENTION_LAB_CHECKPOINT"] = str(path)
+    # One JSON access line per request from the app (attention_lab.access), instead of uvicorn's plain one.
+    log_config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(message)s"}},
+        "handlers": {"err": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stderr"}},
+        "loggers": {
+            "attention_lab.access": {"handlers": ["err"], "level": "INFO", "propagate": False},
+            "uvicorn": {"handlers": ["err"], "level": "INFO", "propagate": False},
+        },
+    }
     uvicorn.run(
         "app.main:create_app",
+        log_config=log_config,
+        access_log=False,
         factory=True,
         host=args.host,
         port=args.port,

@@ -38,12 +38,13 @@ class CachedResponse:
 
 
 class Lab:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics: Any = None) -> None:
         import torch
 
         if settings.threads:
             torch.set_num_threads(settings.threads)
         self.settings = settings
+        self.metrics = metrics
         self.device = resolve(settings.device)
         self.limits: Limits = settings.limits()
         self.budget = MemoryBudget(self.limits.memory_budget_bytes, settings.compute_wait_s)
@@ -67,7 +68,11 @@ class Lab:
 
         def run(s: Spec) -> Trace:
             with self.budget.reserve(self._cost(s)):
-                return compute(s, self.models.get(s.preset))
+                trace = compute(s, self.models.get(s.preset))
+            if self.metrics is not None:
+                for stage, seconds in trace.timings:
+                    self.metrics.stage(stage, seconds)
+            return trace
 
         return self.cache.get_or_compute(spec, run)
 

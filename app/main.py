@@ -11,6 +11,8 @@ from fastapi.staticfiles import StaticFiles
 from . import __version__, errors
 from .lab import Lab, ServeCached
 from .limits import BodyLimit, SecurityHeaders
+from .metrics import Metrics, Observe
+from .metrics import router as metrics_router
 from .routes import api, block, block_page, decode, decode_page, demos, docs, lessons, pages, params
 from .settings import Settings, get_settings
 
@@ -29,11 +31,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
-    app.state.lab = Lab(settings)
+    app.state.metrics = Metrics()
+    app.state.lab = Lab(settings, app.state.metrics)
     errors.install(app)
     app.add_middleware(ServeCached, lab=app.state.lab)
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(Observe, metrics=app.state.metrics)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.mount("/vendor/htmx", StaticFiles(directory=str(files("js_lib_htmx") / "static" / "htmx")), name="htmx")
     if MATH_FONT.is_dir():  # installed by `make` from npm; without it formulas use the system's math font
@@ -46,6 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(demos.page_router)
     app.include_router(lessons.router)
     app.include_router(api.health)
+    app.include_router(metrics_router)
     app.include_router(params.router)
     app.include_router(docs.router)
     app.include_router(pages.router)

@@ -7,6 +7,7 @@ returned in a `Trace` instead of thrown away. It is the only place the stages ar
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, fields
 
 import torch
@@ -78,6 +79,7 @@ class Trace:
     weighted_sum: WeightedSum
     checks: Checks
     weights: Weights  # W_Q … b_O the trace used (not a stage: the page shows them beside stages 1 and 5)
+    timings: tuple[tuple[str, float], ...] = ()  # seconds spent in each stage, for the server's metrics
 
     def stage(self, key: str) -> dict[str, torch.Tensor]:
         """The named stage's tensors, in the API's order."""
@@ -221,10 +223,22 @@ def run(spec: Spec, x: torch.Tensor, w: Weights, source: torch.Tensor | None = N
     """All five stages for `spec` on the given input (and, for cross-attention, the source sequence that K and V
     read) and weights, already on their device and dtype."""
     s = spec.scale_value
+    clock = [time.perf_counter()]
+
+    def lap() -> float:
+        clock.append(time.perf_counter())
+        return clock[-1] - clock[-2]
+
     add = mask_of(spec, x.dtype).to(x.device)
     p = project(x, w, spec, source)
+    t1 = lap()
     sc = scores(p, s)
+    t2 = lap()
     m = mask(sc, add)
+    t3 = lap()
     a = softmax(m)
+    t4 = lap()
     ws = weighted_sum(a, p, w)
-    return Trace(spec, p, sc, m, a, ws, check(p, add, s, a, ws), w)
+    t5 = lap()
+    timings = tuple(zip(STAGES, (t1, t2, t3, t4, t5), strict=True))
+    return Trace(spec, p, sc, m, a, ws, check(p, add, s, a, ws), w, timings)

@@ -362,3 +362,29 @@ def test_the_budget_never_holds_more_than_its_limit():
     for t in threads:
         t.join()
     assert peak[0] <= 100 and budget.in_use == 0
+
+
+def test_metrics_count_requests_cache_hits_and_stage_times():
+    import re
+
+    with make_client() as c:
+        url = "/api/v1/attention?tokens=m+e+t&seed=31337"
+        c.get(url), c.get(url), c.get("/api/v1/attention?n_heads=3")
+        text = c.get("/metrics").text
+        assert 'attention_lab_requests_total{route="/api/v1/attention",method="GET",status="200"} 2' in text
+        assert 'attention_lab_requests_total{route="/api/v1/attention",method="GET",status="422"} 1' in text
+        assert 'attention_lab_cache_hits_total{cache="response"} 1' in text
+        assert 'attention_lab_cache_misses_total{cache="trace"} 1' in text
+        for stage in ("projection", "scores", "mask", "softmax", "weighted_sum"):
+            assert re.search(rf'attention_lab_stage_seconds_count{{stage="{stage}"}} 1\b', text), stage
+
+
+def test_access_log_is_one_json_object_per_request(caplog):
+    import json
+    import logging
+
+    with make_client() as c, caplog.at_level(logging.INFO, logger="attention_lab.access"):
+        c.get("/api/v1/attention?tokens=a+b&stages=softmax")
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "attention_lab.access"]
+    assert lines and lines[-1]["path"] == "/api/v1/attention" and lines[-1]["status"] == 200
+    assert lines[-1]["ms"] > 0 and "tokens" not in json.dumps(lines[-1])  # no user text in the log
