@@ -80,6 +80,8 @@ CSP = (
 )
 # Swagger UI sets inline styles from JavaScript; only /docs allows them.
 CSP_DOCS = CSP.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
+# /embed exists to be framed by course pages on other sites.
+CSP_EMBED = CSP.replace("frame-ancestors 'self'", "frame-ancestors *")
 
 
 class SecurityHeaders:
@@ -92,7 +94,8 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        csp = (CSP_DOCS if scope["path"] == "/docs" else CSP).encode()
+        path = scope["path"]
+        csp = (CSP_DOCS if path == "/docs" else CSP_EMBED if path == "/embed" else CSP).encode()
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":

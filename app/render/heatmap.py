@@ -61,3 +61,33 @@ def png(a: np.ndarray, scale: str, size: int) -> bytes:
     buf = io.BytesIO()
     img.save(buf, "PNG", optimize=False, compress_level=6)
     return buf.getvalue()
+
+
+def svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str, cell: int = 28) -> str:
+    """A labelled vector heat map: one rect per cell, its value in a <title>; −∞ drawn grey."""
+    from html import escape
+
+    rgb = colourise(a, scale)
+    left = 12 + 8 * max((len(r) for r in rows), default=1)
+    top = 40 + 8 * max((len(c) for c in cols), default=1)
+    w, h = left + cell * a.shape[1] + 10, top + cell * a.shape[0] + 10
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+           f'aria-label="{escape(title)}"><text x="{left}" y="18" font-size="14" font-weight="600">{escape(title)}</text>']  # fmt: skip
+    for j, c in enumerate(cols):
+        x = left + j * cell + cell / 2
+        out.append(
+            f'<text x="{x:.1f}" y="{top - 6}" font-size="11" transform="rotate(-60 {x:.1f} {top - 6})">{escape(c)}</text>'
+        )
+    for i, r in enumerate(rows):
+        y = top + i * cell
+        out.append(
+            f'<text x="{left - 6}" y="{y + cell / 2 + 4:.1f}" font-size="11" text-anchor="end">{escape(r)}</text>'
+        )
+        for j in range(a.shape[1]):
+            v = float(a[i, j])
+            fill = "#" + "".join(f"{int(x):02x}" for x in rgb[i, j])
+            label = "−∞" if v == float("-inf") else f"{v:.4g}"
+            out.append(f'<rect x="{left + j * cell}" y="{y}" width="{cell}" height="{cell}" fill="{fill}" '
+                       f'stroke="#ffffff"><title>{escape(r)} → {escape(cols[j])}: {label}</title></rect>')  # fmt: skip
+    out.append("</svg>")
+    return "".join(out)

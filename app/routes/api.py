@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -14,7 +16,9 @@ from engine import PRESETS, STAGE_TENSORS, STAGES
 from ..errors import field_error, where_of
 from ..lab import Lab, cached_get, get_lab
 from ..render.arrays import Traced, to_numpy
+from ..render.cells import full
 from ..render.heatmap import png
+from ..render.heatmap import svg as heatmap_svg_of
 from ..render.payload import TooLarge, json_response, to_json, to_npz
 from ..schemas import (
     ERRORS,
@@ -285,3 +289,83 @@ async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Res
     trace, _ = await run_in_threadpool(lab.trace, spec)
     tensor, a = matrix_of(request, trace)
     return window_response(request, trace, tensor, a)
+
+
+EXPORT_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS
+
+
+def _csv(trace: Traced, tensor: str, a: np.ndarray) -> str:
+    tok = list(trace.tokens)
+    spec = getattr(trace, "spec", None)
+    keys = list(getattr(spec, "kv_tokens", ()) or tok)
+    cols = keys if tensor in ("raw", "scaled", "masked", "weights", "mask") else [str(j) for j in range(a.shape[1])]
+    rows = tok if a.shape[0] == len(tok) else keys if a.shape[0] == len(keys) else [str(i) for i in range(a.shape[0])]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["", *cols])
+    for label, row in zip(rows, a.tolist(), strict=True):
+        w.writerow([label, *(full(v) for v in row)])  # the shortest text of each float32, as in the JSON
+    return buf.getvalue()
+
+
+@router.get(
+    "/attention/export.csv",
+    response_class=Response,
+    responses={200: {"content": {"text/csv": {}}, "description": "One head of one tensor, labelled; −∞ is -inf"}},
+    openapi_extra={"parameters": query_parameters(AttentionRequest, EXPORT_EXTRA)},
+)
+@cached_get
+async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """One (head of a) tensor as CSV: a header row of key labels or dimensions, a token label on each row."""
+    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
+    trace, _ = await run_in_threadpool(lab.trace, spec)
+    tensor, a = matrix_of(request, trace)
+    head = request.query_params.get("head") or "0"
+    name = f"{tensor}-head{head}.csv"
+    return Response(_csv(trace, tensor, a), media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
+
+
+@router.get(
+    "/attention/export.npy",
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}, "description": "np.load() gives the tensor"}},
+    openapi_extra={"parameters": query_parameters(AttentionRequest, EXPORT_EXTRA)},
+)
+@cached_get
+async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """One whole tensor (every head) as a .npy file; `stage` and `tensor` choose it, −∞ stays −∞."""
+    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
+    trace, _ = await run_in_threadpool(lab.trace, spec)
+    matrix_of(request, trace)  # validates stage, tensor and head
+    stage = request.query_params.get("stage") or "softmax"
+    stage = STAGES[int(stage) - 1] if stage.isdigit() else stage
+    tensor = request.query_params.get("tensor") or DEFAULT_TENSOR[stage]
+    buf = io.BytesIO()
+    np.save(buf, to_numpy(trace.stage(stage)[tensor]))
+    return Response(buf.getvalue(), media_type="application/octet-stream",
+                    headers={"Content-Disposition": f'attachment; filename="{tensor}.npy"'})  # fmt: skip
+
+
+@router.get(
+    "/attention/heatmap.svg",
+    response_class=Response,
+    responses={200: {"content": {"image/svg+xml": {}}, "description": "One head's matrix as an SVG heat map"}},
+    openapi_extra={"parameters": query_parameters(AttentionRequest, VIEW_PARAMS)},
+)
+@cached_get
+async def heatmap_svg(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """A vector heat map with token labels, for slides and papers (at most 64 × 64 cells; use the PNG beyond)."""
+    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
+    trace, _ = await run_in_threadpool(lab.trace, spec)
+    tensor, a = matrix_of(request, trace)
+    if a.shape[0] > 64 or a.shape[1] > 64:
+        raise FieldError(
+            "tokens", f"an SVG heat map draws at most 64 × 64 cells, this one is {a.shape}: use heatmap.png"
+        )
+    tok = list(trace.tokens)
+    keys = list(spec.kv_tokens) or tok
+    cols = keys if tensor in ("raw", "scaled", "masked", "weights") else [str(j) for j in range(a.shape[1])]
+    rows = tok if a.shape[0] == len(tok) else keys
+    svg = heatmap_svg_of(a, rows, cols, "sequential" if tensor == "weights" else "diverging", tensor)
+    return Response(svg, media_type="image/svg+xml")

@@ -51,7 +51,8 @@ def drop_unused(p: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in p.items() if k not in DEPENDS or p.get(DEPENDS[k][0]) == DEPENDS[k][1]}
 
 
-PAGE_KEYS = (*API_KEYS, "stage", "head", "compare", "cell", "tile", "lang")
+PAGE_KEYS = (*API_KEYS, "stage", "head", "compare", "cell", "tile", "present", "hide", "lang")
+HIDEABLE = ("controls", "nav", "formula", "explain", "notice", "checks")
 SCALE_CYCLE = {"sqrt_dk": "none", "none": "dk", "dk": "sqrt_dk"}
 TILE = 16
 
@@ -218,17 +219,49 @@ def large_context(trace: Trace, key: str, head: int, state: PageState) -> dict[s
     }
 
 
+class EmbedState(PageState):
+    path = "/embed"
+
+
+def qr_svg(url: str) -> str:
+    """The URL as a QR code, SVG with presentation attributes only (no inline style)."""
+    import io
+
+    import segno
+
+    buf = io.BytesIO()
+    segno.make(url, error="m").save(buf, kind="svg", scale=5, border=2, xmldecl=False, svgns=True, nl=False)
+    return buf.getvalue().decode()
+
+
+@router.get("/embed", response_class=HTMLResponse)
+async def embed_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """One view without the page's chrome, for course pages: the same parameters, plus `hide=`."""
+    return await render_lab(request, lab, embed=True)
+
+
 @router.get("/", response_class=HTMLResponse)
 async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    return await render_lab(request, lab, embed=False)
+
+
+async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
     lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
     t = translator(lang)
-    state = PageState.from_request(request, lab.models)
+    state = (EmbedState if embed else PageState).from_request(request, lab.models)
+    present = state.get("present") == "1"
+    hide = {h for h in state.get("hide").split(",") if h in HIDEABLE}
+    if present:
+        hide |= {"controls"}
     if state.get("mask") == "custom" and not state.get("mask_matrix") and state.get("preset", "toy") in PRESETS:
         # Choosing "custom" in the form starts from a mask that hides nothing, ready to be edited cell by cell.
         n = len(state.get("tokens").split()) or len(PRESETS[state.get("preset", "toy")].tokens)
         state.params["mask_matrix"] = "[" + ",".join(["[" + ",".join(["1"] * n) + "]"] * n) + "]"
     ctx: dict[str, Any] = {
         "page": "lab",
+        "present": present,
+        "embed": embed,
+        "hide": hide,
         "t": t,
         "lang": lang,
         "langs": LANGS,
@@ -274,7 +307,11 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
                 k: state.url(compare=k) for k in ("mask", "scale", *(("leak",) if spec.mask == "document" else ()))
             },
             compare_close_url=state.url(compare=None),
+            present_url=state.url(present=None if present else "1"),
         )
+        if present:  # students scan the view itself, without presenter mode
+            student = str(request.base_url).rstrip("/") + state.url(present=None)
+            ctx.update(qr=qr_svg(student), student_url=student)
         if ctx["small"]:
             ctx.update(small_context(trace, key, head, state, t))
         else:
