@@ -52,6 +52,7 @@ test: lint typecheck
 bench: install
 	$(BIN)/python -m bench.attention
 	$(BIN)/python -m bench.serve
+	$(BIN)/python -m bench.classroom
 
 clean:
 	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache .hypothesis

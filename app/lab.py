@@ -149,3 +149,30 @@ class ServeCached:
 def get_lab(request: Request) -> Lab:
     lab: Lab = request.app.state.lab
     return lab
+
+
+def page_key(request: Request, lang: str) -> tuple[str, str]:
+    """A rendered page depends on its URL, the language chosen and whether htmx asked for the panel alone."""
+    fragment = (
+        request.headers.get("hx-request") == "true" and request.headers.get("hx-history-restore-request") != "true"
+    )
+    return (f"page:{lang}:{int(fragment)}:{request.url.path}", request.url.query)
+
+
+def cached_page(lab: Lab, key: tuple[str, str]) -> Response | None:
+    hit = lab.responses.get(key)
+    if hit is None:
+        return None
+    return Response(hit.body, media_type=hit.media_type, headers=dict(hit.headers) | {"X-Cache": "hit"})
+
+
+def remember_page(lab: Lab, key: tuple[str, str], response: Response) -> Response:
+    """Keep a successful page: the class asks for the same few views again and again."""
+    if response.status_code == 200 and lab.responses.max_bytes:
+        lab.responses.put(
+            key,
+            CachedResponse(
+                bytes(response.body), "text/html; charset=utf-8", (("vary", "HX-Request, Accept-Language"),)
+            ),
+        )
+    return response

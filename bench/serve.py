@@ -106,6 +106,30 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _start(port: int) -> subprocess.Popen[bytes]:
+    """`attention-lab serve` on 127.0.0.1:port, one worker, once it accepts connections."""
+    env = os.environ | {"ATTENTION_LAB_DEVICE": os.environ.get("ATTENTION_LAB_DEVICE", "auto")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return server
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise SystemExit("the server did not start") from None
+            time.sleep(0.2)
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    server.terminate()
+    server.wait(10)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
@@ -113,29 +137,15 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="one JSON object per measurement")
     args = ap.parse_args()
     port = _free_port()
-    env = os.environ | {"ATTENTION_LAB_DEVICE": os.environ.get("ATTENTION_LAB_DEVICE", "auto")}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    server = _start(port)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("the server did not start") from None
-                time.sleep(0.2)
         asyncio.run(_load(port, TOY, 4, 1.0))  # warm-up: imports, first trace, caches
         rows = [
             asyncio.run(_load(port, TOY, args.clients, args.seconds)),
             asyncio.run(_first_vs_repeat(port, LARGE, 20)),
         ]
     finally:
-        server.terminate()
-        server.wait(10)
+        _stop(server)
     if args.json:
         for r in rows:
             print(orjson.dumps(r).decode())

@@ -58,3 +58,17 @@ def test_embed_view_has_no_chrome_and_can_be_framed(client):
     assert page.select_one("[data-action=next]")["href"].startswith("/embed?")
     assert "frame-ancestors *" in r.headers["content-security-policy"]
     assert "frame-ancestors 'self'" in client.get("/").headers["content-security-policy"]
+
+
+def test_every_kind_of_user_text_is_escaped_including_a_10000_character_token(client):
+    long = "x" * 9_990 + "<b>ok</b>"
+    tokens = ["<script>alert(1)</script>", '"quoted"', "'single'", "\u202eright-to-left", "🙂", long]
+    r = client.get("/", params={"tokens": " ".join(tokens), "stage": "4", "lang": "en"})
+    assert r.status_code == 200
+    assert "<script>alert(1)</script>" not in r.text and "<b>ok</b>" not in r.text
+    labels = [th.text for th in soup(r).select("table[data-matrix=weights] tbody th")]
+    assert labels == tokens
+    api = client.get("/api/v1/attention", params={"tokens": " ".join(tokens), "stages": "softmax"})
+    assert api.json()["tokens"] == tokens
+    too_long = client.get("/api/v1/attention", params={"tokens": "y" * 10_001})
+    assert too_long.status_code == 422 and "10000" in too_long.json()["message"].replace(",", "")

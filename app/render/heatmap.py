@@ -52,14 +52,17 @@ def colourise(a: np.ndarray, scale: str) -> np.ndarray:
 def png(a: np.ndarray, scale: str, size: int) -> bytes:
     """A PNG whose longer side is `size` pixels: nearest-neighbour when enlarging, area-averaged when shrinking.
     The shorter side never loses rows (or columns) it has room for, so a (7, 3072) strip keeps its 7 tokens."""
-    img = Image.fromarray(colourise(a, scale), "RGB")
     h, w = a.shape
     factor = size / max(h, w)
     target = (max(round(w * factor), min(w, size), 1), max(round(h * factor), min(h, size), 1))
-    if target != (w, h):
+    if factor < 1 and np.isfinite(a).all():
+        # Shrinking: average the values first (area averaging), then colour only the pixels that remain.
+        a = np.asarray(Image.fromarray(a.astype(np.float32), "F").resize(target, Image.Resampling.BOX))
+    img = Image.fromarray(colourise(a, scale), "RGB")
+    if img.size != target:
         img = img.resize(target, Image.Resampling.NEAREST if factor >= 1 else Image.Resampling.BOX)
     buf = io.BytesIO()
-    img.save(buf, "PNG", optimize=False, compress_level=6)
+    img.save(buf, "PNG", optimize=False, compress_level=3)
     return buf.getvalue()
 
 

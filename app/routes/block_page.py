@@ -19,7 +19,7 @@ from engine.budget import Busy
 
 from ..errors import clean
 from ..i18n import LANGS, negotiate, translator
-from ..lab import Lab, get_lab
+from ..lab import Lab, cached_page, get_lab, page_key, remember_page
 from ..render import page as view
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
@@ -133,6 +133,9 @@ def stage_label(key: str, t: Any) -> str:
 async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
     t = translator(lang)
+    cache_key = page_key(request, lang)
+    if (hit := cached_page(lab, cache_key)) is not None:
+        return hit
     state = BlockState.from_request(request, lab.models)
     ctx: dict[str, Any] = {
         "page": "block",
@@ -211,7 +214,7 @@ async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     except Busy as exc:
         ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
         status = 503
-    return TEMPLATES.TemplateResponse(
+    response = TEMPLATES.TemplateResponse(
         request,
         "block.html",
         ctx,
@@ -219,3 +222,4 @@ async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
         block_names=["stage", "controls"] if ctx["fragment"] else [],
         headers={"Vary": "HX-Request, Accept-Language"},
     )
+    return remember_page(lab, cache_key, response)

@@ -15,7 +15,7 @@ from engine.budget import Busy
 
 from ..errors import clean
 from ..i18n import LANGS, negotiate, translator
-from ..lab import Lab, get_lab
+from ..lab import Lab, cached_page, get_lab, page_key, remember_page
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
 from ..render.page import kv_head
@@ -43,6 +43,9 @@ def _fixed(m: MatrixView) -> MatrixView:
 async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
     t = translator(lang)
+    cache_key = page_key(request, lang)
+    if (hit := cached_page(lab, cache_key)) is not None:
+        return hit
     state = DecodeState.from_request(request, {})
     ctx: dict[str, Any] = {
         "page": "decode",
@@ -143,7 +146,7 @@ async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
     except Busy as exc:
         ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
         status = 503
-    return TEMPLATES.TemplateResponse(
+    response = TEMPLATES.TemplateResponse(
         request,
         "decode.html",
         ctx,
@@ -151,3 +154,4 @@ async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
         block_names=["stage", "controls"] if ctx["fragment"] else [],
         headers={"Vary": "HX-Request, Accept-Language"},
     )
+    return remember_page(lab, cache_key, response)

@@ -22,7 +22,7 @@ from engine.budget import Busy
 
 from ..errors import clean
 from ..i18n import LANGS, negotiate, translator
-from ..lab import Lab, get_lab
+from ..lab import Lab, cached_page, get_lab, page_key, remember_page
 from ..render import page as view
 from ..render.arrays import to_numpy
 from ..render.cells import matrix_view, row_stats
@@ -203,7 +203,7 @@ def large_context(trace: Trace, key: str, head: int, state: PageState) -> dict[s
     return {
         "tensor": tensor,
         "thumbs": [
-            (h, "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=h, size=160), state.url(head=h))
+            (h, "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=h, size=96), state.url(head=h))
             for h in range(spec.n_heads)
         ],
         "zoom_src": "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=head, size=size),
@@ -248,6 +248,9 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
 async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
     lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
     t = translator(lang)
+    cache_key = page_key(request, lang)
+    if (hit := cached_page(lab, cache_key)) is not None:
+        return hit
     state = (EmbedState if embed else PageState).from_request(request, lab.models)
     present = state.get("present") == "1"
     hide = {h for h in state.get("hide").split(",") if h in HIDEABLE}
@@ -345,7 +348,7 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
     except Busy as exc:
         ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
         status = 503
-    return TEMPLATES.TemplateResponse(
+    response = TEMPLATES.TemplateResponse(
         request,
         "lab.html",
         ctx,
@@ -353,3 +356,4 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
         block_names=["stage", "controls"] if ctx["fragment"] else [],
         headers={"Vary": "HX-Request, Accept-Language"},
     )
+    return remember_page(lab, cache_key, response)
