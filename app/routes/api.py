@@ -192,6 +192,15 @@ DEFAULT_TENSOR = {
 }
 
 
+KEY_AXIS = ("raw", "scaled", "masked", "weights", "mask")  # tensors whose columns are keys
+
+
+def key_tokens(trace: Traced) -> list[str]:
+    """The labels of the key axis: the source tokens in cross-attention, else the tokens themselves."""
+    spec = getattr(trace, "spec", None)
+    return list(getattr(getattr(spec, "attn", spec), "kv_tokens", ()) or trace.tokens)
+
+
 def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
@@ -239,10 +248,8 @@ def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray)
     cols = _int_param(request, "cols", 16, 1, a.shape[1])
     if rows * cols > 65_536:
         raise FieldError("rows", f"a window holds at most 65,536 numbers; {rows} × {cols} asked for")
-    tok = list(trace.tokens)
-    spec = getattr(trace, "spec", None)
-    keys = list(getattr(spec, "kv_tokens", ()) or tok)
-    col_labels = keys if tensor in ("raw", "scaled", "masked", "weights") else [str(j) for j in range(a.shape[1])]
+    tok, keys = list(trace.tokens), key_tokens(trace)
+    col_labels = keys if tensor in KEY_AXIS else [str(j) for j in range(a.shape[1])]
     return json_response(
         {
             "tensor": tensor,
@@ -253,6 +260,14 @@ def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray)
             "values": a[r0 : r0 + rows, c0 : c0 + cols],
         }
     )
+
+
+async def attention_matrix(request: Request, lab: Lab) -> tuple[Traced, str, np.ndarray]:
+    """The trace a GET describes, and the (head of the) tensor its `stage`, `tensor` and `head` pick."""
+    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
+    trace, _ = await run_in_threadpool(lab.trace, spec)
+    tensor, a = matrix_of(request, trace)
+    return trace, tensor, a
 
 
 HEATMAP_DOC: dict[int | str, dict[str, Any]] = {
@@ -271,9 +286,7 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
     """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
     (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is grey."""
     size = _int_param(request, "size", 512, 16, 2048)
-    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
-    trace, _ = await run_in_threadpool(lab.trace, spec)
-    tensor, a = matrix_of(request, trace)
+    _, tensor, a = await attention_matrix(request, lab)
     return await run_in_threadpool(heatmap_response, tensor, a, size)
 
 
@@ -285,9 +298,7 @@ WINDOW_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS | {k: INT_OR_EMPTY for k i
 async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Exact numbers of a rectangle of one head's matrix: `stage` or `tensor`, `head`, `row`, `col` (its top-left
     corner), `rows`, `cols` (at most 65,536 numbers). −∞ is null."""
-    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
-    trace, _ = await run_in_threadpool(lab.trace, spec)
-    tensor, a = matrix_of(request, trace)
+    trace, tensor, a = await attention_matrix(request, lab)
     return window_response(request, trace, tensor, a)
 
 
@@ -295,10 +306,8 @@ EXPORT_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS
 
 
 def _csv(trace: Traced, tensor: str, a: np.ndarray) -> str:
-    tok = list(trace.tokens)
-    spec = getattr(trace, "spec", None)
-    keys = list(getattr(spec, "kv_tokens", ()) or tok)
-    cols = keys if tensor in ("raw", "scaled", "masked", "weights", "mask") else [str(j) for j in range(a.shape[1])]
+    tok, keys = list(trace.tokens), key_tokens(trace)
+    cols = keys if tensor in KEY_AXIS else [str(j) for j in range(a.shape[1])]
     rows = tok if a.shape[0] == len(tok) else keys if a.shape[0] == len(keys) else [str(i) for i in range(a.shape[0])]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -317,9 +326,7 @@ def _csv(trace: Traced, tensor: str, a: np.ndarray) -> str:
 @cached_get
 async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One (head of a) tensor as CSV: a header row of key labels or dimensions, a token label on each row."""
-    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
-    trace, _ = await run_in_threadpool(lab.trace, spec)
-    tensor, a = matrix_of(request, trace)
+    trace, tensor, a = await attention_matrix(request, lab)
     head = request.query_params.get("head") or "0"
     name = f"{tensor}-head{head}.csv"
     return Response(_csv(trace, tensor, a), media_type="text/csv; charset=utf-8",
@@ -356,16 +363,13 @@ async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
 @cached_get
 async def heatmap_svg(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """A vector heat map with token labels, for slides and papers (at most 64 × 64 cells; use the PNG beyond)."""
-    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
-    trace, _ = await run_in_threadpool(lab.trace, spec)
-    tensor, a = matrix_of(request, trace)
+    trace, tensor, a = await attention_matrix(request, lab)
     if a.shape[0] > 64 or a.shape[1] > 64:
         raise FieldError(
             "tokens", f"an SVG heat map draws at most 64 × 64 cells, this one is {a.shape}: use heatmap.png"
         )
-    tok = list(trace.tokens)
-    keys = list(spec.kv_tokens) or tok
-    cols = keys if tensor in ("raw", "scaled", "masked", "weights") else [str(j) for j in range(a.shape[1])]
+    tok, keys = list(trace.tokens), key_tokens(trace)
+    cols = keys if tensor in KEY_AXIS else [str(j) for j in range(a.shape[1])]
     rows = tok if a.shape[0] == len(tok) else keys
     svg = heatmap_svg_of(a, rows, cols, "sequential" if tensor == "weights" else "diverging", tensor)
     return Response(svg, media_type="image/svg+xml")

@@ -11,21 +11,18 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
-from pydantic import ValidationError
 
-from engine import STAGES, SpecError
+from engine import STAGES
 from engine.block import BlockTrace
-from engine.budget import Busy
 
-from ..errors import clean
-from ..i18n import LANGS, negotiate, translator
-from ..lab import Lab, cached_page, get_lab, page_key, remember_page
+from ..i18n import negotiate, translator
+from ..lab import Lab, cached_page, get_lab, page_key
 from ..render import page as view
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
 from ..render.page import mathml
 from ..schemas import BlockRequest, FieldError, from_query
-from ..templating import TEMPLATES
+from .common import base_context, inline_errors, render
 from .pages import API_KEYS, PageState, parse_int
 
 router = APIRouter(include_in_schema=False)
@@ -137,24 +134,19 @@ async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     if (hit := cached_page(lab, cache_key)) is not None:
         return hit
     state = BlockState.from_request(request, lab.models)
-    ctx: dict[str, Any] = {
-        "page": "block",
-        "t": t,
-        "lang": lang,
-        "langs": LANGS,
-        "state": state,
-        "presets": ["toy", "gpt2-small", *lab.models],
-        "models": lab.models,
-        "lang_urls": {code: state.url(lang=code) for code in LANGS},
-        "json_url": "/api/v1/block?" + state.api_query(),
-        "npz_url": "/api/v1/block.npz?" + state.api_query(),
-        "error": None,
-        "fragment": request.headers.get("hx-request") == "true"
-        and request.headers.get("hx-history-restore-request") != "true",
-        "stage_label": lambda k: stage_label(k, t),
-    }
-    status = 200
-    try:
+    ctx = base_context(
+        request,
+        "block",
+        lang,
+        t,
+        state,
+        presets=["toy", "gpt2-small", *lab.models],
+        models=lab.models,
+        json_url="/api/v1/block?" + state.api_query(),
+        npz_url="/api/v1/block.npz?" + state.api_query(),
+        stage_label=lambda k: stage_label(k, t),
+    )
+    with inline_errors(ctx, t):
         raw = {k: state.params[k] for k in BLOCK_KEYS if k in state.params}
         req = cast(BlockRequest, BlockRequest.model_validate(from_query(raw, None, BlockRequest)))
         spec = req.to_block_spec(lab.limits, lab.device, lab.models)
@@ -205,21 +197,4 @@ async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
             ctx["shapes"] = {n: tuple(t.shape[-2:]) for n, t in trace.stage(stage).items()}
             ctx["per_head"] = {n for n, t in trace.stage(stage).items() if t.dim() == 3}
             ctx["boxes"] = {n: strip_box(trace.stage(stage)[n].shape[-2:]) for n in names}
-    except ValidationError as exc:
-        ctx["error"] = [t("error.field", field=e["loc"][1], message=e["msg"]) for e in clean(exc.errors(), "query")]
-        status = 422
-    except (SpecError, FieldError) as exc:
-        ctx["error"] = [t("error.field", field=exc.field, message=exc.message)]
-        status = 422
-    except Busy as exc:
-        ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
-        status = 503
-    response = TEMPLATES.TemplateResponse(
-        request,
-        "block.html",
-        ctx,
-        status_code=status,
-        block_names=["stage", "controls"] if ctx["fragment"] else [],
-        headers={"Vary": "HX-Request, Accept-Language"},
-    )
-    return remember_page(lab, cache_key, response)
+    return render(request, lab, "block.html", ctx, cache_key)

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, cast
+from typing import Annotated, cast
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
-from pydantic import ValidationError
 
-from engine import SpecError
-from engine.budget import Busy
-
-from ..errors import clean
-from ..i18n import LANGS, negotiate, translator
-from ..lab import Lab, cached_page, get_lab, page_key, remember_page
+from ..i18n import negotiate, translator
+from ..lab import Lab, cached_page, get_lab, page_key
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
 from ..render.page import kv_head
 from ..schemas import DecodeRequest, FieldError, from_query
-from ..templating import TEMPLATES
+from .common import base_context, inline_errors, render
 from .pages import API_KEYS, PageState, parse_int
 
 router = APIRouter(include_in_schema=False)
@@ -47,21 +42,16 @@ async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
     if (hit := cached_page(lab, cache_key)) is not None:
         return hit
     state = DecodeState.from_request(request, {})
-    ctx: dict[str, Any] = {
-        "page": "decode",
-        "t": t,
-        "lang": lang,
-        "langs": LANGS,
-        "state": state,
-        "presets": ["toy", "gpt2-small"],
-        "lang_urls": {code: state.url(lang=code) for code in LANGS},
-        "json_url": "/api/v1/decode?" + state.api_query(),
-        "error": None,
-        "fragment": request.headers.get("hx-request") == "true"
-        and request.headers.get("hx-history-restore-request") != "true",
-    }
-    status = 200
-    try:
+    ctx = base_context(
+        request,
+        "decode",
+        lang,
+        t,
+        state,
+        presets=["toy", "gpt2-small"],
+        json_url="/api/v1/decode?" + state.api_query(),
+    )
+    with inline_errors(ctx, t):
         raw = {k: state.params[k] for k in (*DECODE_KEYS, "prefill") if k in state.params}
         req = cast(DecodeRequest, DecodeRequest.model_validate(from_query(raw, None, DecodeRequest)))
         spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
@@ -137,21 +127,4 @@ async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
             step_urls=[(i, state.url(step=i)) for i in range(n_steps + 1)],
             head_urls=[(h, state.url(head=h)) for h in range(spec.n_heads)],
         )
-    except ValidationError as exc:
-        ctx["error"] = [t("error.field", field=e["loc"][1], message=e["msg"]) for e in clean(exc.errors(), "query")]
-        status = 422
-    except (SpecError, FieldError) as exc:
-        ctx["error"] = [t("error.field", field=exc.field, message=exc.message)]
-        status = 422
-    except Busy as exc:
-        ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
-        status = 503
-    response = TEMPLATES.TemplateResponse(
-        request,
-        "decode.html",
-        ctx,
-        status_code=status,
-        block_names=["stage", "controls"] if ctx["fragment"] else [],
-        headers={"Vary": "HX-Request, Accept-Language"},
-    )
-    return remember_page(lab, cache_key, response)
+    return render(request, lab, "decode.html", ctx, cache_key)

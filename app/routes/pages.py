@@ -14,20 +14,17 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
-from pydantic import ValidationError
 
-from engine import PRESETS, STAGES, SpecError
+from engine import PRESETS, STAGES
 from engine.attention import Trace
-from engine.budget import Busy
 
-from ..errors import clean
-from ..i18n import LANGS, negotiate, translator
-from ..lab import Lab, cached_page, get_lab, page_key, remember_page
+from ..i18n import negotiate, translator
+from ..lab import Lab, cached_page, get_lab, page_key
 from ..render import page as view
 from ..render.arrays import to_numpy
 from ..render.cells import matrix_view, row_stats
 from ..schemas import AttentionRequest, FieldError, from_query
-from ..templating import TEMPLATES
+from .common import base_context, inline_errors, render
 
 router = APIRouter(include_in_schema=False)
 
@@ -260,27 +257,22 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
         # Choosing "custom" in the form starts from a mask that hides nothing, ready to be edited cell by cell.
         n = len(state.get("tokens").split()) or len(PRESETS[state.get("preset", "toy")].tokens)
         state.params["mask_matrix"] = "[" + ",".join(["[" + ",".join(["1"] * n) + "]"] * n) + "]"
-    ctx: dict[str, Any] = {
-        "page": "lab",
-        "present": present,
-        "embed": embed,
-        "hide": hide,
-        "t": t,
-        "lang": lang,
-        "langs": LANGS,
-        "state": state,
-        "stages": STAGES,
-        "presets": [*PRESETS, *lab.models],
-        "models": lab.models,
-        "lang_urls": {code: state.url(lang=code) for code in LANGS},
-        "json_url": "/api/v1/attention?" + state.api_query(),
-        "npz_url": "/api/v1/attention.npz?" + state.api_query(),
-        "error": None,
-        "fragment": request.headers.get("hx-request") == "true"
-        and request.headers.get("hx-history-restore-request") != "true",
-    }
-    status = 200
-    try:
+    ctx = base_context(
+        request,
+        "lab",
+        lang,
+        t,
+        state,
+        present=present,
+        embed=embed,
+        hide=hide,
+        stages=STAGES,
+        presets=[*PRESETS, *lab.models],
+        models=lab.models,
+        json_url="/api/v1/attention?" + state.api_query(),
+        npz_url="/api/v1/attention.npz?" + state.api_query(),
+    )
+    with inline_errors(ctx, t):
         req = AttentionRequest.model_validate(from_query({k: state.params[k] for k in API_KEYS if k in state.params}))
         spec = req.to_spec(lab.limits, lab.device, lab.models)
         key = parse_stage(state.get("stage"))
@@ -338,22 +330,4 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
                 other_trace, _ = await run_in_threadpool(lab.trace, other.to_spec(lab.limits, lab.device, lab.models))
                 sides.append(view.compare_side(other_trace, head))
             ctx["compare"] = {"kind": compare, "sides": sides}
-    except ValidationError as exc:
-        errors = clean(exc.errors(), "query")
-        ctx["error"] = [t("error.field", field=e["loc"][1], message=e["msg"]) for e in errors]
-        status = 422
-    except (SpecError, FieldError) as exc:
-        ctx["error"] = [t("error.field", field=exc.field, message=exc.message)]
-        status = 422
-    except Busy as exc:
-        ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
-        status = 503
-    response = TEMPLATES.TemplateResponse(
-        request,
-        "lab.html",
-        ctx,
-        status_code=status,
-        block_names=["stage", "controls"] if ctx["fragment"] else [],
-        headers={"Vary": "HX-Request, Accept-Language"},
-    )
-    return remember_page(lab, cache_key, response)
+    return render(request, lab, "lab.html", ctx, cache_key)
