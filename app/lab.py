@@ -57,6 +57,16 @@ class Lab:
             from engine.checkpoint import GPT2Checkpoint
 
             self.models["checkpoint"] = GPT2Checkpoint(settings.checkpoint, "checkpoint", self.device)
+        if settings.pretrained:  # the packaged models: found now, loaded on first use
+            from engine.pretrained import MiniLM, SmolLM2
+
+            for name, finder in (("minilm", MiniLM.find), ("smollm2", SmolLM2.find)):
+                try:
+                    model = finder()
+                except ImportError:  # e.g. gguf missing
+                    model = None
+                if model is not None:
+                    self.models[name] = model
 
     def _cost(self, spec: Spec, factor: float = 1.0) -> int:
         return int(

@@ -17,6 +17,7 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when PyTorch sees a GPU
     threads: int | None = Field(None, ge=1)  # torch intra-op threads; None keeps PyTorch's default
     checkpoint: str | None = None  # a Hugging Face GPT-2 directory, served as preset=checkpoint
+    pretrained: bool = True  # offer minilm and smollm2 when their packages are installed
     max_tokens: int = Field(1024, ge=1)
     max_d_model: int = Field(4096, ge=1)
     max_heads: int = Field(64, ge=1)

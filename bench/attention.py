@@ -46,7 +46,7 @@ def staged_vs_fused(n: int, repeat: int, device: str) -> dict[str, Any]:
     add = masks.additive(masks.allowed("causal", n)).to(device)
     s = spec.scale_value
     t: dict[str, float] = {}
-    t["projection"], p = _timed(lambda: attention.project(x, w, spec.n_heads), repeat, device)
+    t["projection"], p = _timed(lambda: attention.project(x, w, spec), repeat, device)
     t["scores"], sc = _timed(lambda: attention.scores(p, s), repeat, device)
     t["mask"], m = _timed(lambda: attention.mask(sc, add), repeat, device)
     t["softmax"], a = _timed(lambda: attention.softmax(m), repeat, device)
@@ -54,7 +54,7 @@ def staged_vs_fused(n: int, repeat: int, device: str) -> dict[str, Any]:
     staged = sum(t.values())
 
     def fused() -> torch.Tensor:
-        q = attention.project(x, w, spec.n_heads)
+        q = attention.project(x, w, spec)
         y = F.scaled_dot_product_attention(q.q, q.k, q.v, is_causal=True, scale=1 / s)
         return torch.addmm(w.b_o, y.transpose(0, 1).reshape(n, -1), w.w_o)
 
@@ -87,6 +87,29 @@ def toy_request(repeat: int) -> dict[str, Any]:
     return {"bench": "toy_request", "first_ms": round(first * 1e3, 3), "cached_ms": round(cached * 1e3, 3)}
 
 
+def pretrained(tokens: int = 32) -> list[dict[str, Any]]:
+    """Loading each packaged model (once per process), and a trace of `tokens` tokens at its last layer."""
+    from engine.pretrained import MiniLM, SmolLM2
+    from engine.tracing import compute
+
+    rows = []
+    for finder in (MiniLM.find, SmolLM2.find):
+        model = finder()
+        if model is None:
+            continue
+        t0 = time.perf_counter()
+        model.tensors()
+        load = time.perf_counter() - t0
+        name = model.info.name
+        text = " ".join(["word"] * tokens)
+        ids = model.tokenize(text)[:tokens]
+        spec = make_spec(token_ids=ids, preset=name, layer=model.info.n_layer - 1, models={name: model})
+        traced, _ = _timed(lambda spec=spec, model=model: compute(spec, model), 3, "cpu")
+        rows.append({"bench": "pretrained", "model": name, "load_s": round(load, 3), "tokens": len(ids),
+                     "layer": model.info.n_layer - 1, "trace_ms": round(traced * 1e3, 2)})  # fmt: skip
+    return rows
+
+
 def machine() -> dict[str, Any]:
     return {
         "bench": "machine",
@@ -112,8 +135,9 @@ def main() -> None:
         staged_vs_fused(n, 1, device)  # warm-up
         rows.append(staged_vs_fused(n, args.repeat, device))
     rows.append(toy_request(args.repeat))
+    extra = pretrained()
     if args.json:
-        for r in rows:
+        for r in rows + extra:
             print(orjson.dumps(r).decode())
         return
     m = rows[0]
@@ -135,6 +159,8 @@ def main() -> None:
         f"\ntoy request through the API: first {toy['first_ms']:.1f} ms, repeated (cached) {toy['cached_ms']:.2f} ms "
         f"({toy['first_ms'] / toy['cached_ms']:.0f}× faster)"
     )
+    for r in extra:
+        print(f"{r['model']}: loading {r['load_s']:.2f} s; {r['tokens']} tokens at layer {r['layer']}: {r['trace_ms']:.1f} ms")
 
 
 if __name__ == "__main__":

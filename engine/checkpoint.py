@@ -41,6 +41,10 @@ class ModelInfo:
     placement: str = "pre"
     gelu: str = "tanh"
     d_ff: int = 0  # 0 means 4·d_model
+    positions: str = "none"  # rope for LLaMA-style models (GPT-2 and BERT add positions before layer 0)
+    rope_base: float = 10000.0
+    rope_pairing: str = "adjacent"
+    n_kv_heads: int = 0  # GQA; 0 means n_heads
 
 
 def _bytes_to_unicode() -> dict[int, str]:

