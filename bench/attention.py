@@ -160,7 +160,9 @@ def main() -> None:
         f"({toy['first_ms'] / toy['cached_ms']:.0f}× faster)"
     )
     for r in extra:
-        print(f"{r['model']}: loading {r['load_s']:.2f} s; {r['tokens']} tokens at layer {r['layer']}: {r['trace_ms']:.1f} ms")
+        print(
+            f"{r['model']}: loading {r['load_s']:.2f} s; {r['tokens']} tokens at layer {r['layer']}: {r['trace_ms']:.1f} ms"
+        )
 
 
 if __name__ == "__main__":

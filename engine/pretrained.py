@@ -157,7 +157,9 @@ class MiniLM(_Lazy):
             q, k, v = (F.linear(x, m.T, b).view(n, h, d // h).transpose(0, 1) for m, b in
                        ((aw.w_q, aw.b_q), (aw.w_k, aw.b_k), (aw.w_v, aw.b_v)))  # fmt: skip
             y = F.scaled_dot_product_attention(q, k, v)  # bidirectional
-            x = normalise(x + F.linear(y.transpose(0, 1).reshape(n, d), aw.w_o.T, aw.b_o), bw.ln1_w, bw.ln1_b, "layernorm", eps)
+            x = normalise(
+                x + F.linear(y.transpose(0, 1).reshape(n, d), aw.w_o.T, aw.b_o), bw.ln1_w, bw.ln1_b, "layernorm", eps
+            )
             x = normalise(x + feed_forward(x, bw, "gelu", "exact")[1], bw.ln2_w, bw.ln2_b, "layernorm", eps)
         return x
 
@@ -278,4 +280,6 @@ class SmolLM2(_Lazy):
 
     def attention_input(self, ids: tuple[int, ...], layer: int) -> tuple[torch.Tensor, Weights]:
         bw = self.block_weights(layer)
-        return normalise(self.hidden(ids, layer), bw.ln1_w, None, "rmsnorm", self.info.eps), self.attention_weights(layer)
+        return normalise(self.hidden(ids, layer), bw.ln1_w, None, "rmsnorm", self.info.eps), self.attention_weights(
+            layer
+        )
