@@ -59,11 +59,14 @@
   });
 })();
 
-// The language links sit outside the swapped panel: after htmx pushes a new URL, point them at it, so switching
-// language keeps the stage the student is on.
+// The language links and the JSON twin in <head> sit outside the swapped panel: after htmx pushes a new URL,
+// point them at it, so switching language keeps the stage and the twin stays the view's.
 (function () {
   "use strict";
   function relink() {
+    var twin = document.querySelector("a[data-twin=json]");
+    var alt = document.querySelector('link[rel=alternate][type="application/json"]');
+    if (twin && alt) alt.setAttribute("href", twin.getAttribute("href"));
     document.querySelectorAll("a[data-lang]").forEach(function (a) {
       var url = new URL(window.location.href);
       url.searchParams.set("lang", a.dataset.lang);

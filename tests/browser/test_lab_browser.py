@@ -26,6 +26,10 @@ def test_step_through_the_five_stages_without_reloading(page: Page, live_server:
         expect(page.locator("#stage")).to_have_attribute("data-index", str(i))
         assert parse_qs(urlparse(page.url).query)["stage"] == [key]  # the URL was pushed
     assert page.evaluate("window.__same_document") is True  # htmx swapped the panel, no full load
+    page.click("[data-toggle=mask]")
+    expect(page.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "true")
+    alternate = page.get_attribute('link[rel=alternate][type="application/json"]', "href") or ""
+    assert "mask=causal" in alternate and alternate == page.get_attribute("a[data-twin=json]", "href")
     expect(page.locator("[data-action=next]")).not_to_have_attribute("href", "")
 
 
