@@ -75,4 +75,5 @@
   }
   document.addEventListener("htmx:pushedIntoHistory", relink);
   document.addEventListener("htmx:historyRestore", relink);
+  document.addEventListener("htmx:afterSettle", relink);
 })();
