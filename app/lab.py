@@ -161,12 +161,15 @@ def get_lab(request: Request) -> Lab:
     return lab
 
 
+def is_fragment(request: Request) -> bool:
+    """htmx asked for the panel alone (a history restore needs the whole page)."""
+    headers = request.headers
+    return headers.get("hx-request") == "true" and headers.get("hx-history-restore-request") != "true"
+
+
 def page_key(request: Request, lang: str) -> tuple[str, str]:
     """A rendered page depends on its URL, the language chosen and whether htmx asked for the panel alone."""
-    fragment = (
-        request.headers.get("hx-request") == "true" and request.headers.get("hx-history-restore-request") != "true"
-    )
-    return (f"page:{lang}:{int(fragment)}:{request.url.path}", request.url.query)
+    return (f"page:{lang}:{int(is_fragment(request))}:{request.url.path}", request.url.query)
 
 
 def cached_page(lab: Lab, key: tuple[str, str]) -> Response | None:

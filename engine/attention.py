@@ -113,7 +113,7 @@ class Trace:
         }
 
 
-def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     return x @ w if b is None else torch.addmm(b, x, w)
 
 
@@ -123,7 +123,7 @@ def project(x: torch.Tensor, w: Weights, spec: Spec, source: torch.Tensor | None
     n, d = x.shape
     extra: dict[str, torch.Tensor] = {}
     if spec.positions in ("sinusoidal", "learned"):
-        table = _position_table(spec, max(n, 0 if source is None else source.shape[0]), d).to(x.device, x.dtype)
+        table = position_table(spec, max(n, 0 if source is None else source.shape[0]), d).to(x.device, x.dtype)
         extra = {"embedding": x, "positions": table[:n]}
         x = x + table[:n]
         if source is not None:
@@ -134,9 +134,9 @@ def project(x: torch.Tensor, w: Weights, spec: Spec, source: torch.Tensor | None
     def split(t: torch.Tensor, rows: int, heads: int) -> torch.Tensor:
         return t.view(rows, heads, spec.d_k).transpose(0, 1).contiguous()  # (heads, rows, d_k)
 
-    q = split(_linear(x, w.w_q, w.b_q), n, spec.n_heads)
-    k = split(_linear(src, w.w_k, w.b_k), m, spec.kv_heads)
-    v = split(_linear(src, w.w_v, w.b_v), m, spec.kv_heads)
+    q = split(linear(x, w.w_q, w.b_q), n, spec.n_heads)
+    k = split(linear(src, w.w_k, w.b_k), m, spec.kv_heads)
+    v = split(linear(src, w.w_v, w.b_v), m, spec.kv_heads)
     if spec.positions == "rope":
         pos = torch.arange(n, device=x.device)
         extra["q_rot"] = positions.rotate(q, pos, spec.rope_base, spec.rope_pairing)
@@ -146,20 +146,20 @@ def project(x: torch.Tensor, w: Weights, spec: Spec, source: torch.Tensor | None
     return Projection(x=x, q=q, k=k, v=v, **extra)
 
 
-def _position_table(spec: Spec, n: int, d: int) -> torch.Tensor:
+def position_table(spec: Spec, n: int, d: int) -> torch.Tensor:
     if spec.positions == "sinusoidal":
         return positions.sinusoidal(n, d)
     return positions.learned_table(spec.seed, spec.n_ctx, d)[:n]
 
 
-def _per_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:
+def per_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:
     """K or V heads repeated so that query head h meets K/V head h // (H / H_kv): (H, N_kv, d_k)."""
     return t if t.shape[0] == n_heads else t.repeat_interleave(n_heads // t.shape[0], dim=0)
 
 
 def scores(p: Projection, scale: float) -> Scores:
     """Stage 2: the raw dot products QKᵀ and the scaled scores QKᵀ / s."""
-    raw = p.query @ _per_head(p.key, p.q.shape[0]).transpose(-2, -1)  # (H, N, N_kv)
+    raw = p.query @ per_head(p.key, p.q.shape[0]).transpose(-2, -1)  # (H, N, N_kv)
     return Scores(raw=raw, scaled=raw / scale)
 
 
@@ -183,17 +183,17 @@ def softmax(m: Mask) -> Softmax:
 
 def weighted_sum(a: Softmax, p: Projection, w: Weights) -> WeightedSum:
     """Stage 5: each head's A V, the heads concatenated back to (N, d), then the output projection W_O."""
-    heads = a.weights @ _per_head(p.v, p.q.shape[0])  # (H, N, d_k)
+    heads = a.weights @ per_head(p.v, p.q.shape[0])  # (H, N, d_k)
     h, n, dk = heads.shape
     concat = heads.transpose(0, 1).reshape(n, h * dk)  # (N, d)
-    return WeightedSum(heads=heads, concat=concat, output=_linear(concat, w.w_o, w.b_o))
+    return WeightedSum(heads=heads, concat=concat, output=linear(concat, w.w_o, w.b_o))
 
 
 def check(p: Projection, add_mask: torch.Tensor, scale: float, a: Softmax, ws: WeightedSum) -> Checks:
     """Compare stage 5 with PyTorch's fused attention on the same Q, K, V, mask and scale."""
     visible = torch.isfinite(add_mask).any(dim=-1)  # (N,) rows with at least one key
     h = p.q.shape[0]
-    k, v = _per_head(p.key, h), _per_head(p.v, h)
+    k, v = per_head(p.key, h), per_head(p.v, h)
     fused = F.scaled_dot_product_attention(p.query, k, v, attn_mask=add_mask, scale=1.0 / scale)
     diff = (fused - ws.heads)[:, visible].abs()
     sums = a.weights.sum(dim=-1)  # (H, N)

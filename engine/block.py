@@ -250,7 +250,7 @@ def compute_block(spec: BlockSpec, model: Any = None) -> BlockTrace:
     stages: dict[str, dict[str, torch.Tensor]] = {}
     table = None
     if s.positions in ("sinusoidal", "learned"):  # added to the residual stream, as GPT-2 adds wpe, not inside
-        table = attention._position_table(s, s.n_tokens, s.d_model).to(device, dtype)
+        table = attention.position_table(s, s.n_tokens, s.d_model).to(device, dtype)
         x = x + table
         s = replace(s, positions="none")
     if spec.placement == "pre":

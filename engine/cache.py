@@ -92,8 +92,3 @@ class TraceCache(Generic[K, V]):
         while self._bytes > self.max_bytes:
             _, old = self._items.popitem(last=False)
             self._bytes -= old.nbytes
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._bytes = 0

@@ -88,6 +88,20 @@ def _readable(data: bytes) -> str:
     return "".join(out)
 
 
+def readable_labels(tok: Any, ids: list[int]) -> list[str]:
+    """A label per token id: its decoded text; the bytes of a character byte-level BPE split, as ⟨hex⟩ beside any
+    whole characters; a visible ␣ or ↵ for a token that is only whitespace."""
+    out = []
+    for i in ids:
+        text = tok.decode([i])
+        if "\ufffd" in text:  # part of a multi-byte character: show its bytes
+            raw = tok.id_to_token(i) or ""
+            data = [_BYTE_OF.get(c) for c in raw]
+            text = _readable(bytes(data)) if raw and None not in data else raw or f"#{i}"  # type: ignore[arg-type]
+        out.append(text if text.strip() else text.replace(" ", "␣").replace("\n", "↵") or f"#{i}")
+    return out
+
+
 class CheckpointError(ValueError):
     pass
 
@@ -140,20 +154,9 @@ class GPT2Checkpoint:
         return list(self.tokenizer().encode(text, add_special_tokens=False).ids)
 
     def labels(self, ids: list[int]) -> list[str]:
-        """A readable label per token id: its decoded text, or the raw token when one id is only part of a
-        character (byte-level BPE splits CJK characters into bytes)."""
         if not self.has_tokenizer:
             return [f"#{i}" for i in ids]
-        tok = self.tokenizer()
-        out = []
-        for i in ids:
-            text = tok.decode([i])
-            if "\ufffd" in text:  # part of a multi-byte character: show its bytes
-                raw = tok.id_to_token(i) or ""
-                data = [_BYTE_OF.get(c) for c in raw]
-                text = _readable(bytes(data)) if raw and None not in data else raw or f"#{i}"  # type: ignore[arg-type]
-            out.append(text if text.strip() else text.replace(" ", "␣").replace("\n", "↵") or f"#{i}")
-        return out
+        return readable_labels(self.tokenizer(), ids)
 
     # -- weights --------------------------------------------------------------------------------------------
     def tensors(self) -> dict[str, torch.Tensor]:

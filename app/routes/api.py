@@ -12,6 +12,7 @@ from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from engine import PRESETS, STAGE_TENSORS, STAGES
+from engine.spec import MAIN_TENSOR
 
 from ..errors import field_error, where_of
 from ..lab import Lab, cached_get, get_lab
@@ -183,15 +184,6 @@ def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     return {"status": "ok", "device": lab.device, "cached_traces": len(lab.cache)}
 
 
-DEFAULT_TENSOR = {
-    "projection": "q",
-    "scores": "scaled",
-    "mask": "masked",
-    "softmax": "weights",
-    "weighted_sum": "heads",
-}
-
-
 KEY_AXIS = ("raw", "scaled", "masked", "weights", "mask")  # tensors whose columns are keys
 
 
@@ -227,7 +219,7 @@ def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -
             "stage", f"unknown stage {stage!r}; use 1-{len(trace.order)} or one of {', '.join(trace.order)}"
         )
     tensors = trace.stage(stage)
-    tensor = q.get("tensor") or DEFAULT_TENSOR.get(stage) or list(tensors)[-1]
+    tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or list(tensors)[-1]
     if tensor not in tensors:
         raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(tensors)}")
     t = tensors[tensor]
@@ -347,7 +339,7 @@ async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     matrix_of(request, trace)  # validates stage, tensor and head
     stage = request.query_params.get("stage") or "softmax"
     stage = STAGES[int(stage) - 1] if stage.isdigit() else stage
-    tensor = request.query_params.get("tensor") or DEFAULT_TENSOR[stage]
+    tensor = request.query_params.get("tensor") or MAIN_TENSOR[stage]
     buf = io.BytesIO()
     np.save(buf, to_numpy(trace.stage(stage)[tensor]))
     return Response(buf.getvalue(), media_type="application/octet-stream",

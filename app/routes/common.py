@@ -18,7 +18,7 @@ from engine.budget import Busy
 
 from ..errors import clean
 from ..i18n import LANGS
-from ..lab import Lab, remember_page
+from ..lab import Lab, is_fragment, remember_page
 from ..schemas import FieldError
 from ..templating import TEMPLATES
 
@@ -33,8 +33,7 @@ def base_context(request: Request, page: str, lang: str, t: Any, state: Any, **e
         "lang_urls": {code: state.url(lang=code) for code in LANGS},
         "error": None,
         "status": 200,
-        "fragment": request.headers.get("hx-request") == "true"
-        and request.headers.get("hx-history-restore-request") != "true",
+        "fragment": is_fragment(request),
     } | extra
 
 

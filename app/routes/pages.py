@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from engine import PRESETS, STAGES
 from engine.attention import Trace
+from engine.spec import MAIN_TENSOR
 
 from ..i18n import negotiate, translator
 from ..lab import Lab, cached_page, get_lab, page_key
@@ -162,7 +163,7 @@ def small_context(trace: Trace, key: str, head: int, state: PageState, t: Any) -
 
 def large_context(trace: Trace, key: str, head: int, state: PageState) -> dict[str, Any]:
     spec = trace.spec
-    tensor = view.HEATMAP_TENSOR[key]
+    tensor = MAIN_TENSOR[key]
     full = getattr(getattr(trace, key), tensor)[head]  # (N, N) or (N, d_k)
     a = to_numpy(full)
     n_rows, n_cols = a.shape
