@@ -140,8 +140,9 @@ MESSAGES: dict[str, dict[str, str]] = {
             "logits push softmax towards one-hot weights whose gradients vanish."
         ),
         "notice.scores.sqrt_dk": (
-            "Raw scores have std {raw_std:.2f}; after dividing by √d_k = {s:.2f} their std is {std:.2f}: the scale keeps "
-            "the logits near unit variance however wide the heads are."
+            "Raw scores have std {raw_std:.2f}; after dividing by √d_k = {s:.2f} their std is {std:.2f}. A dot product "
+            "of d_k terms spreads like √d_k, so this divisor keeps the logits' spread the same however wide the heads are "
+            "(unit variance when q and k have unit-variance entries)."
         ),
         "notice.scores.dk": (
             "Dividing by d_k = {s:.0f} shrinks the logits to std {std:.2f}: for wide heads this flattens softmax toward "
@@ -480,8 +481,8 @@ MESSAGES: dict[str, dict[str, str]] = {
             "过大的分数会把 softmax 推向独热分布，梯度随之消失。"
         ),
         "notice.scores.sqrt_dk": (
-            "原始分数的标准差为 {raw_std:.2f}；除以 √d_k = {s:.2f} 之后为 {std:.2f}：无论头有多宽，"
-            "缩放都让分数保持在单位方差附近。"
+            "原始分数的标准差为 {raw_std:.2f}；除以 √d_k = {s:.2f} 之后为 {std:.2f}。d_k 项之和的点积按 √d_k 扩散，"
+            "所以这个除数让分数的离散程度与头的宽度无关（q、k 各分量方差为 1 时，结果方差为 1）。"
         ),
         "notice.scores.dk": "除以 d_k = {s:.0f} 把分数压到标准差 {std:.2f}：头越宽，softmax 越接近均匀分布。",
         "notice.mask.none": "没有任何位置被遮住：每个词元都能双向读取所有词元，和 BERT 一样。",
