@@ -24,6 +24,12 @@ MatrixIn = Annotated[list[Row], Field(max_length=4096)]
 StageKey = Literal["projection", "scores", "mask", "softmax", "weighted_sum"]
 
 
+def _has_bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return True
+    return isinstance(v, list) and any(_has_bool(x) for x in v)
+
+
 class AttentionRequest(BaseModel):
     """One attention trace. Every field is optional; the preset fills the rest."""
 
@@ -87,6 +93,14 @@ class AttentionRequest(BaseModel):
     stages: list[StageKey] | None = Field(None, description="Stages to return; all when omitted.")
     heads: list[int] | None = Field(None, description="Heads to return (0-based); all when omitted.")
     decimals: int | None = Field(None, ge=0, le=8, description="Round every returned number.")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans(cls, v: Any) -> Any:
+        """JSON true is not the number 1: pydantic's lax ints and floats would take it, this API does not."""
+        if _has_bool(v):
+            raise ValueError("booleans are not numbers here; give a number")
+        return v
 
     @field_validator("tokens", mode="before")
     @classmethod

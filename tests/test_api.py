@@ -388,3 +388,16 @@ def test_access_log_is_one_json_object_per_request(caplog):
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "attention_lab.access"]
     assert lines and lines[-1]["path"] == "/api/v1/attention" and lines[-1]["status"] == 200
     assert lines[-1]["ms"] > 0 and "tokens" not in json.dumps(lines[-1])  # no user text in the log
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"n_heads": True}, "n_heads"),
+        ({"x": [[True, 0, 0, 0]] * 5}, "x"),
+        ({"mask": "padding", "pad_positions": [False]}, "pad_positions"),
+    ],
+)
+def test_json_booleans_are_not_numbers(client, body, field):
+    _assert_422(client.post("/api/v1/attention", json=body), field)
+    _assert_422(client.post("/api/v1/block", json=body), field)
