@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test install install-test lint typecheck bench screenshots clean
+.PHONY: run test fuzz install install-test lint typecheck bench screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,13 @@ typecheck: install-test
 
 test: lint typecheck
 	$(BIN)/pytest
+
+# A long random campaign over every API operation (not part of `make test`, whose examples are derandomized so CI
+# never fails by chance). FUZZ_EXAMPLES per operation; each failure found becomes a test in tests/test_regressions.py.
+FUZZ_EXAMPLES ?= 1000
+fuzz: install-test
+	FUZZ=1 FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/test_schemathesis.py tests/test_engine_properties.py \
+	  tests/test_decode.py -p no:randomly --timeout=0 -x
 
 bench: install
 	$(BIN)/python -m bench.attention

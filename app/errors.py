@@ -27,25 +27,35 @@ def problem(status: int, errors: list[dict[str, Any]]) -> Response:
 
 
 def _path(loc: list[str]) -> str:
-    """["body", "x", "0", "1"] -> "x[0][1]"."""
+    """["body", "x", "0", "1"] -> "x[0][1]"; ["body"] -> "body"."""
     parts = loc[1:] if len(loc) > 1 else loc or ["request"]
     return parts[0] + "".join(f"[{p}]" for p in parts[1:])
+
+
+NOT_AN_OBJECT = "the body must be a JSON object sent with Content-Type: application/json"
+UNREADABLE = "the body is not JSON this API can read: not UTF-8, nested too deeply, or a number with too many digits"
 
 
 def clean(errors: Any, where: str) -> list[dict[str, Any]]:
     """Pydantic errors without `input`/`ctx`, located at the top-level field they concern."""
     out = []
     for e in errors:
-        loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query")]
+        kind = e.get("type", "")
+        raw_loc = list(e.get("loc", ()))
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        if kind == "json_invalid":  # FastAPI puts the character offset where the field would be
+            offset = raw_loc[1] if len(raw_loc) > 1 else "?"
+            error = (e.get("ctx") or {}).get("error", "malformed")
+            out.append({"loc": ["body"], "msg": f"the body is not valid JSON ({error} at character {offset})",
+                        "type": kind})  # fmt: skip
+            continue
+        if where == "body" and raw_loc in (["body"], ("body",)) and kind in ("model_attributes_type", "dict_type"):
+            out.append({"loc": ["body"], "msg": NOT_AN_OBJECT, "type": kind})
+            continue
+        loc = [str(p) for p in raw_loc if p not in ("body", "query")]
         # Union members add their type name to the location (tokens.list[str].0); keep only the field.
         field = loc[0] if loc else "request"
-        out.append(
-            {
-                "loc": [where, field, *loc[1:]],
-                "msg": str(e.get("msg", "invalid")).removeprefix("Value error, "),
-                "type": e.get("type", ""),
-            }
-        )
+        out.append({"loc": [where, field, *loc[1:]], "msg": msg, "type": kind})
     return out
 
 
@@ -75,7 +85,7 @@ def install(app: FastAPI) -> None:
         headers = dict(exc.headers or {})
         if exc.status_code == 400 and request.method in ("POST", "PUT", "PATCH"):
             # FastAPI's answer to a body that is not UTF-8 JSON at all: an invalid input like any other.
-            return field_error("body", "request", "the body is not valid UTF-8 JSON")
+            return problem(422, [{"loc": ["body"], "msg": UNREADABLE, "type": "json_invalid"}])
         if exc.status_code == 405:
             # A path served by several routes (GET and POST twins): Allow lists them all, not the first one's.
             allowed: set[str] = set()
@@ -94,6 +104,16 @@ def install(app: FastAPI) -> None:
             "detail": [{"loc": ["request"], "msg": "memory budget in use", "type": "busy"}],
         }
         return json_response(body, 503, {"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        # A bug, not the client's fault: a JSON 500 that names nothing internal (the log has the traceback).
+        # Starlette's ServerErrorMiddleware sends this, then re-raises for the server's log.
+        body = {
+            "message": "internal error: the server failed on this request; it has been logged",
+            "detail": [{"loc": ["request"], "msg": "internal error", "type": "internal"}],
+        }
+        return json_response(body, 500)
 
     @app.exception_handler(FieldError)
     async def _field_invalid(request: Request, exc: FieldError) -> Response:

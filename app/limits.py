@@ -74,6 +74,35 @@ class _TooLong(Exception):
     pass
 
 
+class QueryLimit:
+    """414 for a URL query longer than `max_bytes`, with a message that names it (uvicorn's own refusal, past
+    ~64 KB, is a bare 400)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and len(scope.get("query_string", b"")) > self.max_bytes:
+            kib = self.max_bytes / 1024
+            body = orjson.dumps(
+                {
+                    "message": f"query: over the {kib:g} KiB limit; send large inputs as a POST body",
+                    "detail": [{"loc": ["query"], "msg": f"over the {kib:g} KiB limit", "type": "too_long"}],
+                }
+            )
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 414,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
     "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'self'"

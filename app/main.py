@@ -7,10 +7,11 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from . import __version__, errors
 from .lab import Lab, ServeCached
-from .limits import BodyLimit, SecurityHeaders
+from .limits import BodyLimit, QueryLimit, SecurityHeaders
 from .metrics import Metrics, Observe
 from .metrics import router as metrics_router
 from .routes import api, block, block_page, decode, decode_page, demos, docs, lessons, pages, params
@@ -21,9 +22,17 @@ STATIC = ROOT / "static"
 MATH_FONT = ROOT / "node_modules" / "@fontsource" / "noto-sans-math" / "files"
 
 
+class LabApp(FastAPI):
+    """FastAPI with the security headers outermost: Starlette always puts its ServerErrorMiddleware outside the
+    user middleware, so a 500 would otherwise leave without them."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(
+    app = LabApp(
         title="Attention Lab",
         version=__version__,
         summary="Scaled dot-product attention, one stage at a time, every number computed.",
@@ -36,7 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.add_middleware(ServeCached, lab=app.state.lab)
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(QueryLimit, max_bytes=int(settings.max_query_kb * 1024))
     app.add_middleware(Observe, metrics=app.state.metrics)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.mount("/vendor/htmx", StaticFiles(directory=str(files("js_lib_htmx") / "static" / "htmx")), name="htmx")

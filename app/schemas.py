@@ -9,8 +9,10 @@ repeated or comma-separated values, and explicit matrices as JSON text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -30,10 +32,21 @@ def _has_bool(v: Any) -> bool:
     return isinstance(v, list) and any(_has_bool(x) for x in v)
 
 
-class AttentionRequest(BaseModel):
-    """One attention trace. Every field is optional; the preset fills the rest."""
+def _has_surrogate(v: Any) -> bool:
+    """A lone UTF-16 surrogate (JSON's "\\ud800") is not text: it cannot be hashed, tokenized or sent back."""
+    if isinstance(v, str):
+        return any("\ud800" <= ch <= "\udfff" for ch in v)
+    return isinstance(v, list) and any(_has_surrogate(x) for x in v)
 
-    model_config = ConfigDict(extra="forbid")
+
+class AttentionRequest(BaseModel):
+    """One attention trace. Every field is optional; the preset fills the rest.
+
+    Strict: a JSON body's numbers are numbers ("seed": "1" and strings inside `x` are refused, as booleans are);
+    the GET twin's query text is turned into numbers by `from_query` before validation.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     tokens: list[str] | str | None = Field(
         None,
@@ -100,6 +113,8 @@ class AttentionRequest(BaseModel):
         """JSON true is not the number 1: pydantic's lax ints and floats would take it, this API does not."""
         if _has_bool(v):
             raise ValueError("booleans are not numbers here; give a number")
+        if _has_surrogate(v):
+            raise ValueError("contains a lone UTF-16 surrogate (e.g. \\ud800), which is not text")
         return v
 
     @field_validator("tokens", mode="before")
@@ -219,6 +234,8 @@ class DecodeRequest(AttentionRequest):
     def to_decode_spec(self, limits: Limits, device: str, max_tokens: int) -> tuple[Spec, int]:
         if self.mask not in (None, "causal"):
             raise FieldError("mask", "decoding with a KV cache is causal: leave mask out or set it to causal")
+        if self.heads is not None:
+            raise FieldError("heads", "a decode answer holds every head; leave heads out")
         spec = self.to_spec(limits, device)
         if spec.kv_tokens:
             raise FieldError("kv_tokens", "the KV cache here is a decoder's self-attention cache")
@@ -249,19 +266,48 @@ LIST_FIELDS = ("pad_positions", "segment_ids", "stages", "heads", "token_ids")
 JSON_FIELDS = ("x", *MATRICES, *BIASES, "mask_matrix")
 
 
+_QUERY_INT = re.compile(r"-?[0-9]{1,30}")
+_QUERY_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
+
+
+@lru_cache(maxsize=16)
+def _number_kinds(model: type[BaseModel]) -> dict[str, str]:
+    """Field -> "integer" or "number" for the fields (or list items) that are numbers, from the JSON schema."""
+    kinds: dict[str, str] = {}
+    for name, prop in model.model_json_schema()["properties"].items():
+        for option in prop.get("anyOf", [prop]):
+            kind = option.get("type")
+            if kind == "array":
+                kind = option.get("items", {}).get("type")
+            if kind in ("integer", "number"):
+                kinds[name] = kind
+    return kinds
+
+
+def _query_value(text: str, kind: str | None) -> Any:
+    """Query text as the JSON value a POST would carry: plain ASCII numerals become numbers; anything else stays
+    text, for the strict model to refuse with a message naming the field."""
+    if kind == "integer" and _QUERY_INT.fullmatch(text):
+        return int(text)
+    if kind == "number" and _QUERY_NUMBER.fullmatch(text):
+        return float(text)
+    return text
+
+
 def from_query(
     params: Mapping[str, Any], getlist: Any = None, model: type[BaseModel] = AttentionRequest
 ) -> dict[str, Any]:
     """Turn query parameters into the body a POST would carry. Unknown parameters (the page's own `stage`,
     `head`, `lang`) are left out, so a lab URL works unchanged as its JSON twin."""
     out: dict[str, Any] = {}
+    kinds = _number_kinds(model)
     for name in model.model_fields:
         if name not in params:
             continue
         if name in LIST_FIELDS:
             values = getlist(name) if getlist else [params[name]]
             items = [part.strip() for v in values for part in str(v).replace(" ", ",").split(",")]
-            out[name] = [i for i in items if i]
+            out[name] = [_query_value(i, kinds.get(name)) for i in items if i]
         elif name in JSON_FIELDS:
             text = params[name]
             if text == "":
@@ -273,7 +319,7 @@ def from_query(
         else:
             value = params[name]
             if value != "" or name == "tokens":  # an empty form field means "the default"
-                out[name] = value
+                out[name] = _query_value(value, kinds.get(name))
     return out
 
 

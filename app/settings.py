@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     response_cache_mb: float = Field(64, ge=0)  # finished GET answers (JSON, .npz, PNG), keyed by their URL
     json_limit_mb: float = Field(32, gt=0)  # larger JSON answers get 413 and a pointer to the .npz
     body_limit_mb: float = Field(8, gt=0)  # request bodies
+    max_query_kb: float = Field(32, gt=0)  # a longer URL query gets a 414 that says so (uvicorn's own limit is ~64 KB)
+    # The address students open (QR code in presenter mode), e.g. http://lab.school.example; when unset, a
+    # loopback address is replaced by this machine's LAN address.
+    public_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 
     def limits(self) -> Limits:
         return Limits(

@@ -1,14 +1,34 @@
-"""Shared fixtures: an app on the CPU with its own settings, and a TestClient over it."""
+"""Shared fixtures: an app on the CPU with its own settings, and a TestClient over it.
+
+Every property-based test is derandomized: the same examples run on every machine and every run, so CI never
+fails by chance. `make fuzz` (FUZZ=1) switches to the `fuzz` profile: fresh random examples, many more of them,
+and every failure it finds becomes a named regression test (tests/test_regressions.py).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, settings
 
 from app.main import create_app
 from app.settings import Settings
+
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile(
+    "fuzz",
+    derandomize=False,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "1000")),
+    suppress_health_check=list(HealthCheck),
+)
+FUZZ = os.environ.get("FUZZ") == "1"
+settings.load_profile("fuzz" if FUZZ else "ci")
 
 
 def make_client(**overrides: object) -> TestClient:

@@ -1,6 +1,12 @@
-"""Property-based fuzzing of every API operation from /openapi.json: no 5xx, and answers that match the schema."""
+"""Property-based fuzzing of every API operation from /openapi.json: no 5xx, and answers that match the schema.
+
+In `make test` the examples are derandomized (the same cases every run, so CI cannot fail by chance); `make fuzz`
+runs a long random campaign over the same operations (FUZZ=1, FUZZ_EXAMPLES per operation, 1,000 by default).
+"""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -12,6 +18,9 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: 
 from app.main import create_app  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
+FUZZ = os.environ.get("FUZZ") == "1"
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000")) if FUZZ else 40
+
 # Small limits keep each generated request cheap; the checks are about honesty, not size.
 APP = create_app(Settings(device="cpu", max_tokens=48, max_d_model=256, max_heads=16, memory_budget_mb=64))
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
@@ -20,7 +29,14 @@ schema.config.checks.negative_data_rejection.expected_statuses = ["400", "404", 
 
 
 @schema.parametrize()
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=EXAMPLES,
+    derandomize=not FUZZ,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=list(HealthCheck),
+)
 def test_api_never_fails_and_answers_match_the_schema(case):
     response = case.call()
     assert response.status_code < 500, (case.method, case.path, str(case.query)[:300], response.text[:300])

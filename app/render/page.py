@@ -211,6 +211,8 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
     key_tok = spec.kv_tokens or tok
     if not (0 <= r < max(n, n_keys) and 0 <= head < spec.n_heads):
         return None
+    if name not in ("k", "v") and r >= n:  # only K and V have a row per key; every other tensor a row per query
+        return None
     if name in ("raw", "scaled", "masked"):
         if not 0 <= c < n_keys:
             return None

@@ -31,6 +31,7 @@ from ..schemas import (
     from_query,
     query_parameters,
 )
+from ..web.state import parse_head, parse_stage, query_int
 
 router = APIRouter(prefix="/api/v1", tags=["attention"], responses=ERRORS)
 
@@ -193,31 +194,12 @@ def key_tokens(trace: Traced) -> list[str]:
     return list(getattr(getattr(spec, "attn", spec), "kv_tokens", ()) or trace.tokens)
 
 
-def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise FieldError(name, f"must be an integer, got {raw!r}") from None
-    if not lo <= value <= hi:
-        raise FieldError(name, f"must be between {lo} and {hi}, got {value}")
-    return value
-
-
 def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
     """The 2-D matrix a heat map or a window shows: `stage` (key or 1-based index), `tensor` (the stage's main one
     by default) and `head` for tensors with a head axis."""
     q = request.query_params
-    head = _int_param(request, "head", 0, 0, trace.n_heads - 1)  # checked even where the tensor has no heads
-    stage = q.get("stage") or default_stage
-    if stage.isdigit() and 1 <= int(stage) <= len(trace.order):
-        stage = trace.order[int(stage) - 1]
-    if stage not in trace.order:
-        raise FieldError(
-            "stage", f"unknown stage {stage!r}; use 1-{len(trace.order)} or one of {', '.join(trace.order)}"
-        )
+    head = parse_head(q.get("head"), trace.n_heads)  # checked even where the tensor has no heads
+    stage = parse_stage(q.get("stage"), trace.order, default_stage)
     tensors = trace.stage(stage)
     tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or list(tensors)[-1]
     if tensor not in tensors:
@@ -234,10 +216,11 @@ def heatmap_response(tensor: str, a: np.ndarray, size: int) -> Response:
 
 
 def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray) -> Response:
-    r0 = _int_param(request, "row", 0, 0, a.shape[0] - 1)
-    c0 = _int_param(request, "col", 0, 0, a.shape[1] - 1)
-    rows = _int_param(request, "rows", 16, 1, a.shape[0])
-    cols = _int_param(request, "cols", 16, 1, a.shape[1])
+    q = request.query_params
+    r0 = query_int(q, "row", 0, 0, a.shape[0] - 1)
+    c0 = query_int(q, "col", 0, 0, a.shape[1] - 1)
+    rows = query_int(q, "rows", 16, 1, a.shape[0])
+    cols = query_int(q, "cols", 16, 1, a.shape[1])
     if rows * cols > 65_536:
         raise FieldError("rows", f"a window holds at most 65,536 numbers; {rows} × {cols} asked for")
     tok, keys = list(trace.tokens), key_tokens(trace)
@@ -249,7 +232,7 @@ def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray)
             "col": c0,
             "rows": tok[r0 : r0 + rows],
             "cols": col_labels[c0 : c0 + cols],
-            "values": a[r0 : r0 + rows, c0 : c0 + cols],
+            "values": np.ascontiguousarray(a[r0 : r0 + rows, c0 : c0 + cols]),
         }
     )
 
@@ -277,7 +260,7 @@ HEATMAP_DOC: dict[int | str, dict[str, Any]] = {
 async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
     (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is grey."""
-    size = _int_param(request, "size", 512, 16, 2048)
+    size = query_int(request.query_params, "size", 512, 16, 2048)
     _, tensor, a = await attention_matrix(request, lab)
     return await run_in_threadpool(heatmap_response, tensor, a, size)
 
@@ -297,8 +280,16 @@ async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Res
 EXPORT_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_label(text: str) -> str:
+    """A token as a spreadsheet-safe cell: text that a spreadsheet would run as a formula gets a leading '."""
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
 def _csv(trace: Traced, tensor: str, a: np.ndarray) -> str:
-    tok, keys = list(trace.tokens), key_tokens(trace)
+    tok, keys = [csv_label(t) for t in trace.tokens], [csv_label(t) for t in key_tokens(trace)]
     cols = keys if tensor in KEY_AXIS else [str(j) for j in range(a.shape[1])]
     rows = tok if a.shape[0] == len(tok) else keys if a.shape[0] == len(keys) else [str(i) for i in range(a.shape[0])]
     buf = io.StringIO()
@@ -319,7 +310,7 @@ def _csv(trace: Traced, tensor: str, a: np.ndarray) -> str:
 async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One (head of a) tensor as CSV: a header row of key labels or dimensions, a token label on each row."""
     trace, tensor, a = await attention_matrix(request, lab)
-    head = request.query_params.get("head") or "0"
+    head = parse_head(request.query_params.get("head"), trace.n_heads)  # validated: the filename is plain ASCII
     name = f"{tensor}-head{head}.csv"
     return Response(_csv(trace, tensor, a), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
@@ -336,10 +327,8 @@ async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     """One whole tensor (every head) as a .npy file; `stage` and `tensor` choose it, −∞ stays −∞."""
     spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
     trace, _ = await run_in_threadpool(lab.trace, spec)
-    matrix_of(request, trace)  # validates stage, tensor and head
-    stage = request.query_params.get("stage") or "softmax"
-    stage = STAGES[int(stage) - 1] if stage.isdigit() else stage
-    tensor = request.query_params.get("tensor") or MAIN_TENSOR[stage]
+    tensor, _ = matrix_of(request, trace)  # validates stage, tensor and head
+    stage = parse_stage(request.query_params.get("stage"), trace.order, "softmax")
     buf = io.BytesIO()
     np.save(buf, to_numpy(trace.stage(stage)[tensor]))
     return Response(buf.getvalue(), media_type="application/octet-stream",

@@ -12,13 +12,13 @@ from engine.block import BlockTrace
 
 from ..lab import Lab, cached_get, get_lab
 from ..schemas import ERRORS, INT_OR_EMPTY, BlockRequest, query_parameters
+from ..web.state import query_int
 from .api import (
     HEATMAP_DOC,
     NPZ,
     RESPONSES,
     VIEW_PARAMS,
     WINDOW_EXTRA,
-    _int_param,
     heatmap_response,
     matrix_of,
     parse_query,
@@ -84,7 +84,7 @@ async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
 @cached_get
 async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One tensor of one block stage as a PNG: the block fields plus `stage`, `tensor`, `head`, `size`."""
-    size = _int_param(request, "size", 512, 16, 2048)
+    size = query_int(request.query_params, "size", 512, 16, 2048)
     trace = await _block_trace(request, lab)
     tensor, a = matrix_of(request, trace, default_stage="output")
     return await run_in_threadpool(heatmap_response, tensor, a, size)

@@ -21,9 +21,10 @@ from ..render import page as view
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
 from ..render.page import mathml
-from ..schemas import BlockRequest, FieldError, from_query
+from ..schemas import BlockRequest, from_query
+from ..web.state import parse_head, parse_stage
 from .common import base_context, inline_errors, render
-from .pages import API_KEYS, PageState, parse_int
+from .pages import API_KEYS, PageState
 
 router = APIRouter(include_in_schema=False)
 
@@ -151,14 +152,8 @@ async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
         req = cast(BlockRequest, BlockRequest.model_validate(from_query(raw, None, BlockRequest)))
         spec = req.to_block_spec(lab.limits, lab.device, lab.models)
         order = spec.order
-        stage = state.get("stage") or order[0]
-        if stage.isdigit() and 1 <= int(stage) <= len(order):
-            stage = order[int(stage) - 1]
-        if stage not in order:
-            raise FieldError("stage", f"unknown stage {stage!r}; use 1-{len(order)} or one of {', '.join(order)}")
-        head = parse_int("head", state.get("head"), 0)
-        if not 0 <= head < spec.attn.n_heads:
-            raise FieldError("head", f"head {head} does not exist: this trace has heads 0..{spec.attn.n_heads - 1}")
+        stage = parse_stage(state.get("stage"), order)
+        head = parse_head(state.get("head"), spec.attn.n_heads)
         trace, _ = await run_in_threadpool(lab.block, spec)
         i = order.index(stage)
         small = spec.attn.n_tokens <= view.SMALL and spec.attn.d_model <= view.SMALL

@@ -14,9 +14,10 @@ from ..lab import Lab, cached_page, get_lab, page_key
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
 from ..render.page import kv_head
-from ..schemas import DecodeRequest, FieldError, from_query
+from ..schemas import DecodeRequest, from_query
+from ..web.state import parse_head, parse_int
 from .common import base_context, inline_errors, render
-from .pages import API_KEYS, PageState, parse_int
+from .pages import API_KEYS, PageState
 
 router = APIRouter(include_in_schema=False)
 DECODE_KEYS = tuple(k for k in API_KEYS if k not in ("mask", "pad_positions", "segment_ids", "window", "prefix",
@@ -57,12 +58,8 @@ async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
         spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
         trace, _ = await run_in_threadpool(lab.decode, spec, prefill)
         n_steps = len(trace.steps)
-        step = parse_int("step", state.get("step"), 0)
-        if not 0 <= step <= n_steps:
-            raise FieldError("step", f"this decode has steps 0 (prefill) to {n_steps}")
-        head = parse_int("head", state.get("head"), 0)
-        if not 0 <= head < spec.n_heads:
-            raise FieldError("head", f"head {head} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+        step = parse_int("step", state.get("step"), 0, 0, n_steps)
+        head = parse_head(state.get("head"), spec.n_heads)
         g = kv_head(spec, head)
         tok = list(spec.tokens)
         dk = dims(spec.d_k)

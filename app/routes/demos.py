@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -48,20 +50,23 @@ def _perm(q: PermutationQuery) -> dict[str, Any]:
     tokens = q.tokens.split()
     if not 1 <= len(tokens) <= 16:
         raise FieldError("tokens", "give 1 to 16 tokens")
-    try:
-        perm = [int(p) for p in q.perm.replace(" ", ",").split(",") if p]
-    except ValueError:
-        raise FieldError("perm", "must be comma-separated integers") from None
+    parts = [p for p in q.perm.replace(" ", ",").split(",") if p]
+    if not all(p.isascii() and p.isdigit() and len(p) <= 3 for p in parts):
+        raise FieldError("perm", "must be comma-separated integers written with the digits 0-9")
+    perm = [int(p) for p in parts]
     if sorted(perm) != list(range(len(tokens))):
         raise FieldError("perm", f"must reorder 0..{len(tokens) - 1}, each once")
     return demos.permutation(tokens, perm, q.seed)
 
 
+NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?")
+
+
 def _logits(q: SoftmaxQuery) -> list[float]:
-    try:
-        values = [float(v) for v in q.logits.replace(" ", ",").split(",") if v]
-    except ValueError:
-        raise FieldError("logits", "must be comma-separated numbers") from None
+    parts = [v for v in q.logits.replace(" ", ",").split(",") if v]
+    if not all(NUMBER.fullmatch(v) for v in parts):
+        raise FieldError("logits", "must be comma-separated numbers such as 10, -2.5 or 1e3")
+    values = [float(v) for v in parts]
     if not 1 <= len(values) <= 32 or any(abs(v) > 1e6 or v != v for v in values):
         raise FieldError("logits", "give 1 to 32 finite numbers between −1e6 and 1e6")
     return values
@@ -127,7 +132,7 @@ async def demos_page(request: Request) -> Response:
         "lang": lang,
         "langs": LANGS,
         "values": q,
-        "lang_urls": {c: "/demos?" + "&".join(f"{k}={v}" for k, v in (q | {"lang": c}).items()) for c in LANGS},
+        "lang_urls": {c: "/demos?" + urlencode(list((q | {"lang": c}).items())) for c in LANGS},
         "errors": {},
     }
     status = 200

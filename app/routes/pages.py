@@ -24,7 +24,9 @@ from ..lab import Lab, cached_page, get_lab, page_key
 from ..render import page as view
 from ..render.arrays import to_numpy
 from ..render.cells import matrix_view, row_stats
-from ..schemas import AttentionRequest, FieldError, from_query
+from ..schemas import AttentionRequest, from_query
+from ..web.share import public_base
+from ..web.state import parse_cell, parse_head, parse_stage, parse_tile
 from .common import base_context, inline_errors, render
 
 router = APIRouter(include_in_schema=False)
@@ -104,32 +106,6 @@ class PageState:
         return urlencode(items)
 
 
-def parse_stage(value: str) -> str:
-    if not value:
-        return STAGES[0]
-    if value.isdigit() and 1 <= int(value) <= len(STAGES):
-        return STAGES[int(value) - 1]
-    if value in STAGES:
-        return value
-    raise FieldError("stage", f"unknown stage {value!r}; use 1-5 or one of {', '.join(STAGES)}")
-
-
-def parse_int(name: str, value: str, default: int) -> int:
-    if not value:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise FieldError(name, f"must be an integer, got {value!r}") from None
-
-
-def parse_cell(value: str) -> tuple[str, int, int, int] | None:
-    parts = value.split(".")
-    if len(parts) != 4 or not all(p.lstrip("-").isdigit() for p in parts[1:]):
-        return None
-    return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
-
-
 def edit_url(state: PageState, allow: np.ndarray, r: int, c: int) -> str:
     """The lab URL with cell (r, c) of the mask flipped: the mask becomes custom."""
     flipped = allow.copy()
@@ -155,9 +131,8 @@ def small_context(trace: Trace, key: str, head: int, state: PageState, t: Any) -
                 ]
     cell = parse_cell(state.get("cell"))
     if cell:
-        name, h, r, c = cell
-        ctx["arithmetic"] = view.arithmetic(trace, name, h, r, c, t)
-        ctx["selected"] = cell
+        ctx["arithmetic"] = view.arithmetic(trace, cell.tensor, cell.head, cell.row, cell.col, t)
+        ctx["selected"] = cell.as_tuple()
     return ctx
 
 
@@ -167,9 +142,9 @@ def large_context(trace: Trace, key: str, head: int, state: PageState) -> dict[s
     full = getattr(getattr(trace, key), tensor)[head]  # (N, N) or (N, d_k)
     a = to_numpy(full)
     n_rows, n_cols = a.shape
-    r0, _, c0 = state.get("tile", "0,0").partition(",")
-    row0 = min(max(0, parse_int("tile", r0, 0)), max(0, n_rows - TILE))
-    col0 = min(max(0, parse_int("tile", c0 or "0", 0)), max(0, n_cols - TILE))
+    r0, c0 = parse_tile(state.get("tile"))
+    row0 = min(r0, max(0, n_rows - TILE))
+    col0 = min(c0, max(0, n_cols - TILE))
     tok = list(spec.tokens)
     keys = list(spec.kv_tokens) or tok
     col_labels = keys if tensor in ("scaled", "masked", "weights", "raw") else [f"{j}" for j in range(n_cols)]
@@ -221,6 +196,9 @@ class EmbedState(PageState):
     path = "/embed"
 
 
+MAX_QR_CHARS = 1200  # beyond this a phone camera struggles anyway
+
+
 def qr_svg(url: str) -> str:
     """The URL as a QR code, SVG with presentation attributes only (no inline style)."""
     import io
@@ -247,6 +225,11 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
     lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
     t = translator(lang)
     cache_key = page_key(request, lang)
+    student_base = None
+    if request.query_params.get("present") == "1":
+        # The page shows the students' address: key the cached page by it, never by the raw Host header alone.
+        student_base = public_base(str(request.base_url), lab.settings.public_url)
+        cache_key = (f"{cache_key[0]}@{student_base}", cache_key[1])
     if (hit := cached_page(lab, cache_key)) is not None:
         return hit
     state = (EmbedState if embed else PageState).from_request(request, lab.models)
@@ -276,10 +259,10 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
     with inline_errors(ctx, t):
         req = AttentionRequest.model_validate(from_query({k: state.params[k] for k in API_KEYS if k in state.params}))
         spec = req.to_spec(lab.limits, lab.device, lab.models)
-        key = parse_stage(state.get("stage"))
-        head = parse_int("head", state.get("head"), 0)
-        if not 0 <= head < spec.n_heads:
-            raise FieldError("head", f"head {head} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+        key = parse_stage(state.get("stage"), STAGES)
+        head = parse_head(state.get("head"), spec.n_heads)
+        parse_cell(state.get("cell"))  # a malformed cell is the request's error, before any computing
+        parse_tile(state.get("tile"))
         trace, _ = await run_in_threadpool(lab.trace, spec)
         index = STAGES.index(key)
         mask_on = spec.mask == "causal"
@@ -305,9 +288,10 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
             compare_close_url=state.url(compare=None),
             present_url=state.url(present=None if present else "1"),
         )
-        if present:  # students scan the view itself, without presenter mode
-            student = str(request.base_url).rstrip("/") + state.url(present=None)
-            ctx.update(qr=qr_svg(student), student_url=student)
+        if present and student_base is not None:  # students scan the view itself, without presenter mode
+            student = student_base + state.url(present=None)
+            # A QR code holds ~2,300 bytes at this error level; past a bound, show the address alone.
+            ctx.update(qr=qr_svg(student) if len(student) <= MAX_QR_CHARS else None, student_url=student)
         if ctx["small"]:
             ctx.update(small_context(trace, key, head, state, t))
         else:

@@ -1,0 +1,68 @@
+"""The address students use to open the teacher's view: the QR code and the URL shown in presenter mode.
+
+A teacher usually opens the lab as http://127.0.0.1:8000 on the projecting laptop; that address means "this
+machine" on every student's phone. So a loopback host is replaced by this machine's LAN address, read from the
+network interfaces (nothing is sent anywhere), unless `public_url` is configured (a reverse proxy, a DNS name).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+from functools import lru_cache
+from urllib.parse import urlsplit
+
+LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@lru_cache(maxsize=1)
+def lan_address() -> str | None:
+    """The first private IPv4 address of an interface that is up, or None. Reads the interfaces with ioctl;
+    the socket is never connected and sends nothing."""
+    try:
+        import fcntl
+    except ImportError:  # not Linux/Unix
+        return None
+    found: list[ipaddress.IPv4Address] = []
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for name in names:
+            try:
+                packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            addr = ipaddress.IPv4Address(packed[20:24])
+            if not addr.is_loopback and not addr.is_link_local and not addr.is_unspecified:
+                found.append(addr)
+    private = [a for a in found if a.is_private]
+    best = private or found
+    return str(best[0]) if best else None
+
+
+def public_base(request_base: str, configured: str | None) -> str:
+    """The scheme, host and port students should use, without a trailing slash."""
+    if configured:
+        return configured.rstrip("/")
+    parts = urlsplit(request_base)
+    host = parts.hostname or ""
+    if is_loopback(host):
+        lan = lan_address()
+        if lan is not None:
+            port = f":{parts.port}" if parts.port else ""
+            return f"{parts.scheme}://{lan}{port}"
+    return request_base.rstrip("/")

@@ -1,0 +1,100 @@
+"""One parser for the view parameters that are not request fields: `stage`, `head`, `cell`, `tile`, `step` and
+the integer knobs of the image and window routes.
+
+Every integer is ASCII digits only (`²`, `٣` and `1_1` are refused, though Python's `int()` would take some of
+them), range-checked, and reported as a `FieldError` naming its parameter: a 422 in the API, an inline error on
+a page. Nothing here knows about HTTP beyond a mapping of query parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..schemas import FieldError
+
+_INT = re.compile(r"-?[0-9]{1,12}")
+
+
+def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, hi: int | None = None) -> int:
+    """`raw` as an integer in [lo, hi]; `default` when missing or empty."""
+    if raw is None or raw == "":
+        return default
+    text = raw
+    if not _INT.fullmatch(text):
+        raise FieldError(name, f"must be an integer written with the digits 0-9, got {_show(raw)}")
+    value = int(text)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        if lo is not None and hi is not None:
+            if hi < lo:
+                raise FieldError(name, f"has no valid value here, got {value}")
+            raise FieldError(name, f"must be between {lo} and {hi}, got {value}")
+        raise FieldError(name, f"must be at least {lo}, got {value}" if lo is not None else f"must be at most {hi}")
+    return value
+
+
+def query_int(params: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    return parse_int(name, params.get(name), default, lo, hi)
+
+
+def parse_stage(raw: str | None, order: Sequence[str], default: str | None = None) -> str:
+    """A stage by key or by its 1-based place in `order`."""
+    text = (raw or "").strip()
+    if not text:
+        return default if default is not None else order[0]
+    if text in order:
+        return text
+    if _INT.fullmatch(text) and 1 <= int(text) <= len(order):
+        return order[int(text) - 1]
+    raise FieldError("stage", f"unknown stage {_show(text)}; use 1-{len(order)} or one of {', '.join(order)}")
+
+
+def parse_head(raw: str | None, n_heads: int, name: str = "head") -> int:
+    value = parse_int(name, raw, 0)
+    if not 0 <= value < n_heads:
+        raise FieldError(name, f"head {value} does not exist: this trace has heads 0..{n_heads - 1}")
+    return value
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One number of one tensor: `tensor.head.row.col`, every index 0-based."""
+
+    tensor: str
+    head: int
+    row: int
+    col: int
+
+    def as_tuple(self) -> tuple[str, int, int, int]:
+        return self.tensor, self.head, self.row, self.col
+
+
+_NAME = re.compile(r"[a-z_]{1,32}")
+
+
+def parse_cell(raw: str | None) -> Cell | None:
+    text = (raw or "").strip()
+    if not text:
+        return None
+    parts = text.split(".")
+    if len(parts) != 4 or not _NAME.fullmatch(parts[0]) or not all(re.fullmatch(r"[0-9]{1,9}", p) for p in parts[1:]):
+        raise FieldError(
+            "cell", f"must be tensor.head.row.col with 0-based indices, e.g. weights.0.2.1; got {_show(text)}"
+        )
+    return Cell(parts[0], int(parts[1]), int(parts[2]), int(parts[3]))
+
+
+def parse_tile(raw: str | None) -> tuple[int, int]:
+    """The top-left corner `row,col` of the tile inspector (each clamped by the caller to the matrix)."""
+    text = (raw or "").strip()
+    if not text:
+        return 0, 0
+    r, _, c = text.partition(",")
+    return parse_int("tile", r, 0, 0), parse_int("tile", c, 0, 0)
+
+
+def _show(text: str, limit: int = 40) -> str:
+    """A bounded, printable echo of a bad value."""
+    shown = text if len(text) <= limit else text[:limit] + "…"
+    return ascii(shown) if not shown.isprintable() else repr(shown)
