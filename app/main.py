@@ -9,12 +9,22 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from . import __version__, errors
+from . import __version__, docs, errors, health
+from .attention import api as attention_api
+from .attention import page as attention_page
+from .block import api as block_api
+from .block import page as block_page
+from .decode import api as decode_api
+from .decode import page as decode_page
+from .demos import api as demos_api
+from .demos import page as demos_page
 from .lab import Lab, ServeCached
+from .lessons import page as lessons_page
 from .limits import BodyLimit, QueryLimit, SecurityHeaders
 from .metrics import Metrics, Observe
 from .metrics import router as metrics_router
-from .routes import api, block, block_page, decode, decode_page, demos, docs, lessons, pages, params
+from .params import api as params_api
+from .params import page as params_page
 from .settings import Settings, get_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,18 +62,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if MATH_FONT.is_dir():  # installed by `make` from npm; without it formulas use the system's math font
         app.mount("/vendor/math-font", StaticFiles(directory=MATH_FONT), name="math-font")
     app.mount("/vendor/swagger", StaticFiles(directory=str(files("swagger_ui") / "static")), name="swagger")
-    app.include_router(api.router)
-    app.include_router(block.router)
-    app.include_router(decode.router)
-    app.include_router(demos.router)
-    app.include_router(demos.page_router)
-    app.include_router(lessons.router)
-    app.include_router(api.health)
-    app.include_router(metrics_router)
-    app.include_router(params.router)
-    app.include_router(docs.router)
-    app.include_router(pages.router)
-    app.include_router(block_page.router)
-    app.include_router(decode_page.router)
-    app.include_router(params.page_router)
+    # Each feature brings its JSON API and its page; no feature imports another (the kernel is app/web/).
+    for router in (
+        attention_api.router,
+        block_api.router,
+        decode_api.router,
+        demos_api.router,
+        params_api.router,
+        lessons_page.api,
+        health.router,
+        metrics_router,
+        docs.router,
+        attention_page.router,
+        block_page.router,
+        decode_page.router,
+        demos_page.router,
+        params_page.router,
+        lessons_page.router,
+    ):
+        app.include_router(router)
     return app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from bs4 import BeautifulSoup
 
-from app.lessons import LESSONS
+from app.lessons.content import LESSONS
 
 
 def test_there_are_the_chapters_three_experiments_and_at_least_five_more():

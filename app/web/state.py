@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from pydantic import BaseModel
 
 from ..schemas import FieldError
 
@@ -98,3 +101,98 @@ def _show(text: str, limit: int = 40) -> str:
     """A bounded, printable echo of a bad value."""
     shown = text if len(text) <= limit else text[:limit] + "…"
     return ascii(shown) if not shown.isprintable() else repr(shown)
+
+
+# --- The view state: the URL query of a page, normalised once ------------------------------------------------
+
+# Request fields a page never carries in its URL: explicit matrices (POST only) and the API's output selection.
+NOT_IN_URL = frozenset({"x", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "stages", "heads", "decimals",
+                        "dtype"})  # fmt: skip
+
+# A field that only one choice of another field uses; left over from another choice, the page drops it.
+DEPENDS = {
+    "pad_positions": ("mask", "padding"),
+    "segment_ids": ("mask", "document"),
+    "window": ("mask", "sliding_window"),
+    "prefix": ("mask", "prefix_lm"),
+    "mask_matrix": ("mask", "custom"),
+    "rope_pairing": ("positions", "rope"),
+    "rope_base": ("positions", "rope"),
+    "n_ctx": ("positions", "learned"),
+}
+
+
+def url_fields(model: type[BaseModel], drop: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The request fields a page's URL carries, in the request model's order: the one field list."""
+    return tuple(f for f in model.model_fields if f not in NOT_IN_URL and f not in drop)
+
+
+def drop_unused(p: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in p.items() if k not in DEPENDS or p.get(DEPENDS[k][0]) == DEPENDS[k][1]}
+
+
+class ViewState:
+    """A page's query parameters, normalised, and URLs for every change of them.
+
+    `api_keys` are the request fields (they make the JSON twin's query); `page_keys` add the page's own view
+    parameters (stage, head, cell, lang, …). Unknown parameters are dropped.
+    """
+
+    def __init__(self, path: str, params: dict[str, str], api_keys: tuple[str, ...], page_keys: tuple[str, ...]):
+        self.path = path
+        self.api_keys = api_keys
+        self.page_keys = page_keys
+        self.params = drop_unused(params)
+
+    @classmethod
+    def of(cls, query: Mapping[str, str], path: str, api_keys: tuple[str, ...], view_keys: tuple[str, ...] = ()):
+        page_keys = (*api_keys, *view_keys, "lang")
+        params = {k: query[k].strip() for k in page_keys if k in query and query[k].strip() != ""}
+        return cls(path, params, api_keys, page_keys)
+
+    def get(self, key: str, default: str = "") -> str:
+        return self.params.get(key, default)
+
+    def url(self, **changes: object) -> str:
+        p = dict(self.params)
+        for k, v in changes.items():
+            if v is None:
+                p.pop(k, None)
+            else:
+                p[k] = str(v)
+        p = drop_unused(p)
+        ordered = [(k, p[k]) for k in self.page_keys if k in p]
+        return f"{self.path}?{urlencode(ordered)}" if ordered else self.path
+
+    def api_query(self, **extra: object) -> str:
+        items = [(k, self.params[k]) for k in self.api_keys if k in self.params]
+        items += [(k, str(v)) for k, v in extra.items() if v is not None]
+        return urlencode(items)
+
+    def api_params(self) -> dict[str, str]:
+        return {k: self.params[k] for k in self.api_keys if k in self.params}
+
+
+def lab_state(
+    query: Mapping[str, str],
+    path: str,
+    api_keys: tuple[str, ...],
+    view_keys: tuple[str, ...],
+    models: Mapping[str, object] | None = None,
+) -> ViewState:
+    """The state of a lab-like page (lab, embed, block, decode). The form keeps its fields when the preset
+    changes, so the sequence is carried across: `tokens` for built-in presets, `text` for pretrained models."""
+    state = ViewState.of(query, path, api_keys, view_keys)
+    params = state.params
+    if params.get("preset") in (models or {}):
+        if "tokens" in params and "text" not in params and "token_ids" not in params:
+            params["text"] = params.pop("tokens")
+        for k in ("tokens", "d_model", "n_heads"):
+            params.pop(k, None)
+    else:
+        for k in ("layer", "token_ids"):
+            params.pop(k, None)
+        if "text" in params and "tokens" not in params:
+            params["tokens"] = params.pop("text")
+        params.pop("text", None)
+    return state

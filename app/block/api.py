@@ -3,7 +3,7 @@ FFN → residual, every intermediate under a stable key."""
 
 from __future__ import annotations
 
-from typing import Annotated, cast
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -12,19 +12,9 @@ from engine.block import BlockTrace
 
 from ..lab import Lab, cached_get, get_lab
 from ..schemas import ERRORS, INT_OR_EMPTY, BlockRequest, query_parameters
+from ..web.answer import parse_query, respond
 from ..web.state import query_int
-from .api import (
-    HEATMAP_DOC,
-    NPZ,
-    RESPONSES,
-    VIEW_PARAMS,
-    WINDOW_EXTRA,
-    heatmap_response,
-    matrix_of,
-    parse_query,
-    respond,
-    window_response,
-)
+from ..web.tensors import HEATMAP_DOC, NPZ, VIEW_PARAMS, WINDOW_EXTRA, heatmap_response, matrix_of, window_response
 
 router = APIRouter(prefix="/api/v1", tags=["block"], responses=ERRORS)
 
@@ -38,7 +28,7 @@ BLOCK_NOTE = (
 
 
 def _block_query(request: Request) -> BlockRequest:
-    return cast(BlockRequest, parse_query(request, BlockRequest))
+    return parse_query(request, BlockRequest)
 
 
 async def answer_block(request: Request, req: BlockRequest, lab: Lab, fmt: str) -> Response:
@@ -46,7 +36,7 @@ async def answer_block(request: Request, req: BlockRequest, lab: Lab, fmt: str) 
     return await respond(request, lab, fmt, lambda: lab.block(spec), req.block_view(spec), "block")
 
 
-@router.post("/block", responses=RESPONSES, description=BLOCK_NOTE)
+@router.post("/block", responses=ERRORS, description=BLOCK_NOTE)
 async def block_post(
     request: Request, req: Annotated[BlockRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]
 ) -> Response:
@@ -56,7 +46,7 @@ async def block_post(
 BLOCK_PARAMS = {"parameters": query_parameters(BlockRequest)}
 
 
-@router.get("/block", responses=RESPONSES, description=BLOCK_NOTE, openapi_extra=BLOCK_PARAMS)
+@router.get("/block", responses=ERRORS, description=BLOCK_NOTE, openapi_extra=BLOCK_PARAMS)
 @cached_get
 async def block_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     return await answer_block(request, _block_query(request), lab, "json")

@@ -1,40 +1,20 @@
-"""The block page `/block`: the same lab, one level up — x flows through norm, attention, residual, norm and FFN.
-
-The attention stages inside are rendered exactly as on `/` (the same view model on the block's own attention trace).
-"""
+"""The block page's view: formulas, notices and matrices of the stages around the attention (norms, residuals,
+FFN). The attention stages inside are presented exactly as on the lab page (the same functions, on the block's own
+attention trace)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, cast
+from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
-from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, Response
 
 from engine import STAGES
 from engine.block import BlockTrace
 
-from ..i18n import negotiate, translator
-from ..lab import Lab, cached_page, get_lab, page_key
 from ..render import page as view
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
 from ..render.page import mathml
-from ..schemas import BlockRequest, from_query
-from ..web.state import parse_head, parse_stage
-from .common import base_context, inline_errors, render
-from .pages import API_KEYS, PageState
-
-router = APIRouter(include_in_schema=False)
-
-BLOCK_KEYS = (*API_KEYS, "norm", "ffn", "d_ff", "placement")
-
-
-class BlockState(PageState):
-    path = "/block"
-    api_keys = BLOCK_KEYS
-    page_keys = (*BLOCK_KEYS, "stage", "head", "lang")
 
 
 def block_formula(trace: BlockTrace, key: str) -> str:
@@ -125,71 +105,3 @@ def strip_box(shape: tuple[int, ...]) -> tuple[int, int]:
 
 def stage_label(key: str, t: Any) -> str:
     return str(t(f"stage.{key}") if key in STAGES else t(f"bstage.{key}"))
-
-
-@router.get("/block", response_class=HTMLResponse)
-async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
-    t = translator(lang)
-    cache_key = page_key(request, lang)
-    if (hit := cached_page(lab, cache_key)) is not None:
-        return hit
-    state = BlockState.from_request(request, lab.models)
-    ctx = base_context(
-        request,
-        "block",
-        lang,
-        t,
-        state,
-        presets=["toy", "gpt2-small", *lab.models],
-        models=lab.models,
-        json_url="/api/v1/block?" + state.api_query(),
-        npz_url="/api/v1/block.npz?" + state.api_query(),
-        stage_label=lambda k: stage_label(k, t),
-    )
-    with inline_errors(ctx, t):
-        raw = {k: state.params[k] for k in BLOCK_KEYS if k in state.params}
-        req = cast(BlockRequest, BlockRequest.model_validate(from_query(raw, None, BlockRequest)))
-        spec = req.to_block_spec(lab.limits, lab.device, lab.models)
-        order = spec.order
-        stage = parse_stage(state.get("stage"), order)
-        head = parse_head(state.get("head"), spec.attn.n_heads)
-        trace, _ = await run_in_threadpool(lab.block, spec)
-        i = order.index(stage)
-        small = spec.attn.n_tokens <= view.SMALL and spec.attn.d_model <= view.SMALL
-        ctx.update(
-            trace=trace,
-            spec=spec,
-            attn_spec=spec.attn,
-            key=stage,
-            index=i + 1,
-            head=head,
-            small=small,
-            in_attention=stage in STAGES,
-            formula=block_formula(trace, stage),
-            explain=t(f"explain.{stage}")
-            if stage in STAGES
-            else t(
-                f"bexplain.{stage}.{spec.placement}"
-                if stage in ("ln1", "ln2", "residual1", "output")
-                else f"bexplain.{stage}"
-            ),
-            notice=block_notice(trace, stage, t),
-            flow=[(k, state.url(stage=k), k in STAGES) for k in order],
-            prev_url=state.url(stage=order[i - 1]) if i > 0 else None,
-            next_url=state.url(stage=order[i + 1]) if i + 1 < len(order) else None,
-            head_urls=[(h, state.url(head=h)) for h in range(spec.attn.n_heads)],
-        )
-        if small:
-            ctx["matrices"] = block_matrices(trace, stage, head)
-        else:
-            names = list(trace.stage(stage))
-            size = 768
-            ctx["heatmaps"] = [
-                (n, "/api/v1/block/heatmap.png?" + state.api_query(stage=stage, tensor=n, head=head, size=size))
-                for n in names
-            ]
-            ctx["shapes"] = {n: tuple(t.shape[-2:]) for n, t in trace.stage(stage).items()}
-            ctx["per_head"] = {n for n, t in trace.stage(stage).items() if t.dim() == 3}
-            ctx["boxes"] = {n: strip_box(trace.stage(stage)[n].shape[-2:]) for n in names}
-    return render(request, lab, "block.html", ctx, cache_key)

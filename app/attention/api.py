@@ -1,10 +1,9 @@
-"""The JSON API, version 1: presets, attention traces as JSON and as .npz, health."""
+"""The attention JSON API, version 1: presets, traces as JSON and .npz, and one matrix as a heat map, a window of
+exact numbers, CSV, .npy or SVG."""
 
 from __future__ import annotations
 
-import csv
 import io
-from collections.abc import Callable
 from typing import Annotated, Any
 
 import numpy as np
@@ -12,26 +11,25 @@ from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from engine import PRESETS, STAGE_TENSORS, STAGES
-from engine.spec import MAIN_TENSOR
 
-from ..errors import field_error, where_of
 from ..lab import Lab, cached_get, get_lab
 from ..render.arrays import Traced, to_numpy
-from ..render.cells import full
-from ..render.heatmap import png
 from ..render.heatmap import svg as heatmap_svg_of
-from ..render.payload import TooLarge, json_response, to_json, to_npz
-from ..schemas import (
-    ERRORS,
-    INT_OR_EMPTY,
-    AttentionRequest,
-    AttentionResponse,
-    FieldError,
-    View,
-    from_query,
-    query_parameters,
-)
+from ..schemas import ERRORS, INT_OR_EMPTY, AttentionRequest, AttentionResponse, FieldError, query_parameters
+from ..web.answer import parse_query, respond
 from ..web.state import parse_head, parse_stage, query_int
+from ..web.tensors import (
+    HEATMAP_DOC,
+    KEY_AXIS,
+    NPZ,
+    VIEW_PARAMS,
+    WINDOW_EXTRA,
+    heatmap_response,
+    key_tokens,
+    matrix_of,
+    to_csv,
+    window_response,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["attention"], responses=ERRORS)
 
@@ -42,42 +40,10 @@ NULL_NOTE = (
 )
 
 
-def parse_query(request: Request, model: type[AttentionRequest] = AttentionRequest) -> AttentionRequest:
-    return model.model_validate(from_query(request.query_params, request.query_params.getlist, model))
-
-
 async def answer(request: Request, req: AttentionRequest, lab: Lab, fmt: str) -> Response:
     """Validate, compute (off the event loop, through the cache) and serialise one attention request."""
     spec = req.to_spec(lab.limits, lab.device, lab.models)
     return await respond(request, lab, fmt, lambda: lab.trace(spec), req.view(spec), "attention")
-
-
-async def respond(
-    request: Request, lab: Lab, fmt: str, get: Callable[[], tuple[Traced, bool]], view: View, name: str
-) -> Response:
-    """Compute through the cache, off the event loop, and serialise as JSON (size-limited) or .npz."""
-
-    def work() -> tuple[bytes, bool]:
-        trace, cached = get()
-        if fmt == "npz":
-            return to_npz(trace, view.stages, view.heads, prefixed=name != "attention"), cached
-        return to_json(trace, view.stages, view.heads, view.decimals, lab.json_limit), cached
-
-    try:
-        body, cached = await run_in_threadpool(work)
-    except TooLarge as exc:
-        return field_error(
-            where_of(request),
-            "stages",
-            f"the answer would be at least {exc.size / 2**20:.1f} MiB, over the {exc.limit / 2**20:.0f} MiB limit: "
-            f"select fewer `heads` or `stages`, or fetch every stage as a NumPy archive from /api/v1/{name}.npz",
-            status=413,
-        )
-    headers = {"X-Cache": "hit" if cached else "miss"}
-    if fmt == "npz":
-        headers["Content-Disposition"] = f'attachment; filename="{name}.npz"'
-        return Response(body, media_type="application/x-npz", headers=headers)
-    return json_response(body, headers=headers)
 
 
 @router.get("/presets", summary="The presets, stage names and this server's limits")
@@ -138,11 +104,6 @@ async def attention_post(
 
 
 GET_PARAMS = {"parameters": query_parameters(AttentionRequest)}
-VIEW_PARAMS: dict[str, dict[str, Any]] = {
-    "stage": {"type": "string"},
-    "tensor": {"type": "string"},
-    "head": INT_OR_EMPTY,
-}
 
 
 @router.get(
@@ -155,19 +116,14 @@ VIEW_PARAMS: dict[str, dict[str, Any]] = {
 @cached_get
 async def attention_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """The same fields as the POST body, as query parameters (`tokens` space-separated, lists comma-separated)."""
-    return await answer(request, parse_query(request), lab, "json")
-
-
-NPZ: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"application/x-npz": {}}, "description": "np.load() gives x, q, k, v, raw, …, output"}
-}
+    return await answer(request, parse_query(request, AttentionRequest), lab, "json")
 
 
 @router.get("/attention.npz", response_class=Response, responses=NPZ, openapi_extra=GET_PARAMS)
 @cached_get
 async def attention_npz_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Every selected stage as a NumPy archive, no size limit beyond the trace's own."""
-    return await answer(request, parse_query(request), lab, "npz")
+    return await answer(request, parse_query(request, AttentionRequest), lab, "npz")
 
 
 @router.post("/attention.npz", response_class=Response, responses=NPZ)
@@ -177,77 +133,12 @@ async def attention_npz_post(
     return await answer(request, req, lab, "npz")
 
 
-health = APIRouter(tags=["health"])
-
-
-@health.get("/healthz")
-def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
-    return {"status": "ok", "device": lab.device, "cached_traces": len(lab.cache)}
-
-
-KEY_AXIS = ("raw", "scaled", "masked", "weights", "mask")  # tensors whose columns are keys
-
-
-def key_tokens(trace: Traced) -> list[str]:
-    """The labels of the key axis: the source tokens in cross-attention, else the tokens themselves."""
-    spec = getattr(trace, "spec", None)
-    return list(getattr(getattr(spec, "attn", spec), "kv_tokens", ()) or trace.tokens)
-
-
-def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
-    """The 2-D matrix a heat map or a window shows: `stage` (key or 1-based index), `tensor` (the stage's main one
-    by default) and `head` for tensors with a head axis."""
-    q = request.query_params
-    head = parse_head(q.get("head"), trace.n_heads)  # checked even where the tensor has no heads
-    stage = parse_stage(q.get("stage"), trace.order, default_stage)
-    tensors = trace.stage(stage)
-    tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or list(tensors)[-1]
-    if tensor not in tensors:
-        raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(tensors)}")
-    t = tensors[tensor]
-    if t.dim() == 3:
-        t = t[head]
-    return tensor, to_numpy(t)
-
-
-def heatmap_response(tensor: str, a: np.ndarray, size: int) -> Response:
-    body = png(a, "sequential" if tensor == "weights" else "diverging", size)
-    return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
-
-
-def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray) -> Response:
-    q = request.query_params
-    r0 = query_int(q, "row", 0, 0, a.shape[0] - 1)
-    c0 = query_int(q, "col", 0, 0, a.shape[1] - 1)
-    rows = query_int(q, "rows", 16, 1, a.shape[0])
-    cols = query_int(q, "cols", 16, 1, a.shape[1])
-    if rows * cols > 65_536:
-        raise FieldError("rows", f"a window holds at most 65,536 numbers; {rows} × {cols} asked for")
-    tok, keys = list(trace.tokens), key_tokens(trace)
-    col_labels = keys if tensor in KEY_AXIS else [str(j) for j in range(a.shape[1])]
-    return json_response(
-        {
-            "tensor": tensor,
-            "row": r0,
-            "col": c0,
-            "rows": tok[r0 : r0 + rows],
-            "cols": col_labels[c0 : c0 + cols],
-            "values": np.ascontiguousarray(a[r0 : r0 + rows, c0 : c0 + cols]),
-        }
-    )
-
-
 async def attention_matrix(request: Request, lab: Lab) -> tuple[Traced, str, np.ndarray]:
     """The trace a GET describes, and the (head of the) tensor its `stage`, `tensor` and `head` pick."""
-    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
+    spec = parse_query(request, AttentionRequest).to_spec(lab.limits, lab.device, lab.models)
     trace, _ = await run_in_threadpool(lab.trace, spec)
     tensor, a = matrix_of(request, trace)
     return trace, tensor, a
-
-
-HEATMAP_DOC: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"image/png": {}}, "description": "One head's matrix as a PNG heat map"}
-}
 
 
 @router.get(
@@ -265,9 +156,6 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
     return await run_in_threadpool(heatmap_response, tensor, a, size)
 
 
-WINDOW_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS | {k: INT_OR_EMPTY for k in ("row", "col", "rows", "cols")}
-
-
 @router.get("/attention/window", openapi_extra={"parameters": query_parameters(AttentionRequest, WINDOW_EXTRA)})
 @cached_get
 async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
@@ -278,26 +166,6 @@ async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Res
 
 
 EXPORT_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS
-
-
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def csv_label(text: str) -> str:
-    """A token as a spreadsheet-safe cell: text that a spreadsheet would run as a formula gets a leading '."""
-    return "'" + text if text.startswith(FORMULA_START) else text
-
-
-def _csv(trace: Traced, tensor: str, a: np.ndarray) -> str:
-    tok, keys = [csv_label(t) for t in trace.tokens], [csv_label(t) for t in key_tokens(trace)]
-    cols = keys if tensor in KEY_AXIS else [str(j) for j in range(a.shape[1])]
-    rows = tok if a.shape[0] == len(tok) else keys if a.shape[0] == len(keys) else [str(i) for i in range(a.shape[0])]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["", *cols])
-    for label, row in zip(rows, a.tolist(), strict=True):
-        w.writerow([label, *(full(v) for v in row)])  # the shortest text of each float32, as in the JSON
-    return buf.getvalue()
 
 
 @router.get(
@@ -312,7 +180,7 @@ async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     trace, tensor, a = await attention_matrix(request, lab)
     head = parse_head(request.query_params.get("head"), trace.n_heads)  # validated: the filename is plain ASCII
     name = f"{tensor}-head{head}.csv"
-    return Response(_csv(trace, tensor, a), media_type="text/csv; charset=utf-8",
+    return Response(to_csv(trace, tensor, a), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
 
 
@@ -325,7 +193,7 @@ async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
 @cached_get
 async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One whole tensor (every head) as a .npy file; `stage` and `tensor` choose it, −∞ stays −∞."""
-    spec = parse_query(request).to_spec(lab.limits, lab.device, lab.models)
+    spec = parse_query(request, AttentionRequest).to_spec(lab.limits, lab.device, lab.models)
     trace, _ = await run_in_threadpool(lab.trace, spec)
     tensor, _ = matrix_of(request, trace)  # validates stage, tensor and head
     stage = parse_stage(request.query_params.get("stage"), trace.order, "softmax")

@@ -1,27 +1,19 @@
-"""The demonstrations: `/demos` (page) and `/api/v1/demo/*` (JSON, and the √d_k charts as SVG)."""
+"""The demonstrations' requests and what they compute: permutation equivariance, RoPE's relativity, softmax in
+half precision, and the √d_k charts. Shared by the JSON routes and the /demos page."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
-from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request
-from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 
 from engine import demos
 
 from ..errors import clean
-from ..i18n import LANGS, negotiate, translator
 from ..render.charts import Series, line_chart
-from ..schemas import ERRORS, FieldError
-from ..templating import TEMPLATES
-
-router = APIRouter(prefix="/api/v1/demo", tags=["demonstrations"], responses=ERRORS)
-page_router = APIRouter(include_in_schema=False)
+from ..schemas import FieldError
 
 Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
 
@@ -72,34 +64,6 @@ def _logits(q: SoftmaxQuery) -> list[float]:
     return values
 
 
-@router.get("/permutation", summary="Shuffling the tokens shuffles the outputs — unless positions or a mask")
-def permutation(q: Annotated[PermutationQuery, Query()]) -> dict[str, Any]:
-    return _perm(q)
-
-
-@router.get("/rope", summary="⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩")
-def rope(q: Annotated[RopeQuery, Query()]) -> dict[str, Any]:
-    return demos.rope_relative(q.m, q.n, q.d_k, q.base, q.pairing, q.seed)
-
-
-@router.get("/scaling", summary="Var(q·k) against d_k; softmax's peak and entropy under each scale")
-async def scaling() -> dict[str, Any]:
-    return await run_in_threadpool(demos.scaling)
-
-
-@router.get("/scaling.svg", response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}})
-async def scaling_svg(
-    chart: Literal["variance", "max", "entropy"] = "variance", lang: Literal["en", "zh"] = "en"
-) -> Response:
-    data = await run_in_threadpool(demos.scaling)
-    return Response(scaling_charts(data, translator(lang))[chart], media_type="image/svg+xml")
-
-
-@router.get("/softmax", summary="Softmax in float16 without and with the row maximum subtracted")
-def softmax(q: Annotated[SoftmaxQuery, Query()]) -> dict[str, Any]:
-    return demos.softmax_stability(_logits(q), q.dtype)
-
-
 def scaling_charts(data: dict[str, Any], t: Any) -> dict[str, str]:
     rows = data["rows"]
     d = [r["d_k"] for r in rows]
@@ -121,38 +85,24 @@ def scaling_charts(data: dict[str, Any], t: Any) -> dict[str, str]:
     }  # fmt: skip
 
 
-@page_router.get("/demos", response_class=HTMLResponse)
-async def demos_page(request: Request) -> Response:
-    lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
-    t = translator(lang)
-    q = {k: v for k, v in request.query_params.items() if v != ""}
-    ctx: dict[str, Any] = {
-        "page": "demos",
-        "t": t,
-        "lang": lang,
-        "langs": LANGS,
-        "values": q,
-        "lang_urls": {c: "/demos?" + urlencode(list((q | {"lang": c}).items())) for c in LANGS},
-        "errors": {},
-    }
-    status = 200
+DEMOS: tuple[tuple[str, type[BaseModel], Callable[[Any], dict[str, Any]]], ...] = (
+    ("permutation", PermutationQuery, _perm),
+    ("rope", RopeQuery, lambda r: demos.rope_relative(r.m, r.n, r.d_k, r.base, r.pairing, r.seed)),
+    ("softmax", SoftmaxQuery, lambda r: demos.softmax_stability(_logits(r), r.dtype)),
+)
+
+
+def run_demos(params: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
+    """Each demonstration computed from the parameters it knows (its defaults for the rest), and each
+    demonstration's error as (field, message): the page shows both, the JSON twin answers one or the other."""
     sections: dict[str, Any] = {}
-    runs: tuple[tuple[str, type[BaseModel], Callable[[Any], dict[str, Any]]], ...] = (
-        ("permutation", PermutationQuery, _perm),
-        ("rope", RopeQuery, lambda r: demos.rope_relative(r.m, r.n, r.d_k, r.base, r.pairing, r.seed)),
-        ("softmax", SoftmaxQuery, lambda r: demos.softmax_stability(_logits(r), r.dtype)),
-    )
-    for name, model, run in runs:
+    errors: dict[str, tuple[str, str]] = {}
+    for name, model, run in DEMOS:
         try:
-            fields = {k: v for k, v in q.items() if k in model.model_fields}
-            sections[name] = run(model.model_validate(fields))
+            sections[name] = run(model.model_validate({k: v for k, v in params.items() if k in model.model_fields}))
         except ValidationError as exc:
             e = clean(exc.errors(), "query")[0]
-            ctx["errors"][name] = t("error.field", field=e["loc"][1], message=e["msg"])
-            status = 422
+            errors[name] = (str(e["loc"][1]), str(e["msg"]))
         except FieldError as exc:
-            ctx["errors"][name] = t("error.field", field=exc.field, message=exc.message)
-            status = 422
-    data = await run_in_threadpool(demos.scaling)
-    ctx.update(sections, scaling=data, charts=scaling_charts(data, t))
-    return TEMPLATES.TemplateResponse(request, "demos.html", ctx, status_code=status)
+            errors[name] = (exc.field, exc.message)
+    return sections, errors

@@ -3,7 +3,7 @@ full recomputation."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -14,7 +14,7 @@ from ..lab import Lab, cached_get, get_lab
 from ..render.arrays import to_numpy
 from ..render.payload import json_response
 from ..schemas import ERRORS, DecodeRequest, query_parameters
-from .api import parse_query
+from ..web.answer import parse_query
 
 router = APIRouter(prefix="/api/v1", tags=["kv cache"], responses=ERRORS)
 
@@ -77,4 +77,4 @@ async def decode_post(req: Annotated[DecodeRequest, Body()], lab: Annotated[Lab,
 @router.get("/decode", description=NOTE, openapi_extra={"parameters": query_parameters(DecodeRequest)})
 @cached_get
 async def decode_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await answer(cast(DecodeRequest, parse_query(request, DecodeRequest)), lab)
+    return await answer(parse_query(request, DecodeRequest), lab)

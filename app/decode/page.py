@@ -2,32 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated, cast
+from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
-from ..i18n import negotiate, translator
-from ..lab import Lab, cached_page, get_lab, page_key
+from ..lab import Lab, get_lab
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
 from ..render.page import kv_head
 from ..schemas import DecodeRequest, from_query
-from ..web.state import parse_head, parse_int
-from .common import base_context, inline_errors, render
-from .pages import API_KEYS, PageState
+from ..web.page import serve
+from ..web.state import ViewState, parse_head, parse_int, url_fields
 
 router = APIRouter(include_in_schema=False)
-DECODE_KEYS = tuple(k for k in API_KEYS if k not in ("mask", "pad_positions", "segment_ids", "window", "prefix",
-                                                      "mask_matrix", "kv_tokens", "text", "token_ids", "layer"))  # fmt: skip
-
-
-class DecodeState(PageState):
-    path = "/decode"
-    api_keys = (*DECODE_KEYS, "prefill")
-    page_keys = (*DECODE_KEYS, "prefill", "step", "head", "lang")
+# A decode is causal self-attention over built-in presets: the mask family, cross-attention and pretrained inputs
+# have no meaning here.
+API_KEYS = url_fields(DecodeRequest, drop=("mask", "pad_positions", "segment_ids", "window", "prefix", "mask_matrix",
+                                           "kv_tokens", "text", "token_ids", "layer"))  # fmt: skip
 
 
 def _fixed(m: MatrixView) -> MatrixView:
@@ -37,24 +31,10 @@ def _fixed(m: MatrixView) -> MatrixView:
 
 @router.get("/decode", response_class=HTMLResponse)
 async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
-    t = translator(lang)
-    cache_key = page_key(request, lang)
-    if (hit := cached_page(lab, cache_key)) is not None:
-        return hit
-    state = DecodeState.from_request(request, {})
-    ctx = base_context(
-        request,
-        "decode",
-        lang,
-        t,
-        state,
-        presets=["toy", "gpt2-small"],
-        json_url="/api/v1/decode?" + state.api_query(),
-    )
-    with inline_errors(ctx, t):
-        raw = {k: state.params[k] for k in (*DECODE_KEYS, "prefill") if k in state.params}
-        req = cast(DecodeRequest, DecodeRequest.model_validate(from_query(raw, None, DecodeRequest)))
+    state = ViewState.of(request.query_params, "/decode", API_KEYS, ("step", "head"))
+
+    async def build(ctx: dict[str, Any]) -> None:
+        req = DecodeRequest.model_validate(from_query(state.api_params(), None, DecodeRequest))
         spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
         trace, _ = await run_in_threadpool(lab.decode, spec, prefill)
         n_steps = len(trace.steps)
@@ -124,4 +104,14 @@ async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
             step_urls=[(i, state.url(step=i)) for i in range(n_steps + 1)],
             head_urls=[(h, state.url(head=h)) for h in range(spec.n_heads)],
         )
-    return render(request, lab, "decode.html", ctx, cache_key)
+
+    return await serve(
+        request,
+        lab,
+        page="decode",
+        template="decode.html",
+        state=state,
+        build=build,
+        json_url="/api/v1/decode?" + state.api_query(),
+        presets=["toy", "gpt2-small"],
+    )

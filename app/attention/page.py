@@ -1,0 +1,137 @@
+"""The lab page `/` (and `/embed`, the same view without the page's chrome): the whole state lives in the URL, so
+any view can be shared, bookmarked and reloaded.
+
+One template renders the page; an htmx request (HX-Request) gets only its `stage` block plus the controls as an
+out-of-band swap, so the form never disagrees with the panel. Without JavaScript every link and the form do full
+page loads of the same URLs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, Response
+
+from engine import PRESETS, STAGES
+
+from ..lab import Lab, get_lab
+from ..render import page as view
+from ..schemas import AttentionRequest, from_query
+from ..web.page import serve
+from ..web.share import public_base
+from ..web.state import DEPENDS, lab_state, parse_cell, parse_head, parse_stage, parse_tile, url_fields
+from .view import MAX_QR_CHARS, large_context, qr_svg, small_context
+
+router = APIRouter(include_in_schema=False)
+
+API_KEYS = url_fields(AttentionRequest)
+VIEW_KEYS = ("stage", "head", "compare", "cell", "tile", "present", "hide")
+HIDEABLE = ("controls", "nav", "formula", "explain", "notice", "checks")
+SCALE_CYCLE = {"sqrt_dk": "none", "none": "dk", "dk": "sqrt_dk"}
+COMPARE_PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "mask": ({"mask": "none"}, {"mask": "causal"}),
+    "scale": ({"scale": "sqrt_dk"}, {"scale": "none"}),
+    "leak": ({"mask": "causal", "segment_ids": []}, {"mask": "document"}),  # boundaries ignored vs blocked
+}
+
+
+@router.get("/embed", response_class=HTMLResponse)
+async def embed_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """One view without the page's chrome, for course pages: the same parameters, plus `hide=`."""
+    return await render_lab(request, lab, embed=True)
+
+
+@router.get("/", response_class=HTMLResponse)
+async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    return await render_lab(request, lab, embed=False)
+
+
+async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
+    state = lab_state(request.query_params, "/embed" if embed else "/", API_KEYS, VIEW_KEYS, lab.models)
+    present = state.get("present") == "1"
+    # Presenter mode shows the students' address: the cache keys by it, never by the raw Host header alone.
+    student_base = public_base(str(request.base_url), lab.settings.public_url) if present else None
+    hide = {h for h in state.get("hide").split(",") if h in HIDEABLE}
+    if present:
+        hide |= {"controls"}
+    if state.get("mask") == "custom" and not state.get("mask_matrix") and state.get("preset", "toy") in PRESETS:
+        # Choosing "custom" in the form starts from a mask that hides nothing, ready to be edited cell by cell.
+        n = len(state.get("tokens").split()) or len(PRESETS[state.get("preset", "toy")].tokens)
+        state.params["mask_matrix"] = "[" + ",".join(["[" + ",".join(["1"] * n) + "]"] * n) + "]"
+
+    async def build(ctx: dict[str, Any]) -> None:
+        t = ctx["t"]
+        req = AttentionRequest.model_validate(from_query(state.api_params()))
+        spec = req.to_spec(lab.limits, lab.device, lab.models)
+        key = parse_stage(state.get("stage"), STAGES)
+        head = parse_head(state.get("head"), spec.n_heads)
+        parse_cell(state.get("cell"))  # a malformed cell is the request's error, before any computing
+        parse_tile(state.get("tile"))
+        trace, _ = await run_in_threadpool(lab.trace, spec)
+        index = STAGES.index(key)
+        mask_on = spec.mask == "causal"
+        ctx.update(
+            trace=trace,
+            spec=spec,
+            key=key,
+            index=index + 1,
+            head=head,
+            small=view.is_small(trace),
+            formula=view.formula(trace, key),
+            notice=view.notice(trace, key, t),
+            prev_url=state.url(stage=STAGES[index - 1]) if index > 0 else None,
+            next_url=state.url(stage=STAGES[index + 1]) if index + 1 < len(STAGES) else None,
+            stage_urls=[(s, state.url(stage=s)) for s in STAGES],
+            head_urls=[(h, state.url(head=h, cell=None)) for h in range(spec.n_heads)],
+            mask_on=mask_on,
+            mask_toggle_url=state.url(mask="none" if mask_on else "causal", cell=None),
+            scale_toggle_url=state.url(scale=SCALE_CYCLE[spec.scale], cell=None),
+            compare_urls={
+                k: state.url(compare=k) for k in ("mask", "scale", *(("leak",) if spec.mask == "document" else ()))
+            },
+            compare_close_url=state.url(compare=None),
+            present_url=state.url(present=None if present else "1"),
+        )
+        if present and student_base is not None:  # students scan the view itself, without presenter mode
+            student = student_base + state.url(present=None)
+            # A QR code holds ~2,300 bytes at this error level; past a bound, show the address alone.
+            ctx.update(qr=qr_svg(student) if len(student) <= MAX_QR_CHARS else None, student_url=student)
+        if ctx["small"]:
+            ctx.update(small_context(trace, key, head, state, t))
+        else:
+            ctx["large"] = large_context(trace, key, head, state)
+        compare = state.get("compare")
+        pairs = COMPARE_PAIRS
+        if compare in pairs and ctx["small"] and (compare != "leak" or spec.mask == "document"):
+            sides = []
+            for change in pairs[compare]:
+                mask_kind = change.get("mask", spec.mask)
+                unused: dict[str, Any] = {
+                    k: ([] if k in ("pad_positions", "segment_ids") else None)
+                    for k, (field, value) in DEPENDS.items()
+                    if field == "mask" and value != mask_kind
+                }
+                other = req.model_copy(update=unused | change)
+                other_trace, _ = await run_in_threadpool(lab.trace, other.to_spec(lab.limits, lab.device, lab.models))
+                sides.append(view.compare_side(other_trace, head))
+            ctx["compare"] = {"kind": compare, "sides": sides}
+
+    return await serve(
+        request,
+        lab,
+        page="lab",
+        template="lab.html",
+        state=state,
+        build=build,
+        json_url="/api/v1/attention?" + state.api_query(),
+        shows=student_base or "",
+        npz_url="/api/v1/attention.npz?" + state.api_query(),
+        present=present,
+        embed=embed,
+        hide=hide,
+        stages=STAGES,
+        presets=[*PRESETS, *lab.models],
+        models=lab.models,
+    )

@@ -1,0 +1,117 @@
+"""The lab page's view of one trace: small traces cell by cell (with the arithmetic of one cell and the editable
+mask), large ones as heat maps with a tile inspector; presenter mode's QR code."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+from engine.attention import Trace
+from engine.spec import MAIN_TENSOR
+
+from ..render import page as view
+from ..render.arrays import to_numpy
+from ..render.cells import matrix_view, row_stats
+from ..web.state import ViewState, parse_cell, parse_tile
+
+TILE = 16
+
+
+def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:
+    """The lab URL with cell (r, c) of the mask flipped: the mask becomes custom."""
+    flipped = allow.copy()
+    flipped[r, c] = 1 - flipped[r, c]
+    matrix = "[" + ",".join("[" + ",".join(str(int(v)) for v in row) + "]" for row in flipped) + "]"
+    return state.url(mask="custom", mask_matrix=matrix, cell=None)
+
+
+def small_context(trace: Trace, key: str, head: int, state: ViewState, t: Any) -> dict[str, Any]:
+    ctx: dict[str, Any] = {
+        "matrices": view.stage_matrices(trace, key, head),
+        "weight_matrices": view.weight_matrices(trace, key),
+    }
+    if key in ("softmax", "weighted_sum"):
+        w = to_numpy(trace.softmax.weights[head])
+        ctx["stats"] = row_stats(w, list(trace.spec.kv_tokens or trace.spec.tokens))
+    if key == "mask" and not trace.spec.token_ids:  # the toy's mask can be edited cell by cell
+        allow = np.isfinite(to_numpy(trace.mask.mask)).astype(int)
+        for m in ctx["matrices"]:
+            if m.name == "mask":
+                m.cell_urls = [
+                    [edit_url(state, allow, r, c) for c in range(allow.shape[1])] for r in range(allow.shape[0])
+                ]
+    cell = parse_cell(state.get("cell"))
+    if cell:
+        ctx["arithmetic"] = view.arithmetic(trace, cell.tensor, cell.head, cell.row, cell.col, t)
+        ctx["selected"] = cell.as_tuple()
+    return ctx
+
+
+def large_context(trace: Trace, key: str, head: int, state: ViewState) -> dict[str, Any]:
+    spec = trace.spec
+    tensor = MAIN_TENSOR[key]
+    full = getattr(getattr(trace, key), tensor)[head]  # (N, N) or (N, d_k)
+    a = to_numpy(full)
+    n_rows, n_cols = a.shape
+    r0, c0 = parse_tile(state.get("tile"))
+    row0 = min(r0, max(0, n_rows - TILE))
+    col0 = min(c0, max(0, n_cols - TILE))
+    tok = list(spec.tokens)
+    keys = list(spec.kv_tokens) or tok
+    col_labels = keys if tensor in ("scaled", "masked", "weights", "raw") else [f"{j}" for j in range(n_cols)]
+    window = a[row0 : row0 + TILE, col0 : col0 + TILE]
+    scale = "sequential" if tensor == "weights" else "diverging"
+    tile = matrix_view(
+        tensor,
+        tensor,
+        window,
+        [f"{row0 + i}: {tok[row0 + i]}" for i in range(window.shape[0])],
+        col_labels[col0 : col0 + TILE],
+        "window",
+        scale,
+        head,
+    )
+    tile.links = False
+    tile.extra = {"row0": str(row0), "col0": str(col0)}
+    moves = {
+        "up": state.url(tile=f"{max(0, row0 - TILE)},{col0}") if row0 > 0 else None,
+        "down": state.url(tile=f"{row0 + TILE},{col0}") if row0 + TILE < n_rows else None,
+        "left": state.url(tile=f"{row0},{max(0, col0 - TILE)}") if col0 > 0 else None,
+        "right": state.url(tile=f"{row0},{col0 + TILE}") if col0 + TILE < n_cols else None,
+    }
+    stats = None
+    if tensor == "weights":
+        rows = row_stats(a[row0 : row0 + TILE], keys)
+        stats = [(f"{row0 + i}: {tok[row0 + i]}", s) for i, s in enumerate(rows)]
+    size = min(768, max(256, n_rows))
+    return {
+        "tensor": tensor,
+        "thumbs": [
+            (h, "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=h, size=96), state.url(head=h))
+            for h in range(spec.n_heads)
+        ],
+        "zoom_src": "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=head, size=size),
+        "window_api": "/api/v1/attention/window?" + state.api_query(stage=key, tensor=tensor, head=head),
+        "n_rows": n_rows,
+        "n_cols": n_cols,
+        "col_labels": col_labels,
+        "tile": tile,
+        "tile_range": (row0, row0 + window.shape[0] - 1, col0, col0 + window.shape[1] - 1),
+        "moves": moves,
+        "tile_stats": stats,
+        "scale_kind": scale,
+    }
+
+
+MAX_QR_CHARS = 1200  # beyond this a phone camera struggles anyway
+
+
+def qr_svg(url: str) -> str:
+    """The URL as a QR code, SVG with presentation attributes only (no inline style)."""
+    import segno
+
+    buf = io.BytesIO()
+    segno.make(url, error="m").save(buf, kind="svg", scale=5, border=2, xmldecl=False, svgns=True, nl=False)
+    return buf.getvalue().decode()

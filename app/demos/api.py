@@ -1,0 +1,58 @@
+"""The demonstrations as JSON: `/api/v1/demo/*`, and the √d_k charts as SVG."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from engine import demos
+
+from ..errors import problem
+from ..render.payload import json_response
+from ..schemas import ERRORS
+from ..web.i18n import translator
+from .view import PermutationQuery, RopeQuery, SoftmaxQuery, _logits, _perm, run_demos, scaling_charts
+
+router = APIRouter(prefix="/api/v1/demo", tags=["demonstrations"], responses=ERRORS)
+
+
+@router.get("/permutation", summary="Shuffling the tokens shuffles the outputs — unless positions or a mask")
+def permutation(q: Annotated[PermutationQuery, Query()]) -> dict[str, Any]:
+    return _perm(q)
+
+
+@router.get("/rope", summary="⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩")
+def rope(q: Annotated[RopeQuery, Query()]) -> dict[str, Any]:
+    return demos.rope_relative(q.m, q.n, q.d_k, q.base, q.pairing, q.seed)
+
+
+@router.get("/scaling", summary="Var(q·k) against d_k; softmax's peak and entropy under each scale")
+async def scaling() -> dict[str, Any]:
+    return await run_in_threadpool(demos.scaling)
+
+
+@router.get("/scaling.svg", response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}})
+async def scaling_svg(
+    chart: Literal["variance", "max", "entropy"] = "variance", lang: Literal["en", "zh"] = "en"
+) -> Response:
+    data = await run_in_threadpool(demos.scaling)
+    return Response(scaling_charts(data, translator(lang))[chart], media_type="image/svg+xml")
+
+
+@router.get("/softmax", summary="Softmax in float16 without and with the row maximum subtracted")
+def softmax(q: Annotated[SoftmaxQuery, Query()]) -> dict[str, Any]:
+    return demos.softmax_stability(_logits(q), q.dtype)
+
+
+@router.get("/all", summary="Every demonstration of the /demos page at once, from the same query parameters")
+async def all_demos(request: Request) -> Response:
+    """The /demos page's JSON twin: each demonstration's answer, computed from the parameters it knows."""
+    sections, errors = run_demos({k: v for k, v in request.query_params.items() if v != ""})
+    if errors:
+        return problem(
+            422, [{"loc": ["query", field], "msg": msg, "type": "value_error"} for field, msg in errors.values()]
+        )
+    return json_response(sections | {"scaling": await run_in_threadpool(demos.scaling)})

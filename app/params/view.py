@@ -1,0 +1,56 @@
+"""Parameter counts: the request (a preset, fields replaced, or every field given) and what the page says the
+12·L·d² estimate misses."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.params import count, shape_from
+
+
+class ParamsQuery(BaseModel):
+    """A preset, optionally with fields replaced, or every field given explicitly."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    preset: Literal["gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b"] | None = None
+    n_layer: int | None = Field(None, ge=1, le=10_000)
+    d_model: int | None = Field(None, ge=1, le=1_000_000)
+    n_heads: int | None = Field(None, ge=1, le=100_000)
+    vocab: int | None = Field(None, ge=1, le=100_000_000)
+    n_ctx: int | None = Field(None, ge=0, le=100_000_000, description="learned position rows; 0 for RoPE")
+    ffn: Literal["gelu", "swiglu"] | None = None
+    d_ff: int | None = Field(None, ge=0, le=10_000_000, description="0 means 4·d_model")
+    tied_embeddings: bool | None = None
+    bias: bool | None = None
+    n_kv_heads: int | None = Field(None, ge=0, le=100_000, description="GQA/MQA; 0 means n_heads")
+    norm: Literal["layernorm", "rmsnorm"] | None = None
+
+
+def params_of(q: ParamsQuery) -> dict[str, Any]:
+    fields = q.model_dump(exclude={"preset"}, exclude_none=True)
+    if "n_ctx" in fields and q.preset is None:
+        fields.setdefault("learned_positions", fields["n_ctx"] > 0)
+    return {"preset": q.preset} | count(shape_from(q.preset, **fields))
+
+
+def misses(c: dict[str, Any], t: Any) -> list[str]:
+    s = c["shape"]
+    d, h, kv = s["d_model"], s["n_heads"], s["n_kv_heads"]
+    out = []
+    emb = c["embeddings"]["token"] + c["embeddings"]["position"] + c["lm_head"]
+    out.append(t("params.miss.embeddings", emb=f"{emb:,}", pct=100 * emb / c["total"]))
+    ffn = sum(c["block"]["ffn"].values())
+    if s["ffn"] != "gelu" or s["d_ff"] != 4 * d:
+        out.append(t("params.miss.ffn", ff=f"{s['d_ff']:,}", ffn=f"{ffn:,}", eight=f"{8 * d * d:,}"))
+    if kv != h:
+        att = c["block"]["attention"]
+        out.append(t("params.miss.gqa", kv=kv, h=h, att=f"{sum(att.values()):,}", four=f"{4 * d * d:,}"))
+    att_plain = sum(c["block"]["attention"].values())
+    extra = c["block"]["norms"] + (att_plain - (2 * d * d + 2 * d * kv * (d // h)))
+    extra += ffn - (3 if s["ffn"] == "swiglu" else 2) * d * s["d_ff"]
+    out.append(t("params.miss.small", extra=f"{extra:,}", pct=100 * extra / c["block"]["total"]))
+    out.append(t("params.miss.kv", bytes=f"{c['kv_cache_bytes_per_token_fp16']:,}"))
+    return out

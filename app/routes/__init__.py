@@ -1,1 +1,0 @@
-"""One router per module: the JSON API, the offline docs, the lab page."""

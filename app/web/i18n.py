@@ -1,0 +1,49 @@
+"""The lab's message catalogues: every string the pages show, in English and Chinese.
+
+The catalogues are data, one JSON file per language in locales/ (a translator opens zh.json beside en.json; a
+test keeps their keys and `{placeholders}` equal). Templates call `t("key", **values)`; a missing key is a bug.
+The language comes from `?lang=`, else from Accept-Language (by quality), else English: `negotiate`, called once
+per request by the page kernel.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+LANGS = ("en", "zh")
+LOCALES = Path(__file__).with_name("locales")
+
+MESSAGES: dict[str, dict[str, str]] = {
+    lang: json.loads((LOCALES / f"{lang}.json").read_text(encoding="utf-8")) for lang in LANGS
+}
+
+
+def negotiate(query_lang: str | None, accept_language: str | None) -> str:
+    """`?lang=` wins; otherwise the first supported language in Accept-Language by quality; else English."""
+    if query_lang in LANGS:
+        return query_lang
+    best, best_q = "en", -1.0
+    for part in (accept_language or "").split(",")[:32]:
+        tag, _, params = part.strip().partition(";")
+        q = 1.0
+        if params.strip().startswith("q="):
+            try:
+                q = float(params.strip()[2:])
+            except ValueError:
+                q = 0.0
+        lang = tag.split("-")[0].lower()
+        if lang in LANGS and q > best_q:
+            best, best_q = lang, q
+    return best
+
+
+def translator(lang: str) -> Callable[..., str]:
+    table = MESSAGES[lang]
+
+    def t(key: str, **values: object) -> str:
+        text = table[key]
+        return text.format(**values) if values else text
+
+    return t

@@ -1,0 +1,109 @@
+"""One 2-D matrix out of a trace, for every route that shows one: heat maps (PNG), windows of exact numbers (JSON)
+and CSV. The attention and block APIs share these; `stage`, `tensor` and `head` are parsed once, in state.py."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import numpy as np
+from fastapi import Request, Response
+
+from engine.spec import MAIN_TENSOR
+
+from ..render.arrays import Traced, to_numpy
+from ..render.cells import full
+from ..render.heatmap import png
+from ..render.payload import json_response
+from ..schemas import INT_OR_EMPTY, FieldError
+from .state import parse_head, parse_stage, query_int
+
+VIEW_PARAMS: dict[str, dict[str, Any]] = {
+    "stage": {"type": "string"},
+    "tensor": {"type": "string"},
+    "head": INT_OR_EMPTY,
+}
+
+WINDOW_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS | {k: INT_OR_EMPTY for k in ("row", "col", "rows", "cols")}
+
+NPZ: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"application/x-npz": {}}, "description": "np.load() gives x, q, k, v, raw, …, output"}
+}
+
+
+HEATMAP_DOC: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"image/png": {}}, "description": "One head's matrix as a PNG heat map"}
+}
+
+
+KEY_AXIS = ("raw", "scaled", "masked", "weights", "mask")  # tensors whose columns are keys
+
+
+def key_tokens(trace: Traced) -> list[str]:
+    """The labels of the key axis: the source tokens in cross-attention, else the tokens themselves."""
+    spec = getattr(trace, "spec", None)
+    return list(getattr(getattr(spec, "attn", spec), "kv_tokens", ()) or trace.tokens)
+
+
+def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
+    """The 2-D matrix a heat map or a window shows: `stage` (key or 1-based index), `tensor` (the stage's main one
+    by default) and `head` for tensors with a head axis."""
+    q = request.query_params
+    head = parse_head(q.get("head"), trace.n_heads)  # checked even where the tensor has no heads
+    stage = parse_stage(q.get("stage"), trace.order, default_stage)
+    tensors = trace.stage(stage)
+    tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or list(tensors)[-1]
+    if tensor not in tensors:
+        raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(tensors)}")
+    t = tensors[tensor]
+    if t.dim() == 3:
+        t = t[head]
+    return tensor, to_numpy(t)
+
+
+def heatmap_response(tensor: str, a: np.ndarray, size: int) -> Response:
+    body = png(a, "sequential" if tensor == "weights" else "diverging", size)
+    return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
+
+
+def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray) -> Response:
+    q = request.query_params
+    r0 = query_int(q, "row", 0, 0, a.shape[0] - 1)
+    c0 = query_int(q, "col", 0, 0, a.shape[1] - 1)
+    rows = query_int(q, "rows", 16, 1, a.shape[0])
+    cols = query_int(q, "cols", 16, 1, a.shape[1])
+    if rows * cols > 65_536:
+        raise FieldError("rows", f"a window holds at most 65,536 numbers; {rows} × {cols} asked for")
+    tok, keys = list(trace.tokens), key_tokens(trace)
+    col_labels = keys if tensor in KEY_AXIS else [str(j) for j in range(a.shape[1])]
+    return json_response(
+        {
+            "tensor": tensor,
+            "row": r0,
+            "col": c0,
+            "rows": tok[r0 : r0 + rows],
+            "cols": col_labels[c0 : c0 + cols],
+            "values": np.ascontiguousarray(a[r0 : r0 + rows, c0 : c0 + cols]),
+        }
+    )
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_label(text: str) -> str:
+    """A token as a spreadsheet-safe cell: text that a spreadsheet would run as a formula gets a leading '."""
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def to_csv(trace: Traced, tensor: str, a: np.ndarray) -> str:
+    tok, keys = [csv_label(t) for t in trace.tokens], [csv_label(t) for t in key_tokens(trace)]
+    cols = keys if tensor in KEY_AXIS else [str(j) for j in range(a.shape[1])]
+    rows = tok if a.shape[0] == len(tok) else keys if a.shape[0] == len(keys) else [str(i) for i in range(a.shape[0])]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["", *cols])
+    for label, row in zip(rows, a.tolist(), strict=True):
+        w.writerow([label, *(full(v) for v in row)])  # the shortest text of each float32, as in the JSON
+    return buf.getvalue()
