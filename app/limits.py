@@ -7,6 +7,14 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
+async def send_problem(send: Send, status: int, where: str, msg: str, kind: str) -> None:
+    """A 4xx in the API's problem shape, sent before the app (and FastAPI's handlers) ever run."""
+    body = orjson.dumps({"message": f"{where}: {msg}", "detail": [{"loc": [where], "msg": msg, "type": kind}]})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 class BodyLimit:
     """413 for a body longer than `max_bytes`, whether it declares its length or streams it."""
 
@@ -54,20 +62,7 @@ class BodyLimit:
 
     async def _refuse(self, send: Send) -> None:
         mib = self.max_bytes / 2**20
-        body = orjson.dumps(
-            {
-                "message": f"request body: over the {mib:g} MiB limit",
-                "detail": [{"loc": ["body"], "msg": f"over the {mib:g} MiB limit", "type": "too_large"}],
-            }
-        )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_problem(send, 413, "body", f"over the {mib:g} MiB limit", "too_large")
 
 
 class _TooLong(Exception):
@@ -85,20 +80,8 @@ class QueryLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and len(scope.get("query_string", b"")) > self.max_bytes:
             kib = self.max_bytes / 1024
-            body = orjson.dumps(
-                {
-                    "message": f"query: over the {kib:g} KiB limit; send large inputs as a POST body",
-                    "detail": [{"loc": ["query"], "msg": f"over the {kib:g} KiB limit", "type": "too_long"}],
-                }
-            )
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 414,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            msg = f"over the {kib:g} KiB limit; send large inputs as a POST body"
+            await send_problem(send, 414, "query", msg, "too_long")
             return
         await self.app(scope, receive, send)
 

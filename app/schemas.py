@@ -39,6 +39,9 @@ def _has_surrogate(v: Any) -> bool:
     return isinstance(v, list) and any(_has_surrogate(x) for x in v)
 
 
+OUTPUT_FIELDS = ("stages", "heads", "decimals")  # what to return, not what to compute
+
+
 class AttentionRequest(BaseModel):
     """One attention trace. Every field is optional; the preset fills the rest.
 
@@ -134,35 +137,10 @@ class AttentionRequest(BaseModel):
         return v
 
     def to_spec(self, limits: Limits, device: str, models: Mapping[str, Any] | None = None) -> Spec:
-        explicit = {n: getattr(self, n) for n in ("x", *MATRICES, *BIASES)}
-        return make_spec(
-            self.tokens,
-            text=self.text,
-            token_ids=self.token_ids,
-            layer=self.layer,
-            models=models,
-            positions=self.positions,
-            rope_base=self.rope_base,
-            rope_pairing=self.rope_pairing,
-            n_ctx=self.n_ctx,
-            n_kv_heads=self.n_kv_heads,
-            window=self.window,
-            prefix=self.prefix,
-            mask_matrix=self.mask_matrix,
-            kv_tokens=self.kv_tokens,
-            preset=self.preset,
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            mask=self.mask,
-            pad_positions=self.pad_positions,
-            segment_ids=self.segment_ids,
-            scale=self.scale,
-            seed=self.seed,
-            device=device,
-            dtype=self.dtype,
-            limits=limits,
-            **explicit,
-        )
+        """The engine's Spec: every request field but the output selection goes to `make_spec` by name, so a new
+        field is declared here and in the engine, nowhere between."""
+        fields = {name: getattr(self, name) for name in AttentionRequest.model_fields if name not in OUTPUT_FIELDS}
+        return make_spec(**fields, models=models, device=device, limits=limits)
 
     def view(self, spec: Spec) -> View:
         """Which stages and heads to return; heads out of range are the request's error."""

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from . import attention, positions, sources
 from .device import torch_dtype
-from .sources import _seed_of
+from .sources import seed_of
 from .spec import Spec, SpecError
 
 NORMS = ("layernorm", "rmsnorm")
@@ -114,7 +114,7 @@ class BlockWeights:
 @lru_cache(maxsize=8)
 def random_block_weights(seed: int, d: int, d_ff: int, norm: str, ffn: str, bias: bool, std: float) -> BlockWeights:
     """Norm gains 1 and shifts 0 (as initialised); FFN matrices N(0, std²), FFN biases 0."""
-    g = torch.Generator().manual_seed(_seed_of("block", seed))
+    g = torch.Generator().manual_seed(seed_of("block", seed))
     w_up = torch.randn(d, d_ff, generator=g) * std
     w_down = torch.randn(d_ff, d, generator=g) * std
     w_gate = torch.randn(d, d_ff, generator=g) * std if ffn == "swiglu" else None

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import torch
 
-from .sources import _seed_of
+from .sources import seed_of
 
 KINDS = ("none", "sinusoidal", "learned", "rope")
 PAIRINGS = ("adjacent", "half")
@@ -34,7 +34,7 @@ def sinusoidal(n: int, d: int, base: float = 10000.0) -> torch.Tensor:
 @lru_cache(maxsize=8)
 def learned_table(seed: int, n_ctx: int, d: int) -> torch.Tensor:
     """A seeded (n_ctx, d) table standing for GPT-2's wpe; N(0, 1) so its effect is as visible as the tokens'."""
-    g = torch.Generator().manual_seed(_seed_of("positions", seed))
+    g = torch.Generator().manual_seed(seed_of("positions", seed))
     return torch.randn(n_ctx, d, generator=g)
 
 

@@ -30,7 +30,7 @@ class Weights:
     b_o: torch.Tensor | None = None
 
 
-def _seed_of(*parts: object) -> int:
+def seed_of(*parts: object) -> int:
     digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
@@ -38,7 +38,7 @@ def _seed_of(*parts: object) -> int:
 @lru_cache(maxsize=8192)
 def token_embedding(token: str, seed: int, d_model: int) -> torch.Tensor:
     """N(0, 1) vector for one token's text: (d_model,). It stands for the normalised input attention sees."""
-    g = torch.Generator().manual_seed(_seed_of("token", seed, token))
+    g = torch.Generator().manual_seed(seed_of("token", seed, token))
     return torch.randn(d_model, generator=g)
 
 
@@ -51,7 +51,7 @@ def random_weights(seed: int, d_model: int, init_std: float, bias: bool, d_kv: i
     """W_Q, W_K, W_V, W_O drawn from N(0, init_std²) in that order; biases start at zero as in GPT-2.
     Under GQA, W_K and W_V have d_kv = n_kv_heads · d_k columns."""
     d_kv = d_model if d_kv is None else d_kv
-    g = torch.Generator().manual_seed(_seed_of("weights", seed))
+    g = torch.Generator().manual_seed(seed_of("weights", seed))
     cols = (d_model, d_kv, d_kv, d_model)
     ws = [torch.randn(d_model, c, generator=g) * init_std for c in cols]
     bs = [torch.zeros(c) for c in cols] if bias else [None] * 4

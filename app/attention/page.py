@@ -121,10 +121,9 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
     return await serve(
         request,
         lab,
-        page="lab",
-        template="lab.html",
-        state=state,
-        build=build,
+        "lab.html",
+        state,
+        build,
         json_url="/api/v1/attention?" + state.api_query(),
         shows=student_base or "",
         npz_url="/api/v1/attention.npz?" + state.api_query(),

@@ -76,10 +76,9 @@ async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     return await serve(
         request,
         lab,
-        page="block",
-        template="block.html",
-        state=state,
-        build=build,
+        "block.html",
+        state,
+        build,
         json_url="/api/v1/block?" + state.api_query(),
         npz_url="/api/v1/block.npz?" + state.api_query(),
         presets=["toy", "gpt2-small", *lab.models],

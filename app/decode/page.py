@@ -108,10 +108,9 @@ async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
     return await serve(
         request,
         lab,
-        page="decode",
-        template="decode.html",
-        state=state,
-        build=build,
+        "decode.html",
+        state,
+        build,
         json_url="/api/v1/decode?" + state.api_query(),
         presets=["toy", "gpt2-small"],
     )

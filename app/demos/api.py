@@ -14,14 +14,14 @@ from ..errors import problem
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.i18n import translator
-from .view import PermutationQuery, RopeQuery, SoftmaxQuery, _logits, _perm, run_demos, scaling_charts
+from .view import PermutationQuery, RopeQuery, SoftmaxQuery, logits_of, permutation_of, run_demos, scaling_charts
 
 router = APIRouter(prefix="/api/v1/demo", tags=["demonstrations"], responses=ERRORS)
 
 
 @router.get("/permutation", summary="Shuffling the tokens shuffles the outputs — unless positions or a mask")
 def permutation(q: Annotated[PermutationQuery, Query()]) -> dict[str, Any]:
-    return _perm(q)
+    return permutation_of(q)
 
 
 @router.get("/rope", summary="⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩")
@@ -44,7 +44,7 @@ async def scaling_svg(
 
 @router.get("/softmax", summary="Softmax in float16 without and with the row maximum subtracted")
 def softmax(q: Annotated[SoftmaxQuery, Query()]) -> dict[str, Any]:
-    return demos.softmax_stability(_logits(q), q.dtype)
+    return demos.softmax_stability(logits_of(q), q.dtype)
 
 
 @router.get("/all", summary="Every demonstration of the /demos page at once, from the same query parameters")

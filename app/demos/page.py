@@ -38,10 +38,9 @@ async def demos_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     return await serve(
         request,
         lab,
-        page="demos",
-        template="demos.html",
-        state=state,
-        build=build,
+        "demos.html",
+        state,
+        build,
         json_url="/api/v1/demo/all?" + state.api_query(),
         blocks=(),
         values=state.params,

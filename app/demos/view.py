@@ -38,7 +38,7 @@ class SoftmaxQuery(BaseModel):
     dtype: Literal["float16", "bfloat16", "float32"] = "float16"
 
 
-def _perm(q: PermutationQuery) -> dict[str, Any]:
+def permutation_of(q: PermutationQuery) -> dict[str, Any]:
     tokens = q.tokens.split()
     if not 1 <= len(tokens) <= 16:
         raise FieldError("tokens", "give 1 to 16 tokens")
@@ -54,7 +54,7 @@ def _perm(q: PermutationQuery) -> dict[str, Any]:
 NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?")
 
 
-def _logits(q: SoftmaxQuery) -> list[float]:
+def logits_of(q: SoftmaxQuery) -> list[float]:
     parts = [v for v in q.logits.replace(" ", ",").split(",") if v]
     if not all(NUMBER.fullmatch(v) for v in parts):
         raise FieldError("logits", "must be comma-separated numbers such as 10, -2.5 or 1e3")
@@ -86,9 +86,9 @@ def scaling_charts(data: dict[str, Any], t: Any) -> dict[str, str]:
 
 
 DEMOS: tuple[tuple[str, type[BaseModel], Callable[[Any], dict[str, Any]]], ...] = (
-    ("permutation", PermutationQuery, _perm),
+    ("permutation", PermutationQuery, permutation_of),
     ("rope", RopeQuery, lambda r: demos.rope_relative(r.m, r.n, r.d_k, r.base, r.pairing, r.seed)),
-    ("softmax", SoftmaxQuery, lambda r: demos.softmax_stability(_logits(r), r.dtype)),
+    ("softmax", SoftmaxQuery, lambda r: demos.softmax_stability(logits_of(r), r.dtype)),
 )
 
 

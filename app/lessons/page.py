@@ -15,6 +15,7 @@ from ..web.state import ViewState
 from .content import BY_SLUG, LESSONS, Lesson
 
 router = APIRouter(include_in_schema=False)
+NOT_FOUND: dict[int | str, dict[str, Any]] = {**ERRORS, 404: {"model": Problem, "description": "No such lesson"}}
 api = APIRouter(prefix="/api/v1", tags=["lessons"])
 
 
@@ -49,7 +50,7 @@ async def _index(ctx: dict[str, Any]) -> None:
 @router.get("/lessons", response_class=HTMLResponse)
 async def lessons_index(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     state = ViewState.of(request.query_params, "/lessons", ())
-    return await serve(request, lab, page="lessons", template="lessons.html", state=state, build=_index, blocks=(), lessons=LESSONS)  # fmt: skip
+    return await serve(request, lab, "lessons.html", state, _index, blocks=(), lessons=LESSONS)  # fmt: skip
 
 
 @router.get("/lessons/{slug}", response_class=HTMLResponse)
@@ -65,10 +66,10 @@ async def lesson_page(request: Request, slug: str, lab: Annotated[Lab, Depends(g
     return await serve(
         request,
         lab,
+        "lesson.html",
+        state,
+        build,
         page="lessons",
-        template="lesson.html",
-        state=state,
-        build=build,
         blocks=(),
         lesson=lesson,
         next_lesson=LESSONS[i + 1] if i + 1 < len(LESSONS) else None,
@@ -82,7 +83,7 @@ def lessons_json(lang: Literal["en", "zh"] = "en") -> dict[str, Any]:
 
 @api.get(
     "/lessons/{slug}",
-    responses={404: {"model": Problem, "description": "No lesson with that slug"}} | ERRORS,
+    responses=NOT_FOUND,
     summary="One lesson's steps: a lab URL, what to look at, a question and its answer",
 )
 def one_lesson_json(slug: str, lang: Literal["en", "zh"] = "en") -> dict[str, Any]:

@@ -34,10 +34,9 @@ async def params_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
     return await serve(
         request,
         lab,
-        page="params",
-        template="params.html",
-        state=state,
-        build=build,
+        "params.html",
+        state,
+        build,
         json_url="/api/v1/params?" + ViewState("/api/v1/params", raw, KEYS, KEYS).api_query(),
         blocks=(),
         models=list(MODELS),

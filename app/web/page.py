@@ -56,11 +56,11 @@ def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
 async def serve(
     request: Request,
     lab: Lab,
-    *,
-    page: str,
     template: str,
     state: ViewState,
     build: Build,
+    *,
+    page: str | None = None,
     json_url: str | None = None,
     shows: str = "",
     blocks: tuple[str, ...] = ("stage", "controls"),
@@ -69,7 +69,8 @@ async def serve(
     """Render `template` for `state`: from the cache when this exact view was rendered before.
 
     `shows` names anything else the page shows that its URL does not (presenter mode's public address), so the
-    cache keys by it; `blocks` are what an htmx request swaps."""
+    cache keys by it; `blocks` are what an htmx request swaps; `page` (the template's name by default) marks the
+    navigation's current link."""
     lang = language(request)
     t = translator(lang)
     key = page_key(request, lang)
@@ -79,7 +80,7 @@ async def serve(
         return hit
     fragment = is_fragment(request) and bool(blocks)
     ctx: dict[str, Any] = {
-        "page": page,
+        "page": page or template.removesuffix(".html"),
         "t": t,
         "lang": lang,
         "langs": LANGS,

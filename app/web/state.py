@@ -185,6 +185,8 @@ def lab_state(
     state = ViewState.of(query, path, api_keys, view_keys)
     params = state.params
     if params.get("preset") in (models or {}):
+        if "token_ids" in params:  # ids typed into the form replace the text beside them
+            params.pop("text", None)
         if "tokens" in params and "text" not in params and "token_ids" not in params:
             params["text"] = params.pop("tokens")
         for k in ("tokens", "d_model", "n_heads"):

@@ -1,0 +1,145 @@
+"""The shape of the web layer, checked: one field list, one kernel, no route module leaning on another, catalogues
+that agree, and a JSON twin for every page."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+from bs4 import BeautifulSoup
+from fastapi.testclient import TestClient
+
+from app.schemas import AttentionRequest, BlockRequest
+from app.web.i18n import LANGS, MESSAGES
+from app.web.state import url_fields
+
+APP = Path(__file__).resolve().parent.parent / "app"
+KERNEL = ("web", "render")  # what every feature may use
+ROUTE_MODULES = sorted(
+    p
+    for p in [*APP.glob("*/api.py"), *APP.glob("*/page.py"), APP / "health.py", APP / "docs.py"]
+    if p.parent.name not in KERNEL
+)
+
+
+def imports_of(path: Path) -> list[tuple[str, list[str]]]:
+    """(module as written, with leading dots; names) for every `from … import …` in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        ("." * node.level + (node.module or ""), [a.name for a in node.names])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+    ]
+
+
+def resolve(path: Path, module: str) -> Path | None:
+    """The file a `from <module> import …` in `path` names, when it is a module of app/."""
+    level = len(module) - len(module.lstrip("."))
+    if level == 0:
+        if not module.startswith("app."):
+            return None
+        base, parts = APP.parent, module.split(".")
+    else:
+        base, parts = path.parent, module.lstrip(".").split(".") if module.lstrip(".") else []
+        for _ in range(level - 1):
+            base = base.parent
+    target = base.joinpath(*parts)
+    return target.with_suffix(".py") if target.with_suffix(".py").is_file() else None
+
+
+@pytest.mark.parametrize("path", ROUTE_MODULES, ids=lambda p: str(p.relative_to(APP)))
+def test_no_route_module_imports_another(path: Path) -> None:
+    assert len(ROUTE_MODULES) >= 12
+    feature = path.parent
+    for module, _ in imports_of(path):
+        target = resolve(path, module)
+        if target is None:
+            continue
+        assert target not in ROUTE_MODULES, f"{path.relative_to(APP)} imports the route module {module}"
+        if target.parent != feature and target.parent.parent == APP and target.parent.name not in KERNEL:
+            raise AssertionError(f"{path.relative_to(APP)} reaches into another feature: {module}")
+
+
+@pytest.mark.parametrize("path", sorted(APP.rglob("*.py")), ids=lambda p: str(p.relative_to(APP)))
+def test_no_private_name_is_imported_across_modules(path: Path) -> None:
+    for module, names in imports_of(path):
+        private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+        assert not private, f"{path.relative_to(APP)} imports private {private} from {module}"
+
+
+def form_names(client: TestClient, url: str) -> set[str]:
+    page = BeautifulSoup(client.get(url).text, "html.parser")
+    return {el["name"] for el in page.select("form#controls [name]")}
+
+
+VARIANTS = ["", "mask=padding", "mask=document", "mask=sliding_window&window=2", "mask=prefix_lm&prefix=1",
+            "mask=custom", "positions=learned", "positions=rope", "preset=smollm2", "preset=minilm"]  # fmt: skip
+PAGE_ONLY = {"lang", "stage", "present", "hide"}  # the page's own view parameters, not request fields
+
+
+def test_the_lab_form_and_the_request_model_have_the_same_fields(client: TestClient) -> None:
+    """Every request field a URL can carry has an input on the lab's form, and every input is a request field."""
+    names = set().union(*(form_names(client, f"/?{q}") for q in VARIANTS)) - PAGE_ONLY
+    assert names == set(url_fields(AttentionRequest))
+
+
+@pytest.mark.parametrize(("path", "model"), [("/block", BlockRequest), ("/decode", AttentionRequest)])
+def test_other_forms_only_carry_request_fields(client: TestClient, path: str, model: type) -> None:
+    names = set().union(*(form_names(client, f"{path}?{q}") for q in ("", "positions=rope"))) - PAGE_ONLY
+    assert names and names <= set(url_fields(model)) | {"prefill"}
+
+
+def test_both_catalogues_hold_the_same_keys_and_placeholders() -> None:
+    assert set(MESSAGES) == set(LANGS)
+    for lang in LANGS:  # the data files are what a translator edits
+        on_disk = json.loads((APP / "web" / "locales" / f"{lang}.json").read_text(encoding="utf-8"))
+        assert on_disk == MESSAGES[lang]
+    assert MESSAGES["en"].keys() == MESSAGES["zh"].keys()
+    for key, text in MESSAGES["en"].items():
+        assert re.findall(r"{(\w+)", text) == re.findall(r"{(\w+)", MESSAGES["zh"][key]) or set(
+            re.findall(r"{(\w+)", text)
+        ) == set(re.findall(r"{(\w+)", MESSAGES["zh"][key])), key
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["/", "/embed", "/block", "/decode", "/demos", "/params", "/lessons", "/lessons/five-stages"],
+)
+def test_every_page_links_a_json_twin_that_answers(client: TestClient, url: str) -> None:
+    page = BeautifulSoup(client.get(url + "?lang=zh").text, "html.parser")
+    link = page.select_one('link[rel=alternate][type="application/json"]')
+    assert link is not None, url
+    twin = client.get(link["href"])
+    assert twin.status_code == 200, (link["href"], twin.text[:200])
+    assert twin.headers["content-type"].startswith("application/json")
+    assert twin.json()
+
+
+def test_the_lesson_twin_holds_the_steps_the_page_shows(client: TestClient) -> None:
+    page = BeautifulSoup(client.get("/lessons/five-stages?lang=zh").text, "html.parser")
+    twin = client.get(page.select_one('link[rel=alternate][type="application/json"]')["href"]).json()
+    steps = page.select(".lesson-step")
+    assert len(steps) == len(twin["steps"]) > 0
+    for li, step in zip(steps, twin["steps"], strict=True):
+        assert li.select_one("[data-open]")["href"] == step["url"]
+        assert step["question"] in li.get_text()
+
+
+def test_the_demos_twin_equals_the_demo_routes(client: TestClient) -> None:
+    q = "tokens=a+b+c&perm=2,0,1&m=2&n=5&logits=1,2,300"
+    both = client.get(f"/api/v1/demo/all?{q}").json()
+    assert both["permutation"] == client.get(f"/api/v1/demo/permutation?{q}").json()
+    assert both["rope"] == client.get(f"/api/v1/demo/rope?{q}").json()
+    assert both["softmax"] == client.get(f"/api/v1/demo/softmax?{q}").json()
+    bad = client.get("/api/v1/demo/all?perm=0,0")
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "perm"]
+
+
+def test_choice_fields_offer_the_request_models_values(client: TestClient) -> None:
+    page = BeautifulSoup(client.get("/?lang=en").text, "html.parser")
+    options = [o["value"] for o in page.select("select[name=positions] option")]
+    schema = AttentionRequest.model_json_schema()["properties"]["positions"]
+    assert options == [v for o in schema["anyOf"] for v in o.get("enum", [])]
