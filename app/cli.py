@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=1, help="processes; the app keeps no per-user state")
     s.add_argument("--threads", type=int, default=None, help="torch threads per worker")
     s.add_argument("--checkpoint", default=None, help="a Hugging Face GPT-2 directory, served as preset=checkpoint")
+    s.add_argument("--public-url", default=None, help="the address in presenter mode's QR code (default: LAN address)")
     s.add_argument("--reload", action="store_true", help=argparse.SUPPRESS)
 
     t = sub.add_parser("trace", help="print one stage of a trace")
@@ -165,6 +166,18 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["ATTENTION_LAB_DEVICE"] = args.device
     if args.threads:
         os.environ["ATTENTION_LAB_THREADS"] = str(args.threads)
+    if args.public_url:
+        os.environ["ATTENTION_LAB_PUBLIC_URL"] = args.public_url
+    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Each worker writes its metrics here; a scrape of any worker merges them all (prometheus-client's
+        # multiprocess mode). A fresh directory per server, removed when it exits.
+        import atexit
+        import shutil
+        import tempfile
+
+        shared = tempfile.mkdtemp(prefix="attention-lab-metrics-")
+        atexit.register(shutil.rmtree, shared, ignore_errors=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = shared
     if args.checkpoint:
         from pathlib import Path
 

@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(ServeCached, lab=app.state.lab)
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
     app.add_middleware(QueryLimit, max_bytes=int(settings.max_query_kb * 1024))
-    app.add_middleware(Observe, metrics=app.state.metrics)
+    app.add_middleware(Observe, metrics=app.state.metrics, lab=app.state.lab)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.mount("/vendor/htmx", StaticFiles(directory=str(files("js_lib_htmx") / "static" / "htmx")), name="htmx")
     if MATH_FONT.is_dir():  # installed by `make` from npm; without it formulas use the system's math font

@@ -1,103 +1,100 @@
-"""Prometheus metrics and a structured access log, kept in this process (each worker reports its own).
+"""Prometheus metrics (prometheus-client) and a structured access log.
 
-Counters and histograms are plain dictionaries under a lock; `/metrics` renders them in the Prometheus text format.
-The access log is one JSON object per request on the `attention_lab.access` logger.
+One scrape of `/metrics` counts every worker: `attention-lab serve --workers N` points PROMETHEUS_MULTIPROC_DIR at
+a fresh directory, where each worker process writes its samples, and a scrape (answered by any worker) merges
+them. With one process, the samples live in this app's own registry. The caches and the memory budget are
+per-process state, published as gauges after each request and summed over live workers.
+
+The access log is one JSON object per request on the `attention_lab.access` logger (no user text in it).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import os
 import time
-from collections import defaultdict
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 ACCESS = logging.getLogger("attention_lab.access")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+disable_created_metrics()  # no *_created series: a scrape is what Prometheus needs, nothing more
 
 
-class Histogram:
-    def __init__(self) -> None:
-        self.counts = [0] * len(BUCKETS)
-        self.total = 0.0
-        self.n = 0
-
-    def observe(self, v: float) -> None:
-        for i, b in enumerate(BUCKETS):
-            if v <= b:
-                self.counts[i] += 1
-        self.total += v
-        self.n += 1
+def multiprocess() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
 
 
 class Metrics:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.requests: dict[tuple[str, str, int], int] = defaultdict(int)
-        self.latency: dict[str, Histogram] = defaultdict(Histogram)
-        self.stages: dict[str, Histogram] = defaultdict(Histogram)
+        self.registry = CollectorRegistry(auto_describe=True)
+        shared = multiprocess()
+        # In multiprocess mode the samples go to files (registry=None) and the collector reads them all back.
+        reg = None if shared else self.registry
+        if shared:
+            MultiProcessCollector(self.registry)
+        self.requests = Counter(
+            "attention_lab_requests", "Requests by route, method and status.", ["route", "method", "status"],
+            registry=reg,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "attention_lab_request_seconds", "Request latency by route.", ["route"], buckets=BUCKETS, registry=reg
+        )
+        self.stages = Histogram(
+            "attention_lab_stage_seconds", "Compute time of each stage.", ["stage"], buckets=BUCKETS, registry=reg
+        )
+        gauge: dict[str, Any] = {"registry": reg, "multiprocess_mode": "livesum"}
+        self.cache_hits = Gauge("attention_lab_cache_hits_total", "Answers served from a cache.", ["cache"], **gauge)
+        self.cache_misses = Gauge("attention_lab_cache_misses_total", "Computations that ran.", ["cache"], **gauge)
+        self.cache_bytes = Gauge("attention_lab_cache_bytes", "Bytes held by each cache.", ["cache"], **gauge)
+        self.budget = Gauge(
+            "attention_lab_memory_budget_in_use_bytes", "Estimated bytes of computations in flight.", **gauge
+        )
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
-        with self._lock:
-            self.requests[(route, method, status)] += 1
-            self.latency[route].observe(seconds)
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
 
     def stage(self, name: str, seconds: float) -> None:
-        with self._lock:
-            self.stages[name].observe(seconds)
+        self.stages.labels(name).observe(seconds)
 
-    def render(self, lab: Any) -> str:
-        out = [
-            "# HELP attention_lab_requests_total Requests by route, method and status.",
-            "# TYPE attention_lab_requests_total counter",
-        ]
-        with self._lock:
-            for (route, method, status), n in sorted(self.requests.items()):
-                out.append(f'attention_lab_requests_total{{route="{route}",method="{method}",status="{status}"}} {n}')
-            out += _histogram("attention_lab_request_seconds", "Request latency by route.", "route", self.latency)
-            out += _histogram("attention_lab_stage_seconds", "Compute time of each stage.", "stage", self.stages)
+    def publish(self, lab: Any) -> None:
+        """This process's caches and budget, as gauges (summed over live workers in multiprocess mode)."""
         cache, responses = lab.cache, lab.responses
-        out += [
-            "# HELP attention_lab_cache_hits_total Computations served from the trace cache.",
-            "# TYPE attention_lab_cache_hits_total counter",
-            f'attention_lab_cache_hits_total{{cache="trace"}} {cache.hits}',
-            f'attention_lab_cache_hits_total{{cache="response"}} {responses.hits}',
-            "# HELP attention_lab_cache_misses_total Computations that ran.",
-            "# TYPE attention_lab_cache_misses_total counter",
-            f'attention_lab_cache_misses_total{{cache="trace"}} {cache.misses}',
-            "# HELP attention_lab_cache_bytes Bytes held by each cache.",
-            "# TYPE attention_lab_cache_bytes gauge",
-            f'attention_lab_cache_bytes{{cache="trace"}} {cache.nbytes}',
-            f'attention_lab_cache_bytes{{cache="response"}} {responses.nbytes}',
-            "# HELP attention_lab_memory_budget_in_use_bytes Estimated bytes of computations in flight.",
-            "# TYPE attention_lab_memory_budget_in_use_bytes gauge",
-            f"attention_lab_memory_budget_in_use_bytes {lab.budget.in_use}",
-        ]
-        return "\n".join(out) + "\n"
+        self.cache_hits.labels("trace").set(cache.hits)
+        self.cache_hits.labels("response").set(responses.hits)
+        self.cache_misses.labels("trace").set(cache.misses)
+        self.cache_bytes.labels("trace").set(cache.nbytes)
+        self.cache_bytes.labels("response").set(responses.nbytes)
+        self.budget.set(lab.budget.in_use)
 
-
-def _histogram(name: str, help_: str, label: str, series: dict[str, Histogram]) -> list[str]:
-    out = [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
-    for key, h in sorted(series.items()):
-        for b, c in zip(BUCKETS, h.counts, strict=True):
-            out.append(f'{name}_bucket{{{label}="{key}",le="{b}"}} {c}')
-        out.append(f'{name}_bucket{{{label}="{key}",le="+Inf"}} {h.n}')
-        out.append(f'{name}_sum{{{label}="{key}"}} {h.total:.6f}')
-        out.append(f'{name}_count{{{label}="{key}"}} {h.n}')
-    return out
+    def render(self, lab: Any) -> bytes:
+        self.publish(lab)
+        return generate_latest(self.registry)
 
 
 class Observe:
     """ASGI middleware: count and time every request by its route template, and write the access log."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, lab: Any = None) -> None:
         self.app = app
         self.metrics = metrics
+        self.lab = lab
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -119,6 +116,8 @@ class Observe:
             seconds = time.perf_counter() - start
             route = getattr(scope.get("route"), "path", None) or (scope["path"] if cache[0] else "unmatched")
             self.metrics.request(route, scope["method"], status[0], seconds)
+            if self.lab is not None and multiprocess():  # other workers' scrapes read this process's gauges
+                self.metrics.publish(self.lab)
             if ACCESS.isEnabledFor(logging.INFO):
                 client = scope.get("client") or ("", 0)
                 ACCESS.info(orjson.dumps({
@@ -131,7 +130,7 @@ class Observe:
 router = APIRouter(include_in_schema=False)
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
-def metrics(request: Request) -> PlainTextResponse:
+@router.get("/metrics")
+def metrics(request: Request) -> Response:
     m: Metrics = request.app.state.metrics
-    return PlainTextResponse(m.render(request.app.state.lab), media_type="text/plain; version=0.0.4")
+    return Response(m.render(request.app.state.lab), media_type=CONTENT_TYPE_LATEST)

@@ -364,19 +364,29 @@ def test_the_budget_never_holds_more_than_its_limit():
     assert peak[0] <= 100 and budget.in_use == 0
 
 
-def test_metrics_count_requests_cache_hits_and_stage_times():
-    import re
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Prometheus text as {(sample name, labels): value}, whatever the label order."""
+    from prometheus_client.parser import text_string_to_metric_families
 
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_count_requests_cache_hits_and_stage_times():
     with make_client() as c:
         url = "/api/v1/attention?tokens=m+e+t&seed=31337"
         c.get(url), c.get(url), c.get("/api/v1/attention?n_heads=3")
-        text = c.get("/metrics").text
-        assert 'attention_lab_requests_total{route="/api/v1/attention",method="GET",status="200"} 2' in text
-        assert 'attention_lab_requests_total{route="/api/v1/attention",method="GET",status="422"} 1' in text
-        assert 'attention_lab_cache_hits_total{cache="response"} 1' in text
-        assert 'attention_lab_cache_misses_total{cache="trace"} 1' in text
+        got = samples(c.get("/metrics").text)
+        route = {("route", "/api/v1/attention"), ("method", "GET")}
+        assert got[("attention_lab_requests_total", frozenset(route | {("status", "200")}))] == 2
+        assert got[("attention_lab_requests_total", frozenset(route | {("status", "422")}))] == 1
+        assert got[("attention_lab_cache_hits_total", frozenset({("cache", "response")}))] == 1
+        assert got[("attention_lab_cache_misses_total", frozenset({("cache", "trace")}))] == 1
         for stage in ("projection", "scores", "mask", "softmax", "weighted_sum"):
-            assert re.search(rf'attention_lab_stage_seconds_count{{stage="{stage}"}} 1\b', text), stage
+            assert got[("attention_lab_stage_seconds_count", frozenset({("stage", stage)}))] == 1, stage
 
 
 def test_access_log_is_one_json_object_per_request(caplog):
