@@ -333,7 +333,11 @@ class StageOut(BaseModel):
 
 
 class ChecksOut(BaseModel):
-    max_abs_diff_vs_sdpa: float = Field(description="Largest |stage 5 − torch scaled_dot_product_attention|")
+    max_abs_diff_vs_sdpa: float = Field(
+        description="Largest |stage 5 heads − torch scaled_dot_product_attention| on the same Q, K, V, with SDPA's "
+        "own is_causal or a boolean mask rebuilt from the request by separate code, and SDPA's default scale for "
+        "sqrt_dk; rows with no readable key must be zero"
+    )
     rows_sum_to_one: bool
 
 

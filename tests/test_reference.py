@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -81,3 +82,45 @@ def test_every_head_matches_sdpa_with_each_mask_and_scale():
         p = t.projection
         ref = F.scaled_dot_product_attention(p.q, p.k, p.v, attn_mask=t.mask.mask, scale=1 / spec.scale_value)
         torch.testing.assert_close(t.weighted_sum.heads, ref, rtol=1e-5, atol=1e-6)
+
+
+MASK_CASES = [
+    {"mask": "none"},
+    {"mask": "causal"},
+    {"mask": "padding", "pad_positions": [1, 4]},
+    {"mask": "document", "segment_ids": [0, 0, 1, 1, 1, 2]},
+    {"mask": "sliding_window", "window": 2},
+    {"mask": "prefix_lm", "prefix": 2},
+    {"mask": "custom", "mask_matrix": [[1, 0, 0, 0, 0, 1]] * 3 + [[0] * 6] + [[1] * 6] * 2},
+]
+
+
+@pytest.mark.parametrize("extra", MASK_CASES, ids=lambda e: e["mask"])
+@pytest.mark.parametrize("scale", ["sqrt_dk", "none", "dk"])
+def test_the_traces_own_check_passes_for_a_correct_engine(extra, scale):
+    t = compute(make_spec("a b c d e f", d_model=12, n_heads=3, seed=5, scale=scale, **extra))
+    assert t.checks.max_abs_diff_vs_sdpa < 1e-5
+    assert t.checks.rows_sum_to_one
+
+
+@pytest.mark.parametrize("extra", [e for e in MASK_CASES if e["mask"] != "none"], ids=lambda e: e["mask"])
+def test_the_traces_own_check_catches_a_wrong_mask(monkeypatch, extra):
+    """The check builds its mask from the Spec by other code: an off-by-one in the engine's mask is caught."""
+    from engine import masks
+
+    real = masks.allowed
+    monkeypatch.setattr(masks, "allowed", lambda *a, **k: real(*a, **k).roll(1, dims=1))
+    t = compute(make_spec("a b c d e f", d_model=12, n_heads=3, seed=5, **extra))
+    assert t.checks.max_abs_diff_vs_sdpa > 1e-3
+
+
+@pytest.mark.parametrize("scale", ["sqrt_dk", "none", "dk"])
+def test_the_traces_own_check_catches_a_wrong_scale(monkeypatch, scale):
+    """The check uses SDPA's own scale for √d_k (and 1 or 1/d_k by definition): dividing by the wrong number in
+    stage 2 is caught."""
+    from engine import attention
+
+    real = attention.scores
+    monkeypatch.setattr(attention, "scores", lambda p, s: real(p, s * 1.7))
+    t = compute(make_spec("a b c d e f", d_model=12, n_heads=3, seed=5, scale=scale, mask="causal"))
+    assert t.checks.max_abs_diff_vs_sdpa > 1e-3

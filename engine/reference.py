@@ -1,0 +1,72 @@
+"""An independent reference for the trace's own check: which keys each query may read, written again from the
+definitions (row by row, in plain Python, sharing no code with masks.py), and the scale each setting means.
+
+The trace's check runs PyTorch's fused `scaled_dot_product_attention` with *this* mask (or `is_causal=True`) and
+with SDPA's own default scale for √d_k, on the trace's Q, K and V. A wrong mask or a wrong scale in the staged
+path then shows up as a difference, instead of being shared by both sides.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .spec import Spec
+
+
+def readable(spec: Spec) -> list[list[bool]]:
+    """(N, N_kv) nested lists: may query i read key j? Straight from each mask's definition."""
+    n = spec.n_tokens
+    m = len(spec.kv_tokens) or n
+    out = []
+    for i in range(n):
+        row = []
+        for j in range(m):
+            if spec.mask == "none":
+                ok = True
+            elif spec.mask == "causal":
+                ok = j <= i
+            elif spec.mask == "padding":
+                ok = j not in spec.pad_positions
+            elif spec.mask == "document":
+                ok = j <= i and spec.segment_ids[i] == spec.segment_ids[j]
+            elif spec.mask == "sliding_window":
+                ok = i - spec.window < j <= i
+            elif spec.mask == "prefix_lm":
+                ok = j < spec.prefix or j <= i
+            elif spec.mask == "custom":
+                assert spec.mask_matrix is not None
+                ok = bool(spec.mask_matrix[i][j])
+            else:
+                raise ValueError(f"no reference for mask {spec.mask!r}")
+            row.append(ok)
+        out.append(row)
+    return out
+
+
+def sdpa_scale(spec: Spec) -> float | None:
+    """SDPA's `scale` argument: None (its own default, 1/√E with E the last dim of q) for √d_k."""
+    return {"sqrt_dk": None, "none": 1.0, "dk": 1.0 / spec.d_k}[spec.scale]
+
+
+def sdpa_reference(spec: Spec, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused attention per head, (H, N, d_k), and the rows with at least one readable key, (N,)."""
+    scale = sdpa_scale(spec)
+    if spec.mask == "causal" and not spec.kv_tokens:
+        visible = torch.ones(spec.n_tokens, dtype=torch.bool, device=q.device)
+        return fused_sdpa(q, k, v, None, True, scale), visible
+    if spec.mask == "none":
+        visible = torch.ones(spec.n_tokens, dtype=torch.bool, device=q.device)
+        return fused_sdpa(q, k, v, None, False, scale), visible
+    allow = torch.tensor(readable(spec), dtype=torch.bool, device=q.device)
+    visible = allow.any(dim=-1)
+    # SDPA gives NaN for a row with no readable key; such rows are compared separately (the trace's are zero).
+    safe = allow | ~visible[:, None]
+    return fused_sdpa(q, k, v, safe, False, scale), visible
+
+
+def fused_sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool, scale: float | None
+) -> torch.Tensor:
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
