@@ -12,5 +12,5 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
+async def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     return {"status": "ok", "device": lab.device, "cached_traces": len(lab.cache)}

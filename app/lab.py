@@ -8,20 +8,23 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 from fastapi import Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import Limits, Spec, TraceCache, compute
 from engine.attention import Trace
 from engine.block import BlockSpec, BlockTrace, compute_block
-from engine.budget import MemoryBudget
+from engine.budget import Busy, MemoryBudget
 from engine.decode import DecodeTrace, decode
 from engine.device import resolve
-from engine.spec import estimate_bytes
+from engine.spec import DTYPE_BYTES, estimate_bytes
 
 from .settings import Settings
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,11 @@ class CachedResponse:
     body: bytes
     media_type: str
     headers: tuple[tuple[str, str], ...]
+    key_bytes: int = 0  # the URL it is stored under counts too: a long unused parameter is not free
 
     @property
     def nbytes(self) -> int:
-        return len(self.body)
+        return len(self.body) + self.key_bytes + sum(len(k) + len(v) for k, v in self.headers) + 200
 
 
 class Lab:
@@ -48,6 +52,9 @@ class Lab:
         self.device = resolve(settings.device)
         self.limits: Limits = settings.limits()
         self.budget = MemoryBudget(self.limits.memory_budget_bytes, settings.compute_wait_s)
+        self.large_bytes = int(settings.large_request_mb * 2**20)
+        self.large_running = 0
+        self.large_waiting = 0
         self.cache: TraceCache[Any, Any] = TraceCache(int(settings.cache_mb * 2**20))
         self.responses: TraceCache[tuple[str, str], CachedResponse] = TraceCache(
             int(settings.response_cache_mb * 2**20)
@@ -72,6 +79,44 @@ class Lab:
         return int(
             factor * estimate_bytes(max(spec.n_tokens, len(spec.kv_tokens)), spec.d_model, spec.n_heads, spec.dtype)
         )
+
+    def _block_cost(self, s: BlockSpec) -> int:
+        n, d = s.attn.n_tokens, s.attn.d_model
+        return self._cost(s.attn) + DTYPE_BYTES[s.attn.dtype] * (3 * n * s.ff + 8 * n * d + 3 * d * s.ff)
+
+    def cost(self, spec: Spec | BlockSpec) -> int:
+        """Estimated bytes of computing `spec` (known before computing, from its sizes)."""
+        return self._block_cost(spec) if isinstance(spec, BlockSpec) else self._cost(spec)
+
+    async def offload(self, cost: int, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(*args)` in a worker thread. Large work (estimated over `large_request_mb`) takes one of a few
+        large-work slots, waiting for it on the event loop rather than in a thread; past a bounded queue it is
+        refused at once (503). So /healthz, /metrics and small requests keep their threads while large ones wait."""
+        if cost <= self.large_bytes:
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+        if self.large_waiting >= self.settings.max_large_queued:
+            raise Busy(cost, self.budget.limit, max(1, round(self.settings.compute_wait_s)))
+        self.large_waiting += 1
+        try:  # wait for a slot on the event loop (no thread held; works under any loop the app is served by)
+            while self.large_running >= self.settings.max_large_concurrent:
+                await anyio.sleep(0.02)
+            self.large_running += 1
+        finally:
+            self.large_waiting -= 1
+        try:
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+        finally:
+            self.large_running -= 1
+
+    async def trace_async(self, spec: Spec) -> tuple[Trace, bool]:
+        return await self.offload(0 if spec in self.cache else self.cost(spec), self.trace, spec)
+
+    async def block_async(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
+        return await self.offload(0 if spec in self.cache else self.cost(spec), self.block, spec)
+
+    async def decode_async(self, spec: Spec, prefill: int) -> tuple[DecodeTrace, bool]:
+        cost = 0 if ("decode", spec, prefill) in self.cache else self._cost(spec, 2.0)
+        return await self.offload(cost, self.decode, spec, prefill)
 
     def trace(self, spec: Spec) -> tuple[Trace, bool]:
         """The trace for `spec` and whether it came from the cache (computed within the memory budget)."""
@@ -100,8 +145,7 @@ class Lab:
         """The block trace for `spec` and whether it came from the cache."""
 
         def run(s: BlockSpec) -> BlockTrace:
-            n, d = s.attn.n_tokens, s.attn.d_model
-            with self.budget.reserve(self._cost(s.attn) + 4 * (3 * n * s.ff + 8 * n * d + 3 * d * s.ff)):
+            with self.budget.reserve(self._block_cost(s)):
                 return compute_block(s, self.models.get(s.attn.preset))
 
         return self.cache.get_or_compute(spec, run)
@@ -125,7 +169,8 @@ def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awa
         response = await handler(request, lab)
         if response.status_code == 200 and lab.responses.max_bytes:
             keep = tuple((k, v) for k, v in response.headers.items() if k in ("content-disposition", "cache-control"))
-            lab.responses.put(key, CachedResponse(bytes(response.body), response.media_type or "", keep))
+            stored = CachedResponse(bytes(response.body), response.media_type or "", keep, len(key[0]) + len(key[1]))
+            lab.responses.put(key, stored)
         return response
 
     return wrapper
@@ -185,7 +230,10 @@ def remember_page(lab: Lab, key: tuple[str, str], response: Response) -> Respons
         lab.responses.put(
             key,
             CachedResponse(
-                bytes(response.body), "text/html; charset=utf-8", (("vary", "HX-Request, Accept-Language"),)
+                bytes(response.body),
+                "text/html; charset=utf-8",
+                (("vary", "HX-Request, Accept-Language"),),
+                len(key[0]) + len(key[1]),
             ),
         )
     return response

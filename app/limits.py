@@ -3,6 +3,7 @@ the body, and the security headers."""
 
 from __future__ import annotations
 
+import anyio
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -121,3 +122,23 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class SendTimeout:
+    """Drop a client that stops reading: each chunk of an answer must be taken within `seconds`, or the connection
+    is closed and the answer's memory freed (a client that never reads would otherwise hold it for good)."""
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def timed(message: Message) -> None:
+            with anyio.fail_after(self.seconds):
+                await send(message)
+
+        await self.app(scope, receive, timed)

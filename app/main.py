@@ -20,7 +20,7 @@ from .demos import api as demos_api
 from .demos import page as demos_page
 from .lab import Lab, ServeCached
 from .lessons import page as lessons_page
-from .limits import BodyLimit, QueryLimit, SecurityHeaders
+from .limits import BodyLimit, QueryLimit, SecurityHeaders, SendTimeout
 from .metrics import Metrics, Observe
 from .metrics import router as metrics_router
 from .params import api as params_api
@@ -37,7 +37,7 @@ class LabApp(FastAPI):
     user middleware, so a 500 would otherwise leave without them."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return SecurityHeaders(super().build_middleware_stack())
+        return SendTimeout(SecurityHeaders(super().build_middleware_stack()), self.state.settings.send_timeout_s)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

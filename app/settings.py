@@ -27,10 +27,14 @@ class Settings(BaseSettings):
     max_decode_tokens: int = Field(256, ge=1)  # /api/v1/decode answers one row per step
     memory_budget_mb: float = Field(2048, gt=0)  # all computations in flight together, estimated before computing
     compute_wait_s: float = Field(10, ge=0)  # how long a request waits for budget before a 503
+    large_request_mb: float = Field(64, ge=0)  # estimated bytes above which a request is "large" work
+    max_large_concurrent: int = Field(2, ge=1)  # large computations at once; the others wait on the event loop
+    max_large_queued: int = Field(32, ge=0)  # large requests waiting; past it, 503 at once
     cache_mb: float = Field(512, ge=0)  # byte-bounded LRU of computed traces
     response_cache_mb: float = Field(64, ge=0)  # finished GET answers (JSON, .npz, PNG), keyed by their URL
     json_limit_mb: float = Field(32, gt=0)  # larger JSON answers get 413 and a pointer to the .npz
     body_limit_mb: float = Field(8, gt=0)  # request bodies
+    send_timeout_s: float = Field(30, gt=0)  # a client that takes no part of an answer for this long is dropped
     max_query_kb: float = Field(32, gt=0)  # a longer URL query gets a 414 that says so (uvicorn's own limit is ~64 KB)
     # The address students open (QR code in presenter mode), e.g. http://lab.school.example; when unset, a
     # loopback address is replaced by this machine's LAN address.

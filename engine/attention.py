@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from . import masks, positions, reference
+from .memo import python_bytes, tensor_bytes
 from .sources import Weights
 from .spec import STAGES, Spec
 
@@ -89,7 +90,13 @@ class Trace:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.nbytes for key in STAGES for t in self.stage(key).values())
+        """Everything a cache entry holds: the stages, the weights (on CUDA or in half precision each trace has its
+        own copy), and the request's tokens and explicit matrices."""
+        held = tensor_bytes(self.projection, self.scores, self.mask, self.softmax, self.weighted_sum, self.weights)
+        s = self.spec
+        return (
+            held + python_bytes(s.tokens) + python_bytes(s.kv_tokens) + python_bytes([s.x, s.w_q, s.w_k, s.w_v, s.w_o])
+        )
 
     # What every trace (this one, a whole block) offers its renderers.
     order = STAGES
@@ -148,7 +155,7 @@ def project(x: torch.Tensor, w: Weights, spec: Spec, source: torch.Tensor | None
 def position_table(spec: Spec, n: int, d: int) -> torch.Tensor:
     if spec.positions == "sinusoidal":
         return positions.sinusoidal(n, d)
-    return positions.learned_table(spec.seed, spec.n_ctx, d)[:n]
+    return positions.learned_rows(spec.seed, n, d)
 
 
 def per_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 
 import torch
@@ -19,6 +18,7 @@ import torch.nn.functional as F
 
 from . import attention, positions, sources
 from .device import torch_dtype
+from .memo import bytes_bounded, python_bytes, tensor_bytes
 from .sources import seed_of
 from .spec import Spec, SpecError
 
@@ -111,7 +111,7 @@ class BlockWeights:
     b_down: torch.Tensor | None = None  # (d,)
 
 
-@lru_cache(maxsize=8)
+@bytes_bounded(128 * 2**20)
 def random_block_weights(seed: int, d: int, d_ff: int, norm: str, ffn: str, bias: bool, std: float) -> BlockWeights:
     """Norm gains 1 and shifts 0 (as initialised); FFN matrices N(0, std²), FFN biases 0."""
     g = torch.Generator().manual_seed(seed_of("block", seed))
@@ -146,8 +146,11 @@ class BlockTrace:
 
     @property
     def nbytes(self) -> int:
-        own = sum(t.nbytes for s in self.stages.values() for t in s.values())
-        return own + self.attention.nbytes
+        """Everything the entry holds: every stage, the attention trace, the block's weights, the request."""
+        a = self.attention
+        held = tensor_bytes(self.stages, a.projection, a.scores, a.mask, a.softmax, a.weighted_sum, a.weights,
+                            self.weights)  # fmt: skip
+        return held + python_bytes(a.spec.tokens) + python_bytes([a.spec.x, a.spec.w_q, a.spec.w_k, a.spec.w_v])
 
     @property
     def order(self) -> tuple[str, ...]:

@@ -10,10 +10,9 @@ of the dimensions inside q and k.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 
+from .memo import bytes_bounded
 from .sources import seed_of
 
 KINDS = ("none", "sinusoidal", "learned", "rope")
@@ -31,11 +30,22 @@ def sinusoidal(n: int, d: int, base: float = 10000.0) -> torch.Tensor:
     return pe.float()
 
 
-@lru_cache(maxsize=8)
-def learned_table(seed: int, n_ctx: int, d: int) -> torch.Tensor:
-    """A seeded (n_ctx, d) table standing for GPT-2's wpe; N(0, 1) so its effect is as visible as the tokens'."""
-    g = torch.Generator().manual_seed(seed_of("positions", seed))
-    return torch.randn(n_ctx, d, generator=g)
+POSITION_BLOCK = 64  # rows drawn together; each block has its own seed
+
+
+@bytes_bounded(64 * 2**20)
+def _position_block(seed: int, block: int, d: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed_of("positions", seed, block))
+    return torch.randn(POSITION_BLOCK, d, generator=g)
+
+
+def learned_rows(seed: int, n: int, d: int) -> torch.Tensor:
+    """The first `n` rows of a seeded learned position table standing for GPT-2's wpe; N(0, 1) so its effect is as
+    visible as the tokens'. Rows come in seeded blocks, so position i's vector is the same whatever the table's
+    length n_ctx or the sequence's, and only the rows asked for are ever made (n_ctx bounds positions; it costs
+    nothing)."""
+    blocks = [_position_block(seed, b, d) for b in range((n + POSITION_BLOCK - 1) // POSITION_BLOCK)]
+    return torch.cat(blocks)[:n] if blocks else torch.zeros(0, d)
 
 
 def rope_angles(positions: torch.Tensor, d_k: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:

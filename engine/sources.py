@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
+from .memo import bytes_bounded
 from .spec import Spec
 
 
@@ -35,7 +35,7 @@ def seed_of(*parts: object) -> int:
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
-@lru_cache(maxsize=8192)
+@bytes_bounded(32 * 2**20)
 def token_embedding(token: str, seed: int, d_model: int) -> torch.Tensor:
     """N(0, 1) vector for one token's text: (d_model,). It stands for the normalised input attention sees."""
     g = torch.Generator().manual_seed(seed_of("token", seed, token))
@@ -46,7 +46,7 @@ def embed(tokens: tuple[str, ...], seed: int, d_model: int) -> torch.Tensor:
     return torch.stack([token_embedding(t, seed, d_model) for t in tokens])  # (N, d)
 
 
-@lru_cache(maxsize=8)
+@bytes_bounded(64 * 2**20)  # gpt2-small's four 768² matrices are 9 MiB
 def random_weights(seed: int, d_model: int, init_std: float, bias: bool, d_kv: int | None = None) -> Weights:
     """W_Q, W_K, W_V, W_O drawn from N(0, init_std²) in that order; biases start at zero as in GPT-2.
     Under GQA, W_K and W_V have d_kv = n_kv_heads · d_k columns."""

@@ -43,7 +43,7 @@ NULL_NOTE = (
 async def answer(request: Request, req: AttentionRequest, lab: Lab, fmt: str) -> Response:
     """Validate, compute (off the event loop, through the cache) and serialise one attention request."""
     spec = req.to_spec(lab.limits, lab.device, lab.models)
-    return await respond(request, lab, fmt, lambda: lab.trace(spec), req.view(spec), "attention")
+    return await respond(request, lab, fmt, spec, lambda: lab.trace(spec), req.view(spec), "attention")
 
 
 @router.get("/presets", summary="The presets, stage names and this server's limits")
@@ -136,7 +136,7 @@ async def attention_npz_post(
 async def attention_matrix(request: Request, lab: Lab) -> tuple[Traced, str, np.ndarray]:
     """The trace a GET describes, and the (head of the) tensor its `stage`, `tensor` and `head` pick."""
     spec = parse_query(request, AttentionRequest).to_spec(lab.limits, lab.device, lab.models)
-    trace, _ = await run_in_threadpool(lab.trace, spec)
+    trace, _ = await lab.trace_async(spec)
     tensor, a = matrix_of(request, trace)
     return trace, tensor, a
 
@@ -194,7 +194,7 @@ async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
 async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One whole tensor (every head) as a .npy file; `stage` and `tensor` choose it, −∞ stays −∞."""
     spec = parse_query(request, AttentionRequest).to_spec(lab.limits, lab.device, lab.models)
-    trace, _ = await run_in_threadpool(lab.trace, spec)
+    trace, _ = await lab.trace_async(spec)
     tensor, _ = matrix_of(request, trace)  # validates stage, tensor and head
     stage = parse_stage(request.query_params.get("stage"), trace.order, "softmax")
     buf = io.BytesIO()

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
 from engine import PRESETS, STAGES
@@ -69,7 +68,7 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
         head = parse_head(state.get("head"), spec.n_heads)
         parse_cell(state.get("cell"))  # a malformed cell is the request's error, before any computing
         parse_tile(state.get("tile"))
-        trace, _ = await run_in_threadpool(lab.trace, spec)
+        trace, _ = await lab.trace_async(spec)
         index = STAGES.index(key)
         mask_on = spec.mask == "causal"
         ctx.update(
@@ -114,7 +113,7 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
                     if field == "mask" and value != mask_kind
                 }
                 other = req.model_copy(update=unused | change)
-                other_trace, _ = await run_in_threadpool(lab.trace, other.to_spec(lab.limits, lab.device, lab.models))
+                other_trace, _ = await lab.trace_async(other.to_spec(lab.limits, lab.device, lab.models))
                 sides.append(view.compare_side(other_trace, head))
             ctx["compare"] = {"kind": compare, "sides": sides}
 

@@ -33,7 +33,7 @@ def _block_query(request: Request) -> BlockRequest:
 
 async def answer_block(request: Request, req: BlockRequest, lab: Lab, fmt: str) -> Response:
     spec = req.to_block_spec(lab.limits, lab.device, lab.models)
-    return await respond(request, lab, fmt, lambda: lab.block(spec), req.block_view(spec), "block")
+    return await respond(request, lab, fmt, spec, lambda: lab.block(spec), req.block_view(spec), "block")
 
 
 @router.post("/block", responses=ERRORS, description=BLOCK_NOTE)
@@ -61,7 +61,7 @@ async def block_npz(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> 
 
 async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
     spec = _block_query(request).to_block_spec(lab.limits, lab.device, lab.models)
-    trace, _ = await run_in_threadpool(lab.block, spec)
+    trace, _ = await lab.block_async(spec)
     return trace
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
 from engine import STAGES
@@ -34,7 +33,7 @@ async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
         order = spec.order
         stage = parse_stage(state.get("stage"), order)
         head = parse_head(state.get("head"), spec.attn.n_heads)
-        trace, _ = await run_in_threadpool(lab.block, spec)
+        trace, _ = await lab.block_async(spec)
         i = order.index(stage)
         small = spec.attn.n_tokens <= view.SMALL and spec.attn.d_model <= view.SMALL
         ctx.update(

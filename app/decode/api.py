@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Body, Depends, Request, Response
-from fastapi.concurrency import run_in_threadpool
 
 from engine.decode import DecodeTrace
+from engine.spec import Spec
 
+from ..errors import field_error, where_of
 from ..lab import Lab, cached_get, get_lab
 from ..render.arrays import to_numpy
-from ..render.payload import json_response
+from ..render.payload import OPTIONS, json_response
 from ..schemas import ERRORS, DecodeRequest, query_parameters
 from ..web.answer import parse_query
 
@@ -63,18 +65,39 @@ def document(t: DecodeTrace, decimals: int | None) -> dict[str, Any]:
     }
 
 
-async def answer(req: DecodeRequest, lab: Lab) -> Response:
+def min_numbers(spec: Spec, prefill: int) -> int:
+    """A lower bound on the numbers a decode answer holds: each step's scores and weights over the cache it grew."""
+    h, kv, dk = spec.n_heads, spec.kv_heads, spec.d_k
+    steps = sum(2 * h * (p + 1) + h * dk + spec.d_model for p in range(prefill, spec.n_tokens))
+    return 2 * kv * prefill * dk + steps
+
+
+async def answer(request: Request, req: DecodeRequest, lab: Lab) -> Response:
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
-    trace, _ = await run_in_threadpool(lab.decode, spec, prefill)
-    return json_response(document(trace, req.decimals))
+    size = 2 * min_numbers(spec, prefill)  # no number is shorter than "0,"
+    if size <= lab.json_limit:
+        trace, _ = await lab.decode_async(spec, prefill)
+        body = orjson.dumps(document(trace, req.decimals), option=OPTIONS)
+        if len(body) <= lab.json_limit:
+            return json_response(body)
+        size = len(body)
+    return field_error(
+        where_of(request),
+        "tokens",
+        f"the answer would be at least {size / 2**20:.1f} MiB, over the {lab.json_limit / 2**20:.0f} MiB JSON "
+        "limit: decode fewer tokens, or a larger prefill",
+        status=413,
+    )
 
 
 @router.post("/decode", description=NOTE)
-async def decode_post(req: Annotated[DecodeRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await answer(req, lab)
+async def decode_post(
+    request: Request, req: Annotated[DecodeRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]
+) -> Response:
+    return await answer(request, req, lab)
 
 
 @router.get("/decode", description=NOTE, openapi_extra={"parameters": query_parameters(DecodeRequest)})
 @cached_get
 async def decode_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await answer(parse_query(request, DecodeRequest), lab)
+    return await answer(request, parse_query(request, DecodeRequest), lab)

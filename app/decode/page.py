@@ -6,7 +6,6 @@ from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
 from ..lab import Lab, get_lab
@@ -36,7 +35,7 @@ async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
     async def build(ctx: dict[str, Any]) -> None:
         req = DecodeRequest.model_validate(from_query(state.api_params(), None, DecodeRequest))
         spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
-        trace, _ = await run_in_threadpool(lab.decode, spec, prefill)
+        trace, _ = await lab.decode_async(spec, prefill)
         n_steps = len(trace.steps)
         step = parse_int("step", state.get("step"), 0, 0, n_steps)
         head = parse_head(state.get("head"), spec.n_heads)

@@ -27,6 +27,24 @@ class TooLarge(Exception):
         self.limit = limit
 
 
+def min_numbers(spec: Any, stages: tuple[str, ...], n_heads: int) -> int:
+    """A lower bound on the numbers an answer holds, from the request's sizes alone (an attention Spec, or a
+    BlockSpec): known before anything is computed, so an answer sure to be too large is refused at once."""
+    attn = getattr(spec, "attn", spec)
+    n, d, dk = attn.n_tokens, attn.d_model, attn.d_k
+    m = len(attn.kv_tokens) or n
+    ff = getattr(spec, "ff", d)
+    per_stage = {
+        "projection": n * d + n_heads * n * dk,
+        "scores": 2 * n_heads * n * m,
+        "mask": n * m + n_heads * n * m,
+        "softmax": n_heads * n * m,
+        "weighted_sum": n_heads * n * dk + 2 * n * d,
+        "ffn_hidden": n * min(d, ff),
+    }
+    return sum(per_stage.get(key, n * d) for key in stages)
+
+
 def document(trace: Traced, stages: tuple[str, ...], heads: tuple[int, ...], decimals: int | None) -> dict[str, Any]:
     spec = trace.summary() | {"stages": list(stages), "heads": list(heads), "decimals": decimals}
     return {

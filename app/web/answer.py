@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import Request, Response
-from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from ..errors import field_error, where_of
 from ..lab import Lab
 from ..render.arrays import Traced
-from ..render.payload import TooLarge, json_response, to_json, to_npz
+from ..render.payload import TooLarge, json_response, min_numbers, to_json, to_npz
 from ..schemas import View, from_query
 
 M = TypeVar("M", bound=BaseModel)
@@ -23,19 +22,39 @@ def parse_query(request: Request, model: type[M]) -> M:
     return model.model_validate(from_query(request.query_params, request.query_params.getlist, model))
 
 
+# Bytes serialising one number takes at its peak: the float32 copy, orjson's text (~10-20 characters), the body.
+JSON_BYTES_PER_NUMBER = 24
+NPZ_BYTES_PER_NUMBER = 16  # the float32 copy, the archive buffer and its final bytes
+
+
 async def respond(
-    request: Request, lab: Lab, fmt: str, get: Callable[[], tuple[Traced, bool]], view: View, name: str
+    request: Request,
+    lab: Lab,
+    fmt: str,
+    spec: Any,
+    get: Callable[[], tuple[Traced, bool]],
+    view: View,
+    name: str,
 ) -> Response:
-    """Compute through the cache, off the event loop, and serialise as JSON (size-limited) or .npz."""
+    """Compute through the cache and serialise as JSON (size-limited) or .npz, off the event loop.
 
-    def work() -> tuple[bytes, bool]:
-        trace, cached = get()
-        if fmt == "npz":
-            return to_npz(trace, view.stages, view.heads, prefixed=name != "attention"), cached
-        return to_json(trace, view.stages, view.heads, view.decimals, lab.json_limit), cached
-
+    An answer whose lower bound is already over the JSON limit is refused before computing; serialising reserves
+    its bytes from the memory budget like the computation does, so many large answers at once wait (or get 503)
+    instead of growing the process."""
+    numbers = min_numbers(spec, view.stages, len(view.heads))
     try:
-        body, cached = await run_in_threadpool(work)
+        if fmt == "json" and 2 * numbers > lab.json_limit:  # no number is shorter than "0,"
+            raise TooLarge(2 * numbers, lab.json_limit)
+        serialise = numbers * (NPZ_BYTES_PER_NUMBER if fmt == "npz" else JSON_BYTES_PER_NUMBER)
+
+        def work() -> tuple[bytes, bool]:
+            trace, cached = get()
+            with lab.budget.reserve(serialise):
+                if fmt == "npz":
+                    return to_npz(trace, view.stages, view.heads, prefixed=name != "attention"), cached
+                return to_json(trace, view.stages, view.heads, view.decimals, lab.json_limit), cached
+
+        body, cached = await lab.offload((0 if spec in lab.cache else lab.cost(spec)) + serialise, work)
     except TooLarge as exc:
         return field_error(
             where_of(request),
