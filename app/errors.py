@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
@@ -19,6 +20,9 @@ from engine.budget import Busy
 
 from .render.payload import json_response
 from .schemas import FieldError
+
+# torch.OutOfMemoryError (CUDA's allocator failing) since torch 2.5; torch.cuda.OutOfMemoryError before.
+OUT_OF_MEMORY: type[Exception] = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
 
 
 def problem(status: int, errors: list[dict[str, Any]]) -> Response:
@@ -114,6 +118,14 @@ def install(app: FastAPI) -> None:
             "detail": [{"loc": ["request"], "msg": "internal error", "type": "internal"}],
         }
         return json_response(body, 500)
+
+    @app.exception_handler(OUT_OF_MEMORY)
+    async def _out_of_memory(request: Request, exc: Exception) -> Response:
+        body = {
+            "message": "the device ran out of memory for this request; retry later, or ask for fewer tokens",
+            "detail": [{"loc": ["request"], "msg": "out of device memory", "type": "busy"}],
+        }
+        return json_response(body, 503, {"Retry-After": "5"})
 
     @app.exception_handler(FieldError)
     async def _field_invalid(request: Request, exc: FieldError) -> Response:

@@ -15,7 +15,7 @@ import torch
 from . import masks, positions, reference
 from .memo import python_bytes, tensor_bytes
 from .sources import Weights
-from .spec import STAGES, Spec
+from .spec import STAGES, Spec, SpecError
 
 
 @dataclass(frozen=True)
@@ -180,11 +180,13 @@ def softmax(m: Mask) -> Softmax:
     A fully masked row has max −∞; its maximum is taken as 0 so every exp is exp(−∞) = 0, and dividing by a
     sum of 0 is avoided: the row's weights are all zero by definition.
     """
-    row_max = m.masked.amax(dim=-1, keepdim=True)  # (H, N, 1)
+    s = m.masked if m.masked.dtype == torch.float32 else m.masked.float()  # half precision: sums in float32
+    row_max = s.amax(dim=-1, keepdim=True)  # (H, N, 1)
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    e = (m.masked - row_max).exp_()  # (H, N, N)
+    e = (s - row_max).exp_()  # (H, N, N)
     total = e.sum(dim=-1, keepdim=True)  # (H, N, 1)
-    return Softmax(weights=e.div_(torch.where(total > 0, total, torch.ones_like(total))))
+    weights = e.div_(torch.where(total > 0, total, torch.ones_like(total)))
+    return Softmax(weights=weights.to(m.masked.dtype))
 
 
 def weighted_sum(a: Softmax, p: Projection, w: Weights) -> WeightedSum:
@@ -214,6 +216,20 @@ def check(spec: Spec, p: Projection, a: Softmax, ws: WeightedSum) -> Checks:
     )
 
 
+def finite_or_refuse(spec: Spec, p: Projection, sc: Scores) -> None:
+    """Half precision holds numbers up to 65,504 (float16): a projection or score past it becomes ±∞ and every
+    later number NaN. Such a trace is refused, naming why, rather than shown with NaN (which JSON would print as
+    null, the same as a masked −∞)."""
+    for name, t in (("q", p.q), ("k", p.k), ("v", p.v), ("QKᵀ", sc.raw), ("QKᵀ / s", sc.scaled)):
+        if not bool(torch.isfinite(t).all()):
+            biggest = float(t.float().nan_to_num(posinf=float("inf")).abs().max())
+            raise SpecError(
+                "dtype",
+                f"{spec.dtype} overflows here: {name} has values beyond its range (largest {biggest:.3g}); "
+                "use float32, or bfloat16 (float32's range at lower precision), or smaller inputs",
+            )
+
+
 def mask_of(spec: Spec, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     allow = masks.allowed(
         spec.mask,
@@ -234,7 +250,11 @@ def run(spec: Spec, x: torch.Tensor, w: Weights, source: torch.Tensor | None = N
     s = spec.scale_value
     clock = [time.perf_counter()]
 
+    sync = x.device.type == "cuda"
+
     def lap() -> float:
+        if sync:  # CUDA runs asynchronously: without this the laps would time kernel launches, not the stages
+            torch.cuda.synchronize(x.device)
         clock.append(time.perf_counter())
         return clock[-1] - clock[-2]
 
@@ -243,6 +263,8 @@ def run(spec: Spec, x: torch.Tensor, w: Weights, source: torch.Tensor | None = N
     t1 = lap()
     sc = scores(p, s)
     t2 = lap()
+    if x.dtype != torch.float32:
+        finite_or_refuse(spec, p, sc)
     m = mask(sc, add)
     t3 = lap()
     a = softmax(m)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from . import attention, positions, sources
-from .device import torch_dtype
+from .device import CPU, torch_dtype
 from .memo import bytes_bounded, python_bytes, tensor_bytes
 from .sources import seed_of
 from .spec import Spec, SpecError
@@ -115,21 +115,21 @@ class BlockWeights:
 def random_block_weights(seed: int, d: int, d_ff: int, norm: str, ffn: str, bias: bool, std: float) -> BlockWeights:
     """Norm gains 1 and shifts 0 (as initialised); FFN matrices N(0, std²), FFN biases 0."""
     g = torch.Generator().manual_seed(seed_of("block", seed))
-    w_up = torch.randn(d, d_ff, generator=g) * std
-    w_down = torch.randn(d_ff, d, generator=g) * std
-    w_gate = torch.randn(d, d_ff, generator=g) * std if ffn == "swiglu" else None
-    shift = torch.zeros(d) if norm == "layernorm" else None
+    w_up = torch.randn(d, d_ff, generator=g, device=CPU) * std
+    w_down = torch.randn(d_ff, d, generator=g, device=CPU) * std
+    w_gate = torch.randn(d, d_ff, generator=g, device=CPU) * std if ffn == "swiglu" else None
+    shift = torch.zeros(d, device=CPU) if norm == "layernorm" else None
     with_bias = bias and ffn == "gelu"
     return BlockWeights(
-        ln1_w=torch.ones(d),
+        ln1_w=torch.ones(d, device=CPU),
         ln1_b=shift,
-        ln2_w=torch.ones(d),
+        ln2_w=torch.ones(d, device=CPU),
         ln2_b=None if shift is None else shift.clone(),
         w_up=w_up,
         w_down=w_down,
         w_gate=w_gate,
-        b_up=torch.zeros(d_ff) if with_bias else None,
-        b_down=torch.zeros(d) if with_bias else None,
+        b_up=torch.zeros(d_ff, device=CPU) if with_bias else None,
+        b_down=torch.zeros(d, device=CPU) if with_bias else None,
     )
 
 
@@ -172,12 +172,17 @@ class BlockTrace:
 
 
 def normalise(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, kind: str, eps: float) -> torch.Tensor:
+    """LayerNorm or RMSNorm. The statistics are taken in float32 whatever the working dtype (in float16, (x − μ)²
+    and x·x overflow above 256, and SmolLM2's residual stream reaches 22,517), then the result is cast back."""
+    h = x.float()
     if kind == "layernorm":
-        mu = x.mean(-1, keepdim=True)
-        var = ((x - mu) ** 2).mean(-1, keepdim=True)  # biased, as LayerNorm
-        y = (x - mu) / torch.sqrt(var + eps) * w
-        return y if b is None else y + b
-    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w  # RMSNorm: no centring, no shift
+        mu = h.mean(-1, keepdim=True)
+        var = ((h - mu) ** 2).mean(-1, keepdim=True)  # biased, as LayerNorm
+        y = (h - mu) / torch.sqrt(var + eps) * w.float()
+        y = y if b is None else y + b.float()
+    else:
+        y = h / torch.sqrt((h * h).mean(-1, keepdim=True) + eps) * w.float()  # RMSNorm: no centring, no shift
+    return y.to(x.dtype)
 
 
 def feed_forward(h: torch.Tensor, w: BlockWeights, ffn: str, gelu: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

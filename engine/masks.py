@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from .device import CPU
+
 KINDS = ("none", "causal", "padding", "document", "sliding_window", "prefix_lm", "custom")
 
 
@@ -27,21 +29,21 @@ def allowed(
     """Boolean (N, N_kv): True where query i may attend to key j."""
     m = n if n_kv is None else n_kv
     if kind == "none":
-        return torch.ones(n, m, dtype=torch.bool)
+        return torch.ones(n, m, dtype=torch.bool, device=CPU)
     if kind == "padding":
-        keep = torch.ones(m, dtype=torch.bool)
+        keep = torch.ones(m, dtype=torch.bool, device=CPU)
         keep[list(pad_positions)] = False
         return keep.expand(n, m).clone()  # a pad key is never read, by any query
     if kind == "custom":
         assert custom is not None
-        return torch.tensor(custom, dtype=torch.bool)
-    i = torch.arange(n)[:, None]
-    j = torch.arange(m)[None, :]
+        return torch.tensor(custom, dtype=torch.bool, device=CPU)
+    i = torch.arange(n, device=CPU)[:, None]
+    j = torch.arange(m, device=CPU)[None, :]
     causal = j <= i  # the diagonal is kept: a token sees itself
     if kind == "causal":
         return causal
     if kind == "document":
-        seg = torch.tensor(segment_ids)
+        seg = torch.tensor(segment_ids, device=CPU)
         return causal & (seg[:, None] == seg[None, :])  # own document only, and causally within it
     if kind == "sliding_window":
         return causal & (i - j < window)  # the last `window` tokens, itself included
@@ -52,5 +54,5 @@ def allowed(
 
 def additive(allow: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """0 where allowed, −∞ elsewhere: (N, N_kv)."""
-    m = torch.zeros(allow.shape, dtype=dtype)
+    m = torch.zeros(allow.shape, dtype=dtype, device=allow.device)
     return m.masked_fill_(~allow, float("-inf"))

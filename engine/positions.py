@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .device import CPU
 from .memo import bytes_bounded
 from .sources import seed_of
 
@@ -21,10 +22,10 @@ PAIRINGS = ("adjacent", "half")
 
 def sinusoidal(n: int, d: int, base: float = 10000.0) -> torch.Tensor:
     """PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(p / base^(2i/d)): (N, d)."""
-    pos = torch.arange(n, dtype=torch.float64)[:, None]
-    i = torch.arange(0, d, 2, dtype=torch.float64)
+    pos = torch.arange(n, dtype=torch.float64, device=CPU)[:, None]
+    i = torch.arange(0, d, 2, dtype=torch.float64, device=CPU)
     angle = pos / base ** (i / d)  # (N, ceil(d/2))
-    pe = torch.zeros(n, d, dtype=torch.float64)
+    pe = torch.zeros(n, d, dtype=torch.float64, device=CPU)
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle[:, : d // 2])
     return pe.float()
@@ -36,7 +37,7 @@ POSITION_BLOCK = 64  # rows drawn together; each block has its own seed
 @bytes_bounded(64 * 2**20)
 def _position_block(seed: int, block: int, d: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed_of("positions", seed, block))
-    return torch.randn(POSITION_BLOCK, d, generator=g)
+    return torch.randn(POSITION_BLOCK, d, generator=g, device=CPU)
 
 
 def learned_rows(seed: int, n: int, d: int) -> torch.Tensor:
@@ -45,12 +46,12 @@ def learned_rows(seed: int, n: int, d: int) -> torch.Tensor:
     length n_ctx or the sequence's, and only the rows asked for are ever made (n_ctx bounds positions; it costs
     nothing)."""
     blocks = [_position_block(seed, b, d) for b in range((n + POSITION_BLOCK - 1) // POSITION_BLOCK)]
-    return torch.cat(blocks)[:n] if blocks else torch.zeros(0, d)
+    return torch.cat(blocks)[:n] if blocks else torch.zeros(0, d, device=CPU)
 
 
 def rope_angles(positions: torch.Tensor, d_k: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of m·θ_i for every position m and pair i: (N, d_k/2) each, computed in float64."""
-    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)  # (d_k/2,)
+    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64, device=positions.device) / d_k)  # (d_k/2,)
     angle = positions.to(torch.float64)[:, None] * theta[None, :]
     return torch.cos(angle), torch.sin(angle)
 
@@ -58,7 +59,7 @@ def rope_angles(positions: torch.Tensor, d_k: int, base: float) -> tuple[torch.T
 def rotate(t: torch.Tensor, positions: torch.Tensor, base: float, pairing: str) -> torch.Tensor:
     """Apply RoPE to t (..., N, d_k) at the given positions (N,)."""
     d_k = t.shape[-1]
-    cos, sin = (a.to(t.dtype).to(t.device) for a in rope_angles(positions, d_k, base))
+    cos, sin = (a.to(t.device, t.dtype) for a in rope_angles(positions.to(t.device), d_k, base))
     if pairing == "adjacent":
         x1, x2 = t[..., 0::2], t[..., 1::2]
     else:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from .block import BlockWeights, feed_forward, normalise
 from .checkpoint import ModelInfo, readable_labels
+from .device import CPU
 from .positions import rotate
 from .sources import Weights
 
@@ -147,7 +148,7 @@ class MiniLM(_Lazy):
 
     @torch.inference_mode()
     def hidden(self, ids: tuple[int, ...], layer: int) -> torch.Tensor:
-        idx = torch.tensor(ids, dtype=torch.long)
+        idx = torch.tensor(ids, dtype=torch.long, device=CPU)
         n, d, h, eps = len(ids), self.info.d_model, self.info.n_heads, self.info.eps
         e = "embeddings."
         x = self._get(e + "word_embeddings.weight")[idx] + self._get(e + "position_embeddings.weight")[:n]
@@ -271,12 +272,12 @@ class SmolLM2(_Lazy):
 
     @torch.inference_mode()
     def hidden(self, ids: tuple[int, ...], layer: int) -> torch.Tensor:
-        idx = torch.tensor(ids, dtype=torch.long)
+        idx = torch.tensor(ids, dtype=torch.long, device=CPU)
         info = self.info
         n, d, h, kv, eps, base = len(ids), info.d_model, info.n_heads, info.n_kv_heads, info.eps, info.rope_base
         dk = d // h
         x = self._get("token_embd.weight")[idx]
-        pos = torch.arange(n)
+        pos = torch.arange(n, device=CPU)
         for i in range(layer):
             aw, bw = self.attention_weights(i), self.block_weights(i)
             a = normalise(x, bw.ln1_w, None, "rmsnorm", eps)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .device import CPU
 from .memo import bytes_bounded
 from .spec import Spec
 
@@ -39,7 +40,7 @@ def seed_of(*parts: object) -> int:
 def token_embedding(token: str, seed: int, d_model: int) -> torch.Tensor:
     """N(0, 1) vector for one token's text: (d_model,). It stands for the normalised input attention sees."""
     g = torch.Generator().manual_seed(seed_of("token", seed, token))
-    return torch.randn(d_model, generator=g)
+    return torch.randn(d_model, generator=g, device=CPU)
 
 
 def embed(tokens: tuple[str, ...], seed: int, d_model: int) -> torch.Tensor:
@@ -53,8 +54,8 @@ def random_weights(seed: int, d_model: int, init_std: float, bias: bool, d_kv: i
     d_kv = d_model if d_kv is None else d_kv
     g = torch.Generator().manual_seed(seed_of("weights", seed))
     cols = (d_model, d_kv, d_kv, d_model)
-    ws = [torch.randn(d_model, c, generator=g) * init_std for c in cols]
-    bs = [torch.zeros(c) for c in cols] if bias else [None] * 4
+    ws = [torch.randn(d_model, c, generator=g, device=CPU) * init_std for c in cols]
+    bs = [torch.zeros(c, device=CPU) for c in cols] if bias else [None] * 4
     return Weights(*ws, *bs)
 
 
@@ -71,13 +72,13 @@ def cast(w: Weights, device: torch.device, dtype: torch.dtype) -> Weights:
 
 def load(spec: Spec, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, Weights]:
     """The layer input x (N, d) and the weights for `spec`, on `device` in `dtype`."""
-    x = torch.tensor(spec.x) if spec.x is not None else embed(spec.tokens, spec.seed, spec.d_model)
+    x = torch.tensor(spec.x, device=CPU) if spec.x is not None else embed(spec.tokens, spec.seed, spec.d_model)
     generated = random_weights(spec.seed, spec.d_model, spec.init_std, spec.bias, spec.d_kv)
     parts: dict[str, torch.Tensor | None] = {}
     for name in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):
         given = getattr(spec, name)
-        value = torch.tensor(given) if given is not None else getattr(generated, name)
+        value = torch.tensor(given, device=CPU) if given is not None else getattr(generated, name)
         if value is None and spec.bias:  # an explicit bias given for one projection: the others are zero
-            value = torch.zeros(spec.d_kv if name in ("b_k", "b_v") else spec.d_model)
+            value = torch.zeros(spec.d_kv if name in ("b_k", "b_v") else spec.d_model, device=CPU)
         parts[name] = None if value is None else value.to(device=device, dtype=dtype)
     return x.to(device=device, dtype=dtype), Weights(**parts)  # type: ignore[arg-type]

@@ -39,3 +39,15 @@ def make_client(**overrides: object) -> TestClient:
 def client() -> Iterator[TestClient]:
     with make_client() as c:
         yield c
+
+
+# In CI (CI=true) a skip is a failure: a broken import of chromium, transformers or a model package must not pass
+# quietly. Only a test marked `allow_skip_in_ci` (the genuinely CUDA-only ones) may skip there.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") == "true" and report.skipped and not item.get_closest_marker("allow_skip_in_ci"):
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, which must run every test: {reason}"

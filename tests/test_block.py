@@ -15,7 +15,7 @@ from engine.sources import load
 
 
 def traced(tokens, **kw):
-    attn_kw = {k: kw.pop(k) for k in list(kw) if k in ("preset", "d_model", "n_heads", "mask", "seed")}
+    attn_kw = {k: kw.pop(k) for k in list(kw) if k in ("preset", "d_model", "n_heads", "mask", "seed", "scale")}
     spec = make_block_spec(make_spec(tokens, **attn_kw), **kw)
     b = compute_block(spec)
     x, aw = load(spec.attn, torch.device("cpu"), torch.float32)
@@ -112,27 +112,30 @@ def test_llama_style_block_equals_a_llama_block():
 
 @torch.no_grad()
 def test_post_ln_block_equals_torch_transformer_encoder_layer():
-    b, x, aw = traced(
-        "a b c d e",
-        preset="gpt2-small",
-        d_model=16,
-        n_heads=2,
-        mask="causal",
-        seed=1,
-        placement="post",
-        gelu="exact",
-        d_ff=24,
-    )
+    # The toy's init, not GPT-2's 0.02: attention is far from uniform, so a wrong scale or mask cannot pass.
+    options = {
+        "d_model": 16,
+        "n_heads": 2,
+        "mask": "causal",
+        "seed": 1,
+        "placement": "post",
+        "gelu": "exact",
+        "d_ff": 24,
+    }
+    b, x, aw = traced("a b c d e", **options)
+    unscaled, _, _ = traced("a b c d e", **options, scale="none")
+    assert float((unscaled.stages["output"]["output"] - b.stages["output"]["output"]).abs().max()) > 1e-2
     w = b.weights
     ref = nn.TransformerEncoderLayer(
         16, 2, dim_feedforward=24, dropout=0.0, activation="gelu", batch_first=True, norm_first=False
     )
     ref.eval()
     ref.self_attn.in_proj_weight.copy_(torch.cat([aw.w_q, aw.w_k, aw.w_v], 1).T)
-    ref.self_attn.in_proj_bias.copy_(torch.cat([aw.b_q, aw.b_k, aw.b_v]))
-    copy(ref.self_attn.out_proj, aw.w_o, aw.b_o)
-    copy(ref.linear1, w.w_up, w.b_up)
-    copy(ref.linear2, w.w_down, w.b_down)
+    zero = torch.zeros(16)
+    ref.self_attn.in_proj_bias.copy_(torch.cat([b if b is not None else zero for b in (aw.b_q, aw.b_k, aw.b_v)]))
+    copy(ref.self_attn.out_proj, aw.w_o, aw.b_o if aw.b_o is not None else zero)
+    copy(ref.linear1, w.w_up, w.b_up if w.b_up is not None else torch.zeros(24))
+    copy(ref.linear2, w.w_down, w.b_down if w.b_down is not None else zero)
     for norm, g, s in ((ref.norm1, w.ln1_w, w.ln1_b), (ref.norm2, w.ln2_w, w.ln2_b)):
         norm.weight.copy_(g), norm.bias.copy_(s)
     mask = nn.Transformer.generate_square_subsequent_mask(5)

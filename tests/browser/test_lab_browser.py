@@ -77,11 +77,16 @@ def test_keyboard_shortcuts(page: Page, live_server: str):
     assert parse_qs(urlparse(page.url).query)["scale"] == ["none"]
     page.keyboard.press("s")
     expect(page.locator("form#controls select[name=scale]")).to_have_value("dk")
-    # typing in the tokens box must not step
+    # typing in the tokens box must not step: wait until the network is quiet, so a wrongly sent request would
+    # have come back, then check that nothing changed
+    before = page.url
     page.click("input[name=tokens]")
     page.keyboard.press("ArrowRight")
     page.keyboard.press("m")
+    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(300)
     expect(stage).to_have_attribute("data-index", "2")
+    assert page.url == before
 
 
 def test_language_switch_keeps_the_state(page: Page, live_server: str):
