@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test fuzz mutants install install-test lint typecheck bench screenshots clean
+.PHONY: run test fuzz mutants gpu-check install install-test lint typecheck bench screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,10 @@ fuzz: install-test
 # Five named engine bugs applied to a copy; the suite must catch each (see the README for the last result).
 mutants: install-test
 	$(BIN)/python -m tests.mutants
+
+# On a machine with CUDA: the CUDA test subset and the GPU timings table (on the CPU it says what it skipped).
+gpu-check: install-test
+	$(BIN)/python -m bench.gpu
 
 bench: install
 	$(BIN)/python -m bench.attention

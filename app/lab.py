@@ -73,6 +73,7 @@ class Lab:
                 except ImportError:  # e.g. gguf missing
                     model = None
                 if model is not None:
+                    model.place(self.device)
                     self.models[name] = model
 
     def _cost(self, spec: Spec, factor: float = 1.0) -> int:

@@ -3,14 +3,17 @@ the body, and the security headers."""
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 import anyio
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
-async def send_problem(send: Send, status: int, where: str, msg: str, kind: str) -> None:
+async def send_problem(send: Send, status: int, where: str, msg: str, kind: str, field: str | None = None) -> None:
     """A 4xx in the API's problem shape, sent before the app (and FastAPI's handlers) ever run."""
-    body = orjson.dumps({"message": f"{where}: {msg}", "detail": [{"loc": [where], "msg": msg, "type": kind}]})
+    loc = [where, field] if field else [where]
+    body = orjson.dumps({"message": f"{field or where}: {msg}", "detail": [{"loc": loc, "msg": msg, "type": kind}]})
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
@@ -72,11 +75,13 @@ class _TooLong(Exception):
 
 class QueryLimit:
     """414 for a URL query longer than `max_bytes`, with a message that names it (uvicorn's own refusal, past
-    ~64 KB, is a bare 400)."""
+    ~64 KB, is a bare 400); 422 for a single-valued parameter given twice (`seed=1&seed=2` would otherwise
+    silently mean the last one), naming it. Parameters in `repeatable` are lists and may repeat."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, repeatable: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.repeatable = repeatable
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and len(scope.get("query_string", b"")) > self.max_bytes:
@@ -84,6 +89,14 @@ class QueryLimit:
             msg = f"over the {kib:g} KiB limit; send large inputs as a POST body"
             await send_problem(send, 414, "query", msg, "too_long")
             return
+        if scope["type"] == "http" and scope.get("query_string") and scope["path"].startswith("/api/"):
+            seen: set[str] = set()
+            for name, _ in parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True):
+                if name in seen and name not in self.repeatable:
+                    shown = name if len(name) <= 40 and name.isprintable() else ascii(name[:40])
+                    await send_problem(send, 422, "query", "is given more than once", "duplicate", shown)
+                    return
+                seen.add(name)
         await self.app(scope, receive, send)
 
 

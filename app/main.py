@@ -25,6 +25,7 @@ from .metrics import Metrics, Observe
 from .metrics import router as metrics_router
 from .params import api as params_api
 from .params import page as params_page
+from .schemas import LIST_FIELDS
 from .settings import Settings, get_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.add_middleware(ServeCached, lab=app.state.lab)
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
-    app.add_middleware(QueryLimit, max_bytes=int(settings.max_query_kb * 1024))
+    app.add_middleware(QueryLimit, max_bytes=int(settings.max_query_kb * 1024), repeatable=frozenset(LIST_FIELDS))
     app.add_middleware(Observe, metrics=app.state.metrics, lab=app.state.lab)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.mount("/vendor/htmx", StaticFiles(directory=str(files("js_lib_htmx") / "static" / "htmx")), name="htmx")

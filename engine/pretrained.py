@@ -44,11 +44,20 @@ class _Lazy:
         self._lock = threading.Lock()
         self._tensors: dict[str, torch.Tensor] | None = None
         self._tokenizer: Any = None
+        self.device = CPU
+
+    def place(self, device: str | torch.device) -> None:
+        """Serve from `device`: the weights move there once (now, or when first loaded), and the layers below the
+        traced one run there too, instead of on the CPU with an upload per request."""
+        with self._lock:
+            self.device = torch.device(device)
+            if self._tensors is not None:
+                self._tensors = {k: v.to(self.device) for k, v in self._tensors.items()}
 
     def tensors(self) -> dict[str, torch.Tensor]:
         with self._lock:
             if self._tensors is None:
-                self._tensors = self._load()
+                self._tensors = {k: v.to(self.device) for k, v in self._load().items()}
         return self._tensors
 
     def _load(self) -> dict[str, torch.Tensor]:
@@ -148,7 +157,7 @@ class MiniLM(_Lazy):
 
     @torch.inference_mode()
     def hidden(self, ids: tuple[int, ...], layer: int) -> torch.Tensor:
-        idx = torch.tensor(ids, dtype=torch.long, device=CPU)
+        idx = torch.tensor(ids, dtype=torch.long, device=self.device)
         n, d, h, eps = len(ids), self.info.d_model, self.info.n_heads, self.info.eps
         e = "embeddings."
         x = self._get(e + "word_embeddings.weight")[idx] + self._get(e + "position_embeddings.weight")[:n]
@@ -272,12 +281,12 @@ class SmolLM2(_Lazy):
 
     @torch.inference_mode()
     def hidden(self, ids: tuple[int, ...], layer: int) -> torch.Tensor:
-        idx = torch.tensor(ids, dtype=torch.long, device=CPU)
+        idx = torch.tensor(ids, dtype=torch.long, device=self.device)
         info = self.info
         n, d, h, kv, eps, base = len(ids), info.d_model, info.n_heads, info.n_kv_heads, info.eps, info.rope_base
         dk = d // h
         x = self._get("token_embd.weight")[idx]
-        pos = torch.arange(n, device=CPU)
+        pos = torch.arange(n, device=self.device)
         for i in range(layer):
             aw, bw = self.attention_weights(i), self.block_weights(i)
             a = normalise(x, bw.ln1_w, None, "rmsnorm", eps)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .device import CPU
+from .device import CPU, DTYPES
 from .memo import bytes_bounded
 from .spec import Spec
 
@@ -70,9 +70,19 @@ def cast(w: Weights, device: torch.device, dtype: torch.dtype) -> Weights:
     return Weights(**{k: None if v is None else v.to(device, dtype) for k, v in vars(w).items()})  # type: ignore[arg-type]
 
 
+@bytes_bounded(256 * 2**20)
+def placed_weights(seed: int, d_model: int, init_std: float, bias: bool, d_kv: int, device: str, dtype: str) -> Weights:
+    """The seeded weights already on the serving device in the serving dtype: uploaded once, not per request."""
+    return cast(random_weights(seed, d_model, init_std, bias, d_kv), torch.device(device), DTYPES[dtype])
+
+
 def load(spec: Spec, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, Weights]:
     """The layer input x (N, d) and the weights for `spec`, on `device` in `dtype`."""
     x = torch.tensor(spec.x, device=CPU) if spec.x is not None else embed(spec.tokens, spec.seed, spec.d_model)
+    explicit = any(getattr(spec, n) is not None for n in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"))
+    if not explicit and (device.type != "cpu" or dtype != torch.float32):
+        w = placed_weights(spec.seed, spec.d_model, spec.init_std, spec.bias, spec.d_kv, str(device), spec.dtype)
+        return x.to(device=device, dtype=dtype), w
     generated = random_weights(spec.seed, spec.d_model, spec.init_std, spec.bias, spec.d_kv)
     parts: dict[str, torch.Tensor | None] = {}
     for name in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):

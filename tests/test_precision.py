@@ -136,3 +136,16 @@ def test_the_server_refuses_half_precision_on_the_cpu_with_a_reason():
     with make_client() as c:
         r = c.post("/api/v1/attention", json={"dtype": "float16"})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "dtype"
+
+
+def test_non_finite_values_render_for_what_they_are():
+    import numpy as np
+
+    from app.render.cells import matrix_view
+
+    m = matrix_view("scores", "S", np.array([[1.0, -np.inf], [np.inf, np.nan]]), ["a", "b"], ["a", "b"], "(N, N)")
+    assert [[c.text for c in row] for row in m.cells] == [["1.00", "−∞"], ["+∞", "NaN"]]
+    assert [[c.value for c in row] for row in m.cells] == [["1.0", "-inf"], ["inf", "nan"]]
+    assert m.cells[1][0].cls == m.cells[1][1].cls == "nonfinite" and m.cells[0][1].cls == "neginf"
+    seq = matrix_view("weights", "A", np.array([[np.nan, 0.5]]), ["a"], ["a", "b"], "(N, N)", "sequential")
+    assert seq.cells[0][0].cls == "nonfinite"

@@ -199,3 +199,10 @@ def test_decode_refuses_heads_instead_of_ignoring_them(client: TestClient) -> No
     r = client.post("/api/v1/decode", json={"heads": [99]})
     assert r.status_code == 422
     assert field_of(r) == "heads"
+
+
+# make fuzz: a single-valued query parameter given twice was silently read as its last value.
+def test_a_single_valued_parameter_given_twice_is_refused(client: TestClient) -> None:
+    r = client.get("/api/v1/demo/permutation?seed=1&seed=2")
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "seed"]
+    assert client.get("/api/v1/attention?heads=0&heads=0&stages=softmax").status_code == 200  # lists may repeat

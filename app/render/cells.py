@@ -35,14 +35,14 @@ class MatrixView:
 
 
 def full(v: float) -> str:
-    if v == -math.inf:
-        return "-inf"
+    if not math.isfinite(v):  # −∞ is a mask; +∞ and NaN would be an overflow, shown for what they are
+        return "nan" if math.isnan(v) else ("-inf" if v < 0 else "inf")
     return str(np.float32(v))  # the shortest text that reads back as the same float32, as in the JSON
 
 
 def short(v: float, decimals: int = 2) -> str:
-    if v == -math.inf:
-        return "−∞"
+    if not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("−∞" if v < 0 else "+∞")
     text = f"{v:.{decimals}f}"
     return "0.00" if text == "-0.00" else text.replace("-", "−")
 
@@ -50,6 +50,8 @@ def short(v: float, decimals: int = 2) -> str:
 def colour(v: float, scale: str, bound: float) -> str:
     if v == -math.inf:
         return "neginf"
+    if not math.isfinite(v):
+        return "nonfinite"
     if scale == "sequential":
         return f"sq-{min(10, max(0, round(v * 10)))}"
     if scale == "diverging" and bound > 0:
