@@ -348,6 +348,14 @@ def _with_options(spec: Spec, options: dict[str, Any], limits: Limits) -> Spec:
     )
 
 
+def _settings(
+    mask: str, pads: tuple[int, ...], segs: tuple[int, ...], scale: str, seed: int, device: str, dtype: str
+) -> dict[str, Any]:
+    """The Spec fields every source shares, already checked."""
+    return {"mask": mask, "pad_positions": pads, "segment_ids": segs, "scale": scale, "seed": seed, "device": device,
+            "dtype": dtype}  # fmt: skip
+
+
 def _model_spec(
     model: Any,
     tokens: object,
@@ -408,16 +416,10 @@ def _model_spec(
         tokens=tuple(model.labels(ids)),
         d_model=info.d_model,
         n_heads=info.n_heads,
-        mask=mask,
-        pad_positions=pads,
-        segment_ids=segs,
-        scale=scale,
-        seed=seed,
         bias=True,
         init_std=0.0,
-        device=device,
-        dtype=dtype,
         layer=layer,
+        **_settings(mask, pads, segs, scale, seed, device, dtype),
         token_ids=tuple(ids),
         positions=info.positions,
         rope_base=info.rope_base,
@@ -565,15 +567,9 @@ def make_spec(
         tokens=tuple(tokens),
         d_model=d_model,
         n_heads=n_heads,
-        mask=mask,
-        pad_positions=pads,
-        segment_ids=segs,
-        scale=scale,
-        seed=seed,
         bias=has_bias,
         init_std=init_std,
-        device=device,
-        dtype=dtype,
+        **_settings(mask, pads, segs, scale, seed, device, dtype),
         n_kv_heads=kv_heads if kv_heads != n_heads else 0,
         kv_tokens=kv_tokens,
         n_ctx=p.n_ctx,

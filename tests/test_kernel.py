@@ -143,3 +143,14 @@ def test_choice_fields_offer_the_request_models_values(client: TestClient) -> No
     options = [o["value"] for o in page.select("select[name=positions] option")]
     schema = AttentionRequest.model_json_schema()["properties"]["positions"]
     assert options == [v for o in schema["anyOf"] for v in o.get("enum", [])]
+
+
+def test_every_stage_a_page_shows_has_one_registered_presentation() -> None:
+    from app.render.stages import REGISTRY
+    from engine import STAGES, make_spec
+    from engine.block import make_block_spec
+
+    keys = set(STAGES)
+    for placement in ("pre", "post"):
+        keys |= set(make_block_spec(make_spec(), placement=placement).order)
+    assert keys == set(REGISTRY)

@@ -17,6 +17,7 @@ from engine import PRESETS, STAGES
 
 from ..lab import Lab, get_lab
 from ..render import page as view
+from ..render import stages
 from ..schemas import AttentionRequest, from_query
 from ..web.page import serve
 from ..web.share import public_base
@@ -78,8 +79,7 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
             index=index + 1,
             head=head,
             small=view.is_small(trace),
-            formula=view.formula(trace, key),
-            notice=view.notice(trace, key, t),
+            **stages.present(trace, key, t),
             prev_url=state.url(stage=STAGES[index - 1]) if index > 0 else None,
             next_url=state.url(stage=STAGES[index + 1]) if index + 1 < len(STAGES) else None,
             stage_urls=[(s, state.url(stage=s)) for s in STAGES],

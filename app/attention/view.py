@@ -12,6 +12,7 @@ from engine.attention import Trace
 from engine.spec import MAIN_TENSOR
 
 from ..render import page as view
+from ..render import stages
 from ..render.arrays import to_numpy
 from ..render.cells import matrix_view, row_stats
 from ..web.state import ViewState, parse_cell, parse_tile
@@ -29,7 +30,7 @@ def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:
 
 def small_context(trace: Trace, key: str, head: int, state: ViewState, t: Any) -> dict[str, Any]:
     ctx: dict[str, Any] = {
-        "matrices": view.stage_matrices(trace, key, head),
+        "matrices": stages.matrices(trace, key, head),
         "weight_matrices": view.weight_matrices(trace, key),
     }
     if key in ("softmax", "weighted_sum"):

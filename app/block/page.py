@@ -11,10 +11,11 @@ from engine import STAGES
 
 from ..lab import Lab, get_lab
 from ..render import page as view
+from ..render import stages
 from ..schemas import BlockRequest, from_query
 from ..web.page import serve
 from ..web.state import lab_state, parse_head, parse_stage, url_fields
-from .view import block_formula, block_matrices, block_notice, stage_label, strip_box
+from .view import stage_label, strip_box
 
 router = APIRouter(include_in_schema=False)
 
@@ -45,22 +46,14 @@ async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
             head=head,
             small=small,
             in_attention=stage in STAGES,
-            formula=block_formula(trace, stage),
-            explain=t(f"explain.{stage}")
-            if stage in STAGES
-            else t(
-                f"bexplain.{stage}.{spec.placement}"
-                if stage in ("ln1", "ln2", "residual1", "output")
-                else f"bexplain.{stage}"
-            ),
-            notice=block_notice(trace, stage, t),
+            **stages.present(trace, stage, t),
             flow=[(k, state.url(stage=k), k in STAGES) for k in order],
             prev_url=state.url(stage=order[i - 1]) if i > 0 else None,
             next_url=state.url(stage=order[i + 1]) if i + 1 < len(order) else None,
             head_urls=[(h, state.url(head=h)) for h in range(spec.attn.n_heads)],
         )
         if small:
-            ctx["matrices"] = block_matrices(trace, stage, head)
+            ctx["matrices"] = stages.matrices(trace, stage, head)
         else:
             names = list(trace.stage(stage))
             size = 768

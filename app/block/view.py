@@ -11,16 +11,14 @@ import numpy as np
 from engine import STAGES
 from engine.block import BlockTrace
 
-from ..render import page as view
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
 from ..render.page import mathml
+from ..render.stages import Presentation, register
 
 
 def block_formula(trace: BlockTrace, key: str) -> str:
     spec = trace.spec
-    if key in STAGES:
-        return view.formula(trace.attention, key)
     norm = (
         r"\mathrm{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta"
         if spec.norm == "layernorm"
@@ -42,8 +40,6 @@ def block_formula(trace: BlockTrace, key: str) -> str:
 
 
 def block_notice(trace: BlockTrace, key: str, t: Any) -> str:
-    if key in STAGES:
-        return view.notice(trace.attention, key, t)
     spec = trace.spec
     st = {k: to_numpy(v) for k, v in trace.stages[key].items()}
     residual1 = to_numpy(trace.stages["residual1"]["residual1"])
@@ -80,8 +76,6 @@ def block_notice(trace: BlockTrace, key: str, t: Any) -> str:
 
 
 def block_matrices(trace: BlockTrace, key: str, head: int) -> list[MatrixView]:
-    if key in STAGES:
-        return view.stage_matrices(trace.attention, key, head)
     tok = list(trace.tokens)
     out = []
     for name, tensor in trace.stages[key].items():
@@ -105,3 +99,24 @@ def strip_box(shape: tuple[int, ...]) -> tuple[int, int]:
 
 def stage_label(key: str, t: Any) -> str:
     return str(t(f"stage.{key}") if key in STAGES else t(f"bstage.{key}"))
+
+
+def block_explain(trace: BlockTrace, key: str) -> str:
+    """Norms and residuals read differently before (Pre-LN) and after (Post-LN) the sublayers."""
+    return (
+        f"bexplain.{key}.{trace.spec.placement}" if key in ("ln1", "ln2", "residual1", "output") else f"bexplain.{key}"
+    )
+
+
+def _block_stage(key: str) -> Presentation:
+    return Presentation(
+        formula=lambda trace: block_formula(trace, key),
+        explain=lambda trace: block_explain(trace, key),
+        notice=lambda trace, t: block_notice(trace, key, t),
+        matrices=lambda trace, head: block_matrices(trace, key, head),
+    )
+
+
+BLOCK_STAGES = ("ln1", "residual1", "ln2", "ffn_hidden", "ffn_out", "output")  # around the five attention stages
+for _key in BLOCK_STAGES:
+    register(_key, _block_stage(_key))

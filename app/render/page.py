@@ -15,9 +15,11 @@ import numpy as np
 from latex2mathml.converter import convert
 
 from engine.attention import Trace
+from engine.spec import STAGES
 
 from .arrays import to_numpy
 from .cells import MatrixView, dims, full, matrix_view, row_stats, short
+from .stages import Presentation, register
 
 SMALL = 16  # traces with N and d_model up to this show every number in cells
 
@@ -298,3 +300,16 @@ def compare_side(trace: Trace, head: int) -> dict[str, Any]:
     mv = matrix_view("weights", "A", w, tok, tok, "(N, N)", "sequential", head)
     mv.links = False
     return {"matrix": mv, "stats": row_stats(w, tok), "spec": trace.spec}
+
+
+def _attention_stage(key: str) -> Presentation:
+    return Presentation(
+        formula=lambda trace: formula(trace, key),
+        explain=lambda trace: f"explain.{key}",
+        notice=lambda trace, t: notice(trace, key, t),
+        matrices=lambda trace, head: stage_matrices(trace, key, head),
+    )
+
+
+for _key in STAGES:  # the five attention stages, registered once for every page that shows them
+    register(_key, _attention_stage(_key))
