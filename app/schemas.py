@@ -68,7 +68,7 @@ class AttentionRequest(BaseModel):
     d_model: int | None = Field(None, ge=1, description="Width; defaults to the preset's.")
     n_heads: int | None = Field(None, ge=1, description="Heads; d_model must be divisible by it.")
     mask: Literal["none", "causal", "padding", "document", "sliding_window", "prefix_lm", "custom"] | None = Field(
-        None, description="Default: none, or the model's own (causal for GPT-2)."
+        None, description="Default: causal (the chapter's GPT lab), none with kv_tokens, or a pretrained model's own."
     )
     window: int | None = Field(
         None, ge=1, description="mask=sliding_window: tokens a query reads back, itself included."

@@ -53,6 +53,7 @@ class Preset:
     bias: bool  # b_Q, b_K, b_V, b_O present
     init_std: float | None  # std of the generated weights; None means 1/sqrt(d_model)
     tokens: tuple[str, ...]  # used when a request gives none
+    default_mask: str = "causal"  # GPT's attention, as the chapter's lab: a request may still ask for none
 
 
 PRESETS: dict[str, Preset] = {
@@ -490,7 +491,7 @@ def make_spec(
         if tokens is not None:
             raise SpecError("text", "give either tokens or text, not both")
         tokens = text
-    mask = mask or "none"
+    mask = mask or ("none" if options["kv_tokens"] else p.default_mask)  # cross-attention has no "earlier"
     _check_choices(mask, scale, dtype, device)
 
     # d_model: explicit > inferred from an explicit matrix > preset.

@@ -9,6 +9,7 @@ page loads of the same URLs.
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
@@ -18,16 +19,17 @@ from engine import PRESETS, STAGES
 from ..lab import Lab, get_lab
 from ..render import page as view
 from ..render import stages
-from ..schemas import AttentionRequest, from_query
+from ..schemas import AttentionRequest, FieldError, from_query
+from ..web import lessons
 from ..web.page import serve
-from ..web.share import public_base
-from ..web.state import DEPENDS, lab_state, parse_cell, parse_head, parse_stage, parse_tile, url_fields
+from ..web.share import is_loopback, public_base
+from ..web.state import DEPENDS, lab_state, parse_cell, parse_head, parse_int, parse_stage, parse_tile, url_fields
 from .view import MAX_QR_CHARS, large_context, qr_svg, small_context
 
 router = APIRouter(include_in_schema=False)
 
 API_KEYS = url_fields(AttentionRequest)
-VIEW_KEYS = ("stage", "head", "compare", "cell", "tile", "present", "hide")
+VIEW_KEYS = ("stage", "head", "compare", "cell", "tile", "present", "hide", "lesson", "step")
 HIDEABLE = ("controls", "nav", "formula", "explain", "notice", "checks")
 SCALE_CYCLE = {"sqrt_dk": "none", "none": "dk", "dk": "sqrt_dk"}
 COMPARE_PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -68,6 +70,13 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
         key = parse_stage(state.get("stage"), STAGES)
         head = parse_head(state.get("head"), spec.n_heads)
         parse_cell(state.get("cell"))  # a malformed cell is the request's error, before any computing
+        if state.get("lesson"):  # a lesson beside the lab: its question stays in view while the class looks
+            if state.get("lesson") not in lessons.BY_SLUG:
+                raise FieldError("lesson", f"no lesson {state.get('lesson')!r}; see /lessons")
+            n = len(lessons.BY_SLUG[state.get("lesson")].steps)
+            ctx["lesson"] = lessons.panel(
+                state.get("lesson"), parse_int("step", state.get("step"), 1, 1, n), ctx["lang"]
+            )
         parse_tile(state.get("tile"))
         trace, _ = await lab.trace_async(spec)
         index = STAGES.index(key)
@@ -96,7 +105,8 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
         if present and student_base is not None:  # students scan the view itself, without presenter mode
             student = student_base + state.url(present=None)
             # A QR code holds ~2,300 bytes at this error level; past a bound, show the address alone.
-            ctx.update(qr=qr_svg(student) if len(student) <= MAX_QR_CHARS else None, student_url=student)
+            ctx.update(qr=qr_svg(student) if len(student) <= MAX_QR_CHARS else None, student_url=student,
+                       share_loopback=is_loopback(urlsplit(student).hostname or ""))  # fmt: skip
         if ctx["small"]:
             ctx.update(small_context(trace, key, head, state, t))
         else:

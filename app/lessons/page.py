@@ -10,19 +10,13 @@ from fastapi.responses import HTMLResponse, Response
 
 from ..lab import Lab, get_lab
 from ..schemas import ERRORS, Problem
+from ..web.lessons import BY_SLUG, LESSONS, Lesson, step_url
 from ..web.page import serve
 from ..web.state import ViewState
-from .content import BY_SLUG, LESSONS, Lesson
 
 router = APIRouter(include_in_schema=False)
 NOT_FOUND: dict[int | str, dict[str, Any]] = {**ERRORS, 404: {"model": Problem, "description": "No such lesson"}}
 api = APIRouter(prefix="/api/v1", tags=["lessons"])
-
-
-def with_lang(url: str, lang: str) -> str:
-    path, _, fragment = url.partition("#")
-    joined = f"{path}{'&' if '?' in path else '?'}lang={lang}"
-    return f"{joined}#{fragment}" if fragment else joined
 
 
 def lesson_of(slug: str) -> Lesson:
@@ -37,8 +31,8 @@ def lesson_json(lesson: Lesson, lang: str) -> dict[str, Any]:
         "slug": lesson.slug,
         "title": lesson.title[lang],
         "steps": [
-            dict(zip(("url", "look", "question", "answer"), (with_lang(s.url, lang), *s.text(lang)), strict=True))
-            for s in lesson.steps
+            dict(zip(("url", "look", "question", "answer"), (step_url(lesson, k, lang), *s.text(lang)), strict=True))
+            for k, s in enumerate(lesson.steps, start=1)
         ],
     }
 
@@ -60,7 +54,8 @@ async def lesson_page(request: Request, slug: str, lab: Annotated[Lab, Depends(g
     state = ViewState.of(request.query_params, f"/lessons/{slug}", ())
 
     async def build(ctx: dict[str, Any]) -> None:
-        ctx["steps"] = [(with_lang(s.url, ctx["lang"]), *s.text(ctx["lang"])) for s in lesson.steps]
+        lang = ctx["lang"]
+        ctx["steps"] = [(step_url(lesson, k, lang), *s.text(lang)) for k, s in enumerate(lesson.steps, start=1)]
         ctx["json_url"] = f"/api/v1/lessons/{slug}?lang={ctx['lang']}"
 
     return await serve(

@@ -17,7 +17,7 @@ def row(page: Page, matrix: str, r: int) -> list[str]:
 
 
 def test_step_through_the_five_stages_without_reloading(page: Page, live_server: str):
-    page.goto(f"{live_server}/?lang=en")
+    page.goto(f"{live_server}/?lang=en&mask=none")
     page.evaluate("window.__same_document = true")
     keys = ["projection", "scores", "mask", "softmax", "weighted_sum"]
     expect(page.locator("#stage")).to_have_attribute("data-stage", "projection")
@@ -49,7 +49,7 @@ def test_toggle_the_mask_at_softmax_and_read_row_one(page: Page, live_server: st
 
 
 def test_the_pushed_url_reloads_to_the_same_view(page: Page, live_server: str):
-    page.goto(f"{live_server}/?lang=en")
+    page.goto(f"{live_server}/?lang=en&mask=none")
     for index in ("2", "3"):
         page.click("[data-action=next]")
         expect(page.locator("#stage")).to_have_attribute("data-index", index)
@@ -62,7 +62,7 @@ def test_the_pushed_url_reloads_to_the_same_view(page: Page, live_server: str):
 
 
 def test_keyboard_shortcuts(page: Page, live_server: str):
-    page.goto(f"{live_server}/?lang=en")
+    page.goto(f"{live_server}/?lang=en&mask=none")
     stage = page.locator("#stage")
     page.keyboard.press("ArrowRight")
     expect(stage).to_have_attribute("data-index", "2")
@@ -186,3 +186,10 @@ def test_the_kv_cache_lesson_steps_through_decoding(page: Page, live_server: str
         page.keyboard.press("ArrowRight")
         expect(page.locator(".cache-size")).to_have_attribute("data-cache-len", n)
     expect(page.locator(".notice")).to_have_attribute("data-equal", "true")
+
+
+def test_the_toy_lab_opens_with_the_causal_mask_on(page: Page, live_server: str):
+    """The chapter's lab is GPT's: stage 4's first row is exactly 1.00 until the mask is switched off."""
+    page.goto(f"{live_server}/?stage=4&lang=zh")
+    expect(page.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "true")
+    assert row(page, "weights", 0) == ["1.0", "0.0", "0.0", "0.0", "0.0"]
