@@ -32,6 +32,22 @@ class MatrixView:
     links: bool = True  # cells open their arithmetic
     extra: dict[str, str] = field(default_factory=dict)
     cell_urls: list[list[str]] | None = None  # per-cell links instead of the arithmetic (the editable mask)
+    bound: float = 0.0  # the diverging scale runs from −bound to +bound
+
+    @property
+    def ticks(self) -> list[str]:
+        """The colour bar's tick values, low to high."""
+        if self.scale == "sequential":
+            return ["0", "0.5", "1"]
+        if self.scale == "diverging" and self.bound > 0:
+            return [short(-self.bound), "0", short(self.bound)]
+        return []
+
+    @property
+    def swatches(self) -> list[str]:
+        if self.scale == "sequential":
+            return [f"sq-{i}" for i in range(11)]
+        return [f"dv-m{i}" for i in range(5, 0, -1)] + ["dv-p0"] + [f"dv-p{i}" for i in range(1, 6)]
 
 
 def full(v: float) -> str:
@@ -47,9 +63,11 @@ def short(v: float, decimals: int = 2) -> str:
     return "0.00" if text == "-0.00" else text.replace("-", "−")
 
 
-def colour(v: float, scale: str, bound: float) -> str:
+def colour(v: float, scale: str, bound: float, masked: bool = False) -> str:
     if v == -math.inf:
         return "neginf"
+    if masked:  # a weight of exactly 0 because its key was masked: hatched, never mistaken for a small real weight
+        return "masked"
     if not math.isfinite(v):
         return "nonfinite"
     if scale == "sequential":
@@ -69,12 +87,22 @@ def matrix_view(
     shape_symbols: str,
     scale: str = "diverging",
     head: int | None = None,
+    bound: float | None = None,
+    masked: np.ndarray | None = None,
 ) -> MatrixView:
-    finite = a[np.isfinite(a)]
-    bound = float(np.abs(finite).max()) if finite.size else 0.0
-    cells = [[Cell(short(float(v)), full(float(v)), colour(float(v), scale, bound)) for v in row] for row in a]
+    """`bound` fixes the diverging scale (so a tensor keeps its colours when a toggle changes other cells);
+    by default it is the largest finite |value|. `masked` marks entries the mask removed."""
+    if bound is None:
+        finite = a[np.isfinite(a)]
+        bound = float(np.abs(finite).max()) if finite.size else 0.0
+    hidden = np.zeros(a.shape, dtype=bool) if masked is None else masked
+    cells = [
+        [Cell(short(float(v)), full(float(v)), colour(float(v), scale, bound, bool(m)))
+         for v, m in zip(row, hrow, strict=True)]
+        for row, hrow in zip(a, hidden, strict=True)
+    ]  # fmt: skip
     shape = f"{shape_symbols} = ({', '.join(str(s) for s in a.shape)})"
-    return MatrixView(name, label, head, rows, cols, cells, shape, scale)
+    return MatrixView(name, label, head, rows, cols, cells, shape, scale, bound=bound)
 
 
 def dims(n: int, prefix: str = "") -> list[str]:

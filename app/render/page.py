@@ -158,14 +158,19 @@ def stage_matrices(trace: Trace, key: str, head: int) -> list[MatrixView]:
         ]
     if key == "mask":
         m = trace.mask
+        # S′ keeps the colours of S: the mask changes which cells are −∞, not the scale of the others.
+        scaled = to_numpy(trace.scores.scaled[h])
         return [
             matrix_view("mask", "M", to_numpy(m.mask), tok, keys, nn, "plain"),
-            matrix_view("masked", "S′ = S + M", to_numpy(m.masked[h]), tok, keys, nn, "diverging", h),
-        ]
+            matrix_view("masked", "S′ = S + M", to_numpy(m.masked[h]), tok, keys, nn, "diverging", h,
+                        bound=float(np.abs(scaled).max()) if scaled.size else 0.0),
+        ]  # fmt: skip
     if key == "softmax":
+        hidden = ~np.isfinite(to_numpy(trace.mask.mask))
         return [
-            matrix_view("weights", "A", to_numpy(trace.softmax.weights[h]), tok, keys, nn, "sequential", h),
-        ]
+            matrix_view("weights", "A", to_numpy(trace.softmax.weights[h]), tok, keys, nn, "sequential", h,
+                        masked=hidden),
+        ]  # fmt: skip
     ws = trace.weighted_sum
     return [
         matrix_view("heads", f"head{h} = A V", to_numpy(ws.heads[h]), tok, dims(spec.d_k), "(N, d_k)", "diverging", h),
@@ -297,7 +302,8 @@ def compare_side(trace: Trace, head: int) -> dict[str, Any]:
     """One side of a comparison: the head's softmax weights and each row's entropy and largest weight."""
     w = to_numpy(trace.softmax.weights[head])
     tok = list(trace.spec.tokens)
-    mv = matrix_view("weights", "A", w, tok, tok, "(N, N)", "sequential", head)
+    hidden = ~np.isfinite(to_numpy(trace.mask.mask))
+    mv = matrix_view("weights", "A", w, tok, tok, "(N, N)", "sequential", head, masked=hidden)
     mv.links = False
     return {"matrix": mv, "stats": row_stats(w, tok), "spec": trace.spec}
 

@@ -193,3 +193,23 @@ def test_the_toy_lab_opens_with_the_causal_mask_on(page: Page, live_server: str)
     page.goto(f"{live_server}/?stage=4&lang=zh")
     expect(page.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "true")
     assert row(page, "weights", 0) == ["1.0", "0.0", "0.0", "0.0", "0.0"]
+
+
+def test_unchanged_cells_keep_their_colour_across_the_mask_toggle(page: Page, live_server: str):
+    """Stage 3's S′: the lower triangle does not change when the causal mask goes off, nor may its colours."""
+    colours = "tds => tds.map(td => getComputedStyle(td).backgroundColor)"
+    page.goto(f"{live_server}/?stage=3&mask=causal&lang=en")
+    on = {r: page.eval_on_selector_all(f"table[data-matrix=masked] td[data-row='{r}']", colours) for r in range(5)}
+    page.click("[data-toggle=mask]")
+    expect(page.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "false")
+    off = {r: page.eval_on_selector_all(f"table[data-matrix=masked] td[data-row='{r}']", colours) for r in range(5)}
+    for r in range(5):
+        assert on[r][: r + 1] == off[r][: r + 1], r  # j <= i: the same value, the same colour
+    assert page.locator("table[data-matrix=masked] + [data-colorbar], .matrix [data-colorbar]").count() >= 1
+
+
+def test_masked_weights_are_hatched_not_small(page: Page, live_server: str):
+    page.goto(f"{live_server}/?stage=4&mask=causal&lang=en")
+    cell = page.locator("table[data-matrix=weights] td[data-row='0'][data-col='3']")
+    expect(cell).to_have_class("masked")
+    expect(page.locator("table[data-matrix=weights] td[data-row='3'][data-col='0']")).not_to_have_class("masked")
