@@ -63,41 +63,73 @@ def _bytes_to_unicode() -> dict[int, str]:
 _BYTE_OF = {c: b for b, c in _bytes_to_unicode().items()}
 
 
-def _readable(data: bytes) -> str:
-    """Whole characters as text, stray bytes of a split character as ⟨hex⟩: b'\x9d\x90\xe5\x9c\xa8' -> ⟨9d 90⟩在."""
-    out: list[str] = []
-    stray: list[str] = []
+SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
+
+def _utf8_length(lead: int) -> int:
+    return (
+        1
+        if lead < 0x80
+        else 2
+        if lead >> 5 == 0b110
+        else 3
+        if lead >> 4 == 0b1110
+        else 4
+        if lead >> 3 == 0b11110
+        else 1
+    )
+
+
+def piece_labels(pieces: list[bytes]) -> list[str]:
+    """Labels for consecutive byte pieces of one text. A character split across pieces (byte-level BPE cuts 猫,
+    three UTF-8 bytes, into up to three tokens) is shown in each piece with its part number: 猫₁ 猫₂ 猫₃; whole
+    characters as themselves; bytes that form no character as ⟨hex⟩."""
+    data = b"".join(pieces)
+    bounds, at = [], 0
+    for piece in pieces:
+        bounds.append((at, at + len(piece)))
+        at += len(piece)
+    chars: list[tuple[int, int, str | None]] = []  # (start, end, text or None for a stray byte)
     i = 0
     while i < len(data):
-        for size in (1, 2, 3, 4):
-            try:
-                ch = data[i : i + size].decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-            if stray:
-                out.append("⟨" + " ".join(stray) + "⟩")
-                stray = []
-            out.append(ch)
+        size = _utf8_length(data[i])
+        try:
+            chars.append((i, i + size, data[i : i + size].decode("utf-8")))
             i += size
-            break
-        else:
-            stray.append(f"{data[i]:02x}")
+        except UnicodeDecodeError:
+            chars.append((i, i + 1, None))
             i += 1
-    if stray:
-        out.append("⟨" + " ".join(stray) + "⟩")
-    return "".join(out)
+    labels = []
+    for a, b in bounds:
+        out = []
+        for start, end, text in chars:
+            if end <= a or start >= b:
+                continue
+            if text is None:
+                out.append(f"⟨{data[start]:02x}⟩")
+            elif a <= start and end <= b:
+                out.append(text)
+            else:  # which part of the character this piece holds, counted over the pieces that share it
+                sharing = [k for k, (pa, pb) in enumerate(bounds) if pa < end and pb > start]
+                part = sharing.index(bounds.index((a, b))) + 1
+                out.append(text + str(part).translate(SUBSCRIPT))
+        labels.append("".join(out))
+    return labels
 
 
 def readable_labels(tok: Any, ids: list[int]) -> list[str]:
-    """A label per token id: its decoded text; the bytes of a character byte-level BPE split, as ⟨hex⟩ beside any
-    whole characters; a visible ␣ or ↵ for a token that is only whitespace."""
-    out = []
+    """A label per token id, read as a sequence so that a character split by byte-level BPE is named in each of its
+    pieces (猫₁ 猫₂); a visible ␣ or ↵ for a token that is only whitespace."""
+    pieces: list[bytes] = []
     for i in ids:
-        text = tok.decode([i])
-        if "\ufffd" in text:  # part of a multi-byte character: show its bytes
-            raw = tok.id_to_token(i) or ""
-            data = [_BYTE_OF.get(c) for c in raw]
-            text = _readable(bytes(data)) if raw and None not in data else raw or f"#{i}"  # type: ignore[arg-type]
+        raw = tok.id_to_token(i) or ""
+        data = [_BYTE_OF.get(c) for c in raw]
+        if raw and None not in data:
+            pieces.append(bytes(data))  # type: ignore[arg-type]
+        else:  # a special token, or a tokenizer without byte-level pieces
+            pieces.append((tok.decode([i]) or raw or f"#{i}").encode("utf-8"))
+    out = []
+    for i, text in zip(ids, piece_labels(pieces), strict=True):
         out.append(text if text.strip() else text.replace(" ", "␣").replace("\n", "↵") or f"#{i}")
     return out
 

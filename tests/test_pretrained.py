@@ -146,3 +146,20 @@ def test_smollm2_block_outputs_equal_transformers_hidden_states(llama, layer):
         hook.remove()
     b = _block_of(smollm2, text, layer)
     torch.testing.assert_close(b.stages["output"]["output"], seen["out"][0], rtol=1e-3, atol=1e-3)
+
+
+@needs_smollm2
+def test_smollm2_labels_name_the_character_each_byte_piece_belongs_to():
+    ids = smollm2.tokenize("猫坐在垫子上")
+    assert smollm2.labels(ids) == ["猫₁", "猫₂", "猫₃", "坐₁", "坐₂", "在", "垫₁", "垫₂", "垫₃", "子", "上"]
+    from engine.checkpoint import piece_labels
+
+    assert piece_labels([b"a", "猫".encode()[:2], "猫".encode()[2:] + b"b", b"\xff"]) == ["a", "猫₁", "猫₂b", "⟨ff⟩"]
+
+
+@needs_minilm
+def test_the_page_says_when_minilm_turned_tokens_into_unk(client):
+    r = client.get("/", params={"preset": "minilm", "text": "猫坐在垫子上", "stage": 1, "lang": "en"})
+    assert r.status_code == 200 and 'data-notice="unk"' in r.text and "[UNK]" in r.text
+    plain = client.get("/", params={"preset": "minilm", "text": "The cat sat", "stage": 1, "lang": "en"})
+    assert 'data-notice="unk"' not in plain.text

@@ -89,6 +89,7 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
             head=head,
             small=view.is_small(trace),
             **stages.present(trace, key, t),
+            unknown_tokens=sum(tok == "[UNK]" for tok in spec.tokens),
             prev_url=state.url(stage=STAGES[index - 1]) if index > 0 else None,
             next_url=state.url(stage=STAGES[index + 1]) if index + 1 < len(STAGES) else None,
             stage_urls=[(s, state.url(stage=s)) for s in STAGES],
