@@ -213,3 +213,45 @@ def test_masked_weights_are_hatched_not_small(page: Page, live_server: str):
     cell = page.locator("table[data-matrix=weights] td[data-row='0'][data-col='3']")
     expect(cell).to_have_class("masked")
     expect(page.locator("table[data-matrix=weights] td[data-row='3'][data-col='0']")).not_to_have_class("masked")
+
+
+PHONE_PAGES = [
+    "/?lang=zh&stage=4",
+    "/?lang=en&stage=1",
+    "/?lang=en&preset=gpt2-small&stage=4&tokens=" + "+".join(f"w{i}" for i in range(40)),
+    "/?lang=zh&stage=2&present=1",
+    "/block?lang=zh",
+    "/decode?lang=en&step=2",
+    "/demos?lang=zh",
+    "/params?lang=en",
+    "/lessons/five-stages?lang=zh",
+]
+
+
+@pytest.mark.parametrize("url", PHONE_PAGES)
+def test_no_page_scrolls_sideways_on_a_phone(page: Page, live_server: str, url: str):
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(live_server + url)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    tabs = page.locator("ol.tabs")
+    if tabs.count():  # the step tabs keep to one row that scrolls
+        assert tabs.first.evaluate("el => getComputedStyle(el).flexWrap") == "nowrap"
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)], ids=["1280x720", "1920x1080"])
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_presenter_mode_fits_the_projector_at_every_stage(page: Page, live_server: str, size, lang):
+    """The formula and every matrix of the stage on one screen, without scrolling; numbers ≥ 20 px on 1080p."""
+    width, height = size
+    page.set_viewport_size({"width": width, "height": height})
+    for stage in range(1, 6):
+        page.goto(f"{live_server}/?stage={stage}&present=1&lang={lang}")
+        boxes = [page.locator(".formula").bounding_box()]
+        boxes += [t.bounding_box() for t in page.locator("table[data-matrix]:visible").all()]
+        assert len(boxes) >= 2, stage
+        for box in boxes:
+            assert box is not None and box["x"] >= 0 and box["y"] >= 0, stage
+            assert box["x"] + box["width"] <= width and box["y"] + box["height"] <= height, (stage, box)
+        if height >= 1080:
+            px = page.locator("table[data-matrix] td").first.evaluate("td => parseFloat(getComputedStyle(td).fontSize)")
+            assert px >= 20, (stage, px)
