@@ -272,3 +272,13 @@ def test_document_leak_compare(client):
     leak = cells(sides[0].select_one("table[data-matrix=weights]"))
     blocked = cells(sides[1].select_one("table[data-matrix=weights]"))
     assert float(leak[2][0]) > 0 and float(blocked[2][0]) == 0  # token 3 reads document 1 only when it leaks
+
+
+def test_random_weight_heat_maps_say_so_and_link_a_real_model(client):
+    toks = "+".join(f"w{i}" for i in range(20))
+    page = BeautifulSoup(client.get(f"/?preset=gpt2-small&stage=4&lang=zh&tokens={toks}").text, "html.parser")
+    note = page.select_one("[data-notice=random-weights]")
+    assert note is not None and "随机" in note.get_text()
+    link = note.select_one("a")
+    if link is not None:  # SmolLM2 is installed by make
+        assert "preset=smollm2" in link["href"] and client.get(link["href"]).status_code == 200

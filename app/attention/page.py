@@ -90,6 +90,12 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
             small=view.is_small(trace),
             **stages.present(trace, key, t),
             unknown_tokens=sum(tok == "[UNK]" for tok in spec.tokens),
+            random_weights=spec.preset in PRESETS,
+            real_model_url=state.url(
+                preset="smollm2", text=" ".join(spec.tokens), tokens=None, d_model=None, n_heads=None
+            )
+            if "smollm2" in lab.models
+            else None,
             prev_url=state.url(stage=STAGES[index - 1]) if index > 0 else None,
             next_url=state.url(stage=STAGES[index + 1]) if index + 1 < len(STAGES) else None,
             stage_urls=[(s, state.url(stage=s)) for s in STAGES],
