@@ -282,3 +282,23 @@ def test_random_weight_heat_maps_say_so_and_link_a_real_model(client):
     link = note.select_one("a")
     if link is not None:  # SmolLM2 is installed by make
         assert "preset=smollm2" in link["href"] and client.get(link["href"]).status_code == 200
+
+
+def test_compare_shows_the_current_stage_with_changed_cells_outlined(client):
+    page = soup(client.get("/?stage=3&compare=mask&lang=en"))
+    view = page.select_one(".compare-view")
+    tables = view.select("table[data-matrix=masked]")
+    assert len(tables) == 2  # stage 3 compares S′, not the softmax
+    off, on = cells(tables[0]), cells(tables[1])
+    assert off[0][1] != "-inf" and on[0][1] == "-inf"
+    changed = [(td["data-row"], td["data-col"]) for td in tables[1].select("td.changed")]
+    assert sorted(changed) == sorted((str(i), str(j)) for i in range(5) for j in range(5) if j > i)  # the 10 masked
+    assert "10" in view.select_one(".hint").get_text()
+    # it comes before the explanation, where the class is already looking
+    assert str(page).index("compare-view") < str(page).index('class="explain"')
+
+
+def test_compare_stays_in_presenter_mode(client):
+    page = soup(client.get("/?stage=4&compare=scale&present=1&lang=zh"))
+    assert page.select_one(".compare-view table[data-matrix=weights]") is not None
+    assert page.select_one("nav.toggles .compare a") is not None

@@ -131,8 +131,9 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
                 }
                 other = req.model_copy(update=unused | change)
                 other_trace, _ = await lab.trace_async(other.to_spec(lab.limits, lab.device, lab.models))
-                sides.append(view.compare_side(other_trace, head))
-            ctx["compare"] = {"kind": compare, "sides": sides}
+                sides.append(view.compare_side(other_trace, head, key))
+            changed = view.outline_changes(sides[0]["matrix"], sides[1]["matrix"])
+            ctx["compare"] = {"kind": compare, "sides": sides, "changed": changed}
 
     return await serve(
         request,

@@ -7,7 +7,7 @@ is derived from the trace's own tensors, so the page and the JSON twin always ag
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -298,14 +298,35 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
     return None
 
 
-def compare_side(trace: Trace, head: int) -> dict[str, Any]:
-    """One side of a comparison: the head's softmax weights and each row's entropy and largest weight."""
-    w = to_numpy(trace.softmax.weights[head])
+def compare_side(trace: Trace, head: int, key: str) -> dict[str, Any]:
+    """One side of a comparison, for the stage on screen: up to stage 3 the masked scores S′ (where a mask or a
+    scale shows first), from stage 4 the weights A with each row's entropy and largest weight."""
     tok = list(trace.spec.tokens)
+    keys = list(trace.spec.kv_tokens) or tok
     hidden = ~np.isfinite(to_numpy(trace.mask.mask))
-    mv = matrix_view("weights", "A", w, tok, tok, "(N, N)", "sequential", head, masked=hidden)
+    if STAGES.index(key) < STAGES.index("softmax"):
+        s = to_numpy(trace.mask.masked[head])
+        bound = float(np.abs(to_numpy(trace.scores.scaled[head])).max())
+        mv = matrix_view("masked", "S′ = S + M", s, tok, keys, "(N, N)", "diverging", head, bound=bound)
+        stats = None
+    else:
+        w = to_numpy(trace.softmax.weights[head])
+        mv = matrix_view("weights", "A", w, tok, keys, "(N, N)", "sequential", head, masked=hidden)
+        stats = row_stats(w, keys)
     mv.links = False
-    return {"matrix": mv, "stats": row_stats(w, tok), "spec": trace.spec}
+    return {"matrix": mv, "stats": stats, "spec": trace.spec}
+
+
+def outline_changes(a: MatrixView, b: MatrixView) -> int:
+    """Mark the cells whose value differs between two sides of a comparison (class `changed`); how many."""
+    changed = 0
+    for ra, rb in zip(a.cells, b.cells, strict=True):
+        for j, (ca, cb) in enumerate(zip(ra, rb, strict=True)):
+            if ca.value != cb.value:
+                ra[j] = replace(ca, cls=ca.cls + " changed")
+                rb[j] = replace(cb, cls=cb.cls + " changed")
+                changed += 1
+    return changed
 
 
 def _attention_stage(key: str) -> Presentation:
