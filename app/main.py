@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
@@ -31,6 +31,11 @@ from .settings import Settings, get_settings
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "static"
 MATH_FONT = ROOT / "node_modules" / "@fontsource" / "noto-sans-math" / "files"
+MATH_FONT_FILE = "noto-sans-math-latin-400-normal.woff2"
+MATH_FONT_FACE = (
+    '@font-face { font-family: "Lab Math"; src: url("/vendor/math-font/' + MATH_FONT_FILE + '") format("woff2"); '
+    "font-display: swap; }\n"
+)
 
 
 class LabApp(FastAPI):
@@ -62,6 +67,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/vendor/htmx", StaticFiles(directory=str(files("js_lib_htmx") / "static" / "htmx")), name="htmx")
     if MATH_FONT.is_dir():  # installed by `make` from npm; without it formulas use the system's math font
         app.mount("/vendor/math-font", StaticFiles(directory=MATH_FONT), name="math-font")
+
+    @app.get("/vendor/math-font.css", include_in_schema=False)
+    def math_font_css() -> Response:
+        """The math font's @font-face when `make` installed it, else an empty stylesheet: never a 404."""
+        rule = MATH_FONT_FACE if (MATH_FONT / MATH_FONT_FILE).is_file() else "/* no math font installed */\n"
+        return Response(rule, media_type="text/css", headers={"Cache-Control": "public, max-age=3600"})
     app.mount("/vendor/swagger", StaticFiles(directory=str(files("swagger_ui") / "static")), name="swagger")
     # Each feature brings its JSON API and its page; no feature imports another (the kernel is app/web/).
     for router in (

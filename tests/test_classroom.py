@@ -72,3 +72,19 @@ def test_every_kind_of_user_text_is_escaped_including_a_10000_character_token(cl
     assert api.json()["tokens"] == tokens
     too_long = client.get("/api/v1/attention", params={"tokens": "y" * 10_001})
     assert too_long.status_code == 422 and "10000" in too_long.json()["message"].replace(",", "")
+
+
+def test_the_math_font_stylesheet_never_404s(monkeypatch):
+    from pathlib import Path
+
+    import app.main as main
+
+    from .conftest import make_client
+
+    with make_client() as c:
+        r = c.get("/vendor/math-font.css")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/css")
+    monkeypatch.setattr(main, "MATH_FONT", Path("/nonexistent"))
+    with make_client() as c:  # a machine without npm: an empty stylesheet, not a missing file
+        r = c.get("/vendor/math-font.css")
+        assert r.status_code == 200 and "@font-face" not in r.text

@@ -7,6 +7,7 @@ is derived from the trace's own tensors, so the page and the JSON twin always ag
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -198,11 +199,23 @@ def weight_matrices(trace: Trace, key: str) -> list[MatrixView]:
     return out
 
 
+MINUS = re.compile(r"(?<![\w.])-(?=[\d.]|inf)")
+
+
+def typeset(text: str) -> str:
+    """A printed minus sign (U+2212) for every negative number; hyphens stay in words and subscripts."""
+    return MINUS.sub("−", text).replace("−inf", "−∞")
+
+
 @dataclass
 class Arithmetic:
     title: str
     lines: list[str]  # each a line of the computation, numbers filled in
     result: str
+
+    def __post_init__(self) -> None:
+        self.lines = [typeset(line) for line in self.lines]
+        self.result = typeset(self.result)
 
 
 def _sum_terms(a: np.ndarray, b: np.ndarray) -> str:

@@ -255,3 +255,14 @@ def test_presenter_mode_fits_the_projector_at_every_stage(page: Page, live_serve
         if height >= 1080:
             px = page.locator("table[data-matrix] td").first.evaluate("td => parseFloat(getComputedStyle(td).fontSize)")
             assert px >= 20, (stage, px)
+
+
+@pytest.mark.parametrize("url", ["/?stage=2&lang=zh", "/block?lang=en", "/decode?lang=zh&step=1", "/demos?lang=en",
+                                 "/params?lang=zh", "/lessons/five-stages?lang=en", "/?stage=4&present=1&lang=en"])  # fmt: skip
+def test_no_resource_fails_while_a_page_loads(page: Page, live_server: str, url: str):
+    """Fonts, styles, scripts and images included: nothing answers 4xx or 5xx."""
+    bad: list[str] = []
+    page.on("response", lambda r: bad.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.goto(live_server + url)
+    page.wait_for_load_state("networkidle")
+    assert not bad
