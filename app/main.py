@@ -73,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """The math font's @font-face when `make` installed it, else an empty stylesheet: never a 404."""
         rule = MATH_FONT_FACE if (MATH_FONT / MATH_FONT_FILE).is_file() else "/* no math font installed */\n"
         return Response(rule, media_type="text/css", headers={"Cache-Control": "public, max-age=3600"})
+
     app.mount("/vendor/swagger", StaticFiles(directory=str(files("swagger_ui") / "static")), name="swagger")
     # Each feature brings its JSON API and its page; no feature imports another (the kernel is app/web/).
     for router in (

@@ -35,6 +35,9 @@
     var rows = +img.dataset.rows, cols = +img.dataset.cols;
     var r = Math.min(rows - 1, Math.max(0, Math.floor((e.clientY - box.top) / box.height * rows)));
     var c = Math.min(cols - 1, Math.max(0, Math.floor((e.clientX - box.left) / box.width * cols)));
+    // The readout follows the pointer (CSSOM, not an inline style attribute: the CSP allows it).
+    out.style.left = (e.clientX - box.left + 14) + "px";
+    out.style.top = (e.clientY - box.top + 14) + "px";
     var rowLabels = JSON.parse(img.dataset.rowLabels), colLabels = JSON.parse(img.dataset.colLabels);
     var key = img.dataset.window + "#" + r;
     var show = function (values) {
@@ -49,6 +52,24 @@
       .then(function (body) { rowCache[key] = body.values[0]; show(rowCache[key]); })
       .catch(function () { /* the readout keeps the labels */ });
   }
+
+  // Clicking the map opens the 16 × 16 window of exact numbers around the clicked cell (an htmx swap, URL pushed).
+  document.addEventListener("click", function (e) {
+    var img = e.target;
+    if (!img || img.id !== "zoom" || !img.dataset.tileUrl) return;
+    var box = img.getBoundingClientRect();
+    var rows = +img.dataset.rows, cols = +img.dataset.cols;
+    var r = Math.floor((e.clientY - box.top) / box.height * rows);
+    var c = Math.floor((e.clientX - box.left) / box.width * cols);
+    var r0 = Math.max(0, Math.min(rows - 16, r - 8)), c0 = Math.max(0, Math.min(cols - 16, c - 8));
+    var a = document.createElement("a");
+    a.href = img.dataset.tileUrl.replace("ROW%2CCOL", r0 + "%2C" + c0).replace("ROW,COL", r0 + "," + c0);
+    a.hidden = true;
+    img.closest("main").appendChild(a);
+    if (window.htmx) window.htmx.process(a);
+    a.click();
+    a.remove();
+  });
 
   var pending = null;
   document.addEventListener("mousemove", function (e) {

@@ -19,11 +19,13 @@ from ..schemas import ERRORS, INT_OR_EMPTY, AttentionRequest, AttentionResponse,
 from ..web.answer import parse_query, respond
 from ..web.state import parse_head, parse_stage, query_int
 from ..web.tensors import (
+    COLOR_PARAM,
     HEATMAP_DOC,
     KEY_AXIS,
     NPZ,
     VIEW_PARAMS,
     WINDOW_EXTRA,
+    colour_mode,
     heatmap_response,
     key_tokens,
     matrix_of,
@@ -145,15 +147,18 @@ async def attention_matrix(request: Request, lab: Lab) -> tuple[Traced, str, np.
     "/attention/heatmap.png",
     response_class=Response,
     responses=HEATMAP_DOC,
-    openapi_extra={"parameters": query_parameters(AttentionRequest, VIEW_PARAMS | {"size": INT_OR_EMPTY})},
+    openapi_extra={
+        "parameters": query_parameters(AttentionRequest, VIEW_PARAMS | {"size": INT_OR_EMPTY, "color": COLOR_PARAM})
+    },
 )
 @cached_get
 async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
     (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is grey."""
     size = query_int(request.query_params, "size", 512, 16, 2048)
+    mode = colour_mode(request.query_params)
     _, tensor, a = await attention_matrix(request, lab)
-    return await run_in_threadpool(heatmap_response, tensor, a, size)
+    return await run_in_threadpool(heatmap_response, tensor, a, size, mode)
 
 
 @router.get("/attention/window", openapi_extra={"parameters": query_parameters(AttentionRequest, WINDOW_EXTRA)})

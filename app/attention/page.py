@@ -29,7 +29,7 @@ from .view import MAX_QR_CHARS, large_context, qr_svg, small_context
 router = APIRouter(include_in_schema=False)
 
 API_KEYS = url_fields(AttentionRequest)
-VIEW_KEYS = ("stage", "head", "compare", "cell", "tile", "present", "hide", "lesson", "step")
+VIEW_KEYS = ("stage", "head", "compare", "cell", "tile", "color", "present", "hide", "lesson", "step")
 HIDEABLE = ("controls", "nav", "formula", "explain", "notice", "checks")
 SCALE_CYCLE = {"sqrt_dk": "none", "none": "dk", "dk": "sqrt_dk"}
 COMPARE_PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {

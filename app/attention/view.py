@@ -4,6 +4,7 @@ mask), large ones as heat maps with a tile inspector; presenter mode's QR code."
 from __future__ import annotations
 
 import io
+import math
 from typing import Any
 
 import numpy as np
@@ -14,10 +15,14 @@ from engine.spec import MAIN_TENSOR
 from ..render import page as view
 from ..render import stages
 from ..render.arrays import to_numpy
-from ..render.cells import matrix_view, row_stats
+from ..render.cells import matrix_view, row_stats, short
+from ..render.heatmap import COLOR_MODES
 from ..web.state import ViewState, parse_cell, parse_tile
+from ..web.tensors import colour_mode
 
 TILE = 16
+SEQUENTIAL_SWATCHES = [f"sq-{i}" for i in range(11)]
+DIVERGING_SWATCHES = [f"dv-m{i}" for i in range(5, 0, -1)] + ["dv-p0"] + [f"dv-p{i}" for i in range(1, 6)]
 
 
 def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:
@@ -50,11 +55,38 @@ def small_context(trace: Trace, key: str, head: int, state: ViewState, t: Any) -
     return ctx
 
 
+def axis_labels(labels: list[str], most: int = 32) -> list[str]:
+    """One entry per row (or column) of the map, in order: every k-th label shown (at most `most`), the rest empty,
+    so equal flex items line up with the image's rows without any inline style."""
+    n = len(labels)
+    step = max(1, math.ceil(n / most))
+    return [(f"{i}: {labels[i]}" if step > 1 else labels[i]) if i % step == 0 else "" for i in range(n)]
+
+
+COLOR_TICKS = {
+    ("sequential", "linear"): ["0", "0.5", "1"],
+    ("sequential", "log"): ["10⁻⁴", "10⁻²", "1"],
+    ("sequential", "row"): ["0", "½ row max", "row max"],
+    ("diverging", "linear"): None,
+    ("diverging", "log"): ["−max", "0", "+max (log)"],
+    ("diverging", "row"): ["−row max", "0", "+row max"],
+}
+
+
 def large_context(trace: Trace, key: str, head: int, state: ViewState) -> dict[str, Any]:
     spec = trace.spec
     tensor = MAIN_TENSOR[key]
+    scale_kind = "sequential" if tensor == "weights" else "diverging"
+    # Near-uniform attention over many keys is one flat colour on a linear 0-1 scale: weights default to log.
+    mode = (
+        colour_mode({"color": state.get("color")})
+        if state.get("color")
+        else ("log" if tensor == "weights" else "linear")
+    )
     full = getattr(getattr(trace, key), tensor)[head]  # (N, N) or (N, d_k)
     a = to_numpy(full)
+    finite = a[np.isfinite(a)]
+    bound = float(np.abs(finite).max()) if finite.size else 0.0
     n_rows, n_cols = a.shape
     r0, c0 = parse_tile(state.get("tile"))
     row0 = min(r0, max(0, n_rows - TILE))
@@ -90,10 +122,21 @@ def large_context(trace: Trace, key: str, head: int, state: ViewState) -> dict[s
     return {
         "tensor": tensor,
         "thumbs": [
-            (h, "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=h, size=96), state.url(head=h))
+            (
+                h,
+                "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=h, size=96, color=mode),
+                state.url(head=h),
+            )
             for h in range(spec.n_heads)
         ],
-        "zoom_src": "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=head, size=size),
+        "zoom_src": "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=head, size=size, color=mode),
+        "color": mode,
+        "color_urls": [(m, state.url(color=m)) for m in COLOR_MODES],
+        "ticks": COLOR_TICKS[(scale_kind, mode)] or [short(-bound), "0", short(bound)],
+        "swatches": SEQUENTIAL_SWATCHES if scale_kind == "sequential" else DIVERGING_SWATCHES,
+        "row_axis": axis_labels(tok),
+        "col_axis": axis_labels(col_labels),
+        "tile_url": state.url(tile="ROW,COL"),
         "window_api": "/api/v1/attention/window?" + state.api_query(stage=key, tensor=tensor, head=head),
         "n_rows": n_rows,
         "n_cols": n_cols,

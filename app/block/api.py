@@ -14,7 +14,17 @@ from ..lab import Lab, cached_get, get_lab
 from ..schemas import ERRORS, INT_OR_EMPTY, BlockRequest, query_parameters
 from ..web.answer import parse_query, respond
 from ..web.state import query_int
-from ..web.tensors import HEATMAP_DOC, NPZ, VIEW_PARAMS, WINDOW_EXTRA, heatmap_response, matrix_of, window_response
+from ..web.tensors import (
+    COLOR_PARAM,
+    HEATMAP_DOC,
+    NPZ,
+    VIEW_PARAMS,
+    WINDOW_EXTRA,
+    colour_mode,
+    heatmap_response,
+    matrix_of,
+    window_response,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["block"], responses=ERRORS)
 
@@ -69,15 +79,18 @@ async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
     "/block/heatmap.png",
     response_class=Response,
     responses=HEATMAP_DOC,
-    openapi_extra={"parameters": query_parameters(BlockRequest, VIEW_PARAMS | {"size": INT_OR_EMPTY})},
+    openapi_extra={
+        "parameters": query_parameters(BlockRequest, VIEW_PARAMS | {"size": INT_OR_EMPTY, "color": COLOR_PARAM})
+    },
 )
 @cached_get
 async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One tensor of one block stage as a PNG: the block fields plus `stage`, `tensor`, `head`, `size`."""
     size = query_int(request.query_params, "size", 512, 16, 2048)
+    mode = colour_mode(request.query_params)
     trace = await _block_trace(request, lab)
     tensor, a = matrix_of(request, trace, default_stage="output")
-    return await run_in_threadpool(heatmap_response, tensor, a, size)
+    return await run_in_threadpool(heatmap_response, tensor, a, size, mode)
 
 
 @router.get("/block/window", openapi_extra={"parameters": query_parameters(BlockRequest, WINDOW_EXTRA)})

@@ -36,29 +36,58 @@ def _lut(hexes: list[str], n: int = 256) -> np.ndarray:
 LUTS = {"sequential": _lut(VIRIDIS), "diverging": _lut(RDBU)}
 
 
-def colourise(a: np.ndarray, scale: str) -> np.ndarray:
-    """(R, C) floats -> (R, C, 3) uint8."""
+COLOR_MODES = ("linear", "log", "row")
+LOG_FLOOR = 1e-4  # log scale for weights: 10⁻⁴ … 1
+
+
+def rescale(a: np.ndarray, scale: str, mode: str) -> np.ndarray:
+    """The values a colour map reads, for `mode`: `linear` as they are; `log` weights on log10 from 10⁻⁴ to 1
+    (scores on a symmetric log of |value|); `row` each row divided by its largest |value|, so the structure of
+    near-uniform rows shows. −∞ stays −∞. Sequential results lie in [0, 1]; diverging in [−1, 1] (or as given)."""
+    if mode == "linear":
+        return a
+    finite = np.isfinite(a)
+    out = np.where(finite, a, 0.0).astype(np.float64)
+    if mode == "log":
+        if scale == "sequential":
+            out = (np.log10(np.clip(out, LOG_FLOOR, 1.0)) - np.log10(LOG_FLOOR)) / -np.log10(LOG_FLOOR)
+        else:
+            bound = float(np.abs(out).max()) or 1.0
+            out = np.sign(out) * np.log10(1 + 9 * np.abs(out) / bound)
+    elif mode == "row":
+        peak = np.abs(out).max(axis=-1, keepdims=True)
+        out = out / np.where(peak > 0, peak, 1.0)
+    else:
+        raise ValueError(f"unknown colour mode {mode!r}")
+    return np.where(finite, out, a)
+
+
+def colourise(a: np.ndarray, scale: str, bound: float | None = None) -> np.ndarray:
+    """(R, C) floats -> (R, C, 3) uint8; a diverging map runs over ±`bound` (the largest |value| by default)."""
     finite = np.isfinite(a)
     if scale == "sequential":
         t = np.clip(np.where(finite, a, 0), 0, 1)
     else:
-        bound = float(np.abs(a[finite]).max()) if finite.any() else 0.0
+        if bound is None:
+            bound = float(np.abs(a[finite]).max()) if finite.any() else 0.0
         t = np.where(finite, a, 0) / (2 * bound) + 0.5 if bound > 0 else np.full(a.shape, 0.5)
     rgb = LUTS[scale][np.clip((t * 255).round().astype(np.int64), 0, 255)]
     rgb[~finite] = MASKED
     return rgb
 
 
-def png(a: np.ndarray, scale: str, size: int) -> bytes:
+def png(a: np.ndarray, scale: str, size: int, mode: str = "linear") -> bytes:
     """A PNG whose longer side is `size` pixels: nearest-neighbour when enlarging, area-averaged when shrinking.
-    The shorter side never loses rows (or columns) it has room for, so a (7, 3072) strip keeps its 7 tokens."""
+    The shorter side never loses rows (or columns) it has room for, so a (7, 3072) strip keeps its 7 tokens.
+    `mode` (linear, log, row) chooses what the colours read."""
+    a = rescale(a, scale, mode)
     h, w = a.shape
     factor = size / max(h, w)
     target = (max(round(w * factor), min(w, size), 1), max(round(h * factor), min(h, size), 1))
     if factor < 1 and np.isfinite(a).all():
         # Shrinking: average the values first (area averaging), then colour only the pixels that remain.
         a = np.asarray(Image.fromarray(a.astype(np.float32), "F").resize(target, Image.Resampling.BOX))
-    img = Image.fromarray(colourise(a, scale), "RGB")
+    img = Image.fromarray(colourise(a, scale, 1.0 if mode != "linear" and scale == "diverging" else None), "RGB")
     if img.size != target:
         img = img.resize(target, Image.Resampling.NEAREST if factor >= 1 else Image.Resampling.BOX)
     buf = io.BytesIO()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from engine.spec import MAIN_TENSOR
 
 from ..render.arrays import Traced, to_numpy
 from ..render.cells import full
-from ..render.heatmap import png
+from ..render.heatmap import COLOR_MODES, png
 from ..render.payload import json_response
 from ..schemas import INT_OR_EMPTY, FieldError
 from .state import parse_head, parse_stage, query_int
@@ -46,6 +47,17 @@ def key_tokens(trace: Traced) -> list[str]:
     return list(getattr(getattr(spec, "attn", spec), "kv_tokens", ()) or trace.tokens)
 
 
+COLOR_PARAM: dict[str, Any] = {"type": "string", "enum": [*COLOR_MODES, ""]}
+
+
+def colour_mode(params: Mapping[str, str]) -> str:
+    """`color`: linear (the default), log or row."""
+    mode = params.get("color") or "linear"
+    if mode not in COLOR_MODES:
+        raise FieldError("color", f"must be one of {', '.join(COLOR_MODES)}, got {mode[:40]!r}")
+    return mode
+
+
 def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
     """The 2-D matrix a heat map or a window shows: `stage` (key or 1-based index), `tensor` (the stage's main one
     by default) and `head` for tensors with a head axis."""
@@ -62,8 +74,8 @@ def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -
     return tensor, to_numpy(t)
 
 
-def heatmap_response(tensor: str, a: np.ndarray, size: int) -> Response:
-    body = png(a, "sequential" if tensor == "weights" else "diverging", size)
+def heatmap_response(tensor: str, a: np.ndarray, size: int, mode: str = "linear") -> Response:
+    body = png(a, "sequential" if tensor == "weights" else "diverging", size, mode)
     return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 
 

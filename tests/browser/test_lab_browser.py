@@ -266,3 +266,18 @@ def test_no_resource_fails_while_a_page_loads(page: Page, live_server: str, url:
     page.goto(live_server + url)
     page.wait_for_load_state("networkidle")
     assert not bad
+
+
+def test_clicking_the_heat_map_moves_the_inspector_and_the_readout_follows(page: Page, live_server: str):
+    toks = "+".join(f"w{i}" for i in range(64))
+    page.goto(f"{live_server}/?preset=gpt2-small&stage=4&lang=en&tokens={toks}")
+    expect(page.locator(".zoom[data-color=log]")).to_have_count(1)  # weights default to a readable log scale
+    img = page.locator("#zoom")
+    img.scroll_into_view_if_needed()
+    box = img.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] * 0.7)
+    expect(page.locator("#hover-readout")).not_to_be_empty()
+    page.mouse.click(box["x"] + box["width"] * 0.1, box["y"] + box["height"] * 0.9)  # row ~57, column ~6
+    expect(page.locator("table[data-matrix=weights] td").first).to_have_attribute("data-row", "48")
+    assert "tile=48%2C0" in page.url
