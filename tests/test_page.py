@@ -302,3 +302,13 @@ def test_compare_stays_in_presenter_mode(client):
     page = soup(client.get("/?stage=4&compare=scale&present=1&lang=zh"))
     assert page.select_one(".compare-view table[data-matrix=weights]") is not None
     assert page.select_one("nav.toggles .compare a") is not None
+
+
+def test_every_matrix_exports_a_labelled_svg_for_slides(client):
+    page = soup(client.get("/?stage=3&lang=zh"))
+    links = page.select("a[data-export=svg]")
+    assert {a["href"].split("tensor=")[1].split("&")[0] for a in links} == {"mask", "masked"}
+    for a in links:
+        r = client.get(a["href"])
+        assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg+xml")
+        assert "猫" in r.text and r.text.count("<rect") == 25

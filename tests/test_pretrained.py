@@ -163,3 +163,16 @@ def test_the_page_says_when_minilm_turned_tokens_into_unk(client):
     assert r.status_code == 200 and 'data-notice="unk"' in r.text and "[UNK]" in r.text
     plain = client.get("/", params={"preset": "minilm", "text": "The cat sat", "stage": 1, "lang": "en"})
     assert 'data-notice="unk"' not in plain.text
+
+
+@needs_smollm2
+def test_a_short_sentence_shows_its_token_by_token_stages_as_cells(client):
+    """The rule is about tokens: (N, N) scores, mask and weights of 6 tokens fit as numbers, whatever d_model."""
+    for stage, cells_expected in ((1, False), (2, True), (3, True), (4, True), (5, False)):
+        r = client.get(
+            "/", params={"preset": "smollm2", "text": "The cat sat on the mat", "stage": stage, "lang": "en"}
+        )
+        has_zoom = 'id="zoom"' in r.text
+        assert r.status_code == 200 and has_zoom != cells_expected, stage
+    weights = client.get("/", params={"preset": "smollm2", "text": "The cat sat on the mat", "stage": 4, "lang": "en"})
+    assert 'data-matrix="weights"' in weights.text

@@ -87,7 +87,7 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
             key=key,
             index=index + 1,
             head=head,
-            small=view.is_small(trace),
+            small=view.is_small(trace, key),
             **stages.present(trace, key, t),
             unknown_tokens=sum(tok == "[UNK]" for tok in spec.tokens),
             random_weights=spec.preset in PRESETS,
@@ -150,4 +150,5 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
         stages=STAGES,
         presets=[*PRESETS, *lab.models],
         models=lab.models,
+        svg_base="/api/v1/attention/heatmap.svg",
     )

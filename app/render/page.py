@@ -25,8 +25,15 @@ from .stages import Presentation, register
 SMALL = 16  # traces with N and d_model up to this show every number in cells
 
 
-def is_small(trace: Trace) -> bool:
-    return trace.spec.n_tokens <= SMALL and trace.spec.d_model <= SMALL
+TOKEN_BY_TOKEN = ("scores", "mask", "softmax")  # stages whose matrices are (N, N_kv): their size is the tokens'
+
+
+def is_small(trace: Trace, key: str | None = None) -> bool:
+    """Numbers in cells when they fit: every matrix of a small trace; the (N, N) matrices of a stage whose size is
+    the tokens', whatever d_model (a 13-token SmolLM2 sentence shows its scores, mask and weights as cells)."""
+    spec = trace.spec
+    tokens_fit = spec.n_tokens <= SMALL and (len(spec.kv_tokens) or spec.n_tokens) <= SMALL
+    return tokens_fit and (spec.d_model <= SMALL or key in TOKEN_BY_TOKEN)
 
 
 @lru_cache(maxsize=64)
