@@ -24,3 +24,32 @@ def _choices() -> dict[str, list[str]]:
 
 
 TEMPLATES.env.globals["choices"] = _choices()
+
+
+def _field_kinds() -> dict[str, str]:
+    """Each request field a page's URL carries and the input it needs: choice, integer, number, list or text."""
+    from .schemas import LIST_FIELDS, AttentionRequest
+    from .web.state import url_fields
+
+    props = AttentionRequest.model_json_schema()["properties"]
+    kinds: dict[str, str] = {}
+    for name in url_fields(AttentionRequest):
+        options = props[name].get("anyOf", [props[name]])
+        types = {o.get("type") for o in options}
+        if name in CHOICES:
+            kinds[name] = "choice"
+        elif name in LIST_FIELDS:
+            kinds[name] = "list"
+        elif "integer" in types:
+            kinds[name] = "integer"
+        elif "number" in types:
+            kinds[name] = "number"
+        else:
+            kinds[name] = "text"
+    return kinds
+
+
+CHOICES = TEMPLATES.env.globals["choices"]
+# The lab form renders every URL field of the request model: the ones placed by hand in lab.html, and any other
+# (a new field) as a generic input from this list, labelled from the catalogue.
+TEMPLATES.env.globals["field_kinds"] = _field_kinds()

@@ -154,3 +154,22 @@ def test_every_stage_a_page_shows_has_one_registered_presentation() -> None:
     for placement in ("pre", "post"):
         keys |= set(make_block_spec(make_spec(), placement=placement).order)
     assert keys == set(REGISTRY)
+
+
+def test_every_url_field_has_a_label_in_both_catalogues() -> None:
+    for name in url_fields(AttentionRequest):
+        assert name in MESSAGES["en"] and name in MESSAGES["zh"], name
+
+
+def test_a_new_request_field_appears_on_the_form_without_a_template_edit(client: TestClient, monkeypatch) -> None:
+    """A field new to the request model (here faked into the derived field list) and its catalogue label: the
+    lab's form renders it by its kind."""
+    from app.templating import TEMPLATES
+
+    kinds = dict(TEMPLATES.env.globals["field_kinds"]) | {"temperature": "number"}
+    monkeypatch.setitem(TEMPLATES.env.globals, "field_kinds", kinds)
+    for lang, label in (("en", "Temperature"), ("zh", "温度")):
+        monkeypatch.setitem(MESSAGES[lang], "temperature", label)
+    page = BeautifulSoup(client.get("/?lang=zh&seed=97531").text, "html.parser")
+    box = page.select_one("form#controls input[name=temperature]")
+    assert box is not None and box["type"] == "number" and "温度" in box.parent.get_text()
