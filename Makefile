@@ -62,6 +62,10 @@ fuzz: install-test
 	FUZZ=1 FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/test_schemathesis.py tests/test_engine_properties.py \
 	  tests/test_decode.py -p no:randomly --timeout=0 -x
 
+# Pictures of presenter mode (1280x720, 1920x1080), a phone and the heat maps, in both languages.
+screenshots: install-test
+	$(BIN)/python -m tests.screenshots
+
 # Five named engine bugs applied to a copy; the suite must catch each (see the README for the last result).
 mutants: install-test
 	$(BIN)/python -m tests.mutants

@@ -173,3 +173,20 @@ def test_a_new_request_field_appears_on_the_form_without_a_template_edit(client:
     page = BeautifulSoup(client.get("/?lang=zh&seed=97531").text, "html.parser")
     box = page.select_one("form#controls input[name=temperature]")
     assert box is not None and box["type"] == "number" and "温度" in box.parent.get_text()
+
+
+# Names a Chinese page keeps in Latin letters: models, tensors, parameters, API routes, units and code.
+LATIN_OK = set(
+    ["English", "JSON", "NumPy", "npz", "Softmax", "softmax", "SmolLM", "SmolLM2", "MiniLM", "GPT", "LayerNorm", "RMSNorm", "layernorm", "rmsnorm", "GELU", "gelu", "SwiGLU", "swiglu", "SiLU", "FFN", "RoPE", "rope", "GQA", "MQA", "KV", "cache", "API", "SDPA", "scaled_dot_product_attention", "torch", "PyTorch", "nats", "Pre", "LN", "Post", "SVG", "Concat", "head", "exp", "max", "log", "LM", "prefix", "prefill", "cpu", "cuda", "NaN", "Var", "dtype", "float", "bfloat", "permutation", "scaling", "small", "medium", "large", "llama", "gpt", "lm_head", "input", "n_ctx", "n_kv_heads", "d_model", "d_k", "d_ff", "w_q", "w_k", "w_v", "w_o", "w_up", "w_down", "a_ij", "v_j", "a_t", "o_t", "q_t", "W_Q", "W_K", "W_V", "W_O", "head0", "v_1", "ln1", "fp16", "bfloat16", "float16", "float32", "gpt2"]
+)
+ZH_PAGES = ["/?stage=1", "/?stage=3", "/?stage=4", "/?stage=5", "/?stage=2&present=1", "/block", "/decode?step=1",
+            "/demos", "/params", "/lessons", "/lessons/five-stages", "/?stage=3&lesson=five-stages&step=3"]  # fmt: skip
+
+
+@pytest.mark.parametrize("url", ZH_PAGES)
+def test_chinese_pages_hold_no_english_ui_strings(client: TestClient, url: str) -> None:
+    page = BeautifulSoup(client.get(url + ("&" if "?" in url else "?") + "lang=zh").text, "html.parser")
+    for el in page.select("script, style, math, table[data-matrix], code, .axis, svg"):
+        el.decompose()
+    words = set(re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", page.get_text(" ")))
+    assert words <= LATIN_OK, sorted(words - LATIN_OK)
