@@ -203,6 +203,14 @@ class BlockRequest(AttentionRequest):
         return View(stages=stages, heads=view.heads, decimals=view.decimals)
 
 
+class TilesRequest(AttentionRequest):
+    """An attention trace, then FlashAttention's schedule for one head over blocks of queries and keys."""
+
+    block_q: int = Field(2, ge=1, le=1024, description="Queries per block (FlashAttention's B_r).")
+    block_k: int = Field(2, ge=1, le=1024, description="Keys per block (FlashAttention's B_c).")
+    head: int = Field(0, ge=0, description="The head whose schedule is returned (0-based).")
+
+
 class DecodeRequest(AttentionRequest):
     """Prefill the first `prefill` tokens, then decode the rest one at a time against the KV cache."""
 

@@ -49,7 +49,7 @@ def _field_kinds() -> dict[str, str]:
     return kinds
 
 
-CHOICES = TEMPLATES.env.globals["choices"]
+CHOICES: dict[str, list[str]] = _choices()
 # The lab form renders every URL field of the request model: the ones placed by hand in lab.html, and any other
 # (a new field) as a generic input from this list, labelled from the catalogue.
 TEMPLATES.env.globals["field_kinds"] = _field_kinds()

@@ -7,15 +7,27 @@ import io
 from typing import Annotated, Any
 
 import numpy as np
+import torch
 from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from engine import PRESETS, STAGE_TENSORS, STAGES
+from engine.spec import DTYPE_BYTES
 
+from ..errors import field_error, where_of
 from ..lab import Lab, cached_get, get_lab
 from ..render.arrays import Traced, to_numpy
 from ..render.heatmap import svg as heatmap_svg_of
-from ..schemas import ERRORS, INT_OR_EMPTY, AttentionRequest, AttentionResponse, FieldError, query_parameters
+from ..render.payload import json_response
+from ..schemas import (
+    ERRORS,
+    INT_OR_EMPTY,
+    AttentionRequest,
+    AttentionResponse,
+    FieldError,
+    TilesRequest,
+    query_parameters,
+)
 from ..web.answer import parse_query, respond
 from ..web.state import parse_head, parse_stage, query_int
 from ..web.tensors import (
@@ -227,3 +239,100 @@ async def heatmap_svg(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
     rows = tok if a.shape[0] == len(tok) else keys
     svg = heatmap_svg_of(a, rows, cols, "sequential" if tensor == "weights" else "diverging", tensor)
     return Response(svg, media_type="image/svg+xml")
+
+
+TILES_NOTE = (
+    "FlashAttention's online softmax for one head: for each block of block_q queries, each block of block_k keys "
+    "updates the running row maximum m, the running sum l (after multiplying the earlier one by rescale = "
+    "exp(m_before - m_after)) and the unnormalised accumulator acc; a block whose every entry is masked is skipped. "
+    "output = acc / l equals stage 5's heads (max_abs_diff_vs_staged). m is null (−∞) until a row has read a key."
+)
+
+
+def tiles_document(trace: Traced, req: TilesRequest) -> dict[str, Any]:
+    from engine.attention import per_head
+    from engine.flash import memory_bytes, tiled_attention
+
+    spec = trace.spec  # type: ignore[attr-defined]
+    p = trace.projection  # type: ignore[attr-defined]
+    h = req.head
+    k, v = per_head(p.key, spec.n_heads)[h], per_head(p.v, spec.n_heads)[h]
+    allow = torch.isfinite(trace.mask.mask)  # type: ignore[attr-defined]
+    tiled = tiled_attention(p.query[h], k, v, allow, spec.scale_value, req.block_q, req.block_k)
+    staged = trace.weighted_sum.heads[h].double()  # type: ignore[attr-defined]
+    diff = float((tiled.output - staged).abs().max()) if staged.numel() else 0.0
+    arr = to_numpy
+    return {
+        "spec": trace.summary(),
+        "tokens": list(trace.tokens),
+        "head": h,
+        "block_q": req.block_q,
+        "block_k": req.block_k,
+        "blocks": [
+            {
+                "q_block": b.q_block,
+                "rows": list(b.rows),
+                "steps": [
+                    {
+                        "k_block": s.k_block,
+                        "cols": list(s.cols),
+                        "skipped": s.skipped,
+                        "m": arr(s.m),
+                        "l": arr(s.l),
+                        "rescale": arr(s.rescale),
+                        "acc": arr(s.acc),
+                    }
+                    for s in b.steps
+                ],
+                "output": arr(b.output),
+            }
+            for b in tiled.blocks
+        ],
+        "output": arr(tiled.output),
+        "max_abs_diff_vs_staged": diff,
+        "memory_bytes": memory_bytes(
+            spec.n_tokens,
+            len(spec.kv_tokens) or spec.n_tokens,
+            spec.d_k,
+            req.block_q,
+            req.block_k,
+            DTYPE_BYTES[spec.dtype],
+        ),
+    }
+
+
+async def answer_tiles(request: Request, req: TilesRequest, lab: Lab) -> Response:
+    spec = req.to_spec(lab.limits, lab.device, lab.models)
+    if req.head >= spec.n_heads:
+        raise FieldError("head", f"head {req.head} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+    n, n_kv = spec.n_tokens, len(spec.kv_tokens) or spec.n_tokens
+    k_blocks = -(-n_kv // req.block_k)
+    numbers = n * k_blocks * (spec.d_k + 3) + 2 * n * spec.d_k
+    if 2 * numbers > lab.json_limit:
+        return field_error(
+            where_of(request),
+            "block_k",
+            f"the schedule would be at least {2 * numbers / 2**20:.1f} MiB, over the {lab.json_limit / 2**20:.0f} MiB "
+            "limit: use larger key blocks or fewer tokens",
+            status=413,
+        )
+    trace, _ = await lab.trace_async(spec)
+    return json_response(await run_in_threadpool(tiles_document, trace, req))
+
+
+@router.post("/attention/tiles", responses=ERRORS, description=TILES_NOTE)
+async def tiles_post(
+    request: Request, req: Annotated[TilesRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]
+) -> Response:
+    return await answer_tiles(request, req, lab)
+
+
+@router.get(
+    "/attention/tiles",
+    responses=ERRORS,
+    description=TILES_NOTE,
+    openapi_extra={"parameters": query_parameters(TilesRequest)},
+)
+@cached_get
+async def tiles_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    return await answer_tiles(request, parse_query(request, TilesRequest), lab)
