@@ -23,6 +23,8 @@ from .lessons import page as lessons_page
 from .limits import BodyLimit, QueryLimit, SecurityHeaders, SendTimeout
 from .metrics import Metrics, Observe
 from .metrics import router as metrics_router
+from .model import api as model_api
+from .model import page as model_page
 from .params import api as params_api
 from .params import page as params_page
 from .schemas import LIST_FIELDS
@@ -83,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         demos_api.router,
         params_api.router,
         lessons_page.api,
+        model_api.router,
         health.router,
         metrics_router,
         docs.router,
@@ -92,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         demos_page.router,
         params_page.router,
         lessons_page.router,
+        model_page.router,
     ):
         app.include_router(router)
     return app

