@@ -336,3 +336,55 @@ async def tiles_post(
 @cached_get
 async def tiles_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     return await answer_tiles(request, parse_query(request, TilesRequest), lab)
+
+
+SINK_NOTE = (
+    "Attention sinks: sink_share[h] is head h's mean weight on key 0 over queries 1…N−1. Dropping the sink gives "
+    "every query but the first zero weight on key 0 and renormalises the rest (a row that was all sink becomes zero); "
+    "output_change[i] = ‖O′ᵢ − Oᵢ‖₂ for the layer's output O = Concat(AV)W_O + b_O, relative_change divides by "
+    "‖Oᵢ‖₂. weights holds the renormalised weights of the selected heads."
+)
+
+
+def sink_document(trace: Traced, heads: tuple[int, ...]) -> dict[str, Any]:
+    from engine.sinks import drop_sink
+
+    d = drop_sink(trace)  # type: ignore[arg-type]
+    return {
+        "spec": trace.summary(),
+        "tokens": list(trace.tokens),
+        "heads": list(heads),
+        "sink_share": to_numpy(d.share),
+        "output_change": to_numpy(d.change),
+        "relative_change": to_numpy(d.relative),
+        "weights": to_numpy(d.weights[list(heads)]),
+    }
+
+
+async def answer_sink(request: Request, req: AttentionRequest, lab: Lab) -> Response:
+    spec = req.to_spec(lab.limits, lab.device, lab.models)
+    view = req.view(spec)
+    numbers = len(view.heads) * spec.n_tokens * (len(spec.kv_tokens) or spec.n_tokens) + 3 * spec.n_tokens
+    if 2 * numbers > lab.json_limit:
+        return field_error(where_of(request), "heads", f"the weights of {len(view.heads)} heads are over the "
+                           f"{lab.json_limit / 2**20:.0f} MiB JSON limit: select fewer `heads`", status=413)  # fmt: skip
+    trace, _ = await lab.trace_async(spec)
+    return json_response(await run_in_threadpool(sink_document, trace, view.heads))
+
+
+@router.post("/attention/sink", responses=ERRORS, description=SINK_NOTE)
+async def sink_post(
+    request: Request, req: Annotated[AttentionRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]
+) -> Response:
+    return await answer_sink(request, req, lab)
+
+
+@router.get(
+    "/attention/sink",
+    responses=ERRORS,
+    description=SINK_NOTE,
+    openapi_extra={"parameters": query_parameters(AttentionRequest)},
+)
+@cached_get
+async def sink_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    return await answer_sink(request, parse_query(request, AttentionRequest), lab)
