@@ -75,3 +75,23 @@ def test_a_schedule_too_large_for_json_is_refused_before_computing():
         r = c.get("/api/v1/attention/tiles", params={"preset": "gpt2-small", "tokens": " ".join("abcdefghij" * 10),
                                                      "block_k": 1})  # fmt: skip
         assert r.status_code == 413 and r.json()["detail"][0]["loc"][-1] == "block_k"
+
+
+def test_the_walk_through_page_steps_through_the_blocks(client):
+    from bs4 import BeautifulSoup
+
+    page = BeautifulSoup(client.get("/tiles", params={"lang": "zh", "qb": 0, "kb": 1}).text, "html.parser")
+    step = page.select_one("#tile-step")
+    assert step["data-skipped"] == "true"  # queries 0-1 against keys 2-3: above the causal diagonal
+    last = BeautifulSoup(client.get("/tiles", params={"lang": "en", "qb": 2}).text, "html.parser")
+    assert last.select_one("#tile-step")["data-kb"] == "2"  # the last key block by default, with the output
+    out = last.select("[data-table=output] tr")
+    staged = client.get("/api/v1/attention", params={"stages": "weighted_sum"}).json()["stages"][0]["tensors"]["heads"][
+        0
+    ]
+    assert len(out) == 1 and out[0].select_one("td").get_text().split()[0] == f"{staged[4][0]:.4f}"
+    memory = last.select_one("[data-memory-staged]")
+    assert int(memory["data-memory-staged"]) > 0 and int(memory["data-memory-tiled"]) > 0
+    nxt = BeautifulSoup(client.get("/tiles", params={"lang": "en", "qb": 1, "kb": 0}).text, "html.parser")
+    assert client.get(nxt.select_one("[data-action=next]")["href"]).status_code == 200
+    assert client.get("/tiles", params={"qb": 7, "lang": "en"}).status_code == 422

@@ -106,7 +106,7 @@ def test_both_catalogues_hold_the_same_keys_and_placeholders() -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["/", "/embed", "/block", "/decode", "/demos", "/params", "/lessons", "/lessons/five-stages", "/model"],
+    ["/", "/embed", "/block", "/decode", "/demos", "/params", "/lessons", "/lessons/five-stages", "/model", "/tiles"],
 )
 def test_every_page_links_a_json_twin_that_answers(client: TestClient, url: str) -> None:
     page = BeautifulSoup(client.get(url + "?lang=zh").text, "html.parser")
