@@ -210,6 +210,12 @@ class TilesRequest(AttentionRequest):
     block_k: int = Field(2, ge=1, le=1024, description="Keys per block (FlashAttention's B_c).")
     head: int = Field(0, ge=0, description="The head whose schedule is returned (0-based).")
 
+    def to_tiles_spec(self, limits: Limits, device: str, models: Mapping[str, Any] | None = None) -> Spec:
+        spec = self.to_spec(limits, device, models)
+        if self.head >= spec.n_heads:
+            raise FieldError("head", f"head {self.head} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+        return spec
+
 
 class DecodeRequest(AttentionRequest):
     """Prefill the first `prefill` tokens, then decode the rest one at a time against the KV cache."""
@@ -252,8 +258,9 @@ LIST_FIELDS = ("pad_positions", "segment_ids", "stages", "heads", "token_ids")
 JSON_FIELDS = ("x", *MATRICES, *BIASES, "mask_matrix")
 
 
-_QUERY_INT = re.compile(r"-?[0-9]{1,30}")
-_QUERY_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
+# Numbers as query text may write them: ASCII digits only (int() and float() would also take "²", "٣" or "1_1").
+ASCII_INT = re.compile(r"-?[0-9]{1,30}")
+ASCII_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
 
 
 @lru_cache(maxsize=16)
@@ -273,9 +280,9 @@ def _number_kinds(model: type[BaseModel]) -> dict[str, str]:
 def _query_value(text: str, kind: str | None) -> Any:
     """Query text as the JSON value a POST would carry: plain ASCII numerals become numbers; anything else stays
     text, for the strict model to refuse with a message naming the field."""
-    if kind == "integer" and _QUERY_INT.fullmatch(text):
+    if kind == "integer" and ASCII_INT.fullmatch(text):
         return int(text)
-    if kind == "number" and _QUERY_NUMBER.fullmatch(text):
+    if kind == "number" and ASCII_NUMBER.fullmatch(text):
         return float(text)
     return text
 

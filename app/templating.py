@@ -23,7 +23,8 @@ def _choices() -> dict[str, list[str]]:
     return out
 
 
-TEMPLATES.env.globals["choices"] = _choices()
+CHOICES: dict[str, list[str]] = _choices()
+TEMPLATES.env.globals["choices"] = CHOICES
 
 
 def _field_kinds() -> dict[str, str]:
@@ -49,7 +50,6 @@ def _field_kinds() -> dict[str, str]:
     return kinds
 
 
-CHOICES: dict[str, list[str]] = _choices()
 # The lab form renders every URL field of the request model: the ones placed by hand in lab.html, and any other
 # (a new field) as a generic input from this list, labelled from the catalogue.
 TEMPLATES.env.globals["field_kinds"] = _field_kinds()

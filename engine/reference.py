@@ -9,6 +9,7 @@ path then shows up as a difference, instead of being shared by both sides.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .spec import Spec
 
@@ -53,20 +54,12 @@ def sdpa_reference(spec: Spec, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     scale = sdpa_scale(spec)
     if spec.mask == "causal" and not spec.kv_tokens:
         visible = torch.ones(spec.n_tokens, dtype=torch.bool, device=q.device)
-        return fused_sdpa(q, k, v, None, True, scale), visible
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), visible
     if spec.mask == "none":
         visible = torch.ones(spec.n_tokens, dtype=torch.bool, device=q.device)
-        return fused_sdpa(q, k, v, None, False, scale), visible
+        return F.scaled_dot_product_attention(q, k, v, scale=scale), visible
     allow = torch.tensor(readable(spec), dtype=torch.bool, device=q.device)
     visible = allow.any(dim=-1)
     # SDPA gives NaN for a row with no readable key; such rows are compared separately (the trace's are zero).
     safe = allow | ~visible[:, None]
-    return fused_sdpa(q, k, v, safe, False, scale), visible
-
-
-def fused_sdpa(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool, scale: float | None
-) -> torch.Tensor:
-    import torch.nn.functional as F
-
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=safe, scale=scale), visible

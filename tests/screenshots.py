@@ -9,18 +9,10 @@ presenter-mode pictures are written to static/screenshots/; the rest to shots/ (
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
-
-import httpx
 from playwright.sync_api import sync_playwright
 
-from .test_workers import free_port
+from .servers import ROOT, served
 
-ROOT = Path(__file__).resolve().parent.parent
 README_SHOTS = ROOT / "static" / "screenshots"
 OTHER_SHOTS = ROOT / "shots"
 VIEWS = [
@@ -33,37 +25,22 @@ VIEWS = [
 
 
 def main() -> int:
-    port = free_port()
-    env = os.environ | {"ATTENTION_LAB_DEVICE": "cpu", "ATTENTION_LAB_PUBLIC_URL": "http://lab.school.example"}
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        README_SHOTS.mkdir(parents=True, exist_ok=True)
-        OTHER_SHOTS.mkdir(exist_ok=True)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
-            for name, url, sizes in VIEWS:
-                for width, height in sizes:
-                    for lang in ("en", "zh"):
-                        page = browser.new_page(viewport={"width": width, "height": height})
-                        page.goto(f"{base}{url}&lang={lang}")
-                        page.wait_for_load_state("networkidle")
-                        readme = name == "present" and (width, height) == (1280, 720)
-                        out = (README_SHOTS if readme else OTHER_SHOTS) / f"{name}-{width}x{height}-{lang}.png"
-                        page.screenshot(path=str(out))
-                        page.close()
-                        print(out.relative_to(ROOT))
-            browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    README_SHOTS.mkdir(parents=True, exist_ok=True)
+    OTHER_SHOTS.mkdir(exist_ok=True)
+    with served({"PUBLIC_URL": "http://lab.school.example"}) as (base, _), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        for name, url, sizes in VIEWS:
+            for width, height in sizes:
+                for lang in ("en", "zh"):
+                    page = browser.new_page(viewport={"width": width, "height": height})
+                    page.goto(f"{base}{url}&lang={lang}")
+                    page.wait_for_load_state("networkidle")
+                    readme = name == "present" and (width, height) == (1280, 720)
+                    out = (README_SHOTS if readme else OTHER_SHOTS) / f"{name}-{width}x{height}-{lang}.png"
+                    page.screenshot(path=str(out))
+                    page.close()
+                    print(out.relative_to(ROOT))
+        browser.close()
     return 0
 
 

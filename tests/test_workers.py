@@ -2,48 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from .servers import served
 from .test_api import samples
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
-def two_workers():
-    port = free_port()
-    env = os.environ | {"ATTENTION_LAB_PRETRAINED": "false", "ATTENTION_LAB_DEVICE": "cpu"}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base + "/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        raise RuntimeError("the server did not start: " + proc.stderr.read().decode()[-2000:] if proc.stderr else "")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=30)
+def two_workers() -> Iterator[str]:
+    with served({"PRETRAINED": "false"}, "--workers", "2") as (base, _):
+        yield base
 
 
 def test_one_scrape_counts_every_worker(two_workers: str) -> None:

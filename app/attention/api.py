@@ -12,11 +12,9 @@ from fastapi.concurrency import run_in_threadpool
 
 from engine import PRESETS, STAGE_TENSORS, STAGES
 
-from ..errors import field_error, where_of
 from ..lab import Lab, cached_get, get_lab
 from ..render.arrays import Traced, to_numpy
 from ..render.heatmap import svg as heatmap_svg_of
-from ..render.payload import json_response
 from ..schemas import (
     ERRORS,
     INT_OR_EMPTY,
@@ -26,7 +24,7 @@ from ..schemas import (
     TilesRequest,
     query_parameters,
 )
-from ..web.answer import parse_query, respond
+from ..web.answer import answer_document, parse_query, respond
 from ..web.state import parse_head, parse_stage, query_int
 from ..web.tensors import (
     COLOR_PARAM,
@@ -249,22 +247,13 @@ TILES_NOTE = (
 
 
 async def answer_tiles(request: Request, req: TilesRequest, lab: Lab) -> Response:
-    spec = req.to_spec(lab.limits, lab.device, lab.models)
-    if req.head >= spec.n_heads:
-        raise FieldError("head", f"head {req.head} does not exist: this trace has heads 0..{spec.n_heads - 1}")
-    n, n_kv = spec.n_tokens, len(spec.kv_tokens) or spec.n_tokens
-    k_blocks = -(-n_kv // req.block_k)
-    numbers = n * k_blocks * (spec.d_k + 3) + 2 * n * spec.d_k
-    if 2 * numbers > lab.json_limit:
-        return field_error(
-            where_of(request),
-            "block_k",
-            f"the schedule would be at least {2 * numbers / 2**20:.1f} MiB, over the {lab.json_limit / 2**20:.0f} MiB "
-            "limit: use larger key blocks or fewer tokens",
-            status=413,
-        )
-    trace, _ = await lab.trace_async(spec)
-    return json_response(await run_in_threadpool(tiles_document, trace, req))
+    spec = req.to_tiles_spec(lab.limits, lab.device, lab.models)
+    n_kv = len(spec.kv_tokens) or spec.n_tokens
+    numbers = spec.n_tokens * (-(-n_kv // req.block_k)) * (spec.d_k + 3) + 2 * spec.n_tokens * spec.d_k
+    return await answer_document(
+        request, lab, lab.cost(spec), lambda: lab.trace(spec)[0], lambda trace: tiles_document(trace, req), numbers,
+        "block_k", "use larger key blocks or fewer tokens",
+    )  # fmt: skip
 
 
 @router.post("/attention/tiles", responses=ERRORS, description=TILES_NOTE)
@@ -310,13 +299,12 @@ def sink_document(trace: Traced, heads: tuple[int, ...]) -> dict[str, Any]:
 
 async def answer_sink(request: Request, req: AttentionRequest, lab: Lab) -> Response:
     spec = req.to_spec(lab.limits, lab.device, lab.models)
-    view = req.view(spec)
-    numbers = len(view.heads) * spec.n_tokens * (len(spec.kv_tokens) or spec.n_tokens) + 3 * spec.n_tokens
-    if 2 * numbers > lab.json_limit:
-        return field_error(where_of(request), "heads", f"the weights of {len(view.heads)} heads are over the "
-                           f"{lab.json_limit / 2**20:.0f} MiB JSON limit: select fewer `heads`", status=413)  # fmt: skip
-    trace, _ = await lab.trace_async(spec)
-    return json_response(await run_in_threadpool(sink_document, trace, view.heads))
+    heads = req.view(spec).heads
+    numbers = len(heads) * spec.n_tokens * (len(spec.kv_tokens) or spec.n_tokens) + 3 * spec.n_tokens
+    return await answer_document(
+        request, lab, lab.cost(spec), lambda: lab.trace(spec)[0], lambda trace: sink_document(trace, heads), numbers,
+        "heads", "select fewer `heads`",
+    )  # fmt: skip
 
 
 @router.post("/attention/sink", responses=ERRORS, description=SINK_NOTE)

@@ -166,9 +166,7 @@ async def tiles_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
 
     async def build(ctx: dict[str, Any]) -> None:
         req = TilesRequest.model_validate(from_query(state.api_params(), None, TilesRequest))
-        spec = req.to_spec(lab.limits, lab.device, lab.models)
-        if req.head >= spec.n_heads:
-            raise FieldError("head", f"head {req.head} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+        spec = req.to_tiles_spec(lab.limits, lab.device, lab.models)
         if spec.n_tokens > 64:
             raise FieldError("tokens", "the walk-through prints every running value: at most 64 tokens here")
         trace, _ = await lab.trace_async(spec)

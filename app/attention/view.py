@@ -15,14 +15,12 @@ from engine.spec import MAIN_TENSOR
 from ..render import page as view
 from ..render import stages
 from ..render.arrays import to_numpy
-from ..render.cells import matrix_view, row_stats, short
+from ..render.cells import SWATCHES, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
 from ..web.state import ViewState, parse_cell, parse_tile
 from ..web.tensors import colour_mode
 
 TILE = 16
-SEQUENTIAL_SWATCHES = [f"sq-{i}" for i in range(11)]
-DIVERGING_SWATCHES = [f"dv-m{i}" for i in range(5, 0, -1)] + ["dv-p0"] + [f"dv-p{i}" for i in range(1, 6)]
 
 
 def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:
@@ -78,11 +76,7 @@ def large_context(trace: Trace, key: str, head: int, state: ViewState) -> dict[s
     tensor = MAIN_TENSOR[key]
     scale_kind = "sequential" if tensor == "weights" else "diverging"
     # Near-uniform attention over many keys is one flat colour on a linear 0-1 scale: weights default to log.
-    mode = (
-        colour_mode({"color": state.get("color")})
-        if state.get("color")
-        else ("log" if tensor == "weights" else "linear")
-    )
+    mode = colour_mode(state.params) if state.get("color") else ("log" if tensor == "weights" else "linear")
     full = getattr(getattr(trace, key), tensor)[head]  # (N, N) or (N, d_k)
     a = to_numpy(full)
     finite = a[np.isfinite(a)]
@@ -133,7 +127,7 @@ def large_context(trace: Trace, key: str, head: int, state: ViewState) -> dict[s
         "color": mode,
         "color_urls": [(m, state.url(color=m)) for m in COLOR_MODES],
         "ticks": COLOR_TICKS[(scale_kind, mode)] or [short(-bound), "0", short(bound)],
-        "swatches": SEQUENTIAL_SWATCHES if scale_kind == "sequential" else DIVERGING_SWATCHES,
+        "swatches": SWATCHES[scale_kind],
         "row_axis": axis_labels(tok),
         "col_axis": axis_labels(col_labels),
         "tile_url": state.url(tile="ROW,COL"),

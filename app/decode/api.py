@@ -5,18 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Body, Depends, Request, Response
 
 from engine.decode import DecodeTrace
 from engine.spec import Spec
 
-from ..errors import field_error, where_of
 from ..lab import Lab, cached_get, get_lab
 from ..render.arrays import to_numpy
-from ..render.payload import OPTIONS, json_response
 from ..schemas import ERRORS, DecodeRequest, query_parameters
-from ..web.answer import parse_query
+from ..web.answer import answer_document, parse_query
 
 router = APIRouter(prefix="/api/v1", tags=["kv cache"], responses=ERRORS)
 
@@ -74,20 +71,10 @@ def min_numbers(spec: Spec, prefill: int) -> int:
 
 async def answer(request: Request, req: DecodeRequest, lab: Lab) -> Response:
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
-    size = 2 * min_numbers(spec, prefill)  # no number is shorter than "0,"
-    if size <= lab.json_limit:
-        trace, _ = await lab.decode_async(spec, prefill)
-        body = orjson.dumps(document(trace, req.decimals), option=OPTIONS)
-        if len(body) <= lab.json_limit:
-            return json_response(body)
-        size = len(body)
-    return field_error(
-        where_of(request),
-        "tokens",
-        f"the answer would be at least {size / 2**20:.1f} MiB, over the {lab.json_limit / 2**20:.0f} MiB JSON "
-        "limit: decode fewer tokens, or a larger prefill",
-        status=413,
-    )
+    return await answer_document(
+        request, lab, 2 * lab.cost(spec), lambda: lab.decode(spec, prefill)[0], lambda t: document(t, req.decimals),
+        min_numbers(spec, prefill), "tokens", "decode fewer tokens, or a larger prefill",
+    )  # fmt: skip
 
 
 @router.post("/decode", description=NOTE)

@@ -3,7 +3,6 @@ half precision, and the √d_k charts. Shared by the JSON routes and the /demos 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -13,7 +12,7 @@ from engine import demos
 
 from ..errors import clean
 from ..render.charts import Series, line_chart
-from ..schemas import FieldError
+from ..schemas import ASCII_NUMBER, FieldError
 
 Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
 
@@ -51,12 +50,9 @@ def permutation_of(q: PermutationQuery) -> dict[str, Any]:
     return demos.permutation(tokens, perm, q.seed)
 
 
-NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?")
-
-
 def logits_of(q: SoftmaxQuery) -> list[float]:
     parts = [v for v in q.logits.replace(" ", ",").split(",") if v]
-    if not all(NUMBER.fullmatch(v) for v in parts):
+    if not all(ASCII_NUMBER.fullmatch(v) for v in parts):
         raise FieldError("logits", "must be comma-separated numbers such as 10, -2.5 or 1e3")
     values = [float(v) for v in parts]
     if not 1 <= len(values) <= 32 or any(abs(v) > 1e6 or v != v for v in values):

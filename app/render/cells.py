@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# The colour classes of each scale, low to high (the colour bar draws them in order).
+SWATCHES = {
+    "sequential": [f"sq-{i}" for i in range(11)],
+    "diverging": [f"dv-m{i}" for i in range(5, 0, -1)] + ["dv-p0"] + [f"dv-p{i}" for i in range(1, 6)],
+}
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -45,9 +51,7 @@ class MatrixView:
 
     @property
     def swatches(self) -> list[str]:
-        if self.scale == "sequential":
-            return [f"sq-{i}" for i in range(11)]
-        return [f"dv-m{i}" for i in range(5, 0, -1)] + ["dv-p0"] + [f"dv-p{i}" for i in range(1, 6)]
+        return SWATCHES[self.scale]
 
 
 def full(v: float) -> str:

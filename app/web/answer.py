@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import orjson
 from fastapi import Request, Response
 from pydantic import BaseModel
 
 from ..errors import field_error, where_of
 from ..lab import Lab
 from ..render.arrays import Traced
-from ..render.payload import TooLarge, json_response, min_numbers, to_json, to_npz
+from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_json, to_npz
 from ..schemas import View, from_query
 
 M = TypeVar("M", bound=BaseModel)
@@ -20,6 +21,40 @@ M = TypeVar("M", bound=BaseModel)
 
 def parse_query(request: Request, model: type[M]) -> M:
     return model.model_validate(from_query(request.query_params, request.query_params.getlist, model))
+
+
+def mib(n: int) -> str:
+    """Bytes as MiB, with the digits a small limit needs (0.05) and no more than one decimal for large ones."""
+    x = n / 2**20
+    return f"{x:.1f}" if x >= 1 else f"{x:.2g}"
+
+
+def too_large(request: Request, field: str, size: int, limit: int, hint: str) -> Response:
+    """The 413 every JSON answer gives when it cannot fit the configured limit, naming the field to change."""
+    message = f"the answer would be at least {mib(size)} MiB, over the {mib(limit)} MiB JSON limit: {hint}"
+    return field_error(where_of(request), field, message, status=413)
+
+
+async def answer_document(
+    request: Request,
+    lab: Lab,
+    cost: int,
+    get: Callable[[], Any],
+    document: Callable[[Any], dict[str, Any]],
+    numbers: int,
+    field: str,
+    hint: str,
+) -> Response:
+    """A JSON document made from one computed trace (tiles, sinks, decode): refused before computing when `numbers`,
+    a lower bound on what it holds, cannot fit the JSON limit; else computed and serialised off the event loop
+    (large work queued like every trace) and checked against the limit once more."""
+    limit = lab.json_limit
+    if 2 * numbers > limit:  # no number is shorter than "0,"
+        return too_large(request, field, 2 * numbers, limit, hint)
+    body: bytes = await lab.offload(cost, lambda: orjson.dumps(document(get()), option=OPTIONS))
+    if len(body) > limit:
+        return too_large(request, field, len(body), limit, hint)
+    return json_response(body)
 
 
 # Bytes serialising one number takes at its peak: the float32 copy, orjson's text (~10-20 characters), the body.
@@ -56,13 +91,8 @@ async def respond(
 
         body, cached = await lab.offload((0 if spec in lab.cache else lab.cost(spec)) + serialise, work)
     except TooLarge as exc:
-        return field_error(
-            where_of(request),
-            "stages",
-            f"the answer would be at least {exc.size / 2**20:.1f} MiB, over the {exc.limit / 2**20:.0f} MiB limit: "
-            f"select fewer `heads` or `stages`, or fetch every stage as a NumPy archive from /api/v1/{name}.npz",
-            status=413,
-        )
+        hint = f"select fewer `heads` or `stages`, or fetch every stage as a NumPy archive from /api/v1/{name}.npz"
+        return too_large(request, "stages", exc.size, exc.limit, hint)
     headers = {"X-Cache": "hit" if cached else "miss"}
     if fmt == "npz":
         headers["Content-Disposition"] = f'attachment; filename="{name}.npz"'

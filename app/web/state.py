@@ -15,9 +15,7 @@ from urllib.parse import urlencode
 
 from pydantic import BaseModel
 
-from ..schemas import FieldError
-
-_INT = re.compile(r"-?[0-9]{1,12}")
+from ..schemas import ASCII_INT, FieldError
 
 
 def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, hi: int | None = None) -> int:
@@ -25,7 +23,7 @@ def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, h
     if raw is None or raw == "":
         return default
     text = raw
-    if not _INT.fullmatch(text):
+    if not ASCII_INT.fullmatch(text):
         raise FieldError(name, f"must be an integer written with the digits 0-9, got {_show(raw)}")
     value = int(text)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
@@ -48,7 +46,7 @@ def parse_stage(raw: str | None, order: Sequence[str], default: str | None = Non
         return default if default is not None else order[0]
     if text in order:
         return text
-    if _INT.fullmatch(text) and 1 <= int(text) <= len(order):
+    if ASCII_INT.fullmatch(text) and 1 <= int(text) <= len(order):
         return order[int(text) - 1]
     raise FieldError("stage", f"unknown stage {_show(text)}; use 1-{len(order)} or one of {', '.join(order)}")
 
