@@ -32,6 +32,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=None, help="torch threads per worker")
     s.add_argument("--checkpoint", default=None, help="a Hugging Face GPT-2 directory, served as preset=checkpoint")
     s.add_argument("--public-url", default=None, help="the address in presenter mode's QR code (default: LAN address)")
+    s.add_argument(
+        "--redis",
+        default=None,
+        metavar="URL",
+        help="keep live rooms in Redis (redis://HOST:PORT/DB), shared by every worker and machine",
+    )
     s.add_argument("--reload", action="store_true", help=argparse.SUPPRESS)
 
     t = sub.add_parser("trace", help="print one stage of a trace")
@@ -168,6 +174,15 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["ATTENTION_LAB_THREADS"] = str(args.threads)
     if args.public_url:
         os.environ["ATTENTION_LAB_PUBLIC_URL"] = args.public_url
+    if args.redis:
+        os.environ["ATTENTION_LAB_REDIS_URL"] = args.redis
+    os.environ["ATTENTION_LAB_WORKERS"] = str(args.workers)
+    if args.workers > 1 and not os.environ.get("ATTENTION_LAB_REDIS_URL"):
+        print(
+            f"attention-lab: rooms are off: {args.workers} workers need a shared store for live classes "
+            "(add --redis redis://HOST:PORT/0); everything else runs",
+            file=sys.stderr,
+        )
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Each worker writes its metrics here; a scrape of any worker merges them all (prometheus-client's
         # multiprocess mode). A fresh directory per server, removed when it exits.

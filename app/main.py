@@ -27,6 +27,9 @@ from .model import api as model_api
 from .model import page as model_page
 from .params import api as params_api
 from .params import page as params_page
+from .rooms import api as rooms_api
+from .rooms import page as rooms_page
+from .rooms.service import Rooms
 from .schemas import LIST_FIELDS
 from .settings import Settings, get_settings
 
@@ -60,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = Metrics()
     app.state.lab = Lab(settings, app.state.metrics)
+    app.state.rooms = Rooms(settings)
     errors.install(app)
     app.add_middleware(ServeCached, lab=app.state.lab)
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
@@ -86,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         params_api.router,
         lessons_page.api,
         model_api.router,
+        rooms_api.router,
         health.router,
         metrics_router,
         docs.router,
@@ -96,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         params_page.router,
         lessons_page.router,
         model_page.router,
+        rooms_page.router,
     ):
         app.include_router(router)
     return app

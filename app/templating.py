@@ -10,6 +10,16 @@ TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).resolve().parent.parent / 
 TEMPLATES.env.globals["zip"] = zip
 
 
+def _followable(path: str) -> bool:
+    """A page a class can follow: it offers "Start a class" (app/rooms)."""
+    from .web.share import FOLLOWABLE
+
+    return FOLLOWABLE.fullmatch(path) is not None
+
+
+TEMPLATES.env.globals["followable"] = _followable
+
+
 def _choices() -> dict[str, list[str]]:
     """Each choice field of the requests (a Literal) and its values, in the model's order: the forms' <select>s."""
     from .schemas import BlockRequest

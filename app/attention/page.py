@@ -23,10 +23,10 @@ from ..render import stages
 from ..schemas import AttentionRequest, FieldError, TilesRequest, from_query
 from ..web import lessons
 from ..web.page import serve
-from ..web.share import is_loopback, public_base
+from ..web.share import MAX_QR_CHARS, is_loopback, public_base, qr_svg
 from ..web.state import DEPENDS, lab_state, parse_cell, parse_head, parse_int, parse_stage, parse_tile, url_fields
 from .tiles import tiles_document
-from .view import MAX_QR_CHARS, large_context, qr_svg, small_context
+from .view import large_context, small_context
 
 router = APIRouter(include_in_schema=False)
 

@@ -3,7 +3,6 @@ mask), large ones as heat maps with a tile inspector; presenter mode's QR code."
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Any
 
@@ -141,15 +140,3 @@ def large_context(trace: Trace, key: str, head: int, state: ViewState) -> dict[s
         "tile_stats": stats,
         "scale_kind": scale,
     }
-
-
-MAX_QR_CHARS = 1200  # beyond this a phone camera struggles anyway
-
-
-def qr_svg(url: str) -> str:
-    """The URL as a QR code, SVG with presentation attributes only (no inline style)."""
-    import segno
-
-    buf = io.BytesIO()
-    segno.make(url, error="m").save(buf, kind="svg", scale=5, border=2, xmldecl=False, svgns=True, nl=False)
-    return buf.getvalue().decode()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Request, Response
 from pydantic import ValidationError
@@ -93,12 +94,15 @@ async def serve(
     } | extra
     with inline_errors(ctx, t):
         await build(ctx)
+    headers = {"Vary": "HX-Request, Accept-Language"}
+    if ctx["error"]:  # the refusal in words, for callers that read no HTML (a room checking a shared view)
+        headers["X-Lab-Error"] = quote("; ".join(ctx["error"]), safe=" :;,.()'=-_")
     response = TEMPLATES.TemplateResponse(
         request,
         template,
         ctx,
         status_code=ctx["status"],
         block_names=list(blocks) if fragment else [],
-        headers={"Vary": "HX-Request, Accept-Language"},
+        headers=headers,
     )
     return remember_page(lab, key, response)

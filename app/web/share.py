@@ -7,7 +7,9 @@ network interfaces (nothing is sent anywhere), unless `public_url` is configured
 
 from __future__ import annotations
 
+import io
 import ipaddress
+import re
 import socket
 import struct
 from functools import lru_cache
@@ -66,3 +68,19 @@ def public_base(request_base: str, configured: str | None) -> str:
             port = f":{parts.port}" if parts.port else ""
             return f"{parts.scheme}://{lan}{port}"
     return request_base.rstrip("/")
+
+
+MAX_QR_CHARS = 1200  # beyond this a phone camera struggles anyway
+
+
+def qr_svg(url: str) -> str:
+    """The URL as a QR code, SVG with presentation attributes only (no inline style)."""
+    import segno
+
+    buf = io.BytesIO()
+    segno.make(url, error="m").save(buf, kind="svg", scale=5, border=2, xmldecl=False, svgns=True, nl=False)
+    return buf.getvalue().decode()
+
+
+# Pages a class can follow in a room (app/rooms): the lab and the pages built on it, not /embed, /docs or the API.
+FOLLOWABLE = re.compile(r"^/(?:block|decode|lessons(?:/[a-z0-9-]{1,64})?|model|tiles|demos|params)?$")

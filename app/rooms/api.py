@@ -1,0 +1,404 @@
+"""/api/v1/rooms: a class following its teacher, and predict-then-reveal polls. The pages use this API; so can
+scripts and tests.
+
+A room holds one view (a lab page and its URL query) and a version that grows with every change. Students follow
+it over server-sent events: `event: state` on connect and after every change, `event: poll` when a poll opens or
+closes, `event: end` when the teacher ends the class. A stream that reconnects with `Last-Event-ID` gets what it
+missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import secrets
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+import anyio
+from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..render.payload import json_response
+from ..schemas import Problem
+from ..web.share import public_base
+from .service import RoomError, Rooms, check_view, clean_page, clean_query, client_address
+from .store import Answer, Event, Poll
+
+router = APIRouter(prefix="/api/v1/rooms", tags=["rooms"])
+
+
+def problem_doc(description: str) -> dict[str, Any]:
+    return {"model": Problem, "description": description}
+
+
+REFUSALS: dict[int | str, dict[str, Any]] = {
+    404: problem_doc("No open room with this code (or no such poll)"),
+    422: problem_doc("A field is invalid; `message` and `detail[].loc` name it"),
+    429: problem_doc("Too many requests from this client; Retry-After says when to retry"),
+    503: problem_doc("Rooms are off on this server (several workers without --redis), full, or the store is down"),
+}
+TEACHER: dict[int | str, dict[str, Any]] = REFUSALS | {
+    401: problem_doc("No teacher token (Authorization: Bearer <teacher_token>)"),
+    403: problem_doc("A token that is not this room's teacher token"),
+}
+
+
+def get_rooms(request: Request) -> Rooms:
+    rooms: Rooms = request.app.state.rooms
+    return rooms
+
+
+RoomsDep = Annotated[Rooms, Depends(get_rooms)]
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class ViewIn(BaseModel):
+    model_config = STRICT
+    query: str = Field("", max_length=65536, description="the lab's URL query, e.g. stage=softmax&mask=causal")
+    page: str = Field("/", max_length=80, description="the lab page: /, /block, /decode, /lessons/<slug>, …")
+
+
+class RoomOut(BaseModel):
+    code: str
+    teacher_token: str = Field(description="shown once; send it as Authorization: Bearer <token> to change the room")
+    join_url: str
+    page: str
+    query: str
+    version: int
+
+
+class RoomInfo(BaseModel):
+    code: str
+    page: str
+    query: str
+    version: int
+    followers: int
+    poll: str | None = Field(description="the open poll's id")
+
+
+class VersionOut(BaseModel):
+    version: int
+
+
+class PollIn(BaseModel):
+    model_config = STRICT
+    prompt: str = Field(min_length=1, max_length=300)
+    kind: Literal["choice", "cell"]
+    options: list[Annotated[str, Field(min_length=1, max_length=80)]] = Field([], max_length=12)
+    rows: int | None = Field(None, ge=1, le=4096, description="a cell poll's matrix rows (answers are checked)")
+    cols: int | None = Field(None, ge=1, le=4096)
+    answer: str | None = Field(None, max_length=80, description="the key, revealed when the poll closes")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PollIn:
+        if self.kind == "choice":
+            if len(self.options) < 2:
+                raise ValueError("options: a choice poll needs at least two")
+            if len(set(self.options)) != len(self.options):
+                raise ValueError("options: each option must be different")
+            if self.answer is not None and self.answer not in self.options:
+                raise ValueError("answer: must be one of the options")
+        else:
+            if self.options:
+                raise ValueError("options: a cell poll has none (students click a cell)")
+            if self.answer is not None:
+                self.answer = cell_key(self.answer, self.rows, self.cols, "answer")
+        return self
+
+
+def cell_key(raw: Any, rows: int | None, cols: int | None, field: str) -> str:
+    """[row, col] (or "row,col") as the key "row,col", counting from 0 like the matrices' headers."""
+    parts = raw.split(",") if isinstance(raw, str) else raw
+    ok = isinstance(parts, list) and len(parts) == 2
+    nums: list[int] = []
+    for p in parts if ok else []:
+        if isinstance(p, bool) or not (isinstance(p, int) or (isinstance(p, str) and p.strip().isascii()
+                                                              and p.strip().isdigit())):  # fmt: skip
+            ok = False
+            break
+        nums.append(int(p))
+    if not ok or len(nums) != 2:
+        raise ValueError(f"{field}: a cell is [row, col], two whole numbers from 0")
+    r, c = nums
+    if r < 0 or c < 0 or (rows is not None and r >= rows) or (cols is not None and c >= cols) or max(r, c) > 4095:
+        raise ValueError(f"{field}: cell [{r}, {c}] is outside the matrix")
+    return f"{r},{c}"
+
+
+class AnswerIn(BaseModel):
+    model_config = STRICT
+    student: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="a random id the student's browser keeps")
+    answer: str | list[int] = Field(description="an option (choice), or [row, col] (cell)")
+    nickname: str | None = Field(None, max_length=32)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> AnswerIn:
+        if isinstance(self.answer, str) and len(self.answer) > 80:
+            raise ValueError("answer: at most 80 characters")
+        if isinstance(self.answer, list) and len(self.answer) > 2:
+            raise ValueError("answer: a cell is [row, col]")
+        if self.nickname is not None and any(not c.isprintable() for c in self.nickname):
+            raise ValueError("nickname: printable characters only")
+        return self
+
+
+class PollCreated(BaseModel):
+    id: str
+    version: int
+
+
+class PollOut(BaseModel):
+    id: str
+    prompt: str
+    kind: str
+    options: list[str]
+    rows: int | None
+    cols: int | None
+    status: str
+    answer: str | None = Field(None, description="once the poll is closed")
+    counts: dict[str, int] = Field(description="answers by value (a cell as 'row,col'); the teacher sees them live")
+    total: int
+
+
+# Where each refused field came from, for `detail[].loc` (the same shape as every other 4xx of the API).
+WHERE = {"code": "path", "poll": "path", "authorization": "header", "last-event-id": "header",
+         "query": "body", "page": "body", "answer": "body"}  # fmt: skip
+
+
+def refused(exc: RoomError) -> Response:
+    loc = [WHERE.get(exc.field, "request"), exc.field]
+    body = {"message": f"{exc.field}: {exc.message}", "detail": [{"loc": loc, "msg": exc.message, "type": "room"}]}
+    return json_response(body, exc.status, exc.headers)
+
+
+def join_url(request: Request, code: str) -> str:
+    return public_base(str(request.base_url), request.app.state.settings.public_url) + "/r/" + code
+
+
+@router.post("", status_code=201, response_model=RoomOut, responses=REFUSALS)
+async def create_room(request: Request, rooms: RoomsDep, body: ViewIn | None = None) -> Response:
+    """Start a room on a view (default: the lab's start). The teacher token in the answer is never shown again."""
+    body = body or ViewIn()
+    try:
+        rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
+        page = clean_page(body.page)
+        query = clean_query(body.query, int(rooms.settings.max_query_kb * 1024))
+        await check_view(request.app, page, query)
+        room, token = await rooms.create(page, query)
+    except RoomError as exc:
+        return refused(exc)
+    out = {"code": room.code, "teacher_token": token, "join_url": join_url(request, room.code), "page": room.page,
+           "query": room.query, "version": room.version}  # fmt: skip
+    return json_response(out, 201, {"Location": f"/api/v1/rooms/{room.code}"})
+
+
+@router.get("/{code}", response_model=RoomInfo, responses=REFUSALS)
+async def get_room(code: str, rooms: RoomsDep) -> Response:
+    try:
+        room = await rooms.room(code)
+        followers = await rooms.store.followers(room.code)
+    except RoomError as exc:
+        return refused(exc)
+    return json_response({"code": room.code, "page": room.page, "query": room.query, "version": room.version,
+                          "followers": followers, "poll": room.poll})  # fmt: skip
+
+
+@router.put("/{code}/state", response_model=VersionOut, responses=TEACHER)
+async def put_state(code: str, body: ViewIn, request: Request, rooms: RoomsDep) -> Response:
+    """The teacher's new view: checked by the lab (a view it would refuse is a 422), then sent to every follower."""
+    try:
+        room = await rooms.teacher(request, code)
+        page = clean_page(body.page)
+        query = clean_query(body.query, int(rooms.settings.max_query_kb * 1024))
+        if (page, query) == (room.page, room.query):
+            return json_response({"version": room.version})  # nothing changed: no event
+        await check_view(request.app, page, query)
+        version = await rooms.store.publish(room.code, "state", {"page": page, "query": query}, (page, query))
+    except RoomError as exc:
+        return refused(exc)
+    return json_response({"version": version})
+
+
+@router.delete("/{code}", status_code=204, responses=TEACHER)
+async def end_room(code: str, request: Request, rooms: RoomsDep) -> Response:
+    """End the class: every stream gets `event: end` and closes."""
+    try:
+        room = await rooms.teacher(request, code)
+        await rooms.store.delete(room.code)
+    except RoomError as exc:
+        return refused(exc)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/{code}/events",
+    responses=REFUSALS | {200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}},
+    response_class=StreamingResponse,
+)
+async def events(
+    code: str,
+    request: Request,
+    rooms: RoomsDep,
+    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+) -> Response:
+    """The room as server-sent events: `state` (`{"page", "query", "version"}`, id = version) on connect and on
+    every change, `poll` when a poll opens or closes, `end`; a comment every few seconds keeps proxies open."""
+    try:
+        rooms.joins.check(client_address(request), "events", "joins from this address")
+        room = await rooms.room(code)
+        after: int | None = None
+        if last_event_id is not None:
+            if not (last_event_id.isascii() and last_event_id.isdigit()):
+                raise RoomError(422, "last-event-id", "must be a version number from an earlier event")
+            after = int(last_event_id)
+        store = rooms.store
+        if await store.followers(room.code) >= rooms.settings.max_followers:
+            raise RoomError(503, "events", f"this room has its limit of {rooms.settings.max_followers} followers",
+                            {"Retry-After": "30"})  # fmt: skip
+    except RoomError as exc:
+        return refused(exc)
+    follower = secrets.token_hex(8)
+    keepalive = rooms.settings.room_keepalive_s
+
+    async def stream() -> AsyncIterator[bytes]:
+        with store.hub.listen(room.code) as queue:  # listening before the snapshot: nothing falls in between
+            try:
+                await store.follow(room.code, follower)
+                yield f"retry: 2000\n: following room {room.code}\n\n".encode()
+                sent = 0
+                missed = await store.events_after(room.code, after) if after is not None else None
+                if missed is not None:
+                    for old in missed:
+                        yield old.sse()
+                        sent = old.id
+                    sent = max(sent, after or 0)
+                else:  # a first connection, or one that missed more than the log holds: the room as it is now
+                    current = await store.get(room.code)
+                    if current is None:
+                        yield Event(room.version + 1, "end", {}).sse()
+                        return
+                    state = Event(current.version, "state", {"page": current.page, "query": current.query})
+                    yield state.sse()
+                    sent = current.version
+                    if current.poll and (poll := await store.poll(room.code, current.poll)) is not None:
+                        yield Event(current.version, "poll", poll.public()).sse(with_id=False)
+                while True:
+                    try:
+                        event = await asyncio.wait_for(queue.get(), keepalive)
+                    except TimeoutError:
+                        yield b": keep-alive\n\n"
+                        await store.follow(room.code, follower)  # the heartbeat that keeps it counted
+                        continue
+                    if event is None:
+                        return
+                    if event.id <= sent:
+                        continue
+                    yield event.sse()
+                    sent = event.id
+                    if event.kind == "end":
+                        return
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await store.unfollow(room.code, follower)
+
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}  # no proxy may buffer the stream
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+
+@router.post("/{code}/polls", status_code=201, response_model=PollCreated, responses=TEACHER)
+async def open_poll(code: str, body: PollIn, request: Request, rooms: RoomsDep) -> Response:
+    """Open a poll on the current view (any open one closes): students see it at once and answer once."""
+    try:
+        room = await rooms.teacher(request, code)
+    except RoomError as exc:
+        return refused(exc)
+    poll = Poll(secrets.token_hex(4), body.prompt, body.kind, tuple(body.options), body.rows, body.cols, body.answer)
+    version = await rooms.store.open_poll(room.code, poll)
+    return json_response({"id": poll.id, "version": version}, 201)
+
+
+async def _poll(rooms: Rooms, code: str, poll_id: str) -> tuple[str, Poll]:
+    room = await rooms.room(code)
+    poll = await rooms.store.poll(room.code, poll_id[:16])
+    if poll is None:
+        raise RoomError(404, "poll", f"no poll {poll_id[:16]!r} in room {room.code}")
+    return room.code, poll
+
+
+@router.get("/{code}/polls/{poll_id}", response_model=PollOut, responses=REFUSALS)
+async def poll_results(code: str, poll_id: str, rooms: RoomsDep) -> Response:
+    """The answers counted so far (a student's later answer replaces the earlier); the key once it is closed."""
+    try:
+        code, poll = await _poll(rooms, code, poll_id)
+    except RoomError as exc:
+        return refused(exc)
+    counts = await rooms.store.counts(code, poll.id)
+    out = poll.public() | {"answer": poll.answer if poll.status == "closed" else None, "counts": counts,
+                           "total": sum(counts.values())}  # fmt: skip
+    return json_response(out)
+
+
+@router.post("/{code}/polls/{poll_id}/answers", response_model=VersionOut | None, responses=REFUSALS | {
+    409: problem_doc("The poll is closed")})  # fmt: skip
+async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request, rooms: RoomsDep) -> Response:
+    try:
+        rooms.answers.check(f"{client_address(request)}/{body.student}", "answer", "answers from this student")
+        code, poll = await _poll(rooms, code, poll_id)
+        if poll.status != "open":
+            raise RoomError(409, "poll", "this poll is closed")
+        if poll.kind == "choice":
+            if not isinstance(body.answer, str) or body.answer not in poll.options:
+                raise RoomError(422, "answer", "must be one of the poll's options")
+            value = body.answer
+        else:
+            try:
+                value = cell_key(body.answer, poll.rows, poll.cols, "answer")
+            except ValueError as exc:
+                raise RoomError(422, "answer", str(exc).removeprefix("answer: ")) from exc
+        nickname = body.nickname.strip() or None if body.nickname else None
+        await rooms.store.answer(code, poll.id, Answer(body.student, value, nickname))
+    except RoomError as exc:
+        return refused(exc)
+    return json_response({"answer": value})
+
+
+@router.post("/{code}/polls/{poll_id}/close", response_model=PollOut, responses=TEACHER)
+async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
+    """Close the poll and reveal it: the counts and the key go to every follower."""
+    try:
+        room = await rooms.teacher(request, code)
+        _, poll = await _poll(rooms, room.code, poll_id)
+        closed = await rooms.store.close_poll(room.code, poll.id)
+    except RoomError as exc:
+        return refused(exc)
+    assert closed is not None
+    counts = await rooms.store.counts(room.code, poll.id)
+    return json_response(closed.public(counts))
+
+
+@router.get("/{code}/polls/{poll_id}/answers.csv", responses=TEACHER | {200: {"content": {"text/csv": {}}}},
+            response_class=Response)  # fmt: skip
+async def poll_csv(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
+    """Every answer (student id, nickname, answer) for the teacher's records."""
+    try:
+        room = await rooms.teacher(request, code)
+        _, poll = await _poll(rooms, room.code, poll_id)
+    except RoomError as exc:
+        return refused(exc)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["student", "nickname", "answer", "correct"])
+    for a in sorted(await rooms.store.answers(room.code, poll.id), key=lambda a: a.student):
+        correct = "" if poll.answer is None else str(a.answer == poll.answer).lower()
+        writer.writerow([a.student, _cell_safe(a.nickname or ""), _cell_safe(a.answer), correct])
+    name = f"room-{room.code}-poll-{poll.id}.csv"
+    return Response(out.getvalue(), media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
+
+
+def _cell_safe(text: str) -> str:
+    """A spreadsheet runs a cell that starts with = + - @ as a formula: such a nickname is quoted."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

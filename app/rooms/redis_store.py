@@ -1,0 +1,218 @@
+"""Rooms in Redis (`attention-lab serve --redis redis://host:port/db`): every worker and machine pointed at the same
+Redis shares them.
+
+Keys, all under `lab:room:<code>` and all expiring after `idle_s` without activity:
+  (hash)        page, query, version, token, poll    the view students follow, the teacher token's hash
+  :log          (list)   the last events, newest first, for streams that reconnect with Last-Event-ID
+  :followers    (zset)   stream id -> time of its last heartbeat
+  :polls        (hash)   poll id -> poll JSON
+  :answers:<id> (hash)   student -> answer JSON (a later answer replaces the earlier)
+`lab:rooms` (zset, code -> last activity) counts the rooms. A change bumps the version, logs and publishes the
+event in one Lua script, so versions never repeat and no stream sees an event out of order; each process listens
+on `lab:room:*:events` with one connection and hands events to its own streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, cast
+
+import orjson
+import redis.asyncio as aioredis
+
+from .store import FOLLOWER_TTL_S, LOG_LENGTH, Answer, Event, Kind, Poll, Room, Store, _after
+
+PREFIX = "lab:room:"
+ROOMS = "lab:rooms"
+LOG = logging.getLogger("attention_lab.rooms")
+
+# KEYS: room hash, log; ARGV: kind, data JSON, page, query, idle seconds, channel, log length, set state (1/0)
+PUBLISH = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
+if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'page', ARGV[3], 'query', ARGV[4]) end
+local ev = '{"id":' .. v .. ',"kind":"' .. ARGV[1] .. '","data":' .. ARGV[2] .. '}'
+redis.call('LPUSH', KEYS[2], ev)
+redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[7]) - 1)
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+redis.call('PUBLISH', ARGV[6], ev)
+return v
+"""
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class RedisStore(Store):
+    def __init__(self, url: str, idle_s: float) -> None:
+        super().__init__(idle_s)
+        self.url = url
+        self.redis = aioredis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self._publish = self.redis.register_script(PUBLISH)
+        self._listener: asyncio.Task[None] | None = None
+        self.idle = max(1, int(idle_s))
+
+    async def start(self) -> None:
+        if self._listener is None or self._listener.done():
+            ready = asyncio.get_running_loop().create_future()
+            self._listener = asyncio.create_task(self._listen(ready))
+            await asyncio.wait_for(asyncio.shield(ready), 10)
+
+    async def _listen(self, ready: asyncio.Future[None]) -> None:
+        """Hand every room event published by any process to this process's streams; reconnect after an outage
+        (streams that missed events catch up by Last-Event-ID when they reconnect)."""
+        while True:
+            pubsub = self.redis.pubsub()
+            try:
+                await pubsub.psubscribe(PREFIX + "*:events")
+                if not ready.done():
+                    ready.set_result(None)
+                async for message in pubsub.listen():
+                    if message.get("type") != "pmessage":
+                        continue
+                    code = _s(message["channel"])[len(PREFIX) : -len(":events")]
+                    event = Event.loads(message["data"])
+                    self.hub.deliver(code, event)
+                    if event.kind == "end":
+                        self.hub.deliver(code, None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis went away: tell the log, retry
+                if not ready.done():
+                    ready.set_exception(exc)
+                    return
+                LOG.warning("rooms: lost the Redis subscription (%s); retrying", exc)
+                await asyncio.sleep(1)
+            finally:
+                await pubsub.aclose()
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+        await self.redis.aclose()
+
+    def _key(self, code: str, suffix: str = "") -> str:
+        return PREFIX + code + suffix
+
+    async def _touch(self, code: str, *extra: str) -> None:
+        async with self.redis.pipeline(transaction=False) as p:
+            for suffix in ("", ":log", ":followers", ":polls", *extra):
+                p.expire(self._key(code, suffix), self.idle)
+            p.zadd(ROOMS, {code: time.time()})
+            await p.execute()
+
+    async def create(self, code: str, token_hash: str, page: str, query: str) -> bool:
+        fields: dict[str, str | int] = {"page": page, "query": query, "version": 1, "token": token_hash, "poll": ""}
+        if not await self.redis.hsetnx(self._key(code), "token", token_hash):
+            return False
+        async with self.redis.pipeline(transaction=True) as p:
+            p.hset(self._key(code), mapping=cast(Any, fields))
+            p.expire(self._key(code), self.idle)
+            p.zadd(ROOMS, {code: time.time()})
+            await p.execute()
+        return True
+
+    async def get(self, code: str) -> Room | None:
+        h = await self.redis.hgetall(self._key(code))
+        if not h or b"version" not in h:
+            return None
+        d = {_s(k): _s(v) for k, v in h.items()}
+        return Room(code, d["page"], d["query"], int(d["version"]), d["token"], d["poll"] or None)
+
+    async def count(self) -> int:
+        now = time.time()
+        await self.redis.zremrangebyscore(ROOMS, "-inf", now - self.idle)
+        return int(await self.redis.zcard(ROOMS))
+
+    async def delete(self, code: str) -> bool:
+        room = await self.get(code)
+        if room is None:
+            return False
+        await self.publish(code, "end", {})
+        polls = await self.redis.hkeys(self._key(code, ":polls"))
+        keys = [self._key(code, s) for s in ("", ":log", ":followers", ":polls")]
+        keys += [self._key(code, ":answers:" + _s(p)) for p in polls]
+        await self.redis.delete(*keys)
+        await self.redis.zrem(ROOMS, code)
+        return True
+
+    async def publish(self, code: str, kind: Kind, data: dict[str, Any], state: tuple[str, str] | None = None) -> int:
+        page, query = state or ("", "")
+        args = [kind, orjson.dumps(data), page, query, self.idle, self._key(code, ":events"), LOG_LENGTH,
+                "1" if state else "0"]  # fmt: skip
+        version = int(await self._publish(keys=[self._key(code), self._key(code, ":log")], args=args))
+        if version:
+            await self.redis.zadd(ROOMS, {code: time.time()})
+        return version
+
+    async def events_after(self, code: str, version: int) -> list[Event] | None:
+        async with self.redis.pipeline(transaction=True) as p:
+            p.lrange(self._key(code, ":log"), 0, -1)
+            p.hget(self._key(code), "version")
+            raw, current = await p.execute()
+        if current is None:
+            return None
+        return _after([Event.loads(r) for r in reversed(raw)], version, int(current))
+
+    async def follow(self, code: str, follower: str) -> None:
+        await self.redis.zadd(self._key(code, ":followers"), {follower: time.time()})
+        await self._touch(code)
+
+    async def unfollow(self, code: str, follower: str) -> None:
+        await self.redis.zrem(self._key(code, ":followers"), follower)
+
+    async def followers(self, code: str) -> int:
+        key = self._key(code, ":followers")
+        await self.redis.zremrangebyscore(key, "-inf", time.time() - FOLLOWER_TTL_S)
+        return int(await self.redis.zcard(key))
+
+    async def open_poll(self, code: str, poll: Poll) -> int:
+        room = await self.get(code)
+        if room is None:
+            return 0
+        if room.poll and room.poll != poll.id:
+            await self.close_poll(code, room.poll)
+        async with self.redis.pipeline(transaction=True) as p:
+            p.hset(self._key(code, ":polls"), poll.id, poll.dumps())
+            p.hset(self._key(code), "poll", poll.id)
+            await p.execute()
+        await self._touch(code)
+        return await self.publish(code, "poll", poll.public())
+
+    async def poll(self, code: str, poll_id: str) -> Poll | None:
+        raw = await self.redis.hget(self._key(code, ":polls"), poll_id)
+        return Poll.loads(raw) if raw else None
+
+    async def close_poll(self, code: str, poll_id: str) -> Poll | None:
+        poll = await self.poll(code, poll_id)
+        if poll is None or poll.status == "closed":
+            return poll
+        closed = Poll(**(poll.__dict__ | {"status": "closed"}))
+        async with self.redis.pipeline(transaction=True) as p:
+            p.hset(self._key(code, ":polls"), poll_id, closed.dumps())
+            await p.execute()
+        # Clear the room's open poll only if it is still this one (a newer poll may have replaced it).
+        if _s(await self.redis.hget(self._key(code), "poll") or b"") == poll_id:
+            await self.redis.hset(self._key(code), "poll", "")
+        await self.publish(code, "poll", closed.public(await self.counts(code, poll_id)))
+        return closed
+
+    async def answer(self, code: str, poll_id: str, answer: Answer) -> None:
+        key = self._key(code, ":answers:" + poll_id)
+        record = orjson.dumps({"answer": answer.answer, "nickname": answer.nickname})
+        async with self.redis.pipeline(transaction=False) as p:
+            p.hset(key, answer.student, record)
+            p.expire(key, self.idle)
+            await p.execute()
+
+    async def answers(self, code: str, poll_id: str) -> list[Answer]:
+        raw = await self.redis.hgetall(self._key(code, ":answers:" + poll_id))
+        out = []
+        for student, record in raw.items():
+            d = orjson.loads(record)
+            out.append(Answer(_s(student), d["answer"], d.get("nickname")))
+        return out

@@ -1,0 +1,227 @@
+"""What the rooms' API and pages share: the store chosen at start-up, teacher tokens, rate limits, and the check that
+a view the teacher shares is one the lab would render.
+
+The teacher's token is random, shown once (the API's answer, or an HttpOnly cookie in the teacher's browser), and
+stored only as its SHA-256; students never see it, and nothing a student sends can change the room's view.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections import OrderedDict
+from typing import Any
+from urllib.parse import quote, unquote, unquote_plus
+
+from fastapi import Request
+from starlette.types import ASGIApp, Message
+
+from ..settings import Settings
+from ..web.share import FOLLOWABLE
+from .store import MemoryStore, Room, Store, new_code, normal_code
+
+# Parameters that belong to one screen, not to the view: each student keeps their own language, and only the
+# projector is in presenter mode.
+PERSONAL = frozenset({"lang", "present", "room"})
+TEACHER_COOKIE = "lab_teacher"  # "<code>.<token>", HttpOnly
+ROOM_COOKIE = "lab_room"  # the room this browser is in (the code is no secret: it is on the projector)
+
+
+class RoomError(Exception):
+    """A refusal with its status, the field it concerns and a message naming it."""
+
+    def __init__(self, status: int, field: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+        self.message = message
+        self.headers = headers or {}
+
+
+class RateLimit:
+    """A token bucket per key: `per_minute` events, in bursts of up to that many. Keys are bounded (the least
+    recently seen are forgotten first), so a flood of addresses cannot grow memory without end."""
+
+    def __init__(self, per_minute: int, max_keys: int = 50_000, clock: Any = time.monotonic) -> None:
+        self.rate = per_minute / 60.0
+        self.burst = float(per_minute)
+        self.max_keys = max_keys
+        self.clock = clock
+        self.buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def wait(self, key: str) -> float:
+        """0 when allowed (and counted), else the seconds until it would be."""
+        now = self.clock()
+        tokens, last = self.buckets.pop(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if tokens >= 1:
+            self.buckets[key] = (tokens - 1, now)
+            wait = 0.0
+        else:
+            self.buckets[key] = (tokens, now)
+            wait = (1 - tokens) / self.rate
+        while len(self.buckets) > self.max_keys:
+            self.buckets.popitem(last=False)
+        return wait
+
+    def check(self, key: str, field: str, what: str) -> None:
+        wait = self.wait(key)
+        if wait:
+            seconds = max(1, int(wait + 0.999))
+            raise RoomError(429, field, f"too many {what}; retry in {seconds} s", {"Retry-After": str(seconds)})
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+def clean_query(raw: str, max_bytes: int) -> str:
+    """The view's URL query as given, without a leading "?" and without the per-screen parameters; the rest is
+    kept byte for byte. 422 for control characters, a repeated parameter or an oversized query."""
+    raw = raw.removeprefix("?")
+    if len(raw.encode()) > max_bytes:
+        raise RoomError(422, "query", f"over the {max_bytes // 1024} KiB limit")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F or c in "# " for c in raw):
+        raise RoomError(422, "query", "must be a URL query: no spaces, control characters or '#'")
+    kept, seen = [], set()
+    for part in raw.split("&"):
+        if not part:
+            continue
+        name = unquote_plus(part.split("=", 1)[0])
+        if name in PERSONAL:
+            continue
+        if name in seen and name not in ("heads", "stages"):
+            raise RoomError(422, "query", f"{name!r} is given more than once")
+        seen.add(name)
+        kept.append(part)
+    return "&".join(kept)
+
+
+def clean_page(raw: str) -> str:
+    page = raw or "/"
+    if not FOLLOWABLE.fullmatch(page):
+        raise RoomError(422, "page", "must be a lab page: /, /block, /decode, /lessons[/slug], /model, /tiles, …")
+    return page
+
+
+async def check_view(app: ASGIApp, page: str, query: str) -> None:
+    """Ask the lab itself for the view (the panel alone, in English) and refuse it with the lab's own message when
+    the lab would: exactly the rules a student's browser will meet. It also warms the page cache for the class."""
+    scope = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1", "method": "GET",
+        "scheme": "http", "path": page, "raw_path": page.encode(), "root_path": "",
+        "query_string": (query + ("&" if query else "") + "lang=en").encode(),
+        "headers": [(b"host", b"127.0.0.1"), (b"hx-request", b"true"), (b"accept-language", b"en")],
+        "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 80),
+    }  # fmt: skip
+    status = 500
+    reason = ""
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        nonlocal status, reason
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            headers = dict(message.get("headers", []))
+            reason = unquote(headers.get(b"x-lab-error", b"").decode("latin-1"))
+
+    await app(scope, receive, send)
+    if status == 200:
+        return
+    if status == 503:
+        raise RoomError(503, "query", "the server is busy computing this view; retry", {"Retry-After": "5"})
+    raise RoomError(422, "query", f"the lab refuses this view ({reason or f'HTTP {status}'})")
+
+
+class Rooms:
+    """The store and the rules around it; one per app (`app.state.rooms`)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.disabled: str | None = None
+        self.store: Store
+        if settings.redis_url:
+            from .redis_store import RedisStore
+
+            self.store = RedisStore(settings.redis_url, settings.room_idle_s)
+        else:
+            self.store = MemoryStore(settings.room_idle_s)
+            if settings.workers > 1:
+                self.disabled = (
+                    f"rooms are off: this server runs {settings.workers} workers without --redis, and a room kept in "
+                    "one worker's memory would be invisible to the others; start it with --redis redis://HOST:PORT/0 "
+                    "or with one worker"
+                )
+        self.joins = RateLimit(settings.room_joins_per_minute)
+        self.answers = RateLimit(settings.room_answers_per_minute)
+        self.creates = RateLimit(settings.room_creates_per_minute)
+        self.started = False
+
+    async def ready(self) -> Store:
+        if self.disabled:
+            raise RoomError(503, "rooms", self.disabled)
+        if not self.started:
+            try:
+                await self.store.start()
+            except Exception as exc:  # Redis unreachable: a 503 that says so, not a 500
+                raise RoomError(503, "rooms", f"the room store is unreachable ({type(exc).__name__})") from exc
+            self.started = True
+        return self.store
+
+    async def create(self, page: str, query: str) -> tuple[Room, str]:
+        store = await self.ready()
+        if await store.count() >= self.settings.max_rooms:
+            msg = f"the server has its limit of {self.settings.max_rooms} open rooms; retry later"
+            raise RoomError(503, "rooms", msg, {"Retry-After": "60"})
+        token = secrets.token_urlsafe(24)
+        for _ in range(16):
+            code = new_code()
+            if await store.create(code, token_hash(token), page, query):
+                room = await store.get(code)
+                assert room is not None
+                return room, token
+        raise RoomError(503, "rooms", "no free room code; retry")
+
+    async def room(self, raw_code: str) -> Room:
+        store = await self.ready()
+        code = normal_code(raw_code)
+        room = await store.get(code) if code else None
+        if room is None:
+            raise RoomError(404, "code", f"no open room {raw_code[:12]!r}; check the code on the projector")
+        return room
+
+    async def teacher(self, request: Request, raw_code: str) -> Room:
+        """The room, when the request carries its teacher token (Authorization: Bearer, or the teacher's cookie)."""
+        room = await self.room(raw_code)
+        token = presented_token(request, room.code)
+        if token is None:
+            raise RoomError(401, "authorization", "the teacher's token is required (Authorization: Bearer <token>)",
+                            {"WWW-Authenticate": "Bearer"})  # fmt: skip
+        if not hmac.compare_digest(token_hash(token), room.token_hash):
+            raise RoomError(403, "authorization", "this token is not the room's teacher token")
+        return room
+
+    async def is_teacher(self, request: Request, room: Room) -> bool:
+        token = presented_token(request, room.code)
+        return token is not None and hmac.compare_digest(token_hash(token), room.token_hash)
+
+
+def presented_token(request: Request, code: str) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    cookie = request.cookies.get(TEACHER_COOKIE, "")
+    cookie_code, _, token = cookie.partition(".")
+    return token if cookie_code == code and token else None
+
+
+def teacher_cookie(code: str, token: str) -> str:
+    return quote(f"{code}.{token}", safe=".-_")

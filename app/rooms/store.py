@@ -1,0 +1,373 @@
+"""Where rooms live: the teacher's current view, its version, the polls and their answers.
+
+One small interface, two implementations: `MemoryStore` (this process only: the default, one worker) and
+`RedisStore` (app/rooms/redis_store.py: every worker and machine that points at the same Redis shares the rooms).
+Both hand each change to this process's `Hub`, which fans it out to the server-sent-event streams connected here;
+with Redis, the change reaches the other processes over pub/sub and their own hubs do the same.
+
+Every change to a room is an `Event` with the room's next version as its id, so a stream that reconnects with
+`Last-Event-ID: v` is sent exactly the events after v (from a short log), or a fresh snapshot if it missed more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+# Room codes: no 0/O, 1/I/L look-alikes; read off a projector and typed on a phone, case-insensitively.
+ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+CODE_LENGTH = 6
+LOG_LENGTH = 64  # events kept for reconnecting streams; one that missed more gets a snapshot
+FOLLOWER_TTL_S = 45.0  # a follower that sent no heartbeat for this long is no longer counted
+
+Kind = Literal["state", "poll", "end"]
+
+
+def new_code() -> str:
+    return "".join(secrets.choice(ALPHABET) for _ in range(CODE_LENGTH))
+
+
+def normal_code(raw: str) -> str | None:
+    """The code as stored (upper case), or None when it cannot be a room code at all."""
+    code = raw.strip().upper()
+    if len(code) == CODE_LENGTH and all(c in ALPHABET for c in code):
+        return code
+    return None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One change to a room, as sent on its event stream. A state event's data gains the version (its id)."""
+
+    id: int
+    kind: Kind
+    data: dict[str, Any]
+
+    def sse(self, with_id: bool = True) -> bytes:
+        data = self.data | {"version": self.id} if self.kind == "state" else self.data
+        head = f"id: {self.id}\n" if with_id else ""
+        return (head + f"event: {self.kind}\ndata: ").encode() + orjson.dumps(data) + b"\n\n"
+
+    def dumps(self) -> bytes:
+        return orjson.dumps({"id": self.id, "kind": self.kind, "data": self.data})
+
+    @classmethod
+    def loads(cls, raw: bytes | str) -> Event:
+        d = orjson.loads(raw)
+        return cls(int(d["id"]), d["kind"], d["data"])
+
+
+@dataclass(frozen=True)
+class Poll:
+    id: str
+    prompt: str
+    kind: Literal["choice", "cell"]
+    options: tuple[str, ...] = ()
+    rows: int | None = None  # a cell poll's matrix shape, when the teacher gave it
+    cols: int | None = None
+    answer: str | None = None  # the teacher's key, revealed when the poll closes
+    status: Literal["open", "closed"] = "open"
+
+    def public(self, counts: dict[str, int] | None = None) -> dict[str, Any]:
+        """What students see: the answer and the counts only once the poll is closed."""
+        out: dict[str, Any] = {"id": self.id, "prompt": self.prompt, "kind": self.kind, "options": list(self.options),
+                               "rows": self.rows, "cols": self.cols, "status": self.status}  # fmt: skip
+        if self.status == "closed":
+            out["answer"] = self.answer
+            if counts is not None:
+                out["counts"] = counts
+                out["total"] = sum(counts.values())
+        return out
+
+    def dumps(self) -> bytes:
+        return orjson.dumps(self.__dict__ | {"options": list(self.options)})
+
+    @classmethod
+    def loads(cls, raw: bytes | str) -> Poll:
+        d = orjson.loads(raw)
+        return cls(**(d | {"options": tuple(d["options"])}))
+
+
+@dataclass(frozen=True)
+class Room:
+    code: str
+    page: str
+    query: str
+    version: int
+    token_hash: str
+    poll: str | None  # the open poll's id
+
+
+@dataclass(frozen=True)
+class Answer:
+    student: str
+    answer: str
+    nickname: str | None
+
+
+@dataclass(eq=False)  # each listener is itself (hashable by identity)
+class _Listener:
+    queue: asyncio.Queue[Event | None] = field(default_factory=lambda: asyncio.Queue(maxsize=64))
+    dropped: bool = False
+
+
+class Hub:
+    """This process's event streams, by room. A stream too slow to take 64 events is ended (its client reconnects
+    with Last-Event-ID and catches up), so one stuck phone never holds memory for the class."""
+
+    def __init__(self) -> None:
+        self.rooms: dict[str, set[_Listener]] = {}
+
+    @contextmanager
+    def listen(self, code: str) -> Iterator[asyncio.Queue[Event | None]]:
+        listener = _Listener()
+        self.rooms.setdefault(code, set()).add(listener)
+        try:
+            yield listener.queue
+        finally:
+            listeners = self.rooms.get(code)
+            if listeners is not None:
+                listeners.discard(listener)
+                if not listeners:
+                    del self.rooms[code]
+
+    def deliver(self, code: str, event: Event | None) -> None:
+        for listener in list(self.rooms.get(code, ())):
+            if listener.dropped:
+                continue
+            try:
+                listener.queue.put_nowait(event)
+            except asyncio.QueueFull:
+                listener.dropped = True
+                while not listener.queue.empty():
+                    listener.queue.get_nowait()
+                listener.queue.put_nowait(None)
+
+    def streams(self) -> int:
+        return sum(len(v) for v in self.rooms.values())
+
+
+class Store(ABC):
+    """Rooms, their state and polls. Every method is a coroutine; `None` means "no such room" (or poll)."""
+
+    def __init__(self, idle_s: float) -> None:
+        self.idle_s = idle_s
+        self.hub = Hub()
+
+    async def start(self) -> None:
+        """Begin receiving other processes' events (Redis); nothing to do in memory."""
+        return None
+
+    async def close(self) -> None:
+        """Release connections."""
+        return None
+
+    @abstractmethod
+    async def create(self, code: str, token_hash: str, page: str, query: str) -> bool:
+        """A new room at version 1; False when the code is taken."""
+
+    @abstractmethod
+    async def get(self, code: str) -> Room | None: ...
+
+    @abstractmethod
+    async def count(self) -> int:
+        """Rooms not yet expired."""
+
+    @abstractmethod
+    async def delete(self, code: str) -> bool:
+        """End the room: its streams get an `end` event and close."""
+
+    @abstractmethod
+    async def publish(self, code: str, kind: Kind, data: dict[str, Any], state: tuple[str, str] | None = None) -> int:
+        """Append an event (with the room's next version), update the state when `state` = (page, query) is given,
+        and deliver it everywhere. Returns the version, 0 when the room does not exist."""
+
+    @abstractmethod
+    async def events_after(self, code: str, version: int) -> list[Event] | None:
+        """The events after `version`, oldest first; None when the log no longer reaches back that far."""
+
+    @abstractmethod
+    async def follow(self, code: str, follower: str) -> None:
+        """Count a stream as following (again: a heartbeat); keeps the room alive."""
+
+    @abstractmethod
+    async def unfollow(self, code: str, follower: str) -> None: ...
+
+    @abstractmethod
+    async def followers(self, code: str) -> int: ...
+
+    @abstractmethod
+    async def open_poll(self, code: str, poll: Poll) -> int:
+        """Store the poll as the room's open one (closing any other) and announce it; returns the version."""
+
+    @abstractmethod
+    async def poll(self, code: str, poll_id: str) -> Poll | None: ...
+
+    @abstractmethod
+    async def close_poll(self, code: str, poll_id: str) -> Poll | None: ...
+
+    @abstractmethod
+    async def answer(self, code: str, poll_id: str, answer: Answer) -> None:
+        """Record a student's answer; a later one from the same student replaces the earlier."""
+
+    @abstractmethod
+    async def answers(self, code: str, poll_id: str) -> list[Answer]: ...
+
+    async def counts(self, code: str, poll_id: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in await self.answers(code, poll_id):
+            out[a.answer] = out.get(a.answer, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+@dataclass
+class _MemoryRoom:
+    room: Room
+    touched: float
+    log: deque[Event] = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
+    followers: dict[str, float] = field(default_factory=dict)
+    polls: dict[str, Poll] = field(default_factory=dict)
+    answers: dict[str, dict[str, Answer]] = field(default_factory=dict)
+
+
+class MemoryStore(Store):
+    """Rooms in this process: right for one worker, and what the tests compare the Redis store against."""
+
+    def __init__(self, idle_s: float, clock: Any = time.monotonic) -> None:
+        super().__init__(idle_s)
+        self.clock = clock
+        self.rooms: dict[str, _MemoryRoom] = {}
+
+    def _live(self, code: str) -> _MemoryRoom | None:
+        entry = self.rooms.get(code)
+        if entry is not None and self.clock() - entry.touched > self.idle_s:
+            del self.rooms[code]
+            self.hub.deliver(code, None)
+            return None
+        return entry
+
+    def _touch(self, entry: _MemoryRoom) -> None:
+        entry.touched = self.clock()
+
+    async def create(self, code: str, token_hash: str, page: str, query: str) -> bool:
+        for old in list(self.rooms):
+            self._live(old)  # expire idle rooms before counting or reusing a code
+        if code in self.rooms:
+            return False
+        self.rooms[code] = _MemoryRoom(Room(code, page, query, 1, token_hash, None), self.clock())
+        return True
+
+    async def get(self, code: str) -> Room | None:
+        entry = self._live(code)
+        return entry.room if entry else None
+
+    async def count(self) -> int:
+        return sum(self._live(code) is not None for code in list(self.rooms))
+
+    async def delete(self, code: str) -> bool:
+        entry = self._live(code)
+        if entry is None:
+            return False
+        version = entry.room.version + 1
+        del self.rooms[code]
+        self.hub.deliver(code, Event(version, "end", {}))
+        self.hub.deliver(code, None)
+        return True
+
+    async def publish(self, code: str, kind: Kind, data: dict[str, Any], state: tuple[str, str] | None = None) -> int:
+        entry = self._live(code)
+        if entry is None:
+            return 0
+        version = entry.room.version + 1
+        room = entry.room
+        entry.room = Room(code, *(state or (room.page, room.query)), version, room.token_hash, room.poll)
+        event = Event(version, kind, data)
+        entry.log.append(event)
+        self._touch(entry)
+        self.hub.deliver(code, event)
+        return version
+
+    async def events_after(self, code: str, version: int) -> list[Event] | None:
+        entry = self._live(code)
+        if entry is None:
+            return None
+        return _after(list(entry.log), version, entry.room.version)
+
+    async def follow(self, code: str, follower: str) -> None:
+        entry = self._live(code)
+        if entry is not None:
+            entry.followers[follower] = self.clock()
+            self._touch(entry)
+
+    async def unfollow(self, code: str, follower: str) -> None:
+        entry = self.rooms.get(code)
+        if entry is not None:
+            entry.followers.pop(follower, None)
+
+    async def followers(self, code: str) -> int:
+        entry = self._live(code)
+        if entry is None:
+            return 0
+        now = self.clock()
+        for k, seen in list(entry.followers.items()):
+            if now - seen > FOLLOWER_TTL_S:
+                del entry.followers[k]
+        return len(entry.followers)
+
+    async def open_poll(self, code: str, poll: Poll) -> int:
+        entry = self._live(code)
+        if entry is None:
+            return 0
+        if entry.room.poll and entry.room.poll != poll.id:
+            await self.close_poll(code, entry.room.poll)
+        entry.polls[poll.id] = poll
+        entry.answers[poll.id] = {}
+        entry.room = Room(**(entry.room.__dict__ | {"poll": poll.id}))
+        return await self.publish(code, "poll", poll.public())
+
+    async def poll(self, code: str, poll_id: str) -> Poll | None:
+        entry = self._live(code)
+        return entry.polls.get(poll_id) if entry else None
+
+    async def close_poll(self, code: str, poll_id: str) -> Poll | None:
+        entry = self._live(code)
+        if entry is None or poll_id not in entry.polls:
+            return None
+        poll = entry.polls[poll_id]
+        if poll.status == "open":
+            poll = entry.polls[poll_id] = Poll(**(poll.__dict__ | {"status": "closed"}))
+            if entry.room.poll == poll_id:
+                entry.room = Room(**(entry.room.__dict__ | {"poll": None}))
+            await self.publish(code, "poll", poll.public(await self.counts(code, poll_id)))
+        return poll
+
+    async def answer(self, code: str, poll_id: str, answer: Answer) -> None:
+        entry = self._live(code)
+        if entry is not None and poll_id in entry.answers:
+            entry.answers[poll_id][answer.student] = answer
+            self._touch(entry)
+
+    async def answers(self, code: str, poll_id: str) -> list[Answer]:
+        entry = self._live(code)
+        if entry is None:
+            return []
+        return list(entry.answers.get(poll_id, {}).values())
+
+
+def _after(log: list[Event], version: int, current: int) -> list[Event] | None:
+    """The logged events after `version` (oldest first), or None when some of them are no longer logged."""
+    if version >= current:
+        return []
+    missed = [e for e in log if e.id > version]
+    if not missed or missed[0].id != version + 1:
+        return None
+    return missed

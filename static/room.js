@@ -1,0 +1,342 @@
+// Attention Lab: live rooms. In a room (cookie lab_room) every page gets the room bar from /r/<code>/bar and one
+// EventSource on /api/v1/rooms/<code>/events. The teacher's page sends its view (path + query) on every change;
+// a following student's page fetches that view and swaps it in place, keeping the bar and the stream.
+(function () {
+  "use strict";
+  var PERSONAL = { lang: 1, present: 1, room: 1 };
+
+  function cookie(name) {
+    var m = document.cookie.match(new RegExp("(?:^|; )" + name + "=([^;]*)"));
+    return m ? decodeURIComponent(m[1]) : null;
+  }
+  var code = cookie("lab_room");
+  if (!code || !/^[A-Z2-9]{6}$/.test(code)) return;
+  var lang = (document.documentElement.lang || "en").slice(0, 2);
+  var api = "/api/v1/rooms/" + code;
+  var modeKey = "lab_room_mode_" + code;
+  var bar = document.createElement("div");
+  bar.id = "room";
+  var role = null;
+  var source = null;
+  var latest = null; // the room's view, as last announced
+  var poll = null; // the open (or last revealed) poll
+  var seq = 0; // follow navigations: only the newest one may swap
+
+  function q(sel) { return bar.querySelector(sel); }
+  function all(sel) { return Array.prototype.slice.call(bar.querySelectorAll(sel)); }
+  function text(sel, value) { var el = q(sel); if (el) el.textContent = value; }
+
+  // The view of this page without what belongs to this screen alone (language, presenter mode).
+  function ownView() {
+    var params = new URLSearchParams(location.search);
+    Object.keys(PERSONAL).forEach(function (k) { params.delete(k); });
+    return { page: location.pathname, query: params.toString() };
+  }
+  function sameView(a, b) {
+    var pa = new URLSearchParams(a.query), pb = new URLSearchParams(b.query);
+    pa.sort(); pb.sort();
+    return a.page === b.page && pa.toString() === pb.toString();
+  }
+
+  // ---- students: follow, explore, answer ----------------------------------------------------------------------
+  function following() { return sessionStorage.getItem(modeKey) !== "exploring"; }
+  function setMode(mode) {
+    sessionStorage.setItem(modeKey, mode);
+    document.body.setAttribute("data-room-following", mode === "following" ? "1" : "0");
+  }
+
+  function go(view) {
+    if (!view || sameView(view, ownView())) return;
+    var params = new URLSearchParams(view.query);
+    params.set("lang", lang);
+    var url = view.page + "?" + params.toString();
+    var mine = ++seq;
+    fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then(function (res) { return res.text(); })
+      .then(function (html) {
+        if (mine !== seq || !following()) return; // a newer step, or the student went exploring meanwhile
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        document.title = doc.title;
+        document.body.className = doc.body.className;
+        var nodes = Array.prototype.slice.call(doc.body.childNodes);
+        document.body.replaceChildren.apply(document.body, nodes);
+        document.body.appendChild(bar);
+        document.body.setAttribute("data-room-following", "1");
+        history.replaceState(null, "", url);
+        if (window.htmx) window.htmx.process(document.body);
+        markCells();
+        document.dispatchEvent(new CustomEvent("room:followed", { detail: view }));
+      })
+      .catch(function () { /* the next event (or "back to the teacher") tries again */ });
+  }
+
+  function studentId() {
+    var id = localStorage.getItem("lab_student");
+    if (!id) {
+      var bytes = new Uint8Array(12);
+      crypto.getRandomValues(bytes);
+      id = Array.prototype.map.call(bytes, function (b) { return ("0" + b.toString(16)).slice(-2); }).join("");
+      localStorage.setItem("lab_student", id);
+    }
+    return id;
+  }
+
+  function send(answer) {
+    if (!poll || poll.status !== "open") return;
+    var nick = q("[data-room-nickname]");
+    var body = { student: studentId(), answer: answer };
+    if (nick && nick.value.trim()) body.nickname = nick.value.trim();
+    fetch(api + "/polls/" + poll.id + "/answers", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body)
+    }).then(function (res) { return res.ok ? res.json() : Promise.reject(res.status); })
+      .then(function (out) {
+        sessionStorage.setItem("lab_answer_" + poll.id, out.answer);
+        showMine(out.answer);
+      }).catch(function () {});
+  }
+  function showMine(value) {
+    var mine = q("[data-room-mine]");
+    if (!mine) return;
+    mine.hidden = value == null;
+    text("[data-room-mine-value]", value == null ? "" : cellLabel(value));
+    all("[data-room-options] button").forEach(function (b) { b.setAttribute("aria-pressed", String(b.value === value)); });
+    markCells();
+  }
+  function cellLabel(value) {
+    return /^\d+,\d+$/.test(value) ? "(" + value.replace(",", ", ") + ")" : value;
+  }
+
+  function histogram(list, counts, key) {
+    if (!list) return;
+    list.replaceChildren();
+    var total = 0, top = 0;
+    Object.keys(counts || {}).forEach(function (k) { total += counts[k]; top = Math.max(top, counts[k]); });
+    var keys = poll && poll.kind === "choice" ? poll.options.slice() : Object.keys(counts || {});
+    keys.forEach(function (k) {
+      var n = (counts && counts[k]) || 0;
+      var li = document.createElement("li");
+      li.setAttribute("data-answer", k);
+      if (key != null && k === key) li.className = "key";
+      var label = document.createElement("span");
+      label.className = "label";
+      label.textContent = cellLabel(k);
+      var barEl = document.createElement("span");
+      barEl.className = "bar";
+      barEl.style.setProperty("--share", top ? String(n / top) : "0");
+      var num = document.createElement("span");
+      num.className = "n";
+      num.textContent = String(n);
+      li.append(label, barEl, num);
+      list.appendChild(li);
+    });
+    return total;
+  }
+
+  // Cell polls: every matrix cell shows how many chose it (teacher), or which one this student chose.
+  function markCells() {
+    var cells = document.querySelectorAll("td[data-row][data-col]");
+    var counts = (poll && poll.counts) || null;
+    var top = 0;
+    if (counts) Object.keys(counts).forEach(function (k) { top = Math.max(top, counts[k]); });
+    var mine = poll ? sessionStorage.getItem("lab_answer_" + poll.id) : null;
+    Array.prototype.forEach.call(cells, function (td) {
+      var k = td.getAttribute("data-row") + "," + td.getAttribute("data-col");
+      var active = poll && poll.kind === "cell";
+      td.classList.toggle("pollable", !!(active && poll.status === "open" && role === "student"));
+      td.classList.toggle("voted", !!(active && mine === k));
+      td.classList.toggle("poll-key", !!(active && poll.status === "closed" && poll.answer === k));
+      var n = active && counts ? counts[k] || 0 : 0;
+      if (n) {
+        td.setAttribute("data-votes", String(n));
+        td.style.setProperty("--votes", String(n / top));
+      } else {
+        td.removeAttribute("data-votes");
+        td.style.removeProperty("--votes");
+      }
+    });
+  }
+
+  function showPoll(p) {
+    poll = p;
+    if (role === "teacher") return teacherPoll(p);
+    var box = q("[data-room-question]");
+    if (!box) return;
+    box.hidden = false;
+    text("[data-room-prompt]", p.prompt);
+    var options = q("[data-room-options]");
+    options.replaceChildren();
+    if (p.kind === "choice") {
+      p.options.forEach(function (o) {
+        var b = document.createElement("button");
+        b.type = "button";
+        b.value = o;
+        b.textContent = o;
+        b.disabled = p.status !== "open";
+        b.addEventListener("click", function () { send(o); });
+        options.appendChild(b);
+      });
+    }
+    q("[data-room-cell-hint]").hidden = !(p.kind === "cell" && p.status === "open");
+    var reveal = q("[data-room-reveal]");
+    reveal.hidden = p.status !== "closed";
+    if (p.status === "closed") {
+      text("[data-room-key]", p.answer == null ? "—" : cellLabel(p.answer));
+      histogram(reveal.querySelector("[data-room-histogram]"), p.counts, p.answer);
+    }
+    showMine(sessionStorage.getItem("lab_answer_" + p.id));
+  }
+
+  document.addEventListener("click", function (e) {
+    if (role !== "student" || !poll || poll.kind !== "cell" || poll.status !== "open") return;
+    var td = e.target.closest && e.target.closest("td[data-row][data-col]");
+    if (!td || bar.contains(td)) return;
+    e.preventDefault();
+    e.stopPropagation();
+    send([Number(td.getAttribute("data-row")), Number(td.getAttribute("data-col"))]);
+  }, true);
+
+  // Anything the student does on the page itself (a link, a form, a key) means exploring on their own.
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    if (role === "student" && following() && e.detail && e.detail.elt && !bar.contains(e.detail.elt)) setMode("exploring");
+  });
+
+  // ---- the teacher: announce the view, watch the answers ----------------------------------------------------
+  var announced = null;
+  function announce() {
+    if (role !== "teacher") return;
+    var view = ownView();
+    if (announced && sameView(view, announced)) return;
+    announced = view;
+    fetch(api + "/state", {
+      method: "PUT", credentials: "same-origin", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(view)
+    }).then(function (res) {
+      bar.classList.toggle("refused", !res.ok);
+      if (!res.ok) announced = null;
+    }).catch(function () { announced = null; });
+  }
+
+  var watching = null;
+  function teacherPoll(p) {
+    var box = q("[data-room-results]");
+    if (!box) return;
+    box.hidden = false;
+    text("[data-room-prompt]", p.prompt + (p.status === "closed" && p.answer != null ? " → " + cellLabel(p.answer) : ""));
+    var csv = q("[data-room-csv]");
+    if (csv) csv.href = api + "/polls/" + p.id + "/answers.csv";
+    q("[data-room-close]").hidden = p.status !== "open";
+    refreshResults();
+    if (watching) clearInterval(watching);
+    watching = p.status === "open" ? setInterval(refreshResults, 1000) : null;
+  }
+  function refreshResults() {
+    if (!poll) return;
+    fetch(api + "/polls/" + poll.id, { credentials: "same-origin" })
+      .then(function (res) { return res.ok ? res.json() : Promise.reject(res.status); })
+      .then(function (r) {
+        poll.counts = r.counts;
+        var total = histogram(q("[data-room-histogram]"), r.counts, r.status === "closed" ? r.answer : null);
+        text("[data-room-total]", String(total));
+        markCells();
+      }).catch(function () {});
+  }
+  function refreshFollowers() {
+    fetch(api, { credentials: "same-origin" })
+      .then(function (res) { return res.ok ? res.json() : Promise.reject(res.status); })
+      .then(function (r) { text("[data-room-followers]", String(r.followers)); })
+      .catch(function () {});
+  }
+
+  function teacherControls() {
+    var form = q("[data-room-poll-form]");
+    form.addEventListener("submit", function (e) {
+      e.preventDefault();
+      var data = new FormData(form);
+      var body = { prompt: data.get("prompt"), kind: data.get("kind") };
+      var opts = String(data.get("options") || "").split(/[,，]/).map(function (s) { return s.trim(); }).filter(Boolean);
+      if (body.kind === "choice") body.options = opts;
+      var key = String(data.get("answer") || "").trim();
+      if (key) body.answer = key;
+      if (body.kind === "cell") {
+        var table = document.querySelector("table[data-matrix]");
+        if (table) {
+          body.rows = table.querySelectorAll("tbody tr").length;
+          body.cols = table.querySelectorAll("tbody tr:first-child td").length;
+        }
+      }
+      fetch(api + "/polls", {
+        method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body)
+      }).then(function (res) {
+        form.classList.toggle("refused", !res.ok);
+        if (res.ok) form.closest("details").open = false;
+      });
+    });
+    q("[data-room-close]").addEventListener("click", function () {
+      if (!poll) return;
+      fetch(api + "/polls/" + poll.id + "/close", { method: "POST", credentials: "same-origin" });
+    });
+    document.addEventListener("htmx:pushedIntoHistory", announce);
+    document.addEventListener("htmx:replacedInHistory", announce);
+    window.addEventListener("popstate", function () { setTimeout(announce, 0); });
+    announce();
+    refreshFollowers();
+    setInterval(refreshFollowers, 5000);
+  }
+
+  function studentControls() {
+    if (location.hash === "#follow") {
+      setMode("following");
+      history.replaceState(null, "", location.pathname + location.search);
+    } else {
+      setMode(following() ? "following" : "exploring");
+    }
+    q("[data-room-explore]").addEventListener("click", function () { setMode("exploring"); });
+    q("[data-room-back]").addEventListener("click", function () {
+      setMode("following");
+      fetch(api).then(function (r) { return r.json(); }).then(go).catch(function () {});
+    });
+    q("[data-room-leave]").addEventListener("click", function () {
+      document.cookie = "lab_room=; Max-Age=0; path=/";
+      if (source) source.close();
+      bar.remove();
+      document.body.removeAttribute("data-room-following");
+    });
+  }
+
+  function ended() {
+    if (source) source.close();
+    q("[data-room-ended]").hidden = false;
+    bar.classList.add("ended");
+    document.cookie = "lab_room=; Max-Age=0; path=/";
+    document.body.removeAttribute("data-room-following");
+  }
+
+  function connect() {
+    source = new EventSource(api + "/events");
+    source.addEventListener("state", function (e) {
+      latest = JSON.parse(e.data);
+      bar.setAttribute("data-room-version", String(latest.version));
+      if (role === "student" && following()) go(latest);
+    });
+    source.addEventListener("poll", function (e) { showPoll(JSON.parse(e.data)); markCells(); });
+    source.addEventListener("end", ended);
+  }
+
+  fetch("/r/" + code + "/bar?lang=" + lang, { credentials: "same-origin" })
+    .then(function (res) {
+      if (res.status === 404) { document.cookie = "lab_room=; Max-Age=0; path=/"; return null; }
+      return res.ok ? res.text() : null;
+    })
+    .then(function (html) {
+      if (!html) return;
+      bar.innerHTML = html;
+      var root = bar.querySelector("[data-room-role]");
+      role = root.getAttribute("data-room-role");
+      document.body.appendChild(bar);
+      document.body.setAttribute("data-room", role);
+      if (role === "teacher") teacherControls(); else studentControls();
+      connect();
+    })
+    .catch(function () {});
+})();
