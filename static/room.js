@@ -247,7 +247,24 @@
       .catch(function () {});
   }
 
+  // Presenter mode's QR (the view's own address) becomes the room's: students scan it and follow.
+  function presentRoom() {
+    var aside = document.querySelector("aside.qr");
+    var svg = q("[data-room-qr] svg");
+    if (!aside || aside.hasAttribute("data-room-join") || !svg) return;
+    aside.setAttribute("data-room-join", code);
+    var big = document.createElement("p");
+    big.className = "room-code";
+    big.textContent = code;
+    var link = document.createElement("code");
+    link.setAttribute("data-share-url", "");
+    link.textContent = q("[data-room-join]").textContent;
+    aside.replaceChildren(svg.cloneNode(true), big, link);
+  }
+
   function teacherControls() {
+    presentRoom();
+    document.addEventListener("htmx:afterSettle", presentRoom);
     var form = q("[data-room-poll-form]");
     form.addEventListener("submit", function (e) {
       e.preventDefault();

@@ -9,7 +9,7 @@ presenter-mode pictures are written to static/screenshots/; the rest to shots/ (
 
 from __future__ import annotations
 
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Browser, expect, sync_playwright
 
 from .servers import ROOT, served
 
@@ -40,8 +40,42 @@ def main() -> int:
                     page.screenshot(path=str(out))
                     page.close()
                     print(out.relative_to(ROOT))
+        room_shots(browser, base)
         browser.close()
     return 0
+
+
+def room_shots(browser: Browser, base: str) -> None:
+    """A live class: the teacher in presenter mode (the room's QR and code), with a poll's answers coming in, and a
+    student's phone answering it, in both languages."""
+    for lang in ("en", "zh"):
+        teacher = browser.new_context(viewport={"width": 1280, "height": 720})
+        tp = teacher.new_page()
+        tp.goto(f"{base}/?stage=4&lang={lang}")
+        tp.click("[data-room-start] button")
+        tp.wait_for_selector("#room [data-room-role=teacher]")
+        code = tp.inner_text("[data-room-code-text]").strip()
+        options = "猫, 坐, 在" if lang == "zh" else "cat, sat, on"
+        prompt = "“坐”最关注哪个词？" if lang == "zh" else "Which token does “sat” attend to most?"
+        tp.click(".room-poll-form summary")
+        tp.fill("[data-room-poll-form] input[name=prompt]", prompt)
+        tp.fill("[data-room-poll-form] input[name=options]", options)
+        tp.click("[data-room-poll-form] button[type=submit]")
+        phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+        sp = phone.new_page()
+        sp.goto(f"{base}/r/{code}?lang={lang}")
+        sp.wait_for_selector("[data-room-question]:not([hidden])")
+        sp.click("[data-room-options] button >> nth=0")
+        sp.wait_for_selector("[data-room-mine]:not([hidden])")
+        expect(tp.locator("[data-room-total]")).to_have_text("1")
+        tp.goto(f"{base}/?stage=4&present=1&lang={lang}")
+        tp.wait_for_selector("aside.qr[data-room-join]")
+        for page, name in ((tp, f"room-teacher-1280x720-{lang}"), (sp, f"room-student-390x844-{lang}")):
+            out = OTHER_SHOTS / f"{name}.png"
+            page.screenshot(path=str(out))
+            print(out.relative_to(ROOT))
+        teacher.close()
+        phone.close()
 
 
 if __name__ == "__main__":

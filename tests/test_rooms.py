@@ -194,27 +194,27 @@ def test_a_poll_counts_every_answer_once_and_reveals_the_key(lab: str) -> None:
     n = 120
 
     async def main() -> dict[str, object]:
-        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=64)) as client:
-            async with stream(client, lab, code) as watcher:
-                m = await watcher.next()
-                assert m.event == "state"
-                m = await watcher.next()  # the open poll comes with the snapshot
-                assert m.event == "poll" and m.data["id"] == pid and "answer" not in m.data
+        limits = httpx.Limits(max_connections=64)
+        async with httpx.AsyncClient(timeout=30, limits=limits) as client, stream(client, lab, code) as watcher:
+            m = await watcher.next()
+            assert m.event == "state"
+            m = await watcher.next()  # the open poll comes with the snapshot
+            assert m.event == "poll" and m.data["id"] == pid and "answer" not in m.data
 
-                async def answer(i: int, value: str) -> None:
-                    r = await client.post(f"{polls}/{pid}/answers", json={"student": f"s{i}", "answer": value})
-                    assert r.status_code == 200, r.text
+            async def answer(i: int, value: str) -> None:
+                r = await client.post(f"{polls}/{pid}/answers", json={"student": f"s{i}", "answer": value})
+                assert r.status_code == 200, r.text
 
-                await asyncio.gather(*(answer(i, options[i % 5]) for i in range(n)))
-                # Ten students change their minds: their later answer replaces the earlier one.
-                await asyncio.gather(*(answer(i, "猫") for i in range(1, 11)))
-                live = (await client.get(f"{polls}/{pid}")).json()
-                assert live["status"] == "open" and live["answer"] is None
-                closed = await client.post(f"{polls}/{pid}/close", headers=auth)
-                assert closed.status_code == 200
-                m = await watcher.next()
-                assert m.event == "poll" and m.data["status"] == "closed"
-                return {"live": live, "event": m.data}
+            await asyncio.gather(*(answer(i, options[i % 5]) for i in range(n)))
+            # Ten students change their minds: their later answer replaces the earlier one.
+            await asyncio.gather(*(answer(i, "猫") for i in range(1, 11)))
+            live = (await client.get(f"{polls}/{pid}")).json()
+            assert live["status"] == "open" and live["answer"] is None
+            closed = await client.post(f"{polls}/{pid}/close", headers=auth)
+            assert closed.status_code == 200
+            m = await watcher.next()
+            assert m.event == "poll" and m.data["status"] == "closed"
+            return {"live": live, "event": m.data}
 
     out = asyncio.run(main())
     # i % 5 == 0 chose 猫 (24), plus the ten who switched from the other four options (i = 1..10).
@@ -257,14 +257,13 @@ def test_ending_the_class_tells_every_stream(lab: str) -> None:
     code, auth = create(lab)
 
     async def main() -> None:
-        async with httpx.AsyncClient(timeout=30) as client:
-            async with stream(client, lab, code) as s:
-                assert (await s.next()).event == "state"
-                r = await client.delete(f"{lab}/api/v1/rooms/{code}", headers=auth)
-                assert r.status_code == 204
-                assert (await s.next()).event == "end"
-                with pytest.raises(EOFError):
-                    await s.next()
+        async with httpx.AsyncClient(timeout=30) as client, stream(client, lab, code) as s:
+            assert (await s.next()).event == "state"
+            r = await client.delete(f"{lab}/api/v1/rooms/{code}", headers=auth)
+            assert r.status_code == 204
+            assert (await s.next()).event == "end"
+            with pytest.raises(EOFError):
+                await s.next()
 
     asyncio.run(main())
     assert httpx.get(f"{lab}/api/v1/rooms/{code}").status_code == 404
@@ -303,12 +302,15 @@ def test_limits_refuse_with_the_reason() -> None:
         assert full.status_code == 503 and "2 open rooms" in full.json()["message"]
 
         async def main() -> None:
-            async with httpx.AsyncClient(timeout=30) as client:
-                async with stream(client, base, code) as a, stream(client, base, code) as b:
-                    await a.next()
-                    await b.next()
-                    third = await client.get(f"{base}/api/v1/rooms/{code}/events")
-                    assert third.status_code == 503 and "followers" in third.json()["message"]
+            async with (
+                httpx.AsyncClient(timeout=30) as client,
+                stream(client, base, code) as a,
+                stream(client, base, code) as b,
+            ):
+                await a.next()
+                await b.next()
+                third = await client.get(f"{base}/api/v1/rooms/{code}/events")
+                assert third.status_code == 503 and "followers" in third.json()["message"]
 
         asyncio.run(main())
         r = httpx.post(f"{base}/api/v1/rooms/{code}/polls", headers=auth,

@@ -1,0 +1,79 @@
+"""A live class in two real browsers: the teacher starts a room from the lab page and steps; a student on a phone,
+in Chinese, follows, answers a poll, explores on their own and comes back."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import parse_qs, urlparse
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, expect
+
+pytestmark = pytest.mark.browser
+
+
+def test_a_student_follows_the_teacher_answers_a_poll_and_explores(browser: Browser, live_server: str) -> None:
+    teacher = browser.new_context(viewport={"width": 1280, "height": 720})
+    student = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        tp = teacher.new_page()
+        tp.goto(f"{live_server}/?lang=en&stage=scores&mask=causal")
+        tp.click("[data-room-start] button")
+        expect(tp.locator("#room [data-room-role=teacher]")).to_be_visible()
+        code = tp.locator("[data-room-code-text]").inner_text().strip()
+        assert len(code) == 6
+        assert "lab_teacher" not in tp.url and code not in tp.url  # nothing secret in the teacher's address
+
+        sp = student.new_page()
+        sp.goto(f"{live_server}/r/{code}?lang=zh")
+        expect(sp.locator("#stage")).to_have_attribute("data-stage", "scores")
+        expect(sp.locator("#room [data-room-role=student]")).to_be_visible()
+        expect(sp.locator("body")).to_have_attribute("data-room-following", "1")
+        expect(tp.locator("[data-room-followers]")).to_have_text("1", timeout=15_000)
+
+        # The teacher steps; the student's page follows, in the student's language.
+        tp.click("[data-action=next]")
+        expect(sp.locator("#stage")).to_have_attribute("data-stage", "mask", timeout=10_000)
+        query = parse_qs(urlparse(sp.url).query)
+        assert query["stage"] == ["mask"] and query["lang"] == ["zh"]
+        assert sp.evaluate("document.documentElement.lang") == "zh-CN"
+        room = httpx.get(f"{live_server}/api/v1/rooms/{code}").json()
+        assert "lang" not in parse_qs(room["query"]) and parse_qs(room["query"])["stage"] == ["mask"]
+
+        # A poll: the student answers on the phone, the teacher sees it counted, then reveals.
+        tp.click(".room-poll-form summary")
+        tp.fill("[data-room-poll-form] input[name=prompt]", "Which is row 1's largest weight?")
+        tp.fill("[data-room-poll-form] input[name=options]", "猫, 坐")
+        tp.fill("[data-room-poll-form] input[name=answer]", "猫")
+        tp.click("[data-room-poll-form] button[type=submit]")
+        expect(sp.locator("[data-room-question]")).to_be_visible(timeout=10_000)
+        expect(sp.locator("[data-room-prompt]")).to_have_text("Which is row 1's largest weight?")
+        sp.click("[data-room-options] button[value='猫']")
+        expect(sp.locator("[data-room-mine-value]")).to_have_text("猫")
+        expect(tp.locator("[data-room-total]")).to_have_text("1", timeout=10_000)
+        tp.click("[data-room-close]")
+        expect(sp.locator("[data-room-reveal]")).to_be_visible(timeout=10_000)
+        expect(sp.locator("[data-room-key]")).to_have_text("猫")
+        expect(sp.locator("[data-room-reveal] li.key .n")).to_have_text("1")
+
+        # Exploring: the student's own view stays while the teacher moves on; "back" catches up.
+        sp.click("[data-room-explore]")
+        expect(sp.locator("body")).to_have_attribute("data-room-following", "0")
+        tp.click("[data-action=next]")
+        deadline = time.monotonic() + 10
+        while "stage=softmax" not in httpx.get(f"{live_server}/api/v1/rooms/{code}").json()["query"]:
+            assert time.monotonic() < deadline, "the teacher's step never reached the room"
+            time.sleep(0.1)
+        sp.wait_for_timeout(800)  # an event delivered now must not move an exploring student
+        expect(sp.locator("#stage")).to_have_attribute("data-stage", "mask")
+        sp.click("[data-room-back]")
+        expect(sp.locator("#stage")).to_have_attribute("data-stage", "softmax", timeout=10_000)
+
+        # The teacher ends the class: the student is told, the page stays.
+        tp.click("[data-room-end]")
+        expect(sp.locator("[data-room-ended]")).to_be_visible(timeout=10_000)
+        assert httpx.get(f"{live_server}/api/v1/rooms/{code}").status_code == 404
+    finally:
+        teacher.close()
+        student.close()
