@@ -65,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.lab = Lab(settings, app.state.metrics)
     app.state.rooms = Rooms(settings)
     errors.install(app)
+    rooms_api.install(app)
     app.add_middleware(ServeCached, lab=app.state.lab)
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
     app.add_middleware(QueryLimit, max_bytes=int(settings.max_query_kb * 1024), repeatable=frozenset(LIST_FIELDS))

@@ -17,9 +17,10 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import anyio
-from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from redis.exceptions import RedisError
 
 from ..render.payload import json_response
 from ..schemas import Problem
@@ -44,6 +45,15 @@ TEACHER: dict[int | str, dict[str, Any]] = REFUSALS | {
     401: problem_doc("No teacher token (Authorization: Bearer <teacher_token>)"),
     403: problem_doc("A token that is not this room's teacher token"),
 }
+
+
+def install(app: FastAPI) -> None:
+    """A room store that fails (Redis down, its pool exhausted past the wait) is a 503 that says so, never a 500."""
+
+    @app.exception_handler(RedisError)
+    async def _store_down(request: Request, exc: RedisError) -> Response:
+        return refused(RoomError(503, "rooms", f"the room store failed ({type(exc).__name__}); retry",
+                                 {"Retry-After": "5"}))  # fmt: skip
 
 
 def get_rooms(request: Request) -> Rooms:
@@ -260,13 +270,15 @@ async def events(
                             {"Retry-After": "30"})  # fmt: skip
     except RoomError as exc:
         return refused(exc)
-    follower = secrets.token_hex(8)
+    # The teacher's own page listens too (poll events), but is no follower.
+    follower = None if await rooms.is_teacher(request, room) else secrets.token_hex(8)
     keepalive = rooms.settings.room_keepalive_s
 
     async def stream() -> AsyncIterator[bytes]:
         with store.hub.listen(room.code) as queue:  # listening before the snapshot: nothing falls in between
             try:
-                await store.follow(room.code, follower)
+                if follower:
+                    await store.follow(room.code, follower)
                 yield f"retry: 2000\n: following room {room.code}\n\n".encode()
                 sent = 0
                 missed = await store.events_after(room.code, after) if after is not None else None
@@ -290,7 +302,8 @@ async def events(
                         event = await asyncio.wait_for(queue.get(), keepalive)
                     except TimeoutError:
                         yield b": keep-alive\n\n"
-                        await store.follow(room.code, follower)  # the heartbeat that keeps it counted
+                        if follower:
+                            await store.follow(room.code, follower)  # the heartbeat that keeps it counted
                         continue
                     if event is None:
                         return
@@ -301,8 +314,9 @@ async def events(
                     if event.kind == "end":
                         return
             finally:
-                with anyio.CancelScope(shield=True):
-                    await store.unfollow(room.code, follower)
+                if follower:
+                    with anyio.CancelScope(shield=True):
+                        await store.unfollow(room.code, follower)
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}  # no proxy may buffer the stream
     return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)

@@ -26,6 +26,7 @@ from .store import FOLLOWER_TTL_S, LOG_LENGTH, Answer, Event, Kind, Poll, Room, 
 
 PREFIX = "lab:room:"
 ROOMS = "lab:rooms"
+MAX_CONNECTIONS = 32  # per process
 LOG = logging.getLogger("attention_lab.rooms")
 
 # KEYS: room hash, log; ARGV: kind, data JSON, page, query, idle seconds, channel, log length, set state (1/0)
@@ -51,7 +52,11 @@ class RedisStore(Store):
     def __init__(self, url: str, idle_s: float) -> None:
         super().__init__(idle_s)
         self.url = url
-        self.redis = aioredis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        # A bounded pool that waits for a free connection (the default pool refuses past its size): a class of
+        # hundreds shares a few dozen connections per process.
+        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=10,
+                                                        socket_timeout=5, socket_connect_timeout=5)  # fmt: skip
+        self.redis = aioredis.Redis(connection_pool=pool)
         self._publish = self.redis.register_script(PUBLISH)
         self._listener: asyncio.Task[None] | None = None
         self.idle = max(1, int(idle_s))
