@@ -266,10 +266,11 @@ LATIN_OK = set(
         "float16",
         "float32",
         "gpt2",
+        "CSV",
     ]
 )
 ZH_PAGES = ["/?stage=1", "/?stage=3", "/?stage=4", "/?stage=5", "/?stage=2&present=1", "/block", "/decode?step=1",
-            "/demos", "/params", "/lessons", "/lessons/five-stages", "/?stage=3&lesson=five-stages&step=3"]  # fmt: skip
+            "/demos", "/params", "/lessons", "/lessons/five-stages", "/?stage=3&lesson=five-stages&step=3", "/r"]  # fmt: skip
 
 
 @pytest.mark.parametrize("url", ZH_PAGES)

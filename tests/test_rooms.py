@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import re
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from bs4 import BeautifulSoup
 
 from app.rooms.store import ALPHABET, CODE_LENGTH, Answer, MemoryStore, Poll
 from tests.redis_server import available, redis_server
 from tests.rooms_client import stream
-from tests.servers import served
+from tests.servers import free_port, served
+from tests.test_kernel import LATIN_OK
 
 # Quick keep-alives so a closed stream is noticed (and uncounted) within a second.
 SETTINGS = {"ROOM_KEEPALIVE_S": "0.5", "ROOM_JOINS_PER_MINUTE": "100000", "ROOM_CREATES_PER_MINUTE": "1000"}
@@ -283,6 +286,12 @@ def test_start_a_class_from_a_page_sets_the_teacher_cookie_and_students_get_thei
         bar = teacher.get(f"/r/{code}/bar?lang=zh")
         assert 'data-room-role="teacher"' in bar.text and "<svg" in bar.text and f"/r/{code}" in bar.text
         assert "结束课堂" in bar.text and "End the class" not in bar.text
+        shown = BeautifulSoup(bar.text, "html.parser")
+        for el in shown.select(
+            "svg, code, .room-code, .room-code-inline"
+        ):  # the QR, the join address and the code itself
+            el.decompose()
+        assert set(re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", shown.get_text(" "))) <= LATIN_OK
     with httpx.Client(base_url=lab, timeout=30) as student:
         join = student.get(f"/r/{code.lower()}", follow_redirects=False)
         assert join.status_code == 303 and join.headers["location"] == "/?stage=scores#follow"
@@ -372,3 +381,11 @@ def test_idle_rooms_expire_in_redis(redis_url: str) -> None:
             await store.close()
 
     asyncio.run(main())
+
+
+def test_an_unreachable_redis_is_a_503_that_says_so() -> None:
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    with served(SETTINGS | {"REDIS_URL": nowhere}) as (base, _):
+        r = httpx.post(f"{base}/api/v1/rooms", json={}, timeout=30)
+        assert r.status_code == 503 and "room store" in r.json()["message"]
+        assert httpx.get(f"{base}/?stage=scores").status_code == 200

@@ -24,8 +24,7 @@ from redis.exceptions import RedisError
 
 from ..render.payload import json_response
 from ..schemas import Problem
-from ..web.share import public_base
-from .service import RoomError, Rooms, check_view, clean_page, clean_query, client_address
+from .service import RoomError, Rooms, check_view, clean_page, clean_query, client_address, get_rooms, join_url
 from .store import Answer, Event, Poll
 
 router = APIRouter(prefix="/api/v1/rooms", tags=["rooms"])
@@ -54,11 +53,6 @@ def install(app: FastAPI) -> None:
     async def _store_down(request: Request, exc: RedisError) -> Response:
         return refused(RoomError(503, "rooms", f"the room store failed ({type(exc).__name__}); retry",
                                  {"Retry-After": "5"}))  # fmt: skip
-
-
-def get_rooms(request: Request) -> Rooms:
-    rooms: Rooms = request.app.state.rooms
-    return rooms
 
 
 RoomsDep = Annotated[Rooms, Depends(get_rooms)]
@@ -182,10 +176,6 @@ def refused(exc: RoomError) -> Response:
     loc = [WHERE.get(exc.field, "request"), exc.field]
     body = {"message": f"{exc.field}: {exc.message}", "detail": [{"loc": loc, "msg": exc.message, "type": "room"}]}
     return json_response(body, exc.status, exc.headers)
-
-
-def join_url(request: Request, code: str) -> str:
-    return public_base(str(request.base_url), request.app.state.settings.public_url) + "/r/" + code
 
 
 @router.post("", status_code=201, response_model=RoomOut, responses=REFUSALS)

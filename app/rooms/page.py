@@ -18,8 +18,17 @@ from ..templating import TEMPLATES
 from ..web.i18n import LANGS, translator
 from ..web.page import language
 from ..web.share import MAX_QR_CHARS, is_loopback, qr_svg
-from .api import get_rooms, join_url
-from .service import ROOM_COOKIE, TEACHER_COOKIE, RoomError, Rooms, clean_page, clean_query, client_address
+from .service import (
+    ROOM_COOKIE,
+    TEACHER_COOKIE,
+    RoomError,
+    Rooms,
+    clean_page,
+    clean_query,
+    client_address,
+    get_rooms,
+    join_url,
+)
 from .store import normal_code
 
 router = APIRouter(include_in_schema=False)

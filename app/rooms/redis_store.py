@@ -22,7 +22,7 @@ from typing import Any, cast
 import orjson
 import redis.asyncio as aioredis
 
-from .store import FOLLOWER_TTL_S, LOG_LENGTH, Answer, Event, Kind, Poll, Room, Store, _after
+from .store import FOLLOWER_TTL_S, LOG_LENGTH, Answer, Event, Kind, Poll, Room, Store, logged_after
 
 PREFIX = "lab:room:"
 ROOMS = "lab:rooms"
@@ -161,7 +161,7 @@ class RedisStore(Store):
             raw, current = await p.execute()
         if current is None:
             return None
-        return _after([Event.loads(r) for r in reversed(raw)], version, int(current))
+        return logged_after([Event.loads(r) for r in reversed(raw)], version, int(current))
 
     async def follow(self, code: str, follower: str) -> None:
         await self.redis.zadd(self._key(code, ":followers"), {follower: time.time()})

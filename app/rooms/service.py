@@ -19,7 +19,7 @@ from fastapi import Request
 from starlette.types import ASGIApp, Message
 
 from ..settings import Settings
-from ..web.share import FOLLOWABLE
+from ..web.share import FOLLOWABLE, public_base
 from .store import MemoryStore, Room, Store, new_code, normal_code
 
 # Parameters that belong to one screen, not to the view: each student keeps their own language, and only the
@@ -225,3 +225,13 @@ def presented_token(request: Request, code: str) -> str | None:
 
 def teacher_cookie(code: str, token: str) -> str:
     return quote(f"{code}.{token}", safe=".-_")
+
+
+def get_rooms(request: Request) -> Rooms:
+    rooms: Rooms = request.app.state.rooms
+    return rooms
+
+
+def join_url(request: Request, code: str) -> str:
+    """The address students open: the public one (presenter mode's rule), then /r/<code>."""
+    return public_base(str(request.base_url), request.app.state.settings.public_url) + "/r/" + code

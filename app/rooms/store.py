@@ -300,7 +300,7 @@ class MemoryStore(Store):
         entry = self._live(code)
         if entry is None:
             return None
-        return _after(list(entry.log), version, entry.room.version)
+        return logged_after(list(entry.log), version, entry.room.version)
 
     async def follow(self, code: str, follower: str) -> None:
         entry = self._live(code)
@@ -363,7 +363,7 @@ class MemoryStore(Store):
         return list(entry.answers.get(poll_id, {}).values())
 
 
-def _after(log: list[Event], version: int, current: int) -> list[Event] | None:
+def logged_after(log: list[Event], version: int, current: int) -> list[Event] | None:
     """The logged events after `version` (oldest first), or None when some of them are no longer logged."""
     if version >= current:
         return []

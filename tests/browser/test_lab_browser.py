@@ -225,6 +225,7 @@ PHONE_PAGES = [
     "/demos?lang=zh",
     "/params?lang=en",
     "/lessons/five-stages?lang=zh",
+    "/r?lang=zh",
 ]
 
 

@@ -49,6 +49,7 @@ def test_a_student_follows_the_teacher_answers_a_poll_and_explores(browser: Brow
         tp.click("[data-room-poll-form] button[type=submit]")
         expect(sp.locator("[data-room-question]")).to_be_visible(timeout=10_000)
         expect(sp.locator("[data-room-prompt]")).to_have_text("Which is row 1's largest weight?")
+        assert sp.evaluate("document.documentElement.scrollWidth") <= 390  # the bar never pushes the phone sideways
         sp.click("[data-room-options] button[value='猫']")
         expect(sp.locator("[data-room-mine-value]")).to_have_text("猫")
         expect(tp.locator("[data-room-total]")).to_have_text("1", timeout=10_000)
