@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -61,3 +65,10 @@ async def stream(client: httpx.AsyncClient, base: str, code: str, last_id: str |
             raise AssertionError(f"events: {response.status_code} {response.text[:300]}")
         assert response.headers["content-type"].startswith("text/event-stream")
         yield Stream(response)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run in a thread of its own: Playwright's sync API (the browser tests, in the same session) keeps an
+    event loop running in the main thread, where asyncio.run refuses to start."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()

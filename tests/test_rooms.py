@@ -16,7 +16,7 @@ from bs4 import BeautifulSoup
 
 from app.rooms.store import ALPHABET, CODE_LENGTH, Answer, MemoryStore, Poll
 from tests.redis_server import available, redis_server
-from tests.rooms_client import stream
+from tests.rooms_client import run, stream
 from tests.servers import free_port, served
 from tests.test_kernel import LATIN_OK
 
@@ -132,7 +132,7 @@ def test_followers_get_the_state_on_connect_and_every_step(lab: str) -> None:
             # Every student saw every step, in order (versions 2..6), none twice.
             assert all(v == [2, 3, 4, 5, 6] for v in seen), seen[:3]
 
-    asyncio.run(main())
+    run(main())
     # The streams are closed: they stop counting (keep-alive 0.5 s notices a gone client).
     deadline = time.monotonic() + 10
     while httpx.get(f"{lab}/api/v1/rooms/{code}").json()["followers"] and time.monotonic() < deadline:
@@ -178,7 +178,7 @@ def test_a_reconnect_resumes_after_its_last_event_id(lab: str) -> None:
             bad = await client.get(f"{lab}/api/v1/rooms/{code}/events", headers={"Last-Event-ID": "x1"})
             assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["header", "last-event-id"]
 
-    asyncio.run(main())
+    run(main())
 
 
 def test_a_poll_counts_every_answer_once_and_reveals_the_key(lab: str) -> None:
@@ -219,7 +219,7 @@ def test_a_poll_counts_every_answer_once_and_reveals_the_key(lab: str) -> None:
             assert m.event == "poll" and m.data["status"] == "closed"
             return {"live": live, "event": m.data}
 
-    out = asyncio.run(main())
+    out = run(main())
     # i % 5 == 0 chose 猫 (24), plus the ten who switched from the other four options (i = 1..10).
     expected = {"猫": 24 + 8, "坐": 24 - 2, "在": 24 - 2, "垫子": 24 - 2, "上": 24 - 2}
     assert out["live"]["counts"] == expected and out["live"]["total"] == n  # type: ignore[index]
@@ -268,7 +268,7 @@ def test_ending_the_class_tells_every_stream(lab: str) -> None:
             with pytest.raises(EOFError):
                 await s.next()
 
-    asyncio.run(main())
+    run(main())
     assert httpx.get(f"{lab}/api/v1/rooms/{code}").status_code == 404
 
 
@@ -321,7 +321,7 @@ def test_limits_refuse_with_the_reason() -> None:
                 third = await client.get(f"{base}/api/v1/rooms/{code}/events")
                 assert third.status_code == 503 and "followers" in third.json()["message"]
 
-        asyncio.run(main())
+        run(main())
         r = httpx.post(f"{base}/api/v1/rooms/{code}/polls", headers=auth,
                        json={"prompt": "?", "kind": "choice", "options": ["a", "b"]})  # fmt: skip
         url = f"{base}/api/v1/rooms/{code}/polls/{r.json()['id']}/answers"
@@ -359,7 +359,7 @@ def test_idle_rooms_expire_in_memory() -> None:
         assert await store.get("ABCDEF") is None and await store.count() == 0
         assert await store.create("ABCDEF", "h2", "/", "")  # the code is free again
 
-    asyncio.run(main())
+    run(main())
 
 
 def test_idle_rooms_expire_in_redis(redis_url: str) -> None:
@@ -380,7 +380,7 @@ def test_idle_rooms_expire_in_redis(redis_url: str) -> None:
         finally:
             await store.close()
 
-    asyncio.run(main())
+    run(main())
 
 
 def test_an_unreachable_redis_is_a_503_that_says_so() -> None:
