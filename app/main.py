@@ -18,6 +18,8 @@ from .decode import api as decode_api
 from .decode import page as decode_page
 from .demos import api as demos_api
 from .demos import page as demos_page
+from .generate import api as generate_api
+from .generate import page as generate_page
 from .lab import Lab, ServeCached
 from .lessons import page as lessons_page
 from .limits import BodyLimit, QueryLimit, SecurityHeaders, SendTimeout
@@ -91,6 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         params_api.router,
         lessons_page.api,
         model_api.router,
+        generate_api.router,
         rooms_api.router,
         health.router,
         metrics_router,
@@ -102,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         params_page.router,
         lessons_page.router,
         model_page.router,
+        generate_page.router,
         rooms_page.router,
     ):
         app.include_router(router)

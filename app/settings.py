@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     max_explicit_tokens: int = Field(64, ge=1)
     max_decode_tokens: int = Field(256, ge=1)  # /api/v1/decode answers one row per step
     max_model_view_tokens: int = Field(64, ge=1)  # /api/v1/model_view traces every layer
+    max_new_tokens: int = Field(64, ge=1)  # /api/v1/generate: tokens generated per request
     memory_budget_mb: float = Field(2048, gt=0)  # all computations in flight together, estimated before computing
     compute_wait_s: float = Field(10, ge=0)  # how long a request waits for budget before a 503
     large_request_mb: float = Field(64, ge=0)  # estimated bytes above which a request is "large" work

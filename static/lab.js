@@ -98,3 +98,21 @@
   document.addEventListener("htmx:historyRestore", relink);
   document.addEventListener("htmx:afterSettle", relink);
 })();
+
+// ▶ Play (the generation page): step forward every 0.9 s until the last step, or until anything else is pressed.
+(function () {
+  var timer = null;
+  function stop() { if (timer) { clearInterval(timer); timer = null; } }
+  document.addEventListener("click", function (e) {
+    var play = e.target.closest && e.target.closest("[data-play]");
+    if (!play) { if (e.isTrusted) stop(); return; }
+    e.preventDefault();
+    if (timer) return stop();
+    timer = setInterval(function () {
+      var next = document.querySelector("a[data-action=next]");
+      if (!next) return stop();
+      next.click();
+    }, 900);
+  });
+  document.addEventListener("keydown", stop);
+})();

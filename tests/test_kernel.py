@@ -106,7 +106,19 @@ def test_both_catalogues_hold_the_same_keys_and_placeholders() -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["/", "/embed", "/block", "/decode", "/demos", "/params", "/lessons", "/lessons/five-stages", "/model", "/tiles"],
+    [
+        "/",
+        "/embed",
+        "/block",
+        "/decode",
+        "/demos",
+        "/params",
+        "/lessons",
+        "/lessons/five-stages",
+        "/model",
+        "/tiles",
+        "/generate",
+    ],
 )
 def test_every_page_links_a_json_twin_that_answers(client: TestClient, url: str) -> None:
     page = BeautifulSoup(client.get(url + "?lang=zh").text, "html.parser")
@@ -270,7 +282,7 @@ LATIN_OK = set(
     ]
 )
 ZH_PAGES = ["/?stage=1", "/?stage=3", "/?stage=4", "/?stage=5", "/?stage=2&present=1", "/block", "/decode?step=1",
-            "/demos", "/params", "/lessons", "/lessons/five-stages", "/?stage=3&lesson=five-stages&step=3", "/r"]  # fmt: skip
+            "/demos", "/params", "/lessons", "/lessons/five-stages", "/?stage=3&lesson=five-stages&step=3", "/r", "/generate?max_new_tokens=3"]  # fmt: skip
 
 
 @pytest.mark.parametrize("url", ZH_PAGES)

@@ -226,6 +226,7 @@ PHONE_PAGES = [
     "/params?lang=en",
     "/lessons/five-stages?lang=zh",
     "/r?lang=zh",
+    "/generate?lang=zh&max_new_tokens=4",
 ]
 
 

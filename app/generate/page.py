@@ -1,0 +1,60 @@
+"""The generation page `/generate`: SmolLM2 writes token by token through its KV cache; each step shows the token,
+the five it weighed, the cache it grew and where every head of one layer looked when predicting it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, Response
+
+from ..lab import Lab, get_lab
+from ..render.arrays import to_numpy
+from ..render.cells import matrix_view
+from ..schemas import from_query
+from ..web.page import serve
+from ..web.state import ViewState, parse_int, url_fields
+from .view import GenerateRequest, cost, generation_spec, run
+
+router = APIRouter(include_in_schema=False)
+API_KEYS = url_fields(GenerateRequest)
+DEFAULT_TEXT = "The cat sat on the mat. The dog"
+
+
+@router.get("/generate", response_class=HTMLResponse)
+async def generate_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    state = ViewState.of(request.query_params, "/generate", API_KEYS, ("step",))
+
+    async def build(ctx: dict[str, Any]) -> None:
+        params = state.api_params()
+        if "text" not in params and "token_ids" not in params:
+            params["text"] = DEFAULT_TEXT
+        req = GenerateRequest.model_validate(from_query(params, None, GenerateRequest))
+        spec, layer = generation_spec(req, lab.limits, lab.device, lab.models, lab.settings.max_new_tokens)
+        model = lab.models[spec.preset]
+        g = await lab.offload(cost(spec, req.max_new_tokens, model.info), run, model, spec.token_ids,
+                              req.max_new_tokens, layer)  # fmt: skip
+        n = len(g.steps)
+        step = parse_int("step", state.get("step"), n, 1, n)
+        s = g.steps[step - 1]
+        assert s.attention is not None  # a layer is always watched here
+        ids = list(g.prompt_ids) + [x.token_id for x in g.steps]
+        labels = model.labels(ids)
+        prompt_n = len(g.prompt_ids)
+        tok = model.tokenizer()
+        heads = [f"{ctx['t']('head')} {h}" for h in range(model.info.n_heads)]
+        attention = matrix_view("attention", "a", to_numpy(s.attention), heads, labels[: s.context],
+                                "(H, context)", "sequential", None)  # fmt: skip
+        attention.links = False
+        ctx.update(
+            spec=spec, layer=layer, n_layer=model.info.n_layer, gen=g, step=step, n_steps=n, cur=s,
+            prompt=labels[:prompt_n], generated=labels[prompt_n:], attention=attention,
+            top=[(tok.decode([t]), p) for t, p in zip(s.top_ids, s.top_probs, strict=True)],
+            cache_bytes=s.context * g.kv_bytes_per_token, final_bytes=(len(ids) - 1) * g.kv_bytes_per_token,
+            text=req.text if req.text is not None else "", max_new=req.max_new_tokens,
+            step_urls=[(i, state.url(step=i)) for i in range(1, n + 1)],
+            prev_url=state.url(step=step - 1) if step > 1 else None,
+            next_url=state.url(step=step + 1) if step < n else None,
+        )  # fmt: skip
+
+    return await serve(request, lab, "generate.html", state, build, json_url="/api/v1/generate?" + state.api_query())

