@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import anyio
@@ -20,6 +20,7 @@ from engine.block import BlockSpec, BlockTrace, compute_block
 from engine.budget import Busy, MemoryBudget
 from engine.decode import DecodeTrace, decode
 from engine.device import resolve
+from engine.long import LongTrace, compute_long, long_cost
 from engine.spec import DTYPE_BYTES, estimate_bytes
 
 from .settings import Settings
@@ -51,6 +52,9 @@ class Lab:
         self.metrics = metrics
         self.device = resolve(settings.device)
         self.limits: Limits = settings.limits()
+        # Pretrained contexts past a whole trace's length: lazy traces, whose cost is counted by `long_cost`.
+        self.long_limits = replace(self.limits, max_tokens=max(self.limits.max_tokens, self.limits.max_long_tokens),
+                                   memory_budget_bytes=2**62)  # fmt: skip
         self.budget = MemoryBudget(self.limits.memory_budget_bytes, settings.compute_wait_s)
         self.large_bytes = int(settings.large_request_mb * 2**20)
         self.large_running = 0
@@ -111,6 +115,19 @@ class Lab:
 
     async def trace_async(self, spec: Spec) -> tuple[Trace, bool]:
         return await self.offload(0 if spec in self.cache else self.cost(spec), self.trace, spec)
+
+    def long(self, spec: Spec) -> tuple[LongTrace, bool]:
+        """The lazy trace of a long pretrained context (engine/long.py), cached like a whole trace."""
+
+        def run(key: tuple[str, Spec]) -> LongTrace:
+            with self.budget.reserve(long_cost(key[1])):
+                return compute_long(key[1], self.models[key[1].preset])
+
+        value, cached = self.cache.get_or_compute(("long", spec), run)
+        return value, cached
+
+    async def long_async(self, spec: Spec) -> tuple[LongTrace, bool]:
+        return await self.offload(0 if ("long", spec) in self.cache else long_cost(spec), self.long, spec)
 
     async def block_async(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
         return await self.offload(0 if spec in self.cache else self.cost(spec), self.block, spec)

@@ -19,6 +19,7 @@ class Settings(BaseSettings):
     checkpoint: str | None = None  # a Hugging Face GPT-2 directory, served as preset=checkpoint
     pretrained: bool = True  # offer minilm and smollm2 when their packages are installed
     max_tokens: int = Field(1024, ge=1)
+    max_long_tokens: int = Field(4096, ge=1)  # pretrained models' lazy traces: windows and heat maps (engine/long.py)
     max_d_model: int = Field(4096, ge=1)
     max_heads: int = Field(64, ge=1)
     max_token_chars: int = Field(10_000, ge=1)
@@ -55,6 +56,7 @@ class Settings(BaseSettings):
     def limits(self) -> Limits:
         return Limits(
             max_tokens=self.max_tokens,
+            max_long_tokens=self.max_long_tokens,
             max_d_model=self.max_d_model,
             max_heads=self.max_heads,
             max_token_chars=self.max_token_chars,

@@ -100,19 +100,26 @@ def piece_labels(pieces: list[bytes]) -> list[str]:
             chars.append((i, i + 1, None))
             i += 1
     labels = []
-    for a, b in bounds:
+    first_char = 0  # pieces and characters both run left to right: one pass over each (linear in the text)
+    for k, (a, b) in enumerate(bounds):
+        while first_char < len(chars) and chars[first_char][1] <= a:
+            first_char += 1
         out = []
-        for start, end, text in chars:
-            if end <= a or start >= b:
+        j = first_char
+        while j < len(chars) and chars[j][0] < b:
+            start, end, text = chars[j]
+            j += 1
+            if end <= a:
                 continue
             if text is None:
                 out.append(f"⟨{data[start]:02x}⟩")
             elif a <= start and end <= b:
                 out.append(text)
             else:  # which part of the character this piece holds, counted over the pieces that share it
-                sharing = [k for k, (pa, pb) in enumerate(bounds) if pa < end and pb > start]
-                part = sharing.index(bounds.index((a, b))) + 1
-                out.append(text + str(part).translate(SUBSCRIPT))
+                first = k
+                while first > 0 and bounds[first - 1][1] > start and bounds[first - 1][0] < end:
+                    first -= 1
+                out.append(text + str(k - first + 1).translate(SUBSCRIPT))
         labels.append("".join(out))
     return labels
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .attention import causal_attention
 from .block import BlockWeights, feed_forward, normalise
 from .checkpoint import ModelInfo, readable_labels
 from .device import CPU
@@ -293,7 +294,7 @@ class SmolLM2(_Lazy):
             q = rotate((a @ aw.w_q).view(n, h, dk).transpose(0, 1), pos, base, "adjacent")
             k = rotate((a @ aw.w_k).view(n, kv, dk).transpose(0, 1), pos, base, "adjacent")
             v = (a @ aw.w_v).view(n, kv, dk).transpose(0, 1)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            y = causal_attention(q, k, v)  # in query blocks: long contexts never hold (H, N, N) scores
             x = x + y.transpose(0, 1).reshape(n, d) @ aw.w_o
             x = x + feed_forward(normalise(x, bw.ln2_w, None, "rmsnorm", eps), bw, "swiglu", "tanh")[1]
         return x

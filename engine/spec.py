@@ -75,7 +75,8 @@ OPTIONAL_MODELS = {
 class Limits:
     """Every size that costs compute or memory, in one place; the server fills it from its settings."""
 
-    max_tokens: int = 1024  # sequence length N
+    max_tokens: int = 1024  # sequence length N of a whole trace
+    max_long_tokens: int = 4096  # pretrained models' lazy traces (windows and heat maps only): engine/long.py
     max_d_model: int = 4096
     max_heads: int = 64
     max_token_chars: int = 10_000  # one token's text
@@ -403,8 +404,11 @@ def _model_spec(
     n = len(ids)
     max_n = min(limits.max_tokens, info.n_ctx)
     if n > max_n:
+        longer = min(limits.max_long_tokens, info.n_ctx)
+        hint = (f"; up to {longer}, /api/v1/attention/window and heatmap.png compute the rows they show"
+                if longer > max_n else "")  # fmt: skip
         raise SpecError("token_ids" if token_ids is not None else "text",
-                        f"{n} tokens is more than the {max_n} this server traces for {info.name}")  # fmt: skip
+                        f"{n} tokens is more than the {max_n} this server traces whole for {info.name}{hint}")  # fmt: skip
     layer = 0 if layer is None else layer
     if not 0 <= layer < info.n_layer:
         raise SpecError("layer", f"{info.name} has layers 0..{info.n_layer - 1}, not {layer}")

