@@ -29,7 +29,7 @@ def test_the_lazy_trace_holds_the_whole_traces_numbers(layer: int, mask: str) ->
     spec = make_spec(text=TEXT, preset="smollm2", layer=layer, mask=mask, models=MODELS, **extra)
     whole = compute(spec, smollm2)
     lazy = compute_long(spec, smollm2)
-    for stage, names in STAGE_TENSORS.items():
+    for stage in STAGE_TENSORS:
         held = whole.stage(stage)
         assert set(lazy.stage(stage)) == set(held), stage
         for name in lazy.stage(stage):
