@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
@@ -276,10 +277,17 @@ def run(spec: Spec, x: torch.Tensor, w: Weights, source: torch.Tensor | None = N
     return Trace(spec, p, sc, m, a, ws, check(spec, p, a, ws), w, timings)
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = 512) -> torch.Tensor:
+def causal_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block: int = 512,
+    observe: Callable[[int, torch.Tensor], None] | None = None,
+) -> torch.Tensor:
     """softmax(q kᵀ / √d_k + causal mask) v for (H, N, d_k) queries over (H_kv, N, d_k) keys and values, `block`
     queries at a time: at most H × block × N scores exist at once, never H × N × N (PyTorch's CPU SDPA falls back
-    to its math kernel here and would hold all of them: 1.4 GB at 4,096 tokens and 9 heads)."""
+    to its math kernel here and would hold all of them: 1.4 GB at 4,096 tokens and 9 heads). `observe(r0, w)`
+    sees each block's weights, (H, rows, keys) for queries r0.. (the model view's statistics)."""
     h, n, dk = q.shape
     kv = k.shape[0]
     group = h // kv
@@ -292,5 +300,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: i
         s = (q[:, r0:r1].reshape(kv, group, r1 - r0, dk) @ keys[:, :, :r1].transpose(2, 3)) * scale
         future = torch.ones(r1 - r0, r1, dtype=torch.bool, device=q.device).triu_(diagonal=r0 + 1)
         w = torch.softmax(s.masked_fill_(future, float("-inf")), dim=-1)
+        if observe is not None:
+            observe(r0, w.view(h, r1 - r0, r1))
         out[:, r0:r1] = (w @ values[:, :, :r1]).reshape(h, r1 - r0, dk)
     return out

@@ -46,6 +46,33 @@ def model_view(spec: Spec, n_layer: int, trace_of: Callable[[Spec], Trace]) -> d
     return {"tokens": list(spec.tokens), "layers": n_layer, "heads": spec.n_heads, "stats": stats}
 
 
+def one_pass_stats(model: Any, ids: tuple[int, ...]) -> list[list[dict[str, float]]]:
+    """The four statistics of every layer and head in one pass through the model (a causal decoder with
+    `hidden(ids, layer, observe)`): each layer's weights are seen a block of query rows at a time and summed, so
+    no (H, N, N) tensor is ever kept — the model view of a 4,096-token context costs one forward pass."""
+    n, h, n_layer = len(ids), model.info.n_heads, model.info.n_layer
+    sums = torch.zeros(n_layer, 4, h, dtype=torch.float64)
+
+    def observe(layer: int, r0: int, w: torch.Tensor) -> None:
+        rows = w.shape[1]
+        logs = torch.where(w > 0, w.log(), torch.zeros_like(w))
+        sums[layer, 0] += -(w * logs).sum(dim=(1, 2), dtype=torch.float64).cpu()
+        sums[layer, 1] += w[:, :, 0].sum(dim=1, dtype=torch.float64).cpu()
+        i = torch.arange(rows, device=w.device)
+        sums[layer, 3] += w[:, i, r0 + i].sum(dim=1, dtype=torch.float64).cpu()
+        later = i[r0 + i >= 1]  # rows with a previous token
+        if later.numel():
+            sums[layer, 2] += w[:, later, r0 + later - 1].sum(dim=1, dtype=torch.float64).cpu()
+
+    with torch.inference_mode():
+        model.hidden(ids, n_layer, observe)
+    means = sums / torch.tensor([n, n, max(n - 1, 1), n], dtype=torch.float64)[None, :, None]
+    return [
+        [{name: float(means[layer, k, head]) for k, name in enumerate(STATS)} for head in range(h)]
+        for layer in range(n_layer)
+    ]
+
+
 def similar_heads(
     stats: list[list[dict[str, float]]], layer: int, head: int, most: int = 5
 ) -> list[tuple[int, int, float]]:

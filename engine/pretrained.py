@@ -13,9 +13,11 @@ Weights load once per process, on first use. A trace of layer L runs the embeddi
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import threading
+from collections.abc import Callable
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
@@ -157,7 +159,11 @@ class MiniLM(_Lazy):
         )  # fmt: skip
 
     @torch.inference_mode()
-    def hidden(self, ids: tuple[int, ...], layer: int) -> torch.Tensor:
+    def hidden(
+        self, ids: tuple[int, ...], layer: int, observe: Callable[[int, int, torch.Tensor], None] | None = None
+    ) -> torch.Tensor:
+        """The residual stream entering `layer` (after layers 0..layer-1); `observe(i, r0, w)` sees layer i's
+        attention weights, a block of query rows at a time."""
         idx = torch.tensor(ids, dtype=torch.long, device=self.device)
         n, d, h, eps = len(ids), self.info.d_model, self.info.n_heads, self.info.eps
         e = "embeddings."
@@ -182,6 +188,8 @@ class MiniLM(_Lazy):
 
 class SmolLM2(_Lazy):
     """SmolLM2-135M-Instruct from GGUF: token embedding, then Pre-LN blocks with RMSNorm, RoPE, GQA, SwiGLU."""
+
+    one_pass_view = True  # `hidden(…, observe)` shows every layer's weights: the model view reads them in one pass
 
     def __init__(self, path: Path, name: str = "smollm2") -> None:
         super().__init__()
@@ -281,7 +289,11 @@ class SmolLM2(_Lazy):
         )  # fmt: skip
 
     @torch.inference_mode()
-    def hidden(self, ids: tuple[int, ...], layer: int) -> torch.Tensor:
+    def hidden(
+        self, ids: tuple[int, ...], layer: int, observe: Callable[[int, int, torch.Tensor], None] | None = None
+    ) -> torch.Tensor:
+        """The residual stream entering `layer` (after layers 0..layer-1); `observe(i, r0, w)` sees layer i's
+        attention weights, a block of query rows at a time."""
         idx = torch.tensor(ids, dtype=torch.long, device=self.device)
         info = self.info
         n, d, h, kv, eps, base = len(ids), info.d_model, info.n_heads, info.n_kv_heads, info.eps, info.rope_base
@@ -294,7 +306,8 @@ class SmolLM2(_Lazy):
             q = rotate((a @ aw.w_q).view(n, h, dk).transpose(0, 1), pos, base, "adjacent")
             k = rotate((a @ aw.w_k).view(n, kv, dk).transpose(0, 1), pos, base, "adjacent")
             v = (a @ aw.w_v).view(n, kv, dk).transpose(0, 1)
-            y = causal_attention(q, k, v)  # in query blocks: long contexts never hold (H, N, N) scores
+            seen = None if observe is None else functools.partial(observe, i)
+            y = causal_attention(q, k, v, observe=seen)  # in query blocks: never (H, N, N) scores at once
             x = x + y.transpose(0, 1).reshape(n, d) @ aw.w_o
             x = x + feed_forward(normalise(x, bw.ln2_w, None, "rmsnorm", eps), bw, "swiglu", "tanh")[1]
         return x

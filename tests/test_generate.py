@@ -127,3 +127,16 @@ def test_the_page_plays_step_by_step_with_the_twin_numbers(api: TestClient) -> N
     assert int(page.select_one("[data-cache-bytes]")["data-cache-bytes"]) == step["kv_cache_bytes"]
     assert [a["data-step"] for a in page.select("[data-generated] a.tok")] == ["1", "2", "3", "4"]
     assert api.get("/generate?lang=en&text=The+cat&max_new_tokens=4&step=5").status_code == 422
+
+
+def test_model_view_statistics_equal_those_of_transformers_attentions(llama, api: TestClient) -> None:
+    from engine.model_view import head_stats
+
+    text = "The cat sat on the mat. 猫坐在垫子上。"
+    body = api.get("/api/v1/model_view", params={"preset": "smollm2", "text": text}).json()
+    ids = smollm2.tokenize(text)
+    with torch.no_grad():
+        out = llama(torch.tensor([ids]), output_attentions=True)
+    for layer, attentions in enumerate(out.attentions):
+        for got, want in zip(body["stats"][layer], head_stats(attentions[0]), strict=True):
+            assert got == pytest.approx(want, abs=1e-3)

@@ -76,3 +76,26 @@ def test_a_context_past_the_whole_trace_limit_is_served_by_windows_and_heat_maps
     assert too_long.status_code == 422 and "300" in too_long.json()["message"]
     bad = api.get(f"/api/v1/attention/window?{q}&stage=softmax&tensor=heads")
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][1] == "tensor"
+
+
+def test_the_one_pass_model_view_equals_each_layers_whole_trace() -> None:
+    from engine.model_view import head_stats, one_pass_stats
+
+    ids = tuple(smollm2.tokenize(TEXT)[:48])
+    stats = one_pass_stats(smollm2, ids)
+    for layer in (0, 13, 29):
+        whole = compute(make_spec(token_ids=ids, preset="smollm2", layer=layer, models=MODELS), smollm2)
+        for got, want in zip(stats[layer], head_stats(whole.softmax.weights), strict=True):
+            assert got == pytest.approx(want, abs=1e-5)
+
+
+def test_the_model_view_reads_a_long_context_of_smollm2(api) -> None:
+    ids = smollm2.tokenize(TEXT)
+    r = api.get(f"/api/v1/model_view?preset=smollm2&token_ids={','.join(map(str, ids))}")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["layers"] == 30 and body["heads"] == 9 and len(body["tokens"]) == len(ids) > 40
+    sinks = [s["sink"] for row in body["stats"][1:] for s in row]
+    assert sum(sinks) / len(sinks) > 0.3  # SmolLM2 parks much of its attention on the first token
+    too_many = api.get(f"/api/v1/model_view?preset=smollm2&text={'cat%20' * 400}")
+    assert too_many.status_code == 422 and "300" in too_many.json()["message"]

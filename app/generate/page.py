@@ -4,6 +4,7 @@ the five it weighed, the cache it grew and where every head of one layer looked 
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
@@ -12,23 +13,24 @@ from ..lab import Lab, get_lab
 from ..render.arrays import to_numpy
 from ..render.cells import matrix_view
 from ..schemas import from_query
-from ..web.page import serve
+from ..web.page import language, serve
 from ..web.state import ViewState, parse_int, url_fields
 from .view import GenerateRequest, cost, generation_spec, run
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(GenerateRequest)
-DEFAULT_TEXT = "The cat sat on the mat. The dog"
+DEFAULT_TEXT = {"en": "The cat sat on the mat. The dog", "zh": "猫坐在垫子上，然后"}
 
 
 @router.get("/generate", response_class=HTMLResponse)
 async def generate_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     state = ViewState.of(request.query_params, "/generate", API_KEYS, ("step",))
+    params = state.api_params()
+    if "text" not in params and "token_ids" not in params:  # a first visit: a prompt in the page's language
+        params["text"] = DEFAULT_TEXT[language(request)]
+    twin = "/api/v1/generate?" + urlencode(params)
 
     async def build(ctx: dict[str, Any]) -> None:
-        params = state.api_params()
-        if "text" not in params and "token_ids" not in params:
-            params["text"] = DEFAULT_TEXT
         req = GenerateRequest.model_validate(from_query(params, None, GenerateRequest))
         spec, layer = generation_spec(req, lab.limits, lab.device, lab.models, lab.settings.max_new_tokens)
         model = lab.models[spec.preset]
@@ -44,7 +46,7 @@ async def generate_page(request: Request, lab: Annotated[Lab, Depends(get_lab)])
         tok = model.tokenizer()
         heads = [f"{ctx['t']('head')} {h}" for h in range(model.info.n_heads)]
         attention = matrix_view("attention", "a", to_numpy(s.attention), heads, labels[: s.context],
-                                "(H, context)", "sequential", None)  # fmt: skip
+                                "(H, t)", "sequential", None)  # fmt: skip
         attention.links = False
         ctx.update(
             spec=spec, layer=layer, n_layer=model.info.n_layer, gen=g, step=step, n_steps=n, cur=s,
@@ -57,4 +59,4 @@ async def generate_page(request: Request, lab: Annotated[Lab, Depends(get_lab)])
             next_url=state.url(step=step + 1) if step < n else None,
         )  # fmt: skip
 
-    return await serve(request, lab, "generate.html", state, build, json_url="/api/v1/generate?" + state.api_query())
+    return await serve(request, lab, "generate.html", state, build, json_url=twin)

@@ -10,7 +10,7 @@ from ..lab import Lab, cached_get, get_lab
 from ..render.payload import json_response
 from ..schemas import ERRORS, query_parameters
 from ..web.answer import parse_query
-from .view import ModelViewRequest, compute_view, view_spec
+from .view import ModelViewRequest, model_view_of
 
 router = APIRouter(prefix="/api/v1", tags=["model view"], responses=ERRORS)
 
@@ -22,9 +22,7 @@ NOTE = (
 
 
 async def answer(req: ModelViewRequest, lab: Lab) -> Response:
-    spec = view_spec(req, lab.limits, lab.device, lab.models, lab.settings.max_model_view_tokens)
-    n_layer = lab.models[spec.preset].info.n_layer
-    body = await lab.offload(n_layer * lab.cost(spec), compute_view, lab, spec)
+    _, body = await model_view_of(req, lab)
     return json_response(body)
 
 

@@ -15,7 +15,7 @@ from ..lab import Lab, get_lab
 from ..schemas import FieldError, from_query
 from ..web.page import serve
 from ..web.state import ViewState, parse_int
-from .view import ModelViewRequest, compute_view, view_spec
+from .view import ModelViewRequest, model_view_of
 
 router = APIRouter(include_in_schema=False)
 KEYS = tuple(ModelViewRequest.model_fields)
@@ -30,9 +30,8 @@ async def model_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
         if stat not in STATS:
             raise FieldError("stat", f"one of {', '.join(STATS)}")
         req = ModelViewRequest.model_validate(from_query(state.api_params(), None, ModelViewRequest))
-        spec = view_spec(req, lab.limits, lab.device, lab.models, lab.settings.max_model_view_tokens)
-        n_layer = lab.models[spec.preset].info.n_layer
-        view = await lab.offload(n_layer * lab.cost(spec), compute_view, lab, spec)
+        spec, view = await model_view_of(req, lab)
+        n_layer = view["layers"]
         top = math.log(max(2, spec.n_tokens)) if stat == "entropy" else 1.0
         ids = ",".join(str(i) for i in spec.token_ids)
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.model_view import model_view
-from engine.spec import Limits, Spec, make_spec
+from engine.long import long_cost
+from engine.model_view import model_view, one_pass_stats
+from engine.spec import Spec, make_spec
 
 from ..schemas import FieldError
 
@@ -24,18 +24,33 @@ class ModelViewRequest(BaseModel):
     token_ids: list[int] | None = Field(None, max_length=4096, description="Token ids instead of text.")
 
 
-def view_spec(req: ModelViewRequest, limits: Limits, device: str, models: Mapping[str, Any], max_tokens: int) -> Spec:
+def view_spec(req: ModelViewRequest, lab: Any) -> Spec:
+    """The request's model and tokens. A model the view can read in one pass (SmolLM2) takes up to
+    MAX_LONG_TOKENS; the others trace each layer whole, up to MAX_MODEL_VIEW_TOKENS."""
+    models = lab.models
     if req.preset not in models:
         names = ", ".join(models) or "none on this server"
         raise FieldError("preset", f"the model view is for pretrained models: {names}")
-    spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=models, device=device,
-                     limits=limits)  # fmt: skip
+    one_pass = getattr(models[req.preset], "one_pass_view", False)
+    max_tokens = lab.settings.max_long_tokens if one_pass else lab.settings.max_model_view_tokens
+    spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=models,
+                     device=lab.device, limits=lab.long_limits)  # fmt: skip
     if spec.n_tokens > max_tokens:
         field = "token_ids" if req.token_ids is not None else "text"
-        raise FieldError(field, f"the model view runs every layer: at most {max_tokens} tokens, got {spec.n_tokens}")
+        how = "reads every layer" if one_pass else "traces every layer whole"
+        raise FieldError(field, f"the model view {how}: at most {max_tokens} tokens, got {spec.n_tokens}")
     return spec
 
 
-def compute_view(lab: Any, spec: Spec) -> dict[str, Any]:
+async def model_view_of(req: ModelViewRequest, lab: Any) -> tuple[Spec, dict[str, Any]]:
+    """The statistics of every layer and head: one pass with the statistics summed block by block (SmolLM2), or
+    each layer's whole trace through the server's cache (MiniLM, a GPT-2 checkpoint)."""
+    spec = view_spec(req, lab)
     model = lab.models[spec.preset]
-    return {"preset": spec.preset} | model_view(spec, model.info.n_layer, lambda s: lab.trace(s)[0])
+    if getattr(model, "one_pass_view", False):
+        stats = await lab.offload(long_cost(spec), one_pass_stats, model, spec.token_ids)
+        view = {"tokens": list(spec.tokens), "layers": model.info.n_layer, "heads": spec.n_heads, "stats": stats}
+    else:
+        view = await lab.offload(model.info.n_layer * lab.cost(spec), model_view, spec, model.info.n_layer,
+                                 lambda s: lab.trace(s)[0])  # fmt: skip
+    return spec, {"preset": spec.preset} | view
