@@ -271,7 +271,7 @@ LATIN_OK = set(
         "W_V",
         "W_O",
         "head0",
-        "v_1",
+        "v_0",
         "ln1",
         "fp16",
         "bfloat16",

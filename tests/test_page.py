@@ -66,7 +66,7 @@ def test_causal_softmax_row_one_is_exactly_one(client):
     page = soup(client.get("/?stage=4&mask=causal&lang=en"))
     weights = cells(page.select_one("table[data-matrix=weights]"))
     assert weights[0] == ["1.0", "0.0", "0.0", "0.0", "0.0"]
-    assert "Row 1 is exactly 1.00" in page.select_one(".notice").text
+    assert "The first row is exactly 1.00" in page.select_one(".notice").text
     assert page.select_one("[data-toggle=mask]")["aria-pressed"] == "true"
 
 
@@ -121,10 +121,14 @@ def test_cell_arithmetic_shows_the_terms(client):
     box = page.select_one("#arithmetic")
     value = page.select_one("table[data-matrix=scaled] td[data-row='1'][data-col='2']")["data-value"]
     assert box.select_one(".result strong").text == value
-    assert "Σ_t q_1,t · k_2,t" in box.text and "÷ 2" in box.text
+    lines = box.select("li math")  # typeset: MathML, real minus signs, indices from 0 as in the headers
+    assert len(lines) == 3 and "∑" in lines[0].text and "÷" in lines[2].text
+    subscripts = [m.text for m in lines[0].select("msub > mrow")][:5]
+    assert subscripts == ["1", "2", "t", "1,t", "2,t"]  # q_1 · k_2 = Σ_t q_{1,t} k_{2,t}: row 1, column 2
+    assert lines[2].select("mn")[-1].text.replace("−", "-") == value and "-" not in box.text  # U+2212 signs
     assert "selected" in page.select_one("table[data-matrix=scaled] td[data-row='1'][data-col='2']")["class"]
     weight = soup(client.get("/?stage=4&cell=weights.0.2.1&lang=en")).select_one("#arithmetic")
-    assert "exp(" in weight.text and "Σ_j" in weight.text
+    assert "exp" in weight.text and "∑" in weight.text and len(weight.select("li math")) == 3
 
 
 def test_compare_view_shows_both_sides_with_row_stats(client):
@@ -141,7 +145,7 @@ def test_compare_view_shows_both_sides_with_row_stats(client):
 def test_language_follows_accept_language_and_the_switch_keeps_state(client):
     zh = soup(client.get("/?stage=4&mask=causal", headers={"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.5"}))
     assert zh.html["lang"] == "zh-CN"
-    assert "第 1 行恰好是 1.00" in zh.select_one(".notice").text
+    assert "第一行恰好是 1.00" in zh.select_one(".notice").text
     switch = zh.select_one("[data-lang=en]")["href"]
     q = parse_qs(urlparse(switch).query)
     assert q == {"stage": ["4"], "mask": ["causal"], "lang": ["en"]}

@@ -19,7 +19,7 @@ from engine.attention import Trace
 from engine.spec import STAGES
 
 from .arrays import to_numpy
-from .cells import MatrixView, dims, full, matrix_view, row_stats, short
+from .cells import MatrixView, dims, full, matrix_view, row_stats
 from .stages import Presentation, register
 
 SMALL = 16  # traces with N and d_model up to this show every number in cells
@@ -214,19 +214,43 @@ def typeset(text: str) -> str:
     return MINUS.sub("−", text).replace("−inf", "−∞")
 
 
+SIGNED = re.compile(r"<mo>&#x02212;</mo><mn>([^<]*)</mn>")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a cell's computation: typeset mathematics (MathML, from LaTeX), or a sentence."""
+
+    math: str | None = None
+    text: str | None = None
+
+    @classmethod
+    def of(cls, latex: str) -> Line:
+        # Every minus before a number here is a sign, not a subtraction: one <mn>, so it is set tight (−0.37).
+        ml = SIGNED.sub(r"<mn>&#x02212;\1</mn>", convert(latex, display="inline"))
+        return cls(math=ml.replace("<mo>&#x02212;</mo><mo>&#x0221E;</mo>", "<mn>&#x02212;&#x0221E;</mn>"))
+
+
 @dataclass
 class Arithmetic:
     title: str
-    lines: list[str]  # each a line of the computation, numbers filled in
-    result: str
+    lines: list[Line]  # the computation, numbers filled in; indices count from 0, as the headers do
+    result: str  # the cell's value, as its data-value
 
     def __post_init__(self) -> None:
-        self.lines = [typeset(line) for line in self.lines]
         self.result = typeset(self.result)
 
 
+def tex(v: float, digits: int | None = None) -> str:
+    r"""A number for LaTeX: the shortest float32 text (or `digits` decimals), −∞ as \infty."""
+    if not math.isfinite(v):
+        return r"\mathrm{NaN}" if math.isnan(v) else (r"-\infty" if v < 0 else r"\infty")
+    text = f"{v:.{digits}f}" if digits is not None else str(np.float32(v))
+    return text.removeprefix("-") if float(text) == 0 else text  # no −0.000
+
+
 def _sum_terms(a: np.ndarray, b: np.ndarray) -> str:
-    return " + ".join(f"({short(float(x), 3)})·({short(float(y), 3)})" for x, y in zip(a, b, strict=True))
+    return " + ".join(rf"({tex(float(x), 3)}) \cdot ({tex(float(y), 3)})" for x, y in zip(a, b, strict=True))
 
 
 def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Arithmetic | None:
@@ -248,17 +272,17 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
         raw = float(to_numpy(trace.scores.raw[head])[r, c])
         scaled = float(to_numpy(trace.scores.scaled[head])[r, c])
         lines = [
-            f"q·k = Σ_t q_{r},t · k_{c},t = {_sum_terms(q, k)}",
-            f"= {full(raw)}",
-            f"÷ s = {full(raw)} ÷ {spec.scale_value:g} = {full(scaled)}",
+            Line.of(rf"q_{{{r}}} \cdot k_{{{c}}} = \sum_{{t}} q_{{{r},t}}\, k_{{{c},t}} = {_sum_terms(q, k)}"),
+            Line.of(rf"= {tex(raw)}"),
+            Line.of(rf"\div s = {tex(raw)} \div {spec.scale_value:g} = {tex(scaled)}"),
         ]
         result = full(scaled)
         if name == "masked":
             m = float(to_numpy(trace.mask.mask)[r, c])
-            lines.append(f"+ M = {full(scaled)} + ({short(m)}) = {short(scaled + m, 4)}")
-            result = short(scaled + m, 4)
+            lines.append(Line.of(rf"+ M_{{{r},{c}}} = {tex(scaled)} + ({tex(m)}) = {tex(scaled + m)}"))
+            result = full(scaled + m)
             if m == -math.inf:
-                lines.append(str(t("cell.masked_entry")))
+                lines.append(Line(text=str(t("cell.masked_entry"))))
         return Arithmetic(str(t("cell.score", q=tok[r], k=key_tok[c])), lines, result)
     if name == "weights":
         if not 0 <= c < n_keys:
@@ -267,18 +291,19 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
         w = float(to_numpy(trace.softmax.weights[head])[r, c])
         finite = np.isfinite(s)
         if not finite.any():
-            return Arithmetic(str(t("cell.weight", q=tok[r], k=key_tok[c])), [str(t("cell.masked_row"))], "0")
+            return Arithmetic(str(t("cell.weight", q=tok[r], k=key_tok[c])), [Line(text=str(t("cell.masked_row")))],
+                              "0")  # fmt: skip
         m = float(s[finite].max())
-        terms = " + ".join(f"exp({short(float(v) - m, 3)})" for v in s[finite])
+        terms = " + ".join(rf"\exp({tex(float(v) - m, 3)})" for v in s[finite])
         denom = float(np.exp(s[finite].astype(np.float64) - m).sum())
         lines = [
-            f"m = max_j S′_{r},j = {short(m, 4)}",
-            f"Σ_j exp(S′_{r},j − m) = {terms} = {denom:.4f}",
+            Line.of(rf"m = \max_{{j}} S'_{{{r},j}} = {tex(m, 4)}"),
+            Line.of(rf"\sum_{{j}} \exp(S'_{{{r},j}} - m) = {terms} = {denom:.4f}"),
         ]
         if s[c] == -math.inf:
-            lines.append(str(t("cell.masked_entry")))
+            lines.append(Line(text=str(t("cell.masked_entry"))))
         else:
-            lines.append(f"exp({short(float(s[c]) - m, 4)}) / {denom:.4f} = {full(w)}")
+            lines.append(Line.of(rf"a_{{{r},{c}}} = \exp({tex(float(s[c]) - m, 4)}) / {denom:.4f} = {tex(w)}"))
         return Arithmetic(str(t("cell.weight", q=tok[r], k=key_tok[c])), lines, full(w))
     if name == "heads":
         if not 0 <= c < dk:
@@ -286,7 +311,7 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
         a = to_numpy(trace.softmax.weights[head, r])
         v = to_numpy(trace.projection.v[kv_head(spec, head), :, c])
         out = float(to_numpy(trace.weighted_sum.heads[head])[r, c])
-        lines = [f"Σ_j a_{r},j · v_j,{c} = {_sum_terms(a, v)}", f"= {full(out)}"]
+        lines = [Line.of(rf"\sum_{{j}} a_{{{r},j}}\, v_{{j,{c}}} = {_sum_terms(a, v)}"), Line.of(rf"= {tex(out)}")]
         return Arithmetic(str(t("cell.output", q=tok[r], c=c)), lines, full(out))
     if name in ("q", "k", "v"):
         if not 0 <= c < dk:
@@ -301,10 +326,13 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
         w_col = to_numpy(getattr(trace.weights, f"w_{name}")[:, col])
         out = float(to_numpy(getattr(trace.projection, name)[head])[r, c])
         bias = getattr(trace.weights, f"b_{name}")
-        b = "" if bias is None else f" + b[{col}] ({short(float(bias[col]), 3)})"
-        lines = [f"Σ_t x_{r},t · W_{name.upper()}[t, {col}]{b} = {_sum_terms(x, w_col)}{b}", f"= {full(out)}"]
+        mat = name.upper()
+        b = "" if bias is None else rf" + b_{{{mat}}}[{col}]"
+        bv = "" if bias is None else rf" + ({tex(float(bias[col]), 3)})"
+        lines = [Line.of(rf"\sum_{{t}} x_{{{r},t}}\, W_{{{mat}}}[t, {col}]{b} = {_sum_terms(x, w_col)}{bv}"),
+                 Line.of(rf"= {tex(out)}")]  # fmt: skip
         label = tok[r] if name == "q" else key_tok[r]
-        return Arithmetic(str(t("cell.projection", q=label, m=name.upper(), c=col)), lines, full(out))
+        return Arithmetic(str(t("cell.projection", q=label, m=mat, c=col)), lines, full(out))
     if name == "output":
         if not 0 <= c < spec.d_model:
             return None
@@ -312,8 +340,10 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
         w_col = to_numpy(trace.weights.w_o[:, c])
         out = float(to_numpy(trace.weighted_sum.output)[r, c])
         bias = trace.weights.b_o
-        b = "" if bias is None else f" + b_O[{c}] ({short(float(bias[c]), 3)})"
-        lines = [f"Σ_t concat_{r},t · W_O[t, {c}]{b} = {_sum_terms(x, w_col)}{b}", f"= {full(out)}"]
+        b = "" if bias is None else rf" + b_{{O}}[{c}]"
+        bv = "" if bias is None else rf" + ({tex(float(bias[c]), 3)})"
+        lines = [Line.of(rf"\sum_{{t}} \mathrm{{concat}}_{{{r},t}}\, W_{{O}}[t, {c}]{b} = {_sum_terms(x, w_col)}{bv}"),
+                 Line.of(rf"= {tex(out)}")]  # fmt: skip
         return Arithmetic(str(t("cell.final", q=tok[r], c=c)), lines, full(out))
     return None
 
