@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from app.schemas import AttentionRequest, BlockRequest
 from app.web.i18n import LANGS, MESSAGES
 from app.web.state import url_fields
+from engine import STAGES
 
 APP = Path(__file__).resolve().parent.parent / "app"
 KERNEL = ("web", "render")  # what every feature may use
@@ -292,3 +293,41 @@ def test_chinese_pages_hold_no_english_ui_strings(client: TestClient, url: str) 
         el.decompose()
     words = set(re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", page.get_text(" ")))
     assert words <= LATIN_OK, sorted(words - LATIN_OK)
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("d_model=5&n_heads=2", "不能被"),
+        ("stage=9", "未知的阶段"),
+        ("head=3", "不存在"),
+        ("mask=padding&pad_positions=9", "超出了"),
+        ("seed=abc", "应为整数"),
+        ("preset=smollm2&layer=40", "层编号"),
+    ],
+)
+def test_errors_on_chinese_pages_are_in_chinese(client: TestClient, query: str, words: str) -> None:
+    page = BeautifulSoup(client.get(f"/?lang=zh&{query}").text, "html.parser")
+    shown = page.select_one(".error").get_text(" ")
+    assert words in shown, shown
+    names = {"n_heads", "d_model", "stage", "head", "seed", "layer", "pad_positions", "smollm2", *STAGES}
+    assert not {w for w in re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", shown)} - LATIN_OK - names, shown
+    # The API keeps its English words: scripts match on them.
+    api = client.get(f"/api/v1/attention?{query}")
+    assert api.status_code == 200 or words not in api.text
+
+
+def test_every_error_translation_is_a_whole_pattern_with_its_groups() -> None:
+    import json
+    from pathlib import Path
+
+    from app.web.i18n import error_message
+
+    rules = json.loads((Path(__file__).resolve().parents[1] / "app/web/locales/errors.json").read_text("utf-8"))
+    for pattern, template in rules["zh"]:
+        groups = re.compile(pattern).groups
+        assert pattern.startswith("^") and pattern.endswith("$"), pattern
+        template.format(*["x"] * groups)  # every placeholder has its group
+        assert all(f"{{{i}}}" in template for i in range(groups)), (pattern, template)
+    assert error_message("d_model 5 is not divisible by n_heads 2", "en") == "d_model 5 is not divisible by n_heads 2"
+    assert error_message("something new", "zh") == "something new"

@@ -9,7 +9,10 @@ per request by the page kernel.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 
 LANGS = ("en", "zh")
@@ -47,3 +50,19 @@ def translator(lang: str) -> Callable[..., str]:
         return text.format(**values) if values else text
 
     return t
+
+
+@lru_cache(maxsize=1)
+def _error_patterns() -> dict[str, list[tuple[re.Pattern[str], str]]]:
+    raw = json.loads((files("app.web") / "locales" / "errors.json").read_text("utf-8"))
+    return {lang: [(re.compile(p), template) for p, template in rules] for lang, rules in raw.items()}
+
+
+def error_message(message: str, lang: str) -> str:
+    """An engine or validation message (always English at the source: the API's words) in the page's language,
+    by the first pattern of locales/errors.json that matches it whole; unmatched messages stay as they are."""
+    for pattern, template in _error_patterns().get(lang, []):
+        m = pattern.fullmatch(message)
+        if m:
+            return template.format(*m.groups())
+    return message

@@ -25,7 +25,7 @@ from ..errors import clean
 from ..lab import Lab, cached_page, is_fragment, page_key, remember_page
 from ..schemas import FieldError
 from ..templating import TEMPLATES
-from .i18n import LANGS, negotiate, translator
+from .i18n import LANGS, error_message, negotiate, translator
 from .state import ViewState
 
 Build = Callable[[dict[str, Any]], Awaitable[None]]
@@ -43,11 +43,16 @@ def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
     except ValidationError as exc:
         errors = clean(exc.errors(), "query")
         ctx["error"] = [
-            t("error.field", field=e["loc"][1 if len(e["loc"]) > 1 else 0], message=e["msg"]) for e in errors
+            t(
+                "error.field",
+                field=e["loc"][1 if len(e["loc"]) > 1 else 0],
+                message=error_message(e["msg"], ctx["lang"]),
+            )
+            for e in errors
         ]
         ctx["status"] = 422
     except (SpecError, FieldError) as exc:
-        ctx["error"] = [t("error.field", field=exc.field, message=exc.message)]
+        ctx["error"] = [t("error.field", field=exc.field, message=error_message(exc.message, ctx["lang"]))]
         ctx["status"] = 422
     except Busy as exc:
         ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
