@@ -12,6 +12,7 @@ from starlette.types import ASGIApp
 from . import __version__, docs, errors, health
 from .attention import api as attention_api
 from .attention import page as attention_page
+from .attention import sinks as sinks_page
 from .block import api as block_api
 from .block import page as block_page
 from .decode import api as decode_api
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics_router,
         docs.router,
         attention_page.router,
+        sinks_page.router,
         block_page.router,
         decode_page.router,
         demos_page.router,

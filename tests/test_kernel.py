@@ -283,7 +283,7 @@ LATIN_OK = set(
     ]
 )
 ZH_PAGES = ["/?stage=1", "/?stage=3", "/?stage=4", "/?stage=5", "/?stage=2&present=1", "/block", "/decode?step=1",
-            "/demos", "/params", "/lessons", "/lessons/five-stages", "/?stage=3&lesson=five-stages&step=3", "/r", "/generate?max_new_tokens=3"]  # fmt: skip
+            "/demos", "/params", "/lessons", "/lessons/five-stages", "/?stage=3&lesson=five-stages&step=3", "/r", "/generate?max_new_tokens=3", "/sinks?text=猫坐在垫子上"]  # fmt: skip
 
 
 @pytest.mark.parametrize("url", ZH_PAGES)

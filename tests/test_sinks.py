@@ -63,3 +63,23 @@ def test_smollm2_parks_attention_on_its_first_token(client):
 def test_sink_errors_name_the_field(client):
     r = client.get("/api/v1/attention/sink", params={"heads": "3"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "heads"
+
+
+def test_the_sinks_page_shows_the_apis_numbers(client) -> None:
+    from bs4 import BeautifulSoup
+
+    page = BeautifulSoup(client.get("/sinks?lang=en&layer=15&head=2").text, "html.parser")
+    twin = client.get(page.select_one('link[rel=alternate][type="application/json"]')["href"]).json()
+    shares = [float(li["data-share"]) for li in page.select("[data-sink-shares] li")]
+    assert shares == pytest.approx(twin["sink_share"], abs=1e-6) and len(shares) == 9
+    assert page.select_one("[data-sink-shares] li.key")["data-head"] == "2"
+    rows = page.select("[data-sink-change] tbody tr")
+    assert [float(r["data-change"]) for r in rows] == pytest.approx(twin["output_change"], abs=1e-5)
+    assert float(rows[0]["data-change"]) == 0.0  # the first token keeps its sink: its row does not move
+    maps = [img["src"] for img in page.select("img.sink-map")]
+    assert all("preset=smollm2" in m and "head=2" in m for m in maps) and "color=log" in maps[0]
+    assert all(client.get(m).status_code == 200 for m in maps)
+    dropped = page.select("table[data-matrix=dropped] td[data-col='0']")
+    assert [float(td["data-value"]) for td in dropped][1:] == [0.0] * (len(dropped) - 1)
+    toy = client.get("/sinks?lang=en&preset=toy")
+    assert toy.status_code == 422 and "smollm2" in toy.text

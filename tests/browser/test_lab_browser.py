@@ -228,6 +228,7 @@ PHONE_PAGES = [
     "/lessons/five-stages?lang=zh",
     "/r?lang=zh",
     "/generate?lang=zh&max_new_tokens=4",
+    "/sinks?lang=zh&layer=15",
 ]
 
 

@@ -1,0 +1,61 @@
+"""The attention-sink page `/sinks`: how much of each head's weight a real model parks on the first token, and what
+the layer's output does when that sink is dropped (key 0 masked for every query but the first, rows renormalised)
+— computed by engine/sinks.py, the same numbers as /api/v1/attention/sink."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, Response
+
+from engine.sinks import drop_sink
+
+from ..lab import Lab, get_lab
+from ..render.arrays import to_numpy
+from ..render.cells import matrix_view
+from ..schemas import AttentionRequest, FieldError, from_query
+from ..web.page import serve
+from ..web.state import ViewState, parse_head, url_fields
+
+router = APIRouter(include_in_schema=False)
+API_KEYS = url_fields(AttentionRequest)
+CELLS_UP_TO = 24  # tokens: past this the weights are heat maps, not numbers
+
+
+@router.get("/sinks", response_class=HTMLResponse)
+async def sinks_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    state = ViewState.of(request.query_params, "/sinks", API_KEYS, ("head",))
+    # A trained model by default (random weights have no sinks); in the state, so every link and image keeps it.
+    state.params.setdefault("preset", "smollm2" if "smollm2" in lab.models else next(iter(lab.models), "toy"))
+    params = state.api_params()
+
+    async def build(ctx: dict[str, Any]) -> None:
+        req = AttentionRequest.model_validate(from_query(params, None, AttentionRequest))
+        if req.preset not in lab.models:
+            raise FieldError("preset", "attention sinks are a trained model's habit: choose " +
+                             (", ".join(lab.models) or "a pretrained model (none on this server)"))  # fmt: skip
+        spec = req.to_spec(lab.limits, lab.device, lab.models)
+        trace, _ = await lab.trace_async(spec)
+        head = parse_head(state.get("head"), spec.n_heads)
+        d = drop_sink(trace)
+        share = to_numpy(d.share)
+        tokens = list(spec.tokens)
+        ctx.update(
+            spec=spec, head=head, tokens=tokens, layer=spec.layer, n_layer=lab.models[spec.preset].info.n_layer,
+            shares=[(h, float(share[h]), state.url(head=h)) for h in range(spec.n_heads)],
+            changes=list(zip(tokens, to_numpy(d.change).tolist(), to_numpy(d.relative).tolist(), strict=True)),
+            top_change=float(to_numpy(d.relative).max()) or 1.0,
+            heatmap=lambda which: "/api/v1/attention/heatmap.png?" + state.api_query(stage="softmax", head=head,
+                                                                                     size=384, color=which),
+        )  # fmt: skip
+        if spec.n_tokens <= CELLS_UP_TO:
+            before = matrix_view("weights", "A", to_numpy(trace.softmax.weights[head]), tokens, tokens, "(N, N)",
+                                 "sequential", head)  # fmt: skip
+            after = matrix_view("dropped", "A′", to_numpy(d.weights[head]), tokens, tokens, "(N, N)", "sequential",
+                                head)  # fmt: skip
+            before.links = after.links = False
+            ctx["matrices"] = [before, after]
+
+    return await serve(request, lab, "sinks.html", state, build, page="sinks",
+                       json_url="/api/v1/attention/sink?" + state.api_query())  # fmt: skip
