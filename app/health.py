@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query, Response
 
-from .lab import Lab, get_lab
+from .lab import Lab, get_lab, progress_key
+from .render.payload import json_response
 
 router = APIRouter(tags=["health"])
 
@@ -14,3 +16,23 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz")
 async def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     return {"status": "ok", "device": lab.device, "cached_traces": len(lab.cache)}
+
+
+@router.get(
+    "/api/v1/progress", responses={404: {"description": "Nothing in progress for this URL (done, or never asked)"}}
+)
+async def progress(
+    lab: Annotated[Lab, Depends(get_lab)],
+    url: Annotated[str, Query(alias="for", max_length=32768, description="the path and query of the request")],
+) -> Response:
+    """How far a long computation that a request started has come (the model view, a long context, generation):
+    `done` of `total` steps (layers or tokens) and the seconds since it began. Pages poll it while they wait; a
+    server with several workers answers from the worker that computes, so another may say 404."""
+    path, _, query = url.partition("?")
+    entry = lab.progress.get(progress_key(path, query))
+    if entry is None:
+        body = {"message": "for: nothing is being computed for this URL here", "detail": [
+            {"loc": ["query", "for"], "msg": "nothing in progress", "type": "not_found"}]}  # fmt: skip
+        return json_response(body, 404)
+    done, total, start = entry
+    return json_response({"done": done, "total": total, "seconds": round(time.time() - start, 1)})

@@ -6,9 +6,12 @@ It keeps no per-user state; any number of workers or machines serve the same URL
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode
 
 import anyio
 from fastapi import Request, Response
@@ -64,6 +67,8 @@ class Lab:
             int(settings.response_cache_mb * 2**20)
         )
         self.models: dict[str, Any] = {}
+        # Long computations in flight, by their request (`progress_key`): (done, total, started) for /api/v1/progress.
+        self.progress: dict[str, tuple[int, int, float]] = {}
         if settings.checkpoint:
             from engine.checkpoint import GPT2Checkpoint
 
@@ -79,6 +84,24 @@ class Lab:
                 if model is not None:
                     model.place(self.device)
                     self.models[name] = model
+
+    @contextmanager
+    def tracking(self, key: str | None) -> Iterator[Callable[[int, int], None] | None]:
+        """A progress callback for the computation a request started (None when nobody asked to track it); the
+        entry lives while the computation runs, so the table holds only work in flight."""
+        if key is None:
+            yield None
+            return
+        start = time.time()
+        self.progress[key] = (0, 0, start)
+
+        def update(done: int, total: int) -> None:
+            self.progress[key] = (done, total, start)
+
+        try:
+            yield update
+        finally:
+            self.progress.pop(key, None)
 
     def _cost(self, spec: Spec, factor: float = 1.0) -> int:
         return int(
@@ -116,18 +139,20 @@ class Lab:
     async def trace_async(self, spec: Spec) -> tuple[Trace, bool]:
         return await self.offload(0 if spec in self.cache else self.cost(spec), self.trace, spec)
 
-    def long(self, spec: Spec) -> tuple[LongTrace, bool]:
+    def long(self, spec: Spec, progress: Callable[[int, int], None] | None = None) -> tuple[LongTrace, bool]:
         """The lazy trace of a long pretrained context (engine/long.py), cached like a whole trace."""
 
         def run(key: tuple[str, Spec]) -> LongTrace:
             with self.budget.reserve(long_cost(key[1])):
-                return compute_long(key[1], self.models[key[1].preset])
+                return compute_long(key[1], self.models[key[1].preset], progress)
 
         value, cached = self.cache.get_or_compute(("long", spec), run)
         return value, cached
 
-    async def long_async(self, spec: Spec) -> tuple[LongTrace, bool]:
-        return await self.offload(0 if ("long", spec) in self.cache else long_cost(spec), self.long, spec)
+    async def long_async(self, spec: Spec, key: str | None = None) -> tuple[LongTrace, bool]:
+        with self.tracking(key) as progress:
+            cost = 0 if ("long", spec) in self.cache else long_cost(spec)
+            return await self.offload(cost, self.long, spec, progress)
 
     async def block_async(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
         return await self.offload(0 if spec in self.cache else self.cost(spec), self.block, spec)
@@ -228,6 +253,16 @@ def is_fragment(request: Request) -> bool:
     """htmx asked for the panel alone (a history restore needs the whole page)."""
     headers = request.headers
     return headers.get("hx-request") == "true" and headers.get("hx-history-restore-request") != "true"
+
+
+def progress_key(path: str, query: str) -> str:
+    """A request's identity for /api/v1/progress: its path and its parameters in sorted order, so a page and the
+    script polling for it agree however each encoded the query."""
+    return path + "?" + urlencode(sorted(parse_qsl(query, keep_blank_values=True)))
+
+
+def request_key(request: Request) -> str:
+    return progress_key(request.url.path, request.url.query)
 
 
 def page_key(request: Request, lang: str) -> tuple[str, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,8 +255,13 @@ class GPT2Checkpoint:
             x = x + feed_forward(m, bw, "gelu", self.info.gelu)[1]
         return x
 
-    def attention_input(self, ids: tuple[int, ...], layer: int) -> tuple[torch.Tensor, Weights]:
-        """What layer `layer`'s attention reads: LN1 of the hidden state, and its weights."""
+    def attention_input(
+        self, ids: tuple[int, ...], layer: int, progress: Callable[[int, int], None] | None = None
+    ) -> tuple[torch.Tensor, Weights]:
+        """What layer `layer`'s attention reads: LN1 of the hidden state, and its weights (`progress`: reported
+        once, at the end — GPT-2's layers are short)."""
         bw = self.block_weights(layer)
         x = normalise(self.hidden(ids, layer), bw.ln1_w, bw.ln1_b, "layernorm", self.info.eps)
+        if progress is not None:
+            progress(layer, layer)
         return x, self.attention_weights(layer)

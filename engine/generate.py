@@ -13,6 +13,7 @@ with transformers' greedy `generate` on the same GGUF file.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,13 @@ def eos_id(model: Any) -> int | None:
 
 
 @torch.inference_mode()
-def generate(model: Any, prompt_ids: tuple[int, ...], max_new_tokens: int, layer: int | None) -> Generation:
+def generate(
+    model: Any,
+    prompt_ids: tuple[int, ...],
+    max_new_tokens: int,
+    layer: int | None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Generation:
     """Greedy decoding of up to `max_new_tokens` after `prompt_ids` (stops after the end-of-text token)."""
     info = model.info
     dev = model.device
@@ -108,6 +115,8 @@ def generate(model: Any, prompt_ids: tuple[int, ...], max_new_tokens: int, layer
         token = int(torch.argmax(logits))
         steps.append(Step(token, tuple(int(i) for i in top.indices), tuple(float(p) for p in top.values),
                           seen, context))  # fmt: skip
+        if progress is not None:
+            progress(len(steps), max_new_tokens)
         if token == stop:
             stopped = True
             break

@@ -12,6 +12,7 @@ scale, the same mask, the same stable softmax; tests compare them where both fit
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,12 +144,12 @@ def long_cost(spec: Spec) -> int:
 
 
 @torch.inference_mode()
-def compute_long(spec: Spec, model: Any) -> LongTrace:
+def compute_long(spec: Spec, model: Any, progress: Callable[[int, int], None] | None = None) -> LongTrace:
     """The layer's input through the lower layers (fused attention there: nothing N × N is kept), then its
     projections; the stages are computed later, for the rows asked for."""
     start = time.perf_counter()
     device, dtype = torch.device(spec.device), torch_dtype(spec.dtype)
-    x, w = model.attention_input(spec.token_ids, spec.layer)
+    x, w = model.attention_input(spec.token_ids, spec.layer, progress)
     x, w = x.to(device, dtype), cast(w, device, dtype)
     hidden = time.perf_counter()
     p = project(x, w, spec)

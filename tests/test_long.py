@@ -99,3 +99,38 @@ def test_the_model_view_reads_a_long_context_of_smollm2(api) -> None:
     assert sum(sinks) / len(sinks) > 0.3  # SmolLM2 parks much of its attention on the first token
     too_many = api.get(f"/api/v1/model_view?preset=smollm2&text={'cat%20' * 400}")
     assert too_many.status_code == 422 and "300" in too_many.json()["message"]
+
+
+def test_long_work_reports_its_progress_while_it_runs() -> None:
+    import threading
+    import time
+
+    import httpx
+
+    from tests.servers import served
+
+    ids = ",".join(map(str, smollm2.tokenize(TEXT * 4)[:600]))
+    with served({}) as (base, _):
+        path = f"/api/v1/model_view?preset=smollm2&token_ids={ids}"
+        done = threading.Event()
+        answer: list[httpx.Response] = []
+
+        def request() -> None:
+            answer.append(httpx.get(base + path, timeout=300))
+            done.set()
+
+        threading.Thread(target=request, daemon=True).start()
+        seen = []
+        while not done.is_set():
+            # Parameters in another order, as a page's script may build them: the same computation.
+            r = httpx.get(
+                f"{base}/api/v1/progress", params={"for": f"/api/v1/model_view?token_ids={ids}&preset=smollm2"}
+            )
+            if r.status_code == 200:
+                seen.append(r.json())
+            time.sleep(0.05)
+        assert answer[0].status_code == 200
+        steps = [p["done"] for p in seen if p["total"] == 30]
+        assert steps and steps == sorted(steps) and 0 <= steps[0] <= steps[-1] <= 30, seen[:5]
+        after = httpx.get(f"{base}/api/v1/progress", params={"for": path})
+        assert after.status_code == 404 and after.json()["detail"][0]["loc"] == ["query", "for"]

@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from engine import PRESETS, STAGE_TENSORS, STAGES
 from engine.long import LongTrace
 
-from ..lab import Lab, cached_get, get_lab
+from ..lab import Lab, cached_get, get_lab, request_key
 from ..render.arrays import Traced, to_numpy
 from ..render.heatmap import svg as heatmap_svg_of
 from ..schemas import (
@@ -154,7 +154,7 @@ async def attention_source(request: Request, lab: Lab) -> Traced | LongTrace:
     if req.preset in lab.models:
         spec = req.to_spec(lab.long_limits, lab.device, lab.models)
         if spec.n_tokens > lab.limits.max_tokens:
-            return (await lab.long_async(spec))[0]
+            return (await lab.long_async(spec, request_key(request)))[0]
     spec = req.to_spec(lab.limits, lab.device, lab.models)
     return (await lab.trace_async(spec))[0]
 

@@ -7,11 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 
-from ..lab import Lab, cached_get, get_lab
+from ..lab import Lab, cached_get, get_lab, request_key
 from ..render.payload import json_response
 from ..schemas import ERRORS, query_parameters
 from ..web.answer import parse_query
-from .view import GenerateRequest, cost, document, generation_spec, run
+from .view import GenerateRequest, document, generation_spec, run
 
 router = APIRouter(prefix="/api/v1", tags=["generation"], responses=ERRORS)
 
@@ -24,12 +24,10 @@ NOTE = (
 )
 
 
-async def answer(req: GenerateRequest, lab: Lab) -> Response:
+async def answer(req: GenerateRequest, lab: Lab, key: str | None = None) -> Response:
     spec, layer = generation_spec(req, lab.limits, lab.device, lab.models, lab.settings.max_new_tokens)
-    model = lab.models[spec.preset]
-    g = await lab.offload(cost(spec, req.max_new_tokens, model.info), run, model, spec.token_ids,
-                          req.max_new_tokens, layer)  # fmt: skip
-    return json_response(document(model, spec, g, req.decimals))
+    g = await run(lab, spec, req, layer, key)
+    return json_response(document(lab.models[spec.preset], spec, g, req.decimals))
 
 
 @router.post("/generate", description=NOTE)
@@ -40,4 +38,4 @@ async def generate_post(req: Annotated[GenerateRequest, Body()], lab: Annotated[
 @router.get("/generate", description=NOTE, openapi_extra={"parameters": query_parameters(GenerateRequest)})
 @cached_get
 async def generate_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await answer(parse_query(request, GenerateRequest), lab)
+    return await answer(parse_query(request, GenerateRequest), lab, request_key(request))

@@ -9,13 +9,13 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
-from ..lab import Lab, get_lab
+from ..lab import Lab, get_lab, request_key
 from ..render.arrays import to_numpy
 from ..render.cells import matrix_view
 from ..schemas import from_query
 from ..web.page import language, serve
 from ..web.state import ViewState, parse_int, url_fields
-from .view import GenerateRequest, cost, generation_spec, run
+from .view import GenerateRequest, generation_spec, run
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(GenerateRequest)
@@ -34,8 +34,7 @@ async def generate_page(request: Request, lab: Annotated[Lab, Depends(get_lab)])
         req = GenerateRequest.model_validate(from_query(params, None, GenerateRequest))
         spec, layer = generation_spec(req, lab.limits, lab.device, lab.models, lab.settings.max_new_tokens)
         model = lab.models[spec.preset]
-        g = await lab.offload(cost(spec, req.max_new_tokens, model.info), run, model, spec.token_ids,
-                              req.max_new_tokens, layer)  # fmt: skip
+        g = await run(lab, spec, req, layer, request_key(request))
         n = len(g.steps)
         step = parse_int("step", state.get("step"), n, 1, n)
         s = g.steps[step - 1]

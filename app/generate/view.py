@@ -3,7 +3,8 @@ per (model, prompt, length, layer) and kept in a byte-bounded memo, and its JSON
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,8 +65,27 @@ def cost(spec: Spec, max_new: int, info: Any) -> int:
 
 
 @bytes_bounded(64 * 2**20)
-def run(model: Any, ids: tuple[int, ...], max_new: int, layer: int) -> Generation:
-    return generate(model, ids, max_new, layer)
+def _run(model: Any, ids: tuple[int, ...], max_new: int, layer: int) -> Generation:
+    return generate(model, ids, max_new, layer, _PROGRESS.get())
+
+
+_PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("generation_progress", default=None)
+
+
+async def run(lab: Any, spec: Spec, req: GenerateRequest, layer: int, key: str | None) -> Generation:
+    """The generation (from the memo when it ran before), token by token for /api/v1/progress."""
+    model = lab.models[spec.preset]
+    with lab.tracking(key) as progress:
+        return await lab.offload(cost(spec, req.max_new_tokens, model.info), _with_progress, progress, model,
+                                 spec.token_ids, req.max_new_tokens, layer)  # fmt: skip
+
+
+def _with_progress(progress: Callable[[int, int], None] | None, *args: Any) -> Generation:
+    token = _PROGRESS.set(progress)  # the memo's key stays (model, ids, length, layer): progress is not an input
+    try:
+        return _run(*args)
+    finally:
+        _PROGRESS.reset(token)
 
 
 def document(model: Any, spec: Spec, g: Generation, decimals: int | None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 
-from ..lab import Lab, cached_get, get_lab
+from ..lab import Lab, cached_get, get_lab, request_key
 from ..render.payload import json_response
 from ..schemas import ERRORS, query_parameters
 from ..web.answer import parse_query
@@ -21,8 +21,8 @@ NOTE = (
 )
 
 
-async def answer(req: ModelViewRequest, lab: Lab) -> Response:
-    _, body = await model_view_of(req, lab)
+async def answer(req: ModelViewRequest, lab: Lab, key: str | None = None) -> Response:
+    _, body = await model_view_of(req, lab, key)
     return json_response(body)
 
 
@@ -34,4 +34,4 @@ async def model_view_post(req: Annotated[ModelViewRequest, Body()], lab: Annotat
 @router.get("/model_view", description=NOTE, openapi_extra={"parameters": query_parameters(ModelViewRequest)})
 @cached_get
 async def model_view_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await answer(parse_query(request, ModelViewRequest), lab)
+    return await answer(parse_query(request, ModelViewRequest), lab, request_key(request))

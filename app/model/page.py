@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from engine.model_view import STATS, similar_heads
 
-from ..lab import Lab, get_lab
+from ..lab import Lab, get_lab, request_key
 from ..schemas import FieldError, from_query
 from ..web.page import serve
 from ..web.state import ViewState, parse_int
@@ -30,7 +30,7 @@ async def model_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
         if stat not in STATS:
             raise FieldError("stat", f"one of {', '.join(STATS)}")
         req = ModelViewRequest.model_validate(from_query(state.api_params(), None, ModelViewRequest))
-        spec, view = await model_view_of(req, lab)
+        spec, view = await model_view_of(req, lab, request_key(request))
         n_layer = view["layers"]
         top = math.log(max(2, spec.n_tokens)) if stat == "entropy" else 1.0
         ids = ",".join(str(i) for i in spec.token_ids)

@@ -42,13 +42,14 @@ def view_spec(req: ModelViewRequest, lab: Any) -> Spec:
     return spec
 
 
-async def model_view_of(req: ModelViewRequest, lab: Any) -> tuple[Spec, dict[str, Any]]:
+async def model_view_of(req: ModelViewRequest, lab: Any, key: str | None = None) -> tuple[Spec, dict[str, Any]]:
     """The statistics of every layer and head: one pass with the statistics summed block by block (SmolLM2), or
     each layer's whole trace through the server's cache (MiniLM, a GPT-2 checkpoint)."""
     spec = view_spec(req, lab)
     model = lab.models[spec.preset]
     if getattr(model, "one_pass_view", False):
-        stats = await lab.offload(long_cost(spec), one_pass_stats, model, spec.token_ids)
+        with lab.tracking(key) as progress:  # layer by layer, for /api/v1/progress
+            stats = await lab.offload(long_cost(spec), one_pass_stats, model, spec.token_ids, progress)
         view = {"tokens": list(spec.tokens), "layers": model.info.n_layer, "heads": spec.n_heads, "stats": stats}
     else:
         view = await lab.offload(model.info.n_layer * lab.cost(spec), model_view, spec, model.info.n_layer,
