@@ -19,11 +19,15 @@ async def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
 
 
 @router.get(
-    "/api/v1/progress", responses={404: {"description": "Nothing in progress for this URL (done, or never asked)"}}
+    "/api/v1/progress",
+    responses={
+        404: {"description": "Nothing in progress for this URL (done, or never asked)"},
+        414: {"description": "The query is over MAX_QUERY_KB (a long text's URL, percent-encoded)"},
+    },
 )
 async def progress(
     lab: Annotated[Lab, Depends(get_lab)],
-    url: Annotated[str, Query(alias="for", max_length=32768, description="the path and query of the request")],
+    url: Annotated[str, Query(alias="for", max_length=16384, description="the path and query of the request")],
 ) -> Response:
     """How far a long computation that a request started has come (the model view, a long context, generation):
     `done` of `total` steps (layers or tokens) and the seconds since it began. Pages poll it while they wait; a
