@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib.resources import files
 from pathlib import Path
 
@@ -54,9 +56,16 @@ class LabApp(FastAPI):
         return SendTimeout(SecurityHeaders(super().build_middleware_stack()), self.state.settings.send_timeout_s)
 
 
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    await app.state.rooms.store.close()  # the Redis connections and the pub/sub listener, when there are any
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = LabApp(
+        lifespan=lifespan,
         title="Attention Lab",
         version=__version__,
         summary="Scaled dot-product attention, one stage at a time, every number computed.",

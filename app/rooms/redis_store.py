@@ -99,6 +99,7 @@ class RedisStore(Store):
         if self._listener is not None:
             self._listener.cancel()
         await self.redis.aclose()
+        await self.redis.connection_pool.disconnect()  # a pool passed in is not closed with its client
 
     def _key(self, code: str, suffix: str = "") -> str:
         return PREFIX + code + suffix
