@@ -204,7 +204,7 @@ def test_a_poll_counts_every_answer_once_and_reveals_the_key(lab: str) -> None:
             m = await watcher.next()  # the open poll comes with the snapshot
             assert m.event == "poll" and m.data["id"] == pid and "answer" not in m.data
 
-            async def answer(i: int, value: str) -> None:
+            async def answer(i: int, value: str | int) -> None:
                 r = await client.post(f"{polls}/{pid}/answers", json={"student": f"s{i}", "answer": value})
                 assert r.status_code == 200, r.text
 
@@ -225,7 +225,7 @@ def test_a_poll_counts_every_answer_once_and_reveals_the_key(lab: str) -> None:
     assert out["live"]["counts"] == expected and out["live"]["total"] == n  # type: ignore[index]
     event = out["event"]
     assert event["answer"] == "猫" and event["counts"] == expected and event["total"] == n  # type: ignore[index]
-    late = httpx.post(f"{polls}/{pid}/answers", json={"student": "s1", "answer": "坐"})
+    late = httpx.post(f"{polls}/{pid}/answers", json={"student": "s1", "answer": 1})
     assert late.status_code == 409
     assert httpx.post(f"{polls}/{pid}/answers", json={"student": "s1", "answer": "x"}).status_code in (409, 422)
     assert httpx.get(f"{polls}/nosuch").status_code == 404
@@ -249,6 +249,7 @@ def test_a_cell_poll_takes_cells_inside_the_matrix(lab: str) -> None:
     url = f"{polls}/{r.json()['id']}/answers"
     assert httpx.post(url, json={"student": "a", "answer": [2, 0]}).json() == {"answer": "2,0"}
     assert httpx.post(url, json={"student": "b", "answer": [2, 1]}).status_code == 200
+    assert httpx.post(url, json={"student": "c", "answer": 3}).status_code == 422  # an index is for choices
     for bad in ([5, 0], [0, -1], [1], [1, 2, 3], "猫", [True, 1]):
         res = httpx.post(url, json={"student": "c", "answer": bad})
         assert res.status_code == 422, (bad, res.text)

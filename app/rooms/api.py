@@ -135,7 +135,7 @@ def cell_key(raw: Any, rows: int | None, cols: int | None, field: str) -> str:
 class AnswerIn(BaseModel):
     model_config = STRICT
     student: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="a random id the student's browser keeps")
-    answer: str | list[int] = Field(description="an option (choice), or [row, col] (cell)")
+    answer: str | int | list[int] = Field(description="an option or its index from 0 (choice), or [row, col] (cell)")
     nickname: str | None = Field(None, max_length=32)
 
     @model_validator(mode="after")
@@ -354,9 +354,12 @@ async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request,
         if poll.status != "open":
             raise RoomError(409, "poll", "this poll is closed")
         if poll.kind == "choice":
-            if not isinstance(body.answer, str) or body.answer not in poll.options:
-                raise RoomError(422, "answer", "must be one of the poll's options")
-            value = body.answer
+            if isinstance(body.answer, int) and 0 <= body.answer < len(poll.options):
+                value = poll.options[body.answer]  # an option's index, counted from 0
+            elif isinstance(body.answer, str) and body.answer in poll.options:
+                value = body.answer
+            else:
+                raise RoomError(422, "answer", "must be one of the poll's options (or its index from 0)")
         else:
             try:
                 value = cell_key(body.answer, poll.rows, poll.cols, "answer")
