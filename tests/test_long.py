@@ -134,3 +134,23 @@ def test_long_work_reports_its_progress_while_it_runs() -> None:
         assert steps and steps == sorted(steps) and 0 <= steps[0] <= steps[-1] <= 30, seen[:5]
         after = httpx.get(f"{base}/api/v1/progress", params={"for": path})
         assert after.status_code == 404 and after.json()["detail"][0]["loc"] == ["query", "for"]
+
+
+def test_the_lab_page_offers_the_long_views_for_a_long_text(api) -> None:
+    from urllib.parse import quote
+
+    from bs4 import BeautifulSoup
+
+    r = api.get(f"/?preset=smollm2&layer=3&lang=zh&text={quote(TEXT)}")
+    assert r.status_code == 422
+    page = BeautifulSoup(r.text, "html.parser")
+    offer = page.select_one("p[data-long]")
+    assert offer is not None and "词元" in offer.text
+    links = {a["data-long"]: a["href"] for a in offer.select("a[data-long]")}
+    assert set(links) == {"heatmap", "window", "model"}
+    assert api.get(links["heatmap"]).headers["content-type"] == "image/png"
+    window = api.get(links["window"]).json()
+    assert len(window["values"]) == 16 and len(window["values"][0]) == 64
+    assert api.get(links["model"]).status_code == 200
+    toy = BeautifulSoup(api.get("/?tokens=" + "+".join(["a"] * 50)).text, "html.parser")
+    assert toy.select_one("p[data-long]") is None  # random weights: nothing lazy to offer

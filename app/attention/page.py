@@ -9,13 +9,13 @@ page loads of the same URLs.
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
-from engine import PRESETS, STAGES
+from engine import PRESETS, STAGES, SpecError
 
 from ..lab import Lab, get_lab
 from ..render import page as view
@@ -39,6 +39,30 @@ COMPARE_PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "scale": ({"scale": "sqrt_dk"}, {"scale": "none"}),
     "leak": ({"mask": "causal", "segment_ids": []}, {"mask": "document"}),  # boundaries ignored vs blocked
 }
+
+
+def long_offer(req: AttentionRequest, state: Any, lab: Lab) -> dict[str, Any] | None:
+    """For a pretrained model's text past a whole trace's length but within MAX_LONG_TOKENS: links to the views
+    that compute only what they show (heat map, window of exact numbers, the model view)."""
+    if req.preset not in lab.models:
+        return None
+    try:
+        spec = req.to_spec(lab.long_limits, lab.device, lab.models)
+    except (SpecError, FieldError):
+        return None
+    if spec.n_tokens <= lab.limits.max_tokens:
+        return None
+    n = spec.n_tokens
+    model = None
+    if getattr(lab.models[spec.preset], "one_pass_view", False):
+        model = "/model?" + urlencode({"preset": spec.preset, "token_ids": ",".join(map(str, spec.token_ids)),
+                                       "lang": state.get("lang") or "en"})  # fmt: skip
+    return {
+        "n": n,
+        "heatmap": "/api/v1/attention/heatmap.png?" + state.api_query(stage="softmax", size=1024, color="log"),
+        "window": "/api/v1/attention/window?" + state.api_query(stage="softmax", row=max(0, n - 16), col=0, cols=64),
+        "model": model,
+    }
 
 
 @router.get("/embed", response_class=HTMLResponse)
@@ -68,7 +92,11 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
     async def build(ctx: dict[str, Any]) -> None:
         t = ctx["t"]
         req = AttentionRequest.model_validate(from_query(state.api_params()))
-        spec = req.to_spec(lab.limits, lab.device, lab.models)
+        try:
+            spec = req.to_spec(lab.limits, lab.device, lab.models)
+        except SpecError:
+            ctx["long_urls"] = long_offer(req, state, lab)  # too long to trace whole: what reads it in parts
+            raise
         key = parse_stage(state.get("stage"), STAGES)
         head = parse_head(state.get("head"), spec.n_heads)
         parse_cell(state.get("cell"))  # a malformed cell is the request's error, before any computing
