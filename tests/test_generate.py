@@ -18,16 +18,6 @@ PROMPTS = ["The cat sat on the mat. The dog", "猫坐在垫子上，然后", "de
 
 
 @pytest.fixture(scope="module")
-def llama():
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(smollm2.path.parent), gguf_file=smollm2.path.name, attn_implementation="eager", dtype=torch.float32
-    )
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
 def api() -> TestClient:
     return make_client()
 

@@ -29,16 +29,6 @@ def bert():
     return transformers.BertModel.from_pretrained(str(minilm.path), attn_implementation="eager").eval()
 
 
-@pytest.fixture(scope="module")
-def llama():
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(smollm2.path.parent), gguf_file=smollm2.path.name, attn_implementation="eager", dtype=torch.float32
-    )
-    return model.eval()
-
-
 def _every_layer(model, reference, text, tol=1e-4):
     ids = model.tokenize(text)
     with torch.no_grad():

@@ -47,7 +47,12 @@ TEACHER: dict[int | str, dict[str, Any]] = REFUSALS | {
 
 
 def install(app: FastAPI) -> None:
-    """A room store that fails (Redis down, its pool exhausted past the wait) is a 503 that says so, never a 500."""
+    """A refusal raised anywhere in a room route is its 4xx/503 answer; a room store that fails (Redis down, its
+    pool exhausted past the wait) is a 503 that says so, never a 500."""
+
+    @app.exception_handler(RoomError)
+    async def _refused(request: Request, exc: RoomError) -> Response:
+        return refused(exc)
 
     @app.exception_handler(RedisError)
     async def _store_down(request: Request, exc: RedisError) -> Response:
@@ -182,14 +187,11 @@ def refused(exc: RoomError) -> Response:
 async def create_room(request: Request, rooms: RoomsDep, body: ViewIn | None = None) -> Response:
     """Start a room on a view (default: the lab's start). The teacher token in the answer is never shown again."""
     body = body or ViewIn()
-    try:
-        rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
-        page = clean_page(body.page)
-        query = clean_query(body.query, int(rooms.settings.max_query_kb * 1024))
-        await check_view(request.app, page, query)
-        room, token = await rooms.create(page, query)
-    except RoomError as exc:
-        return refused(exc)
+    rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
+    page = clean_page(body.page)
+    query = clean_query(body.query, int(rooms.settings.max_query_kb * 1024))
+    await check_view(request.app, page, query)
+    room, token = await rooms.create(page, query)
     out = {"code": room.code, "teacher_token": token, "join_url": join_url(request, room.code), "page": room.page,
            "query": room.query, "version": room.version}  # fmt: skip
     return json_response(out, 201, {"Location": f"/api/v1/rooms/{room.code}"})
@@ -197,11 +199,8 @@ async def create_room(request: Request, rooms: RoomsDep, body: ViewIn | None = N
 
 @router.get("/{code}", response_model=RoomInfo, responses=REFUSALS)
 async def get_room(code: str, rooms: RoomsDep) -> Response:
-    try:
-        room = await rooms.room(code)
-        followers = await rooms.store.followers(room.code)
-    except RoomError as exc:
-        return refused(exc)
+    room = await rooms.room(code)
+    followers = await rooms.store.followers(room.code)
     return json_response({"code": room.code, "page": room.page, "query": room.query, "version": room.version,
                           "followers": followers, "poll": room.poll})  # fmt: skip
 
@@ -209,27 +208,21 @@ async def get_room(code: str, rooms: RoomsDep) -> Response:
 @router.put("/{code}/state", response_model=VersionOut, responses=TEACHER)
 async def put_state(code: str, body: ViewIn, request: Request, rooms: RoomsDep) -> Response:
     """The teacher's new view: checked by the lab (a view it would refuse is a 422), then sent to every follower."""
-    try:
-        room = await rooms.teacher(request, code)
-        page = clean_page(body.page)
-        query = clean_query(body.query, int(rooms.settings.max_query_kb * 1024))
-        if (page, query) == (room.page, room.query):
-            return json_response({"version": room.version})  # nothing changed: no event
-        await check_view(request.app, page, query)
-        version = await rooms.store.publish(room.code, "state", {"page": page, "query": query}, (page, query))
-    except RoomError as exc:
-        return refused(exc)
+    room = await rooms.teacher(request, code)
+    page = clean_page(body.page)
+    query = clean_query(body.query, int(rooms.settings.max_query_kb * 1024))
+    if (page, query) == (room.page, room.query):
+        return json_response({"version": room.version})  # nothing changed: no event
+    await check_view(request.app, page, query)
+    version = await rooms.store.publish(room.code, "state", {"page": page, "query": query}, (page, query))
     return json_response({"version": version})
 
 
 @router.delete("/{code}", status_code=204, responses=TEACHER)
 async def end_room(code: str, request: Request, rooms: RoomsDep) -> Response:
     """End the class: every stream gets `event: end` and closes."""
-    try:
-        room = await rooms.teacher(request, code)
-        await rooms.store.delete(room.code)
-    except RoomError as exc:
-        return refused(exc)
+    room = await rooms.teacher(request, code)
+    await rooms.store.delete(room.code)
     return Response(status_code=204)
 
 
@@ -246,20 +239,17 @@ async def events(
 ) -> Response:
     """The room as server-sent events: `state` (`{"page", "query", "version"}`, id = version) on connect and on
     every change, `poll` when a poll opens or closes, `end`; a comment every few seconds keeps proxies open."""
-    try:
-        rooms.joins.check(client_address(request), "events", "joins from this address")
-        room = await rooms.room(code)
-        after: int | None = None
-        if last_event_id is not None:
-            if not (last_event_id.isascii() and last_event_id.isdigit()):
-                raise RoomError(422, "last-event-id", "must be a version number from an earlier event")
-            after = int(last_event_id)
-        store = rooms.store
-        if await store.followers(room.code) >= rooms.settings.max_followers:
-            raise RoomError(503, "events", f"this room has its limit of {rooms.settings.max_followers} followers",
-                            {"Retry-After": "30"})  # fmt: skip
-    except RoomError as exc:
-        return refused(exc)
+    rooms.joins.check(client_address(request), "events", "joins from this address")
+    room = await rooms.room(code)
+    after: int | None = None
+    if last_event_id is not None:
+        if not (last_event_id.isascii() and last_event_id.isdigit()):
+            raise RoomError(422, "last-event-id", "must be a version number from an earlier event")
+        after = int(last_event_id)
+    store = rooms.store
+    if await store.followers(room.code) >= rooms.settings.max_followers:
+        raise RoomError(503, "events", f"this room has its limit of {rooms.settings.max_followers} followers",
+                        {"Retry-After": "30"})  # fmt: skip
     # The teacher's own page listens too (poll events), but is no follower.
     follower = None if await rooms.is_teacher(request, room) else secrets.token_hex(8)
     keepalive = rooms.settings.room_keepalive_s
@@ -315,10 +305,7 @@ async def events(
 @router.post("/{code}/polls", status_code=201, response_model=PollCreated, responses=TEACHER)
 async def open_poll(code: str, body: PollIn, request: Request, rooms: RoomsDep) -> Response:
     """Open a poll on the current view (any open one closes): students see it at once and answer once."""
-    try:
-        room = await rooms.teacher(request, code)
-    except RoomError as exc:
-        return refused(exc)
+    room = await rooms.teacher(request, code)
     poll = Poll(secrets.token_hex(4), body.prompt, body.kind, tuple(body.options), body.rows, body.cols, body.answer)
     version = await rooms.store.open_poll(room.code, poll)
     return json_response({"id": poll.id, "version": version}, 201)
@@ -335,10 +322,7 @@ async def _poll(rooms: Rooms, code: str, poll_id: str) -> tuple[str, Poll]:
 @router.get("/{code}/polls/{poll_id}", response_model=PollOut, responses=REFUSALS)
 async def poll_results(code: str, poll_id: str, rooms: RoomsDep) -> Response:
     """The answers counted so far (a student's later answer replaces the earlier); the key once it is closed."""
-    try:
-        code, poll = await _poll(rooms, code, poll_id)
-    except RoomError as exc:
-        return refused(exc)
+    code, poll = await _poll(rooms, code, poll_id)
     counts = await rooms.store.counts(code, poll.id)
     out = poll.public() | {"answer": poll.answer if poll.status == "closed" else None, "counts": counts,
                            "total": sum(counts.values())}  # fmt: skip
@@ -348,39 +332,33 @@ async def poll_results(code: str, poll_id: str, rooms: RoomsDep) -> Response:
 @router.post("/{code}/polls/{poll_id}/answers", response_model=VersionOut | None, responses=REFUSALS | {
     409: problem_doc("The poll is closed")})  # fmt: skip
 async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request, rooms: RoomsDep) -> Response:
-    try:
-        rooms.answers.check(f"{client_address(request)}/{body.student}", "answer", "answers from this student")
-        code, poll = await _poll(rooms, code, poll_id)
-        if poll.status != "open":
-            raise RoomError(409, "poll", "this poll is closed")
-        if poll.kind == "choice":
-            if isinstance(body.answer, int) and 0 <= body.answer < len(poll.options):
-                value = poll.options[body.answer]  # an option's index, counted from 0
-            elif isinstance(body.answer, str) and body.answer in poll.options:
-                value = body.answer
-            else:
-                raise RoomError(422, "answer", "must be one of the poll's options (or its index from 0)")
+    rooms.answers.check(f"{client_address(request)}/{body.student}", "answer", "answers from this student")
+    code, poll = await _poll(rooms, code, poll_id)
+    if poll.status != "open":
+        raise RoomError(409, "poll", "this poll is closed")
+    if poll.kind == "choice":
+        if isinstance(body.answer, int) and 0 <= body.answer < len(poll.options):
+            value = poll.options[body.answer]  # an option's index, counted from 0
+        elif isinstance(body.answer, str) and body.answer in poll.options:
+            value = body.answer
         else:
-            try:
-                value = cell_key(body.answer, poll.rows, poll.cols, "answer")
-            except ValueError as exc:
-                raise RoomError(422, "answer", str(exc).removeprefix("answer: ")) from exc
-        nickname = body.nickname.strip() or None if body.nickname else None
-        await rooms.store.answer(code, poll.id, Answer(body.student, value, nickname))
-    except RoomError as exc:
-        return refused(exc)
+            raise RoomError(422, "answer", "must be one of the poll's options (or its index from 0)")
+    else:
+        try:
+            value = cell_key(body.answer, poll.rows, poll.cols, "answer")
+        except ValueError as exc:
+            raise RoomError(422, "answer", str(exc).removeprefix("answer: ")) from exc
+    nickname = body.nickname.strip() or None if body.nickname else None
+    await rooms.store.answer(code, poll.id, Answer(body.student, value, nickname))
     return json_response({"answer": value})
 
 
 @router.post("/{code}/polls/{poll_id}/close", response_model=PollOut, responses=TEACHER)
 async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Close the poll and reveal it: the counts and the key go to every follower."""
-    try:
-        room = await rooms.teacher(request, code)
-        _, poll = await _poll(rooms, room.code, poll_id)
-        closed = await rooms.store.close_poll(room.code, poll.id)
-    except RoomError as exc:
-        return refused(exc)
+    room = await rooms.teacher(request, code)
+    _, poll = await _poll(rooms, room.code, poll_id)
+    closed = await rooms.store.close_poll(room.code, poll.id)
     assert closed is not None
     counts = await rooms.store.counts(room.code, poll.id)
     return json_response(closed.public(counts))
@@ -390,11 +368,8 @@ async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep)
             response_class=Response)  # fmt: skip
 async def poll_csv(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Every answer (student id, nickname, answer) for the teacher's records."""
-    try:
-        room = await rooms.teacher(request, code)
-        _, poll = await _poll(rooms, room.code, poll_id)
-    except RoomError as exc:
-        return refused(exc)
+    room = await rooms.teacher(request, code)
+    _, poll = await _poll(rooms, room.code, poll_id)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["student", "nickname", "answer", "correct"])
