@@ -45,13 +45,13 @@ class Settings(BaseSettings):
     # Live rooms (a class following the teacher). In memory by default; with several workers or machines, in Redis.
     redis_url: str | None = Field(None, pattern=r"^(redis|rediss|unix)://\S+$")  # serve --redis URL
     workers: int = Field(1, ge=1)  # set by `serve --workers`: rooms need Redis when it is above 1
-    max_rooms: int = Field(200, ge=1)  # rooms open at once (a new one past it gets 503)
+    max_rooms: int = Field(500, ge=1)  # rooms open at once (a new one past it gets 503)
     max_followers: int = Field(1000, ge=1)  # event streams per room
     room_idle_s: float = Field(4 * 3600, gt=0)  # a room with no teacher action and no follower expires
     room_keepalive_s: float = Field(10, gt=0)  # a comment on every quiet stream; a gone client is noticed by then
     room_joins_per_minute: int = Field(600, ge=1)  # event streams and joins per client address (a class shares one)
     room_answers_per_minute: int = Field(30, ge=1)  # answers per student
-    room_creates_per_minute: int = Field(20, ge=1)  # rooms started per client address
+    room_creates_per_minute: int = Field(120, ge=1)  # rooms started per client address (scripts start many)
 
     def limits(self) -> Limits:
         return Limits(
