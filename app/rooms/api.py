@@ -154,6 +154,10 @@ class AnswerIn(BaseModel):
         return self
 
 
+class AnswerOut(BaseModel):
+    answer: str = Field(description="the answer as counted: the option's text, or 'row,col'")
+
+
 class PollCreated(BaseModel):
     id: str
     version: int
@@ -329,7 +333,7 @@ async def poll_results(code: str, poll_id: str, rooms: RoomsDep) -> Response:
     return json_response(out)
 
 
-@router.post("/{code}/polls/{poll_id}/answers", response_model=VersionOut | None, responses=REFUSALS | {
+@router.post("/{code}/polls/{poll_id}/answers", response_model=AnswerOut, responses=REFUSALS | {
     409: problem_doc("The poll is closed")})  # fmt: skip
 async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request, rooms: RoomsDep) -> Response:
     rooms.answers.check(f"{client_address(request)}/{body.student}", "answer", "answers from this student")
