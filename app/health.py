@@ -6,6 +6,7 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
+from fastapi.concurrency import run_in_threadpool
 
 from .lab import Lab, get_lab, progress_key
 from .render.payload import json_response
@@ -31,9 +32,10 @@ async def progress(
 ) -> Response:
     """How far a long computation that a request started has come (the model view, a long context, generation):
     `done` of `total` steps (layers or tokens) and the seconds since it began. Pages poll it while they wait; a
-    server with several workers answers from the worker that computes, so another may say 404."""
+    server with several workers and --redis answers from any of them (without --redis, only the computing worker
+    knows)."""
     path, _, query = url.partition("?")
-    entry = lab.progress.get(progress_key(path, query))
+    entry = await run_in_threadpool(lab.progress_of, progress_key(path, query))
     if entry is None:
         body = {"message": "for: nothing is being computed for this URL here", "detail": [
             {"loc": ["query", "for"], "msg": "nothing in progress", "type": "not_found"}]}  # fmt: skip

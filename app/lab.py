@@ -6,15 +6,17 @@ It keeps no per-user state; any number of workers or machines serve the same URL
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 import anyio
 from fastapi import Request, Response
+from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import Limits, Spec, TraceCache, compute
@@ -69,6 +71,7 @@ class Lab:
         self.models: dict[str, Any] = {}
         # Long computations in flight, by their request (`progress_key`): (done, total, started) for /api/v1/progress.
         self.progress: dict[str, tuple[int, int, float]] = {}
+        self._redis: Any = None  # --redis: progress entries shared by every worker
         if settings.checkpoint:
             from engine.checkpoint import GPT2Checkpoint
 
@@ -88,20 +91,53 @@ class Lab:
     @contextmanager
     def tracking(self, key: str | None) -> Iterator[Callable[[int, int], None] | None]:
         """A progress callback for the computation a request started (None when nobody asked to track it); the
-        entry lives while the computation runs, so the table holds only work in flight."""
+        entry lives while the computation runs, so the table holds only work in flight. With --redis the entry is
+        also written there (a short-lived key), so whichever worker a page's poll reaches can answer it."""
         if key is None:
             yield None
             return
         start = time.time()
-        self.progress[key] = (0, 0, start)
+        shared = self._shared_progress()
 
         def update(done: int, total: int) -> None:
             self.progress[key] = (done, total, start)
+            if shared is not None:  # progress is a courtesy: a Redis hiccup never fails the computation
+                with suppress(RedisError):
+                    shared.set(_progress_name(key), f"{done},{total},{start}", ex=PROGRESS_TTL_S)
 
+        update(0, 0)  # in flight, nothing done yet (loading a model's weights can take seconds)
         try:
             yield update
         finally:
             self.progress.pop(key, None)
+            if shared is not None:
+                with suppress(RedisError):
+                    shared.delete(_progress_name(key))
+
+    def progress_of(self, key: str) -> tuple[int, int, float] | None:
+        """This worker's entry for `key`, else the shared one (--redis): (done, total, started)."""
+        entry = self.progress.get(key)
+        shared = self._shared_progress()
+        if entry is not None or shared is None:
+            return entry
+        try:
+            raw = shared.get(_progress_name(key))
+        except RedisError:
+            return None
+        if raw is None:
+            return None
+        done, total, start = raw.decode().split(",")
+        return int(done), int(total), float(start)
+
+    def _shared_progress(self) -> Any:
+        """A plain (blocking) Redis client for progress entries, made on first use; None without --redis."""
+        if not self.settings.redis_url:
+            return None
+        if self._redis is None:
+            import redis
+
+            self._redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        return self._redis
 
     def _cost(self, spec: Spec, factor: float = 1.0) -> int:
         return int(
@@ -253,6 +289,13 @@ def is_fragment(request: Request) -> bool:
     """htmx asked for the panel alone (a history restore needs the whole page)."""
     headers = request.headers
     return headers.get("hx-request") == "true" and headers.get("hx-history-restore-request") != "true"
+
+
+PROGRESS_TTL_S = 120  # a shared progress entry outlives a crashed worker by at most this
+
+
+def _progress_name(key: str) -> str:
+    return "lab:progress:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 def progress_key(path: str, query: str) -> str:

