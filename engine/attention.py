@@ -177,18 +177,23 @@ def mask(s: Scores, additive: torch.Tensor) -> Mask:
 
 
 def softmax(m: Mask) -> Softmax:
-    """Stage 4: row-wise softmax over keys, with the row maximum subtracted so exp never overflows.
+    """Stage 4: row-wise softmax over keys (`softmax_rows`)."""
+    return Softmax(weights=softmax_rows(m.masked))
+
+
+def softmax_rows(masked: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last axis, with the row maximum subtracted so exp never overflows; in the input's dtype,
+    with half precision summed in float32. Whole rows: a lazy trace's window calls it on full rows too.
 
     A fully masked row has max −∞; its maximum is taken as 0 so every exp is exp(−∞) = 0, and dividing by a
     sum of 0 is avoided: the row's weights are all zero by definition.
     """
-    s = m.masked if m.masked.dtype == torch.float32 else m.masked.float()  # half precision: sums in float32
-    row_max = s.amax(dim=-1, keepdim=True)  # (H, N, 1)
+    s = masked if masked.dtype == torch.float32 else masked.float()
+    row_max = s.amax(dim=-1, keepdim=True)  # (…, 1)
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    e = (s - row_max).exp_()  # (H, N, N)
-    total = e.sum(dim=-1, keepdim=True)  # (H, N, 1)
-    weights = e.div_(torch.where(total > 0, total, torch.ones_like(total)))
-    return Softmax(weights=weights.to(m.masked.dtype))
+    e = (s - row_max).exp_()
+    total = e.sum(dim=-1, keepdim=True)
+    return e.div_(torch.where(total > 0, total, torch.ones_like(total))).to(masked.dtype)
 
 
 def weighted_sum(a: Softmax, p: Projection, w: Weights) -> WeightedSum:

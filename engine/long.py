@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from . import masks
-from .attention import Projection, linear, project
+from .attention import Projection, linear, project, softmax_rows
 from .device import torch_dtype
 from .memo import tensor_bytes
 from .sources import Weights, cast
@@ -107,7 +107,7 @@ class LongTrace:
         if tensor == "masked":
             return masked
         if tensor == "weights":
-            return _softmax_rows(masked)
+            return softmax_rows(masked)
         raise KeyError(tensor)
 
     def matrix(self, tensor: str, head: int) -> torch.Tensor:
@@ -124,16 +124,6 @@ class LongTrace:
         w = self.rows("weights", head, r0, r1)
         v = self.projection.v
         return w @ v[head * v.shape[0] // self.spec.n_heads]
-
-
-def _softmax_rows(s: torch.Tensor) -> torch.Tensor:
-    """Stage 4 on whole rows, as engine/attention.softmax: the row maximum subtracted, a fully masked row all 0."""
-    s = s if s.dtype == torch.float32 else s.float()
-    row_max = s.amax(dim=-1, keepdim=True)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    e = (s - row_max).exp_()
-    total = e.sum(dim=-1, keepdim=True)
-    return e.div_(torch.where(total > 0, total, torch.ones_like(total)))
 
 
 def long_cost(spec: Spec) -> int:
