@@ -25,6 +25,7 @@ from engine.block import BlockSpec, BlockTrace, compute_block
 from engine.budget import Busy, MemoryBudget
 from engine.decode import DecodeTrace, decode
 from engine.device import resolve
+from engine.generate import generate
 from engine.long import LongTrace, compute_long, long_cost
 from engine.spec import DTYPE_BYTES, estimate_bytes
 
@@ -189,6 +190,23 @@ class Lab:
         with self.tracking(key) as progress:
             cost = 0 if ("long", spec) in self.cache else long_cost(spec)
             return await self.offload(cost, self.long, spec, progress)
+
+    def generation(self, key: tuple[Any, ...], cost: int, progress: Callable[[int, int], None] | None = None) -> Any:
+        """Greedy generation (engine/generate.py) for key = (preset, prompt ids, max new tokens, layer), computed
+        within the memory budget and kept in the trace cache like any other computation."""
+
+        preset, ids, max_new, layer = key
+
+        def run(_: tuple[Any, ...]) -> Any:
+            with self.budget.reserve(cost):
+                return generate(self.models[preset], ids, max_new, layer, progress)
+
+        return self.cache.get_or_compute(("generate", *key), run)[0]
+
+    async def generation_async(self, key: tuple[Any, ...], cost: int, progress_key: str | None = None) -> Any:
+        with self.tracking(progress_key) as progress:
+            cached = ("generate", *key) in self.cache
+            return await self.offload(0 if cached else cost, self.generation, key, cost, progress)
 
     async def block_async(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
         return await self.offload(0 if spec in self.cache else self.cost(spec), self.block, spec)

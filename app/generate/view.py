@@ -3,14 +3,12 @@ per (model, prompt, length, layer) and kept in a byte-bounded memo, and its JSON
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from contextvars import ContextVar
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.generate import Generation, generate
-from engine.memo import bytes_bounded
+from engine.generate import Generation
 from engine.spec import Limits, Spec, make_spec
 
 from ..render.arrays import to_numpy
@@ -64,28 +62,13 @@ def cost(spec: Spec, max_new: int, info: Any) -> int:
     return kv + 3 * info.n_heads * spec.n_tokens * n * 4 + 8 * info.d_model * info.d_ff * 4
 
 
-@bytes_bounded(64 * 2**20)
-def _run(model: Any, ids: tuple[int, ...], max_new: int, layer: int) -> Generation:
-    return generate(model, ids, max_new, layer, _PROGRESS.get())
-
-
-_PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("generation_progress", default=None)
-
-
 async def run(lab: Any, spec: Spec, req: GenerateRequest, layer: int, key: str | None) -> Generation:
-    """The generation (from the memo when it ran before), token by token for /api/v1/progress."""
-    model = lab.models[spec.preset]
-    with lab.tracking(key) as progress:
-        return await lab.offload(cost(spec, req.max_new_tokens, model.info), _with_progress, progress, model,
-                                 spec.token_ids, req.max_new_tokens, layer)  # fmt: skip
-
-
-def _with_progress(progress: Callable[[int, int], None] | None, *args: Any) -> Generation:
-    token = _PROGRESS.set(progress)  # the memo's key stays (model, ids, length, layer): progress is not an input
-    try:
-        return _run(*args)
-    finally:
-        _PROGRESS.reset(token)
+    """The generation (from the server's cache when it ran before), token by token for /api/v1/progress."""
+    info = lab.models[spec.preset].info
+    result: Generation = await lab.generation_async(
+        (spec.preset, spec.token_ids, req.max_new_tokens, layer), cost(spec, req.max_new_tokens, info), key
+    )
+    return result
 
 
 def document(model: Any, spec: Spec, g: Generation, decimals: int | None) -> dict[str, Any]:
