@@ -18,6 +18,7 @@ from urllib.parse import quote, unquote, unquote_plus
 from fastapi import Request
 from starlette.types import ASGIApp, Message
 
+from ..schemas import LIST_FIELDS
 from ..settings import Settings
 from ..web.share import FOLLOWABLE, public_base
 from .store import MemoryStore, Room, Store, new_code, normal_code
@@ -96,7 +97,7 @@ def clean_query(raw: str, max_bytes: int) -> str:
         name = unquote_plus(part.split("=", 1)[0])
         if name in PERSONAL:
             continue
-        if name in seen and name not in ("heads", "stages"):
+        if name in seen and name not in LIST_FIELDS:  # the same rule as the API's (limits.QueryLimit)
             raise RoomError(422, "query", f"{name!r} is given more than once")
         seen.add(name)
         kept.append(part)
