@@ -6,7 +6,7 @@ the new query's attention weights over the whole context are kept, head by head:
 token (the query is the context's last token). After the last block: the final RMSNorm, the logits against the
 (tied) token embedding, the most likely token (greedy), and the five most likely with their probabilities.
 
-The same weights, RoPE and GQA as the lab's traces of SmolLM2 (engine/pretrained.py); tests compare the tokens
+The same layers as the lab's traces of SmolLM2 (its layer_qkv and layer_rest, engine/pretrained.py); tests compare the tokens
 with transformers' greedy `generate` on the same GGUF file.
 """
 
@@ -19,8 +19,7 @@ from typing import Any
 
 import torch
 
-from .block import feed_forward, normalise
-from .positions import rotate
+from .block import normalise
 
 TOP = 5
 
@@ -63,8 +62,8 @@ def generate(
     """Greedy decoding of up to `max_new_tokens` after `prompt_ids` (stops after the end-of-text token)."""
     info = model.info
     dev = model.device
-    n_layer, d, h, kv, eps, base = info.n_layer, info.d_model, info.n_heads, info.n_kv_heads, info.eps, info.rope_base
-    dk = d // h
+    n_layer, h, kv, eps = info.n_layer, info.n_heads, info.n_kv_heads, info.eps
+    dk = info.d_model // h
     group = h // kv
     total = len(prompt_ids) + max_new_tokens
     # One buffer per layer for K (roped) and V: written in place, never reallocated while generating.
@@ -72,23 +71,20 @@ def generate(
     v_cache = torch.empty(n_layer, kv, total, dk, device=dev)
     embed = model._get("token_embd.weight")  # (vocab, d), also the output projection (tied)
     final_norm = model._get("output_norm.weight")
-    weights = [(model.attention_weights(i), model.block_weights(i)) for i in range(n_layer)]
     stop = eos_id(model)
     scale = 1.0 / math.sqrt(dk)
 
     def run(ids: list[int], start: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The new tokens at positions start.. through every block; returns the last position's hidden state
-        and, at `layer`, the last query's weights over every cached key (H, start + len(ids))."""
+        """The new tokens at positions start.. through every block (the model's own layer_qkv / layer_rest), their
+        K and V written into the cache; returns the last position's hidden state and, at `layer`, the last query's
+        weights over every cached key (H, start + len(ids))."""
         n = len(ids)
         end = start + n
         x = embed[torch.tensor(ids, dtype=torch.long, device=dev)]
         pos = torch.arange(start, end, device=dev)
         seen: torch.Tensor | None = None
-        for i, (aw, bw) in enumerate(weights):
-            a = normalise(x, bw.ln1_w, None, "rmsnorm", eps)
-            q = rotate((a @ aw.w_q).view(n, h, dk).transpose(0, 1), pos, base, "adjacent")
-            k_cache[i, :, start:end] = rotate((a @ aw.w_k).view(n, kv, dk).transpose(0, 1), pos, base, "adjacent")
-            v_cache[i, :, start:end] = (a @ aw.w_v).view(n, kv, dk).transpose(0, 1)
+        for i in range(n_layer):
+            q, k_cache[i, :, start:end], v_cache[i, :, start:end] = model.layer_qkv(i, x, pos)
             # Head j reads K/V head j // group: the query heads grouped over their shared K/V head (no copies).
             k = k_cache[i, :, :end].unsqueeze(1)  # (kv, 1, end, dk)
             v = v_cache[i, :, :end].unsqueeze(1)
@@ -99,9 +95,7 @@ def generate(
             w = torch.softmax(scores, dim=-1)
             if i == layer:
                 seen = w[:, :, -1].reshape(h, end).clone()
-            y = (w @ v).reshape(h, n, dk).transpose(0, 1).reshape(n, d)
-            x = x + y @ aw.w_o
-            x = x + feed_forward(normalise(x, bw.ln2_w, None, "rmsnorm", eps), bw, "swiglu", "tanh")[1]
+            x = model.layer_rest(i, x, (w @ v).reshape(h, n, dk))
         return x[-1], seen
 
     steps: list[Step] = []

@@ -303,25 +303,34 @@ class SmolLM2(_Lazy):
     ) -> torch.Tensor:
         """The residual stream entering `layer` (after layers 0..layer-1); `observe(i, r0, w)` sees layer i's
         attention weights, a block of query rows at a time; `progress(done, total)` after each layer."""
-        idx = torch.tensor(ids, dtype=torch.long, device=self.device)
-        info = self.info
-        n, d, h, kv, eps, base = len(ids), info.d_model, info.n_heads, info.n_kv_heads, info.eps, info.rope_base
-        dk = d // h
-        x = self._get("token_embd.weight")[idx]
-        pos = torch.arange(n, device=self.device)
+        x = self._get("token_embd.weight")[torch.tensor(ids, dtype=torch.long, device=self.device)]
+        pos = torch.arange(len(ids), device=self.device)
         for i in range(layer):
-            aw, bw = self.attention_weights(i), self.block_weights(i)
-            a = normalise(x, bw.ln1_w, None, "rmsnorm", eps)
-            q = rotate((a @ aw.w_q).view(n, h, dk).transpose(0, 1), pos, base, "adjacent")
-            k = rotate((a @ aw.w_k).view(n, kv, dk).transpose(0, 1), pos, base, "adjacent")
-            v = (a @ aw.w_v).view(n, kv, dk).transpose(0, 1)
+            q, k, v = self.layer_qkv(i, x, pos)
             seen = None if observe is None else functools.partial(observe, i)
-            y = causal_attention(q, k, v, observe=seen)  # in query blocks: never (H, N, N) scores at once
-            x = x + y.transpose(0, 1).reshape(n, d) @ aw.w_o
-            x = x + feed_forward(normalise(x, bw.ln2_w, None, "rmsnorm", eps), bw, "swiglu", "tanh")[1]
+            x = self.layer_rest(i, x, causal_attention(q, k, v, observe=seen))  # never (H, N, N) scores at once
             if progress is not None:
                 progress(i + 1, layer)
         return x
+
+    def layer_qkv(self, i: int, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Layer i up to its attention: RMSNorm, then q (H, n, d_k) and k (H_kv, n, d_k) rotated by RoPE at
+        positions `pos`, and v (H_kv, n, d_k). The one place the model's block is written; generation uses it too."""
+        info = self.info
+        n, h, kv = x.shape[0], info.n_heads, info.n_kv_heads
+        dk = info.d_model // h
+        aw, bw = self.attention_weights(i), self.block_weights(i)
+        a = normalise(x, bw.ln1_w, None, "rmsnorm", info.eps)
+        q = rotate((a @ aw.w_q).view(n, h, dk).transpose(0, 1), pos, info.rope_base, "adjacent")
+        k = rotate((a @ aw.w_k).view(n, kv, dk).transpose(0, 1), pos, info.rope_base, "adjacent")
+        return q, k, (a @ aw.w_v).view(n, kv, dk).transpose(0, 1)
+
+    def layer_rest(self, i: int, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """Layer i after its attention: the heads (H, n, d_k) concatenated through W_O into the residual stream,
+        then the SwiGLU feed-forward on its RMSNorm."""
+        bw = self.block_weights(i)
+        x = x + heads.transpose(0, 1).reshape(x.shape[0], -1) @ self.attention_weights(i).w_o
+        return x + feed_forward(normalise(x, bw.ln2_w, None, "rmsnorm", self.info.eps), bw, "swiglu", "tanh")[1]
 
     def attention_input(
         self, ids: tuple[int, ...], layer: int, progress: Progress = None
