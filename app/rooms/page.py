@@ -41,6 +41,8 @@ def view_url(page: str, query: str, lang: str | None = None) -> str:
 
 
 def _page(request: Request, template: str, status: int = 200, **ctx: object) -> Response:
+    """The join page and its refusals. Not the page kernel's `serve`: that caches by URL alone, and a refusal of
+    POST /r must never be answered with the cached GET /r page (nor a room's state be cached at all)."""
     lang = language(request)
     base = {"t": translator(lang), "lang": lang, "langs": LANGS, "page": "room", "json_url": None, "spec": None,
             "lang_urls": {c: f"{request.url.path}?lang={c}" for c in LANGS}}  # fmt: skip
