@@ -28,6 +28,8 @@ async def sinks_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     state = ViewState.of(request.query_params, "/sinks", API_KEYS, ("head",))
     # A trained model by default (random weights have no sinks); in the state, so every link and image keeps it.
     state.params.setdefault("preset", "smollm2" if "smollm2" in lab.models else next(iter(lab.models), "toy"))
+    if state.params["preset"] in lab.models:  # a middle layer: the sinks are plain there (layer 0 barely has them)
+        state.params.setdefault("layer", str(lab.models[state.params["preset"]].info.n_layer // 2))
     params = state.api_params()
 
     async def build(ctx: dict[str, Any]) -> None:
