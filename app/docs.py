@@ -12,6 +12,7 @@ PAGE = """<!doctype html>
 <html lang="en">
 <head>
   <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
   <title>Attention Lab API</title>
   <link rel="stylesheet" href="/vendor/swagger/swagger-ui.css">
   <link rel="icon" href="/vendor/swagger/favicon-32x32.png">

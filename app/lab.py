@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote_plus
 
 import anyio
 from fastapi import Request, Response
@@ -316,10 +316,32 @@ def _progress_name(key: str) -> str:
     return "lab:progress:" + hashlib.sha256(key.encode()).hexdigest()
 
 
+FNV_OFFSET, FNV_PRIME, MASK_64 = 0xCBF29CE484222325, 0x100000001B3, 2**64 - 1
+
+
+def fnv1a64(data: bytes) -> str:
+    """FNV-1a, 64 bits, as 16 hex digits."""
+    h = FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * FNV_PRIME) & MASK_64
+    return f"{h:016x}"
+
+
 def progress_key(path: str, query: str) -> str:
-    """A request's identity for /api/v1/progress: its path and its parameters in sorted order, so a page and the
-    script polling for it agree however each encoded the query."""
-    return path + "?" + urlencode(sorted(parse_qsl(query, keep_blank_values=True)))
+    """A request's identity for /api/v1/progress, 16 hex digits however long its URL (a long text's is 17 KB, past
+    what a poll may send): FNV-1a 64 of its path, "?", and its parameters each written `quote_plus(name) + "=" +
+    quote_plus(value)` (UTF-8; space as +; only A-Z a-z 0-9 _ . - ~ left bare), sorted as plain ASCII strings and
+    joined by "&". So a page and the script polling for it agree however each encoded or ordered the query.
+
+    static/lab.js (`progressKey`) computes the same key in the browser before it sends the request, so a page can
+    poll while it waits. Why not SHA-256: the browser's SubtleCrypto exists only on secure contexts (https or
+    loopback), and a class reaches the lab over plain http on a LAN address; FNV-1a is a few lines in both
+    languages. The key only tells apart the computations in flight; a collision would show another request's
+    progress bar, nothing more."""
+    pairs = sorted(
+        f"{quote_plus(k, safe='')}={quote_plus(v, safe='')}" for k, v in parse_qsl(query, keep_blank_values=True)
+    )
+    return fnv1a64(f"{path}?{'&'.join(pairs)}".encode())
 
 
 def request_key(request: Request) -> str:

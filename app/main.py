@@ -8,6 +8,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from fastapi import FastAPI, Response
+from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
@@ -15,6 +16,7 @@ from . import __version__, docs, errors, health
 from .attention import api as attention_api
 from .attention import page as attention_page
 from .attention import sinks as sinks_page
+from .attention import tiles as tiles_page
 from .block import api as block_api
 from .block import page as block_page
 from .decode import api as decode_api
@@ -84,14 +86,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(Observe, metrics=app.state.metrics, lab=app.state.lab)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.mount("/vendor/htmx", StaticFiles(directory=str(files("js_lib_htmx") / "static" / "htmx")), name="htmx")
-    if MATH_FONT.is_dir():  # installed by `make` from npm; without it formulas use the system's math font
-        app.mount("/vendor/math-font", StaticFiles(directory=MATH_FONT), name="math-font")
 
+    # The math font (installed by `make` from npm; without it formulas use the system's math font). The stylesheet
+    # and the font ask the same question, per request, of the same file: the CSS never names a font that answers
+    # 404, whether npm ran before the server started or after.
     @app.get("/vendor/math-font.css", include_in_schema=False)
     def math_font_css() -> Response:
         """The math font's @font-face when `make` installed it, else an empty stylesheet: never a 404."""
         rule = MATH_FONT_FACE if (MATH_FONT / MATH_FONT_FILE).is_file() else "/* no math font installed */\n"
         return Response(rule, media_type="text/css", headers={"Cache-Control": "public, max-age=3600"})
+
+    @app.get("/vendor/math-font/" + MATH_FONT_FILE, include_in_schema=False)
+    def math_font() -> Response:
+        path = MATH_FONT / MATH_FONT_FILE
+        if not path.is_file():
+            return Response("no math font installed\n", status_code=404, media_type="text/plain")
+        return FileResponse(path, media_type="font/woff2", headers={"Cache-Control": "public, max-age=86400"})
 
     app.mount("/vendor/swagger", StaticFiles(directory=str(files("swagger_ui") / "static")), name="swagger")
     # Each feature brings its JSON API and its page; no feature imports another (the kernel is app/web/).
@@ -108,6 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         health.router,
         metrics_router,
         docs.router,
+        tiles_page.router,  # before attention_page's: /tiles is served from app/attention/tiles.py
         attention_page.router,
         sinks_page.router,
         block_page.router,

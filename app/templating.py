@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jinja2_fragments.fastapi import Jinja2Blocks
+from markupsafe import Markup
 
 TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).resolve().parent.parent / "templates"))
 TEMPLATES.env.globals["zip"] = zip
@@ -18,6 +19,16 @@ def _followable(path: str) -> bool:
 
 
 TEMPLATES.env.globals["followable"] = _followable
+
+
+def _qr_label(svg: str, label: str) -> Markup:
+    """`{{ qr | qr_label(t('qr.label', url=…)) }}`: the QR code (app.web.share.qr_svg) named in the page's language."""
+    from .web.share import label_svg
+
+    return Markup(label_svg(str(svg), label))
+
+
+TEMPLATES.env.filters["qr_label"] = _qr_label
 
 
 def _choices() -> dict[str, list[str]]:

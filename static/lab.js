@@ -1,4 +1,4 @@
-// Attention Lab: keyboard shortcuts and the heat-map hover readout. Everything else is links, forms and htmx.
+// Attention Lab: keyboard shortcuts and the heat-map readout (hover or tap). Everything else is links, forms and htmx.
 (function () {
   "use strict";
 
@@ -29,29 +29,53 @@
   var rowCache = {};
 
   function readout(img, e) {
+    var box = img.getBoundingClientRect();
+    readoutAt(img, (e.clientX - box.left) / box.width, (e.clientY - box.top) / box.height);
+  }
+
+  // The readout for the point (fx, fy) of the map, as fractions of its width and height: a pointer over it, or a
+  // tap (touch screens have no hover), also after the tap's tile swap has redrawn the panel.
+  function readoutAt(img, fx, fy) {
     var out = document.getElementById("hover-readout");
     if (!out) return;
     var box = img.getBoundingClientRect();
     var rows = +img.dataset.rows, cols = +img.dataset.cols;
-    var r = Math.min(rows - 1, Math.max(0, Math.floor((e.clientY - box.top) / box.height * rows)));
-    var c = Math.min(cols - 1, Math.max(0, Math.floor((e.clientX - box.left) / box.width * cols)));
-    // The readout follows the pointer (CSSOM, not an inline style attribute: the CSP allows it).
-    out.style.left = (e.clientX - box.left + 14) + "px";
-    out.style.top = (e.clientY - box.top + 14) + "px";
+    var r = Math.min(rows - 1, Math.max(0, Math.floor(fy * rows)));
+    var c = Math.min(cols - 1, Math.max(0, Math.floor(fx * cols)));
+    var place = function () {
+      // Beside the point, kept inside the map on a narrow screen (CSSOM, not an inline style attribute: the CSP
+      // allows it).
+      var x = fx * box.width + 14, y = fy * box.height + 14;
+      out.style.left = Math.max(0, Math.min(x, box.width - out.offsetWidth)) + "px";
+      out.style.top = Math.max(0, Math.min(y, box.height - out.offsetHeight)) + "px";
+    };
     var rowLabels = JSON.parse(img.dataset.rowLabels), colLabels = JSON.parse(img.dataset.colLabels);
     var key = img.dataset.window + "#" + r;
     var show = function (values) {
       var v = values[c];
       out.textContent = "(" + r + ": " + rowLabels[r] + ", " + c + ": " + colLabels[c] + ") = " +
         (v === null ? "−∞" : v);
+      place();
     };
     if (rowCache[key]) return show(rowCache[key]);
     out.textContent = "(" + r + ": " + rowLabels[r] + ", " + c + ": " + colLabels[c] + ") …";
+    place();
     fetch(img.dataset.window + "&row=" + r + "&col=0&rows=1&cols=" + cols)
       .then(function (res) { return res.ok ? res.json() : Promise.reject(res.status); })
-      .then(function (body) { rowCache[key] = body.values[0]; show(rowCache[key]); })
+      .then(function (body) { rowCache[key] = body.values[0]; if (out.isConnected) show(rowCache[key]); })
       .catch(function () { /* the readout keeps the labels */ });
   }
+
+  // A tap (or click) on the map shows its readout too: now, and again once the tile swap has redrawn the panel.
+  var tapped = null;
+  document.addEventListener("htmx:afterSettle", function () {
+    var img = document.getElementById("zoom");
+    var at = tapped;
+    tapped = null;
+    if (!img || !at || img.dataset.window !== at.window) return;
+    if (img.complete && img.naturalWidth) return readoutAt(img, at.fx, at.fy);
+    img.addEventListener("load", function () { readoutAt(img, at.fx, at.fy); }, { once: true });
+  });
 
   // Clicking the map opens the 16 × 16 window of exact numbers around the clicked cell (an htmx swap, URL pushed).
   document.addEventListener("click", function (e) {
@@ -62,6 +86,8 @@
     var r = Math.floor((e.clientY - box.top) / box.height * rows);
     var c = Math.floor((e.clientX - box.left) / box.width * cols);
     var r0 = Math.max(0, Math.min(rows - 16, r - 8)), c0 = Math.max(0, Math.min(cols - 16, c - 8));
+    readout(img, e);
+    tapped = { window: img.dataset.window, fx: (e.clientX - box.left) / box.width, fy: (e.clientY - box.top) / box.height };
     var a = document.createElement("a");
     a.href = img.dataset.tileUrl.replace("ROW%2CCOL", r0 + "%2C" + c0).replace("ROW,COL", r0 + "," + c0);
     a.hidden = true;
@@ -99,26 +125,127 @@
   document.addEventListener("htmx:afterSettle", relink);
 })();
 
-// ▶ Play (the generation page): step forward every 0.9 s until the last step, or until anything else is pressed.
+// ▶ Play (the generation page): from the current step (from the first when already at the last) one step every
+// 0.9 s, the button reading "Pause" meanwhile (aria-pressed); at the last step, or when anything else is clicked or
+// a key pressed, it stops and reads "Play" again. Each step is an htmx swap of #stage, the button included: the
+// state lives here, and every new button is drawn from it (and keeps the keyboard focus the old one had).
 (function () {
-  var timer = null;
-  function stop() { if (timer) { clearInterval(timer); timer = null; } }
+  "use strict";
+  var playing = false, timer = null, hadFocus = false;
+  function draw() {
+    document.querySelectorAll("[data-play]").forEach(function (b) {
+      b.setAttribute("aria-pressed", playing ? "true" : "false");
+      var label = playing ? b.dataset.labelPause : b.dataset.labelPlay;
+      if (label && b.textContent !== label) b.textContent = label;
+    });
+  }
+  function stop() {
+    if (timer) { clearTimeout(timer); timer = null; }
+    if (playing) { playing = false; draw(); }
+  }
+  function follow(a) {  // a step as a panel swap, like the keyboard's (htmx may not have boosted a new link yet)
+    if (window.htmx) window.htmx.process(a);
+    a.click();
+  }
+  function nextLink() { return document.querySelector("a[data-action=next][href]"); }
+  function schedule() {
+    if (timer || !playing) return;
+    timer = setTimeout(function () {
+      timer = null;
+      var next = nextLink();
+      if (!playing) return;
+      if (!next) return stop();
+      follow(next);
+    }, 900);
+  }
+  function start(button) {
+    playing = true;
+    draw();
+    if (nextLink()) return schedule();
+    var first = button.dataset.first;  // at the last step: start again from the first
+    if (!first) return stop();
+    // The first token's own link when the text shows it; else a link made for it, kept until the swap is done
+    // (htmx needs the element that asked to be in the page when the answer arrives).
+    var a = Array.prototype.find.call(document.querySelectorAll("#stage a[href]"), function (link) {
+      return link.getAttribute("href") === first;
+    });
+    if (!a) {
+      a = document.createElement("a");
+      a.href = first;
+      a.hidden = true;
+      a.setAttribute("data-play-link", "");
+      (button.closest("main") || document.body).appendChild(a);
+    }
+    follow(a);
+  }
   document.addEventListener("click", function (e) {
     var play = e.target.closest && e.target.closest("[data-play]");
     if (!play) { if (e.isTrusted) stop(); return; }
     e.preventDefault();
-    if (timer) return stop();
-    timer = setInterval(function () {
-      var next = document.querySelector("a[data-action=next]");
-      if (!next) return stop();
-      next.click();
-    }, 900);
+    if (playing) stop(); else start(play);
   });
-  document.addEventListener("keydown", stop);
+  document.addEventListener("keydown", function (e) {
+    if (e.target && e.target.closest && e.target.closest("[data-play]")) return;  // Enter or Space: the click toggles
+    stop();
+  });
+  document.addEventListener("htmx:beforeSwap", function () {
+    var active = document.activeElement;
+    hadFocus = !!(active && active.matches && active.matches("[data-play]"));
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    document.querySelectorAll("a[data-play-link]").forEach(function (a) { a.remove(); });
+    draw();
+    if (hadFocus) {
+      var b = document.querySelector("[data-play]");
+      if (b) b.focus();
+      hadFocus = false;
+    }
+    if (!playing) return;
+    if (!nextLink()) return stop();  // the last step: done, the button reads "Play" again
+    schedule();
+  });
+  ["htmx:responseError", "htmx:sendError", "htmx:historyRestore"].forEach(function (name) {
+    document.addEventListener(name, stop);
+  });
+})();
+
+// A request's progress key, as app/lab.py `progress_key` computes it: FNV-1a 64 (16 hex digits) of its path, "?"
+// and its parameters, each written as Python's quote_plus writes it (UTF-8; space as +; only A-Z a-z 0-9 _ . - ~
+// bare) and joined name=value, sorted as ASCII strings and joined by "&". The page polls by this key, never by the
+// URL: a long text's URL is 17 KB, past what a poll may send. FNV-1a rather than SHA-256: SubtleCrypto exists only
+// on secure contexts, and a class opens the lab over plain http on a LAN address. 16-bit limbs: no BigInt needed.
+window.labProgressKey = (function () {
+  "use strict";
+  function enc(s) {
+    return encodeURIComponent(s).replace(/[!'()*]/g, function (c) {
+      return "%" + c.charCodeAt(0).toString(16).toUpperCase();
+    }).replace(/%20/g, "+");
+  }
+  function fnv1a64(bytes) {
+    var h0 = 0x2325, h1 = 0x8422, h2 = 0x9ce4, h3 = 0xcbf2;  // offset basis 0xcbf29ce484222325, low limb first
+    for (var i = 0; i < bytes.length; i++) {
+      h0 ^= bytes[i];
+      // h * 0x100000001b3 = h * 0x1b3 + (h << 40), modulo 2^64
+      var t0 = h0 * 0x1b3, t1 = h1 * 0x1b3, t2 = h2 * 0x1b3 + (h0 << 8), t3 = h3 * 0x1b3 + (h1 << 8);
+      t1 += t0 >>> 16; t2 += t1 >>> 16; t3 += t2 >>> 16;
+      h0 = t0 & 0xffff; h1 = t1 & 0xffff; h2 = t2 & 0xffff; h3 = t3 & 0xffff;
+    }
+    return [h3, h2, h1, h0].map(function (x) { return ("000" + x.toString(16)).slice(-4); }).join("");
+  }
+  return function (url) {
+    var u = new URL(url, "http://lab.invalid");
+    var pairs = [];
+    u.searchParams.forEach(function (value, name) { pairs.push(enc(name) + "=" + enc(value)); });
+    pairs.sort();  // ASCII strings: code-unit order is byte order, as Python's sorted()
+    var path = u.pathname;
+    try { path = decodeURIComponent(path); } catch (e) { /* as sent */ }
+    return fnv1a64(new TextEncoder().encode(path + "?" + pairs.join("&")));
+  };
 })();
 
 // Long work (the model view of a long text, a long context's first window, generation): while a page or a panel is
-// computed, poll /api/v1/progress for it and show how far it has come, rather than a tab that seems frozen.
+// computed, poll /api/v1/progress for it, by its key, and show how far it has come, rather than a tab that seems
+// frozen.
 (function () {
   var timer = null;
   var box = null;
@@ -142,8 +269,10 @@
   function start(url) {
     stop();
     if (!url || url.indexOf("/api/v1/progress") === 0) return;
+    var key;
+    try { key = window.labProgressKey(url); } catch (e) { return; }
     timer = setInterval(function () {
-      fetch("/api/v1/progress?for=" + encodeURIComponent(url), { headers: { Accept: "application/json" } })
+      fetch("/api/v1/progress?key=" + key, { headers: { Accept: "application/json" } })
         .then(function (res) { return res.ok ? res.json() : null; })
         .then(function (p) { if (p && timer) render(p); })
         .catch(function () {});
@@ -169,4 +298,110 @@
     start(a.pathname + a.search);
   });
   window.addEventListener("pageshow", stop);
+})();
+
+// Presenter mode: size the numbers to the projector. The largest font (12–64 px) at which the stage's matrices fit
+// their column and the stage (matrices and the open cell's arithmetic included) ends above the bottom of the screen
+// (and above the class bar). Measured, not guessed: a 5 × 5 softmax gets big numbers, stage 1's three matrices less.
+(function () {
+  "use strict";
+  function fit() {
+    if (!document.body.classList.contains("present")) return;
+    var stage = document.getElementById("stage");
+    var data = stage && stage.querySelector(".stage-data");
+    if (!data || !data.querySelector("table[data-matrix]")) return;
+    if (window.innerWidth <= 700) {  // a phone opened in presenter mode: the phone layout, no projector sizing
+      stage.style.removeProperty("--fit");
+      stage.style.removeProperty("--fit-arith");
+      return;
+    }
+    var room = document.getElementById("room");
+    var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - 4;
+    var boxes = data.querySelectorAll(".scroll, figure.matrix");
+    function fits() {
+      if (data.scrollWidth > data.clientWidth + 1) return false;
+      for (var i = 0; i < boxes.length; i++) {  // a matrix in its own scrolling box must not need to scroll
+        if (boxes[i].offsetParent !== null && boxes[i].scrollWidth > boxes[i].clientWidth + 1) return false;
+      }
+      return data.getBoundingClientRect().bottom <= bottom;
+    }
+    function set(px) {
+      stage.style.setProperty("--fit", px + "px");
+      stage.style.setProperty("--fit-arith", Math.min(30, Math.max(12, Math.round(px * 0.7))) + "px");
+    }
+    var lo = 12, hi = 64;
+    set(hi);
+    if (fits()) return;
+    while (hi - lo > 1) {
+      var mid = (lo + hi) >> 1;
+      set(mid);
+      if (fits()) lo = mid; else hi = mid;
+    }
+    set(lo);
+    stage.setAttribute("data-fit", String(lo));
+  }
+  window.labFitPresenter = fit;
+  document.addEventListener("DOMContentLoaded", fit);
+  window.addEventListener("load", fit);
+  window.addEventListener("resize", fit);
+  document.addEventListener("htmx:afterSettle", fit);
+  document.addEventListener("room:followed", fit);
+  // The class bar along the bottom grows when a question opens: the numbers make room for it.
+  var watched = null;
+  document.addEventListener("room:bar", function () {
+    var room = document.getElementById("room");
+    if (!room || watched === room || !window.ResizeObserver) return fit();
+    watched = room;
+    var queued = false;
+    new ResizeObserver(function () {
+      if (queued) return;
+      queued = true;
+      window.requestAnimationFrame(function () { queued = false; fit(); });
+    }).observe(room);
+  });
+})();
+
+// The stage tabs keep the current one in view (a phone's tab strip scrolls sideways), and a formula wider than its
+// box is scaled down to fit rather than clipped.
+(function () {
+  "use strict";
+  function settle() {
+    document.querySelectorAll("ol.tabs, ol.flow").forEach(function (strip) {
+      var cur = strip.querySelector("[aria-current]");
+      if (!cur || strip.scrollWidth <= strip.clientWidth) return;
+      var li = cur.closest("li") || cur;
+      strip.scrollLeft = li.offsetLeft - strip.offsetLeft - (strip.clientWidth - li.offsetWidth) / 2;
+    });
+    document.querySelectorAll(".explain .formula").forEach(function (box) {
+      var m = box.querySelector("math");
+      if (!m) return;
+      m.style.removeProperty("font-size");
+      var w = m.getBoundingClientRect().width, room = box.clientWidth;
+      if (w > room && room > 0) {
+        var size = parseFloat(getComputedStyle(m).fontSize);
+        m.style.setProperty("font-size", Math.max(8, Math.floor(size * room / w * 0.98)) + "px");
+      }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", settle);
+  window.addEventListener("load", settle);
+  window.addEventListener("resize", settle);
+  document.addEventListener("htmx:afterSettle", settle);
+  document.addEventListener("room:followed", settle);
+})();
+
+// Phones: the step tabs and the block's flow are one row that scrolls sideways; keep the current step in view
+// (after a load and after each swap), without moving the page.
+(function () {
+  "use strict";
+  function reveal() {
+    document.querySelectorAll("ol.flow, ol.tabs").forEach(function (row) {
+      var cur = row.querySelector("a[aria-current]");
+      if (!cur || row.scrollWidth <= row.clientWidth) return;
+      var r = cur.getBoundingClientRect(), box = row.getBoundingClientRect();
+      row.scrollLeft += (r.left + r.width / 2) - (box.left + box.width / 2);
+    });
+  }
+  document.addEventListener("DOMContentLoaded", reveal);
+  document.addEventListener("htmx:afterSettle", reveal);
 })();

@@ -11,6 +11,7 @@
   }
   var code = cookie("lab_room");
   if (!code || !/^[A-Z2-9]{6}$/.test(code)) return;
+  if (document.querySelector("[data-teach]")) return; // the teacher's remote is its own page (static/teach.js)
   var lang = (document.documentElement.lang || "en").slice(0, 2);
   var api = "/api/v1/rooms/" + code;
   var modeKey = "lab_room_mode_" + code;
@@ -49,19 +50,25 @@
     if (!view || sameView(view, ownView())) return;
     var params = new URLSearchParams(view.query);
     params.set("lang", lang);
+    // What belongs to this screen stays: the projector stays in presenter mode when the remote steps.
+    var here = new URLSearchParams(location.search);
+    if (here.get("present")) params.set("present", here.get("present"));
     var url = view.page + "?" + params.toString();
     var mine = ++seq;
     fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } })
       .then(function (res) { return res.text(); })
       .then(function (html) {
-        if (mine !== seq || !following()) return; // a newer step, or the student went exploring meanwhile
+        if (mine !== seq || (role === "student" && !following())) return; // a newer step, or exploring meanwhile
         var doc = new DOMParser().parseFromString(html, "text/html");
         document.title = doc.title;
         document.body.className = doc.body.className;
         var nodes = Array.prototype.slice.call(doc.body.childNodes);
         document.body.replaceChildren.apply(document.body, nodes);
         document.body.appendChild(bar);
-        document.body.setAttribute("data-room-following", "1");
+        if (role === "student") document.body.setAttribute("data-room-following", "1");
+        document.body.setAttribute("data-room", role);
+        if (poll && poll.status === "open") document.body.setAttribute("data-poll-open", "1");
+        if (role === "teacher") { announced = view; addAsk(); presentRoom(); }
         history.replaceState(null, "", url);
         if (window.htmx) window.htmx.process(document.body);
         markCells();
@@ -202,18 +209,62 @@
 
   // ---- the teacher: announce the view, watch the answers ----------------------------------------------------
   var announced = null;
+  var ownVersion = 0; // the newest version this page made itself: older state events are its own echoes
+  var pending = 0; // announcements in flight
+  var navigating = false; // a step of this page's own is loading
   function announce() {
     if (role !== "teacher") return;
     var view = ownView();
     if (announced && sameView(view, announced)) return;
     announced = view;
+    pending++;
     fetch(api + "/state", {
       method: "PUT", credentials: "same-origin", headers: { "Content-Type": "application/json" },
       body: JSON.stringify(view)
     }).then(function (res) {
       bar.classList.toggle("refused", !res.ok);
-      if (!res.ok) announced = null;
-    }).catch(function () { announced = null; });
+      if (!res.ok) { announced = null; return null; }
+      return res.json();
+    }).then(function (out) {
+      if (out && out.version > ownVersion) ownVersion = out.version;
+    }).catch(function () { announced = null; })
+      .then(function () { pending--; });
+  }
+  // The teacher's remote (/r/<code>/teach) may step the class: the projector follows it like a student would,
+  // unless the change is this page's own (or this page is itself moving).
+  function teacherState(state) {
+    if (pending || navigating || state.version <= ownVersion) return;
+    if (announced && sameView(state, announced)) return;
+    go(state);
+  }
+
+  function matrixShape(doc) {
+    var table = (doc || document).querySelector("table[data-matrix]");
+    if (!table) return {};
+    return { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
+  }
+  function askLesson(lesson, step) {
+    var body = Object.assign({ lesson: lesson, step: Number(step), lang: lang }, matrixShape());
+    fetch(api + "/polls/lesson", {
+      method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body)
+    }).then(function (res) { bar.classList.toggle("refused", !res.ok); });
+  }
+
+  // "Ask the class" on a lesson step: the question, its options and its key come from the lesson on the server;
+  // the page holds no key.
+  function addAsk() {
+    var panel = document.querySelector(".lesson-panel[data-lesson]");
+    if (role !== "teacher" || !panel || panel.querySelector("[data-room-ask]")) return;
+    var b = document.createElement("button");
+    b.type = "button";
+    b.className = "btn";
+    b.setAttribute("data-room-ask", "");
+    b.textContent = bar.querySelector("[data-room-ask-label]").textContent;
+    b.title = bar.querySelector("[data-room-ask-label]").getAttribute("title");
+    b.addEventListener("click", function () { askLesson(panel.getAttribute("data-lesson"), panel.getAttribute("data-step")); });
+    var q0 = panel.querySelector(".question");
+    (q0 || panel).appendChild(b);
   }
 
   var watching = null;
@@ -222,8 +273,8 @@
     if (!box) return;
     box.hidden = false;
     text("[data-room-prompt]", p.prompt + (p.status === "closed" && p.answer != null ? " → " + cellLabel(p.answer) : ""));
-    var csv = q("[data-room-csv]");
-    if (csv) csv.href = api + "/polls/" + p.id + "/answers.csv";
+    // The projector never shows the open histogram (it would steer the vote): only the count, until the reveal.
+    q("[data-room-histogram]").hidden = p.status !== "closed";
     q("[data-room-close]").hidden = p.status !== "open";
     refreshResults();
     if (watching) clearInterval(watching);
@@ -234,8 +285,10 @@
     fetch(api + "/polls/" + poll.id, { credentials: "same-origin" })
       .then(function (res) { return res.ok ? res.json() : Promise.reject(res.status); })
       .then(function (r) {
-        poll.counts = r.counts;
-        var total = histogram(q("[data-room-histogram]"), r.counts, r.status === "closed" ? r.answer : null);
+        var closed = r.status === "closed";
+        poll.counts = closed ? r.counts : null; // open: the cells show no counts on the projector either
+        var total = histogram(q("[data-room-histogram]"), closed ? r.counts : {}, closed ? r.answer : null);
+        if (!closed) { total = r.total; }
         text("[data-room-total]", String(total));
         markCells();
       }).catch(function () {});
@@ -265,35 +318,19 @@
   function teacherControls() {
     presentRoom();
     document.addEventListener("htmx:afterSettle", presentRoom);
-    var form = q("[data-room-poll-form]");
-    form.addEventListener("submit", function (e) {
-      e.preventDefault();
-      var data = new FormData(form);
-      var body = { prompt: data.get("prompt"), kind: data.get("kind") };
-      var opts = String(data.get("options") || "").split(/[,，]/).map(function (s) { return s.trim(); }).filter(Boolean);
-      if (body.kind === "choice") body.options = opts;
-      var key = String(data.get("answer") || "").trim();
-      if (key) body.answer = key;
-      if (body.kind === "cell") {
-        var table = document.querySelector("table[data-matrix]");
-        if (table) {
-          body.rows = table.querySelectorAll("tbody tr").length;
-          body.cols = table.querySelectorAll("tbody tr:first-child td").length;
-        }
-      }
-      fetch(api + "/polls", {
-        method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" },
-        body: JSON.stringify(body)
-      }).then(function (res) {
-        form.classList.toggle("refused", !res.ok);
-        if (res.ok) form.closest("details").open = false;
-      });
+    addAsk();
+    document.addEventListener("htmx:afterSettle", addAsk);
+    var endForm = q("[data-room-end-form]");
+    if (endForm) endForm.addEventListener("submit", function (e) {
+      if (!window.confirm(endForm.getAttribute("data-confirm"))) e.preventDefault();
     });
     q("[data-room-close]").addEventListener("click", function () {
       if (!poll) return;
       fetch(api + "/polls/" + poll.id + "/close", { method: "POST", credentials: "same-origin" });
     });
     document.addEventListener("htmx:pushedIntoHistory", announce);
+    document.addEventListener("htmx:beforeRequest", function () { navigating = true; });
+    document.addEventListener("htmx:afterSettle", function () { navigating = false; });
     document.addEventListener("htmx:replacedInHistory", announce);
     window.addEventListener("popstate", function () { setTimeout(announce, 0); });
     announce();
@@ -323,7 +360,12 @@
 
   function ended() {
     if (source) source.close();
+    // One message, nothing to press: every control of the bar goes, and so does a poll nobody can answer now.
+    Array.prototype.forEach.call(bar.querySelector(".room-bar").children, function (el) { el.hidden = true; });
     q("[data-room-ended]").hidden = false;
+    poll = null;
+    markCells();
+    document.body.removeAttribute("data-poll-open");
     bar.classList.add("ended");
     document.cookie = "lab_room=; Max-Age=0; path=/";
     document.body.removeAttribute("data-room-following");
@@ -335,8 +377,16 @@
       latest = JSON.parse(e.data);
       bar.setAttribute("data-room-version", String(latest.version));
       if (role === "student" && following()) go(latest);
+      else if (role === "teacher") teacherState(latest);
     });
-    source.addEventListener("poll", function (e) { showPoll(JSON.parse(e.data)); markCells(); });
+    source.addEventListener("poll", function (e) {
+      var p = JSON.parse(e.data);
+      // While the class votes, no screen shows "what to notice" or the lesson's answer.
+      if (p.status === "open") document.body.setAttribute("data-poll-open", "1");
+      else document.body.removeAttribute("data-poll-open");
+      showPoll(p);
+      markCells();
+    });
     source.addEventListener("end", ended);
   }
 
@@ -354,6 +404,7 @@
       document.body.setAttribute("data-room", role);
       if (role === "teacher") teacherControls(); else studentControls();
       connect();
+      document.dispatchEvent(new CustomEvent("room:bar"));
     })
     .catch(function () {});
 })();

@@ -130,3 +130,41 @@ def test_model_view_statistics_equal_those_of_transformers_attentions(llama, api
     for layer, attentions in enumerate(out.attentions):
         for got, want in zip(body["stats"][layer], head_stats(attentions[0]), strict=True):
             assert got == pytest.approx(want, abs=1e-3)
+
+
+def test_the_page_opens_on_the_first_generated_token_with_a_play_button(api: TestClient) -> None:
+    html = api.get("/generate?lang=en&text=The+cat+sat&max_new_tokens=4&layer=2")
+    assert html.status_code == 200
+    page = BeautifulSoup(html.text, "html.parser")
+    assert page.select_one("#stage")["data-index"] == "1"  # not the last step: the first token the model wrote
+    assert page.select_one("[data-generated] a.current")["data-step"] == "1"
+    assert page.select_one("[data-action=prev]").name == "span"  # nothing before it
+    play = page.select_one("button[data-play]")
+    assert play["type"] == "button" and play["aria-pressed"] == "false" and play.get_text() == "▶ Play"
+    assert play["data-label-play"] == "▶ Play" and play["data-label-pause"] == "❚❚ Pause"
+    assert "step=1" in play["data-first"] and "text=The+cat+sat" in play["data-first"]  # Play at the end restarts
+    zh = BeautifulSoup(
+        api.get("/generate?lang=zh&text=The+cat+sat&max_new_tokens=4&layer=2&step=4").text, "html.parser"
+    )
+    play = zh.select_one("button[data-play]")
+    assert play.get_text() == "▶ 播放" and play["data-label-pause"] == "❚❚ 暂停"
+    assert zh.select_one("[data-action=next]").name == "span"  # the last step: Play starts again from data-first
+
+
+def test_chinese_top_five_are_labelled_like_the_text_never_u_fffd(api: TestClient) -> None:
+    """Byte-level BPE cuts a Chinese character into pieces; `decode` of one piece is U+FFFD. The top five use the
+    text's own labels: the chosen piece exactly as the text shows it (猫₁), the others read after the context."""
+    query = "text=猫坐在垫子上，然后&max_new_tokens=8&layer=29"
+    twin = api.get(f"/api/v1/generate?{query}").json()
+    pieces = 0
+    for i, step in enumerate(twin["generated"], start=1):
+        labels = [label for label, _ in step["top"]]
+        assert all("\ufffd" not in label for label in labels), labels
+        assert labels[0] == step["token"]  # greedy: the chosen token is the first candidate, labelled as the text
+        page = BeautifulSoup(api.get(f"/generate?lang=zh&{query}&step={i}").text, "html.parser")
+        shown = [td.get_text() for td in page.select("table[data-top] tbody tr td:first-child")]
+        assert "\ufffd" not in "".join(shown)
+        assert shown[0] == page.select_one("[data-generated] a.current").get_text().replace(" ", "␣")
+        assert shown == [label.replace(" ", "␣") for label in labels]
+        pieces += any(label[-1] in "₁₂₃₄" for label in labels)
+    assert pieces  # the prompt's characters are split: some candidates are pieces of one

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
 import pytest
 from bs4 import BeautifulSoup
+from fastapi.testclient import TestClient
 
-from app.web.lessons import LESSONS
+from app.web.lessons import LESSONS, Step
+from engine import STAGES
 
 
 def test_there_are_the_chapters_three_experiments_and_at_least_five_more():
@@ -67,3 +75,407 @@ def test_walk_the_five_stages_has_five_steps_one_per_stage():
 
     steps = BY_SLUG["five-stages"].steps
     assert [s.url for s in steps] == [f"/?stage={i}" for i in range(1, 6)]
+
+
+# ---- prepared classroom polls: every step's question, ready to ask the class --------------------------------------
+
+
+def _steps() -> list[tuple[str, int]]:
+    return [(lesson.slug, k) for lesson in LESSONS for k in range(1, len(lesson.steps) + 1)]
+
+
+def _step(slug: str, k: int) -> Step:
+    from app.web.lessons import BY_SLUG
+
+    return BY_SLUG[slug].steps[k - 1]
+
+
+def _key(slug: str, k: int) -> str:
+    """The poll's key as the rooms API gets it (English): the correct option's text, or "row,col"."""
+    step = _step(slug, k)
+    assert step.poll is not None
+    return str(step.poll.for_lang(step.text("en")[1], "en")["answer"])
+
+
+def _trace(client: TestClient, query: str) -> dict[str, Any]:
+    r = client.get(f"/api/v1/attention?{query}")
+    assert r.status_code == 200, (query, r.text)
+    return r.json()  # type: ignore[no-any-return]
+
+
+def _tensor(doc: dict[str, Any], name: str, head: int | None = 0) -> np.ndarray:
+    """One tensor of a trace (masked entries, null in JSON, as nan); a per-head tensor's head `head`."""
+    for stage in doc["stages"]:
+        if name in stage["tensors"]:
+            a = np.array(stage["tensors"][name], dtype=float)
+            return a[head] if head is not None and a.ndim == 3 else a
+    raise KeyError(name)
+
+
+def _query(url: str) -> str:
+    return urlsplit(url).query
+
+
+# The matrix a lab page shows at each stage, where a cell poll's students click.
+CLICKED = {"scores": "scaled", "mask": "masked", "softmax": "weights"}
+
+
+def _clicked_matrix(client: TestClient, url: str) -> np.ndarray:
+    from app.web.state import parse_stage
+
+    key = parse_stage(parse_qs(_query(url))["stage"][0], STAGES)
+    assert key in CLICKED, f"{url}: a cell poll on stage {key!r}: say here which matrix its students click"
+    return _tensor(_trace(client, _query(url)), CLICKED[key])
+
+
+@pytest.mark.parametrize(("slug", "k"), _steps())
+def test_every_step_has_a_poll_that_the_rooms_api_accepts_in_both_languages(client, slug, k):
+    from app.rooms.api import PollIn
+    from app.web.lessons import on_the_lab, panel
+
+    step = _step(slug, k)
+    assert step.poll is not None, f"{slug} step {k} has no poll"
+    extra: dict[str, int] = {}
+    if step.poll.kind == "cell":
+        assert on_the_lab(step.url), "a cell poll needs a matrix to click"
+        rows, cols = _clicked_matrix(client, step.url).shape
+        r, c = step.poll.answer  # type: ignore[misc]
+        assert 0 <= r < rows and 0 <= c < cols
+        extra = {"rows": rows, "cols": cols}
+        # …and the page at that step has the cell to click
+        page = BeautifulSoup(client.get(step.url).text, "html.parser")
+        assert page.select_one(f'td[data-row="{r}"][data-col="{c}"]') is not None
+    else:
+        assert len(step.poll.options["en"]) == len(step.poll.options["zh"])
+    for lang in ("en", "zh"):
+        body = step.poll.for_lang(step.text(lang)[1], lang)
+        assert set(body) == {"prompt", "kind", "options", "answer"}
+        assert body["prompt"] == step.text(lang)[1]
+        poll = PollIn.model_validate(body | extra)
+        if poll.kind == "choice":
+            assert poll.answer in poll.options and 2 <= len(poll.options) <= 5
+            assert all(len(o) <= 60 for o in poll.options)
+        else:
+            assert poll.options == [] and poll.answer == body["answer"]
+        if on_the_lab(step.url):
+            shown = panel(slug, k, lang)
+            assert shown is not None and shown.poll == body
+
+
+def test_the_polls_open_in_a_real_room():
+    """Every step's poll, as the panel holds it, posted to the rooms API: a 201, not a 422 in front of a class."""
+    from tests.conftest import make_client
+
+    with make_client() as c:
+        room = c.post("/api/v1/rooms", json={}).json()
+        auth = {"Authorization": f"Bearer {room['teacher_token']}"}
+        for slug, k in _steps():
+            step = _step(slug, k)
+            assert step.poll is not None
+            for lang in ("en", "zh"):
+                r = c.post(f"/api/v1/rooms/{room['code']}/polls", headers=auth,
+                           json=step.poll.for_lang(step.text(lang)[1], lang))  # fmt: skip
+                assert r.status_code == 201, (slug, k, lang, r.text)
+
+
+def test_the_languages_ask_the_same_poll():
+    from app.web.lessons import panel
+
+    en, zh = panel("scale", 1, "en"), panel("scale", 1, "zh")
+    assert en is not None and zh is not None and en.poll is not None and zh.poll is not None
+    assert en.poll["options"].index(en.poll["answer"]) == zh.poll["options"].index(zh.poll["answer"])
+    assert en.poll["options"] != zh.poll["options"] and zh.poll["prompt"] == zh.question
+    cell = panel("row-one", 1, "zh")
+    assert cell is not None and cell.poll == {"prompt": cell.question, "kind": "cell", "options": [], "answer": "0,0"}
+
+
+# ---- a malformed poll stops the server at start, naming its lesson and step ------------------------------------
+
+GOOD = {"kind": "choice", "en": ["yes", "no"], "zh": ["是", "否"], "answer": 0}
+MALFORMED = {
+    "unknown kind": ({"kind": "slider", "answer": 0}, "unknown kind"),
+    "no kind": ({"en": ["yes", "no"], "zh": ["是", "否"], "answer": 0}, "unknown kind"),
+    "answer past the options": (GOOD | {"answer": 2}, "index"),
+    "negative answer": (GOOD | {"answer": -1}, "index"),
+    "answer as text": (GOOD | {"answer": "yes"}, "index"),
+    "answer as a bool": (GOOD | {"answer": True}, "index"),
+    "no answer": ({k: v for k, v in GOOD.items() if k != "answer"}, "kind, answer"),
+    "languages differ in length": (GOOD | {"zh": ["是", "否", "也许"]}, "same options"),
+    "a language missing": ({k: v for k, v in GOOD.items() if k != "zh"}, "kind, answer"),
+    "a misspelt field": (GOOD | {"anwser": 1}, "kind, answer"),
+    "duplicate options": (GOOD | {"en": ["yes", "yes"]}, "repeat"),
+    "one option": (GOOD | {"en": ["yes"], "zh": ["是"]}, "2 to 5"),
+    "six options": (GOOD | {"en": list("abcdef"), "zh": list("甲乙丙丁戊己")}, "2 to 5"),
+    "over-long option": (GOOD | {"en": ["yes", "n" + "o" * 60]}, "1 to 60"),
+    "empty option": (GOOD | {"zh": ["是", " "]}, "1 to 60"),
+    "options not a list": (GOOD | {"en": "yes, no"}, "list of strings"),
+    "cell answer of one number": ({"kind": "cell", "answer": [0]}, "two whole numbers"),
+    "cell answer negative": ({"kind": "cell", "answer": [-1, 0]}, "two whole numbers"),
+    "cell answer as text": ({"kind": "cell", "answer": "0,0"}, "two whole numbers"),
+    "cell answer of strings": ({"kind": "cell", "answer": ["0", "0"]}, "two whole numbers"),
+    "cell answer fractional": ({"kind": "cell", "answer": [0, 1.5]}, "two whole numbers"),
+    "cell answer bool": ({"kind": "cell", "answer": [True, 0]}, "two whole numbers"),
+    "cell poll with options": ({"kind": "cell", "answer": [0, 0], "en": ["a", "b"]}, "only kind and answer"),
+    "not an object": (["yes", "no"], "an object"),
+}
+
+
+def _write_with_poll(tmp_path: Path, poll: object, question: str | None = None) -> Path:
+    """The real lessons with the second step of "scale" carrying `poll` (and, if given, an English question)."""
+    from app.web.lessons import DATA
+
+    data = json.loads(DATA.read_text(encoding="utf-8"))
+    lesson = next(item for item in data if item["slug"] == "scale")
+    lesson["steps"][1]["poll"] = poll
+    if question is not None:
+        lesson["steps"][1]["en"]["question"] = question
+    path = tmp_path / "lessons.json"
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def test_the_real_lessons_and_a_good_poll_load(tmp_path):
+    from app.web.lessons import DATA, load
+
+    assert load(DATA) == LESSONS
+    lessons = load(_write_with_poll(tmp_path, GOOD))
+    poll = lessons[3].steps[1].poll
+    assert poll is not None and poll.for_lang("Q?", "zh") == {
+        "prompt": "Q?", "kind": "choice", "options": ["是", "否"], "answer": "是"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(("poll", "says"), MALFORMED.values(), ids=list(MALFORMED))
+def test_a_malformed_poll_is_refused_at_load(tmp_path, poll, says):
+    from app.web.lessons import load
+
+    with pytest.raises(ValueError, match=r"lesson 'scale', step 2: poll") as refused:
+        load(_write_with_poll(tmp_path, poll))
+    assert says in str(refused.value)
+
+
+def test_a_question_too_long_to_ask_is_refused_at_load(tmp_path):
+    from app.web.lessons import load
+
+    with pytest.raises(ValueError, match=r"lesson 'scale', step 2: poll: the en question .* 1 to 300"):
+        load(_write_with_poll(tmp_path, GOOD, question="why? " * 61))
+
+
+# ---- every key agrees with what the lab computes at that step --------------------------------------------------
+
+
+def _nonzero(row: np.ndarray) -> list[int]:
+    return [int(j) for j in np.flatnonzero(row > 0)]
+
+
+def check_query_meets_every_key(client: TestClient) -> None:  # five-stages 2
+    doc = _trace(client, _query(_step("five-stages", 2).url))
+    n, d_k = len(doc["tokens"]), doc["spec"]["d_k"]
+    assert _tensor(doc, "scaled").shape == (n, n) and _tensor(doc, "q").shape == (n, d_k) and d_k != n
+    assert _key("five-stages", 2) == "Every query is compared with every key"
+
+
+def _strict_upper(mask: np.ndarray) -> bool:
+    n = mask.shape[0]
+    return bool(all(np.isnan(mask[i, j]) == (j > i) for i in range(n) for j in range(n)))
+
+
+def check_masked_weights_are_exactly_zero(client: TestClient) -> None:  # five-stages 3
+    doc = _trace(client, _query(_step("five-stages", 3).url))
+    mask, w = _tensor(doc, "mask"), _tensor(doc, "weights")
+    assert _strict_upper(mask) and np.all(w[np.isnan(mask)] == 0.0) and np.all(w[~np.isnan(mask)] > 0)
+    assert _key("five-stages", 3) == "Above the diagonal; they become exactly 0"
+
+
+def check_rows_sum_to_one(client: TestClient) -> None:  # five-stages 4
+    w = _tensor(_trace(client, _query(_step("five-stages", 4).url)), "weights")
+    assert np.allclose(w.sum(axis=1), 1, atol=1e-6)
+    assert _key("five-stages", 4) == "Exactly 1"
+
+
+def check_output_mixes_values(client: TestClient) -> None:  # five-stages 5
+    doc = _trace(client, _query(_step("five-stages", 5).url))
+    w, heads = _tensor(doc, "weights"), _tensor(doc, "heads")
+    assert np.allclose(heads, w @ _tensor(doc, "v"), atol=1e-5)
+    assert not any(np.allclose(heads, w @ _tensor(doc, other), atol=1e-3) for other in ("k", "q"))
+    assert _key("five-stages", 5) == "The rows of V"
+
+
+def check_causal_mask_keeps_the_diagonal(client: TestClient) -> None:  # mask-toggle 1
+    mask = _tensor(_trace(client, _query(_step("mask-toggle", 1).url)), "mask")
+    assert _strict_upper(mask) and np.all(np.diag(mask) == 0)
+    assert _key("mask-toggle", 1) == "Above the diagonal: a token may read itself"
+
+
+def check_first_row_spreads_without_the_mask(client: TestClient) -> None:  # mask-toggle 2
+    query = _query(_step("mask-toggle", 2).url)
+    on = _tensor(_trace(client, query), "weights")[0]
+    off = _tensor(_trace(client, query.replace("mask=causal", "mask=none")), "weights")[0]
+    assert on.tolist() == [1, 0, 0, 0, 0]
+    assert np.all(off > 0) and not np.allclose(off, 1 / len(off), atol=0.01)
+    assert _key("mask-toggle", 2) == "It spreads its weight over all five tokens"
+
+
+def check_the_only_weight_of_one(client: TestClient) -> None:  # row-one 1 (a cell poll)
+    w = _clicked_matrix(client, _step("row-one", 1).url)
+    assert [tuple(int(i) for i in rc) for rc in np.argwhere(np.round(w, 2) == 1.0)] == [(0, 0)]
+    assert w[0, 0] == 1.0 and _nonzero(w[0]) == [0]
+    assert _key("row-one", 1) == "0,0"
+
+
+def check_first_output_is_v0(client: TestClient) -> None:  # row-one 2
+    doc = _trace(client, _query(_step("row-one", 2).url))
+    out0, v = _tensor(doc, "heads")[0], _tensor(doc, "v")
+    assert np.allclose(out0, v[0], atol=1e-6)
+    assert not np.allclose(out0, v.mean(axis=0), atol=1e-3) and not np.allclose(out0, _tensor(doc, "q")[0], atol=1e-3)
+    assert _key("row-one", 2) == "Exactly v_0, its own value"
+
+
+def check_unscaled_logits_are_8_times_larger(client: TestClient) -> None:  # scale 1
+    query = _query(_step("scale", 1).url)
+    none, scaled = _trace(client, query), _trace(client, query.replace("scale=none", "scale=sqrt_dk"))
+    assert none["spec"]["d_k"] == 64 and scaled["spec"]["scale_value"] == 8.0
+    assert np.allclose(_tensor(none, "scaled"), 8 * _tensor(scaled, "scaled"), rtol=1e-5, atol=1e-5)
+    assert _key("scale", 1) == "8 times larger (√64)"
+
+
+def _entropy(w: np.ndarray) -> np.ndarray:
+    return -np.sum(np.where(w > 0, w * np.log(np.where(w > 0, w, 1)), 0), axis=-1)
+
+
+def check_no_scaling_is_sharper(client: TestClient) -> None:  # scale 2: the page compares sqrt_dk with none
+    query = _query(_step("scale", 2).url)
+    none = _entropy(_tensor(_trace(client, query + "&scale=none"), "weights"))
+    sqrt = _entropy(_tensor(_trace(client, query + "&scale=sqrt_dk"), "weights"))
+    assert np.all(none <= sqrt + 1e-6) and none.mean() < sqrt.mean()
+    assert _key("scale", 2) == "No scaling"
+
+
+def check_sqrt_dk_curve_is_flat(client: TestClient) -> None:  # scale 3: /demos#scaling
+    rows = client.get("/api/v1/demo/scaling").json()["rows"]
+    assert rows[0]["d_k"] == 4 and rows[-1]["d_k"] == 1024
+
+    def spread(stat: str, scale: str) -> float:
+        values = [r[f"{stat}_{scale}"] for r in rows]
+        return max(values) - min(values)
+
+    for stat in ("max", "entropy"):
+        assert spread(stat, "sqrt_dk") < min(spread(stat, "none"), spread(stat, "dk")) / 2
+    assert _key("scale", 3) == "÷ √d_k"
+
+
+def check_reversing_reverses_the_outputs(client: TestClient) -> None:  # positions 1
+    doc = client.get(f"/api/v1/demo/permutation?{_query(_step('positions', 1).url)}").json()
+    plain = next(case for case in doc["cases"] if case["case"] == "plain")
+    out, shuffled = np.array(plain["output"]), np.array(plain["shuffled_output"])
+    assert doc["perm"] == [4, 3, 2, 1, 0] and np.allclose(shuffled, out[::-1], atol=1e-5)
+    assert not np.allclose(shuffled, out, atol=1e-3) and not np.allclose(out, out[0], atol=1e-3)
+    assert _key("positions", 1) == "The same rows, in reverse order"
+
+
+def check_positions_change_x(client: TestClient) -> None:  # positions 2
+    tokens = "tokens=猫+坐+在+猫"
+    with_p = _tensor(_trace(client, f"{_query(_step('positions', 2).url)}&{tokens}"), "x")
+    without = _tensor(_trace(client, f"stage=1&{tokens}"), "x")
+    assert np.allclose(without[0], without[3]) and not np.allclose(with_p[0], with_p[3], atol=1e-3)
+    assert _key("positions", 2) == "No: P differs at every position"
+
+
+def check_rope_leaves_position_0(client: TestClient) -> None:  # rope 1
+    doc = _trace(client, _query(_step("rope", 1).url))
+    q, q_rot = _tensor(doc, "q"), _tensor(doc, "q_rot")
+    assert [bool(np.allclose(a, b, atol=1e-6)) for a, b in zip(q, q_rot, strict=True)] == [True] + [False] * 4
+    assert _key("rope", 1) == "The first, at position 0"
+
+
+def check_rope_depends_on_the_offset(client: TestClient) -> None:  # rope 2
+    doc = client.get(f"/api/v1/demo/rope?{_query(_step('rope', 2).url)}").json()
+    offsets = doc["offsets"]
+    assert len({o["n"] - o["m"] for o in offsets}) == 1 and len({o["n"] + o["m"] for o in offsets}) == len(offsets)
+    assert np.allclose([o["score"] for o in offsets], offsets[0]["score"]) and doc["equal"]
+    assert not np.isclose(doc["unrotated"], doc["absolute"])
+    assert _key("rope", 2) == "Only the offset n − m"
+
+
+def check_padding_hides_columns(client: TestClient) -> None:  # padding-vs-causal 1
+    mask = _tensor(_trace(client, _query(_step("padding-vs-causal", 1).url)), "mask")
+    assert all(bool(np.isnan(mask[i, j])) == (j in (3, 4)) for i in range(5) for j in range(5))
+    assert _key("padding-vs-causal", 1) == "Columns 3 and 4: the pad keys"
+
+
+def check_causal_is_a_triangle(client: TestClient) -> None:  # padding-vs-causal 2
+    mask = _tensor(_trace(client, _query(_step("padding-vs-causal", 2).url)), "mask")
+    assert _strict_upper(mask) and len({bool(np.isnan(x)) for x in mask[:, 1]}) == 2  # a column half hidden
+    assert _key("padding-vs-causal", 2) == "A triangle: it depends on the query's position"
+
+
+def check_the_leak_reads_the_first_document(client: TestClient) -> None:  # padding-vs-causal 3
+    query = _query(_step("padding-vs-causal", 3).url)
+    leak = _tensor(_trace(client, "mask=causal&stage=4"), "weights")  # the compare's side without boundaries
+    blocked = _tensor(_trace(client, query), "weights")
+    assert _nonzero(leak[3]) == [0, 1, 2, 3] and _nonzero(blocked[3]) == [2, 3]
+    assert _key("padding-vs-causal", 3) == "Positions 0–3: the first document too"
+
+
+def _decode(client: TestClient, query: str) -> dict[str, Any]:
+    r = client.get(f"/api/v1/decode?{query}")
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def check_prefill_caches_keys_and_values(client: TestClient) -> None:  # kv-cache 1
+    pre = _decode(client, _query(_step("kv-cache", 1).url))["prefill"]
+    assert set(pre) == {"k_cache", "v_cache", "cache_len", "cache_bytes"} and pre["cache_len"] == 2
+    assert np.array(pre["k_cache"]).shape[-2] == np.array(pre["v_cache"]).shape[-2] == 2
+    assert _key("kv-cache", 1) == "The keys and values of the 2 prompt tokens"
+
+
+def check_a_decode_step_has_one_query(client: TestClient) -> None:  # kv-cache 2
+    doc = _decode(client, _query(_step("kv-cache", 2).url))
+    h, d_k = doc["spec"]["n_heads"], doc["spec"]["d_k"]
+    for s in doc["steps"]:
+        assert np.array(s["q"]).shape == (h, d_k) and np.array(s["weights"]).shape == (h, s["position"] + 1)
+    assert _key("kv-cache", 2) == "One: the new token's"
+
+
+def check_gqa_cache_is_a_quarter(client: TestClient) -> None:  # kv-cache 3
+    query = _query(_step("kv-cache", 3).url)
+    gqa = _decode(client, query)["kv_cache_bytes_per_token"]
+    full = _decode(client, query.replace("n_kv_heads=3", "n_kv_heads=12"))["kv_cache_bytes_per_token"]
+    assert full == 4 * gqa
+    assert _key("kv-cache", 3) == "A quarter: 4 times smaller"
+
+
+CHECKS = {
+    ("five-stages", 2): check_query_meets_every_key,
+    ("five-stages", 3): check_masked_weights_are_exactly_zero,
+    ("five-stages", 4): check_rows_sum_to_one,
+    ("five-stages", 5): check_output_mixes_values,
+    ("mask-toggle", 1): check_causal_mask_keeps_the_diagonal,
+    ("mask-toggle", 2): check_first_row_spreads_without_the_mask,
+    ("row-one", 1): check_the_only_weight_of_one,
+    ("row-one", 2): check_first_output_is_v0,
+    ("scale", 1): check_unscaled_logits_are_8_times_larger,
+    ("scale", 2): check_no_scaling_is_sharper,
+    ("scale", 3): check_sqrt_dk_curve_is_flat,
+    ("positions", 1): check_reversing_reverses_the_outputs,
+    ("positions", 2): check_positions_change_x,
+    ("rope", 1): check_rope_leaves_position_0,
+    ("rope", 2): check_rope_depends_on_the_offset,
+    ("padding-vs-causal", 1): check_padding_hides_columns,
+    ("padding-vs-causal", 2): check_causal_is_a_triangle,
+    ("padding-vs-causal", 3): check_the_leak_reads_the_first_document,
+    ("kv-cache", 1): check_prefill_caches_keys_and_values,
+    ("kv-cache", 2): check_a_decode_step_has_one_query,
+    ("kv-cache", 3): check_gqa_cache_is_a_quarter,
+}
+NOT_NUMERIC = {("five-stages", 1)}  # which matrices q comes from: a formula, not a number
+
+
+def test_every_poll_key_is_checked_against_the_lab_or_is_not_about_numbers():
+    assert set(CHECKS) | NOT_NUMERIC == set(_steps()) and not set(CHECKS) & NOT_NUMERIC
+
+
+@pytest.mark.parametrize("where", list(CHECKS), ids=lambda w: f"{w[0]}-{w[1]}")
+def test_the_poll_key_agrees_with_the_numbers(client, where):
+    CHECKS[where](client)

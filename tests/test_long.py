@@ -101,56 +101,167 @@ def test_the_model_view_reads_a_long_context_of_smollm2(api) -> None:
     assert too_many.status_code == 422 and "300" in too_many.json()["message"]
 
 
-def test_long_work_reports_its_progress_while_it_runs() -> None:
+@pytest.fixture(scope="module")
+def server():
+    """A real server (progress is polled while a request computes), with the long path at test sizes, the model
+    loaded before the first poll."""
+    import httpx
+
+    from tests.servers import served
+
+    with served({"MAX_TOKENS": "40", "MAX_LONG_TOKENS": "800"}) as (base, _):
+        assert httpx.get(f"{base}/api/v1/attention?preset=smollm2&text=hi", timeout=300).status_code == 200
+        yield base
+
+
+def test_long_work_reports_its_progress_while_it_runs(server) -> None:
     import threading
     import time
 
     import httpx
 
-    from tests.servers import served
-
     ids = ",".join(map(str, smollm2.tokenize(TEXT * 4)[:600]))
-    with served({}) as (base, _):
-        path = f"/api/v1/model_view?preset=smollm2&token_ids={ids}"
-        done = threading.Event()
-        answer: list[httpx.Response] = []
+    base = server
+    path = f"/api/v1/model_view?preset=smollm2&token_ids={ids}"
+    done = threading.Event()
+    answer: list[httpx.Response] = []
 
-        def request() -> None:
-            answer.append(httpx.get(base + path, timeout=300))
-            done.set()
+    def request() -> None:
+        answer.append(httpx.get(base + path, timeout=300))
+        done.set()
 
-        threading.Thread(target=request, daemon=True).start()
-        seen = []
-        while not done.is_set():
-            # Parameters in another order, as a page's script may build them: the same computation.
-            r = httpx.get(
-                f"{base}/api/v1/progress", params={"for": f"/api/v1/model_view?token_ids={ids}&preset=smollm2"}
-            )
-            if r.status_code == 200:
-                seen.append(r.json())
-            time.sleep(0.05)
-        assert answer[0].status_code == 200
-        steps = [p["done"] for p in seen if p["total"] == 30]
-        assert steps and steps == sorted(steps) and 0 <= steps[0] <= steps[-1] <= 30, seen[:5]
-        after = httpx.get(f"{base}/api/v1/progress", params={"for": path})
-        assert after.status_code == 404 and after.json()["detail"][0]["loc"] == ["query", "for"]
+    threading.Thread(target=request, daemon=True).start()
+    seen = []
+    while not done.is_set():
+        # Parameters in another order, as a page's script may build them: the same computation.
+        r = httpx.get(f"{base}/api/v1/progress", params={"for": f"/api/v1/model_view?token_ids={ids}&preset=smollm2"})
+        if r.status_code == 200:
+            seen.append(r.json())
+        time.sleep(0.05)
+    assert answer[0].status_code == 200
+    steps = [p["done"] for p in seen if p["total"] == 30]
+    assert steps and steps == sorted(steps) and 0 <= steps[0] <= steps[-1] <= 30, seen[:5]
+    after = httpx.get(f"{base}/api/v1/progress", params={"for": path})
+    assert after.status_code == 404 and after.json()["detail"][0]["loc"] == ["query", "for"]
 
 
-def test_the_lab_page_offers_the_long_views_for_a_long_text(api) -> None:
+def test_the_lab_page_shows_a_long_text_as_a_heat_map_beside_its_exact_numbers(api) -> None:
+    from urllib.parse import parse_qs, quote, urlsplit
+
+    from bs4 import BeautifulSoup
+
+    text = TEXT.strip()  # as the page keeps it
+    n = len(smollm2.tokenize(text))
+    r = api.get(f"/?preset=smollm2&layer=3&head=2&stage=softmax&tile=32,16&lang=zh&text={quote(text)}")
+    assert r.status_code == 200, r.text[-2000:]
+    page = BeautifulSoup(r.text, "html.parser")
+    assert page.select_one("#stage[data-view=long][data-stage=softmax]") is not None
+    note = page.select_one("p[data-long]")
+    assert note["data-long"] == str(n) and "词元" in note.text and str(n) in note.text and "40" in note.text
+    # The heat map of the chosen head, its labelled axes (every k-th label), its colour bar and the hover hooks.
+    img = page.select_one("img#zoom")
+    assert img["data-rows"] == img["data-cols"] == str(n)
+    src = parse_qs(urlsplit(img["src"]).query)
+    assert src["head"] == ["2"] and src["stage"] == ["softmax"] and src["layer"] == ["3"] and src["text"] == [text]
+    png = api.get(img["src"])
+    assert png.headers["content-type"] == "image/png" and Image.open(io.BytesIO(png.content)).size[0] > 100
+    for axis in ("rows", "cols"):
+        labels = [li.text for li in page.select(f".heat .axis.{axis} li")]
+        shown = [label for label in labels if label]
+        assert (
+            len(labels) == n and 8 <= len(shown) <= 32 and shown[0] == "0: " + smollm2.labels(smollm2.tokenize(text))[0]
+        )
+    bar = page.select_one(".zoom .colorbar[data-colorbar=sequential]")
+    assert bar is not None and len(bar.select(".bar span")) >= 5 and len(bar.select(".ticks span")) == 3
+    assert img["data-window"].startswith("/api/v1/attention/window?") and img["data-tile-url"]
+    # The window beside it: a 16 × 16 matrix of the same head, from row 32, column 16, labelled with tokens, whose
+    # numbers are the window API's (the page's JSON twin).
+    cells = page.select("table[data-matrix=weights][data-head='2'] td")
+    assert len(cells) == 256 and cells[0]["data-row"] == "32" and cells[0]["data-col"] == "16"
+    table = np.array([float(td["data-value"]) for td in cells]).reshape(16, 16)
+    twin = page.select_one('link[rel=alternate][type="application/json"]')["href"]
+    assert twin == page.select_one("a[data-twin=json]")["href"]
+    body = api.get(twin).json()
+    assert body["row"] == 32 and body["col"] == 16 and len(body["rows"]) == 16
+    np.testing.assert_allclose(table, np.array(body["values"], dtype=np.float64), rtol=0, atol=1e-6)
+    heads = page.select("nav.heads a")
+    assert len(heads) == 9 and heads[2].get("aria-current") == "true"
+    # The layer picker keeps everything but the layer and the tile; the stage tabs; the model view keeps the text.
+    form = page.select_one("form.layer-pick")
+    hidden = {i["name"]: i["value"] for i in form.select("input[type=hidden]")}
+    assert hidden["text"] == text and hidden["head"] == "2" and "layer" not in hidden and "tile" not in hidden
+    options = form.select("select[name=layer] option")
+    assert len(options) == 30 and [o["value"] for o in options if o.has_attr("selected")] == ["3"]
+    assert len(page.select("nav.steps ol.tabs a")) == 5
+    model = page.select_one("a[data-long=model]")["href"]
+    assert parse_qs(urlsplit(model).query)["text"] == [text]
+    down = page.select_one("a[data-move=down]")["href"]
+    moved = BeautifulSoup(api.get(down).text, "html.parser")
+    assert moved.select_one("table[data-matrix=weights] td")["data-row"] == "48"
+
+
+def test_the_long_view_only_serves_what_it_can(api) -> None:
     from urllib.parse import quote
 
     from bs4 import BeautifulSoup
 
-    r = api.get(f"/?preset=smollm2&layer=3&lang=zh&text={quote(TEXT)}")
-    assert r.status_code == 422
-    page = BeautifulSoup(r.text, "html.parser")
-    offer = page.select_one("p[data-long]")
-    assert offer is not None and "词元" in offer.text
-    links = {a["data-long"]: a["href"] for a in offer.select("a[data-long]")}
-    assert set(links) == {"heatmap", "window", "model"}
-    assert api.get(links["heatmap"]).headers["content-type"] == "image/png"
-    window = api.get(links["window"]).json()
-    assert len(window["values"]) == 16 and len(window["values"][0]) == 64
-    assert api.get(links["model"]).status_code == 200
-    toy = BeautifulSoup(api.get("/?tokens=" + "+".join(["a"] * 50)).text, "html.parser")
-    assert toy.select_one("p[data-long]") is None  # random weights: nothing lazy to offer
+    toy = api.get("/?tokens=" + "+".join(["a"] * 50))
+    assert toy.status_code == 422  # random weights: nothing lazy to read in parts
+    assert BeautifulSoup(toy.text, "html.parser").select_one("#stage[data-view=long]") is None
+    too_long = api.get(f"/?preset=smollm2&lang=en&text={quote('cat ' * 400)}")
+    assert too_long.status_code == 422 and "300" in too_long.headers["x-lab-error"]
+    tall = BeautifulSoup(api.get(f"/?preset=smollm2&stage=1&text={quote(TEXT)}").text, "html.parser")
+    assert tall.select_one("figure.zoom.tall img#zoom")["data-cols"] == "64"  # q: drawn 4:1, not 1:3
+
+
+def test_a_progress_key_is_short_and_the_same_however_the_query_is_written() -> None:
+    from app.lab import fnv1a64, progress_key
+
+    assert fnv1a64(b"") == "cbf29ce484222325" and fnv1a64(b"a") == "af63dc4c8601ec8c"  # the published vectors
+    key = progress_key("/", "text=%E7%8C%AB%20sat&preset=smollm2")
+    assert len(key) == 16 and key == progress_key("/", "preset=smollm2&text=猫+sat")
+    assert key != progress_key("/model", "preset=smollm2&text=%E7%8C%AB%20sat")
+    assert key != progress_key("/", "preset=smollm2&text=%E7%8C%AB%20sat&layer=1")
+
+
+def test_a_long_context_reports_its_progress_by_a_short_key_while_it_computes(server) -> None:
+    """The lab page of a long text at a high layer: the layers below run first, and /api/v1/progress?key= reports
+    them while the page waits (the key is what static/lab.js computes; the URL itself is too long to send)."""
+    import threading
+    import time
+    from urllib.parse import quote
+
+    import httpx
+
+    from app.lab import progress_key
+
+    text = TEXT * 2
+    n = len(smollm2.tokenize(text))
+    query = f"preset=smollm2&layer=15&stage=softmax&lang=en&text={quote(text)}"
+    base = server
+    done = threading.Event()
+    answer: list[httpx.Response] = []
+
+    def request() -> None:
+        answer.append(httpx.get(f"{base}/?{query}", timeout=300))
+        done.set()
+
+    threading.Thread(target=request, daemon=True).start()
+    # The same parameters in another order and encoding give the same key.
+    key = progress_key("/", f"text={quote(text, safe='')}&lang=en&stage=softmax&layer=15&preset=smollm2")
+    seen = []
+    while not done.is_set():
+        r = httpx.get(f"{base}/api/v1/progress", params={"key": key}, timeout=60)
+        if r.status_code == 200:
+            seen.append(r.json())
+        time.sleep(0.02)
+    assert answer[0].status_code == 200 and 'data-view="long"' in answer[0].text
+    steps = [p["done"] for p in seen if p["total"] == 15]
+    assert steps and steps == sorted(steps) and 0 <= steps[0] <= steps[-1] <= 15, seen[:5]
+    assert n > 40
+    after = httpx.get(f"{base}/api/v1/progress", params={"key": key})
+    assert after.status_code == 404 and after.json()["detail"][0]["loc"] == ["query", "key"]
+    bad = httpx.get(f"{base}/api/v1/progress", params={"key": "not-a-key"})
+    assert bad.status_code == 422
+    neither = httpx.get(f"{base}/api/v1/progress")
+    assert neither.status_code == 422 and neither.json()["detail"][0]["loc"] == ["query", "key"]

@@ -76,3 +76,17 @@ def test_the_page_links_every_head_into_the_lab_and_finds_similar_heads(client):
 def test_model_view_errors_name_the_field(client, params, field):
     r = client.get("/api/v1/model_view", params=params)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == field
+
+
+@needs_smollm2
+def test_the_page_keeps_the_text_or_ids_it_was_given(client):
+    text = '猫坐在垫子上。 The cat\'s "mat" & <dog>'
+    page = BeautifulSoup(client.get("/model", params={"preset": "smollm2", "text": text, "lang": "en"}).text,
+                         "html.parser")  # fmt: skip
+    assert page.select_one("form textarea[name=text]").text == text
+    assert page.select_one("form [name=token_ids]") is None  # only when ids were given
+    view = client.get("/api/v1/model_view", params={"preset": "smollm2", "text": text}).json()
+    assert [s.text for s in page.select(".model-tokens .tok")] == view["tokens"]
+    ids = "1,2,3,4"
+    by_ids = BeautifulSoup(client.get("/model", params={"preset": "smollm2", "token_ids": ids}).text, "html.parser")
+    assert by_ids.select_one("form textarea[name=token_ids]").text == ids

@@ -51,7 +51,7 @@ def test_every_number_on_the_page_equals_the_json_twin(client, stage):
     twin = page.select_one("a[data-twin=json]")["href"]
     body = client.get(twin).json()
     tensors = {k: v for s in body["stages"] for k, v in s["tensors"].items()}
-    tables = page.select("#stage > .matrices > figure table[data-matrix]")
+    tables = page.select("#stage .stage-data > .matrices > figure table[data-matrix]")
     assert tables
     for table in tables:
         expected = tensors[table["data-matrix"]]
@@ -235,11 +235,11 @@ def test_gpt2_small_1024_tokens_opens_all_heads_under_one_megabyte(client):
 
 def test_rope_gqa_and_positions_appear_in_the_projection_stage(client):
     page = soup(client.get("/?positions=rope&d_model=8&n_heads=4&n_kv_heads=2&head=3&lang=en"))
-    names = [t["data-matrix"] for t in page.select("#stage > .matrices table[data-matrix]")]
+    names = [t["data-matrix"] for t in page.select("#stage .stage-data > .matrices table[data-matrix]")]
     assert names == ["x", "q", "k", "v", "q_rot", "k_rot"]
     assert page.select_one("table[data-matrix=k]")["data-head"] == "1"  # query head 3 reads K/V head 1
     absolute = soup(client.get("/?positions=sinusoidal&lang=en"))
-    assert [t["data-matrix"] for t in absolute.select("#stage > .matrices table")][:3] == [
+    assert [t["data-matrix"] for t in absolute.select("#stage .stage-data > .matrices table")][:3] == [
         "embedding",
         "positions",
         "x",
@@ -279,7 +279,7 @@ def test_document_leak_compare(client):
 
 
 def test_random_weight_heat_maps_say_so_and_link_a_real_model(client):
-    toks = "+".join(f"w{i}" for i in range(20))
+    toks = "+".join(f"w{i}" for i in range(30))  # past SMALL_TOKENS (24): heat maps
     page = BeautifulSoup(client.get(f"/?preset=gpt2-small&stage=4&lang=zh&tokens={toks}").text, "html.parser")
     note = page.select_one("[data-notice=random-weights]")
     assert note is not None and "随机" in note.get_text()
@@ -298,8 +298,8 @@ def test_compare_shows_the_current_stage_with_changed_cells_outlined(client):
     changed = [(td["data-row"], td["data-col"]) for td in tables[1].select("td.changed")]
     assert sorted(changed) == sorted((str(i), str(j)) for i in range(5) for j in range(5) if j > i)  # the 10 masked
     assert "10" in view.select_one(".hint").get_text()
-    # it comes before the explanation, where the class is already looking
-    assert str(page).index("compare-view") < str(page).index('class="explain"')
+    # The comparison comes first among the numbers (the stage's own matrices then stay hidden in presenter mode).
+    assert str(page).index("compare-view") < str(page).index('class="matrices"')
 
 
 def test_compare_stays_in_presenter_mode(client):

@@ -178,16 +178,22 @@ async def attention_matrix(request: Request, lab: Lab) -> tuple[Traced, str, np.
 @cached_get
 async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
-    (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is grey."""
+    (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is hatched
+    grey, and a weight the mask set to 0 hatched light grey."""
     size = query_int(request.query_params, "size", 512, 16, 2048)
     mode = colour_mode(request.query_params)
     source = await attention_source(request, lab)
+    masked = None
     if isinstance(source, LongTrace):
         tensor, head = long_pick(request, source)
         a = to_numpy(await run_in_threadpool(source.matrix, tensor, head))
     else:
         tensor, a = matrix_of(request, source)
-    return await run_in_threadpool(heatmap_response, tensor, a, size, mode)
+        mask = getattr(getattr(source, "mask", None), "mask", None)
+        if tensor == "weights" and mask is not None:  # 0 because the mask removed the key: hatched, not small
+            hidden = ~np.isfinite(to_numpy(mask))
+            masked = hidden if hidden.shape == a.shape else None
+    return await run_in_threadpool(heatmap_response, tensor, a, size, mode, masked)
 
 
 @router.get("/attention/window", openapi_extra={"parameters": query_parameters(AttentionRequest, WINDOW_EXTRA)})

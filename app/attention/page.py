@@ -9,29 +9,41 @@ page loads of the same URLs.
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
 from engine import PRESETS, STAGES, SpecError
+from engine.spec import MAIN_TENSOR
 
-from ..lab import Lab, get_lab
+from ..lab import Lab, get_lab, request_key
 from ..render import page as view
 from ..render import stages
+from ..render.arrays import to_numpy
 from ..schemas import AttentionRequest, FieldError, TilesRequest, from_query
 from ..web import lessons
 from ..web.page import serve
 from ..web.share import MAX_QR_CHARS, is_loopback, public_base, qr_svg
-from ..web.state import DEPENDS, lab_state, parse_cell, parse_head, parse_int, parse_stage, parse_tile, url_fields
+from ..web.state import (
+    DEPENDS,
+    ViewState,
+    lab_state,
+    parse_cell,
+    parse_head,
+    parse_int,
+    parse_stage,
+    parse_tile,
+    url_fields,
+)
 from .tiles import tiles_document
-from .view import large_context, small_context
+from .view import large_context, long_context, small_context
 
 router = APIRouter(include_in_schema=False)
 
 API_KEYS = url_fields(AttentionRequest)
-VIEW_KEYS = ("stage", "head", "compare", "cell", "tile", "color", "present", "hide", "lesson", "step")
+VIEW_KEYS = ("stage", "head", "compare", "cell", "tile", "color", "present", "hints", "hide", "lesson", "step")
 HIDEABLE = ("controls", "nav", "formula", "explain", "notice", "checks")
 SCALE_CYCLE = {"sqrt_dk": "none", "none": "dk", "dk": "sqrt_dk"}
 COMPARE_PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -41,28 +53,27 @@ COMPARE_PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
-def long_offer(req: AttentionRequest, state: Any, lab: Lab) -> dict[str, Any] | None:
-    """For a pretrained model's text past a whole trace's length but within MAX_LONG_TOKENS: links to the views
-    that compute only what they show (heat map, window of exact numbers, the model view)."""
+async def long_view(ctx: dict[str, Any], req: AttentionRequest, state: ViewState, lab: Lab, progress: str) -> bool:
+    """A pretrained model's text past a whole trace's length, within MAX_LONG_TOKENS: the large view of its lazy
+    trace (engine/long.py), which computes what the page shows and no more (the layers below once, then one head's
+    matrix, the window's rows). False when the whole trace was refused for another reason: its error stands."""
     if req.preset not in lab.models:
-        return None
-    try:
-        spec = req.to_spec(lab.long_limits, lab.device, lab.models)
-    except (SpecError, FieldError):
-        return None
+        return False
+    spec = req.to_spec(lab.long_limits, lab.device, lab.models)  # past MAX_LONG_TOKENS too: says so
     if spec.n_tokens <= lab.limits.max_tokens:
-        return None
-    n = spec.n_tokens
-    model = None
-    if getattr(lab.models[spec.preset], "one_pass_view", False):
-        model = "/model?" + urlencode({"preset": spec.preset, "token_ids": ",".join(map(str, spec.token_ids)),
-                                       "lang": state.get("lang") or "en"})  # fmt: skip
-    return {
-        "n": n,
-        "heatmap": "/api/v1/attention/heatmap.png?" + state.api_query(stage="softmax", size=1024, color="log"),
-        "window": "/api/v1/attention/window?" + state.api_query(stage="softmax", row=max(0, n - 16), col=0, cols=64),
-        "model": model,
-    }
+        return False
+    key = parse_stage(state.get("stage"), STAGES)
+    head = parse_head(state.get("head"), spec.n_heads)
+    parse_tile(state.get("tile"))
+    lt, _ = await lab.long_async(spec, progress)  # the layers below, reported to /api/v1/progress as they run
+    a = await run_in_threadpool(lambda: to_numpy(lt.matrix(MAIN_TENSOR[key], head)))
+    ctx.update(long_context(lt, key, head, state, a, lab.models[spec.preset], lab.limits.max_tokens, ctx["lang"],
+                            ctx["t"]))  # fmt: skip
+    return True
+
+
+def stage_url(state: Any, to: str, here: str) -> str:
+    return state.url(stage=to) if to == here else state.url(stage=to, cell=None)
 
 
 @router.get("/embed", response_class=HTMLResponse)
@@ -84,6 +95,11 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
     hide = {h for h in state.get("hide").split(",") if h in HIDEABLE}
     if present:
         hide |= {"controls"}
+    # Hints off: what to notice and the lesson's answer stay hidden until the teacher shows them (in a room the
+    # switch is part of the shared view, so the students' screens hide them too).
+    hints = state.get("hints") != "off"
+    if not hints:
+        hide |= {"notice"}
     if state.get("mask") == "custom" and not state.get("mask_matrix") and state.get("preset", "toy") in PRESETS:
         # Choosing "custom" in the form starts from a mask that hides nothing, ready to be edited cell by cell.
         n = len(state.get("tokens").split()) or len(PRESETS[state.get("preset", "toy")].tokens)
@@ -95,7 +111,8 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
         try:
             spec = req.to_spec(lab.limits, lab.device, lab.models)
         except SpecError:
-            ctx["long_urls"] = long_offer(req, state, lab)  # too long to trace whole: what reads it in parts
+            if await long_view(ctx, req, state, lab, request_key(request)):
+                return  # too long to trace whole: the view that computes only what it shows
             raise
         key = parse_stage(state.get("stage"), STAGES)
         head = parse_head(state.get("head"), spec.n_heads)
@@ -104,8 +121,9 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
             if state.get("lesson") not in lessons.BY_SLUG:
                 raise FieldError("lesson", f"no lesson {state.get('lesson')!r}; see /lessons")
             n = len(lessons.BY_SLUG[state.get("lesson")].steps)
+            carry = {k: state.get(k) for k in ("present", "hints") if state.get(k)}
             ctx["lesson"] = lessons.panel(
-                state.get("lesson"), parse_int("step", state.get("step"), 1, 1, n), ctx["lang"]
+                state.get("lesson"), parse_int("step", state.get("step"), 1, 1, n), ctx["lang"], carry
             )
         parse_tile(state.get("tile"))
         trace, _ = await lab.trace_async(spec)
@@ -126,9 +144,11 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
             )
             if "smollm2" in lab.models
             else None,
-            prev_url=state.url(stage=STAGES[index - 1]) if index > 0 else None,
-            next_url=state.url(stage=STAGES[index + 1]) if index + 1 < len(STAGES) else None,
-            stage_urls=[(s, state.url(stage=s)) for s in STAGES],
+            # An open cell belongs to its stage's matrices: another stage's link closes it (keeping it would put
+            # arithmetic about numbers no longer on screen under a matrix it is not from).
+            prev_url=stage_url(state, STAGES[index - 1], key) if index > 0 else None,
+            next_url=stage_url(state, STAGES[index + 1], key) if index + 1 < len(STAGES) else None,
+            stage_urls=[(s, stage_url(state, s, key)) for s in STAGES],
             head_urls=[(h, state.url(head=h, cell=None)) for h in range(spec.n_heads)],
             mask_on=mask_on,
             mask_toggle_url=state.url(mask="none" if mask_on else "causal", cell=None),
@@ -138,11 +158,15 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
             },
             compare_close_url=state.url(compare=None),
             present_url=state.url(present=None if present else "1"),
+            hints=hints,
+            hints_url=state.url(hints=None if not hints else "off"),
         )
         if present and student_base is not None:  # students scan the view itself, without presenter mode
             student = student_base + state.url(present=None)
-            # A QR code holds ~2,300 bytes at this error level; past a bound, show the address alone.
+            # A QR code holds ~2,300 bytes at this error level; past a bound, show the address alone. Under the
+            # code the screen prints the server's short address (the whole view is in the QR, not on the wall).
             ctx.update(qr=qr_svg(student) if len(student) <= MAX_QR_CHARS else None, student_url=student,
+                       student_host=urlsplit(student).netloc,
                        share_loopback=is_loopback(urlsplit(student).hostname or ""))  # fmt: skip
         if ctx["small"]:
             ctx.update(small_context(trace, key, head, state, t))

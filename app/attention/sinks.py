@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
@@ -13,10 +14,11 @@ from engine.sinks import drop_sink
 
 from ..lab import Lab, get_lab
 from ..render.arrays import to_numpy
-from ..render.cells import matrix_view
+from ..render.cells import SWATCHES, matrix_view
 from ..schemas import AttentionRequest, FieldError, from_query
 from ..web.page import serve
 from ..web.state import ViewState, parse_head, url_fields
+from .view import COLOR_TICKS, axis_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(AttentionRequest)
@@ -50,12 +52,18 @@ async def sinks_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
             top_change=float(to_numpy(d.relative).max()) or 1.0,
             heatmap=lambda which: "/api/v1/attention/heatmap.png?" + state.api_query(stage="softmax", head=head,
                                                                                      size=384, color=which),
+            # The maps' axes (queries down, keys across, as the lab's large view) and their colour bars.
+            row_axis=axis_labels(tokens), col_axis=axis_labels(tokens), swatches=SWATCHES["sequential"],
+            ticks={which: COLOR_TICKS[("sequential", which)] for which in ("log", "linear")},
         )  # fmt: skip
         if spec.n_tokens <= CELLS_UP_TO:
+            hidden = ~np.isfinite(to_numpy(trace.mask.mask))  # weights the mask set to 0: hatched, not small
+            dropped = hidden.copy()
+            dropped[1:, 0] = True  # key 0, dropped for every query but the first
             before = matrix_view("weights", "A", to_numpy(trace.softmax.weights[head]), tokens, tokens, "(N, N)",
-                                 "sequential", head)  # fmt: skip
+                                 "sequential", head, masked=hidden)  # fmt: skip
             after = matrix_view("dropped", "A′", to_numpy(d.weights[head]), tokens, tokens, "(N, N)", "sequential",
-                                head)  # fmt: skip
+                                head, masked=dropped)  # fmt: skip
             before.links = after.links = False
             ctx["matrices"] = [before, after]
 

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, Response
 
 from engine.spec import DTYPE_BYTES
 
+from ..lab import Lab, get_lab
 from ..render.arrays import Traced, to_numpy
-from ..schemas import TilesRequest
+from ..schemas import FieldError, TilesRequest, from_query
+from ..web.page import serve
+from ..web.state import lab_state, parse_int, url_fields
+
+router = APIRouter(include_in_schema=False)
+TILE_KEYS = url_fields(TilesRequest)
 
 
 def tiles_document(trace: Traced, req: TilesRequest) -> dict[str, Any]:
@@ -62,3 +71,38 @@ def tiles_document(trace: Traced, req: TilesRequest) -> dict[str, Any]:
             DTYPE_BYTES[spec.dtype],
         ),
     }
+
+
+def first_step(steps: list[dict[str, Any]]) -> int:
+    """The key block a query block opens on: the first that changes something (a fully masked block is skipped,
+    nothing happens there), so a first visit shows m, l and acc being set."""
+    return next((j for j, s in enumerate(steps) if not s["skipped"]), 0)
+
+
+@router.get("/tiles", response_class=HTMLResponse)
+async def tiles_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    """FlashAttention, walked through: one query block at a time, each key block updating m, l and the accumulator;
+    it opens on the first query block's first key block that does something."""
+    state = lab_state(request.query_params, "/tiles", TILE_KEYS, ("qb", "kb"), lab.models)
+
+    async def build(ctx: dict[str, Any]) -> None:
+        req = TilesRequest.model_validate(from_query(state.api_params(), None, TilesRequest))
+        spec = req.to_tiles_spec(lab.limits, lab.device, lab.models)
+        if spec.n_tokens > 64:
+            raise FieldError("tokens", "the walk-through prints every running value: at most 64 tokens here")
+        trace, _ = await lab.trace_async(spec)
+        doc = await run_in_threadpool(tiles_document, trace, req)
+        blocks = doc["blocks"]
+        qb = parse_int("qb", state.get("qb"), 0, 0, len(blocks) - 1)
+        steps = blocks[qb]["steps"]
+        kb = parse_int("kb", state.get("kb"), first_step(steps), 0, len(steps) - 1)
+        ctx.update(doc=doc, spec=spec, block=blocks[qb], qb=qb, kb=kb, step=steps[kb], n_steps=len(steps),
+                   qb_urls=[(i, state.url(qb=i, kb=None)) for i in range(len(blocks))],
+                   kb_urls=[(j, state.url(qb=qb, kb=j), s["skipped"]) for j, s in enumerate(steps)],
+                   prev_url=state.url(qb=qb, kb=kb - 1) if kb > 0 else None,
+                   next_url=state.url(qb=qb, kb=kb + 1) if kb + 1 < len(steps) else None,
+                   tokens=list(spec.tokens), keys=list(spec.kv_tokens) or list(spec.tokens))  # fmt: skip
+
+    return await serve(
+        request, lab, "tiles.html", state, build, json_url="/api/v1/attention/tiles?" + state.api_query(), blocks=()
+    )

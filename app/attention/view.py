@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from urllib.parse import urlencode
 
 import numpy as np
 
 from engine.attention import Trace
-from engine.spec import MAIN_TENSOR
+from engine.long import LongTrace
+from engine.spec import MAIN_TENSOR, STAGES
 
 from ..render import page as view
 from ..render import stages
@@ -70,14 +72,16 @@ COLOR_TICKS = {
 }
 
 
-def large_context(trace: Trace, key: str, head: int, state: ViewState) -> dict[str, Any]:
+def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewState, a: Any = None) -> dict[str, Any]:
+    """The heat map of one head's matrix of stage `key` and a 16 × 16 window of it (templates/_heat.html). `a` is
+    that matrix when the caller computed it (a long context's lazy trace); by default it is read from the trace."""
     spec = trace.spec
     tensor = MAIN_TENSOR[key]
     scale_kind = "sequential" if tensor == "weights" else "diverging"
     # Near-uniform attention over many keys is one flat colour on a linear 0-1 scale: weights default to log.
     mode = colour_mode(state.params) if state.get("color") else ("log" if tensor == "weights" else "linear")
-    full = getattr(getattr(trace, key), tensor)[head]  # (N, N) or (N, d_k)
-    a = to_numpy(full)
+    if a is None:
+        a = to_numpy(getattr(getattr(trace, key), tensor)[head])  # (N, N) or (N, d_k)
     finite = a[np.isfinite(a)]
     bound = float(np.abs(finite).max()) if finite.size else 0.0
     n_rows, n_cols = a.shape
@@ -112,6 +116,10 @@ def large_context(trace: Trace, key: str, head: int, state: ViewState) -> dict[s
         rows = row_stats(a[row0 : row0 + TILE], keys)
         stats = [(f"{row0 + i}: {tok[row0 + i]}", s) for i, s in enumerate(rows)]
     size = min(768, max(256, n_rows))
+    # A matrix far taller than wide (q, or a head's output, of many tokens) is drawn 4:1, not one screen wide and
+    # many screens tall, and its few columns labelled sparsely; the readout and the click still find the cell.
+    tall = n_rows > 2 * n_cols
+    width, height = (160, 640) if tall else (640, round(640 * n_rows / n_cols))
     return {
         "tensor": tensor,
         "thumbs": [
@@ -128,7 +136,10 @@ def large_context(trace: Trace, key: str, head: int, state: ViewState) -> dict[s
         "ticks": COLOR_TICKS[(scale_kind, mode)] or [short(-bound), "0", short(bound)],
         "swatches": SWATCHES[scale_kind],
         "row_axis": axis_labels(tok),
-        "col_axis": axis_labels(col_labels),
+        "col_axis": axis_labels(col_labels, 8 if tall else 32),
+        "tall": tall,
+        "width": width,
+        "height": height,
         "tile_url": state.url(tile="ROW,COL"),
         "window_api": "/api/v1/attention/window?" + state.api_query(stage=key, tensor=tensor, head=head),
         "n_rows": n_rows,
@@ -139,4 +150,43 @@ def large_context(trace: Trace, key: str, head: int, state: ViewState) -> dict[s
         "moves": moves,
         "tile_stats": stats,
         "scale_kind": scale,
+    }
+
+
+def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, model: Any, max_tokens: int,
+                 lang: str, t: Any) -> dict[str, Any]:  # fmt: skip
+    """The lab's view of a pretrained model's text past a whole trace's length (templates/_long.html): the large
+    view of one head of stage `key` from the lazy trace, whose matrix `a` the caller computed, with the stage, head
+    and layer pickers and the model view of the same text."""
+    spec = lt.spec
+    index = STAGES.index(key)
+    large = large_context(lt, key, head, state, a)
+    r0, r1, c0, c1 = large["tile_range"]
+    model_url = None
+    if getattr(model, "one_pass_view", False):  # the model view reads every layer of a long text in one pass
+        seq = {"text": state.get("text")} if state.get("text") else {"token_ids": ",".join(map(str, spec.token_ids))}
+        model_url = "/model?" + urlencode({"preset": spec.preset, **seq, "lang": lang})
+    n_layer = model.info.n_layer
+    return {
+        "spec": spec,
+        "key": key,
+        "index": index + 1,
+        "head": head,
+        "large": large,
+        "formula": stages.REGISTRY[key].formula(lt),
+        "explain": str(t(stages.REGISTRY[key].explain(lt))),
+        "prev_url": state.url(stage=STAGES[index - 1]) if index > 0 else None,
+        "next_url": state.url(stage=STAGES[index + 1]) if index + 1 < len(STAGES) else None,
+        "stage_urls": [(s, state.url(stage=s)) for s in STAGES],
+        "head_urls": [(h, state.url(head=h)) for h in range(spec.n_heads)],
+        # The page's JSON twin: the window's exact numbers, as the table shows them.
+        "json_url": large["window_api"] + f"&row={r0}&col={c0}&rows={r1 - r0 + 1}&cols={c1 - c0 + 1}",
+        "long": {
+            "max_tokens": max_tokens,
+            "n_layer": n_layer,
+            "layer_fields": [(k, v) for k, v in state.params.items() if k not in ("layer", "tile")],
+            "prev_layer": state.url(layer=spec.layer - 1, tile=None) if spec.layer > 0 else None,
+            "next_layer": state.url(layer=spec.layer + 1, tile=None) if spec.layer + 1 < n_layer else None,
+            "model_url": model_url,
+        },
     }

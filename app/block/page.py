@@ -36,7 +36,7 @@ async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
         head = parse_head(state.get("head"), spec.attn.n_heads)
         trace, _ = await lab.block_async(spec)
         i = order.index(stage)
-        small = spec.attn.n_tokens <= view.SMALL and spec.attn.d_model <= view.SMALL
+        small = spec.attn.n_tokens <= view.SMALL_TOKENS and spec.attn.d_model <= view.SMALL_DIMS
         ctx.update(
             trace=trace,
             spec=spec,

@@ -13,7 +13,7 @@ from engine.device import close
 from ..lab import Lab, get_lab
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
-from ..render.page import kv_head
+from ..render.page import SMALL_DIMS, SMALL_TOKENS, kv_head
 from ..schemas import DecodeRequest, from_query
 from ..web.page import serve
 from ..web.state import ViewState, parse_head, parse_int, url_fields
@@ -44,7 +44,7 @@ async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
         g = kv_head(spec, head)
         tok = list(spec.tokens)
         dk = dims(spec.d_k)
-        small = spec.d_model <= 16 and spec.n_tokens <= 16
+        small = spec.d_model <= SMALL_DIMS and spec.n_tokens <= SMALL_TOKENS
         per_token = trace.bytes_per_token
         ctx.update(spec=spec, trace=trace, step=step, n_steps=n_steps, head=head, small=small, prefill=prefill,
                    per_token=per_token)  # fmt: skip

@@ -18,7 +18,7 @@ router = APIRouter(prefix="/api/v1", tags=["generation"], responses=ERRORS)
 NOTE = (
     "Greedy decoding (the most likely token each time, as transformers' generate(do_sample=False)) through a KV "
     "cache: the prompt runs once, then each token alone. generated[i]: token_id, token (its label), top (the five "
-    "most likely tokens and their probabilities), context (tokens in the cache when it was predicted), "
+    "most likely tokens, labelled like `token`, and their probabilities), context (tokens in the cache when it was predicted), "
     "kv_cache_bytes, and attention (H, context): each head's weights at `layer`, for the query that predicted it "
     "(the context's last token). Stops after the end-of-text token."
 )

@@ -15,7 +15,7 @@ from ..render.cells import matrix_view
 from ..schemas import from_query
 from ..web.page import language, serve
 from ..web.state import ViewState, parse_int, url_fields
-from .view import GenerateRequest, generation_spec, run
+from .view import GenerateRequest, generation_spec, run, top_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(GenerateRequest)
@@ -36,13 +36,12 @@ async def generate_page(request: Request, lab: Annotated[Lab, Depends(get_lab)])
         model = lab.models[spec.preset]
         g = await run(lab, spec, req, layer, request_key(request))
         n = len(g.steps)
-        step = parse_int("step", state.get("step"), n, 1, n)
+        step = parse_int("step", state.get("step"), 1, 1, n)  # a first visit opens on the first generated token
         s = g.steps[step - 1]
         assert s.attention is not None  # a layer is always watched here
         ids = list(g.prompt_ids) + [x.token_id for x in g.steps]
         labels = model.labels(ids)
         prompt_n = len(g.prompt_ids)
-        tok = model.tokenizer()
         heads = [f"{ctx['t']('head')} {h}" for h in range(model.info.n_heads)]
         attention = matrix_view("attention", "a", to_numpy(s.attention), heads, labels[: s.context],
                                 "(H, t)", "sequential", None)  # fmt: skip
@@ -50,10 +49,10 @@ async def generate_page(request: Request, lab: Annotated[Lab, Depends(get_lab)])
         ctx.update(
             spec=spec, layer=layer, n_layer=model.info.n_layer, gen=g, step=step, n_steps=n, cur=s,
             prompt=labels[:prompt_n], generated=labels[prompt_n:], attention=attention,
-            top=[(tok.decode([t]), p) for t, p in zip(s.top_ids, s.top_probs, strict=True)],
+            top=list(zip(top_labels(model, ids, labels, s.context, s.top_ids), s.top_probs, strict=True)),
             cache_bytes=s.context * g.kv_bytes_per_token, final_bytes=(len(ids) - 1) * g.kv_bytes_per_token,
             text=req.text if req.text is not None else "", max_new=req.max_new_tokens,
-            step_urls=[(i, state.url(step=i)) for i in range(1, n + 1)],
+            step_urls=[(i, state.url(step=i)) for i in range(1, n + 1)], first_url=state.url(step=1),
             prev_url=state.url(step=step - 1) if step > 1 else None,
             next_url=state.url(step=step + 1) if step < n else None,
         )  # fmt: skip

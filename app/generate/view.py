@@ -71,6 +71,21 @@ async def run(lab: Any, spec: Spec, req: GenerateRequest, layer: int, key: str |
     return result
 
 
+TAIL = 4  # context tokens a candidate is read after: a UTF-8 character has at most 4 bytes, a piece at least 1
+
+
+def top_labels(
+    model: Any, ids: list[int], labels: list[str], context: int, top_ids: tuple[int, ...] | list[int]
+) -> list[str]:
+    """The candidates of the step predicted from `ids[:context]`, labelled as the text labels its pieces: the token
+    that was chosen exactly as the text shows it (猫₁ when the next piece finishes 猫); any other as if it came next,
+    after the context's last pieces (猫₂ when it finishes a character the context began; bytes that begin a
+    character it does not finish as ⟨e7⟩). Never U+FFFD, which `decode` gives for a piece of a character."""
+    chosen = ids[context] if context < len(ids) else None
+    tail = list(ids[max(0, context - TAIL) : context])
+    return [labels[context] if t == chosen else model.labels([*tail, t])[-1] for t in top_ids]
+
+
 def document(model: Any, spec: Spec, g: Generation, decimals: int | None) -> dict[str, Any]:
     ids = list(g.prompt_ids) + [s.token_id for s in g.steps]
     labels = model.labels(ids)  # byte pieces of one character are named together (猫₁ 猫₂ 猫₃)
@@ -93,7 +108,10 @@ def document(model: Any, spec: Spec, g: Generation, decimals: int | None) -> dic
             {
                 "token_id": s.token_id,
                 "token": labels[n + i],
-                "top": [[tok.decode([t]), p] for t, p in zip(s.top_ids, s.top_probs, strict=True)],
+                "top": [
+                    [label, p]
+                    for label, p in zip(top_labels(model, ids, labels, s.context, s.top_ids), s.top_probs, strict=True)
+                ],
                 "context": s.context,
                 "kv_cache_bytes": s.context * g.kv_bytes_per_token,
                 "attention": weights(s.attention),

@@ -20,7 +20,9 @@ class ModelViewRequest(BaseModel):
 
     preset: str = Field("smollm2", max_length=64, description="A pretrained model this server loaded (minilm, smollm2, "
                         "checkpoint).")  # fmt: skip
-    text: str | None = Field(None, max_length=4000, description="Text for the model's own tokenizer.")
+    # A long context's text (up to MAX_LONG_TOKENS tokens: some 20,000 characters of English) fits; the tokens are
+    # what is limited, below.
+    text: str | None = Field(None, max_length=65_536, description="Text for the model's own tokenizer.")
     token_ids: list[int] | None = Field(None, max_length=4096, description="Token ids instead of text.")
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+DENSE_COLS = 16  # a matrix wider than this gets narrower cells (CSS: table[data-matrix].dense)
 # The colour classes of each scale, low to high (the colour bar draws them in order).
 SWATCHES = {
     "sequential": [f"sq-{i}" for i in range(11)],
@@ -52,6 +53,11 @@ class MatrixView:
     @property
     def swatches(self) -> list[str]:
         return SWATCHES[self.scale]
+
+    @property
+    def dense(self) -> bool:
+        """Wider than DENSE_COLS columns: narrower cells (a 24-token sentence's 24 × 24 fits a laptop's width)."""
+        return len(self.cols) > DENSE_COLS
 
 
 def full(v: float) -> str:

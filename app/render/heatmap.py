@@ -1,7 +1,8 @@
 """Heat maps as PNG, drawn by the server for traces too large for numbers in cells.
 
 Weights use viridis (sequential, readable with every common colour-vision deficiency, 0 → 1 fixed); scores use
-ColorBrewer's RdBu (diverging, symmetric around 0 with the matrix's largest |value|). −∞ is drawn grey.
+ColorBrewer's RdBu (diverging, symmetric around 0 with the matrix's largest |value|). −∞ is drawn grey, hatched; a
+weight that is 0 because the mask removed its key is hatched light grey (as the cells are), never dark purple.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ RDBU = [
     "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f",
 ]  # fmt: skip
 MASKED = (189, 189, 189)
+HATCH = {  # (stripe, gap) colours of the diagonal hatching: −∞ scores, and weights the mask set to 0
+    "neginf": ((189, 189, 189), (214, 214, 214)),
+    "masked": ((217, 221, 227), (238, 241, 244)),  # as td.masked in static/lab.css
+}
+HATCH_PERIOD = 8  # pixels along a row from one stripe to the next
 
 
 def _rgb(hexes: list[str]) -> np.ndarray:
@@ -76,10 +82,28 @@ def colourise(a: np.ndarray, scale: str, bound: float | None = None) -> np.ndarr
     return rgb
 
 
-def png(a: np.ndarray, scale: str, size: int, mode: str = "linear") -> bytes:
+def _hatch(rgb: np.ndarray, where: np.ndarray, colours: tuple[tuple[int, int, int], tuple[int, int, int]]) -> None:
+    """Diagonal stripes (top-right to bottom-left, as the cells' 135° gradient) over the pixels `where` is true."""
+    y, x = np.indices(where.shape)
+    stripe = ((x + y) % HATCH_PERIOD) < HATCH_PERIOD // 2
+    rgb[where & stripe] = colours[0]
+    rgb[where & ~stripe] = colours[1]
+
+
+def _at(cells: np.ndarray, target: tuple[int, int], enlarge: bool) -> np.ndarray:
+    """A boolean (R, C) map of cells at the image's pixel size (W, H): a pixel is set when most of it is."""
+    img = Image.fromarray(cells.astype(np.uint8) * 255, "L")
+    if img.size != target:
+        img = img.resize(target, Image.Resampling.NEAREST if enlarge else Image.Resampling.BOX)
+    return np.asarray(img) >= 128
+
+
+def png(a: np.ndarray, scale: str, size: int, mode: str = "linear", masked: np.ndarray | None = None) -> bytes:
     """A PNG whose longer side is `size` pixels: nearest-neighbour when enlarging, area-averaged when shrinking.
     The shorter side never loses rows (or columns) it has room for, so a (7, 3072) strip keeps its 7 tokens.
-    `mode` (linear, log, row) chooses what the colours read."""
+    `mode` (linear, log, row) chooses what the colours read. −∞ is hatched grey; `masked` (a boolean matrix of
+    a's shape) marks weights the mask removed, hatched light grey."""
+    neginf = ~np.isfinite(a)
     a = rescale(a, scale, mode)
     h, w = a.shape
     factor = size / max(h, w)
@@ -90,6 +114,12 @@ def png(a: np.ndarray, scale: str, size: int, mode: str = "linear") -> bytes:
     img = Image.fromarray(colourise(a, scale, 1.0 if mode != "linear" and scale == "diverging" else None), "RGB")
     if img.size != target:
         img = img.resize(target, Image.Resampling.NEAREST if factor >= 1 else Image.Resampling.BOX)
+    hatched = [("neginf", neginf)] + ([("masked", masked & ~neginf)] if masked is not None else [])
+    if any(cells.any() for _, cells in hatched):
+        rgb = np.array(img)
+        for kind, cells in hatched:
+            _hatch(rgb, _at(cells, target, factor >= 1), HATCH[kind])
+        img = Image.fromarray(rgb, "RGB")
     buf = io.BytesIO()
     img.save(buf, "PNG", optimize=False, compress_level=3)
     return buf.getvalue()

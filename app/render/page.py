@@ -22,7 +22,11 @@ from .arrays import to_numpy
 from .cells import MatrixView, dims, full, matrix_view, row_stats
 from .stages import Presentation, register
 
-SMALL = 16  # traces with N and d_model up to this show every number in cells
+# Traces up to these sizes show every number in cells; larger ones switch to heat maps. A classroom sentence is
+# often 17–24 tokens, so tokens get more room than dimensions: an (N, N) matrix of 24 tokens still fits the page in
+# its .scroll box, while a d_model past 16 turns Q, K, V and the weights into walls of numbers.
+SMALL_TOKENS = 24
+SMALL_DIMS = 16
 
 
 TOKEN_BY_TOKEN = ("scores", "mask", "softmax")  # stages whose matrices are (N, N_kv): their size is the tokens'
@@ -32,8 +36,8 @@ def is_small(trace: Trace, key: str | None = None) -> bool:
     """Numbers in cells when they fit: every matrix of a small trace; the (N, N) matrices of a stage whose size is
     the tokens', whatever d_model (a 13-token SmolLM2 sentence shows its scores, mask and weights as cells)."""
     spec = trace.spec
-    tokens_fit = spec.n_tokens <= SMALL and (len(spec.kv_tokens) or spec.n_tokens) <= SMALL
-    return tokens_fit and (spec.d_model <= SMALL or key in TOKEN_BY_TOKEN)
+    tokens_fit = spec.n_tokens <= SMALL_TOKENS and (len(spec.kv_tokens) or spec.n_tokens) <= SMALL_TOKENS
+    return tokens_fit and (spec.d_model <= SMALL_DIMS or key in TOKEN_BY_TOKEN)
 
 
 @lru_cache(maxsize=64)
@@ -69,7 +73,7 @@ def formula(trace: Trace, key: str) -> str:
         "scores": rf"S = \frac{{QK^\top}}{{s}},\qquad s = {s}",
         "mask": rf"S' = S + M,\qquad {mask_cases}",
         "softmax": r"A_{ij} = \frac{\exp(S'_{ij} - m_i)}{\sum_{k} \exp(S'_{ik} - m_i)},\qquad m_i = \max_k S'_{ik}",
-        "weighted_sum": r"\mathrm{head}_h = A_h V_h,\qquad O = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_H)\,W_O"
+        "weighted_sum": r"\mathrm{head}_h = A_h V_h,\qquad O = \mathrm{Concat}(\mathrm{head}_0, \dots, \mathrm{head}_{H-1})\,W_O"
         + b("O"),
     }[key]
     return mathml(latex)

@@ -19,11 +19,12 @@ from typing import Annotated, Any, Literal
 import anyio
 from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from redis.exceptions import RedisError
 
 from ..render.payload import json_response
 from ..schemas import Problem
+from ..web import lessons
 from .service import RoomError, Rooms, check_view, clean_page, clean_query, client_address, get_rooms, join_url
 from .store import Answer, Event, Poll
 
@@ -156,6 +157,15 @@ class AnswerIn(BaseModel):
 
 class AnswerOut(BaseModel):
     answer: str = Field(description="the answer as counted: the option's text, or 'row,col'")
+
+
+class LessonPollIn(BaseModel):
+    model_config = STRICT
+    lesson: str = Field(max_length=64, description="a lesson's slug, as in /lessons/<slug>")
+    step: int = Field(ge=1, le=64, description="the step, counting from 1 as the lesson page does")
+    lang: Literal["en", "zh"] = Field("en", description="the language of the question and its options")
+    rows: int | None = Field(None, ge=1, le=4096, description="a cell poll's matrix rows, as the page shows it")
+    cols: int | None = Field(None, ge=1, le=4096)
 
 
 class PollCreated(BaseModel):
@@ -315,6 +325,35 @@ async def open_poll(code: str, body: PollIn, request: Request, rooms: RoomsDep) 
     return json_response({"id": poll.id, "version": version}, 201)
 
 
+def prepared_poll(slug: str, k: int, lang: str, rows: int | None, cols: int | None) -> PollIn:
+    """Step k (from 1) of a lesson as a poll: its question, options and key, checked like a teacher's own."""
+    lesson = lessons.BY_SLUG.get(slug)
+    if lesson is None:
+        raise RoomError(422, "lesson", f"no lesson {slug[:64]!r}; see /lessons")
+    if not 1 <= k <= len(lesson.steps):
+        raise RoomError(422, "step", f"lesson {lesson.slug!r} has steps 1..{len(lesson.steps)}, got {k}")
+    step = lesson.steps[k - 1]
+    if step.poll is None:
+        raise RoomError(422, "step", f"step {k} of {lesson.slug!r} has no prepared question")
+    prepared = step.poll.for_lang(step.text(lang)[1], lang) | {"rows": rows, "cols": cols}
+    try:
+        return PollIn.model_validate(prepared)
+    except ValidationError as exc:  # the lesson's key against the page's matrix (rows/cols): a 422, not a 500
+        raise RoomError(422, "rows", exc.errors()[0]["msg"]) from exc
+
+
+@router.post("/{code}/polls/lesson", status_code=201, response_model=PollCreated, responses=TEACHER)
+async def open_lesson_poll(code: str, body: LessonPollIn, request: Request, rooms: RoomsDep) -> Response:
+    """Ask the class a lesson step's own question: its options and its key come from the lesson (never from the
+    projected page, which does not hold the key); students see the question at once, the key when it closes."""
+    room = await rooms.teacher(request, code)
+    poll_in = prepared_poll(body.lesson, body.step, body.lang, body.rows, body.cols)
+    poll = Poll(secrets.token_hex(4), poll_in.prompt, poll_in.kind, tuple(poll_in.options), poll_in.rows,
+                poll_in.cols, poll_in.answer)  # fmt: skip
+    version = await rooms.store.open_poll(room.code, poll)
+    return json_response({"id": poll.id, "version": version}, 201)
+
+
 async def _poll(rooms: Rooms, code: str, poll_id: str) -> tuple[str, Poll]:
     room = await rooms.room(code)
     poll = await rooms.store.poll(room.code, poll_id[:16])
@@ -323,12 +362,23 @@ async def _poll(rooms: Rooms, code: str, poll_id: str) -> tuple[str, Poll]:
     return room.code, poll
 
 
+@router.get("/{code}/polls/lesson", response_model=PollIn, responses=TEACHER)
+async def lesson_poll(code: str, lesson: str, step: int, request: Request, rooms: RoomsDep,
+                      lang: Literal["en", "zh"] = "en") -> Response:  # fmt: skip
+    """A lesson step's prepared question as the poll it would open, key included: for the teacher's remote only."""
+    await rooms.teacher(request, code)
+    return json_response(prepared_poll(lesson, step, lang, None, None).model_dump())
+
+
 @router.get("/{code}/polls/{poll_id}", response_model=PollOut, responses=REFUSALS)
-async def poll_results(code: str, poll_id: str, rooms: RoomsDep) -> Response:
-    """The answers counted so far (a student's later answer replaces the earlier); the key once it is closed."""
+async def poll_results(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
+    """The answers counted so far (a student's later answer replaces the earlier); the key once it is closed, or
+    at any time to the room's teacher (the remote marks it while the class votes)."""
     code, poll = await _poll(rooms, code, poll_id)
     counts = await rooms.store.counts(code, poll.id)
-    out = poll.public() | {"answer": poll.answer if poll.status == "closed" else None, "counts": counts,
+    room = await rooms.room(code)
+    shown = poll.status == "closed" or await rooms.is_teacher(request, room)
+    out = poll.public() | {"answer": poll.answer if shown else None, "counts": counts,
                            "total": sum(counts.values())}  # fmt: skip
     return json_response(out)
 

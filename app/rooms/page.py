@@ -8,6 +8,7 @@ view URL: room.js fetches it and swaps the page in place, keeping the bar and th
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 from urllib.parse import parse_qsl, quote
 
@@ -29,15 +30,21 @@ from .service import (
     get_rooms,
     join_url,
 )
-from .store import normal_code
+from .store import Room, normal_code
 
 router = APIRouter(include_in_schema=False)
 RoomsDep = Annotated[Rooms, Depends(get_rooms)]
 
 
-def view_url(page: str, query: str, lang: str | None = None) -> str:
-    q = query + (("&" if query else "") + f"lang={lang}" if lang else "")
+def view_url(page: str, query: str, lang: str | None = None, present: bool = False) -> str:
+    """The room's view for one screen: its own language, and presenter mode when that screen was in it."""
+    extra = "&".join(([f"lang={lang}"] if lang else []) + (["present=1"] if present else []))
+    q = "&".join(part for part in (query, extra) if part)
     return page + ("?" + q if q else "")
+
+
+def _presenting(query: str) -> bool:
+    return re.search(r"(?:^|&)present=1(?:&|$)", query) is not None
 
 
 def _page(request: Request, template: str, status: int = 200, **ctx: object) -> Response:
@@ -105,6 +112,16 @@ async def start(request: Request, rooms: RoomsDep) -> Response:
     cookie (never into a URL), and the teacher goes back to the same view, now with the room's bar."""
     t = translator(language(request))
     form = await _form(request)
+    lang = form.get("lang") if form.get("lang") in LANGS else None
+    current = await _own_room(request, rooms)
+    # A class already runs in this browser: keep it (its students follow this view), never a second room.
+    if current is not None:
+        limit = int(rooms.settings.max_query_kb * 1024)
+        try:
+            page, query = clean_page(form.get("page", "/")), clean_query(form.get("query", ""), limit)
+        except RoomError:
+            page, query = current.page, current.query
+        return RedirectResponse(view_url(page, query, lang, _presenting(form.get("query", ""))), 303)
     try:
         rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
         page = clean_page(form.get("page", "/"))
@@ -113,11 +130,42 @@ async def start(request: Request, rooms: RoomsDep) -> Response:
     except RoomError as exc:
         return _page(request, "room_join.html", exc.status, error=f"{exc.field}: {exc.message}",
                      disabled=rooms.disabled or (t("room.off") if exc.status == 503 else None))  # fmt: skip
-    lang = form.get("lang") if form.get("lang") in LANGS else None
-    response = RedirectResponse(view_url(page, query, lang), 303)
+    response = RedirectResponse(view_url(page, query, lang, _presenting(form.get("query", ""))), 303)
     response.set_cookie(TEACHER_COOKIE, quote(f"{room.code}.{token}", safe=".-_"),
                         max_age=int(rooms.settings.room_idle_s), httponly=True, samesite="strict")  # fmt: skip
     response.set_cookie(ROOM_COOKIE, room.code, max_age=int(rooms.settings.room_idle_s), samesite="lax")
+    return response
+
+
+async def _own_room(request: Request, rooms: Rooms) -> Room | None:
+    """The open room this browser teaches (its teacher cookie), if any."""
+    code = request.cookies.get(TEACHER_COOKIE, "").partition(".")[0]
+    if not code:
+        return None
+    try:
+        room = await rooms.room(code)
+    except RoomError:
+        return None
+    return room if await rooms.is_teacher(request, room) else None
+
+
+@router.get("/r/{code}/teach", response_class=HTMLResponse)
+async def teach(code: str, request: Request, rooms: RoomsDep) -> Response:
+    """The teacher's remote, for the teacher's own screen or phone (never the projector): step the class, ask a
+    lesson's prepared question or one's own, watch the answers come in, reveal, end. Only the teacher's browser
+    may open it."""
+    lang = language(request)
+    t = translator(lang)
+    try:
+        room = await rooms.teacher(request, code)
+    except RoomError as exc:
+        status = exc.status if exc.status in (404, 503) else 403
+        message = t("room.remote_only_teacher") if status == 403 else t("room.not_found")
+        return _page(request, "room_join.html", status, error=message, disabled=rooms.disabled)
+    url = join_url(request, room.code)
+    response = _page(request, "room_teach.html", room=room, join_url=url,
+                     lang_urls={c: f"/r/{room.code}/teach?lang={c}" for c in LANGS})  # fmt: skip
+    response.headers["Cache-Control"] = "no-store"
     return response
 
 

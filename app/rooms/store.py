@@ -38,7 +38,7 @@ def new_code() -> str:
 
 def normal_code(raw: str) -> str | None:
     """The code as stored (upper case), or None when it cannot be a room code at all."""
-    code = raw.strip().upper()
+    code = "".join(c for c in raw if c not in " -\u00a0\t").upper()  # "yx9 e8z", "YX9-E8Z" as read off a wall
     if len(code) == CODE_LENGTH and all(c in ALPHABET for c in code):
         return code
     return None

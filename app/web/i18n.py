@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from collections.abc import Callable
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 LANGS = ("en", "zh")
 LOCALES = Path(__file__).with_name("locales")
@@ -42,12 +44,26 @@ def negotiate(query_lang: str | None, accept_language: str | None) -> str:
     return best
 
 
+class _Plural(string.Formatter):
+    """str.format, plus a count's word forms: `{n:token|tokens}` reads "token" when n is 1, else "tokens" (a
+    catalogue writes `{n} {n:token|tokens}`; Chinese needs no such field). Other format specs are Python's."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if "|" in format_spec:
+            one, _, other = format_spec.partition("|")
+            return one if value == 1 else other
+        return super().format_field(value, format_spec)
+
+
+_PLURAL = _Plural()
+
+
 def translator(lang: str) -> Callable[..., str]:
     table = MESSAGES[lang]
 
     def t(key: str, **values: object) -> str:
         text = table[key]
-        return text.format(**values) if values else text
+        return _PLURAL.format(text, **values) if values else text
 
     return t
 

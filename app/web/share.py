@@ -7,6 +7,7 @@ network interfaces (nothing is sent anywhere), unless `public_url` is configured
 
 from __future__ import annotations
 
+import html
 import io
 import ipaddress
 import re
@@ -73,13 +74,34 @@ def public_base(request_base: str, configured: str | None) -> str:
 MAX_QR_CHARS = 1200  # beyond this a phone camera struggles anyway
 
 
-def qr_svg(url: str) -> str:
-    """The URL as a QR code, SVG with presentation attributes only (no inline style)."""
+def qr_svg(url: str, label: str | None = None) -> str:
+    """The URL as a QR code, SVG with presentation attributes only (no inline style). It is an image with a name
+    (role="img", aria-label and <title>): `label`, by default "QR code: <url>"; a page relabels it in its own
+    language with the `qr_label` template filter."""
     import segno
 
     buf = io.BytesIO()
     segno.make(url, error="m").save(buf, kind="svg", scale=5, border=2, xmldecl=False, svgns=True, nl=False)
-    return buf.getvalue().decode()
+    return label_svg(buf.getvalue().decode(), label or f"QR code: {url}")
+
+
+_SVG_OPEN = re.compile(r"<svg\b[^>]*>")
+_SVG_NAME = re.compile(r'\s(?:role|aria-label)="[^"]*"')
+_SVG_TITLE = re.compile(r"\s*<title>.*?</title>", re.S)
+
+
+def label_svg(svg: str, label: str) -> str:
+    """The SVG as an image named `label`: role="img", aria-label and a <title>, replacing any name it had."""
+    opening = _SVG_OPEN.search(svg)
+    if opening is None:
+        return svg
+    text = html.escape(label, quote=True)
+    head = _SVG_NAME.sub("", opening.group(0))
+    rest = svg[opening.end() :]
+    title = _SVG_TITLE.match(rest)
+    rest = rest[title.end() :] if title else rest
+    head = head[:4] + f' role="img" aria-label="{text}"' + head[4:]
+    return svg[: opening.start()] + head + f"<title>{text}</title>" + rest
 
 
 # Pages a class can follow in a room (app/rooms): the lab and the pages built on it, not /embed, /docs or the API.

@@ -75,8 +75,9 @@ def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -
     return tensor, to_numpy(t)
 
 
-def heatmap_response(tensor: str, a: np.ndarray, size: int, mode: str = "linear") -> Response:
-    body = png(a, "sequential" if tensor == "weights" else "diverging", size, mode)
+def heatmap_response(tensor: str, a: np.ndarray, size: int, mode: str = "linear",
+                     masked: np.ndarray | None = None) -> Response:  # fmt: skip
+    body = png(a, "sequential" if tensor == "weights" else "diverging", size, mode, masked)
     return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 
 

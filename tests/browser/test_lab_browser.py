@@ -131,7 +131,7 @@ def test_no_request_leaves_loopback_and_the_csp_blocks_nothing(page: Page, live_
     expect(page.locator("#stage")).to_have_attribute("data-index", "4")
     page.keyboard.press("m")
     expect(page.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "false")
-    page.goto(f"{live_server}/?preset=gpt2-small&tokens=a+b+c+d+e+f+g+h+i+j+k+l+m+n+o+p+q+r&stage=4")
+    page.goto(f"{live_server}/?preset=gpt2-small&tokens=" + "+".join(f"w{i}" for i in range(30)) + "&stage=4")
     page.locator("#zoom").hover()
     page.goto(f"{live_server}/docs")
     expect(page.locator(".swagger-ui .title").first).to_contain_text("Attention Lab")

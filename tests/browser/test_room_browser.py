@@ -41,12 +41,15 @@ def test_a_student_follows_the_teacher_answers_a_poll_and_explores(browser: Brow
         room = httpx.get(f"{live_server}/api/v1/rooms/{code}").json()
         assert "lang" not in parse_qs(room["query"]) and parse_qs(room["query"])["stage"] == ["mask"]
 
-        # A poll: the student answers on the phone, the teacher sees it counted, then reveals.
-        tp.click(".room-poll-form summary")
-        tp.fill("[data-room-poll-form] input[name=prompt]", "Which is row 1's largest weight?")
-        tp.fill("[data-room-poll-form] input[name=options]", "猫, 坐")
-        tp.fill("[data-room-poll-form] input[name=answer]", "猫")
-        tp.click("[data-room-poll-form] button[type=submit]")
+        # A poll, written on the teacher's remote (not on the projector): the student answers on the phone, the
+        # teacher sees it counted, then reveals.
+        remote = teacher.new_page()
+        remote.goto(f"{live_server}/r/{code}/teach?lang=en")
+        remote.click(".teach-custom summary")
+        remote.fill("[data-poll-form] input[name=prompt]", "Which is row 1's largest weight?")
+        remote.fill("[data-poll-form] input[name=options]", "猫, 坐")
+        remote.fill("[data-poll-form] input[name=answer]", "猫")
+        remote.click("[data-poll-form] button[type=submit]")
         expect(sp.locator("[data-room-question]")).to_be_visible(timeout=10_000)
         expect(sp.locator("[data-room-prompt]")).to_have_text("Which is row 1's largest weight?")
         assert sp.evaluate("document.documentElement.scrollWidth") <= 390  # the bar never pushes the phone sideways
@@ -71,7 +74,8 @@ def test_a_student_follows_the_teacher_answers_a_poll_and_explores(browser: Brow
         sp.click("[data-room-back]")
         expect(sp.locator("#stage")).to_have_attribute("data-stage", "softmax", timeout=10_000)
 
-        # The teacher ends the class: the student is told, the page stays.
+        # The teacher ends the class (after confirming): the student is told, the page stays.
+        tp.once("dialog", lambda d: d.accept())
         tp.click("[data-room-end]")
         expect(sp.locator("[data-room-ended]")).to_be_visible(timeout=10_000)
         assert httpx.get(f"{live_server}/api/v1/rooms/{code}").status_code == 404

