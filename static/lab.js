@@ -300,7 +300,7 @@ window.labProgressKey = (function () {
   window.addEventListener("pageshow", stop);
 })();
 
-// Presenter mode: size the numbers to the projector. The largest font (12–64 px) at which the stage's matrices fit
+// Presenter mode: size the numbers to the projector. The largest font (8–64 px) at which the stage's matrices fit
 // their column and the stage (matrices and the open cell's arithmetic included) ends above the bottom of the screen
 // (and above the class bar). Measured, not guessed: a 5 × 5 softmax gets big numbers, stage 1's three matrices less.
 (function () {
@@ -329,7 +329,7 @@ window.labProgressKey = (function () {
       stage.style.setProperty("--fit", px + "px");
       stage.style.setProperty("--fit-arith", Math.min(30, Math.max(12, Math.round(px * 0.7))) + "px");
     }
-    var lo = 12, hi = 64;
+    var lo = 8, hi = 64;
     set(hi);
     if (fits()) return;
     while (hi - lo > 1) {

@@ -110,7 +110,17 @@
     markCells();
   }
   function cellLabel(value) {
+    if (value == null) return value;
+    var local = localPoll(poll);
+    var i = poll && poll.kind === "choice" ? poll.options.indexOf(value) : -1;
+    if (i >= 0 && local.options[i]) return local.options[i]; // a lesson's poll, in this student's language
     return /^\d+,\d+$/.test(value) ? "(" + value.replace(",", ", ") + ")" : value;
+  }
+  // A lesson's poll carries every language; a student reads their own (answers go by index, counted as one).
+  function localPoll(p) {
+    var mine = p && p.languages && p.languages[lang];
+    return mine && mine.options && p.options && mine.options.length === p.options.length ? mine :
+      { prompt: p ? p.prompt : "", options: p ? p.options : [] };
   }
 
   function histogram(list, counts, key) {
@@ -169,17 +179,18 @@
     var box = q("[data-room-question]");
     if (!box) return;
     box.hidden = false;
-    text("[data-room-prompt]", p.prompt);
+    var local = localPoll(p);
+    text("[data-room-prompt]", local.prompt);
     var options = q("[data-room-options]");
     options.replaceChildren();
     if (p.kind === "choice") {
-      p.options.forEach(function (o) {
+      p.options.forEach(function (o, i) {
         var b = document.createElement("button");
         b.type = "button";
         b.value = o;
-        b.textContent = o;
+        b.textContent = local.options[i];
         b.disabled = p.status !== "open";
-        b.addEventListener("click", function () { send(o); });
+        b.addEventListener("click", function () { send(i); });
         options.appendChild(b);
       });
     }
@@ -311,7 +322,7 @@
     big.textContent = code;
     var link = document.createElement("code");
     link.setAttribute("data-share-url", "");
-    link.textContent = q("[data-room-join]").textContent;
+    link.textContent = q("[data-room-join]").textContent.replace(/^https?:\/\//, ""); // short: host/r/CODE
     aside.replaceChildren(svg.cloneNode(true), big, link);
   }
 

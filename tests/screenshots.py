@@ -16,7 +16,7 @@ from .servers import ROOT, served
 README_SHOTS = ROOT / "static" / "screenshots"
 OTHER_SHOTS = ROOT / "shots"
 VIEWS = [
-    ("present", "/?stage=3&present=1", [(1280, 720), (1920, 1080)]),
+    ("present", "/?stage=4&mask=causal&cell=weights.0.2.1&present=1", [(1280, 720), (1920, 1080)]),
     ("present-compare", "/?stage=4&compare=mask&present=1", [(1280, 720)]),
     ("lab-phone", "/?stage=4", [(390, 844)]),
     ("lesson", "/?stage=3&lesson=five-stages&step=3", [(1280, 900)]),
@@ -46,33 +46,36 @@ def main() -> int:
 
 
 def room_shots(browser: Browser, base: str) -> None:
-    """A live class: the teacher in presenter mode (the room's QR and code), with a poll's answers coming in, and a
-    student's phone answering it, in both languages."""
+    """A live class as it is run: presenter mode reached by pressing its button, a lesson's prepared question asked
+    from the teacher's remote on a phone, a student's phone answering it; the projector (no key, no open histogram),
+    the remote (live histogram and key) and the phone, in both languages."""
     for lang in ("en", "zh"):
         teacher = browser.new_context(viewport={"width": 1280, "height": 720})
         tp = teacher.new_page()
-        tp.goto(f"{base}/?stage=4&lang={lang}")
+        tp.goto(f"{base}/?stage=4&mask=causal&lesson=row-one&step=1&lang={lang}")
+        tp.click("[data-toggle=present]")
+        tp.wait_for_selector("body.present")
         tp.click("[data-room-start] button")
         tp.wait_for_selector("#room [data-room-role=teacher]")
         code = tp.inner_text("[data-room-code-text]").strip()
-        options = "猫, 坐, 在" if lang == "zh" else "cat, sat, on"
-        prompt = "“坐”最关注哪个词？" if lang == "zh" else "Which token does “sat” attend to most?"
-        tp.click(".room-poll-form summary")
-        tp.fill("[data-room-poll-form] input[name=prompt]", prompt)
-        tp.fill("[data-room-poll-form] input[name=options]", options)
-        tp.click("[data-room-poll-form] button[type=submit]")
+        remote = teacher.new_page()
+        remote.set_viewport_size({"width": 390, "height": 844})
+        remote.goto(f"{base}/r/{code}/teach?lang={lang}")
+        remote.wait_for_selector("[data-prepared]:not([hidden])")
+        remote.click("[data-ask]")
         phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
         sp = phone.new_page()
         sp.goto(f"{base}/r/{code}?lang={lang}")
         sp.wait_for_selector("[data-room-question]:not([hidden])")
-        sp.click("[data-room-options] button >> nth=0")
+        sp.locator("table[data-matrix=weights] td[data-row='0'][data-col='0']").tap()
         sp.wait_for_selector("[data-room-mine]:not([hidden])")
         expect(tp.locator("[data-room-total]")).to_have_text("1")
-        tp.goto(f"{base}/?stage=4&present=1&lang={lang}")
-        tp.wait_for_selector("aside.qr[data-room-join]")
-        for page, name in ((tp, f"room-teacher-1280x720-{lang}"), (sp, f"room-student-390x844-{lang}")):
+        expect(remote.locator("[data-total]")).to_have_text("1")
+        shots = ((tp, f"room-teacher-1280x720-{lang}"), (sp, f"room-student-390x844-{lang}"),
+                 (remote, f"room-remote-390x844-{lang}"))  # fmt: skip
+        for page, name in shots:
             out = OTHER_SHOTS / f"{name}.png"
-            page.screenshot(path=str(out))
+            page.screenshot(path=str(out), full_page=page is remote)
             print(out.relative_to(ROOT))
         teacher.close()
         phone.close()

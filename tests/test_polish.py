@@ -87,9 +87,7 @@ def test_counts_are_pluralised_in_english(client: TestClient) -> None:
 
 
 # "tokens 1…i", "queries 2…N", "第 1…i 个", "row 1", head₁: counting from 1 where the headers count from 0.
-ONE_BASED = re.compile(
-    r"(tokens?|rows?) 1…i|\b1…i\b|\b2…N|第 ?[12] ?…|(row|column|head) 1\b|head ?₁|第 1 行"
-)
+ONE_BASED = re.compile(r"(tokens?|rows?) 1…i|\b1…i\b|\b2…N|第 ?[12] ?…|(row|column|head) 1\b|head ?₁|第 1 行")
 
 
 def test_the_words_count_indices_from_zero_as_the_headers_do() -> None:

@@ -22,7 +22,7 @@ from ..lab import Lab, get_lab, request_key
 from ..render import page as view
 from ..render import stages
 from ..render.arrays import to_numpy
-from ..schemas import AttentionRequest, FieldError, TilesRequest, from_query
+from ..schemas import AttentionRequest, FieldError, from_query
 from ..web import lessons
 from ..web.page import serve
 from ..web.share import MAX_QR_CHARS, is_loopback, public_base, qr_svg
@@ -37,7 +37,6 @@ from ..web.state import (
     parse_tile,
     url_fields,
 )
-from .tiles import tiles_document
 from .view import large_context, long_context, small_context
 
 router = APIRouter(include_in_schema=False)
@@ -205,35 +204,4 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
         presets=[*PRESETS, *lab.models],
         models=lab.models,
         svg_base="/api/v1/attention/heatmap.svg",
-    )
-
-
-TILE_KEYS = url_fields(TilesRequest)
-
-
-@router.get("/tiles", response_class=HTMLResponse)
-async def tiles_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    """FlashAttention, walked through: one query block at a time, each key block updating m, l and the accumulator."""
-    state = lab_state(request.query_params, "/tiles", TILE_KEYS, ("qb", "kb"), lab.models)
-
-    async def build(ctx: dict[str, Any]) -> None:
-        req = TilesRequest.model_validate(from_query(state.api_params(), None, TilesRequest))
-        spec = req.to_tiles_spec(lab.limits, lab.device, lab.models)
-        if spec.n_tokens > 64:
-            raise FieldError("tokens", "the walk-through prints every running value: at most 64 tokens here")
-        trace, _ = await lab.trace_async(spec)
-        doc = await run_in_threadpool(tiles_document, trace, req)
-        blocks = doc["blocks"]
-        qb = parse_int("qb", state.get("qb"), 0, 0, len(blocks) - 1)
-        steps = blocks[qb]["steps"]
-        kb = parse_int("kb", state.get("kb"), len(steps) - 1, 0, len(steps) - 1)
-        ctx.update(doc=doc, spec=spec, block=blocks[qb], qb=qb, kb=kb, step=steps[kb], n_steps=len(steps),
-                   qb_urls=[(i, state.url(qb=i, kb=None)) for i in range(len(blocks))],
-                   kb_urls=[(j, state.url(qb=qb, kb=j), s["skipped"]) for j, s in enumerate(steps)],
-                   prev_url=state.url(qb=qb, kb=kb - 1) if kb > 0 else None,
-                   next_url=state.url(qb=qb, kb=kb + 1) if kb + 1 < len(steps) else None,
-                   tokens=list(spec.tokens), keys=list(spec.kv_tokens) or list(spec.tokens))  # fmt: skip
-
-    return await serve(
-        request, lab, "tiles.html", state, build, json_url="/api/v1/attention/tiles?" + state.api_query(), blocks=()
     )

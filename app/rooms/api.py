@@ -184,6 +184,9 @@ class PollOut(BaseModel):
     answer: str | None = Field(None, description="once the poll is closed")
     counts: dict[str, int] = Field(description="answers by value (a cell as 'row,col'); the teacher sees them live")
     total: int
+    languages: dict[str, Any] | None = Field(
+        None, description="a lesson's poll in every language: {lang: {prompt, options}}, options in the same order"
+    )
 
 
 # Where each refused field came from, for `detail[].loc` (the same shape as every other 4xx of the API).
@@ -348,8 +351,12 @@ async def open_lesson_poll(code: str, body: LessonPollIn, request: Request, room
     projected page, which does not hold the key); students see the question at once, the key when it closes."""
     room = await rooms.teacher(request, code)
     poll_in = prepared_poll(body.lesson, body.step, body.lang, body.rows, body.cols)
+    step = lessons.BY_SLUG[body.lesson].steps[body.step - 1]
+    assert step.poll is not None  # prepared_poll checked it
+    languages = {lang: {k: step.poll.for_lang(step.text(lang)[1], lang)[k] for k in ("prompt", "options")}
+                 for lang in ("en", "zh")}  # fmt: skip
     poll = Poll(secrets.token_hex(4), poll_in.prompt, poll_in.kind, tuple(poll_in.options), poll_in.rows,
-                poll_in.cols, poll_in.answer)  # fmt: skip
+                poll_in.cols, poll_in.answer, languages=languages)  # fmt: skip
     version = await rooms.store.open_poll(room.code, poll)
     return json_response({"id": poll.id, "version": version}, 201)
 

@@ -76,11 +76,16 @@ class Poll:
     cols: int | None = None
     answer: str | None = None  # the teacher's key, revealed when the poll closes
     status: Literal["open", "closed"] = "open"
+    # A lesson's poll in every language: {"zh": {"prompt": …, "options": [… in the same order]}}. Answers are
+    # counted under `options` (a student answers by index), so a class reads its own language.
+    languages: dict[str, Any] = field(default_factory=dict)
 
     def public(self, counts: dict[str, int] | None = None) -> dict[str, Any]:
         """What students see: the answer and the counts only once the poll is closed."""
         out: dict[str, Any] = {"id": self.id, "prompt": self.prompt, "kind": self.kind, "options": list(self.options),
                                "rows": self.rows, "cols": self.cols, "status": self.status}  # fmt: skip
+        if self.languages:
+            out["languages"] = self.languages
         if self.status == "closed":
             out["answer"] = self.answer
             if counts is not None:

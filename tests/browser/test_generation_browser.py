@@ -79,7 +79,7 @@ def test_the_pages_fit_a_phone(page: Page, live_server: str, url: str) -> None:
         assert box is not None and box["height"] < 120, box
         assert flow.evaluate("el => getComputedStyle(el).flexWrap") == "nowrap"
         current = page.locator("ol.flow a[aria-current]").bounding_box()
-        assert current is not None and 0 <= current["x"] and current["x"] + current["width"] <= 390
+        assert current is not None and current["x"] >= 0 and current["x"] + current["width"] <= 390
 
 
 @needs_smollm2
