@@ -39,6 +39,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="keep live rooms in Redis (redis://HOST:PORT/DB), shared by every worker and machine",
     )
+    s.add_argument(
+        "--forwarded-allow-ips",
+        default="",
+        metavar="IPS",
+        help="proxies whose X-Forwarded-For/-Proto to believe (comma-separated addresses or networks, '*' for any); "
+        "default: none, so every client is its own TCP peer and no client can pick the address its limits count",
+    )
     s.add_argument("--reload", action="store_true", help=argparse.SUPPRESS)
 
     t = sub.add_parser("trace", help="print one stage of a trace")
@@ -183,6 +190,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.redis:
         os.environ["ATTENTION_LAB_REDIS_URL"] = args.redis
     os.environ["ATTENTION_LAB_WORKERS"] = str(args.workers)
+    os.environ["ATTENTION_LAB_BIND_HOST"] = args.host
     if args.workers > 1 and not os.environ.get("ATTENTION_LAB_REDIS_URL"):
         print(
             f"attention-lab: rooms are off: {args.workers} workers need a shared store for live classes "
@@ -229,6 +237,9 @@ def _serve(args: argparse.Namespace) -> int:
         reload=args.reload,
         http="httptools",
         loop="uvloop",
+        # uvicorn believes X-Forwarded-* from 127.0.0.1 by default; here only from the proxies named.
+        proxy_headers=bool(args.forwarded_allow_ips),
+        forwarded_allow_ips=args.forwarded_allow_ips or None,
     )
     return 0
 

@@ -153,17 +153,23 @@ class Lab:
         """Estimated bytes of computing `spec` (known before computing, from its sizes)."""
         return self._block_cost(spec) if isinstance(spec, BlockSpec) else self._cost(spec)
 
-    async def offload(self, cost: int, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(*args)` in a worker thread. Large work (estimated over `large_request_mb`) takes one of a few
-        large-work slots, waiting for it on the event loop rather than in a thread; past a bounded queue it is
-        refused at once (503). So /healthz, /metrics and small requests keep their threads while large ones wait."""
-        if cost <= self.large_bytes:
+    async def offload(self, cost: int, fn: Callable[..., T], *args: Any, heavy: bool = False) -> T:
+        """Run `fn(*args)` in a worker thread. Large work (estimated over `large_request_mb`) and heavy work (long
+        in time whatever its bytes: generation, a long context's layers, the model view) takes one of a few
+        large-work slots, waiting for it on the event loop rather than in a thread, for at most `queue_wait_s`;
+        past a bounded queue it is refused at once (503 with Retry-After). So /healthz, /metrics and small requests
+        keep their threads and cores while large ones wait: 40 generations at once run two at a time, not forty."""
+        if cost <= self.large_bytes and not heavy:
             return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+        retry = max(1, round(self.settings.queue_wait_s))
         if self.large_waiting >= self.settings.max_large_queued:
-            raise Busy(cost, self.budget.limit, max(1, round(self.settings.compute_wait_s)))
+            raise Busy(cost, self.budget.limit, retry)
         self.large_waiting += 1
+        deadline = time.monotonic() + self.settings.queue_wait_s
         try:  # wait for a slot on the event loop (no thread held; works under any loop the app is served by)
             while self.large_running >= self.settings.max_large_concurrent:
+                if time.monotonic() >= deadline:  # a wait has a deadline: the client hears 503, not silence
+                    raise Busy(cost, self.budget.limit, retry)
                 await anyio.sleep(0.02)
             self.large_running += 1
         finally:
@@ -189,7 +195,7 @@ class Lab:
     async def long_async(self, spec: Spec, key: str | None = None) -> tuple[LongTrace, bool]:
         with self.tracking(key) as progress:
             cost = 0 if ("long", spec) in self.cache else long_cost(spec)
-            return await self.offload(cost, self.long, spec, progress)
+            return await self.offload(cost, self.long, spec, progress, heavy=cost > 0)
 
     def generation(self, key: tuple[Any, ...], cost: int, progress: Callable[[int, int], None] | None = None) -> Any:
         """Greedy generation (engine/generate.py) for key = (preset, prompt ids, max new tokens, layer), computed
@@ -206,7 +212,7 @@ class Lab:
     async def generation_async(self, key: tuple[Any, ...], cost: int, progress_key: str | None = None) -> Any:
         with self.tracking(progress_key) as progress:
             cached = ("generate", *key) in self.cache
-            return await self.offload(0 if cached else cost, self.generation, key, cost, progress)
+            return await self.offload(0 if cached else cost, self.generation, key, cost, progress, heavy=not cached)
 
     async def block_async(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
         return await self.offload(0 if spec in self.cache else self.cost(spec), self.block, spec)

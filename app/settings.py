@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     large_request_mb: float = Field(64, ge=0)  # estimated bytes above which a request is "large" work
     max_large_concurrent: int = Field(2, ge=1)  # large computations at once; the others wait on the event loop
     max_large_queued: int = Field(32, ge=0)  # large requests waiting; past it, 503 at once
+    queue_wait_s: float = Field(30, ge=0)  # how long large or heavy work waits for a slot before a 503
     cache_mb: float = Field(512, ge=0)  # byte-bounded LRU of computed traces
     response_cache_mb: float = Field(64, ge=0)  # finished GET answers (JSON, .npz, PNG), keyed by their URL
     json_limit_mb: float = Field(32, gt=0)  # larger JSON answers get 413 and a pointer to the .npz
@@ -42,6 +43,9 @@ class Settings(BaseSettings):
     # The address students open (QR code in presenter mode), e.g. http://lab.school.example; when unset, a
     # loopback address is replaced by this machine's LAN address.
     public_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
+    # The address `serve --host` listens on (set by the CLI): on a loopback one, no phone reaches the LAN address,
+    # and presenter mode says so instead of printing an address that refuses every student.
+    bind_host: str | None = None
     # Live rooms (a class following the teacher). In memory by default; with several workers or machines, in Redis.
     redis_url: str | None = Field(None, pattern=r"^(redis|rediss|unix)://\S+$")  # serve --redis URL
     workers: int = Field(1, ge=1)  # set by `serve --workers`: rooms need Redis when it is above 1
@@ -52,6 +56,10 @@ class Settings(BaseSettings):
     room_joins_per_minute: int = Field(600, ge=1)  # event streams and joins per client address (a class shares one)
     room_answers_per_minute: int = Field(30, ge=1)  # answers per student
     room_creates_per_minute: int = Field(120, ge=1)  # rooms started per client address (scripts start many)
+    room_max_per_address: int = Field(20, ge=1)  # rooms open at once that one client address started
+    room_unknown_codes_per_minute: int = Field(30, ge=1)  # lookups of codes that do not exist, per client address
+    room_answers_per_address_per_poll: int = Field(200, ge=1)  # students answering one poll from one address
+    room_answers_per_address_per_minute: int = Field(600, ge=1)  # answers per client address (a class shares one)
 
     def limits(self) -> Limits:
         return Limits(

@@ -271,10 +271,16 @@ window.labProgressKey = (function () {
     if (!url || url.indexOf("/api/v1/progress") === 0) return;
     var key;
     try { key = window.labProgressKey(url); } catch (e) { return; }
+    var misses = 0, seen = false;
     timer = setInterval(function () {
       fetch("/api/v1/progress?key=" + key, { headers: { Accept: "application/json" } })
         .then(function (res) { return res.ok ? res.json() : null; })
-        .then(function (p) { if (p && timer) render(p); })
+        .then(function (p) {
+          if (p && timer) { seen = true; misses = 0; render(p); return; }
+          // Nothing tracked for this request after a few seconds (a quick or cached answer, a link into another
+          // tab): stop asking rather than poll for ever.
+          if (++misses >= (seen ? 4 : 8)) stop();
+        })
         .catch(function () {});
     }, 600);
   }
@@ -294,6 +300,7 @@ window.labProgressKey = (function () {
   document.addEventListener("click", function (e) {
     var a = e.target.closest && e.target.closest("a[href]");
     if (!a || e.defaultPrevented || a.hasAttribute("download") || a.origin !== location.origin) return;
+    if (a.target && a.target !== "_self") return;  // another tab: this page is not waiting for it
     if (a.closest("[hx-boost=true]") && a.getAttribute("hx-boost") !== "false") return;  // htmx's own request
     start(a.pathname + a.search);
   });
@@ -385,6 +392,7 @@ window.labProgressKey = (function () {
   }
   document.addEventListener("DOMContentLoaded", settle);
   window.addEventListener("load", settle);
+  if (document.fonts && document.fonts.ready) document.fonts.ready.then(settle); // the math font changes widths
   window.addEventListener("resize", settle);
   document.addEventListener("htmx:afterSettle", settle);
   document.addEventListener("room:followed", settle);

@@ -197,6 +197,7 @@
     q("[data-room-cell-hint]").hidden = !(p.kind === "cell" && p.status === "open");
     var reveal = q("[data-room-reveal]");
     reveal.hidden = p.status !== "closed";
+    all("[data-room-mine] [data-when]").forEach(function (el) { el.hidden = el.getAttribute("data-when") !== p.status; });
     if (p.status === "closed") {
       text("[data-room-key]", p.answer == null ? "—" : cellLabel(p.answer));
       histogram(reveal.querySelector("[data-room-histogram]"), p.counts, p.answer);
@@ -239,13 +240,21 @@
     }).then(function (out) {
       if (out && out.version > ownVersion) ownVersion = out.version;
     }).catch(function () { announced = null; })
-      .then(function () { pending--; });
+      .then(function () { pending--; tryFollow(); });
   }
   // The teacher's remote (/r/<code>/teach) may step the class: the projector follows it like a student would,
   // unless the change is this page's own (or this page is itself moving).
+  var remoteState = null; // the newest state the projector has not caught up with yet
   function teacherState(state) {
-    if (pending || navigating || state.version <= ownVersion) return;
-    if (announced && sameView(state, announced)) return;
+    if (!remoteState || state.version > remoteState.version) remoteState = state;
+    tryFollow();
+  }
+  function tryFollow() {
+    // While this page's own step or announcement is in flight, wait for it: then follow only what is newer.
+    if (!remoteState || pending || navigating) return;
+    var state = remoteState;
+    remoteState = null;
+    if (state.version <= ownVersion || (announced && sameView(state, announced))) return;
     go(state);
   }
 
@@ -324,6 +333,8 @@
     link.setAttribute("data-share-url", "");
     link.textContent = q("[data-room-join]").textContent.replace(/^https?:\/\//, ""); // short: host/r/CODE
     aside.replaceChildren(svg.cloneNode(true), big, link);
+    var warning = q("[data-warning=loopback]");  // phones cannot reach this server: say so on the wall
+    if (warning) aside.appendChild(warning.cloneNode(true));
   }
 
   function teacherControls() {
@@ -340,13 +351,17 @@
       fetch(api + "/polls/" + poll.id + "/close", { method: "POST", credentials: "same-origin" });
     });
     document.addEventListener("htmx:pushedIntoHistory", announce);
-    document.addEventListener("htmx:beforeRequest", function () { navigating = true; });
-    document.addEventListener("htmx:afterSettle", function () { navigating = false; });
+    // A step of the projector's own wins over a remote step that arrived before it.
+    document.addEventListener("htmx:beforeRequest", function () { navigating = true; remoteState = null; });
+    var settled = function () { navigating = false; setTimeout(tryFollow, 0); };
+    document.addEventListener("htmx:afterSettle", settled);
+    document.addEventListener("htmx:afterRequest", function (e) { if (!e.detail || !e.detail.successful) settled(); });
+    document.addEventListener("htmx:sendError", settled);
     document.addEventListener("htmx:replacedInHistory", announce);
     window.addEventListener("popstate", function () { setTimeout(announce, 0); });
     announce();
     refreshFollowers();
-    setInterval(refreshFollowers, 5000);
+    followersTimer = setInterval(refreshFollowers, 5000);
   }
 
   function studentControls() {
@@ -369,8 +384,11 @@
     });
   }
 
+  var followersTimer = null;
   function ended() {
     if (source) source.close();
+    if (followersTimer) clearInterval(followersTimer);
+    if (watching) clearInterval(watching);
     // One message, nothing to press: every control of the bar goes, and so does a poll nobody can answer now.
     Array.prototype.forEach.call(bar.querySelector(".room-bar").children, function (el) { el.hidden = true; });
     q("[data-room-ended]").hidden = false;

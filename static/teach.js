@@ -46,7 +46,7 @@
     var found = {
       prev: link(doc, "a[data-action=prev]"), next: link(doc, "a[data-action=next]"),
       hints: link(doc, "a[data-toggle=hints]"),
-      "lesson-prev": link(doc, "a[data-lesson-step=prev]"), "lesson-next": link(doc, "a[data-lesson-step=next]")
+      "lesson-prev": link(doc, "a[data-lesson-step=prev]"), "lesson-next": link(doc, "a[data-lesson-step=next]") || link(doc, "a[data-lesson-step=next-lesson]")
     };
     targets = {};
     Object.keys(found).forEach(function (k) {
@@ -171,7 +171,13 @@
     if (poll) json(api + "/polls/" + poll.id + "/close", "POST").catch(function () {});
   });
   var end = $("[data-end]");
-  end.addEventListener("submit", function (e) { if (!window.confirm(end.getAttribute("data-confirm"))) e.preventDefault(); });
+  // Ending from the remote stays on the remote: it says the class has ended (the projector and phones say so too).
+  end.addEventListener("submit", function (e) {
+    e.preventDefault();
+    if (!window.confirm(end.getAttribute("data-confirm"))) return;
+    fetch(end.action, { method: "POST", credentials: "same-origin", body: new URLSearchParams(new FormData(end)) })
+      .then(showEnded).catch(function () {});
+  });
 
   function followers() {
     json(api).then(function (r) { $("[data-followers]").textContent = String(r.followers); }).catch(function () {});
@@ -179,12 +185,15 @@
   var source = new EventSource(api + "/events");
   source.addEventListener("state", function (e) { load(JSON.parse(e.data)); });
   source.addEventListener("poll", function (e) { showPoll(JSON.parse(e.data)); });
-  source.addEventListener("end", function () {
+  function showEnded() {
     source.close();
+    clearInterval(followersTimer);
+    if (watching) clearInterval(watching);
     Array.prototype.forEach.call(root.children, function (el) { el.hidden = true; });
     $("[data-ended]").hidden = false;
-  });
+  }
+  source.addEventListener("end", showEnded);
   followers();
-  setInterval(followers, 5000);
+  var followersTimer = setInterval(followers, 5000);
   kindShown();
 })();

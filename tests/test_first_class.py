@@ -169,3 +169,27 @@ def test_the_projected_bar_has_no_poll_form_and_no_open_histogram() -> None:
     assert bar.select_one("[data-room-histogram]").has_attr("hidden")
     assert bar.select_one("a[data-room-remote]")["href"] == f"/r/{code}/teach?lang=en"
     assert bar.select_one("form[data-room-end-form]")["data-confirm"]
+
+
+def test_the_last_step_of_a_lesson_leads_to_the_next_lesson_in_presenter_mode(lab: TestClient) -> None:
+    last = len(lessons.BY_SLUG["mask-toggle"].steps)
+    page = soup(lab, f"/?stage=4&mask=causal&lesson=mask-toggle&step={last}&present=1&hints=off&lang=en")
+    nxt = page.select_one("a[data-lesson-step=next-lesson]")
+    assert nxt is not None
+    got = query(nxt["href"])
+    following = lessons.LESSONS[lessons.LESSONS.index(lessons.BY_SLUG["mask-toggle"]) + 1]
+    assert got["lesson"] == [following.slug] and got["step"] == ["1"]
+    assert got["present"] == ["1"] and got["hints"] == ["off"]  # the projector stays as the teacher set it
+
+
+def test_a_server_on_loopback_warns_that_phones_cannot_reach_it() -> None:
+    from app.web.share import unreachable
+
+    assert unreachable("127.0.0.1", None, None)
+    assert unreachable("192.0.2.2", "127.0.0.1", None)  # the LAN address, but nothing listens there
+    assert not unreachable("192.0.2.2", "0.0.0.0", None)
+    assert not unreachable("lab.school.example", "127.0.0.1", "http://lab.school.example")  # a proxy in front
+    local = make_client(bind_host="127.0.0.1")
+    page = BeautifulSoup(local.get("/?stage=4&present=1&lang=zh").text, "html.parser")
+    assert page.select_one("aside.qr [data-warning=loopback]") is not None
+    assert "0.0.0.0" in page.select_one("aside.qr [data-warning=loopback]").get_text()

@@ -211,8 +211,12 @@ def test_a_poll_counts_every_answer_once_and_reveals_the_key(lab: str) -> None:
             await asyncio.gather(*(answer(i, options[i % 5]) for i in range(n)))
             # Ten students change their minds: their later answer replaces the earlier one.
             await asyncio.gather(*(answer(i, "猫") for i in range(1, 11)))
-            live = (await client.get(f"{polls}/{pid}")).json()
-            assert live["status"] == "open" and live["answer"] is None
+            # While the class votes only the teacher sees the counts; anyone else sees no numbers at all.
+            hidden = (await client.get(f"{polls}/{pid}")).json()
+            assert hidden["status"] == "open" and hidden["answer"] is None
+            assert hidden["counts"] == {} and hidden["total"] is None
+            live = (await client.get(f"{polls}/{pid}", headers=auth)).json()
+            assert live["status"] == "open" and live["answer"] == "猫"
             closed = await client.post(f"{polls}/{pid}/close", headers=auth)
             assert closed.status_code == 200
             m = await watcher.next()
@@ -253,7 +257,7 @@ def test_a_cell_poll_takes_cells_inside_the_matrix(lab: str) -> None:
     for bad in ([5, 0], [0, -1], [1], [1, 2, 3], "猫", [True, 1]):
         res = httpx.post(url, json={"student": "c", "answer": bad})
         assert res.status_code == 422, (bad, res.text)
-    results = httpx.get(url.removesuffix("/answers")).json()
+    results = httpx.get(url.removesuffix("/answers"), headers=auth).json()
     assert results["counts"] == {"2,0": 1, "2,1": 1} and results["total"] == 2
 
 

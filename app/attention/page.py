@@ -25,7 +25,7 @@ from ..render.arrays import to_numpy
 from ..schemas import AttentionRequest, FieldError, from_query
 from ..web import lessons
 from ..web.page import serve
-from ..web.share import MAX_QR_CHARS, is_loopback, public_base, qr_svg
+from ..web.share import MAX_QR_CHARS, public_base, qr_svg, unreachable
 from ..web.state import (
     DEPENDS,
     ViewState,
@@ -166,7 +166,8 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
             # code the screen prints the server's short address (the whole view is in the QR, not on the wall).
             ctx.update(qr=qr_svg(student) if len(student) <= MAX_QR_CHARS else None, student_url=student,
                        student_host=urlsplit(student).netloc,
-                       share_loopback=is_loopback(urlsplit(student).hostname or ""))  # fmt: skip
+                       share_loopback=unreachable(urlsplit(student).hostname or "", lab.settings.bind_host,
+                                                  lab.settings.public_url))  # fmt: skip
         if ctx["small"]:
             ctx.update(small_context(trace, key, head, state, t))
         else:

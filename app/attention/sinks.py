@@ -67,5 +67,7 @@ async def sinks_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
             before.links = after.links = False
             ctx["matrices"] = [before, after]
 
-    return await serve(request, lab, "sinks.html", state, build, page="sinks",
+    # The page has no htmx-swapped blocks (no #stage, no #controls): an htmx request (a room checking a shared
+    # view, a boosted link) gets the whole page, as /tiles and /model do.
+    return await serve(request, lab, "sinks.html", state, build, page="sinks", blocks=(),
                        json_url="/api/v1/attention/sink?" + state.api_query())  # fmt: skip

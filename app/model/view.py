@@ -51,9 +51,9 @@ async def model_view_of(req: ModelViewRequest, lab: Any, key: str | None = None)
     model = lab.models[spec.preset]
     if getattr(model, "one_pass_view", False):
         with lab.tracking(key) as progress:  # layer by layer, for /api/v1/progress
-            stats = await lab.offload(long_cost(spec), one_pass_stats, model, spec.token_ids, progress)
+            stats = await lab.offload(long_cost(spec), one_pass_stats, model, spec.token_ids, progress, heavy=True)
         view = {"tokens": list(spec.tokens), "layers": model.info.n_layer, "heads": spec.n_heads, "stats": stats}
     else:
         view = await lab.offload(model.info.n_layer * lab.cost(spec), model_view, spec, model.info.n_layer,
-                                 lambda s: lab.trace(s)[0])  # fmt: skip
+                                 lambda s: lab.trace(s)[0], heavy=True)  # fmt: skip
     return spec, {"preset": spec.preset} | view

@@ -25,10 +25,29 @@ from redis.exceptions import RedisError
 from ..render.payload import json_response
 from ..schemas import Problem
 from ..web import lessons
-from .service import RoomError, Rooms, check_view, clean_page, clean_query, client_address, get_rooms, join_url
-from .store import Answer, Event, Poll
+from .service import (
+    RoomError,
+    Rooms,
+    check_json,
+    check_same_origin,
+    check_view,
+    clean_page,
+    clean_query,
+    client_address,
+    get_rooms,
+    join_url,
+)
+from .store import Answer, Event, Poll, Room
 
-router = APIRouter(prefix="/api/v1/rooms", tags=["rooms"])
+
+def same_origin_json(request: Request) -> None:
+    """Every change (POST, PUT, DELETE) comes from the lab's own pages or a non-browser client, as JSON."""
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        check_same_origin(request)
+        check_json(request)
+
+
+router = APIRouter(prefix="/api/v1/rooms", tags=["rooms"], dependencies=[Depends(same_origin_json)])
 
 
 def problem_doc(description: str) -> dict[str, Any]:
@@ -36,14 +55,16 @@ def problem_doc(description: str) -> dict[str, Any]:
 
 
 REFUSALS: dict[int | str, dict[str, Any]] = {
+    403: problem_doc("A change sent by another site's page (`sec-fetch-site` or `origin` names it)"),
     404: problem_doc("No open room with this code (or no such poll)"),
+    415: problem_doc("A body that is not application/json (`content-type`)"),
     422: problem_doc("A field is invalid; `message` and `detail[].loc` name it"),
-    429: problem_doc("Too many requests from this client; Retry-After says when to retry"),
+    429: problem_doc("Too many requests, unknown codes, open rooms or answers from this client's address"),
     503: problem_doc("Rooms are off on this server (several workers without --redis), full, or the store is down"),
 }
 TEACHER: dict[int | str, dict[str, Any]] = REFUSALS | {
     401: problem_doc("No teacher token (Authorization: Bearer <teacher_token>)"),
-    403: problem_doc("A token that is not this room's teacher token"),
+    403: problem_doc("A token that is not this room's teacher token, or a change sent by another site's page"),
 }
 
 
@@ -182,8 +203,10 @@ class PollOut(BaseModel):
     cols: int | None
     status: str
     answer: str | None = Field(None, description="once the poll is closed")
-    counts: dict[str, int] = Field(description="answers by value (a cell as 'row,col'); the teacher sees them live")
-    total: int
+    counts: dict[str, int] = Field(
+        description="answers by value (a cell as 'row,col'); while the poll is open, only the teacher gets them"
+    )
+    total: int | None = Field(description="answers so far; while the poll is open, null to everyone but the teacher")
     languages: dict[str, Any] | None = Field(
         None, description="a lesson's poll in every language: {lang: {prompt, options}}, options in the same order"
     )
@@ -191,6 +214,7 @@ class PollOut(BaseModel):
 
 # Where each refused field came from, for `detail[].loc` (the same shape as every other 4xx of the API).
 WHERE = {"code": "path", "poll": "path", "authorization": "header", "last-event-id": "header",
+         "sec-fetch-site": "header", "origin": "header", "content-type": "header",
          "query": "body", "page": "body", "answer": "body"}  # fmt: skip
 
 
@@ -208,15 +232,15 @@ async def create_room(request: Request, rooms: RoomsDep, body: ViewIn | None = N
     page = clean_page(body.page)
     query = clean_query(body.query, int(rooms.settings.max_query_kb * 1024))
     await check_view(request.app, page, query)
-    room, token = await rooms.create(page, query)
+    room, token = await rooms.create(page, query, client_address(request))
     out = {"code": room.code, "teacher_token": token, "join_url": join_url(request, room.code), "page": room.page,
            "query": room.query, "version": room.version}  # fmt: skip
     return json_response(out, 201, {"Location": f"/api/v1/rooms/{room.code}"})
 
 
 @router.get("/{code}", response_model=RoomInfo, responses=REFUSALS)
-async def get_room(code: str, rooms: RoomsDep) -> Response:
-    room = await rooms.room(code)
+async def get_room(code: str, request: Request, rooms: RoomsDep) -> Response:
+    room = await rooms.room(code, request)
     followers = await rooms.store.followers(room.code)
     return json_response({"code": room.code, "page": room.page, "query": room.query, "version": room.version,
                           "followers": followers, "poll": room.poll})  # fmt: skip
@@ -257,7 +281,7 @@ async def events(
     """The room as server-sent events: `state` (`{"page", "query", "version"}`, id = version) on connect and on
     every change, `poll` when a poll opens or closes, `end`; a comment every few seconds keeps proxies open."""
     rooms.joins.check(client_address(request), "events", "joins from this address")
-    room = await rooms.room(code)
+    room = await rooms.room(code, request)
     after: int | None = None
     if last_event_id is not None:
         if not (last_event_id.isascii() and last_event_id.isdigit()):
@@ -361,12 +385,13 @@ async def open_lesson_poll(code: str, body: LessonPollIn, request: Request, room
     return json_response({"id": poll.id, "version": version}, 201)
 
 
-async def _poll(rooms: Rooms, code: str, poll_id: str) -> tuple[str, Poll]:
-    room = await rooms.room(code)
+async def _poll(rooms: Rooms, code: str, poll_id: str, request: Request) -> tuple[Room, Poll]:
+    room = await rooms.room(code, request)
     poll = await rooms.store.poll(room.code, poll_id[:16])
     if poll is None:
+        rooms.missed(request)
         raise RoomError(404, "poll", f"no poll {poll_id[:16]!r} in room {room.code}")
-    return room.code, poll
+    return room, poll
 
 
 @router.get("/{code}/polls/lesson", response_model=PollIn, responses=TEACHER)
@@ -379,22 +404,24 @@ async def lesson_poll(code: str, lesson: str, step: int, request: Request, rooms
 
 @router.get("/{code}/polls/{poll_id}", response_model=PollOut, responses=REFUSALS)
 async def poll_results(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
-    """The answers counted so far (a student's later answer replaces the earlier); the key once it is closed, or
-    at any time to the room's teacher (the remote marks it while the class votes)."""
-    code, poll = await _poll(rooms, code, poll_id)
-    counts = await rooms.store.counts(code, poll.id)
-    room = await rooms.room(code)
+    """The answers counted so far (a student's later answer replaces the earlier) and the key: to everyone once
+    the poll is closed; while it is open, to the room's teacher alone (the remote shows them live), and to
+    everyone else no counts at all (`counts` empty, `total` null), so that nobody can steer the vote by them."""
+    room, poll = await _poll(rooms, code, poll_id, request)
     shown = poll.status == "closed" or await rooms.is_teacher(request, room)
+    counts = await rooms.store.counts(room.code, poll.id) if shown else {}
     out = poll.public() | {"answer": poll.answer if shown else None, "counts": counts,
-                           "total": sum(counts.values())}  # fmt: skip
+                           "total": sum(counts.values()) if shown else None}  # fmt: skip
     return json_response(out)
 
 
 @router.post("/{code}/polls/{poll_id}/answers", response_model=AnswerOut, responses=REFUSALS | {
     409: problem_doc("The poll is closed")})  # fmt: skip
 async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request, rooms: RoomsDep) -> Response:
-    rooms.answers.check(f"{client_address(request)}/{body.student}", "answer", "answers from this student")
-    code, poll = await _poll(rooms, code, poll_id)
+    address = client_address(request)
+    rooms.address_answers.check(address, "answer", "answers from this address")
+    rooms.answers.check(f"{address}/{body.student}", "answer", "answers from this student")
+    room, poll = await _poll(rooms, code, poll_id, request)
     if poll.status != "open":
         raise RoomError(409, "poll", "this poll is closed")
     if poll.kind == "choice":
@@ -410,7 +437,10 @@ async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request,
         except ValueError as exc:
             raise RoomError(422, "answer", str(exc).removeprefix("answer: ")) from exc
     nickname = body.nickname.strip() or None if body.nickname else None
-    await rooms.store.answer(code, poll.id, Answer(body.student, value, nickname))
+    cap = rooms.settings.room_answers_per_address_per_poll
+    if not await rooms.store.answer(room.code, poll.id, Answer(body.student, value, nickname), address, cap):
+        raise RoomError(429, "answer", f"{cap} students from this address have answered this poll, its limit "
+                        "(ROOM_ANSWERS_PER_ADDRESS_PER_POLL)", {"Retry-After": "60"})  # fmt: skip
     return json_response({"answer": value})
 
 
@@ -418,7 +448,7 @@ async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request,
 async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Close the poll and reveal it: the counts and the key go to every follower."""
     room = await rooms.teacher(request, code)
-    _, poll = await _poll(rooms, room.code, poll_id)
+    _, poll = await _poll(rooms, room.code, poll_id, request)
     closed = await rooms.store.close_poll(room.code, poll.id)
     assert closed is not None
     counts = await rooms.store.counts(room.code, poll.id)
@@ -430,7 +460,7 @@ async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep)
 async def poll_csv(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Every answer (student id, nickname, answer) for the teacher's records."""
     room = await rooms.teacher(request, code)
-    _, poll = await _poll(rooms, room.code, poll_id)
+    _, poll = await _poll(rooms, room.code, poll_id, request)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["student", "nickname", "answer", "correct"])

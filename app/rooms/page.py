@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -18,15 +18,18 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from ..templating import TEMPLATES
 from ..web.i18n import LANGS, translator
 from ..web.page import language
-from ..web.share import MAX_QR_CHARS, is_loopback, qr_svg
+from ..web.share import MAX_QR_CHARS, qr_svg, unreachable
 from .service import (
     ROOM_COOKIE,
     TEACHER_COOKIE,
     RoomError,
     Rooms,
+    check_same_origin,
+    check_view,
     clean_page,
     clean_query,
     client_address,
+    cookie_options,
     get_rooms,
     join_url,
 )
@@ -67,21 +70,53 @@ async def join(request: Request, rooms: RoomsDep, code: str | None = None) -> Re
     return _page(request, "room_join.html", 503 if rooms.disabled else 200, disabled=rooms.disabled)
 
 
+REFUSED = {404: "room.not_found", 429: "room.too_many", 503: "room.off"}  # a join's refusal, in the page's words
+
+
 @router.get("/r/{code}", response_class=HTMLResponse)
 async def follow(code: str, request: Request, rooms: RoomsDep) -> Response:
     """A student joins: the browser remembers the room and opens the teacher's current view, following it."""
     t = translator(language(request))
     try:
         rooms.joins.check(client_address(request), "join", "joins from this address")
-        room = await rooms.room(code)
+        room = await rooms.room(code, request)
     except RoomError as exc:
-        key = {404: "room.not_found", 429: "room.too_many", 503: "room.off"}.get(exc.status, "room.not_found")
-        return _page(request, "room_join.html", exc.status, error=t(key), disabled=rooms.disabled)
-    lang = request.query_params.get("lang")
+        return _page(request, "room_join.html", exc.status, error=t(REFUSED.get(exc.status, "room.not_found")),
+                     disabled=rooms.disabled)  # fmt: skip
+    own = await _own_room(request, rooms)
+    if own is not None and own.code != room.code:
+        # This browser teaches another class: a link (from anywhere) must not quietly turn its projector into a
+        # student's screen. It asks; joining is a button that posts from this page.
+        lang = language(request)
+        response = _page(request, "room_switch.html", room=room, own=own,
+                         back=view_url(own.page, own.query, lang, _presenting(own.query)))  # fmt: skip
+        response.headers["Cache-Control"] = "no-store"
+        return response
+    return _joined(request, rooms, room, request.query_params.get("lang"))
+
+
+def _joined(request: Request, rooms: Rooms, room: Room, lang: str | None) -> Response:
     target = view_url(room.page, room.query, lang if lang in LANGS else None) + "#follow"
     response = RedirectResponse(target, 303)
-    response.set_cookie(ROOM_COOKIE, room.code, max_age=int(rooms.settings.room_idle_s), samesite="lax")
+    response.set_cookie(ROOM_COOKIE, room.code, max_age=int(rooms.settings.room_idle_s), samesite="lax",
+                        **cookie_options(request))  # fmt: skip
     return response
+
+
+@router.post("/r/{code}/join", response_class=HTMLResponse)
+async def join_confirmed(code: str, request: Request, rooms: RoomsDep) -> Response:
+    """The confirmation's button: this browser follows the room as a student (its own class keeps running; its
+    teacher cookie stays, so its remote and its bar still work from there)."""
+    t = translator(language(request))
+    form = await _form(request)
+    try:
+        check_same_origin(request)
+        rooms.joins.check(client_address(request), "join", "joins from this address")
+        room = await rooms.room(code, request)
+    except RoomError as exc:
+        message = f"{exc.field}: {exc.message}" if exc.status == 403 else t(REFUSED.get(exc.status, "room.not_found"))
+        return _page(request, "room_join.html", exc.status, error=message, disabled=rooms.disabled)
+    return _joined(request, rooms, room, form.get("lang"))
 
 
 @router.get("/r/{code}/bar", response_class=HTMLResponse)
@@ -89,30 +124,42 @@ async def bar(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The room bar for this browser: the teacher's (code, QR, followers, polls) or a student's (follow / explore,
     the open poll). 404 with an empty body when the room is gone, so the page drops its bar."""
     try:
-        room = await rooms.room(code)
-    except RoomError:
+        room = await rooms.room(code, request)
+    except RoomError as exc:
+        if exc.status == 429:  # the address's budget for unknown codes is spent: say when, keep the room
+            return Response(status_code=429, headers=exc.headers)
         return Response(status_code=404)
     teacher = await rooms.is_teacher(request, room)
     lang = language(request)
     url = join_url(request, room.code)
     ctx = {"t": translator(lang), "lang": lang, "room": room, "teacher": teacher, "join_url": url,
            "qr": qr_svg(url) if teacher and len(url) <= MAX_QR_CHARS else None,
-           "loopback": is_loopback(url.split("/")[2].rsplit(":", 1)[0]) if teacher else False}  # fmt: skip
+           "loopback": teacher and unreachable(urlsplit(url).hostname or "", rooms.settings.bind_host,
+                                               rooms.settings.public_url)}  # fmt: skip
     return TEMPLATES.TemplateResponse(request, "room_bar.html", ctx, headers={"Cache-Control": "no-store"})
 
 
+FORM_FIELDS = 8  # the lab's forms send three (page, query, lang); any past the first 8 are ignored
+
+
 async def _form(request: Request) -> dict[str, str]:
+    """The form's fields; a body with more than FORM_FIELDS of them is read up to that many (parse_qsl's own
+    max_num_fields raises ValueError, a 500)."""
     raw = (await request.body()).decode("utf-8", "replace")
-    return dict(parse_qsl(raw, keep_blank_values=True, max_num_fields=8))
+    fields = raw.split("&", FORM_FIELDS)[:FORM_FIELDS]
+    return dict(parse_qsl("&".join(fields), keep_blank_values=True))
 
 
 @router.post("/r", response_class=HTMLResponse)
 async def start(request: Request, rooms: RoomsDep) -> Response:
     """The teacher's "Start a class" button: a room on the current view; the teacher token goes into an HttpOnly
     cookie (never into a URL), and the teacher goes back to the same view, now with the room's bar."""
-    t = translator(language(request))
     form = await _form(request)
     lang = form.get("lang") if form.get("lang") in LANGS else None
+    try:
+        check_same_origin(request)  # another site's form must not replace this browser's class
+    except RoomError as exc:
+        return _page(request, "room_join.html", exc.status, error=f"{exc.field}: {exc.message}")
     current = await _own_room(request, rooms)
     # A class already runs in this browser: keep it (its students follow this view), never a second room.
     if current is not None:
@@ -126,14 +173,19 @@ async def start(request: Request, rooms: RoomsDep) -> Response:
         rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
         page = clean_page(form.get("page", "/"))
         query = clean_query(form.get("query", ""), int(rooms.settings.max_query_kb * 1024))
-        room, token = await rooms.create(page, query)
+        await rooms.ready()  # rooms that are off say so before anything is rendered
+        await check_view(request.app, page, query)  # a view the lab refuses is refused here too, as by the API
+        room, token = await rooms.create(page, query, client_address(request))
     except RoomError as exc:
+        # "Rooms are off" only when they are (several workers without Redis); a full server, an address at its
+        # limit or a refused view say what they are.
         return _page(request, "room_join.html", exc.status, error=f"{exc.field}: {exc.message}",
-                     disabled=rooms.disabled or (t("room.off") if exc.status == 503 else None))  # fmt: skip
+                     disabled=rooms.disabled)  # fmt: skip
     response = RedirectResponse(view_url(page, query, lang, _presenting(form.get("query", ""))), 303)
+    secure = cookie_options(request)
     response.set_cookie(TEACHER_COOKIE, quote(f"{room.code}.{token}", safe=".-_"),
-                        max_age=int(rooms.settings.room_idle_s), httponly=True, samesite="strict")  # fmt: skip
-    response.set_cookie(ROOM_COOKIE, room.code, max_age=int(rooms.settings.room_idle_s), samesite="lax")
+                        max_age=int(rooms.settings.room_idle_s), httponly=True, samesite="strict", **secure)  # fmt: skip
+    response.set_cookie(ROOM_COOKIE, room.code, max_age=int(rooms.settings.room_idle_s), samesite="lax", **secure)
     return response
 
 
@@ -143,7 +195,7 @@ async def _own_room(request: Request, rooms: Rooms) -> Room | None:
     if not code:
         return None
     try:
-        room = await rooms.room(code)
+        room = await rooms.room(code, request)
     except RoomError:
         return None
     return room if await rooms.is_teacher(request, room) else None
@@ -174,12 +226,17 @@ async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The teacher ends the class (every follower is told); a student's "leave" only forgets the room here."""
     form = await _form(request)
     try:
+        check_same_origin(request)  # another site's form must neither end the class nor drop its cookies
         room = await rooms.teacher(request, code)
         await rooms.store.delete(room.code)
         target = view_url(room.page, room.query, form.get("lang") if form.get("lang") in LANGS else None)
-    except RoomError:
-        target = "/"
+    except RoomError as exc:
+        if exc.status not in (401, 403, 404) or exc.field in ("sec-fetch-site", "origin"):
+            return _page(request, "room_join.html", exc.status, error=f"{exc.field}: {exc.message}",
+                         disabled=rooms.disabled)  # fmt: skip
+        target = "/"  # not this room's teacher, or no such room: only forget it here
     response = RedirectResponse(target, 303)
-    response.delete_cookie(TEACHER_COOKIE)
-    response.delete_cookie(ROOM_COOKIE)
+    secure = cookie_options(request)
+    response.delete_cookie(TEACHER_COOKIE, httponly=True, samesite="strict", **secure)
+    response.delete_cookie(ROOM_COOKIE, samesite="lax", **secure)
     return response

@@ -7,7 +7,9 @@ Keys, all under `lab:room:<code>` and all expiring after `idle_s` without activi
   :followers    (zset)   stream id -> time of its last heartbeat
   :polls        (hash)   poll id -> poll JSON
   :answers:<id> (hash)   student -> answer JSON (a later answer replaces the earlier)
-`lab:rooms` (zset, code -> last activity) counts the rooms. A change bumps the version, logs and publishes the
+  :voters:<id>  (hash)   client address -> students from it who answered (the per-address cap)
+`lab:rooms` (zset, code -> last activity) counts the rooms; `lab:rooms:from:<address>` (set) holds the codes an
+address started (the hash's `address` says whose a code is, so an ended or expired room no longer counts). A change bumps the version, logs and publishes the
 event in one Lua script, so versions never repeat and no stream sees an event out of order; each process listens
 on `lab:room:*:events` with one connection and hands events to its own streams.
 """
@@ -44,6 +46,21 @@ return v
 """
 
 
+# KEYS: answers hash, voters hash; ARGV: student, record, address, cap (0: none), idle seconds. 1: recorded,
+# 0: a new student past the address's cap. One script, so concurrent answers never overshoot the cap.
+ANSWER = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  local cap = tonumber(ARGV[4])
+  if cap > 0 and tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '0') >= cap then return 0 end
+  redis.call('HINCRBY', KEYS[2], ARGV[3], 1)
+  redis.call('EXPIRE', KEYS[2], ARGV[5])
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -58,6 +75,7 @@ class RedisStore(Store):
                                                         socket_timeout=5, socket_connect_timeout=5)  # fmt: skip
         self.redis = aioredis.Redis(connection_pool=pool)
         self._publish = self.redis.register_script(PUBLISH)
+        self._answer = self.redis.register_script(ANSWER)
         self._listener: asyncio.Task[None] | None = None
         self.idle = max(1, int(idle_s))
 
@@ -111,16 +129,33 @@ class RedisStore(Store):
             p.zadd(ROOMS, {code: time.time()})
             await p.execute()
 
-    async def create(self, code: str, token_hash: str, page: str, query: str) -> bool:
-        fields: dict[str, str | int] = {"page": page, "query": query, "version": 1, "token": token_hash, "poll": ""}
+    async def create(self, code: str, token_hash: str, page: str, query: str, address: str = "") -> bool:
+        fields: dict[str, str | int] = {"page": page, "query": query, "version": 1, "token": token_hash, "poll": "",
+                                        "address": address}  # fmt: skip
         if not await self.redis.hsetnx(self._key(code), "token", token_hash):
             return False
         async with self.redis.pipeline(transaction=True) as p:
             p.hset(self._key(code), mapping=cast(Any, fields))
             p.expire(self._key(code), self.idle)
             p.zadd(ROOMS, {code: time.time()})
+            p.sadd(ROOMS + ":from:" + address, code)
+            p.expire(ROOMS + ":from:" + address, self.idle)
             await p.execute()
         return True
+
+    async def rooms_of(self, address: str) -> int:
+        key = ROOMS + ":from:" + address
+        codes = [_s(c) for c in await self.redis.smembers(key)]
+        if not codes:
+            return 0
+        async with self.redis.pipeline(transaction=False) as p:
+            for code in codes:
+                p.hget(self._key(code), "address")
+            owners = await p.execute()
+        gone = [c for c, owner in zip(codes, owners, strict=True) if owner is None or _s(owner) != address]
+        if gone:
+            await self.redis.srem(key, *gone)
+        return len(codes) - len(gone)
 
     async def get(self, code: str) -> Room | None:
         h = await self.redis.hgetall(self._key(code))
@@ -141,7 +176,7 @@ class RedisStore(Store):
         await self.publish(code, "end", {})
         polls = await self.redis.hkeys(self._key(code, ":polls"))
         keys = [self._key(code, s) for s in ("", ":log", ":followers", ":polls")]
-        keys += [self._key(code, ":answers:" + _s(p)) for p in polls]
+        keys += [self._key(code, f":{what}:" + _s(p)) for p in polls for what in ("answers", "voters")]
         await self.redis.delete(*keys)
         await self.redis.zrem(ROOMS, code)
         return True
@@ -207,13 +242,11 @@ class RedisStore(Store):
         await self.publish(code, "poll", closed.public(await self.counts(code, poll_id)))
         return closed
 
-    async def answer(self, code: str, poll_id: str, answer: Answer) -> None:
-        key = self._key(code, ":answers:" + poll_id)
+    async def answer(self, code: str, poll_id: str, answer: Answer, address: str = "", cap: int | None = None) -> bool:
+        keys = [self._key(code, ":answers:" + poll_id), self._key(code, ":voters:" + poll_id)]
         record = orjson.dumps({"answer": answer.answer, "nickname": answer.nickname})
-        async with self.redis.pipeline(transaction=False) as p:
-            p.hset(key, answer.student, record)
-            p.expire(key, self.idle)
-            await p.execute()
+        args: list[str | bytes | int] = [answer.student, record, address, cap or 0, self.idle]
+        return bool(int(await self._answer(keys=keys, args=args)))
 
     async def answers(self, code: str, poll_id: str) -> list[Answer]:
         raw = await self.redis.hgetall(self._key(code, ":answers:" + poll_id))

@@ -13,7 +13,7 @@ import secrets
 import time
 from collections import OrderedDict
 from typing import Any
-from urllib.parse import quote, unquote, unquote_plus
+from urllib.parse import quote, unquote, unquote_plus, urlsplit
 
 from fastapi import Request
 from starlette.types import ASGIApp, Message
@@ -67,11 +67,21 @@ class RateLimit:
             self.buckets.popitem(last=False)
         return wait
 
+    def due(self, key: str) -> float:
+        """Like `wait`, without counting: 0 while the key has an event left, else the seconds until it will."""
+        tokens, last = self.buckets.get(key, (self.burst, self.clock()))
+        tokens = min(self.burst, tokens + (self.clock() - last) * self.rate)
+        return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+
     def check(self, key: str, field: str, what: str) -> None:
-        wait = self.wait(key)
-        if wait:
-            seconds = max(1, int(wait + 0.999))
-            raise RoomError(429, field, f"too many {what}; retry in {seconds} s", {"Retry-After": str(seconds)})
+        refuse(self.wait(key), field, what)
+
+
+def refuse(wait: float, field: str, what: str) -> None:
+    """A 429 with Retry-After when `wait` (seconds) is not 0."""
+    if wait:
+        seconds = max(1, int(wait + 0.999))
+        raise RoomError(429, field, f"too many {what}; retry in {seconds} s", {"Retry-After": str(seconds)})
 
 
 def token_hash(token: str) -> str:
@@ -79,7 +89,61 @@ def token_hash(token: str) -> str:
 
 
 def client_address(request: Request) -> str:
+    """The peer's address; behind a proxy, the forwarded one only when `serve --forwarded-allow-ips` trusts it."""
     return request.client.host if request.client else "?"
+
+
+SAFE_SITES = frozenset({"same-origin", "none"})  # Sec-Fetch-Site of the lab's own pages, and of a typed address
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    try:
+        parts = urlsplit(url.strip().lower())
+        port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
+    except ValueError:
+        return None
+    return (parts.scheme, parts.hostname or "", port) if parts.scheme and parts.hostname else None
+
+
+def check_same_origin(request: Request) -> None:
+    """A request that changes a room must come from the lab's own pages (or from a non-browser client, which sends
+    neither header and must hold the teacher's token itself): no other site's form, link or fetch may start, end,
+    step or answer anything with the cookies of a browser that visits it. A browser's Sec-Fetch-Site decides
+    (it cannot be forged by a page); a browser without it is judged by Origin, which must be this server's own
+    (as the request reached it, or the public URL)."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        if site.strip().lower() not in SAFE_SITES:
+            raise RoomError(403, "sec-fetch-site", f"a {site[:20]!r} request may not change a room; only this "
+                            "lab's own pages may (same-origin)")  # fmt: skip
+        return
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    own = {_origin(f"{request.url.scheme}://{request.url.netloc}")}
+    if request.app.state.settings.public_url:
+        own.add(_origin(request.app.state.settings.public_url))
+    if _origin(origin) not in own - {None}:
+        raise RoomError(403, "origin", f"{origin[:80]!r} is not this lab's origin; only its own pages may change a "
+                        "room")  # fmt: skip
+
+
+def check_json(request: Request) -> None:
+    """The room API's bodies are JSON: a form or a text/plain body (which any site can send without asking) is
+    refused, even where the endpoint reads no body at all."""
+    kind = request.headers.get("content-type")
+    has_body = request.headers.get("content-length", "0") not in ("0", "") or "transfer-encoding" in request.headers
+    if kind is None and not has_body:
+        return
+    media = (kind or "").split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise RoomError(415, "content-type", f"must be application/json, not {(kind or 'none')[:60]!r}")
+
+
+def cookie_options(request: Request) -> dict[str, Any]:
+    """Cookies over HTTPS are Secure: never sent back over plain HTTP."""
+    return {"secure": request.url.scheme == "https"}
 
 
 def clean_query(raw: str, max_bytes: int) -> str:
@@ -164,6 +228,9 @@ class Rooms:
         self.joins = RateLimit(settings.room_joins_per_minute)
         self.answers = RateLimit(settings.room_answers_per_minute)
         self.creates = RateLimit(settings.room_creates_per_minute)
+        self.address_answers = RateLimit(settings.room_answers_per_address_per_minute)
+        # One budget per address for every lookup that finds nothing (a code, a poll): guessing codes is slow.
+        self.misses = RateLimit(settings.room_unknown_codes_per_minute)
         self.started = False
 
     async def ready(self) -> Store:
@@ -177,31 +244,45 @@ class Rooms:
             self.started = True
         return self.store
 
-    async def create(self, page: str, query: str) -> tuple[Room, str]:
+    async def create(self, page: str, query: str, address: str) -> tuple[Room, str]:
         store = await self.ready()
         if await store.count() >= self.settings.max_rooms:
             msg = f"the server has its limit of {self.settings.max_rooms} open rooms; retry later"
             raise RoomError(503, "rooms", msg, {"Retry-After": "60"})
+        cap = self.settings.room_max_per_address
+        if await store.rooms_of(address) >= cap:
+            raise RoomError(429, "rooms", f"this address has {cap} open rooms, its limit (ROOM_MAX_PER_ADDRESS); "
+                            "end one, or wait until one expires", {"Retry-After": "60"})  # fmt: skip
         token = secrets.token_urlsafe(24)
         for _ in range(16):
             code = new_code()
-            if await store.create(code, token_hash(token), page, query):
+            if await store.create(code, token_hash(token), page, query, address):
                 room = await store.get(code)
                 assert room is not None
                 return room, token
         raise RoomError(503, "rooms", "no free room code; retry")
 
-    async def room(self, raw_code: str) -> Room:
+    async def room(self, raw_code: str, request: Request) -> Room:
+        """The open room with this code. Every lookup that finds nothing counts against the client's address
+        (ROOM_UNKNOWN_CODES_PER_MINUTE); past it, every lookup from there is a 429 (found or not, so that the
+        answers tell a guesser nothing) until the budget refills."""
         store = await self.ready()
+        address = client_address(request)
+        refuse(self.misses.due(address), "code", "lookups of class codes that do not exist from this address")
         code = normal_code(raw_code)
         room = await store.get(code) if code else None
         if room is None:
+            self.misses.wait(address)
             raise RoomError(404, "code", f"no open room {raw_code[:12]!r}; check the code on the projector")
         return room
 
+    def missed(self, request: Request) -> None:
+        """Count a lookup that found nothing under a room (a poll id) against the same budget as codes."""
+        self.misses.wait(client_address(request))
+
     async def teacher(self, request: Request, raw_code: str) -> Room:
         """The room, when the request carries its teacher token (Authorization: Bearer, or the teacher's cookie)."""
-        room = await self.room(raw_code)
+        room = await self.room(raw_code, request)
         token = presented_token(request, room.code)
         if token is None:
             raise RoomError(401, "authorization", "the teacher's token is required (Authorization: Bearer <token>)",

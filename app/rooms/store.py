@@ -177,8 +177,12 @@ class Store(ABC):
         return None
 
     @abstractmethod
-    async def create(self, code: str, token_hash: str, page: str, query: str) -> bool:
-        """A new room at version 1; False when the code is taken."""
+    async def create(self, code: str, token_hash: str, page: str, query: str, address: str = "") -> bool:
+        """A new room at version 1, started from client `address`; False when the code is taken."""
+
+    @abstractmethod
+    async def rooms_of(self, address: str) -> int:
+        """Rooms open now that were started from client `address`."""
 
     @abstractmethod
     async def get(self, code: str) -> Room | None: ...
@@ -221,8 +225,10 @@ class Store(ABC):
     async def close_poll(self, code: str, poll_id: str) -> Poll | None: ...
 
     @abstractmethod
-    async def answer(self, code: str, poll_id: str, answer: Answer) -> None:
-        """Record a student's answer; a later one from the same student replaces the earlier."""
+    async def answer(self, code: str, poll_id: str, answer: Answer, address: str = "", cap: int | None = None) -> bool:
+        """Record a student's answer; a later one from the same student replaces the earlier. A new student from
+        client `address` is refused (False) once `cap` students from that address answered this poll; True
+        otherwise (a room or poll that is gone records nothing)."""
 
     @abstractmethod
     async def answers(self, code: str, poll_id: str) -> list[Answer]: ...
@@ -242,6 +248,8 @@ class _MemoryRoom:
     followers: dict[str, float] = field(default_factory=dict)
     polls: dict[str, Poll] = field(default_factory=dict)
     answers: dict[str, dict[str, Answer]] = field(default_factory=dict)
+    voters: dict[str, dict[str, int]] = field(default_factory=dict)  # poll -> address -> students who answered
+    address: str = ""  # the client address that started the room
 
 
 class MemoryStore(Store):
@@ -263,13 +271,16 @@ class MemoryStore(Store):
     def _touch(self, entry: _MemoryRoom) -> None:
         entry.touched = self.clock()
 
-    async def create(self, code: str, token_hash: str, page: str, query: str) -> bool:
+    async def create(self, code: str, token_hash: str, page: str, query: str, address: str = "") -> bool:
         for old in list(self.rooms):
             self._live(old)  # expire idle rooms before counting or reusing a code
         if code in self.rooms:
             return False
-        self.rooms[code] = _MemoryRoom(Room(code, page, query, 1, token_hash, None), self.clock())
+        self.rooms[code] = _MemoryRoom(Room(code, page, query, 1, token_hash, None), self.clock(), address=address)
         return True
+
+    async def rooms_of(self, address: str) -> int:
+        return sum((e := self._live(code)) is not None and e.address == address for code in list(self.rooms))
 
     async def get(self, code: str) -> Room | None:
         entry = self._live(code)
@@ -355,11 +366,19 @@ class MemoryStore(Store):
             await self.publish(code, "poll", poll.public(await self.counts(code, poll_id)))
         return poll
 
-    async def answer(self, code: str, poll_id: str, answer: Answer) -> None:
+    async def answer(self, code: str, poll_id: str, answer: Answer, address: str = "", cap: int | None = None) -> bool:
         entry = self._live(code)
-        if entry is not None and poll_id in entry.answers:
-            entry.answers[poll_id][answer.student] = answer
-            self._touch(entry)
+        if entry is None or poll_id not in entry.answers:
+            return True  # gone: nothing to record, nothing the cap refused
+        answers = entry.answers[poll_id]
+        if answer.student not in answers:
+            voters = entry.voters.setdefault(poll_id, {})
+            if cap is not None and voters.get(address, 0) >= cap:
+                return False
+            voters[address] = voters.get(address, 0) + 1
+        answers[answer.student] = answer
+        self._touch(entry)
+        return True
 
     async def answers(self, code: str, poll_id: str) -> list[Answer]:
         entry = self._live(code)
@@ -369,8 +388,12 @@ class MemoryStore(Store):
 
 
 def logged_after(log: list[Event], version: int, current: int) -> list[Event] | None:
-    """The logged events after `version` (oldest first), or None when some of them are no longer logged."""
-    if version >= current:
+    """The logged events after `version` (oldest first), or None when some of them are no longer logged, or when
+    `version` is one the room never reached (a client from before a restart, or a made-up id): a snapshot then,
+    never a silent wait for versions that already exist under other events."""
+    if version > current:
+        return None
+    if version == current:
         return []
     missed = [e for e in log if e.id > version]
     if not missed or missed[0].id != version + 1:

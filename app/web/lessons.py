@@ -176,6 +176,7 @@ class Panel:
     next_url: str | None
     lesson_url: str
     poll: dict[str, Any] | None = None
+    next_lesson_url: str | None = None  # at the last step: the next lesson's first step (keeping presenter mode)
 
 
 def panel(slug: str, step: int, lang: str, carry: dict[str, str] | None = None) -> Panel | None:
@@ -191,4 +192,11 @@ def panel(slug: str, step: int, lang: str, carry: dict[str, str] | None = None) 
         step_url(lesson, step + 1, lang, carry) if step < n else None,
         f"/lessons/{slug}?lang={lang}",
         here.poll.for_lang(question, lang) if here.poll else None,
+        next_lesson(lesson, lang, carry) if step == n else None,
     )  # fmt: skip
+
+
+def next_lesson(lesson: Lesson, lang: str, carry: dict[str, str] | None) -> str | None:
+    """The first step of the lesson after `lesson`, so a class goes on without leaving the lab (or presenter mode)."""
+    i = LESSONS.index(lesson)
+    return step_url(LESSONS[i + 1], 1, lang, carry) if i + 1 < len(LESSONS) else None

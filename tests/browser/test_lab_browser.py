@@ -176,6 +176,8 @@ def test_a_lesson_reveals_its_answer_and_opens_the_lab(page: Page, live_server: 
     page.click("li.lesson-step[data-step='1'] a[data-open=lab]")
     expect(page.locator("#stage")).to_have_attribute("data-index", "4")
     assert row(page, "weights", 0) == ["1.0", "0.0", "0.0", "0.0", "0.0"]
+    expect(page.locator("#arithmetic")).to_have_count(0)  # the cell the lesson asks about is not opened for them
+    page.click("table[data-matrix=weights] td[data-row='0'][data-col='0'] a")
     expect(page.locator("#arithmetic")).to_be_visible()
 
 

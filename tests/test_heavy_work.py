@@ -1,0 +1,70 @@
+"""Heavy work waits its turn: generation, a long context's layers and the model view take one of the few large-work
+slots whatever their bytes, a wait for a slot has a deadline, and a full queue is refused at once — so 40 generations
+asked at once run two at a time while /healthz and small requests keep their threads (issue #24, item 1)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from app.lab import Lab
+from app.settings import Settings
+from engine.budget import Busy
+
+
+def lab(**overrides: object) -> Lab:
+    return Lab(Settings(device="cpu", **overrides))  # type: ignore[arg-type]
+
+
+def test_heavy_work_runs_a_few_at_a_time_and_the_rest_wait_or_are_refused() -> None:
+    work = lab(max_large_concurrent=2, max_large_queued=3, queue_wait_s=60)
+    running = 0
+    most = 0
+    gate = threading.Event()
+    lock = threading.Lock()
+
+    def generate() -> int:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        gate.wait(10)
+        with lock:
+            running -= 1
+        return 1
+
+    async def main() -> list[object]:
+        tasks = [asyncio.create_task(work.offload(1, generate, heavy=True)) for _ in range(8)]
+        await asyncio.sleep(0.3)
+        small = await asyncio.wait_for(work.offload(1, lambda: "fast"), 5)  # small work is not queued behind
+        gate.set()
+        return [small, *await asyncio.gather(*tasks, return_exceptions=True)]
+
+    small, *results = asyncio.run(main())
+    assert small == "fast"
+    assert most == 2  # never more than the slots at once
+    assert sum(r == 1 for r in results) == 5  # 2 running + 3 queued
+    refused = [r for r in results if isinstance(r, Busy)]
+    assert len(refused) == 3 and all(r.retry_after >= 1 for r in refused)
+
+
+def test_a_wait_for_a_slot_has_a_deadline() -> None:
+    work = lab(max_large_concurrent=1, max_large_queued=5, queue_wait_s=0.3)
+    gate = threading.Event()
+
+    async def main() -> tuple[object, float]:
+        first = asyncio.create_task(work.offload(1, lambda: gate.wait(10), heavy=True))
+        await asyncio.sleep(0.1)
+        start = time.monotonic()
+        with pytest.raises(Busy):
+            await work.offload(1, lambda: None, heavy=True)
+        waited = time.monotonic() - start
+        gate.set()
+        return await first, waited
+
+    done, waited = asyncio.run(main())
+    assert done is True
+    assert 0.25 <= waited < 5  # refused after about queue_wait_s, not left waiting for ever
