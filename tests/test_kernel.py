@@ -193,6 +193,12 @@ LATIN_OK = set(
     [
         "English",
         "JSON",
+        "host",
+        "make",
+        "run",
+        "HOST",
+        "public",
+        "url",  # the command lines of the loopback warning
         "NumPy",
         "npz",
         "Softmax",
