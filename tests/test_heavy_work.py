@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 
 import pytest
@@ -13,6 +14,12 @@ import pytest
 from app.lab import Lab
 from app.settings import Settings
 from engine.budget import Busy
+
+
+def run(coro_fn):  # type: ignore[no-untyped-def]
+    """asyncio.run in a thread of its own: the browser tests leave an event loop running in this one."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(coro_fn())).result()
 
 
 def lab(**overrides: object) -> Lab:
@@ -43,7 +50,7 @@ def test_heavy_work_runs_a_few_at_a_time_and_the_rest_wait_or_are_refused() -> N
         gate.set()
         return [small, *await asyncio.gather(*tasks, return_exceptions=True)]
 
-    small, *results = asyncio.run(main())
+    small, *results = run(main)
     assert small == "fast"
     assert most == 2  # never more than the slots at once
     assert sum(r == 1 for r in results) == 5  # 2 running + 3 queued
@@ -65,6 +72,6 @@ def test_a_wait_for_a_slot_has_a_deadline() -> None:
         gate.set()
         return await first, waited
 
-    done, waited = asyncio.run(main())
+    done, waited = run(main)
     assert done is True
     assert 0.25 <= waited < 5  # refused after about queue_wait_s, not left waiting for ever
