@@ -307,6 +307,17 @@ window.labProgressKey = (function () {
   window.addEventListener("pageshow", stop);
 })();
 
+// Whenever the page's layout may have changed (loaded, fonts in, resized, a panel swapped, a class step followed),
+// run `fn`: the one list of those moments for the measuring code below.
+window.labOnLayout = function (fn) {
+  document.addEventListener("DOMContentLoaded", fn);
+  window.addEventListener("load", fn);
+  if (document.fonts && document.fonts.ready) document.fonts.ready.then(fn); // the math font changes widths
+  window.addEventListener("resize", fn);
+  document.addEventListener("htmx:afterSettle", fn);
+  document.addEventListener("room:followed", fn);
+};
+
 // Presenter mode: size the numbers to the projector. The largest font (8–64 px) at which the stage's matrices fit
 // their column and the stage (matrices and the open cell's arithmetic included) ends above the bottom of the screen
 // (and above the class bar). Measured, not guessed: a 5 × 5 softmax gets big numbers, stage 1's three matrices less.
@@ -338,7 +349,7 @@ window.labProgressKey = (function () {
     }
     var lo = 8, hi = 64;
     set(hi);
-    if (fits()) return;
+    if (fits()) return stage.setAttribute("data-fit", String(hi));
     while (hi - lo > 1) {
       var mid = (lo + hi) >> 1;
       set(mid);
@@ -347,12 +358,7 @@ window.labProgressKey = (function () {
     set(lo);
     stage.setAttribute("data-fit", String(lo));
   }
-  window.labFitPresenter = fit;
-  document.addEventListener("DOMContentLoaded", fit);
-  window.addEventListener("load", fit);
-  window.addEventListener("resize", fit);
-  document.addEventListener("htmx:afterSettle", fit);
-  document.addEventListener("room:followed", fit);
+  window.labOnLayout(fit);
   // The class bar along the bottom grows when a question opens: the numbers make room for it.
   var watched = null;
   document.addEventListener("room:bar", function () {
@@ -368,17 +374,10 @@ window.labProgressKey = (function () {
   });
 })();
 
-// The stage tabs keep the current one in view (a phone's tab strip scrolls sideways), and a formula wider than its
-// box is scaled down to fit rather than clipped.
+// A formula wider than its box is scaled down to fit rather than clipped.
 (function () {
   "use strict";
   function settle() {
-    document.querySelectorAll("ol.tabs, ol.flow").forEach(function (strip) {
-      var cur = strip.querySelector("[aria-current]");
-      if (!cur || strip.scrollWidth <= strip.clientWidth) return;
-      var li = cur.closest("li") || cur;
-      strip.scrollLeft = li.offsetLeft - strip.offsetLeft - (strip.clientWidth - li.offsetWidth) / 2;
-    });
     document.querySelectorAll(".explain .formula").forEach(function (box) {
       var m = box.querySelector("math");
       if (!m) return;
@@ -390,12 +389,7 @@ window.labProgressKey = (function () {
       }
     });
   }
-  document.addEventListener("DOMContentLoaded", settle);
-  window.addEventListener("load", settle);
-  if (document.fonts && document.fonts.ready) document.fonts.ready.then(settle); // the math font changes widths
-  window.addEventListener("resize", settle);
-  document.addEventListener("htmx:afterSettle", settle);
-  document.addEventListener("room:followed", settle);
+  window.labOnLayout(settle);
 })();
 
 // Phones: the step tabs and the block's flow are one row that scrolls sideways; keep the current step in view
@@ -410,6 +404,5 @@ window.labProgressKey = (function () {
       row.scrollLeft += (r.left + r.width / 2) - (box.left + box.width / 2);
     });
   }
-  document.addEventListener("DOMContentLoaded", reveal);
-  document.addEventListener("htmx:afterSettle", reveal);
+  window.labOnLayout(reveal);
 })();

@@ -37,8 +37,7 @@ def projector(tp: Page, *, numbers: bool = True) -> None:
     """Presenter mode held, and the stage's numbers (and the open cell's arithmetic) fully on screen, ≥ 24 px."""
     assert query(tp).get("present") == ["1"], tp.url
     expect(tp.locator("body")).to_have_class("present ")
-    tp.wait_for_function("() => document.getElementById('stage').hasAttribute('data-fit') || true")
-    tp.wait_for_timeout(150)  # the fit runs after the swap settles
+    tp.wait_for_selector("#stage[data-fit]", state="attached")  # lab.js has sized the numbers for this panel
     got = tp.evaluate(FITS)
     assert got["parts"], "the stage shows its matrices"
     for left, top, right, bottom in got["parts"]:
@@ -50,9 +49,7 @@ def projector(tp: Page, *, numbers: bool = True) -> None:
 def nothing_secret_on(tp: Page, key: str | None) -> None:
     """While the class votes: no histogram, no key, no "what to notice", no lesson answer on the projector."""
     expect(tp.locator("#room [data-room-histogram]")).to_be_hidden()
-    expect(tp.locator(".explain .notice")).to_have_count(0) if tp.locator(".explain .notice").count() == 0 else expect(
-        tp.locator(".explain .notice")
-    ).to_be_hidden()
+    expect(tp.locator(".explain .notice:visible")).to_have_count(0)
     assert tp.locator("td[data-votes]").count() == 0 and tp.locator("td.poll-key").count() == 0
     if key:
         assert key not in tp.locator("body").inner_text()
