@@ -8,16 +8,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote_plus
 
 import anyio
-from fastapi import Request, Response
+from fastapi import Request
 from redis.exceptions import RedisError
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import Limits, Spec, TraceCache, compute
 from engine.attention import Trace
@@ -34,21 +33,9 @@ from .settings import Settings
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class CachedResponse:
-    """A finished GET answer: the same URL gets the same bytes, without parsing or serialising again."""
-
-    body: bytes
-    media_type: str
-    headers: tuple[tuple[str, str], ...]
-    key_bytes: int = 0  # the URL it is stored under counts too: a long unused parameter is not free
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.body) + self.key_bytes + sum(len(k) + len(v) for k, v in self.headers) + 200
-
-
 class Lab:
+    responses: Any = None  # the kernel's response store (app/web/cache.py), set by create_app for the metrics
+
     def __init__(self, settings: Settings, metrics: Any = None) -> None:
         import torch
 
@@ -66,9 +53,6 @@ class Lab:
         self.large_running = 0
         self.large_waiting = 0
         self.cache: TraceCache[Any, Any] = TraceCache(int(settings.cache_mb * 2**20))
-        self.responses: TraceCache[tuple[str, str], CachedResponse] = TraceCache(
-            int(settings.response_cache_mb * 2**20)
-        )
         self.models: dict[str, Any] = {}
         # Long computations in flight, by their request (`progress_key`): (done, total, started) for /api/v1/progress.
         self.progress: dict[str, tuple[int, int, float]] = {}
@@ -258,61 +242,9 @@ class Lab:
         return int(self.settings.json_limit_mb * 2**20)
 
 
-def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
-    """Serve a GET route's successful answers from `Lab.responses`, keyed by path and query string: a repeated URL
-    skips validation, computing and serialising. The answer is a pure function of the URL and the server's
-    configuration, so this is safe for every idempotent route here."""
-
-    @functools.wraps(handler)
-    async def wrapper(request: Request, lab: Lab) -> Response:
-        key = (request.url.path, request.url.query)
-        hit = lab.responses.get(key)
-        if hit is not None:
-            return Response(hit.body, media_type=hit.media_type, headers=dict(hit.headers) | {"X-Cache": "hit"})
-        response = await handler(request, lab)
-        if response.status_code == 200 and lab.responses.max_bytes:
-            keep = tuple((k, v) for k, v in response.headers.items() if k in ("content-disposition", "cache-control"))
-            stored = CachedResponse(bytes(response.body), response.media_type or "", keep, len(key[0]) + len(key[1]))
-            lab.responses.put(key, stored)
-        return response
-
-    return wrapper
-
-
-class ServeCached:
-    """ASGI middleware: a GET whose answer `cached_get` already stored is sent straight from `Lab.responses`,
-    before routing, validation and dependency injection. Everything else passes through untouched."""
-
-    def __init__(self, app: ASGIApp, lab: Lab) -> None:
-        self.app = app
-        self.lab = lab
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and self.lab.responses.max_bytes:
-            key = (scope["path"], scope["query_string"].decode("latin-1"))
-            hit = self.lab.responses.get(key)
-            if hit is not None:
-                headers = [
-                    (b"content-type", hit.media_type.encode()),
-                    (b"content-length", str(len(hit.body)).encode()),
-                    (b"x-cache", b"hit"),
-                    *((k.encode(), v.encode()) for k, v in hit.headers),
-                ]
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                await send({"type": "http.response.body", "body": hit.body})
-                return
-        await self.app(scope, receive, send)
-
-
 def get_lab(request: Request) -> Lab:
     lab: Lab = request.app.state.lab
     return lab
-
-
-def is_fragment(request: Request) -> bool:
-    """htmx asked for the panel alone (a history restore needs the whole page)."""
-    headers = request.headers
-    return headers.get("hx-request") == "true" and headers.get("hx-history-restore-request") != "true"
 
 
 PROGRESS_TTL_S = 120  # a shared progress entry outlives a crashed worker by at most this
@@ -352,30 +284,3 @@ def progress_key(path: str, query: str) -> str:
 
 def request_key(request: Request) -> str:
     return progress_key(request.url.path, request.url.query)
-
-
-def page_key(request: Request, lang: str) -> tuple[str, str]:
-    """A rendered page depends on its URL, the language chosen and whether htmx asked for the panel alone."""
-    return (f"page:{lang}:{int(is_fragment(request))}:{request.url.path}", request.url.query)
-
-
-def cached_page(lab: Lab, key: tuple[str, str]) -> Response | None:
-    hit = lab.responses.get(key)
-    if hit is None:
-        return None
-    return Response(hit.body, media_type=hit.media_type, headers=dict(hit.headers) | {"X-Cache": "hit"})
-
-
-def remember_page(lab: Lab, key: tuple[str, str], response: Response) -> Response:
-    """Keep a successful page: the class asks for the same few views again and again."""
-    if response.status_code == 200 and lab.responses.max_bytes:
-        lab.responses.put(
-            key,
-            CachedResponse(
-                bytes(response.body),
-                "text/html; charset=utf-8",
-                (("vary", "HX-Request, Accept-Language"),),
-                len(key[0]) + len(key[1]),
-            ),
-        )
-    return response

@@ -25,7 +25,7 @@ from .demos import api as demos_api
 from .demos import page as demos_page
 from .generate import api as generate_api
 from .generate import page as generate_page
-from .lab import Lab, ServeCached
+from .lab import Lab
 from .lessons import page as lessons_page
 from .limits import BodyLimit, QueryLimit, SecurityHeaders, SendTimeout
 from .metrics import Metrics, Observe
@@ -39,6 +39,8 @@ from .rooms import page as rooms_page
 from .rooms.service import Rooms
 from .schemas import LIST_FIELDS
 from .settings import Settings, get_settings
+from .web import cache
+from .web.page import JsonTwin
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "static"
@@ -77,10 +79,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = Metrics()
     app.state.lab = Lab(settings, app.state.metrics)
+    # The kernel's response store (app/web/cache.py); the lab keeps a reference for its metrics only.
+    app.state.responses = app.state.lab.responses = cache.new_store(settings.response_cache_mb)
     app.state.rooms = Rooms(settings)
     errors.install(app)
     rooms_api.install(app)
-    app.add_middleware(ServeCached, lab=app.state.lab)
+    app.add_middleware(cache.ServeCached, store=app.state.responses)
+    app.add_middleware(JsonTwin)  # outside ServeCached: a twin is a page, served by the page kernel
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
     app.add_middleware(QueryLimit, max_bytes=int(settings.max_query_kb * 1024), repeatable=frozenset(LIST_FIELDS))
     app.add_middleware(Observe, metrics=app.state.metrics, lab=app.state.lab)

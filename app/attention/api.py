@@ -4,6 +4,7 @@ exact numbers, CSV, .npy or SVG."""
 from __future__ import annotations
 
 import io
+from dataclasses import asdict
 from typing import Annotated, Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 from engine import PRESETS, STAGE_TENSORS, STAGES
 from engine.long import LongTrace
 
-from ..lab import Lab, cached_get, get_lab, request_key
+from ..lab import Lab, get_lab, request_key
 from ..render.arrays import Traced, to_numpy
 from ..render.heatmap import svg as heatmap_svg_of
 from ..schemas import (
@@ -26,6 +27,7 @@ from ..schemas import (
     query_parameters,
 )
 from ..web.answer import answer_document, parse_query, respond
+from ..web.cache import cached_get
 from ..web.state import parse_head, parse_stage, query_int
 from ..web.tensors import (
     COLOR_PARAM,
@@ -93,16 +95,7 @@ def presets(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
             for name, m in lab.models.items()
         },
         "stages": [{"index": i, "key": k, "tensors": list(STAGE_TENSORS[k])} for i, k in enumerate(STAGES, 1)],
-        "limits": {
-            "max_tokens": limits.max_tokens,
-            "max_d_model": limits.max_d_model,
-            "max_heads": limits.max_heads,
-            "max_token_chars": limits.max_token_chars,
-            "max_explicit_d_model": limits.max_explicit_d_model,
-            "max_explicit_tokens": limits.max_explicit_tokens,
-            "memory_budget_bytes": limits.memory_budget_bytes,
-            "json_limit_bytes": lab.json_limit,
-        },
+        "limits": asdict(limits) | {"json_limit_bytes": lab.json_limit},  # every engine Limit, by its name
         "device": lab.device,
     }
 

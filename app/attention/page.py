@@ -8,6 +8,7 @@ page loads of the same URLs.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -37,7 +38,7 @@ from ..web.state import (
     parse_tile,
     url_fields,
 )
-from .view import large_context, long_context, small_context
+from .view import LabView, large_context, long_context, small_context
 
 router = APIRouter(include_in_schema=False)
 
@@ -52,23 +53,25 @@ COMPARE_PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
-async def long_view(ctx: dict[str, Any], req: AttentionRequest, state: ViewState, lab: Lab, progress: str) -> bool:
+async def long_view(
+    req: AttentionRequest, state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]
+) -> LabView | None:
     """A pretrained model's text past a whole trace's length, within MAX_LONG_TOKENS: the large view of its lazy
     trace (engine/long.py), which computes what the page shows and no more (the layers below once, then one head's
-    matrix, the window's rows). False when the whole trace was refused for another reason: its error stands."""
+    matrix, the window's rows). None when the whole trace was refused for another reason: its error stands."""
     if req.preset not in lab.models:
-        return False
+        return None
     spec = req.to_spec(lab.long_limits, lab.device, lab.models)  # past MAX_LONG_TOKENS too: says so
     if spec.n_tokens <= lab.limits.max_tokens:
-        return False
+        return None
     key = parse_stage(state.get("stage"), STAGES)
     head = parse_head(state.get("head"), spec.n_heads)
     parse_tile(state.get("tile"))
     lt, _ = await lab.long_async(spec, progress)  # the layers below, reported to /api/v1/progress as they run
     a = await run_in_threadpool(lambda: to_numpy(lt.matrix(MAIN_TENSOR[key], head)))
-    ctx.update(long_context(lt, key, head, state, a, lab.models[spec.preset], lab.limits.max_tokens, ctx["lang"],
-                            ctx["t"]))  # fmt: skip
-    return True
+    model = lab.models[spec.preset]
+    shown = long_context(lt, key, head, state, a, model, lab.limits.max_tokens, ctx["lang"], ctx["t"])
+    return LabView(summary=spec.summary(), tokens=spec.tokens, **shown)
 
 
 def stage_url(state: Any, to: str, here: str) -> str:
@@ -89,120 +92,129 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
 async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
     state = lab_state(request.query_params, "/embed" if embed else "/", API_KEYS, VIEW_KEYS, lab.models)
     present = state.get("present") == "1"
-    # Presenter mode shows the students' address: the cache keys by it, never by the raw Host header alone.
-    student_base = public_base(str(request.base_url), lab.settings.public_url) if present else None
-    hide = {h for h in state.get("hide").split(",") if h in HIDEABLE}
-    if present:
-        hide |= {"controls"}
-    # Hints off: what to notice and the lesson's answer stay hidden until the teacher shows them (in a room the
-    # switch is part of the shared view, so the students' screens hide them too).
-    hints = state.get("hints") != "off"
-    if not hints:
+    hide = {h for h in state.get("hide").split(",") if h in HIDEABLE} | ({"controls"} if present else set())
+    if state.get("hints") == "off":  # what to notice and the lesson's answer stay hidden until the teacher shows them
         hide |= {"notice"}
+    # Presenter mode shows the students' address: the cache keys by it, never by the raw Host header alone.
+    base = public_base(str(request.base_url), lab.settings.public_url) if present else None
+    build = functools.partial(lab_view, state, lab, base, request_key(request))
+    return await serve(request, lab, "lab.html", state, build, shows=base or "", present=present, embed=embed,
+                       hide=hide, stages=STAGES, presets=[*PRESETS, *lab.models], models=lab.models,
+                       svg_base="/api/v1/attention/heatmap.svg")  # fmt: skip
+
+
+def custom_mask_start(state: ViewState) -> None:
+    """Choosing "custom" in the form starts from a mask that hides nothing, ready to be edited cell by cell."""
     if state.get("mask") == "custom" and not state.get("mask_matrix") and state.get("preset", "toy") in PRESETS:
-        # Choosing "custom" in the form starts from a mask that hides nothing, ready to be edited cell by cell.
         n = len(state.get("tokens").split()) or len(PRESETS[state.get("preset", "toy")].tokens)
         state.params["mask_matrix"] = "[" + ",".join(["[" + ",".join(["1"] * n) + "]"] * n) + "]"
 
-    async def build(ctx: dict[str, Any]) -> None:
-        t = ctx["t"]
-        req = AttentionRequest.model_validate(from_query(state.api_params()))
-        try:
-            spec = req.to_spec(lab.limits, lab.device, lab.models)
-        except SpecError:
-            if await long_view(ctx, req, state, lab, request_key(request)):
-                return  # too long to trace whole: the view that computes only what it shows
-            raise
-        key = parse_stage(state.get("stage"), STAGES)
-        head = parse_head(state.get("head"), spec.n_heads)
-        parse_cell(state.get("cell"))  # a malformed cell is the request's error, before any computing
-        if state.get("lesson"):  # a lesson beside the lab: its question stays in view while the class looks
-            if state.get("lesson") not in lessons.BY_SLUG:
-                raise FieldError("lesson", f"no lesson {state.get('lesson')!r}; see /lessons")
-            n = len(lessons.BY_SLUG[state.get("lesson")].steps)
-            carry = {k: state.get(k) for k in ("present", "hints") if state.get(k)}
-            ctx["lesson"] = lessons.panel(
-                state.get("lesson"), parse_int("step", state.get("step"), 1, 1, n), ctx["lang"], carry
-            )
-        parse_tile(state.get("tile"))
-        trace, _ = await lab.trace_async(spec)
-        index = STAGES.index(key)
-        mask_on = spec.mask == "causal"
-        ctx.update(
-            trace=trace,
-            spec=spec,
-            key=key,
-            index=index + 1,
-            head=head,
-            small=view.is_small(trace, key),
-            **stages.present(trace, key, t),
-            unknown_tokens=sum(tok == "[UNK]" for tok in spec.tokens),
-            random_weights=spec.preset in PRESETS,
-            real_model_url=state.url(
-                preset="smollm2", text=" ".join(spec.tokens), tokens=None, d_model=None, n_heads=None
-            )
-            if "smollm2" in lab.models
-            else None,
-            # An open cell belongs to its stage's matrices: another stage's link closes it (keeping it would put
-            # arithmetic about numbers no longer on screen under a matrix it is not from).
-            prev_url=stage_url(state, STAGES[index - 1], key) if index > 0 else None,
-            next_url=stage_url(state, STAGES[index + 1], key) if index + 1 < len(STAGES) else None,
-            stage_urls=[(s, stage_url(state, s, key)) for s in STAGES],
-            head_urls=[(h, state.url(head=h, cell=None)) for h in range(spec.n_heads)],
-            mask_on=mask_on,
-            mask_toggle_url=state.url(mask="none" if mask_on else "causal", cell=None),
-            scale_toggle_url=state.url(scale=SCALE_CYCLE[spec.scale], cell=None),
-            compare_urls={
-                k: state.url(compare=k) for k in ("mask", "scale", *(("leak",) if spec.mask == "document" else ()))
-            },
-            compare_close_url=state.url(compare=None),
-            present_url=state.url(present=None if present else "1"),
-            hints=hints,
-            hints_url=state.url(hints=None if not hints else "off"),
-        )
-        if present and student_base is not None:  # students scan the view itself, without presenter mode
-            student = student_base + state.url(present=None)
-            # A QR code holds ~2,300 bytes at this error level; past a bound, show the address alone. Under the
-            # code the screen prints the server's short address (the whole view is in the QR, not on the wall).
-            ctx.update(qr=qr_svg(student) if len(student) <= MAX_QR_CHARS else None, student_url=student,
-                       student_host=urlsplit(student).netloc,
-                       share_loopback=unreachable(urlsplit(student).hostname or "", lab.settings.bind_host,
-                                                  lab.settings.public_url))  # fmt: skip
-        if ctx["small"]:
-            ctx.update(small_context(trace, key, head, state, t))
-        else:
-            ctx["large"] = large_context(trace, key, head, state)
-        compare = state.get("compare")
-        pairs = COMPARE_PAIRS
-        if compare in pairs and ctx["small"] and (compare != "leak" or spec.mask == "document"):
-            sides = []
-            for change in pairs[compare]:
-                mask_kind = change.get("mask", spec.mask)
-                unused: dict[str, Any] = {
-                    k: ([] if k in ("pad_positions", "segment_ids") else None)
-                    for k, (field, value) in DEPENDS.items()
-                    if field == "mask" and value != mask_kind
-                }
-                other = req.model_copy(update=unused | change)
-                other_trace, _ = await lab.trace_async(other.to_spec(lab.limits, lab.device, lab.models))
-                sides.append(view.compare_side(other_trace, head, key))
-            changed = view.outline_changes(sides[0]["matrix"], sides[1]["matrix"])
-            ctx["compare"] = {"kind": compare, "sides": sides, "changed": changed}
 
-    return await serve(
-        request,
-        lab,
-        "lab.html",
-        state,
-        build,
+async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progress: str, ctx: dict[str, Any]) -> LabView:
+    """What the lab shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
+    custom_mask_start(state)
+    t = ctx["t"]
+    req = AttentionRequest.model_validate(from_query(state.api_params()))
+    try:
+        spec = req.to_spec(lab.limits, lab.device, lab.models)
+    except SpecError:
+        if (long := await long_view(req, state, lab, progress, ctx)) is not None:
+            return long  # too long to trace whole: the view that computes only what it shows
+        raise
+    key = parse_stage(state.get("stage"), STAGES)
+    head = parse_head(state.get("head"), spec.n_heads)
+    parse_cell(state.get("cell"))  # a malformed cell is the request's error, before any computing
+    lesson = lesson_panel(state, ctx["lang"])
+    parse_tile(state.get("tile"))
+    trace, _ = await lab.trace_async(spec)
+    index = STAGES.index(key)
+    mask_on, hints, present = spec.mask == "causal", state.get("hints") != "off", state.get("present") == "1"
+    small = view.is_small(trace, key)
+    shown: dict[str, Any] = small_context(trace, key, head, state, t) if small else {}
+    shown |= stages.present(trace, key, t)  # formula, explain, notice
+    if small and (compare := await compare_view(state, req, spec, lab, head, key)) is not None:
+        shown["compare"] = compare
+    return LabView(
+        spec=spec,
+        summary=spec.summary(),
+        tokens=spec.tokens,
+        key=key,
+        index=index + 1,
+        head=head,
+        small=small,
+        checks=trace.check_values(),
+        unknown_tokens=sum(tok == "[UNK]" for tok in spec.tokens),
+        random_weights=spec.preset in PRESETS,
+        large=None if small else large_context(trace, key, head, state),
+        lesson=lesson,
+        hints=hints,
+        mask_on=mask_on,
+        **(share(state, student_base, lab) if present and student_base is not None else {}),
+        **shown,
         json_url="/api/v1/attention?" + state.api_query(),
-        shows=student_base or "",
         npz_url="/api/v1/attention.npz?" + state.api_query(),
-        present=present,
-        embed=embed,
-        hide=hide,
-        stages=STAGES,
-        presets=[*PRESETS, *lab.models],
-        models=lab.models,
-        svg_base="/api/v1/attention/heatmap.svg",
+        real_model_url=state.url(preset="smollm2", text=" ".join(spec.tokens), tokens=None, d_model=None, n_heads=None)
+        if "smollm2" in lab.models
+        else None,
+        # An open cell belongs to its stage's matrices: another stage's link closes it (keeping it would put
+        # arithmetic about numbers no longer on screen under a matrix it is not from).
+        prev_url=stage_url(state, STAGES[index - 1], key) if index > 0 else None,
+        next_url=stage_url(state, STAGES[index + 1], key) if index + 1 < len(STAGES) else None,
+        stage_urls=[(s, stage_url(state, s, key)) for s in STAGES],
+        head_urls=[(h, state.url(head=h, cell=None)) for h in range(spec.n_heads)],
+        mask_toggle_url=state.url(mask="none" if mask_on else "causal", cell=None),
+        scale_toggle_url=state.url(scale=SCALE_CYCLE[spec.scale], cell=None),
+        compare_urls={
+            k: state.url(compare=k) for k in ("mask", "scale", *(("leak",) if spec.mask == "document" else ()))
+        },
+        compare_close_url=state.url(compare=None),
+        present_url=state.url(present=None if present else "1"),
+        hints_url=state.url(hints=None if not hints else "off"),
     )
+
+
+def lesson_panel(state: ViewState, lang: str) -> lessons.Panel | None:
+    """A lesson beside the lab: its question stays in view while the class looks."""
+    if not state.get("lesson"):
+        return None
+    if state.get("lesson") not in lessons.BY_SLUG:
+        raise FieldError("lesson", f"no lesson {state.get('lesson')!r}; see /lessons")
+    n = len(lessons.BY_SLUG[state.get("lesson")].steps)
+    carry = {k: state.get(k) for k in ("present", "hints") if state.get(k)}
+    return lessons.panel(state.get("lesson"), parse_int("step", state.get("step"), 1, 1, n), lang, carry)
+
+
+def share(state: ViewState, student_base: str, lab: Lab) -> dict[str, Any]:
+    """Presenter mode's address for students: the view itself, without presenter mode. A QR code holds ~2,300
+    bytes at this error level; past a bound the screen shows the address alone. Under the code the screen prints
+    the server's short address (the whole view is in the QR, not on the wall)."""
+    student = student_base + state.url(present=None)
+    host = urlsplit(student).hostname or ""
+    return {
+        "qr": qr_svg(student) if len(student) <= MAX_QR_CHARS else None,
+        "student_url": student,
+        "student_host": urlsplit(student).netloc,
+        "share_loopback": unreachable(host, lab.settings.bind_host, lab.settings.public_url),
+    }
+
+
+async def compare_view(
+    state: ViewState, req: AttentionRequest, spec: Any, lab: Lab, head: int, key: str
+) -> dict[str, Any] | None:
+    """Compare: the same trace under two settings side by side, the cells that differ outlined."""
+    kind = state.get("compare")
+    if kind not in COMPARE_PAIRS or (kind == "leak" and spec.mask != "document"):
+        return None
+    sides = []
+    for change in COMPARE_PAIRS[kind]:
+        mask_kind = change.get("mask", spec.mask)
+        unused: dict[str, Any] = {
+            k: ([] if k in ("pad_positions", "segment_ids") else None)
+            for k, (field, value) in DEPENDS.items()
+            if field == "mask" and value != mask_kind
+        }
+        other = req.model_copy(update=unused | change)
+        other_trace, _ = await lab.trace_async(other.to_spec(lab.limits, lab.device, lab.models))
+        sides.append(view.compare_side(other_trace, head, key))
+    changed = view.outline_changes(sides[0]["matrix"], sides[1]["matrix"])
+    return {"kind": kind, "sides": sides, "changed": changed}

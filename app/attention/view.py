@@ -1,9 +1,11 @@
-"""The lab page's view of one trace: small traces cell by cell (with the arithmetic of one cell and the editable
-mask), large ones as heat maps with a tile inspector; presenter mode's QR code."""
+"""The lab page's View of one trace: small traces cell by cell (with the arithmetic of one cell and the editable
+mask), large ones as heat maps with a tile inspector, a long pretrained text as its lazy trace's heat map and window;
+presenter mode's QR code. `LabView` is what the page shows; its JSON face is the page's `.json` twin."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -11,7 +13,7 @@ import numpy as np
 
 from engine.attention import Trace
 from engine.long import LongTrace
-from engine.spec import MAIN_TENSOR, STAGES
+from engine.spec import MAIN_TENSOR, STAGES, Spec
 
 from ..render import page as view
 from ..render import stages
@@ -20,8 +22,63 @@ from ..render.cells import SWATCHES, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
 from ..web.state import ViewState, parse_cell, parse_tile
 from ..web.tensors import colour_mode
+from ..web.view import HIDDEN, View
 
 TILE = 16
+
+
+@dataclass(frozen=True)
+class LabView(View):
+    """One stage of one trace, as the lab shows it. Small traces carry their matrices cell by cell (`matrices`,
+    `weight_matrices`, `stats`, `arithmetic`, `compare`); large ones a heat map with a window (`large`); a long
+    pretrained text adds its layer pickers (`long`). Links are URLs of the same page with one thing changed."""
+
+    template = "lab.html"
+    kind = "lab"
+
+    spec: Spec | None = field(default=None, metadata=HIDDEN)  # the template's; the JSON face has its `summary`
+    summary: dict[str, Any] | None = None
+    tokens: tuple[str, ...] = ()
+    key: str = ""
+    index: int = 0
+    head: int = 0
+    small: bool = False
+    formula: str = ""  # MathML
+    explain: str = ""
+    notice: str = ""
+    checks: dict[str, Any] | None = None
+    unknown_tokens: int = 0
+    random_weights: bool = False
+    matrices: list[Any] | None = None
+    weight_matrices: list[Any] | None = None
+    stats: list[dict[str, Any]] | None = None
+    arithmetic: Any = None
+    selected: tuple[str, int, int, int] | None = None
+    compare: dict[str, Any] | None = None
+    large: dict[str, Any] | None = None
+    long: dict[str, Any] | None = None
+    lesson: Any = None
+    hints: bool = True
+    mask_on: bool = False
+    # Presenter mode: the address students open (its QR code is drawn from it).
+    student_url: str | None = None
+    student_host: str | None = None
+    share_loopback: bool = False
+    qr: str | None = field(default=None, metadata=HIDDEN)
+    # Links.
+    json_url: str | None = None
+    npz_url: str | None = None
+    real_model_url: str | None = None
+    prev_url: str | None = None
+    next_url: str | None = None
+    stage_urls: list[tuple[str, str]] | None = None
+    head_urls: list[tuple[int, str]] | None = None
+    mask_toggle_url: str | None = None
+    scale_toggle_url: str | None = None
+    compare_urls: dict[str, str] | None = None
+    compare_close_url: str | None = None
+    present_url: str | None = None
+    hints_url: str | None = None
 
 
 def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:

@@ -10,9 +10,10 @@ from fastapi.concurrency import run_in_threadpool
 
 from engine.block import BlockTrace
 
-from ..lab import Lab, cached_get, get_lab
+from ..lab import Lab, get_lab
 from ..schemas import ERRORS, INT_OR_EMPTY, BlockRequest, query_parameters
 from ..web.answer import parse_query, respond
+from ..web.cache import cached_get
 from ..web.state import query_int
 from ..web.tensors import (
     COLOR_PARAM,

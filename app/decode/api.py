@@ -10,10 +10,11 @@ from fastapi import APIRouter, Body, Depends, Request, Response
 from engine.decode import DecodeTrace
 from engine.spec import Spec
 
-from ..lab import Lab, cached_get, get_lab
+from ..lab import Lab, get_lab
 from ..render.arrays import to_numpy
 from ..schemas import ERRORS, DecodeRequest, query_parameters
 from ..web.answer import answer_document, parse_query
+from ..web.cache import cached_get
 
 router = APIRouter(prefix="/api/v1", tags=["kv cache"], responses=ERRORS)
 

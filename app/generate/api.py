@@ -7,10 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Request, Response
 
-from ..lab import Lab, cached_get, get_lab, request_key
+from ..lab import Lab, get_lab, request_key
 from ..render.payload import json_response
 from ..schemas import ERRORS, query_parameters
 from ..web.answer import parse_query
+from ..web.cache import cached_get
 from .view import GenerateRequest, document, generation_spec, run
 
 router = APIRouter(prefix="/api/v1", tags=["generation"], responses=ERRORS)

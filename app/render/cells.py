@@ -41,6 +41,22 @@ class MatrixView:
     cell_urls: list[list[str]] | None = None  # per-cell links instead of the arithmetic (the editable mask)
     bound: float = 0.0  # the diverging scale runs from −bound to +bound
 
+    def __json__(self) -> dict[str, object]:
+        """The JSON face of a View: labels and float values (−∞ becomes null there, as in the API)."""
+        out: dict[str, object] = {
+            "name": self.name,
+            "label": self.label,
+            "head": self.head,
+            "shape": self.shape,
+            "scale": self.scale,
+            "rows": self.rows,
+            "cols": self.cols,
+            "values": [[float(c.value) for c in row] for row in self.cells],
+        }
+        if self.cell_urls is not None:
+            out["cell_urls"] = self.cell_urls
+        return out
+
     @property
     def ticks(self) -> list[str]:
         """The colour bar's tick values, low to high."""

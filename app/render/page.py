@@ -368,7 +368,8 @@ def compare_side(trace: Trace, head: int, key: str) -> dict[str, Any]:
         mv = matrix_view("weights", "A", w, tok, keys, "(N, N)", "sequential", head, masked=hidden)
         stats = row_stats(w, keys)
     mv.links = False
-    return {"matrix": mv, "stats": stats, "spec": trace.spec}
+    spec = trace.spec
+    return {"matrix": mv, "stats": stats, "spec": {"mask": spec.mask, "scale": spec.scale, "tokens": spec.tokens}}
 
 
 def outline_changes(a: MatrixView, b: MatrixView) -> int:

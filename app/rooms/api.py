@@ -10,8 +10,11 @@ missed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import io
+import logging
+import random
 import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
@@ -21,6 +24,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from redis.exceptions import RedisError
+from starlette.background import BackgroundTask
 
 from ..render.payload import json_response
 from ..schemas import Problem
@@ -36,8 +40,11 @@ from .service import (
     client_address,
     get_rooms,
     join_url,
+    store_down,
 )
-from .store import Answer, Event, Poll, Room
+from .store import RETRY, RETRY_MS, Answer, Event, Poll, Room
+
+LOG = logging.getLogger("attention_lab.rooms")
 
 
 def same_origin_json(request: Request) -> None:
@@ -78,8 +85,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RedisError)
     async def _store_down(request: Request, exc: RedisError) -> Response:
-        return refused(RoomError(503, "rooms", f"the room store failed ({type(exc).__name__}); retry",
-                                 {"Retry-After": "5"}))  # fmt: skip
+        return refused(store_down(exc))
 
 
 RoomsDep = Annotated[Rooms, Depends(get_rooms)]
@@ -279,7 +285,9 @@ async def events(
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
 ) -> Response:
     """The room as server-sent events: `state` (`{"page", "query", "version"}`, id = version) on connect and on
-    every change, `poll` when a poll opens or closes, `end`; a comment every few seconds keeps proxies open."""
+    every change, `poll` when a poll opens or closes, `end`; a comment every few seconds keeps proxies open. A
+    `retry:` hint says when to reconnect; `retry` (no id) says the stream ends because the room store went away:
+    reconnect with Last-Event-ID (a 503 with Retry-After while it is still away)."""
     rooms.joins.check(client_address(request), "events", "joins from this address")
     room = await rooms.room(code, request)
     after: int | None = None
@@ -288,59 +296,80 @@ async def events(
             raise RoomError(422, "last-event-id", "must be a version number from an earlier event")
         after = int(last_event_id)
     store = rooms.store
-    if await store.followers(room.code) >= rooms.settings.max_followers:
+    await store.listening()  # Redis: not before this process receives the room's events again
+    # The teacher's own page listens too (poll events), but is no follower. A follower is counted before its
+    # stream starts, in one step with the limit's check.
+    follower = None if await rooms.is_teacher(request, room) else secrets.token_hex(8)
+    if follower and not await store.follow(room.code, follower, rooms.settings.max_followers):
         raise RoomError(503, "events", f"this room has its limit of {rooms.settings.max_followers} followers",
                         {"Retry-After": "30"})  # fmt: skip
-    # The teacher's own page listens too (poll events), but is no follower.
-    follower = None if await rooms.is_teacher(request, room) else secrets.token_hex(8)
     keepalive = rooms.settings.room_keepalive_s
+    retry_ms = random.randint(*RETRY_MS)
+
+    async def unfollow() -> None:
+        if follower:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):  # Redis may be the reason
+                await store.unfollow(room.code, follower)
 
     async def stream() -> AsyncIterator[bytes]:
         with store.hub.listen(room.code) as queue:  # listening before the snapshot: nothing falls in between
             try:
-                if follower:
-                    await store.follow(room.code, follower)
-                yield f"retry: 2000\n: following room {room.code}\n\n".encode()
-                sent = 0
-                missed = await store.events_after(room.code, after) if after is not None else None
-                if missed is not None:
-                    for old in missed:
-                        yield old.sse()
-                        sent = old.id
-                    sent = max(sent, after or 0)
-                else:  # a first connection, or one that missed more than the log holds: the room as it is now
-                    current = await store.get(room.code)
-                    if current is None:
-                        yield Event(room.version + 1, "end", {}).sse()
-                        return
-                    state = Event(current.version, "state", {"page": current.page, "query": current.query})
-                    yield state.sse()
-                    sent = current.version
-                    if current.poll and (poll := await store.poll(room.code, current.poll)) is not None:
-                        yield Event(current.version, "poll", poll.public()).sse(with_id=False)
-                while True:
-                    try:
-                        event = await asyncio.wait_for(queue.get(), keepalive)
-                    except TimeoutError:
-                        yield b": keep-alive\n\n"
-                        if follower:
-                            await store.follow(room.code, follower)  # the heartbeat that keeps it counted
-                        continue
-                    if event is None:
-                        return
-                    if event.id <= sent:
-                        continue
-                    yield event.sse()
-                    sent = event.id
-                    if event.kind == "end":
-                        return
+                yield f"retry: {retry_ms}\n: following room {room.code}\n\n".encode()
+                async for chunk in _events(queue):
+                    yield chunk
+            except (RedisError, OSError) as exc:  # the store went away: say so and end; the client reconnects
+                LOG.info("rooms: a stream of %s ends: the store failed (%s)", room.code, type(exc).__name__)
+                yield _retry(retry_ms)
             finally:
+                await unfollow()
+
+    async def _events(queue: asyncio.Queue[Event | None]) -> AsyncIterator[bytes]:
+        sent = 0
+        missed = await store.events_after(room.code, after) if after is not None else None
+        if missed is not None:
+            for old in missed:
+                yield old.sse()
+                sent = old.id
+            sent = max(sent, after or 0)
+        else:  # a first connection, one that missed more than the log holds, or a version the room never had
+            current = await store.get(room.code)
+            if current is None:
+                yield Event(room.version + 1, "end", {}).sse()
+                return
+            state = Event(current.version, "state", {"page": current.page, "query": current.query})
+            yield state.sse()
+            sent = current.version
+            if current.poll and (poll := await store.poll(room.code, current.poll)) is not None:
+                yield Event(current.version, "poll", poll.public()).sse(with_id=False)
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), keepalive)
+            except TimeoutError:
+                yield b": keep-alive\n\n"
                 if follower:
-                    with anyio.CancelScope(shield=True):
-                        await store.unfollow(room.code, follower)
+                    await store.follow(room.code, follower)  # the heartbeat that keeps it counted
+                continue
+            if event is None:
+                return
+            if event is RETRY:
+                yield _retry(retry_ms)
+                return
+            if event.id <= sent:
+                continue
+            yield event.sse()
+            sent = event.id
+            if event.kind == "end":
+                return
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}  # no proxy may buffer the stream
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+    # `unfollow` also runs when the stream never started (its client left at once): it is idempotent.
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers,
+                             background=BackgroundTask(unfollow))  # fmt: skip
+
+
+def _retry(retry_ms: int) -> bytes:
+    """`event: retry` (no id: the client's Last-Event-ID stays its last event), with the reconnect delay."""
+    return f"retry: {retry_ms}\n".encode() + RETRY.sse(with_id=False)
 
 
 @router.post("/{code}/polls", status_code=201, response_model=PollCreated, responses=TEACHER)

@@ -5,7 +5,10 @@ language, fragment flag and whatever else the page shows), the page's base conte
 inline errors (a bad field is shown in the page, in its language, with a 422; a busy server with a 503), and the
 rendering: the whole page, or for an htmx request only the blocks it swaps, with `Vary`.
 
-A page module is then a view state, a `build(ctx)` that adds what the page shows, and a template.
+A page module is then a view state and a `build(ctx) -> View` (app/web/view.py): the View is what the page shows,
+and the kernel picks its face — the template (or its htmx blocks), or the same View as JSON when the client asks
+for `application/json` (the page's `.json` twin URL sets that header: see `JsonTwin`). On the JSON face a bad input
+is the API's own 4xx (the exception handlers of app/errors.py), not a page.
 """
 
 from __future__ import annotations
@@ -15,20 +18,57 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
+import orjson
 from fastapi import Request, Response
 from pydantic import ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import SpecError
 from engine.budget import Busy
 
 from ..errors import clean
-from ..lab import Lab, cached_page, is_fragment, page_key, remember_page
+from ..lab import Lab
+from ..render.payload import OPTIONS
 from ..schemas import FieldError
 from ..templating import TEMPLATES
+from .cache import cached_page, is_fragment, page_key, remember_page
 from .i18n import LANGS, error_message, negotiate, translator
 from .state import ViewState
+from .view import View
 
-Build = Callable[[dict[str, Any]], Awaitable[None]]
+VARY = "HX-Request, Accept-Language, Accept"
+
+Build = Callable[[dict[str, Any]], Awaitable["View | None"]]
+
+
+class JsonTwin:
+    """ASGI middleware: a page's `.json` twin URL (`/block.json?…`, and `/index.json` for `/`) is the page itself
+    asked for with `Accept: application/json`, so every page's JSON face has an address one can link to."""
+
+    SKIP = ("/api/", "/static/", "/vendor/", "/openapi.json")
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path.endswith(".json") and scope["method"] in ("GET", "HEAD") and not path.startswith(self.SKIP):
+            page = path.removesuffix(".json")
+            page = "/" if page == "/index" else page
+            headers = [(k, v) for k, v in scope["headers"] if k not in (b"accept", b"hx-request")]
+            scope = dict(scope, path=page, raw_path=page.encode(), headers=[*headers, (b"accept", b"application/json")])
+        await self.app(scope, receive, send)
+
+
+def twin_url(path: str, query: str) -> str:
+    """The `.json` twin of a page's URL."""
+    return ("/index" if path == "/" else path) + ".json" + (f"?{query}" if query else "")
+
+
+def wants_json(request: Request) -> bool:
+    """The JSON face: asked for by `Accept: application/json` (what the `.json` twin URL sets), never by htmx."""
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/html" not in accept and not is_fragment(request)
 
 
 def language(request: Request) -> str:
@@ -79,10 +119,13 @@ async def serve(
     navigation's current link."""
     lang = language(request)
     t = translator(lang)
+    as_json = wants_json(request)
     key = page_key(request, lang)
+    if as_json:
+        key = (f"json:{key[0]}", key[1])
     if shows:
         key = (f"{key[0]}@{shows}", key[1])
-    if (hit := cached_page(lab, key)) is not None:
+    if (hit := cached_page(request, key)) is not None:
         return hit
     fragment = is_fragment(request) and bool(blocks)
     ctx: dict[str, Any] = {
@@ -97,9 +140,20 @@ async def serve(
         "status": 200,
         "fragment": fragment,
     } | extra
+    if as_json:  # errors are the API's: the exception handlers answer with the field named
+        view = await build(ctx)
+        if view is None:
+            raise FieldError("format", "this page has no JSON face yet")
+        body = orjson.dumps(view.to_json() | {"lang": lang}, option=OPTIONS)
+        response: Response = Response(body, media_type="application/json", headers={"Vary": VARY})
+        return remember_page(request, key, response, "application/json")
+    view = None
     with inline_errors(ctx, t):
-        await build(ctx)
-    headers = {"Vary": "HX-Request, Accept-Language"}
+        view = await build(ctx)
+        if view is not None:
+            ctx.update(view.context(), view=view)
+            template = view.template
+    headers = {"Vary": VARY}
     if ctx["error"]:  # the refusal in words, for callers that read no HTML (a room checking a shared view)
         headers["X-Lab-Error"] = quote("; ".join(ctx["error"]), safe=" :;,.()'=-_")
     response = TEMPLATES.TemplateResponse(
@@ -107,7 +161,7 @@ async def serve(
         template,
         ctx,
         status_code=ctx["status"],
-        block_names=list(blocks) if fragment else [],
+        block_names=list(view.blocks if view is not None else blocks) if fragment else [],
         headers=headers,
     )
-    return remember_page(lab, key, response)
+    return remember_page(request, key, response)

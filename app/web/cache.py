@@ -1,0 +1,125 @@
+"""The kernel's response caches: a finished GET answer (an API route's or a page's) is kept by its URL, so a class
+asking for the same few views again and again gets the same bytes without parsing, computing or rendering again.
+
+The store (`app.state.responses`) is byte-bounded like the trace cache; `ServeCached` answers API hits before
+routing, `cached_get` fills it, and the page kernel (app/web/page.py) keys pages by URL, language, face (whole page,
+htmx panel, JSON) and whatever else they show.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from engine import TraceCache
+
+
+def new_store(megabytes: float) -> TraceCache[tuple[str, str], CachedResponse]:
+    return TraceCache(int(megabytes * 2**20))
+
+
+def store_of(request: Request) -> TraceCache[tuple[str, str], CachedResponse]:
+    store: TraceCache[tuple[str, str], CachedResponse] = request.app.state.responses
+    return store
+
+
+@dataclass(frozen=True)
+class CachedResponse:
+    """A finished GET answer: the same URL gets the same bytes, without parsing or serialising again."""
+
+    body: bytes
+    media_type: str
+    headers: tuple[tuple[str, str], ...]
+    key_bytes: int = 0  # the URL it is stored under counts too: a long unused parameter is not free
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.body) + self.key_bytes + sum(len(k) + len(v) for k, v in self.headers) + 200
+
+
+def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
+    """Serve a GET route's successful answers from the response store, keyed by path and query string: a repeated URL
+    skips validation, computing and serialising. The answer is a pure function of the URL and the server's
+    configuration, so this is safe for every idempotent route here."""
+
+    @functools.wraps(handler)
+    async def wrapper(request: Request, lab: Any) -> Response:
+        store = store_of(request)
+        key = (request.url.path, request.url.query)
+        hit = store.get(key)
+        if hit is not None:
+            return Response(hit.body, media_type=hit.media_type, headers=dict(hit.headers) | {"X-Cache": "hit"})
+        response = await handler(request, lab)
+        if response.status_code == 200 and store.max_bytes:
+            keep = tuple((k, v) for k, v in response.headers.items() if k in ("content-disposition", "cache-control"))
+            stored = CachedResponse(bytes(response.body), response.media_type or "", keep, len(key[0]) + len(key[1]))
+            store.put(key, stored)
+        return response
+
+    return wrapper
+
+
+class ServeCached:
+    """ASGI middleware: a GET whose answer `cached_get` already stored is sent straight from the response store,
+    before routing, validation and dependency injection. Everything else passes through untouched."""
+
+    def __init__(self, app: ASGIApp, store: TraceCache[tuple[str, str], CachedResponse]) -> None:
+        self.app = app
+        self.store = store
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and self.store.max_bytes:
+            key = (scope["path"], scope["query_string"].decode("latin-1"))
+            hit = self.store.get(key)
+            if hit is not None:
+                headers = [
+                    (b"content-type", hit.media_type.encode()),
+                    (b"content-length", str(len(hit.body)).encode()),
+                    (b"x-cache", b"hit"),
+                    *((k.encode(), v.encode()) for k, v in hit.headers),
+                ]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": hit.body})
+                return
+        await self.app(scope, receive, send)
+
+
+def is_fragment(request: Request) -> bool:
+    """htmx asked for the panel alone (a history restore needs the whole page)."""
+    headers = request.headers
+    return headers.get("hx-request") == "true" and headers.get("hx-history-restore-request") != "true"
+
+
+def page_key(request: Request, lang: str) -> tuple[str, str]:
+    """A rendered page depends on its URL, the language chosen and whether htmx asked for the panel alone."""
+    return (f"page:{lang}:{int(is_fragment(request))}:{request.url.path}", request.url.query)
+
+
+def cached_page(request: Request, key: tuple[str, str]) -> Response | None:
+    hit = store_of(request).get(key)
+    if hit is None:
+        return None
+    return Response(hit.body, media_type=hit.media_type, headers=dict(hit.headers) | {"X-Cache": "hit"})
+
+
+def remember_page(
+    request: Request, key: tuple[str, str], response: Response, media_type: str = "text/html; charset=utf-8"
+) -> Response:
+    """Keep a successful page: the class asks for the same few views again and again."""
+    store = store_of(request)
+    if response.status_code == 200 and store.max_bytes:
+        store.put(
+            key,
+            CachedResponse(
+                bytes(response.body),
+                media_type,
+                (("vary", response.headers.get("vary", "")),),
+                len(key[0]) + len(key[1]),
+            ),
+        )
+    return response
