@@ -46,11 +46,11 @@ run: install
 	$(BIN)/attention-lab serve --host $(HOST) --port $(PORT)
 
 lint: install-test
-	$(BIN)/ruff check app engine bench tests
-	$(BIN)/ruff format --check app engine bench tests
+	$(BIN)/ruff check app engine bench tests attention_lab
+	$(BIN)/ruff format --check app engine bench tests attention_lab
 
 typecheck: install-test
-	$(BIN)/mypy app engine
+	$(BIN)/mypy app engine attention_lab
 
 test: lint typecheck
 	$(BIN)/pytest

@@ -21,7 +21,6 @@ from engine.spec import MAIN_TENSOR
 
 from ..lab import Lab, get_lab, request_key
 from ..render import page as view
-from ..render import stages
 from ..render.arrays import to_numpy
 from ..schemas import AttentionRequest, FieldError, from_query
 from ..web import lessons
@@ -38,7 +37,7 @@ from ..web.state import (
     parse_tile,
     url_fields,
 )
-from .view import LabView, large_context, long_context, small_context
+from .view import LabView, long_context, stage_fields
 
 router = APIRouter(include_in_schema=False)
 
@@ -129,28 +128,15 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
     trace, _ = await lab.trace_async(spec)
     index = STAGES.index(key)
     mask_on, hints, present = spec.mask == "causal", state.get("hints") != "off", state.get("present") == "1"
-    small = view.is_small(trace, key)
-    shown: dict[str, Any] = small_context(trace, key, head, state, t) if small else {}
-    shown |= stages.present(trace, key, t)  # formula, explain, notice
-    if small and (compare := await compare_view(state, req, spec, lab, head, key)) is not None:
+    shown = stage_fields(trace, key, head, state, t)
+    if shown["small"] and (compare := await compare_view(state, req, spec, lab, head, key)) is not None:
         shown["compare"] = compare
     return LabView(
-        spec=spec,
-        summary=spec.summary(),
-        tokens=spec.tokens,
-        key=key,
-        index=index + 1,
-        head=head,
-        small=small,
-        checks=trace.check_values(),
-        unknown_tokens=sum(tok == "[UNK]" for tok in spec.tokens),
-        random_weights=spec.preset in PRESETS,
-        large=None if small else large_context(trace, key, head, state),
+        **shown,
         lesson=lesson,
         hints=hints,
         mask_on=mask_on,
         **(share(state, student_base, lab) if present and student_base is not None else {}),
-        **shown,
         json_url="/api/v1/attention?" + state.api_query(),
         npz_url="/api/v1/attention.npz?" + state.api_query(),
         real_model_url=state.url(preset="smollm2", text=" ".join(spec.tokens), tokens=None, d_model=None, n_heads=None)

@@ -5,7 +5,7 @@ presenter mode's QR code. `LabView` is what the page shows; its JSON face is the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlencode
 
@@ -13,12 +13,12 @@ import numpy as np
 
 from engine.attention import Trace
 from engine.long import LongTrace
-from engine.spec import MAIN_TENSOR, STAGES, Spec
+from engine.spec import MAIN_TENSOR, PRESETS, STAGES, Spec
 
 from ..render import page as view
 from ..render import stages
 from ..render.arrays import to_numpy
-from ..render.cells import SWATCHES, matrix_view, row_stats, short
+from ..render.cells import SWATCHES, MatrixView, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
 from ..web.state import ViewState, parse_cell, parse_tile
 from ..web.tensors import colour_mode
@@ -80,6 +80,22 @@ class LabView(View):
     present_url: str | None = None
     hints_url: str | None = None
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LabView:
+        """The View again from the page's JSON face (`attention_lab.Client`), its matrices drawable as on the page."""
+        names = {f.name for f in fields(cls)}
+        given = {k: v for k, v in data.items() if k in names}
+        for k in ("matrices", "weight_matrices"):
+            if given.get(k) is not None:
+                given[k] = [MatrixView.from_json(m) for m in given[k]]
+        if given.get("large") and given["large"].get("tile"):
+            given["large"] = given["large"] | {"tile": MatrixView.from_json(given["large"]["tile"])}
+        if given.get("compare"):
+            sides = [side | {"matrix": MatrixView.from_json(side["matrix"])} for side in given["compare"]["sides"]]
+            given["compare"] = given["compare"] | {"sides": sides}
+        given["tokens"] = tuple(given.get("tokens", ()))
+        return cls(**given)
+
 
 def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:
     """The lab URL with cell (r, c) of the mask flipped: the mask becomes custom."""
@@ -109,6 +125,30 @@ def small_context(trace: Trace, key: str, head: int, state: ViewState, t: Any) -
         ctx["arithmetic"] = view.arithmetic(trace, cell.tensor, cell.head, cell.row, cell.col, t)
         ctx["selected"] = cell.as_tuple()
     return ctx
+
+
+def stage_fields(trace: Trace, key: str, head: int, state: ViewState, t: Any) -> dict[str, Any]:
+    """What one stage of a whole trace shows, links aside: the LabView's fields that come from the numbers. The
+    page adds its links and switches; a notebook (`attention_lab.trace`) shows these alone."""
+    spec = trace.spec
+    small = view.is_small(trace, key)
+    shown = small_context(trace, key, head, state, t) if small else {"large": large_context(trace, key, head, state)}
+    return (
+        shown
+        | stages.present(trace, key, t)
+        | {
+            "spec": spec,
+            "summary": spec.summary(),
+            "tokens": spec.tokens,
+            "key": key,
+            "index": STAGES.index(key) + 1,
+            "head": head,
+            "small": small,
+            "checks": trace.check_values(),
+            "unknown_tokens": sum(tok == "[UNK]" for tok in spec.tokens),
+            "random_weights": spec.preset in PRESETS,
+        }
+    )
 
 
 def axis_labels(labels: list[str], most: int = 32) -> list[str]:
@@ -247,3 +287,65 @@ def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, m
             "model_url": model_url,
         },
     }
+
+
+@dataclass(frozen=True)
+class TilesView(View):
+    """One step of FlashAttention's schedule, as /tiles shows it: query block `qb` (`block`: its rows and, after its
+    last key block, its output) against key block `kb` (`step`: its columns, whether it was skipped, and the running
+    m, rescale, l and accumulator after it), the memory either path needs, and the check against the staged heads.
+    The page swaps no htmx blocks: an htmx request gets the whole page."""
+
+    template = "tiles.html"
+    blocks = ()
+    kind = "tiles"
+
+    summary: dict[str, Any] | None = None
+    tokens: list[str] | None = None  # the queries
+    keys: list[str] | None = None
+    head: int = 0
+    block_q: int = 0
+    block_k: int = 0
+    qb: int = 0
+    kb: int = 0
+    n_steps: int = 0  # key blocks of this query block
+    block: dict[str, Any] | None = None
+    step: dict[str, Any] | None = None
+    title: str = ""
+    memory_bytes: dict[str, int] | None = None  # staged and tiled, for one head
+    memory: str = ""  # the memory notice in words
+    skipped: str | None = None  # the notice of a key block that was skipped
+    max_abs_diff_vs_staged: float = 0.0
+    # Links.
+    json_url: str | None = None
+    qb_urls: list[tuple[int, str]] | None = None
+    kb_urls: list[tuple[int, str, bool]] | None = None  # (key block, its URL, skipped)
+    prev_url: str | None = None
+    next_url: str | None = None
+
+
+@dataclass(frozen=True)
+class SinksView(View):
+    """Attention sinks in one layer of a trained model, as /sinks shows it: each head's share of weight on key 0
+    (`shares`), one head's weights as heat maps on a log and a linear scale (and cell by cell for a short text:
+    `matrices`, before and after the sink is dropped), and how far each token's output moves without the sink
+    (`changes`). The page swaps no htmx blocks: an htmx request gets the whole page."""
+
+    template = "sinks.html"
+    blocks = ()
+    kind = "sinks"
+
+    summary: dict[str, Any] | None = None
+    tokens: list[str] | None = None
+    layer: int = 0
+    n_layer: int = 0
+    head: int = 0
+    hint: str = ""  # the layer and the text's length in words
+    shares: list[tuple[int, float, str]] | None = None  # (head, share of weight on key 0, the head's URL)
+    changes: list[tuple[str, float, float]] | None = None  # (token, ‖O′ − O‖, ‖O′ − O‖ / ‖O‖)
+    top_change: float = 1.0  # the largest relative change: the meters' full length
+    heatmaps: dict[str, str] | None = None  # colour scale ("log", "linear") → the head's heat map URL
+    axis: list[str] | None = None  # the maps' row and column labels (queries down, keys across)
+    ticks: dict[str, list[str]] | None = None  # colour scale → its colour bar's ticks
+    matrices: list[MatrixView] | None = None
+    json_url: str | None = None

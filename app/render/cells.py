@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -53,9 +54,24 @@ class MatrixView:
             "cols": self.cols,
             "values": [[float(c.value) for c in row] for row in self.cells],
         }
+        if self.scale == "diverging":
+            out["bound"] = self.bound  # the colour scale runs from −bound to +bound
+        if any(c.cls.startswith("masked") for row in self.cells for c in row):
+            out["masked"] = [[c.cls.startswith("masked") for c in row] for row in self.cells]
         if self.cell_urls is not None:
             out["cell_urls"] = self.cell_urls
         return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MatrixView:
+        """The matrix again from its JSON face (a client of the lab's API draws what the page draws)."""
+        values = np.array([[-math.inf if v is None else v for v in row] for row in data["values"]], dtype=np.float64)
+        masked = np.array(data["masked"], dtype=bool) if "masked" in data else None
+        symbols = str(data["shape"]).split(" = ")[0]
+        m = matrix_view(data["name"], data["label"], values, list(data["rows"]), list(data["cols"]), symbols,
+                        data["scale"], data["head"], data.get("bound"), masked)  # fmt: skip
+        m.cell_urls = data.get("cell_urls")
+        return m
 
     @property
     def ticks(self) -> list[str]:
