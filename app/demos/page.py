@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
 
 from engine import demos
 
 from ..lab import Lab, get_lab
-from ..web.page import serve
+from ..web.page import serve, wants_json
 from ..web.state import ViewState
-from .view import PermutationQuery, RopeQuery, SoftmaxQuery, run_demos, scaling_charts
+from .view import DemosView, PermutationQuery, RopeQuery, SoftmaxQuery, run_demos, scaling_charts
 
 router = APIRouter(include_in_schema=False)
 
@@ -23,25 +25,49 @@ KEYS = tuple(dict.fromkeys((*PermutationQuery.model_fields, *RopeQuery.model_fie
 @router.get("/demos", response_class=HTMLResponse)
 async def demos_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     state = ViewState.of(request.query_params, "/demos", KEYS)
+    build = functools.partial(demos_view, state, wants_json(request))
+    return await serve(request, lab, "demos.html", state, build, json_url="/api/v1/demo/all?" + state.api_query(),
+                       blocks=(), values=state.params)  # fmt: skip
 
-    async def build(ctx: dict[str, Any]) -> None:
-        t = ctx["t"]
-        sections, errors = run_demos(state.api_params())
-        ctx["errors"] = {
-            name: t("error.field", field=field, message=message) for name, (field, message) in errors.items()
-        }
-        if errors:
-            ctx["status"] = 422
-        data = await run_in_threadpool(demos.scaling)
-        ctx.update(sections, scaling=data, charts=scaling_charts(data, t))
 
-    return await serve(
-        request,
-        lab,
-        "demos.html",
-        state,
-        build,
+async def demos_view(state: ViewState, as_json: bool, ctx: dict[str, Any]) -> DemosView:
+    """What /demos shows for `state`: every demonstration that its parameters allow, the others' errors in words
+    (with a 422). On the JSON face an error is the API's 422, every bad field named, as /api/v1/demo/all says."""
+    t = ctx["t"]
+    sections, errors = run_demos(state.api_params())
+    if errors and as_json:
+        raise RequestValidationError(
+            [{"loc": ("query", field), "msg": message, "type": "value_error"} for field, message in errors.values()]
+        )
+    if errors:
+        ctx["status"] = 422
+    scaling = await run_in_threadpool(demos.scaling)
+    return DemosView(
+        **sections,
+        scaling=scaling,
+        errors={name: t("error.field", field=field, message=message) for name, (field, message) in errors.items()},
+        texts=texts(sections, scaling, t),
+        notices=notices(sections, t),
+        charts=scaling_charts(scaling, t),
         json_url="/api/v1/demo/all?" + state.api_query(),
-        blocks=(),
-        values=state.params,
+        api_urls={name: f"/api/v1/demo/{name}" for name in ("permutation", "rope", "scaling", "softmax")},
     )
+
+
+def texts(sections: dict[str, Any], scaling: dict[str, Any], t: Any) -> dict[str, str]:
+    """What the page says above a demonstration's numbers."""
+    out = {"scaling": t("demo.scale_text", samples=scaling["samples"], n=scaling["n_keys"])}
+    if "permutation" in sections:
+        out["permutation"] = t("demo.perm_text", shuffled=" ".join(sections["permutation"]["shuffled"]))
+    return out
+
+
+def notices(sections: dict[str, Any], t: Any) -> dict[str, str]:
+    """What to notice under each demonstration shown."""
+    out = {
+        name: t(f"demo.{key}_notice") for name, key in (("permutation", "perm"), ("rope", "rope")) if name in sections
+    }
+    out["scaling"] = t("demo.scale_notice")
+    if (sm := sections.get("softmax")) is not None:
+        out["softmax"] = t("demo.softmax_notice", max=f"{sm['max_finite']:,.0f}", dtype=sm["dtype"])
+    return out

@@ -3,6 +3,7 @@ under /api/v1/lessons."""
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -10,9 +11,10 @@ from fastapi.responses import HTMLResponse, Response
 
 from ..lab import Lab, get_lab
 from ..schemas import ERRORS, Problem
-from ..web.lessons import BY_SLUG, LESSONS, Lesson, step_url
+from ..web.lessons import BY_SLUG, LESSONS, Lesson, step_url, with_query
 from ..web.page import serve
 from ..web.state import ViewState
+from .view import LessonLink, LessonStep, LessonsView, LessonView
 
 router = APIRouter(include_in_schema=False)
 NOT_FOUND: dict[int | str, dict[str, Any]] = {**ERRORS, 404: {"model": Problem, "description": "No such lesson"}}
@@ -37,38 +39,55 @@ def lesson_json(lesson: Lesson, lang: str) -> dict[str, Any]:
     }
 
 
-async def _index(ctx: dict[str, Any]) -> None:
-    ctx["json_url"] = f"/api/v1/lessons?lang={ctx['lang']}"
+def lesson_url(lesson: Lesson, lang: str, carry: dict[str, str] | None = None) -> str:
+    return with_query(f"/lessons/{lesson.slug}", **(carry or {}), lang=lang)
+
+
+def link(lesson: Lesson, lang: str, carry: dict[str, str] | None = None) -> LessonLink:
+    title = lesson.title.get(lang, lesson.title["en"])
+    return LessonLink(lesson.slug, title, lesson_url(lesson, lang, carry), len(lesson.steps))
+
+
+async def lessons_view(ctx: dict[str, Any]) -> LessonsView:
+    """What /lessons shows: every lesson, linked."""
+    lang = ctx["lang"]
+    return LessonsView(lessons=tuple(link(lesson, lang) for lesson in LESSONS),
+                       json_url=with_query("/api/v1/lessons", lang=lang))  # fmt: skip
 
 
 @router.get("/lessons", response_class=HTMLResponse)
 async def lessons_index(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     state = ViewState.of(request.query_params, "/lessons", ())
-    return await serve(request, lab, "lessons.html", state, _index, blocks=(), lessons=LESSONS)  # fmt: skip
+    return await serve(request, lab, "lessons.html", state, lessons_view, blocks=())
+
+
+async def lesson_view(lesson: Lesson, state: ViewState, ctx: dict[str, Any]) -> LessonView:
+    """What /lessons/<slug> shows: the steps, each a link into the lab. With hints off (`hints=off`, as in the
+    lab) the answers stay hidden, and the steps' links carry the switch into the lab."""
+    lang, hints = ctx["lang"], state.get("hints") != "off"
+    carry = {"hints": state.get("hints")} if state.get("hints") else {}
+    steps = tuple(
+        LessonStep(k, step_url(lesson, k, lang, carry), look, question, answer if hints else None)
+        for k, (look, question, answer) in enumerate((s.text(lang) for s in lesson.steps), start=1)
+    )
+    i = LESSONS.index(lesson)
+    return LessonView(
+        slug=lesson.slug,
+        title=lesson.title.get(lang, lesson.title["en"]),
+        steps=steps,
+        hints=hints,
+        hidden_note="" if hints else ctx["t"]("hints.hidden"),
+        lessons_url=with_query("/lessons", lang=lang),
+        next_lesson=link(LESSONS[i + 1], lang, carry) if i + 1 < len(LESSONS) else None,
+        json_url=with_query(f"/api/v1/lessons/{lesson.slug}", lang=lang),
+    )
 
 
 @router.get("/lessons/{slug}", response_class=HTMLResponse)
 async def lesson_page(request: Request, slug: str, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    lesson = lesson_of(slug)
-    i = LESSONS.index(lesson)
-    state = ViewState.of(request.query_params, f"/lessons/{slug}", ())
-
-    async def build(ctx: dict[str, Any]) -> None:
-        lang = ctx["lang"]
-        ctx["steps"] = [(step_url(lesson, k, lang), *s.text(lang)) for k, s in enumerate(lesson.steps, start=1)]
-        ctx["json_url"] = f"/api/v1/lessons/{slug}?lang={ctx['lang']}"
-
-    return await serve(
-        request,
-        lab,
-        "lesson.html",
-        state,
-        build,
-        page="lessons",
-        blocks=(),
-        lesson=lesson,
-        next_lesson=LESSONS[i + 1] if i + 1 < len(LESSONS) else None,
-    )
+    state = ViewState.of(request.query_params, f"/lessons/{slug}", (), ("hints",))
+    build = functools.partial(lesson_view, lesson_of(slug), state)
+    return await serve(request, lab, "lesson.html", state, build, page="lessons", blocks=())
 
 
 @api.get("/lessons", summary="The guided lessons, in English or Chinese")

@@ -1,7 +1,9 @@
-"""The model view's request and its computation: every layer and head of a pretrained model, summarised."""
+"""The model view's request, its computation (every layer and head of a pretrained model, summarised) and
+`ModelView`, what the /model page shows (its JSON face is the page's `.json` twin)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -11,6 +13,52 @@ from engine.model_view import model_view, one_pass_stats
 from engine.spec import Spec, make_spec
 
 from ..schemas import FieldError
+from ..web.view import HIDDEN, View
+
+
+@dataclass(frozen=True)
+class HeadLink:
+    """One head of the grid, or of a list of heads: its statistic (or distance), a link into the lab at that layer
+    and head, and a link to this page with that head chosen (the heads most like it)."""
+
+    layer: int
+    head: int
+    value: float
+    url: str
+    like_url: str = ""
+    cls: str = ""  # the grid cell's colour class
+
+
+@dataclass(frozen=True)
+class ChosenHead:
+    layer: int
+    head: int
+    url: str
+    note: str  # what the distance is
+    like: tuple[HeadLink, ...] = ()  # the most similar heads, nearest first; `value` is the distance
+
+
+@dataclass(frozen=True)
+class ModelView(View):
+    """Every layer × head of a pretrained model, one statistic at a time: the grid, the heads ranked by it, and the
+    heads most like a chosen one. Links are URLs of this page with one thing changed, or into the lab."""
+
+    template = "model.html"
+    blocks = ()
+    kind = "model"
+
+    spec: Spec | None = field(default=None, metadata=HIDDEN)  # the footer's device
+    preset: str = ""
+    tokens: tuple[str, ...] = ()
+    layers: int = 0
+    heads: int = 0
+    stat: str = "entropy"
+    explain: str = ""
+    grid: tuple[tuple[HeadLink, ...], ...] = ()  # [layer][head]
+    ranked: tuple[HeadLink, ...] = ()  # the ten lowest entropies, or the ten highest of another statistic
+    chosen: ChosenHead | None = None
+    stat_urls: tuple[tuple[str, str], ...] = ()
+    json_url: str | None = None
 
 
 class ModelViewRequest(BaseModel):

@@ -12,7 +12,7 @@ from engine.params import MODELS
 from ..lab import Lab, get_lab
 from ..web.page import serve
 from ..web.state import ViewState
-from .view import ParamsQuery, misses, params_of
+from .view import ParamsQuery, ParamsView, params_view
 
 router = APIRouter(include_in_schema=False)
 KEYS = tuple(ParamsQuery.model_fields)
@@ -21,24 +21,21 @@ KEYS = tuple(ParamsQuery.model_fields)
 @router.get("/params", response_class=HTMLResponse)
 async def params_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     state = ViewState.of(request.query_params, "/params", KEYS)
+    raw = form_values(state)
+    json_url = "/api/v1/params?" + ViewState("/api/v1/params", raw, KEYS, KEYS).api_query()
+
+    async def build(ctx: dict[str, Any]) -> ParamsView:
+        return params_view(ParamsQuery.model_validate(raw), ctx["t"], json_url)
+
+    return await serve(request, lab, "params.html", state, build, json_url=json_url, blocks=(), models=list(MODELS),
+                       values=raw)  # fmt: skip
+
+
+def form_values(state: ViewState) -> dict[str, str]:
+    """The form's fields: GPT-2 small when nothing is given; "custom" means no preset (every field given)."""
     raw = dict(state.params)
     if not any(k in raw for k in KEYS):
         raw["preset"] = "gpt2-small"
     if raw.get("preset") == "custom":
         raw.pop("preset")
-
-    async def build(ctx: dict[str, Any]) -> None:
-        c = params_of(ParamsQuery.model_validate(raw))
-        ctx.update(c=c, misses=misses(c, ctx["t"]))
-
-    return await serve(
-        request,
-        lab,
-        "params.html",
-        state,
-        build,
-        json_url="/api/v1/params?" + ViewState("/api/v1/params", raw, KEYS, KEYS).api_query(),
-        blocks=(),
-        models=list(MODELS),
-        values=raw,
-    )
+    return raw

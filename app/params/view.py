@@ -1,13 +1,35 @@
-"""Parameter counts: the request (a preset, fields replaced, or every field given) and what the page says the
-12·L·d² estimate misses."""
+"""Parameter counts: the request (a preset, fields replaced, or every field given), what the page says the
+12·L·d² estimate misses, and `ParamsView`, what the /params page shows (its JSON face is the page's `.json` twin)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.params import count, shape_from
+
+from ..web.view import View
+
+
+@dataclass(frozen=True)
+class ParamsView(View):
+    """A model's parameters, broken down (`counts`: exactly what GET /api/v1/params answers), the sums the table
+    adds up, and what the 12·L·d² estimate misses, in words."""
+
+    template = "params.html"
+    blocks = ()
+    kind = "params"
+
+    counts: dict[str, Any] = field(default_factory=dict)  # as the API gives them
+    attention: int = 0  # one block's attention parameters
+    ffn: int = 0  # one block's feed-forward parameters
+    twelve_d2: int = 0  # 12·d², the estimate of one block
+    total_millions: float = 0.0  # the total in millions (the page shows one decimal)
+    ratio: str = ""  # the total and the non-embedding count against the estimate, in words
+    misses: tuple[str, ...] = ()
+    json_url: str | None = None
 
 
 class ParamsQuery(BaseModel):
@@ -34,6 +56,21 @@ def params_of(q: ParamsQuery) -> dict[str, Any]:
     if "n_ctx" in fields and q.preset is None:
         fields.setdefault("learned_positions", fields["n_ctx"] > 0)
     return {"preset": q.preset} | count(shape_from(q.preset, **fields))
+
+
+def params_view(q: ParamsQuery, t: Any, json_url: str) -> ParamsView:
+    c = params_of(q)
+    d = c["shape"]["d_model"]
+    return ParamsView(
+        counts=c,
+        attention=sum(c["block"]["attention"].values()),
+        ffn=sum(c["block"]["ffn"].values()),
+        twelve_d2=12 * d * d,
+        total_millions=c["total"] / 1e6,
+        ratio=t("params.ratio", ratio=c["ratio_total_to_estimate"], ratio_ne=c["ratio_non_embedding_to_estimate"]),
+        misses=tuple(misses(c, t)),
+        json_url=json_url,
+    )
 
 
 def misses(c: dict[str, Any], t: Any) -> list[str]:
