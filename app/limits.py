@@ -3,11 +3,17 @@ the body, and the security headers."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import socket
+import struct
 from urllib.parse import parse_qsl
 
 import anyio
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LOG = logging.getLogger("attention_lab")
 
 
 async def send_problem(send: Send, status: int, where: str, msg: str, kind: str, field: str | None = None) -> None:
@@ -139,7 +145,12 @@ class SecurityHeaders:
 
 class SendTimeout:
     """Drop a client that stops reading: each chunk of an answer must be taken within `seconds`, or the connection
-    is closed and the answer's memory freed (a client that never reads would otherwise hold it for good)."""
+    is closed and the answer's memory freed (a client that never reads would otherwise hold it for good).
+
+    Closed means aborted, at once and with a reset: a transport's ordinary close waits to flush what the client never
+    reads, so the socket stayed open. Under uvicorn the send callable is its request cycle's, whose `transport` it
+    aborts; the answer then ends as after any disconnect (a stream's generator is cancelled), with one log line
+    instead of a traceback. Under another server the timeout is raised as before."""
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
         self.app = app
@@ -149,9 +160,25 @@ class SendTimeout:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        dropped = False
 
         async def timed(message: Message) -> None:
-            with anyio.fail_after(self.seconds):
-                await send(message)
+            nonlocal dropped
+            if dropped:
+                return  # the connection is gone; the app learns it from receive() (http.disconnect)
+            try:
+                with anyio.fail_after(self.seconds):
+                    await send(message)
+            except TimeoutError:
+                transport = getattr(getattr(send, "__self__", None), "transport", None)
+                if transport is None or not hasattr(transport, "abort"):
+                    raise
+                dropped = True
+                client = scope.get("client") or ("?", 0)
+                LOG.info("dropped %s:%s: it took nothing of its answer for %g s", *client, self.seconds)
+                sock = transport.get_extra_info("socket")
+                with contextlib.suppress(Exception):  # a reset, not a FIN queued behind unread data
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                transport.abort()
 
         await self.app(scope, receive, timed)

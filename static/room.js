@@ -378,7 +378,7 @@
     });
     q("[data-room-leave]").addEventListener("click", function () {
       document.cookie = "lab_room=; Max-Age=0; path=/";
-      if (source) source.close();
+      stop();
       bar.remove();
       document.body.removeAttribute("data-room-following");
     });
@@ -386,7 +386,7 @@
 
   var followersTimer = null;
   function ended() {
-    if (source) source.close();
+    stop();
     if (followersTimer) clearInterval(followersTimer);
     if (watching) clearInterval(watching);
     // One message, nothing to press: every control of the bar goes, and so does a poll nobody can answer now.
@@ -400,40 +400,144 @@
     document.body.removeAttribute("data-room-following");
   }
 
+  function applyState(state) {
+    latest = state;
+    bar.setAttribute("data-room-version", String(latest.version));
+    if (role === "student" && following()) go(latest);
+    else if (role === "teacher") teacherState(latest);
+  }
+  function applyPoll(p) {
+    // While the class votes, no screen shows "what to notice" or the lesson's answer.
+    if (p.status === "open") document.body.setAttribute("data-poll-open", "1");
+    else document.body.removeAttribute("data-poll-open");
+    showPoll(p);
+    markCells();
+  }
+
+  // ---- staying in the class ---------------------------------------------------------------------------------
+  // A stream that ends (the server's `event: retry` when its room store went away, a restart, a proxy) is
+  // reconnected by the EventSource itself, with Last-Event-ID, after the server's `retry:` hint. A reconnect that is
+  // refused (503 while the store is away, 429) closes it for good: then this page tries again itself, with growing
+  // pauses (1 s, 2 s, 4 s … 30 s, jittered, never sooner than Retry-After), asking the room first (gone: the class
+  // has ended). Every reconnect, and a page that comes back after a pause (a hidden tab, a sleeping laptop, a
+  // frozen tab, a stream that went quiet), resyncs with the room as it is now: its view and its poll.
+  var over = false; // ended, or left: no more reconnects
+  var attempts = 0; // refused reconnects in a row
+  var retryTimer = null;
+  var opened = false; // the stream was open once: a later open is a reconnect
+  var lastHeard = Date.now();
+
+  function stop() {
+    over = true;
+    if (retryTimer) clearTimeout(retryTimer);
+    retryTimer = null;
+    if (source) source.close();
+  }
+  function offline(down) {
+    if (down) bar.setAttribute("data-room-offline", "");
+    else bar.removeAttribute("data-room-offline");
+  }
+  function backoff(minSeconds) {
+    var ms = Math.min(30000, 1000 * Math.pow(2, attempts++)) * (0.75 + Math.random() / 2);
+    return Math.max(ms, (minSeconds || 0) * 1000);
+  }
+  function reconnectLater(minSeconds) {
+    if (over || retryTimer) return;
+    if (source) source.close();
+    offline(true);
+    retryTimer = setTimeout(function () { retryTimer = null; reconnect(); }, backoff(minSeconds));
+  }
+  function reconnect() {
+    if (over) return;
+    fetch(api, { credentials: "same-origin" }).then(function (res) {
+      if (res.status === 404) return ended();
+      if (!res.ok) return reconnectLater(Number(res.headers.get("Retry-After")) || 0);
+      connect();
+    }).catch(function () { reconnectLater(); });
+  }
+  function resync() {
+    if (over) return;
+    lastHeard = Date.now();
+    fetch(api, { credentials: "same-origin" }).then(function (res) {
+      if (res.status === 404) { ended(); return null; }
+      return res.ok ? res.json() : null;
+    }).then(function (r) {
+      if (!r || over) return;
+      if (!latest || r.version > latest.version) applyState({ page: r.page, query: r.query, version: r.version });
+      // A poll opened, or the open one closed (and revealed), while this page heard nothing.
+      var id = r.poll || (poll && poll.status === "open" ? poll.id : null);
+      if (id && !(poll && poll.id === id && poll.status === "open" && r.poll === id)) {
+        fetch(api + "/polls/" + id, { credentials: "same-origin" })
+          .then(function (res) { return res.ok ? res.json() : null; })
+          .then(function (p) { if (p && !over) applyPoll(p); })
+          .catch(function () {});
+      }
+      if (role === "teacher" && !announced) announce(); // a step this page made while the store was away
+    }).catch(function () {});
+  }
+  function wake() {
+    if (over || !role) return;
+    if (retryTimer) { clearTimeout(retryTimer); retryTimer = null; attempts = 0; reconnect(); return; }
+    if (source && source.readyState === EventSource.CLOSED) { reconnect(); return; }
+    resync();
+  }
+  function watchdog() {
+    var tick = Date.now();
+    setInterval(function () {
+      var now = Date.now();
+      var frozen = now - tick > 30000; // this page's timers stood still: a frozen tab, a sleeping laptop
+      tick = now;
+      if (frozen) wake();
+      else if (now - lastHeard > 60000 && document.visibilityState === "visible") resync(); // a quiet stream
+    }, 10000);
+    document.addEventListener("visibilitychange", function () { if (document.visibilityState === "visible") wake(); });
+    window.addEventListener("online", wake);
+    window.addEventListener("pageshow", function (e) { if (e.persisted) wake(); });
+  }
+
   function connect() {
+    if (over) return;
     source = new EventSource(api + "/events");
-    source.addEventListener("state", function (e) {
-      latest = JSON.parse(e.data);
-      bar.setAttribute("data-room-version", String(latest.version));
-      if (role === "student" && following()) go(latest);
-      else if (role === "teacher") teacherState(latest);
+    var heard = function () { lastHeard = Date.now(); };
+    source.addEventListener("open", function () {
+      heard();
+      attempts = 0;
+      offline(false);
+      if (opened) resync();
+      opened = true;
     });
-    source.addEventListener("poll", function (e) {
-      var p = JSON.parse(e.data);
-      // While the class votes, no screen shows "what to notice" or the lesson's answer.
-      if (p.status === "open") document.body.setAttribute("data-poll-open", "1");
-      else document.body.removeAttribute("data-poll-open");
-      showPoll(p);
-      markCells();
+    source.addEventListener("error", function () {
+      offline(true);
+      if (source.readyState === EventSource.CLOSED) reconnectLater(); // refused: the browser gave up, this page won't
     });
+    source.addEventListener("retry", heard); // the store went away: the stream ends and the browser reconnects
+    source.addEventListener("state", function (e) { heard(); applyState(JSON.parse(e.data)); });
+    source.addEventListener("poll", function (e) { heard(); applyPoll(JSON.parse(e.data)); });
     source.addEventListener("end", ended);
   }
 
-  fetch("/r/" + code + "/bar?lang=" + lang, { credentials: "same-origin" })
-    .then(function (res) {
-      if (res.status === 404) { document.cookie = "lab_room=; Max-Age=0; path=/"; return null; }
-      return res.ok ? res.text() : null;
-    })
-    .then(function (html) {
-      if (!html) return;
-      bar.innerHTML = html;
-      var root = bar.querySelector("[data-room-role]");
-      role = root.getAttribute("data-room-role");
-      document.body.appendChild(bar);
-      document.body.setAttribute("data-room", role);
-      if (role === "teacher") teacherControls(); else studentControls();
-      connect();
-      document.dispatchEvent(new CustomEvent("room:bar"));
-    })
-    .catch(function () {});
+  // The bar first: while the room store is away (503) or the network is, try again with the same pauses.
+  function loadBar() {
+    fetch("/r/" + code + "/bar?lang=" + lang, { credentials: "same-origin" })
+      .then(function (res) {
+        if (res.status === 404) { document.cookie = "lab_room=; Max-Age=0; path=/"; return null; }
+        if (!res.ok) { setTimeout(loadBar, backoff(Number(res.headers.get("Retry-After")) || 0)); return null; }
+        return res.text();
+      })
+      .then(function (html) {
+        if (!html) return;
+        attempts = 0;
+        bar.innerHTML = html;
+        var root = bar.querySelector("[data-room-role]");
+        role = root.getAttribute("data-room-role");
+        document.body.appendChild(bar);
+        document.body.setAttribute("data-room", role);
+        if (role === "teacher") teacherControls(); else studentControls();
+        connect();
+        watchdog();
+        document.dispatchEvent(new CustomEvent("room:bar"));
+      })
+      .catch(function () { setTimeout(loadBar, backoff()); });
+  }
+  loadBar();
 })();

@@ -182,17 +182,57 @@
   function followers() {
     json(api).then(function (r) { $("[data-followers]").textContent = String(r.followers); }).catch(function () {});
   }
-  var source = new EventSource(api + "/events");
-  source.addEventListener("state", function (e) { load(JSON.parse(e.data)); });
-  source.addEventListener("poll", function (e) { showPoll(JSON.parse(e.data)); });
+  // The stream reconnects itself (Last-Event-ID) when it ends; a refused reconnect (503 while the room store is
+  // away) closes it for good, so the remote tries again with growing pauses, and resyncs with the room when back.
+  var source = null, over = false, attempts = 0, opened = false, retryTimer = null;
+  function connect() {
+    if (over) return;
+    source = new EventSource(api + "/events");
+    source.addEventListener("open", function () {
+      attempts = 0;
+      if (opened) resync();
+      opened = true;
+    });
+    source.addEventListener("error", function () { if (source.readyState === EventSource.CLOSED) reconnectLater(0); });
+    source.addEventListener("state", function (e) { load(JSON.parse(e.data)); });
+    source.addEventListener("poll", function (e) { showPoll(JSON.parse(e.data)); });
+    source.addEventListener("end", showEnded);
+  }
+  function reconnectLater(minSeconds) {
+    if (over || retryTimer) return;
+    source.close();
+    var ms = Math.max(Math.min(30000, 1000 * Math.pow(2, attempts++)) * (0.75 + Math.random() / 2), minSeconds * 1000);
+    retryTimer = setTimeout(function () {
+      retryTimer = null;
+      fetch(api, { credentials: "same-origin" }).then(function (res) {
+        if (res.status === 404) return showEnded();
+        if (!res.ok) return reconnectLater(Number(res.headers.get("Retry-After")) || 0);
+        connect();
+      }).catch(function () { reconnectLater(0); });
+    }, ms);
+  }
+  function resync() {
+    json(api).then(function (r) {
+      if (!state || r.version > (state.version || 0)) load({ page: r.page, query: r.query, version: r.version });
+      var id = r.poll || (poll && poll.status === "open" ? poll.id : null);
+      if (id) json(api + "/polls/" + id).then(showPoll).catch(function () {});
+    }).catch(function (status) { if (status === 404) showEnded(); });
+  }
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState !== "visible" || over) return;
+    if (source && source.readyState === EventSource.CLOSED && !retryTimer) reconnectLater(0);
+    else resync();
+  });
   function showEnded() {
+    over = true;
+    if (retryTimer) clearTimeout(retryTimer);
     source.close();
     clearInterval(followersTimer);
     if (watching) clearInterval(watching);
     Array.prototype.forEach.call(root.children, function (el) { el.hidden = true; });
     $("[data-ended]").hidden = false;
   }
-  source.addEventListener("end", showEnded);
+  connect();
   followers();
   var followersTimer = setInterval(followers, 5000);
   kindShown();

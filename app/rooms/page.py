@@ -9,11 +9,12 @@ view URL: room.js fetches it and swaps the page in place, keeping the bar and th
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from redis.exceptions import RedisError
 
 from ..templating import TEMPLATES
 from ..web.i18n import LANGS, translator
@@ -32,6 +33,7 @@ from .service import (
     cookie_options,
     get_rooms,
     join_url,
+    store_down,
 )
 from .store import Room, normal_code
 
@@ -73,6 +75,22 @@ async def join(request: Request, rooms: RoomsDep, code: str | None = None) -> Re
 REFUSED = {404: "room.not_found", 429: "room.too_many", 503: "room.off"}  # a join's refusal, in the page's words
 
 
+def _refusal(t: Any, exc: RoomError) -> str:
+    """A refusal in the page's words: the room store briefly away is not "rooms are off"."""
+    return t("room.unreachable") if exc.field == "store" else t(REFUSED.get(exc.status, "room.not_found"))
+
+
+def _refused_page(request: Request, rooms: Rooms, exc: RoomError, message: str, **ctx: object) -> Response:
+    """The join page with the refusal, its status and its Retry-After; while the store is away, a link that tries
+    the same class again."""
+    retry = request.url.path if exc.field == "store" and request.method == "GET" else None
+    response = _page(request, "room_join.html", exc.status, error=message, retry_url=retry,
+                     disabled=rooms.disabled if exc.field != "store" else None, **ctx)  # fmt: skip
+    response.headers.update(exc.headers)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
 @router.get("/r/{code}", response_class=HTMLResponse)
 async def follow(code: str, request: Request, rooms: RoomsDep) -> Response:
     """A student joins: the browser remembers the room and opens the teacher's current view, following it."""
@@ -81,8 +99,7 @@ async def follow(code: str, request: Request, rooms: RoomsDep) -> Response:
         rooms.joins.check(client_address(request), "join", "joins from this address")
         room = await rooms.room(code, request)
     except RoomError as exc:
-        return _page(request, "room_join.html", exc.status, error=t(REFUSED.get(exc.status, "room.not_found")),
-                     disabled=rooms.disabled)  # fmt: skip
+        return _refused_page(request, rooms, exc, _refusal(t, exc))
     own = await _own_room(request, rooms)
     if own is not None and own.code != room.code:
         # This browser teaches another class: a link (from anywhere) must not quietly turn its projector into a
@@ -114,8 +131,8 @@ async def join_confirmed(code: str, request: Request, rooms: RoomsDep) -> Respon
         rooms.joins.check(client_address(request), "join", "joins from this address")
         room = await rooms.room(code, request)
     except RoomError as exc:
-        message = f"{exc.field}: {exc.message}" if exc.status == 403 else t(REFUSED.get(exc.status, "room.not_found"))
-        return _page(request, "room_join.html", exc.status, error=message, disabled=rooms.disabled)
+        message = f"{exc.field}: {exc.message}" if exc.status == 403 else _refusal(t, exc)
+        return _refused_page(request, rooms, exc, message)
     return _joined(request, rooms, room, form.get("lang"))
 
 
@@ -126,8 +143,8 @@ async def bar(code: str, request: Request, rooms: RoomsDep) -> Response:
     try:
         room = await rooms.room(code, request)
     except RoomError as exc:
-        if exc.status == 429:  # the address's budget for unknown codes is spent: say when, keep the room
-            return Response(status_code=429, headers=exc.headers)
+        if exc.status in (429, 503):  # the address's budget is spent, or the store is away: say when, keep the room
+            return Response(status_code=exc.status, headers=exc.headers)
         return Response(status_code=404)
     teacher = await rooms.is_teacher(request, room)
     lang = language(request)
@@ -211,6 +228,8 @@ async def teach(code: str, request: Request, rooms: RoomsDep) -> Response:
     try:
         room = await rooms.teacher(request, code)
     except RoomError as exc:
+        if exc.field == "store":
+            return _refused_page(request, rooms, exc, _refusal(t, exc))
         status = exc.status if exc.status in (404, 503) else 403
         message = t("room.remote_only_teacher") if status == 403 else t("room.not_found")
         return _page(request, "room_join.html", status, error=message, disabled=rooms.disabled)
@@ -228,7 +247,10 @@ async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
     try:
         check_same_origin(request)  # another site's form must neither end the class nor drop its cookies
         room = await rooms.teacher(request, code)
-        await rooms.store.delete(room.code)
+        try:
+            await rooms.store.delete(room.code)
+        except RedisError as exc:
+            raise store_down(exc) from exc
         target = view_url(room.page, room.query, form.get("lang") if form.get("lang") in LANGS else None)
     except RoomError as exc:
         if exc.status not in (401, 403, 404) or exc.field in ("sec-fetch-site", "origin"):

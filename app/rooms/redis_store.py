@@ -3,7 +3,8 @@ Redis shares them.
 
 Keys, all under `lab:room:<code>` and all expiring after `idle_s` without activity:
   (hash)        page, query, version, token, poll    the view students follow, the teacher token's hash
-  :log          (list)   the last events, newest first, for streams that reconnect with Last-Event-ID
+  :log          (list)   the last events, newest first, for streams that reconnect with Last-Event-ID (at most
+                         LOG_LENGTH of them and LOG_BYTES in all)
   :followers    (zset)   stream id -> time of its last heartbeat
   :polls        (hash)   poll id -> poll JSON
   :answers:<id> (hash)   student -> answer JSON (a later answer replaces the earlier)
@@ -11,34 +12,45 @@ Keys, all under `lab:room:<code>` and all expiring after `idle_s` without activi
 `lab:rooms` (zset, code -> last activity) counts the rooms; `lab:rooms:from:<address>` (set) holds the codes an
 address started (the hash's `address` says whose a code is, so an ended or expired room no longer counts). A change bumps the version, logs and publishes the
 event in one Lua script, so versions never repeat and no stream sees an event out of order; each process listens
-on `lab:room:*:events` with one connection and hands events to its own streams.
+on `lab:room:*:events` with one connection and hands events to its own streams. When that subscription breaks (Redis
+went away, or came back), the process's streams end with `event: retry`: they reconnect with Last-Event-ID and get
+what they missed from the log, so no stream stays open across a gap in which it could have missed an event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any, cast
 
 import orjson
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from .store import FOLLOWER_TTL_S, LOG_LENGTH, Answer, Event, Kind, Poll, Room, Store, logged_after
+from .store import FOLLOWER_TTL_S, LOG_BYTES, LOG_LENGTH, Answer, Event, Kind, Poll, Room, Store, logged_after
 
 PREFIX = "lab:room:"
 ROOMS = "lab:rooms"
 MAX_CONNECTIONS = 32  # per process
 LOG = logging.getLogger("attention_lab.rooms")
 
-# KEYS: room hash, log; ARGV: kind, data JSON, page, query, idle seconds, channel, log length, set state (1/0)
+# KEYS: room hash, log; ARGV: kind, data JSON, page, query, idle seconds, channel, log length, set state (1/0),
+# log bytes. The log keeps the newest events up to `log length` of them and `log bytes` in all (at least one).
 PUBLISH = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local v = redis.call('HINCRBY', KEYS[1], 'version', 1)
 if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'page', ARGV[3], 'query', ARGV[4]) end
 local ev = '{"id":' .. v .. ',"kind":"' .. ARGV[1] .. '","data":' .. ARGV[2] .. '}'
 redis.call('LPUSH', KEYS[2], ev)
-redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[7]) - 1)
+local kept, bytes, budget = 0, 0, tonumber(ARGV[9])
+for _, old in ipairs(redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[7]) - 1)) do
+  bytes = bytes + #old
+  if kept > 0 and bytes > budget then break end
+  kept = kept + 1
+end
+redis.call('LTRIM', KEYS[2], 0, kept - 1)
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
 redis.call('PUBLISH', ARGV[6], ev)
@@ -61,6 +73,21 @@ return 1
 """
 
 
+# KEYS: followers zset, room hash; ARGV: follower, now, follower TTL, limit (0: none), idle seconds. 1: following,
+# 0: a new follower past the limit. Dropping the stale, counting and adding are one step, so a burst of connections
+# to one room cannot all be counted before any of them is recorded.
+FOLLOW = """
+if redis.call('EXISTS', KEYS[2]) == 0 then return 1 end
+local now, limit = tonumber(ARGV[2]), tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]))
+if limit > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= limit then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+return 1
+"""
+
+
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -76,7 +103,9 @@ class RedisStore(Store):
         self.redis = aioredis.Redis(connection_pool=pool)
         self._publish = self.redis.register_script(PUBLISH)
         self._answer = self.redis.register_script(ANSWER)
+        self._follow = self.redis.register_script(FOLLOW)
         self._listener: asyncio.Task[None] | None = None
+        self._subscribed = asyncio.Event()  # set while this process receives every room's events
         self.idle = max(1, int(idle_s))
 
     async def start(self) -> None:
@@ -86,16 +115,27 @@ class RedisStore(Store):
             await asyncio.wait_for(asyncio.shield(ready), 10)
 
     async def _listen(self, ready: asyncio.Future[None]) -> None:
-        """Hand every room event published by any process to this process's streams; reconnect after an outage
-        (streams that missed events catch up by Last-Event-ID when they reconnect)."""
+        """Hand every room event published by any process to this process's streams. Whenever the subscription
+        breaks or is made again (redis-py may resubscribe on its own), this process's streams end with `event:
+        retry`: events published in the gap never reached them, and their reconnects (Last-Event-ID) replay them."""
+        lost = False
         while True:
             pubsub = self.redis.pubsub()
             try:
                 await pubsub.psubscribe(PREFIX + "*:events")
-                if not ready.done():
-                    ready.set_result(None)
                 async for message in pubsub.listen():
-                    if message.get("type") != "pmessage":
+                    kind = message.get("type")
+                    if kind == "psubscribe":  # the first subscription, or one made again after a broken connection
+                        if self._subscribed.is_set() or lost:
+                            self.hub.retry_all()
+                        if lost:
+                            LOG.warning("rooms: the Redis subscription is back")
+                        lost = False
+                        self._subscribed.set()
+                        if not ready.done():
+                            ready.set_result(None)
+                        continue
+                    if kind != "pmessage":
                         continue
                     code = _s(message["channel"])[len(PREFIX) : -len(":events")]
                     event = Event.loads(message["data"])
@@ -104,14 +144,27 @@ class RedisStore(Store):
                         self.hub.deliver(code, None)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # Redis went away: tell the log, retry
+            except Exception as exc:  # Redis went away: end the streams (they reconnect), tell the log once, retry
+                self._subscribed.clear()
+                self.hub.retry_all()
                 if not ready.done():
                     ready.set_exception(exc)
                     return
-                LOG.warning("rooms: lost the Redis subscription (%s); retrying", exc)
+                if not lost:
+                    LOG.warning("rooms: lost the Redis subscription (%s: %s); retrying", type(exc).__name__, exc)
+                lost = True
                 await asyncio.sleep(1)
             finally:
-                await pubsub.aclose()
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    async def listening(self) -> None:
+        if self._listener is None or self._listener.done():
+            await self.start()
+        try:
+            await asyncio.wait_for(self._subscribed.wait(), 5)
+        except TimeoutError:
+            raise RedisConnectionError("no subscription to the rooms' events") from None
 
     async def close(self) -> None:
         if self._listener is not None:
@@ -184,7 +237,7 @@ class RedisStore(Store):
     async def publish(self, code: str, kind: Kind, data: dict[str, Any], state: tuple[str, str] | None = None) -> int:
         page, query = state or ("", "")
         args = [kind, orjson.dumps(data), page, query, self.idle, self._key(code, ":events"), LOG_LENGTH,
-                "1" if state else "0"]  # fmt: skip
+                "1" if state else "0", LOG_BYTES]  # fmt: skip
         version = int(await self._publish(keys=[self._key(code), self._key(code, ":log")], args=args))
         if version:
             await self.redis.zadd(ROOMS, {code: time.time()})
@@ -199,9 +252,13 @@ class RedisStore(Store):
             return None
         return logged_after([Event.loads(r) for r in reversed(raw)], version, int(current))
 
-    async def follow(self, code: str, follower: str) -> None:
-        await self.redis.zadd(self._key(code, ":followers"), {follower: time.time()})
+    async def follow(self, code: str, follower: str, limit: int | None = None) -> bool:
+        keys = [self._key(code, ":followers"), self._key(code)]
+        args: list[str | float | int] = [follower, time.time(), FOLLOWER_TTL_S, limit or 0, self.idle]
+        if not int(await self._follow(keys=keys, args=args)):
+            return False
         await self._touch(code)
+        return True
 
     async def unfollow(self, code: str, follower: str) -> None:
         await self.redis.zrem(self._key(code, ":followers"), follower)

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote, unquote, unquote_plus, urlsplit
 
 from fastapi import Request
+from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message
 
 from ..schemas import LIST_FIELDS
@@ -39,6 +40,13 @@ class RoomError(Exception):
         self.field = field
         self.message = message
         self.headers = headers or {}
+
+
+def store_down(exc: Exception) -> RoomError:
+    """The room store (Redis) failed: a 503 that says so and when to retry, never a 500; pages say "the class is
+    briefly unreachable" (field `store`)."""
+    return RoomError(503, "store", f"the room store is unreachable ({type(exc).__name__}); retry in a few seconds",
+                     {"Retry-After": "5"})  # fmt: skip
 
 
 class RateLimit:
@@ -240,11 +248,17 @@ class Rooms:
             try:
                 await self.store.start()
             except Exception as exc:  # Redis unreachable: a 503 that says so, not a 500
-                raise RoomError(503, "rooms", f"the room store is unreachable ({type(exc).__name__})") from exc
+                raise store_down(exc) from exc
             self.started = True
         return self.store
 
     async def create(self, page: str, query: str, address: str) -> tuple[Room, str]:
+        try:
+            return await self._create(page, query, address)
+        except RedisError as exc:
+            raise store_down(exc) from exc
+
+    async def _create(self, page: str, query: str, address: str) -> tuple[Room, str]:
         store = await self.ready()
         if await store.count() >= self.settings.max_rooms:
             msg = f"the server has its limit of {self.settings.max_rooms} open rooms; retry later"
@@ -270,7 +284,10 @@ class Rooms:
         address = client_address(request)
         refuse(self.misses.due(address), "code", "lookups of class codes that do not exist from this address")
         code = normal_code(raw_code)
-        room = await store.get(code) if code else None
+        try:
+            room = await store.get(code) if code else None
+        except RedisError as exc:
+            raise store_down(exc) from exc
         if room is None:
             self.misses.wait(address)
             raise RoomError(404, "code", f"no open room {raw_code[:12]!r}; check the code on the projector")

@@ -27,9 +27,13 @@ import orjson
 ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 6
 LOG_LENGTH = 64  # events kept for reconnecting streams; one that missed more gets a snapshot
+# ... and at most this many bytes of them: a log of 64 views of 32 KB queries each would hold 2 MB per room (1 GB
+# at 500 rooms); a room whose views are that large keeps fewer of them (its streams get snapshots sooner).
+LOG_BYTES = 256 * 1024
 FOLLOWER_TTL_S = 45.0  # a follower that sent no heartbeat for this long is no longer counted
 
-Kind = Literal["state", "poll", "end"]
+Kind = Literal["state", "poll", "end", "retry"]
+RETRY_MS = (1000, 4000)  # the `retry:` hint a stream sends, drawn per stream so a class does not reconnect at once
 
 
 def new_code() -> str:
@@ -64,6 +68,12 @@ class Event:
     def loads(cls, raw: bytes | str) -> Event:
         d = orjson.loads(raw)
         return cls(int(d["id"]), d["kind"], d["data"])
+
+
+# Handed to a process's streams when they can no longer be sure to get every event (the room store went away, or
+# came back after a gap): each sends `event: retry` and ends; its client reconnects with Last-Event-ID and gets what
+# it missed, or the room as it is then.
+RETRY = Event(0, "retry", {"reason": "the room store is unreachable; reconnect"})
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,11 @@ class Hub:
                     listener.queue.get_nowait()
                 listener.queue.put_nowait(None)
 
+    def retry_all(self) -> None:
+        """End every stream of this process with `event: retry` (see RETRY)."""
+        for code in list(self.rooms):
+            self.deliver(code, RETRY)
+
     def streams(self) -> int:
         return sum(len(v) for v in self.rooms.values())
 
@@ -174,6 +189,11 @@ class Store(ABC):
 
     async def close(self) -> None:
         """Release connections."""
+        return None
+
+    async def listening(self) -> None:
+        """Return once this process receives every room's events (Redis: its subscription is live); raise when it
+        cannot (a stream opened now could miss events)."""
         return None
 
     @abstractmethod
@@ -205,8 +225,10 @@ class Store(ABC):
         """The events after `version`, oldest first; None when the log no longer reaches back that far."""
 
     @abstractmethod
-    async def follow(self, code: str, follower: str) -> None:
-        """Count a stream as following (again: a heartbeat); keeps the room alive."""
+    async def follow(self, code: str, follower: str, limit: int | None = None) -> bool:
+        """Count a stream as following (again: a heartbeat); keeps the room alive. A new follower is refused
+        (False) when the room already has `limit` of them: the check and the add are one step, so a burst of
+        connections cannot overshoot it. True for a known follower, and for a room that is gone."""
 
     @abstractmethod
     async def unfollow(self, code: str, follower: str) -> None: ...
@@ -244,7 +266,8 @@ class Store(ABC):
 class _MemoryRoom:
     room: Room
     touched: float
-    log: deque[Event] = field(default_factory=lambda: deque(maxlen=LOG_LENGTH))
+    log: deque[Event] = field(default_factory=deque)
+    log_bytes: int = 0  # the size of the log's events, as sent
     followers: dict[str, float] = field(default_factory=dict)
     polls: dict[str, Poll] = field(default_factory=dict)
     answers: dict[str, dict[str, Answer]] = field(default_factory=dict)
@@ -308,6 +331,9 @@ class MemoryStore(Store):
         entry.room = Room(code, *(state or (room.page, room.query)), version, room.token_hash, room.poll)
         event = Event(version, kind, data)
         entry.log.append(event)
+        entry.log_bytes += len(event.dumps())
+        while len(entry.log) > LOG_LENGTH or (entry.log_bytes > LOG_BYTES and len(entry.log) > 1):
+            entry.log_bytes -= len(entry.log.popleft().dumps())
         self._touch(entry)
         self.hub.deliver(code, event)
         return version
@@ -318,11 +344,15 @@ class MemoryStore(Store):
             return None
         return logged_after(list(entry.log), version, entry.room.version)
 
-    async def follow(self, code: str, follower: str) -> None:
+    async def follow(self, code: str, follower: str, limit: int | None = None) -> bool:
         entry = self._live(code)
-        if entry is not None:
-            entry.followers[follower] = self.clock()
-            self._touch(entry)
+        if entry is None:
+            return True
+        if follower not in entry.followers and limit is not None and await self.followers(code) >= limit:
+            return False
+        entry.followers[follower] = self.clock()
+        self._touch(entry)
+        return True
 
     async def unfollow(self, code: str, follower: str) -> None:
         entry = self.rooms.get(code)
