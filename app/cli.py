@@ -14,13 +14,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from engine.spec import Limits
 
+GRACEFUL_SHUTDOWN_S = 8
 STAGE_ALIASES = {"1": "projection", "2": "scores", "3": "mask", "4": "softmax", "5": "weighted_sum"}
 
 
 def _parser() -> argparse.ArgumentParser:
-    from engine.spec import MASKS, PRESETS, SCALES, STAGES
+    from engine.spec import STAGES
 
     p = argparse.ArgumentParser(prog="attention-lab", description="A step-through calculator of self-attention.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -32,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=1, help="processes; the app keeps no per-user state")
     s.add_argument("--threads", type=int, default=None, help="torch threads per worker")
     s.add_argument("--checkpoint", default=None, help="a Hugging Face GPT-2 directory, served as preset=checkpoint")
+    s.add_argument("--model", dest="models", action=_ModelPath, default=[], metavar="PATH",
+                   help="your own model: a Hugging Face directory or a .gguf file (repeatable; also "
+                   "ATTENTION_LAB_MODELS); its preset is the directory's or file's name")  # fmt: skip
+    s.add_argument("--name", action=_ModelName, default=None, metavar="NAME", help="the preset name of the --model "
+                   "before it")  # fmt: skip
     s.add_argument("--public-url", default=None, help="the address in presenter mode's QR code (default: LAN address)")
     s.add_argument(
         "--redis",
@@ -48,20 +56,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--reload", action="store_true", help=argparse.SUPPRESS)
 
-    t = sub.add_parser("trace", help="print one stage of a trace")
+    t = sub.add_parser(
+        "trace",
+        help="print one stage of a trace",
+        description="Print one stage of a trace. Every option below the sequence is a field of the API's request "
+        "(GET /api/v1/attention takes the same names, with _ for -): lists are comma-separated, matrices JSON "
+        "text, and what is left out takes the lab's default (the preset's sequence, causal for toy and gpt2-small).",
+    )
     t.add_argument("tokens", nargs="?", default=None, help='the sequence, e.g. "猫 坐 在 垫子 上"')
-    t.add_argument("--preset", choices=tuple(PRESETS), default="toy")
-    t.add_argument("--d-model", type=int, default=None)
-    t.add_argument("--n-heads", type=int, default=None)
-    t.add_argument("--mask", choices=MASKS, default="none")
-    t.add_argument("--pad-positions", default="", help="comma-separated, for --mask padding")
-    t.add_argument("--segment-ids", default="", help="comma-separated, for --mask document")
-    t.add_argument("--scale", choices=SCALES, default="sqrt_dk")
-    t.add_argument("--seed", type=int, default=0)
+    request_options(t)
     t.add_argument("--stage", type=_stage, default="softmax", help=f"1-5 or one of {', '.join(STAGES)}")
-    t.add_argument("--heads", default="", help="comma-separated heads to print (default: all)")
-    t.add_argument("--decimals", type=int, default=None)
     t.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
+    t.add_argument(
+        "--checkpoint", default=None, metavar="DIR", help="a Hugging Face GPT-2 directory: --preset checkpoint"
+    )
     t.add_argument("--json", action="store_true", help="print the API's JSON for the same request")
 
     m = sub.add_parser("model-view", help="one statistic of every layer x head of SmolLM2 (progress on stderr)")
@@ -71,6 +79,68 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+# Fields the trace command takes otherwise: the positional sequence, and --stage (one stage, by number or key).
+CLI_OWN = ("tokens", "stages")
+
+
+def request_options(parser: argparse.ArgumentParser, model: type[BaseModel] | None = None) -> None:
+    """One --option per field of the request model (app.schemas: the one field list), as text that the GET parser
+    turns into the request: a new field is a new option here with no edit. Choices come from the model."""
+    from app.schemas import AttentionRequest, request_fields
+    from engine.spec import OPTIONAL_MODELS, PRESETS
+
+    for name, f in request_fields(model or AttentionRequest).items():
+        if name in CLI_OWN:
+            continue
+        notes = [f.description.rstrip(".")]
+        if name == "preset":
+            notes = [f"{', '.join([*PRESETS, *OPTIONAL_MODELS])}, checkpoint (with --checkpoint) or a loaded model"]
+        notes.append({"list": "comma-separated", "json": "JSON text"}.get(f.kind, ""))
+        if f.depends:
+            notes.append(f"with --{f.depends[0].replace('_', '-')} {f.depends[1]}")
+        if f.limit:
+            notes.append(f"at most the server's {f.limit}")
+        if f.default not in (None, ""):
+            notes.append(f"default: {f.default}")
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            default=None,
+            choices=f.choices or None,
+            metavar=None if f.choices else name.upper(),
+            help="; ".join(n for n in notes if n).replace("%", "%%"),
+        )
+
+
+def request_query(args: argparse.Namespace, model: type[BaseModel] | None = None) -> dict[str, str]:
+    """The options given, as the query a GET of the same request would carry."""
+    from app.schemas import AttentionRequest, request_fields
+
+    names = request_fields(model or AttentionRequest)
+    return {k: v for k, v in vars(args).items() if k in names and k not in CLI_OWN and v is not None}
+
+
+class _ModelPath(argparse.Action):
+    def __call__(
+        self, parser: argparse.ArgumentParser, ns: argparse.Namespace, value: object, opt: object = None
+    ) -> None:
+        ns.models = [*ns.models, [str(value), None]]
+
+
+class _ModelName(argparse.Action):
+    def __call__(
+        self, parser: argparse.ArgumentParser, ns: argparse.Namespace, value: object, opt: object = None
+    ) -> None:
+        if not ns.models or ns.models[-1][1] is not None:
+            parser.error("--name names the --model given just before it")
+        ns.models[-1][1] = str(value)
+
+
+def model_setting(models: Sequence[Sequence[str | None]]) -> str:
+    """--model/--name pairs as ATTENTION_LAB_MODELS: PATH or NAME=PATH, joined by the OS path separator."""
+    return os.pathsep.join(str(path) if name is None else f"{name}={path}" for path, name in models)
+
+
 def _stage(text: str) -> str:
     from engine.spec import STAGES
 
@@ -78,10 +148,6 @@ def _stage(text: str) -> str:
     if key not in STAGES:
         raise argparse.ArgumentTypeError(f"unknown stage {text!r}; use 1-5 or one of {', '.join(STAGES)}")
     return key
-
-
-def _ints(text: str) -> list[int]:
-    return [int(part) for part in text.replace(" ", ",").split(",") if part]
 
 
 def _width(text: str) -> int:
@@ -110,43 +176,41 @@ def table(rows: Sequence[str], cols: Sequence[str], values: Sequence[Sequence[fl
 
 def _trace(args: argparse.Namespace) -> int:
     import orjson
+    from pydantic import ValidationError
 
     from app.render.payload import OPTIONS, document
-    from app.schemas import AttentionRequest, FieldError
-    from engine import SpecError, compute
-    from engine.device import resolve
+    from app.schemas import AttentionRequest, from_query
+    from app.settings import Settings
+    from engine import PRESETS, SpecError, compute
 
     stage = args.stage
+    settings = Settings(device=args.device, **({"checkpoint": args.checkpoint} if args.checkpoint else {}))
+    query = request_query(args) | {"stages": stage} | ({"tokens": args.tokens} if args.tokens is not None else {})
     try:
-        req = AttentionRequest(
-            tokens=args.tokens,
-            preset=args.preset,
-            d_model=args.d_model,
-            n_heads=args.n_heads,
-            mask=args.mask,
-            pad_positions=_ints(args.pad_positions),
-            segment_ids=_ints(args.segment_ids),
-            scale=args.scale,
-            seed=args.seed,
-            stages=[stage],
-            heads=_ints(args.heads) or None,
-            decimals=args.decimals,
-        )
-        spec = req.to_spec(_limits(), resolve(args.device))
+        req = AttentionRequest.model_validate(from_query(query, None, AttentionRequest))
+        models: dict[str, object] = {}
+        if req.preset not in PRESETS:  # a pretrained model: found as the server finds them, loaded on first use
+            from app.lab import Lab
+
+            models = Lab(settings).models
+        from engine.device import resolve
+
+        spec = req.to_spec(settings.limits(), resolve(args.device), models)
         view = req.view(spec)
-    except (SpecError, FieldError) as exc:
+    except SpecError as exc:
         print(f"attention-lab: {exc.field}: {exc.message}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # pydantic's ValidationError
-        print(f"attention-lab: {exc}", file=sys.stderr)
+    except ValidationError as exc:
+        for e in exc.errors():
+            print(f"attention-lab: {e['loc'][0] if e['loc'] else 'request'}: {e['msg']}", file=sys.stderr)
         return 2
-    trace = compute(spec)
+    trace = compute(spec, models.get(spec.preset))
     doc = document(trace, view.stages, view.heads, view.decimals)
     if args.json:
         sys.stdout.write(orjson.dumps(doc, option=OPTIONS).decode() + "\n")
         return 0
     tokens = list(spec.tokens)
-    decimals = 4 if args.decimals is None else args.decimals
+    decimals = 4 if view.decimals is None else view.decimals
     s = spec.summary()
     print(
         f"{stage}  ·  preset {s['preset']}  d_model {s['d_model']}  heads {s['n_heads']}  d_k {s['d_k']}  "
@@ -215,6 +279,17 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"attention-lab: {path} needs config.json and model.safetensors", file=sys.stderr)
             return 2
         os.environ["ATTENTION_LAB_CHECKPOINT"] = str(path)
+    if args.models:  # checked now: a bad path or file is one line and exit 2, before any worker starts
+        from app.settings import Settings
+        from engine.models import ModelError, parse_entries, registry
+
+        value = model_setting(args.models)
+        try:
+            registry(parse_entries(value), Settings().max_model_mb)
+        except ModelError as e:
+            print(f"attention-lab: {e}", file=sys.stderr)
+            return 2
+        os.environ["ATTENTION_LAB_MODELS"] = value
     # One JSON access line per request from the app (attention_lab.access), instead of uvicorn's plain one.
     log_config = {
         "version": 1,
@@ -240,6 +315,9 @@ def _serve(args: argparse.Namespace) -> int:
         # uvicorn believes X-Forwarded-* from 127.0.0.1 by default; here only from the proxies named.
         proxy_headers=bool(args.forwarded_allow_ips),
         forwarded_allow_ips=args.forwarded_allow_ips or None,
+        # SIGTERM: requests in flight get this long to finish (heavy work stops at once: Lab.stop), then are
+        # cancelled, so the process exits within about 10 s whatever its backlog or open event streams.
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     return 0
 

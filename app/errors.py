@@ -18,8 +18,8 @@ from starlette.routing import Match
 from engine import SpecError
 from engine.budget import Busy
 
+from .lab import Cancelled
 from .render.payload import json_response
-from .schemas import FieldError
 
 # torch.OutOfMemoryError (CUDA's allocator failing) since torch 2.5; torch.cuda.OutOfMemoryError before.
 OUT_OF_MEMORY: type[Exception] = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
@@ -80,7 +80,7 @@ def install(app: FastAPI) -> None:
     async def _model_invalid(request: Request, exc: ValidationError) -> Response:
         return problem(422, clean(exc.errors(), where_of(request)))
 
-    @app.exception_handler(SpecError)
+    @app.exception_handler(SpecError)  # the one error type of a request (app.schemas.FieldError is its name there)
     async def _spec_invalid(request: Request, exc: SpecError) -> Response:
         return field_error(where_of(request), exc.field, exc.message)
 
@@ -109,6 +109,13 @@ def install(app: FastAPI) -> None:
         }
         return json_response(body, 503, {"Retry-After": str(exc.retry_after)})
 
+    @app.exception_handler(Cancelled)
+    async def _cancelled(request: Request, exc: Cancelled) -> Response:
+        # Its client went away (499, as nginx logs it: nobody reads this) or the server is stopping (503).
+        msg = "the server is stopping; retry shortly" if exc.stopping else "the client went away"
+        body = {"message": msg, "detail": [{"loc": ["request"], "msg": msg, "type": "cancelled"}]}
+        return json_response(body, 503 if exc.stopping else 499, {"Retry-After": "2"} if exc.stopping else None)
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         # A bug, not the client's fault: a JSON 500 that names nothing internal (the log has the traceback).
@@ -126,7 +133,3 @@ def install(app: FastAPI) -> None:
             "detail": [{"loc": ["request"], "msg": "out of device memory", "type": "busy"}],
         }
         return json_response(body, 503, {"Retry-After": "5"})
-
-    @app.exception_handler(FieldError)
-    async def _field_invalid(request: Request, exc: FieldError) -> Response:
-        return field_error(where_of(request), exc.field, exc.message)

@@ -5,18 +5,21 @@ It keeps no per-user state; any number of workers or machines serve the same URL
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import replace
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote_plus
 
 import anyio
 from fastapi import Request
 from redis.exceptions import RedisError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import Limits, Spec, TraceCache, compute
 from engine.attention import Trace
@@ -31,6 +34,79 @@ from engine.spec import DTYPE_BYTES, estimate_bytes
 from .settings import Settings
 
 T = TypeVar("T")
+Progress = Callable[[int, int], None]  # (done, total): how a long computation reports, for /api/v1/progress
+
+
+class Cancelled(Exception):
+    """Nobody waits for this computation any more: every client that asked for it went away, or the server is
+    stopping. Raised in the worker thread at the computation's next progress report (a token, a layer), and by a
+    request still queued for a large-work slot, so abandoned work frees its slot and cores within a step."""
+
+    def __init__(self, stopping: bool = False) -> None:
+        super().__init__("the server is stopping" if stopping else "the client went away")
+        self.stopping = stopping
+
+
+@dataclass
+class Interest:
+    """Who still waits for one computation: the requests for its cache key whose clients are connected. When the
+    last of them leaves, `cancelled` is set and the computation stops at its next progress report."""
+
+    clients: int = 0
+    cancelled: bool = False
+
+
+class Watch:
+    """One request's wait for a computation: whether its own client left, and the computation's shared Interest."""
+
+    def __init__(self, interest: Interest) -> None:
+        self.interest = interest
+        self.left = False  # its client went away
+        self.released = False
+        interest.clients += 1
+
+    def leave(self, cancel: bool) -> None:
+        """Let go of the interest: the client went away (`cancel`), or the wait ended."""
+        if self.released:
+            return
+        self.released = True
+        self.left = cancel
+        self.interest.clients -= 1
+        if cancel and self.interest.clients <= 0:
+            self.interest.cancelled = True
+
+
+# The ASGI receive of the request being served (set by `WatchClient`), so a computation can notice its client leave.
+CLIENT: ContextVar[Receive | None] = ContextVar("attention_lab_client", default=None)
+
+
+class WatchClient:
+    """Remembers each HTTP request's `receive` for `Lab.watching` (which reads it for `http.disconnect` while the
+    request waits for a computation: its body is read by then)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        token = CLIENT.set(receive)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            CLIENT.reset(token)
+
+
+async def _gone(receive: Receive) -> None:
+    """Returns once the client has disconnected (a server answers `receive` with http.disconnect then)."""
+    while (await receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)  # the request's own (empty or already read) body: the next receive waits
+
+
+def _cache_key(kind: str, key: Hashable) -> Hashable:
+    """A whole trace is cached under its Spec (the answer cache asks `spec in lab.cache`); the rest by kind."""
+    return key if kind == "trace" else (kind, key)
 
 
 class Lab:
@@ -56,22 +132,22 @@ class Lab:
         self.models: dict[str, Any] = {}
         # Long computations in flight, by their request (`progress_key`): (done, total, started) for /api/v1/progress.
         self.progress: dict[str, tuple[int, int, float]] = {}
+        # Who waits for each computation in flight (`watching`), and whether the server is stopping (`stop`): both
+        # make the computation's progress callback raise Cancelled, so abandoned work ends at its next step.
+        self.interest: dict[Hashable, Interest] = {}
+        self.stopping = False
         self._redis: Any = None  # --redis: progress entries shared by every worker
-        if settings.checkpoint:
-            from engine.checkpoint import GPT2Checkpoint
+        # Models are sources: the packaged ones, --checkpoint and each --model, through one registry. A bad path
+        # or file is a ModelError now, at start-up; weights load on first use, their bytes held in the budget.
+        from engine.models import parse_entries, registry
 
-            self.models["checkpoint"] = GPT2Checkpoint(settings.checkpoint, "checkpoint", self.device)
-        if settings.pretrained:  # the packaged models: found now, loaded on first use
-            from engine.pretrained import MiniLM, SmolLM2
-
-            for name, finder in (("minilm", MiniLM.find), ("smollm2", SmolLM2.find)):
-                try:
-                    model = finder()
-                except ImportError:  # e.g. gguf missing
-                    model = None
-                if model is not None:
-                    model.place(self.device)
-                    self.models[name] = model
+        entries = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
+        self.models = registry([*entries, *parse_entries(settings.models)], settings.max_model_mb,
+                               packaged=settings.pretrained)  # fmt: skip
+        for model in self.models.values():
+            model.place(self.device)
+            self.budget.limit += model.nbytes
+            model.before_load = self.budget.hold
 
     @contextmanager
     def tracking(self, key: str | None) -> Iterator[Callable[[int, int], None] | None]:
@@ -137,12 +213,58 @@ class Lab:
         """Estimated bytes of computing `spec` (known before computing, from its sizes)."""
         return self._block_cost(spec) if isinstance(spec, BlockSpec) else self._cost(spec)
 
-    async def offload(self, cost: int, fn: Callable[..., T], *args: Any, heavy: bool = False) -> T:
+    def stop(self) -> None:
+        """The server is stopping (SIGTERM, or the app's shutdown): work in flight ends at its next progress report
+        and queued work leaves the queue, so a backlog does not hold the process past its graceful-shutdown time."""
+        self.stopping = True
+
+    @asynccontextmanager
+    async def watching(self, key: Hashable | None = None) -> AsyncIterator[Watch]:
+        """This request's wait for the computation cached under `key` (None: one nobody shares), while its client
+        is watched for leaving (`CLIENT`, set by WatchClient; without one, as from the CLI, only `stop` cancels).
+        The computation is cancelled when its last waiting client leaves: another request for the same key keeps
+        it running."""
+        interest = self.interest.get(key) if key is not None else None
+        if interest is None or interest.cancelled:
+            interest = Interest()
+            if key is not None:
+                self.interest[key] = interest
+        watch = Watch(interest)
+        receive = CLIENT.get()
+        watcher = None
+        if receive is not None:
+            watcher = asyncio.get_running_loop().create_task(_gone(receive))
+            watcher.add_done_callback(lambda t: t.cancelled() or t.exception() or watch.leave(cancel=True))
+        try:
+            yield watch
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            watch.leave(cancel=False)
+            if interest.clients <= 0 and key is not None and self.interest.get(key) is interest:
+                del self.interest[key]
+
+    def checked(self, watch: Watch, update: Progress | None) -> Progress:
+        """A progress callback (for the worker thread) that first raises Cancelled when nobody waits any more."""
+        interest = watch.interest
+
+        def report(done: int, total: int) -> None:
+            if self.stopping or interest.cancelled:
+                raise Cancelled(self.stopping)
+            if update is not None:
+                update(done, total)
+
+        return report
+
+    async def offload(
+        self, cost: int, fn: Callable[..., T], *args: Any, heavy: bool = False, watch: Watch | None = None
+    ) -> T:
         """Run `fn(*args)` in a worker thread. Large work (estimated over `large_request_mb`) and heavy work (long
         in time whatever its bytes: generation, a long context's layers, the model view) takes one of a few
         large-work slots, waiting for it on the event loop rather than in a thread, for at most `queue_wait_s`;
         past a bounded queue it is refused at once (503 with Retry-After). So /healthz, /metrics and small requests
-        keep their threads and cores while large ones wait: 40 generations at once run two at a time, not forty."""
+        keep their threads and cores while large ones wait: 40 generations at once run two at a time, not forty.
+        A queued request whose client left (`watch`), or any while the server stops, leaves the queue (Cancelled)."""
         if cost <= self.large_bytes and not heavy:
             return await anyio.to_thread.run_sync(functools.partial(fn, *args))
         retry = max(1, round(self.settings.queue_wait_s))
@@ -152,6 +274,8 @@ class Lab:
         deadline = time.monotonic() + self.settings.queue_wait_s
         try:  # wait for a slot on the event loop (no thread held; works under any loop the app is served by)
             while self.large_running >= self.settings.max_large_concurrent:
+                if self.stopping or (watch is not None and watch.left):
+                    raise Cancelled(self.stopping)
                 if time.monotonic() >= deadline:  # a wait has a deadline: the client hears 503, not silence
                     raise Busy(cost, self.budget.limit, retry)
                 await anyio.sleep(0.02)
@@ -163,79 +287,106 @@ class Lab:
         finally:
             self.large_running -= 1
 
-    async def trace_async(self, spec: Spec) -> tuple[Trace, bool]:
-        return await self.offload(0 if spec in self.cache else self.cost(spec), self.trace, spec)
+    def run(self, kind: str, key: Hashable, cost: int, fn: Callable[[], T]) -> tuple[T, bool]:
+        """`fn()` computed once per (kind, key) within the memory budget, and kept in the byte-bounded cache (a
+        second request for the same key waits for the first): the one path of every computation the lab keeps.
+        Returns the value and whether it came from the cache."""
 
-    def long(self, spec: Spec, progress: Callable[[int, int], None] | None = None) -> tuple[LongTrace, bool]:
-        """The lazy trace of a long pretrained context (engine/long.py), cached like a whole trace."""
-
-        def run(key: tuple[str, Spec]) -> LongTrace:
-            with self.budget.reserve(long_cost(key[1])):
-                return compute_long(key[1], self.models[key[1].preset], progress)
-
-        value, cached = self.cache.get_or_compute(("long", spec), run)
-        return value, cached
-
-    async def long_async(self, spec: Spec, key: str | None = None) -> tuple[LongTrace, bool]:
-        with self.tracking(key) as progress:
-            cost = 0 if ("long", spec) in self.cache else long_cost(spec)
-            return await self.offload(cost, self.long, spec, progress, heavy=cost > 0)
-
-    def generation(self, key: tuple[Any, ...], cost: int, progress: Callable[[int, int], None] | None = None) -> Any:
-        """Greedy generation (engine/generate.py) for key = (preset, prompt ids, max new tokens, layer), computed
-        within the memory budget and kept in the trace cache like any other computation."""
-
-        preset, ids, max_new, layer = key
-
-        def run(_: tuple[Any, ...]) -> Any:
+        def work(_: Any) -> T:
             with self.budget.reserve(cost):
-                return generate(self.models[preset], ids, max_new, layer, progress)
+                return fn()
 
-        return self.cache.get_or_compute(("generate", *key), run)[0]
+        return self.cache.get_or_compute(_cache_key(kind, key), work)
 
-    async def generation_async(self, key: tuple[Any, ...], cost: int, progress_key: str | None = None) -> Any:
-        with self.tracking(progress_key) as progress:
-            cached = ("generate", *key) in self.cache
-            return await self.offload(0 if cached else cost, self.generation, key, cost, progress, heavy=not cached)
+    async def compute(
+        self,
+        kind: str,
+        key: Hashable,
+        cost: int,
+        fn: Callable[[Progress | None], T],
+        *,
+        heavy: bool = False,
+        progress: str | None = None,
+    ) -> tuple[T, bool]:
+        """`run` off the event loop: `fn(update)` in a worker thread, large or heavy work in one of the few
+        large-work slots (`offload`), its progress reported under the request key `progress` (/api/v1/progress).
+        A value already cached costs nothing and waits for no slot. The computation stops (Cancelled, at its next
+        progress report) once no client waits for it (`watching`); a request that waited for another's computation
+        which was so cancelled asks again, now computing itself."""
+        ck = _cache_key(kind, key)
+        while True:
+            cached = ck in self.cache
+            async with self.watching(ck) as watch:
+                with self.tracking(progress) as update:
+                    work = functools.partial(fn, self.checked(watch, update))
+                    try:
+                        return await self.offload(0 if cached else cost, self.run, kind, key, cost, work,
+                                                  heavy=heavy and not cached, watch=watch)  # fmt: skip
+                    except Cancelled:
+                        if watch.left or self.stopping:
+                            raise
 
-    async def block_async(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
-        return await self.offload(0 if spec in self.cache else self.cost(spec), self.block, spec)
+    async def off_loop(self, preset: str | None, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` (making a request's Spec, which tokenizes its text) in a worker thread when `preset` is one of
+        the loaded models: the first use of a model's tokenizer loads it (seconds for SmolLM2), and /healthz and
+        every other request must not wait for that. The lab's own presets split their text here (microseconds)."""
+        if preset in self.models:
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+        return fn(*args)
 
-    async def decode_async(self, spec: Spec, prefill: int) -> tuple[DecodeTrace, bool]:
-        cost = 0 if ("decode", spec, prefill) in self.cache else self._cost(spec, 2.0)
-        return await self.offload(cost, self.decode, spec, prefill)
+    async def spec(self, req: Any, limits: Limits | None = None) -> Spec:
+        """An AttentionRequest's Spec within `limits` (the lab's by default), made off the event loop when its
+        preset is a loaded model (`off_loop`)."""
+        spec: Spec = await self.off_loop(req.preset, req.to_spec, limits or self.limits, self.device, self.models)
+        return spec
+
+    def is_cached(self, spec: Spec | BlockSpec) -> bool:
+        return _cache_key("block" if isinstance(spec, BlockSpec) else "trace", spec) in self.cache
+
+    # The computations the pages and the API share, each one `compute` with its cost.
+
+    async def trace_async(self, spec: Spec) -> tuple[Trace, bool]:
+        return await self.compute("trace", spec, self._cost(spec), lambda _: self._traced(spec))
 
     def trace(self, spec: Spec) -> tuple[Trace, bool]:
-        """The trace for `spec` and whether it came from the cache (computed within the memory budget)."""
+        """The trace for `spec` and whether it came from the cache (in the calling thread)."""
+        return self.run("trace", spec, self._cost(spec), lambda: self._traced(spec))
 
-        def run(s: Spec) -> Trace:
-            with self.budget.reserve(self._cost(s)):
-                trace = compute(s, self.models.get(s.preset))
-            if self.metrics is not None:
-                for stage, seconds in trace.timings:
-                    self.metrics.stage(stage, seconds)
-            return trace
+    def _traced(self, spec: Spec) -> Trace:
+        trace = compute(spec, self.models.get(spec.preset))
+        if self.metrics is not None:
+            for stage, seconds in trace.timings:
+                self.metrics.stage(stage, seconds)
+        return trace
 
-        return self.cache.get_or_compute(spec, run)
+    async def long_async(self, spec: Spec, key: str | None = None) -> tuple[LongTrace, bool]:
+        """The lazy trace of a long pretrained context (engine/long.py), its layers below reported as they run."""
+        model = self.models[spec.preset]
+        return await self.compute("long", spec, long_cost(spec), lambda p: compute_long(spec, model, p), heavy=True,
+                                  progress=key)  # fmt: skip
 
-    def decode(self, spec: Spec, prefill: int) -> tuple[DecodeTrace, bool]:
-        """The decode trace for `spec` with `prefill` prompt tokens, and whether it came from the cache."""
+    async def generation_async(self, key: tuple[Any, ...], cost: int, progress_key: str | None = None) -> Any:
+        """Greedy generation (engine/generate.py) for key = (preset, prompt ids, max new tokens, layer)."""
+        preset, ids, max_new, layer = key
+        run = functools.partial(generate, self.models[preset], ids, max_new, layer)
+        return (await self.compute("generate", key, cost, run, heavy=True, progress=progress_key))[0]
 
-        def run(key: tuple[str, Spec, int]) -> DecodeTrace:
-            with self.budget.reserve(self._cost(key[1], 2.0)):
-                return decode(key[1], key[2])
-
-        value, cached = self.cache.get_or_compute(("decode", spec, prefill), run)
-        return value, cached
+    async def block_async(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
+        return await self.compute("block", spec, self._block_cost(spec), lambda _: self._blocked(spec))
 
     def block(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
-        """The block trace for `spec` and whether it came from the cache."""
+        """The block trace for `spec` and whether it came from the cache (in the calling thread)."""
+        return self.run("block", spec, self._block_cost(spec), lambda: self._blocked(spec))
 
-        def run(s: BlockSpec) -> BlockTrace:
-            with self.budget.reserve(self._block_cost(s)):
-                return compute_block(s, self.models.get(s.attn.preset))
+    def _blocked(self, spec: BlockSpec) -> BlockTrace:
+        return compute_block(spec, self.models.get(spec.attn.preset))
 
-        return self.cache.get_or_compute(spec, run)
+    async def decode_async(self, spec: Spec, prefill: int) -> tuple[DecodeTrace, bool]:
+        return await self.compute("decode", (spec, prefill), self._cost(spec, 2.0), lambda _: decode(spec, prefill))
+
+    def decode(self, spec: Spec, prefill: int) -> tuple[DecodeTrace, bool]:
+        """The decode trace for `spec` with `prefill` prompt tokens (in the calling thread)."""
+        return self.run("decode", (spec, prefill), self._cost(spec, 2.0), lambda: decode(spec, prefill))
 
     @property
     def json_limit(self) -> int:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import signal
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Response
 from fastapi.responses import FileResponse
@@ -25,22 +29,25 @@ from .demos import api as demos_api
 from .demos import page as demos_page
 from .generate import api as generate_api
 from .generate import page as generate_page
-from .lab import Lab
+from .lab import Lab, WatchClient
 from .lessons import page as lessons_page
 from .limits import BodyLimit, QueryLimit, SecurityHeaders, SendTimeout
 from .metrics import Metrics, Observe
 from .metrics import router as metrics_router
 from .model import api as model_api
 from .model import page as model_page
+from .models import api as models_api
+from .models import page as models_page
 from .params import api as params_api
 from .params import page as params_page
 from .rooms import api as rooms_api
 from .rooms import page as rooms_page
 from .rooms.service import Rooms
-from .schemas import LIST_FIELDS
+from .schemas import LIST_FIELDS, Problem
 from .settings import Settings, get_settings
 from .web import cache
 from .web.page import JsonTwin
+from .web.view import all_views, view_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "static"
@@ -57,12 +64,36 @@ class LabApp(FastAPI):
     user middleware, so a 500 would otherwise leave without them."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        return SendTimeout(SecurityHeaders(super().build_middleware_stack()), self.state.settings.send_timeout_s)
+        # WatchClient innermost of these: it keeps the server's own `receive`, for computations to see a disconnect.
+        stack = WatchClient(super().build_middleware_stack())
+        return SendTimeout(SecurityHeaders(stack), self.state.settings.send_timeout_s)
+
+
+def _stop_on_signals(lab: Lab) -> None:
+    """SIGTERM/SIGINT tell the lab to stop its computations at once (Lab.stop), then reach the server's own handler
+    (uvicorn's graceful shutdown): a backlog of heavy work ends at its next step instead of holding the process.
+    Only from the main thread (a served app; a TestClient's lifespan runs elsewhere and has no signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+
+        def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+            lab.stop()
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:  # nobody else handles it: its default (end the process)
+                signal.signal(signum, signal.SIG_DFL)
+                signal.raise_signal(signum)
+
+        signal.signal(sig, handler)
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    _stop_on_signals(app.state.lab)
     yield
+    app.state.lab.stop()  # whatever still runs (past uvicorn's graceful-shutdown timeout) stops at its next step
     await app.state.rooms.store.close()  # the Redis connections and the pub/sub listener, when there are any
 
 
@@ -118,6 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         params_api.router,
         lessons_page.api,
         model_api.router,
+        models_api.router,
         generate_api.router,
         rooms_api.router,
         health.router,
@@ -132,8 +164,40 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         params_page.router,
         lessons_page.router,
         model_page.router,
+        models_page.router,
         generate_page.router,
         rooms_page.router,
     ):
         app.include_router(router)
+    app.openapi = functools.partial(openapi_with_views, app)  # type: ignore[method-assign]
     return app
+
+
+def body_limit(schema: dict[str, Any], mib: float) -> None:
+    """Every operation that takes a body documents BodyLimit's 413 (app/limits.py), which answers before any route."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    if "Problem" not in components:
+        problem = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(problem.pop("$defs", {}))
+        components["Problem"] = problem
+    too_large = {
+        "description": f"The body is over the server's {mib:g} MiB limit (BODY_LIMIT_MB)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+    for operations in schema.get("paths", {}).values():
+        for method, operation in operations.items():
+            if method in ("post", "put", "patch"):
+                operation.setdefault("responses", {}).setdefault("413", too_large)
+
+
+def openapi_with_views(app: FastAPI) -> dict[str, Any]:
+    """The API's schema, plus each page's JSON face (`GET /<page>.json`, or `Accept: application/json`) as a
+    JSON Schema under components/schemas, named `<Kind>View`."""
+    if app.openapi_schema is None:
+        schema = FastAPI.openapi(app)  # stores it in app.openapi_schema
+        views = schema.setdefault("components", {}).setdefault("schemas", {})
+        for cls in all_views():
+            views.setdefault(cls.__name__, view_schema(cls))
+        body_limit(schema, app.state.settings.body_limit_mb)
+        return schema
+    return app.openapi_schema

@@ -1,9 +1,15 @@
 """The API's request and response models, and the one path from a request to an engine Spec.
 
-Pydantic checks types and static ranges; `make_spec` checks every rule that depends on other fields or on the
-server's configured limits. Both report the field at fault, so every bad input becomes a 422 that names it.
-A GET request carries the same fields as query parameters: `tokens` as one space-separated string, lists as
-repeated or comma-separated values, and explicit matrices as JSON text.
+The request models here are THE field list: each field is declared once, with its type, range, description and
+its place in the lab (`lab_field`: the form group, the field it depends on, its kind, the limit it is checked
+against). The GET parser (`from_query`), the OpenAPI query parameters, the lab form (app/templating.py), the URL
+state (app/web/state.py) and the CLI (app/cli.py) derive from it through `request_fields`.
+
+Pydantic checks types and static ranges; the engine's `make_*` check every rule that depends on other fields or
+on the server's configured limits, raising `SpecError` (alias `FieldError`, the one error type) naming the field
+at fault, so every bad input becomes a 422 that names it. A GET request carries the same fields as query
+parameters: `tokens` as one space-separated string, lists as repeated or comma-separated values, and explicit
+matrices as JSON text.
 """
 
 from __future__ import annotations
@@ -11,14 +17,58 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from engine.block import BlockSpec, make_block_spec
-from engine.spec import BIASES, MATRICES, STAGES, Limits, Spec, make_spec
+from engine.spec import STAGES, Limits, Spec, SpecError, make_decode_spec, make_spec
+
+if TYPE_CHECKING:  # engine.block imports torch: the CLI's --help builds its options from these models without it
+    from engine.block import BlockSpec
+
+# The one error type of a request: the engine's, named here as the web layer has always called it.
+FieldError = SpecError
+
+FORM_GROUPS = ("sequence", "main", "more", "hidden")
+FIELD_KINDS = ("choice", "integer", "number", "list", "json", "text")
+
+
+def lab_field(
+    *,
+    form: str | None = "more",
+    depends: tuple[str, str] | None = None,
+    only: Literal["builtin", "pretrained"] | None = None,
+    kind: str | None = None,
+    limit: str | None = None,
+    output: bool = False,
+) -> dict[str, Any]:
+    """A request field's place in the lab, for `Field(..., json_schema_extra=lab_field(...))`; /openapi.json shows
+    it as `x-lab`. Every option has a default, so a new field needs none of them:
+
+    form: the lab form's group (sequence, main, more, hidden); None keeps the field out of a page's URL (explicit
+        matrices, the output selection, dtype). A field in no group the template places by hand gets a generic
+        input in "more".
+    depends: (field, value): the field is only used when `field` has that value; a page drops it otherwise.
+    only: the field is for built-in presets (toy, gpt2-small) or for pretrained models only.
+    kind: the input's kind when the type does not say it (a list of numbers sent as JSON text: "json").
+    limit: the `Limits` attribute the engine checks it against (the form's max, the CLI's help).
+    output: what to return, not what to compute (not passed to the engine).
+    """
+    assert form is None or form in FORM_GROUPS, form
+    assert kind is None or kind in FIELD_KINDS, kind
+    assert limit is None or limit in Limits.__dataclass_fields__, limit
+    meta: dict[str, Any] = {"form": form}
+    if depends:
+        meta["depends"] = list(depends)
+    for key, value in (("only", only), ("kind", kind), ("limit", limit)):
+        if value:
+            meta[key] = value
+    if output:
+        meta["output"] = True
+    return {"x-lab": meta}
+
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Row = Annotated[list[Finite], Field(max_length=4096)]
@@ -39,7 +89,8 @@ def _has_surrogate(v: Any) -> bool:
     return isinstance(v, list) and any(_has_surrogate(x) for x in v)
 
 
-OUTPUT_FIELDS = ("stages", "heads", "decimals")  # what to return, not what to compute
+EXPLICIT = lab_field(form=None, kind="json", limit="max_explicit_d_model")  # explicit weights: POST-sized, JSON text
+OUTPUT = lab_field(form=None, output=True)  # what to return, not what to compute
 
 
 class AttentionRequest(BaseModel):
@@ -55,60 +106,157 @@ class AttentionRequest(BaseModel):
         None,
         description="The sequence: a list of tokens, or one string split on whitespace.",
         examples=["猫 坐 在 垫子 上"],
+        json_schema_extra=lab_field(form="sequence", only="builtin", limit="max_tokens"),
     )
     preset: str = Field(
         "toy",
         max_length=64,
         description="toy (d_model 4, 1 head), gpt2-small (768, 12 heads), or a pretrained model this server loaded "
         "(GET /api/v1/presets lists them, e.g. checkpoint)",
+        json_schema_extra=lab_field(form="main"),
     )
-    text: str | None = Field(None, description="Pretrained models: text for the model's own tokenizer.")
-    token_ids: list[int] | None = Field(None, max_length=4096, description="Pretrained models: token ids.")
-    layer: int | None = Field(None, ge=0, description="Pretrained models: the layer (block) to trace, from 0.")
-    d_model: int | None = Field(None, ge=1, description="Width; defaults to the preset's.")
-    n_heads: int | None = Field(None, ge=1, description="Heads; d_model must be divisible by it.")
+    text: str | None = Field(
+        None,
+        description="Pretrained models: text for the model's own tokenizer.",
+        json_schema_extra=lab_field(form="sequence", only="pretrained"),
+    )
+    token_ids: list[int] | None = Field(
+        None,
+        max_length=4096,
+        description="Pretrained models: token ids.",
+        json_schema_extra=lab_field(form="sequence", only="pretrained"),
+    )
+    layer: int | None = Field(
+        None,
+        ge=0,
+        description="Pretrained models: the layer (block) to trace, from 0.",
+        json_schema_extra=lab_field(form="sequence", only="pretrained"),
+    )
+    d_model: int | None = Field(
+        None,
+        ge=1,
+        description="Width; defaults to the preset's.",
+        json_schema_extra=lab_field(form="main", only="builtin", limit="max_d_model"),
+    )
+    n_heads: int | None = Field(
+        None,
+        ge=1,
+        description="Heads; d_model must be divisible by it.",
+        json_schema_extra=lab_field(form="main", only="builtin", limit="max_heads"),
+    )
     mask: Literal["none", "causal", "padding", "document", "sliding_window", "prefix_lm", "custom"] | None = Field(
-        None, description="Default: causal (the chapter's GPT lab), none with kv_tokens, or a pretrained model's own."
+        None,
+        description="Default: causal (the chapter's GPT lab), none with kv_tokens, or a pretrained model's own.",
+        json_schema_extra=lab_field(form="main"),
     )
     window: int | None = Field(
-        None, ge=1, description="mask=sliding_window: tokens a query reads back, itself included."
+        None,
+        ge=1,
+        description="mask=sliding_window: tokens a query reads back, itself included.",
+        json_schema_extra=lab_field(depends=("mask", "sliding_window"), limit="max_tokens"),
     )
-    prefix: int | None = Field(None, ge=0, description="mask=prefix_lm: the first `prefix` tokens are read both ways.")
+    prefix: int | None = Field(
+        None,
+        ge=0,
+        description="mask=prefix_lm: the first `prefix` tokens are read both ways.",
+        json_schema_extra=lab_field(depends=("mask", "prefix_lm")),
+    )
     mask_matrix: (
         Annotated[list[Annotated[list[Literal[0, 1]], Field(max_length=1024)]], Field(max_length=1024)] | None
-    ) = Field(None, description="mask=custom: N × N_kv of 1 (may read) and 0 (may not).")
+    ) = Field(
+        None,
+        description="mask=custom: N × N_kv of 1 (may read) and 0 (may not).",
+        json_schema_extra=lab_field(form="hidden", depends=("mask", "custom")),
+    )
     positions: Literal["none", "sinusoidal", "learned", "rope"] | None = Field(
-        None, description="none, sinusoidal or learned (added to x), or rope (rotates q and k)."
+        None,
+        description="none, sinusoidal or learned (added to x), or rope (rotates q and k).",
+        json_schema_extra=lab_field(only="builtin"),
     )
-    rope_base: float | None = Field(None, gt=1, le=1e9, allow_inf_nan=False, description="RoPE: θ_i = base^(−2i/d_k).")
+    rope_base: float | None = Field(
+        None,
+        gt=1,
+        le=1e9,
+        allow_inf_nan=False,
+        description="RoPE: θ_i = base^(−2i/d_k).",
+        json_schema_extra=lab_field(depends=("positions", "rope"), only="builtin"),
+    )
     rope_pairing: Literal["adjacent", "half"] | None = Field(
-        None, description="RoPE pairs (2i, 2i+1) as the paper, or (i, i + d_k/2) as Hugging Face's LLaMA."
+        None,
+        description="RoPE pairs (2i, 2i+1) as the paper, or (i, i + d_k/2) as Hugging Face's LLaMA.",
+        json_schema_extra=lab_field(depends=("positions", "rope"), only="builtin"),
     )
-    n_ctx: int | None = Field(None, ge=1, le=1_000_000, description="positions=learned: rows of the table.")
-    n_kv_heads: int | None = Field(None, ge=1, description="GQA/MQA: K/V heads shared by groups of query heads.")
+    n_ctx: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="positions=learned: rows of the table.",
+        json_schema_extra=lab_field(depends=("positions", "learned"), only="builtin"),
+    )
+    n_kv_heads: int | None = Field(
+        None,
+        ge=1,
+        description="GQA/MQA: K/V heads shared by groups of query heads.",
+        json_schema_extra=lab_field(only="builtin", limit="max_heads"),
+    )
     kv_tokens: list[str] | str | None = Field(
-        None, description="Cross-attention: the sequence K and V come from (Q comes from `tokens`)."
+        None,
+        description="Cross-attention: the sequence K and V come from (Q comes from `tokens`).",
+        json_schema_extra=lab_field(only="builtin", limit="max_tokens"),
     )
-    pad_positions: list[int] = Field(default_factory=list, description="0-based key positions never attended to.")
+    pad_positions: list[int] = Field(
+        default_factory=list,
+        description="0-based key positions never attended to.",
+        json_schema_extra=lab_field(depends=("mask", "padding")),
+    )
     segment_ids: list[int] = Field(
         default_factory=list,
         description="mask=document: one id per token; a token sees its own document, causally.",
+        json_schema_extra=lab_field(depends=("mask", "document")),
     )
-    scale: Literal["sqrt_dk", "none", "dk"] = Field("sqrt_dk", description="Divide QKᵀ by √d_k, 1 or d_k.")
-    seed: int = Field(0, ge=0, le=2**63 - 1)
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Half precision needs CUDA.")
-    x: MatrixIn | None = Field(None, description="Explicit input (N, d_model) instead of seeded embeddings.")
-    w_q: MatrixIn | None = Field(None, description="Explicit (d_model, d_model); Q = X W_Q + b_Q.")
-    w_k: MatrixIn | None = None
-    w_v: MatrixIn | None = None
-    w_o: MatrixIn | None = None
-    b_q: Row | None = None
-    b_k: Row | None = None
-    b_v: Row | None = None
-    b_o: Row | None = None
-    stages: list[StageKey] | None = Field(None, description="Stages to return; all when omitted.")
-    heads: list[int] | None = Field(None, description="Heads to return (0-based); all when omitted.")
-    decimals: int | None = Field(None, ge=0, le=8, description="Round every returned number.")
+    scale: Literal["sqrt_dk", "none", "dk"] = Field(
+        "sqrt_dk", description="Divide QKᵀ by √d_k, 1 or d_k.", json_schema_extra=lab_field(form="main")
+    )
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**63 - 1,
+        description="Seeds the generated x and weights.",
+        json_schema_extra=lab_field(form="main"),
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Half precision needs CUDA.", json_schema_extra=lab_field(form=None)
+    )
+    x: MatrixIn | None = Field(
+        None,
+        description="Explicit input (N, d_model) instead of seeded embeddings.",
+        json_schema_extra=EXPLICIT,
+    )
+    w_q: MatrixIn | None = Field(
+        None,
+        description="Explicit (d_model, d_model); Q = X W_Q + b_Q.",
+        json_schema_extra=EXPLICIT,
+    )
+    w_k: MatrixIn | None = Field(
+        None, description="Explicit (d_model, d_kv); K = X W_K + b_K.", json_schema_extra=EXPLICIT
+    )
+    w_v: MatrixIn | None = Field(
+        None, description="Explicit (d_model, d_kv); V = X W_V + b_V.", json_schema_extra=EXPLICIT
+    )
+    w_o: MatrixIn | None = Field(
+        None, description="Explicit (d_model, d_model); output = concat(heads) W_O + b_O.", json_schema_extra=EXPLICIT
+    )
+    b_q: Row | None = Field(None, description="Explicit (d_model,) bias of Q.", json_schema_extra=EXPLICIT)
+    b_k: Row | None = Field(None, description="Explicit (d_kv,) bias of K.", json_schema_extra=EXPLICIT)
+    b_v: Row | None = Field(None, description="Explicit (d_kv,) bias of V.", json_schema_extra=EXPLICIT)
+    b_o: Row | None = Field(None, description="Explicit (d_model,) bias of the output.", json_schema_extra=EXPLICIT)
+    stages: list[StageKey] | None = Field(
+        None, description="Stages to return; all when omitted.", json_schema_extra=OUTPUT
+    )
+    heads: list[int] | None = Field(
+        None, description="Heads to return (0-based); all when omitted.", json_schema_extra=OUTPUT
+    )
+    decimals: int | None = Field(None, ge=0, le=8, description="Round every returned number.", json_schema_extra=OUTPUT)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -136,11 +284,15 @@ class AttentionRequest(BaseModel):
             raise ValueError("head indices are 0-based and non-negative")
         return v
 
+    def engine_fields(self, base: type[BaseModel] | None = None) -> dict[str, Any]:
+        """The fields the engine takes, by name: every field of `base` (default: this request's class) but the
+        output selection. A new field is declared here and in the engine's `make_*`, nowhere between."""
+        fields = request_fields(base or type(self))
+        return {name: getattr(self, name) for name, f in fields.items() if not f.output}
+
     def to_spec(self, limits: Limits, device: str, models: Mapping[str, Any] | None = None) -> Spec:
-        """The engine's Spec: every request field but the output selection goes to `make_spec` by name, so a new
-        field is declared here and in the engine, nowhere between."""
-        fields = {name: getattr(self, name) for name in AttentionRequest.model_fields if name not in OUTPUT_FIELDS}
-        return make_spec(**fields, models=models, device=device, limits=limits)
+        """The engine's Spec: the attention fields go to `make_spec`, which checks every rule between them."""
+        return make_spec(**self.engine_fields(AttentionRequest), models=models, device=device, limits=limits)
 
     def view(self, spec: Spec) -> View:
         """Which stages and heads to return; heads out of range are the request's error."""
@@ -172,29 +324,24 @@ class BlockRequest(AttentionRequest):
     gelu: Literal["tanh", "exact"] | None = Field(
         None, description="GPT-2's tanh approximation (the default), or the erf form"
     )
-    stages: list[BlockStageKey] | None = Field(None, description="Stages to return; all when omitted.")  # type: ignore[assignment]
+    stages: list[BlockStageKey] | None = Field(  # type: ignore[assignment]
+        None, description="Stages to return; all when omitted.", json_schema_extra=OUTPUT
+    )
 
     def to_block_spec(self, limits: Limits, device: str, models: Mapping[str, Any] | None = None) -> BlockSpec:
+        """The attention Spec, then the block's own fields (by name) to `make_block_spec`, which checks them
+        against each other and against a pretrained model's fixed block."""
+        from engine.block import make_block_spec
+
         attn = self.to_spec(limits, device, models)
         model = (models or {}).get(attn.preset)
-        chosen = {"norm": self.norm, "ffn": self.ffn, "placement": self.placement, "gelu": self.gelu}
-        defaults = {"norm": "layernorm", "ffn": "gelu", "placement": "pre", "gelu": "tanh"}
-        if model is not None:  # a pretrained block is what it is: a different choice is an error, not ignored
-            own = {k: getattr(model.info, k) for k in chosen}
-            for k, v in chosen.items():
-                if v is not None and v != own[k]:
-                    raise FieldError(k, f"{attn.preset}'s blocks use {k}={own[k]}")
-            if self.d_ff is not None:
-                raise FieldError("d_ff", f"{attn.preset}'s FFN width is fixed")
-            defaults = own
-        options = {k: v if v is not None else defaults[k] for k, v in chosen.items()}
+        own = {k: v for k, v in self.engine_fields().items() if k not in AttentionRequest.model_fields}
         return make_block_spec(
             attn,
-            d_ff=self.d_ff or (model.info.d_ff if model is not None else None),
-            eps=model.info.eps if model is not None else 1e-5,
+            **own,
+            model=model.info if model is not None else None,
             max_d_ff=4 * limits.max_d_model,
             memory_budget_bytes=limits.memory_budget_bytes,
-            **options,
         )
 
     def block_view(self, spec: BlockSpec) -> View:
@@ -221,21 +368,13 @@ class DecodeRequest(AttentionRequest):
     """Prefill the first `prefill` tokens, then decode the rest one at a time against the KV cache."""
 
     prefill: int = Field(1, ge=1, description="Tokens processed at once before the first decode step.")
-    stages: None = Field(None, description="Not used: a decode answer has its own shape.")
+    stages: None = Field(None, description="Not used: a decode answer has its own shape.", json_schema_extra=OUTPUT)
 
     def to_decode_spec(self, limits: Limits, device: str, max_tokens: int) -> tuple[Spec, int]:
-        if self.mask not in (None, "causal"):
-            raise FieldError("mask", "decoding with a KV cache is causal: leave mask out or set it to causal")
+        """`make_decode_spec` checks the decode's rules (causal, self-attention, its length, the prefill)."""
         if self.heads is not None:
             raise FieldError("heads", "a decode answer holds every head; leave heads out")
-        spec = self.to_spec(limits, device)
-        if spec.kv_tokens:
-            raise FieldError("kv_tokens", "the KV cache here is a decoder's self-attention cache")
-        if spec.n_tokens > max_tokens:
-            raise FieldError("tokens", f"decoding step by step is offered up to {max_tokens} tokens")
-        if not 1 <= self.prefill <= spec.n_tokens:
-            raise FieldError("prefill", f"must be between 1 and the {spec.n_tokens} tokens")
-        return replace(spec, mask="causal"), self.prefill
+        return make_decode_spec(**self.engine_fields(), max_tokens=max_tokens, device=device, limits=limits)
 
 
 class View(BaseModel):
@@ -245,36 +384,92 @@ class View(BaseModel):
     decimals: int | None = None
 
 
-class FieldError(ValueError):
-    """A request error found outside pydantic, naming its field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
+# --- The field list, derived from a request model ------------------------------------------------------------
 
 
-LIST_FIELDS = ("pad_positions", "segment_ids", "stages", "heads", "token_ids")
-JSON_FIELDS = ("x", *MATRICES, *BIASES, "mask_matrix")
+@dataclass(frozen=True)
+class RequestField:
+    """One request field as every consumer sees it: the GET parser, the form, the URL state, the CLI, /docs."""
+
+    name: str
+    kind: str  # choice | integer | number | list | json | text
+    item: str | None  # a list's items, or a number's type: "integer" or "number"; None otherwise
+    choices: tuple[str, ...]  # a choice field's values, in the model's order
+    form: str | None  # the lab form's group; None: not in a page's URL
+    depends: tuple[str, str] | None  # (field, value) that this field is only used with
+    only: str | None  # "builtin" or "pretrained" presets only
+    limit: str | None  # the `Limits` attribute the engine checks it against
+    output: bool  # the output selection, not passed to the engine
+    description: str
+    default: Any
+
+
+def _kind(options: list[dict[str, Any]]) -> tuple[str, str | None, tuple[str, ...]]:
+    """A field's kind from its JSON schema: (kind, numeric item type, choices)."""
+    choices = tuple(v for o in options for v in [*o.get("enum", []), *([o["const"]] if "const" in o else [])])
+    if choices and all(isinstance(v, str) for v in choices):
+        return "choice", None, choices
+    types = {o.get("type") for o in options}
+    if "string" in types:
+        return "text", None, ()
+    arrays = [o for o in options if o.get("type") == "array"]
+    if arrays:
+        items = arrays[0].get("items", {})
+        if items.get("type") == "array":
+            return "json", None, ()
+        item = items.get("type")
+        return "list", item if item in ("integer", "number") else None, ()
+    for number in ("integer", "number"):
+        if number in types:
+            return number, number, ()
+    return "text", None, ()
+
+
+@lru_cache(maxsize=64)
+def request_fields(model: type[BaseModel]) -> dict[str, RequestField]:
+    """Every field of a request model with its metadata (`lab_field`), in the model's order: the one field list."""
+    props = model.model_json_schema()["properties"]
+    out: dict[str, RequestField] = {}
+    for name, info in model.model_fields.items():
+        prop = props[name]
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        lab = extra.get("x-lab")
+        meta: dict[str, Any] = lab if isinstance(lab, dict) else {}
+        kind, item, choices = _kind([o for o in prop.get("anyOf", [prop]) if o.get("type") != "null"])
+        if meta.get("kind") and meta["kind"] != kind:
+            kind, item = meta["kind"], None
+        depends = meta.get("depends")
+        out[name] = RequestField(
+            name=name,
+            kind=kind,
+            item=item,
+            choices=choices,
+            form=meta.get("form", "more"),
+            depends=(depends[0], depends[1]) if depends else None,
+            only=meta.get("only"),
+            limit=meta.get("limit"),
+            output=bool(meta.get("output")),
+            description=info.description or "",
+            default=None if info.default_factory is not None else info.default,
+        )
+    return out
+
+
+def _union(kind: str) -> tuple[str, ...]:
+    """The names of one kind across every request model here (for rules that see only a query's names)."""
+    names: dict[str, None] = {}
+    for model in (AttentionRequest, BlockRequest, TilesRequest, DecodeRequest):
+        names |= {n: None for n, f in request_fields(model).items() if f.kind == kind}
+    return tuple(names)
+
+
+LIST_FIELDS = _union("list")  # repeatable query parameters: pad_positions, segment_ids, token_ids, stages, heads
+JSON_FIELDS = _union("json")  # explicit matrices and vectors, and mask_matrix: JSON text in a query
 
 
 # Numbers as query text may write them: ASCII digits only (int() and float() would also take "²", "٣" or "1_1").
 ASCII_INT = re.compile(r"-?[0-9]{1,30}")
 ASCII_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
-
-
-@lru_cache(maxsize=16)
-def _number_kinds(model: type[BaseModel]) -> dict[str, str]:
-    """Field -> "integer" or "number" for the fields (or list items) that are numbers, from the JSON schema."""
-    kinds: dict[str, str] = {}
-    for name, prop in model.model_json_schema()["properties"].items():
-        for option in prop.get("anyOf", [prop]):
-            kind = option.get("type")
-            if kind == "array":
-                kind = option.get("items", {}).get("type")
-            if kind in ("integer", "number"):
-                kinds[name] = kind
-    return kinds
 
 
 def _query_value(text: str, kind: str | None) -> Any:
@@ -293,15 +488,14 @@ def from_query(
     """Turn query parameters into the body a POST would carry. Unknown parameters (the page's own `stage`,
     `head`, `lang`) are left out, so a lab URL works unchanged as its JSON twin."""
     out: dict[str, Any] = {}
-    kinds = _number_kinds(model)
-    for name in model.model_fields:
+    for name, field in request_fields(model).items():
         if name not in params:
             continue
-        if name in LIST_FIELDS:
+        if field.kind == "list":
             values = getlist(name) if getlist else [params[name]]
             items = [part.strip() for v in values for part in str(v).replace(" ", ",").split(",")]
-            out[name] = [_query_value(i, kinds.get(name)) for i in items if i]
-        elif name in JSON_FIELDS:
+            out[name] = [_query_value(i, field.item) for i in items if i]
+        elif field.kind == "json":
             text = params[name]
             if text == "":
                 continue  # an empty field means "not given", as for every other field
@@ -312,7 +506,7 @@ def from_query(
         else:
             value = params[name]
             if value != "" or name == "tokens":  # an empty form field means "the default"
-                out[name] = _query_value(value, kinds.get(name))
+                out[name] = _query_value(value, field.item)
     return out
 
 
@@ -366,25 +560,48 @@ class AttentionResponse(BaseModel):
 INT_OR_EMPTY: dict[str, Any] = {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 0}]}
 
 
+def int_or_empty(minimum: int | None = None, maximum: int | None = None) -> dict[str, Any]:
+    """A query integer's schema with the bounds its parser enforces (or empty: the default)."""
+    bounds = {k: v for k, v in (("minimum", minimum), ("maximum", maximum)) if v is not None}
+    return {"anyOf": [{"type": "integer", **bounds}, INT_OR_EMPTY["anyOf"][1]]}
+
+
+NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _bounds(prop: dict[str, Any]) -> dict[str, Any]:
+    """The constraints (minimum, maxLength, …) of a property's non-null option, from pydantic's JSON schema."""
+    out: dict[str, Any] = {}
+    for option in prop.get("anyOf", [prop]):
+        if option.get("type") != "null":
+            out |= {k: v for k, v in option.items() if k in (*NUMBER_BOUNDS, "maxLength", "minLength")}
+    return out
+
+
+def _pick(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: d[k] for k in keys if k in d}
+
+
 def query_parameters(model: type[BaseModel], extra: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """OpenAPI descriptions of a GET route's query parameters, derived from the POST body model, so /docs and
     API fuzzers know the GET twin's fields: lists are comma-separated, matrices JSON text."""
     params = []
-    for name, field in model.model_fields.items():
+    props = model.model_json_schema()["properties"]
+    for name, field in request_fields(model).items():
         schema: dict[str, Any] = {"type": "string"}
-        note = field.description or ""
-        if name in LIST_FIELDS:
+        note = field.description
+        bounds = _bounds(props[name])
+        if field.kind == "list":
             note = (note + " Comma-separated.").strip()
-        elif name in JSON_FIELDS:
+        elif field.kind == "json":
             note = (note + " JSON text, e.g. [[1, 0], [0, 1]].").strip()
-        else:
-            body = model.model_json_schema()["properties"][name]
-            options = body.get("anyOf", [body])
-            enums = [v for o in options for v in o.get("enum", [])] + [o["const"] for o in options if "const" in o]
-            if enums:  # an empty value (a form's untouched field) means the default
-                schema = {"type": "string", "enum": [*enums, ""]}
-            elif any(o.get("type") == "integer" for o in options):
-                schema = INT_OR_EMPTY
+        elif field.choices:  # an empty value (a form's untouched field) means the default
+            schema = {"type": "string", "enum": [*field.choices, ""]}
+        elif field.kind == "integer":  # the body field's bounds: d_model=0 is as invalid here as in a POST
+            b = _pick(bounds, NUMBER_BOUNDS)
+            schema = {"anyOf": [{"type": "integer", **b}, INT_OR_EMPTY["anyOf"][1]]} if b else INT_OR_EMPTY
+        elif field.kind == "text" and "maxLength" in bounds:
+            schema = {"type": "string", "maxLength": bounds["maxLength"]}
         params.append({"name": name, "in": "query", "required": False, "schema": schema, "description": note})
     for name, schema in (extra or {}).items():
         params.append({"name": name, "in": "query", "required": False, "schema": schema})

@@ -2,29 +2,37 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engine.spec import Limits
 
+# Every integer size limit of the engine (engine.spec.Limits: max_tokens, max_d_model, ...) is a setting of the
+# same name and default (ATTENTION_LAB_MAX_TOKENS, ...): a new limit there is a new setting here, with no edit.
+LIMIT_SETTINGS = tuple(f.name for f in fields(Limits) if f.name.startswith("max_") and f.type in (int, "int"))
+LimitSettings: Any = create_model(
+    "LimitSettings",
+    __base__=BaseSettings,
+    **{name: (int, Field(Limits.__dataclass_fields__[name].default, ge=1)) for name in LIMIT_SETTINGS},  # type: ignore[call-overload]
+)
 
-class Settings(BaseSettings):
+
+class Settings(LimitSettings):
     model_config = SettingsConfigDict(env_prefix="ATTENTION_LAB_")
 
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when PyTorch sees a GPU
     threads: int | None = Field(None, ge=1)  # torch intra-op threads; None keeps PyTorch's default
     checkpoint: str | None = None  # a Hugging Face GPT-2 directory, served as preset=checkpoint
     pretrained: bool = True  # offer minilm and smollm2 when their packages are installed
-    max_tokens: int = Field(1024, ge=1)
-    max_long_tokens: int = Field(4096, ge=1)  # pretrained models' lazy traces: windows and heat maps (engine/long.py)
-    max_d_model: int = Field(4096, ge=1)
-    max_heads: int = Field(64, ge=1)
-    max_token_chars: int = Field(10_000, ge=1)
-    max_explicit_d_model: int = Field(64, ge=1)
-    max_explicit_tokens: int = Field(64, ge=1)
+    # Your own models (`serve --model PATH [--name NAME]`): Hugging Face directories or .gguf files, separated by the
+    # OS path separator; an entry NAME=PATH names its preset (default: the directory's or file's name).
+    models: str | None = None
+    max_model_mb: float = Field(8192, gt=0)  # a model whose float32 weights are larger is refused at start-up
+    # max_tokens, max_long_tokens, max_d_model, ...: every integer `max_*` of engine.spec.Limits, from LimitSettings.
     max_decode_tokens: int = Field(256, ge=1)  # /api/v1/decode answers one row per step
     max_model_view_tokens: int = Field(64, ge=1)  # /api/v1/model_view traces every layer
     max_new_tokens: int = Field(64, ge=1)  # /api/v1/generate: tokens generated per request
@@ -62,16 +70,9 @@ class Settings(BaseSettings):
     room_answers_per_address_per_minute: int = Field(600, ge=1)  # answers per client address (a class shares one)
 
     def limits(self) -> Limits:
-        return Limits(
-            max_tokens=self.max_tokens,
-            max_long_tokens=self.max_long_tokens,
-            max_d_model=self.max_d_model,
-            max_heads=self.max_heads,
-            max_token_chars=self.max_token_chars,
-            max_explicit_d_model=self.max_explicit_d_model,
-            max_explicit_tokens=self.max_explicit_tokens,
-            memory_budget_bytes=int(self.memory_budget_mb * 2**20),
-        )
+        """The engine's Limits: every one that is a setting, and the memory budget in bytes."""
+        given = {name: getattr(self, name) for name in LIMIT_SETTINGS}
+        return Limits(**given, memory_budget_bytes=int(self.memory_budget_mb * 2**20))
 
 
 @lru_cache

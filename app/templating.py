@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from jinja2_fragments.fastapi import Jinja2Blocks
 from markupsafe import Markup
@@ -33,44 +34,40 @@ TEMPLATES.env.filters["qr_label"] = _qr_label
 
 def _choices() -> dict[str, list[str]]:
     """Each choice field of the requests (a Literal) and its values, in the model's order: the forms' <select>s."""
-    from .schemas import BlockRequest
+    from .schemas import BlockRequest, request_fields
 
-    out: dict[str, list[str]] = {}
-    for name, prop in BlockRequest.model_json_schema()["properties"].items():
-        for option in prop.get("anyOf", [prop]):
-            values = option.get("enum") or ([option["const"]] if "const" in option else None)
-            if values and all(isinstance(v, str) for v in values):
-                out[name] = list(values)
-    return out
+    return {name: list(f.choices) for name, f in request_fields(BlockRequest).items() if f.kind == "choice"}
 
 
 CHOICES: dict[str, list[str]] = _choices()
 TEMPLATES.env.globals["choices"] = CHOICES
 
 
-def _field_kinds() -> dict[str, str]:
-    """Each request field a page's URL carries and the input it needs: choice, integer, number, list or text."""
-    from .schemas import LIST_FIELDS, AttentionRequest
+def field_kinds(model: Any = None) -> dict[str, str]:
+    """Each request field a page's URL carries and the input it needs: choice, integer, number, list, json or
+    text (app.schemas.request_fields, from the request model)."""
+    from .schemas import AttentionRequest, request_fields
     from .web.state import url_fields
 
-    props = AttentionRequest.model_json_schema()["properties"]
-    kinds: dict[str, str] = {}
-    for name in url_fields(AttentionRequest):
-        options = props[name].get("anyOf", [props[name]])
-        types = {o.get("type") for o in options}
-        if name in CHOICES:
-            kinds[name] = "choice"
-        elif name in LIST_FIELDS:
-            kinds[name] = "list"
-        elif "integer" in types:
-            kinds[name] = "integer"
-        elif "number" in types:
-            kinds[name] = "number"
-        else:
-            kinds[name] = "text"
-    return kinds
+    fields = request_fields(model or AttentionRequest)
+    return {name: fields[name].kind for name in url_fields(model or AttentionRequest)}
+
+
+def form_fields(model: Any = None) -> dict[str, dict[str, Any]]:
+    """The lab form's groups (sequence, main, more, hidden), each field -> its metadata, in the model's order: what
+    a template needs to place a field with no edit (its input kind, the field it depends on, built-in or
+    pretrained presets only)."""
+    from .schemas import AttentionRequest, request_fields
+    from .web.state import url_fields
+
+    fields = request_fields(model or AttentionRequest)
+    groups: dict[str, dict[str, Any]] = {}
+    for name in url_fields(model or AttentionRequest):
+        groups.setdefault(fields[name].form or "more", {})[name] = fields[name]
+    return groups
 
 
 # The lab form renders every URL field of the request model: the ones placed by hand in lab.html, and any other
-# (a new field) as a generic input from this list, labelled from the catalogue.
-TEMPLATES.env.globals["field_kinds"] = _field_kinds()
+# (a new field) as a generic input from these, labelled from the catalogue.
+TEMPLATES.env.globals["field_kinds"] = field_kinds()
+TEMPLATES.env.globals["form_fields"] = form_fields()

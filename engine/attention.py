@@ -17,7 +17,7 @@ import torch
 from . import masks, positions, reference
 from .memo import python_bytes, tensor_bytes
 from .sources import Weights
-from .spec import STAGES, Spec, SpecError
+from .spec import STAGES, OfSpec, Spec, SpecError
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Checks:
 
 
 @dataclass(frozen=True)
-class Trace:
+class Trace(OfSpec):
     spec: Spec
     projection: Projection
     scores: Scores
@@ -100,19 +100,8 @@ class Trace:
             held + python_bytes(s.tokens) + python_bytes(s.kv_tokens) + python_bytes([s.x, s.w_q, s.w_k, s.w_v, s.w_o])
         )
 
-    # What every trace (this one, a whole block) offers its renderers.
+    # What every trace (this one, a whole block) offers its renderers; heads, tokens and summary from OfSpec.
     order = STAGES
-
-    @property
-    def n_heads(self) -> int:
-        return self.spec.n_heads
-
-    @property
-    def tokens(self) -> tuple[str, ...]:
-        return self.spec.tokens
-
-    def summary(self) -> dict[str, object]:
-        return self.spec.summary()
 
     def check_values(self) -> dict[str, object]:
         return {
@@ -147,8 +136,9 @@ def project(x: torch.Tensor, w: Weights, spec: Spec, source: torch.Tensor | None
     v = split(linear(src, w.w_v, w.b_v), m, spec.kv_heads)
     if spec.positions == "rope":
         pos = torch.arange(n, device=x.device)
-        extra["q_rot"] = positions.rotate(q, pos, spec.rope_base, spec.rope_pairing)
-        extra["k_rot"] = positions.rotate(k, torch.arange(m, device=x.device), spec.rope_base, spec.rope_pairing)
+        extra["q_rot"] = positions.rotate(q, pos, spec.rope_base, spec.rope_pairing, spec.rope_factors)
+        extra["k_rot"] = positions.rotate(k, torch.arange(m, device=x.device), spec.rope_base, spec.rope_pairing,
+                                          spec.rope_factors)  # fmt: skip
     if source is not None:
         extra["source"] = src
     return Projection(x=x, q=q, k=k, v=v, **extra)
@@ -288,11 +278,13 @@ def causal_attention(
     v: torch.Tensor,
     block: int = 512,
     observe: Callable[[int, torch.Tensor], None] | None = None,
+    window: int = 0,
 ) -> torch.Tensor:
     """softmax(q kᵀ / √d_k + causal mask) v for (H, N, d_k) queries over (H_kv, N, d_k) keys and values, `block`
     queries at a time: at most H × block × N scores exist at once, never H × N × N (PyTorch's CPU SDPA falls back
     to its math kernel here and would hold all of them: 1.4 GB at 4,096 tokens and 9 heads). `observe(r0, w)`
-    sees each block's weights, (H, rows, keys) for queries r0.. (the model view's statistics)."""
+    sees each block's weights, (H, rows, keys) for queries r0.. (the model view's statistics). `window` > 0: each
+    query reads only the last `window` keys, itself included (sliding-window attention)."""
     h, n, dk = q.shape
     kv = k.shape[0]
     group = h // kv
@@ -304,6 +296,8 @@ def causal_attention(
         r1 = min(n, r0 + block)
         s = (q[:, r0:r1].reshape(kv, group, r1 - r0, dk) @ keys[:, :, :r1].transpose(2, 3)) * scale
         future = torch.ones(r1 - r0, r1, dtype=torch.bool, device=q.device).triu_(diagonal=r0 + 1)
+        if window:
+            future |= torch.ones(r1 - r0, r1, dtype=torch.bool, device=q.device).tril_(diagonal=r0 - window)
         w = torch.softmax(s.masked_fill_(future, float("-inf")), dim=-1)
         if observe is not None:
             observe(r0, w.view(h, r1 - r0, r1))

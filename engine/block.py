@@ -23,7 +23,7 @@ from .sources import seed_of
 from .spec import Spec, SpecError
 
 NORMS = ("layernorm", "rmsnorm")
-FFNS = ("gelu", "swiglu")
+FFNS = ("gelu", "swiglu", "geglu")  # geglu: Gemma's gate through GELU
 PLACEMENTS = ("pre", "post")
 GELUS = ("tanh", "exact")
 PRE_ORDER = ("ln1", "projection", "scores", "mask", "softmax", "weighted_sum", "residual1", "ln2", "ffn_hidden",
@@ -62,18 +62,38 @@ class BlockSpec:
         }
 
 
+BLOCK_DEFAULTS = {"norm": "layernorm", "ffn": "gelu", "placement": "pre", "gelu": "tanh"}  # GPT-2's block
+
+
 def make_block_spec(
     attn: Spec,
     *,
-    norm: str = "layernorm",
-    ffn: str = "gelu",
+    norm: str | None = None,
+    ffn: str | None = None,
     d_ff: int | None = None,
-    placement: str = "pre",
-    gelu: str = "tanh",
-    eps: float = 1e-5,
+    placement: str | None = None,
+    gelu: str | None = None,
+    eps: float | None = None,
     max_d_ff: int = 16384,
     memory_budget_bytes: int | None = None,
+    model: Any = None,
 ) -> BlockSpec:
+    """A decoder block around `attn`. Unset choices are GPT-2's (layernorm, gelu, pre, tanh, 4·d_model, 1e-5).
+    `model` is a pretrained model's info (norm, ffn, placement, gelu, d_ff, eps): its block is what it is, so a
+    different choice is the request's error, not ignored. Raises `SpecError` naming the field at fault."""
+    chosen = {"norm": norm, "ffn": ffn, "placement": placement, "gelu": gelu}
+    defaults = dict(BLOCK_DEFAULTS)
+    if model is not None:
+        own = {k: getattr(model, k) for k in chosen}
+        for k, v in chosen.items():
+            if v is not None and v != own[k]:
+                raise SpecError(k, f"{attn.preset}'s blocks use {k}={own[k]}")
+        if d_ff is not None:
+            raise SpecError("d_ff", f"{attn.preset}'s FFN width is fixed")
+        defaults, d_ff = own, model.d_ff
+        eps = model.eps if eps is None else eps
+    norm, ffn, placement, gelu = (v if v is not None else defaults[k] for k, v in chosen.items())
+    eps = 1e-5 if eps is None else eps
     for name, value, choices in (
         ("norm", norm, NORMS),
         ("ffn", ffn, FFNS),
@@ -117,7 +137,7 @@ def random_block_weights(seed: int, d: int, d_ff: int, norm: str, ffn: str, bias
     g = torch.Generator().manual_seed(seed_of("block", seed))
     w_up = torch.randn(d, d_ff, generator=g, device=CPU) * std
     w_down = torch.randn(d_ff, d, generator=g, device=CPU) * std
-    w_gate = torch.randn(d, d_ff, generator=g, device=CPU) * std if ffn == "swiglu" else None
+    w_gate = torch.randn(d, d_ff, generator=g, device=CPU) * std if ffn != "gelu" else None
     shift = torch.zeros(d, device=CPU) if norm == "layernorm" else None
     with_bias = bias and ffn == "gelu"
     return BlockWeights(
@@ -185,18 +205,22 @@ def normalise(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, kind: st
     return y.to(x.dtype)
 
 
+def _gelu(pre: torch.Tensor, gelu: str) -> torch.Tensor:
+    if gelu == "tanh":
+        return 0.5 * pre * (1 + torch.tanh(math.sqrt(2 / math.pi) * (pre + 0.044715 * pre**3)))
+    return 0.5 * pre * (1 + torch.erf(pre / math.sqrt(2)))
+
+
 def feed_forward(h: torch.Tensor, w: BlockWeights, ffn: str, gelu: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     if ffn == "gelu":
         pre = h @ w.w_up if w.b_up is None else torch.addmm(w.b_up, h, w.w_up)  # (N, d_ff)
-        if gelu == "tanh":
-            act = 0.5 * pre * (1 + torch.tanh(math.sqrt(2 / math.pi) * (pre + 0.044715 * pre**3)))
-        else:
-            act = 0.5 * pre * (1 + torch.erf(pre / math.sqrt(2)))
+        act = _gelu(pre, gelu)
         hidden = {"pre_activation": pre, "ffn_hidden": act}
     else:
         assert w.w_gate is not None
         gate, up = h @ w.w_gate, h @ w.w_up  # (N, d_ff) each
-        act = gate * torch.sigmoid(gate) * up  # SiLU(gate) ⊙ up
+        # GELU(gate) ⊙ up (GeGLU), or SiLU(gate) ⊙ up (SwiGLU)
+        act = _gelu(gate, gelu) * up if ffn == "geglu" else gate * torch.sigmoid(gate) * up
         hidden = {"gate": gate, "up": up, "ffn_hidden": act}
     out = act @ w.w_down if w.b_down is None else torch.addmm(w.b_down, act, w.w_down)  # (N, d)
     return hidden, out
@@ -218,8 +242,8 @@ def reference(x: torch.Tensor, aw: sources.Weights, w: BlockWeights, spec: Block
                 ((aw.w_k, aw.b_k), (aw.w_v, aw.b_v)))  # fmt: skip
         if s.positions == "rope":
             pos = torch.arange(n, device=t.device)
-            q = positions.rotate(q, pos, s.rope_base, s.rope_pairing)
-            k = positions.rotate(k, pos, s.rope_base, s.rope_pairing)
+            q = positions.rotate(q, pos, s.rope_base, s.rope_pairing, s.rope_factors)
+            k = positions.rotate(k, pos, s.rope_base, s.rope_pairing, s.rope_factors)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=add_mask, scale=1 / s.scale_value,
                                            enable_gqa=s.kv_heads != s.n_heads)  # fmt: skip
         y = torch.nan_to_num(y, nan=0.0)  # rows with every key masked: zeros, as the engine defines them
@@ -230,7 +254,9 @@ def reference(x: torch.Tensor, aw: sources.Weights, w: BlockWeights, spec: Block
             hidden = F.gelu(F.linear(t, w.w_up.T, w.b_up), approximate="tanh" if spec.gelu == "tanh" else "none")
         else:
             assert w.w_gate is not None
-            hidden = F.silu(t @ w.w_gate) * (t @ w.w_up)
+            gate = t @ w.w_gate
+            approximate = "none" if spec.gelu == "exact" else "tanh"
+            hidden = (F.silu(gate) if spec.ffn == "swiglu" else F.gelu(gate, approximate=approximate)) * (t @ w.w_up)
         return F.linear(hidden, w.w_down.T, w.b_down)
 
     if spec.placement == "pre":

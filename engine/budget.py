@@ -27,6 +27,18 @@ class MemoryBudget:
         self.in_use = 0
         self._cond = threading.Condition()
 
+    def hold(self, nbytes: int) -> None:
+        """Take `nbytes` for good (a model's weights once loaded): waits for room like `reserve`, never given back.
+        The server adds each registered model's bytes to the limit, so the computations keep their own share."""
+        deadline = time.monotonic() + self.wait_s
+        with self._cond:
+            while self.in_use + nbytes > self.limit:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Busy(nbytes, self.limit, max(1, round(self.wait_s)))
+                self._cond.wait(left)
+            self.in_use += nbytes
+
     @contextmanager
     def reserve(self, nbytes: int) -> Iterator[None]:
         """Hold `nbytes` of the budget for the duration of the block (a request larger than the whole budget

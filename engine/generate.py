@@ -1,13 +1,13 @@
-"""Greedy generation with SmolLM2 through a KV cache, and what one layer's heads look at while it generates.
+"""Greedy generation with any decoder through a KV cache, and what one layer's heads look at while it generates.
 
 The prompt is run once (prefill) and every layer's K and V are kept in preallocated buffers; each new token then
-runs alone through the 30 blocks, its query attending to the cache (nothing is recomputed). At the chosen layer
-the new query's attention weights over the whole context are kept, head by head: the row that *predicted* the
-token (the query is the context's last token). After the last block: the final RMSNorm, the logits against the
-(tied) token embedding, the most likely token (greedy), and the five most likely with their probabilities.
+runs alone through the blocks, its query attending to the cache (nothing is recomputed). At the chosen layer the
+new query's attention weights over the whole context are kept, head by head: the row that *predicted* the token
+(the query is the context's last token). After the last block: the model's final norm, its logits, the most likely
+token (greedy), and the five most likely with their probabilities.
 
-The same layers as the lab's traces of SmolLM2 (its layer_qkv and layer_rest, engine/pretrained.py); tests compare the tokens
-with transformers' greedy `generate` on the same GGUF file.
+The same layers as the lab's traces (the model's embed, layer_qkv, layer_rest, final and unembed:
+engine/models/families.py); tests compare the tokens with transformers' greedy `generate` on the same weights.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
-from .block import normalise
 
 TOP = 5
 
@@ -47,8 +45,8 @@ class Generation:
 
 
 def eos_id(model: Any) -> int | None:
-    field = model._reader.fields.get("tokenizer.ggml.eos_token_id")
-    return int(field.parts[field.data[0]][0]) if field is not None else None
+    ids = model.eos_ids
+    return ids[0] if ids else None
 
 
 @torch.inference_mode()
@@ -59,19 +57,19 @@ def generate(
     layer: int | None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Generation:
-    """Greedy decoding of up to `max_new_tokens` after `prompt_ids` (stops after the end-of-text token)."""
+    """Greedy decoding of up to `max_new_tokens` after `prompt_ids` (stops after an end-of-text token)."""
     info = model.info
     dev = model.device
-    n_layer, h, kv, eps = info.n_layer, info.n_heads, info.n_kv_heads, info.eps
+    n_layer, h = info.n_layer, info.n_heads
+    kv = info.n_kv_heads or h
     dk = info.d_model // h
     group = h // kv
+    window = getattr(info, "window", 0)
     total = len(prompt_ids) + max_new_tokens
     # One buffer per layer for K (roped) and V: written in place, never reallocated while generating.
     k_cache = torch.empty(n_layer, kv, total, dk, device=dev)
     v_cache = torch.empty(n_layer, kv, total, dk, device=dev)
-    embed = model._get("token_embd.weight")  # (vocab, d), also the output projection (tied)
-    final_norm = model._get("output_norm.weight")
-    stop = eos_id(model)
+    stops = set(model.eos_ids)
     scale = 1.0 / math.sqrt(dk)
 
     def run(ids: list[int], start: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -80,18 +78,20 @@ def generate(
         weights over every cached key (H, start + len(ids))."""
         n = len(ids)
         end = start + n
-        x = embed[torch.tensor(ids, dtype=torch.long, device=dev)]
+        x = model.embed(ids, start)
         pos = torch.arange(start, end, device=dev)
         seen: torch.Tensor | None = None
+        # Each query sees itself and what came before (within the sliding window, if the model has one).
+        i_q = torch.arange(start, end, device=dev)[:, None]
+        j_k = torch.arange(end, device=dev)[None, :]
+        hidden = (j_k > i_q) | ((i_q - j_k >= window) if window else torch.zeros((), dtype=torch.bool, device=dev))
         for i in range(n_layer):
             q, k_cache[i, :, start:end], v_cache[i, :, start:end] = model.layer_qkv(i, x, pos)
             # Head j reads K/V head j // group: the query heads grouped over their shared K/V head (no copies).
             k = k_cache[i, :, :end].unsqueeze(1)  # (kv, 1, end, dk)
             v = v_cache[i, :, :end].unsqueeze(1)
             scores = (q.view(kv, group, n, dk) @ k.transpose(2, 3)) * scale  # (kv, group, n, end)
-            if n > 1:  # the prompt: each query sees itself and what came before
-                causal = torch.ones(n, end, dtype=torch.bool, device=dev).tril(diagonal=start)
-                scores = scores.masked_fill(~causal, float("-inf"))
+            scores = scores.masked_fill(hidden, float("-inf"))
             w = torch.softmax(scores, dim=-1)
             if i == layer:
                 seen = w[:, :, -1].reshape(h, end).clone()
@@ -103,7 +103,7 @@ def generate(
     context = len(prompt_ids)
     stopped = False
     for _ in range(max_new_tokens):
-        logits = normalise(hidden, final_norm, None, "rmsnorm", eps) @ embed.T
+        logits = model.unembed(model.final(hidden))
         probs = torch.softmax(logits.double(), dim=-1)
         top = torch.topk(probs, TOP)
         token = int(torch.argmax(logits))
@@ -111,7 +111,7 @@ def generate(
                           seen, context))  # fmt: skip
         if progress is not None:
             progress(len(steps), max_new_tokens)
-        if token == stop:
+        if token in stops:
             stopped = True
             break
         if len(steps) == max_new_tokens:

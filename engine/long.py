@@ -23,7 +23,7 @@ from .attention import Projection, linear, project, softmax_rows
 from .device import torch_dtype
 from .memo import tensor_bytes
 from .sources import Weights, cast
-from .spec import Spec
+from .spec import OfSpec, Spec
 
 ROW_BLOCK = 256  # rows computed together when a whole matrix is asked for (a heat map)
 
@@ -39,7 +39,7 @@ PER_HEAD = {"q", "k", "v", "q_rot", "k_rot", "raw", "scaled", "masked", "weights
 
 
 @dataclass(frozen=True)
-class LongTrace:
+class LongTrace(OfSpec):
     spec: Spec
     projection: Projection
     allow: torch.Tensor  # (N, N_kv) bool: True where a query may read a key
@@ -48,14 +48,6 @@ class LongTrace:
     timings: list[tuple[str, float]] = field(default_factory=list)
 
     order = tuple(STAGE_TENSORS)
-
-    @property
-    def n_heads(self) -> int:
-        return self.spec.n_heads
-
-    @property
-    def tokens(self) -> tuple[str, ...]:
-        return self.spec.tokens
 
     @property
     def n(self) -> int:

@@ -49,17 +49,24 @@ def learned_rows(seed: int, n: int, d: int) -> torch.Tensor:
     return torch.cat(blocks)[:n] if blocks else torch.zeros(0, d, device=CPU)
 
 
-def rope_angles(positions: torch.Tensor, d_k: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of m·θ_i for every position m and pair i: (N, d_k/2) each, computed in float64."""
+def rope_angles(
+    positions: torch.Tensor, d_k: int, base: float, factors: tuple[float, ...] = ()
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of m·θ_i for every position m and pair i: (N, d_k/2) each, computed in float64. `factors`
+    divides each θ_i (a model's RoPE scaling, e.g. llama3's: long wavelengths stretched)."""
     theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64, device=positions.device) / d_k)  # (d_k/2,)
+    if factors:
+        theta = theta / torch.tensor(factors, dtype=torch.float64, device=positions.device)
     angle = positions.to(torch.float64)[:, None] * theta[None, :]
     return torch.cos(angle), torch.sin(angle)
 
 
-def rotate(t: torch.Tensor, positions: torch.Tensor, base: float, pairing: str) -> torch.Tensor:
+def rotate(
+    t: torch.Tensor, positions: torch.Tensor, base: float, pairing: str, factors: tuple[float, ...] = ()
+) -> torch.Tensor:
     """Apply RoPE to t (..., N, d_k) at the given positions (N,)."""
     d_k = t.shape[-1]
-    cos, sin = (a.to(t.device, t.dtype) for a in rope_angles(positions.to(t.device), d_k, base))
+    cos, sin = (a.to(t.device, t.dtype) for a in rope_angles(positions.to(t.device), d_k, base, factors))
     if pairing == "adjacent":
         x1, x2 = t[..., 0::2], t[..., 1::2]
     else:

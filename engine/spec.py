@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 STAGES = ("projection", "scores", "mask", "softmax", "weighted_sum")
@@ -123,6 +123,7 @@ class Spec:
     prefix: int = 0  # mask=prefix_lm: the first `prefix` tokens are read in both directions
     mask_matrix: tuple[tuple[bool, ...], ...] | None = None  # mask=custom: True where query i may read key j
     kv_tokens: tuple[str, ...] = ()  # cross-attention: the sequence K and V come from
+    rope_factors: tuple[float, ...] = ()  # a model's RoPE scaling: each pair's θ_i divided by its factor (llama3)
 
     @property
     def n_tokens(self) -> int:
@@ -152,35 +153,53 @@ class Spec:
         return tuple(n for n in ("x", *MATRICES, *BIASES) if getattr(self, n) is not None)
 
     def summary(self) -> dict[str, object]:
-        """The normalised request as plain data (explicit matrices are named, not repeated)."""
-        return {
-            "preset": self.preset,
-            "d_model": self.d_model,
-            "n_heads": self.n_heads,
+        """The normalised request as plain data: every field of the Spec (a new one included, with no edit here),
+        tuples as lists and booleans in matrices as 0/1, except the tokens (sent beside it) and explicit matrices
+        (named in `explicit`, not repeated); plus the derived sizes. `layer` and `token_ids` are a pretrained
+        model's only."""
+        derived: dict[str, object] = {
             "d_k": self.d_k,
             "n_tokens": self.n_tokens,
-            "mask": self.mask,
-            "pad_positions": list(self.pad_positions),
-            "segment_ids": list(self.segment_ids),
-            "scale": self.scale,
             "scale_value": self.scale_value,
-            "seed": self.seed,
-            "bias": self.bias,
-            "init_std": self.init_std,
-            "device": self.device,
-            "dtype": self.dtype,
             "explicit": list(self.explicit),
-            "positions": self.positions,
-            "rope_base": self.rope_base,
-            "rope_pairing": self.rope_pairing,
-            "n_ctx": self.n_ctx,
             "n_kv_heads": self.kv_heads,
-            "window": self.window,
-            "prefix": self.prefix,
-            "mask_matrix": None if self.mask_matrix is None else [[int(v) for v in r] for r in self.mask_matrix],
-            "kv_tokens": list(self.kv_tokens),
             "kv_cache_bytes_per_token": 2 * self.d_kv * DTYPE_BYTES[self.dtype],
-        } | ({"layer": self.layer, "token_ids": list(self.token_ids)} if self.token_ids else {})
+        }
+        out: dict[str, object] = {}
+        for f in fields(self):
+            if f.name not in SUMMARY_SKIP and (f.name not in ("layer", "token_ids") or self.token_ids):
+                out[f.name] = _plain(getattr(self, f.name))
+            for name in SUMMARY_AFTER.get(f.name, ()):
+                out[name] = derived[name]
+        return out | derived
+
+
+class OfSpec:
+    """What every trace of one Spec offers its renderers (a whole trace, a long context's lazy one)."""
+
+    spec: Spec
+
+    @property
+    def n_heads(self) -> int:
+        return self.spec.n_heads
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return self.spec.tokens
+
+    def summary(self) -> dict[str, object]:
+        return self.spec.summary()
+
+
+SUMMARY_SKIP = frozenset({"tokens", "x", *MATRICES, *BIASES})
+SUMMARY_AFTER = {"n_heads": ("d_k", "n_tokens"), "scale": ("scale_value",), "dtype": ("explicit",)}  # their places
+
+
+def _plain(value: object, inside: bool = False) -> object:
+    """A Spec value as JSON data: tuples as lists, booleans inside them (a mask matrix) as 0/1."""
+    if isinstance(value, tuple):
+        return [_plain(v, True) for v in value]
+    return int(value) if inside and isinstance(value, bool) else value
 
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -430,6 +449,7 @@ def _model_spec(
         rope_base=info.rope_base,
         rope_pairing=info.rope_pairing,
         n_kv_heads=info.n_kv_heads,
+        rope_factors=tuple(getattr(info, "rope_factors", ())),
     )
 
 
@@ -479,6 +499,9 @@ def make_spec(
         for name in ("positions", "n_kv_heads", "kv_tokens", "n_ctx", "rope_base", "rope_pairing"):
             if options[name] not in (None, "none", ()):
                 raise SpecError(name, f"{preset} is a pretrained model: its positions and heads are its own")
+        own_window = getattr(models[preset].info, "window", 0)  # a sliding-window model's own, unless given
+        if own_window and options["window"] is None and (mask or models[preset].info.default_mask) == "sliding_window":
+            options["window"] = min(own_window, limits.max_tokens)  # no longer context is traced: the same mask
         spec = _model_spec(models[preset], tokens, text, token_ids, layer, d_model, n_heads, given,
                            mask, pad_positions, segment_ids, scale, seed, device, dtype, limits)  # fmt: skip
         return _with_options(spec, options, limits)
@@ -583,6 +606,24 @@ def make_spec(
     return _with_options(spec, options, limits)
 
 
+def make_decode_spec(
+    prefill: int = 1, *, max_tokens: int | None = None, mask: str | None = None, **fields: Any
+) -> tuple[Spec, int]:
+    """A decode's Spec and prefill: `make_spec`'s rules, then a KV cache's own. Decoding is causal
+    self-attention, at most `max_tokens` tokens step by step, and the first `prefill` (1..N) are processed at
+    once. Raises `SpecError` naming the field at fault."""
+    if mask not in (None, "causal"):
+        raise SpecError("mask", "decoding with a KV cache is causal: leave mask out or set it to causal")
+    spec = make_spec(mask=mask, **fields)
+    if spec.kv_tokens:
+        raise SpecError("kv_tokens", "the KV cache here is a decoder's self-attention cache")
+    if max_tokens is not None and spec.n_tokens > max_tokens:
+        raise SpecError("tokens", f"decoding step by step is offered up to {max_tokens} tokens")
+    if not 1 <= prefill <= spec.n_tokens:
+        raise SpecError("prefill", f"must be between 1 and the {spec.n_tokens} tokens")
+    return replace(spec, mask="causal"), prefill
+
+
 __all__ = [
     "BIASES",
     "DTYPES",
@@ -597,5 +638,6 @@ __all__ = [
     "Spec",
     "SpecError",
     "estimate_bytes",
+    "make_decode_spec",
     "make_spec",
 ]

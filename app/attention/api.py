@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from engine import PRESETS, STAGE_TENSORS, STAGES
@@ -19,25 +19,23 @@ from ..render.arrays import Traced, to_numpy
 from ..render.heatmap import svg as heatmap_svg_of
 from ..schemas import (
     ERRORS,
-    INT_OR_EMPTY,
     AttentionRequest,
     AttentionResponse,
     FieldError,
     TilesRequest,
     query_parameters,
 )
-from ..web.answer import answer_document, parse_query, respond
+from ..web.answer import answer_document, parse_query, respond, twins
 from ..web.cache import cached_get
 from ..web.state import parse_head, parse_stage, query_int
 from ..web.tensors import (
-    COLOR_PARAM,
-    HEATMAP_DOC,
     KEY_AXIS,
     NPZ,
     VIEW_PARAMS,
     WINDOW_EXTRA,
     colour_mode,
     heatmap_response,
+    heatmap_route,
     key_tokens,
     long_pick,
     long_window,
@@ -58,7 +56,7 @@ NULL_NOTE = (
 
 async def answer(request: Request, req: AttentionRequest, lab: Lab, fmt: str) -> Response:
     """Validate, compute (off the event loop, through the cache) and serialise one attention request."""
-    spec = req.to_spec(lab.limits, lab.device, lab.models)
+    spec = await lab.spec(req)
     return await respond(request, lab, fmt, spec, lambda: lab.trace(spec), req.view(spec), "attention")
 
 
@@ -103,41 +101,18 @@ def presets(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
 RESPONSES = ERRORS
 
 
-@router.post("/attention", response_model=AttentionResponse, responses=RESPONSES, description=NULL_NOTE)
-async def attention_post(
-    request: Request, req: Annotated[AttentionRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]
-) -> Response:
+async def answer_json(request: Request, req: AttentionRequest, lab: Lab) -> Response:
     return await answer(request, req, lab, "json")
 
 
-GET_PARAMS = {"parameters": query_parameters(AttentionRequest)}
-
-
-@router.get(
-    "/attention",
-    response_model=AttentionResponse,
-    responses=RESPONSES,
-    description=NULL_NOTE,
-    openapi_extra=GET_PARAMS,
-)
-@cached_get
-async def attention_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    """The same fields as the POST body, as query parameters (`tokens` space-separated, lists comma-separated)."""
-    return await answer(request, parse_query(request, AttentionRequest), lab, "json")
-
-
-@router.get("/attention.npz", response_class=Response, responses=NPZ, openapi_extra=GET_PARAMS)
-@cached_get
-async def attention_npz_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    """Every selected stage as a NumPy archive, no size limit beyond the trace's own."""
-    return await answer(request, parse_query(request, AttentionRequest), lab, "npz")
-
-
-@router.post("/attention.npz", response_class=Response, responses=NPZ)
-async def attention_npz_post(
-    request: Request, req: Annotated[AttentionRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]
-) -> Response:
+async def answer_npz(request: Request, req: AttentionRequest, lab: Lab) -> Response:
     return await answer(request, req, lab, "npz")
+
+
+twins(router, "/attention", AttentionRequest, answer_json, "attention", response_model=AttentionResponse,
+      responses=ERRORS, description=NULL_NOTE)  # fmt: skip
+twins(router, "/attention.npz", AttentionRequest, answer_npz, "attention_npz", response_class=Response, responses=NPZ,
+      description="Every selected stage as a NumPy archive, no size limit beyond the trace's own.")  # fmt: skip
 
 
 async def attention_source(request: Request, lab: Lab) -> Traced | LongTrace:
@@ -145,29 +120,22 @@ async def attention_source(request: Request, lab: Lab) -> Traced | LongTrace:
     length (up to MAX_LONG_TOKENS), a lazy trace that computes the rows asked for."""
     req = parse_query(request, AttentionRequest)
     if req.preset in lab.models:
-        spec = req.to_spec(lab.long_limits, lab.device, lab.models)
+        spec = await lab.spec(req, lab.long_limits)
         if spec.n_tokens > lab.limits.max_tokens:
             return (await lab.long_async(spec, request_key(request)))[0]
-    spec = req.to_spec(lab.limits, lab.device, lab.models)
+    spec = await lab.spec(req)
     return (await lab.trace_async(spec))[0]
 
 
 async def attention_matrix(request: Request, lab: Lab) -> tuple[Traced, str, np.ndarray]:
     """The trace a GET describes, and the (head of the) tensor its `stage`, `tensor` and `head` pick."""
-    spec = parse_query(request, AttentionRequest).to_spec(lab.limits, lab.device, lab.models)
+    spec = await lab.spec(parse_query(request, AttentionRequest))
     trace, _ = await lab.trace_async(spec)
     tensor, a = matrix_of(request, trace)
     return trace, tensor, a
 
 
-@router.get(
-    "/attention/heatmap.png",
-    response_class=Response,
-    responses=HEATMAP_DOC,
-    openapi_extra={
-        "parameters": query_parameters(AttentionRequest, VIEW_PARAMS | {"size": INT_OR_EMPTY, "color": COLOR_PARAM})
-    },
-)
+@router.get("/attention/heatmap.png", **heatmap_route(AttentionRequest))
 @cached_get
 async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
@@ -229,7 +197,7 @@ async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
 @cached_get
 async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One whole tensor (every head) as a .npy file; `stage` and `tensor` choose it, −∞ stays −∞."""
-    spec = parse_query(request, AttentionRequest).to_spec(lab.limits, lab.device, lab.models)
+    spec = await lab.spec(parse_query(request, AttentionRequest))
     trace, _ = await lab.trace_async(spec)
     tensor, _ = matrix_of(request, trace)  # validates stage, tensor and head
     stage = parse_stage(request.query_params.get("stage"), trace.order, "softmax")
@@ -269,7 +237,7 @@ TILES_NOTE = (
 
 
 async def answer_tiles(request: Request, req: TilesRequest, lab: Lab) -> Response:
-    spec = req.to_tiles_spec(lab.limits, lab.device, lab.models)
+    spec = await lab.off_loop(req.preset, req.to_tiles_spec, lab.limits, lab.device, lab.models)
     n_kv = len(spec.kv_tokens) or spec.n_tokens
     numbers = spec.n_tokens * (-(-n_kv // req.block_k)) * (spec.d_k + 3) + 2 * spec.n_tokens * spec.d_k
     return await answer_document(
@@ -278,22 +246,7 @@ async def answer_tiles(request: Request, req: TilesRequest, lab: Lab) -> Respons
     )  # fmt: skip
 
 
-@router.post("/attention/tiles", responses=ERRORS, description=TILES_NOTE)
-async def tiles_post(
-    request: Request, req: Annotated[TilesRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]
-) -> Response:
-    return await answer_tiles(request, req, lab)
-
-
-@router.get(
-    "/attention/tiles",
-    responses=ERRORS,
-    description=TILES_NOTE,
-    openapi_extra={"parameters": query_parameters(TilesRequest)},
-)
-@cached_get
-async def tiles_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await answer_tiles(request, parse_query(request, TilesRequest), lab)
+twins(router, "/attention/tiles", TilesRequest, answer_tiles, "tiles", responses=ERRORS, description=TILES_NOTE)
 
 
 SINK_NOTE = (
@@ -320,7 +273,7 @@ def sink_document(trace: Traced, heads: tuple[int, ...]) -> dict[str, Any]:
 
 
 async def answer_sink(request: Request, req: AttentionRequest, lab: Lab) -> Response:
-    spec = req.to_spec(lab.limits, lab.device, lab.models)
+    spec = await lab.spec(req)
     heads = req.view(spec).heads
     numbers = len(heads) * spec.n_tokens * (len(spec.kv_tokens) or spec.n_tokens) + 3 * spec.n_tokens
     return await answer_document(
@@ -329,19 +282,4 @@ async def answer_sink(request: Request, req: AttentionRequest, lab: Lab) -> Resp
     )  # fmt: skip
 
 
-@router.post("/attention/sink", responses=ERRORS, description=SINK_NOTE)
-async def sink_post(
-    request: Request, req: Annotated[AttentionRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]
-) -> Response:
-    return await answer_sink(request, req, lab)
-
-
-@router.get(
-    "/attention/sink",
-    responses=ERRORS,
-    description=SINK_NOTE,
-    openapi_extra={"parameters": query_parameters(AttentionRequest)},
-)
-@cached_get
-async def sink_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await answer_sink(request, parse_query(request, AttentionRequest), lab)
+twins(router, "/attention/sink", AttentionRequest, answer_sink, "sink", responses=ERRORS, description=SINK_NOTE)

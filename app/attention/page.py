@@ -9,6 +9,7 @@ page loads of the same URLs.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -60,7 +61,7 @@ async def long_view(
     matrix, the window's rows). None when the whole trace was refused for another reason: its error stands."""
     if req.preset not in lab.models:
         return None
-    spec = req.to_spec(lab.long_limits, lab.device, lab.models)  # past MAX_LONG_TOKENS too: says so
+    spec = await lab.spec(req, lab.long_limits)  # past MAX_LONG_TOKENS too: says so
     if spec.n_tokens <= lab.limits.max_tokens:
         return None
     key = parse_stage(state.get("stage"), STAGES)
@@ -115,7 +116,7 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
     t = ctx["t"]
     req = AttentionRequest.model_validate(from_query(state.api_params()))
     try:
-        spec = req.to_spec(lab.limits, lab.device, lab.models)
+        spec = await lab.spec(req)  # a model's tokenizer off the event loop (its first use loads it)
     except SpecError:
         if (long := await long_view(req, state, lab, progress, ctx)) is not None:
             return long  # too long to trace whole: the view that computes only what it shows
@@ -167,7 +168,9 @@ def lesson_panel(state: ViewState, lang: str) -> lessons.Panel | None:
         raise FieldError("lesson", f"no lesson {state.get('lesson')!r}; see /lessons")
     n = len(lessons.BY_SLUG[state.get("lesson")].steps)
     carry = {k: state.get(k) for k in ("present", "hints") if state.get(k)}
-    return lessons.panel(state.get("lesson"), parse_int("step", state.get("step"), 1, 1, n), lang, carry)
+    panel = lessons.panel(state.get("lesson"), parse_int("step", state.get("step"), 1, 1, n), lang, carry)
+    # Hints off: the answer is not on the screen, nor in the page's JSON face a phone could read instead.
+    return replace(panel, answer=None) if panel is not None and state.get("hints") == "off" else panel
 
 
 def share(state: ViewState, student_base: str, lab: Lab) -> dict[str, Any]:
@@ -200,7 +203,7 @@ async def compare_view(
             if field == "mask" and value != mask_kind
         }
         other = req.model_copy(update=unused | change)
-        other_trace, _ = await lab.trace_async(other.to_spec(lab.limits, lab.device, lab.models))
+        other_trace, _ = await lab.trace_async(await lab.spec(other))
         sides.append(view.compare_side(other_trace, head, key))
     changed = view.outline_changes(sides[0]["matrix"], sides[1]["matrix"])
     return {"kind": kind, "sides": sides, "changed": changed}

@@ -4,21 +4,23 @@ the layer's output does when that sink is dropped (key 0 masked for every query 
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
-from engine.sinks import drop_sink
+from engine.attention import Trace
+from engine.sinks import SinkDrop, drop_sink
 
 from ..lab import Lab, get_lab
 from ..render.arrays import to_numpy
-from ..render.cells import SWATCHES, matrix_view
+from ..render.cells import SWATCHES, MatrixView, matrix_view
 from ..schemas import AttentionRequest, FieldError, from_query
 from ..web.page import serve
 from ..web.state import ViewState, parse_head, url_fields
-from .view import COLOR_TICKS, axis_labels
+from .view import COLOR_TICKS, SinksView, axis_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(AttentionRequest)
@@ -27,47 +29,72 @@ CELLS_UP_TO = 24  # tokens: past this the weights are heat maps, not numbers
 
 @router.get("/sinks", response_class=HTMLResponse)
 async def sinks_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/sinks", API_KEYS, ("head",))
-    # A trained model by default (random weights have no sinks); in the state, so every link and image keeps it.
-    state.params.setdefault("preset", "smollm2" if "smollm2" in lab.models else next(iter(lab.models), "toy"))
-    if state.params["preset"] in lab.models:  # a middle layer: the sinks are plain there (layer 0 barely has them)
-        state.params.setdefault("layer", str(lab.models[state.params["preset"]].info.n_layer // 2))
-    params = state.api_params()
-
-    async def build(ctx: dict[str, Any]) -> None:
-        req = AttentionRequest.model_validate(from_query(params, None, AttentionRequest))
-        if req.preset not in lab.models:
-            raise FieldError("preset", "attention sinks are a trained model's habit: choose " +
-                             (", ".join(lab.models) or "a pretrained model (none on this server)"))  # fmt: skip
-        spec = req.to_spec(lab.limits, lab.device, lab.models)
-        trace, _ = await lab.trace_async(spec)
-        head = parse_head(state.get("head"), spec.n_heads)
-        d = drop_sink(trace)
-        share = to_numpy(d.share)
-        tokens = list(spec.tokens)
-        ctx.update(
-            spec=spec, head=head, tokens=tokens, layer=spec.layer, n_layer=lab.models[spec.preset].info.n_layer,
-            shares=[(h, float(share[h]), state.url(head=h)) for h in range(spec.n_heads)],
-            changes=list(zip(tokens, to_numpy(d.change).tolist(), to_numpy(d.relative).tolist(), strict=True)),
-            top_change=float(to_numpy(d.relative).max()) or 1.0,
-            heatmap=lambda which: "/api/v1/attention/heatmap.png?" + state.api_query(stage="softmax", head=head,
-                                                                                     size=384, color=which),
-            # The maps' axes (queries down, keys across, as the lab's large view) and their colour bars.
-            row_axis=axis_labels(tokens), col_axis=axis_labels(tokens), swatches=SWATCHES["sequential"],
-            ticks={which: COLOR_TICKS[("sequential", which)] for which in ("log", "linear")},
-        )  # fmt: skip
-        if spec.n_tokens <= CELLS_UP_TO:
-            hidden = ~np.isfinite(to_numpy(trace.mask.mask))  # weights the mask set to 0: hatched, not small
-            dropped = hidden.copy()
-            dropped[1:, 0] = True  # key 0, dropped for every query but the first
-            before = matrix_view("weights", "A", to_numpy(trace.softmax.weights[head]), tokens, tokens, "(N, N)",
-                                 "sequential", head, masked=hidden)  # fmt: skip
-            after = matrix_view("dropped", "A′", to_numpy(d.weights[head]), tokens, tokens, "(N, N)", "sequential",
-                                head, masked=dropped)  # fmt: skip
-            before.links = after.links = False
-            ctx["matrices"] = [before, after]
-
+    state = sinks_state(request, lab)
+    build = functools.partial(sinks_view, state, lab)
     # The page has no htmx-swapped blocks (no #stage, no #controls): an htmx request (a room checking a shared
     # view, a boosted link) gets the whole page, as /tiles and /model do.
-    return await serve(request, lab, "sinks.html", state, build, page="sinks", blocks=(),
-                       json_url="/api/v1/attention/sink?" + state.api_query())  # fmt: skip
+    return await serve(request, lab, "sinks.html", state, build, page="sinks", blocks=(), json_url=api_url(state),
+                       swatches=SWATCHES["sequential"])  # fmt: skip
+
+
+def sinks_state(request: Request, lab: Lab) -> ViewState:
+    """A trained model by default (random weights have no sinks), and a middle layer (the sinks are plain there;
+    layer 0 barely has them): in the state, so every link and image keeps them."""
+    state = ViewState.of(request.query_params, "/sinks", API_KEYS, ("head",))
+    state.params.setdefault("preset", "smollm2" if "smollm2" in lab.models else next(iter(lab.models), "toy"))
+    if state.params["preset"] in lab.models:
+        state.params.setdefault("layer", str(lab.models[state.params["preset"]].info.n_layer // 2))
+    return state
+
+
+def api_url(state: ViewState) -> str:
+    """The API's sink numbers for the page's request."""
+    return "/api/v1/attention/sink?" + state.api_query()
+
+
+async def sinks_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> SinksView:
+    """What /sinks shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
+    req = AttentionRequest.model_validate(from_query(state.api_params(), None, AttentionRequest))
+    if req.preset not in lab.models:
+        raise FieldError("preset", "attention sinks are a trained model's habit: choose " +
+                         (", ".join(lab.models) or "a pretrained model (none on this server)"))  # fmt: skip
+    spec = await lab.spec(req)  # the model's tokenizer off the event loop
+    trace, _ = await lab.trace_async(spec)
+    head = parse_head(state.get("head"), spec.n_heads)
+    d = drop_sink(trace)
+    share = to_numpy(d.share)
+    tokens = list(spec.tokens)
+    n_layer = lab.models[spec.preset].info.n_layer
+    return SinksView(
+        summary=spec.summary(),
+        tokens=tokens,
+        layer=spec.layer,
+        n_layer=n_layer,
+        head=head,
+        hint=ctx["t"]("sinks.layer", layer=spec.layer, last=n_layer - 1, n=len(tokens)),
+        shares=[(h, float(share[h]), state.url(head=h)) for h in range(spec.n_heads)],
+        changes=list(zip(tokens, to_numpy(d.change).tolist(), to_numpy(d.relative).tolist(), strict=True)),
+        top_change=float(to_numpy(d.relative).max()) or 1.0,
+        heatmaps={
+            which: "/api/v1/attention/heatmap.png?" + state.api_query(stage="softmax", head=head, size=384, color=which)
+            for which in ("log", "linear")
+        },
+        # The maps' axes (queries down, keys across, as the lab's large view) and their colour bars.
+        axis=axis_labels(tokens),
+        ticks={which: COLOR_TICKS[("sequential", which)] for which in ("log", "linear")},
+        matrices=sink_matrices(trace, d, head, tokens) if spec.n_tokens <= CELLS_UP_TO else None,
+        json_url=api_url(state),
+    )
+
+
+def sink_matrices(trace: Trace, d: SinkDrop, head: int, tokens: list[str]) -> list[MatrixView]:
+    """One head's weights cell by cell, before and after the sink is dropped."""
+    hidden = ~np.isfinite(to_numpy(trace.mask.mask))  # weights the mask set to 0: hatched, not small
+    dropped = hidden.copy()
+    dropped[1:, 0] = True  # key 0, dropped for every query but the first
+    before = matrix_view("weights", "A", to_numpy(trace.softmax.weights[head]), tokens, tokens, "(N, N)",
+                         "sequential", head, masked=hidden)  # fmt: skip
+    after = matrix_view("dropped", "A′", to_numpy(d.weights[head]), tokens, tokens, "(N, N)", "sequential",
+                        head, masked=dropped)  # fmt: skip
+    before.links = after.links = False
+    return [before, after]

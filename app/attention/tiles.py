@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 import torch
@@ -15,7 +16,8 @@ from ..lab import Lab, get_lab
 from ..render.arrays import Traced, to_numpy
 from ..schemas import FieldError, TilesRequest, from_query
 from ..web.page import serve
-from ..web.state import lab_state, parse_int, url_fields
+from ..web.state import ViewState, lab_state, parse_int, url_fields
+from .view import TilesView
 
 router = APIRouter(include_in_schema=False)
 TILE_KEYS = url_fields(TilesRequest)
@@ -84,25 +86,50 @@ async def tiles_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     """FlashAttention, walked through: one query block at a time, each key block updating m, l and the accumulator;
     it opens on the first query block's first key block that does something."""
     state = lab_state(request.query_params, "/tiles", TILE_KEYS, ("qb", "kb"), lab.models)
+    build = functools.partial(tiles_view, state, lab)
+    return await serve(request, lab, "tiles.html", state, build, json_url=api_url(state), blocks=())
 
-    async def build(ctx: dict[str, Any]) -> None:
-        req = TilesRequest.model_validate(from_query(state.api_params(), None, TilesRequest))
-        spec = req.to_tiles_spec(lab.limits, lab.device, lab.models)
-        if spec.n_tokens > 64:
-            raise FieldError("tokens", "the walk-through prints every running value: at most 64 tokens here")
-        trace, _ = await lab.trace_async(spec)
-        doc = await run_in_threadpool(tiles_document, trace, req)
-        blocks = doc["blocks"]
-        qb = parse_int("qb", state.get("qb"), 0, 0, len(blocks) - 1)
-        steps = blocks[qb]["steps"]
-        kb = parse_int("kb", state.get("kb"), first_step(steps), 0, len(steps) - 1)
-        ctx.update(doc=doc, spec=spec, block=blocks[qb], qb=qb, kb=kb, step=steps[kb], n_steps=len(steps),
-                   qb_urls=[(i, state.url(qb=i, kb=None)) for i in range(len(blocks))],
-                   kb_urls=[(j, state.url(qb=qb, kb=j), s["skipped"]) for j, s in enumerate(steps)],
-                   prev_url=state.url(qb=qb, kb=kb - 1) if kb > 0 else None,
-                   next_url=state.url(qb=qb, kb=kb + 1) if kb + 1 < len(steps) else None,
-                   tokens=list(spec.tokens), keys=list(spec.kv_tokens) or list(spec.tokens))  # fmt: skip
 
-    return await serve(
-        request, lab, "tiles.html", state, build, json_url="/api/v1/attention/tiles?" + state.api_query(), blocks=()
+def api_url(state: ViewState) -> str:
+    """The API's schedule for the page's request."""
+    return "/api/v1/attention/tiles?" + state.api_query()
+
+
+async def tiles_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> TilesView:
+    """What /tiles shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
+    t = ctx["t"]
+    req = TilesRequest.model_validate(from_query(state.api_params(), None, TilesRequest))
+    spec = await lab.off_loop(req.preset, req.to_tiles_spec, lab.limits, lab.device, lab.models)
+    if spec.n_tokens > 64:
+        raise FieldError("tokens", "the walk-through prints every running value: at most 64 tokens here")
+    trace, _ = await lab.trace_async(spec)
+    doc = await run_in_threadpool(tiles_document, trace, req)
+    blocks = doc["blocks"]
+    qb = parse_int("qb", state.get("qb"), 0, 0, len(blocks) - 1)
+    block, steps = blocks[qb], blocks[qb]["steps"]
+    kb = parse_int("kb", state.get("kb"), first_step(steps), 0, len(steps) - 1)
+    step, memory = steps[kb], doc["memory_bytes"]
+    (r0, r1), (c0, c1) = block["rows"], step["cols"]
+    return TilesView(
+        summary=doc["spec"],
+        tokens=list(spec.tokens),
+        keys=list(spec.kv_tokens) or list(spec.tokens),
+        head=doc["head"],
+        block_q=req.block_q,
+        block_k=req.block_k,
+        qb=qb,
+        kb=kb,
+        n_steps=len(steps),
+        block={k: block[k] for k in ("q_block", "rows", "output")},
+        step=step,
+        title=t("tiles.step", r0=r0, r1=r1 - 1, c0=c0, c1=c1 - 1),
+        memory_bytes=memory,
+        memory=t("tiles.memory", staged=f"{memory['staged']:,}", tiled=f"{memory['tiled']:,}", n=spec.n_tokens),
+        skipped=t("tiles.skipped") if step["skipped"] else None,
+        max_abs_diff_vs_staged=doc["max_abs_diff_vs_staged"],
+        json_url=api_url(state),
+        qb_urls=[(i, state.url(qb=i, kb=None)) for i in range(len(blocks))],
+        kb_urls=[(j, state.url(qb=qb, kb=j), s["skipped"]) for j, s in enumerate(steps)],
+        prev_url=state.url(qb=qb, kb=kb - 1) if kb > 0 else None,
+        next_url=state.url(qb=qb, kb=kb + 1) if kb + 1 < len(steps) else None,
     )

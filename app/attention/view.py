@@ -174,7 +174,7 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     that matrix when the caller computed it (a long context's lazy trace); by default it is read from the trace."""
     spec = trace.spec
     tensor = MAIN_TENSOR[key]
-    scale_kind = "sequential" if tensor == "weights" else "diverging"
+    scale = stages.REGISTRY[key].scale  # the main tensor's colour scale: weights sequential, the rest diverging
     # Near-uniform attention over many keys is one flat colour on a linear 0-1 scale: weights default to log.
     mode = colour_mode(state.params) if state.get("color") else ("log" if tensor == "weights" else "linear")
     if a is None:
@@ -189,7 +189,6 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     keys = list(spec.kv_tokens) or tok
     col_labels = keys if tensor in ("scaled", "masked", "weights", "raw") else [f"{j}" for j in range(n_cols)]
     window = a[row0 : row0 + TILE, col0 : col0 + TILE]
-    scale = "sequential" if tensor == "weights" else "diverging"
     tile = matrix_view(
         tensor,
         tensor,
@@ -230,8 +229,8 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
         "zoom_src": "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=head, size=size, color=mode),
         "color": mode,
         "color_urls": [(m, state.url(color=m)) for m in COLOR_MODES],
-        "ticks": COLOR_TICKS[(scale_kind, mode)] or [short(-bound), "0", short(bound)],
-        "swatches": SWATCHES[scale_kind],
+        "ticks": COLOR_TICKS[(scale, mode)] or [short(-bound), "0", short(bound)],
+        "swatches": SWATCHES[scale],
         "row_axis": axis_labels(tok),
         "col_axis": axis_labels(col_labels, 8 if tall else 32),
         "tall": tall,
@@ -346,6 +345,6 @@ class SinksView(View):
     top_change: float = 1.0  # the largest relative change: the meters' full length
     heatmaps: dict[str, str] | None = None  # colour scale ("log", "linear") → the head's heat map URL
     axis: list[str] | None = None  # the maps' row and column labels (queries down, keys across)
-    ticks: dict[str, list[str]] | None = None  # colour scale → its colour bar's ticks
+    ticks: dict[str, list[str] | None] | None = None  # colour scale → its colour bar's ticks
     matrices: list[MatrixView] | None = None
     json_url: str | None = None

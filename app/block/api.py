@@ -5,37 +5,27 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from engine.block import BlockTrace
 
 from ..lab import Lab, get_lab
-from ..schemas import ERRORS, INT_OR_EMPTY, BlockRequest, query_parameters
-from ..web.answer import parse_query, respond
+from ..schemas import ERRORS, BlockRequest, query_parameters
+from ..web.answer import parse_query, respond, twins
 from ..web.cache import cached_get
 from ..web.state import query_int
 from ..web.tensors import (
-    COLOR_PARAM,
-    HEATMAP_DOC,
     NPZ,
-    VIEW_PARAMS,
     WINDOW_EXTRA,
     colour_mode,
     heatmap_response,
+    heatmap_route,
     matrix_of,
     window_response,
 )
 
 router = APIRouter(prefix="/api/v1", tags=["block"], responses=ERRORS)
-
-BLOCK_NOTE = (
-    "Stages in computation order. Pre-LN: ln1 (input, ln1), projection … weighted_sum (the attention of "
-    "/api/v1/attention on ln1), residual1, ln2, ffn_hidden (pre_activation, ffn_hidden | gate, up, ffn_hidden), "
-    "ffn_out, output. Post-LN: the attention on the input, residual1 (input, residual1), ln1, ffn_hidden, ffn_out, "
-    "ln2 (residual2, ln2), output. checks adds max_abs_diff_vs_reference: the block recomputed with torch's own "
-    "layer_norm / rms_norm, scaled_dot_product_attention and gelu / silu."
-)
 
 
 def _block_query(request: Request) -> BlockRequest:
@@ -47,27 +37,22 @@ async def answer_block(request: Request, req: BlockRequest, lab: Lab, fmt: str) 
     return await respond(request, lab, fmt, spec, lambda: lab.block(spec), req.block_view(spec), "block")
 
 
-@router.post("/block", responses=ERRORS, description=BLOCK_NOTE)
-async def block_post(
-    request: Request, req: Annotated[BlockRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]
-) -> Response:
+async def answer_json(request: Request, req: BlockRequest, lab: Lab) -> Response:
+    """Stages in computation order. Pre-LN: ln1 (input, ln1), projection … weighted_sum (the attention of
+    /api/v1/attention on ln1), residual1, ln2, ffn_hidden (pre_activation, ffn_hidden | gate, up, ffn_hidden),
+    ffn_out, output. Post-LN: the attention on the input, residual1 (input, residual1), ln1, ffn_hidden, ffn_out,
+    ln2 (residual2, ln2), output. checks adds max_abs_diff_vs_reference: the block recomputed with torch's own
+    layer_norm / rms_norm, scaled_dot_product_attention and gelu / silu."""
     return await answer_block(request, req, lab, "json")
 
 
-BLOCK_PARAMS = {"parameters": query_parameters(BlockRequest)}
+async def answer_npz(request: Request, req: BlockRequest, lab: Lab) -> Response:
+    return await answer_block(request, req, lab, "npz")
 
 
-@router.get("/block", responses=ERRORS, description=BLOCK_NOTE, openapi_extra=BLOCK_PARAMS)
-@cached_get
-async def block_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await answer_block(request, _block_query(request), lab, "json")
-
-
-@router.get("/block.npz", response_class=Response, responses=NPZ, openapi_extra=BLOCK_PARAMS)
-@cached_get
-async def block_npz(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    """Every selected stage as a NumPy archive, names `stage.tensor` (e.g. `ln1.ln1`, `softmax.weights`)."""
-    return await answer_block(request, _block_query(request), lab, "npz")
+twins(router, "/block", BlockRequest, answer_json, "block", responses=ERRORS)
+twins(router, "/block.npz", BlockRequest, answer_npz, "block_npz", "block_npz", response_class=Response, responses=NPZ,
+      description="Every selected stage as a NumPy archive, names `stage.tensor` (e.g. `ln1.ln1`, `softmax.weights`).")  # fmt: skip
 
 
 async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
@@ -76,14 +61,7 @@ async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
     return trace
 
 
-@router.get(
-    "/block/heatmap.png",
-    response_class=Response,
-    responses=HEATMAP_DOC,
-    openapi_extra={
-        "parameters": query_parameters(BlockRequest, VIEW_PARAMS | {"size": INT_OR_EMPTY, "color": COLOR_PARAM})
-    },
-)
+@router.get("/block/heatmap.png", **heatmap_route(BlockRequest))
 @cached_get
 async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One tensor of one block stage as a PNG: the block fields plus `stage`, `tensor`, `head`, `size`."""

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
 from engine import STAGES
+from engine.block import BlockTrace
 
 from ..lab import Lab, get_lab
 from ..render import page as view
 from ..render import stages
 from ..schemas import BlockRequest, from_query
 from ..web.page import serve
-from ..web.state import lab_state, parse_head, parse_stage, url_fields
-from .view import stage_label, strip_box
+from ..web.state import ViewState, lab_state, parse_head, parse_stage, url_fields
+from .view import BlockView, stage_label, strip_box
 
 router = APIRouter(include_in_schema=False)
 
@@ -25,54 +27,60 @@ API_KEYS = url_fields(BlockRequest)
 @router.get("/block", response_class=HTMLResponse)
 async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     state = lab_state(request.query_params, "/block", API_KEYS, ("stage", "head"), lab.models)
+    build = functools.partial(block_view, state, lab)
+    return await serve(request, lab, "block.html", state, build, json_url=api_url(state),
+                       presets=["toy", "gpt2-small", *lab.models], models=lab.models)  # fmt: skip
 
-    async def build(ctx: dict[str, Any]) -> None:
-        t = ctx["t"]
-        ctx["stage_label"] = lambda k: stage_label(k, t)
-        req = BlockRequest.model_validate(from_query(state.api_params(), None, BlockRequest))
-        spec = req.to_block_spec(lab.limits, lab.device, lab.models)
-        order = spec.order
-        stage = parse_stage(state.get("stage"), order)
-        head = parse_head(state.get("head"), spec.attn.n_heads)
-        trace, _ = await lab.block_async(spec)
-        i = order.index(stage)
-        small = spec.attn.n_tokens <= view.SMALL_TOKENS and spec.attn.d_model <= view.SMALL_DIMS
-        ctx.update(
-            trace=trace,
-            spec=spec,
-            attn_spec=spec.attn,
-            key=stage,
-            index=i + 1,
-            head=head,
-            small=small,
-            in_attention=stage in STAGES,
-            **stages.present(trace, stage, t),
-            flow=[(k, state.url(stage=k), k in STAGES) for k in order],
-            prev_url=state.url(stage=order[i - 1]) if i > 0 else None,
-            next_url=state.url(stage=order[i + 1]) if i + 1 < len(order) else None,
-            head_urls=[(h, state.url(head=h)) for h in range(spec.attn.n_heads)],
-        )
-        if small:
-            ctx["matrices"] = stages.matrices(trace, stage, head)
-        else:
-            names = list(trace.stage(stage))
-            size = 768
-            ctx["heatmaps"] = [
-                (n, "/api/v1/block/heatmap.png?" + state.api_query(stage=stage, tensor=n, head=head, size=size))
-                for n in names
-            ]
-            ctx["shapes"] = {n: tuple(t.shape[-2:]) for n, t in trace.stage(stage).items()}
-            ctx["per_head"] = {n for n, t in trace.stage(stage).items() if t.dim() == 3}
-            ctx["boxes"] = {n: strip_box(trace.stage(stage)[n].shape[-2:]) for n in names}
 
-    return await serve(
-        request,
-        lab,
-        "block.html",
-        state,
-        build,
-        json_url="/api/v1/block?" + state.api_query(),
-        npz_url="/api/v1/block.npz?" + state.api_query(),
-        presets=["toy", "gpt2-small", *lab.models],
-        models=lab.models,
+def api_url(state: ViewState, npz: bool = False) -> str:
+    """The API's answer for the page's request (its numbers as JSON, or as NumPy arrays)."""
+    return "/api/v1/block" + (".npz" if npz else "") + "?" + state.api_query()
+
+
+async def block_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> BlockView:
+    """What /block shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
+    t = ctx["t"]
+    req = BlockRequest.model_validate(from_query(state.api_params(), None, BlockRequest))
+    spec = req.to_block_spec(lab.limits, lab.device, lab.models)
+    order = spec.order
+    stage = parse_stage(state.get("stage"), order)
+    head = parse_head(state.get("head"), spec.attn.n_heads)
+    trace, _ = await lab.block_async(spec)
+    i = order.index(stage)
+    small = spec.attn.n_tokens <= view.SMALL_TOKENS and spec.attn.d_model <= view.SMALL_DIMS
+    shown: dict[str, Any] = stages.present(trace, stage, t)  # formula, explain, notice
+    if not small:
+        shown |= strips(trace, stage, head, state)
+    return BlockView(
+        spec=spec,
+        attn_spec=spec.attn,
+        summary=spec.summary(),
+        tokens=spec.attn.tokens,
+        key=stage,
+        index=i + 1,
+        head=head,
+        small=small,
+        in_attention=stage in STAGES,
+        stage_labels={k: stage_label(k, t) for k in order},
+        **shown,
+        checks=trace.check_values(),
+        matrices=stages.matrices(trace, stage, head) if small else None,
+        json_url=api_url(state),
+        npz_url=api_url(state, npz=True),
+        flow=[(k, state.url(stage=k), k in STAGES) for k in order],
+        prev_url=state.url(stage=order[i - 1]) if i > 0 else None,
+        next_url=state.url(stage=order[i + 1]) if i + 1 < len(order) else None,
+        head_urls=[(h, state.url(head=h)) for h in range(spec.attn.n_heads)],
     )
+
+
+def strips(trace: BlockTrace, stage: str, head: int, state: ViewState) -> dict[str, Any]:
+    """A large block's stage: one heat-map strip per tensor, its shape and its size on the page."""
+    tensors = trace.stage(stage)
+    query = {n: state.api_query(stage=stage, tensor=n, head=head, size=768) for n in tensors}
+    return {
+        "heatmaps": [(n, "/api/v1/block/heatmap.png?" + query[n]) for n in tensors],
+        "shapes": {n: tuple(a.shape[-2:]) for n, a in tensors.items()},
+        "per_head": tuple(n for n, a in tensors.items() if a.dim() == 3),
+        "boxes": {n: strip_box(a.shape[-2:]) for n, a in tensors.items()},
+    }

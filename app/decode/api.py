@@ -3,27 +3,19 @@ full recomputation."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 
 from engine.decode import DecodeTrace
 from engine.spec import Spec
 
-from ..lab import Lab, get_lab
+from ..lab import Lab
 from ..render.arrays import to_numpy
-from ..schemas import ERRORS, DecodeRequest, query_parameters
-from ..web.answer import answer_document, parse_query
-from ..web.cache import cached_get
+from ..schemas import ERRORS, DecodeRequest
+from ..web.answer import answer_document, twins
 
 router = APIRouter(prefix="/api/v1", tags=["kv cache"], responses=ERRORS)
-
-NOTE = (
-    "prefill: the K and V cache after the prompt, (H_kv, prefill, d_k). Each step: the new token's q (H, d_k), "
-    "the k and v appended to the cache (H_kv, d_k), its row of scaled scores and weights over every cached key "
-    "(H, t+1), the heads (H, d_k) and the output after W_O (d,), the cache length and bytes, and the largest "
-    "difference from the same row of a full causal recomputation."
-)
 
 
 def document(t: DecodeTrace, decimals: int | None) -> dict[str, Any]:
@@ -71,6 +63,10 @@ def min_numbers(spec: Spec, prefill: int) -> int:
 
 
 async def answer(request: Request, req: DecodeRequest, lab: Lab) -> Response:
+    """prefill: the K and V cache after the prompt, (H_kv, prefill, d_k). Each step: the new token's q (H, d_k), the
+    k and v appended to the cache (H_kv, d_k), its row of scaled scores and weights over every cached key (H,
+    t+1), the heads (H, d_k) and the output after W_O (d,), the cache length and bytes, and the largest difference
+    from the same row of a full causal recomputation."""
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
     return await answer_document(
         request, lab, 2 * lab.cost(spec), lambda: lab.decode(spec, prefill)[0], lambda t: document(t, req.decimals),
@@ -78,14 +74,4 @@ async def answer(request: Request, req: DecodeRequest, lab: Lab) -> Response:
     )  # fmt: skip
 
 
-@router.post("/decode", description=NOTE)
-async def decode_post(
-    request: Request, req: Annotated[DecodeRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]
-) -> Response:
-    return await answer(request, req, lab)
-
-
-@router.get("/decode", description=NOTE, openapi_extra={"parameters": query_parameters(DecodeRequest)})
-@cached_get
-async def decode_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await answer(request, parse_query(request, DecodeRequest), lab)
+twins(router, "/decode", DecodeRequest, answer, "decode")

@@ -3,8 +3,8 @@ the five it weighed, the cache it grew and where every head of one layer looked 
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
@@ -15,7 +15,7 @@ from ..render.cells import matrix_view
 from ..schemas import from_query
 from ..web.page import language, serve
 from ..web.state import ViewState, parse_int, url_fields
-from .view import GenerateRequest, generation_spec, run, top_labels
+from .view import GenerateRequest, GenerateView, generation_spec, run, top_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(GenerateRequest)
@@ -25,36 +25,61 @@ DEFAULT_TEXT = {"en": "The cat sat on the mat. The dog", "zh": "猫坐在垫子�
 @router.get("/generate", response_class=HTMLResponse)
 async def generate_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     state = ViewState.of(request.query_params, "/generate", API_KEYS, ("step",))
-    params = state.api_params()
-    if "text" not in params and "token_ids" not in params:  # a first visit: a prompt in the page's language
-        params["text"] = DEFAULT_TEXT[language(request)]
-    twin = "/api/v1/generate?" + urlencode(params)
+    given = "text" in state.params or "token_ids" in state.params
+    prompt = {} if given else {"text": DEFAULT_TEXT[language(request)]}  # a first visit: in the page's language
+    build = functools.partial(generate_view, state, prompt, lab, request_key(request))
+    return await serve(request, lab, "generate.html", state, build, json_url=twin(state, prompt))
 
-    async def build(ctx: dict[str, Any]) -> None:
-        req = GenerateRequest.model_validate(from_query(params, None, GenerateRequest))
-        spec, layer = generation_spec(req, lab.limits, lab.device, lab.models, lab.settings.max_new_tokens)
-        model = lab.models[spec.preset]
-        g = await run(lab, spec, req, layer, request_key(request))
-        n = len(g.steps)
-        step = parse_int("step", state.get("step"), 1, 1, n)  # a first visit opens on the first generated token
-        s = g.steps[step - 1]
-        assert s.attention is not None  # a layer is always watched here
-        ids = list(g.prompt_ids) + [x.token_id for x in g.steps]
-        labels = model.labels(ids)
-        prompt_n = len(g.prompt_ids)
-        heads = [f"{ctx['t']('head')} {h}" for h in range(model.info.n_heads)]
-        attention = matrix_view("attention", "a", to_numpy(s.attention), heads, labels[: s.context],
-                                "(H, t)", "sequential", None)  # fmt: skip
-        attention.links = False
-        ctx.update(
-            spec=spec, layer=layer, n_layer=model.info.n_layer, gen=g, step=step, n_steps=n, cur=s,
-            prompt=labels[:prompt_n], generated=labels[prompt_n:], attention=attention,
-            top=list(zip(top_labels(model, ids, labels, s.context, s.top_ids), s.top_probs, strict=True)),
-            cache_bytes=s.context * g.kv_bytes_per_token, final_bytes=(len(ids) - 1) * g.kv_bytes_per_token,
-            text=req.text if req.text is not None else "", max_new=req.max_new_tokens,
-            step_urls=[(i, state.url(step=i)) for i in range(1, n + 1)], first_url=state.url(step=1),
-            prev_url=state.url(step=step - 1) if step > 1 else None,
-            next_url=state.url(step=step + 1) if step < n else None,
-        )  # fmt: skip
 
-    return await serve(request, lab, "generate.html", state, build, json_url=twin)
+def twin(state: ViewState, prompt: dict[str, str]) -> str:
+    """The API's URL for the generation the page shows (the default prompt of a first visit included)."""
+    return "/api/v1/generate?" + state.api_query(**prompt)
+
+
+async def generate_view(
+    state: ViewState, prompt: dict[str, str], lab: Lab, progress: str, ctx: dict[str, Any]
+) -> GenerateView:
+    """What /generate shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
+    t = ctx["t"]
+    req = GenerateRequest.model_validate(from_query(state.api_params() | prompt, None, GenerateRequest))
+    spec, layer = await lab.off_loop(req.preset, generation_spec, req, lab.limits, lab.device, lab.models,
+                                     lab.settings.max_new_tokens)  # fmt: skip
+    model = lab.models[spec.preset]
+    g = await run(lab, spec, req, layer, progress)
+    n = len(g.steps)
+    step = parse_int("step", state.get("step"), 1, 1, n)  # a first visit opens on the first generated token
+    s = g.steps[step - 1]
+    assert s.attention is not None  # a layer is always watched here
+    ids = list(g.prompt_ids) + [x.token_id for x in g.steps]
+    labels = model.labels(ids)
+    prompt_n = len(g.prompt_ids)
+    heads = [f"{t('head')} {h}" for h in range(model.info.n_heads)]
+    attention = matrix_view("attention", "a", to_numpy(s.attention), heads, labels[: s.context],
+                            "(H, t)", "sequential", None)  # fmt: skip
+    attention.links = False
+    cache_bytes = s.context * g.kv_bytes_per_token
+    return GenerateView(
+        text=req.text if req.text is not None else "",
+        max_new_tokens=req.max_new_tokens,
+        layer=layer,
+        n_layer=model.info.n_layer,
+        step=step,
+        n_steps=n,
+        token_id=s.token_id,
+        n_context=s.context,
+        prompt=labels[:prompt_n],
+        generated=labels[prompt_n:],
+        title=t("generate.step_title", i=step, n=n, c=s.context),
+        top=list(zip(top_labels(model, ids, labels, s.context, s.top_ids), s.top_probs, strict=True)),
+        kv_bytes_per_token=g.kv_bytes_per_token,
+        cache_bytes=cache_bytes,
+        size=t("generate.cache", c=s.context, per=f"{g.kv_bytes_per_token:,}", total=f"{cache_bytes:,}"),
+        stopped_at_eos=g.stopped_at_eos,
+        notice=t("generate.eos") if g.stopped_at_eos and step == n else None,
+        attention=attention,
+        json_url=twin(state, prompt),
+        first_url=state.url(step=1),
+        prev_url=state.url(step=step - 1) if step > 1 else None,
+        next_url=state.url(step=step + 1) if step < n else None,
+        step_urls=[(i, state.url(step=i)) for i in range(1, n + 1)],
+    )

@@ -4,6 +4,7 @@ per (model, prompt, length, layer) and kept in a byte-bounded memo, and its JSON
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,9 +13,50 @@ from engine.generate import Generation
 from engine.spec import Limits, Spec, make_spec
 
 from ..render.arrays import to_numpy
-from ..schemas import FieldError
+from ..render.cells import MatrixView
+from ..schemas import OUTPUT, FieldError
+from ..web.view import View
 
-GENERATORS = ("smollm2",)  # causal language models the lab can decode with
+
+def generators(models: Mapping[str, Any]) -> list[str]:
+    """The causal language models the lab can decode with: every loaded decoder."""
+    return [name for name, m in models.items() if getattr(m, "generates", False)]
+
+
+@dataclass(frozen=True)
+class GenerateView(View):
+    """Step `step` of a generation, as /generate shows it: the text so far (`prompt`, `generated`, labelled as the
+    model's pieces), the token predicted there and from how much context (`title`), the five candidates it weighed
+    (`top`, most likely first), the KV cache it read (`size` says it in words) and where every head of `layer` looked
+    (`attention`, one row per head)."""
+
+    template = "generate.html"
+    kind = "generate"
+
+    text: str = ""  # the prompt as typed ("" when given as token ids)
+    max_new_tokens: int = 0
+    layer: int = 0
+    n_layer: int = 0
+    step: int = 1
+    n_steps: int = 0
+    token_id: int = 0
+    n_context: int = 0  # tokens in the cache when this step's token was predicted
+    prompt: list[str] | None = None
+    generated: list[str] | None = None
+    title: str = ""
+    top: list[tuple[str, float]] | None = None
+    kv_bytes_per_token: int = 0
+    cache_bytes: int = 0
+    size: str = ""
+    stopped_at_eos: bool = False
+    notice: str | None = None  # at the last step, when the model ended the text itself
+    attention: MatrixView | None = None
+    # Links.
+    json_url: str | None = None
+    first_url: str | None = None
+    prev_url: str | None = None
+    next_url: str | None = None
+    step_urls: list[tuple[int, str]] | None = None
 
 
 class GenerateRequest(BaseModel):
@@ -29,14 +71,14 @@ class GenerateRequest(BaseModel):
     layer: int | None = Field(
         None, ge=0, le=4096, description="The layer whose attention is returned (default: the last)."
     )
-    decimals: int | None = Field(None, ge=0, le=8, description="Round the attention weights.")
+    decimals: int | None = Field(None, ge=0, le=8, description="Round the attention weights.", json_schema_extra=OUTPUT)
 
 
 def generation_spec(req: GenerateRequest, limits: Limits, device: str, models: Mapping[str, Any],
                     max_new: int) -> tuple[Spec, int]:  # fmt: skip
     """The prompt as a Spec (its tokens, ids and limits checked by make_spec) and the layer to watch."""
-    if req.preset not in GENERATORS or req.preset not in models:
-        names = ", ".join(g for g in GENERATORS if g in models) or "none on this server"
+    if req.preset not in models or not getattr(models[req.preset], "generates", False):
+        names = ", ".join(generators(models)) or "none on this server"
         raise FieldError("preset", f"generation needs a causal language model: {names}")
     info = models[req.preset].info
     layer = info.n_layer - 1 if req.layer is None else req.layer
@@ -58,7 +100,7 @@ def generation_spec(req: GenerateRequest, limits: Limits, device: str, models: M
 def cost(spec: Spec, max_new: int, info: Any) -> int:
     """Estimated bytes: the KV cache, the prompt's attention scores in one layer, the weights' working set."""
     n = spec.n_tokens + max_new
-    kv = 2 * info.n_layer * info.n_kv_heads * (info.d_model // info.n_heads) * n * 4
+    kv = 2 * info.n_layer * (info.n_kv_heads or info.n_heads) * (info.d_model // info.n_heads) * n * 4
     return kv + 3 * info.n_heads * spec.n_tokens * n * 4 + 8 * info.d_model * info.d_ff * 4
 
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter, Request, Response
 
-from fastapi import APIRouter, Body, Depends, Request, Response
-
-from ..lab import Lab, get_lab, request_key
+from ..lab import Lab, request_key
 from ..render.payload import json_response
-from ..schemas import ERRORS, query_parameters
-from ..web.answer import parse_query
-from ..web.cache import cached_get
+from ..schemas import ERRORS
+from ..web.answer import twins
 from .view import ModelViewRequest, model_view_of
 
 router = APIRouter(prefix="/api/v1", tags=["model view"], responses=ERRORS)
@@ -22,17 +19,9 @@ NOTE = (
 )
 
 
-async def answer(req: ModelViewRequest, lab: Lab, key: str | None = None) -> Response:
-    _, body = await model_view_of(req, lab, key)
+async def answer(request: Request, req: ModelViewRequest, lab: Lab) -> Response:
+    _, body = await model_view_of(req, lab, request_key(request) if request.method == "GET" else None)
     return json_response(body)
 
 
-@router.post("/model_view", description=NOTE)
-async def model_view_post(req: Annotated[ModelViewRequest, Body()], lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await answer(req, lab)
-
-
-@router.get("/model_view", description=NOTE, openapi_extra={"parameters": query_parameters(ModelViewRequest)})
-@cached_get
-async def model_view_get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await answer(parse_query(request, ModelViewRequest), lab, request_key(request))
+twins(router, "/model_view", ModelViewRequest, answer, "model_view", description=NOTE)

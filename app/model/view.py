@@ -95,13 +95,23 @@ def view_spec(req: ModelViewRequest, lab: Any) -> Spec:
 async def model_view_of(req: ModelViewRequest, lab: Any, key: str | None = None) -> tuple[Spec, dict[str, Any]]:
     """The statistics of every layer and head: one pass with the statistics summed block by block (SmolLM2), or
     each layer's whole trace through the server's cache (MiniLM, a GPT-2 checkpoint)."""
-    spec = view_spec(req, lab)
+    spec = await lab.off_loop(req.preset, view_spec, req, lab)  # the tokenizer off the event loop
     model = lab.models[spec.preset]
-    if getattr(model, "one_pass_view", False):
-        with lab.tracking(key) as progress:  # layer by layer, for /api/v1/progress
-            stats = await lab.offload(long_cost(spec), one_pass_stats, model, spec.token_ids, progress, heavy=True)
-        view = {"tokens": list(spec.tokens), "layers": model.info.n_layer, "heads": spec.n_heads, "stats": stats}
-    else:
-        view = await lab.offload(model.info.n_layer * lab.cost(spec), model_view, spec, model.info.n_layer,
-                                 lambda s: lab.trace(s)[0], heavy=True)  # fmt: skip
+    # Watched: when the client goes away the pass stops at its next layer (Cancelled), or leaves the queue.
+    async with lab.watching() as watch:
+        if getattr(model, "one_pass_view", False):
+            with lab.tracking(key) as update:  # layer by layer, for /api/v1/progress
+                progress = lab.checked(watch, update)
+                stats = await lab.offload(long_cost(spec), one_pass_stats, model, spec.token_ids, progress,
+                                          heavy=True, watch=watch)  # fmt: skip
+            view = {"tokens": list(spec.tokens), "layers": model.info.n_layer, "heads": spec.n_heads, "stats": stats}
+        else:
+            check = lab.checked(watch, None)
+
+            def layer(s: Spec) -> Any:
+                check(0, 0)
+                return lab.trace(s)[0]
+
+            view = await lab.offload(model.info.n_layer * lab.cost(spec), model_view, spec, model.info.n_layer,
+                                     layer, heavy=True, watch=watch)  # fmt: skip
     return spec, {"preset": spec.preset} | view

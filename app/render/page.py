@@ -1,4 +1,5 @@
-"""A trace as the lab page's view model: formulas, matrices, notices, the arithmetic of one cell, heat maps.
+"""A trace as the lab page's view model: what is small enough for cells, the weight matrices, the arithmetic of one
+cell, a comparison's sides. Each stage's formula, notice and matrices are its presentation (app/render/stages.py).
 
 Nothing here computes attention: every number comes from the Trace. What is derived (row entropy, a score's terms)
 is derived from the trace's own tensors, so the page and the JSON twin always agree.
@@ -20,7 +21,6 @@ from engine.spec import STAGES
 
 from .arrays import to_numpy
 from .cells import MatrixView, dims, full, matrix_view, row_stats
-from .stages import Presentation, register
 
 # Traces up to these sizes show every number in cells; larger ones switch to heat maps. A classroom sentence is
 # often 17–24 tokens, so tokens get more room than dimensions: an (N, N) matrix of 24 tokens still fits the page in
@@ -43,152 +43,6 @@ def is_small(trace: Trace, key: str | None = None) -> bool:
 @lru_cache(maxsize=64)
 def mathml(latex: str) -> str:
     return convert(latex, display="block")
-
-
-def formula(trace: Trace, key: str) -> str:
-    spec = trace.spec
-    b = (lambda n: f" + b_{n}") if spec.bias else (lambda n: "")
-    s = {"sqrt_dk": rf"\sqrt{{d_k}} = {spec.scale_value:g}", "none": "1", "dk": rf"d_k = {spec.d_k}"}[spec.scale]
-    mask_cases = {
-        "none": r"M_{ij} = 0",
-        "causal": r"M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases}",
-        "padding": r"M_{ij} = \begin{cases} 0 & j \notin \mathrm{pad} \\ -\infty & j \in \mathrm{pad} \end{cases}",
-        "document": r"M_{ij} = \begin{cases} 0 & \mathrm{doc}_j = \mathrm{doc}_i,\ j \le i \\ -\infty & \mathrm{otherwise}"
-        r" \end{cases}",
-        "sliding_window": rf"M_{{ij}} = \begin{{cases}} 0 & i - {spec.window} < j \le i \\ -\infty & \mathrm{{otherwise}}"
-        r" \end{cases}",
-        "prefix_lm": rf"M_{{ij}} = \begin{{cases}} 0 & j < {spec.prefix} \ \mathrm{{or}}\ j \le i \\ -\infty & "
-        r"\mathrm{otherwise} \end{cases}",
-        "custom": r"M_{ij} = \begin{cases} 0 & \mathrm{allowed}(i, j) \\ -\infty & \mathrm{otherwise} \end{cases}",
-    }[spec.mask]
-    rope = (
-        rf",\qquad \tilde q_m = R_m q_m,\ \tilde k_n = R_n k_n,\ \theta_i = {spec.rope_base:g}^{{-2i/d_k}}"
-        if spec.positions == "rope"
-        else ""
-    )
-    pos = r"X = E + P,\quad " if spec.positions in ("sinusoidal", "learned") else ""
-    src = "S" if spec.kv_tokens else "X"
-    latex = {
-        "projection": rf"{pos}Q = XW_Q{b('Q')},\quad K = {src}W_K{b('K')},\quad V = {src}W_V{b('V')}{rope}",
-        "scores": rf"S = \frac{{QK^\top}}{{s}},\qquad s = {s}",
-        "mask": rf"S' = S + M,\qquad {mask_cases}",
-        "softmax": r"A_{ij} = \frac{\exp(S'_{ij} - m_i)}{\sum_{k} \exp(S'_{ik} - m_i)},\qquad m_i = \max_k S'_{ik}",
-        "weighted_sum": r"\mathrm{head}_h = A_h V_h,\qquad O = \mathrm{Concat}(\mathrm{head}_0, \dots, \mathrm{head}_{H-1})\,W_O"
-        + b("O"),
-    }[key]
-    return mathml(latex)
-
-
-def notice(trace: Trace, key: str, t: Any) -> str:
-    spec = trace.spec
-    n = spec.n_tokens
-    if key == "projection":
-        if spec.kv_tokens:
-            return str(t("notice.projection.cross", n=n, m=len(spec.kv_tokens)))
-        if spec.positions == "rope":
-            return str(t("notice.projection.rope", base=spec.rope_base, pairing=t(f"pairing.{spec.rope_pairing}")))
-        if spec.positions in ("sinusoidal", "learned"):
-            return str(t("notice.projection.absolute"))
-        if spec.kv_heads != spec.n_heads:
-            return str(t("notice.projection.gqa", kv=spec.kv_heads, h=spec.n_heads, g=spec.n_heads // spec.kv_heads))
-        return str(t("notice.projection"))
-    if key == "scores":
-        raw, scaled = to_numpy(trace.scores.raw), to_numpy(trace.scores.scaled)
-        return str(
-            t(
-                f"notice.scores.{spec.scale}",
-                max=float(np.abs(scaled).max()),
-                std=float(scaled.std()),
-                raw_std=float(raw.std()),
-                s=spec.scale_value,
-            )
-        )
-    if key == "mask":
-        count = int(np.isinf(to_numpy(trace.mask.mask)).sum())
-        pads = ", ".join(str(p) for p in spec.pad_positions) or "—"
-        total = n * (len(spec.kv_tokens) or n)
-        text = t(f"notice.mask.{spec.mask}", count=count, total=total, pads=pads, window=spec.window,
-                 prefix=spec.prefix)  # fmt: skip
-        return str(text) + " " + str(t("notice.mask.loss"))
-    if key == "softmax":
-        w = to_numpy(trace.softmax.weights)
-        if spec.mask in ("causal", "document") and w[0, 0, 0] == 1.0:
-            return str(t("notice.softmax.causal", first=spec.tokens[0]))
-        stats = row_stats(w[0], list(spec.kv_tokens or spec.tokens))
-        best = max(range(n), key=lambda i: float(stats[i]["max"]))  # type: ignore[arg-type]
-        flat = max(float(s["entropy"]) for s in stats)  # type: ignore[arg-type]
-        return str(
-            t(
-                "notice.softmax.other",
-                token=spec.tokens[best],
-                max=stats[best]["max"],
-                entropy=flat,
-                n=n,
-                uniform=math.log(n),
-            )
-        )
-    return str(t("notice.weighted_sum" if spec.mask == "causal" else "notice.weighted_sum.none"))
-
-
-def stage_matrices(trace: Trace, key: str, head: int) -> list[MatrixView]:
-    """The matrices stage `key` shows for one head (small traces)."""
-    spec = trace.spec
-    tok = list(spec.tokens)
-    keys = list(spec.kv_tokens) or tok
-    nn = "(N, N_kv)" if spec.kv_tokens else "(N, N)"
-    h = head
-    g = kv_head(spec, h)
-    if key == "projection":
-        p = trace.projection
-        dm, dk = dims(spec.d_model), dims(spec.d_k)
-        out = []
-        if p.embedding is not None and p.positions is not None:
-            out += [
-                matrix_view("embedding", "E", to_numpy(p.embedding), tok, dm, "(N, d_model)", "diverging"),
-                matrix_view("positions", "P", to_numpy(p.positions), tok, dm, "(N, d_model)", "diverging"),
-            ]
-        out.append(matrix_view("x", "X", to_numpy(p.x), tok, dm, "(N, d_model)", "diverging"))
-        if p.source is not None:
-            out.append(matrix_view("source", "S", to_numpy(p.source), keys, dm, "(N_kv, d_model)", "diverging"))
-        rows_kv = "(N_kv, d_k)" if spec.kv_tokens else "(N, d_k)"
-        out += [
-            matrix_view("q", "Q", to_numpy(p.q[h]), tok, dk, "(N, d_k)", "diverging", h),
-            matrix_view("k", "K", to_numpy(p.k[g]), keys, dk, rows_kv, "diverging", g),
-            matrix_view("v", "V", to_numpy(p.v[g]), keys, dk, rows_kv, "diverging", g),
-        ]
-        if p.q_rot is not None and p.k_rot is not None:
-            out += [
-                matrix_view("q_rot", "Q̃ = RoPE(Q)", to_numpy(p.q_rot[h]), tok, dk, "(N, d_k)", "diverging", h),
-                matrix_view("k_rot", "K̃ = RoPE(K)", to_numpy(p.k_rot[g]), keys, dk, rows_kv, "diverging", g),
-            ]
-        return out
-    if key == "scores":
-        s = trace.scores
-        return [
-            matrix_view("raw", "QKᵀ", to_numpy(s.raw[h]), tok, keys, nn, "diverging", h),
-            matrix_view("scaled", "S = QKᵀ / s", to_numpy(s.scaled[h]), tok, keys, nn, "diverging", h),
-        ]
-    if key == "mask":
-        m = trace.mask
-        # S′ keeps the colours of S: the mask changes which cells are −∞, not the scale of the others.
-        scaled = to_numpy(trace.scores.scaled[h])
-        return [
-            matrix_view("mask", "M", to_numpy(m.mask), tok, keys, nn, "plain"),
-            matrix_view("masked", "S′ = S + M", to_numpy(m.masked[h]), tok, keys, nn, "diverging", h,
-                        bound=float(np.abs(scaled).max()) if scaled.size else 0.0),
-        ]  # fmt: skip
-    if key == "softmax":
-        hidden = ~np.isfinite(to_numpy(trace.mask.mask))
-        return [
-            matrix_view("weights", "A", to_numpy(trace.softmax.weights[h]), tok, keys, nn, "sequential", h,
-                        masked=hidden),
-        ]  # fmt: skip
-    ws = trace.weighted_sum
-    return [
-        matrix_view("heads", f"head{h} = A V", to_numpy(ws.heads[h]), tok, dims(spec.d_k), "(N, d_k)", "diverging", h),
-        matrix_view("concat", "Concat", to_numpy(ws.concat), tok, dims(spec.d_model), "(N, d_model)", "diverging"),
-        matrix_view("output", "O", to_numpy(ws.output), tok, dims(spec.d_model), "(N, d_model)", "diverging"),
-    ]
 
 
 def kv_head(spec: Any, head: int) -> int:
@@ -382,16 +236,3 @@ def outline_changes(a: MatrixView, b: MatrixView) -> int:
                 rb[j] = replace(cb, cls=cb.cls + " changed")
                 changed += 1
     return changed
-
-
-def _attention_stage(key: str) -> Presentation:
-    return Presentation(
-        formula=lambda trace: formula(trace, key),
-        explain=lambda trace: f"explain.{key}",
-        notice=lambda trace, t: notice(trace, key, t),
-        matrices=lambda trace, head: stage_matrices(trace, key, head),
-    )
-
-
-for _key in STAGES:  # the five attention stages, registered once for every page that shows them
-    register(_key, _attention_stage(_key))

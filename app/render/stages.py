@@ -1,35 +1,23 @@
-"""Stages as data: each stage key registers its presentation once — formula, what it does, what to notice in these
-numbers, its matrices — and every page that shows the stage (the lab, the block page around its attention) asks
-the registry instead of keeping an if-chain of its own.
+"""Stages as data: every stage key has one presentation — formula, what it does, what to notice in these numbers,
+its matrices, the colour scale of its main tensor — and every page that shows the stage (the lab, the block page
+around its attention, a notebook) asks this table instead of keeping an if-chain of its own.
 
-A presentation's functions take the trace the stage belongs to: an attention Trace for the five attention stages
-(a block's own attention trace when shown inside a block), a BlockTrace for the stages around it.
+The table is one explicit merge of the two tables of presentations: the five attention stages
+(app/render/attention_stages.py) and the stages around them in a block (app/render/block_stages.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from .attention_stages import ATTENTION_STAGES
+from .block_stages import BLOCK_STAGES
 from .cells import MatrixView
+from .presentation import Presentation
 
-
-@dataclass(frozen=True)
-class Presentation:
-    formula: Callable[[Any], str]  # trace -> MathML
-    explain: Callable[[Any], str]  # trace -> the catalogue key of "what happens"
-    notice: Callable[[Any, Any], str]  # trace, translator -> "what to notice" in these numbers
-    matrices: Callable[[Any, int], list[MatrixView]]  # trace, head -> the matrices shown cell by cell
-
-
-REGISTRY: dict[str, Presentation] = {}
-
-
-def register(key: str, presentation: Presentation) -> None:
-    if key in REGISTRY:
-        raise ValueError(f"stage {key!r} is presented twice")
-    REGISTRY[key] = presentation
+REGISTRY: dict[str, Presentation] = ATTENTION_STAGES | BLOCK_STAGES
+if ATTENTION_STAGES.keys() & BLOCK_STAGES.keys():
+    raise ValueError(f"stages presented twice: {sorted(ATTENTION_STAGES.keys() & BLOCK_STAGES.keys())}")
 
 
 def owner(trace: Any, key: str) -> Any:

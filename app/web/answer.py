@@ -3,20 +3,56 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
 
 import orjson
-from fastapi import Request, Response
+from fastapi import APIRouter, Body, Depends, Request, Response
 from pydantic import BaseModel
 
 from ..errors import field_error, where_of
-from ..lab import Lab
+from ..lab import Lab, get_lab
 from ..render.arrays import Traced
 from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_json, to_npz
-from ..schemas import View, from_query
+from ..schemas import View, from_query, query_parameters
+from .cache import cached_get
 
 M = TypeVar("M", bound=BaseModel)
+Answer = Callable[[Request, Any, Lab], Awaitable[Response]]
+
+
+def twins(
+    router: APIRouter, path: str, model: type[BaseModel], answer: Answer, name: str, get_name: str = "", **route: Any
+) -> None:
+    """The GET/POST twins of one API operation: `POST path` takes the request model as a JSON body, `GET path` the
+    same fields as query parameters (documented in OpenAPI from the same model, its answers cached by URL); both
+    answer with `answer(request, req, lab)`, whose docstring is the operation's description unless `description`
+    is given. `name` keeps each route's name (and so its OpenAPI operationId): `{name}_post` and `{name}_get` (or
+    `get_name`)."""
+    route.setdefault("description", inspect.cleandoc(answer.__doc__ or "").replace("\n", " ") or None)
+
+    async def post(request: Request, req: BaseModel, lab: Lab) -> Response:
+        return await answer(request, req, lab)
+
+    async def get(request: Request, lab: Lab) -> Response:
+        return await answer(request, parse_query(request, model), lab)
+
+    # Signatures with the real objects, not strings: this module's annotations are postponed, and FastAPI reads
+    # a route's parameters from its signature.
+    lab_param = inspect.Parameter("lab", KEYWORD, annotation=Annotated[Lab, Depends(get_lab)])
+    request_param = inspect.Parameter("request", KEYWORD, annotation=Request)
+    body = inspect.Parameter("req", KEYWORD, annotation=Annotated[model, Body()])
+    post.__signature__ = inspect.Signature([request_param, body, lab_param], return_annotation=Response)  # type: ignore[attr-defined]
+    get.__signature__ = inspect.Signature([request_param, lab_param], return_annotation=Response)  # type: ignore[attr-defined]
+    extra = route.pop("openapi_extra", {}) | {"parameters": query_parameters(model)}
+    router.add_api_route(path, post, methods=["POST"], name=f"{name}_post", **route)
+    router.add_api_route(
+        path, cached_get(get), methods=["GET"], name=get_name or f"{name}_get", openapi_extra=extra, **route
+    )
+
+
+KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
 
 def parse_query(request: Request, model: type[M]) -> M:
@@ -89,7 +125,7 @@ async def respond(
                     return to_npz(trace, view.stages, view.heads, prefixed=name != "attention"), cached
                 return to_json(trace, view.stages, view.heads, view.decimals, lab.json_limit), cached
 
-        body, cached = await lab.offload((0 if spec in lab.cache else lab.cost(spec)) + serialise, work)
+        body, cached = await lab.offload((0 if lab.is_cached(spec) else lab.cost(spec)) + serialise, work)
     except TooLarge as exc:
         hint = f"select fewer `heads` or `stages`, or fetch every stage as a NumPy archive from /api/v1/{name}.npz"
         return too_large(request, "stages", exc.size, exc.limit, hint)

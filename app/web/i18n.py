@@ -62,6 +62,8 @@ def translator(lang: str) -> Callable[..., str]:
     table = MESSAGES[lang]
 
     def t(key: str, **values: object) -> str:
+        if key not in table and key.startswith("preset."):  # a model the server loaded (--model) is its own name
+            return key.removeprefix("preset.")
         text = table[key]
         return _PLURAL.format(text, **values) if values else text
 

@@ -16,7 +16,7 @@ server at start (a ValueError naming the lesson and the step), never a broken po
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -171,11 +171,12 @@ class Panel:
     n: int
     look: str
     question: str
-    answer: str
+    answer: str | None  # None while hints are off
     prev_url: str | None
     next_url: str | None
     lesson_url: str
-    poll: dict[str, Any] | None = None
+    # The key is in the poll: a View's JSON face (anyone can read it) leaves it out.
+    poll: dict[str, Any] | None = field(default=None, metadata={"json": False})
     next_lesson_url: str | None = None  # at the last step: the next lesson's first step (keeping presenter mode)
 
 

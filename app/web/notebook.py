@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import re
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from jinja2 import ChainableUndefined
+from jinja2_fragments import render_block
+from markupsafe import escape
 
 from ..templating import TEMPLATES
 from .i18n import translator
@@ -31,6 +36,19 @@ def scoped_css() -> str:
     css = re.sub(r"(?m)^:root\s*\{", "& {", css)
     css = re.sub(r"(?m)^body\s*\{", "& {", css)
     return ".attention-lab {\n" + css + "\n}\n"
+
+
+class Absent(ChainableUndefined):
+    """A name only the server fills: empty, and so are its attributes, items and calls."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Absent:  # type: ignore[override]
+        return self
+
+
+@lru_cache(maxsize=1)
+def lenient_env() -> Any:
+    """The pages' environment, where a name only the server fills (a form's raw values) renders empty."""
+    return TEMPLATES.env.overlay(undefined=Absent, cache_size=64)  # its own cache: compiled for it
 
 
 def unlinked(value: Any) -> Any:
@@ -54,4 +72,21 @@ def render_views(views: Sequence[Any], lang: str = "en", title: str = "") -> str
 
 
 def render(view: Any, lang: str = "en") -> str:
-    return render_views([view], lang)
+    """A View in a notebook: the lab's stage panel, or any other page's own panel (its `stage` block, else its
+    `main` block) drawn by the page's template from the View's fields. Images the page loads from the server's API
+    (heat maps) need a running lab; everything else is in the HTML."""
+    if getattr(view, "kind", "") == "lab":
+        return render_views([view], lang)
+    template = TEMPLATES.env.get_template(view.template)
+    block = "stage" if "stage" in template.blocks else "main"
+    ctx = {
+        "t": translator(lang), "lang": lang, "langs": (), "lang_urls": {}, "state": ViewState("/", {}, (), ()),
+        "error": None, "status": 200, "fragment": True, "hide": set(), "present": False, "embed": False,
+        "models": {}, "presets": [], "svg_base": None, "json_url": None, "page": view.kind, "request": None,
+    } | {k: unlinked(v) for k, v in view.context().items()}  # fmt: skip
+    uid = f"al{next(_ids)}"
+    try:
+        body = render_block(lenient_env(), view.template, block, **ctx)
+    except Exception:  # a template that needs the server's request: the View's data, readable
+        body = "<pre>" + str(escape(json.dumps(view.to_json(), ensure_ascii=False, indent=1)[:20000])) + "</pre>"
+    return f'<div class="attention-lab" id="{uid}" lang="{lang}"><style>{scoped_css()}</style>{body}</div>'

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 from pydantic import BaseModel
 
-from ..schemas import ASCII_INT, FieldError
+from ..schemas import ASCII_INT, BlockRequest, DecodeRequest, FieldError, request_fields
 
 
 def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, hi: int | None = None) -> int:
@@ -103,26 +103,19 @@ def _show(text: str, limit: int = 40) -> str:
 
 # --- The view state: the URL query of a page, normalised once ------------------------------------------------
 
-# Request fields a page never carries in its URL: explicit matrices (POST only) and the API's output selection.
-NOT_IN_URL = frozenset({"x", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "stages", "heads", "decimals",
-                        "dtype"})  # fmt: skip
+# Both derived from the request models' field metadata (app/schemas.py `lab_field`): nothing to edit here.
+# Request fields a page never carries in its URL: explicit matrices (POST only), dtype and the output selection.
+NOT_IN_URL = frozenset(n for m in (BlockRequest, DecodeRequest) for n, f in request_fields(m).items() if f.form is None)
 
 # A field that only one choice of another field uses; left over from another choice, the page drops it.
-DEPENDS = {
-    "pad_positions": ("mask", "padding"),
-    "segment_ids": ("mask", "document"),
-    "window": ("mask", "sliding_window"),
-    "prefix": ("mask", "prefix_lm"),
-    "mask_matrix": ("mask", "custom"),
-    "rope_pairing": ("positions", "rope"),
-    "rope_base": ("positions", "rope"),
-    "n_ctx": ("positions", "learned"),
+DEPENDS: dict[str, tuple[str, str]] = {
+    n: f.depends for n, f in request_fields(BlockRequest).items() if f.depends is not None
 }
 
 
 def url_fields(model: type[BaseModel], drop: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The request fields a page's URL carries, in the request model's order: the one field list."""
-    return tuple(f for f in model.model_fields if f not in NOT_IN_URL and f not in drop)
+    return tuple(n for n, f in request_fields(model).items() if f.form is not None and n not in drop)
 
 
 def drop_unused(p: dict[str, str]) -> dict[str, str]:

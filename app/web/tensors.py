@@ -18,16 +18,22 @@ from ..render.arrays import Traced, to_numpy
 from ..render.cells import full
 from ..render.heatmap import COLOR_MODES, png
 from ..render.payload import json_response
-from ..schemas import INT_OR_EMPTY, FieldError
+from ..schemas import FieldError, int_or_empty, query_parameters
 from .state import parse_head, parse_stage, query_int
 
 VIEW_PARAMS: dict[str, dict[str, Any]] = {
     "stage": {"type": "string"},
     "tensor": {"type": "string"},
-    "head": INT_OR_EMPTY,
+    "head": int_or_empty(0),
 }
 
-WINDOW_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS | {k: INT_OR_EMPTY for k in ("row", "col", "rows", "cols")}
+# The bounds `window` and the heat maps enforce (their upper bounds depend on the trace's shape).
+WINDOW_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS | {
+    "row": int_or_empty(0),
+    "col": int_or_empty(0),
+    "rows": int_or_empty(1),
+    "cols": int_or_empty(1),
+}
 
 NPZ: dict[int | str, dict[str, Any]] = {
     200: {"content": {"application/x-npz": {}}, "description": "np.load() gives x, q, k, v, raw, …, output"}
@@ -49,6 +55,13 @@ def key_tokens(trace: Traced | LongTrace) -> list[str]:
 
 
 COLOR_PARAM: dict[str, Any] = {"type": "string", "enum": [*COLOR_MODES, ""]}
+
+
+def heatmap_route(model: Any) -> dict[str, Any]:
+    """The route options of a PNG heat map of `model`'s trace: its fields, the view's, `size` and `color`."""
+    extra = VIEW_PARAMS | {"size": int_or_empty(16, 2048), "color": COLOR_PARAM}
+    return {"response_class": Response, "responses": HEATMAP_DOC,
+            "openapi_extra": {"parameters": query_parameters(model, extra)}}  # fmt: skip
 
 
 def colour_mode(params: Mapping[str, str]) -> str:

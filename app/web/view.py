@@ -84,3 +84,48 @@ class View:
         from .notebook import render
 
         return render(self)
+
+
+def all_views() -> list[type[View]]:
+    """Every View class the imported pages define, by kind."""
+    found: list[type[View]] = []
+    stack = list(View.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        found.append(cls)
+        stack.extend(cls.__subclasses__())
+    return sorted(found, key=lambda c: (c.kind, c.__name__))
+
+
+def view_schema(cls: type[View]) -> dict[str, Any]:
+    """A View's JSON face as a JSON Schema (for /openapi.json): its fields but the template-only ones, typed
+    loosely where a field holds nested presentation data (a matrix is `{name, label, rows, cols, values, …}`)."""
+    import typing
+
+    from pydantic import ConfigDict, TypeAdapter, create_model
+
+    hints = typing.get_type_hints(cls, include_extras=False)
+    shown = {f.name: (_loose(hints[f.name]), None) for f in fields(cls) if f.metadata.get("json", True) is not False}
+    model = create_model(cls.__name__, __config__=ConfigDict(arbitrary_types_allowed=True), **shown)  # type: ignore[call-overload]
+    schema: dict[str, Any] = TypeAdapter(model).json_schema(
+        mode="serialization", ref_template="#/components/schemas/{model}"
+    )
+    schema["properties"] = {"view": {"const": cls.kind, "type": "string"}, **schema.get("properties", {}),
+                            "lang": {"type": "string"}}  # fmt: skip
+    schema["description"] = (cls.__doc__ or "").strip().split("\n\n")[0]
+    schema.pop("$defs", None)
+    return schema
+
+
+def _loose(tp: Any) -> Any:
+    """JSON-plain types stay; anything else (a matrix, a lesson panel, a dataclass) is `Any` in the schema."""
+    import typing
+
+    plain = (str, int, float, bool, type(None))
+    args = typing.get_args(tp)
+    if tp in plain:
+        return tp
+    if args and all(a in plain or a is Any for a in args) and typing.get_origin(tp) in (typing.Union, list, tuple,
+                                                                                          dict):  # fmt: skip
+        return tp
+    return Any

