@@ -55,10 +55,10 @@ typecheck: install-test
 # mypy runs beside pytest: on a clean clone it takes a core for some 90 s, and pytest leaves one idle much of the
 # time. Its report follows pytest's; either failing fails the target.
 test: lint
-	@log=$$(mktemp); $(BIN)/mypy app engine >"$$log" 2>&1 & mypy=$$!; \
+	@log=$$(mktemp); $(BIN)/mypy app engine attention_lab >"$$log" 2>&1 & mypy=$$!; \
 	$(BIN)/pytest; tests=$$?; \
 	wait $$mypy; typed=$$?; \
-	echo "mypy app engine:"; cat "$$log"; rm -f "$$log"; \
+	echo "mypy app engine attention_lab:"; cat "$$log"; rm -f "$$log"; \
 	exit $$((tests || typed))
 
 # A long random campaign over every API operation (not part of `make test`, whose examples are derandomized so CI

@@ -22,13 +22,13 @@ from ..render.cells import SWATCHES, MatrixView, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
 from ..web.state import ViewState, parse_cell, parse_tile
 from ..web.tensors import colour_mode
-from ..web.view import HIDDEN, View
+from ..web.view import HIDDEN, StageView, View
 
 TILE = 16
 
 
 @dataclass(frozen=True)
-class LabView(View):
+class LabView(StageView):
     """One stage of one trace, as the lab shows it. Small traces carry their matrices cell by cell (`matrices`,
     `weight_matrices`, `stats`, `arithmetic`, `compare`); large ones a heat map with a window (`large`); a long
     pretrained text adds its layer pickers (`long`). Links are URLs of the same page with one thing changed."""
@@ -37,12 +37,6 @@ class LabView(View):
     kind = "lab"
 
     spec: Spec | None = field(default=None, metadata=HIDDEN)  # the template's; the JSON face has its `summary`
-    summary: dict[str, Any] | None = None
-    tokens: tuple[str, ...] = ()
-    key: str = ""
-    index: int = 0
-    head: int = 0
-    small: bool = False
     formula: str = ""  # MathML
     explain: str = ""
     notice: str = ""

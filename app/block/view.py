@@ -12,11 +12,11 @@ from engine.block import BlockSpec
 from engine.spec import Spec
 
 from ..render.cells import MatrixView
-from ..web.view import HIDDEN, View
+from ..web.view import HIDDEN, StageView
 
 
 @dataclass(frozen=True)
-class BlockView(View):
+class BlockView(StageView):
     """One stage of one transformer block, as /block shows it: the flow of its stages, the stage's formula, what it
     does and what to notice, and its matrices cell by cell (`matrices`) or, for a large block, one heat-map strip
     per tensor (`heatmaps`, with each one's `shapes` and drawn size in `boxes`). Links are URLs of the same page
@@ -27,12 +27,6 @@ class BlockView(View):
 
     spec: BlockSpec | None = field(default=None, metadata=HIDDEN)  # the form's; the JSON face has its `summary`
     attn_spec: Spec | None = field(default=None, metadata=HIDDEN)
-    summary: dict[str, Any] | None = None
-    tokens: tuple[str, ...] = ()
-    key: str = ""
-    index: int = 0
-    head: int = 0
-    small: bool = False
     in_attention: bool = False
     stage_labels: dict[str, str] | None = None  # every stage's name in the page's language
     formula: str = ""  # MathML

@@ -86,6 +86,19 @@ class View:
         return render(self)
 
 
+@dataclass(frozen=True)
+class StageView(View):
+    """A page that steps through a trace's stages (the lab, the block): the request's summary, the tokens, the
+    stage on screen (its key and 1-based index), the head, and whether its numbers are shown cell by cell."""
+
+    summary: dict[str, Any] | None = None
+    tokens: tuple[str, ...] = ()
+    key: str = ""
+    index: int = 0
+    head: int = 0
+    small: bool = False
+
+
 def all_views() -> list[type[View]]:
     """Every View class the imported pages define, by kind."""
     found: list[type[View]] = []
