@@ -33,7 +33,9 @@ def smollm2_or_skip() -> None:
         ("/", {"preset": "smollm2", "text": "The cat sat"}),
     ],
 )
-def test_healthz_answers_while_a_first_pretrained_request_loads_its_tokenizer(path: str, params: dict[str, str]) -> None:
+def test_healthz_answers_while_a_first_pretrained_request_loads_its_tokenizer(
+    path: str, params: dict[str, str]
+) -> None:
     smollm2_or_skip()
     with make_client() as client:
         model: Any = client.app.state.lab.models["smollm2"]  # type: ignore[attr-defined]
