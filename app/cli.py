@@ -310,7 +310,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         reload=args.reload,
-        http="httptools",
+        http="app.protocol:JsonHttpToolsProtocol",  # httptools, its own refusals as JSON (a URL past 64 KiB)
         loop="uvloop",
         # uvicorn believes X-Forwarded-* from 127.0.0.1 by default; here only from the proxies named.
         proxy_headers=bool(args.forwarded_allow_ips),

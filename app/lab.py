@@ -234,7 +234,12 @@ class Lab:
         watcher = None
         if receive is not None:
             watcher = asyncio.get_running_loop().create_task(_gone(receive))
-            watcher.add_done_callback(lambda t: t.cancelled() or t.exception() or watch.leave(cancel=True))
+
+            def gone(task: asyncio.Task[None]) -> None:
+                if not task.cancelled() and task.exception() is None:
+                    watch.leave(cancel=True)
+
+            watcher.add_done_callback(gone)
         try:
             yield watch
         finally:

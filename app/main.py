@@ -91,6 +91,7 @@ def _stop_on_signals(lab: Lab) -> None:
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    app.state.lab.stopping = False  # an app served again (a TestClient per test) computes again
     _stop_on_signals(app.state.lab)
     yield
     app.state.lab.stop()  # whatever still runs (past uvicorn's graceful-shutdown timeout) stops at its next step
