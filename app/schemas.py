@@ -525,6 +525,7 @@ class Problem(BaseModel):
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": Problem, "description": "Too large: the body, or the answer (select heads/stages, or use .npz)"},
+    414: {"model": Problem, "description": "The query is over the URL limit: send large inputs as a POST body"},
     422: {"model": Problem, "description": "A field is invalid; `message` and `detail[].loc` name it"},
 }
 
