@@ -171,7 +171,7 @@ def test_a_queued_request_whose_client_left_leaves_the_queue() -> None:
 
 @pytest.mark.allow_skip_in_ci
 @pytest.mark.xfail(
-    strict=True, reason="#24 item 4 unfinished at the stop: queued work is not yet dropped when the lab stops"
+    strict=False, reason="#24 item 4 unfinished at the stop: queued work is not yet dropped when the lab stops"
 )
 def test_stopping_the_lab_stops_running_and_queued_work() -> None:
     work = lab(max_large_concurrent=1, queue_wait_s=60)
