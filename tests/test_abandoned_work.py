@@ -169,10 +169,6 @@ def test_a_queued_request_whose_client_left_leaves_the_queue() -> None:
     assert waited < 2 and waiting == 0  # dropped from the queue, not left waiting for its 60 s
 
 
-@pytest.mark.allow_skip_in_ci
-@pytest.mark.xfail(
-    strict=False, reason="#24 item 4 unfinished at the stop: queued work is not yet dropped when the lab stops"
-)
 def test_stopping_the_lab_stops_running_and_queued_work() -> None:
     work = lab(max_large_concurrent=1, queue_wait_s=60)
     running, queued = Slow(), Slow()
@@ -273,7 +269,8 @@ def test_sigterm_with_a_backlog_of_heavy_work_exits_within_ten_seconds() -> None
     try:
         wait_until(lambda: proc.poll() is None and _healthy(base), 90)
         asked = [model_view(base, i) for i in range(4)]  # one runs, three wait; their clients stay connected
-        wait_until(lambda: (p := progress(base, asked[0][1])) is not None and p[0] >= 1, 180)
+        keys = [key for _, key in asked]
+        wait_until(lambda: any((p := progress(base, k)) is not None and p[0] >= 1 for k in keys), 180)  # one runs
         proc.send_signal(signal.SIGTERM)
         stopped_in = wait_until(lambda: proc.poll() is not None, 10)  # uvicorn alone waited for the whole backlog
         assert stopped_in < 10
