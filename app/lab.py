@@ -278,9 +278,11 @@ class Lab:
         self.large_waiting += 1
         deadline = time.monotonic() + self.settings.queue_wait_s
         try:  # wait for a slot on the event loop (no thread held; works under any loop the app is served by)
-            while self.large_running >= self.settings.max_large_concurrent:
+            while True:  # checked before the slot is taken too: a slot freed by stopping work is not taken
                 if self.stopping or (watch is not None and watch.left):
                     raise Cancelled(self.stopping)
+                if self.large_running < self.settings.max_large_concurrent:
+                    break
                 if time.monotonic() >= deadline:  # a wait has a deadline: the client hears 503, not silence
                     raise Busy(cost, self.budget.limit, retry)
                 await anyio.sleep(0.02)
@@ -323,7 +325,13 @@ class Lab:
             cached = ck in self.cache
             async with self.watching(ck) as watch:
                 with self.tracking(progress) as update:
-                    work = functools.partial(fn, self.checked(watch, update))
+                    report = self.checked(watch, update)
+
+                    def work(report: Progress = report, interest: Interest = watch.interest) -> T:
+                        if self.stopping or interest.cancelled:  # gone by the time a thread took it: not begun
+                            raise Cancelled(self.stopping)
+                        return fn(report)
+
                     try:
                         return await self.offload(0 if cached else cost, self.run, kind, key, cost, work,
                                                   heavy=heavy and not cached, watch=watch)  # fmt: skip
