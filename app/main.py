@@ -29,6 +29,7 @@ from .demos import api as demos_api
 from .demos import page as demos_page
 from .generate import api as generate_api
 from .generate import page as generate_page
+from .predict import api as predict_api
 from .lab import Lab, WatchClient
 from .lessons import page as lessons_page
 from .limits import BodyLimit, QueryLimit, SecurityHeaders, SendTimeout
@@ -152,6 +153,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         model_api.router,
         models_api.router,
         generate_api.router,
+        predict_api.router,
         rooms_api.router,
         health.router,
         metrics_router,
@@ -200,5 +202,6 @@ def openapi_with_views(app: FastAPI) -> dict[str, Any]:
         for cls in all_views():
             views.setdefault(cls.__name__, view_schema(cls))
         body_limit(schema, app.state.settings.body_limit_mb)
+        rooms_api.view_limits(schema, app.state.settings)
         return schema
     return app.openapi_schema

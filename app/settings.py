@@ -36,6 +36,8 @@ class Settings(LimitSettings):
     max_decode_tokens: int = Field(256, ge=1)  # /api/v1/decode answers one row per step
     max_model_view_tokens: int = Field(64, ge=1)  # /api/v1/model_view traces every layer
     max_new_tokens: int = Field(64, ge=1)  # /api/v1/generate: tokens generated per request
+    max_predict_tokens: int = Field(1024, ge=1)  # /api/v1/predict and /api/v1/logit_lens: input tokens
+    max_rank_tokens: int = Field(256, ge=1)  # /api/v1/head_ranking: one forward pass per head, up to the position
     memory_budget_mb: float = Field(2048, gt=0)  # all computations in flight together, estimated before computing
     compute_wait_s: float = Field(10, ge=0)  # how long a request waits for budget before a 503
     large_request_mb: float = Field(64, ge=0)  # estimated bytes above which a request is "large" work

@@ -66,6 +66,7 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000")) if FUZZ else 40
 # Random room codes would spend the per-address budget for unknown codes at once (then every room operation is a
 # 429): lift it, so the fuzzer reaches the rooms' own validation.
 APP = create_app(Settings(device="cpu", max_tokens=48, max_d_model=256, max_heads=16, memory_budget_mb=64,
+                          max_predict_tokens=6, max_rank_tokens=2,
                           room_unknown_codes_per_minute=10**9))  # fmt: skip
 # A room's event stream never ends by itself: tests/test_rooms.py reads it with real streaming clients instead.
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP).exclude(path_regex=r"/events$")

@@ -14,13 +14,9 @@ from engine.spec import Limits, Spec, make_spec
 
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView
+from ..render.predicted import generators, top_labels
 from ..schemas import OUTPUT, FieldError
 from ..web.view import View
-
-
-def generators(models: Mapping[str, Any]) -> list[str]:
-    """The causal language models the lab can decode with: every loaded decoder."""
-    return [name for name, m in models.items() if getattr(m, "generates", False)]
 
 
 @dataclass(frozen=True)
@@ -111,21 +107,6 @@ async def run(lab: Any, spec: Spec, req: GenerateRequest, layer: int, key: str |
         (spec.preset, spec.token_ids, req.max_new_tokens, layer), cost(spec, req.max_new_tokens, info), key
     )
     return result
-
-
-TAIL = 4  # context tokens a candidate is read after: a UTF-8 character has at most 4 bytes, a piece at least 1
-
-
-def top_labels(
-    model: Any, ids: list[int], labels: list[str], context: int, top_ids: tuple[int, ...] | list[int]
-) -> list[str]:
-    """The candidates of the step predicted from `ids[:context]`, labelled as the text labels its pieces: the token
-    that was chosen exactly as the text shows it (猫₁ when the next piece finishes 猫); any other as if it came next,
-    after the context's last pieces (猫₂ when it finishes a character the context began; bytes that begin a
-    character it does not finish as ⟨e7⟩). Never U+FFFD, which `decode` gives for a piece of a character."""
-    chosen = ids[context] if context < len(ids) else None
-    tail = list(ids[max(0, context - TAIL) : context])
-    return [labels[context] if t == chosen else model.labels([*tail, t])[-1] for t in top_ids]
 
 
 def document(model: Any, spec: Spec, g: Generation, decimals: int | None) -> dict[str, Any]:

@@ -49,6 +49,7 @@ class Arch:
     embed_scale: float = 1.0  # Gemma scales its token embeddings by √d_model
     scale_attn: bool = True  # GPT-2's scale_attn_weights
     eos: tuple[int, ...] = ()
+    bos: int | None = None  # the token a training sequence begins with, when the model defines one
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -131,6 +132,11 @@ class Fields:
         return value
 
 
+def _bos(value: Any) -> int | None:
+    ids = _eos(value)
+    return ids[0] if ids else None
+
+
 def _eos(value: Any) -> tuple[int, ...]:
     if isinstance(value, int) and not isinstance(value, bool):
         return (value,)
@@ -196,6 +202,7 @@ def _gpt2(f: Fields) -> Arch:
         f.int("n_positions", f.raw("n_ctx", 1024)), f.float("layer_norm_epsilon", 1e-5), "layernorm", "gelu",
         "exact" if act == "gelu" else "tanh", "pre", "learned", tied=bool(f.raw("tie_word_embeddings", True)),
         scale_attn=bool(f.raw("scale_attn_weights", True)), eos=_eos(f.raw("eos_token_id")),
+        bos=_bos(f.raw("bos_token_id")),
     )  # fmt: skip
 
 
@@ -247,7 +254,7 @@ def _llama(f: Fields, kind: str) -> Arch:
         f.float("rms_norm_eps", 1e-6), "rmsnorm", ffn, gelu, "pre", "rope", rope_base=base, rope_scaling=scaling,
         window=window if window < n_ctx else 0, tied=bool(f.raw("tie_word_embeddings", kind == "gemma")),
         norm_offset=1.0 if kind == "gemma" else 0.0, embed_scale=math.sqrt(d) if kind == "gemma" else 1.0,
-        eos=_eos(f.raw("eos_token_id")),
+        eos=_eos(f.raw("eos_token_id")), bos=_bos(f.raw("bos_token_id")),
     )  # fmt: skip
 
 

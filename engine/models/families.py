@@ -198,6 +198,14 @@ class Model:
             return () if eos is None else (int(eos),)
         return self.arch.eos
 
+    @property
+    def bos_id(self) -> int | None:
+        """The token a training sequence begins with (config's bos_token_id, a GGUF's tokenizer.ggml.bos_token_id)."""
+        if isinstance(self.store, GGUF):
+            bos = self.store.field("tokenizer.ggml.bos_token_id")
+            return None if bos is None else int(bos)
+        return self.arch.bos
+
     # -- the forward pass, written once ---------------------------------------------------------------------
     @property
     def decoder(self) -> bool:

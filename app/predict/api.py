@@ -1,0 +1,63 @@
+"""GET/POST /api/v1/predict, /api/v1/logit_lens and /api/v1/head_ranking: what a decoder predicts at every position
+of a text (teacher forcing), under interventions, layer by layer, and which heads a prediction depends on."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from ..lab import Lab, request_key
+from ..render.payload import json_response
+from ..schemas import ERRORS
+from ..web.answer import twins
+from .view import (
+    LensRequest,
+    PredictRequest,
+    RankRequest,
+    lens_document,
+    lens_of,
+    predict_document,
+    predict_of,
+    ranking_document,  # fmt: skip
+    ranking_of,
+)
+
+router = APIRouter(prefix="/api/v1", tags=["prediction"], responses=ERRORS)
+
+
+def _key(request: Request) -> str | None:
+    return request_key(request) if request.method == "GET" else None
+
+
+async def predict(request: Request, req: PredictRequest, lab: Lab) -> Response:
+    """Teacher forcing: the text as a training sequence ([BOS] text [EOS], as the model defines them), inputs over
+    targets shifted by one; one forward pass predicts every position. positions[i]: input, target, p_target, loss
+    (−log p_target), rank (1: the target was the most likely), top (the most likely tokens), scored (i ≥ loss_from).
+    mean_loss over the scored positions, perplexity = exp(mean_loss). With switches (ablate, mask_off_layers,
+    drop_sink_layers) or replace, each position also has before (the compared run: the text without the switches,
+    or the unreplaced text under the same switches), kl (KL(before ‖ this run) of the next-token distributions) and
+    max_abs_diff (max |Δ log p| over the vocabulary): with the causal mask, replacing token i changes no position
+    before i (≤ 1e-5)."""
+    t, iv, pred = await predict_of(req, lab, _key(request))
+    return json_response(predict_document(t, iv, pred))
+
+
+async def logit_lens(request: Request, req: LensRequest, lab: Lab) -> Response:
+    """The logit lens: after each layer, the residual stream through the model's final norm and unembedding.
+    layers[l][i]: top (the most likely tokens read from layer l at position i) and p_final (the probability there of
+    the model's final prediction, final[i]); the last entry of layers is the model's output. first_top1[i]: the
+    first layer from which final[i] stays the most likely token."""
+    t, iv, lens = await lens_of(req, lab, _key(request))
+    return json_response(lens_document(t, iv, lens))
+
+
+async def head_ranking(request: Request, req: RankRequest, lab: Lab) -> Response:
+    """Every head knocked out in turn (one forward pass each, from its layer up), ranked by how much the loss of
+    one prediction (target_id at position) rises: heads[k] = layer, head, loss, delta (loss − the plain loss).
+    Progress under /api/v1/progress for a GET."""
+    t, ranking = await ranking_of(req, lab, _key(request))
+    return json_response(ranking_document(t, ranking, req.ablate_mode))
+
+
+twins(router, "/predict", PredictRequest, predict, "predict")
+twins(router, "/logit_lens", LensRequest, logit_lens, "logit_lens")
+twins(router, "/head_ranking", RankRequest, head_ranking, "head_ranking")

@@ -1,0 +1,350 @@
+"""The prediction views' requests, their computation through the lab's compute service, and their JSON documents:
+teacher forcing with interventions (/api/v1/predict), the logit lens (/api/v1/logit_lens) and a ranking of the heads
+by their effect on one prediction (/api/v1/head_ranking). The engine is engine/predict.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from engine import predict as P
+from engine.spec import Spec, make_spec
+
+from ..render.predicted import generators, top_labels
+from ..schemas import FieldError, lab_field
+
+PRESET = Field("smollm2", max_length=64, description="A causal language model this server loaded (smollm2, "
+               "checkpoint, or one given with --model).")  # fmt: skip
+TEXT = Field(None, max_length=65_536, description="The text, for the model's own tokenizer.")
+IDS = Field(None, max_length=4096, description="The text as token ids instead.")
+BOS = Field(True, description="Begin the training sequence with the model's BOS token (when it defines one).")
+EOS = Field(True, description="End it with the model's EOS token (when it defines one): the last target.")
+LAYERS = 'A list of layers (0 is the first), or "all".'
+
+
+def _layers(value: Any) -> Any:
+    """A query's `mask_off_layers=all` or `=0,3` (text items) as the JSON a POST carries; anything else that is not
+    a list of integers or "all" is refused in one sentence (not pydantic's two, one per branch of the union)."""
+    if isinstance(value, list):
+        if value == ["all"]:
+            return "all"
+        value = [int(v) if isinstance(v, str) and v.isascii() and v.lstrip("-").isdigit() else v for v in value]
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return value
+    elif value is None or value == "all":
+        return value
+    raise ValueError('a list of layers (integers, 0 is the first) or "all"')
+
+
+class Switches(BaseModel):
+    """The interventions every prediction view takes."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ablate: list[list[int]] | None = Field(
+        None, max_length=4096, description="Heads to knock out, as [layer, head] pairs: their output is replaced "
+        "before W_O (see ablate_mode).", json_schema_extra=lab_field(kind="json"))  # fmt: skip
+    ablate_mode: Literal["zero", "mean"] = Field(
+        "zero", description="zero: the head's output becomes 0; mean: at position t, the head's mean output over "
+        "positions 0…t (no future token leaks in).")  # fmt: skip
+    mask_off_layers: list[int] | Literal["all"] | None = Field(
+        None, description="Layers whose causal mask is removed (every query reads every key). " + LAYERS,
+        json_schema_extra=lab_field(kind="list"))  # fmt: skip
+    drop_sink_layers: list[int] | Literal["all"] | None = Field(
+        None, description="Layers where no query but the first reads position 0 (the attention sink). " + LAYERS,
+        json_schema_extra=lab_field(kind="list"))  # fmt: skip
+
+    _lists = field_validator("mask_off_layers", "drop_sink_layers", mode="before")(_layers)
+
+
+class Replace(BaseModel):
+    """One input token replaced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    position: int = Field(ge=0, le=1_000_000, description="The input position (0 is the first).")
+    token_id: int = Field(ge=0, le=10_000_000, description="The token id put there.")
+
+
+class PredictRequest(Switches):
+    """A text, teacher-forced through a decoder, with interventions and a loss mask."""
+
+    preset: str = PRESET
+    text: str | None = TEXT
+    token_ids: list[int] | None = IDS
+    bos: bool = BOS
+    eos: bool = EOS
+    loss_from: int = Field(0, ge=0, le=1_000_000, description="The first scored position: positions before it "
+                           "count in no loss (a loss mask, as SFT scores only the answer); attention is unchanged.")  # fmt: skip
+    replace: Replace | None = Field(None, description="Put token_id at input position `position` (the leakage "
+                                    "proof): the run is compared with the unreplaced text under the same switches.",
+                                    json_schema_extra=lab_field(kind="json"))  # fmt: skip
+    top: int = Field(5, ge=1, le=20, description="Most likely tokens listed per position.")
+
+
+class LensRequest(Switches):
+    """A text through a decoder, each layer's residual stream read through the final norm and the unembedding."""
+
+    preset: str = PRESET
+    text: str | None = TEXT
+    token_ids: list[int] | None = IDS
+    bos: bool = BOS
+    top: int = Field(3, ge=1, le=10, description="Most likely tokens listed per layer and position.")
+
+
+class RankRequest(BaseModel):
+    """One prediction, and every head ranked by how much knocking it out changes it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    preset: str = PRESET
+    text: str | None = TEXT
+    token_ids: list[int] | None = IDS
+    bos: bool = BOS
+    position: int | None = Field(None, ge=0, le=1_000_000, description="The input position whose prediction is "
+                                 "scored (default: the last with a target in the text).")  # fmt: skip
+    target_id: int | None = Field(None, ge=0, le=10_000_000, description="The token scored (default: the text's "
+                                  "next token).")  # fmt: skip
+    ablate_mode: Literal["zero", "mean"] = Field("zero", description="How each head is knocked out.")
+
+
+@dataclass(frozen=True)
+class Text:
+    """A request's model and training sequence: inputs = seq[:-1], targets = seq[1:]."""
+
+    spec: Spec
+    model: Any
+    seq: tuple[int, ...]
+    labels: tuple[str, ...]  # of seq
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return self.seq[:-1]
+
+
+def text_of(req: Any, lab: Any, max_tokens: int, eos: bool) -> Text:
+    """The request's text as a training sequence, checked: a decoder this server loaded, at least two tokens, at most
+    `max_tokens` inputs and the model's context length."""
+    models: Mapping[str, Any] = lab.models
+    if req.preset not in models or not getattr(models[req.preset], "generates", False):
+        names = ", ".join(generators(models)) or "none on this server"
+        raise FieldError("preset", f"predictions need a causal language model: {names}")
+    if req.text is None and req.token_ids is None:
+        raise FieldError("text", "give the text as text or token_ids")
+    field = "token_ids" if req.token_ids is not None else "text"
+    spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=models,
+                     device=lab.device, limits=lab.long_limits)  # fmt: skip
+    model = models[req.preset]
+    seq = P.sequence(model, spec.token_ids, req.bos, eos)
+    if len(seq) < 2:
+        raise FieldError(field, "give at least two tokens (one input and its target), or keep bos/eos on")
+    room = min(max_tokens, model.info.n_ctx)
+    if len(seq) - 1 > room:
+        raise FieldError(field, f"at most {room} input tokens here, got {len(seq) - 1}")
+    return Text(spec, model, tuple(seq), tuple(model.labels(list(seq))))
+
+
+def layers_of(value: list[int] | str | None, n_layer: int) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):  # "all" (the model refuses any other text)
+        return tuple(range(n_layer))
+    return tuple(sorted(set(value)))
+
+
+def intervention(req: Switches, model: Any) -> P.Intervention:
+    """The request's switches, checked against the model's layers and heads (422 naming the field)."""
+    for pair in req.ablate or []:
+        if len(pair) != 2:
+            raise FieldError("ablate", f"each entry is a [layer, head] pair, not {pair}")
+    a = model.arch
+    iv = P.Intervention(
+        ablate=tuple(sorted({(p[0], p[1]) for p in req.ablate or []})), mean=req.ablate_mode == "mean",
+        mask_off=layers_of(req.mask_off_layers, a.n_layer), drop_sink=layers_of(req.drop_sink_layers, a.n_layer),
+    )  # fmt: skip
+    try:
+        iv.check(a.n_layer, a.n_heads)
+    except ValueError as e:
+        name, _, message = str(e).partition(": ")
+        raise FieldError(name, message) from None
+    return iv
+
+
+def forward_cost(model: Any, n: int, passes: int = 2) -> int:
+    """Estimated bytes of teacher-forced passes: (N, vocab) log-probabilities, a layer's activations, the weights."""
+    a = model.arch
+    return passes * 3 * n * a.vocab * 4 + 6 * n * max(a.d_ff, a.d_model) * 4 + a.n_heads * n * min(n, 256) * 4
+
+
+# -- /api/v1/predict -----------------------------------------------------------------------------------------------
+
+
+async def predict_of(req: PredictRequest, lab: Any, key: str | None) -> tuple[Text, P.Intervention, P.Prediction]:
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, req.eos)
+    iv = intervention(req, t.model)
+    n = len(t.inputs)
+    replace = None
+    if req.replace is not None:
+        if req.replace.position >= n:
+            raise FieldError("replace", f"position: the inputs have positions 0..{n - 1}, not {req.replace.position}")
+        if req.replace.token_id >= t.model.arch.vocab:
+            raise FieldError("replace", f"token_id: {t.model.name}'s vocabulary has ids 0..{t.model.arch.vocab - 1}")
+        replace = (req.replace.position, req.replace.token_id)
+    if req.loss_from >= n:
+        raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
+    compute_key = (req.preset, t.seq, iv, req.loss_from, replace, req.top)
+
+    def work(progress: Any) -> P.Prediction:
+        return P.predict(t.model, t.seq, iv, req.loss_from, replace, req.top, progress)
+
+    pred, _ = await lab.compute("predict", compute_key, forward_cost(t.model, n), work, heavy=True, progress=key)
+    return t, iv, pred
+
+
+def labelled_top(model: Any, ids: list[int], labels: list[str], i: int, s: P.Scored) -> list[dict[str, Any]]:
+    """The most likely tokens at input position i, labelled as the text labels its pieces."""
+    names = top_labels(model, ids, labels, i + 1, s.top_ids)
+    return [{"token": name, "token_id": t, "p": p} for name, t, p in zip(names, s.top_ids, s.top_probs, strict=True)]
+
+
+def switches_json(iv: P.Intervention) -> dict[str, Any]:
+    return {"ablate": [list(p) for p in iv.ablate], "ablate_mode": "mean" if iv.mean else "zero",
+            "mask_off_layers": list(iv.mask_off), "drop_sink_layers": list(iv.drop_sink)}  # fmt: skip
+
+
+def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> dict[str, Any]:
+    run, before = pred.run, pred.before
+    ids = [*run.inputs, t.seq[-1]]
+    labels = list(t.labels)
+    if pred.replaced is not None:
+        labels = t.model.labels(ids)
+    base_ids, base_labels = list(t.seq), list(t.labels)
+    replaced = None
+    if pred.replaced is not None:
+        replaced = {"position": pred.replaced[0], "token_id": pred.replaced[1], "token": labels[pred.replaced[0]]}
+    positions = []
+    for i, s in enumerate(run.positions):
+        row: dict[str, Any] = {
+            "position": i, "input": labels[i], "input_id": run.inputs[i], "target": labels[i + 1],
+            "target_id": run.targets[i], "scored": i >= run.loss_from, "p_target": s.p_target, "loss": s.loss,
+            "rank": s.rank, "top": labelled_top(t.model, ids, labels, i, s),
+        }  # fmt: skip
+        if before is not None:
+            b = before.positions[i]
+            row["before"] = {"p_target": b.p_target, "loss": b.loss, "rank": b.rank,
+                             "top": labelled_top(t.model, base_ids, base_labels, i, b)}  # fmt: skip
+            row["kl"] = pred.kl[i]
+            row["max_abs_diff"] = pred.max_abs_diff[i]
+        positions.append(row)
+    return {
+        "preset": t.spec.preset,
+        "tokens": labels[:-1],
+        "targets": labels[1:],
+        "token_ids": list(run.inputs),
+        "target_ids": list(run.targets),
+        "bos": t.model.bos_id if t.seq[0] == t.model.bos_id else None,
+        "loss_from": run.loss_from,
+        "positions": positions,
+        "mean_loss": run.mean_loss,
+        "perplexity": run.perplexity,
+        "switches": switches_json(iv),
+        "replace": replaced,
+        "before": None
+        if before is None
+        else {
+            "mean_loss": before.mean_loss,
+            "perplexity": before.perplexity,
+            "what": "the same switches on the unreplaced text"
+            if pred.replaced is not None
+            else "the same text without the switches",
+        },
+    }
+
+
+# -- /api/v1/logit_lens ----------------------------------------------------------------------------------------------
+
+
+async def lens_of(req: LensRequest, lab: Any, key: str | None) -> tuple[Text, P.Intervention, P.Lens]:
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, False)
+    # the lens reads the text as it is: with bos, the sequence's last token is an input too
+    iv = intervention(req, t.model)
+    inputs = t.seq
+    compute_key = (req.preset, inputs, iv, req.top)
+
+    def work(progress: Any) -> P.Lens:
+        return P.lens(t.model, inputs, iv, req.top, progress)
+
+    a = t.model.arch
+    cost = forward_cost(t.model, len(inputs), 1) + a.n_layer * len(inputs) * a.d_model * 4
+    lens, _ = await lab.compute("lens", compute_key, cost, work, heavy=True, progress=key)
+    return t, iv, lens
+
+
+def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> dict[str, Any]:
+    model, ids, labels = t.model, list(t.seq), list(t.labels)
+    top_ids, top_p, p_final = lens.top_ids.tolist(), lens.top_probs.tolist(), lens.p_final.tolist()
+
+    def name(i: int, tok: int) -> str:
+        return top_labels(model, ids, labels, i + 1, [tok])[0]
+
+    return {
+        "preset": t.spec.preset,
+        "tokens": labels,
+        "token_ids": ids,
+        "final": [name(i, tok) for i, tok in enumerate(lens.final_ids)],
+        "final_ids": list(lens.final_ids),
+        "first_top1": list(lens.first_top1),
+        "switches": switches_json(iv),
+        "layers": [
+            [
+                {
+                    "top": [{"token": name(i, tok), "token_id": tok, "p": p} for tok, p in zip(ti, tp, strict=True)],
+                    "p_final": pf,
+                }
+                for i, (ti, tp, pf) in enumerate(zip(top_ids[li], top_p[li], p_final[li], strict=True))
+            ]
+            for li in range(len(top_ids))
+        ],
+    }
+
+
+# -- /api/v1/head_ranking ----------------------------------------------------------------------------------------
+
+
+async def ranking_of(req: RankRequest, lab: Any, key: str | None) -> tuple[Text, P.Ranking]:
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_rank_tokens, False)
+    n = len(t.seq)
+    position = n - 2 if req.position is None else req.position
+    limit = n - 1 if req.target_id is not None else n - 2
+    if position > limit:
+        raise FieldError("position", f"positions 0..{limit} have {'a place' if req.target_id else 'a next token'} "
+                         f"in this text, not {position}")  # fmt: skip
+    target = t.seq[position + 1] if req.target_id is None else req.target_id
+    if target >= t.model.arch.vocab:
+        raise FieldError("target_id", f"{t.model.name}'s vocabulary has ids 0..{t.model.arch.vocab - 1}")
+    compute_key = (req.preset, t.seq[: position + 1], position, target, req.ablate_mode)
+    a = t.model.arch
+
+    def work(progress: Any) -> P.Ranking:
+        return P.rank_heads(t.model, t.seq, position, target, req.ablate_mode == "mean", progress=progress)
+
+    cost = forward_cost(t.model, position + 1, 1) + a.n_layer * (position + 1) * a.d_model * 4
+    ranking, _ = await lab.compute("rank", compute_key, cost, work, heavy=True, progress=key)
+    return t, ranking
+
+
+def ranking_document(t: Text, r: P.Ranking, mode: str) -> dict[str, Any]:
+    ids, labels = list(t.seq), list(t.labels)
+    return {
+        "preset": t.spec.preset,
+        "tokens": labels[: r.position + 1],
+        "position": r.position,
+        "target": top_labels(t.model, ids, labels, r.position + 1, [r.target])[0],
+        "target_id": r.target,
+        "ablate_mode": mode,
+        "loss": r.loss,
+        "heads": [{"layer": i, "head": h, "loss": loss, "delta": loss - r.loss} for i, h, loss in r.heads],
+    }
