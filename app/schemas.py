@@ -371,7 +371,7 @@ class DecodeRequest(AttentionRequest):
     stages: None = Field(None, description="Not used: a decode answer has its own shape.", json_schema_extra=OUTPUT)
 
     def to_decode_spec(self, limits: Limits, device: str, max_tokens: int) -> tuple[Spec, int]:
-        """`make_decode_spec` checks the decode's rules (causal, self-attention, its length, the prefill)."""
+        """`make_decode_spec` checks the decode's rules (causal or none, self-attention, its length, the prefill)."""
         if self.heads is not None:
             raise FieldError("heads", "a decode answer holds every head; leave heads out")
         return make_decode_spec(**self.engine_fields(), max_tokens=max_tokens, device=device, limits=limits)

@@ -3,6 +3,12 @@
 Each step projects only the new token, appends its k and v to the cache, and attends with a single query row. The
 steps are computed incrementally here, independently of the full trace, and every step's output is compared with
 the same row of a full causal recomputation: the cache changes the cost, never the numbers.
+
+The cache is exact because history does not change: under the causal mask a new token changes no earlier row's
+output. Each step measures that (`earlier_change`: how much the earlier rows' outputs move when the token arrives,
+0 exactly when causal). With `mask="none"` (a bidirectional encoder) every arrival moves the earlier rows, and the
+full computation's row reads tokens that a step-by-step decoder has not seen yet: both differences come out large,
+which is why an encoder cannot reuse a cache as it grows.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ class DecodeStep:
     heads: torch.Tensor  # (H, d_k)
     output: torch.Tensor  # (d,) after W_O
     max_abs_diff_vs_full: float  # against row `position` of the full recomputation
+    earlier_change: float  # max |Δ| of rows 0 … position − 1's outputs (after W_O) when this token arrives
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,8 @@ class DecodeTrace:
 
 @torch.inference_mode()
 def decode(spec: Spec, prefill: int) -> DecodeTrace:
-    """Prefill `prefill` tokens, then decode the rest one by one (spec.mask must be causal)."""
+    """Prefill `prefill` tokens, then decode the rest one by one (spec.mask causal, or none to show why a
+    bidirectional model cannot decode through a cache)."""
     device, dtype = torch.device(spec.device), torch_dtype(spec.dtype)
     x, w = sources.load(spec, device, dtype)
     full = attention.run(spec, x, w)
@@ -76,8 +84,18 @@ def decode(spec: Spec, prefill: int) -> DecodeTrace:
             k = positions.rotate(k, pos, spec.rope_base, spec.rope_pairing)
         return q, k, v
 
-    _, k_cache, v_cache = project(x[:prefill], 0)  # prefill: one pass over the prompt fills the cache
+    q_rows, k_cache, v_cache = project(x[:prefill], 0)  # prefill: one pass over the prompt fills the cache
     k0, v0 = k_cache, v_cache
+    causal = spec.mask != "none"
+    # The earlier rows as they stand (their log-sum-exp and head outputs over the keys so far), to measure how much
+    # each arrival moves them: a new key t changes row j by a_jt · (v_t − out_j), where a_jt is the weight row j now
+    # gives it (0 under the causal mask: row j never reads a later key).
+    s0 = q_rows @ attention.per_head(k_cache, h).transpose(-2, -1) / s  # (H, prefill, prefill)
+    if causal:
+        s0 = s0.masked_fill(torch.ones_like(s0[0], dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(s0, dim=-1)  # (H, rows)
+    rows_out = torch.softmax(s0, dim=-1) @ attention.per_head(v_cache, h)  # (H, rows, d_k)
+    w_o = w.w_o
     steps = []
     for t in range(prefill, spec.n_tokens):
         q, k, v = project(x[t : t + 1], t)
@@ -86,8 +104,18 @@ def decode(spec: Spec, prefill: int) -> DecodeTrace:
         keys = attention.per_head(k_cache, h)  # (H, t+1, d_k)
         scores = (q @ keys.transpose(-2, -1))[:, 0] / s  # (H, t+1): no mask needed, the future is not there
         a = torch.softmax(scores, dim=-1)
-        heads = (a[:, None, :] @ attention.per_head(v_cache, h))[:, 0]  # (H, d_k)
+        values = attention.per_head(v_cache, h)
+        heads = (a[:, None, :] @ values)[:, 0]  # (H, d_k)
         out = attention.linear(heads.reshape(1, h * dk), w.w_o, w.b_o)[0]
         diff = float((out - full.weighted_sum.output[t]).abs().max())
-        steps.append(DecodeStep(t, q[:, 0], k[:, 0], v[:, 0], k_cache, v_cache, scores, a, heads, out, diff))
+        new = (q_rows @ keys[:, t : t + 1].transpose(-2, -1))[..., 0] / s  # (H, t): earlier rows on the new key
+        if causal:
+            new = torch.full_like(new, float("-inf"))
+        lse_new = torch.logaddexp(lse, new)
+        delta = torch.exp(new - lse_new)[..., None] * (values[:, t : t + 1] - rows_out)  # (H, t, d_k)
+        moved = float((delta.transpose(0, 1).reshape(t, h * dk) @ w_o).abs().max()) if t else 0.0
+        rows_out = torch.cat([rows_out + delta, heads[:, None]], dim=1)
+        lse = torch.cat([lse_new, torch.logsumexp(scores, dim=-1)[:, None]], dim=1)
+        q_rows = torch.cat([q_rows, q], dim=1)
+        steps.append(DecodeStep(t, q[:, 0], k[:, 0], v[:, 0], k_cache, v_cache, scores, a, heads, out, diff, moved))
     return DecodeTrace(spec, prefill, k0, v0, tuple(steps), full)

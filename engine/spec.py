@@ -609,11 +609,11 @@ def make_spec(
 def make_decode_spec(
     prefill: int = 1, *, max_tokens: int | None = None, mask: str | None = None, **fields: Any
 ) -> tuple[Spec, int]:
-    """A decode's Spec and prefill: `make_spec`'s rules, then a KV cache's own. Decoding is causal
-    self-attention, at most `max_tokens` tokens step by step, and the first `prefill` (1..N) are processed at
-    once. Raises `SpecError` naming the field at fault."""
-    if mask not in (None, "causal"):
-        raise SpecError("mask", "decoding with a KV cache is causal: leave mask out or set it to causal")
+    """A decode's Spec and prefill: `make_spec`'s rules, then a KV cache's own. Decoding is self-attention,
+    causal (or `none`, to show why a bidirectional model cannot reuse its cache), at most `max_tokens` tokens step
+    by step, and the first `prefill` (1..N) are processed at once. Raises `SpecError` naming the field at fault."""
+    if mask not in (None, "causal", "none"):
+        raise SpecError("mask", "decoding with a KV cache is causal (or none, to see why it must be): causal or none")
     spec = make_spec(mask=mask, **fields)
     if spec.kv_tokens:
         raise SpecError("kv_tokens", "the KV cache here is a decoder's self-attention cache")
@@ -621,7 +621,7 @@ def make_decode_spec(
         raise SpecError("tokens", f"decoding step by step is offered up to {max_tokens} tokens")
     if not 1 <= prefill <= spec.n_tokens:
         raise SpecError("prefill", f"must be between 1 and the {spec.n_tokens} tokens")
-    return replace(spec, mask="causal"), prefill
+    return replace(spec, mask=mask or "causal"), prefill
 
 
 __all__ = [

@@ -59,7 +59,7 @@ def test_cache_bytes_per_token_shrink_with_gqa(client):
 @pytest.mark.parametrize(
     ("params", "field"),
     [
-        ({"mask": "none"}, "mask"),
+        ({"mask": "padding"}, "mask"),
         ({"prefill": 0}, "prefill"),
         ({"prefill": 6}, "prefill"),
         ({"kv_tokens": "a b"}, "kv_tokens"),
@@ -68,3 +68,27 @@ def test_cache_bytes_per_token_shrink_with_gqa(client):
 def test_decode_errors_name_the_field(client, params, field):
     r = client.get("/api/v1/decode", params=params)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][1] == field
+
+
+def test_history_does_not_change_under_the_causal_mask_and_does_without_it(client):
+    """The chapter's claim: the KV cache works because a new token changes no earlier row (causal: earlier_change is
+    0 exactly, every step equals the full row); without the mask (a bidirectional encoder) each arrival moves the
+    earlier rows, by as much as a full recomputation over the longer text says, and the full row reads the future."""
+    import torch
+
+    from engine import attention, make_spec, sources
+
+    tokens = ["猫", "坐", "在", "垫子", "上"]
+    causal = client.get("/api/v1/decode", params={"tokens": " ".join(tokens)}).json()
+    assert causal["mask"] == "causal" and causal["checks"]["earlier_change"] == 0.0
+    assert causal["checks"]["max_abs_diff_vs_full"] < 1e-5
+    none = client.get("/api/v1/decode", params={"tokens": " ".join(tokens), "mask": "none"}).json()
+    assert none["mask"] == "none" and none["checks"]["max_abs_diff_vs_full"] > 0.1
+    outs = []
+    for n in range(1, len(tokens) + 1):  # the same toy tokens, recomputed whole at every length
+        spec = make_spec(tokens=" ".join(tokens[:n]), mask="none")
+        outs.append(attention.run(spec, *sources.load(spec, torch.device("cpu"), torch.float32)).weighted_sum.output)
+    for step in none["steps"]:
+        t = step["position"]
+        assert abs(step["earlier_change"] - float((outs[t][:t] - outs[t - 1][:t]).abs().max())) < 1e-5
+        assert step["earlier_change"] > 1e-2

@@ -48,10 +48,15 @@ def document(t: DecodeTrace, decimals: int | None) -> dict[str, Any]:
                 "cache_len": s.position + 1,
                 "cache_bytes": (s.position + 1) * per_token,
                 "max_abs_diff_vs_full": s.max_abs_diff_vs_full,
+                "earlier_change": s.earlier_change,
             }
             for s in t.steps
         ],
-        "checks": {"max_abs_diff_vs_full": t.max_abs_diff_vs_full},
+        "mask": t.spec.mask,
+        "checks": {
+            "max_abs_diff_vs_full": t.max_abs_diff_vs_full,
+            "earlier_change": max((s.earlier_change for s in t.steps), default=0.0),
+        },
     }
 
 
@@ -65,8 +70,10 @@ def min_numbers(spec: Spec, prefill: int) -> int:
 async def answer(request: Request, req: DecodeRequest, lab: Lab) -> Response:
     """prefill: the K and V cache after the prompt, (H_kv, prefill, d_k). Each step: the new token's q (H, d_k), the
     k and v appended to the cache (H_kv, d_k), its row of scaled scores and weights over every cached key (H,
-    t+1), the heads (H, d_k) and the output after W_O (d,), the cache length and bytes, and the largest difference
-    from the same row of a full causal recomputation."""
+    t+1), the heads (H, d_k) and the output after W_O (d,), the cache length and bytes, the largest difference
+    from the same row of a full recomputation (max_abs_diff_vs_full) and how far the earlier rows' outputs move when
+    the token arrives (earlier_change: 0 under the causal mask, so the cache stays exact; with mask=none, a
+    bidirectional encoder's, both are large: the cached rows go stale and the full row reads later tokens)."""
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
     return await answer_document(
         request, lab, 2 * lab.cost(spec), lambda: lab.decode(spec, prefill)[0], lambda t: document(t, req.decimals),
