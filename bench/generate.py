@@ -2,7 +2,8 @@
 
     python -m bench.generate [--prompt-tokens 32] [--new 32] [--repeats 3] [--json]
 
-Times prefill and decoding separately (median of the repeats, same process, same prompt) and reports tokens/s.
+Times prefill and decoding separately (median of the repeats, same process, same prompt) and reports tokens/s,
+and in the same run transformers' greedy `generate` on the same weights (float32, SDPA) with the ratio.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import torch
 
 from engine.generate import generate
 from engine.pretrained import SmolLM2
+
+from .peers import generate_rate, smollm2_reference
 
 
 def main() -> None:
@@ -46,15 +49,22 @@ def main() -> None:
         decode_rate = (len(g.steps) - 1) / max(t - p, 1e-9)
         rows[name] = {"prefill_ms": round(p * 1e3, 1), "total_ms": round(t * 1e3, 1),
                       "tokens_per_s": round(len(g.steps) / t, 1), "decode_tokens_per_s": round(decode_rate, 1)}  # fmt: skip
+    ref = smollm2_reference(model)
+    generate_rate(ref, ids, 2)  # warm
+    theirs = statistics.median(generate_rate(ref, ids, args.new) for _ in range(args.repeats))
+    ours = rows["without attention"]["tokens_per_s"]
+    peer = {"transformers_tokens_per_s": round(theirs, 1), "ratio": round(ours / theirs, 2)}
     if args.json:
         print(orjson.dumps({"prompt_tokens": len(ids), "new": args.new, "threads": torch.get_num_threads(),
-                            "rows": rows}).decode())  # fmt: skip
+                            "rows": rows, "transformers": peer}).decode())  # fmt: skip
         return
     print(f"SmolLM2-135M, {len(ids)}-token prompt, {args.new} new tokens, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, medians of {args.repeats}")  # fmt: skip
     for name, r in rows.items():
         print(f"  {name:>26}: prefill {r['prefill_ms']} ms, all {r['total_ms']} ms, {r['tokens_per_s']} tokens/s "
               f"({r['decode_tokens_per_s']} tokens/s after the prefill)")  # fmt: skip
+    print(f"  {'transformers generate':>26}: {peer['transformers_tokens_per_s']} tokens/s (same weights, float32, "
+          f"SDPA); the lab / transformers = {peer['ratio']}x")  # fmt: skip
 
 
 if __name__ == "__main__":
