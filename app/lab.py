@@ -136,6 +136,8 @@ class Lab:
         # make the computation's progress callback raise Cancelled, so abandoned work ends at its next step.
         self.interest: dict[Hashable, Interest] = {}
         self.stopping = False
+        # A stopping server's waits for budget give up at once (Cancelled), as its queued work does.
+        self.budget.cancelled = lambda: Cancelled(stopping=True) if self.stopping else None
         self._redis: Any = None  # --redis: progress entries shared by every worker
         # Models are sources: the packaged ones, --checkpoint and each --model, through one registry. A bad path
         # or file is a ModelError now, at start-up; weights load on first use, their bytes held in the budget.

@@ -2,14 +2,25 @@
 
 Several large requests at once never hold more than the budget together: a request that does not fit waits for
 others to finish, and after `wait_s` gives up with `Busy`, which the server answers with 503 and Retry-After.
+
+A wait can also give up early: `cancelled` (given to the budget, for every wait, or to one `reserve`/`hold`) is
+asked each time the wait wakes, at least every `WAKE_S`, and answers None to keep waiting or the caller's own
+exception (a stopping server's, a departed client's), which is raised instead of taking the bytes. So a server
+that stops, or a request nobody waits for any more, does not sit in the queue until `wait_s` is spent.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+# Asked by a waiting `reserve`/`hold` each time it wakes: None to keep waiting, else the exception to raise. It is
+# called with the budget's lock held: it must be quick, and must not use the budget itself.
+GiveUp = Callable[[], BaseException | None]
+
+WAKE_S = 0.1  # a wait with a `cancelled` check wakes at least this often to ask it
 
 
 class Busy(Exception):
@@ -21,40 +32,52 @@ class Busy(Exception):
 
 
 class MemoryBudget:
-    def __init__(self, limit_bytes: int, wait_s: float = 10.0) -> None:
+    def __init__(self, limit_bytes: int, wait_s: float = 10.0, cancelled: GiveUp | None = None) -> None:
         self.limit = limit_bytes
         self.wait_s = wait_s
+        self.cancelled = cancelled  # every wait's check, unless a call gives its own
         self.in_use = 0
+        self.waiting = 0  # calls waiting for room now
         self._cond = threading.Condition()
 
-    def hold(self, nbytes: int) -> None:
+    def hold(self, nbytes: int, cancelled: GiveUp | None = None) -> None:
         """Take `nbytes` for good (a model's weights once loaded): waits for room like `reserve`, never given back.
         The server adds each registered model's bytes to the limit, so the computations keep their own share."""
-        deadline = time.monotonic() + self.wait_s
-        with self._cond:
-            while self.in_use + nbytes > self.limit:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Busy(nbytes, self.limit, max(1, round(self.wait_s)))
-                self._cond.wait(left)
-            self.in_use += nbytes
+        self._take(nbytes, cancelled)
 
     @contextmanager
-    def reserve(self, nbytes: int) -> Iterator[None]:
+    def reserve(self, nbytes: int, cancelled: GiveUp | None = None) -> Iterator[None]:
         """Hold `nbytes` of the budget for the duration of the block (a request larger than the whole budget
         was already refused when it was validated, so it is clamped here rather than waiting forever)."""
         need = min(nbytes, self.limit)
-        deadline = time.monotonic() + self.wait_s
-        with self._cond:
-            while self.in_use + need > self.limit:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Busy(need, self.limit, max(1, round(self.wait_s)))
-                self._cond.wait(left)
-            self.in_use += need
+        self._take(need, cancelled)
         try:
             yield
         finally:
             with self._cond:
                 self.in_use -= need
                 self._cond.notify_all()
+
+    def _take(self, nbytes: int, cancelled: GiveUp | None) -> None:
+        """Add `nbytes` to `in_use` once they fit; past `wait_s` raise Busy, and raise `cancelled`'s exception as
+        soon as it gives one (checked before the freed room is taken too: a stopping server starts nothing)."""
+        check = cancelled or self.cancelled
+        deadline = time.monotonic() + self.wait_s
+        with self._cond:
+            if self.in_use + nbytes <= self.limit:  # room at once: no wait, nothing to give up
+                self.in_use += nbytes
+                return
+            self.waiting += 1
+            try:
+                while True:
+                    if check is not None and (error := check()) is not None:
+                        raise error
+                    if self.in_use + nbytes <= self.limit:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise Busy(nbytes, self.limit, max(1, round(self.wait_s)))
+                    self._cond.wait(left if check is None else min(left, WAKE_S))
+            finally:
+                self.waiting -= 1
+            self.in_use += nbytes

@@ -103,3 +103,113 @@ def test_a_url_too_long_to_parse_is_a_json_414_naming_the_parameter() -> None:
 
     problem = orjson.loads(body)
     assert problem["detail"][0]["loc"] == ["query", "for"] and problem["message"].startswith("for: ")
+
+
+# Room and poll bodies (issue #24, item 11): what each body's schema calls valid, the API accepts, and what it calls
+# invalid, the API refuses, for every rule a JSON Schema can state (schemathesis' positive_data_acceptance found the
+# bodies' own rules unstated: the lab pages a room may show, a query's characters and length, a poll's options by
+# kind, an answer's bounds, a lesson's slug, and whole numbers written 3.0).
+
+
+@pytest.fixture(scope="module")
+def rooms_client() -> Any:
+    from tests.conftest import make_client
+
+    return make_client(room_unknown_codes_per_minute=10**9, room_creates_per_minute=10**6)
+
+
+def schema_says(schema: dict[str, Any], component: str, instance: Any) -> bool:
+    """The schema's verdict as schemathesis reads it: patterns as ECMA-262 does (`$` is the end of the text; Python's
+    `re.search` would also let it match before a final newline), by the Rust validator schemathesis itself uses."""
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")
+    ref = {"$ref": f"#/components/schemas/{component}", "components": schema["components"]}
+    return bool(jsonschema_rs.validator_for(ref).is_valid(instance))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"page": "/block"},
+        {"page": ""},
+        {"page": "/lessons/scale"},
+        {"page": "/lessons/no-such-lesson"},
+        {"page": "/nowhere"},
+        {"query": "?stage=softmax&mask=causal"},
+        {"query": "x" * 32_760},
+        {"query": "x" * 32_761},
+        {"query": "a b"},
+        {"query": "a#b"},
+        {"query": "a\tb"},
+    ],
+)
+def test_a_room_body_is_accepted_exactly_when_its_schema_says_so(
+    schema: dict[str, Any], rooms_client: Any, body: dict[str, Any]
+) -> None:
+    r = rooms_client.post("/api/v1/rooms", json=body)
+    assert r.status_code in (201, 422), r.text
+    assert (r.status_code == 201) == schema_says(schema, "ViewIn", body), r.text[:200]
+
+
+def test_the_query_limit_stated_is_this_servers() -> None:
+    from app.rooms.service import SHOWN_WITH
+
+    small = create_app(Settings(device="cpu", max_query_kb=4)).openapi()
+    assert small["components"]["schemas"]["ViewIn"]["properties"]["query"]["maxLength"] == 4096 - len(SHOWN_WITH)
+
+
+POLLS = [
+    {"prompt": "Q", "kind": "choice", "options": ["a", "b"], "answer": "a"},
+    {"prompt": "Q", "kind": "choice", "options": ["a"]},
+    {"prompt": "Q", "kind": "choice", "options": ["a", "a"]},
+    {"prompt": "Q", "kind": "cell", "rows": 4, "cols": 4, "answer": " 3 , 0 "},
+    {"prompt": "Q", "kind": "cell", "answer": "4095,0"},
+    {"prompt": "Q", "kind": "cell", "answer": "4096,0"},
+    {"prompt": "Q", "kind": "cell", "answer": "3;0"},
+    {"prompt": "Q", "kind": "cell", "options": ["a", "b"]},
+    {"prompt": "Q", "kind": "cell", "rows": 4.0, "cols": 2},
+    {"prompt": "Q", "kind": "cell", "rows": 4.5},
+]
+
+
+@pytest.mark.parametrize("body", POLLS)
+def test_a_poll_is_accepted_exactly_when_its_schema_says_so(
+    schema: dict[str, Any], rooms_client: Any, body: dict[str, Any]
+) -> None:
+    room = rooms_client.post("/api/v1/rooms", json={}).json()
+    auth = {"Authorization": f"Bearer {room['teacher_token']}"}
+    r = rooms_client.post(f"/api/v1/rooms/{room['code']}/polls", json=body, headers=auth)
+    assert r.status_code in (201, 422), r.text
+    assert (r.status_code == 201) == schema_says(schema, "PollIn", body), r.text[:200]
+
+
+ANSWERS = [
+    {"student": "s1", "answer": 1},
+    {"student": "s1", "answer": 1.0},
+    {"student": "s1", "answer": -1},
+    {"student": "s1", "answer": ""},
+    {"student": "s1", "answer": [1, 2]},
+    {"student": "s1", "answer": [1]},
+    {"student": "s1", "answer": [1, -2]},
+    {"student": "s1", "answer": [1, 2, 3]},
+    {"student": "s1", "answer": "b", "nickname": "Ada 🐱"},
+    {"student": "s1", "answer": "b", "nickname": "Ada\n"},
+    {"student": "s1", "answer": "b", "nickname": "Ada\u200b"},
+]
+
+
+@pytest.mark.parametrize("body", ANSWERS)
+def test_an_answer_the_schema_refuses_is_refused_before_the_poll_is_looked_up(
+    schema: dict[str, Any], rooms_client: Any, body: dict[str, Any]
+) -> None:
+    """No room has this code: a schema-valid answer is a 404 (no such room), a schema-invalid one a 422 at once."""
+    r = rooms_client.post("/api/v1/rooms/ZZZZZZ/polls/0000/answers", json=body)
+    assert r.status_code == (404 if schema_says(schema, "AnswerIn", body) else 422), r.text[:200]
+
+
+def test_a_lesson_poll_names_the_lessons_and_poll_ids_are_never_lesson(schema: dict[str, Any]) -> None:
+    from app.web import lessons
+
+    lesson = schema["components"]["schemas"]["LessonPollIn"]["properties"]["lesson"]
+    assert set(lesson["enum"]) == set(lessons.BY_SLUG)
+    poll_id = query_param(schema, "/api/v1/rooms/{code}/polls/{poll_id}", "poll_id")
+    assert poll_id["schema"]["not"] == {"const": "lesson"}  # GET …/polls/lesson is the lesson poll's own route

@@ -15,12 +15,14 @@ import csv
 import io
 import logging
 import random
+import re
 import secrets
+import unicodedata
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import anyio
-from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from redis.exceptions import RedisError
@@ -28,8 +30,11 @@ from starlette.background import BackgroundTask
 
 from ..render.payload import json_response
 from ..schemas import Problem
+from ..settings import Settings
 from ..web import lessons
+from ..web.share import FOLLOWABLE
 from .service import (
+    SHOWN_WITH,
     RoomError,
     Rooms,
     check_json,
@@ -40,6 +45,7 @@ from .service import (
     client_address,
     get_rooms,
     join_url,
+    query_limit,
     store_down,
 )
 from .store import RETRY, RETRY_MS, Answer, Event, Poll, Room
@@ -92,10 +98,86 @@ RoomsDep = Annotated[Rooms, Depends(get_rooms)]
 STRICT = ConfigDict(extra="forbid", strict=True)
 
 
-class ViewIn(BaseModel):
+def _whole(value: Any) -> Any:
+    """41.0 as 41: JSON Schema's integer is any number without a fraction (schemathesis sends 41.0), and strict
+    pydantic would refuse it. Anything else (41.5, "41", true) is left for the field's own check."""
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+class Body(BaseModel):
+    """A room API body: strict JSON (no strings for numbers, no unknown fields), whole floats read as integers."""
+
     model_config = STRICT
-    query: str = Field("", max_length=65536, description="the lab's URL query, e.g. stage=softmax&mask=causal")
-    page: str = Field("/", max_length=80, description="the lab page: /, /block, /decode, /lessons/<slug>, …")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {k: [_whole(x) for x in v] if isinstance(v, list) else _whole(v) for k, v in data.items()}
+
+
+# What the schema states of each body is what the code refuses (schemathesis' positive_data_acceptance: a request
+# the schema calls valid must not be refused for a rule it does not state). The rules below are checked by the
+# models' validators or the route's own `clean_*` with their own messages; the patterns are those checks written
+# as JSON Schema. What no schema can say (a view the lab refuses, an answer that is not one of the poll's options, a
+# cell outside the poll's matrix, a step past the lesson's last) is a 422 that names it, as a d_model that n_heads
+# does not divide is for the lab's own requests.
+
+
+def _page_pattern() -> str:
+    """FOLLOWABLE, with "" (meaning "/") and each lesson's own slug (`clean_page` refuses any other)."""
+    pages = FOLLOWABLE.pattern.removeprefix("^").removesuffix("$")
+    slugs = sorted(lessons.BY_SLUG)
+    if SLUG in pages and all(re.fullmatch(SLUG, slug) for slug in slugs):
+        pages = pages.replace(SLUG, "(?:" + "|".join(slugs) + ")")
+    return "^(?:" + pages + ")?$"
+
+
+def _unprintable() -> str:
+    """A regex class of the characters `str.isprintable` refuses, as far as a JSON Schema pattern can say it
+    plainly: those assigned in the Basic Multilingual Plane (controls, format characters, separators but the
+    space, private use). Unassigned and astral ones are refused too; the field's description says so."""
+    ranges: list[tuple[int, int]] = []
+    for cp in range(0x10000):
+        c = chr(cp)
+        if c.isprintable() or unicodedata.category(c) in ("Cn", "Cs"):
+            continue
+        if ranges and ranges[-1][1] == cp - 1:
+            ranges[-1] = (ranges[-1][0], cp)
+        else:
+            ranges.append((cp, cp))
+    return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
+
+
+SLUG = "[a-z0-9-]{1,64}"  # a lesson's slug in FOLLOWABLE
+PAGE_PATTERN = _page_pattern()
+NICKNAME_PATTERN = f"^[^{_unprintable()}]*$"
+QUERY_PATTERN = r"^[^\x00-\x1f\x7f #]*$"  # service.clean_query: no control characters, spaces or '#'
+NUMBER_4095 = r"0*(?:[0-9]{1,3}|[0-3][0-9]{3}|40[0-8][0-9]|409[0-5])"  # 0..4095, as int() reads it
+CELL_PATTERN = rf"^\s*{NUMBER_4095}\s*,\s*{NUMBER_4095}\s*$"  # cell_key's "row,col" (rows, cols: at most 4096)
+MAX_CELL = 4095
+
+
+def view_limits(schema: dict[str, Any], settings: Settings) -> None:
+    """State this server's query limit (from MAX_QUERY_KB, `query_limit`) in its OpenAPI schema."""
+    max_query_bytes = query_limit(settings)
+    query = schema.get("components", {}).get("schemas", {}).get("ViewIn", {}).get("properties", {}).get("query")
+    if query is not None:
+        query["maxLength"] = min(query.get("maxLength", max_query_bytes), max_query_bytes)
+        spare = len(SHOWN_WITH)
+        query["description"] += (
+            f"; at most {max_query_bytes:,} bytes (UTF-8) on this server (MAX_QUERY_KB, less "
+            f"{spare} for the language a view is shown in)"
+        )
+
+
+class ViewIn(Body):
+    query: str = Field("", max_length=65536, description="the lab's URL query, e.g. stage=softmax&mask=causal; a "
+                       "leading '?' is dropped; the lab must accept the view (else 422)",
+                       json_schema_extra={"pattern": QUERY_PATTERN})  # fmt: skip
+    page: str = Field("/", max_length=80, description="the lab page: /, /block, /decode, /lessons/<slug>, …",
+                      json_schema_extra={"pattern": PAGE_PATTERN})  # fmt: skip
 
 
 class RoomOut(BaseModel):
@@ -120,14 +202,26 @@ class VersionOut(BaseModel):
     version: int
 
 
-class PollIn(BaseModel):
-    model_config = STRICT
+def _poll_kinds(schema: dict[str, Any]) -> None:
+    """What `PollIn._consistent` checks of each kind, as JSON Schema: a choice poll's two or more different options,
+    a cell poll's none and its key as "row,col". (A choice poll's key must also be one of its options, and a cell's
+    inside rows × cols: rules no JSON Schema states; a 422 names them.)"""
+    schema["oneOf"] = [
+        {"properties": {"kind": {"const": "choice"}, "options": {"minItems": 2, "uniqueItems": True}}},
+        {"properties": {"kind": {"const": "cell"}, "options": {"maxItems": 0},
+                        "answer": {"anyOf": [{"type": "string", "pattern": CELL_PATTERN}, {"type": "null"}]}}},
+    ]  # fmt: skip
+
+
+class PollIn(Body):
+    model_config = ConfigDict(json_schema_extra=_poll_kinds)
     prompt: str = Field(min_length=1, max_length=300)
     kind: Literal["choice", "cell"]
     options: list[Annotated[str, Field(min_length=1, max_length=80)]] = Field([], max_length=12)
     rows: int | None = Field(None, ge=1, le=4096, description="a cell poll's matrix rows (answers are checked)")
     cols: int | None = Field(None, ge=1, le=4096)
-    answer: str | None = Field(None, max_length=80, description="the key, revealed when the poll closes")
+    answer: str | None = Field(None, max_length=80, description="the key, revealed when the poll closes: one of the "
+                               "options (choice), or 'row,col' inside rows × cols (cell)")  # fmt: skip
 
     @model_validator(mode="after")
     def _consistent(self) -> PollIn:
@@ -165,18 +259,35 @@ def cell_key(raw: Any, rows: int | None, cols: int | None, field: str) -> str:
     return f"{r},{c}"
 
 
-class AnswerIn(BaseModel):
-    model_config = STRICT
+def _answer_forms(schema: dict[str, Any]) -> None:
+    """The answer's three forms with the bounds `AnswerIn._bounded` checks."""
+    schema["anyOf"] = [
+        {"type": "string", "minLength": 1, "maxLength": 80},
+        {"type": "integer", "minimum": 0},
+        {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": MAX_CELL}, "minItems": 2,
+         "maxItems": 2},
+    ]  # fmt: skip
+
+
+class AnswerIn(Body):
     student: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="a random id the student's browser keeps")
-    answer: str | int | list[int] = Field(description="an option or its index from 0 (choice), or [row, col] (cell)")
-    nickname: str | None = Field(None, max_length=32)
+    answer: str | int | list[int] = Field(description="an option or its index from 0 (choice), or [row, col] (cell)",
+                                          json_schema_extra=_answer_forms)  # fmt: skip
+    nickname: str | None = Field(None, max_length=32, description="printable characters only (no controls, format "
+                                 "characters, separators but the space, private-use or unassigned characters)",
+                                 json_schema_extra={"pattern": NICKNAME_PATTERN})  # fmt: skip
 
     @model_validator(mode="after")
     def _bounded(self) -> AnswerIn:
-        if isinstance(self.answer, str) and len(self.answer) > 80:
-            raise ValueError("answer: at most 80 characters")
-        if isinstance(self.answer, list) and len(self.answer) > 2:
-            raise ValueError("answer: a cell is [row, col]")
+        # Each of these answers would be refused by any poll (no option is empty, no index or cell negative): they
+        # are refused here, before the poll is looked up, as the schema says (`_answer_forms`).
+        if isinstance(self.answer, str) and not 1 <= len(self.answer) <= 80:
+            raise ValueError("answer: 1 to 80 characters")
+        if isinstance(self.answer, int) and self.answer < 0:
+            raise ValueError("answer: an option's index counts from 0")
+        if isinstance(self.answer, list) and (len(self.answer) != 2 or not all(0 <= x <= MAX_CELL
+                                                                                for x in self.answer)):  # fmt: skip
+            raise ValueError("answer: a cell is [row, col], two whole numbers from 0")
         if self.nickname is not None and any(not c.isprintable() for c in self.nickname):
             raise ValueError("nickname: printable characters only")
         return self
@@ -186,9 +297,12 @@ class AnswerOut(BaseModel):
     answer: str = Field(description="the answer as counted: the option's text, or 'row,col'")
 
 
-class LessonPollIn(BaseModel):
-    model_config = STRICT
-    lesson: str = Field(max_length=64, description="a lesson's slug, as in /lessons/<slug>")
+LESSON_SLUGS: list[Any] = sorted(lessons.BY_SLUG)  # prepared_poll refuses any other (422)
+
+
+class LessonPollIn(Body):
+    lesson: str = Field(max_length=64, description="a lesson's slug, as in /lessons/<slug>",
+                        json_schema_extra={"enum": LESSON_SLUGS})  # fmt: skip
     step: int = Field(ge=1, le=64, description="the step, counting from 1 as the lesson page does")
     lang: Literal["en", "zh"] = Field("en", description="the language of the question and its options")
     rows: int | None = Field(None, ge=1, le=4096, description="a cell poll's matrix rows, as the page shows it")
@@ -234,9 +348,9 @@ def refused(exc: RoomError) -> Response:
 async def create_room(request: Request, rooms: RoomsDep, body: ViewIn | None = None) -> Response:
     """Start a room on a view (default: the lab's start). The teacher token in the answer is never shown again."""
     body = body or ViewIn()
+    page = clean_page(body.page)  # a body the schema refuses is a 422 whatever this address did before
+    query = clean_query(body.query, query_limit(rooms.settings))
     rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
-    page = clean_page(body.page)
-    query = clean_query(body.query, int(rooms.settings.max_query_kb * 1024))
     await check_view(request.app, page, query)
     room, token = await rooms.create(page, query, client_address(request))
     out = {"code": room.code, "teacher_token": token, "join_url": join_url(request, room.code), "page": room.page,
@@ -257,7 +371,7 @@ async def put_state(code: str, body: ViewIn, request: Request, rooms: RoomsDep) 
     """The teacher's new view: checked by the lab (a view it would refuse is a 422), then sent to every follower."""
     room = await rooms.teacher(request, code)
     page = clean_page(body.page)
-    query = clean_query(body.query, int(rooms.settings.max_query_kb * 1024))
+    query = clean_query(body.query, query_limit(rooms.settings))
     if (page, query) == (room.page, room.query):
         return json_response({"version": room.version})  # nothing changed: no event
     await check_view(request.app, page, query)
@@ -431,8 +545,12 @@ async def lesson_poll(code: str, lesson: str, step: int, request: Request, rooms
     return json_response(prepared_poll(lesson, step, lang, None, None).model_dump())
 
 
+# GET …/polls/lesson is the lesson poll's own route (declared first): no poll is called "lesson" (ids are hex).
+NotLesson = Annotated[str, Path(description="the poll's id", json_schema_extra={"not": {"const": "lesson"}})]
+
+
 @router.get("/{code}/polls/{poll_id}", response_model=PollOut, responses=REFUSALS)
-async def poll_results(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
+async def poll_results(code: str, poll_id: NotLesson, request: Request, rooms: RoomsDep) -> Response:
     """The answers counted so far (a student's later answer replaces the earlier) and the key: to everyone once
     the poll is closed; while it is open, to the room's teacher alone (the remote shows them live), and to
     everyone else no counts at all (`counts` empty, `total` null), so that nobody can steer the vote by them."""

@@ -33,6 +33,7 @@ from .service import (
     cookie_options,
     get_rooms,
     join_url,
+    query_limit,
     store_down,
 )
 from .store import Room, normal_code
@@ -180,7 +181,7 @@ async def start(request: Request, rooms: RoomsDep) -> Response:
     current = await _own_room(request, rooms)
     # A class already runs in this browser: keep it (its students follow this view), never a second room.
     if current is not None:
-        limit = int(rooms.settings.max_query_kb * 1024)
+        limit = query_limit(rooms.settings)
         try:
             page, query = clean_page(form.get("page", "/")), clean_query(form.get("query", ""), limit)
         except RoomError:
@@ -189,7 +190,7 @@ async def start(request: Request, rooms: RoomsDep) -> Response:
     try:
         rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
         page = clean_page(form.get("page", "/"))
-        query = clean_query(form.get("query", ""), int(rooms.settings.max_query_kb * 1024))
+        query = clean_query(form.get("query", ""), query_limit(rooms.settings))
         await rooms.ready()  # rooms that are off say so before anything is rendered
         await check_view(request.app, page, query)  # a view the lab refuses is refused here too, as by the API
         room, token = await rooms.create(page, query, client_address(request))

