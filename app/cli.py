@@ -255,6 +255,10 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["ATTENTION_LAB_REDIS_URL"] = args.redis
     os.environ["ATTENTION_LAB_WORKERS"] = str(args.workers)
     os.environ["ATTENTION_LAB_BIND_HOST"] = args.host
+    # A trace keeps its N × N stages (4 × 48 MB for gpt2-small at 1,024 tokens), each a fresh allocation whose
+    # 4 KiB pages fault in one by one (tens of ms each); on transparent huge pages (PyTorch madvises every CPU
+    # tensor of 2 MiB or more when this is set before its first one) they fault 2 MiB at a time. Set to 0 to opt out.
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     if args.workers > 1 and not os.environ.get("ATTENTION_LAB_REDIS_URL"):
         print(
             f"attention-lab: rooms are off: {args.workers} workers need a shared store for live classes "

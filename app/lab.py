@@ -431,6 +431,7 @@ def fnv1a64(data: bytes) -> str:
     return f"{h:016x}"
 
 
+@functools.lru_cache(maxsize=2048)  # a class asks for the same URLs: the pure-Python hash runs once per URL
 def progress_key(path: str, query: str) -> str:
     """A request's identity for /api/v1/progress, 16 hex digits however long its URL (a long text's is 17 KB, past
     what a poll may send): FNV-1a 64 of its path, "?", and its parameters each written `quote_plus(name) + "=" +

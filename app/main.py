@@ -29,7 +29,6 @@ from .demos import api as demos_api
 from .demos import page as demos_page
 from .generate import api as generate_api
 from .generate import page as generate_page
-from .predict import api as predict_api
 from .lab import Lab, WatchClient
 from .lessons import page as lessons_page
 from .limits import BodyLimit, QueryLimit, SecurityHeaders, SendTimeout
@@ -41,6 +40,8 @@ from .models import api as models_api
 from .models import page as models_page
 from .params import api as params_api
 from .params import page as params_page
+from .predict import api as predict_api
+from .predict import page as predict_page
 from .rooms import api as rooms_api
 from .rooms import page as rooms_page
 from .rooms.service import Rooms
@@ -169,6 +170,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         model_page.router,
         models_page.router,
         generate_page.router,
+        predict_page.router,
         rooms_page.router,
     ):
         app.include_router(router)

@@ -131,9 +131,16 @@ def project(x: torch.Tensor, w: Weights, spec: Spec, source: torch.Tensor | None
     def split(t: torch.Tensor, rows: int, heads: int) -> torch.Tensor:
         return t.view(rows, heads, spec.d_k).transpose(0, 1).contiguous()  # (heads, rows, d_k)
 
-    q = split(linear(x, w.w_q, w.b_q), n, spec.n_heads)
-    k = split(linear(src, w.w_k, w.b_k), m, spec.kv_heads)
-    v = split(linear(src, w.w_v, w.b_v), m, spec.kv_heads)
+    qkv = side_by_side(w.w_q, w.w_k, w.w_v) if source is None else None
+    biases = (w.b_q, w.b_k, w.b_v)
+    b_qkv = None if w.b_q is None else side_by_side(*biases)  # type: ignore[arg-type]
+    if qkv is not None and (b_qkv is not None or w.b_q is None):  # one product for all three (seeded weights)
+        q_x, k_x, v_x = linear(x, qkv, b_qkv).split([w.w_q.shape[1], w.w_k.shape[1], w.w_v.shape[1]], dim=1)
+    else:
+        q_x, k_x, v_x = linear(x, w.w_q, w.b_q), linear(src, w.w_k, w.b_k), linear(src, w.w_v, w.b_v)
+    q = split(q_x, n, spec.n_heads)
+    k = split(k_x, m, spec.kv_heads)
+    v = split(v_x, m, spec.kv_heads)
     if spec.positions == "rope":
         pos = torch.arange(n, device=x.device)
         extra["q_rot"] = positions.rotate(q, pos, spec.rope_base, spec.rope_pairing, spec.rope_factors)
@@ -142,6 +149,22 @@ def project(x: torch.Tensor, w: Weights, spec: Spec, source: torch.Tensor | None
     if source is not None:
         extra["source"] = src
     return Projection(x=x, q=q, k=k, v=v, **extra)
+
+
+def side_by_side(*parts: torch.Tensor) -> torch.Tensor | None:
+    """The one tensor whose consecutive blocks along the last axis `parts` are, when they are exactly that (in one
+    storage, in order, laid out as one contiguous tensor): `x @ [W_Q | W_K | W_V]` is then one product instead of
+    three, the same numbers column for column. None otherwise (weights given separately)."""
+    first = parts[0]
+    shape = (*first.shape[:-1], sum(t.shape[-1] for t in parts))
+    strides = torch.empty(shape, device="meta").stride()
+    storage, offset = first.untyped_storage(), first.storage_offset()
+    for t in parts:
+        same = t.untyped_storage().data_ptr() == storage.data_ptr() and t.dtype == first.dtype
+        if not same or t.shape[:-1] != first.shape[:-1] or t.stride() != strides or t.storage_offset() != offset:
+            return None
+        offset += t.shape[-1]
+    return first.as_strided(shape, strides, first.storage_offset())
 
 
 def position_table(spec: Spec, n: int, d: int) -> torch.Tensor:
@@ -172,26 +195,50 @@ def softmax(m: Mask) -> Softmax:
 
 
 def softmax_rows(masked: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last axis, with the row maximum subtracted so exp never overflows; in the input's dtype,
-    with half precision summed in float32. Whole rows: a lazy trace's window calls it on full rows too.
+    """Softmax over the last axis, with the row maximum subtracted so exp never overflows (`torch.softmax` does so
+    in one fused pass per row); in the input's dtype, with half precision computed in float32. Whole rows: a lazy
+    trace's window calls it on full rows too.
 
-    A fully masked row has max −∞; its maximum is taken as 0 so every exp is exp(−∞) = 0, and dividing by a
-    sum of 0 is avoided: the row's weights are all zero by definition.
+    A fully masked row (every score −∞) has no defined softmax: PyTorch gives NaN there. Its weights are zero by
+    definition, so such rows are set to 0. They are found from the first column alone (a row that is NaN there
+    and −∞ everywhere in the input), so the common case costs no extra pass over the scores.
     """
     s = masked if masked.dtype == torch.float32 else masked.float()
-    row_max = s.amax(dim=-1, keepdim=True)  # (…, 1)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    e = (s - row_max).exp_()
-    total = e.sum(dim=-1, keepdim=True)
-    return e.div_(torch.where(total > 0, total, torch.ones_like(total))).to(masked.dtype)
+    w = torch.softmax(s, dim=-1)
+    if w.shape[-1]:
+        maybe = torch.isnan(w[..., 0])
+        if bool(maybe.any()):
+            empty = maybe & (s == float("-inf")).all(dim=-1)
+            w.masked_fill_(empty.unsqueeze(-1), 0.0)
+    return w.to(masked.dtype)
 
 
-def weighted_sum(a: Softmax, p: Projection, w: Weights) -> WeightedSum:
-    """Stage 5: each head's A V, the heads concatenated back to (N, d), then the output projection W_O."""
-    heads = a.weights @ per_head(p.v, p.q.shape[0])  # (H, N, d_k)
+def weighted_sum(a: Softmax, p: Projection, w: Weights, mask: torch.Tensor | None = None) -> WeightedSum:
+    """Stage 5: each head's A V, the heads concatenated back to (N, d), then the output projection W_O. Given the
+    additive mask the weights were made with, A V leaves out the keys a block of rows has all masked (`times_v`)."""
+    heads = times_v(a.weights, per_head(p.v, p.q.shape[0]), mask)  # (H, N, d_k)
     h, n, dk = heads.shape
     concat = heads.transpose(0, 1).reshape(n, h * dk)  # (N, d)
     return WeightedSum(heads=heads, concat=concat, output=linear(concat, w.w_o, w.b_o))
+
+
+AV_ROWS = 256  # query rows per block of A V when a mask lets blocks skip keys
+
+
+def times_v(weights: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """weights @ v, (H, N, N_kv) @ (H, N_kv, d_k), AV_ROWS query rows at a time when `mask` (N, N_kv, 0 or −∞) has
+    every key past a block's last row masked for all of that block's rows (causal masks, documents, windows): those
+    weights are exactly 0 (the softmax of −∞), so leaving them out drops no term of any sum, and a causal A V does
+    about half the multiplications. Without a mask, or for short sequences, one batched product."""
+    h, n, m = weights.shape
+    if mask is None or n < 2 * AV_ROWS:
+        return weights @ v
+    out = weights.new_empty(h, n, v.shape[-1])
+    for r0 in range(0, n, AV_ROWS):
+        r1 = min(n, r0 + AV_ROWS)
+        keys = r1 if r1 < m and bool(torch.isneginf(mask[r0:r1, r1:]).all()) else m
+        torch.matmul(weights[:, r0:r1, :keys], v[:, :keys], out=out[:, r0:r1])
+    return out
 
 
 def check(spec: Spec, p: Projection, a: Softmax, ws: WeightedSum) -> Checks:
@@ -201,9 +248,9 @@ def check(spec: Spec, p: Projection, a: Softmax, ws: WeightedSum) -> Checks:
     h = p.q.shape[0]
     k, v = per_head(p.key, h), per_head(p.v, h)
     fused, visible = reference.sdpa_reference(spec, p.query, k, v)
-    diff = (fused - ws.heads)[:, visible].abs()
+    diff = (fused - ws.heads).abs_()
     if not bool(visible.all()):
-        diff = torch.cat([diff.flatten(), ws.heads[:, ~visible].abs().flatten()])
+        diff = torch.cat([diff[:, visible].flatten(), ws.heads[:, ~visible].abs().flatten()])
     sums = a.weights.sum(dim=-1)  # (H, N)
     target = visible.to(sums.dtype).expand_as(sums)
     tol = 1e-4 if a.weights.dtype == torch.float32 else 2e-2
@@ -266,7 +313,7 @@ def run(spec: Spec, x: torch.Tensor, w: Weights, source: torch.Tensor | None = N
     t3 = lap()
     a = softmax(m)
     t4 = lap()
-    ws = weighted_sum(a, p, w)
+    ws = weighted_sum(a, p, w, m.mask)
     t5 = lap()
     timings = tuple(zip(STAGES, (t1, t2, t3, t4, t5), strict=True))
     return Trace(spec, p, sc, m, a, ws, check(spec, p, a, ws), w, timings)

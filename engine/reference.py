@@ -50,16 +50,21 @@ def sdpa_scale(spec: Spec) -> float | None:
 
 
 def sdpa_reference(spec: Spec, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fused attention per head, (H, N, d_k), and the rows with at least one readable key, (N,)."""
+    """Fused attention per head, (H, N, d_k), and the rows with at least one readable key, (N,).
+
+    SDPA is given a batch axis, (1, H, N, d_k): PyTorch's fused CPU kernel (flash attention, blocks of queries and
+    keys, causal blocks skipped) takes only 4-D inputs, and 3-D ones fall back to the unfused math path, which
+    builds every N × N matrix again and would cost more than the stages it checks."""
     scale = sdpa_scale(spec)
+    q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     if spec.mask == "causal" and not spec.kv_tokens:
         visible = torch.ones(spec.n_tokens, dtype=torch.bool, device=q.device)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), visible
+        return F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, scale=scale)[0], visible
     if spec.mask == "none":
         visible = torch.ones(spec.n_tokens, dtype=torch.bool, device=q.device)
-        return F.scaled_dot_product_attention(q, k, v, scale=scale), visible
+        return F.scaled_dot_product_attention(q4, k4, v4, scale=scale)[0], visible
     allow = torch.tensor(readable(spec), dtype=torch.bool, device=q.device)
     visible = allow.any(dim=-1)
     # SDPA gives NaN for a row with no readable key; such rows are compared separately (the trace's are zero).
     safe = allow | ~visible[:, None]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=safe, scale=scale), visible
+    return F.scaled_dot_product_attention(q4, k4, v4, attn_mask=safe, scale=scale)[0], visible

@@ -8,13 +8,21 @@ the same vector wherever it stands in the sentence; the weights are seeded by th
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
 from .device import CPU, DTYPES
 from .memo import bytes_bounded
 from .spec import Spec
+
+T = TypeVar("T")
+OVERLAP_TOKENS = 64  # below this, embedding the tokens is quicker than handing the weights to another thread
 
 
 @dataclass(frozen=True)
@@ -36,27 +44,55 @@ def seed_of(*parts: object) -> int:
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
-@bytes_bounded(32 * 2**20)
+_local = threading.local()
+
+
+def _generator(seed: int) -> torch.Generator:
+    """This thread's CPU generator, reseeded: `manual_seed` resets its whole state, so the numbers are those of a
+    new `torch.Generator().manual_seed(seed)`, without making one per token."""
+    g = getattr(_local, "generator", None)
+    if g is None:
+        g = _local.generator = torch.Generator()
+    return g.manual_seed(seed)
+
+
 def token_embedding(token: str, seed: int, d_model: int) -> torch.Tensor:
     """N(0, 1) vector for one token's text: (d_model,). It stands for the normalised input attention sees."""
-    g = torch.Generator().manual_seed(seed_of("token", seed, token))
-    return torch.randn(d_model, generator=g, device=CPU)
+    return torch.randn(d_model, generator=_generator(seed_of("token", seed, token)), device=CPU)
 
 
+@bytes_bounded(32 * 2**20)
 def embed(tokens: tuple[str, ...], seed: int, d_model: int) -> torch.Tensor:
-    return torch.stack([token_embedding(t, seed, d_model) for t in tokens])  # (N, d)
+    """(N, d): row i is `token_embedding(tokens[i], seed, d_model)`, drawn straight into its row, once per distinct
+    token (a repeated word's row is copied). Remembered per sequence, so another mask or scale on the same
+    sentence does not draw it again."""
+    out = torch.empty(len(tokens), d_model, device=CPU)
+    first: dict[str, int] = {}
+    for i, token in enumerate(tokens):
+        j = first.setdefault(token, i)
+        if j == i:
+            torch.randn(d_model, generator=_generator(seed_of("token", seed, token)), out=out[i])
+        else:
+            out[i] = out[j]
+    return out
 
 
 @bytes_bounded(64 * 2**20)  # gpt2-small's four 768² matrices are 9 MiB
 def random_weights(seed: int, d_model: int, init_std: float, bias: bool, d_kv: int | None = None) -> Weights:
     """W_Q, W_K, W_V, W_O drawn from N(0, init_std²) in that order; biases start at zero as in GPT-2.
-    Under GQA, W_K and W_V have d_kv = n_kv_heads · d_k columns."""
+    Under GQA, W_K and W_V have d_kv = n_kv_heads · d_k columns.
+
+    W_Q, W_K and W_V are kept side by side, as the column blocks of one (d_model, d_model + 2 d_kv) matrix (and
+    their biases as blocks of one vector), so that one matrix product projects all three (`attention.project`)."""
     d_kv = d_model if d_kv is None else d_kv
     g = torch.Generator().manual_seed(seed_of("weights", seed))
-    cols = (d_model, d_kv, d_kv, d_model)
-    ws = [torch.randn(d_model, c, generator=g, device=CPU) * init_std for c in cols]
-    bs = [torch.zeros(c, device=CPU) for c in cols] if bias else [None] * 4
-    return Weights(*ws, *bs)
+    cols = (d_model, d_kv, d_kv)
+    drawn = [torch.randn(d_model, c, generator=g, device=CPU).mul_(init_std) for c in (*cols, d_model)]
+    w_q, w_k, w_v = torch.cat(drawn[:3], dim=1).split(cols, dim=1)
+    if not bias:
+        return Weights(w_q, w_k, w_v, drawn[3])
+    b_q, b_k, b_v = torch.zeros(sum(cols), device=CPU).split(cols)
+    return Weights(w_q, w_k, w_v, drawn[3], b_q, b_k, b_v, torch.zeros(d_model, device=CPU))
 
 
 def source(spec: Spec, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
@@ -76,14 +112,36 @@ def placed_weights(seed: int, d_model: int, init_std: float, bias: bool, d_kv: i
     return cast(random_weights(seed, d_model, init_std, bias, d_kv), torch.device(device), DTYPES[dtype])
 
 
+_helper: list[ThreadPoolExecutor] = []  # made on first use; a forked child (whose copy has no thread) makes its own
+_helper_lock = threading.Lock()
+os.register_at_fork(after_in_child=_helper.clear)
+
+
+def _in_background(fn: Callable[[], T]) -> Future[T]:
+    """`fn()` on one helper thread: it draws the seeded weights while the caller embeds the tokens. The weights'
+    generator runs in C++ without the GIL and the embeddings are mostly a Python loop, so on two cores they overlap."""
+    with _helper_lock:
+        if not _helper:
+            _helper.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="seeded-weights"))
+    return _helper[0].submit(fn)
+
+
 def load(spec: Spec, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, Weights]:
-    """The layer input x (N, d) and the weights for `spec`, on `device` in `dtype`."""
-    x = torch.tensor(spec.x, device=CPU) if spec.x is not None else embed(spec.tokens, spec.seed, spec.d_model)
+    """The layer input x (N, d) and the weights for `spec`, on `device` in `dtype`. Seeded weights for a long
+    sequence are drawn on a helper thread while the tokens are embedded (the same numbers, in less time)."""
     explicit = any(getattr(spec, n) is not None for n in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"))
-    if not explicit and (device.type != "cpu" or dtype != torch.float32):
-        w = placed_weights(spec.seed, spec.d_model, spec.init_std, spec.bias, spec.d_kv, str(device), spec.dtype)
-        return x.to(device=device, dtype=dtype), w
-    generated = random_weights(spec.seed, spec.d_model, spec.init_std, spec.bias, spec.d_kv)
+    placed = not explicit and (device.type != "cpu" or dtype != torch.float32)
+    args = (spec.seed, spec.d_model, spec.init_std, spec.bias, spec.d_kv)
+
+    def weights() -> Weights:
+        return placed_weights(*args, str(device), spec.dtype) if placed else random_weights(*args)
+
+    pending = _in_background(weights) if spec.x is None and spec.n_tokens >= OVERLAP_TOKENS else None
+    x = torch.tensor(spec.x, device=CPU) if spec.x is not None else embed(spec.tokens, spec.seed, spec.d_model)
+    drawn = weights() if pending is None else pending.result()
+    if placed:
+        return x.to(device=device, dtype=dtype), drawn
+    generated = drawn
     parts: dict[str, torch.Tensor | None] = {}
     for name in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"):
         given = getattr(spec, name)

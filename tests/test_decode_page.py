@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from bs4 import BeautifulSoup
 
 
@@ -37,3 +38,18 @@ def test_decode_page_errors_inline(client):
     assert r.status_code == 422 and "prefill" in soup(r).select_one(".error").text
     r = client.get("/decode?step=7&lang=en")
     assert r.status_code == 422 and "step" in soup(r).select_one(".error").text
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_without_the_mask_the_page_says_the_cache_goes_stale(client, lang):
+    """mask=none on /decode: the step's notice gives how far the earlier rows moved (the JSON twin's number) and the
+    difference from the full row; with the causal mask the earlier rows move by exactly 0."""
+    q = {"tokens": "猫 坐 在 垫子 上", "step": 2, "lang": lang}
+    stale = client.get("/decode.json", params=q | {"mask": "none"}).json()
+    kept = client.get("/decode.json", params=q).json()
+    assert stale["mask"] == "none" and stale["earlier_change"] > 1e-2 and stale["full_equal"] is False
+    assert kept["mask"] == "causal" and kept["earlier_change"] == 0.0 and kept["full_equal"] is True
+    page = client.get("/decode", params=q | {"mask": "none"}).text
+    assert f"{stale['earlier_change']:.2e}" in page and f"{stale['diff']:.2e}" in page
+    assert ("stale" if lang == "en" else "过时") in page
+    assert '<option value="none" selected>' in page

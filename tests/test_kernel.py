@@ -286,10 +286,16 @@ LATIN_OK = set(
         "float32",
         "gpt2",
         "CSV",
+        # The prediction pages: "logit" is kept in Latin letters in Chinese ML writing, as softmax is ("逻辑" is
+        # "logic", a mistranslation); BOS and EOS are the tokens' names.
+        "Logit",
+        "BOS",
+        "EOS",
     ]
 )
 ZH_PAGES = ["/?stage=1", "/?stage=3", "/?stage=4", "/?stage=5", "/?stage=2&present=1", "/block", "/decode?step=1",
-            "/demos", "/params", "/lessons", "/lessons/five-stages", "/?stage=3&lesson=five-stages&step=3", "/r", "/generate?max_new_tokens=3", "/sinks?text=猫坐在垫子上"]  # fmt: skip
+            "/demos", "/params", "/lessons", "/lessons/five-stages", "/?stage=3&lesson=five-stages&step=3", "/r", "/generate?max_new_tokens=3", "/sinks?text=猫坐在垫子上",
+            "/predict", "/predict?heads=1.0&replace_at=6&replace_id=42", "/lens?cell=29.3"]  # fmt: skip
 
 
 @pytest.mark.parametrize("url", ZH_PAGES)

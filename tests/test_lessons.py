@@ -446,6 +446,59 @@ def check_gqa_cache_is_a_quarter(client: TestClient) -> None:  # kv-cache 3
     assert _key("kv-cache", 3) == "A quarter: 4 times smaller"
 
 
+def _view(client: TestClient, url: str) -> dict[str, Any]:
+    """A page's View, from its `.json` twin."""
+    path, _, query = url.partition("?")
+    r = client.get(f"{path}.json", params=parse_qs(query))
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def check_bos_predicts_the_first_piece(client: TestClient) -> None:  # why-causal 1
+    v = _view(client, _step("why-causal", 1).url)
+    assert v["tokens"][:3] == ["<|im_start|>", "我₁", "我₂"] and v["targets"][0] == "我₁"
+    assert v["targets"][-1] == "<|im_end|>" and v["tokens"][1:] == v["targets"][:-1]
+    assert _key("why-causal", 1) == "我₁, the first piece of 我"
+
+
+def check_a_loss_mask_moves_only_the_mean(client: TestClient) -> None:  # why-causal 2
+    plain, masked = _view(client, _step("why-causal", 1).url), _view(client, _step("why-causal", 2).url)
+    assert [c["p_target"] for c in masked["columns"]] == [c["p_target"] for c in plain["columns"]]
+    assert masked["mean_loss"] != plain["mean_loss"] and masked["n_scored"] == len(masked["columns"]) - 6
+    assert _key("why-causal", 2) == "No, only the mean loss changed"
+
+
+def check_the_leakage_proof(client: TestClient) -> None:  # why-causal 3
+    v = _view(client, _step("why-causal", 3).url)
+    assert v["unchanged"] == list(range(6)) and v["changed"] == list(range(6, len(v["columns"])))
+    assert _key("why-causal", 3) == "Only positions 6 to 12" and len(v["columns"]) == 13
+
+
+def check_the_future_leaks_without_the_mask(client: TestClient) -> None:  # why-causal 4
+    v = _view(client, _step("why-causal", 4).url)
+    assert v["changed"] == list(range(13)) and v["unchanged"] == []
+    assert _key("why-causal", 4) == "All of them, 0 to 12"
+
+
+def check_reading_the_answer_lowers_the_loss(client: TestClient) -> None:  # why-causal 5
+    v = _view(client, _step("why-causal", 5).url)
+    assert v["mean_loss"] < v["before_mean_loss"]
+    assert _key("why-causal", 5) == "It falls"
+
+
+def check_the_previous_token_head_of_layer_1(client: TestClient) -> None:  # why-causal 6
+    v = _view(client, _step("why-causal", 6).url)
+    layer1 = max(range(v["heads"]), key=lambda h: v["grid"][1][h]["value"])
+    assert layer1 == 0 and v["ranked"][0]["layer"] == 16 and v["ranked"][0]["head"] == 0
+    assert _key("why-causal", 6) == "Head 0"
+
+
+def check_knocking_it_out_raises_the_loss(client: TestClient) -> None:  # why-causal 7
+    v = _view(client, _step("why-causal", 7).url)
+    assert v["switches"]["ablate"] == [[1, 0]] and v["mean_loss"] > v["before_mean_loss"]
+    assert _key("why-causal", 7) == "It rises"
+
+
 CHECKS = {
     ("five-stages", 2): check_query_meets_every_key,
     ("five-stages", 3): check_masked_weights_are_exactly_zero,
@@ -468,6 +521,13 @@ CHECKS = {
     ("kv-cache", 1): check_prefill_caches_keys_and_values,
     ("kv-cache", 2): check_a_decode_step_has_one_query,
     ("kv-cache", 3): check_gqa_cache_is_a_quarter,
+    ("why-causal", 1): check_bos_predicts_the_first_piece,
+    ("why-causal", 2): check_a_loss_mask_moves_only_the_mean,
+    ("why-causal", 3): check_the_leakage_proof,
+    ("why-causal", 4): check_the_future_leaks_without_the_mask,
+    ("why-causal", 5): check_reading_the_answer_lowers_the_loss,
+    ("why-causal", 6): check_the_previous_token_head_of_layer_1,
+    ("why-causal", 7): check_knocking_it_out_raises_the_loss,
 }
 NOT_NUMERIC = {("five-stages", 1)}  # which matrices q comes from: a formula, not a number
 

@@ -17,12 +17,11 @@ from ..web.state import DEPENDS, ViewState, parse_head, parse_int, url_fields
 from .view import GPT2_BYTES, DecodeView, cache_matrices, equals_full, row_matrices
 
 router = APIRouter(include_in_schema=False)
-# A decode is causal self-attention over built-in presets: the mask and the fields that depend on it,
-# cross-attention and pretrained inputs have no meaning here (all named by the request model's metadata).
+# A decode is self-attention over built-in presets, causal (or none, to see the cache go stale): the fields that
+# depend on the mask, cross-attention and pretrained inputs have no meaning here (named by the request's metadata).
 API_KEYS = url_fields(
     DecodeRequest,
     drop=(
-        "mask",
         "kv_tokens",
         *(n for n, f in request_fields(DecodeRequest).items() if f.only == "pretrained"),
         *(n for n, (on, _) in DEPENDS.items() if on == "mask"),
@@ -62,17 +61,25 @@ async def decode_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> Decode
     if cur is None:
         told = {"title": t("decode.prefill_title", n=prefill), "explain": t("decode.prefill_text", n=prefill)}
     else:
-        token, diff = spec.tokens[prefill + step - 1], cur.max_abs_diff_vs_full
+        token, diff, moved = spec.tokens[prefill + step - 1], cur.max_abs_diff_vs_full, cur.earlier_change
+        pos = prefill + step - 1
+        if spec.mask == "none":
+            said = t("decode.stale", diff=f"{diff:.2e}", moved=f"{moved:.2e}", pos=pos)
+        else:
+            gap = "" if ctx["lang"] == "zh" else " "  # Chinese sentences follow one another without a space
+            said = t("decode.equal", diff=f"{diff:.2e}") + gap + t("decode.history", moved=f"{moved:.2e}")
         told = {
-            "title": t("decode.step_title", i=step, token=token, pos=prefill + step - 1),
+            "title": t("decode.step_title", i=step, token=token, pos=pos),
             "explain": t("decode.step_text"),
-            "notice": t("decode.equal", diff=f"{diff:.2e}"),
+            "notice": said,
+            "earlier_change": moved,
             "diff": diff,
             "full_equal": equals_full(trace, cur),
         }
     return DecodeView(
         spec=spec,
         summary=spec.summary(),
+        mask=spec.mask,
         tokens=spec.tokens,
         step=step,
         n_steps=n_steps,

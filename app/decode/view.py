@@ -43,6 +43,8 @@ class DecodeView(View):
     notice: str | None = None  # a step's: its output row against the full computation's
     full_equal: bool | None = None
     diff: float | None = None
+    earlier_change: float | None = None  # how far the earlier rows' outputs moved when this step's token arrived
+    mask: str = "causal"  # causal, or none (the cache goes stale)
     cache_len: int = 0
     per_token: int = 0  # bytes of K and V per token in this layer
     cache_bytes: int = 0

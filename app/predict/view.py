@@ -287,8 +287,12 @@ def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> dict[str, Any]:
     model, ids, labels = t.model, list(t.seq), list(t.labels)
     top_ids, top_p, p_final = lens.top_ids.tolist(), lens.top_probs.tolist(), lens.p_final.tolist()
 
+    names: dict[tuple[int, int], str] = {}  # a token is often among the top at many layers of one position
+
     def name(i: int, tok: int) -> str:
-        return top_labels(model, ids, labels, i + 1, [tok])[0]
+        if (i, tok) not in names:
+            names[i, tok] = top_labels(model, ids, labels, i + 1, [tok])[0]
+        return names[i, tok]
 
     return {
         "preset": t.spec.preset,

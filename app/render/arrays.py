@@ -40,6 +40,14 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(t.detach().cpu().numpy())
 
 
+def pick(t: torch.Tensor, heads: list[int]) -> torch.Tensor:
+    """The given heads (first axis) of `t`: a view when they are consecutive and in order (one head of a large
+    trace is then serialised straight from the trace, not copied first), else a copy in the order asked."""
+    if heads and heads == list(range(heads[0], heads[0] + len(heads))):
+        return t[heads[0] : heads[0] + len(heads)]
+    return t[heads]
+
+
 def stage_arrays(
     trace: Traced, stages: tuple[str, ...], heads: tuple[int, ...], decimals: int | None = None
 ) -> Iterator[tuple[int, str, dict[str, np.ndarray]]]:
@@ -52,9 +60,9 @@ def stage_arrays(
         for name, t in trace.stage(key).items():
             if name in PER_HEAD and not all_heads:
                 if name in KV_HEAD and t.shape[0] != trace.n_heads:
-                    t = t[kv_heads_of(heads, trace.n_heads, t.shape[0])]
+                    t = pick(t, kv_heads_of(heads, trace.n_heads, t.shape[0]))
                 else:
-                    t = t[list(heads)]
+                    t = pick(t, list(heads))
             a = to_numpy(t)
             if decimals is not None:
                 a = np.round(a, decimals)
