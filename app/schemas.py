@@ -393,7 +393,7 @@ class RequestField:
 
     name: str
     kind: str  # choice | integer | number | list | json | text
-    item: str | None  # a list's items, or a number's type: "integer" or "number"; None otherwise
+    item: str | None  # a list's items, a number's type ("integer", "number"), or "boolean"; None otherwise
     choices: tuple[str, ...]  # a choice field's values, in the model's order
     form: str | None  # the lab form's group; None: not in a page's URL
     depends: tuple[str, str] | None  # (field, value) that this field is only used with
@@ -410,6 +410,8 @@ def _kind(options: list[dict[str, Any]]) -> tuple[str, str | None, tuple[str, ..
     if choices and all(isinstance(v, str) for v in choices):
         return "choice", None, choices
     types = {o.get("type") for o in options}
+    if types == {"boolean"}:  # a query writes it as text: true/false (or 1/0, on/off)
+        return "text", "boolean", ()
     if "string" in types:
         return "text", None, ()
     arrays = [o for o in options if o.get("type") == "array"]
@@ -472,6 +474,9 @@ ASCII_INT = re.compile(r"-?[0-9]{1,30}")
 ASCII_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
 
 
+BOOLEANS = {"true": True, "1": True, "on": True, "false": False, "0": False, "off": False}
+
+
 def _query_value(text: str, kind: str | None) -> Any:
     """Query text as the JSON value a POST would carry: plain ASCII numerals become numbers; anything else stays
     text, for the strict model to refuse with a message naming the field."""
@@ -479,6 +484,8 @@ def _query_value(text: str, kind: str | None) -> Any:
         return int(text)
     if kind == "number" and ASCII_NUMBER.fullmatch(text):
         return float(text)
+    if kind == "boolean" and text.lower() in BOOLEANS:
+        return BOOLEANS[text.lower()]
     return text
 
 
@@ -601,6 +608,8 @@ def query_parameters(model: type[BaseModel], extra: dict[str, dict[str, Any]] | 
         elif field.kind == "integer":  # the body field's bounds: d_model=0 is as invalid here as in a POST
             b = _pick(bounds, NUMBER_BOUNDS)
             schema = {"anyOf": [{"type": "integer", **b}, INT_OR_EMPTY["anyOf"][1]]} if b else INT_OR_EMPTY
+        elif field.item == "boolean":
+            schema = {"type": "string", "enum": [*BOOLEANS, ""]}
         elif field.kind == "text" and "maxLength" in bounds:
             schema = {"type": "string", "maxLength": bounds["maxLength"]}
         params.append({"name": name, "in": "query", "required": False, "schema": schema, "description": note})

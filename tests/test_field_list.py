@@ -139,7 +139,7 @@ def test_one_error_type_and_the_cross_field_rules_in_the_engine() -> None:
         make_decode_spec(prefill=9, tokens="a b c", max_tokens=8)
     assert err.value.field == "prefill"
     with pytest.raises(SpecError) as err:
-        make_decode_spec(tokens="a b c", mask="none")
+        make_decode_spec(tokens="a b c", mask="padding")
     assert err.value.field == "mask"
     from engine.block import make_block_spec
 

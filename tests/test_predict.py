@@ -225,6 +225,9 @@ def test_the_leakage_proof_and_the_loss_through_the_api(client) -> None:
     text = "The cat sat on the mat. The dog sat on the log. The cat sat on the mat."
     replace = {"position": 8, "token_id": 42}
     causal = client.post("/api/v1/predict", json={"text": text, "replace": replace}).json()
+    plain = client.post("/api/v1/predict", json={"text": text}).json()
+    assert causal["targets"] == plain["targets"] and causal["target_ids"] == plain["target_ids"]  # the text's own
+    assert causal["token_ids"][8] == 42 and causal["tokens"][8] != plain["tokens"][8]
     diffs = [p["max_abs_diff"] for p in causal["positions"]]
     assert max(diffs[:8]) <= 1e-5 and diffs[8] > 1e-2
     off = client.post("/api/v1/predict", json={"text": text, "replace": replace, "mask_off_layers": "all"}).json()
@@ -269,6 +272,17 @@ def test_bad_fields_are_named(client, path: str, body: dict[str, Any], field: st
     r = client.post(path, json=body)
     assert r.status_code == 422, r.text
     assert r.json()["message"].startswith(field) or field in str(r.json()["detail"][0]["loc"])
+
+
+def test_switches_over_get_read_like_a_post(client) -> None:
+    q = {"text": "The cat sat", "bos": "false", "eos": "0", "mask_off_layers": "all", "drop_sink_layers": "0,3"}
+    got = client.get("/api/v1/predict", params=q)
+    assert got.status_code == 200, got.text
+    body = {"text": "The cat sat", "bos": False, "eos": False, "mask_off_layers": "all", "drop_sink_layers": [0, 3]}
+    assert got.json() == client.post("/api/v1/predict", json=body).json()
+    assert got.json()["tokens"][0] == "The"  # no BOS
+    bad = client.get("/api/v1/predict", params={"text": "The cat sat", "bos": "maybe"})
+    assert bad.status_code == 422 and bad.json()["message"].startswith("bos")
 
 
 def test_too_many_tokens_is_refused_not_computed(tmp_path: Path) -> None:

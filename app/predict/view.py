@@ -228,7 +228,7 @@ def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> dict[st
     positions = []
     for i, s in enumerate(run.positions):
         row: dict[str, Any] = {
-            "position": i, "input": labels[i], "input_id": run.inputs[i], "target": labels[i + 1],
+            "position": i, "input": labels[i], "input_id": run.inputs[i], "target": t.labels[i + 1],
             "target_id": run.targets[i], "scored": i >= run.loss_from, "p_target": s.p_target, "loss": s.loss,
             "rank": s.rank, "top": labelled_top(t.model, ids, labels, i, s),
         }  # fmt: skip
@@ -242,7 +242,7 @@ def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> dict[st
     return {
         "preset": t.spec.preset,
         "tokens": labels[:-1],
-        "targets": labels[1:],
+        "targets": list(t.labels[1:]),  # the original text's: a replaced input is still scored on the text's target
         "token_ids": list(run.inputs),
         "target_ids": list(run.targets),
         "bos": t.model.bos_id if t.seq[0] == t.model.bos_id else None,
