@@ -22,6 +22,7 @@ below the head's layer.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -295,16 +296,30 @@ class Lens:
     p_final: torch.Tensor  # (L, N): probability of the final prediction (the model's top-1) at each layer
     final_ids: tuple[int, ...]  # the model's top-1 at each position
     first_top1: tuple[int | None, ...]  # the first layer from which the final prediction stays top-1
+    before: Lens | None = None  # the same text without the intervention (when there is one), side by side
 
     @property
     def nbytes(self) -> int:
-        return 3 * self.top_ids.numel() * 8 + self.p_final.numel() * 4 + 64
+        own = 3 * self.top_ids.numel() * 8 + self.p_final.numel() * 4 + 64
+        return own + (self.before.nbytes if self.before is not None else 0)
 
 
 @torch.inference_mode()
 def lens(model: Any, inputs: Sequence[int], iv: Intervention = NONE, top: int = TOP, progress: Progress = None) -> Lens:
     """The logit lens over `inputs` (under `iv`): one forward pass, each layer's stream through final norm and
-    unembedding, keeping only the top tokens and a full distribution's worth of one layer at a time."""
+    unembedding, keeping only the top tokens and a full distribution's worth of one layer at a time. Under an
+    intervention the plain text's lens comes too (`before`), for the two side by side."""
+    if not iv:
+        return _lens(model, inputs, iv, top, progress)
+
+    def half(k: int) -> Progress:
+        return None if progress is None else (lambda done, total: progress(k * total + done, 2 * total))
+
+    after = _lens(model, inputs, iv, top, half(0))
+    return dataclasses.replace(after, before=_lens(model, inputs, NONE, top, half(1)))
+
+
+def _lens(model: Any, inputs: Sequence[int], iv: Intervention, top: int, progress: Progress) -> Lens:
     streams: list[torch.Tensor] = []  # (N, d) per layer: small; the (N, vocab) distributions are made one at a time
     residuals(model, inputs, iv, progress, lambda i, x: streams.append(x))
     final = log_probs(model, streams[-1]).argmax(1)

@@ -251,6 +251,20 @@ def test_knocked_out_heads_and_the_logit_lens_through_the_api(client) -> None:
     assert abs(last["p_final"] - plain["positions"][-1]["top"][0]["p"]) < 1e-5
 
 
+def test_the_lens_under_switches_comes_with_the_plain_lens_side_by_side(client) -> None:
+    text = "The cat sat on the mat. The dog sat on the"
+    plain = client.get("/api/v1/logit_lens", params={"text": text}).json()
+    off = client.get("/api/v1/logit_lens", params={"text": text, "mask_off_layers": "all"}).json()
+    assert plain["before"] is None and plain["changed"] == []
+    assert off["before"]["layers"] == plain["layers"] and off["before"]["final_ids"] == plain["final_ids"]
+    assert off["changed"] == [
+        i for i, (a, b) in enumerate(zip(off["final_ids"], plain["final_ids"], strict=True)) if a != b
+    ]
+    assert off["final_ids"][0] == off["token_ids"][1]  # without the mask, position 0 reads its own next token
+    page = client.get("/lens", params={"text": text, "mask_off_layers": "all", "lang": "en"}).text
+    assert page.count("data-changed ") + page.count("data-changed>") == 2 * len(off["changed"])
+
+
 @pytest.mark.parametrize(
     ("path", "body", "field"),
     [

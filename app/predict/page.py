@@ -393,6 +393,11 @@ class LensView(View):
     rows: tuple[tuple[LensCell, ...], ...] = ()
     switches: dict[str, Any] | None = None
     switched: tuple[str, ...] = ()
+    # Side by side: the same text without the switches (when there are any) and where the final prediction changed.
+    before_final: tuple[str, ...] = ()
+    before_first: tuple[int | None, ...] = ()
+    changed: tuple[int, ...] = ()
+    changed_note: str = ""
     cell: tuple[int, int] | None = None  # (layer, position) chosen
     cell_title: str = ""
     cell_title_html: Markup | None = field(default=None, metadata=HIDDEN)
@@ -656,6 +661,10 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
         rows=tuple(rows),
         switches=doc["switches"],
         switched=switched_words(doc["switches"], text.model.arch.n_layer, t),
+        before_final=tuple(doc["before"]["final"]) if doc["before"] else (),
+        before_first=tuple(doc["before"]["first_top1"]) if doc["before"] else (),
+        changed=tuple(doc["changed"]),
+        changed_note=t("lens.changed", k=len(doc["changed"]), n=n) if doc["before"] else "",
         cell=chosen,
         cell_title=cell_title,
         cell_title_html=cell_title_html,

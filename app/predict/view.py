@@ -285,8 +285,6 @@ async def lens_of(req: LensRequest, lab: Any, key: str | None) -> tuple[Text, P.
 
 def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> dict[str, Any]:
     model, ids, labels = t.model, list(t.seq), list(t.labels)
-    top_ids, top_p, p_final = lens.top_ids.tolist(), lens.top_probs.tolist(), lens.p_final.tolist()
-
     names: dict[tuple[int, int], str] = {}  # a token is often among the top at many layers of one position
 
     def name(i: int, tok: int) -> str:
@@ -294,24 +292,37 @@ def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> dict[str, Any]:
             names[i, tok] = top_labels(model, ids, labels, i + 1, [tok])[0]
         return names[i, tok]
 
+    def read(lens: P.Lens) -> dict[str, Any]:
+        top_ids, top_p, p_final = lens.top_ids.tolist(), lens.top_probs.tolist(), lens.p_final.tolist()
+        return {
+            "final": [name(i, tok) for i, tok in enumerate(lens.final_ids)],
+            "final_ids": list(lens.final_ids),
+            "first_top1": list(lens.first_top1),
+            "layers": [
+                [
+                    {
+                        "top": [
+                            {"token": name(i, tok), "token_id": tok, "p": p} for tok, p in zip(ti, tp, strict=True)
+                        ],
+                        "p_final": pf,
+                    }
+                    for i, (ti, tp, pf) in enumerate(zip(top_ids[li], top_p[li], p_final[li], strict=True))
+                ]
+                for li in range(len(top_ids))
+            ],
+        }
+
+    before = None if lens.before is None else read(lens.before)
     return {
         "preset": t.spec.preset,
         "tokens": labels,
         "token_ids": ids,
-        "final": [name(i, tok) for i, tok in enumerate(lens.final_ids)],
-        "final_ids": list(lens.final_ids),
-        "first_top1": list(lens.first_top1),
+        **read(lens),
         "switches": switches_json(iv),
-        "layers": [
-            [
-                {
-                    "top": [{"token": name(i, tok), "token_id": tok, "p": p} for tok, p in zip(ti, tp, strict=True)],
-                    "p_final": pf,
-                }
-                for i, (ti, tp, pf) in enumerate(zip(top_ids[li], top_p[li], p_final[li], strict=True))
-            ]
-            for li in range(len(top_ids))
-        ],
+        "before": before,
+        "changed": []
+        if lens.before is None
+        else [i for i, (a, b) in enumerate(zip(lens.final_ids, lens.before.final_ids, strict=True)) if a != b],
     }
 
 
