@@ -64,7 +64,8 @@ async def decode_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> Decode
         token, diff, moved = spec.tokens[prefill + step - 1], cur.max_abs_diff_vs_full, cur.earlier_change
         pos = prefill + step - 1
         if spec.mask == "none":
-            said = t("decode.stale", diff=f"{diff:.2e}", moved=f"{moved:.2e}", pos=pos)
+            last = pos == spec.n_tokens - 1  # the full row reads nothing more than the step: they agree
+            said = t("decode.stale_last" if last else "decode.stale", diff=f"{diff:.2e}", moved=f"{moved:.2e}", pos=pos)
         else:
             gap = "" if ctx["lang"] == "zh" else " "  # Chinese sentences follow one another without a space
             said = t("decode.equal", diff=f"{diff:.2e}") + gap + t("decode.history", moved=f"{moved:.2e}")
