@@ -9,7 +9,7 @@ import asyncio
 import functools
 import hashlib
 import time
-from collections.abc import AsyncIterator, Callable, Hashable, Iterator
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import Limits, Spec, TraceCache, compute
-from engine.attention import Trace
+from engine.attention import Checker, Trace
 from engine.block import BlockSpec, BlockTrace, compute_block
 from engine.budget import Busy, MemoryBudget
 from engine.decode import DecodeTrace, decode
@@ -360,8 +360,18 @@ class Lab:
 
     # The computations the pages and the API share, each one `compute` with its cost.
 
-    async def trace_async(self, spec: Spec) -> tuple[Trace, bool]:
-        return await self.compute("trace", spec, self._cost(spec), lambda _: self._traced(spec))
+    async def trace_async(self, spec: Spec, heads: Iterable[int] | None = None) -> tuple[Trace, bool]:
+        """The trace for `spec`, with its check against SDPA done for `heads` (every head by default: pages show
+        the trace-wide check), off the event loop."""
+        trace, cached = await self.compute("trace", spec, self._cost(spec), lambda _: self._traced(spec))
+        await self.verify(trace.checker, range(spec.n_heads) if heads is None else heads)
+        return trace, cached
+
+    async def verify(self, checker: Checker, heads: Iterable[int]) -> None:
+        """A trace's check for `heads` in a worker thread (one SDPA call), unless those heads are checked already."""
+        wanted = tuple(heads)
+        if not checker.has(wanted):
+            await anyio.to_thread.run_sync(checker.heads, wanted)
 
     def trace(self, spec: Spec) -> tuple[Trace, bool]:
         """The trace for `spec` and whether it came from the cache (in the calling thread)."""
@@ -387,7 +397,10 @@ class Lab:
         return (await self.compute("generate", key, cost, run, heavy=True, progress=progress_key))[0]
 
     async def block_async(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
-        return await self.compute("block", spec, self._block_cost(spec), lambda _: self._blocked(spec))
+        """The block trace for `spec`, its attention's check done for every head (off the event loop)."""
+        trace, cached = await self.compute("block", spec, self._block_cost(spec), lambda _: self._blocked(spec))
+        await self.verify(trace.attention.checker, range(spec.attn.n_heads))
+        return trace, cached
 
     def block(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
         """The block trace for `spec` and whether it came from the cache (in the calling thread)."""

@@ -106,9 +106,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(port: int) -> subprocess.Popen[bytes]:
-    """`attention-lab serve` on 127.0.0.1:port, one worker, once it accepts connections."""
-    env = os.environ | {"ATTENTION_LAB_DEVICE": os.environ.get("ATTENTION_LAB_DEVICE", "auto")}
+def _start(port: int, settings: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`attention-lab serve` on 127.0.0.1:port, one worker, once it accepts connections; `settings` are extra
+    ATTENTION_LAB_* variables."""
+    env = os.environ | {"ATTENTION_LAB_DEVICE": os.environ.get("ATTENTION_LAB_DEVICE", "auto")} | (settings or {})
     server = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -10,6 +10,7 @@ attention inside is `attention.run`, the same five stages the lab shows, kept as
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from . import attention, positions, sources
+from .attention import Checks
 from .device import CPU, torch_dtype
 from .memo import bytes_bounded, python_bytes, tensor_bytes
 from .sources import seed_of
@@ -189,6 +191,10 @@ class BlockTrace:
 
     def check_values(self) -> dict[str, object]:
         return self.attention.check_values() | {"max_abs_diff_vs_reference": self.max_abs_diff_vs_reference}
+
+    def verify(self, heads: Iterable[int]) -> Checks:
+        """The attention's own check, for the heads an answer shows."""
+        return self.attention.verify(heads)
 
 
 def normalise(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, kind: str, eps: float) -> torch.Tensor:

@@ -24,7 +24,11 @@ MUTANTS: dict[str, tuple[str, str, str]] = {
     # name: (file, the correct text, the bug)
     "scale": ("engine/attention.py", "scaled=raw / scale)", "scaled=raw / (scale * scale))"),
     "mask offset": ("engine/masks.py", "causal = j <= i", "causal = j < i"),
-    "row max": ("engine/attention.py", "e = (s - row_max).exp_()", "e = s.exp()"),
+    "row max": (
+        "engine/attention.py",
+        "w = torch.softmax(s, dim=-1)",
+        "w = s.exp() / s.exp().sum(dim=-1, keepdim=True)",  # the naive formula: no row maximum subtracted
+    ),
     "GQA head mapping": (
         "engine/attention.py",
         "t.repeat_interleave(n_heads // t.shape[0], dim=0)",

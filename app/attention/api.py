@@ -124,13 +124,13 @@ async def attention_source(request: Request, lab: Lab) -> Traced | LongTrace:
         if spec.n_tokens > lab.limits.max_tokens:
             return (await lab.long_async(spec, request_key(request)))[0]
     spec = await lab.spec(req)
-    return (await lab.trace_async(spec))[0]
+    return (await lab.trace_async(spec, [parse_head(request.query_params.get("head"), spec.n_heads)]))[0]
 
 
 async def attention_matrix(request: Request, lab: Lab) -> tuple[Traced, str, np.ndarray]:
     """The trace a GET describes, and the (head of the) tensor its `stage`, `tensor` and `head` pick."""
     spec = await lab.spec(parse_query(request, AttentionRequest))
-    trace, _ = await lab.trace_async(spec)
+    trace, _ = await lab.trace_async(spec, [parse_head(request.query_params.get("head"), spec.n_heads)])
     tensor, a = matrix_of(request, trace)
     return trace, tensor, a
 

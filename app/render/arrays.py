@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 import numpy as np
@@ -21,6 +21,7 @@ class Traced(Protocol):
     def stage(self, key: str) -> dict[str, torch.Tensor]: ...
     def summary(self) -> dict[str, object]: ...
     def check_values(self) -> dict[str, object]: ...
+    def verify(self, heads: Iterable[int]) -> object: ...
 
 
 # Tensors whose first axis is the head; the others are (N, d) or (N, N) and are returned whole.

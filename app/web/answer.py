@@ -120,6 +120,7 @@ async def respond(
 
         def work() -> tuple[bytes, bool]:
             trace, cached = get()
+            trace.verify(view.heads)  # the trace's check against SDPA, for the heads this answer shows
             with lab.budget.reserve(serialise):
                 if fmt == "npz":
                     return to_npz(trace, view.stages, view.heads, prefixed=name != "attention"), cached
