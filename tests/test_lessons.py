@@ -539,3 +539,26 @@ def test_every_poll_key_is_checked_against_the_lab_or_is_not_about_numbers():
 @pytest.mark.parametrize("where", list(CHECKS), ids=lambda w: f"{w[0]}-{w[1]}")
 def test_the_poll_key_agrees_with_the_numbers(client, where):
     CHECKS[where](client)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_step_on_any_page_keeps_its_lesson_in_view(client, lang):
+    """A step on a page other than the lab (/predict, /model, /decode) shows the lesson's panel above it, with the
+    data the teacher's remote reads (data-lesson, data-step, the next step's link); hints off leave the answer out."""
+    from app.web import lessons
+
+    for slug in ("why-causal", "kv-cache"):
+        lesson = lessons.BY_SLUG[slug]
+        for k in range(1, len(lesson.steps) + 1):
+            url = lessons.step_url(lesson, k, lang)
+            page = BeautifulSoup(client.get(url).text, "html.parser")
+            panel = page.select_one(f'.lesson-panel[data-lesson="{slug}"][data-step="{k}"]')
+            assert panel is not None, url
+            assert lesson.steps[k - 1].text(lang)[1] in panel.get_text()
+            nxt = panel.select_one('a[data-lesson-step="next"]')
+            assert (nxt is not None) == (k < len(lesson.steps))
+            if nxt is not None:
+                assert nxt["href"] == lessons.step_url(lesson, k + 1, lang)
+        hidden = BeautifulSoup(client.get(lessons.step_url(lesson, 1, lang, {"hints": "off"})).text, "html.parser")
+        assert hidden.select_one("[data-hints-off]") is not None
+        assert lesson.steps[0].text(lang)[2] not in hidden.get_text()

@@ -157,7 +157,9 @@ def step_url(lesson: Lesson, k: int, lang: str, carry: dict[str, str] | None = N
     url = lesson.steps[k - 1].url
     if on_the_lab(url):
         return with_query(url, lesson=lesson.slug, step=k, **(carry or {}), lang=lang)
-    return with_query(url, lang=lang)
+    # Any other page shows the panel above it (the kernel, app/web/page.py), under its own name for the step: a
+    # page's `step` may be its own (/decode's).
+    return with_query(url, lesson=lesson.slug, lesson_step=k, **(carry or {}), lang=lang)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ is the API's own 4xx (the exception handlers of app/errors.py), not a page.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,6 +32,7 @@ from ..lab import Lab
 from ..render.payload import OPTIONS
 from ..schemas import FieldError
 from ..templating import TEMPLATES
+from . import lessons
 from .cache import cached_page, is_fragment, page_key, remember_page
 from .i18n import LANGS, error_message, negotiate, translator
 from .state import ViewState
@@ -99,6 +101,23 @@ def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
         ctx["status"] = 503
 
 
+def lesson_beside(request: Request, lang: str) -> dict[str, Any]:
+    """A lesson step shown above any page but the lab (which places its own): `lesson=slug&lesson_step=k` in the
+    URL, as the lesson's step links write it, so a class following the teacher keeps the question in view and the
+    teacher's remote finds the step. Hints off (presenter mode's switch) leave the answer out. An unknown lesson or
+    step shows no panel: the page itself is what was asked for."""
+    q = request.query_params
+    slug, k = q.get("lesson", ""), q.get("lesson_step", "")
+    lesson = lessons.BY_SLUG.get(slug)
+    if lesson is None or not k.isdigit() or not 1 <= int(k) <= len(lesson.steps):
+        return {}
+    carry = {name: q[name] for name in ("present", "hints") if q.get(name)}
+    panel = lessons.panel(slug, int(k), lang, carry)
+    hints = q.get("hints") != "off"
+    return {"lesson_step": panel if hints or panel is None else dataclasses.replace(panel, answer=None),
+            "lesson_hints": hints}  # fmt: skip
+
+
 async def serve(
     request: Request,
     lab: Lab,
@@ -128,18 +147,22 @@ async def serve(
     if (hit := cached_page(request, key)) is not None:
         return hit
     fragment = is_fragment(request) and bool(blocks)
-    ctx: dict[str, Any] = {
-        "page": page or template.removesuffix(".html"),
-        "t": t,
-        "lang": lang,
-        "langs": LANGS,
-        "state": state,
-        "lang_urls": {code: state.url(lang=code) for code in LANGS},
-        "json_url": json_url,
-        "error": None,
-        "status": 200,
-        "fragment": fragment,
-    } | extra
+    ctx: dict[str, Any] = (
+        {
+            "page": page or template.removesuffix(".html"),
+            "t": t,
+            "lang": lang,
+            "langs": LANGS,
+            "state": state,
+            "lang_urls": {code: state.url(lang=code) for code in LANGS},
+            "json_url": json_url,
+            "error": None,
+            "status": 200,
+            "fragment": fragment,
+        }
+        | extra
+        | lesson_beside(request, lang)
+    )
     if as_json:  # errors are the API's: the exception handlers answer with the field named
         view = await build(ctx)
         if view is None:
