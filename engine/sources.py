@@ -71,7 +71,7 @@ def embed(tokens: tuple[str, ...], seed: int, d_model: int) -> torch.Tensor:
     for i, token in enumerate(tokens):
         j = first.setdefault(token, i)
         if j == i:
-            torch.randn(d_model, generator=_generator(seed_of("token", seed, token)), out=out[i])
+            torch.randn(d_model, generator=_generator(seed_of("token", seed, token)), out=out[i], device=CPU)
         else:
             out[i] = out[j]
     return out
