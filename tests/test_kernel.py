@@ -290,6 +290,8 @@ LATIN_OK = set(
         # "logic", a mistranslation); BOS and EOS are the tokens' names.
         "Logit",
         "BOS",
+        "CPU",
+        "Instruct",  # SmolLM2-135M-Instruct: the model's name
         "EOS",
     ]
 )
