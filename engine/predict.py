@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -109,17 +109,23 @@ def attention(
     return out
 
 
+def running_mean(x: torch.Tensor) -> torch.Tensor:
+    """Row t of the result is the mean of rows 0 … t of x (N, d_k): what a mean-ablated head outputs at t."""
+    return x.cumsum(0) / torch.arange(1, x.shape[0] + 1, device=x.device, dtype=x.dtype).unsqueeze(1)
+
+
+def knock_out(x: torch.Tensor, mean: bool) -> torch.Tensor:
+    """One head's output (N, d_k) knocked out: zeros, or its running mean."""
+    return running_mean(x) if mean else torch.zeros_like(x)
+
+
 def ablated(heads: torch.Tensor, which: Sequence[int], mean: bool) -> torch.Tensor:
-    """The heads (H, N, d_k) with `which` replaced by zeros or by their running mean over positions."""
+    """The heads (H, N, d_k) with `which` knocked out (zeros, or their running mean over positions)."""
     if not which:
         return heads
     heads = heads.clone()
     for h in which:
-        if mean:
-            counts = torch.arange(1, heads.shape[1] + 1, device=heads.device, dtype=heads.dtype).unsqueeze(1)
-            heads[h] = heads[h].cumsum(0) / counts
-        else:
-            heads[h] = 0
+        heads[h] = knock_out(heads[h], mean)
     return heads
 
 
@@ -207,8 +213,8 @@ class Run:
         return 256 * len(self.positions) + 64
 
 
-def scored(logp: torch.Tensor, targets: Sequence[int], loss_from: int, top: int = TOP) -> Run:
-    """Every position of log-probabilities `logp` (N, vocab) scored against `targets`."""
+def scored(logp: torch.Tensor, inputs: Sequence[int], targets: Sequence[int], loss_from: int, top: int = TOP) -> Run:
+    """Every position of log-probabilities `logp` (N, vocab), read from `inputs`, scored against `targets`."""
     t = torch.tensor(list(targets), device=logp.device)
     lp = logp.gather(1, t.unsqueeze(1)).squeeze(1)
     rank = (logp > lp.unsqueeze(1)).sum(1) + 1
@@ -218,7 +224,9 @@ def scored(logp: torch.Tensor, targets: Sequence[int], loss_from: int, top: int 
     positions = tuple(Scored(ps[i], ls[i], rs[i], tuple(ids[i]), tuple(probs[i])) for i in range(len(ls)))
     counted = losses[loss_from:]
     mean = float(counted.mean()) if counted.numel() else float("nan")
-    return Run((), tuple(targets), positions, loss_from, mean, math.exp(mean) if counted.numel() else float("nan"))
+    return Run(
+        tuple(inputs), tuple(targets), positions, loss_from, mean, math.exp(mean) if counted.numel() else float("nan")
+    )
 
 
 @dataclass(frozen=True)
@@ -231,7 +239,6 @@ class Prediction:
     kl: tuple[float, ...] = ()  # KL(before ‖ run) of each position's next-token distribution
     max_abs_diff: tuple[float, ...] = ()  # max |Δ logit| at each position
     replaced: tuple[int, int] | None = None  # (position, token id) when a token was replaced
-    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:
@@ -263,11 +270,11 @@ def predict(
         return lambda done, total: progress(k * total + done, passes * total)
 
     logp = _forward(model, changed, iv, each_pass(0))
-    run = _with_inputs(scored(logp, targets, loss_from, top), changed)
+    run = scored(logp, changed, targets, loss_from, top)
     if not compare:
         return Prediction(run)
     base = _forward(model, inputs, iv if replace is not None else NONE, each_pass(1))
-    before = _with_inputs(scored(base, targets, loss_from, top), inputs)
+    before = scored(base, inputs, targets, loss_from, top)
     kl = (base.exp() * (base - logp)).sum(1).clamp_min(0)
     return Prediction(run, before, tuple(kl.tolist()), tuple(max_abs_diff(base, logp).tolist()), replace)
 
@@ -276,10 +283,6 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """max |Δ| per position between two runs' log-probabilities (N, vocab): 0 exactly when the distributions agree
     (the logits themselves may differ by a constant per row, which changes no probability)."""
     return (a - b).abs().amax(1)
-
-
-def _with_inputs(run: Run, inputs: Sequence[int]) -> Run:
-    return Run(tuple(inputs), run.targets, run.positions, run.loss_from, run.mean_loss, run.perplexity)
 
 
 # -- the logit lens ----------------------------------------------------------------------------------------------
@@ -390,10 +393,8 @@ def rank_heads(
             o = attention(q, k, v, window=model.arch.window, copies=heads)
             if i == first:
                 o = o.clone()
-                for h in range(heads):
-                    part = o[h, h * n : (h + 1) * n]
-                    counts = torch.arange(1, n + 1, device=o.device, dtype=o.dtype).unsqueeze(1)
-                    o[h, h * n : (h + 1) * n] = part.cumsum(0) / counts if mean else 0
+                for h in range(heads):  # copy h: head h knocked out
+                    o[h, h * n : (h + 1) * n] = knock_out(o[h, h * n : (h + 1) * n], mean)
             x = model.layer_rest(i, x, o)
         last = log_probs(model, x[n - 1 :: n])  # each copy's last position
         out.extend((first, h, -float(last[h, target])) for h in range(heads))

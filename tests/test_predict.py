@@ -179,17 +179,18 @@ def test_the_logit_lens_reads_each_layer_and_ends_at_the_output(built, arch: str
         assert bool(tops[first:].all()) and (first == 0 or not bool(tops[first - 1]))
 
 
-def test_the_head_ranking_equals_one_transformers_ablation_per_head(built) -> None:
+@pytest.mark.parametrize("mean", [False, True])
+def test_the_head_ranking_equals_one_transformers_ablation_per_head(built, mean: bool) -> None:
     model, ref = built["llama"]
     ids = model.tokenize(TEXT)
     position, target = 9, ids[10]
-    ranking = P.rank_heads(model, ids, position, target)
+    ranking = P.rank_heads(model, ids, position, target, mean=mean)
     assert len(ranking.heads) == model.arch.n_layer * model.arch.n_heads
     assert abs(ranking.loss + float(run_hf(ref, ids)[position, target])) < 1e-4
     deltas = [loss - ranking.loss for _, _, loss in ranking.heads]
     assert deltas == sorted(deltas, reverse=True)
     for layer, head, loss in ranking.heads:
-        theirs = run_hf(ref, ids, heads={(layer, head)}, dk=model.arch.d_k)
+        theirs = run_hf(ref, ids[: position + 1], heads={(layer, head)}, dk=model.arch.d_k, mean=mean)
         assert abs(loss + float(theirs[position, target])) < 1e-4
 
 
