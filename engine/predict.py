@@ -279,6 +279,52 @@ def predict(
     return Prediction(run, before, tuple(kl.tolist()), tuple(max_abs_diff(base, logp).tolist()), replace)
 
 
+@dataclass(frozen=True)
+class Pair:
+    """Two texts under the same intervention, compared position by position where both have one: `kl[i]` is
+    KL(a ‖ b) of the two next-token distributions at input position i and `max_abs_diff[i]` their max |Δ log p|.
+    Under the causal mask a position whose inputs up to it are the same in both texts predicts exactly alike."""
+
+    a: Run
+    b: Run
+    kl: tuple[float, ...]
+    max_abs_diff: tuple[float, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return self.a.nbytes + self.b.nbytes + 16 * len(self.kl)
+
+
+@torch.inference_mode()
+def predict_pair(
+    model: Any, seq_a: Sequence[int], seq_b: Sequence[int], iv: Intervention = NONE, loss_from: int = 0,
+    top: int = TOP, progress: Progress = None,
+) -> Pair:  # fmt: skip
+    """Teacher forcing over two training sequences under the same `iv` (two prompts side by side).
+
+    Under the causal mask both run at the same length, the shorter padded at its end with its own last input (the
+    padded positions are dropped; no earlier position can read them): the same shapes make the same rounding, so
+    positions whose inputs agree predict bit for bit alike. Run at their own lengths, a 9- and a 10-token text
+    differ there by some 1e-5 in log-probability from the matrix products' blocking alone. With the mask off at a
+    layer each runs unpadded (its positions read every later one)."""
+
+    def each_pass(k: int) -> Progress:
+        return None if progress is None else (lambda done, total: progress(k * total + done, 2 * total))
+
+    runs, logps = [], []
+    length = 0 if iv.mask_off else max(len(seq_a), len(seq_b)) - 1
+    for k, seq in enumerate((seq_a, seq_b)):
+        inputs, targets = list(seq[:-1]), list(seq[1:])
+        padded = inputs + inputs[-1:] * (length - len(inputs))
+        logp = _forward(model, padded, iv, each_pass(k))[: len(inputs)]
+        runs.append(scored(logp, inputs, targets, min(loss_from, len(inputs) - 1), top))
+        logps.append(logp)
+    n = min(len(logps[0]), len(logps[1]))
+    pa, pb = logps[0][:n], logps[1][:n]
+    kl = (pa.exp() * (pa - pb)).sum(1).clamp_min(0)
+    return Pair(runs[0], runs[1], tuple(kl.tolist()), tuple(max_abs_diff(pa, pb).tolist()))
+
+
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """max |Δ| per position between two runs' log-probabilities (N, vocab): 0 exactly when the distributions agree
     (the logits themselves may differ by a constant per row, which changes no probability)."""

@@ -8,11 +8,13 @@ page loads of the same URLs.
 
 from __future__ import annotations
 
+import base64
 import functools
 from dataclasses import replace
 from typing import Annotated, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
+import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
@@ -43,7 +45,20 @@ from .view import LabView, long_context, stage_fields
 router = APIRouter(include_in_schema=False)
 
 API_KEYS = url_fields(AttentionRequest)
-VIEW_KEYS = ("stage", "head", "compare", "cell", "tile", "color", "present", "hints", "hide", "lesson", "step")
+VIEW_KEYS = (
+    "stage",
+    "head",
+    "compare",
+    "compare_text",
+    "cell",
+    "tile",
+    "color",
+    "present",
+    "hints",
+    "hide",
+    "lesson",
+    "step",
+)
 HIDEABLE = ("controls", "nav", "formula", "explain", "notice", "checks")
 SCALE_CYCLE = {"sqrt_dk": "none", "none": "dk", "dk": "sqrt_dk"}
 COMPARE_PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -130,7 +145,8 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
     index = STAGES.index(key)
     mask_on, hints, present = spec.mask == "causal", state.get("hints") != "off", state.get("present") == "1"
     shown = stage_fields(trace, key, head, state, t)
-    if shown["small"] and (compare := await compare_view(state, req, spec, lab, head, key)) is not None:
+    if (compare := await compare_view(state, req, spec, lab, head, key)) is not None:
+        shown["compare_diff_src"] = compare.pop("diff_src", None)
         shown["compare"] = compare
     return LabView(
         **shown,
@@ -152,9 +168,10 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         mask_toggle_url=state.url(mask="none" if mask_on else "causal", cell=None),
         scale_toggle_url=state.url(scale=SCALE_CYCLE[spec.scale], cell=None),
         compare_urls={
-            k: state.url(compare=k) for k in ("mask", "scale", *(("leak",) if spec.mask == "document" else ()))
+            k: state.url(compare=k, cell=None)
+            for k in ("mask", "scale", *(("leak",) if spec.mask == "document" else ()), "text")
         },
-        compare_close_url=state.url(compare=None),
+        compare_close_url=state.url(compare=None, compare_text=None),
         present_url=state.url(present=None if present else "1"),
         hints_url=state.url(hints=None if not hints else "off"),
     )
@@ -190,12 +207,22 @@ def share(state: ViewState, student_base: str, lab: Lab) -> dict[str, Any]:
 async def compare_view(
     state: ViewState, req: AttentionRequest, spec: Any, lab: Lab, head: int, key: str
 ) -> dict[str, Any] | None:
-    """Compare: the same trace under two settings side by side, the cells that differ outlined."""
+    """Compare: one trace under two settings (mask, scale, document boundaries), or two prompts under the same
+    settings (`compare=text`, the second in `compare_text`), side by side with the cells that differ outlined. A
+    short text compares cell by cell; a longer one as two heat maps and a map of where they differ."""
     kind = state.get("compare")
-    if kind not in COMPARE_PAIRS or (kind == "leak" and spec.mask != "document"):
+    if kind not in (*COMPARE_PAIRS, "text") or (kind == "leak" and spec.mask != "document"):
         return None
-    sides = []
-    for change in COMPARE_PAIRS[kind]:
+    if kind == "text":
+        other_text = state.get("compare_text")
+        if not other_text:
+            return {"kind": kind, "sides": [], "changed": 0, "ask": True}  # the page asks for the second prompt
+        sequence = "text" if req.preset in lab.models else "tokens"
+        changes: tuple[dict[str, Any], ...] = ({}, {sequence: other_text, "token_ids": None})
+    else:
+        changes = COMPARE_PAIRS[kind]
+    traces, queries = [], []
+    for change in changes:
         mask_kind = change.get("mask", spec.mask)
         unused: dict[str, Any] = {
             k: ([] if k in ("pad_positions", "segment_ids") else None)
@@ -203,7 +230,46 @@ async def compare_view(
             if field == "mask" and value != mask_kind
         }
         other = req.model_copy(update=unused | change)
-        other_trace, _ = await lab.trace_async(await lab.spec(other))
-        sides.append(view.compare_side(other_trace, head, key))
-    changed = view.outline_changes(sides[0]["matrix"], sides[1]["matrix"])
-    return {"kind": kind, "sides": sides, "changed": changed}
+        try:
+            other_spec = await lab.spec(other)
+        except SpecError as e:  # the second prompt's fault is the second prompt's field
+            if kind != "text" or not change:
+                raise
+            raise FieldError("compare_text", e.message) from None
+        traces.append((await lab.trace_async(other_spec))[0])
+        url_change = {k: (None if v in ([], None) else v) for k, v in (unused | change).items()}
+        queries.append(state.api_query_with(**url_change))
+    if all(t.spec.n_tokens <= view.SMALL_TOKENS for t in traces):
+        sides = [view.compare_side(t, head, key) for t in traces]
+        tol = COMPARE_TOL * max(1.0, sides[0]["matrix"].bound, sides[1]["matrix"].bound)
+        changed = view.outline_changes(sides[0]["matrix"], sides[1]["matrix"], tol)
+        diff = view.difference(view.compared(traces[0], head, key)[1], view.compared(traces[1], head, key)[1], tol)
+        return {"kind": kind, "sides": sides, "changed": changed, "first_changed_row": diff["first_changed_row"]}
+    return await run_in_threadpool(large_compare, kind, traces, queries, head, key, state)
+
+
+COMPARE_TOL = 1e-5  # |Δ| below this (times the scores' scale) is float rounding between two computations
+
+
+def large_compare(kind: str, traces: list[Any], queries: list[str], head: int, key: str,
+                  state: ViewState) -> dict[str, Any]:  # fmt: skip
+    """Two heat maps side by side and the map of where they differ (a data: PNG), with the counts."""
+    name, a = view.compared(traces[0], head, key)
+    _, b = view.compared(traces[1], head, key)
+    finite = np.concatenate([a[np.isfinite(a)].ravel(), b[np.isfinite(b)].ravel()])
+    bound = float(np.abs(finite).max()) if finite.size else 0.0
+    tol = COMPARE_TOL * max(1.0, bound if name == "masked" else 1.0)
+    diff = view.difference(a, b, tol)
+    mode = "log" if name == "weights" else "linear"
+    sides = [
+        {
+            "spec": {"mask": t.spec.mask, "scale": t.spec.scale, "tokens": t.spec.tokens},
+            "n_tokens": t.spec.n_tokens,
+            "heatmap": f"/api/v1/attention/heatmap.png?{q}&"
+            + urlencode({"stage": key, "head": head, "size": 384, "color": mode}),
+        }
+        for t, q in zip(traces, queries, strict=True)
+    ]
+    png = view.difference_png(diff.pop("d"), tol, 384)
+    return {"kind": kind, "tensor": name, "sides": sides, "large": True, "tol": tol,
+            "diff_src": "data:image/png;base64," + base64.b64encode(png).decode()} | diff  # fmt: skip

@@ -49,6 +49,7 @@ class LabView(StageView):
     arithmetic: Any = None
     selected: tuple[str, int, int, int] | None = None
     compare: dict[str, Any] | None = None
+    compare_diff_src: str | None = field(default=None, metadata=HIDDEN)  # the difference map, a data: PNG
     large: dict[str, Any] | None = None
     long: dict[str, Any] | None = None
     lesson: Any = None
@@ -84,7 +85,7 @@ class LabView(StageView):
                 given[k] = [MatrixView.from_json(m) for m in given[k]]
         if given.get("large") and given["large"].get("tile"):
             given["large"] = given["large"] | {"tile": MatrixView.from_json(given["large"]["tile"])}
-        if given.get("compare"):
+        if given.get("compare") and not given["compare"].get("large"):
             sides = [side | {"matrix": MatrixView.from_json(side["matrix"])} for side in given["compare"]["sides"]]
             given["compare"] = given["compare"] | {"sides": sides}
         given["tokens"] = tuple(given.get("tokens", ()))

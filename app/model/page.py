@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -18,15 +19,16 @@ from ..lab import Lab, get_lab, request_key
 from ..schemas import FieldError, from_query
 from ..web.page import serve
 from ..web.state import ViewState, parse_int
-from .view import ChosenHead, HeadLink, ModelView, ModelViewRequest, model_view_of
+from .view import ChosenHead, HeadLink, ModelCompare, ModelView, ModelViewRequest, model_view_of
 
 router = APIRouter(include_in_schema=False)
 KEYS = tuple(ModelViewRequest.model_fields)
+CHANGED = 0.1  # a head's statistic moved by a tenth of its colour scale (ln N for entropy, 1 for the shares)
 
 
 @router.get("/model", response_class=HTMLResponse)
 async def model_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/model", KEYS, ("stat", "layer", "head"))
+    state = ViewState.of(request.query_params, "/model", KEYS, ("stat", "layer", "head", "compare_text"))
     build = functools.partial(model_page_view, state, lab, request_key(request))
     return await serve(request, lab, "model.html", state, build, json_url="/api/v1/model_view?" + state.api_query(),
                        blocks=(), models=lab.models)  # fmt: skip
@@ -47,16 +49,49 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     req = ModelViewRequest.model_validate(from_query(state.api_params(), None, ModelViewRequest))
     spec, computed = await model_view_of(req, lab, progress)
     stats, t = computed["stats"], ctx["t"]
-    top = math.log(max(2, spec.n_tokens)) if stat == "entropy" else 1.0
+    spec_b, stats_b = None, None
+    if state.get("compare_text"):  # a second text beside the first
+        other = req.model_copy(update={"text": state.get("compare_text"), "token_ids": None})
+        try:
+            spec_b, computed_b = await model_view_of(other, lab, progress)
+        except FieldError as e:
+            raise FieldError("compare_text", e.message) from None
+        stats_b = computed_b["stats"]
+    longest = max(spec.n_tokens, spec_b.n_tokens if spec_b else 0)
+    top = math.log(max(2, longest)) if stat == "entropy" else 1.0  # one colour scale for both grids
 
-    def link(layer: int, head: int, value: float, cls: str = "") -> HeadLink:
-        return HeadLink(layer, head, value, lab_url(spec, layer, head, ctx["lang"]),
+    def link(layer: int, head: int, value: float, cls: str = "", of: Spec = spec) -> HeadLink:
+        return HeadLink(layer, head, value, lab_url(of, layer, head, ctx["lang"]),
                         state.url(layer=layer, head=head), cls)  # fmt: skip
 
+    def colour(value: float) -> str:
+        return f"sq-{min(10, max(0, round(10 * value / top)))}"
+
     grid = tuple(
-        tuple(link(li, hi, s[stat], f"sq-{min(10, max(0, round(10 * s[stat] / top)))}") for hi, s in enumerate(row))
-        for li, row in enumerate(stats)
+        tuple(link(li, hi, s[stat], colour(s[stat])) for hi, s in enumerate(row)) for li, row in enumerate(stats)
     )
+    compare = None
+    if spec_b is not None and stats_b is not None:
+        moved = sorted(((abs(sb[stat] - sa[stat]), sb[stat] - sa[stat], li, hi)
+                        for li, (row_a, row_b) in enumerate(zip(stats, stats_b, strict=True))
+                        for hi, (sa, sb) in enumerate(zip(row_a, row_b, strict=True))), reverse=True)  # fmt: skip
+        marked = {(li, hi) for d, _, li, hi in moved if d > CHANGED * top}
+
+        def mark(c: HeadLink) -> HeadLink:
+            return replace(c, cls=c.cls + " changed") if (c.layer, c.head) in marked else c
+
+        grid = tuple(tuple(mark(c) for c in row) for row in grid)
+        compare = ModelCompare(
+            text=state.get("compare_text"),
+            tokens=tuple(computed_b["tokens"]),
+            grid=tuple(
+                tuple(mark(link(li, hi, s[stat], colour(s[stat]), spec_b)) for hi, s in enumerate(row))
+                for li, row in enumerate(stats_b)
+            ),
+            changed=len(marked),
+            threshold=CHANGED * top,
+            most_changed=tuple(link(li, hi, d, "", spec_b) for _, d, li, hi in moved[:10]),
+        )
     ranked = sorted(((s[stat], li, hi) for li, row in enumerate(stats) for hi, s in enumerate(row)),
                     reverse=stat != "entropy")[:10]  # fmt: skip
     chosen = None
@@ -66,6 +101,8 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         like = tuple(link(li, hi, d) for li, hi, d in similar_heads(stats, layer, head))
         chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"]), t("model.distance"), like)
     return ModelView(
+        compare=compare,
+        compare_close_url=state.url(compare_text=None) if compare else None,
         spec=spec,
         preset=spec.preset,
         tokens=tuple(computed["tokens"]),

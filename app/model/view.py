@@ -39,6 +39,19 @@ class ChosenHead:
 
 
 @dataclass(frozen=True)
+class ModelCompare:
+    """A second text through the same model, beside the first: its grid, with the heads whose statistic moved by
+    more than `threshold` marked `changed` (on both grids), and the heads that moved most (`value`: B − A)."""
+
+    text: str
+    tokens: tuple[str, ...]
+    grid: tuple[tuple[HeadLink, ...], ...]
+    changed: int
+    threshold: float
+    most_changed: tuple[HeadLink, ...]
+
+
+@dataclass(frozen=True)
 class ModelView(View):
     """Every layer × head of a pretrained model, one statistic at a time: the grid, the heads ranked by it, and the
     heads most like a chosen one. Links are URLs of this page with one thing changed, or into the lab."""
@@ -58,6 +71,8 @@ class ModelView(View):
     ranked: tuple[HeadLink, ...] = ()  # the ten lowest entropies, or the ten highest of another statistic
     chosen: ChosenHead | None = None
     stat_urls: tuple[tuple[str, str], ...] = ()
+    compare: ModelCompare | None = None  # a second text side by side (`compare_text`)
+    compare_close_url: str | None = None
     json_url: str | None = None
 
 

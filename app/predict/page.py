@@ -38,6 +38,7 @@ from .view import (
     RankRequest,
     lens_document,
     lens_of,
+    pair_of,
     predict_document,
     predict_of,
     ranking_document,
@@ -52,7 +53,7 @@ PREDICT_KEYS = ("preset", "text", "token_ids", "bos", "eos", "loss_from", *SWITC
                 "replace_token")  # fmt: skip
 LENS_KEYS = ("preset", "text", "token_ids", "bos", *SWITCH_KEYS)
 # `form=1` marks a submitted form: an unticked box sends nothing, so there an absent bos/eos means "off".
-PREDICT_VIEW = ("pos", "rank", "present", "form")
+PREDICT_VIEW = ("pos", "rank", "present", "form", "compare_text")
 LENS_VIEW = ("cell", "present", "form")
 SAME = 1e-5  # max |Δ| at or below which a position counts as unchanged (the leakage proof's tolerance)
 RANKED = 12  # heads listed in the ranking
@@ -286,6 +287,21 @@ class Column:
 
 
 @dataclass(frozen=True)
+class SecondPrompt:
+    """A second text under the same switches, beside the first: its own training table, and per position (where
+    both texts have one) how far its next-token distribution is from the first's (KL(A ‖ B), max |Δ log p|)."""
+
+    text: str
+    columns: tuple[Column, ...]
+    mean_loss: float
+    perplexity: float
+    mean_loss_a: float
+    same: tuple[int, ...]  # positions predicting exactly alike (max |Δ| ≤ 1e-5)
+    differ: tuple[int, ...]
+    verdict: str = ""
+
+
+@dataclass(frozen=True)
 class Chosen:
     """The chosen position's most likely next tokens, in this run and in the one compared."""
 
@@ -354,12 +370,14 @@ class PredictView(View):
     chosen: Chosen | None = None
     ranking: Ranking | None = None
     ranking_error: str | None = None
+    second: SecondPrompt | None = None  # two prompts side by side (`compare_text`)
     # Links.
     json_url: str = ""  # the API's answer for this view
     twin_url: str = ""  # this page as JSON
     rank_url: str = ""
     lens_url: str = ""
     present_url: str = ""
+    compare_close_url: str = ""
     present: bool = False
 
 
@@ -556,12 +574,44 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
         "present_url": state.url(present=None if state.get("present") == "1" else "1"),
         "present": state.get("present") == "1",
     }
+    if state.get("compare_text"):
+        extra["second"] = await second_prompt(req, state, lab, key, t)
+        extra["compare_close_url"] = state.url(compare_text=None)
     if state.get("rank") == "1":
         try:
             extra["ranking"] = await rank(req, text, view.pos, lab, key, state, t)
         except FieldError as e:
             extra["ranking_error"] = t("error.field", field=e.field, message=e.message)
     return dataclasses.replace(view, **extra)
+
+
+async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: str, t: Any) -> SecondPrompt:
+    """The second prompt's table under the same switches, each position compared with the first text's."""
+    text_a, text_b, pair = await pair_of(req, state.get("compare_text"), lab, key)
+    run, ids, labels = pair.b, list(text_b.seq), list(text_b.labels)
+    columns = []
+    for i, sc in enumerate(run.positions):
+        d = pair.max_abs_diff[i] if i < len(pair.max_abs_diff) else None
+        columns.append(Column(
+            position=i, input=labels[i], target=labels[i + 1], input_id=ids[i], target_id=ids[i + 1],
+            scored=i >= run.loss_from, p_target=sc.p_target, loss=sc.loss, rank=sc.rank, url="",
+            kl=pair.kl[i] if d is not None else None, max_abs_diff=d, changed=None if d is None else d > SAME,
+            delta_cls=delta_class(d) if d is not None else "", kl_cls=kl_class(pair.kl[i]) if d is not None else "",
+        ))  # fmt: skip
+    same = tuple(c.position for c in columns if c.changed is False)
+    differ = tuple(c.position for c in columns if c.changed)
+    first_input = next((i for i, (x, y) in enumerate(zip(text_a.seq, text_b.seq, strict=False)) if x != y), None)
+    leaked = [i for i in differ if first_input is None or i < first_input]
+    if leaked:  # the inputs up to i are the same, and still the prediction moved: it read later tokens
+        verdict = t("predict.second.leak", k=first_input if first_input is not None else len(columns),
+                    leaked=spans(leaked))  # fmt: skip
+    elif first_input is None:
+        verdict = t("predict.second.identical")
+    else:
+        verdict = t("predict.second.verdict", k=first_input, same=spans(list(same)) or "—",
+                    differ=spans(list(differ)) or "—")  # fmt: skip
+    return SecondPrompt(state.get("compare_text"), tuple(columns), run.mean_loss, run.perplexity, pair.a.mean_loss,
+                        same, differ, verdict)  # fmt: skip
 
 
 def lens_link(state: ViewState) -> str:

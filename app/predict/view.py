@@ -204,6 +204,26 @@ async def predict_of(req: PredictRequest, lab: Any, key: str | None) -> tuple[Te
     return t, iv, pred
 
 
+async def pair_of(req: PredictRequest, other_text: str, lab: Any, key: str | None) -> tuple[Text, Text, P.Pair]:
+    """The request's text and a second one (`other_text`, read as the field `compare_text`) under the same switches,
+    position by position: two prompts side by side."""
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, req.eos)
+    other = req.model_copy(update={"text": other_text, "token_ids": None, "replace": None})
+    try:
+        t2 = await lab.off_loop(req.preset, text_of, other, lab, lab.settings.max_predict_tokens, req.eos)
+    except FieldError as e:
+        raise FieldError("compare_text", e.message) from None
+    iv = intervention(req, t.model)
+    compute_key = ("pair", req.preset, t.seq, t2.seq, iv, req.loss_from, req.top)
+
+    def work(progress: Any) -> P.Pair:
+        return P.predict_pair(t.model, t.seq, t2.seq, iv, req.loss_from, req.top, progress)
+
+    cost = forward_cost(t.model, max(len(t.seq), len(t2.seq)))
+    pair, _ = await lab.compute("predict", compute_key, cost, work, heavy=True, progress=key)
+    return t, t2, pair
+
+
 def labelled_top(model: Any, ids: list[int], labels: list[str], i: int, s: P.Scored) -> list[dict[str, Any]]:
     """The most likely tokens at input position i, labelled as the text labels its pieces."""
     names = top_labels(model, ids, labels, i + 1, s.top_ids)

@@ -19,6 +19,7 @@ from latex2mathml.converter import convert
 from engine.attention import Trace
 from engine.spec import STAGES
 
+from . import heatmap
 from .arrays import to_numpy
 from .cells import MatrixView, dims, full, matrix_view, row_stats
 
@@ -206,6 +207,14 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
     return None
 
 
+def compared(trace: Trace, head: int, key: str) -> tuple[str, np.ndarray]:
+    """What a comparison compares for the stage on screen: up to stage 3 the masked scores S′ (where a mask or a
+    scale shows first), from stage 4 the weights A."""
+    if STAGES.index(key) < STAGES.index("softmax"):
+        return "masked", to_numpy(trace.mask.masked[head])
+    return "weights", to_numpy(trace.softmax.weights[head])
+
+
 def compare_side(trace: Trace, head: int, key: str) -> dict[str, Any]:
     """One side of a comparison, for the stage on screen: up to stage 3 the masked scores S′ (where a mask or a
     scale shows first), from stage 4 the weights A with each row's entropy and largest weight."""
@@ -226,13 +235,65 @@ def compare_side(trace: Trace, head: int, key: str) -> dict[str, Any]:
     return {"matrix": mv, "stats": stats, "spec": {"mask": spec.mask, "scale": spec.scale, "tokens": spec.tokens}}
 
 
-def outline_changes(a: MatrixView, b: MatrixView) -> int:
-    """Mark the cells whose value differs between two sides of a comparison (class `changed`); how many."""
+def outline_changes(a: MatrixView, b: MatrixView, tol: float = 0.0) -> int:
+    """Mark the cells whose value differs (by more than `tol`) between two sides of a comparison (class `changed`);
+    how many. Two prompts of different lengths are compared where both have the cell: row i is the i-th query of
+    each, column j its j-th key."""
     changed = 0
-    for ra, rb in zip(a.cells, b.cells, strict=True):
-        for j, (ca, cb) in enumerate(zip(ra, rb, strict=True)):
-            if ca.value != cb.value:
+    for ra, rb in zip(a.cells, b.cells, strict=False):
+        for j, (ca, cb) in enumerate(zip(ra, rb, strict=False)):
+            if differ(float(ca.value), float(cb.value), tol):
                 ra[j] = replace(ca, cls=ca.cls + " changed")
                 rb[j] = replace(cb, cls=cb.cls + " changed")
                 changed += 1
     return changed
+
+
+def differ(x: float, y: float, tol: float) -> bool:
+    """Two values differ: by more than `tol`, or one is −∞ (a masked score) and the other not."""
+    if math.isinf(x) or math.isinf(y):
+        return x != y
+    return abs(x - y) > tol
+
+
+def difference(a: np.ndarray, b: np.ndarray, tol: float) -> dict[str, Any]:
+    """Where two sides' matrices differ, over the cells both have: |a − b| (a cell masked on one side only counts
+    as the largest difference), the number of cells past `tol`, the largest |Δ| and the first query row that
+    changes (under a causal mask, two prompts sharing a prefix agree on every row of it)."""
+    r, c = min(a.shape[0], b.shape[0]), min(a.shape[1], b.shape[1])
+    a, b = a[:r, :c], b[:r, :c]
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    d = np.zeros((r, c), dtype=np.float64)
+    both = fa & fb
+    d[both] = np.abs(a[both].astype(np.float64) - b[both])
+    largest = float(d.max()) if d.size else 0.0
+    d[fa != fb] = np.inf
+    hit = d > tol
+    rows = np.flatnonzero(hit.any(axis=1))
+    return {
+        "d": d,
+        "changed": int(hit.sum()),
+        "max_abs_diff": largest,
+        "masked_differently": int((fa != fb).sum()),
+        "first_changed_row": int(rows[0]) if rows.size else None,
+        "rows_changed": int(rows.size),
+        "overlap": (r, c),
+    }
+
+
+def difference_png(d: np.ndarray, tol: float, size: int) -> bytes:
+    """The difference map: each cell's |Δ| relative to the largest, on a log scale (10⁻⁴ of the largest and less is
+    the darkest colour, so a small change still shows), max-pooled when the picture is smaller than the matrix so
+    that no changed cell vanishes in an average; cells within `tol` are 0."""
+    finite = d[np.isfinite(d)]
+    top = float(finite.max()) if finite.size and finite.max() > tol else 1.0
+    rel = np.where(np.isfinite(d), d / top, 1.0)
+    rel[d <= tol] = 0.0
+    r, c = rel.shape
+    k = max(1, math.ceil(max(r, c) / size))
+    if k > 1:
+        pr, pc = -(-r // k) * k, -(-c // k) * k
+        padded = np.zeros((pr, pc))
+        padded[:r, :c] = rel
+        rel = padded.reshape(pr // k, k, pc // k, k).max(axis=(1, 3))
+    return heatmap.png(np.clip(rel, 0.0, 1.0).astype(np.float32), "sequential", size, "log")

@@ -160,6 +160,18 @@ class ViewState:
         items += [(k, str(v)) for k, v in extra.items() if v is not None]
         return urlencode(items)
 
+    def api_query_with(self, **changes: object) -> str:
+        """The JSON twin's query with some fields changed (None drops one): each field once, as the API wants."""
+        p = {k: self.params[k] for k in self.api_keys if k in self.params}
+        for k, v in changes.items():
+            if v is None:
+                p.pop(k, None)
+            else:
+                p[k] = str(v)
+        p = drop_unused(p)
+        order = (*self.api_keys, *(k for k in changes if k not in self.api_keys))
+        return urlencode([(k, p[k]) for k in order if k in p])
+
     def api_params(self) -> dict[str, str]:
         return {k: self.params[k] for k in self.api_keys if k in self.params}
 
