@@ -282,7 +282,9 @@ class Model:
     def final(self, x: torch.Tensor) -> torch.Tensor:
         raise ModelError(f"{self.name} is an encoder: it has no output layer")
 
-    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+    def unembed(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits of final-normalised streams x (N, d): (N, vocab), written into `out` when given (a reused
+        buffer of the weights' dtype: a fresh (N, vocab) tensor costs its page faults every time)."""
         raise ModelError(f"{self.name} is an encoder: it has no output layer")
 
     @torch.inference_mode()
@@ -351,8 +353,8 @@ class GPT2(Model):
     def final(self, x: torch.Tensor) -> torch.Tensor:
         return normalise(x, self._get("ln_f.weight"), self._get("ln_f.bias"), "layernorm", self.arch.eps)
 
-    def unembed(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self._get("wte.weight" if self.arch.tied else "lm_head.weight").T
+    def unembed(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.matmul(x, self._get("wte.weight" if self.arch.tied else "lm_head.weight").T, out=out)
 
 
 # A llama GGUF's names for the tensors, mapped to Hugging Face's (the family reads one naming).
@@ -437,8 +439,8 @@ class Llama(Model):
     def final(self, x: torch.Tensor) -> torch.Tensor:
         return normalise(x, self._get("norm.weight"), None, "rmsnorm", self.arch.eps)
 
-    def unembed(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self._get("embed_tokens.weight" if self.arch.tied else "lm_head.weight").T
+    def unembed(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.matmul(x, self._get("embed_tokens.weight" if self.arch.tied else "lm_head.weight").T, out=out)
 
 
 class Bert(Model):
