@@ -367,6 +367,23 @@ def run(spec: Spec, x: torch.Tensor, w: Weights, source: torch.Tensor | None = N
     return Trace(spec, p, sc, m, a, ws, Checker(spec, p, a, ws), w, timings)
 
 
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def fused_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """softmax(q kᵀ/√d_k + causal mask) v and each query row's log-sum-exp of its scores, (H, N, d_k) and (H, N),
+    from PyTorch's fused CPU kernel (FlashAttention's schedule: no N × N matrix, the 1/√d_k inside). K and V of a
+    grouped-query model are repeated to the query heads. None where that kernel does not apply (not on the CPU, not
+    float32, or this PyTorch lacks it): the caller computes it block by block."""
+    if _FLASH_CPU is None or q.device.type != "cpu" or q.dtype != torch.float32 or not 0 < q.shape[1] == k.shape[1]:
+        return None
+    h, kv = q.shape[0], k.shape[0]
+    if kv != h:
+        k, v = k.repeat_interleave(h // kv, 0), v.repeat_interleave(h // kv, 0)
+    out, lse = _FLASH_CPU(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), 0.0, True)
+    return out[0], lse[0]
+
+
 def causal_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -375,11 +392,14 @@ def causal_attention(
     observe: Callable[[int, torch.Tensor], None] | None = None,
     window: int = 0,
 ) -> torch.Tensor:
-    """softmax(q kᵀ / √d_k + causal mask) v for (H, N, d_k) queries over (H_kv, N, d_k) keys and values, `block`
-    queries at a time: at most H × block × N scores exist at once, never H × N × N (PyTorch's CPU SDPA falls back
-    to its math kernel here and would hold all of them: 1.4 GB at 4,096 tokens and 9 heads). `observe(r0, w)`
+    """softmax(q kᵀ / √d_k + causal mask) v for (H, N, d_k) queries over (H_kv, N, d_k) keys and values. On the CPU
+    in float32 without `observe` or a window, PyTorch's fused kernel (`fused_causal`); otherwise `block` queries at a
+    time: at most H × block × N scores exist at once, never H × N × N (3-D SDPA falls back to its math kernel and
+    would hold all of them: 1.4 GB at 4,096 tokens and 9 heads). `observe(r0, w)`
     sees each block's weights, (H, rows, keys) for queries r0.. (the model view's statistics). `window` > 0: each
     query reads only the last `window` keys, itself included (sliding-window attention)."""
+    if observe is None and not window and (fused := fused_causal(q, k, v)) is not None:
+        return fused[0]
     h, n, dk = q.shape
     kv = k.shape[0]
     group = h // kv

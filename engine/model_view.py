@@ -9,13 +9,14 @@ Over every query row i of a head's weights A (N × N):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import torch
 
-from .attention import Trace
+from .attention import Trace, fused_causal
 from .spec import Spec
 
 STATS = ("entropy", "sink", "previous", "self")
@@ -53,6 +54,10 @@ def one_pass_stats(
     `hidden(ids, layer, observe)`): each layer's weights are seen a block of query rows at a time and summed, so
     no (H, N, N) tensor is ever kept — the model view of a 4,096-token context costs one forward pass."""
     n, h, n_layer = len(ids), model.info.n_heads, model.info.n_layer
+    if not getattr(model.arch, "window", 0):
+        fused = fused_stats(model, ids, progress)
+        if fused is not None:
+            return fused
     sums = torch.zeros(n_layer, 4, h, dtype=torch.float64)
 
     def observe(layer: int, r0: int, w: torch.Tensor) -> None:
@@ -68,11 +73,51 @@ def one_pass_stats(
 
     with torch.inference_mode():
         model.hidden(ids, n_layer, observe, progress)
-    means = sums / torch.tensor([n, n, max(n - 1, 1), n], dtype=torch.float64)[None, :, None]
-    return [
-        [{name: float(means[layer, k, head]) for k, name in enumerate(STATS)} for head in range(h)]
-        for layer in range(n_layer)
-    ]
+    return as_stats(sums / torch.tensor([n, n, max(n - 1, 1), n], dtype=torch.float64)[None, :, None])
+
+
+def as_stats(means: torch.Tensor) -> list[list[dict[str, float]]]:
+    """(layers, 4, heads) means -> [layer][head] dicts of the four statistics."""
+    return [[{name: float(means[li, k, hi]) for k, name in enumerate(STATS)} for hi in range(means.shape[2])]
+            for li in range(means.shape[0])]  # fmt: skip
+
+
+@torch.inference_mode()
+def fused_stats(
+    model: Any, ids: tuple[int, ...], progress: Callable[[int, int], None] | None = None
+) -> list[list[dict[str, float]]] | None:
+    """The four statistics without any weight matrix, from the fused kernel's output and each row's log-sum-exp
+    ℓᵢ (FlashAttention's schedule, as a plain forward pass computes it). With sᵢⱼ = qᵢ·kⱼ/√d_k and wᵢⱼ = exp(sᵢⱼ − ℓᵢ):
+      entropy   −Σⱼ wᵢⱼ log wᵢⱼ = ℓᵢ − Σⱼ wᵢⱼ sᵢⱼ = ℓᵢ − qᵢ·(Σⱼ wᵢⱼ kⱼ)/√d_k: attention with K as its values;
+      sink, self, previous   wᵢ₀, wᵢᵢ, wᵢ,ᵢ₋₁ = exp(sᵢⱼ − ℓᵢ) for that one key.
+    So a layer costs two fused attentions (V, then K as values) and O(N d) more: no N × N tensor, not even a block
+    of rows. None where the fused kernel does not apply (then the caller sums the weights block by block)."""
+    n, h, n_layer = len(ids), model.info.n_heads, model.info.n_layer
+    x = model.embed(ids)
+    pos = torch.arange(n, device=x.device)
+    means = torch.zeros(n_layer, 4, h, dtype=torch.float64)
+    for i in range(n_layer):
+        q, k, v = model.layer_qkv(i, x, pos)
+        fused = fused_causal(q, k, v)
+        if fused is None:
+            return None
+        out, lse = fused
+        keys_read = fused_causal(q, k, k)
+        assert keys_read is not None  # the same shapes as the call above
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        kk = k.repeat_interleave(h // k.shape[0], 0) if k.shape[0] != h else k
+        entropy = (lse - scale * (q * keys_read[0]).sum(-1)).clamp_min_(0)
+        sink = (scale * (q @ kk[:, 0].unsqueeze(-1)).squeeze(-1) - lse).exp()
+        own = (scale * (q * kk).sum(-1) - lse).exp()
+        previous = (scale * (q[:, 1:] * kk[:, :-1]).sum(-1) - lse[:, 1:]).exp()
+        means[i, 0] = entropy.sum(-1, dtype=torch.float64) / n
+        means[i, 1] = sink.sum(-1, dtype=torch.float64) / n
+        means[i, 2] = previous.sum(-1, dtype=torch.float64) / max(n - 1, 1)
+        means[i, 3] = own.sum(-1, dtype=torch.float64) / n
+        x = model.layer_rest(i, x, out)
+        if progress is not None:
+            progress(i + 1, n_layer)
+    return as_stats(means)
 
 
 def similar_heads(
