@@ -1,5 +1,5 @@
 """An independent reference for the trace's own check: which keys each query may read, written again from the
-definitions (row by row, in plain Python, sharing no code with masks.py), and the scale each setting means.
+definitions (a comparison of query and key indices per mask, sharing no code with masks.py), and the scale each setting means.
 
 The trace's check runs PyTorch's fused `scaled_dot_product_attention` with *this* mask (or `is_causal=True`) and
 with SDPA's own default scale for √d_k, on the trace's Q, K and V. A wrong mask or a wrong scale in the staged
@@ -14,34 +14,31 @@ import torch.nn.functional as F
 from .spec import Spec
 
 
-def readable(spec: Spec) -> list[list[bool]]:
-    """(N, N_kv) nested lists: may query i read key j? Straight from each mask's definition."""
+def readable(spec: Spec, device: torch.device | str = "cpu") -> torch.Tensor:
+    """(N, N_kv) booleans: may query i read key j? Each mask's definition written as one comparison of the grids
+    of query indices i (a column) and key indices j (a row), as the chapter states it."""
     n = spec.n_tokens
     m = len(spec.kv_tokens) or n
-    out = []
-    for i in range(n):
-        row = []
-        for j in range(m):
-            if spec.mask == "none":
-                ok = True
-            elif spec.mask == "causal":
-                ok = j <= i
-            elif spec.mask == "padding":
-                ok = j not in spec.pad_positions
-            elif spec.mask == "document":
-                ok = j <= i and spec.segment_ids[i] == spec.segment_ids[j]
-            elif spec.mask == "sliding_window":
-                ok = i - spec.window < j <= i
-            elif spec.mask == "prefix_lm":
-                ok = j < spec.prefix or j <= i
-            elif spec.mask == "custom":
-                assert spec.mask_matrix is not None
-                ok = bool(spec.mask_matrix[i][j])
-            else:
-                raise ValueError(f"no reference for mask {spec.mask!r}")
-            row.append(ok)
-        out.append(row)
-    return out
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(m, device=device)[None, :]
+    if spec.mask == "none":
+        return torch.ones(n, m, dtype=torch.bool, device=device)
+    if spec.mask == "causal":
+        return j <= i
+    if spec.mask == "padding":
+        pads = torch.tensor(sorted(spec.pad_positions), dtype=torch.long, device=device)
+        return ~(j[..., None] == pads).any(-1).expand(n, m)
+    if spec.mask == "document":
+        seg = torch.tensor(spec.segment_ids, device=device)
+        return (j <= i) & (seg[:, None] == seg[None, :m])
+    if spec.mask == "sliding_window":
+        return (i - spec.window < j) & (j <= i)
+    if spec.mask == "prefix_lm":
+        return (j < spec.prefix) | (j <= i)
+    if spec.mask == "custom":
+        assert spec.mask_matrix is not None
+        return torch.tensor(spec.mask_matrix, device=device).bool()
+    raise ValueError(f"no reference for mask {spec.mask!r}")
 
 
 def sdpa_scale(spec: Spec) -> float | None:
@@ -63,7 +60,7 @@ def sdpa_reference(spec: Spec, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     if spec.mask == "none":
         visible = torch.ones(spec.n_tokens, dtype=torch.bool, device=q.device)
         return F.scaled_dot_product_attention(q4, k4, v4, scale=scale)[0], visible
-    allow = torch.tensor(readable(spec), dtype=torch.bool, device=q.device)
+    allow = readable(spec, q.device)
     visible = allow.any(dim=-1)
     # SDPA gives NaN for a row with no readable key; such rows are compared separately (the trace's are zero).
     safe = allow | ~visible[:, None]
