@@ -181,3 +181,14 @@ def test_the_model_view_shows_two_texts(client: TestClient) -> None:
     b = twin["compare"]["grid"][top["layer"]][top["head"]]["value"]
     assert top["value"] == pytest.approx(b - a)
     assert all(abs(m["value"]) <= abs(top["value"]) for m in twin["compare"]["most_changed"])
+
+
+@needs_smollm2
+def test_byte_pieces_among_the_top_guesses_are_explained(client: TestClient) -> None:
+    for lang, words in (("en", "byte piece"), ("zh", "字节片段（十六进制）")):
+        page = soup(client.get("/predict", params={"text": "我喜欢苹果", "pos": "2", "lang": lang}))
+        tokens = [code.text for code in page.select("[data-top] code")]
+        assert any(t.startswith("⟨") and t.endswith("⟩") for t in tokens)  # SmolLM2 guesses a character's first byte
+        assert any(words in p.text for p in page.select("[data-notice]"))
+    plain = soup(client.get("/predict", params={"text": "The cat sat.", "pos": "1"}))
+    assert not any("byte piece" in p.text for p in plain.select("[data-notice]"))

@@ -517,6 +517,8 @@ def predict_view(doc: dict[str, Any], t: Any, state: ViewState, labels: tuple[st
         notices.append(t("predict.replace_text", text=said["text"], n=said["n"], token=replaced["token"]))
     if any(re.search(r"[₁₂₃₄]", label) for label in labels):
         notices.append(t("predict.pieces"))
+    if any("⟨" in c.token for c in (*chosen.top, *(chosen.before or ()))):
+        notices.append(t("predict.bytes"))
     before = doc["before"]
     return PredictView(
         preset=doc["preset"],
