@@ -49,13 +49,16 @@ async def progress(
             {"loc": ["query", "key"], "msg": "Field required", "type": "missing"}]}  # fmt: skip
         return json_response(body, 422)
     name = "key" if key is not None else "for"
-    if key is None:
-        path, _, query = (url or "").partition("?")
-        key = progress_key(path, query)
-    entry = await run_in_threadpool(lab.progress_of, key)
+    entry = await run_in_threadpool(lambda: lab.progress_of(key if key is not None else url_key(url or "")))
     if entry is None:
         body = {"message": f"{name}: nothing is being computed for this request here", "detail": [
             {"loc": ["query", name], "msg": "nothing in progress", "type": "not_found"}]}  # fmt: skip
         return json_response(body, 404)
     done, total, start = entry
     return json_response({"done": done, "total": total, "seconds": round(time.time() - start, 1)})
+
+
+def url_key(url: str) -> str:
+    """The progress key of `for=`'s URL (in a worker thread: hashing a long URL takes milliseconds)."""
+    path, _, query = url.partition("?")
+    return progress_key(path, query)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from contextvars import ContextVar
@@ -17,8 +19,10 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote_plus
 
 import anyio
+from anyio.lowlevel import RunVar
 from fastapi import Request
 from redis.exceptions import RedisError
+from starlette.datastructures import QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import Limits, Spec, TraceCache, compute
@@ -98,6 +102,84 @@ class WatchClient:
             CLIENT.reset(token)
 
 
+class QueuePlace:
+    """A heavy request's place in the queue for a large-work slot, taken (`Lab.admit`) before the request's costly
+    preparation — tokenising its text — so that a full queue refuses it at once, having spent nothing. The place
+    counts as waiting (`Lab.large_waiting`) until the request's heavy work takes a slot (`Lab.offload`), or the
+    request ends (`HeavyWork`)."""
+
+    def __init__(self) -> None:
+        self.lab: Lab | None = None  # the lab whose queue it holds a place in, while it holds one
+        self.taken = False  # a place was taken (one per request: its later heavy steps queue as any work does)
+
+    def release(self) -> None:
+        lab, self.lab = self.lab, None
+        if lab is not None:
+            lab.large_waiting -= 1
+
+
+# The queue place of the heavy request being served (set by `HeavyWork`); None for every other request.
+HEAVY: ContextVar[QueuePlace | None] = ContextVar("attention_lab_heavy", default=None)
+
+
+class HeavyWork:
+    """Marks the requests for heavy work by their path (`paths`: generation, the model view, the predictions: work
+    that always takes a large-work slot), so that the lab takes their place in the queue before it tokenises their
+    text (`Lab.off_loop`); and gives the place back when the request ends, if its work never took a slot. Inside the
+    response cache's middleware: a cached answer never queues."""
+
+    def __init__(self, app: ASGIApp, paths: frozenset[str]) -> None:
+        self.app = app
+        self.paths = paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        place = QueuePlace()
+        token = HEAVY.set(place)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            HEAVY.reset(token)
+            place.release()
+
+
+class _Tracked:
+    """One request's progress entry while its computation is asked for: its key (a `ProgressKey`, computed only
+    when work starts or a poll looks for it) and when it was asked for."""
+
+    def __init__(self, key: str, start: float) -> None:
+        self.key = key
+        self.start = start
+        self.named = not isinstance(key, ProgressKey)  # its key is known (computed, or given as one)
+        self.begun = False  # its work has begun (in a worker thread)
+
+    @property
+    def name(self) -> str:
+        """The key itself: computed here (in the calling thread) the first time."""
+        key = self.key.hex if isinstance(self.key, ProgressKey) else self.key
+        self.named = True
+        return key
+
+
+# What marks the tracked work of the request being served as begun (set by `Lab.tracking`), for `Lab.offload`.
+BEGIN: ContextVar[Callable[[], None] | None] = ContextVar("attention_lab_begin", default=None)
+
+
+def _begun(fn: Callable[..., T], *args: Any) -> Callable[[], T]:
+    """`fn(*args)` for a worker thread, first marking the request's tracked work begun there (`Lab.tracking`)."""
+    begin = BEGIN.get()
+    if begin is None:
+        return functools.partial(fn, *args)
+
+    def work() -> T:
+        begin()
+        return fn(*args)
+
+    return work
+
+
 async def _gone(receive: Receive) -> None:
     """Returns once the client has disconnected (a server answers `receive` with http.disconnect then)."""
     while (await receive())["type"] != "http.disconnect":
@@ -132,6 +214,9 @@ class Lab:
         self.models: dict[str, Any] = {}
         # Long computations in flight, by their request (`progress_key`): (done, total, started) for /api/v1/progress.
         self.progress: dict[str, tuple[int, int, float]] = {}
+        # Requests tracked whose work has not begun (queued, or waiting for another's): their keys are computed only
+        # if a poll asks (`progress_of`), so a request refused or cancelled in the queue never hashes its URL.
+        self.pending: set[_Tracked] = set()
         # Who waits for each computation in flight (`watching`), and whether the server is stopping (`stop`): both
         # make the computation's progress callback raise Cancelled, so abandoned work ends at its next step.
         self.interest: dict[Hashable, Interest] = {}
@@ -155,31 +240,54 @@ class Lab:
     def tracking(self, key: str | None) -> Iterator[Callable[[int, int], None] | None]:
         """A progress callback for the computation a request started (None when nobody asked to track it); the
         entry lives while the computation runs, so the table holds only work in flight. With --redis the entry is
-        also written there (a short-lived key), so whichever worker a page's poll reaches can answer it."""
+        also written there (a short-lived key), so whichever worker a page's poll reaches can answer it.
+
+        Nothing is computed here, on the event loop: a request's key (a `ProgressKey`, milliseconds of pure Python
+        for a long URL) is computed when its work begins, in the worker thread `offload` runs it in (the entry is
+        then 0 of 0 done: loading a model's weights can take seconds), or by the callback's first call. Until then
+        the request is pending (queued): a poll on this worker that asks for its key finds it, 0 of 0 done; a poll
+        on another worker (--redis) once its work has begun."""
         if key is None:
             yield None
             return
-        start = time.time()
+        tracked = _Tracked(key, time.time())
         shared = self._shared_progress()
 
         def update(done: int, total: int) -> None:
-            self.progress[key] = (done, total, start)
+            name = tracked.name
+            self.progress[name] = (done, total, tracked.start)
             if shared is not None:  # progress is a courtesy: a Redis hiccup never fails the computation
                 with suppress(RedisError):
-                    shared.set(_progress_name(key), f"{done},{total},{start}", ex=PROGRESS_TTL_S)
+                    shared.set(_progress_name(name), f"{done},{total},{tracked.start}", ex=PROGRESS_TTL_S)
 
-        update(0, 0)  # in flight, nothing done yet (loading a model's weights can take seconds)
+        def begin() -> None:
+            if not tracked.begun:
+                tracked.begun = True
+                update(0, 0)
+
+        self.pending.add(tracked)
+        token = BEGIN.set(begin)
         try:
             yield update
         finally:
-            self.progress.pop(key, None)
-            if shared is not None:
-                with suppress(RedisError):
-                    shared.delete(_progress_name(key))
+            BEGIN.reset(token)
+            self.pending.discard(tracked)
+            if tracked.named:  # an entry can exist only under a key that was computed
+                name = tracked.name
+                self.progress.pop(name, None)
+                if shared is not None:
+                    with suppress(RedisError):
+                        shared.delete(_progress_name(name))
 
     def progress_of(self, key: str) -> tuple[int, int, float] | None:
-        """This worker's entry for `key`, else the shared one (--redis): (done, total, started)."""
+        """This worker's entry for `key` (a request whose work has not begun: 0 of 0), else the shared one (--redis):
+        (done, total, started). Called off the event loop: it may compute the keys of pending requests."""
         entry = self.progress.get(key)
+        if entry is None:
+            for tracked in self.pending.copy():  # the event loop adds and removes them meanwhile
+                if tracked.name == key:
+                    entry = self.progress.get(key) or (0, 0, tracked.start)
+                    break
         shared = self._shared_progress()
         if entry is not None or shared is None:
             return entry
@@ -272,12 +380,17 @@ class Lab:
         past a bounded queue it is refused at once (503 with Retry-After). So /healthz, /metrics and small requests
         keep their threads and cores while large ones wait: 40 generations at once run two at a time, not forty.
         A queued request whose client left (`watch`), or any while the server stops, leaves the queue (Cancelled)."""
+        work = _begun(fn, *args)
         if cost <= self.large_bytes and not heavy:
-            return await anyio.to_thread.run_sync(functools.partial(fn, *args))
-        retry = max(1, round(self.settings.queue_wait_s))
-        if self.large_waiting >= self.settings.max_large_queued:
+            return await anyio.to_thread.run_sync(work)
+        retry = self._retry_after()
+        place = HEAVY.get()
+        if place is not None and place.lab is self:  # its place was taken before it was prepared (`admit`)
+            place.lab = None  # now this wait's, counted in large_waiting as it is
+        elif self.large_waiting >= self.settings.max_large_queued:
             raise Busy(cost, self.budget.limit, retry)
-        self.large_waiting += 1
+        else:
+            self.large_waiting += 1
         deadline = time.monotonic() + self.settings.queue_wait_s
         try:  # wait for a slot on the event loop (no thread held; works under any loop the app is served by)
             while True:  # checked before the slot is taken too: a slot freed by stopping work is not taken
@@ -292,9 +405,26 @@ class Lab:
         finally:
             self.large_waiting -= 1
         try:
-            return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+            return await anyio.to_thread.run_sync(work)
         finally:
             self.large_running -= 1
+
+    def _retry_after(self) -> int:
+        return max(1, round(self.settings.queue_wait_s))
+
+    def admit(self) -> None:
+        """Take the heavy request's place in the queue for a large-work slot now, before its costly preparation (a
+        heavy request: one `HeavyWork` marked, that has taken no place yet; any other request passes): past a full
+        queue it is refused at once (Busy: 503 with Retry-After), tokenising nothing. Slots free now count as places
+        too, as in `offload`, where the place then waits for a slot."""
+        place = HEAVY.get()
+        if place is None or place.taken:
+            return
+        free = max(0, self.settings.max_large_concurrent - self.large_running)
+        if self.large_waiting >= self.settings.max_large_queued + free:
+            raise Busy(0, self.budget.limit, self._retry_after())
+        self.large_waiting += 1
+        place.lab, place.taken = self, True
 
     def run(self, kind: str, key: Hashable, cost: int, fn: Callable[[], T]) -> tuple[T, bool]:
         """`fn()` computed once per (kind, key) within the memory budget, and kept in the byte-bounded cache (a
@@ -344,9 +474,15 @@ class Lab:
     async def off_loop(self, preset: str | None, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` (making a request's Spec, which tokenizes its text) in a worker thread when `preset` is one of
         the loaded models: the first use of a model's tokenizer loads it (seconds for SmolLM2), and /healthz and
-        every other request must not wait for that. The lab's own presets split their text here (microseconds)."""
+        every other request must not wait for that. The lab's own presets split their text here (microseconds).
+        A heavy request takes its place in the queue first (`admit`): a full queue refuses it before it tokenises.
+
+        At most PREPARING of them at once (`preparing`), the others waiting on the event loop: a burst of 80
+        requests otherwise started a worker thread for each (a thread's start blocks the event loop until the new
+        thread runs, and each then contends for the interpreter lock), which held /healthz for most of a second."""
         if preset in self.models:
-            return await anyio.to_thread.run_sync(functools.partial(fn, *args))
+            self.admit()
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=preparing())
         return fn(*args)
 
     async def spec(self, req: Any, limits: Limits | None = None) -> Spec:
@@ -421,7 +557,24 @@ class Lab:
         return int(self.settings.json_limit_mb * 2**20)
 
 
-def get_lab(request: Request) -> Lab:
+PREPARING = 4  # requests made into Specs (tokenised) at once, in worker threads (`Lab.off_loop`)
+_preparing: RunVar[anyio.CapacityLimiter] = RunVar("attention_lab_preparing")
+
+
+def preparing() -> anyio.CapacityLimiter:
+    """The limiter of `Lab.off_loop`'s worker threads: one per event loop (as anyio's own default limiter)."""
+    try:
+        return _preparing.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(PREPARING)
+        _preparing.set(limiter)
+        return limiter
+
+
+async def get_lab(request: Request) -> Lab:
+    """The app's Lab, for `Depends`. A coroutine, so FastAPI calls it on the event loop: a plain function would cost
+    every request a trip through the worker threads (FastAPI runs sync dependencies there), and under a burst
+    /healthz and a toy request would queue for a thread behind the burst's own trips."""
     lab: Lab = request.app.state.lab
     return lab
 
@@ -444,8 +597,13 @@ def fnv1a64(data: bytes) -> str:
     return f"{h:016x}"
 
 
-@functools.lru_cache(maxsize=2048)  # a class asks for the same URLs: the pure-Python hash runs once per URL
-def progress_key(path: str, query: str) -> str:
+# A class asks for the same URLs: the pure-Python hash runs once per URL (the last KEYS_KEPT of them).
+KEYS_KEPT = 2048
+_keys: OrderedDict[tuple[str, str], str] = OrderedDict()
+_keys_lock = threading.Lock()
+
+
+def progress_key(path: str, query: str, pairs: Iterable[tuple[str, str]] | None = None) -> str:
     """A request's identity for /api/v1/progress, 16 hex digits however long its URL (a long text's is 17 KB, past
     what a poll may send): FNV-1a 64 of its path, "?", and its parameters each written `quote_plus(name) + "=" +
     quote_plus(value)` (UTF-8; space as +; only A-Z a-z 0-9 _ . - ~ left bare), sorted as plain ASCII strings and
@@ -455,12 +613,54 @@ def progress_key(path: str, query: str) -> str:
     poll while it waits. Why not SHA-256: the browser's SubtleCrypto exists only on secure contexts (https or
     loopback), and a class reaches the lab over plain http on a LAN address; FNV-1a is a few lines in both
     languages. The key only tells apart the computations in flight; a collision would show another request's
-    progress bar, nothing more."""
-    pairs = sorted(
-        f"{quote_plus(k, safe='')}={quote_plus(v, safe='')}" for k, v in parse_qsl(query, keep_blank_values=True)
-    )
-    return fnv1a64(f"{path}?{'&'.join(pairs)}".encode())
+    progress bar, nothing more.
+
+    `pairs`: the query already parsed (exactly as `parse_qsl(query, keep_blank_values=True)`), not parsed again."""
+    with _keys_lock:
+        known = _keys.get((path, query))
+        if known is not None:
+            _keys.move_to_end((path, query))
+            return known
+    if pairs is None:
+        pairs = parse_qsl(query, keep_blank_values=True)
+    written = sorted(f"{quote_plus(k, safe='')}={quote_plus(v, safe='')}" for k, v in pairs)
+    key = fnv1a64(f"{path}?{'&'.join(written)}".encode())
+    with _keys_lock:
+        _keys[(path, query)] = key
+        if len(_keys) > KEYS_KEPT:
+            _keys.popitem(last=False)
+    return key
 
 
-def request_key(request: Request) -> str:
-    return progress_key(request.url.path, request.url.query)
+class ProgressKey(str):
+    """A request's progress key, not computed yet: the string is the request's path and query (what the key names),
+    `hex` the key itself (`progress_key`), computed on first use and kept. Hashing a long URL takes milliseconds of
+    pure Python, so it is not done on the event loop, nor for a request whose work never begins (refused, or
+    cancelled in the queue): `Lab.tracking` asks for it in the worker thread that starts the work, or a poll does.
+    `params`: the request's query as Starlette parsed it, reused (None: parse `query` then)."""
+
+    path: str
+    query: str
+    params: QueryParams | None
+    _hex: str | None
+
+    def __new__(cls, path: str, query: str, params: QueryParams | None = None) -> ProgressKey:
+        self = super().__new__(cls, f"{path}?{query}")
+        self.path, self.query, self.params, self._hex = path, query, params, None
+        return self
+
+    @property
+    def hex(self) -> str:
+        if self._hex is None:
+            pairs = self.params.multi_items() if self.params is not None else None
+            self._hex = progress_key(self.path, self.query, pairs)
+        return self._hex
+
+
+def request_key(request: Request) -> ProgressKey:
+    """The request's progress key, computed when its work begins (`ProgressKey`). Its query as the route already
+    parsed it (Starlette's `query_params`, the one parse of it) when that is the same text: an ASCII query string
+    (Starlette reads the bytes as Latin-1, the URL as UTF-8)."""
+    url = request.url
+    raw: bytes = request.scope.get("query_string", b"")
+    return ProgressKey(url.path, url.query, request.query_params if raw.isascii() else None)

@@ -29,7 +29,7 @@ from .demos import api as demos_api
 from .demos import page as demos_page
 from .generate import api as generate_api
 from .generate import page as generate_page
-from .lab import Lab, WatchClient
+from .lab import HeavyWork, Lab, WatchClient
 from .lessons import page as lessons_page
 from .limits import BodyLimit, QueryLimit, SecurityHeaders, SendTimeout
 from .metrics import Metrics, Observe
@@ -59,6 +59,13 @@ MATH_FONT_FACE = (
     '@font-face { font-family: "Lab Math"; src: url("/vendor/math-font/' + MATH_FONT_FILE + '") format("woff2"); '
     "font-display: swap; }\n"
 )
+
+# The routes whose work is always heavy (a large-work slot whatever its size: generation, the model view, the
+# predictions), API and page: each takes its place in the queue before it tokenises (`HeavyWork`, `Lab.admit`).
+HEAVY_PATHS = frozenset({
+    "/api/v1/generate", "/api/v1/model_view", "/api/v1/predict", "/api/v1/logit_lens", "/api/v1/head_ranking",
+    "/generate", "/model", "/predict", "/lens",
+})  # fmt: skip
 
 
 class LabApp(FastAPI):
@@ -118,6 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.rooms = Rooms(settings)
     errors.install(app)
     rooms_api.install(app)
+    app.add_middleware(HeavyWork, paths=HEAVY_PATHS)  # inside ServeCached: a cached answer takes no queue place
     app.add_middleware(cache.ServeCached, store=app.state.responses)
     app.add_middleware(JsonTwin)  # outside ServeCached: a twin is a page, served by the page kernel
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
