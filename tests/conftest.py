@@ -11,11 +11,21 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 
 from app.main import create_app
 from app.settings import Settings
+from tests.redis_server import available, redis_server
+from tests.servers import served
+
+# One torch thread per process: this one, and (through the variable) every server, worker and kernel the tests
+# start. The suite runs on a shared 2-core machine beside mypy and those servers; a second intra-op thread per
+# process oversubscribes the cores, and each op then waits on a thread the scheduler has parked (tests/test_generate.py
+# took 67 s with two threads against one busy core, 43 s with one; under heavier load 4 minutes). OMP_NUM_THREADS set
+# by hand is kept. A server that a test starts with ATTENTION_LAB_THREADS still gets that many.
+torch.set_num_threads(int(os.environ.setdefault("OMP_NUM_THREADS", "1")))
 
 settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
 settings.register_profile(
@@ -58,6 +68,41 @@ def llama():  # type: ignore[no-untyped-def]
 def client() -> Iterator[TestClient]:
     with make_client() as c:
         yield c
+
+
+# The live rooms' servers (tests/test_rooms.py, tests/test_room_safety.py): quick keep-alives so a closed stream is
+# noticed (and uncounted) within a second.
+ROOM_SETTINGS = {"ROOM_KEEPALIVE_S": "0.5", "ROOM_JOINS_PER_MINUTE": "100000", "ROOM_CREATES_PER_MINUTE": "1000"}
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    if not available():
+        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run does)")
+    with redis_server() as url:
+        yield url
+
+
+# One server of each kind for the session, shared by every module that follows rooms over real HTTP (each test makes
+# rooms of its own): a server, two workers with Redis above all, takes seconds to start.
+@pytest.fixture(scope="session")
+def memory_rooms_lab() -> Iterator[str]:
+    """One worker with rooms in memory."""
+    with served(ROOM_SETTINGS) as (base, _):
+        yield base
+
+
+@pytest.fixture(scope="session")
+def redis_rooms_lab(redis_url: str) -> Iterator[str]:
+    """Two workers sharing rooms through Redis."""
+    with served(ROOM_SETTINGS, "--workers", "2", "--redis", redis_url) as (base, _):
+        yield base
+
+
+@pytest.fixture(params=["memory", "redis"])
+def lab(request: pytest.FixtureRequest) -> str:
+    """A lab server: one worker with rooms in memory, or two workers sharing rooms through Redis."""
+    return str(request.getfixturevalue(f"{request.param}_rooms_lab"))
 
 
 # In CI (CI=true) a skip is a failure: a broken import of chromium, transformers or a model package must not pass

