@@ -297,7 +297,7 @@ def test_compare_shows_the_current_stage_with_changed_cells_outlined(client):
     assert off[0][1] != "-inf" and on[0][1] == "-inf"
     changed = [(td["data-row"], td["data-col"]) for td in tables[1].select("td.changed")]
     assert sorted(changed) == sorted((str(i), str(j)) for i in range(5) for j in range(5) if j > i)  # the 10 masked
-    assert "10" in view.select_one(".hint").get_text()
+    assert "10" in view.select_one(".compare-note").get_text()
     # The comparison comes first among the numbers (the stage's own matrices then stay hidden in presenter mode).
     assert str(page).index("compare-view") < str(page).index('class="matrices"')
 

@@ -192,3 +192,23 @@ def test_byte_pieces_among_the_top_guesses_are_explained(client: TestClient) -> 
         assert any(words in p.text for p in page.select("[data-notice]"))
     plain = soup(client.get("/predict", params={"text": "The cat sat.", "pos": "1"}))
     assert not any("byte piece" in p.text for p in plain.select("[data-notice]"))
+
+
+@needs_smollm2
+def test_the_shared_prefix_is_named_only_when_there_is_one(client: TestClient) -> None:
+    base = {"preset": "smollm2", "text": A, "stage": "softmax", "compare": "text"}
+    shared = client.get("/.json", params={**base, "compare_text": B}).json()["compare"]
+    assert shared["shared"] == 4 and shared["first_changed_row"] == 4 and shared["first_changed_token"] == " a"
+    note = soup(client.get("/", params={**base, "compare_text": B})).select_one(".compare-note").text
+    assert "share their first 4 tokens" in note and "row 4 (counting from 0" in note
+    # No first token in common: row 0 agrees only because it has one key; the page must not claim a shared prefix.
+    other = client.get("/.json", params={**base, "compare_text": "Dogs run fast."}).json()["compare"]
+    assert other["shared"] == 0 and other["first_changed_row"] == 1
+    note = soup(client.get("/", params={**base, "compare_text": "Dogs run fast."})).select_one(".compare-note").text
+    assert "share their first" not in note and "differ in length" in note
+
+
+def test_mask_on_off_compares_the_mask_chosen(client: TestClient) -> None:
+    params = {"tokens": "a b c d e", "mask": "sliding_window", "window": "2", "stage": "softmax", "compare": "mask"}
+    sides = client.get("/.json", params=params).json()["compare"]["sides"]
+    assert [s["spec"]["mask"] for s in sides] == ["none", "sliding_window"]

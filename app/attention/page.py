@@ -219,6 +219,8 @@ async def compare_view(
             return {"kind": kind, "sides": [], "changed": 0, "ask": True}  # the page asks for the second prompt
         sequence = "text" if req.preset in lab.models else "tokens"
         changes: tuple[dict[str, Any], ...] = ({}, {sequence: other_text, "token_ids": None})
+    elif kind == "mask" and spec.mask not in ("none", "causal"):  # none against the mask chosen, not the causal one
+        changes = ({"mask": "none"}, {"mask": spec.mask})
     else:
         changes = COMPARE_PAIRS[kind]
     traces, queries = [], []
@@ -238,28 +240,37 @@ async def compare_view(
             raise FieldError("compare_text", e.message) from None
         traces.append((await lab.trace_async(other_spec))[0])
         url_change = {k: (None if v in ([], None) else v) for k, v in (unused | change).items()}
-        queries.append(state.api_query_with(**url_change))
-    if all(t.spec.n_tokens <= view.SMALL_TOKENS for t in traces):
-        sides = [view.compare_side(t, head, key) for t in traces]
-        tol = COMPARE_TOL * max(1.0, sides[0]["matrix"].bound, sides[1]["matrix"].bound)
-        changed = view.outline_changes(sides[0]["matrix"], sides[1]["matrix"], tol)
-        diff = view.difference(view.compared(traces[0], head, key)[1], view.compared(traces[1], head, key)[1], tol)
-        return {"kind": kind, "sides": sides, "changed": changed, "first_changed_row": diff["first_changed_row"]}
-    return await run_in_threadpool(large_compare, kind, traces, queries, head, key, state)
+        queries.append(state.api_query(**url_change))
+    return await run_in_threadpool(compared_view, kind, traces, queries, head, key)
 
 
 COMPARE_TOL = 1e-5  # |Δ| below this (times the scores' scale) is float rounding between two computations
 
 
-def large_compare(kind: str, traces: list[Any], queries: list[str], head: int, key: str,
-                  state: ViewState) -> dict[str, Any]:  # fmt: skip
-    """Two heat maps side by side and the map of where they differ (a data: PNG), with the counts."""
+def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, key: str) -> dict[str, Any]:
+    """The two sides and where they differ: a short text cell by cell (the cells outlined), a longer one as two heat
+    maps and the map of where they differ (a data: PNG); the counts, and for two prompts the tokens they share
+    first (under the causal mask, rows of the shared prefix read the same keys)."""
     name, a = view.compared(traces[0], head, key)
     _, b = view.compared(traces[1], head, key)
     finite = np.concatenate([a[np.isfinite(a)].ravel(), b[np.isfinite(b)].ravel()])
     bound = float(np.abs(finite).max()) if finite.size else 0.0
-    tol = COMPARE_TOL * max(1.0, bound if name == "masked" else 1.0)
+    tol = COMPARE_TOL * (max(1.0, bound) if name == "masked" else 1.0)
     diff = view.difference(a, b, tol)
+    d, hit = diff.pop("d"), diff.pop("hit")
+    ta, tb = (t.spec.token_ids or t.spec.tokens for t in traces)
+    shared = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
+    first = diff["first_changed_row"]
+    out = {"kind": kind, "tensor": name, "tol": tol, "shared": shared, "sizes": [t.spec.n_tokens for t in traces],
+           "first_changed_token": None if first is None else traces[1].spec.tokens[first]} | diff  # fmt: skip
+    if all(t.spec.n_tokens <= view.SMALL_TOKENS for t in traces):
+        sides = []
+        for t in traces:  # the outline at each side's own size (two prompts may differ in length)
+            n_keys = len(t.spec.kv_tokens) or t.spec.n_tokens
+            mine = np.zeros((t.spec.n_tokens, n_keys), dtype=bool)
+            mine[: hit.shape[0], : hit.shape[1]] = hit
+            sides.append(view.compare_side(t, head, key, mine))
+        return out | {"sides": sides}
     mode = "log" if name == "weights" else "linear"
     sides = [
         {
@@ -270,6 +281,5 @@ def large_compare(kind: str, traces: list[Any], queries: list[str], head: int, k
         }
         for t, q in zip(traces, queries, strict=True)
     ]
-    png = view.difference_png(diff.pop("d"), tol, 384)
-    return {"kind": kind, "tensor": name, "sides": sides, "large": True, "tol": tol,
-            "diff_src": "data:image/png;base64," + base64.b64encode(png).decode()} | diff  # fmt: skip
+    png = view.difference_png(d, tol, 384)
+    return out | {"sides": sides, "large": True, "diff_src": "data:image/png;base64," + base64.b64encode(png).decode()}

@@ -612,6 +612,9 @@ async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: st
     else:
         verdict = t("predict.second.verdict", k=first_input, same=spans(list(same)) or "—",
                     differ=spans(list(differ)) or "—")  # fmt: skip
+    retargeted = [i for i in same if i + 1 < len(text_a.seq) and text_a.seq[i + 1] != ids[i + 1]]
+    if retargeted:  # the same prediction scored against another target: the loss differs, the distribution not
+        verdict += " " + t("predict.second.target", positions=spans(retargeted))
     return SecondPrompt(state.get("compare_text"), tuple(columns), run.mean_loss, run.perplexity, pair.a.mean_loss,
                         same, differ, verdict)  # fmt: skip
 

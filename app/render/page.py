@@ -215,45 +215,25 @@ def compared(trace: Trace, head: int, key: str) -> tuple[str, np.ndarray]:
     return "weights", to_numpy(trace.softmax.weights[head])
 
 
-def compare_side(trace: Trace, head: int, key: str) -> dict[str, Any]:
-    """One side of a comparison, for the stage on screen: up to stage 3 the masked scores S′ (where a mask or a
-    scale shows first), from stage 4 the weights A with each row's entropy and largest weight."""
+def compare_side(trace: Trace, head: int, key: str, hit: np.ndarray) -> dict[str, Any]:
+    """One side of a comparison, cell by cell, for the stage on screen (see `compared`; the weights with each row's
+    entropy and largest weight), the cells where `hit` (over the cells both sides have) is true outlined."""
     tok = list(trace.spec.tokens)
     keys = list(trace.spec.kv_tokens) or tok
-    hidden = ~np.isfinite(to_numpy(trace.mask.mask))
-    if STAGES.index(key) < STAGES.index("softmax"):
-        s = to_numpy(trace.mask.masked[head])
+    name, a = compared(trace, head, key)
+    if name == "masked":
         bound = float(np.abs(to_numpy(trace.scores.scaled[head])).max())
-        mv = matrix_view("masked", "S′ = S + M", s, tok, keys, "(N, N)", "diverging", head, bound=bound)
+        mv = matrix_view("masked", "S′ = S + M", a, tok, keys, "(N, N)", "diverging", head, bound=bound)
         stats = None
     else:
-        w = to_numpy(trace.softmax.weights[head])
-        mv = matrix_view("weights", "A", w, tok, keys, "(N, N)", "sequential", head, masked=hidden)
-        stats = row_stats(w, keys)
+        hidden = ~np.isfinite(to_numpy(trace.mask.mask))
+        mv = matrix_view("weights", "A", a, tok, keys, "(N, N)", "sequential", head, masked=hidden)
+        stats = row_stats(a, keys)
     mv.links = False
+    for r, c in np.argwhere(hit):
+        mv.cells[r][c] = replace(mv.cells[r][c], cls=mv.cells[r][c].cls + " changed")
     spec = trace.spec
     return {"matrix": mv, "stats": stats, "spec": {"mask": spec.mask, "scale": spec.scale, "tokens": spec.tokens}}
-
-
-def outline_changes(a: MatrixView, b: MatrixView, tol: float = 0.0) -> int:
-    """Mark the cells whose value differs (by more than `tol`) between two sides of a comparison (class `changed`);
-    how many. Two prompts of different lengths are compared where both have the cell: row i is the i-th query of
-    each, column j its j-th key."""
-    changed = 0
-    for ra, rb in zip(a.cells, b.cells, strict=False):
-        for j, (ca, cb) in enumerate(zip(ra, rb, strict=False)):
-            if differ(float(ca.value), float(cb.value), tol):
-                ra[j] = replace(ca, cls=ca.cls + " changed")
-                rb[j] = replace(cb, cls=cb.cls + " changed")
-                changed += 1
-    return changed
-
-
-def differ(x: float, y: float, tol: float) -> bool:
-    """Two values differ: by more than `tol`, or one is −∞ (a masked score) and the other not."""
-    if math.isinf(x) or math.isinf(y):
-        return x != y
-    return abs(x - y) > tol
 
 
 def difference(a: np.ndarray, b: np.ndarray, tol: float) -> dict[str, Any]:
@@ -272,6 +252,7 @@ def difference(a: np.ndarray, b: np.ndarray, tol: float) -> dict[str, Any]:
     rows = np.flatnonzero(hit.any(axis=1))
     return {
         "d": d,
+        "hit": hit,
         "changed": int(hit.sum()),
         "max_abs_diff": largest,
         "masked_differently": int((fa != fb).sum()),

@@ -118,6 +118,17 @@ def url_fields(model: type[BaseModel], drop: tuple[str, ...] = ()) -> tuple[str,
     return tuple(n for n, f in request_fields(model).items() if f.form is not None and n not in drop)
 
 
+def changed(params: Mapping[str, str], changes: Mapping[str, object]) -> dict[str, str]:
+    """`params` with `changes` applied (None drops a field), less the fields their switch no longer uses."""
+    p = dict(params)
+    for k, v in changes.items():
+        if v is None:
+            p.pop(k, None)
+        else:
+            p[k] = str(v)
+    return drop_unused(p)
+
+
 def drop_unused(p: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in p.items() if k not in DEPENDS or p.get(DEPENDS[k][0]) == DEPENDS[k][1]}
 
@@ -145,30 +156,13 @@ class ViewState:
         return self.params.get(key, default)
 
     def url(self, **changes: object) -> str:
-        p = dict(self.params)
-        for k, v in changes.items():
-            if v is None:
-                p.pop(k, None)
-            else:
-                p[k] = str(v)
-        p = drop_unused(p)
+        p = changed(self.params, changes)
         ordered = [(k, p[k]) for k in self.page_keys if k in p]
         return f"{self.path}?{urlencode(ordered)}" if ordered else self.path
 
-    def api_query(self, **extra: object) -> str:
-        items = [(k, self.params[k]) for k in self.api_keys if k in self.params]
-        items += [(k, str(v)) for k, v in extra.items() if v is not None]
-        return urlencode(items)
-
-    def api_query_with(self, **changes: object) -> str:
-        """The JSON twin's query with some fields changed (None drops one): each field once, as the API wants."""
-        p = {k: self.params[k] for k in self.api_keys if k in self.params}
-        for k, v in changes.items():
-            if v is None:
-                p.pop(k, None)
-            else:
-                p[k] = str(v)
-        p = drop_unused(p)
+    def api_query(self, **changes: object) -> str:
+        """The JSON twin's query, with some fields changed or added (None drops one): each field once."""
+        p = changed({k: self.params[k] for k in self.api_keys if k in self.params}, changes)
         order = (*self.api_keys, *(k for k in changes if k not in self.api_keys))
         return urlencode([(k, p[k]) for k in order if k in p])
 
