@@ -79,7 +79,7 @@ def generate(
         n = len(ids)
         end = start + n
         x = model.embed(ids, start)
-        pos = torch.arange(start, end, device=dev)
+        pos = model.rotation(torch.arange(start, end, device=dev), x)  # RoPE's angles once for every layer
         seen: torch.Tensor | None = None
         # Each query sees itself and what came before (within the sliding window, if the model has one).
         i_q = torch.arange(start, end, device=dev)[:, None]

@@ -94,7 +94,7 @@ def fused_stats(
     of rows. None where the fused kernel does not apply (then the caller sums the weights block by block)."""
     n, h, n_layer = len(ids), model.info.n_heads, model.info.n_layer
     x = model.embed(ids)
-    pos = torch.arange(n, device=x.device)
+    pos = model.rotation(torch.arange(n, device=x.device), x)  # RoPE's angles once for every layer
     means = torch.zeros(n_layer, 4, h, dtype=torch.float64)
     for i in range(n_layer):
         q, k, v = model.layer_qkv(i, x, pos)

@@ -10,6 +10,8 @@ of the dimensions inside q and k.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .device import CPU
@@ -61,12 +63,30 @@ def rope_angles(
     return torch.cos(angle), torch.sin(angle)
 
 
+class Angles(NamedTuple):
+    """cos and sin of m·θ_i for a run of positions, in the working dtype and device: compute once, rotate many
+    (generation rotates q and k of every layer at the same positions)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
+def angles(
+    positions: torch.Tensor, d_k: int, base: float, factors: tuple[float, ...] = (), like: torch.Tensor | None = None
+) -> Angles:
+    """rope_angles cast once to the dtype and device of `like` (float32 on the positions' device without it)."""
+    dev = positions.device if like is None else like.device
+    dtype = torch.float32 if like is None else like.dtype
+    cos, sin = rope_angles(positions.to(dev), d_k, base, factors)
+    return Angles(cos.to(dtype), sin.to(dtype))
+
+
 def rotate(
-    t: torch.Tensor, positions: torch.Tensor, base: float, pairing: str, factors: tuple[float, ...] = ()
+    t: torch.Tensor, positions: torch.Tensor | Angles, base: float, pairing: str, factors: tuple[float, ...] = ()
 ) -> torch.Tensor:
-    """Apply RoPE to t (..., N, d_k) at the given positions (N,)."""
+    """Apply RoPE to t (..., N, d_k) at the given positions (N,), or at precomputed `Angles` of them."""
     d_k = t.shape[-1]
-    cos, sin = (a.to(t.device, t.dtype) for a in rope_angles(positions.to(t.device), d_k, base, factors))
+    cos, sin = positions if isinstance(positions, Angles) else angles(positions, d_k, base, factors, like=t)
     if pairing == "adjacent":
         x1, x2 = t[..., 0::2], t[..., 1::2]
     else:

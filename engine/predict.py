@@ -129,7 +129,7 @@ def ablated(heads: torch.Tensor, which: Sequence[int], mean: bool) -> torch.Tens
     return heads
 
 
-def layer(model: Any, i: int, x: torch.Tensor, pos: torch.Tensor, iv: Intervention = NONE) -> torch.Tensor:
+def layer(model: Any, i: int, x: torch.Tensor, pos: Any, iv: Intervention = NONE) -> torch.Tensor:
     """Layer i of `model` on the residual stream x (N, d), with the intervention's changes at this layer."""
     q, k, v = model.layer_qkv(i, x, pos)
     off, sink = i in iv.mask_off, i in iv.drop_sink
@@ -155,7 +155,7 @@ def residuals(
     check_decoder(model)
     n_layer = model.arch.n_layer
     first, x = start if start is not None else (0, model.embed(ids))
-    pos = torch.arange(len(ids), device=x.device)
+    pos = model.rotation(torch.arange(len(ids), device=x.device), x)  # RoPE's angles once for every layer
     for i in range(first, n_layer):
         x = layer(model, i, x, pos, iv)
         if each is not None:
@@ -453,11 +453,12 @@ def rank_heads(
     streams: dict[int, torch.Tensor] = {}
     x = model.embed(ids)
     pos = torch.arange(n, device=x.device)
+    rot = model.rotation(pos, x)
     for i in range(n_layer):
         streams[i] = x
-        x = layer(model, i, x, pos)
+        x = layer(model, i, x, rot)
     clean = -float(log_probs(model, x[-1:])[0, target])
-    tiled = pos.repeat(heads)
+    tiled = model.rotation(pos.repeat(heads), x)
     out: list[tuple[int, int, float]] = []
     for done, first in enumerate(chosen):
         x = streams[first].repeat(heads, 1)  # copy h has head h of layer `first` knocked out

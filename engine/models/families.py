@@ -29,7 +29,7 @@ import torch
 from ..attention import causal_attention, linear
 from ..block import BlockWeights, feed_forward, normalise
 from ..device import CPU
-from ..positions import rotate
+from ..positions import Angles, angles, rotate
 from ..sources import Weights
 from .config import Arch, ModelError, ModelInfo
 from .labels import readable_labels
@@ -221,16 +221,26 @@ class Model:
         bw = self.block_weights(i)
         return normalise(x, bw.ln1_w, bw.ln1_b, self.arch.norm, self.arch.eps)
 
-    def layer_qkv(self, i: int, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Layer i up to its attention: q (H, n, d_k), k and v (H_kv, n, d_k), q and k rotated at `pos` (RoPE)."""
+    def rotation(self, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor | Angles:
+        """What layer_qkv rotates by at `pos`, for a stream like x: RoPE's cos and sin computed once (pass them to
+        every layer), or the positions themselves for a model without RoPE."""
+        a = self.arch
+        return angles(pos, a.d_k, a.rope_base, self.factors, like=x) if a.positions == "rope" else pos
+
+    def layer_qkv(
+        self, i: int, x: torch.Tensor, pos: torch.Tensor | Angles
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Layer i up to its attention: q (H, n, d_k), k and v (H_kv, n, d_k), q and k rotated at `pos` (RoPE;
+        positions, or their `rotation`)."""
         a, w, arch = self.attention_x(i, x), self.attention_weights(i), self.arch
         n, dk = x.shape[0], arch.d_k
         q = linear(a, w.w_q, w.b_q).view(n, arch.n_heads, dk).transpose(0, 1)
         k = linear(a, w.w_k, w.b_k).view(n, arch.n_kv_heads, dk).transpose(0, 1)
         v = linear(a, w.w_v, w.b_v).view(n, arch.n_kv_heads, dk).transpose(0, 1)
         if arch.positions == "rope":
-            q = rotate(q, pos, arch.rope_base, arch.rope_pairing, self.factors)
-            k = rotate(k, pos, arch.rope_base, arch.rope_pairing, self.factors)
+            rot = pos if isinstance(pos, Angles) else angles(pos, dk, arch.rope_base, self.factors, like=q)
+            q = rotate(q, rot, arch.rope_base, arch.rope_pairing)
+            k = rotate(k, rot, arch.rope_base, arch.rope_pairing)
         return q, k, v
 
     def layer_rest(self, i: int, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
@@ -264,7 +274,7 @@ class Model:
         """The residual stream entering `layer` (after layers 0 … layer − 1, run for real); `observe(i, r0, w)` sees
         layer i's attention weights a block of query rows at a time; `progress(done, total)` after each layer."""
         x = self.embed(ids)
-        pos = torch.arange(len(ids), device=self.device)
+        pos = self.rotation(torch.arange(len(ids), device=self.device), x)  # RoPE's angles once for every layer
         for i in range(layer):
             q, k, v = self.layer_qkv(i, x, pos)
             seen = None if observe is None else functools.partial(observe, i)
