@@ -16,7 +16,8 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz")
 async def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
-    return {"status": "ok", "device": lab.device, "cached_traces": len(lab.cache)}
+    drawing = lab.ahead.pending if lab.ahead is not None else 0
+    return {"status": "ok", "device": lab.device, "cached_traces": len(lab.cache), "drawing_ahead": drawing}
 
 
 @router.get(

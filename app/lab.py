@@ -193,6 +193,7 @@ def _cache_key(kind: str, key: Hashable) -> Hashable:
 
 class Lab:
     responses: Any = None  # the kernel's response store (app/web/cache.py), set by create_app for the metrics
+    ahead: Any = None  # app/attention/ahead.py's DrawAhead, set by create_app: large traces' heat maps drawn ahead
 
     def __init__(self, settings: Settings, metrics: Any = None) -> None:
         import torch

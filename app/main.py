@@ -21,6 +21,7 @@ from .attention import api as attention_api
 from .attention import page as attention_page
 from .attention import sinks as sinks_page
 from .attention import tiles as tiles_page
+from .attention.ahead import DrawAhead
 from .block import api as block_api
 from .block import page as block_page
 from .decode import api as decode_api
@@ -104,6 +105,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     _stop_on_signals(app.state.lab)
     yield
     app.state.lab.stop()  # whatever still runs (past uvicorn's graceful-shutdown timeout) stops at its next step
+    await app.state.lab.ahead.close()
     await app.state.rooms.store.close()  # the Redis connections and the pub/sub listener, when there are any
 
 
@@ -122,6 +124,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.lab = Lab(settings, app.state.metrics)
     # The kernel's response store (app/web/cache.py); the lab keeps a reference for its metrics only.
     app.state.responses = app.state.lab.responses = cache.new_store(settings.response_cache_mb)
+    app.state.flights = {}  # the keys of answers being computed now (cache.single_flight)
+    app.state.lab.ahead = DrawAhead(app.state.responses, app.state.flights, settings.draw_ahead_traces)
     app.state.rooms = Rooms(settings)
     errors.install(app)
     rooms_api.install(app)

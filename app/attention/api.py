@@ -34,7 +34,8 @@ from ..web.tensors import (
     VIEW_PARAMS,
     WINDOW_EXTRA,
     colour_mode,
-    heatmap_response,
+    drawn,
+    hatched,
     heatmap_route,
     key_tokens,
     long_pick,
@@ -150,11 +151,8 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
         a = to_numpy(await run_in_threadpool(source.matrix, tensor, head))
     else:
         tensor, a = matrix_of(request, source)
-        mask = getattr(getattr(source, "mask", None), "mask", None)
-        if tensor == "weights" and mask is not None:  # 0 because the mask removed the key: hatched, not small
-            hidden = ~np.isfinite(to_numpy(mask))
-            masked = hidden if hidden.shape == a.shape else None
-    return await run_in_threadpool(heatmap_response, tensor, a, size, mode, masked)
+        masked = hatched(source, tensor, a)
+    return await drawn(tensor, a, size, mode, masked)
 
 
 @router.get("/attention/window", openapi_extra={"parameters": query_parameters(AttentionRequest, WINDOW_EXTRA)})

@@ -145,6 +145,8 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
     index = STAGES.index(key)
     mask_on, hints, present = spec.mask == "causal", state.get("hints") != "off", state.get("present") == "1"
     shown = stage_fields(trace, key, head, state, t)
+    if not shown["small"] and ctx.get("html") and lab.ahead is not None:
+        lab.ahead.schedule(trace, state, key)  # the class's next steps, drawn in the background
     if (compare := await compare_view(state, req, spec, lab, head, key)) is not None:
         shown["compare_diff_src"] = compare.pop("diff_src", None)
         shown["compare"] = compare

@@ -164,14 +164,34 @@ COLOR_TICKS = {
 }
 
 
+HEATMAP_PATH = "/api/v1/attention/heatmap.png"
+THUMB = 96  # pixels: each head's thumbnail
+
+
+def heat_mode(state: ViewState, tensor: str) -> str:
+    """The colour mode a heat map of `tensor` is drawn in: the URL's `color`, else log for weights (near-uniform
+    attention over many keys is one flat colour on a linear 0-1 scale) and linear for the rest."""
+    return colour_mode(state.params) if state.get("color") else ("log" if tensor == "weights" else "linear")
+
+
+def zoom_size(n_rows: int) -> int:
+    """The zoomed head's longer side in pixels."""
+    return min(768, max(256, n_rows))
+
+
+def heatmap_query(state: ViewState, key: str, head: int, size: int, mode: str) -> str:
+    """The query of one heat map of this trace: the same string for the page's <img> and the server's drawing
+    ahead (app/attention/ahead.py), so what was drawn ahead is what the browser asks for."""
+    return state.api_query(stage=key, head=head, size=size, color=mode)
+
+
 def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewState, a: Any = None) -> dict[str, Any]:
     """The heat map of one head's matrix of stage `key` and a 16 × 16 window of it (templates/_heat.html). `a` is
     that matrix when the caller computed it (a long context's lazy trace); by default it is read from the trace."""
     spec = trace.spec
     tensor = MAIN_TENSOR[key]
     scale = stages.REGISTRY[key].scale  # the main tensor's colour scale: weights sequential, the rest diverging
-    # Near-uniform attention over many keys is one flat colour on a linear 0-1 scale: weights default to log.
-    mode = colour_mode(state.params) if state.get("color") else ("log" if tensor == "weights" else "linear")
+    mode = heat_mode(state, tensor)
     if a is None:
         a = to_numpy(getattr(getattr(trace, key), tensor)[head])  # (N, N) or (N, d_k)
     finite = a[np.isfinite(a)]
@@ -206,7 +226,7 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     if tensor == "weights":
         rows = row_stats(a[row0 : row0 + TILE], keys)
         stats = [(f"{row0 + i}: {tok[row0 + i]}", s) for i, s in enumerate(rows)]
-    size = min(768, max(256, n_rows))
+    size = zoom_size(n_rows)
     # A matrix far taller than wide (q, or a head's output, of many tokens) is drawn 4:1, not one screen wide and
     # many screens tall, and its few columns labelled sparsely; the readout and the click still find the cell.
     tall = n_rows > 2 * n_cols
@@ -214,14 +234,10 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     return {
         "tensor": tensor,
         "thumbs": [
-            (
-                h,
-                "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=h, size=96, color=mode),
-                state.url(head=h),
-            )
+            (h, HEATMAP_PATH + "?" + heatmap_query(state, key, h, THUMB, mode), state.url(head=h))
             for h in range(spec.n_heads)
         ],
-        "zoom_src": "/api/v1/attention/heatmap.png?" + state.api_query(stage=key, head=head, size=size, color=mode),
+        "zoom_src": HEATMAP_PATH + "?" + heatmap_query(state, key, head, size, mode),
         "color": mode,
         "color_urls": [(m, state.url(color=m)) for m in COLOR_MODES],
         "ticks": COLOR_TICKS[(scale, mode)] or [short(-bound), "0", short(bound)],

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.concurrency import run_in_threadpool
 
 from engine.block import BlockTrace
 
@@ -19,7 +18,7 @@ from ..web.tensors import (
     NPZ,
     WINDOW_EXTRA,
     colour_mode,
-    heatmap_response,
+    drawn,
     heatmap_route,
     matrix_of,
     window_response,
@@ -69,7 +68,7 @@ async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)])
     mode = colour_mode(request.query_params)
     trace = await _block_trace(request, lab)
     tensor, a = matrix_of(request, trace, default_stage="output")
-    return await run_in_threadpool(heatmap_response, tensor, a, size, mode)
+    return await drawn(tensor, a, size, mode)
 
 
 @router.get("/block/window", openapi_extra={"parameters": query_parameters(BlockRequest, WINDOW_EXTRA)})

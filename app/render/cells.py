@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from markupsafe import Markup, escape
 
 DENSE_COLS = 16  # a matrix wider than this gets narrower cells (CSS: table[data-matrix].dense)
 # The colour classes of each scale, low to high (the colour bar draws them in order).
@@ -85,6 +86,31 @@ class MatrixView:
     @property
     def swatches(self) -> list[str]:
         return SWATCHES[self.scale]
+
+    def body(self, state: Any, selected: tuple[str, int, int, int] | None = None) -> Markup:
+        """The table's rows as HTML (templates/_matrix.html's tbody): written here rather than as a Jinja loop,
+        because a large trace's page shows a 16 × 16 window and the loop's per-cell escaping and lookups cost more
+        than the rest of the page. Every text is escaped; a cell links to its arithmetic (`links`), or to its own
+        URL (`cell_urls`, the editable mask)."""
+        row0, col0 = int(self.extra.get("row0") or 0), int(self.extra.get("col0") or 0)
+        head = self.head or 0
+        pick = tuple(selected[2:]) if selected and selected[0] == self.name and selected[1] == head else None
+        out = []
+        for r, (label, row) in enumerate(zip(self.rows, self.cells, strict=False)):
+            out.append(f'\n      <tr><th scope="row">{escape(label)}</th>')
+            for c, cell in enumerate(row):
+                value, text = escape(cell.value), escape(cell.text)
+                if self.cell_urls:
+                    inner = f'<a href="{escape(self.cell_urls[r][c])}" data-edit="mask">{text}</a>'
+                elif self.links:
+                    inner = f'<a href="{escape(state.url(cell=f"{self.name}.{head}.{r}.{c}"))}">{text}</a>'
+                else:
+                    inner = text
+                here = " selected" if pick == (r, c) else ""
+                out.append(f'\n        <td data-row="{row0 + r}" data-col="{col0 + c}" data-value="{value}" '
+                           f'class="{escape(cell.cls)}{here}" title="{value}">{inner}</td>')  # fmt: skip
+            out.append("</tr>")
+        return Markup("".join(out))
 
     @property
     def dense(self) -> bool:

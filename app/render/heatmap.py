@@ -7,6 +7,7 @@ weight that is 0 because the mask removed its key is hatched light grey (as the 
 
 from __future__ import annotations
 
+import functools
 import io
 
 import numpy as np
@@ -69,23 +70,41 @@ def rescale(a: np.ndarray, scale: str, mode: str) -> np.ndarray:
 
 
 def colourise(a: np.ndarray, scale: str, bound: float | None = None) -> np.ndarray:
-    """(R, C) floats -> (R, C, 3) uint8; a diverging map runs over ±`bound` (the largest |value| by default)."""
+    """(R, C) floats -> (R, C, 3) uint8; a diverging map runs over ±`bound` (the largest |value| by default).
+    In float32 with a uint8 index into the colour table (a class draws hundreds of these)."""
     finite = np.isfinite(a)
+    clean = bool(finite.all())
+    x = a.astype(np.float32, copy=False)
+    if not clean:
+        x = np.where(finite, x, np.float32(0))
     if scale == "sequential":
-        t = np.clip(np.where(finite, a, 0), 0, 1)
+        t = x * np.float32(255)
     else:
         if bound is None:
-            bound = float(np.abs(a[finite]).max()) if finite.any() else 0.0
-        t = np.where(finite, a, 0) / (2 * bound) + 0.5 if bound > 0 else np.full(a.shape, 0.5)
-    rgb = LUTS[scale][np.clip((t * 255).round().astype(np.int64), 0, 255)]
-    rgb[~finite] = MASKED
+            bound = float(np.abs(x[finite]).max()) if finite.any() else 0.0
+        if bound > 0:
+            t = x * np.float32(255 / (2 * bound)) + np.float32(127.5)
+        else:
+            t = np.full(a.shape, 127.5, dtype=np.float32)
+    index = np.rint(np.clip(t, 0, 255, out=t)).astype(np.uint8)
+    rgb = np.take(LUTS[scale], index, axis=0)
+    if not clean:
+        rgb[~finite] = MASKED
     return rgb
+
+
+@functools.lru_cache(maxsize=32)
+def _stripes(h: int, w: int) -> np.ndarray:
+    """Where the stripes of an (h, w) picture lie (the same for every heat map of that size)."""
+    y, x = np.indices((h, w))
+    stripe = ((x + y) % HATCH_PERIOD) < HATCH_PERIOD // 2
+    stripe.flags.writeable = False
+    return stripe
 
 
 def _hatch(rgb: np.ndarray, where: np.ndarray, colours: tuple[tuple[int, int, int], tuple[int, int, int]]) -> None:
     """Diagonal stripes (top-right to bottom-left, as the cells' 135° gradient) over the pixels `where` is true."""
-    y, x = np.indices(where.shape)
-    stripe = ((x + y) % HATCH_PERIOD) < HATCH_PERIOD // 2
+    stripe = _stripes(*where.shape)
     rgb[where & stripe] = colours[0]
     rgb[where & ~stripe] = colours[1]
 

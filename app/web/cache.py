@@ -3,11 +3,14 @@ asking for the same few views again and again gets the same bytes without parsin
 
 The store (`app.state.responses`) is byte-bounded like the trace cache; `ServeCached` answers API hits before
 routing, `cached_get` fills it, and the page kernel (app/web/page.py) keys pages by URL, language, face (whole page,
-htmx panel, JSON) and whatever else they show.
+htmx panel, JSON) and whatever else they show. A class reaches a new view together (thirty students press the same
+step, their browsers ask for the same twelve heat maps): `single_flight` computes a missing answer once and the
+others wait for it, instead of each computing it again on the one worker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,6 +29,30 @@ def new_store(megabytes: float) -> TraceCache[tuple[str, str], CachedResponse]:
 def store_of(request: Request) -> TraceCache[tuple[str, str], CachedResponse]:
     store: TraceCache[tuple[str, str], CachedResponse] = request.app.state.responses
     return store
+
+
+async def single_flight(
+    request: Request,
+    key: tuple[str, str],
+    hit: Callable[[], Response | None],
+    compute: Callable[[], Awaitable[Response]],
+) -> Response:
+    """`hit()` if the store has the answer; else `compute()` once for all concurrent requests of `key`: a request
+    arriving while another computes it waits, then reads the store. If the first one stored nothing (a refusal, an
+    error, a cancelled request), the next waiter computes in its turn, so every request gets its own honest answer."""
+    if (found := hit()) is not None:
+        return found
+    flights: dict[tuple[str, str], asyncio.Event] = request.app.state.flights
+    while (running := flights.get(key)) is not None:
+        await running.wait()
+        if (found := hit()) is not None:
+            return found
+    done = flights[key] = asyncio.Event()
+    try:
+        return await compute()
+    finally:
+        del flights[key]
+        done.set()
 
 
 @dataclass(frozen=True)
@@ -51,15 +78,26 @@ def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awa
     async def wrapper(request: Request, lab: Any) -> Response:
         store = store_of(request)
         key = (request.url.path, request.url.query)
-        hit = store.get(key)
-        if hit is not None:
+
+        def cached() -> Response | None:
+            hit = store.get(key)
+            if hit is None:
+                return None
             return Response(hit.body, media_type=hit.media_type, headers=dict(hit.headers) | {"X-Cache": "hit"})
-        response = await handler(request, lab)
-        if response.status_code == 200 and store.max_bytes:
-            keep = tuple((k, v) for k, v in response.headers.items() if k in ("content-disposition", "cache-control"))
-            stored = CachedResponse(bytes(response.body), response.media_type or "", keep, len(key[0]) + len(key[1]))
-            store.put(key, stored)
-        return response
+
+        async def compute() -> Response:
+            response = await handler(request, lab)
+            if response.status_code == 200 and store.max_bytes:
+                keep = tuple(
+                    (k, v) for k, v in response.headers.items() if k in ("content-disposition", "cache-control")
+                )
+                stored = CachedResponse(
+                    bytes(response.body), response.media_type or "", keep, len(key[0]) + len(key[1])
+                )
+                store.put(key, stored)
+            return response
+
+        return await single_flight(request, key, cached, compute)
 
     return wrapper
 

@@ -33,7 +33,7 @@ from ..render.payload import OPTIONS
 from ..schemas import FieldError
 from ..templating import TEMPLATES
 from . import lessons
-from .cache import cached_page, is_fragment, page_key, remember_page
+from .cache import cached_page, is_fragment, page_key, remember_page, single_flight
 from .i18n import LANGS, error_message, negotiate, translator
 from .state import ViewState
 from .view import View
@@ -144,47 +144,51 @@ async def serve(
         key = (f"json:{key[0]}", key[1])
     if shows:
         key = (f"{key[0]}@{shows}", key[1])
-    if (hit := cached_page(request, key)) is not None:
-        return hit
-    fragment = is_fragment(request) and bool(blocks)
-    ctx: dict[str, Any] = (
-        {
-            "page": page or template.removesuffix(".html"),
-            "t": t,
-            "lang": lang,
-            "langs": LANGS,
-            "state": state,
-            "lang_urls": {code: state.url(lang=code) for code in LANGS},
-            "json_url": json_url,
-            "error": None,
-            "status": 200,
-            "fragment": fragment,
-        }
-        | extra
-        | lesson_beside(request, lang)
-    )
-    if as_json:  # errors are the API's: the exception handlers answer with the field named
-        view = await build(ctx)
-        if view is None:
-            raise FieldError("format", "this page has no JSON face yet")
-        body = orjson.dumps(view.to_json() | {"lang": lang}, option=OPTIONS)
-        response: Response = Response(body, media_type="application/json", headers={"Vary": VARY})
-        return remember_page(request, key, response, "application/json")
-    view = None
-    with inline_errors(ctx, t):
-        view = await build(ctx)
-        if view is not None:
-            ctx.update(view.context(), view=view)
-            template = view.template
-    headers = {"Vary": VARY}
-    if ctx["error"]:  # the refusal in words, for callers that read no HTML (a room checking a shared view)
-        headers["X-Lab-Error"] = quote("; ".join(ctx["error"]), safe=" :;,.()'=-_")
-    response = TEMPLATES.TemplateResponse(
-        request,
-        template,
-        ctx,
-        status_code=ctx["status"],
-        block_names=list(view.blocks if view is not None else blocks) if fragment else [],
-        headers=headers,
-    )
-    return remember_page(request, key, response)
+
+    async def compute() -> Response:  # the view, rendered once however many ask for it at the same moment
+        name = template
+        fragment = is_fragment(request) and bool(blocks)
+        ctx: dict[str, Any] = (
+            {
+                "page": page or template.removesuffix(".html"),
+                "t": t,
+                "lang": lang,
+                "langs": LANGS,
+                "state": state,
+                "lang_urls": {code: state.url(lang=code) for code in LANGS},
+                "json_url": json_url,
+                "error": None,
+                "status": 200,
+                "fragment": fragment,
+                "html": not as_json,  # a page a browser shows (its heat maps will be asked for), not its JSON face
+            }
+            | extra
+            | lesson_beside(request, lang)
+        )
+        if as_json:  # errors are the API's: the exception handlers answer with the field named
+            view = await build(ctx)
+            if view is None:
+                raise FieldError("format", "this page has no JSON face yet")
+            body = orjson.dumps(view.to_json() | {"lang": lang}, option=OPTIONS)
+            response: Response = Response(body, media_type="application/json", headers={"Vary": VARY})
+            return remember_page(request, key, response, "application/json")
+        view = None
+        with inline_errors(ctx, t):
+            view = await build(ctx)
+            if view is not None:
+                ctx.update(view.context(), view=view)
+                name = view.template
+        headers = {"Vary": VARY}
+        if ctx["error"]:  # the refusal in words, for callers that read no HTML (a room checking a shared view)
+            headers["X-Lab-Error"] = quote("; ".join(ctx["error"]), safe=" :;,.()'=-_")
+        response = TEMPLATES.TemplateResponse(
+            request,
+            name,
+            ctx,
+            status_code=ctx["status"],
+            block_names=list(view.blocks if view is not None else blocks) if fragment else [],
+            headers=headers,
+        )
+        return remember_page(request, key, response)
+
+    return await single_flight(request, key, lambda: cached_page(request, key), compute)

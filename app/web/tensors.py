@@ -4,11 +4,15 @@ and CSV. The attention and block APIs share these; `stage`, `tensor` and `head` 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import numpy as np
+from anyio.lowlevel import RunVar
 from fastapi import Request, Response
 
 from engine.long import LongTrace
@@ -92,6 +96,35 @@ def heatmap_response(tensor: str, a: np.ndarray, size: int, mode: str = "linear"
                      masked: np.ndarray | None = None) -> Response:  # fmt: skip
     body = png(a, "sequential" if tensor == "weights" else "diverging", size, mode, masked)
     return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
+
+
+def hatched(trace: Any, tensor: str, a: np.ndarray) -> np.ndarray | None:
+    """Where one head's weights are 0 because the mask removed the key (a heat map hatches them, not small)."""
+    mask = getattr(getattr(trace, "mask", None), "mask", None)
+    if tensor != "weights" or mask is None:
+        return None
+    hidden = ~np.isfinite(to_numpy(mask))
+    return hidden if hidden.shape == a.shape else None
+
+
+DRAWING = 2  # heat maps drawn at once, in worker threads
+_drawing: RunVar[anyio.CapacityLimiter] = RunVar("attention_lab_drawing")
+
+
+async def drawn(tensor: str, a: np.ndarray, size: int, mode: str = "linear",
+                masked: np.ndarray | None = None) -> Response:  # fmt: skip
+    """heatmap_response in a worker thread, at most DRAWING at once per event loop. A class asks for dozens of new
+    heat maps in the same second; drawn forty at a time (anyio's default) they share the core and all finish late,
+    one after another each finishes in its turn, and the requests answered from the cache in between are not held
+    up by forty threads taking the GIL."""
+    try:
+        limiter = _drawing.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(DRAWING)
+        _drawing.set(limiter)
+    return await anyio.to_thread.run_sync(
+        functools.partial(heatmap_response, tensor, a, size, mode, masked), limiter=limiter
+    )
 
 
 def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray) -> Response:
