@@ -46,6 +46,7 @@ class Settings(LimitSettings):
     queue_wait_s: float = Field(30, ge=0)  # how long large or heavy work waits for a slot before a 503
     cache_mb: float = Field(512, ge=0)  # byte-bounded LRU of computed traces
     response_cache_mb: float = Field(64, ge=0)  # finished GET answers (JSON, .npz, PNG), keyed by their URL
+    arena_mb: float = Field(256, ge=0)  # freed large stage tensors kept mapped for the next trace (engine/arena.py)
     draw_ahead_traces: int = Field(8, ge=0)  # large traces whose heat maps are drawn ahead in the background; 0: off
     json_limit_mb: float = Field(32, gt=0)  # larger JSON answers get 413 and a pointer to the .npz
     body_limit_mb: float = Field(8, gt=0)  # request bodies

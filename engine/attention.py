@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from . import masks, positions, reference
+from .arena import ARENA
 from .memo import python_bytes, tensor_bytes
 from .sources import Weights
 from .spec import STAGES, OfSpec, Spec, SpecError
@@ -220,13 +221,18 @@ def per_head(t: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 def scores(p: Projection, scale: float) -> Scores:
     """Stage 2: the raw dot products QKᵀ and the scaled scores QKᵀ / s."""
-    raw = p.query @ per_head(p.key, p.q.shape[0]).transpose(-2, -1)  # (H, N, N_kv)
-    return Scores(raw=raw, scaled=raw / scale)
+    q, k = p.query, per_head(p.key, p.q.shape[0]).transpose(-2, -1)
+    shape = (*q.shape[:-1], k.shape[-1])  # (H, N, N_kv): written into memory already mapped (engine/arena.py)
+    raw = torch.matmul(q, k, out=ARENA.empty(shape, q.device, q.dtype))
+    return Scores(raw=raw, scaled=torch.div(raw, scale, out=ARENA.empty(shape, q.device, q.dtype)))
 
 
 def mask(s: Scores, additive: torch.Tensor) -> Mask:
     """Stage 3: add M (0 or −∞) to every head's scaled scores."""
-    return Mask(mask=additive, masked=s.scaled + additive)
+    sc = s.scaled
+    shape = torch.broadcast_shapes(sc.shape, additive.shape)
+    out = ARENA.empty(shape, sc.device, torch.promote_types(sc.dtype, additive.dtype))
+    return Mask(mask=additive, masked=torch.add(sc, additive, out=out))
 
 
 def softmax(m: Mask) -> Softmax:
@@ -244,7 +250,7 @@ def softmax_rows(masked: torch.Tensor) -> torch.Tensor:
     and −∞ everywhere in the input), so the common case costs no extra pass over the scores.
     """
     s = masked if masked.dtype == torch.float32 else masked.float()
-    w = torch.softmax(s, dim=-1)
+    w = torch.ops.aten._softmax.out(s, -1, False, out=ARENA.empty(tuple(s.shape), s.device))  # torch.softmax's kernel
     if w.shape[-1]:
         maybe = torch.isnan(w[..., 0])
         if bool(maybe.any()):
