@@ -9,6 +9,7 @@ Over every query row i of a head's weights A (N × N):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from .attention import Trace, fused_causal
+from .predict import NONE, Intervention, ablated
 from .spec import Spec
 
 STATS = ("entropy", "sink", "previous", "self")
@@ -48,32 +50,51 @@ def model_view(spec: Spec, n_layer: int, trace_of: Callable[[Spec], Trace]) -> d
 
 
 def one_pass_stats(
-    model: Any, ids: tuple[int, ...], progress: Callable[[int, int], None] | None = None
+    model: Any,
+    ids: tuple[int, ...],
+    progress: Callable[[int, int], None] | None = None,
+    iv: Intervention = NONE,
 ) -> list[list[dict[str, float]]]:
-    """The four statistics of every layer and head in one pass through the model (a causal decoder with
-    `hidden(ids, layer, observe)`): each layer's weights are seen a block of query rows at a time and summed, so
-    no (H, N, N) tensor is ever kept — the model view of a 4,096-token context costs one forward pass."""
+    """The four statistics of every layer and head in one pass through a causal decoder, no (H, N, N) tensor ever
+    kept: the model view of a 4,096-token context costs about one forward pass. On the CPU in float32 (no sliding
+    window) each layer's statistics come from the fused kernel's per-row log-sum-exp (`lse_stats`); elsewhere its
+    weights are seen a block of query rows at a time and summed. `iv.ablate` knocks heads out of the forward pass
+    (their output zeroed, or its running mean, before W_O), so the layers above show what that head's absence
+    changes; the knocked-out heads' own statistics are those of the weights they computed."""
     n, h, n_layer = len(ids), model.info.n_heads, model.info.n_layer
-    if not getattr(model.arch, "window", 0):
-        fused = fused_stats(model, ids, progress)
-        if fused is not None:
-            return fused
-    sums = torch.zeros(n_layer, 4, h, dtype=torch.float64)
-
-    def observe(layer: int, r0: int, w: torch.Tensor) -> None:
-        rows = w.shape[1]
-        logs = torch.where(w > 0, w.log(), torch.zeros_like(w))
-        sums[layer, 0] += -(w * logs).sum(dim=(1, 2), dtype=torch.float64).cpu()
-        sums[layer, 1] += w[:, :, 0].sum(dim=1, dtype=torch.float64).cpu()
-        i = torch.arange(rows, device=w.device)
-        sums[layer, 3] += w[:, i, r0 + i].sum(dim=1, dtype=torch.float64).cpu()
-        later = i[r0 + i >= 1]  # rows with a previous token
-        if later.numel():
-            sums[layer, 2] += w[:, later, r0 + later - 1].sum(dim=1, dtype=torch.float64).cpu()
-
+    x = model.embed(ids)
+    pos = model.rotation(torch.arange(n, device=x.device), x)  # RoPE's angles once for every layer
+    means = torch.zeros(n_layer, 4, h, dtype=torch.float64)
+    counts = torch.tensor([n, n, max(n - 1, 1), n], dtype=torch.float64)[:, None]
+    fuse = not getattr(model.arch, "window", 0)
     with torch.inference_mode():
-        model.hidden(ids, n_layer, observe, progress)
-    return as_stats(sums / torch.tensor([n, n, max(n - 1, 1), n], dtype=torch.float64)[None, :, None])
+        for i in range(n_layer):
+            q, k, v = model.layer_qkv(i, x, pos)
+            fused = fused_causal(q, k, v) if fuse else None
+            if fused is not None:
+                out, lse = fused
+                means[i] = lse_stats(q, k, lse)
+            else:
+                sums = torch.zeros(4, h, dtype=torch.float64)
+                out = model.attend(q, k, v, functools.partial(block_sums, sums))
+                means[i] = sums / counts
+            x = model.layer_rest(i, x, ablated(out, iv.heads_at(i), iv.mean))
+            if progress is not None:
+                progress(i + 1, n_layer)
+    return as_stats(means)
+
+
+def block_sums(sums: torch.Tensor, r0: int, w: torch.Tensor) -> None:
+    """Add one block of a layer's weights (H, rows, keys), query rows r0.., into the four statistics' sums (4, H)."""
+    rows = w.shape[1]
+    logs = torch.where(w > 0, w.log(), torch.zeros_like(w))
+    sums[0] += -(w * logs).sum(dim=(1, 2), dtype=torch.float64).cpu()
+    sums[1] += w[:, :, 0].sum(dim=1, dtype=torch.float64).cpu()
+    i = torch.arange(rows, device=w.device)
+    sums[3] += w[:, i, r0 + i].sum(dim=1, dtype=torch.float64).cpu()
+    later = i[r0 + i >= 1]  # rows with a previous token
+    if later.numel():
+        sums[2] += w[:, later, r0 + later - 1].sum(dim=1, dtype=torch.float64).cpu()
 
 
 def as_stats(means: torch.Tensor) -> list[list[dict[str, float]]]:
@@ -82,42 +103,28 @@ def as_stats(means: torch.Tensor) -> list[list[dict[str, float]]]:
             for li in range(means.shape[0])]  # fmt: skip
 
 
-@torch.inference_mode()
-def fused_stats(
-    model: Any, ids: tuple[int, ...], progress: Callable[[int, int], None] | None = None
-) -> list[list[dict[str, float]]] | None:
-    """The four statistics without any weight matrix, from the fused kernel's output and each row's log-sum-exp
-    ℓᵢ (FlashAttention's schedule, as a plain forward pass computes it). With sᵢⱼ = qᵢ·kⱼ/√d_k and wᵢⱼ = exp(sᵢⱼ − ℓᵢ):
+def lse_stats(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """One causal layer's four statistics (4, H) without any weight matrix, from the fused kernel's per-row
+    log-sum-exp ℓᵢ (FlashAttention's schedule, as a plain forward pass computes it). With sᵢⱼ = qᵢ·kⱼ/√d_k and
+    wᵢⱼ = exp(sᵢⱼ − ℓᵢ):
       entropy   −Σⱼ wᵢⱼ log wᵢⱼ = ℓᵢ − Σⱼ wᵢⱼ sᵢⱼ = ℓᵢ − qᵢ·(Σⱼ wᵢⱼ kⱼ)/√d_k: attention with K as its values;
       sink, self, previous   wᵢ₀, wᵢᵢ, wᵢ,ᵢ₋₁ = exp(sᵢⱼ − ℓᵢ) for that one key.
-    So a layer costs two fused attentions (V, then K as values) and O(N d) more: no N × N tensor, not even a block
-    of rows. None where the fused kernel does not apply (then the caller sums the weights block by block)."""
-    n, h, n_layer = len(ids), model.info.n_heads, model.info.n_layer
-    x = model.embed(ids)
-    pos = model.rotation(torch.arange(n, device=x.device), x)  # RoPE's angles once for every layer
-    means = torch.zeros(n_layer, 4, h, dtype=torch.float64)
-    for i in range(n_layer):
-        q, k, v = model.layer_qkv(i, x, pos)
-        fused = fused_causal(q, k, v)
-        if fused is None:
-            return None
-        out, lse = fused
-        keys_read = fused_causal(q, k, k)
-        assert keys_read is not None  # the same shapes as the call above
-        scale = 1.0 / math.sqrt(q.shape[-1])
-        kk = k.repeat_interleave(h // k.shape[0], 0) if k.shape[0] != h else k
-        entropy = (lse - scale * (q * keys_read[0]).sum(-1)).clamp_min_(0)
-        sink = (scale * (q @ kk[:, 0].unsqueeze(-1)).squeeze(-1) - lse).exp()
-        own = (scale * (q * kk).sum(-1) - lse).exp()
-        previous = (scale * (q[:, 1:] * kk[:, :-1]).sum(-1) - lse[:, 1:]).exp()
-        means[i, 0] = entropy.sum(-1, dtype=torch.float64) / n
-        means[i, 1] = sink.sum(-1, dtype=torch.float64) / n
-        means[i, 2] = previous.sum(-1, dtype=torch.float64) / max(n - 1, 1)
-        means[i, 3] = own.sum(-1, dtype=torch.float64) / n
-        x = model.layer_rest(i, x, out)
-        if progress is not None:
-            progress(i + 1, n_layer)
-    return as_stats(means)
+    So a layer costs one more fused attention (K as values) and O(N d): no N × N tensor, not even a block of rows."""
+    h, n = q.shape[0], q.shape[1]
+    keys_read = fused_causal(q, k, k)
+    assert keys_read is not None  # the same shapes as the call that gave lse
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    kk = k.repeat_interleave(h // k.shape[0], 0) if k.shape[0] != h else k
+    entropy = (lse - scale * (q * keys_read[0]).sum(-1)).clamp_min_(0)
+    sink = (scale * (q @ kk[:, 0].unsqueeze(-1)).squeeze(-1) - lse).exp()
+    own = (scale * (q * kk).sum(-1) - lse).exp()
+    previous = (scale * (q[:, 1:] * kk[:, :-1]).sum(-1) - lse[:, 1:]).exp()
+    return torch.stack([
+        entropy.sum(-1, dtype=torch.float64) / n,
+        sink.sum(-1, dtype=torch.float64) / n,
+        previous.sum(-1, dtype=torch.float64) / max(n - 1, 1),
+        own.sum(-1, dtype=torch.float64) / n,
+    ])  # fmt: skip
 
 
 def similar_heads(
