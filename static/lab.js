@@ -406,3 +406,42 @@ window.labOnLayout = function (fn) {
   }
   window.labOnLayout(reveal);
 })();
+
+// The model view on the projector (templates/model.html, presenter mode): the largest type (8–48 px) at which its
+// grids ([data-fit-grids]: one grid, a tall one's two halves, or the two texts' grids) fit the page's width and end
+// above the bottom of the screen (and above a class bar). Measured, as the lab's numbers are above.
+(function () {
+  "use strict";
+  function fit() {
+    var box = document.querySelector("body.present main.model-view [data-fit-grids]");
+    if (!box) return;
+    if (window.innerWidth <= 700) return box.style.removeProperty("--grid-fit");  // a phone: the phone layout
+    var room = document.getElementById("room");
+    var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - 4;
+    var scrolls = box.querySelectorAll(".scroll");
+    var main = box.closest("main");
+    function fits() {
+      if (box.scrollWidth > box.clientWidth + 1 || main.scrollWidth > main.clientWidth + 1) return false;
+      for (var i = 0; i < scrolls.length; i++) {  // no grid may need its own scroll bar
+        if (scrolls[i].scrollWidth > scrolls[i].clientWidth + 1) return false;
+      }
+      return box.getBoundingClientRect().bottom + window.scrollY <= bottom;
+    }
+    var lo = 8, hi = 48;
+    box.style.setProperty("--grid-fit", hi + "px");
+    if (!fits()) {
+      while (hi - lo > 1) {
+        var mid = (lo + hi) >> 1;
+        box.style.setProperty("--grid-fit", mid + "px");
+        if (fits()) lo = mid; else hi = mid;
+      }
+      box.style.setProperty("--grid-fit", lo + "px");
+      hi = lo;
+    }
+    box.setAttribute("data-fit", String(hi));
+  }
+  window.labOnLayout(fit);
+  document.addEventListener("toggle", function (e) {  // the form or the tokens unfolded above the grids
+    if (e.target.closest && e.target.closest("main.model-view")) fit();
+  }, true);
+})();

@@ -65,3 +65,54 @@ def test_the_block_by_block_path_gives_the_same_statistics(smollm2: Any, monkeyp
     for row_a, row_b in zip(fused, blocks, strict=True):
         for a, b in zip(row_a, row_b, strict=True):
             assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_the_model_view_api_and_page_knock_heads_out(client: Any, smollm2: Any) -> None:
+    import json
+
+    from bs4 import BeautifulSoup
+
+    text = "The cat sat on the mat. The cat sat on the mat."
+    ids = tuple(smollm2.tokenize(text))
+    knocked = json.dumps([[3, 1], [5, 2]])
+    body = client.get("/api/v1/model_view", params={"preset": "smollm2", "text": text, "ablate": knocked}).json()
+    assert body["ablate"] == [[3, 1], [5, 2]] and body["ablate_mode"] == "zero"
+    want = one_pass_stats(smollm2, ids, iv=Intervention(ablate=((3, 1), (5, 2))))
+    flat = [s[k] for row in body["stats"] for s in row for k in sorted(s)]
+    assert flat == pytest.approx([s[k] for row in want for s in row for k in sorted(s)])  # the engine's numbers
+    clean = client.get("/api/v1/model_view", params={"preset": "smollm2", "text": text}).json()
+    assert "ablate" not in clean and clean["stats"][:4] == body["stats"][:4] and clean["stats"][6] != body["stats"][6]
+    posted = client.post("/api/v1/model_view", json={"preset": "smollm2", "text": text, "ablate": [[3, 1], [5, 2]]})
+    assert posted.json()["stats"] == body["stats"]
+
+    for lang in ("en", "zh"):
+        page = client.get("/model", params={"preset": "smollm2", "text": text, "ablate": knocked, "lang": lang})
+        assert page.status_code == 200
+        soup = BeautifulSoup(page.text, "html.parser")
+        a, b = soup.select("section.model-compare table.model-grid")
+        assert soup.select_one("[data-side=b]")["data-knocked"] == "3.1, 5.2"
+        assert {(td["data-layer"], td["data-head"]) for td in b.select("td.knocked")} == {("3", "1"), ("5", "2")}
+        assert not a.select("td.knocked")
+        shown_a = [[float(td["data-value"]) for td in tr.select("td")] for tr in a.select("tbody tr")]
+        shown_b = [[float(td["data-value"]) for td in tr.select("td")] for tr in b.select("tbody tr")]
+        for shown, run in ((shown_a, clean), (shown_b, body)):
+            for row, stats in zip(shown, run["stats"], strict=True):
+                assert row == pytest.approx([s["entropy"] for s in stats])
+        close = soup.select_one("section.model-compare h3 a")["href"]
+        assert "ablate" not in close and "text=" in close
+
+    chosen = client.get("/model", params={"preset": "smollm2", "text": text, "layer": 3, "head": 1})
+    knock = BeautifulSoup(chosen.text, "html.parser").select_one("a[data-knock='3.1']")["href"]
+    again = client.get(knock)
+    assert again.status_code == 200 and 'data-knocked="3.1"' in again.text
+
+
+@pytest.mark.parametrize(
+    ("ablate", "says"),
+    [("[[3, 99]]", "not a head"), ("[[3]]", "pair"), ("[[40, 0]]", "not a head"), ("3,1", "ablate")],
+)
+def test_a_bad_knockout_is_a_422_naming_the_field(client: Any, smollm2: Any, ablate: str, says: str) -> None:
+    r = client.get("/api/v1/model_view", params={"preset": "smollm2", "text": "The cat sat.", "ablate": ablate})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "ablate" and says in r.json()["message"]
+    page = client.get("/model", params={"preset": "smollm2", "text": "The cat sat.", "ablate": ablate})
+    assert page.status_code == 422 and "ablate" in page.text

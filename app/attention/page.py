@@ -25,6 +25,7 @@ from engine.spec import MAIN_TENSOR
 from ..lab import Lab, get_lab, request_key
 from ..render import page as view
 from ..render.arrays import to_numpy
+from ..render.cells import SWATCHES
 from ..schemas import AttentionRequest, FieldError, from_query
 from ..web import lessons
 from ..web.page import serve
@@ -40,7 +41,8 @@ from ..web.state import (
     parse_tile,
     url_fields,
 )
-from .view import LabView, long_context, stage_fields
+from ..web.tensors import colour_mode
+from .view import LabView, axis_labels, axis_tokens, colour_ticks, difference_ticks, long_context, stage_fields
 
 router = APIRouter(include_in_schema=False)
 
@@ -243,16 +245,20 @@ async def compare_view(
         traces.append((await lab.trace_async(other_spec))[0])
         url_change = {k: (None if v in ([], None) else v) for k, v in (unused | change).items()}
         queries.append(state.api_query(**url_change))
-    return await run_in_threadpool(compared_view, kind, traces, queries, head, key)
+    return await run_in_threadpool(compared_view, kind, traces, queries, head, key, state.get("color"))
 
 
+AXIS_LABELS = 16  # labels along each axis of a comparison's heat maps, at most (they are 384 px or less)
 COMPARE_TOL = 1e-5  # |Δ| below this (times the scores' scale) is float rounding between two computations
 
 
-def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, key: str) -> dict[str, Any]:
+def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, key: str,
+                  color: str = "") -> dict[str, Any]:  # fmt: skip
     """The two sides and where they differ: a short text cell by cell (the cells outlined), a longer one as two heat
-    maps and the map of where they differ (a data: PNG); the counts, and for two prompts the tokens they share
-    first (under the causal mask, rows of the shared prefix read the same keys)."""
+    maps and the map of where they differ (a data: PNG), each with its axes (queries down, keys across, labelled
+    sparsely) and its colour bar (ticks from the matrix it shows); the counts, and for two prompts the tokens they
+    share first (under the causal mask, rows of the shared prefix read the same keys). `color` is the page's colour
+    mode for heat maps (log for weights and linear for S′ by default)."""
     name, a = view.compared(traces[0], head, key)
     _, b = view.compared(traces[1], head, key)
     finite = np.concatenate([a[np.isfinite(a)].ravel(), b[np.isfinite(b)].ravel()])
@@ -273,15 +279,35 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
             mine[: hit.shape[0], : hit.shape[1]] = hit
             sides.append(view.compare_side(t, head, key, mine))
         return out | {"sides": sides}
-    mode = "log" if name == "weights" else "linear"
-    sides = [
-        {
+    mode = colour_mode({"color": color}) if color else ("log" if name == "weights" else "linear")
+    scale = "sequential" if name == "weights" else "diverging"
+    stage = "softmax" if name == "weights" else "mask"  # the tensor compared, whatever the stage on screen
+    sides = []
+    for t, q, m in zip(traces, queries, (a, b), strict=True):
+        finite = m[np.isfinite(m)]
+        keys = list(t.spec.kv_tokens) or list(t.spec.tokens)
+        sides.append({
             "spec": {"mask": t.spec.mask, "scale": t.spec.scale, "tokens": t.spec.tokens},
             "n_tokens": t.spec.n_tokens,
             "heatmap": f"/api/v1/attention/heatmap.png?{q}&"
-            + urlencode({"stage": key, "head": head, "size": 384, "color": mode}),
-        }
-        for t, q in zip(traces, queries, strict=True)
-    ]
+            + urlencode({"stage": stage, "head": head, "size": 384, "color": mode}),
+            "row_axis": axis_labels(axis_tokens(t.spec.tokens), AXIS_LABELS),
+            "col_axis": axis_labels(axis_tokens(keys), AXIS_LABELS),
+            "colorbar": {"scale": scale, "mode": mode, "swatches": SWATCHES[scale],
+                         "ticks": colour_ticks(scale, mode, float(np.abs(finite).max()) if finite.size else 0.0)},
+        })  # fmt: skip
+    top = view.difference_top(d, tol)
+    r, c = diff["overlap"]
+    rows_a, rows_b = (list(t.spec.tokens)[:r] for t in traces)
+    cols_a, cols_b = ((list(t.spec.kv_tokens) or list(t.spec.tokens))[:c] for t in traces)
+    both = [x if x == y else f"{x.strip() or x}/{y.strip() or y}" for x, y in zip(rows_a, rows_b, strict=True)]
+    both_cols = [x if x == y else f"{x.strip() or x}/{y.strip() or y}" for x, y in zip(cols_a, cols_b, strict=True)]
+    difference_view = {
+        "row_axis": axis_labels(axis_tokens(both), AXIS_LABELS),
+        "col_axis": axis_labels(axis_tokens(both_cols), AXIS_LABELS),
+        "colorbar": {"scale": "sequential", "mode": "log", "swatches": SWATCHES["sequential"],
+                     "ticks": difference_ticks(top), "max": top or 0.0},
+    }  # fmt: skip
     png = view.difference_png(d, tol, 384)
-    return out | {"sides": sides, "large": True, "diff_src": "data:image/png;base64," + base64.b64encode(png).decode()}
+    return out | {"sides": sides, "difference": difference_view, "large": True,
+                  "diff_src": "data:image/png;base64," + base64.b64encode(png).decode()}  # fmt: skip

@@ -164,6 +164,40 @@ COLOR_TICKS = {
 }
 
 
+def colour_ticks(scale: str, mode: str, bound: float) -> list[str]:
+    """A heat map's colour bar: its ticks for `scale` drawn in `mode`; a linear diverging map runs over ±`bound`,
+    the largest |value| of the matrix it shows (app/render/heatmap.py `png`)."""
+    return COLOR_TICKS[(scale, mode)] or [short(-bound), "0", short(bound)]
+
+
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def sig(v: float) -> str:
+    """A value of any size in three significant digits, a tiny one as 8.73×10⁻⁵; a printed minus sign."""
+    if v == 0:
+        return "0"
+    if 1e-3 <= abs(v) < 1e4:
+        text = f"{v:.3g}"
+    else:
+        mantissa, _, exp = f"{v:.2e}".partition("e")
+        text = f"{float(mantissa):g}×10{str(int(exp)).translate(SUPERSCRIPT)}"
+    return text.replace("-", "−")
+
+
+def difference_ticks(top: float | None) -> list[str]:
+    """The difference map's colour bar (app/render/page.py `difference_png`): log |Δ| from 10⁻⁴ of the largest
+    (and less, 0 included) to the largest, `top`; a single 0 when nothing differs (the map is all the darkest)."""
+    if top is None:
+        return ["0"]
+    return ["≤ " + sig(top * 1e-4), sig(top * 1e-2), sig(top)]
+
+
+def axis_tokens(labels: list[str] | tuple[str, ...], width: int = 12) -> list[str]:
+    """Tokens as a heat map's axis labels (`axis_labels`), each cut to `width` characters."""
+    return [x if len(x) <= width else x[: width - 1] + "…" for x in labels]
+
+
 HEATMAP_PATH = "/api/v1/attention/heatmap.png"
 THUMB = 96  # pixels: each head's thumbnail
 
@@ -240,7 +274,7 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
         "zoom_src": HEATMAP_PATH + "?" + heatmap_query(state, key, head, size, mode),
         "color": mode,
         "color_urls": [(m, state.url(color=m)) for m in COLOR_MODES],
-        "ticks": COLOR_TICKS[(scale, mode)] or [short(-bound), "0", short(bound)],
+        "ticks": colour_ticks(scale, mode, bound),
         "swatches": SWATCHES[scale],
         "row_axis": axis_labels(tok),
         "col_axis": axis_labels(col_labels, 8 if tall else 32),

@@ -4,6 +4,7 @@ each cell a link into the lab at that layer and head; the heads most like a chos
 from __future__ import annotations
 
 import functools
+import json
 import math
 from dataclasses import replace
 from typing import Annotated, Any
@@ -28,17 +29,20 @@ CHANGED = 0.1  # a head's statistic moved by a tenth of its colour scale (ln N f
 
 @router.get("/model", response_class=HTMLResponse)
 async def model_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/model", KEYS, ("stat", "layer", "head", "compare_text"))
+    state = ViewState.of(request.query_params, "/model", KEYS, ("stat", "layer", "head", "compare_text", "present"))
+    # Presenter mode (`present=1`) is a layout of the whole page (_base.html reads `present`), kept by every link.
+    present = state.get("present") == "1"
     build = functools.partial(model_page_view, state, lab, request_key(request))
     return await serve(request, lab, "model.html", state, build, json_url="/api/v1/model_view?" + state.api_query(),
-                       blocks=(), models=lab.models)  # fmt: skip
+                       blocks=(), models=lab.models, present=present)  # fmt: skip
 
 
-def lab_url(spec: Spec, layer: int, head: int, lang: str) -> str:
-    """The lab at one layer and head of the same tokens, on the weights stage."""
+def lab_url(spec: Spec, layer: int, head: int, lang: str, present: bool = False) -> str:
+    """The lab at one layer and head of the same tokens, on the weights stage (in presenter mode when this page
+    is: a head opened from the projector stays on the projector's layout)."""
     ids = ",".join(str(i) for i in spec.token_ids)
     query = {"preset": spec.preset, "token_ids": ids, "layer": layer, "head": head, "stage": 4, "lang": lang}
-    return "/?" + urlencode(query, safe=",")
+    return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
 
 
 async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> ModelView:
@@ -49,19 +53,25 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     req = ModelViewRequest.model_validate(from_query(state.api_params(), None, ModelViewRequest))
     spec, computed = await model_view_of(req, lab, progress)
     stats, t = computed["stats"], ctx["t"]
+    present = state.get("present") == "1"
     spec_b, stats_b = None, None
-    if state.get("compare_text"):  # a second text beside the first
+    knocked: tuple[tuple[int, int], ...] = ()
+    if state.get("compare_text"):  # a second text beside the first (heads knocked out of both, if any)
         other = req.model_copy(update={"text": state.get("compare_text"), "token_ids": None})
         try:
             spec_b, computed_b = await model_view_of(other, lab, progress)
         except FieldError as e:
             raise FieldError("compare_text", e.message) from None
         stats_b = computed_b["stats"]
+    elif "ablate" in computed:  # heads knocked out: the clean run (A) beside the run without them (B)
+        knocked = tuple((p[0], p[1]) for p in computed["ablate"])
+        computed_b, (spec, computed) = computed, await model_view_of(req.model_copy(update={"ablate": None}), lab)
+        spec_b, stats_b, stats = spec, computed_b["stats"], computed["stats"]
     longest = max(spec.n_tokens, spec_b.n_tokens if spec_b else 0)
     top = math.log(max(2, longest)) if stat == "entropy" else 1.0  # one colour scale for both grids
 
     def link(layer: int, head: int, value: float, cls: str = "", of: Spec = spec) -> HeadLink:
-        return HeadLink(layer, head, value, lab_url(of, layer, head, ctx["lang"]),
+        return HeadLink(layer, head, value, lab_url(of, layer, head, ctx["lang"], present),
                         state.url(layer=layer, head=head), cls)  # fmt: skip
 
     def colour(value: float) -> str:
@@ -77,15 +87,18 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
                         for hi, (sa, sb) in enumerate(zip(row_a, row_b, strict=True))), reverse=True)  # fmt: skip
         marked = {(li, hi) for d, _, li, hi in moved if d > CHANGED * top}
 
-        def mark(c: HeadLink) -> HeadLink:
-            return replace(c, cls=c.cls + " changed") if (c.layer, c.head) in marked else c
+        def mark(c: HeadLink, b: bool = False) -> HeadLink:
+            c = replace(c, cls=c.cls + " changed") if (c.layer, c.head) in marked else c
+            return replace(c, cls=c.cls + " knocked") if b and (c.layer, c.head) in knocked else c
 
         grid = tuple(tuple(mark(c) for c in row) for row in grid)
         compare = ModelCompare(
-            text=state.get("compare_text"),
+            text=state.get("compare_text") or state.get("text"),
+            knocked=knocked,
+            knocked_mode=req.ablate_mode if knocked else "",
             tokens=tuple(computed_b["tokens"]),
             grid=tuple(
-                tuple(mark(link(li, hi, s[stat], colour(s[stat]), spec_b)) for hi, s in enumerate(row))
+                tuple(mark(link(li, hi, s[stat], colour(s[stat]), spec_b), b=True) for hi, s in enumerate(row))
                 for li, row in enumerate(stats_b)
             ),
             changed=len(marked),
@@ -99,10 +112,12 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         layer = parse_int("layer", state.get("layer"), 0, 0, computed["layers"] - 1)
         head = parse_int("head", state.get("head"), 0, 0, spec.n_heads - 1)
         like = tuple(link(li, hi, d) for li, hi, d in similar_heads(stats, layer, head))
-        chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"]), t("model.distance"), like)
+        knock = json.dumps([[layer, head]], separators=(",", ":"))
+        chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"], present), t("model.distance"), like,
+                            state.url(ablate=knock, compare_text=None))  # fmt: skip
     return ModelView(
         compare=compare,
-        compare_close_url=state.url(compare_text=None) if compare else None,
+        compare_close_url=state.url(compare_text=None, ablate=None, ablate_mode=None) if compare else None,
         spec=spec,
         preset=spec.preset,
         tokens=tuple(computed["tokens"]),
@@ -110,9 +125,11 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         heads=computed["heads"],
         stat=stat,
         explain=t("model.explain." + stat),
+        scale_ticks=("0", f"{top / 2:.2f}", f"{top:.2f}"),
         grid=grid,
         ranked=tuple(link(li, hi, v) for v, li, hi in ranked),
         chosen=chosen,
         stat_urls=tuple((s, state.url(stat=s)) for s in STATS),
         json_url="/api/v1/model_view?" + state.api_query(),
+        present_url=state.url(present=None if present else "1"),
     )

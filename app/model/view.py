@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from engine.long import long_cost
 from engine.model_view import model_view, one_pass_stats
+from engine.predict import NONE
 from engine.spec import Spec, make_spec
 
+from ..predict.view import Knockouts, intervention
 from ..schemas import FieldError
 from ..web.view import HIDDEN, View
 
@@ -36,12 +38,14 @@ class ChosenHead:
     url: str
     note: str  # what the distance is
     like: tuple[HeadLink, ...] = ()  # the most similar heads, nearest first; `value` is the distance
+    knock_url: str = ""  # this page with the head knocked out: the clean run beside the run without it
 
 
 @dataclass(frozen=True)
 class ModelCompare:
-    """A second text through the same model, beside the first: its grid, with the heads whose statistic moved by
-    more than `threshold` marked `changed` (on both grids), and the heads that moved most (`value`: B − A)."""
+    """A second run through the same model, beside the first: another text, or the same text with heads knocked out
+    (`knocked`; then A is the clean run). Its grid, with the heads whose statistic moved by more than `threshold`
+    marked `changed` (on both grids), and the heads that moved most (`value`: B − A)."""
 
     text: str
     tokens: tuple[str, ...]
@@ -49,6 +53,8 @@ class ModelCompare:
     changed: int
     threshold: float
     most_changed: tuple[HeadLink, ...]
+    knocked: tuple[tuple[int, int], ...] = ()  # B is the same text with these heads knocked out (A: none)
+    knocked_mode: str = ""  # zero or mean
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class ModelView(View):
     heads: int = 0
     stat: str = "entropy"
     explain: str = ""
+    scale_ticks: tuple[str, ...] = ()  # the grids' colour bar: 0, half and the top of the colour scale (ln N or 1)
     grid: tuple[tuple[HeadLink, ...], ...] = ()  # [layer][head]
     ranked: tuple[HeadLink, ...] = ()  # the ten lowest entropies, or the ten highest of another statistic
     chosen: ChosenHead | None = None
@@ -74,10 +81,12 @@ class ModelView(View):
     compare: ModelCompare | None = None  # a second text side by side (`compare_text`)
     compare_close_url: str | None = None
     json_url: str | None = None
+    present_url: str | None = None  # presenter mode on, or off (`present=1`: the projector's layout)
 
 
-class ModelViewRequest(BaseModel):
-    """A pretrained model and the text (or token ids) to run through every layer."""
+class ModelViewRequest(Knockouts):
+    """A pretrained model and the text (or token ids) to run through every layer; heads knocked out of the pass
+    (`ablate`, a causal decoder's one-pass view), so the layers above show what their absence changes."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -112,14 +121,22 @@ async def model_view_of(req: ModelViewRequest, lab: Any, key: str | None = None)
     each layer's whole trace through the server's cache (MiniLM, a GPT-2 checkpoint)."""
     spec = await lab.off_loop(req.preset, view_spec, req, lab)  # the tokenizer off the event loop
     model = lab.models[spec.preset]
+    iv = NONE
+    if req.ablate:
+        if not getattr(model, "one_pass_view", False):
+            raise FieldError("ablate", f"heads are knocked out of a causal decoder's forward pass; {req.preset} is "
+                             "an encoder, its view traces each layer on its own")  # fmt: skip
+        iv = intervention(req, model)
     # Watched: when the client goes away the pass stops at its next layer (Cancelled), or leaves the queue.
     async with lab.watching() as watch:
         if getattr(model, "one_pass_view", False):
             with lab.tracking(key) as update:  # layer by layer, for /api/v1/progress
                 progress = lab.checked(watch, update)
-                stats = await lab.offload(long_cost(spec), one_pass_stats, model, spec.token_ids, progress,
+                stats = await lab.offload(long_cost(spec), one_pass_stats, model, spec.token_ids, progress, iv,
                                           heavy=True, watch=watch)  # fmt: skip
             view = {"tokens": list(spec.tokens), "layers": model.info.n_layer, "heads": spec.n_heads, "stats": stats}
+            if iv:
+                view |= {"ablate": [list(p) for p in iv.ablate], "ablate_mode": "mean" if iv.mean else "zero"}
         else:
             check = lab.checked(watch, None)
 

@@ -39,8 +39,8 @@ def _layers(value: Any) -> Any:
     raise ValueError('a list of layers (integers, 0 is the first) or "all"')
 
 
-class Switches(BaseModel):
-    """The interventions every prediction view takes."""
+class Knockouts(BaseModel):
+    """Heads knocked out of a forward pass: the prediction views and the model view take them."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -50,6 +50,11 @@ class Switches(BaseModel):
     ablate_mode: Literal["zero", "mean"] = Field(
         "zero", description="zero: the head's output becomes 0; mean: at position t, the head's mean output over "
         "positions 0…t (no future token leaks in).")  # fmt: skip
+
+
+class Switches(Knockouts):
+    """The interventions every prediction view takes."""
+
     mask_off_layers: list[int] | Literal["all"] | None = Field(
         None, description="Layers whose causal mask is removed (every query reads every key). " + LAYERS,
         json_schema_extra=lab_field(kind="list"))  # fmt: skip
@@ -155,15 +160,17 @@ def layers_of(value: list[int] | str | None, n_layer: int) -> tuple[int, ...]:
     return tuple(sorted(set(value)))
 
 
-def intervention(req: Switches, model: Any) -> P.Intervention:
-    """The request's switches, checked against the model's layers and heads (422 naming the field)."""
+def intervention(req: Knockouts, model: Any) -> P.Intervention:
+    """The request's switches, checked against the model's layers and heads (422 naming the field). A request
+    that takes only `Knockouts` (the model view) changes no mask and no sink."""
     for pair in req.ablate or []:
         if len(pair) != 2:
             raise FieldError("ablate", f"each entry is a [layer, head] pair, not {pair}")
     a = model.arch
     iv = P.Intervention(
         ablate=tuple(sorted({(p[0], p[1]) for p in req.ablate or []})), mean=req.ablate_mode == "mean",
-        mask_off=layers_of(req.mask_off_layers, a.n_layer), drop_sink=layers_of(req.drop_sink_layers, a.n_layer),
+        mask_off=layers_of(getattr(req, "mask_off_layers", None), a.n_layer),
+        drop_sink=layers_of(getattr(req, "drop_sink_layers", None), a.n_layer),
     )  # fmt: skip
     try:
         iv.check(a.n_layer, a.n_heads)

@@ -124,13 +124,18 @@ def png(a: np.ndarray, scale: str, size: int, mode: str = "linear", masked: np.n
     a's shape) marks weights the mask removed, hatched light grey."""
     neginf = ~np.isfinite(a)
     a = rescale(a, scale, mode)
+    # A diverging map runs over ±(the largest |value|) of the matrix itself, not of its area averages when shrunk:
+    # the colour bar beside it (ticks ±that bound) holds for the picture.
+    bound = None
+    if scale == "diverging":
+        bound = 1.0 if mode != "linear" else (float(np.abs(a[~neginf]).max()) if (~neginf).any() else 0.0)
     h, w = a.shape
     factor = size / max(h, w)
     target = (max(round(w * factor), min(w, size), 1), max(round(h * factor), min(h, size), 1))
     if factor < 1 and np.isfinite(a).all():
         # Shrinking: average the values first (area averaging), then colour only the pixels that remain.
         a = np.asarray(Image.fromarray(a.astype(np.float32), "F").resize(target, Image.Resampling.BOX))
-    img = Image.fromarray(colourise(a, scale, 1.0 if mode != "linear" and scale == "diverging" else None), "RGB")
+    img = Image.fromarray(colourise(a, scale, bound), "RGB")
     if img.size != target:
         img = img.resize(target, Image.Resampling.NEAREST if factor >= 1 else Image.Resampling.BOX)
     hatched = [("neginf", neginf)] + ([("masked", masked & ~neginf)] if masked is not None else [])

@@ -262,12 +262,18 @@ def difference(a: np.ndarray, b: np.ndarray, tol: float) -> dict[str, Any]:
     }
 
 
+def difference_top(d: np.ndarray, tol: float) -> float | None:
+    """The |Δ| the difference map's brightest colour stands for: the largest finite |Δ| (a cell masked on one side
+    only is drawn brightest too), or None when no cell differs by more than `tol` (the map is all the darkest)."""
+    finite = d[np.isfinite(d)]
+    return float(finite.max()) if finite.size and finite.max() > tol else None
+
+
 def difference_png(d: np.ndarray, tol: float, size: int) -> bytes:
     """The difference map: each cell's |Δ| relative to the largest, on a log scale (10⁻⁴ of the largest and less is
     the darkest colour, so a small change still shows), max-pooled when the picture is smaller than the matrix so
-    that no changed cell vanishes in an average; cells within `tol` are 0."""
-    finite = d[np.isfinite(d)]
-    top = float(finite.max()) if finite.size and finite.max() > tol else 1.0
+    that no changed cell vanishes in an average; cells within `tol` are 0. Its colour bar reads `difference_top`."""
+    top = difference_top(d, tol) or 1.0
     rel = np.where(np.isfinite(d), d / top, 1.0)
     rel[d <= tol] = 0.0
     r, c = rel.shape
