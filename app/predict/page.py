@@ -1,7 +1,8 @@
 """The prediction pages: `/predict`, the training view (teacher forcing: inputs over targets shifted by one, each
 position's probability, loss and rank, the mean loss; switches and a replaced token compared before → after, the
 leakage proof in words; a ranking of the heads for one prediction), and `/lens`, the logit lens (layers × positions,
-the probability of the model's final prediction read from each layer).
+the probability of the model's final prediction read from each layer; a window of `LENS_WINDOW` positions drawn as
+cells, the whole text as one picture, so the page stays small however long the text).
 
 Both compute through the JSON API's own functions (`predict_of`, `lens_of`, `ranking_of` and their documents), so
 the page and /api/v1/predict show the same numbers. The form speaks the page's words (`heads=1.0, 16.0`, a checkbox
@@ -10,22 +11,27 @@ for the mask, a token to put somewhere by id or by text); `request_body` turns t
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
+import io
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
+import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup, escape
+from PIL import Image
 from pydantic import BaseModel
 
 from ..lab import Lab, get_lab, request_key
+from ..render.heatmap import colourise
 from ..render.predicted import generators
 from ..schemas import FieldError, from_query
 from ..templating import TEMPLATES
@@ -54,7 +60,11 @@ PREDICT_KEYS = ("preset", "text", "token_ids", "bos", "eos", "loss_from", *SWITC
 LENS_KEYS = ("preset", "text", "token_ids", "bos", *SWITCH_KEYS)
 # `form=1` marks a submitted form: an unticked box sends nothing, so there an absent bos/eos means "off".
 PREDICT_VIEW = ("pos", "rank", "present", "form", "compare_text")
-LENS_VIEW = ("cell", "present", "form")
+LENS_VIEW = ("start", "cell", "present", "form")  # `start`: the first position of the lens's window
+# The lens shows a window of positions (the JSON twin and the API keep every one): its page stays a few hundred kB
+# however long the text, where a cell per layer and position of a 1,000-token text was 140 MB of HTML.
+LENS_WINDOW = 32
+LENS_WINDOW_PRESENT = 12  # on a projector: fewer positions, each number large enough to read from the back
 SAME = 1e-5  # max |Δ| at or below which a position counts as unchanged (the leakage proof's tolerance)
 RANKED = 12  # heads listed in the ranking
 
@@ -176,6 +186,25 @@ def page_fields() -> Iterator[None]:
             name = {"position": "replace_at", "token_id": "replace_id"}.get(which)
             raise FieldError(name or "replace_at", rest if name else e.message) from None
         raise
+
+
+Req = TypeVar("Req", bound=BaseModel)
+Run = TypeVar("Run")
+
+
+async def read_page(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any], model_cls: type[Req],
+                    compute: Callable[[Req, Lab, str], Awaitable[Run]]
+                    ) -> tuple[Req, Run, dict[str, str], dict[str, Any]]:  # fmt: skip
+    """What both prediction pages start with: the page's state as the API's request `model_cls` (a first visit's
+    text in the page's language, also the form's placeholder `ctx["prompt"]`), validated, and `compute`'s answer
+    to it; a refused field named as the form names it. Returns the request, the answer, the prompt used and what
+    the page says about how it read the form (`request_body`)."""
+    prompt = default_text(state, ctx["lang"])
+    ctx["prompt"] = prompt.get("text", "")
+    with page_fields():
+        body, said = await request_body(state, prompt, lab, model_cls)
+        req = model_cls.model_validate(body)
+        return req, await compute(req, lab, key), prompt, said
 
 
 def api_url(path: str, req: BaseModel) -> str:
@@ -388,15 +417,29 @@ class LensCell:
     first: bool = False  # the layer from which the final prediction stays top-1
     top1: bool = False  # the final prediction is top-1 at this layer
     cls: str = field(default="", metadata=HIDDEN)
-    url: str = field(default="", metadata=HIDDEN)  # this page with the cell chosen
-    title: str = field(default="", metadata=HIDDEN)
+    title: str = field(default="", metadata=HIDDEN)  # written for the cells of the page's window only
+
+
+@dataclass(frozen=True)
+class LensWindow:
+    """A window of positions the lens's overview map jumps to: `start` … `stop` − 1."""
+
+    start: int
+    stop: int
+    current: bool = False  # it overlaps the window on the page
+
+
+# A GET form's hidden fields around one control: those the page's URL writes before it, and those after it.
+FormFields = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
 
 
 @dataclass(frozen=True)
 class LensView(View):
     """The logit lens: each layer's residual stream through the final norm and the unembedding; `rows[l][i]` is
     layer l at position i (the probability there of the model's final prediction, and the top tokens); `final`
-    the model's prediction at each position and `first_top1` the layer from which it stays the most likely."""
+    the model's prediction at each position and `first_top1` the layer from which it stays the most likely. The
+    page draws the cells of one window of positions, `start` … `stop` − 1 (`window_size` at a time, fewer in
+    presenter mode); `rows` holds every position."""
 
     template = "lens.html"
     blocks = ()
@@ -421,6 +464,16 @@ class LensView(View):
     cell_title_html: Markup | None = field(default=None, metadata=HIDDEN)
     cell_top: tuple[Candidate, ...] = ()
     summary: str = ""
+    # The window of positions drawn as cells, and the links to the ones before and after it.
+    start: int = 0
+    stop: int = 0  # one past the window's last position
+    window_size: int = LENS_WINDOW
+    prev_url: str | None = None
+    next_url: str | None = None
+    windows: tuple[LensWindow, ...] = field(default=(), metadata=HIDDEN)  # the overview's, when there are several
+    overview: str = field(default="", metadata=HIDDEN)  # every layer and position as one picture (a PNG data URI)
+    cell_form: FormFields = field(default=((), ()), metadata=HIDDEN)  # the state around `cell`
+    start_form: FormFields = field(default=((), ()), metadata=HIDDEN)  # the state around `start`
     json_url: str = ""
     twin_url: str = ""
     predict_url: str = ""
@@ -558,13 +611,8 @@ async def predict_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) 
 
 async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) -> PredictView:
     """What /predict shows for `state` (its JSON face is the page's `.json` twin)."""
-    t, lang = ctx["t"], ctx["lang"]
-    prompt = default_text(state, lang)
-    ctx["prompt"] = prompt.get("text", "")
-    with page_fields():
-        body, said = await request_body(state, prompt, lab, PredictRequest)
-        req = PredictRequest.model_validate(body)
-        text, _iv, pred = await predict_of(req, lab, key)
+    t = ctx["t"]
+    req, (text, _iv, pred), prompt, said = await read_page(state, lab, key, ctx, PredictRequest, predict_of)
     doc = predict_document(text, _iv, pred)
     view = predict_view(doc, t, state, text.labels, said, text.model.arch.n_layer)
     extra: dict[str, Any] = {
@@ -669,29 +717,58 @@ def top_words(top: tuple[Candidate, ...]) -> str:
     return ", ".join(f"{c.token!r} {c.p:.2f}" for c in top)
 
 
+def lens_window(state: ViewState, n: int, chosen: tuple[int, int] | None) -> tuple[int, int, int]:
+    """The window of positions the page draws: `start` (a parameter: 0 … n − 1; else the window of the chosen
+    cell, else the first), one past its last position, and its size (`LENS_WINDOW`, `LENS_WINDOW_PRESENT` in
+    presenter mode)."""
+    size = LENS_WINDOW_PRESENT if state.get("present") == "1" else LENS_WINDOW
+    start = parse_int("start", state.get("start"), -1, 0, n - 1)
+    if start < 0:
+        start = chosen[1] // size * size if chosen is not None else 0
+    return start, min(n, start + size), size
+
+
+def form_fields(state: ViewState, name: str) -> FormFields:
+    """The page's state as the hidden fields of a GET form whose control `name` changes one parameter: the fields
+    the URL writes before `name` (to go before the control) and those after it, so that the form goes to
+    `state.url(name=value)` itself. A form carries a long text once, where a link per cell carried it in each."""
+    at = state.page_keys.index(name)
+    kept = [k for k in state.page_keys if k in state.params and k != name]
+    return (tuple((k, state.params[k]) for k in kept if state.page_keys.index(k) < at),
+            tuple((k, state.params[k]) for k in kept if state.page_keys.index(k) > at))  # fmt: skip
+
+
+def overview_png(p_final: np.ndarray, width: int) -> str:
+    """Every layer (rows) and position (columns) of the lens in one picture, a pixel per cell, in the colours of
+    its cells (viridis, 0 → 1): a PNG data URI `width` pixels wide, the columns past the text left white so that
+    each window of the overview is as wide as the next."""
+    rgb = np.full((p_final.shape[0], width, 3), 255, dtype=np.uint8)
+    rgb[:, : p_final.shape[1]] = colourise(p_final, "sequential")
+    buf = io.BytesIO()
+    Image.fromarray(rgb, "RGB").save(buf, "PNG", compress_level=6)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
 async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) -> LensView:
-    """What /lens shows for `state` (its JSON face is the page's `.json` twin)."""
-    t, lang = ctx["t"], ctx["lang"]
-    prompt = default_text(state, lang)
-    ctx["prompt"] = prompt.get("text", "")
-    with page_fields():
-        body, _ = await request_body(state, prompt, lab, LensRequest)
-        req = LensRequest.model_validate(body)
-        text, iv, lens = await lens_of(req, lab, key)
+    """What /lens shows for `state` (its JSON face is the page's `.json` twin): every layer and position as data,
+    the cells of one window of positions on the page."""
+    t = ctx["t"]
+    req, (text, iv, lens), prompt, _ = await read_page(state, lab, key, ctx, LensRequest, lens_of)
     doc = lens_document(text, iv, lens)
     layers = doc["layers"]
     n_layer, n = len(layers), len(doc["tokens"])
     first = doc["first_top1"]
     chosen = parse_cell(state.get("cell"), n_layer, n)
+    start, stop, size = lens_window(state, n, chosen)
     rows = []
     for li, row in enumerate(layers):
         cells = []
         for i, c in enumerate(row):
             top = candidates(c["top"], doc["final_ids"][i])
-            title = t("lens.cell", layer=li, i=i, p=f"{c['p_final']:.3f}", final=doc["final"][i], top=top_words(top))
+            title = t("lens.cell", layer=li, i=i, p=f"{c['p_final']:.3f}", final=doc["final"][i],
+                      top=top_words(top)) if start <= i < stop else ""  # fmt: skip
             cells.append(LensCell(c["p_final"], top, first[i] == li, bool(top) and top[0].target,
-                                  f"sq-{min(10, max(0, round(c['p_final'] * 10)))}", state.url(cell=f"{li}.{i}"),
-                                  title))  # fmt: skip
+                                  f"sq-{min(10, max(0, round(c['p_final'] * 10)))}", title))  # fmt: skip
         rows.append(tuple(cells))
     cell_top: tuple[Candidate, ...] = ()
     cell_title, cell_title_html = "", None
@@ -700,6 +777,13 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
         cell_top = rows[li][i].top
         cell_title, cell_title_html = with_tokens(t, "lens.chosen", {"token": doc["tokens"][i], "final": doc["final"][i]},
                                                   layer=li, i=i)  # fmt: skip
+    windows: tuple[LensWindow, ...] = ()
+    overview = ""
+    if n > size:  # a text longer than one window: the whole map, each window of it a button
+        windows = tuple(LensWindow(a, min(n, a + size), a < stop and start < a + size) for a in range(0, n, size))
+        if ctx.get("html", True):
+            p_final = np.array([[c["p_final"] for c in row] for row in layers], dtype=np.float32)
+            overview = overview_png(p_final, len(windows) * size)
     settled = sorted(f for f in first if f is not None)
     summary = t("lens.summary", n=n, layers=n_layer, median=settled[len(settled) // 2] if settled else "—",
                 earliest=settled[0] if settled else "—")  # fmt: skip
@@ -725,6 +809,15 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
         cell_title_html=cell_title_html,
         cell_top=cell_top,
         summary=summary,
+        start=start,
+        stop=stop,
+        window_size=size,
+        prev_url=state.url(start=max(0, start - size)) if start > 0 else None,
+        next_url=state.url(start=start + size) if start + size < n else None,
+        windows=windows,
+        overview=overview,
+        cell_form=form_fields(state, "cell"),
+        start_form=form_fields(state, "start"),
         json_url=api_url("/api/v1/logit_lens", req),
         twin_url=twin(state),
         predict_url="/predict?" + urlencode(predict_params),
