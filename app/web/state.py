@@ -206,3 +206,22 @@ def lab_state(
             params["tokens"] = params.pop("text")
         params.pop("text", None)
     return state
+
+
+HEAD = re.compile(r"([0-9]{1,5})\.([0-9]{1,5})")
+
+
+def parse_heads(raw: str) -> list[list[int]]:
+    """`1.0, 16.0` (layer.head, separated by commas or spaces) as the API's `ablate`: [[1, 0], [16, 0]]: how the
+    training view's and the model view's forms write heads."""
+    out: list[list[int]] = []
+    for item in (p for p in re.split(r"[\s,;，；、]+", raw.strip()) if p):
+        m = HEAD.fullmatch(item)
+        if m is None:
+            shown = item if len(item) <= 30 else item[:30] + "…"
+            shown = repr(shown) if shown.isprintable() else ascii(shown)
+            raise FieldError("heads", f"write each head as layer.head, e.g. 1.0, 16.0; got {shown}")
+        out.append([int(m[1]), int(m[2])])
+    if len(out) > 4096:
+        raise FieldError("heads", f"at most 4096 heads, got {len(out)}")
+    return out
