@@ -7,8 +7,10 @@ and every failure it finds becomes a named regression test (tests/test_regressio
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -39,6 +41,12 @@ settings.register_profile(
 )
 FUZZ = os.environ.get("FUZZ") == "1"
 settings.load_profile("fuzz" if FUZZ else "ci")
+
+
+def run_async(coro_fn):  # type: ignore[no-untyped-def]
+    """asyncio.run in a thread of its own: the browser tests leave an event loop running in the main one."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(coro_fn())).result()
 
 
 def make_client(**overrides: object) -> TestClient:

@@ -11,7 +11,6 @@ import asyncio
 import threading
 import urllib.parse
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -25,15 +24,12 @@ from app.lab import HEAVY, Lab, ProgressKey, QueuePlace, progress_key
 from app.limits import query_names
 from app.settings import Settings
 from engine.budget import Busy
-from tests.conftest import make_client
+from tests.conftest import make_client, run_async
 
 IDS = [(1000 + 31 * j) % 49_152 for j in range(12)]
 
 
-def run(coro_fn):  # type: ignore[no-untyped-def]
-    """asyncio.run in a thread of its own: the browser tests leave an event loop running in this one."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(coro_fn())).result()
+run = run_async
 
 
 def smollm2_or_skip() -> None:

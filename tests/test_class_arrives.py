@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from app.web.cache import single_flight
 from app.web.state import ViewState
-from tests.conftest import make_client
+from tests.conftest import make_client, run_async
 
 LARGE = {"preset": "gpt2-small", "tokens": " ".join(f"w{i}" for i in range(40)), "mask": "causal", "stage": "4"}
 
@@ -51,7 +51,7 @@ def test_concurrent_misses_of_one_key_compute_once() -> None:
         assert len(calls) == 1 and {a.body for a in answers} == {b"drawn"}
         assert request.app.state.flights == {}  # nothing left behind
 
-    asyncio.run(main())
+    run_async(main)
 
 
 def test_a_waiter_computes_itself_when_the_first_request_stored_nothing() -> None:
@@ -79,7 +79,7 @@ def test_a_waiter_computes_itself_when_the_first_request_stored_nothing() -> Non
             await first
         assert (await second).body == b"own answer" and calls == ["first", "second"]
 
-    asyncio.run(main())
+    run_async(main)
 
 
 def _wait_drawn(client: Any) -> dict[str, Any]:
