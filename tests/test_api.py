@@ -338,6 +338,7 @@ def test_concurrent_work_over_the_memory_budget_waits_then_gets_503():
             assert "busy" in r.json()["message"]
             page = c.get("/", params={"tokens": "a b c", "seed": 4242, "lang": "en"})
             assert page.status_code == 503 and "busy" in page.text
+            assert page.headers["retry-after"] == "1"  # the page's refusal says when to come back, as the API's
         assert budget.in_use == 0
         assert c.get("/api/v1/attention", params={"tokens": "a b c", "seed": 4242}).status_code == 200
 

@@ -104,6 +104,7 @@ def test_a_full_queue_refuses_a_heavy_page_before_tokenising_and_says_so_in_the_
         full(lab)
         r = client.get("/generate", params={"text": "Once upon a time", "max_new_tokens": "4", "lang": "en"})
         assert r.status_code == 503 and "text/html" in r.headers["content-type"]  # the page's own refusal
+        assert int(r.headers["retry-after"]) >= 1
         assert tokenize.n == 0
         assert lab.large_waiting == 0
 

@@ -99,6 +99,7 @@ def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
     except Busy as exc:
         ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
         ctx["status"] = 503
+        ctx["retry_after"] = exc.retry_after  # sent as Retry-After too, as the API's 503 is
 
 
 def lesson_beside(request: Request, lang: str) -> dict[str, Any]:
@@ -181,6 +182,8 @@ async def serve(
         headers = {"Vary": VARY}
         if ctx["error"]:  # the refusal in words, for callers that read no HTML (a room checking a shared view)
             headers["X-Lab-Error"] = quote("; ".join(ctx["error"]), safe=" :;,.()'=-_")
+        if ctx.get("retry_after") is not None:
+            headers["Retry-After"] = str(max(1, round(ctx["retry_after"])))
         response = TEMPLATES.TemplateResponse(
             request,
             name,
