@@ -52,7 +52,8 @@ class DrawAhead:
     @property
     def pending(self) -> int:
         """Traces waiting or being drawn (`/healthz` reports it)."""
-        return len(self.jobs) + (self.task is not None and not self.task.done())
+        task = self.task
+        return len(self.jobs) + (task is not None and not task.done() and not task.get_loop().is_closed())
 
     def schedule(self, trace: Any, state: ViewState, stage: str) -> None:
         """Draw this trace's heat maps soon (called on the event loop, after its page was built)."""
@@ -62,8 +63,10 @@ class DrawAhead:
         if len(self.jobs) >= self.max_traces:
             return  # the class has moved on faster than drawing: the rest is drawn on demand
         self.jobs[key] = Job(trace, state, stage)
-        if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        # One drawing task per event loop (a test client may run each request on a loop of its own).
+        if self.task is None or self.task.done() or self.task.get_loop() is not loop:
+            self.task = loop.create_task(self._run())
 
     async def _run(self) -> None:
         while self.jobs:
