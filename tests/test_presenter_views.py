@@ -352,3 +352,20 @@ def test_a_dimension_axis_is_labelled_by_its_number_and_a_phone_shows_every_othe
     assert [li.get_text() for li in zoom.select("ol.axis.cols li.minor")][:3] == ["2", "6", "10"]
     assert [li.get_text() for li in zoom.select("ol.axis.rows li:not(.minor) span") if li.get_text()][:3] == [
         "0: w0", "4: w4", "8: w8"]  # fmt: skip
+
+
+def test_a_mask_comparison_says_which_cells_are_minus_infinity_on_one_side_only() -> None:
+    from urllib.parse import urlencode
+
+    from tests.conftest import make_client
+
+    q = {"preset": "gpt2-small", "tokens": " ".join(f"w{i}" for i in range(30)), "mask": "causal", "stage": "3",
+         "compare": "mask", "lang": "en"}  # fmt: skip
+    with make_client() as client:
+        face = client.get("/index.json?" + urlencode(q)).json()
+        n = face["compare"]["masked_differently"]
+        assert n == 30 * 29 // 2  # the upper triangle: −∞ with the mask, a number without it
+        page = client.get("/?" + urlencode(q)).text
+        assert f"{n} more cells are −∞ on one side only" in page
+        zh = client.get("/?" + urlencode(q | {"lang": "zh"})).text
+        assert f"另有 {n} 个格子只在一边是 −∞" in zh
