@@ -558,18 +558,25 @@ class Lab:
         return int(self.settings.json_limit_mb * 2**20)
 
 
+class LoopLimiter:
+    """At most `total` worker threads of one kind at once: a CapacityLimiter per event loop (as anyio's own
+    default limiter), made on first use in that loop."""
+
+    def __init__(self, name: str, total: int) -> None:
+        self.total = total
+        self._var: RunVar[anyio.CapacityLimiter] = RunVar(name)
+
+    def __call__(self) -> anyio.CapacityLimiter:
+        try:
+            return self._var.get()
+        except LookupError:
+            limiter = anyio.CapacityLimiter(self.total)
+            self._var.set(limiter)
+            return limiter
+
+
 PREPARING = 4  # requests made into Specs (tokenised) at once, in worker threads (`Lab.off_loop`)
-_preparing: RunVar[anyio.CapacityLimiter] = RunVar("attention_lab_preparing")
-
-
-def preparing() -> anyio.CapacityLimiter:
-    """The limiter of `Lab.off_loop`'s worker threads: one per event loop (as anyio's own default limiter)."""
-    try:
-        return _preparing.get()
-    except LookupError:
-        limiter = anyio.CapacityLimiter(PREPARING)
-        _preparing.set(limiter)
-        return limiter
+preparing = LoopLimiter("attention_lab_preparing", PREPARING)
 
 
 async def get_lab(request: Request) -> Lab:

@@ -60,10 +60,16 @@ class Arena:
                 self._held += block.nbytes
             # else: dropped, and the allocator returns it to the system
 
-    def clear(self) -> None:
+    def limit(self, max_bytes: int) -> None:
+        """Keep at most `max_bytes` of free blocks from now on (0: none), dropping what is over it now."""
         with self._lock:
-            self._free.clear()
-            self._held = 0
+            self.max_bytes = max_bytes
+            while self._held > max_bytes:
+                size, blocks = next(iter(self._free.items()))
+                blocks.pop()
+                self._held -= size
+                if not blocks:
+                    del self._free[size]
 
 
 ARENA = Arena()
@@ -71,14 +77,4 @@ ARENA = Arena()
 
 def configure(max_bytes: int) -> None:
     """The most bytes of free blocks kept (the server's ATTENTION_LAB_ARENA_MB); 0 turns reuse off."""
-    ARENA.max_bytes = max_bytes
-    if not max_bytes:
-        ARENA.clear()
-    else:
-        with ARENA._lock:
-            while ARENA._held > max_bytes and ARENA._free:
-                size, blocks = next(iter(ARENA._free.items()))
-                blocks.pop()
-                ARENA._held -= size
-                if not blocks:
-                    del ARENA._free[size]
+    ARENA.limit(max_bytes)

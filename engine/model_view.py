@@ -49,6 +49,7 @@ def model_view(spec: Spec, n_layer: int, trace_of: Callable[[Spec], Trace]) -> d
     return {"tokens": list(spec.tokens), "layers": n_layer, "heads": spec.n_heads, "stats": stats}
 
 
+@torch.inference_mode()
 def one_pass_stats(
     model: Any,
     ids: tuple[int, ...],
@@ -67,20 +68,19 @@ def one_pass_stats(
     means = torch.zeros(n_layer, 4, h, dtype=torch.float64)
     counts = torch.tensor([n, n, max(n - 1, 1), n], dtype=torch.float64)[:, None]
     fuse = not getattr(model.arch, "window", 0)
-    with torch.inference_mode():
-        for i in range(n_layer):
-            q, k, v = model.layer_qkv(i, x, pos)
-            fused = fused_causal(q, k, v) if fuse else None
-            if fused is not None:
-                out, lse = fused
-                means[i] = lse_stats(q, k, lse)
-            else:
-                sums = torch.zeros(4, h, dtype=torch.float64)
-                out = model.attend(q, k, v, functools.partial(block_sums, sums))
-                means[i] = sums / counts
-            x = model.layer_rest(i, x, ablated(out, iv.heads_at(i), iv.mean))
-            if progress is not None:
-                progress(i + 1, n_layer)
+    for i in range(n_layer):
+        q, k, v = model.layer_qkv(i, x, pos)
+        fused = fused_causal(q, k, v) if fuse else None
+        if fused is not None:
+            out, lse = fused
+            means[i] = lse_stats(q, k, lse)
+        else:
+            sums = torch.zeros(4, h, dtype=torch.float64)
+            out = model.attend(q, k, v, functools.partial(block_sums, sums))
+            means[i] = sums / counts
+        x = model.layer_rest(i, x, ablated(out, iv.heads_at(i), iv.mean))
+        if progress is not None:
+            progress(i + 1, n_layer)
     return as_stats(means)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from engine.spec import MAIN_TENSOR, STAGES
 
 from ..render.arrays import to_numpy
-from ..web.cache import CachedResponse
+from ..web.cache import keep
 from ..web.state import ViewState
 from ..web.tensors import drawn, hatched
 from .view import HEATMAP_PATH, THUMB, heat_mode, heatmap_query, zoom_size
@@ -78,27 +78,21 @@ class DrawAhead:
 
     async def _draw(self, job: Job) -> None:
         trace, state = job.trace, job.state
-        order = [job.first, *(k for k in STAGES if k != job.first)]
         room = self.store.max_bytes // 8
-        for key in order:
+        for key in [job.first, *(k for k in STAGES if k != job.first)]:
             tensor = MAIN_TENSOR[key]
             mode = heat_mode(state, tensor)
-            stage_tensor = getattr(getattr(trace, key), tensor)
-            for size_of in (lambda n: THUMB, zoom_size):
-                for head in range(trace.spec.n_heads):
-                    if room <= 0:
-                        return
-                    a = to_numpy(stage_tensor[head])
-                    url = (HEATMAP_PATH, heatmap_query(state, key, head, size_of(a.shape[0]), mode))
+            heads = [to_numpy(h) for h in getattr(getattr(trace, key), tensor)]  # one matrix per head
+            masked = hatched(trace, tensor, heads[0])  # the mask is every head's
+            for size in (THUMB, zoom_size(heads[0].shape[0])):  # every thumbnail first: the page shows them all
+                for head, a in enumerate(heads):
+                    url = (HEATMAP_PATH, heatmap_query(state, key, head, size, mode))
                     if self.store.get(url) is not None or url in self.flights:
                         continue
-                    response = await drawn(tensor, a, size_of(a.shape[0]), mode, hatched(trace, tensor, a))
-                    body = bytes(response.body)
-                    stored = CachedResponse(body, "image/png", (("cache-control", "public, max-age=3600"),),
-                                            len(url[0]) + len(url[1]))  # fmt: skip
-                    self.store.put(url, stored)
-                    room -= stored.nbytes
+                    room -= keep(self.store, url, await drawn(tensor, a, size, mode, masked))
                     self.drawn += 1
+                    if room <= 0:
+                        return
 
     async def close(self) -> None:
         self.jobs.clear()

@@ -8,7 +8,6 @@ page loads of the same URLs.
 
 from __future__ import annotations
 
-import base64
 import functools
 from dataclasses import replace
 from typing import Annotated, Any
@@ -26,6 +25,7 @@ from ..lab import Lab, get_lab, request_key
 from ..render import page as view
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES
+from ..render.heatmap import data_uri
 from ..schemas import AttentionRequest, FieldError, from_query
 from ..web import lessons
 from ..web.page import serve
@@ -318,13 +318,17 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
         })  # fmt: skip
     top = view.difference_top(d, tol)
     r, c = diff["overlap"]
-    rows_a, rows_b = (list(t.spec.tokens)[:r] for t in traces)
-    cols_a, cols_b = ((list(t.spec.kv_tokens) or list(t.spec.tokens))[:c] for t in traces)
-    both = [x if x == y else f"{x.strip() or x}/{y.strip() or y}" for x, y in zip(rows_a, rows_b, strict=True)]
-    both_cols = [x if x == y else f"{x.strip() or x}/{y.strip() or y}" for x, y in zip(cols_a, cols_b, strict=True)]
+
+    def both(sides: list[list[str]], n: int) -> list[str]:
+        """One label per position of the overlap: "cat", or "cat/dog" where the two runs differ."""
+        pairs = zip(sides[0][:n], sides[1][:n], strict=True)
+        return [x if x == y else f"{x.strip() or x}/{y.strip() or y}" for x, y in pairs]
+
+    rows = both([list(t.spec.tokens) for t in traces], r)
+    cols = both([list(t.spec.kv_tokens) or list(t.spec.tokens) for t in traces], c)
     difference_view = {
-        "row_axis": axis_labels(axis_tokens(both), AXIS_LABELS, row_marks),
-        "col_axis": axis_labels(axis_tokens(both_cols), AXIS_LABELS, col_marks),
+        "row_axis": axis_labels(axis_tokens(rows), AXIS_LABELS, row_marks),
+        "col_axis": axis_labels(axis_tokens(cols), AXIS_LABELS, col_marks),
         "row_marks": row_marks,
         "col_marks": col_marks,
         "colorbar": {"scale": "sequential", "mode": "log", "swatches": SWATCHES["sequential"],
@@ -333,4 +337,4 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
     }  # fmt: skip
     png = view.difference_png(d, tol, 384)
     return out | {"sides": sides, "difference": difference_view, "large": True,
-                  "diff_src": "data:image/png;base64," + base64.b64encode(png).decode()}  # fmt: skip
+                  "diff_src": data_uri(png)}  # fmt: skip

@@ -76,8 +76,9 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         stats_b = computed_b["stats"]
     elif "ablate" in computed:  # heads knocked out: the clean run (A) beside the run without them (B)
         knocked = tuple((p[0], p[1]) for p in computed["ablate"])
-        computed_b, (spec, computed) = computed, await model_view_of(req.model_copy(update={"ablate": None}), lab)
-        spec_b, stats_b, stats = spec, computed_b["stats"], computed["stats"]
+        spec_b, computed_b = spec, computed
+        spec, computed = await model_view_of(req.model_copy(update={"ablate": None}), lab)
+        stats, stats_b = computed["stats"], computed_b["stats"]
     longest = max(spec.n_tokens, spec_b.n_tokens if spec_b else 0)
     top = math.log(max(2, longest)) if stat == "entropy" else 1.0  # one colour scale for both grids
 

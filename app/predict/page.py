@@ -11,7 +11,6 @@ for the mask, a token to put somewhere by id or by text); `request_body` turns t
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import io
@@ -31,7 +30,7 @@ from PIL import Image
 from pydantic import BaseModel
 
 from ..lab import Lab, get_lab, request_key
-from ..render.heatmap import colourise
+from ..render.heatmap import colourise, data_uri
 from ..render.predicted import generators
 from ..schemas import FieldError, from_query
 from ..templating import TEMPLATES
@@ -732,7 +731,7 @@ def overview_png(p_final: np.ndarray, width: int) -> str:
     rgb[:, : p_final.shape[1]] = colourise(p_final, "sequential")
     buf = io.BytesIO()
     Image.fromarray(rgb, "RGB").save(buf, "PNG", compress_level=6)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    return data_uri(buf.getvalue())
 
 
 async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) -> LensView:

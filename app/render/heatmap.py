@@ -7,6 +7,7 @@ weight that is 0 because the mask removed its key is hatched light grey (as the 
 
 from __future__ import annotations
 
+import base64
 import functools
 import io
 
@@ -147,6 +148,11 @@ def png(a: np.ndarray, scale: str, size: int, mode: str = "linear", masked: np.n
     buf = io.BytesIO()
     img.save(buf, "PNG", optimize=False, compress_level=3)
     return buf.getvalue()
+
+
+def data_uri(png_bytes: bytes) -> str:
+    """A PNG inside the page itself (img-src allows data:): a picture made for one page, never asked for again."""
+    return "data:image/png;base64," + base64.b64encode(png_bytes).decode()
 
 
 def svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str, cell: int = 28) -> str:

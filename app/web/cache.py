@@ -69,6 +69,17 @@ class CachedResponse:
         return len(self.body) + self.key_bytes + sum(len(k) + len(v) for k, v in self.headers) + 200
 
 
+def keep(store: TraceCache[tuple[str, str], CachedResponse], key: tuple[str, str], response: Response) -> int:
+    """Store a successful answer under `key` (its body, media type, and the headers a repeat must carry: where to
+    save it, how long to cache it). Returns the bytes it holds in the store, 0 when nothing was kept."""
+    if response.status_code != 200 or not store.max_bytes:
+        return 0
+    headers = tuple((k, v) for k, v in response.headers.items() if k in ("content-disposition", "cache-control"))
+    stored = CachedResponse(bytes(response.body), response.media_type or "", headers, len(key[0]) + len(key[1]))
+    store.put(key, stored)
+    return stored.nbytes
+
+
 def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
     """Serve a GET route's successful answers from the response store, keyed by path and query string: a repeated URL
     skips validation, computing and serialising. The answer is a pure function of the URL and the server's
@@ -87,14 +98,7 @@ def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awa
 
         async def compute() -> Response:
             response = await handler(request, lab)
-            if response.status_code == 200 and store.max_bytes:
-                keep = tuple(
-                    (k, v) for k, v in response.headers.items() if k in ("content-disposition", "cache-control")
-                )
-                stored = CachedResponse(
-                    bytes(response.body), response.media_type or "", keep, len(key[0]) + len(key[1])
-                )
-                store.put(key, stored)
+            keep(store, key, response)
             return response
 
         return await single_flight(request, key, cached, compute)

@@ -9,15 +9,14 @@ import io
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import anyio
 import anyio.to_thread
 import numpy as np
-from anyio.lowlevel import RunVar
 from fastapi import Request, Response
 
 from engine.long import LongTrace
 from engine.spec import MAIN_TENSOR
 
+from ..lab import LoopLimiter
 from ..render.arrays import Traced, to_numpy
 from ..render.cells import full
 from ..render.heatmap import COLOR_MODES, png
@@ -108,7 +107,7 @@ def hatched(trace: Any, tensor: str, a: np.ndarray) -> np.ndarray | None:
 
 
 DRAWING = 2  # heat maps drawn at once, in worker threads
-_drawing: RunVar[anyio.CapacityLimiter] = RunVar("attention_lab_drawing")
+drawing = LoopLimiter("attention_lab_drawing", DRAWING)
 
 
 async def drawn(tensor: str, a: np.ndarray, size: int, mode: str = "linear",
@@ -117,14 +116,8 @@ async def drawn(tensor: str, a: np.ndarray, size: int, mode: str = "linear",
     heat maps in the same second; drawn forty at a time (anyio's default) they share the core and all finish late,
     one after another each finishes in its turn, and the requests answered from the cache in between are not held
     up by forty threads taking the GIL."""
-    try:
-        limiter = _drawing.get()
-    except LookupError:
-        limiter = anyio.CapacityLimiter(DRAWING)
-        _drawing.set(limiter)
-    return await anyio.to_thread.run_sync(
-        functools.partial(heatmap_response, tensor, a, size, mode, masked), limiter=limiter
-    )
+    work = functools.partial(heatmap_response, tensor, a, size, mode, masked)
+    return await anyio.to_thread.run_sync(work, limiter=drawing())
 
 
 def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray) -> Response:
