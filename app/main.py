@@ -44,7 +44,8 @@ from .models import page as models_page
 from .params import api as params_api
 from .params import page as params_page
 from .predict import api as predict_api
-from .predict import page as predict_page
+from .predict import lens as lens_page
+from .predict import training as training_page
 from .rooms import api as rooms_api
 from .rooms import page as rooms_page
 from .rooms.service import Rooms
@@ -185,7 +186,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         model_page.router,
         models_page.router,
         generate_page.router,
-        predict_page.router,
+        training_page.router,
+        lens_page.router,
         rooms_page.router,
     ):
         app.include_router(router)

@@ -32,6 +32,16 @@ def _qr_label(svg: str, label: str) -> Markup:
 TEMPLATES.env.filters["qr_label"] = _qr_label
 
 
+def _tiny(v: float) -> str:
+    """`{{ kl | tiny }}`: a number that may be tiny, 3e-7 rather than 0.000."""
+    from .render.predicted import small
+
+    return small(v)
+
+
+TEMPLATES.env.filters["tiny"] = _tiny
+
+
 def _choices() -> dict[str, list[str]]:
     """Each choice field of the requests (a Literal) and its values, in the model's order: the forms' <select>s."""
     from .schemas import BlockRequest, request_fields

@@ -19,10 +19,12 @@ from engine import STAGES
 
 APP = Path(__file__).resolve().parent.parent / "app"
 KERNEL = ("web", "render")  # what every feature may use
+FEATURES = sorted(p for p in APP.iterdir() if p.is_dir() and (p / "__init__.py").is_file() and p.name not in KERNEL)
+# Every module of every feature, whatever its name: a feature may split itself into as many modules as it likes.
+FEATURE_MODULES = sorted(p for f in FEATURES for p in f.rglob("*.py"))
+# The modules that declare routes: a feature's pages and API, and the app's own few.
 ROUTE_MODULES = sorted(
-    p
-    for p in [*APP.glob("*/api.py"), *APP.glob("*/page.py"), APP / "health.py", APP / "docs.py"]
-    if p.parent.name not in KERNEL
+    p for p in [*FEATURE_MODULES, APP / "health.py", APP / "docs.py"] if "APIRouter(" in p.read_text(encoding="utf-8")
 )
 
 
@@ -51,17 +53,31 @@ def resolve(path: Path, module: str) -> Path | None:
     return target.with_suffix(".py") if target.with_suffix(".py").is_file() else None
 
 
-@pytest.mark.parametrize("path", ROUTE_MODULES, ids=lambda p: str(p.relative_to(APP)))
-def test_no_route_module_imports_another(path: Path) -> None:
-    assert len(ROUTE_MODULES) >= 12
-    feature = path.parent
+@pytest.mark.parametrize("path", FEATURE_MODULES, ids=lambda p: str(p.relative_to(APP)))
+def test_no_feature_imports_another(path: Path) -> None:
+    """A feature's modules import the kernel (app/web, app/render), the app's shared modules and their own feature;
+    never another feature, and never a module that declares routes but their own feature's."""
+    assert len(FEATURES) >= 11 and len(ROUTE_MODULES) >= 20
+    feature = next(f for f in FEATURES if f in path.parents)
     for module, _ in imports_of(path):
         target = resolve(path, module)
         if target is None:
             continue
-        assert target not in ROUTE_MODULES, f"{path.relative_to(APP)} imports the route module {module}"
-        if target.parent != feature and target.parent.parent == APP and target.parent.name not in KERNEL:
+        inside = next((f for f in FEATURES if f in target.parents), None)
+        if inside is not None and inside != feature:
             raise AssertionError(f"{path.relative_to(APP)} reaches into another feature: {module}")
+        if inside is None:
+            assert target not in ROUTE_MODULES, f"{path.relative_to(APP)} imports the route module {module}"
+
+
+def test_the_kernel_imports_no_feature() -> None:
+    """app/web and app/render stand under every feature, so they name none (a lazy import inside a function too)."""
+    for kernel in KERNEL:
+        for path in sorted((APP / kernel).rglob("*.py")):
+            for module, _ in imports_of(path):
+                target = resolve(path, module)
+                if target is not None:
+                    assert not any(f in target.parents for f in FEATURES), f"{path.relative_to(APP)} imports {module}"
 
 
 @pytest.mark.parametrize("path", sorted(APP.rglob("*.py")), ids=lambda p: str(p.relative_to(APP)))

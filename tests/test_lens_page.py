@@ -18,7 +18,7 @@ import pytest
 from bs4 import BeautifulSoup, Tag
 from fastapi.testclient import TestClient
 
-from app.predict.page import LENS_WINDOW, LENS_WINDOW_PRESENT
+from app.predict.lens import LENS_WINDOW, LENS_WINDOW_PRESENT
 from engine.pretrained import SmolLM2
 
 from .conftest import make_client

@@ -14,9 +14,11 @@ import pytest
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
-from app.predict.page import parse_heads, small, spans
+from app.predict.shown import spans
+from app.render.predicted import small
 from app.schemas import FieldError
 from app.web.share import FOLLOWABLE
+from app.web.state import parse_heads
 from engine.pretrained import SmolLM2
 
 from .conftest import make_client

@@ -13,8 +13,8 @@ from engine.model_view import model_view, one_pass_stats
 from engine.predict import NONE
 from engine.spec import Spec, make_spec
 
-from ..predict.view import Knockouts, intervention
 from ..schemas import FieldError
+from ..web.knockouts import Knockouts, intervention
 from ..web.view import HIDDEN, View
 
 

@@ -9,10 +9,7 @@ from ..lab import Lab, request_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
-from .view import (
-    LensRequest,
-    PredictRequest,
-    RankRequest,
+from .compute import (
     lens_document,
     lens_of,
     predict_document,
@@ -20,6 +17,7 @@ from .view import (
     ranking_document,  # fmt: skip
     ranking_of,
 )
+from .request import LensRequest, PredictRequest, RankRequest
 
 router = APIRouter(prefix="/api/v1", tags=["prediction"], responses=ERRORS)
 

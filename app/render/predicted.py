@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["generators", "top_labels"]
+__all__ = ["generators", "small", "top_labels"]
 
 
 def generators(models: Mapping[str, Any]) -> list[str]:
@@ -27,3 +27,13 @@ def top_labels(
     chosen = ids[context] if context < len(ids) else None
     tail = list(ids[max(0, context - TAIL) : context])
     return [labels[context] if t == chosen else model.labels([*tail, t])[-1] for t in top_ids]
+
+
+def small(v: float) -> str:
+    """A number that may be tiny (max |Δ|, KL): 0, 3e-7, 0.012, 17.6 (the templates' `tiny` filter)."""
+    if v == 0:
+        return "0"
+    if abs(v) < 0.01:
+        mantissa, _, exp = f"{v:.0e}".partition("e")
+        return f"{mantissa}e{int(exp)}"
+    return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"

@@ -24,7 +24,7 @@ def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, h
         return default
     text = raw
     if not ASCII_INT.fullmatch(text):
-        raise FieldError(name, f"must be an integer written with the digits 0-9, got {_show(raw)}")
+        raise FieldError(name, f"must be an integer written with the digits 0-9, got {show(raw)}")
     value = int(text)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         if lo is not None and hi is not None:
@@ -48,7 +48,7 @@ def parse_stage(raw: str | None, order: Sequence[str], default: str | None = Non
         return text
     if ASCII_INT.fullmatch(text) and 1 <= int(text) <= len(order):
         return order[int(text) - 1]
-    raise FieldError("stage", f"unknown stage {_show(text)}; use 1-{len(order)} or one of {', '.join(order)}")
+    raise FieldError("stage", f"unknown stage {show(text)}; use 1-{len(order)} or one of {', '.join(order)}")
 
 
 def parse_head(raw: str | None, n_heads: int, name: str = "head") -> int:
@@ -81,7 +81,7 @@ def parse_cell(raw: str | None) -> Cell | None:
     parts = text.split(".")
     if len(parts) != 4 or not _NAME.fullmatch(parts[0]) or not all(re.fullmatch(r"[0-9]{1,9}", p) for p in parts[1:]):
         raise FieldError(
-            "cell", f"must be tensor.head.row.col with 0-based indices, e.g. weights.0.2.1; got {_show(text)}"
+            "cell", f"must be tensor.head.row.col with 0-based indices, e.g. weights.0.2.1; got {show(text)}"
         )
     return Cell(parts[0], int(parts[1]), int(parts[2]), int(parts[3]))
 
@@ -95,7 +95,7 @@ def parse_tile(raw: str | None) -> tuple[int, int]:
     return parse_int("tile", r, 0, 0), parse_int("tile", c, 0, 0)
 
 
-def _show(text: str, limit: int = 40) -> str:
+def show(text: str, limit: int = 40) -> str:
     """A bounded, printable echo of a bad value."""
     shown = text if len(text) <= limit else text[:limit] + "…"
     return ascii(shown) if not shown.isprintable() else repr(shown)
@@ -211,17 +211,15 @@ def lab_state(
 HEAD = re.compile(r"([0-9]{1,5})\.([0-9]{1,5})")
 
 
-def parse_heads(raw: str) -> list[list[int]]:
+def parse_heads(raw: str, name: str = "heads") -> list[list[int]]:
     """`1.0, 16.0` (layer.head, separated by commas or spaces) as the API's `ablate`: [[1, 0], [16, 0]]: how the
     training view's and the model view's forms write heads."""
     out: list[list[int]] = []
     for item in (p for p in re.split(r"[\s,;，；、]+", raw.strip()) if p):
         m = HEAD.fullmatch(item)
         if m is None:
-            shown = item if len(item) <= 30 else item[:30] + "…"
-            shown = repr(shown) if shown.isprintable() else ascii(shown)
-            raise FieldError("heads", f"write each head as layer.head, e.g. 1.0, 16.0; got {shown}")
+            raise FieldError(name, f"write each head as layer.head, e.g. 1.0, 16.0; got {show(item, 30)}")
         out.append([int(m[1]), int(m[2])])
     if len(out) > 4096:
-        raise FieldError("heads", f"at most 4096 heads, got {len(out)}")
+        raise FieldError(name, f"at most 4096 heads, got {len(out)}")
     return out

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 import pytest
 from playwright.sync_api import Page
 
-from app.predict.page import LENS_WINDOW, LENS_WINDOW_PRESENT
+from app.predict.lens import LENS_WINDOW, LENS_WINDOW_PRESENT
 from engine.pretrained import SmolLM2
 
 pytestmark = [

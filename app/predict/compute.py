@@ -1,119 +1,20 @@
-"""The prediction views' requests, their computation through the lab's compute service, and their JSON documents:
-teacher forcing with interventions (/api/v1/predict), the logit lens (/api/v1/logit_lens) and a ranking of the heads
-by their effect on one prediction (/api/v1/head_ranking). The engine is engine/predict.py."""
+"""The prediction views computed through the lab's compute service, and their JSON documents: teacher forcing with
+interventions (/api/v1/predict), the logit lens (/api/v1/logit_lens) and a ranking of the heads by their effect on
+one prediction (/api/v1/head_ranking). The engine is engine/predict.py."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any
 
 from engine import predict as P
 from engine.spec import Spec, make_spec
 
 from ..render.predicted import generators, top_labels
-from ..schemas import FieldError, lab_field
-
-PRESET = Field("smollm2", max_length=64, description="A causal language model this server loaded (smollm2, "
-               "checkpoint, or one given with --model).")  # fmt: skip
-TEXT = Field(None, max_length=65_536, description="The text, for the model's own tokenizer.")
-IDS = Field(None, max_length=4096, description="The text as token ids instead.")
-BOS = Field(True, description="Begin the training sequence with the model's BOS token (when it defines one).")
-EOS = Field(True, description="End it with the model's EOS token (when it defines one): the last target.")
-LAYERS = 'A list of layers (0 is the first), or "all".'
-
-
-def _layers(value: Any) -> Any:
-    """A query's `mask_off_layers=all` or `=0,3` (text items) as the JSON a POST carries; anything else that is not
-    a list of integers or "all" is refused in one sentence (not pydantic's two, one per branch of the union)."""
-    if isinstance(value, list):
-        if value == ["all"]:
-            return "all"
-        value = [int(v) if isinstance(v, str) and v.isascii() and v.lstrip("-").isdigit() else v for v in value]
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return value
-    elif value is None or value == "all":
-        return value
-    raise ValueError('a list of layers (integers, 0 is the first) or "all"')
-
-
-class Knockouts(BaseModel):
-    """Heads knocked out of a forward pass: the prediction views and the model view take them."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    ablate: list[list[int]] | None = Field(
-        None, max_length=4096, description="Heads to knock out, as [layer, head] pairs: their output is replaced "
-        "before W_O (see ablate_mode).", json_schema_extra=lab_field(kind="json"))  # fmt: skip
-    ablate_mode: Literal["zero", "mean"] = Field(
-        "zero", description="zero: the head's output becomes 0; mean: at position t, the head's mean output over "
-        "positions 0…t (no future token leaks in).")  # fmt: skip
-
-
-class Switches(Knockouts):
-    """The interventions every prediction view takes."""
-
-    mask_off_layers: list[int] | Literal["all"] | None = Field(
-        None, description="Layers whose causal mask is removed (every query reads every key). " + LAYERS,
-        json_schema_extra=lab_field(kind="list"))  # fmt: skip
-    drop_sink_layers: list[int] | Literal["all"] | None = Field(
-        None, description="Layers where no query but the first reads position 0 (the attention sink). " + LAYERS,
-        json_schema_extra=lab_field(kind="list"))  # fmt: skip
-
-    _lists = field_validator("mask_off_layers", "drop_sink_layers", mode="before")(_layers)
-
-
-class Replace(BaseModel):
-    """One input token replaced."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    position: int = Field(ge=0, le=1_000_000, description="The input position (0 is the first).")
-    token_id: int = Field(ge=0, le=10_000_000, description="The token id put there.")
-
-
-class PredictRequest(Switches):
-    """A text, teacher-forced through a decoder, with interventions and a loss mask."""
-
-    preset: str = PRESET
-    text: str | None = TEXT
-    token_ids: list[int] | None = IDS
-    bos: bool = BOS
-    eos: bool = EOS
-    loss_from: int = Field(0, ge=0, le=1_000_000, description="The first scored position: positions before it "
-                           "count in no loss (a loss mask, as SFT scores only the answer); attention is unchanged.")  # fmt: skip
-    replace: Replace | None = Field(None, description="Put token_id at input position `position` (the leakage "
-                                    "proof): the run is compared with the unreplaced text under the same switches.",
-                                    json_schema_extra=lab_field(kind="json"))  # fmt: skip
-    top: int = Field(5, ge=1, le=20, description="Most likely tokens listed per position.")
-
-
-class LensRequest(Switches):
-    """A text through a decoder, each layer's residual stream read through the final norm and the unembedding."""
-
-    preset: str = PRESET
-    text: str | None = TEXT
-    token_ids: list[int] | None = IDS
-    bos: bool = BOS
-    top: int = Field(3, ge=1, le=10, description="Most likely tokens listed per layer and position.")
-
-
-class RankRequest(BaseModel):
-    """One prediction, and every head ranked by how much knocking it out changes it."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    preset: str = PRESET
-    text: str | None = TEXT
-    token_ids: list[int] | None = IDS
-    bos: bool = BOS
-    position: int | None = Field(None, ge=0, le=1_000_000, description="The input position whose prediction is "
-                                 "scored (default: the last with a target in the text).")  # fmt: skip
-    target_id: int | None = Field(None, ge=0, le=10_000_000, description="The token scored (default: the text's "
-                                  "next token).")  # fmt: skip
-    ablate_mode: Literal["zero", "mean"] = Field("zero", description="How each head is knocked out.")
+from ..schemas import FieldError
+from ..web.knockouts import intervention
+from .request import LensRequest, PredictRequest, RankRequest
 
 
 @dataclass(frozen=True)
@@ -150,34 +51,6 @@ def text_of(req: Any, lab: Any, max_tokens: int, eos: bool) -> Text:
     if len(seq) - 1 > room:
         raise FieldError(field, f"at most {room} input tokens here, got {len(seq) - 1}")
     return Text(spec, model, tuple(seq), tuple(model.labels(list(seq))))
-
-
-def layers_of(value: list[int] | str | None, n_layer: int) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):  # "all" (the model refuses any other text)
-        return tuple(range(n_layer))
-    return tuple(sorted(set(value)))
-
-
-def intervention(req: Knockouts, model: Any) -> P.Intervention:
-    """The request's switches, checked against the model's layers and heads (422 naming the field). A request
-    that takes only `Knockouts` (the model view) changes no mask and no sink."""
-    for pair in req.ablate or []:
-        if len(pair) != 2:
-            raise FieldError("ablate", f"each entry is a [layer, head] pair, not {pair}")
-    a = model.arch
-    iv = P.Intervention(
-        ablate=tuple(sorted({(p[0], p[1]) for p in req.ablate or []})), mean=req.ablate_mode == "mean",
-        mask_off=layers_of(getattr(req, "mask_off_layers", None), a.n_layer),
-        drop_sink=layers_of(getattr(req, "drop_sink_layers", None), a.n_layer),
-    )  # fmt: skip
-    try:
-        iv.check(a.n_layer, a.n_heads)
-    except ValueError as e:
-        name, _, message = str(e).partition(": ")
-        raise FieldError(name, message) from None
-    return iv
 
 
 def forward_cost(model: Any, n: int, passes: int = 2) -> int:

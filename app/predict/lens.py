@@ -1,0 +1,240 @@
+"""`/lens`, the logit lens: layers × positions, the probability of the model's final prediction read from each
+layer; a window of `LENS_WINDOW` positions drawn as cells, the whole text as one picture, so the page stays small
+however long the text. It computes through the API's own `lens_of` and its document."""
+
+from __future__ import annotations
+
+import functools
+import io
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, Response
+from markupsafe import Markup
+from PIL import Image
+
+from ..lab import Lab, get_lab, request_key
+from ..render.heatmap import colourise, data_uri
+from ..render.predicted import generators
+from ..schemas import FieldError
+from ..web.page import serve
+from ..web.state import ViewState, parse_int, show
+from ..web.view import HIDDEN, View
+from .compute import lens_document, lens_of
+from .request import LENS_KEYS, LENS_VIEW, PREDICT_KEYS, LensRequest, api_url, read_page, state_of
+from .shown import Candidate, candidates, switched_words, twin, with_tokens
+
+router = APIRouter(include_in_schema=False)
+
+# The lens shows a window of positions (the JSON twin and the API keep every one): its page stays a few hundred kB
+# however long the text, where a cell per layer and position of a 1,000-token text was 140 MB of HTML.
+LENS_WINDOW = 32
+LENS_WINDOW_PRESENT = 12  # on a projector: fewer positions, each number large enough to read from the back
+
+
+@dataclass(frozen=True)
+class LensCell:
+    p_final: float  # the probability, read from this layer, of the model's final prediction here
+    top: tuple[Candidate, ...]
+    first: bool = False  # the layer from which the final prediction stays top-1
+    top1: bool = False  # the final prediction is top-1 at this layer
+    cls: str = field(default="", metadata=HIDDEN)
+    title: str = field(default="", metadata=HIDDEN)  # written for the cells of the page's window only
+
+
+@dataclass(frozen=True)
+class LensWindow:
+    """A window of positions the lens's overview map jumps to: `start` … `stop` − 1."""
+
+    start: int
+    stop: int
+    current: bool = False  # it overlaps the window on the page
+
+
+# A GET form's hidden fields around one control: those the page's URL writes before it, and those after it.
+FormFields = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+
+
+@dataclass(frozen=True)
+class LensView(View):
+    """The logit lens: each layer's residual stream through the final norm and the unembedding; `rows[l][i]` is
+    layer l at position i (the probability there of the model's final prediction, and the top tokens); `final`
+    the model's prediction at each position and `first_top1` the layer from which it stays the most likely. The
+    page draws the cells of one window of positions, `start` … `stop` − 1 (`window_size` at a time, fewer in
+    presenter mode); `rows` holds every position."""
+
+    template = "lens.html"
+    blocks = ()
+    kind = "lens"
+
+    preset: str = ""
+    text: str = ""
+    tokens: tuple[str, ...] = ()
+    final: tuple[str, ...] = ()
+    first_top1: tuple[int | None, ...] = ()
+    n_layer: int = 0
+    rows: tuple[tuple[LensCell, ...], ...] = ()
+    switches: dict[str, Any] | None = None
+    switched: tuple[str, ...] = ()
+    # Side by side: the same text without the switches (when there are any) and where the final prediction changed.
+    before_final: tuple[str, ...] = ()
+    before_first: tuple[int | None, ...] = ()
+    changed: tuple[int, ...] = ()
+    changed_note: str = ""
+    cell: tuple[int, int] | None = None  # (layer, position) chosen
+    cell_title: str = ""
+    cell_title_html: Markup | None = field(default=None, metadata=HIDDEN)
+    cell_top: tuple[Candidate, ...] = ()
+    summary: str = ""
+    # The window of positions drawn as cells, and the links to the ones before and after it.
+    start: int = 0
+    stop: int = 0  # one past the window's last position
+    window_size: int = LENS_WINDOW
+    prev_url: str | None = None
+    next_url: str | None = None
+    windows: tuple[LensWindow, ...] = field(default=(), metadata=HIDDEN)  # the overview's, when there are several
+    overview: str = field(default="", metadata=HIDDEN)  # every layer and position as one picture (a PNG data URI)
+    cell_form: FormFields = field(default=((), ()), metadata=HIDDEN)  # the state around `cell`
+    start_form: FormFields = field(default=((), ()), metadata=HIDDEN)  # the state around `start`
+    json_url: str = ""
+    twin_url: str = ""
+    predict_url: str = ""
+    present_url: str = ""
+    present: bool = False
+
+
+# -- /lens ---------------------------------------------------------------------------------------------------------
+
+
+@router.get("/lens", response_class=HTMLResponse)
+async def lens_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    state = state_of(request, "/lens", LENS_KEYS, LENS_VIEW)
+    present = state.get("present") == "1"
+    build = functools.partial(build_lens, state, lab, request_key(request))
+    return await serve(request, lab, "lens.html", state, build, blocks=(), present=present,
+                       presets=generators(lab.models))  # fmt: skip
+
+
+def parse_cell(raw: str, n_layer: int, n: int) -> tuple[int, int] | None:
+    if not raw:
+        return None
+    layer, dot, position = raw.partition(".")
+    if not dot:
+        raise FieldError("cell", f"must be layer.position, e.g. 29.3; got {show(raw, 30)}")
+    return parse_int("cell", layer, 0, 0, n_layer - 1), parse_int("cell", position, 0, 0, n - 1)
+
+
+def top_words(top: tuple[Candidate, ...]) -> str:
+    return ", ".join(f"{c.token!r} {c.p:.2f}" for c in top)
+
+
+def lens_window(state: ViewState, n: int, chosen: tuple[int, int] | None) -> tuple[int, int, int]:
+    """The window of positions the page draws: `start` (a parameter: 0 … n − 1; else the window of the chosen
+    cell, else the first), one past its last position, and its size (`LENS_WINDOW`, `LENS_WINDOW_PRESENT` in
+    presenter mode)."""
+    size = LENS_WINDOW_PRESENT if state.get("present") == "1" else LENS_WINDOW
+    start = parse_int("start", state.get("start"), -1, 0, n - 1)
+    if start < 0:
+        start = chosen[1] // size * size if chosen is not None else 0
+    return start, min(n, start + size), size
+
+
+def form_fields(state: ViewState, name: str) -> FormFields:
+    """The page's state as the hidden fields of a GET form whose control `name` changes one parameter: the fields
+    the URL writes before `name` (to go before the control) and those after it, so that the form goes to
+    `state.url(name=value)` itself. A form carries a long text once, where a link per cell carried it in each."""
+    at = state.page_keys.index(name)
+    kept = [k for k in state.page_keys if k in state.params and k != name]
+    return (tuple((k, state.params[k]) for k in kept if state.page_keys.index(k) < at),
+            tuple((k, state.params[k]) for k in kept if state.page_keys.index(k) > at))  # fmt: skip
+
+
+def overview_png(p_final: np.ndarray, width: int) -> str:
+    """Every layer (rows) and position (columns) of the lens in one picture, a pixel per cell, in the colours of
+    its cells (viridis, 0 → 1): a PNG data URI `width` pixels wide, the columns past the text left white so that
+    each window of the overview is as wide as the next."""
+    rgb = np.full((p_final.shape[0], width, 3), 255, dtype=np.uint8)
+    rgb[:, : p_final.shape[1]] = colourise(p_final, "sequential")
+    buf = io.BytesIO()
+    Image.fromarray(rgb, "RGB").save(buf, "PNG", compress_level=6)
+    return data_uri(buf.getvalue())
+
+
+async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) -> LensView:
+    """What /lens shows for `state` (its JSON face is the page's `.json` twin): every layer and position as data,
+    the cells of one window of positions on the page."""
+    t = ctx["t"]
+    req, (text, iv, lens), prompt, _ = await read_page(state, lab, key, ctx, LensRequest, lens_of)
+    doc = lens_document(text, iv, lens)
+    layers = doc["layers"]
+    n_layer, n = len(layers), len(doc["tokens"])
+    first = doc["first_top1"]
+    chosen = parse_cell(state.get("cell"), n_layer, n)
+    start, stop, size = lens_window(state, n, chosen)
+    rows = []
+    for li, row in enumerate(layers):
+        cells = []
+        for i, c in enumerate(row):
+            top = candidates(c["top"], doc["final_ids"][i])
+            title = t("lens.cell", layer=li, i=i, p=f"{c['p_final']:.3f}", final=doc["final"][i],
+                      top=top_words(top)) if start <= i < stop else ""  # fmt: skip
+            cells.append(LensCell(c["p_final"], top, first[i] == li, bool(top) and top[0].target,
+                                  f"sq-{min(10, max(0, round(c['p_final'] * 10)))}", title))  # fmt: skip
+        rows.append(tuple(cells))
+    cell_top: tuple[Candidate, ...] = ()
+    cell_title, cell_title_html = "", None
+    if chosen is not None:
+        li, i = chosen
+        cell_top = rows[li][i].top
+        cell_title, cell_title_html = with_tokens(t, "lens.chosen", {"token": doc["tokens"][i], "final": doc["final"][i]},
+                                                  layer=li, i=i)  # fmt: skip
+    windows: tuple[LensWindow, ...] = ()
+    overview = ""
+    if n > size:  # a text longer than one window: the whole map, each window of it a button
+        windows = tuple(LensWindow(a, min(n, a + size), a < stop and start < a + size) for a in range(0, n, size))
+        if ctx.get("html", True):
+            p_final = np.array([[c["p_final"] for c in row] for row in layers], dtype=np.float32)
+            overview = overview_png(p_final, len(windows) * size)
+    settled = sorted(f for f in first if f is not None)
+    summary = t("lens.summary", n=n, layers=n_layer, median=settled[len(settled) // 2] if settled else "—",
+                earliest=settled[0] if settled else "—")  # fmt: skip
+    predict_params = {k: state.get(k) for k in PREDICT_KEYS if state.get(k)} | dict(prompt)
+    if state.get("lang"):
+        predict_params["lang"] = state.get("lang")
+    return LensView(
+        preset=doc["preset"],
+        text=state.get("text") or prompt.get("text", ""),
+        tokens=tuple(doc["tokens"]),
+        final=tuple(doc["final"]),
+        first_top1=tuple(first),
+        n_layer=n_layer,
+        rows=tuple(rows),
+        switches=doc["switches"],
+        switched=switched_words(doc["switches"], text.model.arch.n_layer, t),
+        before_final=tuple(doc["before"]["final"]) if doc["before"] else (),
+        before_first=tuple(doc["before"]["first_top1"]) if doc["before"] else (),
+        changed=tuple(doc["changed"]),
+        changed_note=t("lens.changed", k=len(doc["changed"]), n=n) if doc["before"] else "",
+        cell=chosen,
+        cell_title=cell_title,
+        cell_title_html=cell_title_html,
+        cell_top=cell_top,
+        summary=summary,
+        start=start,
+        stop=stop,
+        window_size=size,
+        prev_url=state.url(start=max(0, start - size)) if start > 0 else None,
+        next_url=state.url(start=start + size) if start + size < n else None,
+        windows=windows,
+        overview=overview,
+        cell_form=form_fields(state, "cell"),
+        start_form=form_fields(state, "start"),
+        json_url=api_url("/api/v1/logit_lens", req),
+        twin_url=twin(state),
+        predict_url="/predict?" + urlencode(predict_params),
+        present_url=state.url(present=None if state.get("present") == "1" else "1"),
+        present=state.get("present") == "1",
+    )

@@ -1,0 +1,242 @@
+"""The prediction views' requests (/api/v1/predict, /api/v1/logit_lens, /api/v1/head_ranking and their pages):
+the fields, and how a page's form (ticked boxes, heads written `1.0, 16.0`, a token given by its text) becomes
+one of them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlencode
+
+from fastapi import Request
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..lab import Lab
+from ..render.predicted import generators
+from ..schemas import FieldError, from_query, lab_field
+from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
+from ..web.state import ViewState, parse_int, show
+
+PRESET = Field("smollm2", max_length=64, description="A causal language model this server loaded (smollm2, "
+               "checkpoint, or one given with --model).")  # fmt: skip
+TEXT = Field(None, max_length=65_536, description="The text, for the model's own tokenizer.")
+IDS = Field(None, max_length=4096, description="The text as token ids instead.")
+BOS = Field(True, description="Begin the training sequence with the model's BOS token (when it defines one).")
+EOS = Field(True, description="End it with the model's EOS token (when it defines one): the last target.")
+
+
+class Switches(Knockouts):
+    """The interventions every prediction view takes."""
+
+    mask_off_layers: list[int] | Literal["all"] | None = Field(
+        None, description="Layers whose causal mask is removed (every query reads every key). " + LAYERS,
+        json_schema_extra=lab_field(kind="list"))  # fmt: skip
+    drop_sink_layers: list[int] | Literal["all"] | None = Field(
+        None, description="Layers where no query but the first reads position 0 (the attention sink). " + LAYERS,
+        json_schema_extra=lab_field(kind="list"))  # fmt: skip
+
+    _lists = field_validator("mask_off_layers", "drop_sink_layers", mode="before")(layer_list)
+
+
+class Replace(BaseModel):
+    """One input token replaced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    position: int = Field(ge=0, le=1_000_000, description="The input position (0 is the first).")
+    token_id: int = Field(ge=0, le=10_000_000, description="The token id put there.")
+
+
+class PredictRequest(Switches):
+    """A text, teacher-forced through a decoder, with interventions and a loss mask."""
+
+    preset: str = PRESET
+    text: str | None = TEXT
+    token_ids: list[int] | None = IDS
+    bos: bool = BOS
+    eos: bool = EOS
+    loss_from: int = Field(0, ge=0, le=1_000_000, description="The first scored position: positions before it "
+                           "count in no loss (a loss mask, as SFT scores only the answer); attention is unchanged.")  # fmt: skip
+    replace: Replace | None = Field(None, description="Put token_id at input position `position` (the leakage "
+                                    "proof): the run is compared with the unreplaced text under the same switches.",
+                                    json_schema_extra=lab_field(kind="json"))  # fmt: skip
+    top: int = Field(5, ge=1, le=20, description="Most likely tokens listed per position.")
+
+
+class LensRequest(Switches):
+    """A text through a decoder, each layer's residual stream read through the final norm and the unembedding."""
+
+    preset: str = PRESET
+    text: str | None = TEXT
+    token_ids: list[int] | None = IDS
+    bos: bool = BOS
+    top: int = Field(3, ge=1, le=10, description="Most likely tokens listed per layer and position.")
+
+
+class RankRequest(BaseModel):
+    """One prediction, and every head ranked by how much knocking it out changes it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    preset: str = PRESET
+    text: str | None = TEXT
+    token_ids: list[int] | None = IDS
+    bos: bool = BOS
+    position: int | None = Field(None, ge=0, le=1_000_000, description="The input position whose prediction is "
+                                 "scored (default: the last with a target in the text).")  # fmt: skip
+    target_id: int | None = Field(None, ge=0, le=10_000_000, description="The token scored (default: the text's "
+                                  "next token).")  # fmt: skip
+    ablate_mode: Literal["zero", "mean"] = Field("zero", description="How each head is knocked out.")
+
+
+# -- the form's words as the API's fields -------------------------------------------------------------------------
+
+DEFAULT_TEXT = {"en": "The cat sat on the mat.", "zh": "我喜欢苹果"}
+SWITCH_KEYS = ("heads", "ablate_mode", "mask_off_layers", "drop_sink_layers")
+PREDICT_KEYS = ("preset", "text", "token_ids", "bos", "eos", "loss_from", *SWITCH_KEYS, "replace_at", "replace_id",
+                "replace_token")  # fmt: skip
+LENS_KEYS = ("preset", "text", "token_ids", "bos", *SWITCH_KEYS)
+# `form=1` marks a submitted form: an unticked box sends nothing, so there an absent bos/eos means "off".
+PREDICT_VIEW = ("pos", "rank", "present", "form", "compare_text")
+LENS_VIEW = ("start", "cell", "present", "form")  # `start`: the first position of the lens's window
+
+# -- the form's words as the API's fields -------------------------------------------------------------------------
+
+FLAGS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
+
+
+def parse_flag(name: str, raw: str, default: bool) -> bool:
+    if raw == "":
+        return default
+    if raw.lower() not in FLAGS:
+        raise FieldError(name, f"must be 1 or 0 (true or false), got {show(raw, 30)}")
+    return FLAGS[raw.lower()]
+
+
+def state_of(request: Request, path: str, keys: tuple[str, ...], view: tuple[str, ...]) -> ViewState:
+    """The page's view state; a submitted form's unticked boxes become explicit `0`s (and `form` is dropped)."""
+    state = ViewState.of(request.query_params, path, keys, view)
+    if "replace_token" in state.params:  # a token's own spaces count (" dog" is not "dog"): kept as typed
+        state.params["replace_token"] = request.query_params["replace_token"]
+    if state.params.pop("form", None) is not None:
+        for name in ("bos", "eos"):
+            if name in keys:
+                state.params.setdefault(name, "0")
+    return state
+
+
+def default_text(state: ViewState, lang: str) -> dict[str, str]:
+    """A first visit's text, in the page's language (nothing when the URL gives text or token ids)."""
+    return {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[lang]}
+
+
+def decoder(lab: Lab, preset: str) -> Any:
+    """The loaded decoder `preset`, or the API's own refusal naming the field."""
+    if preset not in lab.models or not getattr(lab.models[preset], "generates", False):
+        names = ", ".join(generators(lab.models)) or "none on this server"
+        raise FieldError("preset", f"predictions need a causal language model: {names}")
+    return lab.models[preset]
+
+
+def token_of(model: Any, text: str) -> tuple[int, int]:
+    """The first token of `text` through the model's tokenizer (past a BOS the tokenizer adds), and how many."""
+    ids = model.tokenize(text)
+    if ids and len(ids) > 1 and ids[0] == model.bos_id:
+        ids = ids[1:]
+    if not ids:
+        raise FieldError("replace_token", "the tokenizer gives no token for it")
+    return ids[0], len(ids)
+
+
+async def request_body(
+    state: ViewState, prompt: Mapping[str, str], lab: Lab, model_cls: type[BaseModel]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The API request body of the page's state, and what the page says about how it read it (`replaced_by`: a
+    token given by text)."""
+    names = [n for n in ("preset", "text", "token_ids", "loss_from", "ablate_mode", "mask_off_layers",
+                         "drop_sink_layers") if n in model_cls.model_fields]  # fmt: skip
+    raw = {n: state.get(n) for n in names if state.get(n)} | dict(prompt)
+    body = from_query(raw, None, model_cls)
+    if heads := form_ablate(state.get("heads"), "heads"):
+        body["ablate"] = heads
+    for name in ("bos", "eos"):
+        if name in model_cls.model_fields and state.get(name):
+            body[name] = parse_flag(name, state.get(name), True)
+    said: dict[str, Any] = {}
+    if "replace" not in model_cls.model_fields:
+        return body, said
+    at, by_id, by_text = state.get("replace_at"), state.get("replace_id"), state.get("replace_token")
+    if not (at or by_id or by_text):
+        return body, said
+    if not at:
+        raise FieldError("replace_at", "give the input position whose token is replaced")
+    position = parse_int("replace_at", at, 0, 0, 1_000_000)
+    if by_id and by_text:
+        raise FieldError("replace_token", "give the new token by its id or by its text, not both")
+    if by_id:
+        token = parse_int("replace_id", by_id, 0, 0, 10_000_000)
+    elif by_text:
+        model = decoder(lab, str(body.get("preset", "smollm2")))
+        token, n = await lab.off_loop(model.name if model.name in lab.models else None, token_of, model, by_text)
+        said = {"text": by_text, "n": n}
+    else:
+        raise FieldError("replace_id", "give the new token: its id, or its text in replace_token")
+    body["replace"] = {"position": position, "token_id": token}
+    return body, said
+
+
+@contextmanager
+def page_fields() -> Iterator[None]:
+    """The API's field names as the form's: `ablate` is typed as `heads`, `replace` as replace_at/replace_id."""
+    try:
+        yield
+    except FieldError as e:
+        if e.field == "ablate":
+            raise FieldError("heads", e.message) from None
+        if e.field == "replace":
+            which, _, rest = e.message.partition(": ")
+            name = {"position": "replace_at", "token_id": "replace_id"}.get(which)
+            raise FieldError(name or "replace_at", rest if name else e.message) from None
+        raise
+
+
+Req = TypeVar("Req", bound=BaseModel)
+Run = TypeVar("Run")
+
+
+async def read_page(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any], model_cls: type[Req],
+                    compute: Callable[[Req, Lab, str], Awaitable[Run]]
+                    ) -> tuple[Req, Run, dict[str, str], dict[str, Any]]:  # fmt: skip
+    """What both prediction pages start with: the page's state as the API's request `model_cls` (a first visit's
+    text in the page's language, also the form's placeholder `ctx["prompt"]`), validated, and `compute`'s answer
+    to it; a refused field named as the form names it. Returns the request, the answer, the prompt used and what
+    the page says about how it read the form (`request_body`)."""
+    prompt = default_text(state, ctx["lang"])
+    ctx["prompt"] = prompt.get("text", "")
+    with page_fields():
+        body, said = await request_body(state, prompt, lab, model_cls)
+        req = model_cls.model_validate(body)
+        return req, await compute(req, lab, key), prompt, said
+
+
+def api_url(path: str, req: BaseModel) -> str:
+    """The API's GET URL for a validated request: every field that differs from its default."""
+    items = []
+    for name, info in type(req).model_fields.items():
+        value = getattr(req, name)
+        if value is None or value == info.default:
+            continue
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, BaseModel):
+            text = json.dumps(value.model_dump(), separators=(",", ":"))
+        elif name == "ablate":
+            text = json.dumps(value, separators=(",", ":"))
+        elif isinstance(value, list):
+            text = ",".join(str(v) for v in value)
+        else:
+            text = str(value)
+        items.append((name, text))
+    return f"{path}?{urlencode(items)}"

@@ -1,0 +1,77 @@
+"""The knock-out vocabulary every view that runs a decoder with heads removed shares (the prediction views, the
+model view): the request fields, the form's spelling of them (`ablate=1.0, 16.0`, layer.head), and the engine's
+`Intervention` they become, checked against the model's layers and heads (a 422 naming the field)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine import predict as P
+from engine.models.families import Model
+
+from ..schemas import FieldError, lab_field
+from .state import parse_heads
+
+LAYERS = 'A list of layers (0 is the first), or "all".'
+
+
+def layer_list(value: Any) -> Any:
+    """A query's `mask_off_layers=all` or `=0,3` (text items) as the JSON a POST carries; anything else that is not
+    a list of integers or "all" is refused in one sentence (not pydantic's two, one per branch of the union)."""
+    if isinstance(value, list):
+        if value == ["all"]:
+            return "all"
+        value = [int(v) if isinstance(v, str) and v.isascii() and v.lstrip("-").isdigit() else v for v in value]
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return value
+    elif value is None or value == "all":
+        return value
+    raise ValueError('a list of layers (integers, 0 is the first) or "all"')
+
+
+class Knockouts(BaseModel):
+    """Heads knocked out of a forward pass: the prediction views and the model view take them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ablate: list[list[int]] | None = Field(
+        None, max_length=4096, description="Heads to knock out, as [layer, head] pairs: their output is replaced "
+        "before W_O (see ablate_mode).", json_schema_extra=lab_field(kind="json"))  # fmt: skip
+    ablate_mode: Literal["zero", "mean"] = Field(
+        "zero", description="zero: the head's output becomes 0; mean: at position t, the head's mean output over "
+        "positions 0…t (no future token leaks in).")  # fmt: skip
+
+
+def layers_of(value: list[int] | str | None, n_layer: int) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):  # "all" (the model refuses any other text)
+        return tuple(range(n_layer))
+    return tuple(sorted(set(value)))
+
+
+def intervention(req: Knockouts, model: Model) -> P.Intervention:
+    """The request's switches, checked against the model's layers and heads (422 naming the field). A request
+    that takes only `Knockouts` (the model view) changes no mask and no sink."""
+    for pair in req.ablate or []:
+        if len(pair) != 2:
+            raise FieldError("ablate", f"each entry is a [layer, head] pair, not {pair}")
+    a = model.arch
+    iv = P.Intervention(
+        ablate=tuple(sorted({(p[0], p[1]) for p in req.ablate or []})), mean=req.ablate_mode == "mean",
+        mask_off=layers_of(getattr(req, "mask_off_layers", None), a.n_layer),
+        drop_sink=layers_of(getattr(req, "drop_sink_layers", None), a.n_layer),
+    )  # fmt: skip
+    try:
+        iv.check(a.n_layer, a.n_heads)
+    except ValueError as e:
+        name, _, message = str(e).partition(": ")
+        raise FieldError(name, message) from None
+    return iv
+
+
+def form_ablate(raw: str, name: str = "ablate") -> list[list[int]]:
+    """The form's heads (`1.0, 16.0`: layer.head) as the API's `ablate` pairs; an error names the key typed."""
+    return parse_heads(raw, name)
