@@ -278,22 +278,11 @@ def _serve(args: argparse.Namespace) -> int:
     if args.checkpoint:
         from pathlib import Path
 
-        path = Path(args.checkpoint).resolve()
-        if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
-            print(f"attention-lab: {path} needs config.json and model.safetensors", file=sys.stderr)
-            return 2
-        os.environ["ATTENTION_LAB_CHECKPOINT"] = str(path)
-    if args.models:  # checked now: a bad path or file is one line and exit 2, before any worker starts
-        from app.settings import Settings
-        from engine.models import ModelError, parse_entries, registry
-
-        value = model_setting(args.models)
-        try:
-            registry(parse_entries(value), Settings().max_model_mb)
-        except ModelError as e:
-            print(f"attention-lab: {e}", file=sys.stderr)
-            return 2
-        os.environ["ATTENTION_LAB_MODELS"] = value
+        os.environ["ATTENTION_LAB_CHECKPOINT"] = str(Path(args.checkpoint).resolve())
+    if args.models:
+        os.environ["ATTENTION_LAB_MODELS"] = model_setting(args.models)
+    if (code := check_models()) != 0:  # in this process, before any worker starts: never a respawn loop
+        return code
     # One JSON access line per request from the app (attention_lab.access), instead of uvicorn's plain one.
     log_config = {
         "version": 1,
@@ -323,6 +312,37 @@ def _serve(args: argparse.Namespace) -> int:
         # cancelled, so the process exits within about 10 s whatever its backlog or open event streams.
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
+    return 0
+
+
+def check_models() -> int:
+    """Every model the server will serve (--checkpoint, --model, ATTENTION_LAB_MODELS) checked whole, now: a bad
+    one is one line naming the file and the field, and exit status 2; a special token dropped is a warning line.
+    What is read here is let go before the workers start (each reads and checks its own copy)."""
+    from pydantic import ValidationError
+
+    from app.settings import Settings
+    from engine.models import ModelError, parse_entries, registry
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        for e in exc.errors():
+            print(f"attention-lab: ATTENTION_LAB_{str(e['loc'][0]).upper()}: {e['msg']}", file=sys.stderr)
+        return 2
+    entries = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
+    entries += parse_entries(settings.models)
+    if not entries:
+        return 0
+    try:
+        models = registry(entries, settings.max_model_mb)
+    except ModelError as e:
+        print(f"attention-lab: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    for model in models.values():
+        for warning in model.warnings:
+            print(f"attention-lab: warning: {warning}", file=sys.stderr)
+    models.clear()
     return 0
 
 

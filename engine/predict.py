@@ -227,9 +227,16 @@ def scored(logp: torch.Tensor, inputs: Sequence[int], targets: Sequence[int], lo
     positions = tuple(Scored(ps[i], ls[i], rs[i], tuple(ids[i]), tuple(probs[i])) for i in range(len(ls)))
     counted = losses[loss_from:]
     mean = float(counted.mean()) if counted.numel() else float("nan")
-    return Run(
-        tuple(inputs), tuple(targets), positions, loss_from, mean, math.exp(mean) if counted.numel() else float("nan")
-    )
+    return Run(tuple(inputs), tuple(targets), positions, loss_from, mean, perplexity(mean))
+
+
+def perplexity(mean_loss: float) -> float:
+    """e to the mean loss: inf past what a float holds (a very confident, very wrong model's mean loss can be
+    over 709.78, where math.exp raises), NaN for no positions."""
+    try:
+        return math.exp(mean_loss)
+    except OverflowError:
+        return math.inf
 
 
 @dataclass(frozen=True)

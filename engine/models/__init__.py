@@ -2,10 +2,11 @@
 block per architecture family.
 
 `load(path, name)` reads a Hugging Face directory (config.json; model.safetensors or a sharded
-model.safetensors.index.json; tokenizer.json) or a llama `.gguf` file, checks it against its config at once and
-keeps its tensors memory-mapped until first use. `registry(paths, max_model_mb)` loads the server's models (and the
-packaged MiniLM and SmolLM2): every failure is a `ModelError`, one line naming the file, the field and what is
-supported, raised at start-up.
+model.safetensors.index.json; tokenizer.json) or a llama `.gguf` file, checks it against its config at once, then
+checks it whole (`Model.validate`: bounded dimensions, finite weights copied into memory the process owns, special
+tokens and the tokenizer inside the vocabulary, a finite forward pass through every layer). `registry(paths,
+max_model_mb)` loads the server's models (and the packaged MiniLM and SmolLM2, read on first use): every failure is
+a `ModelError`, one line naming the file, the field and what is supported, raised at start-up.
 """
 
 from __future__ import annotations
@@ -15,7 +16,21 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from .config import ARCHITECTURES, SUPPORTED, Arch, Fields, ModelError, ModelInfo, read_config
+from .config import (
+    ARCHITECTURES,
+    MAX_CONTEXT,
+    MAX_FF,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    SUPPORTED,
+    Arch,
+    Fields,
+    ModelError,
+    ModelInfo,
+    read_config,
+)  # fmt: skip
 from .families import FAMILIES, GPT2, Bert, Llama, Model
 from .store import GGUF, Safetensors
 
@@ -31,21 +46,36 @@ def preset_name(path: Path) -> str:
     return path.name if path.is_dir() else path.stem
 
 
-def load(path: str | Path, name: str | None = None) -> Model:
-    """A model from a Hugging Face directory or a `.gguf` file, checked against its config (weights not read)."""
+def load(path: str | Path, name: str | None = None, max_model_mb: float | None = None, check: bool = True) -> Model:
+    """A model from a Hugging Face directory or a `.gguf` file, checked against its config; with `check` (the
+    default: every model an operator names) checked whole before it is served: its size against `max_model_mb`,
+    then its weights read into memory the process owns, each finite, its tokenizer's ids inside the embedding, and
+    a forward pass of a few tokens through every layer finite (`Model.validate`). Without `check` (the packaged
+    models) the weights are read on first use."""
     path = Path(path).expanduser()
     name = name or preset_name(path)
     if not re.fullmatch(NAME, name):
         raise ModelError(f"{path}: name: {name!r} is not a preset name (letters, digits, . _ -; up to 64); use --name")
     if path.is_dir():
         arch = read_config(path)
-        return FAMILIES[arch.family](arch, Safetensors(path), name, path, path / "tokenizer.json")
-    if path.is_file() and path.suffix.lower() == ".gguf":
+        model: Model = FAMILIES[arch.family](arch, Safetensors(path), name, path, path / "tokenizer.json")
+    elif path.suffix.lower() == ".gguf" and (path.exists() or path.is_symlink()):
         store = GGUF(path)
-        return Llama(gguf_arch(store), store, name, path)
-    if path.is_file():
+        model = Llama(gguf_arch(store), store, name, path)
+    elif path.exists():
         raise ModelError(f"{path}: not a model: give a Hugging Face directory (config.json) or a .gguf file")
-    raise ModelError(f"{path}: file not found")
+    else:
+        raise ModelError(f"{path}: file not found")
+    if max_model_mb is not None and model.nbytes > max_model_mb * 2**20:
+        raise too_large(model, max_model_mb)
+    if check:
+        model.validate()
+    return model
+
+
+def too_large(model: Model, max_model_mb: float) -> ModelError:
+    return ModelError(f"{model.path}: {model.parameters:,} parameters take {model.nbytes / 2**20:,.0f} MB in "
+                      f"float32, over MAX_MODEL_MB = {max_model_mb:,.0f}")  # fmt: skip
 
 
 def gguf_arch(store: GGUF) -> Arch:
@@ -54,20 +84,19 @@ def gguf_arch(store: GGUF) -> Arch:
         raise ModelError(f"{store.path}: general.architecture: {kind!r} is not supported; supported: "
                          f"{', '.join(GGUF_ARCHITECTURES)}")  # fmt: skip
     f = Fields(store.fields, store.path, f"{kind}.")
-    d, heads = f.int("embedding_length"), f.int("attention.head_count")
-    kv = f.int("attention.head_count_kv", heads)
+    d, heads = f.int("embedding_length", high=MAX_WIDTH), f.int("attention.head_count", high=MAX_HEADS)
+    kv = f.int("attention.head_count_kv", heads, high=MAX_HEADS)
     if d % heads or heads % kv:
         raise f.fail("attention.head_count", f"{heads} heads ({kv} K/V heads) do not divide the width {d}")
-    if f.int("rope.dimension_count", d // heads) != d // heads:
+    if f.int("rope.dimension_count", d // heads, high=MAX_WIDTH) != d // heads:
         raise f.fail("rope.dimension_count", "RoPE over part of a head is not supported; supported: the whole head")
     embd = store.entries.get("token_embd.weight")
-    vocab = f.int("vocab_size", embd.shape[0] if embd is not None else None)
-    eos = store.field("tokenizer.ggml.eos_token_id")
+    vocab = f.int("vocab_size", embd.shape[0] if embd is not None and embd.shape else None, high=MAX_VOCAB)
     return Arch(
-        "llama", f.int("block_count"), d, heads, kv, f.int("feed_forward_length"), vocab, f.int("context_length"),
-        f.float("attention.layer_norm_rms_epsilon", 1e-5), "rmsnorm", "swiglu", "tanh", "pre", "rope",
-        rope_base=f.float("rope.freq_base", 10000.0), rope_pairing="adjacent",
-        tied="output.weight" not in store.entries, eos=() if eos is None else (int(eos),),
+        "llama", f.int("block_count", high=MAX_LAYERS), d, heads, kv, f.int("feed_forward_length", high=MAX_FF),
+        vocab, f.int("context_length", high=MAX_CONTEXT), f.float("attention.layer_norm_rms_epsilon", 1e-5),
+        "rmsnorm", "swiglu", "tanh", "pre", "rope", rope_base=f.float("rope.freq_base", 10000.0),
+        rope_pairing="adjacent", tied="output.weight" not in store.entries,
     )  # fmt: skip
 
 
@@ -101,14 +130,12 @@ def registry(
             except ImportError:  # e.g. gguf missing
                 model = None
             if model is not None:
+                if max_model_mb is not None and model.nbytes > max_model_mb * 2**20:
+                    raise too_large(model, max_model_mb)
                 out[name] = model
     for path, given in paths:
-        model = load(path, given)
+        model = load(path, given, max_model_mb)
         if model.name in out and out[model.name].path != model.path:
             raise ModelError(f"{path}: name: {model.name!r} is already taken by {out[model.name].path} (--name)")
         out[model.name] = model
-    for model in out.values():
-        if max_model_mb is not None and model.nbytes > max_model_mb * 2**20:
-            raise ModelError(f"{model.path}: {model.parameters:,} parameters take {model.nbytes / 2**20:,.0f} MB in "
-                             f"float32, over MAX_MODEL_MB = {max_model_mb:,.0f}")  # fmt: skip
     return out

@@ -7,7 +7,6 @@ field and what is supported: a server never starts with a model that would fail 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,16 @@ from typing import Any
 ARCHITECTURES = ("gpt2", "llama", "mistral", "qwen2", "gemma", "bert")
 SUPPORTED = ", ".join(ARCHITECTURES)
 FAMILY = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama", "gemma": "llama", "bert": "bert"}
+
+# The largest dimensions a model may declare, checked as each field is read (before a tensor name is listed or a
+# byte allocated): far above any model the lab can serve on a CPU, far below what would exhaust memory on its own.
+MAX_LAYERS = 1024
+MAX_WIDTH = 65536  # d_model, and the feed-forward width's cap is 4x it
+MAX_FF = 4 * MAX_WIDTH
+MAX_HEADS = 1024
+MAX_VOCAB = 2**21
+MAX_CONTEXT = 2**21
+MAX_TYPE_VOCAB = 1024  # BERT's token types
 
 
 class ModelError(ValueError):
@@ -109,12 +118,17 @@ class Fields:
         value = self.data.get(self.prefix + name)
         return default if value is None else value
 
-    def int(self, name: str, default: int | None = None, low: int = 1) -> int:
+    def int(self, name: str, default: int | None = None, low: int = 1, high: int | None = None) -> int:
+        """An integer from `low` to `high`; a float is accepted when it is a whole number (NaN and infinities,
+        which JSON readers and GGUF's float fields can hold, are not)."""
         value = self.raw(name, default)
         if value is None:
             raise self.fail(name, "is missing")
-        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value or value < low:
-            raise self.fail(name, f"must be an integer ≥ {low}, got {value!r}")
+        whole = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+        if isinstance(value, bool) or not whole or value < low:
+            raise self.fail(name, f"must be an integer ≥ {low}, got {_short(value)}")
+        if high is not None and value > high:
+            raise self.fail(name, f"{int(value):,} is over the lab's limit of {high:,}")
         return int(value)
 
     def float(self, name: str, default: float | None = None) -> float:
@@ -132,6 +146,11 @@ class Fields:
         return value
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _bos(value: Any) -> int | None:
     ids = _eos(value)
     return ids[0] if ids else None
@@ -141,7 +160,7 @@ def _eos(value: Any) -> tuple[int, ...]:
     if isinstance(value, int) and not isinstance(value, bool):
         return (value,)
     if isinstance(value, list):
-        return tuple(v for v in value if isinstance(v, int))
+        return tuple(v for v in value if isinstance(v, int) and not isinstance(v, bool))
     return ()
 
 
@@ -162,7 +181,7 @@ def _rope(f: Fields) -> tuple[float, tuple[float, ...]]:
         raise f.fail("rope_scaling", f"type {kind!r} is not supported; supported: default, llama3")
     sub = Fields(merged, f.where, "", "rope_scaling.")
     values = (sub.float("factor"), sub.float("low_freq_factor"), sub.float("high_freq_factor"),
-              float(sub.int("original_max_position_embeddings")))  # fmt: skip
+              float(sub.int("original_max_position_embeddings", high=MAX_CONTEXT)))  # fmt: skip
     if values[1] >= values[2]:
         raise f.fail("rope_scaling", "high_freq_factor must be above low_freq_factor")
     return float(base), values
@@ -170,13 +189,12 @@ def _rope(f: Fields) -> tuple[float, tuple[float, ...]]:
 
 def read_config(directory: Path) -> Arch:
     """The architecture of a Hugging Face model directory, from its config.json."""
-    path = directory / "config.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelError(f"{path}: file not found (a model directory needs config.json)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelError(f"{path}: not readable JSON ({e})") from None
+    from .files import inside, read_json  # (files imports ModelError from here)
+
+    path = inside(directory, "config.json")
+    if not path.exists() and not path.is_symlink():
+        raise ModelError(f"{path}: file not found (a model directory needs config.json)")
+    data = read_json(path)
     if not isinstance(data, dict):
         raise ModelError(f"{path}: not a JSON object")
     f = Fields(data, path)
@@ -194,12 +212,12 @@ def _gpt2(f: Fields) -> Arch:
     act = f.choice("activation_function", "gelu_new", ("gelu_new", "gelu", "gelu_pytorch_tanh"))
     if f.raw("scale_attn_by_inverse_layer_idx", False):
         raise f.fail("scale_attn_by_inverse_layer_idx", "true is not supported; supported: false")
-    d = f.int("n_embd", 768)
-    heads = f.int("n_head", 12)
+    d = f.int("n_embd", 768, high=MAX_WIDTH)
+    heads = f.int("n_head", 12, high=MAX_HEADS)
     _divides(f, "n_head", d, heads)
     return Arch(
-        "gpt2", f.int("n_layer", 12), d, heads, heads, f.int("n_inner", 4 * d), f.int("vocab_size", 50257),
-        f.int("n_positions", f.raw("n_ctx", 1024)), f.float("layer_norm_epsilon", 1e-5), "layernorm", "gelu",
+        "gpt2", f.int("n_layer", 12, high=MAX_LAYERS), d, heads, heads, f.int("n_inner", 4 * d, high=MAX_FF),
+        f.int("vocab_size", 50257, high=MAX_VOCAB), f.int("n_positions", f.raw("n_ctx", 1024), high=MAX_CONTEXT), f.float("layer_norm_epsilon", 1e-5), "layernorm", "gelu",
         "exact" if act == "gelu" else "tanh", "pre", "learned", tied=bool(f.raw("tie_word_embeddings", True)),
         scale_attn=bool(f.raw("scale_attn_weights", True)), eos=_eos(f.raw("eos_token_id")),
         bos=_bos(f.raw("bos_token_id")),
@@ -209,22 +227,22 @@ def _gpt2(f: Fields) -> Arch:
 def _bert(f: Fields) -> Arch:
     f.choice("hidden_act", "gelu", ("gelu",))
     f.choice("position_embedding_type", "absolute", ("absolute",))
-    d, heads = f.int("hidden_size"), f.int("num_attention_heads")
+    d, heads = f.int("hidden_size", high=MAX_WIDTH), f.int("num_attention_heads", high=MAX_HEADS)
     _divides(f, "num_attention_heads", d, heads)
     return Arch(
-        "bert", f.int("num_hidden_layers"), d, heads, heads, f.int("intermediate_size"), f.int("vocab_size"),
-        f.int("max_position_embeddings"), f.float("layer_norm_eps", 1e-12), "layernorm", "gelu", "exact", "post",
-        "learned", extra={"type_vocab_size": f.int("type_vocab_size", 2)},
+        "bert", f.int("num_hidden_layers", high=MAX_LAYERS), d, heads, heads, f.int("intermediate_size", high=MAX_FF),
+        f.int("vocab_size", high=MAX_VOCAB), f.int("max_position_embeddings", high=MAX_CONTEXT), f.float("layer_norm_eps", 1e-12), "layernorm", "gelu", "exact", "post",
+        "learned", extra={"type_vocab_size": f.int("type_vocab_size", 2, high=MAX_TYPE_VOCAB)},
     )  # fmt: skip
 
 
 def _llama(f: Fields, kind: str) -> Arch:
-    d, heads = f.int("hidden_size"), f.int("num_attention_heads")
+    d, heads = f.int("hidden_size", high=MAX_WIDTH), f.int("num_attention_heads", high=MAX_HEADS)
     _divides(f, "num_attention_heads", d, heads)
-    kv = f.int("num_key_value_heads", heads)
+    kv = f.int("num_key_value_heads", heads, high=MAX_HEADS)
     if heads % kv:
         raise f.fail("num_key_value_heads", f"{kv} does not divide num_attention_heads {heads}")
-    if f.has("head_dim") and f.int("head_dim") != d // heads:
+    if f.has("head_dim") and f.int("head_dim", high=MAX_WIDTH) != d // heads:
         raise f.fail("head_dim", f"{f.raw('head_dim')} ≠ hidden_size / num_attention_heads = {d // heads}; "
                                  "supported: head_dim = hidden_size / num_attention_heads")  # fmt: skip
     base, scaling = _rope(f)
@@ -243,14 +261,15 @@ def _llama(f: Fields, kind: str) -> Arch:
             raise f.fail(name, "true is not supported; supported: false")
     window = 0
     if kind == "mistral" and f.raw("sliding_window") is not None:
-        window = f.int("sliding_window")
+        window = f.int("sliding_window", high=MAX_CONTEXT)
     if kind == "qwen2" and f.raw("use_sliding_window", False):
         raise f.fail("use_sliding_window", "true is not supported; supported: false")
     if f.raw("partial_rotary_factor", 1.0) != 1.0:
         raise f.fail("partial_rotary_factor", "only 1.0 is supported")
-    n_ctx = f.int("max_position_embeddings", 2048)
+    n_ctx = f.int("max_position_embeddings", 2048, high=MAX_CONTEXT)
     return Arch(
-        kind, f.int("num_hidden_layers"), d, heads, kv, f.int("intermediate_size"), f.int("vocab_size"), n_ctx,
+        kind, f.int("num_hidden_layers", high=MAX_LAYERS), d, heads, kv, f.int("intermediate_size", high=MAX_FF),
+        f.int("vocab_size", high=MAX_VOCAB), n_ctx,
         f.float("rms_norm_eps", 1e-6), "rmsnorm", ffn, gelu, "pre", "rope", rope_base=base, rope_scaling=scaling,
         window=window if window < n_ctx else 0, tied=bool(f.raw("tie_word_embeddings", kind == "gemma")),
         norm_offset=1.0 if kind == "gemma" else 0.0, embed_scale=math.sqrt(d) if kind == "gemma" else 1.0,

@@ -18,6 +18,7 @@ Three families, one block each: `GPT2` (learned positions, LayerNorm, GELU, Conv
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -32,9 +33,12 @@ from ..device import CPU
 from ..positions import Angles, angles, rotate
 from ..sources import Weights
 from .config import Arch, ModelError, ModelInfo
+from .files import inside
 from .labels import readable_labels
 from .store import GGUF, Store
 from .tokens import from_gguf, from_json, gguf_has_tokenizer
+
+log = logging.getLogger("attention_lab.models")
 
 Progress = Callable[[int, int], None] | None  # (layers done, layers in all)
 Observe = Callable[[int, int, torch.Tensor], None] | None  # (layer, first query row, weights (H, rows, keys))
@@ -61,7 +65,8 @@ def rope_factors(arch: Arch) -> tuple[float, ...]:
 
 
 class Model:
-    """A model from local files: its architecture, its tensors (memory-mapped, float32 on first use), its tokens."""
+    """A model from local files: its architecture, its tensors (copied out of the files into float32 memory the
+    process owns: at start-up by `validate`, or on first use), its tokens."""
 
     family = ""
 
@@ -72,10 +77,13 @@ class Model:
         self._tensors: dict[str, torch.Tensor] | None = None
         self._tokenizer: Any = None
         self._tokenizer_path = tokenizer
-        self.before_load: Callable[[int], None] | None = None  # told the weights' bytes before they are read
+        self._before_load: Callable[[int], None] | None = None
+        self.warnings: list[str] = []  # what was dropped at start-up (an out-of-vocabulary special token), said once
+        self.checked = False  # validate() passed: the weights are in memory and a forward pass was finite
         self.files = {self.normal(n): n for n in store.names() if self.normal(n) is not None}
-        self.factors = self._rope_factors()
         self._check()
+        self.factors = self._rope_factors()
+        self._eos, self._bos, self._add_bos = self._special_tokens()
         a = arch
         self.info = ModelInfo(
             name=name, d_model=a.d_model, n_heads=a.n_heads, n_layer=a.n_layer, n_ctx=a.n_ctx, vocab=a.vocab,
@@ -127,6 +135,46 @@ class Model:
                 raise ModelError(f"{self.store.entries[self.files[name]].file}: {self.files[name]}: shape "
                                  f"{list(got)}, but the config implies {list(shape)}")  # fmt: skip
 
+    def _special_tokens(self) -> tuple[tuple[int, ...], int | None, bool]:
+        """EOS ids, the BOS id and whether tokenizing adds it: each id inside the vocabulary, or dropped with a
+        warning naming it (GPT2Config(vocab_size=300) keeps GPT-2's 50256)."""
+        a, where = self.arch, self.weights_file if isinstance(self.store, GGUF) else self.path / "config.json"
+        if isinstance(self.store, GGUF):
+            eos_raw = self.store.field("tokenizer.ggml.eos_token_id")
+            bos_raw = self.store.field("tokenizer.ggml.bos_token_id")
+            add = self.store.field("tokenizer.ggml.add_bos_token") is True
+            names = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.bos_token_id")
+            eos_list = [] if eos_raw is None else [eos_raw]
+        else:
+            eos_list, bos_raw, add = list(a.eos), a.bos, False
+            names = ("eos_token_id", "bos_token_id")
+
+        def fits(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < a.vocab
+
+        eos = tuple(int(e) for e in eos_list if fits(e))
+        for e in eos_list:
+            if not fits(e):
+                self.warnings.append(f"{where}: {names[0]}: {e!r} is not a token id of the {a.vocab:,}-token "
+                                     "vocabulary; dropped (generation stops at its length limit)")  # fmt: skip
+        bos = bos_raw if fits(bos_raw) else None
+        if bos_raw is not None and bos is None:
+            self.warnings.append(f"{where}: {names[1]}: {bos_raw!r} is not a token id of the {a.vocab:,}-token "
+                                 "vocabulary; dropped (texts begin without it)")  # fmt: skip
+        return eos, bos, add and bos is not None
+
+    @property
+    def before_load(self) -> Callable[[int], None] | None:
+        """Told the weights' bytes before they are read (the server's memory budget: it may wait, or refuse);
+        weights already read at start-up (`validate`) are told at once."""
+        return self._before_load
+
+    @before_load.setter
+    def before_load(self, hold: Callable[[int], None] | None) -> None:
+        self._before_load = hold
+        if hold is not None and self._tensors is not None:
+            hold(self.nbytes)
+
     @property
     def parameters(self) -> int:
         """The exact number of parameters the model computes with (a tied output projection counted once)."""
@@ -153,11 +201,88 @@ class Model:
             if self._tensors is None:
                 if self.before_load is not None:  # the server's memory budget: it may wait, or refuse (503)
                     self.before_load(self.nbytes)
-                out = {}
-                for name in self.expected():
-                    out[name] = self.prepare(name, self.store.get(self.files[name])).to(self.device)
-                self._tensors = out
+                self._tensors = self._read()
         return self._tensors
+
+    def _read(self) -> dict[str, torch.Tensor]:
+        """Every tensor the family reads, copied out of its file (nothing stays mapped), float32, on the device."""
+        names = list(self.expected())
+        raw = self.store.read([self.files[n] for n in names])
+        return {n: self.prepare(n, raw[self.files[n]]).to(self.device) for n in names}
+
+    # -- the check at start-up --------------------------------------------------------------------------------
+    def validate(self, text: str = "The cat sat on the mat.", n_tokens: int = 6) -> None:
+        """The whole model checked before it is served, a ModelError naming the file and the field otherwise:
+        every weight read (into memory the process owns, kept: nothing is read from the files again) and finite;
+        the tokenizer readable and its ids (and those it adds) inside the embedding; a forward pass of a few
+        tokens through every layer (and the output layer) finite."""
+        if self.checked:
+            return
+        with self._lock:
+            if self._tensors is None:
+                self._tensors = self._read()
+        tensors = self._tensors
+        for name, t in tensors.items():
+            if not bool(torch.isfinite(t).all()):
+                file = self.store.entries[self.files[name]].file
+                raise ModelError(f"{file}: {self.files[name]}: holds NaN or infinite values")
+        ids = self._check_tokenizer(text)[:n_tokens] or [i % self.arch.vocab for i in range(n_tokens)]
+        if self._bos is not None and self.decoder:
+            ids = [self._bos, *ids[: n_tokens - 1]]
+        ids = ids[: self.arch.n_ctx]
+        self._smoke(ids)
+        self.checked = True
+
+    def _check_tokenizer(self, text: str) -> list[int]:
+        """The tokenizer loaded now (not at a request) and checked against the embedding; `text`'s ids."""
+        if not self.has_tokenizer:
+            return []
+        where = self.weights_file if isinstance(self.store, GGUF) else self._tokenizer_path
+        try:
+            tok = self.tokenizer()
+            ids = self.tokenize(text)
+            vocab = tok.get_vocab(with_added_tokens=True)
+        except ModelError:
+            raise
+        except Exception as e:  # the tokenizers package's own errors: one line naming the file
+            raise ModelError(
+                f"{where}: the tokenizer cannot be built or run ({str(e).splitlines()[0][:200]})"
+            ) from None
+        top = max(vocab.values(), default=-1)
+        if top >= self.arch.vocab:
+            token = next(t for t, i in vocab.items() if i == top)
+            raise ModelError(f"{where}: token {token[:40]!r} has id {top:,}, but the model's embedding has "
+                             f"{self.arch.vocab:,} rows (vocab_size)")  # fmt: skip
+        bad = [i for i in ids if not 0 <= i < self.arch.vocab]
+        if bad:
+            raise ModelError(f"{where}: tokenizing a text gives id {bad[0]:,} (a special token it adds?), outside "
+                             f"the embedding's {self.arch.vocab:,} rows")  # fmt: skip
+        return ids
+
+    @torch.inference_mode()
+    def _smoke(self, ids: list[int]) -> None:
+        """A forward pass of `ids` through every layer, each layer's output finite."""
+        where = self.weights_file
+        x = self.embed(ids)
+        if not bool(torch.isfinite(x).all()):
+            raise ModelError(f"{where}: the embedding of {len(ids)} tokens is not finite")
+        pos = self.rotation(torch.arange(len(ids), device=self.device), x)
+        for i in range(self.arch.n_layer):
+            q, k, v = self.layer_qkv(i, x, pos)
+            x = self.layer_rest(i, x, self.attend(q, k, v))
+            if not bool(torch.isfinite(x).all()):
+                raise ModelError(f"{where}: layer {i}: a forward pass of {len(ids)} tokens overflows (NaN or "
+                                 "infinite values): the weights are not a working model")  # fmt: skip
+        if self.decoder and not bool(torch.isfinite(self.unembed(self.final(x))).all()):
+            raise ModelError(f"{where}: the output layer's logits of {len(ids)} tokens are not finite")
+
+    def changed_on_disk(self) -> str | None:
+        """What changed in a weights file since it was read (None: nothing). The server keeps what it read."""
+        stamps = getattr(self.store, "stamps", None) or {self.store.path: getattr(self.store, "stamp", None)}
+        for stamp in stamps.values():
+            if stamp is not None and (change := stamp.changed()) is not None:
+                return change
+        return None
 
     def _get(self, name: str) -> torch.Tensor:
         return self.tensors()[name]
@@ -167,7 +292,8 @@ class Model:
     def has_tokenizer(self) -> bool:
         if isinstance(self.store, GGUF):
             return gguf_has_tokenizer(self.store)
-        return self._tokenizer_path is not None and self._tokenizer_path.is_file()
+        p = self._tokenizer_path
+        return p is not None and (p.exists() or p.is_symlink())  # a dangling or outside link: refused at load
 
     def tokenizer(self) -> Any:
         with self._lock:
@@ -176,14 +302,13 @@ class Model:
                     self._tokenizer = from_gguf(self.store)
                 else:
                     assert self._tokenizer_path is not None
-                    self._tokenizer = from_json(self._tokenizer_path)
+                    self._tokenizer = from_json(inside(self.path, self._tokenizer_path.name))
         return self._tokenizer
 
     def tokenize(self, text: str) -> list[int]:
         if isinstance(self.store, GGUF):
             ids = list(self.tokenizer().encode(text, add_special_tokens=False).ids)
-            bos = self.store.field("tokenizer.ggml.bos_token_id")
-            return [bos, *ids] if self.store.field("tokenizer.ggml.add_bos_token") and bos is not None else ids
+            return [self._bos, *ids] if self._add_bos and self._bos is not None else ids
         return list(self.tokenizer().encode(text).ids)  # with the special tokens its post-processor adds
 
     def labels(self, ids: list[int]) -> list[str]:
@@ -193,18 +318,14 @@ class Model:
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
-        if isinstance(self.store, GGUF):
-            eos = self.store.field("tokenizer.ggml.eos_token_id")
-            return () if eos is None else (int(eos),)
-        return self.arch.eos
+        """config's eos_token_id, a GGUF's tokenizer.ggml.eos_token_id (those inside the vocabulary)."""
+        return self._eos
 
     @property
     def bos_id(self) -> int | None:
-        """The token a training sequence begins with (config's bos_token_id, a GGUF's tokenizer.ggml.bos_token_id)."""
-        if isinstance(self.store, GGUF):
-            bos = self.store.field("tokenizer.ggml.bos_token_id")
-            return None if bos is None else int(bos)
-        return self.arch.bos
+        """The token a training sequence begins with (config's bos_token_id, a GGUF's tokenizer.ggml.bos_token_id),
+        when it is inside the vocabulary."""
+        return self._bos
 
     # -- the forward pass, written once ---------------------------------------------------------------------
     @property
@@ -312,9 +433,19 @@ class Model:
             "rope" else None, "rope_scaling": "llama3" if a.rope_scaling or self.factors else None,
             "window": a.window or None, "norm": a.norm, "ffn": a.ffn, "placement": a.placement,
             "tied_embeddings": a.tied, "parameters": self.parameters, "bytes": self.nbytes, "loaded": self.loaded,
-            "format": "gguf" if isinstance(self.store, GGUF) else "safetensors", "source": str(self.path),
-            "tokenizer": self.has_tokenizer, "decoder": self.decoder,
+            "format": "gguf" if isinstance(self.store, GGUF) else "safetensors", "source": self.path.name,
+            "tokenizer": self.has_tokenizer, "decoder": self.decoder, "changed_on_disk": self._noticed(),
         }  # fmt: skip
+
+    def _noticed(self) -> bool:
+        """Whether a weights file changed since it was read (logged the first time it is seen)."""
+        if not self.loaded:
+            return False
+        change = self.changed_on_disk()
+        if change is not None and change != getattr(self, "_told", None):
+            self._told = change
+            log.warning("attention-lab: %s", change)
+        return change is not None
 
 
 class GPT2(Model):
@@ -416,7 +547,15 @@ class Llama(Model):
 
     def _rope_factors(self) -> tuple[float, ...]:
         if isinstance(self.store, GGUF) and "rope_freqs.weight" in self.store.entries:  # llama3 scaling, precomputed
-            return tuple(float(f) for f in self.store.get("rope_freqs.weight").flatten().tolist())
+            half = self.arch.d_k // 2
+            shape = self.store.shape("rope_freqs.weight")
+            if shape != (half,):  # checked before it is read: it is outside the weights MAX_MODEL_MB counts
+                raise ModelError(f"{self.path}: rope_freqs.weight: shape {list(shape)}, but RoPE has {half} "
+                                 "frequencies per head (d_k / 2)")  # fmt: skip
+            factors = self.store.get("rope_freqs.weight").flatten().tolist()
+            if not all(math.isfinite(f) and f > 0 for f in factors):
+                raise ModelError(f"{self.path}: rope_freqs.weight: must be finite positive divisors")
+            return tuple(float(f) for f in factors)
         return rope_factors(self.arch)
 
     def prepare(self, name: str, t: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .config import ModelError
+from .files import MAX_TOKENIZER_BYTES, read_bytes
 from .store import GGUF, Strings
 
 # llama.cpp's names for the ways a GGUF's text is split before BPE (`tokenizer.ggml.pre`).
@@ -15,9 +17,16 @@ LLAMA3_SPLIT = (
 
 
 def from_json(path: Path) -> Any:
+    """A `tokenizer.json` (a regular file of bounded size, read once; a malformed one is a ModelError)."""
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(path))
+    data = read_bytes(path, MAX_TOKENIZER_BYTES)
+    try:
+        tok = Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:  # the tokenizers package raises its own (Rust) exception types
+        raise ModelError(
+            f"{path}: not a tokenizer ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"
+        ) from None
     tok.no_padding()  # a packaged tokenizer may pad every input (MiniLM's to 128)
     tok.no_truncation()
     return tok
@@ -34,9 +43,22 @@ def from_gguf(store: GGUF) -> Any:
 
     tokens = store.field("tokenizer.ggml.tokens").items()
     merges_field = store.field("tokenizer.ggml.merges")
-    merges = [tuple(m.split(" ", 1)) for m in merges_field.items()] if isinstance(merges_field, Strings) else []
-    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))  # type: ignore[arg-type]
+    if merges_field is not None and not isinstance(merges_field, Strings):
+        raise ModelError(f"{store.path}: tokenizer.ggml.merges: must be an array of strings")
+    merges = []
+    for i, m in enumerate(merges_field.items() if merges_field is not None else []):
+        left, space, right = m.partition(" ")
+        if not (left and space and right):
+            raise ModelError(f"{store.path}: tokenizer.ggml.merges: entry {i} {m[:40]!r} is not two pieces "
+                             "separated by a space")  # fmt: skip
+        merges.append((left, right))
     pre = store.field("tokenizer.ggml.pre", "default")
+    if not isinstance(pre, str):
+        raise ModelError(f"{store.path}: tokenizer.ggml.pre: must be a string, got {type(pre).__name__}")
+    types = store.field("tokenizer.ggml.token_type") or []
+    if not isinstance(types, list):
+        raise ModelError(f"{store.path}: tokenizer.ggml.token_type: must be an array of integers")
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
     if pre == "smollm":
         tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
@@ -48,7 +70,6 @@ def from_gguf(store: GGUF) -> Any:
     else:
         tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
-    types = store.field("tokenizer.ggml.token_type") or []
     special = [tokens[i] for i, kind in enumerate(types) if kind == 3 and i < len(tokens)]
     if special:
         tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in special])
