@@ -5,6 +5,9 @@ its place in the lab (`lab_field`: the form group, the field it depends on, its 
 against). The GET parser (`from_query`), the OpenAPI query parameters, the lab form (app/templating.py), the URL
 state (app/web/state.py) and the CLI (app/cli.py) derive from it through `request_fields`.
 
+The vocabularies are the engine's: the choices (`mask`, `positions`, `scale`, …) are Literal types made from
+engine/spec.py's tuples, and which mask a parameter goes with (`depends`) comes from engine/masks.py's kinds.
+
 Pydantic checks types and static ranges; the engine's `make_*` check every rule that depends on other fields or
 on the server's configured limits, raising `SpecError` (alias `FieldError`, the one error type) naming the field
 at fault, so every bad input becomes a 422 that names it. A GET request carries the same fields as query
@@ -19,11 +22,24 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from engine.spec import STAGES, Limits, Spec, SpecError, make_decode_spec, make_spec
+from engine import masks
+from engine.spec import (
+    DTYPES,
+    MASKS,
+    PAIRINGS,
+    POSITIONS,
+    SCALES,
+    STAGES,
+    Limits,
+    Spec,
+    SpecError,
+    make_decode_spec,
+    make_spec,
+)
 
 if TYPE_CHECKING:  # engine.block imports torch: the CLI's --help builds its options from these models without it
     from engine.block import BlockSpec
@@ -50,7 +66,8 @@ def lab_field(
     form: the lab form's group (sequence, main, more, hidden); None keeps the field out of a page's URL (explicit
         matrices, the output selection, dtype). A field in no group the template places by hand gets a generic
         input in "more".
-    depends: (field, value): the field is only used when `field` has that value; a page drops it otherwise.
+    depends: (field, value): the field is only used when `field` has that value; a page drops it otherwise. A mask
+        kind's parameter needs none: which mask it goes with is the engine's (engine/masks.py, `mask_depends`).
     only: the field is for built-in presets (toy, gpt2-small) or for pretrained models only.
     kind: the input's kind when the type does not say it (a list of numbers sent as JSON text: "json").
     limit: the `Limits` attribute the engine checks it against (the form's max, the CLI's help).
@@ -73,7 +90,36 @@ def lab_field(
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Row = Annotated[list[Finite], Field(max_length=4096)]
 MatrixIn = Annotated[list[Row], Field(max_length=4096)]
-StageKey = Literal["projection", "scores", "mask", "softmax", "weighted_sum"]
+
+# The engine's choices as Literal types (pydantic's check, /openapi.json's enum, the form's <select>); mypy, which
+# cannot read a Literal made from a tuple, sees the strings they are.
+if TYPE_CHECKING:
+    MaskKind: TypeAlias = str
+    PositionsKind: TypeAlias = str
+    Pairing: TypeAlias = str
+    Scale: TypeAlias = str
+    DType: TypeAlias = str
+    StageKey: TypeAlias = str
+else:
+    MaskKind, PositionsKind, Pairing, Scale, DType, StageKey = (
+        Literal[values] for values in (MASKS, POSITIONS, PAIRINGS, SCALES, DTYPES, STAGES)
+    )
+
+
+def mask_depends(model: type[BaseModel], name: str) -> tuple[str, str] | None:
+    """("mask", kind) when `name` is a parameter of one mask kind and `model` chooses a mask: from the engine's
+    registry (engine/masks.py), read at the call, so a parameter new there needs nothing here."""
+    kind = masks.param_kinds().get(name)
+    return ("mask", kind) if kind is not None and "mask" in model.model_fields else None
+
+
+def _mask_parameters(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """/openapi.json's `x-lab` of each mask parameter names its mask, as `lab_field(depends=…)` would write it."""
+    for name, prop in schema.get("properties", {}).items():
+        depends = mask_depends(model, name)
+        if depends is not None:
+            lab = prop.get("x-lab", {"form": "more"})
+            prop["x-lab"] = {"form": lab.get("form", "more"), "depends": list(depends), **lab}
 
 
 def _has_bool(v: Any) -> bool:
@@ -100,7 +146,7 @@ class AttentionRequest(BaseModel):
     the GET twin's query text is turned into numbers by `from_query` before validation.
     """
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_mask_parameters)
 
     tokens: list[str] | str | None = Field(
         None,
@@ -144,7 +190,7 @@ class AttentionRequest(BaseModel):
         description="Heads; d_model must be divisible by it.",
         json_schema_extra=lab_field(form="main", only="builtin", limit="max_heads"),
     )
-    mask: Literal["none", "causal", "padding", "document", "sliding_window", "prefix_lm", "custom"] | None = Field(
+    mask: MaskKind | None = Field(
         None,
         description="Default: causal (the chapter's GPT lab), none with kv_tokens, or a pretrained model's own.",
         json_schema_extra=lab_field(form="main"),
@@ -153,22 +199,22 @@ class AttentionRequest(BaseModel):
         None,
         ge=1,
         description="mask=sliding_window: tokens a query reads back, itself included.",
-        json_schema_extra=lab_field(depends=("mask", "sliding_window"), limit="max_tokens"),
+        json_schema_extra=lab_field(limit="max_tokens"),
     )
     prefix: int | None = Field(
         None,
         ge=0,
         description="mask=prefix_lm: the first `prefix` tokens are read both ways.",
-        json_schema_extra=lab_field(depends=("mask", "prefix_lm")),
+        json_schema_extra=lab_field(),
     )
     mask_matrix: (
         Annotated[list[Annotated[list[Literal[0, 1]], Field(max_length=1024)]], Field(max_length=1024)] | None
     ) = Field(
         None,
         description="mask=custom: N × N_kv of 1 (may read) and 0 (may not).",
-        json_schema_extra=lab_field(form="hidden", depends=("mask", "custom")),
+        json_schema_extra=lab_field(form="hidden"),
     )
-    positions: Literal["none", "sinusoidal", "learned", "rope"] | None = Field(
+    positions: PositionsKind | None = Field(
         None,
         description="none, sinusoidal or learned (added to x), or rope (rotates q and k).",
         json_schema_extra=lab_field(only="builtin"),
@@ -181,7 +227,7 @@ class AttentionRequest(BaseModel):
         description="RoPE: θ_i = base^(−2i/d_k).",
         json_schema_extra=lab_field(depends=("positions", "rope"), only="builtin"),
     )
-    rope_pairing: Literal["adjacent", "half"] | None = Field(
+    rope_pairing: Pairing | None = Field(
         None,
         description="RoPE pairs (2i, 2i+1) as the paper, or (i, i + d_k/2) as Hugging Face's LLaMA.",
         json_schema_extra=lab_field(depends=("positions", "rope"), only="builtin"),
@@ -207,14 +253,14 @@ class AttentionRequest(BaseModel):
     pad_positions: list[int] = Field(
         default_factory=list,
         description="0-based key positions never attended to.",
-        json_schema_extra=lab_field(depends=("mask", "padding")),
+        json_schema_extra=lab_field(),
     )
     segment_ids: list[int] = Field(
         default_factory=list,
         description="mask=document: one id per token; a token sees its own document, causally.",
-        json_schema_extra=lab_field(depends=("mask", "document")),
+        json_schema_extra=lab_field(),
     )
-    scale: Literal["sqrt_dk", "none", "dk"] = Field(
+    scale: Scale = Field(
         "sqrt_dk", description="Divide QKᵀ by √d_k, 1 or d_k.", json_schema_extra=lab_field(form="main")
     )
     seed: int = Field(
@@ -224,9 +270,7 @@ class AttentionRequest(BaseModel):
         description="Seeds the generated x and weights.",
         json_schema_extra=lab_field(form="main"),
     )
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Half precision needs CUDA.", json_schema_extra=lab_field(form=None)
-    )
+    dtype: DType = Field("float32", description="Half precision needs CUDA.", json_schema_extra=lab_field(form=None))
     x: MatrixIn | None = Field(
         None,
         description="Explicit input (N, d_model) instead of seeded embeddings.",
@@ -294,14 +338,14 @@ class AttentionRequest(BaseModel):
         """The engine's Spec: the attention fields go to `make_spec`, which checks every rule between them."""
         return make_spec(**self.engine_fields(AttentionRequest), models=models, device=device, limits=limits)
 
-    def view(self, spec: Spec) -> View:
+    def view(self, spec: Spec) -> Selection:
         """Which stages and heads to return; heads out of range are the request's error."""
         heads = tuple(range(spec.n_heads)) if self.heads is None else tuple(dict.fromkeys(self.heads))
         for h in heads:
             if h >= spec.n_heads:
                 raise FieldError("heads", f"head {h} does not exist: this trace has heads 0..{spec.n_heads - 1}")
         stages = STAGES if self.stages is None else tuple(s for s in STAGES if s in self.stages)
-        return View(stages=stages, heads=heads, decimals=self.decimals)
+        return Selection(stages=stages, heads=heads, decimals=self.decimals)
 
 
 BlockStageKey = Literal[
@@ -344,10 +388,10 @@ class BlockRequest(AttentionRequest):
             memory_budget_bytes=limits.memory_budget_bytes,
         )
 
-    def block_view(self, spec: BlockSpec) -> View:
+    def block_view(self, spec: BlockSpec) -> Selection:
         view = self.view(spec.attn)
         stages = spec.order if self.stages is None else tuple(s for s in spec.order if s in self.stages)
-        return View(stages=stages, heads=view.heads, decimals=view.decimals)
+        return Selection(stages=stages, heads=view.heads, decimals=view.decimals)
 
 
 class TilesRequest(AttentionRequest):
@@ -377,11 +421,16 @@ class DecodeRequest(AttentionRequest):
         return make_decode_spec(**self.engine_fields(), max_tokens=max_tokens, device=device, limits=limits)
 
 
-class View(BaseModel):
+class Selection(BaseModel):
+    """The output selection of an answer: which stages and heads it holds, and its rounding (not a page's View)."""
+
     model_config = ConfigDict(frozen=True)
     stages: tuple[str, ...]
     heads: tuple[int, ...]
     decimals: int | None = None
+
+
+View = Selection  # its old name, until app/web/answer.py (being edited) imports Selection: then removed (#31)
 
 
 # --- The field list, derived from a request model ------------------------------------------------------------
@@ -440,7 +489,7 @@ def request_fields(model: type[BaseModel]) -> dict[str, RequestField]:
         kind, item, choices = _kind([o for o in prop.get("anyOf", [prop]) if o.get("type") != "null"])
         if meta.get("kind") and meta["kind"] != kind:
             kind, item = meta["kind"], None
-        depends = meta.get("depends")
+        depends = meta.get("depends") or mask_depends(model, name)
         out[name] = RequestField(
             name=name,
             kind=kind,
@@ -466,7 +515,6 @@ def _union(kind: str) -> tuple[str, ...]:
 
 
 LIST_FIELDS = _union("list")  # repeatable query parameters: pad_positions, segment_ids, token_ids, stages, heads
-JSON_FIELDS = _union("json")  # explicit matrices and vectors, and mask_matrix: JSON text in a query
 
 
 # Numbers as query text may write them: ASCII digits only (int() and float() would also take "²", "٣" or "1_1").

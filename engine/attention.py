@@ -329,17 +329,7 @@ def finite_or_refuse(spec: Spec, p: Projection, sc: Scores) -> None:
 
 
 def mask_of(spec: Spec, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    allow = masks.allowed(
-        spec.mask,
-        spec.n_tokens,
-        spec.pad_positions,
-        spec.segment_ids,
-        window=spec.window,
-        prefix=spec.prefix,
-        custom=spec.mask_matrix,
-        n_kv=len(spec.kv_tokens) or None,
-    )
-    return masks.additive(allow, dtype)
+    return masks.additive(masks.for_spec(spec), dtype)
 
 
 def run(spec: Spec, x: torch.Tensor, w: Weights, source: torch.Tensor | None = None) -> Trace:

@@ -135,8 +135,7 @@ def compute_long(spec: Spec, model: Any, progress: Callable[[int, int], None] | 
     x, w = x.to(device, dtype), cast(w, device, dtype)
     hidden = time.perf_counter()
     p = project(x, w, spec)
-    allow = masks.allowed(spec.mask, spec.n_tokens, spec.pad_positions, spec.segment_ids, window=spec.window,
-                          prefix=spec.prefix, custom=spec.mask_matrix, n_kv=len(spec.kv_tokens) or None)  # fmt: skip
+    allow = masks.for_spec(spec)
     done = time.perf_counter()
     timings = [("lower_layers", hidden - start), ("projection", done - hidden)]
     return LongTrace(spec, p, allow.to(device), w, done - start, timings)

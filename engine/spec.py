@@ -1,9 +1,13 @@
-"""What one attention trace is: the presets, the limits, and the normalised, hashable `Spec`.
+"""What one attention trace is: the presets, the limits, the choices, and the normalised, hashable `Spec`.
 
 `make_spec` is the single gate every caller passes through (the API, the lab page, the CLI, a notebook): it fills
 defaults from the preset, checks every cross-field rule and every size that costs compute or memory, and raises
 `SpecError(field, message)` naming the offending field. A `Spec` that exists is valid, and because it is frozen and
 made of tuples it is also the cache key.
+
+The choices named here (MASKS from engine/masks.py's kinds, POSITIONS, PAIRINGS, SCALES, DTYPES, STAGES) are the
+engine's vocabulary, written once: the request models' Literal types, /openapi.json's enums and the lab form's
+<select>s derive from them (app/schemas.py).
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
+
+from . import masks
+from .errors import SpecError
 
 STAGES = ("projection", "scores", "mask", "softmax", "weighted_sum")
 STAGE_TENSORS: dict[str, tuple[str, ...]] = {
@@ -23,25 +30,17 @@ STAGE_TENSORS: dict[str, tuple[str, ...]] = {
 }
 # The tensor that stands for each stage in a heat map, a window or an export.
 MAIN_TENSOR = {"projection": "q", "scores": "scaled", "mask": "masked", "softmax": "weights", "weighted_sum": "heads"}
-MASKS = ("none", "causal", "padding", "document", "sliding_window", "prefix_lm", "custom")
-POSITIONS = ("none", "sinusoidal", "learned", "rope")
-PAIRINGS = ("adjacent", "half")
-SCALES = ("sqrt_dk", "none", "dk")
-DTYPES = ("float32", "bfloat16", "float16")
+MASKS = tuple(masks.KINDS)  # none, causal, padding, document, sliding_window, prefix_lm, custom
+POSITIONS = ("none", "sinusoidal", "learned", "rope")  # engine/positions.py
+PAIRINGS = ("adjacent", "half")  # RoPE's pairs of dimensions: (2i, 2i+1), or (i, i + d_k/2) as Hugging Face's LLaMA
+SCALES = ("sqrt_dk", "none", "dk")  # the divisor of QKᵀ: √d_k, 1 or d_k (Spec.scale_value)
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPES = tuple(DTYPE_BYTES)
 MATRICES = ("w_q", "w_k", "w_v", "w_o")
 BIASES = ("b_q", "b_k", "b_v", "b_o")
 
 Matrix = tuple[tuple[float, ...], ...]
 Vector = tuple[float, ...]
-
-
-class SpecError(ValueError):
-    """A request that cannot be traced; `field` names the input at fault."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -202,9 +201,6 @@ def _plain(value: object, inside: bool = False) -> object:
     return int(value) if inside and isinstance(value, bool) else value
 
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
 def estimate_bytes(n: int, d: int, h: int, dtype: str = "float32") -> int:
     """Bytes of the tensors one trace keeps, plus the softmax's two temporaries."""
     nn = n * n
@@ -255,26 +251,6 @@ def _check_choices(mask: str, scale: str, dtype: str, device: str) -> None:
         raise SpecError("dtype", f"{dtype} is only offered on CUDA; this server computes on {device}")
 
 
-def _check_mask(
-    mask: str, pad_positions: Sequence[int] | None, segment_ids: Sequence[int] | None, n: int
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    pads = tuple(sorted(set(pad_positions or ())))
-    segs = tuple(segment_ids or ())
-    if pads and mask != "padding":
-        raise SpecError("pad_positions", "is only used with mask=padding")
-    if segs and mask != "document":
-        raise SpecError("segment_ids", "is only used with mask=document")
-    for pos in pads:
-        if not 0 <= pos < n:
-            raise SpecError("pad_positions", f"position {pos} is outside 0..{n - 1}")
-    if mask == "document":
-        if len(segs) != n:
-            raise SpecError("segment_ids", f"needs one segment id per token: {len(segs)} given for {n} tokens")
-        if any(s < 0 for s in segs):
-            raise SpecError("segment_ids", "segment ids must be non-negative integers")
-    return pads, segs
-
-
 def _check_cost(seed: int, n: int, d_model: int, n_heads: int, dtype: str, limits: Limits) -> None:
     if not 0 <= seed < 2**63:
         raise SpecError("seed", "must be between 0 and 2^63 - 1")
@@ -309,8 +285,8 @@ def _check_kv_tokens(kv_tokens: Sequence[str] | str | None, limits: Limits) -> t
     return tuple(items)
 
 
-def _with_options(spec: Spec, options: dict[str, Any], limits: Limits) -> Spec:
-    """Positions, RoPE and the mask kinds that need a parameter, checked against the finished spec."""
+def _with_positions(spec: Spec, options: dict[str, Any]) -> Spec:
+    """Positions and RoPE, checked against the finished spec."""
     n, n_keys = spec.n_tokens, len(spec.kv_tokens) or spec.n_tokens
     positions = options["positions"] or spec.positions
     if positions not in POSITIONS:
@@ -333,48 +309,13 @@ def _with_options(spec: Spec, options: dict[str, Any], limits: Limits) -> Spec:
         raise SpecError(
             "tokens", f"learned positions stop at n_ctx = {n_ctx}: token {n_ctx + 1} has no position vector"
         )
-    window, prefix, custom = options["window"], options["prefix"], options["mask_matrix"]
-    if spec.mask == "sliding_window":
-        if window is None or not 1 <= int(window) <= limits.max_tokens:
-            raise SpecError("window", "mask=sliding_window needs window ≥ 1: how many tokens back a query reads")
-    elif window is not None:
-        raise SpecError("window", "is only used with mask=sliding_window")
-    if spec.mask == "prefix_lm":
-        if prefix is None or not 0 <= int(prefix) <= n:
-            raise SpecError("prefix", f"mask=prefix_lm needs prefix between 0 and {n}: the tokens read both ways")
-    elif prefix is not None:
-        raise SpecError("prefix", "is only used with mask=prefix_lm")
-    matrix = None
-    if spec.mask == "custom":
-        if custom is None:
-            raise SpecError("mask_matrix", f"mask=custom needs an {n} × {n_keys} matrix of 0 and 1")
-        if len(custom) != n or any(not isinstance(r, list | tuple) or len(r) != n_keys for r in custom):
-            raise SpecError("mask_matrix", f"must be {n} × {n_keys} (queries × keys)")
-        if any(
-            v not in (0, 1, True, False) or (isinstance(v, float) and not v.is_integer()) for r in custom for v in r
-        ):
-            raise SpecError("mask_matrix", "entries are 1 (may read) or 0 (may not)")
-        matrix = tuple(tuple(bool(v) for v in r) for r in custom)
-    elif custom is not None:
-        raise SpecError("mask_matrix", "is only used with mask=custom")
-    return replace(
-        spec,
-        positions=positions,
-        rope_base=base,
-        rope_pairing=pairing,
-        n_ctx=n_ctx,
-        window=int(window or 0),
-        prefix=int(prefix or 0),
-        mask_matrix=matrix,
-    )
+    return replace(spec, positions=positions, rope_base=base, rope_pairing=pairing, n_ctx=n_ctx)
 
 
-def _settings(
-    mask: str, pads: tuple[int, ...], segs: tuple[int, ...], scale: str, seed: int, device: str, dtype: str
-) -> dict[str, Any]:
-    """The Spec fields every source shares, already checked."""
-    return {"mask": mask, "pad_positions": pads, "segment_ids": segs, "scale": scale, "seed": seed, "device": device,
-            "dtype": dtype}  # fmt: skip
+def _settings(mask: str, params: dict[str, object], scale: str, seed: int, device: str, dtype: str) -> dict[str, Any]:
+    """The Spec fields every source shares, already checked: the mask with its own parameters, the scale, the seed,
+    the device and the dtype."""
+    return {"mask": mask, **params, "scale": scale, "seed": seed, "device": device, "dtype": dtype}
 
 
 def _model_spec(
@@ -387,8 +328,7 @@ def _model_spec(
     n_heads: int | None,
     given: dict[str, object],
     mask: str | None,
-    pad_positions: Sequence[int] | None,
-    segment_ids: Sequence[int] | None,
+    mask_params: dict[str, object],
     scale: str,
     seed: int,
     device: str,
@@ -433,7 +373,7 @@ def _model_spec(
         raise SpecError("layer", f"{info.name} has layers 0..{info.n_layer - 1}, not {layer}")
     mask = mask or info.default_mask
     _check_choices(mask, scale, dtype, device)
-    pads, segs = _check_mask(mask, pad_positions, segment_ids, n)
+    params = masks.check(mask, mask_params, masks.Sizes(n, n, limits.max_tokens))
     _check_cost(seed, n, info.d_model, info.n_heads, dtype, limits)
     return Spec(
         preset=info.name,
@@ -443,7 +383,7 @@ def _model_spec(
         bias=True,
         init_std=0.0,
         layer=layer,
-        **_settings(mask, pads, segs, scale, seed, device, dtype),
+        **_settings(mask, params, scale, seed, device, dtype),
         token_ids=tuple(ids),
         positions=info.positions,
         rope_base=info.rope_base,
@@ -460,8 +400,6 @@ def make_spec(
     d_model: int | None = None,
     n_heads: int | None = None,
     mask: str | None = None,
-    pad_positions: list[int] | tuple[int, ...] | None = None,
-    segment_ids: list[int] | tuple[int, ...] | None = None,
     scale: str = "sqrt_dk",
     seed: int = 0,
     device: str = "cpu",
@@ -476,35 +414,36 @@ def make_spec(
     rope_pairing: str | None = None,
     n_ctx: int | None = None,
     n_kv_heads: int | None = None,
-    window: int | None = None,
-    prefix: int | None = None,
-    mask_matrix: Sequence[Sequence[object]] | None = None,
     kv_tokens: Sequence[str] | str | None = None,
     **explicit: object,
 ) -> Spec:
     """Validate and normalise one trace request. Raises `SpecError` naming the field at fault.
 
+    `explicit` holds the explicit x, weights and biases, and the parameters of the mask kinds (engine/masks.py:
+    pad_positions, segment_ids, window, prefix, mask_matrix), each given only with its own kind.
     `models` maps extra preset names to loaded pretrained models (each with `info`, `tokenize`, `labels`)."""
     limits = limits or Limits()
     models = models or {}
-    unknown = set(explicit) - {"x", *MATRICES, *BIASES}
+    mask_names = masks.param_kinds()
+    unknown = set(explicit) - {"x", *MATRICES, *BIASES, *mask_names}
     if unknown:
         name = sorted(unknown)[0]
         raise SpecError(name, "is not a field of an attention trace")
-    given = {k: v for k, v in explicit.items() if v is not None}
+    mask_params = {k: v for k, v in explicit.items() if k in mask_names}
+    given = {k: v for k, v in explicit.items() if v is not None and k not in mask_names}
     options = {"positions": positions, "rope_base": rope_base, "rope_pairing": rope_pairing, "n_ctx": n_ctx,
-               "n_kv_heads": n_kv_heads, "window": window, "prefix": prefix, "mask_matrix": mask_matrix,
-               "kv_tokens": kv_tokens}  # fmt: skip
+               "n_kv_heads": n_kv_heads, "kv_tokens": kv_tokens}  # fmt: skip
     if preset in models:
         for name in ("positions", "n_kv_heads", "kv_tokens", "n_ctx", "rope_base", "rope_pairing"):
             if options[name] not in (None, "none", ()):
                 raise SpecError(name, f"{preset} is a pretrained model: its positions and heads are its own")
         own_window = getattr(models[preset].info, "window", 0)  # a sliding-window model's own, unless given
-        if own_window and options["window"] is None and (mask or models[preset].info.default_mask) == "sliding_window":
-            options["window"] = min(own_window, limits.max_tokens)  # no longer context is traced: the same mask
+        chosen = mask or models[preset].info.default_mask
+        if own_window and mask_params.get("window") is None and chosen == "sliding_window":
+            mask_params["window"] = min(own_window, limits.max_tokens)  # no longer context is traced: the same mask
         spec = _model_spec(models[preset], tokens, text, token_ids, layer, d_model, n_heads, given,
-                           mask, pad_positions, segment_ids, scale, seed, device, dtype, limits)  # fmt: skip
-        return _with_options(spec, options, limits)
+                           mask, mask_params, scale, seed, device, dtype, limits)  # fmt: skip
+        return _with_positions(spec, options)
     if preset in OPTIONAL_MODELS:
         raise SpecError("preset", f"{preset} needs a package this server does not have: {OPTIONAL_MODELS[preset]}")
     if preset not in PRESETS:
@@ -582,10 +521,11 @@ def make_spec(
             norm[name] = _vector(name, given[name], d_kv if name in ("b_k", "b_v") else d_model, limits)
 
     kv_tokens = _check_kv_tokens(options["kv_tokens"], limits)  # type: ignore[arg-type]
-    if kv_tokens and mask not in ("none", "padding", "custom"):
-        raise SpecError("mask", "cross-attention reads another sequence: use none, padding or custom")
+    if kv_tokens and not masks.KINDS[mask].cross:
+        cross = [name for name, kind in masks.KINDS.items() if kind.cross]
+        raise SpecError("mask", f"cross-attention reads another sequence: use {', '.join(cross[:-1])} or {cross[-1]}")
     n_keys = len(kv_tokens) or n
-    pads, segs = _check_mask(mask, pad_positions, segment_ids, n_keys)
+    params = masks.check(mask, mask_params, masks.Sizes(n, n_keys, limits.max_tokens))
     _check_cost(seed, max(n, n_keys), d_model, n_heads, dtype, limits)
 
     init_std = p.init_std if p.init_std is not None else 1 / math.sqrt(d_model)
@@ -597,13 +537,13 @@ def make_spec(
         n_heads=n_heads,
         bias=has_bias,
         init_std=init_std,
-        **_settings(mask, pads, segs, scale, seed, device, dtype),
+        **_settings(mask, params, scale, seed, device, dtype),
         n_kv_heads=kv_heads if kv_heads != n_heads else 0,
         kv_tokens=kv_tokens,
         n_ctx=p.n_ctx,
         **norm,  # type: ignore[arg-type]
     )
-    return _with_options(spec, options, limits)
+    return _with_positions(spec, options)
 
 
 def make_decode_spec(

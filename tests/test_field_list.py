@@ -1,5 +1,8 @@
 """One field list (#21): a request field declared once, with its metadata, in app/schemas.py's request model, reaches
-the GET parser, the form, the URL state, the CLI and `Spec.summary` with no other edit; one error type."""
+the GET parser, the form, the URL state, the CLI and `Spec.summary` with no other edit; one error type.
+
+The engine owns its vocabularies (#31): the mask kinds, each kind's parameters and every choice are written once in
+the engine, and a new mask parameter is four edits (the `mask_param` fixture makes them)."""
 
 from __future__ import annotations
 
@@ -12,10 +15,33 @@ from pydantic import Field, create_model
 
 from app import schemas, templating
 from app.cli import _parser, main, request_query
-from app.schemas import AttentionRequest, FieldError, from_query, lab_field, query_parameters, request_fields
+from app.schemas import (
+    AttentionRequest,
+    BlockRequest,
+    FieldError,
+    from_query,
+    lab_field,
+    query_parameters,
+    request_fields,
+)
 from app.settings import LIMIT_SETTINGS, Settings
 from app.web.state import DEPENDS, NOT_IN_URL, url_fields
-from engine.spec import Limits, Spec, SpecError, make_decode_spec, make_spec
+from engine import masks, reference
+from engine import spec as engine_spec
+from engine.spec import (
+    DTYPES,
+    MASKS,
+    PAIRINGS,
+    POSITIONS,
+    SCALES,
+    STAGES,
+    Limits,
+    Spec,
+    SpecError,
+    make_decode_spec,
+    make_spec,
+)
+from engine.tracing import compute
 
 
 @pytest.fixture
@@ -149,3 +175,97 @@ def test_one_error_type_and_the_cross_field_rules_in_the_engine() -> None:
     assert err.value.field == "placement"
     block = make_block_spec(make_spec(), model=info)
     assert (block.placement, block.gelu, block.d_ff, block.eps) == ("post", "exact", 16, 1e-12)
+
+
+@pytest.fixture
+def mask_param(monkeypatch: pytest.MonkeyPatch) -> type[AttentionRequest]:
+    """A new parameter of a mask, `sinks` (StreamingLLM's sliding window, which keeps the first `sinks` tokens
+    readable), added as the four edits would add it; nothing else is touched."""
+    window = masks.KINDS["sliding_window"]
+
+    def check(value: object, sizes: masks.Sizes) -> int:
+        if value is not None and not (isinstance(value, int) and 0 <= value <= sizes.n):
+            raise SpecError("sinks", f"must be between 0 and {sizes.n}")
+        return 0 if value is None else value
+
+    # 1. engine/masks.py: the parameter in its kind's entry, with its check, and its use in the kind's rule.
+    kind = masks.Kind(
+        lambda g, window, sinks: g.causal & ((g.i - g.j < window) | (g.j < sinks)),
+        (*window.params, masks.Param("sinks", check)),
+    )
+    monkeypatch.setitem(masks.KINDS, "sliding_window", kind)
+    # 2. engine/spec.py: the Spec field that keeps it (a subclass put in its place).
+    fake_spec = make_dataclass("FakeSpec", [("sinks", int, 0)], bases=(Spec,), frozen=True)
+    monkeypatch.setattr(engine_spec, "Spec", fake_spec)
+    # 3. app/schemas.py: the request field, with no metadata (which mask it goes with is the engine's).
+    fake_model = create_model(
+        "AttentionRequest",
+        __base__=AttentionRequest,
+        sinks=(int | None, Field(None, ge=0, description="mask=sliding_window: the first tokens, always read.")),
+    )
+    monkeypatch.setattr(schemas, "AttentionRequest", fake_model)
+    # 4. engine/reference.py: the independent definition the trace's check compares against.
+    real = reference.readable
+
+    def readable(spec: Spec, device: object = "cpu") -> object:
+        allow = real(spec, device)  # type: ignore[arg-type]
+        if spec.mask == "sliding_window":
+            j = allow.new_ones(allow.shape).cumsum(1) - 1  # key index of each cell
+            i = allow.new_ones(allow.shape).cumsum(0) - 1
+            allow = allow | ((j < spec.sinks) & (j <= i))  # type: ignore[attr-defined]
+        return allow
+
+    monkeypatch.setattr(reference, "readable", readable)
+    # The catalogues' label would be a fifth, optional edit: t() falls back to the key.
+    return fake_model
+
+
+def test_a_new_mask_parameter_is_checked_and_traced_by_the_engine(mask_param: type[AttentionRequest]) -> None:
+    body = from_query({"tokens": "a b c d e", "mask": "sliding_window", "window": "1", "sinks": "1"}, None, mask_param)
+    assert body["sinks"] == 1  # an integer, as a POST would carry it
+    spec = mask_param.model_validate(body).to_spec(Limits(), "cpu")
+    assert spec.summary()["sinks"] == 1
+    t = compute(spec)
+    weights = t.softmax.weights[0]  # (N, N): query i reads itself and the first token only
+    assert [[bool(w > 0) for w in row] for row in weights.tolist()] == [
+        [j in (0, i) for j in range(5)] for i in range(5)
+    ]
+    assert t.checks.max_abs_diff_vs_sdpa < 1e-5  # the reference agrees
+    with pytest.raises(SpecError) as err:
+        make_spec("a b c", mask="causal", sinks=1)
+    assert (err.value.field, err.value.message) == ("sinks", "is only used with mask=sliding_window")
+    with pytest.raises(SpecError) as err:
+        make_spec("a b c", mask="sliding_window", window=1, sinks=9)
+    assert err.value.field == "sinks"
+
+
+def test_a_new_mask_parameter_reaches_the_api_the_form_and_the_cli(
+    mask_param: type[AttentionRequest], capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = request_fields(mask_param)["sinks"]
+    assert (f.kind, f.depends, f.form) == ("integer", ("mask", "sliding_window"), "more")
+    lab = mask_param.model_json_schema()["properties"]["sinks"]["x-lab"]
+    assert lab == {"form": "more", "depends": ["mask", "sliding_window"]}  # /openapi.json says which mask
+    assert "sinks" in [p["name"] for p in query_parameters(mask_param)]
+    assert "sinks" in url_fields(mask_param) and "sinks" in templating.form_fields(mask_param)["more"]
+    assert main(["trace", "a b c d", "--mask", "sliding_window", "--window", "1", "--sinks", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spec"]["sinks"] == 1
+    assert main(["trace", "a b c", "--sinks", "1"]) == 2 and "sinks" in capsys.readouterr().err
+
+
+def test_the_choices_are_the_engines() -> None:
+    """Each choice is written once, in the engine: the request models' enums, the form's <select>s and the query
+    parameters are made from it."""
+    props = BlockRequest.model_json_schema()["properties"]
+    enum = {name: next(o for o in props[name].get("anyOf", [props[name]]) if "enum" in o)["enum"]
+            for name in ("mask", "positions", "rope_pairing", "scale", "dtype")}  # fmt: skip
+    assert enum == {"mask": list(MASKS), "positions": list(POSITIONS), "rope_pairing": list(PAIRINGS),
+                    "scale": list(SCALES), "dtype": list(DTYPES)}  # fmt: skip
+    assert props["stages"]["anyOf"][0]["items"]["enum"] != list(STAGES)  # a block's stages are its own
+    assert AttentionRequest.model_json_schema()["properties"]["stages"]["anyOf"][0]["items"]["enum"] == list(STAGES)
+    assert tuple(masks.KINDS) == MASKS
+    for name in ("mask", "positions", "rope_pairing", "scale"):
+        assert templating.CHOICES[name] == enum[name]
+    assert {n: ("mask", k) for n, k in masks.param_kinds().items()} == {
+        n: d for n, d in DEPENDS.items() if d[0] == "mask"
+    }
