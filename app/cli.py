@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from engine.models import Model
     from engine.spec import Limits
 
 GRACEFUL_SHUTDOWN_S = 8
@@ -188,7 +189,7 @@ def _trace(args: argparse.Namespace) -> int:
     query = request_query(args) | {"stages": stage} | ({"tokens": args.tokens} if args.tokens is not None else {})
     try:
         req = AttentionRequest.model_validate(from_query(query, None, AttentionRequest))
-        models: dict[str, object] = {}
+        models: dict[str, Model] = {}
         if req.preset not in PRESETS:  # a pretrained model: found as the server finds them, loaded on first use
             from app.lab import Lab
 
@@ -259,6 +260,14 @@ def _serve(args: argparse.Namespace) -> int:
     # 4 KiB pages fault in one by one (tens of ms each); on transparent huge pages (PyTorch madvises every CPU
     # tensor of 2 MiB or more when this is set before its first one) they fault 2 MiB at a time. Set to 0 to opt out.
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    if args.checkpoint:
+        from pathlib import Path
+
+        os.environ["ATTENTION_LAB_CHECKPOINT"] = str(Path(args.checkpoint).resolve())
+    if args.models:
+        os.environ["ATTENTION_LAB_MODELS"] = model_setting(args.models)
+    if (code := check_models()) != 0:  # in this process, before any worker starts: never a respawn loop
+        return code
     if args.workers > 1 and not os.environ.get("ATTENTION_LAB_REDIS_URL"):
         print(
             f"attention-lab: rooms are off: {args.workers} workers need a shared store for live classes "
@@ -275,14 +284,6 @@ def _serve(args: argparse.Namespace) -> int:
         shared = tempfile.mkdtemp(prefix="attention-lab-metrics-")
         atexit.register(shutil.rmtree, shared, ignore_errors=True)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = shared
-    if args.checkpoint:
-        from pathlib import Path
-
-        os.environ["ATTENTION_LAB_CHECKPOINT"] = str(Path(args.checkpoint).resolve())
-    if args.models:
-        os.environ["ATTENTION_LAB_MODELS"] = model_setting(args.models)
-    if (code := check_models()) != 0:  # in this process, before any worker starts: never a respawn loop
-        return code
     # One JSON access line per request from the app (attention_lab.access), instead of uvicorn's plain one.
     log_config = {
         "version": 1,
@@ -330,7 +331,7 @@ def check_models() -> int:
         for e in exc.errors():
             print(f"attention-lab: ATTENTION_LAB_{str(e['loc'][0]).upper()}: {e['msg']}", file=sys.stderr)
         return 2
-    entries = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
+    entries: list[tuple[str, str | None]] = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
     entries += parse_entries(settings.models)
     if not entries:
         return 0

@@ -79,7 +79,7 @@ def test_the_architecture_is_read_from_the_config(built) -> None:
     assert m["llama"].info.rope_pairing == "half" and m["gguf"].info.rope_pairing == "adjacent"
     assert m["llama3"].info.rope_factors[-1] == 8.0 and m["llama"].info.rope_factors == ()
     assert m["gguf"].name == "tiny-gguf" and m["gpt2"].name == "tiny-gpt2"
-    assert not m["llama"].loaded  # memory-mapped at start-up, read on first use
+    assert m["llama"].loaded and m["llama"].checked  # read into memory it owns and checked at start-up (#36)
 
 
 def test_the_parameter_counter_agrees(built) -> None:
@@ -216,7 +216,7 @@ def test_the_models_api_lists_what_is_loaded(api, built) -> None:
     assert (llama["architecture"], llama["n_layer"], llama["n_heads"], llama["n_kv_heads"], llama["d_model"]) == (
         "llama", 3, 4, 2, 32)  # fmt: skip
     assert llama["parameters"] == built["llama"][1].num_parameters() and llama["bytes"] == 4 * llama["parameters"]
-    assert llama["source"] == str(built["llama"][0]) and rows["tiny-gguf"]["source"].endswith(".gguf")
+    assert llama["source"] == built["llama"][0].name and rows["tiny-gguf"]["source"] == "tiny-gguf.gguf"  # no paths
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
