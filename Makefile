@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test fuzz mutants gpu-check install install-test lint typecheck bench screenshots clean
+.PHONY: run test fuzz mutants gpu-check install install-test lint typecheck bench screenshots docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,5 +85,16 @@ bench: install
 	$(BIN)/python -m bench.serve
 	$(BIN)/python -m bench.classroom
 
+# The documentation site (mkdocs-material, nothing fetched at build or view time): docs/api.md regenerated from the
+# app's OpenAPI schema, then docs/ built into site/. Open site/index.html; search works once the site is served,
+# e.g. `.venv/bin/python -m http.server -d site 8001`.
+$(VENV)/.installed-docs: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install -e '.[docs]'
+	@touch $@
+
+docs: $(VENV)/.installed-docs
+	$(BIN)/python docs/gen_api.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache .hypothesis site
