@@ -65,7 +65,8 @@ MATH_FONT_FACE = (
 )
 
 # The routes whose work is always heavy (a large-work slot whatever its size: generation, the model view, the
-# predictions), API and page: each takes its place in the queue before it tokenises (`HeavyWork`, `Lab.admit`).
+# predictions), API and page, declared here only: each takes its place in the queue before it tokenises
+# (`HeavyWork`, `Lab.admit`), and whatever it computes (`Lab.compute`) takes a slot unless already cached.
 HEAVY_PATHS = frozenset({
     "/api/v1/generate", "/api/v1/model_view", "/api/v1/predict", "/api/v1/logit_lens", "/api/v1/head_ranking",
     "/generate", "/model", "/predict", "/lens",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import APIRouter, Request
@@ -29,6 +29,9 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from .lab import Lab
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 ACCESS = logging.getLogger("attention_lab.access")
@@ -73,17 +76,18 @@ class Metrics:
     def stage(self, name: str, seconds: float) -> None:
         self.stages.labels(name).observe(seconds)
 
-    def publish(self, lab: Any) -> None:
+    def publish(self, lab: Lab) -> None:
         """This process's caches and budget, as gauges (summed over live workers in multiprocess mode)."""
         cache, responses = lab.cache, lab.responses
         self.cache_hits.labels("trace").set(cache.hits)
-        self.cache_hits.labels("response").set(responses.hits)
         self.cache_misses.labels("trace").set(cache.misses)
         self.cache_bytes.labels("trace").set(cache.nbytes)
-        self.cache_bytes.labels("response").set(responses.nbytes)
+        if responses is not None:  # the kernel's store, which create_app gives the lab
+            self.cache_hits.labels("response").set(responses.hits)
+            self.cache_bytes.labels("response").set(responses.nbytes)
         self.budget.set(lab.budget.in_use)
 
-    def render(self, lab: Any) -> bytes:
+    def render(self, lab: Lab) -> bytes:
         self.publish(lab)
         return generate_latest(self.registry)
 
@@ -91,7 +95,7 @@ class Metrics:
 class Observe:
     """ASGI middleware: count and time every request by its route template, and write the access log."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, lab: Any = None) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, lab: Lab | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self.lab = lab

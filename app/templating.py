@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2_fragments.fastapi import Jinja2Blocks
 from markupsafe import Markup
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).resolve().parent.parent / "templates"))
 TEMPLATES.env.globals["zip"] = zip
@@ -53,7 +56,7 @@ CHOICES: dict[str, list[str]] = _choices()
 TEMPLATES.env.globals["choices"] = CHOICES
 
 
-def field_kinds(model: Any = None) -> dict[str, str]:
+def field_kinds(model: type[BaseModel] | None = None) -> dict[str, str]:
     """Each request field a page's URL carries and the input it needs: choice, integer, number, list, json or
     text (app.schemas.request_fields, from the request model)."""
     from .schemas import AttentionRequest, request_fields
@@ -63,7 +66,7 @@ def field_kinds(model: Any = None) -> dict[str, str]:
     return {name: fields[name].kind for name in url_fields(model or AttentionRequest)}
 
 
-def form_fields(model: Any = None) -> dict[str, dict[str, Any]]:
+def form_fields(model: type[BaseModel] | None = None) -> dict[str, dict[str, Any]]:
     """The lab form's groups (sequence, main, more, hidden), each field -> its metadata, in the model's order: what
     a template needs to place a field with no edit (its input kind, the field it depends on, built-in or
     pretrained presets only)."""

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import app.lab
+import app.lab.keys
 import app.limits
 from app.lab import HEAVY, Lab, ProgressKey, QueuePlace, progress_key
 from app.limits import query_names
@@ -79,9 +80,9 @@ def test_a_full_queue_refuses_a_heavy_request_before_its_text_is_tokenised(
     with make_client(max_large_concurrent=1, max_large_queued=0, queue_wait_s=7) as client:
         lab: Lab = client.app.state.lab  # type: ignore[attr-defined]
         model: Any = lab.models["smollm2"]
-        tokenize, key = Calls(model.tokenize), Calls(app.lab.fnv1a64)
+        tokenize, key = Calls(model.tokenize), Calls(app.lab.keys.fnv1a64)
         monkeypatch.setattr(model, "tokenize", tokenize)
-        monkeypatch.setattr(app.lab, "fnv1a64", key)
+        monkeypatch.setattr(app.lab.keys, "fnv1a64", key)
         full(lab)
         r = client.request(method, path, **kw)
         assert r.status_code == 503
@@ -201,11 +202,11 @@ def test_a_lazy_key_is_the_same_key_as_progress_keys() -> None:
         ("/", "text=%E7%8C%AB%20sat&preset=smollm2&lang="),
         ("/generate", "text=a+b%2Bc&max_new_tokens=4&x&=y"),
     ]:
-        app.lab._keys.clear()  # each computed afresh, not remembered
+        app.lab.keys._keys.clear()  # each computed afresh, not remembered
         want = progress_key(path, query)
-        app.lab._keys.clear()
+        app.lab.keys._keys.clear()
         assert lazy_key(path, query).hex == want  # from Starlette's parse of the query
-        app.lab._keys.clear()
+        app.lab.keys._keys.clear()
         assert ProgressKey(path, query).hex == want  # parsing the query itself
 
 
@@ -213,9 +214,9 @@ def test_a_progress_key_is_computed_only_when_work_begins_and_in_its_worker_thre
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     work = Lab(Settings(device="cpu", max_large_concurrent=1, max_large_queued=1, queue_wait_s=60))
-    calls = Calls(app.lab.fnv1a64)
-    monkeypatch.setattr(app.lab, "fnv1a64", calls)
-    app.lab._keys.clear()
+    calls = Calls(app.lab.keys.fnv1a64)
+    monkeypatch.setattr(app.lab.keys, "fnv1a64", calls)
+    app.lab.keys._keys.clear()
     began = threading.Event()
     gate = threading.Event()
     seen: list[dict[str, tuple[int, int, float]]] = []
@@ -259,9 +260,9 @@ def test_work_offloaded_under_tracking_is_in_flight_as_it_begins(monkeypatch: py
     """As the model view runs (`tracking`, then `offload` of its pass): its entry appears, 0 of 0 done, when the pass
     begins in its worker thread, before its first layer reports; the key is computed there."""
     work = Lab(Settings(device="cpu"))
-    calls = Calls(app.lab.fnv1a64)
-    monkeypatch.setattr(app.lab, "fnv1a64", calls)
-    app.lab._keys.clear()
+    calls = Calls(app.lab.keys.fnv1a64)
+    monkeypatch.setattr(app.lab.keys, "fnv1a64", calls)
+    app.lab.keys._keys.clear()
     seen: list[dict[str, tuple[int, int, float]]] = []
 
     async def main() -> int:
@@ -281,9 +282,9 @@ def test_work_offloaded_under_tracking_is_in_flight_as_it_begins(monkeypatch: py
 def test_a_poll_finds_a_request_whose_work_has_not_begun(monkeypatch: pytest.MonkeyPatch) -> None:
     """A queued request's page polls for it: the poll (in its own thread) computes the pending keys, and finds it."""
     work = Lab(Settings(device="cpu"))
-    calls = Calls(app.lab.fnv1a64)
-    monkeypatch.setattr(app.lab, "fnv1a64", calls)
-    app.lab._keys.clear()
+    calls = Calls(app.lab.keys.fnv1a64)
+    monkeypatch.setattr(app.lab.keys, "fnv1a64", calls)
+    app.lab.keys._keys.clear()
     key = lazy_key("/api/v1/model_view", "preset=smollm2&token_ids=1&token_ids=2")
     with work.tracking(key) as update:
         assert update is not None and calls.n == 0  # tracked, not hashed
@@ -296,9 +297,9 @@ def test_a_poll_finds_a_request_whose_work_has_not_begun(monkeypatch: pytest.Mon
 
 
 def test_progress_for_a_url_computes_its_key_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = Calls(app.lab.fnv1a64)
-    monkeypatch.setattr(app.lab, "fnv1a64", calls)
-    app.lab._keys.clear()
+    calls = Calls(app.lab.keys.fnv1a64)
+    monkeypatch.setattr(app.lab.keys, "fnv1a64", calls)
+    app.lab.keys._keys.clear()
     with make_client() as client:
         loop_threads: set[int] = set()
 
@@ -322,20 +323,20 @@ def test_a_heavy_request_parses_its_query_once_and_its_key_reuses_that(
 ) -> None:
     smollm2_or_skip()
     parses = Calls(urllib.parse.parse_qsl)  # the server's parses (the test client has its own)
-    for module in (starlette.datastructures, app.lab, app.limits):
+    for module in (starlette.datastructures, app.lab.keys, app.limits):
         monkeypatch.setattr(module, "parse_qsl", parses, raising=False)
-    keys = Calls(app.lab.fnv1a64)
-    monkeypatch.setattr(app.lab, "fnv1a64", keys)
-    app.lab._keys.clear()
+    keys = Calls(app.lab.keys.fnv1a64)
+    monkeypatch.setattr(app.lab.keys, "fnv1a64", keys)
+    app.lab.keys._keys.clear()
     params = [("preset", "smollm2"), *(("token_ids", str(t)) for t in IDS)]
     with make_client() as client:
         r = client.get(path, params=params)
         assert r.status_code == 200
         assert parses.n == 1  # Starlette's, for the route; QueryLimit reads the names only, the key reuses it
         assert keys.n == 1  # the key: computed as the work began
-    assert app.lab._keys  # and it is the key of this URL
-    (url_path, query), key = next(iter(app.lab._keys.items()))
-    app.lab._keys.clear()
+    assert app.lab.keys._keys  # and it is the key of this URL
+    (url_path, query), key = next(iter(app.lab.keys._keys.items()))
+    app.lab.keys._keys.clear()
     monkeypatch.undo()
     assert (url_path, progress_key(url_path, query)) == (path, key)
 

@@ -58,7 +58,7 @@ NULL_NOTE = (
 async def answer(request: Request, req: AttentionRequest, lab: Lab, fmt: str) -> Response:
     """Validate, compute (off the event loop, through the cache) and serialise one attention request."""
     spec = await lab.spec(req)
-    return await respond(request, lab, fmt, spec, lambda: lab.trace(spec), req.view(spec), "attention")
+    return await respond(request, lab, fmt, spec, lab.trace_work(spec), req.view(spec), "attention")
 
 
 @router.get("/presets", summary="The presets, stage names and this server's limits")
@@ -123,15 +123,15 @@ async def attention_source(request: Request, lab: Lab) -> Traced | LongTrace:
     if req.preset in lab.models:
         spec = await lab.spec(req, lab.long_limits)
         if spec.n_tokens > lab.limits.max_tokens:
-            return (await lab.long_async(spec, request_key(request)))[0]
+            return (await lab.compute(*lab.long_work(spec), progress=request_key(request)))[0]
     spec = await lab.spec(req)
-    return (await lab.trace_async(spec, [parse_head(request.query_params.get("head"), spec.n_heads)]))[0]
+    return (await lab.trace(spec, [parse_head(request.query_params.get("head"), spec.n_heads)]))[0]
 
 
 async def attention_matrix(request: Request, lab: Lab) -> tuple[Traced, str, np.ndarray]:
     """The trace a GET describes, and the (head of the) tensor its `stage`, `tensor` and `head` pick."""
     spec = await lab.spec(parse_query(request, AttentionRequest))
-    trace, _ = await lab.trace_async(spec, [parse_head(request.query_params.get("head"), spec.n_heads)])
+    trace, _ = await lab.trace(spec, [parse_head(request.query_params.get("head"), spec.n_heads)])
     tensor, a = matrix_of(request, trace)
     return trace, tensor, a
 
@@ -196,7 +196,7 @@ async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
 async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One whole tensor (every head) as a .npy file; `stage` and `tensor` choose it, −∞ stays −∞."""
     spec = await lab.spec(parse_query(request, AttentionRequest))
-    trace, _ = await lab.trace_async(spec)
+    trace, _ = await lab.trace(spec)
     tensor, _ = matrix_of(request, trace)  # validates stage, tensor and head
     stage = parse_stage(request.query_params.get("stage"), trace.order, "softmax")
     buf = io.BytesIO()
@@ -239,7 +239,7 @@ async def answer_tiles(request: Request, req: TilesRequest, lab: Lab) -> Respons
     n_kv = len(spec.kv_tokens) or spec.n_tokens
     numbers = spec.n_tokens * (-(-n_kv // req.block_k)) * (spec.d_k + 3) + 2 * spec.n_tokens * spec.d_k
     return await answer_document(
-        request, lab, lab.cost(spec), lambda: lab.trace(spec)[0], lambda trace: tiles_document(trace, req), numbers,
+        request, lab, lab.trace_work(spec), lambda trace: tiles_document(trace, req), numbers,
         "block_k", "use larger key blocks or fewer tokens",
     )  # fmt: skip
 
@@ -275,7 +275,7 @@ async def answer_sink(request: Request, req: AttentionRequest, lab: Lab) -> Resp
     heads = req.view(spec).heads
     numbers = len(heads) * spec.n_tokens * (len(spec.kv_tokens) or spec.n_tokens) + 3 * spec.n_tokens
     return await answer_document(
-        request, lab, lab.cost(spec), lambda: lab.trace(spec)[0], lambda trace: sink_document(trace, heads), numbers,
+        request, lab, lab.trace_work(spec), lambda trace: sink_document(trace, heads), numbers,
         "heads", "select fewer `heads`",
     )  # fmt: skip
 

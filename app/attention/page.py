@@ -93,7 +93,8 @@ async def long_view(
     key = parse_stage(state.get("stage"), STAGES)
     head = parse_head(state.get("head"), spec.n_heads)
     parse_tile(state.get("tile"))
-    lt, _ = await lab.long_async(spec, progress)  # the layers below, reported to /api/v1/progress as they run
+    # The layers below, reported to /api/v1/progress as they run.
+    lt, _ = await lab.compute(*lab.long_work(spec), progress=progress)
     a = await run_in_threadpool(lambda: to_numpy(lt.matrix(MAIN_TENSOR[key], head)))
     model = lab.models[spec.preset]
     shown = long_context(lt, key, head, state, a, model, lab.limits.max_tokens, ctx["lang"], ctx["t"])
@@ -152,7 +153,7 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
     parse_cell(state.get("cell"))  # a malformed cell is the request's error, before any computing
     lesson = lesson_panel(state, ctx["lang"])
     parse_tile(state.get("tile"))
-    trace, _ = await lab.trace_async(spec)
+    trace, _ = await lab.trace(spec)
     index = STAGES.index(key)
     mask_on, hints, present = spec.mask == "causal", state.get("hints") != "off", state.get("present") == "1"
     shown = stage_fields(trace, key, head, state, t)
@@ -251,7 +252,7 @@ async def compare_view(
             if kind != "text" or not change:
                 raise
             raise FieldError("compare_text", e.message) from None
-        traces.append((await lab.trace_async(other_spec))[0])
+        traces.append((await lab.trace(other_spec))[0])
         url_change = {k: (None if v in ([], None) else v) for k, v in (unused | change).items()}
         queries.append(state.api_query(**url_change))
     return await run_in_threadpool(compared_view, kind, traces, queries, head, key, state.get("color"))

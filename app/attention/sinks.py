@@ -59,7 +59,7 @@ async def sinks_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> SinksVi
         raise FieldError("preset", "attention sinks are a trained model's habit: choose " +
                          (", ".join(lab.models) or "a pretrained model (none on this server)"))  # fmt: skip
     spec = await lab.spec(req)  # the model's tokenizer off the event loop
-    trace, _ = await lab.trace_async(spec)
+    trace, _ = await lab.trace(spec)
     head = parse_head(state.get("head"), spec.n_heads)
     d = drop_sink(trace)
     share = to_numpy(d.share)

@@ -102,7 +102,7 @@ async def tiles_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> TilesVi
     spec = await lab.off_loop(req.preset, req.to_tiles_spec, lab.limits, lab.device, lab.models)
     if spec.n_tokens > 64:
         raise FieldError("tokens", "the walk-through prints every running value: at most 64 tokens here")
-    trace, _ = await lab.trace_async(spec)
+    trace, _ = await lab.trace(spec)
     doc = await run_in_threadpool(tiles_document, trace, req)
     blocks = doc["blocks"]
     qb = parse_int("qb", state.get("qb"), 0, 0, len(blocks) - 1)

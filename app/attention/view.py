@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.attention import Trace
 from engine.long import LongTrace
+from engine.models import Model
 from engine.spec import MAIN_TENSOR, PRESETS, STAGES, Spec
 
 from ..render import page as view
@@ -308,7 +309,7 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     }
 
 
-def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, model: Any, max_tokens: int,
+def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, model: Model, max_tokens: int,
                  lang: str, t: Any) -> dict[str, Any]:  # fmt: skip
     """The lab's view of a pretrained model's text past a whole trace's length (templates/_long.html): the large
     view of one head of stage `key` from the lazy trace, whose matrix `a` the caller computed, with the stage, head

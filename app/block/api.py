@@ -33,7 +33,7 @@ def _block_query(request: Request) -> BlockRequest:
 
 async def answer_block(request: Request, req: BlockRequest, lab: Lab, fmt: str) -> Response:
     spec = req.to_block_spec(lab.limits, lab.device, lab.models)
-    return await respond(request, lab, fmt, spec, lambda: lab.block(spec), req.block_view(spec), "block")
+    return await respond(request, lab, fmt, spec, lab.block_work(spec), req.block_view(spec), "block")
 
 
 async def answer_json(request: Request, req: BlockRequest, lab: Lab) -> Response:
@@ -56,7 +56,7 @@ twins(router, "/block.npz", BlockRequest, answer_npz, "block_npz", "block_npz", 
 
 async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
     spec = _block_query(request).to_block_spec(lab.limits, lab.device, lab.models)
-    trace, _ = await lab.block_async(spec)
+    trace, _ = await lab.block(spec)
     return trace
 
 

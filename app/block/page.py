@@ -45,7 +45,7 @@ async def block_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> BlockVi
     order = spec.order
     stage = parse_stage(state.get("stage"), order)
     head = parse_head(state.get("head"), spec.attn.n_heads)
-    trace, _ = await lab.block_async(spec)
+    trace, _ = await lab.block(spec)
     i = order.index(stage)
     small = spec.attn.n_tokens <= view.SMALL_TOKENS and spec.attn.d_model <= view.SMALL_DIMS
     shown: dict[str, Any] = stages.present(trace, stage, t)  # formula, explain, notice

@@ -76,7 +76,7 @@ async def answer(request: Request, req: DecodeRequest, lab: Lab) -> Response:
     bidirectional encoder's, both are large: the cached rows go stale and the full row reads later tokens)."""
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
     return await answer_document(
-        request, lab, 2 * lab.cost(spec), lambda: lab.decode(spec, prefill)[0], lambda t: document(t, req.decimals),
+        request, lab, lab.decode_work(spec, prefill), lambda t: document(t, req.decimals),
         min_numbers(spec, prefill), "tokens", "decode fewer tokens, or a larger prefill",
     )  # fmt: skip
 

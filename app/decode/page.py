@@ -47,7 +47,7 @@ async def decode_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> Decode
     t = ctx["t"]
     req = DecodeRequest.model_validate(from_query(state.api_params(), None, DecodeRequest))
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
-    trace, _ = await lab.decode_async(spec, prefill)
+    trace, _ = await lab.compute(*lab.decode_work(spec, prefill))
     n_steps = len(trace.steps)
     step = parse_int("step", state.get("step"), 0, 0, n_steps)
     head = parse_head(state.get("head"), spec.n_heads)

@@ -3,15 +3,18 @@ per (model, prompt, length, layer) and kept in a byte-bounded memo, and its JSON
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.generate import Generation
+from engine.generate import Generation, generate
+from engine.models import Model
 from engine.spec import Limits, Spec, make_spec
 
+from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView
 from ..render.predicted import generators, top_labels
@@ -100,16 +103,16 @@ def cost(spec: Spec, max_new: int, info: Any) -> int:
     return kv + 3 * info.n_heads * spec.n_tokens * n * 4 + 8 * info.d_model * info.d_ff * 4
 
 
-async def run(lab: Any, spec: Spec, req: GenerateRequest, layer: int, key: str | None) -> Generation:
+async def run(lab: Lab, spec: Spec, req: GenerateRequest, layer: int, key: str | None) -> Generation:
     """The generation (from the server's cache when it ran before), token by token for /api/v1/progress."""
-    info = lab.models[spec.preset].info
-    result: Generation = await lab.generation_async(
-        (spec.preset, spec.token_ids, req.max_new_tokens, layer), cost(spec, req.max_new_tokens, info), key
-    )
+    model = lab.models[spec.preset]
+    work = functools.partial(generate, model, spec.token_ids, req.max_new_tokens, layer)
+    done = (spec.preset, spec.token_ids, req.max_new_tokens, layer)
+    result, _ = await lab.compute("generate", done, cost(spec, req.max_new_tokens, model.info), work, progress=key)
     return result
 
 
-def document(model: Any, spec: Spec, g: Generation, decimals: int | None) -> dict[str, Any]:
+def document(model: Model, spec: Spec, g: Generation, decimals: int | None) -> dict[str, Any]:
     ids = list(g.prompt_ids) + [s.token_id for s in g.steps]
     labels = model.labels(ids)  # byte pieces of one character are named together (猫₁ 猫₂ 猫₃)
     n = len(g.prompt_ids)

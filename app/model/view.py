@@ -8,11 +8,11 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from engine.long import long_cost
 from engine.model_view import model_view, one_pass_stats
 from engine.predict import NONE
 from engine.spec import Spec, make_spec
 
+from ..lab import Lab, Progress
 from ..schemas import FieldError
 from ..web.knockouts import Knockouts, intervention
 from ..web.view import HIDDEN, View
@@ -98,7 +98,7 @@ class ModelViewRequest(Knockouts):
     token_ids: list[int] | None = Field(None, max_length=4096, description="Token ids instead of text.")
 
 
-def view_spec(req: ModelViewRequest, lab: Any) -> Spec:
+def view_spec(req: ModelViewRequest, lab: Lab) -> Spec:
     """The request's model and tokens. A model the view can read in one pass (SmolLM2) takes up to
     MAX_LONG_TOKENS; the others trace each layer whole, up to MAX_MODEL_VIEW_TOKENS."""
     models = lab.models
@@ -106,7 +106,7 @@ def view_spec(req: ModelViewRequest, lab: Any) -> Spec:
         names = ", ".join(models) or "none on this server"
         raise FieldError("preset", f"the model view is for pretrained models: {names}")
     one_pass = getattr(models[req.preset], "one_pass_view", False)
-    max_tokens = lab.settings.max_long_tokens if one_pass else lab.settings.max_model_view_tokens
+    max_tokens = lab.limits.max_long_tokens if one_pass else lab.settings.max_model_view_tokens
     spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=models,
                      device=lab.device, limits=lab.long_limits)  # fmt: skip
     if spec.n_tokens > max_tokens:
@@ -116,7 +116,7 @@ def view_spec(req: ModelViewRequest, lab: Any) -> Spec:
     return spec
 
 
-async def model_view_of(req: ModelViewRequest, lab: Any, key: str | None = None) -> tuple[Spec, dict[str, Any]]:
+async def model_view_of(req: ModelViewRequest, lab: Lab, key: str | None = None) -> tuple[Spec, dict[str, Any]]:
     """The statistics of every layer and head: one pass with the statistics summed block by block (SmolLM2), or
     each layer's whole trace through the server's cache (MiniLM, a GPT-2 checkpoint)."""
     spec = await lab.off_loop(req.preset, view_spec, req, lab)  # the tokenizer off the event loop
@@ -127,23 +127,24 @@ async def model_view_of(req: ModelViewRequest, lab: Any, key: str | None = None)
             raise FieldError("ablate", f"heads are knocked out of a causal decoder's forward pass; {req.preset} is "
                              "an encoder, its view traces each layer on its own")  # fmt: skip
         iv = intervention(req, model)
-    # Watched: when the client goes away the pass stops at its next layer (Cancelled), or leaves the queue.
-    async with lab.watching() as watch:
-        if getattr(model, "one_pass_view", False):
-            with lab.tracking(key) as update:  # layer by layer, for /api/v1/progress
-                progress = lab.checked(watch, update)
-                stats = await lab.offload(long_cost(spec), one_pass_stats, model, spec.token_ids, progress, iv,
-                                          heavy=True, watch=watch)  # fmt: skip
-            view = {"tokens": list(spec.tokens), "layers": model.info.n_layer, "heads": spec.n_heads, "stats": stats}
-            if iv:
-                view |= {"ablate": [list(p) for p in iv.ablate], "ablate_mode": "mean" if iv.mean else "zero"}
-        else:
-            check = lab.checked(watch, None)
+    # Through the lab's one compute path, under no cache key (the answer is what the response cache keeps) and its
+    # own bytes held by no reservation of the whole: each layer's trace holds its own (through the trace cache), the
+    # one pass a block at a time. Watched: when the client goes away the pass stops at its next layer (Cancelled).
+    if getattr(model, "one_pass_view", False):
+        stats, _ = await lab.compute("model_view", None, 0, lambda p: one_pass_stats(model, spec.token_ids, p, iv),
+                                     progress=key)  # layer by layer, for /api/v1/progress  # fmt: skip
+        view = {"tokens": list(spec.tokens), "layers": model.info.n_layer, "heads": spec.n_heads, "stats": stats}
+        if iv:
+            view |= {"ablate": [list(p) for p in iv.ablate], "ablate_mode": "mean" if iv.mean else "zero"}
+    else:
 
+        def layers(check: Progress | None) -> dict[str, Any]:
             def layer(s: Spec) -> Any:
-                check(0, 0)
-                return lab.trace(s)[0]
+                if check is not None:
+                    check(0, 0)
+                return lab.run(lab.trace_work(s))[0]
 
-            view = await lab.offload(model.info.n_layer * lab.cost(spec), model_view, spec, model.info.n_layer,
-                                     layer, heavy=True, watch=watch)  # fmt: skip
+            return model_view(spec, model.info.n_layer, layer)
+
+        view, _ = await lab.compute("model_view", None, 0, layers)
     return spec, {"preset": spec.preset} | view

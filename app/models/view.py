@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..lab import Lab
 from ..web.view import View
 
 # The API's fields, in order (the page shows more of the summary: positions, norm, FFN, whether loaded).
@@ -13,12 +14,12 @@ API_FIELDS = ("name", "architecture", "n_layer", "n_heads", "n_kv_heads", "d_mod
               "bytes", "source")  # fmt: skip
 
 
-def models_of(lab: Any) -> list[dict[str, Any]]:
+def models_of(lab: Lab) -> list[dict[str, Any]]:
     """Each model's summary (engine/models: `Model.summary`), by preset name."""
     return [m.summary() for m in lab.models.values()]
 
 
-def api_document(lab: Any) -> dict[str, Any]:
+def api_document(lab: Lab) -> dict[str, Any]:
     return {"models": [{k: s[k] for k in API_FIELDS} | s for s in models_of(lab)]}
 
 

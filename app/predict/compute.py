@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import predict as P
+from engine.models import Model
 from engine.spec import Spec, make_spec
 
+from ..lab import Lab
 from ..render.predicted import generators, top_labels
 from ..schemas import FieldError
 from ..web.knockouts import intervention
@@ -22,7 +24,7 @@ class Text:
     """A request's model and training sequence: inputs = seq[:-1], targets = seq[1:]."""
 
     spec: Spec
-    model: Any
+    model: Model
     seq: tuple[int, ...]
     labels: tuple[str, ...]  # of seq
 
@@ -31,10 +33,10 @@ class Text:
         return self.seq[:-1]
 
 
-def text_of(req: Any, lab: Any, max_tokens: int, eos: bool) -> Text:
+def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool) -> Text:
     """The request's text as a training sequence, checked: a decoder this server loaded, at least two tokens, at most
     `max_tokens` inputs and the model's context length."""
-    models: Mapping[str, Any] = lab.models
+    models: Mapping[str, Model] = lab.models
     if req.preset not in models or not getattr(models[req.preset], "generates", False):
         names = ", ".join(generators(models)) or "none on this server"
         raise FieldError("preset", f"predictions need a causal language model: {names}")
@@ -53,7 +55,7 @@ def text_of(req: Any, lab: Any, max_tokens: int, eos: bool) -> Text:
     return Text(spec, model, tuple(seq), tuple(model.labels(list(seq))))
 
 
-def forward_cost(model: Any, n: int, passes: int = 2) -> int:
+def forward_cost(model: Model, n: int, passes: int = 2) -> int:
     """Estimated bytes of teacher-forced passes: (N, vocab) log-probabilities, a layer's activations, the weights."""
     a = model.arch
     return passes * 3 * n * a.vocab * 4 + 6 * n * max(a.d_ff, a.d_model) * 4 + a.n_heads * n * min(n, 256) * 4
@@ -62,7 +64,7 @@ def forward_cost(model: Any, n: int, passes: int = 2) -> int:
 # -- /api/v1/predict -----------------------------------------------------------------------------------------------
 
 
-async def predict_of(req: PredictRequest, lab: Any, key: str | None) -> tuple[Text, P.Intervention, P.Prediction]:
+async def predict_of(req: PredictRequest, lab: Lab, key: str | None) -> tuple[Text, P.Intervention, P.Prediction]:
     t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, req.eos)
     iv = intervention(req, t.model)
     n = len(t.inputs)
@@ -80,11 +82,11 @@ async def predict_of(req: PredictRequest, lab: Any, key: str | None) -> tuple[Te
     def work(progress: Any) -> P.Prediction:
         return P.predict(t.model, t.seq, iv, req.loss_from, replace, req.top, progress)
 
-    pred, _ = await lab.compute("predict", compute_key, forward_cost(t.model, n), work, heavy=True, progress=key)
+    pred, _ = await lab.compute("predict", compute_key, forward_cost(t.model, n), work, progress=key)
     return t, iv, pred
 
 
-async def pair_of(req: PredictRequest, other_text: str, lab: Any, key: str | None) -> tuple[Text, Text, P.Pair]:
+async def pair_of(req: PredictRequest, other_text: str, lab: Lab, key: str | None) -> tuple[Text, Text, P.Pair]:
     """The request's text and a second one (`other_text`, read as the field `compare_text`) under the same switches,
     position by position: two prompts side by side."""
     t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, req.eos)
@@ -100,11 +102,11 @@ async def pair_of(req: PredictRequest, other_text: str, lab: Any, key: str | Non
         return P.predict_pair(t.model, t.seq, t2.seq, iv, req.loss_from, req.top, progress)
 
     cost = forward_cost(t.model, max(len(t.seq), len(t2.seq)))
-    pair, _ = await lab.compute("predict", compute_key, cost, work, heavy=True, progress=key)
+    pair, _ = await lab.compute("predict", compute_key, cost, work, progress=key)
     return t, t2, pair
 
 
-def labelled_top(model: Any, ids: list[int], labels: list[str], i: int, s: P.Scored) -> list[dict[str, Any]]:
+def labelled_top(model: Model, ids: list[int], labels: list[str], i: int, s: P.Scored) -> list[dict[str, Any]]:
     """The most likely tokens at input position i, labelled as the text labels its pieces."""
     names = top_labels(model, ids, labels, i + 1, s.top_ids)
     return [{"token": name, "token_id": t, "p": p} for name, t, p in zip(names, s.top_ids, s.top_probs, strict=True)]
@@ -167,7 +169,7 @@ def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> dict[st
 # -- /api/v1/logit_lens ----------------------------------------------------------------------------------------------
 
 
-async def lens_of(req: LensRequest, lab: Any, key: str | None) -> tuple[Text, P.Intervention, P.Lens]:
+async def lens_of(req: LensRequest, lab: Lab, key: str | None) -> tuple[Text, P.Intervention, P.Lens]:
     t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, False)
     # the lens reads the text as it is: with bos, the sequence's last token is an input too
     iv = intervention(req, t.model)
@@ -179,7 +181,7 @@ async def lens_of(req: LensRequest, lab: Any, key: str | None) -> tuple[Text, P.
 
     a = t.model.arch
     cost = forward_cost(t.model, len(inputs), 1) + a.n_layer * len(inputs) * a.d_model * 4
-    lens, _ = await lab.compute("lens", compute_key, cost, work, heavy=True, progress=key)
+    lens, _ = await lab.compute("lens", compute_key, cost, work, progress=key)
     return t, iv, lens
 
 
@@ -229,7 +231,7 @@ def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> dict[str, Any]:
 # -- /api/v1/head_ranking ----------------------------------------------------------------------------------------
 
 
-async def ranking_of(req: RankRequest, lab: Any, key: str | None) -> tuple[Text, P.Ranking]:
+async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> tuple[Text, P.Ranking]:
     t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_rank_tokens, False)
     n = len(t.seq)
     position = n - 2 if req.position is None else req.position
@@ -247,7 +249,7 @@ async def ranking_of(req: RankRequest, lab: Any, key: str | None) -> tuple[Text,
         return P.rank_heads(t.model, t.seq, position, target, req.ablate_mode == "mean", progress=progress)
 
     cost = forward_cost(t.model, position + 1, 1) + a.n_layer * (position + 1) * a.d_model * 4
-    ranking, _ = await lab.compute("rank", compute_key, cost, work, heavy=True, progress=key)
+    ranking, _ = await lab.compute("rank", compute_key, cost, work, progress=key)
     return t, ranking
 
 

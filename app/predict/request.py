@@ -13,6 +13,8 @@ from urllib.parse import urlencode
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engine.models import Model
+
 from ..lab import Lab
 from ..render.predicted import generators
 from ..schemas import FieldError, from_query, lab_field
@@ -140,7 +142,7 @@ def decoder(lab: Lab, preset: str) -> Any:
     return lab.models[preset]
 
 
-def token_of(model: Any, text: str) -> tuple[int, int]:
+def token_of(model: Model, text: str) -> tuple[int, int]:
     """The first token of `text` through the model's tokenizer (past a BOS the tokenizer adds), and how many."""
     ids = model.tokenize(text)
     if ids and len(ids) > 1 and ids[0] == model.bos_id:

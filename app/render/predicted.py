@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from engine.models import Model
+
 __all__ = ["generators", "small", "top_labels"]
 
 
@@ -18,7 +20,7 @@ TAIL = 4  # context tokens a candidate is read after: a UTF-8 character has at m
 
 
 def top_labels(
-    model: Any, ids: list[int], labels: list[str], context: int, top_ids: tuple[int, ...] | list[int]
+    model: Model, ids: list[int], labels: list[str], context: int, top_ids: tuple[int, ...] | list[int]
 ) -> list[str]:
     """The candidates of the step predicted from `ids[:context]`, labelled as the text labels its pieces: the token
     that was chosen exactly as the text shows it (猫₁ when the next piece finishes 猫); any other as if it came next,

@@ -12,13 +12,14 @@ from fastapi import APIRouter, Body, Depends, Request, Response
 from pydantic import BaseModel
 
 from ..errors import field_error, where_of
-from ..lab import Lab, get_lab
+from ..lab import Lab, Work, get_lab
 from ..render.arrays import Traced
 from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_json, to_npz
-from ..schemas import View, from_query, query_parameters
+from ..schemas import Selection, from_query, query_parameters
 from .cache import cached_get
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 Answer = Callable[[Request, Any, Lab], Awaitable[Response]]
 
 
@@ -74,20 +75,19 @@ def too_large(request: Request, field: str, size: int, limit: int, hint: str) ->
 async def answer_document(
     request: Request,
     lab: Lab,
-    cost: int,
-    get: Callable[[], Any],
-    document: Callable[[Any], dict[str, Any]],
+    work: Work[T],
+    document: Callable[[T], dict[str, Any]],
     numbers: int,
     field: str,
     hint: str,
 ) -> Response:
     """A JSON document made from one computed trace (tiles, sinks, decode): refused before computing when `numbers`,
-    a lower bound on what it holds, cannot fit the JSON limit; else computed and serialised off the event loop
-    (large work queued like every trace) and checked against the limit once more."""
+    a lower bound on what it holds, cannot fit the JSON limit; else computed and serialised off the event loop, in
+    one worker thread (`Lab.compute`: large work queued like every trace), and checked against the limit once more."""
     limit = lab.json_limit
     if 2 * numbers > limit:  # no number is shorter than "0,"
         return too_large(request, field, 2 * numbers, limit, hint)
-    body: bytes = await lab.offload(cost, lambda: orjson.dumps(document(get()), option=OPTIONS))
+    body: bytes = await lab.compute(*work, then=lambda value, _: orjson.dumps(document(value), option=OPTIONS))
     if len(body) > limit:
         return too_large(request, field, len(body), limit, hint)
     return json_response(body)
@@ -103,11 +103,12 @@ async def respond(
     lab: Lab,
     fmt: str,
     spec: Any,
-    get: Callable[[], tuple[Traced, bool]],
-    view: View,
+    work: Work[Traced],
+    view: Selection,
     name: str,
 ) -> Response:
-    """Compute through the cache and serialise as JSON (size-limited) or .npz, off the event loop.
+    """Compute through the cache and serialise as JSON (size-limited) or .npz, off the event loop (`Lab.compute`,
+    serialising in the computation's thread and slot).
 
     An answer whose lower bound is already over the JSON limit is refused before computing; serialising reserves
     its bytes from the memory budget like the computation does, so many large answers at once wait (or get 503)
@@ -118,15 +119,14 @@ async def respond(
             raise TooLarge(2 * numbers, lab.json_limit)
         serialise = numbers * (NPZ_BYTES_PER_NUMBER if fmt == "npz" else JSON_BYTES_PER_NUMBER)
 
-        def work() -> tuple[bytes, bool]:
-            trace, cached = get()
+        def serialised(trace: Traced, cached: bool) -> tuple[bytes, bool]:
             trace.verify(view.heads)  # the trace's check against SDPA, for the heads this answer shows
             with lab.budget.reserve(serialise):
                 if fmt == "npz":
                     return to_npz(trace, view.stages, view.heads, prefixed=name != "attention"), cached
                 return to_json(trace, view.stages, view.heads, view.decimals, lab.json_limit), cached
 
-        body, cached = await lab.offload((0 if lab.is_cached(spec) else lab.cost(spec)) + serialise, work)
+        body, cached = await lab.compute(*work, then=serialised, then_cost=serialise)
     except TooLarge as exc:
         hint = f"select fewer `heads` or `stages`, or fetch every stage as a NumPy archive from /api/v1/{name}.npz"
         return too_large(request, "stages", exc.size, exc.limit, hint)

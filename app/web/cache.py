@@ -14,12 +14,15 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import TraceCache
+
+if TYPE_CHECKING:
+    from ..lab import Lab
 
 
 def new_store(megabytes: float) -> TraceCache[tuple[str, str], CachedResponse]:
@@ -86,7 +89,7 @@ def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awa
     configuration, so this is safe for every idempotent route here."""
 
     @functools.wraps(handler)
-    async def wrapper(request: Request, lab: Any) -> Response:
+    async def wrapper(request: Request, lab: Lab) -> Response:
         store = store_of(request)
         key = (request.url.path, request.url.query)
 

@@ -12,6 +12,7 @@ from typing import Any
 import anyio.to_thread
 import numpy as np
 from fastapi import Request, Response
+from pydantic import BaseModel
 
 from engine.long import LongTrace
 from engine.spec import MAIN_TENSOR
@@ -60,7 +61,7 @@ def key_tokens(trace: Traced | LongTrace) -> list[str]:
 COLOR_PARAM: dict[str, Any] = {"type": "string", "enum": [*COLOR_MODES, ""]}
 
 
-def heatmap_route(model: Any) -> dict[str, Any]:
+def heatmap_route(model: type[BaseModel]) -> dict[str, Any]:
     """The route options of a PNG heat map of `model`'s trace: its fields, the view's, `size` and `color`."""
     extra = VIEW_PARAMS | {"size": int_or_empty(16, 2048), "color": COLOR_PARAM}
     return {"response_class": Response, "responses": HEATMAP_DOC,

@@ -1,0 +1,177 @@
+"""Admission: which work waits for one of the few large-work slots, how long, and which is refused (503 with
+Retry-After) — heavy routes take their place in the queue before they tokenise their text (`HeavyWork`, `admit`)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+from anyio.lowlevel import RunVar
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from engine.budget import Busy, MemoryBudget
+
+from ..settings import Settings
+from .cancel import Cancelled, Watch
+from .progress import begun
+
+if TYPE_CHECKING:
+    from engine.models import Model
+
+T = TypeVar("T")
+
+
+class QueuePlace:
+    """A heavy request's place in the queue for a large-work slot, taken (`Lab.admit`) before the request's costly
+    preparation — tokenising its text — so that a full queue refuses it at once, having spent nothing. The place
+    counts as waiting (`Lab.large_waiting`) until the request's heavy work takes a slot (`Lab.offload`), or the
+    request ends (`HeavyWork`)."""
+
+    def __init__(self) -> None:
+        self.lab: Admission | None = None  # the lab whose queue it holds a place in, while it holds one
+        self.taken = False  # a place was taken (one per request: its later heavy steps queue as any work does)
+
+    def release(self) -> None:
+        lab, self.lab = self.lab, None
+        if lab is not None:
+            lab.large_waiting -= 1
+
+
+# The queue place of the heavy request being served (set by `HeavyWork`); None for every other request.
+HEAVY: ContextVar[QueuePlace | None] = ContextVar("attention_lab_heavy", default=None)
+
+
+class HeavyWork:
+    """Marks the requests for heavy work by their path (`paths`: generation, the model view, the predictions: work
+    that always takes a large-work slot), so that the lab takes their place in the queue before it tokenises their
+    text (`Lab.off_loop`), and their work takes a slot whatever its size (`Lab.offload`); and gives the place back
+    when the request ends, if its work never took a slot. Inside the response cache's middleware: a cached answer
+    never queues."""
+
+    def __init__(self, app: ASGIApp, paths: frozenset[str]) -> None:
+        self.app = app
+        self.paths = paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        place = QueuePlace()
+        token = HEAVY.set(place)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            HEAVY.reset(token)
+            place.release()
+
+
+class LoopLimiter:
+    """At most `total` worker threads of one kind at once: a CapacityLimiter per event loop (as anyio's own
+    default limiter), made on first use in that loop."""
+
+    def __init__(self, name: str, total: int) -> None:
+        self.total = total
+        self._var: RunVar[anyio.CapacityLimiter] = RunVar(name)
+
+    def __call__(self) -> anyio.CapacityLimiter:
+        try:
+            return self._var.get()
+        except LookupError:
+            limiter = anyio.CapacityLimiter(self.total)
+            self._var.set(limiter)
+            return limiter
+
+
+PREPARING = 4  # requests made into Specs (tokenised) at once, in worker threads (`Lab.off_loop`)
+preparing = LoopLimiter("attention_lab_preparing", PREPARING)
+
+
+class Admission:
+    """The lab's part that admits work: the large-work slots in use and the places queued for them."""
+
+    settings: Settings
+    budget: MemoryBudget
+    models: dict[str, Model]
+    stopping: bool
+
+    def __init__(self, settings: Settings) -> None:
+        self.large_bytes = int(settings.large_request_mb * 2**20)
+        self.large_running = 0
+        self.large_waiting = 0
+
+    async def offload(
+        self, cost: int, fn: Callable[..., T], *args: Any, heavy: bool | None = None, watch: Watch | None = None
+    ) -> T:
+        """Run `fn(*args)` in a worker thread. Large work (estimated over `large_request_mb`) and heavy work (long
+        in time whatever its bytes) takes one of a few large-work slots, waiting for it on the event loop rather
+        than in a thread, for at most `queue_wait_s`; past a bounded queue it is refused at once (503 with
+        Retry-After). So /healthz, /metrics and small requests keep their threads and cores while large ones wait:
+        40 generations at once run two at a time, not forty. Heavy is the work of a heavy route (`HeavyWork`:
+        generation, the model view, the predictions) unless `heavy` says otherwise (False: a value already cached,
+        True: heavy on any route, as a long context's layers). A queued request whose client left (`watch`), or any
+        while the server stops, leaves the queue (Cancelled)."""
+        work = begun(fn, *args)
+        place = HEAVY.get()
+        if heavy is None:
+            heavy = place is not None
+        if cost <= self.large_bytes and not heavy:
+            return await anyio.to_thread.run_sync(work)
+        retry = self._retry_after()
+        if place is not None and place.lab is self:  # its place was taken before it was prepared (`admit`)
+            place.lab = None  # now this wait's, counted in large_waiting as it is
+        elif self.large_waiting >= self.settings.max_large_queued:
+            raise Busy(cost, self.budget.limit, retry)
+        else:
+            self.large_waiting += 1
+        deadline = time.monotonic() + self.settings.queue_wait_s
+        try:  # wait for a slot on the event loop (no thread held; works under any loop the app is served by)
+            while True:  # checked before the slot is taken too: a slot freed by stopping work is not taken
+                if self.stopping or (watch is not None and watch.left):
+                    raise Cancelled(self.stopping)
+                if self.large_running < self.settings.max_large_concurrent:
+                    break
+                if time.monotonic() >= deadline:  # a wait has a deadline: the client hears 503, not silence
+                    raise Busy(cost, self.budget.limit, retry)
+                await anyio.sleep(0.02)
+            self.large_running += 1
+        finally:
+            self.large_waiting -= 1
+        try:
+            return await anyio.to_thread.run_sync(work)
+        finally:
+            self.large_running -= 1
+
+    def _retry_after(self) -> int:
+        return max(1, round(self.settings.queue_wait_s))
+
+    def admit(self) -> None:
+        """Take the heavy request's place in the queue for a large-work slot now, before its costly preparation (a
+        heavy request: one `HeavyWork` marked, that has taken no place yet; any other request passes): past a full
+        queue it is refused at once (Busy: 503 with Retry-After), tokenising nothing. Slots free now count as places
+        too, as in `offload`, where the place then waits for a slot."""
+        place = HEAVY.get()
+        if place is None or place.taken:
+            return
+        free = max(0, self.settings.max_large_concurrent - self.large_running)
+        if self.large_waiting >= self.settings.max_large_queued + free:
+            raise Busy(0, self.budget.limit, self._retry_after())
+        self.large_waiting += 1
+        place.lab, place.taken = self, True
+
+    async def off_loop(self, preset: str | None, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` (making a request's Spec, which tokenizes its text) in a worker thread when `preset` is one of
+        the loaded models: the first use of a model's tokenizer loads it (seconds for SmolLM2), and /healthz and
+        every other request must not wait for that. The lab's own presets split their text here (microseconds).
+        A heavy request takes its place in the queue first (`admit`): a full queue refuses it before it tokenises.
+
+        At most PREPARING of them at once (`preparing`), the others waiting on the event loop: a burst of 80
+        requests otherwise started a worker thread for each (a thread's start blocks the event loop until the new
+        thread runs, and each then contends for the interpreter lock), which held /healthz for most of a second."""
+        if preset in self.models:
+            self.admit()
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=preparing())
+        return fn(*args)

@@ -1,0 +1,147 @@
+"""Progress of the computations in flight, for /api/v1/progress: an entry per tracked request while its work runs,
+on this worker and (with --redis) in Redis, so whichever worker a page's poll reaches can answer it."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from redis.exceptions import RedisError
+
+from ..settings import Settings
+from .cancel import Progress
+from .keys import ProgressKey
+
+T = TypeVar("T")
+PROGRESS_TTL_S = 120  # a shared progress entry outlives a crashed worker by at most this
+
+
+def _progress_name(key: str) -> str:
+    return "lab:progress:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+class _Tracked:
+    """One request's progress entry while its computation is asked for: its key (a `ProgressKey`, computed only
+    when work starts or a poll looks for it) and when it was asked for."""
+
+    def __init__(self, key: str, start: float) -> None:
+        self.key = key
+        self.start = start
+        self.named = not isinstance(key, ProgressKey)  # its key is known (computed, or given as one)
+        self.begun = False  # its work has begun (in a worker thread)
+
+    @property
+    def name(self) -> str:
+        """The key itself: computed here (in the calling thread) the first time."""
+        key = self.key.hex if isinstance(self.key, ProgressKey) else self.key
+        self.named = True
+        return key
+
+
+# What marks the tracked work of the request being served as begun (set by `Lab.tracking`), for `Lab.offload`.
+BEGIN: ContextVar[Callable[[], None] | None] = ContextVar("attention_lab_begin", default=None)
+
+
+def begun(fn: Callable[..., T], *args: Any) -> Callable[[], T]:
+    """`fn(*args)` for a worker thread, first marking the request's tracked work begun there (`Lab.tracking`)."""
+    begin = BEGIN.get()
+    if begin is None:
+        return functools.partial(fn, *args)
+
+    def work() -> T:
+        begin()
+        return fn(*args)
+
+    return work
+
+
+class Tracking:
+    """The lab's part that reports progress: the entries of the work in flight, and those not begun yet."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        # Long computations in flight, by their request (`progress_key`): (done, total, started) for /api/v1/progress.
+        self.progress: dict[str, tuple[int, int, float]] = {}
+        # Requests tracked whose work has not begun (queued, or waiting for another's): their keys are computed only
+        # if a poll asks (`progress_of`), so a request refused or cancelled in the queue never hashes its URL.
+        self.pending: set[_Tracked] = set()
+        self._redis: Any = None  # --redis: progress entries shared by every worker
+
+    @contextmanager
+    def tracking(self, key: str | None) -> Iterator[Progress | None]:
+        """A progress callback for the computation a request started (None when nobody asked to track it); the
+        entry lives while the computation runs, so the table holds only work in flight. With --redis the entry is
+        also written there (a short-lived key), so whichever worker a page's poll reaches can answer it.
+
+        Nothing is computed here, on the event loop: a request's key (a `ProgressKey`, milliseconds of pure Python
+        for a long URL) is computed when its work begins, in the worker thread `offload` runs it in (the entry is
+        then 0 of 0 done: loading a model's weights can take seconds), or by the callback's first call. Until then
+        the request is pending (queued): a poll on this worker that asks for its key finds it, 0 of 0 done; a poll
+        on another worker (--redis) once its work has begun."""
+        if key is None:
+            yield None
+            return
+        tracked = _Tracked(key, time.time())
+        shared = self._shared_progress()
+
+        def update(done: int, total: int) -> None:
+            name = tracked.name
+            self.progress[name] = (done, total, tracked.start)
+            if shared is not None:  # progress is a courtesy: a Redis hiccup never fails the computation
+                with suppress(RedisError):
+                    shared.set(_progress_name(name), f"{done},{total},{tracked.start}", ex=PROGRESS_TTL_S)
+
+        def begin() -> None:
+            if not tracked.begun:
+                tracked.begun = True
+                update(0, 0)
+
+        self.pending.add(tracked)
+        token = BEGIN.set(begin)
+        try:
+            yield update
+        finally:
+            BEGIN.reset(token)
+            self.pending.discard(tracked)
+            if tracked.named:  # an entry can exist only under a key that was computed
+                name = tracked.name
+                self.progress.pop(name, None)
+                if shared is not None:
+                    with suppress(RedisError):
+                        shared.delete(_progress_name(name))
+
+    def progress_of(self, key: str) -> tuple[int, int, float] | None:
+        """This worker's entry for `key` (a request whose work has not begun: 0 of 0), else the shared one (--redis):
+        (done, total, started). Called off the event loop: it may compute the keys of pending requests."""
+        entry = self.progress.get(key)
+        if entry is None:
+            for tracked in self.pending.copy():  # the event loop adds and removes them meanwhile
+                if tracked.name == key:
+                    entry = self.progress.get(key) or (0, 0, tracked.start)
+                    break
+        shared = self._shared_progress()
+        if entry is not None or shared is None:
+            return entry
+        try:
+            raw = shared.get(_progress_name(key))
+        except RedisError:
+            return None
+        if raw is None:
+            return None
+        done, total, start = raw.decode().split(",")
+        return int(done), int(total), float(start)
+
+    def _shared_progress(self) -> Any:
+        """A plain (blocking) Redis client for progress entries, made on first use; None without --redis."""
+        if not self.settings.redis_url:
+            return None
+        if self._redis is None:
+            import redis
+
+            self._redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        return self._redis

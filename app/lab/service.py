@@ -1,0 +1,222 @@
+"""The compute service: the server's one stateful object (the resolved device, the limits, the models and the trace
+cache) and its one path for every computation, `Lab.compute` — pages and API alike.
+
+It keeps no per-user state; any number of workers or machines serve the same URLs with the same answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, overload
+
+from fastapi import Request
+
+from engine import Limits, Spec, TraceCache, compute
+from engine.attention import Checks, Trace
+from engine.block import BlockSpec, BlockTrace, compute_block
+from engine.budget import MemoryBudget
+from engine.decode import DecodeTrace, decode
+from engine.device import resolve
+from engine.long import LongTrace, compute_long, long_cost
+from engine.spec import DTYPE_BYTES, estimate_bytes
+
+from ..settings import Settings
+from .admission import Admission
+from .cancel import Cancelled, Cancelling, Interest, Progress
+from .progress import Tracking
+
+if TYPE_CHECKING:
+    from engine.models import Model
+
+    from ..attention.ahead import DrawAhead
+    from ..metrics import Metrics
+    from ..web.cache import CachedResponse
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+U = TypeVar("U")
+V = TypeVar("V", bound="Verifiable")
+
+
+class Work(NamedTuple, Generic[T_co]):
+    """What differs between the kinds of work the lab keeps, `compute`'s first arguments: the kind and key it is
+    cached under (None: neither kept nor shared), the bytes it holds while it runs (which also choose its slot), how
+    it is computed (given a progress callback, or None), and whether it is heavy on any route."""
+
+    kind: str
+    key: Hashable
+    cost: int
+    fn: Callable[[Progress | None], T_co]
+    heavy: bool = False  # long in time whatever its bytes (a long context's layers): a large-work slot
+
+
+class Verifiable(Protocol):
+    def verify(self, heads: Iterable[int]) -> Checks: ...
+
+
+def verified(heads: Iterable[int]) -> Callable[[V, bool], tuple[V, bool]]:
+    """`compute`'s `then` for a trace: its check against SDPA done for `heads`, in the same worker thread."""
+    wanted = tuple(heads)
+
+    def then(trace: V, cached: bool) -> tuple[V, bool]:
+        trace.verify(wanted)
+        return trace, cached
+
+    return then
+
+
+def _cache_key(kind: str, key: Hashable) -> Hashable:
+    """A whole trace is cached under its Spec (the answer cache asks `spec in lab.cache`); the rest by kind."""
+    return key if kind == "trace" else (kind, key)
+
+
+class Lab(Cancelling, Admission, Tracking):
+    responses: TraceCache[tuple[str, str], CachedResponse] | None = None  # the kernel's response store, for metrics
+    ahead: DrawAhead | None = None  # set by create_app: large traces' heat maps drawn ahead
+
+    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
+        import torch
+
+        if settings.threads:
+            torch.set_num_threads(settings.threads)
+        Cancelling.__init__(self)
+        Admission.__init__(self, settings)
+        Tracking.__init__(self, settings)
+        self.metrics = metrics
+        self.device = resolve(settings.device)
+        self.limits: Limits = settings.limits()
+        # Pretrained contexts past a whole trace's length: lazy traces, whose cost is counted by `long_cost`.
+        self.long_limits = replace(self.limits, max_tokens=max(self.limits.max_tokens, self.limits.max_long_tokens),
+                                   memory_budget_bytes=2**62)  # fmt: skip
+        self.budget = MemoryBudget(self.limits.memory_budget_bytes, settings.compute_wait_s)
+        self.cache: TraceCache[Any, Any] = TraceCache(int(settings.cache_mb * 2**20))
+        # A stopping server's waits for budget give up at once (Cancelled), as its queued work does.
+        self.budget.cancelled = lambda: Cancelled(stopping=True) if self.stopping else None
+        # Models are sources: the packaged ones, --checkpoint and each --model, through one registry. A bad path
+        # or file is a ModelError now, at start-up; weights load on first use, their bytes held in the budget.
+        from engine.models import parse_entries, registry
+
+        entries = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
+        self.models: dict[str, Model] = registry([*entries, *parse_entries(settings.models)], settings.max_model_mb,
+                                                 packaged=settings.pretrained)  # fmt: skip
+        for model in self.models.values():
+            model.place(self.device)
+            self.budget.limit += model.nbytes
+            model.before_load = self.budget.hold
+
+    def cost(self, spec: Spec | BlockSpec, factor: float = 1.0) -> int:
+        """Estimated bytes of computing `spec` (known before computing, from its sizes)."""
+        if isinstance(spec, BlockSpec):
+            n, d, ff = spec.attn.n_tokens, spec.attn.d_model, spec.ff
+            return self.cost(spec.attn) + DTYPE_BYTES[spec.attn.dtype] * (3 * n * ff + 8 * n * d + 3 * d * ff)
+        n = max(spec.n_tokens, len(spec.kv_tokens))
+        return int(factor * estimate_bytes(n, spec.d_model, spec.n_heads, spec.dtype))
+
+    def run(self, work: Work[T], report: Progress | None = None) -> tuple[T, bool]:
+        """`work.fn(report)` computed once per (kind, key) within the memory budget, and kept in the byte-bounded
+        cache (a second request for the same key waits for the first), in the calling thread: `compute`'s inside,
+        and a worker thread's way to a trace (the model view's layers). Returns the value and whether it came from
+        the cache."""
+
+        def computed(_: Any = None) -> T:
+            with self.budget.reserve(work.cost):
+                return work.fn(report)
+
+        if work.key is None:
+            return computed(), False
+        return self.cache.get_or_compute(_cache_key(work.kind, work.key), computed)
+
+    @overload
+    async def compute(self, kind: str, key: Hashable, cost: int, fn: Callable[[Progress | None], T],
+                      heavy: bool = False, *, progress: str | None = None) -> tuple[T, bool]: ...  # fmt: skip
+    @overload
+    async def compute(self, kind: str, key: Hashable, cost: int, fn: Callable[[Progress | None], T],
+                      heavy: bool = False, *, progress: str | None = None, then: Callable[[T, bool], U],
+                      then_cost: int = 0) -> U: ...  # fmt: skip
+    async def compute(self, kind: str, key: Hashable, cost: int, fn: Callable[[Progress | None], Any],
+                      heavy: bool = False, *, progress: str | None = None, then: Callable[[Any, bool], Any] | None = None,
+                      then_cost: int = 0) -> Any:  # fmt: skip
+        """The one path of every computation: `run` off the event loop, `fn(update)` in a worker thread, large work
+        in one of the few large-work slots (`offload`: chosen by the real cost, `cost` unless the value is cached,
+        plus `then_cost`; heavy on a heavy route, or when `heavy`), its progress reported under the request key
+        `progress` (/api/v1/progress). `then(value, cached)` follows in the same thread and slot (checking a trace,
+        serialising an answer: `then_cost` its bytes), and is what `compute` returns; without it, (value, cached).
+        The computation stops (Cancelled, at its next progress report) once no client waits for it (`watching`); a
+        request that waited for another's computation which was so cancelled asks again, now computing itself."""
+        ck = _cache_key(kind, key) if key is not None else None
+        while True:
+            cached = ck is not None and ck in self.cache
+            async with self.watching(ck) as watch:
+                with self.tracking(progress) as update:
+                    report = self.checked(watch, update)
+
+                    def computing(report: Progress | None, interest: Interest = watch.interest) -> Any:
+                        if self.stopping or interest.cancelled:  # gone by the time a thread took it: not begun
+                            raise Cancelled(self.stopping)
+                        return fn(report)
+
+                    def work(report: Progress = report) -> Any:
+                        value, hit = self.run(Work(kind, key, cost, computing), report)
+                        return (value, hit) if then is None else then(value, hit)
+
+                    try:
+                        return await self.offload((0 if cached else cost) + then_cost, work,
+                                                  heavy=False if cached else (heavy or None), watch=watch)  # fmt: skip
+                    except Cancelled:
+                        if watch.left or self.stopping:
+                            raise
+
+    async def spec(self, req: Any, limits: Limits | None = None) -> Spec:
+        """An AttentionRequest's Spec within `limits` (the lab's by default), made off the event loop when its
+        preset is a loaded model (`off_loop`)."""
+        spec: Spec = await self.off_loop(req.preset, req.to_spec, limits or self.limits, self.device, self.models)
+        return spec
+
+    # The kinds of work the pages and the API share: each its key and its cost; `compute` does the rest.
+
+    def trace_work(self, spec: Spec) -> Work[Trace]:
+        return Work("trace", spec, self.cost(spec), lambda _: self._traced(spec))
+
+    def block_work(self, spec: BlockSpec) -> Work[BlockTrace]:
+        return Work("block", spec, self.cost(spec), lambda _: compute_block(spec, self.models.get(spec.attn.preset)))
+
+    def decode_work(self, spec: Spec, prefill: int) -> Work[DecodeTrace]:
+        """The decode trace for `spec` with `prefill` prompt tokens: the prompt's trace and the cache's, twice."""
+        return Work("decode", (spec, prefill), self.cost(spec, 2.0), lambda _: decode(spec, prefill))
+
+    def long_work(self, spec: Spec) -> Work[LongTrace]:
+        """The lazy trace of a long pretrained context (engine/long.py), its layers below reported as they run."""
+        model = self.models[spec.preset]
+        return Work("long", spec, long_cost(spec), lambda p: compute_long(spec, model, p), heavy=True)
+
+    def _traced(self, spec: Spec) -> Trace:
+        """The trace for `spec`, computed now in the calling thread (through no cache), its stages timed."""
+        trace = compute(spec, self.models.get(spec.preset))
+        if self.metrics is not None:
+            for stage, seconds in trace.timings:
+                self.metrics.stage(stage, seconds)
+        return trace
+
+    async def trace(self, spec: Spec, heads: Iterable[int] | None = None) -> tuple[Trace, bool]:
+        """The trace for `spec`, its check against SDPA done for `heads` (every head by default: pages show the
+        trace-wide check)."""
+        return await self.compute(
+            *self.trace_work(spec), then=verified(range(spec.n_heads) if heads is None else heads)
+        )
+
+    async def block(self, spec: BlockSpec) -> tuple[BlockTrace, bool]:
+        """The block trace for `spec`, its attention's check done for every head."""
+        return await self.compute(*self.block_work(spec), then=verified(range(spec.attn.n_heads)))
+
+    @property
+    def json_limit(self) -> int:
+        return int(self.settings.json_limit_mb * 2**20)
+
+
+async def get_lab(request: Request) -> Lab:
+    """The app's Lab, for `Depends`. A coroutine, so FastAPI calls it on the event loop: a plain function would cost
+    every request a trip through the worker threads (FastAPI runs sync dependencies there), and under a burst
+    /healthz and a toy request would queue for a thread behind the burst's own trips."""
+    lab: Lab = request.app.state.lab
+    return lab
