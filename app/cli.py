@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from engine.models import Model
-    from engine.models import Model
     from engine.spec import Limits
 
 GRACEFUL_SHUTDOWN_S = 8
