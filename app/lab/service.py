@@ -29,7 +29,6 @@ from .progress import Tracking
 if TYPE_CHECKING:
     from engine.models import Model
 
-    from ..attention.ahead import DrawAhead
     from ..metrics import Metrics
     from ..web.cache import CachedResponse
 
@@ -73,7 +72,9 @@ def _cache_key(kind: str, key: Hashable) -> Hashable:
 
 class Lab(Cancelling, Admission, Tracking):
     responses: TraceCache[tuple[str, str], CachedResponse] | None = None  # the kernel's response store, for metrics
-    ahead: DrawAhead | None = None  # set by create_app: large traces' heat maps drawn ahead
+    # app/attention/ahead.py's DrawAhead, set by create_app: large traces' heat maps drawn ahead (not typed here:
+    # the lab, under every feature, names none of them).
+    ahead: Any = None
 
     def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
         import torch
