@@ -42,7 +42,7 @@ def test_presenter_mode_is_switched_by_a_full_page_load_and_kept_by_every_link(l
     for href in links:
         assert query(href).get("present") == ["1"], href
     nxt = shown.select_one("a[data-lesson-step=next]")
-    assert query(nxt["href"])["present"] == ["1"] and query(nxt["href"])["step"] == ["5"]
+    assert query(nxt["href"])["present"] == ["1"] and query(nxt["href"])["lesson_step"] == ["5"]
     leave = shown.select_one("a[data-toggle=present]")
     assert "present" not in query(leave["href"]) and leave["hx-boost"] == "false"
 
@@ -178,7 +178,7 @@ def test_the_last_step_of_a_lesson_leads_to_the_next_lesson_in_presenter_mode(la
     assert nxt is not None
     got = query(nxt["href"])
     following = lessons.LESSONS[lessons.LESSONS.index(lessons.BY_SLUG["mask-toggle"]) + 1]
-    assert got["lesson"] == [following.slug] and got["step"] == ["1"]
+    assert got["lesson"] == [following.slug] and got["lesson_step"] == ["1"]
     assert got["present"] == ["1"] and got["hints"] == ["off"]  # the projector stays as the teacher set it
 
 

@@ -18,7 +18,7 @@ from app.web.state import url_fields
 from engine import STAGES
 
 APP = Path(__file__).resolve().parent.parent / "app"
-KERNEL = ("web", "render")  # what every feature may use
+KERNEL = ("web", "render", "lab")  # what every feature may use: the page kernel, drawing, the compute service
 FEATURES = sorted(p for p in APP.iterdir() if p.is_dir() and (p / "__init__.py").is_file() and p.name not in KERNEL)
 # Every module of every feature, whatever its name: a feature may split itself into as many modules as it likes.
 FEATURE_MODULES = sorted(p for f in FEATURES for p in f.rglob("*.py"))

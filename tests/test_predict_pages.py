@@ -161,6 +161,8 @@ BAD = [
     ({"heads": "one.two"}, "heads"),
     ({"heads": "99.0"}, "heads"),
     ({"heads": "1.9"}, "heads"),
+    ({"ablate": "1.9"}, "ablate"),  # the field's own name, and its older spelling: the error names the one typed
+    ({"ablate": "one.two"}, "ablate"),
     ({"replace_at": "50", "replace_id": "1"}, "replace_at"),
     ({"replace_at": "1", "replace_id": "99999999"}, "replace_id"),
     ({"replace_at": "1"}, "replace_id"),
@@ -315,7 +317,7 @@ def test_the_head_ranking_is_the_apis_and_links_to_each_head(tiny: TestClient) -
     ]
     shown = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1")
     first = shown.select_one("ol.ranked-heads li a")
-    assert f"heads={doc['heads'][0]['layer']}.{doc['heads'][0]['head']}" in first["href"]
+    assert f"ablate={doc['heads'][0]['layer']}.{doc['heads'][0]['head']}" in first["href"]
     # the ranking's loss is the plain prediction's at that position
     assert abs(ranking["loss"] - view["columns"][pos]["loss"]) < 1e-5
     # any decoder the lab loads: its own layers in the lens, its own BOS in the table

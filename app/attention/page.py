@@ -9,7 +9,6 @@ page loads of the same URLs.
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 from typing import Annotated, Any
 from urllib.parse import urlencode, urlsplit
 
@@ -27,21 +26,11 @@ from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES
 from ..render.heatmap import data_uri
 from ..schemas import AttentionRequest, FieldError, from_query
-from ..web import lessons
 from ..web.page import serve
 from ..web.share import MAX_QR_CHARS, public_base, qr_svg, unreachable
-from ..web.state import (
-    DEPENDS,
-    ViewState,
-    lab_state,
-    parse_cell,
-    parse_head,
-    parse_int,
-    parse_stage,
-    parse_tile,
-    url_fields,
-)
+from ..web.state import DEPENDS, ViewState, head_within, lab_state, url_fields
 from ..web.tensors import colour_mode
+from .params import LabParams
 from .view import (
     LabView,
     axis_labels,
@@ -56,20 +45,6 @@ from .view import (
 router = APIRouter(include_in_schema=False)
 
 API_KEYS = url_fields(AttentionRequest)
-VIEW_KEYS = (
-    "stage",
-    "head",
-    "compare",
-    "compare_text",
-    "cell",
-    "tile",
-    "color",
-    "present",
-    "hints",
-    "hide",
-    "lesson",
-    "step",
-)
 HIDEABLE = ("controls", "nav", "formula", "explain", "notice", "checks")
 SCALE_CYCLE = {"sqrt_dk": "none", "none": "dk", "dk": "sqrt_dk"}
 COMPARE_PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -90,11 +65,11 @@ async def long_view(
     spec = await lab.spec(req, lab.long_limits)  # past MAX_LONG_TOKENS too: says so
     if spec.n_tokens <= lab.limits.max_tokens:
         return None
-    key = parse_stage(state.get("stage"), STAGES)
-    head = parse_head(state.get("head"), spec.n_heads)
-    parse_tile(state.get("tile"))
-    # The layers below, reported to /api/v1/progress as they run.
-    lt, _ = await lab.compute(*lab.long_work(spec), progress=progress)
+    p = state.read(LabParams)
+    key, head = p.stage, head_within(p.head, spec.n_heads)
+    lt, _ = await lab.compute(
+        *lab.long_work(spec), progress=progress
+    )  # the layers below, reported to /api/v1/progress as they run
     a = await run_in_threadpool(lambda: to_numpy(lt.matrix(MAIN_TENSOR[key], head)))
     model = lab.models[spec.preset]
     shown = long_context(lt, key, head, state, a, model, lab.limits.max_tokens, ctx["lang"], ctx["t"])
@@ -117,10 +92,10 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
 
 
 async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
-    state = lab_state(request.query_params, "/embed" if embed else "/", API_KEYS, VIEW_KEYS, lab.models)
-    present = state.get("present") == "1"
+    state = lab_state(request.query_params, "/embed" if embed else "/", API_KEYS, LabParams, lab.models)
+    present = state.present
     hide = {h for h in state.get("hide").split(",") if h in HIDEABLE} | ({"controls"} if present else set())
-    if state.get("hints") == "off":  # what to notice and the lesson's answer stay hidden until the teacher shows them
+    if not state.hints:  # what to notice and the lesson's answer stay hidden until the teacher shows them
         hide |= {"notice"}
     # Presenter mode shows the students' address: the cache keys by it, never by the raw Host header alone.
     base = public_base(str(request.base_url), lab.settings.public_url) if present else None
@@ -141,6 +116,7 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
     """What the lab shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
     custom_mask_start(state)
     t = ctx["t"]
+    p = state.read(LabParams)  # a malformed stage, head, cell or tile is the request's error, before any computing
     req = AttentionRequest.model_validate(from_query(state.api_params()))
     try:
         spec = await lab.spec(req)  # a model's tokenizer off the event loop (its first use loads it)
@@ -148,14 +124,10 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         if (long := await long_view(req, state, lab, progress, ctx)) is not None:
             return long  # too long to trace whole: the view that computes only what it shows
         raise
-    key = parse_stage(state.get("stage"), STAGES)
-    head = parse_head(state.get("head"), spec.n_heads)
-    parse_cell(state.get("cell"))  # a malformed cell is the request's error, before any computing
-    lesson = lesson_panel(state, ctx["lang"])
-    parse_tile(state.get("tile"))
+    key, head = p.stage, head_within(p.head, spec.n_heads)
     trace, _ = await lab.trace(spec)
     index = STAGES.index(key)
-    mask_on, hints, present = spec.mask == "causal", state.get("hints") != "off", state.get("present") == "1"
+    mask_on, hints, present = spec.mask == "causal", state.hints, state.present
     shown = stage_fields(trace, key, head, state, t)
     if not shown["small"] and ctx.get("html") and lab.ahead is not None:
         lab.ahead.schedule(trace, state, key)  # the class's next steps, drawn in the background
@@ -164,7 +136,7 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         shown["compare"] = compare
     return LabView(
         **shown,
-        lesson=lesson,
+        lesson=ctx["lesson_panel"],
         hints=hints,
         mask_on=mask_on,
         **(share(state, student_base, lab) if present and student_base is not None else {}),
@@ -191,19 +163,6 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
     )
 
 
-def lesson_panel(state: ViewState, lang: str) -> lessons.Panel | None:
-    """A lesson beside the lab: its question stays in view while the class looks."""
-    if not state.get("lesson"):
-        return None
-    if state.get("lesson") not in lessons.BY_SLUG:
-        raise FieldError("lesson", f"no lesson {state.get('lesson')!r}; see /lessons")
-    n = len(lessons.BY_SLUG[state.get("lesson")].steps)
-    carry = {k: state.get(k) for k in ("present", "hints") if state.get(k)}
-    panel = lessons.panel(state.get("lesson"), parse_int("step", state.get("step"), 1, 1, n), lang, carry)
-    # Hints off: the answer is not on the screen, nor in the page's JSON face a phone could read instead.
-    return replace(panel, answer=None) if panel is not None and state.get("hints") == "off" else panel
-
-
 def share(state: ViewState, student_base: str, lab: Lab) -> dict[str, Any]:
     """Presenter mode's address for students: the view itself, without presenter mode. A QR code holds ~2,300
     bytes at this error level; past a bound the screen shows the address alone. Under the code the screen prints
@@ -224,11 +183,11 @@ async def compare_view(
     """Compare: one trace under two settings (mask, scale, document boundaries), or two prompts under the same
     settings (`compare=text`, the second in `compare_text`), side by side with the cells that differ outlined. A
     short text compares cell by cell; a longer one as two heat maps and a map of where they differ."""
-    kind = state.get("compare")
+    kind = state.read(LabParams).compare
     if kind not in (*COMPARE_PAIRS, "text") or (kind == "leak" and spec.mask != "document"):
         return None
     if kind == "text":
-        other_text = state.get("compare_text")
+        other_text = state.read(LabParams).compare_text
         if not other_text:
             return {"kind": kind, "sides": [], "changed": 0, "ask": True}  # the page asks for the second prompt
         sequence = "text" if req.preset in lab.models else "tokens"
@@ -255,7 +214,7 @@ async def compare_view(
         traces.append((await lab.trace(other_spec))[0])
         url_change = {k: (None if v in ([], None) else v) for k, v in (unused | change).items()}
         queries.append(state.api_query(**url_change))
-    return await run_in_threadpool(compared_view, kind, traces, queries, head, key, state.get("color"))
+    return await run_in_threadpool(compared_view, kind, traces, queries, head, key, state.read(LabParams).color)
 
 
 AXIS_LABELS = 16  # labels along each axis of a comparison's heat maps, at most (they are 384 px or less)

@@ -19,7 +19,8 @@ from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, matrix_view
 from ..schemas import AttentionRequest, FieldError, from_query
 from ..web.page import serve
-from ..web.state import ViewState, parse_head, url_fields
+from ..web.state import ViewState, head_within, url_fields
+from .params import SinksParams
 from .view import COLOR_TICKS, SinksView, axis_labels
 
 router = APIRouter(include_in_schema=False)
@@ -40,7 +41,7 @@ async def sinks_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
 def sinks_state(request: Request, lab: Lab) -> ViewState:
     """A trained model by default (random weights have no sinks), and a middle layer (the sinks are plain there;
     layer 0 barely has them): in the state, so every link and image keeps them."""
-    state = ViewState.of(request.query_params, "/sinks", API_KEYS, ("head",))
+    state = ViewState.of(request.query_params, "/sinks", API_KEYS, SinksParams)
     state.params.setdefault("preset", "smollm2" if "smollm2" in lab.models else next(iter(lab.models), "toy"))
     if state.params["preset"] in lab.models:
         state.params.setdefault("layer", str(lab.models[state.params["preset"]].info.n_layer // 2))
@@ -60,7 +61,7 @@ async def sinks_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> SinksVi
                          (", ".join(lab.models) or "a pretrained model (none on this server)"))  # fmt: skip
     spec = await lab.spec(req)  # the model's tokenizer off the event loop
     trace, _ = await lab.trace(spec)
-    head = parse_head(state.get("head"), spec.n_heads)
+    head = head_within(state.read(SinksParams).head, spec.n_heads)
     d = drop_sink(trace)
     share = to_numpy(d.share)
     tokens = list(spec.tokens)

@@ -16,7 +16,8 @@ from ..lab import Lab, get_lab
 from ..render.arrays import Traced, to_numpy
 from ..schemas import FieldError, TilesRequest, from_query
 from ..web.page import serve
-from ..web.state import ViewState, lab_state, parse_int, url_fields
+from ..web.state import ViewState, lab_state, url_fields, within
+from .params import TilesParams
 from .view import TilesView
 
 router = APIRouter(include_in_schema=False)
@@ -85,7 +86,7 @@ def first_step(steps: list[dict[str, Any]]) -> int:
 async def tiles_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """FlashAttention, walked through: one query block at a time, each key block updating m, l and the accumulator;
     it opens on the first query block's first key block that does something."""
-    state = lab_state(request.query_params, "/tiles", TILE_KEYS, ("qb", "kb"), lab.models)
+    state = lab_state(request.query_params, "/tiles", TILE_KEYS, TilesParams, lab.models)
     build = functools.partial(tiles_view, state, lab)
     return await serve(request, lab, "tiles.html", state, build, json_url=api_url(state), blocks=())
 
@@ -105,9 +106,10 @@ async def tiles_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> TilesVi
     trace, _ = await lab.trace(spec)
     doc = await run_in_threadpool(tiles_document, trace, req)
     blocks = doc["blocks"]
-    qb = parse_int("qb", state.get("qb"), 0, 0, len(blocks) - 1)
+    p = state.read(TilesParams)
+    qb = within("qb", p.qb, 0, len(blocks) - 1)
     block, steps = blocks[qb], blocks[qb]["steps"]
-    kb = parse_int("kb", state.get("kb"), first_step(steps), 0, len(steps) - 1)
+    kb = first_step(steps) if p.kb is None else within("kb", p.kb, 0, len(steps) - 1)
     step, memory = steps[kb], doc["memory_bytes"]
     (r0, r1), (c0, c1) = block["rows"], step["cols"]
     return TilesView(

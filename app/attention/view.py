@@ -22,9 +22,10 @@ from ..render import stages
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
-from ..web.state import ViewState, parse_cell, parse_tile
+from ..web.state import ViewState
 from ..web.tensors import colour_mode
 from ..web.view import HIDDEN, StageView, View
+from .params import LabParams
 
 TILE = 16
 
@@ -117,7 +118,7 @@ def small_context(trace: Trace, key: str, head: int, state: ViewState, t: Any) -
                 m.cell_urls = [
                     [edit_url(state, allow, r, c) for c in range(allow.shape[1])] for r in range(allow.shape[0])
                 ]
-    cell = parse_cell(state.get("cell"))
+    cell = state.read(LabParams).cell
     if cell:
         ctx["arithmetic"] = view.arithmetic(trace, cell.tensor, cell.head, cell.row, cell.col, t)
         ctx["selected"] = cell.as_tuple()
@@ -246,7 +247,7 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     finite = a[np.isfinite(a)]
     bound = float(np.abs(finite).max()) if finite.size else 0.0
     n_rows, n_cols = a.shape
-    r0, c0 = parse_tile(state.get("tile"))
+    r0, c0 = state.read(LabParams).tile
     row0 = min(r0, max(0, n_rows - TILE))
     col0 = min(c0, max(0, n_cols - TILE))
     tok = list(spec.tokens)

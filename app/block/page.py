@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -16,7 +17,7 @@ from ..render import page as view
 from ..render import stages
 from ..schemas import BlockRequest, from_query
 from ..web.page import serve
-from ..web.state import ViewState, lab_state, parse_head, parse_stage, url_fields
+from ..web.state import Params, ViewState, head_within, integer, lab_state, param, parse_stage, url_fields
 from .view import BlockView, stage_label, strip_box
 
 router = APIRouter(include_in_schema=False)
@@ -24,9 +25,17 @@ router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(BlockRequest)
 
 
+@dataclass(frozen=True)
+class BlockParams(Params):
+    """/block's view: the stage on screen (a key of the block's order, or its 1-based place) and the head."""
+
+    stage: str = param("")
+    head: int = param(0, integer(None))
+
+
 @router.get("/block", response_class=HTMLResponse)
 async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = lab_state(request.query_params, "/block", API_KEYS, ("stage", "head"), lab.models)
+    state = lab_state(request.query_params, "/block", API_KEYS, BlockParams, lab.models)
     build = functools.partial(block_view, state, lab)
     return await serve(request, lab, "block.html", state, build, json_url=api_url(state),
                        presets=["toy", "gpt2-small", *lab.models], models=lab.models)  # fmt: skip
@@ -43,8 +52,9 @@ async def block_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> BlockVi
     req = BlockRequest.model_validate(from_query(state.api_params(), None, BlockRequest))
     spec = req.to_block_spec(lab.limits, lab.device, lab.models)
     order = spec.order
-    stage = parse_stage(state.get("stage"), order)
-    head = parse_head(state.get("head"), spec.attn.n_heads)
+    p = state.read(BlockParams)
+    stage = parse_stage(p.stage, order)  # the block's own order of stages, known from the request
+    head = head_within(p.head, spec.attn.n_heads)
     trace, _ = await lab.block(spec)
     i = order.index(stage)
     small = spec.attn.n_tokens <= view.SMALL_TOKENS and spec.attn.d_model <= view.SMALL_DIMS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -13,10 +14,20 @@ from ..render.arrays import to_numpy
 from ..render.page import SMALL_DIMS, SMALL_TOKENS, kv_head
 from ..schemas import DecodeRequest, from_query, request_fields
 from ..web.page import serve
-from ..web.state import DEPENDS, ViewState, parse_head, parse_int, url_fields
+from ..web.state import DEPENDS, Params, ViewState, head_within, integer, param, url_fields, within
 from .view import GPT2_BYTES, DecodeView, cache_matrices, equals_full, row_matrices
 
 router = APIRouter(include_in_schema=False)
+
+
+@dataclass(frozen=True)
+class DecodeParams(Params):
+    """/decode's view: the decoding step on screen (0 is the prefill) and the head."""
+
+    step: int = param(0, integer(None))
+    head: int = param(0, integer(None))
+
+
 # A decode is self-attention over built-in presets, causal (or none, to see the cache go stale): the fields that
 # depend on the mask, cross-attention and pretrained inputs have no meaning here (named by the request's metadata).
 API_KEYS = url_fields(
@@ -31,7 +42,7 @@ API_KEYS = url_fields(
 
 @router.get("/decode", response_class=HTMLResponse)
 async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/decode", API_KEYS, ("step", "head"))
+    state = ViewState.of(request.query_params, "/decode", API_KEYS, DecodeParams)
     build = functools.partial(decode_view, state, lab)
     return await serve(request, lab, "decode.html", state, build, json_url=api_url(state),
                        presets=["toy", "gpt2-small"])  # fmt: skip
@@ -49,8 +60,9 @@ async def decode_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> Decode
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
     trace, _ = await lab.compute(*lab.decode_work(spec, prefill))
     n_steps = len(trace.steps)
-    step = parse_int("step", state.get("step"), 0, 0, n_steps)
-    head = parse_head(state.get("head"), spec.n_heads)
+    p = state.read(DecodeParams)
+    step = within("step", p.step, 0, n_steps)
+    head = head_within(p.head, spec.n_heads)
     g = kv_head(spec, head)
     small = spec.d_model <= SMALL_DIMS and spec.n_tokens <= SMALL_TOKENS
     per_token = trace.bytes_per_token

@@ -4,6 +4,7 @@ the five it weighed, the cache it grew and where every head of one layer looked 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -14,17 +15,26 @@ from ..render.arrays import to_numpy
 from ..render.cells import matrix_view
 from ..schemas import from_query
 from ..web.page import language, serve
-from ..web.state import ViewState, parse_int, url_fields
+from ..web.state import Params, ViewState, integer, param, url_fields, within
 from .view import GenerateRequest, GenerateView, generation_spec, run, top_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(GenerateRequest)
+
+
+@dataclass(frozen=True)
+class GenerateParams(Params):
+    """/generate's view: the generated token on screen (1 is the first)."""
+
+    step: int = param(1, integer(None))
+
+
 DEFAULT_TEXT = {"en": "The cat sat on the mat. The dog", "zh": "猫坐在垫子上，然后"}
 
 
 @router.get("/generate", response_class=HTMLResponse)
 async def generate_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/generate", API_KEYS, ("step",))
+    state = ViewState.of(request.query_params, "/generate", API_KEYS, GenerateParams)
     given = "text" in state.params or "token_ids" in state.params
     prompt = {} if given else {"text": DEFAULT_TEXT[language(request)]}  # a first visit: in the page's language
     build = functools.partial(generate_view, state, prompt, lab, request_key(request))
@@ -47,7 +57,7 @@ async def generate_view(
     model = lab.models[spec.preset]
     g = await run(lab, spec, req, layer, progress)
     n = len(g.steps)
-    step = parse_int("step", state.get("step"), 1, 1, n)  # a first visit opens on the first generated token
+    step = within("step", state.read(GenerateParams).step, 1, n)  # a first visit opens on the first token generated
     s = g.steps[step - 1]
     assert s.attention is not None  # a layer is always watched here
     ids = list(g.prompt_ids) + [x.token_id for x in g.steps]

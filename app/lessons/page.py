@@ -64,7 +64,7 @@ async def lessons_index(request: Request, lab: Annotated[Lab, Depends(get_lab)])
 async def lesson_view(lesson: Lesson, state: ViewState, ctx: dict[str, Any]) -> LessonView:
     """What /lessons/<slug> shows: the steps, each a link into the lab. With hints off (`hints=off`, as in the
     lab) the answers stay hidden, and the steps' links carry the switch into the lab."""
-    lang, hints = ctx["lang"], state.get("hints") != "off"
+    lang, hints = ctx["lang"], state.hints
     carry = {"hints": state.get("hints")} if state.get("hints") else {}
     steps = tuple(
         LessonStep(k, step_url(lesson, k, lang, carry), look, question, answer if hints else None)
@@ -85,7 +85,7 @@ async def lesson_view(lesson: Lesson, state: ViewState, ctx: dict[str, Any]) -> 
 
 @router.get("/lessons/{slug}", response_class=HTMLResponse)
 async def lesson_page(request: Request, slug: str, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, f"/lessons/{slug}", (), ("hints",))
+    state = ViewState.of(request.query_params, f"/lessons/{slug}", ())
     build = functools.partial(lesson_view, lesson_of(slug), state)
     return await serve(request, lab, "lesson.html", state, build, page="lessons", blocks=())
 

@@ -4,9 +4,10 @@ each cell a link into the lab at that layer and head; the heads most like a chos
 from __future__ import annotations
 
 import functools
+import json
 import math
-from dataclasses import replace
-from typing import Annotated, Any
+from dataclasses import dataclass, replace
+from typing import Annotated, Any, ClassVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Request
@@ -17,24 +18,51 @@ from engine.spec import Spec
 
 from ..lab import Lab, get_lab, request_key
 from ..schemas import FieldError, from_query
+from ..web.knockouts import form_ablate
 from ..web.page import serve
-from ..web.state import ViewState, parse_heads, parse_int
+from ..web.state import Params, ViewState, integer, param, within
 from .view import ChosenHead, HeadLink, ModelCompare, ModelView, ModelViewRequest, model_view_of
 
 router = APIRouter(include_in_schema=False)
 KEYS = tuple(ModelViewRequest.model_fields)
+
+
+@dataclass(frozen=True)
+class ModelParams(Params):
+    """/model's view: the statistic drawn, a chosen layer and head (their similar heads marked), a second text
+    beside the first. The heads to knock out are the request's `ablate`, which the form writes as layer.head
+    (`3.1, 5.2`), once spelled `heads`."""
+
+    ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
+
+    stat: str = param("entropy", lambda key, raw: one_of(key, raw, STATS))
+    layer: int | None = param(None, integer(None))
+    head: int | None = param(None, integer(None))
+    compare_text: str = param("")
+
+
+def one_of(key: str, raw: str, choices: tuple[str, ...] | list[str]) -> str:
+    if raw not in choices:
+        raise FieldError(key, f"one of {', '.join(choices)}")
+    return raw
+
+
 CHANGED = 0.1  # a head's statistic moved by a tenth of its colour scale (ln N for entropy, 1 for the shares)
 
 
 @router.get("/model", response_class=HTMLResponse)
 async def model_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    view_keys = ("stat", "layer", "head", "compare_text", "heads", "present")
-    state = ViewState.of(request.query_params, "/model", KEYS, view_keys)
-    # Presenter mode (`present=1`) is a layout of the whole page (_base.html reads `present`), kept by every link.
-    present = state.get("present") == "1"
+    state = ViewState.of(request.query_params, "/model", KEYS, ModelParams)
     build = functools.partial(model_page_view, state, lab, request_key(request))
-    return await serve(request, lab, "model.html", state, build, json_url="/api/v1/model_view?" + state.api_query(),
-                       blocks=(), models=lab.models, present=present)  # fmt: skip
+    # Presenter mode (`present=1`) is a layout of the whole page (_base.html reads `present`), kept by every link.
+    return await serve(request, lab, "model.html", state, build, json_url=api_url(state), blocks=(),
+                       models=lab.models, present=state.present)  # fmt: skip
+
+
+def api_url(state: ViewState, ablate: list[list[int]] | None = None) -> str:
+    """/api/v1/model_view for the page's request, the heads knocked out written as the API's JSON pairs."""
+    written = json.dumps(ablate, separators=(",", ":")) if ablate else None
+    return "/api/v1/model_view?" + state.api_query(ablate=written)
 
 
 def lab_url(spec: Spec, layer: int, head: int, lang: str, present: bool = False) -> str:
@@ -47,28 +75,27 @@ def lab_url(spec: Spec, layer: int, head: int, lang: str, present: bool = False)
 
 async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> ModelView:
     """What /model shows for `state`: the page's View."""
-    stat = state.get("stat") or "entropy"
-    if stat not in STATS:
-        raise FieldError("stat", f"one of {', '.join(STATS)}")
     # The form offers knocking heads out for a decoder read in one pass (set first: an error page keeps the field).
     can_knock = bool(getattr(lab.models.get(state.get("preset") or "smollm2"), "one_pass_view", False))
-    ctx["can_knock"], ctx["heads_text"] = can_knock, state.get("heads")
-    req = ModelViewRequest.model_validate(from_query(state.api_params(), None, ModelViewRequest))
-    if state.get("heads"):  # the form's words, `3.1, 5.2` (layer.head), as the training view writes them
-        req = req.model_copy(update={"ablate": parse_heads(state.get("heads"))})
-    ctx["heads_text"] = state.get("heads") or ", ".join(".".join(map(str, p)) for p in req.ablate or [])
+    ctx["can_knock"], ctx["heads_text"] = can_knock, state.get("ablate")
+    p = state.read(ModelParams)
+    stat = p.stat
+    typed = state.spelled.get("ablate", "ablate")
+    ablate = form_ablate(state.get("ablate"), typed) if state.get("ablate") else None
+    fields = {k: v for k, v in state.api_params().items() if k != "ablate"}
+    req = ModelViewRequest.model_validate(from_query(fields, None, ModelViewRequest) | {"ablate": ablate})
+    ctx["heads_text"] = ", ".join(".".join(map(str, p)) for p in req.ablate or []) or state.get("ablate")
+    ctx["json_url"] = api_url(state, req.ablate)
     try:
         spec, computed = await model_view_of(req, lab, progress)
-    except FieldError as e:  # the field as the form names it
-        if e.field == "ablate" and state.get("heads"):
-            raise FieldError("heads", e.message) from None
-        raise
+    except FieldError as e:  # the field as the user spelled it
+        raise FieldError(typed if e.field == "ablate" else e.field, e.message) from None
     stats, t = computed["stats"], ctx["t"]
-    present = state.get("present") == "1"
+    present = state.present
     spec_b, stats_b = None, None
     knocked: tuple[tuple[int, int], ...] = ()
-    if state.get("compare_text"):  # a second text beside the first (heads knocked out of both, if any)
-        other = req.model_copy(update={"text": state.get("compare_text"), "token_ids": None})
+    if p.compare_text:  # a second text beside the first (heads knocked out of both, if any)
+        other = req.model_copy(update={"text": p.compare_text, "token_ids": None})
         try:
             spec_b, computed_b = await model_view_of(other, lab, progress)
         except FieldError as e:
@@ -105,7 +132,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
 
         grid = tuple(tuple(mark(c) for c in row) for row in grid)
         compare = ModelCompare(
-            text=state.get("compare_text") or state.get("text"),
+            text=p.compare_text or state.get("text"),
             knocked=knocked,
             knocked_mode=req.ablate_mode if knocked else "",
             tokens=tuple(computed_b["tokens"]),
@@ -120,11 +147,11 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     ranked = sorted(((s[stat], li, hi) for li, row in enumerate(stats) for hi, s in enumerate(row)),
                     reverse=stat != "entropy")[:10]  # fmt: skip
     chosen = None
-    if state.get("layer") or state.get("head"):
-        layer = parse_int("layer", state.get("layer"), 0, 0, computed["layers"] - 1)
-        head = parse_int("head", state.get("head"), 0, 0, spec.n_heads - 1)
+    if p.layer is not None or p.head is not None:
+        layer = within("layer", p.layer or 0, 0, computed["layers"] - 1)
+        head = within("head", p.head or 0, 0, spec.n_heads - 1)
         like = tuple(link(li, hi, d) for li, hi, d in similar_heads(stats, layer, head))
-        knock = (state.url(heads=f"{layer}.{head}", ablate=None, compare_text=None, layer=None, head=None) + "#compare"
+        knock = (state.url(ablate=f"{layer}.{head}", compare_text=None, layer=None, head=None) + "#compare"
                  if can_knock else "")  # fmt: skip
         chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"], present), t("model.distance"), like,
                             knock)  # fmt: skip
@@ -141,7 +168,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         grid = tuple(tuple(spot(c) for c in row) for row in grid)
     return ModelView(
         compare=compare,
-        compare_close_url=state.url(compare_text=None, ablate=None, ablate_mode=None, heads=None) if compare else None,
+        compare_close_url=state.url(compare_text=None, ablate=None, ablate_mode=None) if compare else None,
         spec=spec,
         preset=spec.preset,
         tokens=tuple(computed["tokens"]),
@@ -154,6 +181,6 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         ranked=tuple(link(li, hi, v) for v, li, hi in ranked),
         chosen=chosen,
         stat_urls=tuple((s, state.url(stat=s)) for s in STATS),
-        json_url="/api/v1/model_view?" + state.api_query(),
+        json_url=api_url(state, req.ablate),
         present_url=state.url(present=None if present else "1"),
     )

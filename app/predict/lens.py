@@ -19,12 +19,11 @@ from PIL import Image
 from ..lab import Lab, get_lab, request_key
 from ..render.heatmap import colourise, data_uri
 from ..render.predicted import generators
-from ..schemas import FieldError
 from ..web.page import serve
-from ..web.state import ViewState, parse_int, show
+from ..web.state import ViewState, within
 from ..web.view import HIDDEN, View
 from .compute import lens_document, lens_of
-from .request import LENS_KEYS, LENS_VIEW, PREDICT_KEYS, LensRequest, api_url, read_page, state_of
+from .request import LENS_KEYS, PREDICT_KEYS, LensParams, LensRequest, api_url, read_page, state_of
 from .shown import Candidate, candidates, switched_words, twin, with_tokens
 
 router = APIRouter(include_in_schema=False)
@@ -111,20 +110,11 @@ class LensView(View):
 
 @router.get("/lens", response_class=HTMLResponse)
 async def lens_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = state_of(request, "/lens", LENS_KEYS, LENS_VIEW)
-    present = state.get("present") == "1"
+    state = state_of(request, "/lens", LENS_KEYS, LensParams)
+    present = state.present
     build = functools.partial(build_lens, state, lab, request_key(request))
     return await serve(request, lab, "lens.html", state, build, blocks=(), present=present,
                        presets=generators(lab.models))  # fmt: skip
-
-
-def parse_cell(raw: str, n_layer: int, n: int) -> tuple[int, int] | None:
-    if not raw:
-        return None
-    layer, dot, position = raw.partition(".")
-    if not dot:
-        raise FieldError("cell", f"must be layer.position, e.g. 29.3; got {show(raw, 30)}")
-    return parse_int("cell", layer, 0, 0, n_layer - 1), parse_int("cell", position, 0, 0, n - 1)
 
 
 def top_words(top: tuple[Candidate, ...]) -> str:
@@ -135,8 +125,9 @@ def lens_window(state: ViewState, n: int, chosen: tuple[int, int] | None) -> tup
     """The window of positions the page draws: `start` (a parameter: 0 … n − 1; else the window of the chosen
     cell, else the first), one past its last position, and its size (`LENS_WINDOW`, `LENS_WINDOW_PRESENT` in
     presenter mode)."""
-    size = LENS_WINDOW_PRESENT if state.get("present") == "1" else LENS_WINDOW
-    start = parse_int("start", state.get("start"), -1, 0, n - 1)
+    size = LENS_WINDOW_PRESENT if state.present else LENS_WINDOW
+    given = state.read(LensParams).start
+    start = -1 if given is None else within("start", given, 0, n - 1)
     if start < 0:
         start = chosen[1] // size * size if chosen is not None else 0
     return start, min(n, start + size), size
@@ -172,7 +163,8 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
     layers = doc["layers"]
     n_layer, n = len(layers), len(doc["tokens"])
     first = doc["first_top1"]
-    chosen = parse_cell(state.get("cell"), n_layer, n)
+    cell = state.read(LensParams).cell
+    chosen = None if cell is None else (within("cell", cell[0], 0, n_layer - 1), within("cell", cell[1], 0, n - 1))
     start, stop, size = lens_window(state, n, chosen)
     rows = []
     for li, row in enumerate(layers):
@@ -235,6 +227,6 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
         json_url=api_url("/api/v1/logit_lens", req),
         twin_url=twin(state),
         predict_url="/predict?" + urlencode(predict_params),
-        present_url=state.url(present=None if state.get("present") == "1" else "1"),
-        present=state.get("present") == "1",
+        present_url=state.url(present=None if state.present else "1"),
+        present=state.present,
     )

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import Request
@@ -19,7 +20,7 @@ from ..lab import Lab
 from ..render.predicted import generators
 from ..schemas import FieldError, from_query, lab_field
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
-from ..web.state import ViewState, parse_int, show
+from ..web.state import Params, ViewState, flag_on, integer, param, parse_int, show
 
 PRESET = Field("smollm2", max_length=64, description="A causal language model this server loaded (smollm2, "
                "checkpoint, or one given with --model).")  # fmt: skip
@@ -96,13 +97,46 @@ class RankRequest(BaseModel):
 # -- the form's words as the API's fields -------------------------------------------------------------------------
 
 DEFAULT_TEXT = {"en": "The cat sat on the mat.", "zh": "我喜欢苹果"}
-SWITCH_KEYS = ("heads", "ablate_mode", "mask_off_layers", "drop_sink_layers")
+SWITCH_KEYS = ("ablate", "ablate_mode", "mask_off_layers", "drop_sink_layers")
 PREDICT_KEYS = ("preset", "text", "token_ids", "bos", "eos", "loss_from", *SWITCH_KEYS, "replace_at", "replace_id",
                 "replace_token")  # fmt: skip
 LENS_KEYS = ("preset", "text", "token_ids", "bos", *SWITCH_KEYS)
-# `form=1` marks a submitted form: an unticked box sends nothing, so there an absent bos/eos means "off".
-PREDICT_VIEW = ("pos", "rank", "present", "form", "compare_text")
-LENS_VIEW = ("start", "cell", "present", "form")  # `start`: the first position of the lens's window
+
+
+def lens_cell(key: str, raw: str) -> tuple[int, int]:
+    """`layer.position` (each checked against the lens's layers and positions once they are known)."""
+    layer, dot, position = raw.partition(".")
+    if not dot:
+        raise FieldError(key, f"must be layer.position, e.g. 29.3; got {show(raw, 30)}")
+    return parse_int(key, layer, 0, None), parse_int(key, position, 0, None)
+
+
+@dataclass(frozen=True)
+class PredictParams(Params):
+    """/predict's view: the position looked at (default: where a replaced token enters, the largest change, or the
+    last), the head ranking asked for (`rank=1`), a second prompt beside the first. `form=1` marks a submitted form
+    (an unticked box sends nothing, so there an absent bos/eos means "off"). The form's heads to knock out are
+    `ablate` (layer.head), once spelled `heads`."""
+
+    ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
+
+    pos: int | None = param(None, integer(None))
+    rank: bool = param(False, flag_on)
+    form: str = param("")
+    compare_text: str = param("")
+
+
+@dataclass(frozen=True)
+class LensParams(Params):
+    """/lens's view: the first position of the window drawn (default: the chosen cell's window, else the first),
+    the chosen cell (`layer.position`), and `form=1` as on /predict."""
+
+    ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
+
+    start: int | None = param(None, integer(None))
+    cell: tuple[int, int] | None = param(None, lens_cell)
+    form: str = param("")
+
 
 # -- the form's words as the API's fields -------------------------------------------------------------------------
 
@@ -117,7 +151,7 @@ def parse_flag(name: str, raw: str, default: bool) -> bool:
     return FLAGS[raw.lower()]
 
 
-def state_of(request: Request, path: str, keys: tuple[str, ...], view: tuple[str, ...]) -> ViewState:
+def state_of(request: Request, path: str, keys: tuple[str, ...], view: type[Params]) -> ViewState:
     """The page's view state; a submitted form's unticked boxes become explicit `0`s (and `form` is dropped)."""
     state = ViewState.of(request.query_params, path, keys, view)
     if "replace_token" in state.params:  # a token's own spaces count (" dog" is not "dog"): kept as typed
@@ -161,7 +195,7 @@ async def request_body(
                          "drop_sink_layers") if n in model_cls.model_fields]  # fmt: skip
     raw = {n: state.get(n) for n in names if state.get(n)} | dict(prompt)
     body = from_query(raw, None, model_cls)
-    if heads := form_ablate(state.get("heads"), "heads"):
+    if heads := form_ablate(state.get("ablate"), state.spelled.get("ablate", "ablate")):
         body["ablate"] = heads
     for name in ("bos", "eos"):
         if name in model_cls.model_fields and state.get(name):
@@ -190,13 +224,13 @@ async def request_body(
 
 
 @contextmanager
-def page_fields() -> Iterator[None]:
-    """The API's field names as the form's: `ablate` is typed as `heads`, `replace` as replace_at/replace_id."""
+def page_fields(state: ViewState) -> Iterator[None]:
+    """The API's field names as the form's: `ablate` as the user spelled it, `replace` as replace_at/replace_id."""
     try:
         yield
     except FieldError as e:
-        if e.field == "ablate":
-            raise FieldError("heads", e.message) from None
+        if e.field == "ablate" and "ablate" in state.spelled:
+            raise FieldError(state.spelled["ablate"], e.message) from None
         if e.field == "replace":
             which, _, rest = e.message.partition(": ")
             name = {"position": "replace_at", "token_id": "replace_id"}.get(which)
@@ -217,7 +251,7 @@ async def read_page(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any], m
     the page says about how it read the form (`request_body`)."""
     prompt = default_text(state, ctx["lang"])
     ctx["prompt"] = prompt.get("text", "")
-    with page_fields():
+    with page_fields(state):
         body, said = await request_body(state, prompt, lab, model_cls)
         req = model_cls.model_validate(body)
         return req, await compute(req, lab, key), prompt, said

@@ -22,10 +22,10 @@ from ..lab import Lab, get_lab, request_key
 from ..render.predicted import generators
 from ..schemas import FieldError
 from ..web.page import serve
-from ..web.state import ViewState, parse_int
+from ..web.state import ViewState, within
 from ..web.view import HIDDEN, View
 from .compute import pair_of, predict_document, predict_of, ranking_document, ranking_of
-from .request import LENS_KEYS, PREDICT_KEYS, PREDICT_VIEW, PredictRequest, RankRequest, api_url, read_page, state_of
+from .request import LENS_KEYS, PREDICT_KEYS, PredictParams, PredictRequest, RankRequest, api_url, read_page, state_of
 from .shown import SAME, Candidate, candidates, delta_class, kl_class, spans, switched_words, twin, with_tokens
 
 router = APIRouter(include_in_schema=False)
@@ -185,7 +185,8 @@ def predict_view(doc: dict[str, Any], t: Any, state: ViewState, labels: tuple[st
     """The View of an /api/v1/predict document (`labels`: the training sequence's own labels, for the targets)."""
     rows = doc["positions"]
     n = len(rows)
-    pos = parse_int("pos", state.get("pos"), -1, 0, n - 1)
+    chosen_pos = state.read(PredictParams).pos
+    pos = -1 if chosen_pos is None else within("pos", chosen_pos, 0, n - 1)
     compare = doc["before"] is not None
     replaced = doc["replace"]
     if pos < 0:  # the position to look at first: where a replaced token enters, the largest change, or the last
@@ -257,8 +258,8 @@ def predict_view(doc: dict[str, Any], t: Any, state: ViewState, labels: tuple[st
 
 @router.get("/predict", response_class=HTMLResponse)
 async def predict_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = state_of(request, "/predict", PREDICT_KEYS, PREDICT_VIEW)
-    present = state.get("present") == "1"
+    state = state_of(request, "/predict", PREDICT_KEYS, PredictParams)
+    present = state.present
     build = functools.partial(build_predict, state, lab, request_key(request))
     return await serve(request, lab, "predict.html", state, build, blocks=(), present=present,
                        presets=generators(lab.models))  # fmt: skip
@@ -276,13 +277,14 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
         "twin_url": twin(state),
         "rank_url": state.url(pos=view.pos, rank=1),
         "lens_url": lens_link(state),
-        "present_url": state.url(present=None if state.get("present") == "1" else "1"),
-        "present": state.get("present") == "1",
+        "present_url": state.url(present=None if state.present else "1"),
+        "present": state.present,
     }
-    if state.get("compare_text"):
+    p = state.read(PredictParams)
+    if p.compare_text:
         extra["second"] = await second_prompt(req, state, lab, key, t)
         extra["compare_close_url"] = state.url(compare_text=None)
-    if state.get("rank") == "1":
+    if p.rank:
         try:
             extra["ranking"] = await rank(req, text, view.pos, lab, key, state, t)
         except FieldError as e:
@@ -292,7 +294,8 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
 
 async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: str, t: Any) -> SecondPrompt:
     """The second prompt's table under the same switches, each position compared with the first text's."""
-    text_a, text_b, pair = await pair_of(req, state.get("compare_text"), lab, key)
+    second = state.read(PredictParams).compare_text
+    text_a, text_b, pair = await pair_of(req, second, lab, key)
     run, ids, labels = pair.b, list(text_b.seq), list(text_b.labels)
     columns = []
     for i, sc in enumerate(run.positions):
@@ -318,7 +321,7 @@ async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: st
     retargeted = [i for i in same if i + 1 < len(text_a.seq) and text_a.seq[i + 1] != ids[i + 1]]
     if retargeted:  # the same prediction scored against another target: the loss differs, the distribution not
         verdict += " " + t("predict.second.target", positions=spans(retargeted))
-    return SecondPrompt(state.get("compare_text"), tuple(columns), run.mean_loss, run.perplexity, pair.a.mean_loss,
+    return SecondPrompt(second, tuple(columns), run.mean_loss, run.perplexity, pair.a.mean_loss,
                         same, differ, verdict)  # fmt: skip
 
 
@@ -337,7 +340,7 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
     t2, ranking = await ranking_of(rq, lab, key)
     doc = ranking_document(t2, ranking, req.ablate_mode)
     heads = tuple(
-        HeadEffect(h["layer"], h["head"], h["loss"], h["delta"], state.url(heads=f"{h['layer']}.{h['head']}",
+        HeadEffect(h["layer"], h["head"], h["loss"], h["delta"], state.url(ablate=f"{h['layer']}.{h['head']}",
                                                                          rank=None, replace_at=None, replace_id=None,
                                                                          replace_token=None, mask_off_layers=None,
                                                                          drop_sink_layers=None))

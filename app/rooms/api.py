@@ -9,32 +9,36 @@ missed.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import csv
 import io
 import logging
-import random
-import re
 import secrets
-import unicodedata
-from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-import anyio
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 from redis.exceptions import RedisError
 from starlette.background import BackgroundTask
 
 from ..render.payload import json_response
 from ..schemas import Problem
-from ..settings import Settings
 from ..web import lessons
-from ..web.share import FOLLOWABLE
+from .bodies import (
+    AnswerIn,
+    AnswerOut,
+    LessonPollIn,
+    PollCreated,
+    PollIn,
+    PollOut,
+    RoomInfo,
+    RoomOut,
+    VersionOut,
+    ViewIn,
+    cell_key,
+    view_limits,
+)
 from .service import (
-    SHOWN_WITH,
     RoomError,
     Rooms,
     check_json,
@@ -48,7 +52,10 @@ from .service import (
     query_limit,
     store_down,
 )
-from .store import RETRY, RETRY_MS, Answer, Event, Poll, Room
+from .store import Answer, Poll, Room
+from .stream import Follow, last_event
+
+__all__ = ["PollIn", "install", "router", "view_limits"]
 
 LOG = logging.getLogger("attention_lab.rooms")
 
@@ -95,244 +102,6 @@ def install(app: FastAPI) -> None:
 
 
 RoomsDep = Annotated[Rooms, Depends(get_rooms)]
-STRICT = ConfigDict(extra="forbid", strict=True)
-
-
-def _whole(value: Any) -> Any:
-    """41.0 as 41: JSON Schema's integer is any number without a fraction (schemathesis sends 41.0), and strict
-    pydantic would refuse it. Anything else (41.5, "41", true) is left for the field's own check."""
-    return int(value) if type(value) is float and value.is_integer() else value
-
-
-class Body(BaseModel):
-    """A room API body: strict JSON (no strings for numbers, no unknown fields), whole floats read as integers."""
-
-    model_config = STRICT
-
-    @model_validator(mode="before")
-    @classmethod
-    def _whole_numbers(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        return {k: [_whole(x) for x in v] if isinstance(v, list) else _whole(v) for k, v in data.items()}
-
-
-# What the schema states of each body is what the code refuses (schemathesis' positive_data_acceptance: a request
-# the schema calls valid must not be refused for a rule it does not state). The rules below are checked by the
-# models' validators or the route's own `clean_*` with their own messages; the patterns are those checks written
-# as JSON Schema. What no schema can say (a view the lab refuses, an answer that is not one of the poll's options, a
-# cell outside the poll's matrix, a step past the lesson's last) is a 422 that names it, as a d_model that n_heads
-# does not divide is for the lab's own requests.
-
-
-def _page_pattern() -> str:
-    """FOLLOWABLE, with "" (meaning "/") and each lesson's own slug (`clean_page` refuses any other)."""
-    pages = FOLLOWABLE.pattern.removeprefix("^").removesuffix("$")
-    slugs = sorted(lessons.BY_SLUG)
-    if SLUG in pages and all(re.fullmatch(SLUG, slug) for slug in slugs):
-        pages = pages.replace(SLUG, "(?:" + "|".join(slugs) + ")")
-    return "^(?:" + pages + ")?$"
-
-
-def _unprintable() -> str:
-    """A regex class of the characters `str.isprintable` refuses, as far as a JSON Schema pattern can say it
-    plainly: those assigned in the Basic Multilingual Plane (controls, format characters, separators but the
-    space, private use). Unassigned and astral ones are refused too; the field's description says so."""
-    ranges: list[tuple[int, int]] = []
-    for cp in range(0x10000):
-        c = chr(cp)
-        if c.isprintable() or unicodedata.category(c) in ("Cn", "Cs"):
-            continue
-        if ranges and ranges[-1][1] == cp - 1:
-            ranges[-1] = (ranges[-1][0], cp)
-        else:
-            ranges.append((cp, cp))
-    return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
-
-
-SLUG = "[a-z0-9-]{1,64}"  # a lesson's slug in FOLLOWABLE
-PAGE_PATTERN = _page_pattern()
-NICKNAME_PATTERN = f"^[^{_unprintable()}]*$"
-QUERY_PATTERN = r"^[^\x00-\x1f\x7f #]*$"  # service.clean_query: no control characters, spaces or '#'
-NUMBER_4095 = r"0*(?:[0-9]{1,3}|[0-3][0-9]{3}|40[0-8][0-9]|409[0-5])"  # 0..4095, as int() reads it
-CELL_PATTERN = rf"^\s*{NUMBER_4095}\s*,\s*{NUMBER_4095}\s*$"  # cell_key's "row,col" (rows, cols: at most 4096)
-MAX_CELL = 4095
-
-
-def view_limits(schema: dict[str, Any], settings: Settings) -> None:
-    """State this server's query limit (from MAX_QUERY_KB, `query_limit`) in its OpenAPI schema."""
-    max_query_bytes = query_limit(settings)
-    query = schema.get("components", {}).get("schemas", {}).get("ViewIn", {}).get("properties", {}).get("query")
-    if query is not None:
-        query["maxLength"] = min(query.get("maxLength", max_query_bytes), max_query_bytes)
-        spare = len(SHOWN_WITH)
-        query["description"] += (
-            f"; at most {max_query_bytes:,} bytes (UTF-8) on this server (MAX_QUERY_KB, less "
-            f"{spare} for the language a view is shown in)"
-        )
-
-
-class ViewIn(Body):
-    query: str = Field("", max_length=65536, description="the lab's URL query, e.g. stage=softmax&mask=causal; a "
-                       "leading '?' is dropped; the lab must accept the view (else 422)",
-                       json_schema_extra={"pattern": QUERY_PATTERN})  # fmt: skip
-    page: str = Field("/", max_length=80, description="the lab page: /, /block, /decode, /lessons/<slug>, …",
-                      json_schema_extra={"pattern": PAGE_PATTERN})  # fmt: skip
-
-
-class RoomOut(BaseModel):
-    code: str
-    teacher_token: str = Field(description="shown once; send it as Authorization: Bearer <token> to change the room")
-    join_url: str
-    page: str
-    query: str
-    version: int
-
-
-class RoomInfo(BaseModel):
-    code: str
-    page: str
-    query: str
-    version: int
-    followers: int
-    poll: str | None = Field(description="the open poll's id")
-
-
-class VersionOut(BaseModel):
-    version: int
-
-
-def _poll_kinds(schema: dict[str, Any]) -> None:
-    """What `PollIn._consistent` checks of each kind, as JSON Schema: a choice poll's two or more different options,
-    a cell poll's none and its key as "row,col". (A choice poll's key must also be one of its options, and a cell's
-    inside rows × cols: rules no JSON Schema states; a 422 names them.)"""
-    schema["oneOf"] = [
-        {"properties": {"kind": {"const": "choice"}, "options": {"minItems": 2, "uniqueItems": True}}},
-        {"properties": {"kind": {"const": "cell"}, "options": {"maxItems": 0},
-                        "answer": {"anyOf": [{"type": "string", "pattern": CELL_PATTERN}, {"type": "null"}]}}},
-    ]  # fmt: skip
-
-
-class PollIn(Body):
-    model_config = ConfigDict(json_schema_extra=_poll_kinds)
-    prompt: str = Field(min_length=1, max_length=300)
-    kind: Literal["choice", "cell"]
-    options: list[Annotated[str, Field(min_length=1, max_length=80)]] = Field([], max_length=12)
-    rows: int | None = Field(None, ge=1, le=4096, description="a cell poll's matrix rows (answers are checked)")
-    cols: int | None = Field(None, ge=1, le=4096)
-    answer: str | None = Field(None, max_length=80, description="the key, revealed when the poll closes: one of the "
-                               "options (choice), or 'row,col' inside rows × cols (cell)")  # fmt: skip
-
-    @model_validator(mode="after")
-    def _consistent(self) -> PollIn:
-        if self.kind == "choice":
-            if len(self.options) < 2:
-                raise ValueError("options: a choice poll needs at least two")
-            if len(set(self.options)) != len(self.options):
-                raise ValueError("options: each option must be different")
-            if self.answer is not None and self.answer not in self.options:
-                raise ValueError("answer: must be one of the options")
-        else:
-            if self.options:
-                raise ValueError("options: a cell poll has none (students click a cell)")
-            if self.answer is not None:
-                self.answer = cell_key(self.answer, self.rows, self.cols, "answer")
-        return self
-
-
-def cell_key(raw: Any, rows: int | None, cols: int | None, field: str) -> str:
-    """[row, col] (or "row,col") as the key "row,col", counting from 0 like the matrices' headers."""
-    parts = raw.split(",") if isinstance(raw, str) else raw
-    ok = isinstance(parts, list) and len(parts) == 2
-    nums: list[int] = []
-    for p in parts if ok else []:
-        if isinstance(p, bool) or not (isinstance(p, int) or (isinstance(p, str) and p.strip().isascii()
-                                                              and p.strip().isdigit())):  # fmt: skip
-            ok = False
-            break
-        nums.append(int(p))
-    if not ok or len(nums) != 2:
-        raise ValueError(f"{field}: a cell is [row, col], two whole numbers from 0")
-    r, c = nums
-    if r < 0 or c < 0 or (rows is not None and r >= rows) or (cols is not None and c >= cols) or max(r, c) > 4095:
-        raise ValueError(f"{field}: cell [{r}, {c}] is outside the matrix")
-    return f"{r},{c}"
-
-
-def _answer_forms(schema: dict[str, Any]) -> None:
-    """The answer's three forms with the bounds `AnswerIn._bounded` checks."""
-    schema["anyOf"] = [
-        {"type": "string", "minLength": 1, "maxLength": 80},
-        {"type": "integer", "minimum": 0},
-        {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": MAX_CELL}, "minItems": 2,
-         "maxItems": 2},
-    ]  # fmt: skip
-
-
-class AnswerIn(Body):
-    student: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="a random id the student's browser keeps")
-    answer: str | int | list[int] = Field(description="an option or its index from 0 (choice), or [row, col] (cell)",
-                                          json_schema_extra=_answer_forms)  # fmt: skip
-    nickname: str | None = Field(None, max_length=32, description="printable characters only (no controls, format "
-                                 "characters, separators but the space, private-use or unassigned characters)",
-                                 json_schema_extra={"pattern": NICKNAME_PATTERN})  # fmt: skip
-
-    @model_validator(mode="after")
-    def _bounded(self) -> AnswerIn:
-        # Each of these answers would be refused by any poll (no option is empty, no index or cell negative): they
-        # are refused here, before the poll is looked up, as the schema says (`_answer_forms`).
-        if isinstance(self.answer, str) and not 1 <= len(self.answer) <= 80:
-            raise ValueError("answer: 1 to 80 characters")
-        if isinstance(self.answer, int) and self.answer < 0:
-            raise ValueError("answer: an option's index counts from 0")
-        if isinstance(self.answer, list) and (len(self.answer) != 2 or not all(0 <= x <= MAX_CELL
-                                                                                for x in self.answer)):  # fmt: skip
-            raise ValueError("answer: a cell is [row, col], two whole numbers from 0")
-        if self.nickname is not None and any(not c.isprintable() for c in self.nickname):
-            raise ValueError("nickname: printable characters only")
-        return self
-
-
-class AnswerOut(BaseModel):
-    answer: str = Field(description="the answer as counted: the option's text, or 'row,col'")
-
-
-LESSON_SLUGS: list[Any] = sorted(lessons.BY_SLUG)  # prepared_poll refuses any other (422)
-
-
-class LessonPollIn(Body):
-    lesson: str = Field(max_length=64, description="a lesson's slug, as in /lessons/<slug>",
-                        json_schema_extra={"enum": LESSON_SLUGS})  # fmt: skip
-    step: int = Field(ge=1, le=64, description="the step, counting from 1 as the lesson page does")
-    lang: Literal["en", "zh"] = Field("en", description="the language of the question and its options")
-    rows: int | None = Field(None, ge=1, le=4096, description="a cell poll's matrix rows, as the page shows it")
-    cols: int | None = Field(None, ge=1, le=4096)
-
-
-class PollCreated(BaseModel):
-    id: str
-    version: int
-
-
-class PollOut(BaseModel):
-    id: str
-    prompt: str
-    kind: str
-    options: list[str]
-    rows: int | None
-    cols: int | None
-    status: str
-    answer: str | None = Field(None, description="once the poll is closed")
-    counts: dict[str, int] = Field(
-        description="answers by value (a cell as 'row,col'); while the poll is open, only the teacher gets them"
-    )
-    total: int | None = Field(description="answers so far; while the poll is open, null to everyone but the teacher")
-    languages: dict[str, Any] | None = Field(
-        None, description="a lesson's poll in every language: {lang: {prompt, options}}, options in the same order"
-    )
-
-
-# Where each refused field came from, for `detail[].loc` (the same shape as every other 4xx of the API).
 WHERE = {"code": "path", "poll": "path", "authorization": "header", "last-event-id": "header",
          "sec-fetch-site": "header", "origin": "header", "content-type": "header",
          "query": "body", "page": "body", "answer": "body"}  # fmt: skip
@@ -404,86 +173,19 @@ async def events(
     reconnect with Last-Event-ID (a 503 with Retry-After while it is still away)."""
     rooms.joins.check(client_address(request), "events", "joins from this address")
     room = await rooms.room(code, request)
-    after: int | None = None
-    if last_event_id is not None:
-        if not (last_event_id.isascii() and last_event_id.isdigit()):
-            raise RoomError(422, "last-event-id", "must be a version number from an earlier event")
-        after = int(last_event_id)
-    store = rooms.store
-    await store.listening()  # Redis: not before this process receives the room's events again
+    after = last_event(last_event_id)
+    await rooms.store.listening()  # Redis: not before this process receives the room's events again
     # The teacher's own page listens too (poll events), but is no follower. A follower is counted before its
     # stream starts, in one step with the limit's check.
     follower = None if await rooms.is_teacher(request, room) else secrets.token_hex(8)
-    if follower and not await store.follow(room.code, follower, rooms.settings.max_followers):
+    if follower and not await rooms.store.follow(room.code, follower, rooms.settings.max_followers):
         raise RoomError(503, "events", f"this room has its limit of {rooms.settings.max_followers} followers",
                         {"Retry-After": "30"})  # fmt: skip
-    keepalive = rooms.settings.room_keepalive_s
-    retry_ms = random.randint(*RETRY_MS)
-
-    async def unfollow() -> None:
-        if follower:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):  # Redis may be the reason
-                await store.unfollow(room.code, follower)
-
-    async def stream() -> AsyncIterator[bytes]:
-        with store.hub.listen(room.code) as queue:  # listening before the snapshot: nothing falls in between
-            try:
-                yield f"retry: {retry_ms}\n: following room {room.code}\n\n".encode()
-                async for chunk in _events(queue):
-                    yield chunk
-            except (RedisError, OSError) as exc:  # the store went away: say so and end; the client reconnects
-                LOG.info("rooms: a stream of %s ends: the store failed (%s)", room.code, type(exc).__name__)
-                yield _retry(retry_ms)
-            finally:
-                await unfollow()
-
-    async def _events(queue: asyncio.Queue[Event | None]) -> AsyncIterator[bytes]:
-        sent = 0
-        missed = await store.events_after(room.code, after) if after is not None else None
-        if missed is not None:
-            for old in missed:
-                yield old.sse()
-                sent = old.id
-            sent = max(sent, after or 0)
-        else:  # a first connection, one that missed more than the log holds, or a version the room never had
-            current = await store.get(room.code)
-            if current is None:
-                yield Event(room.version + 1, "end", {}).sse()
-                return
-            state = Event(current.version, "state", {"page": current.page, "query": current.query})
-            yield state.sse()
-            sent = current.version
-            if current.poll and (poll := await store.poll(room.code, current.poll)) is not None:
-                yield Event(current.version, "poll", poll.public()).sse(with_id=False)
-        while True:
-            try:
-                event = await asyncio.wait_for(queue.get(), keepalive)
-            except TimeoutError:
-                yield b": keep-alive\n\n"
-                if follower:
-                    await store.follow(room.code, follower)  # the heartbeat that keeps it counted
-                continue
-            if event is None:
-                return
-            if event is RETRY:
-                yield _retry(retry_ms)
-                return
-            if event.id <= sent:
-                continue
-            yield event.sse()
-            sent = event.id
-            if event.kind == "end":
-                return
-
+    follow = Follow(rooms.store, room.code, room.version, follower, after, rooms.settings.room_keepalive_s)
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}  # no proxy may buffer the stream
     # `unfollow` also runs when the stream never started (its client left at once): it is idempotent.
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers,
-                             background=BackgroundTask(unfollow))  # fmt: skip
-
-
-def _retry(retry_ms: int) -> bytes:
-    """`event: retry` (no id: the client's Last-Event-ID stays its last event), with the reconnect delay."""
-    return f"retry: {retry_ms}\n".encode() + RETRY.sse(with_id=False)
+    return StreamingResponse(follow.stream(), media_type="text/event-stream", headers=headers,
+                             background=BackgroundTask(follow.unfollow))  # fmt: skip
 
 
 @router.post("/{code}/polls", status_code=201, response_model=PollCreated, responses=TEACHER)

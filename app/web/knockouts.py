@@ -4,6 +4,7 @@ model view): the request fields, the form's spelling of them (`ablate=1.0, 16.0`
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -73,5 +74,16 @@ def intervention(req: Knockouts, model: Model) -> P.Intervention:
 
 
 def form_ablate(raw: str, name: str = "ablate") -> list[list[int]]:
-    """The form's heads (`1.0, 16.0`: layer.head) as the API's `ablate` pairs; an error names the key typed."""
+    """A page's heads to knock out as the API's `ablate` pairs: as the form writes them (`1.0, 16.0`: layer.head)
+    or as the API's GET does (`[[1, 0], [16, 0]]`); an error names the key typed."""
+    if raw.lstrip().startswith("["):
+        try:
+            pairs = json.loads(raw)
+        except ValueError:
+            pairs = None
+        if not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(type(v) is int for v in p) for p in pairs
+        ):
+            raise FieldError(name, "write each head as layer.head (1.0, 16.0), or the pairs as JSON ([[1, 0]])")
+        return pairs
     return parse_heads(raw, name)

@@ -152,14 +152,10 @@ def on_the_lab(url: str) -> bool:
 
 
 def step_url(lesson: Lesson, k: int, lang: str, carry: dict[str, str] | None = None) -> str:
-    """Step k (from 1) in the reader's language; a step on the lab page carries the lesson, so its panel stays, and
-    `carry` (presenter mode, the hints switch: what belongs to the screen, not to the step)."""
-    url = lesson.steps[k - 1].url
-    if on_the_lab(url):
-        return with_query(url, lesson=lesson.slug, step=k, **(carry or {}), lang=lang)
-    # Any other page shows the panel above it (the kernel, app/web/page.py), under its own name for the step: a
-    # page's `step` may be its own (/decode's).
-    return with_query(url, lesson=lesson.slug, lesson_step=k, **(carry or {}), lang=lang)
+    """Step k (from 1) in the reader's language. The step's page carries the lesson (`lesson_step`, never a page's
+    own `step`, such as /decode's), so its panel stays — the lab places it beside the stage, any other page above
+    itself — and `carry` (presenter mode, the hints switch: what belongs to the screen, not to the step)."""
+    return with_query(lesson.steps[k - 1].url, lesson=lesson.slug, lesson_step=k, **(carry or {}), lang=lang)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from ..templating import TEMPLATES
 from . import lessons
 from .cache import cached_page, is_fragment, page_key, remember_page, single_flight
 from .i18n import LANGS, error_message, negotiate, translator
-from .state import ViewState
+from .state import ViewState, within
 from .view import View
 
 VARY = "HX-Request, Accept-Language, Accept"
@@ -93,7 +93,7 @@ def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
             for e in errors
         ]
         ctx["status"] = 422
-    except (SpecError, FieldError) as exc:
+    except SpecError as exc:
         ctx["error"] = [t("error.field", field=exc.field, message=error_message(exc.message, ctx["lang"]))]
         ctx["status"] = 422
     except Busy as exc:
@@ -102,21 +102,21 @@ def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
         ctx["retry_after"] = exc.retry_after  # sent as Retry-After too, as the API's 503 is
 
 
-def lesson_beside(request: Request, lang: str) -> dict[str, Any]:
-    """A lesson step shown above any page but the lab (which places its own): `lesson=slug&lesson_step=k` in the
-    URL, as the lesson's step links write it, so a class following the teacher keeps the question in view and the
-    teacher's remote finds the step. Hints off (presenter mode's switch) leave the answer out. An unknown lesson or
-    step shows no panel: the page itself is what was asked for."""
-    q = request.query_params
-    slug, k = q.get("lesson", ""), q.get("lesson_step", "")
-    lesson = lessons.BY_SLUG.get(slug)
-    if lesson is None or not k.isdigit() or not 1 <= int(k) <= len(lesson.steps):
-        return {}
-    carry = {name: q[name] for name in ("present", "hints") if q.get(name)}
-    panel = lessons.panel(slug, int(k), lang, carry)
-    hints = q.get("hints") != "off"
-    return {"lesson_step": panel if hints or panel is None else dataclasses.replace(panel, answer=None),
-            "lesson_hints": hints}  # fmt: skip
+def lesson_panel(state: ViewState, lang: str) -> lessons.Panel | None:
+    """The lesson step the URL names (`lesson=slug&lesson_step=k`, as the lessons' step links write it), shown with
+    the page — the lab places it beside the stage, any other page above itself — so a class following the teacher
+    keeps the question in view and the teacher's remote finds the step. Hints off (presenter mode's switch) leave
+    the answer out, of the page and of its JSON face. An unknown lesson or step is the request's error."""
+    common = state.common
+    if not common.lesson:
+        return None
+    lesson = lessons.BY_SLUG.get(common.lesson)
+    if lesson is None:
+        raise FieldError(state.spelled.get("lesson", "lesson"), f"no lesson {common.lesson!r}; see /lessons")
+    k = within(state.spelled.get("lesson_step", "lesson_step"), common.lesson_step or 1, 1, len(lesson.steps))
+    carry = {name: state.params[name] for name in ("present", "hints") if state.params.get(name)}
+    panel = lessons.panel(lesson.slug, k, lang, carry)
+    return panel if panel is None or common.hints else dataclasses.replace(panel, answer=None)
 
 
 async def serve(
@@ -149,24 +149,23 @@ async def serve(
     async def compute() -> Response:  # the view, rendered once however many ask for it at the same moment
         name = template
         fragment = is_fragment(request) and bool(blocks)
-        ctx: dict[str, Any] = (
-            {
-                "page": page or template.removesuffix(".html"),
-                "t": t,
-                "lang": lang,
-                "langs": LANGS,
-                "state": state,
-                "lang_urls": {code: state.url(lang=code) for code in LANGS},
-                "json_url": json_url,
-                "error": None,
-                "status": 200,
-                "fragment": fragment,
-                "html": not as_json,  # a page a browser shows (its heat maps will be asked for), not its JSON face
-            }
-            | extra
-            | lesson_beside(request, lang)
-        )
+        ctx: dict[str, Any] = {
+            "page": page or template.removesuffix(".html"),
+            "t": t,
+            "lang": lang,
+            "langs": LANGS,
+            "state": state,
+            "lang_urls": {code: state.url(lang=code) for code in LANGS},
+            "json_url": json_url,
+            "error": None,
+            "status": 200,
+            "fragment": fragment,
+            "html": not as_json,  # a page a browser shows (its heat maps will be asked for), not its JSON face
+            "hints": state.hints,
+            "lesson_panel": None,
+        } | extra
         if as_json:  # errors are the API's: the exception handlers answer with the field named
+            ctx["lesson_panel"] = lesson_panel(state, lang)
             view = await build(ctx)
             if view is None:
                 raise FieldError("format", "this page has no JSON face yet")
@@ -175,6 +174,7 @@ async def serve(
             return remember_page(request, key, response, "application/json")
         view = None
         with inline_errors(ctx, t):
+            ctx["lesson_panel"] = lesson_panel(state, lang)
             view = await build(ctx)
             if view is not None:
                 ctx.update(view.context(), view=view)

@@ -9,8 +9,9 @@ a page. Nothing here knows about HTTP beyond a mapping of query parameters.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlencode
 
 from pydantic import BaseModel
@@ -137,21 +138,67 @@ class ViewState:
     """A page's query parameters, normalised, and URLs for every change of them.
 
     `api_keys` are the request fields (they make the JSON twin's query); `page_keys` add the page's own view
-    parameters (stage, head, cell, lang, …). Unknown parameters are dropped.
+    parameters (its `Params`: stage, head, cell, …), those every page shares (`Common`: presenter mode, hints, the
+    lesson beside it) and `lang`. Unknown parameters are dropped; a declared alias (an older spelling) is read as
+    the key it stands for, and URLs are written with the key itself. `spelled` remembers the key the user typed,
+    so an error names it.
     """
 
-    def __init__(self, path: str, params: dict[str, str], api_keys: tuple[str, ...], page_keys: tuple[str, ...]):
+    def __init__(self, path: str, params: dict[str, str], api_keys: tuple[str, ...], page_keys: tuple[str, ...],
+                 view: type[Params] | None = None, spelled: dict[str, str] | None = None):  # fmt: skip
         self.path = path
         self.api_keys = api_keys
         self.page_keys = page_keys
         self.params = drop_unused(params)
+        self.view_type = view
+        self.spelled = spelled or {}
         self._encoded: dict[tuple[str, str], str] = {}
+        self._read: dict[type[Params], Params] = {}
 
     @classmethod
-    def of(cls, query: Mapping[str, str], path: str, api_keys: tuple[str, ...], view_keys: tuple[str, ...] = ()):
-        page_keys = (*api_keys, *view_keys, "lang")
-        params = {k: query[k].strip() for k in page_keys if k in query and query[k].strip() != ""}
-        return cls(path, params, api_keys, page_keys)
+    def of(cls, query: Mapping[str, str], path: str, api_keys: tuple[str, ...],
+           view: type[Params] | None = None) -> ViewState:  # fmt: skip
+        """The state of `query` for a page whose request fields are `api_keys` and whose own parameters `view`."""
+        own = view.names() if view is not None else ()
+        page_keys = (*api_keys, *own, *(k for k in Common.names() if k not in own), "lang")
+        aliases = {**Common.ALIASES, **(view.ALIASES if view is not None else {})}
+        params, spelled = {}, {}
+        for key in page_keys:
+            for name in (key, *(a for a, k in aliases.items() if k == key)):
+                value = query.get(name, "").strip()
+                if value:
+                    params[key] = value
+                    if name != key:
+                        spelled[key] = name
+                    break
+        return cls(path, params, api_keys, page_keys, view, spelled)
+
+    def read(self, params: type[P]) -> P:
+        """The page's parameters of type `params`, read from the URL once (an error names the key typed)."""
+        if (done := self._read.get(params)) is None:
+            done = self._read[params] = params.read(self)
+        return done  # type: ignore[return-value]
+
+    @property
+    def view(self) -> Params:
+        """The page's own parameters (its `Params`), read once."""
+        assert self.view_type is not None, "this page declares no parameters of its own"
+        return self.read(self.view_type)
+
+    @property
+    def common(self) -> Common:
+        """What every page's URL may carry besides its own fields, read once."""
+        return self.read(Common)
+
+    @property
+    def present(self) -> bool:
+        """Presenter mode: a layout of the whole page for a projector, kept by every link."""
+        return self.params.get("present") == "1"
+
+    @property
+    def hints(self) -> bool:
+        """What to notice and a lesson's answer are shown (`hints=off` keeps them hidden until the teacher asks)."""
+        return self.params.get("hints") != "off"
 
     def get(self, key: str, default: str = "") -> str:
         return self.params.get(key, default)
@@ -185,12 +232,12 @@ def lab_state(
     query: Mapping[str, str],
     path: str,
     api_keys: tuple[str, ...],
-    view_keys: tuple[str, ...],
+    view: type[Params] | None,
     models: Mapping[str, object] | None = None,
 ) -> ViewState:
     """The state of a lab-like page (lab, embed, block, decode). The form keeps its fields when the preset
     changes, so the sequence is carried across: `tokens` for built-in presets, `text` for pretrained models."""
-    state = ViewState.of(query, path, api_keys, view_keys)
+    state = ViewState.of(query, path, api_keys, view)
     params = state.params
     if params.get("preset") in (models or {}):
         if "token_ids" in params:  # ids typed into the form replace the text beside them
@@ -206,6 +253,87 @@ def lab_state(
             params["tokens"] = params.pop("text")
         params.pop("text", None)
     return state
+
+
+# --- A page's own parameters, typed --------------------------------------------------------------------------
+
+P = TypeVar("P", bound="Params")
+Reader = Callable[[str, str], Any]  # (the key as typed, its non-empty text) -> the value, or a FieldError naming it
+
+
+def param(default: Any = None, read: Reader | None = None) -> Any:
+    """A field of a `Params` dataclass: its value when the URL leaves it out, and how its text is read (kept as
+    text when `read` is None)."""
+    return field(default=default, metadata={"read": read})
+
+
+@dataclass(frozen=True)
+class Params:
+    """A page's own view parameters: a frozen dataclass whose fields are the URL's keys (in the order its links
+    write them), each read once from the text (`param(default, read)`). `ALIASES` maps an older or another page's
+    spelling to a key; an error names the key the user typed."""
+
+    ALIASES: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def read(cls: type[P], state: ViewState) -> P:
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = state.params.get(f.name, "")
+            reader = f.metadata.get("read")
+            if raw == "" or reader is None:
+                values[f.name] = raw if raw != "" else f.default
+                continue
+            typed = state.spelled.get(f.name, f.name)
+            try:
+                values[f.name] = reader(typed, raw)
+            except FieldError as e:
+                raise FieldError(typed if e.field == f.name else e.field, e.message) from None
+        return cls(**values)
+
+
+def integer(lo: int | None = 0, hi: int | None = None) -> Reader:
+    """An integer written with the digits 0-9, in [lo, hi]."""
+    return lambda key, raw: parse_int(key, raw, 0, lo, hi)
+
+
+def stage_of(order: Sequence[str]) -> Reader:
+    return lambda key, raw: parse_stage(raw, order)
+
+
+def flag_on(key: str, raw: str) -> bool:
+    return raw == "1"
+
+
+def unless_off(key: str, raw: str) -> bool:
+    return raw != "off"
+
+
+@dataclass(frozen=True)
+class Common(Params):
+    """What any page's URL may carry besides its own fields: presenter mode (`present=1`), hints (`hints=off` hides
+    what to notice and a lesson's answer) and a lesson step beside the page (`lesson=slug&lesson_step=k`)."""
+
+    present: bool = param(False, flag_on)
+    hints: bool = param(True, unless_off)
+    lesson: str = param("")
+    lesson_step: int | None = param(None, integer(1))
+
+
+def within(name: str, value: int, lo: int, hi: int) -> int:
+    """`value` (already an integer) checked against bounds known only once the page has computed (a trace's heads,
+    a generation's steps): the message `parse_int` gives."""
+    return parse_int(name, str(value), value, lo, hi) if not lo <= value <= hi else value
+
+
+def head_within(value: int, n_heads: int, name: str = "head") -> int:
+    if not 0 <= value < n_heads:
+        raise FieldError(name, f"head {value} does not exist: this trace has heads 0..{n_heads - 1}")
+    return value
 
 
 HEAD = re.compile(r"([0-9]{1,5})\.([0-9]{1,5})")

@@ -1,0 +1,124 @@
+"""The page state (app/web/state.py): the URL read once into what every page shares (`Common`) and each page's own
+typed parameters (`Params`); one spelling of a key in the links, its older spellings read as aliases, and an error
+that names the key the user typed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pytest
+from bs4 import BeautifulSoup
+
+from app.attention.params import LabParams
+from app.schemas import FieldError
+from app.web.state import Common, Params, ViewState, head_within, integer, param, within
+
+
+@dataclass(frozen=True)
+class Counted(Params):
+    ALIASES: ClassVar[dict[str, str]] = {"old": "n"}
+    reads: ClassVar[list[str]] = []
+
+    n: int = param(3, lambda key, raw: Counted.reads.append(raw) or int(integer()(key, raw)))
+    word: str = param("")
+
+
+def state(query: dict[str, str], view: type[Params] | None = Counted) -> ViewState:
+    return ViewState.of(query, "/x", ("preset",), view)
+
+
+def test_a_pages_parameters_are_read_once_and_typed() -> None:
+    Counted.reads.clear()
+    s = state({"n": " 7 ", "word": "cat", "unknown": "dropped"})
+    assert s.read(Counted) is s.read(Counted) and s.read(Counted) == Counted(7, "cat")
+    assert Counted.reads == ["7"]  # stripped, read once however many builders ask
+    assert "unknown" not in s.params
+    assert state({}).read(Counted) == Counted(3, "")  # a missing key is the field's default
+
+
+def test_an_alias_is_read_as_its_key_and_links_write_the_key() -> None:
+    s = state({"old": "5", "lang": "zh"})
+    assert s.read(Counted).n == 5 and s.spelled == {"n": "old"}
+    assert s.url(word="x") == "/x?n=5&word=x&lang=zh"
+    both = state({"old": "5", "n": "6"})  # the key itself wins over an alias
+    assert both.read(Counted).n == 6 and both.spelled == {}
+
+
+def test_an_error_names_the_key_the_user_typed() -> None:
+    with pytest.raises(FieldError) as e:
+        state({"old": "x"}).read(Counted)
+    assert e.value.field == "old" and "digits 0-9" in e.value.message
+    with pytest.raises(FieldError) as e:
+        state({"n": "-1"}).read(Counted)
+    assert e.value.field == "n" and e.value.message == "must be at least 0, got -1"
+
+
+def test_common_parameters_every_page_shares() -> None:
+    s = state({"present": "1", "hints": "off", "lesson": "five-stages", "lesson_step": "2"})
+    assert s.present and not s.hints
+    assert s.common == Common(present=True, hints=False, lesson="five-stages", lesson_step=2)
+    plain = state({"present": "yes"})
+    assert not plain.present and plain.hints and plain.common.lesson == "" and plain.common.lesson_step is None
+    # the shared keys come after the page's own, `lang` last: every page's links are written in one order
+    assert state({}).page_keys == ("preset", "n", "word", "present", "hints", "lesson", "lesson_step", "lang")
+
+
+def test_bounds_known_after_computing_say_what_parse_int_says() -> None:
+    assert within("step", 3, 0, 5) == 3
+    with pytest.raises(FieldError, match="must be between 0 and 5, got 9"):
+        within("step", 9, 0, 5)
+    with pytest.raises(FieldError, match=r"head 4 does not exist: this trace has heads 0..3"):
+        head_within(4, 4)
+
+
+def test_the_labs_parameters() -> None:
+    p = ViewState.of({"stage": "4", "head": "1", "cell": "weights.1.2.0", "tile": "16,32", "step": "2"}, "/", (),
+                     LabParams).read(LabParams)  # fmt: skip
+    assert (p.stage, p.head, p.tile) == ("softmax", 1, (16, 32))
+    assert p.cell is not None and p.cell.as_tuple() == ("weights", 1, 2, 0)
+
+
+def soup(client: Any, url: str) -> BeautifulSoup:
+    r = client.get(url)
+    assert r.status_code == 200, (url, r.headers.get("x-lab-error"))
+    return BeautifulSoup(r.text, "html.parser")
+
+
+def test_the_labs_older_lesson_step_spelling_still_opens_the_step(client: Any) -> None:
+    page = soup(client, "/?stage=3&lesson=five-stages&step=3&lang=en")
+    assert page.select_one('.lesson-panel[data-lesson="five-stages"][data-step="3"]') is not None
+    nxt = page.select_one("a[data-lesson-step=next]")["href"]
+    assert "lesson_step=4" in nxt and "&step=" not in nxt  # one spelling in every link
+    assert "lesson_step=3" in page.select_one("[data-action=next]")["href"]  # the lab's own links keep the step
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("lesson=nope", "lesson"), ("lesson=five-stages&lesson_step=9", "lesson_step"),
+     ("lesson=five-stages&step=9", "step"), ("lesson=five-stages&lesson_step=x", "lesson_step")],
+)  # fmt: skip
+@pytest.mark.parametrize("path", ["/", "/block", "/params"])
+def test_a_bad_lesson_is_the_requests_error_on_every_page(client: Any, path: str, query: str, field: str) -> None:
+    if path != "/" and field == "step":
+        query = query.replace("step=", "lesson_step=")
+        field = "lesson_step"
+    r = client.get(f"{path}?{query}&lang=en")
+    assert r.status_code == 422 and field in r.headers["x-lab-error"], (path, query, r.headers.get("x-lab-error"))
+
+
+def test_a_lesson_beside_another_page_stays_in_its_links(client: Any) -> None:
+    page = soup(client, "/block?stage=2&lesson=five-stages&lesson_step=2&lang=en")
+    assert page.select_one(".lesson-beside .lesson-panel[data-step='2']") is not None
+    stage_links = [a["href"] for a in page.select("a[data-block-stage]")]
+    assert stage_links and all("lesson=five-stages" in u and "lesson_step=2" in u for u in stage_links)
+
+
+def test_the_knockout_field_is_spelled_ablate_and_heads_still_reads(client: Any) -> None:
+    old = client.get("/predict.json", params={"text": "The cat sat on the mat.", "heads": "1.0"}).json()
+    new = client.get("/predict.json", params={"text": "The cat sat on the mat.", "ablate": "1.0"}).json()
+    assert old["switches"]["ablate"] == new["switches"]["ablate"] == [[1, 0]]
+    assert old["columns"] == new["columns"]
+    assert "ablate=1.0" in new["columns"][0]["url"] and "heads=" not in new["columns"][0]["url"]
+    json_pairs = client.get("/model.json", params={"preset": "smollm2", "text": "a b c", "ablate": "[[1,0]]"})
+    assert json_pairs.status_code == 200 and "ablate=%5B%5B1%2C0%5D%5D" in json_pairs.json()["json_url"]
