@@ -44,11 +44,6 @@ class Generation:
         return sum(s.attention.numel() * 4 for s in self.steps if s.attention is not None) + 64 * len(self.steps)
 
 
-def eos_id(model: Any) -> int | None:
-    ids = model.eos_ids
-    return ids[0] if ids else None
-
-
 @torch.inference_mode()
 def generate(
     model: Any,

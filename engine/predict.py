@@ -48,12 +48,6 @@ class Intervention:
     def __bool__(self) -> bool:
         return bool(self.ablate or self.mask_off or self.drop_sink)
 
-    @property
-    def first_layer(self) -> int | None:
-        """The lowest layer it changes: every layer below runs as in a plain forward pass."""
-        layers = [lh[0] for lh in self.ablate] + list(self.mask_off) + list(self.drop_sink)
-        return min(layers) if layers else None
-
     def heads_at(self, layer: int) -> list[int]:
         return sorted({h for i, h in self.ablate if i == layer})
 

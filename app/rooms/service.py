@@ -13,7 +13,7 @@ import secrets
 import time
 from collections import OrderedDict
 from typing import Any
-from urllib.parse import quote, unquote, unquote_plus, urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from fastapi import Request
 from redis.exceptions import RedisError
@@ -333,10 +333,6 @@ def presented_token(request: Request, code: str) -> str | None:
     cookie = request.cookies.get(TEACHER_COOKIE, "")
     cookie_code, _, token = cookie.partition(".")
     return token if cookie_code == code and token else None
-
-
-def teacher_cookie(code: str, token: str) -> str:
-    return quote(f"{code}.{token}", safe=".-_")
 
 
 def get_rooms(request: Request) -> Rooms:
