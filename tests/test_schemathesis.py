@@ -62,18 +62,39 @@ _faster_contains_binary()
 FUZZ = os.environ.get("FUZZ") == "1"
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000")) if FUZZ else 40
 
-# Small limits keep each generated request cheap; the checks are about honesty, not size.
-# Random room codes would spend the per-address budget for unknown codes at once (then every room operation is a
-# 429): lift it, so the fuzzer reaches the rooms' own validation.
-APP = create_app(Settings(device="cpu", max_tokens=48, max_d_model=256, max_heads=16, memory_budget_mb=64,
-                          max_predict_tokens=6, max_rank_tokens=2,
-                          room_unknown_codes_per_minute=10**9))  # fmt: skip
-# A room's event stream never ends by itself: tests/test_rooms.py reads it with real streaming clients instead.
-schema = schemathesis.openapi.from_asgi("/openapi.json", APP).exclude(path_regex=r"/events$")
-# A body over the size limit is refused with 413, a query over it with 414: as much a rejection as 422.
-schema.config.checks.negative_data_rejection.expected_statuses = ["400", "404", "405", "413", "414", "422"]
+
+@pytest.fixture(scope="module")
+def api_schema():
+    """The app and its /openapi.json, loaded when the test runs rather than when pytest collects it: building the
+    schema and its cases at import took some 40 s of every collection, this module's test or not."""
+    # Small limits keep each generated request cheap; the checks are about honesty, not size.
+    # Random room codes would spend the per-address budget for unknown codes at once (then every room operation is
+    # a 429): lift it, so the fuzzer reaches the rooms' own validation.
+    app = create_app(Settings(device="cpu", max_tokens=48, max_d_model=256, max_heads=16, memory_budget_mb=64,
+                              max_predict_tokens=6, max_rank_tokens=2,
+                              room_unknown_codes_per_minute=10**9))  # fmt: skip
+    loaded = schemathesis.openapi.from_asgi("/openapi.json", app)
+    # A body over the size limit is refused with 413, a query over it with 414: as much a rejection as 422.
+    loaded.config.checks.negative_data_rejection.expected_statuses = ["400", "404", "405", "413", "414", "422"]
+    return loaded
 
 
+@pytest.fixture(autouse=True)
+def _node_id(request):
+    """schemathesis' lazy schema reads and writes `request.node._nodeid` (to name each operation's subtest), an
+    attribute pytest 9 no longer has: it gets the node's id to start from."""
+    if not hasattr(request.node, "_nodeid"):
+        request.node._nodeid = request.node.nodeid
+
+
+# One test item, each operation a subtest of it. A room's event stream never ends by itself: tests/test_rooms.py
+# reads it with real streaming clients instead. (The lazy schema's filters replace the loaded one's, so they are
+# set here.)
+schema = schemathesis.pytest.from_fixture("api_schema").exclude(path_regex=r"/events$")
+
+
+# One item runs every operation (56), each as long as it was as an item of its own: the suite's 300 s is for one.
+@pytest.mark.timeout(1800)
 @schema.parametrize()
 @settings(
     max_examples=EXAMPLES,
