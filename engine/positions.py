@@ -18,9 +18,6 @@ from .device import CPU
 from .memo import bytes_bounded
 from .sources import seed_of
 
-KINDS = ("none", "sinusoidal", "learned", "rope")
-PAIRINGS = ("adjacent", "half")
-
 
 def sinusoidal(n: int, d: int, base: float = 10000.0) -> torch.Tensor:
     """PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(p / base^(2i/d)): (N, d)."""

@@ -31,7 +31,7 @@ STAGE_TENSORS: dict[str, tuple[str, ...]] = {
 # The tensor that stands for each stage in a heat map, a window or an export.
 MAIN_TENSOR = {"projection": "q", "scores": "scaled", "mask": "masked", "softmax": "weights", "weighted_sum": "heads"}
 MASKS = tuple(masks.KINDS)  # none, causal, padding, document, sliding_window, prefix_lm, custom
-POSITIONS = ("none", "sinusoidal", "learned", "rope")  # engine/positions.py
+POSITIONS = ("none", "sinusoidal", "learned", "rope")  # added to x, or rotating q and k (engine/positions.py)
 PAIRINGS = ("adjacent", "half")  # RoPE's pairs of dimensions: (2i, 2i+1), or (i, i + d_k/2) as Hugging Face's LLaMA
 SCALES = ("sqrt_dk", "none", "dk")  # the divisor of QKᵀ: √d_k, 1 or d_k (Spec.scale_value)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
