@@ -183,6 +183,7 @@ def _trace(args: argparse.Namespace) -> int:
     from app.schemas import AttentionRequest, from_query
     from app.settings import Settings
     from engine import PRESETS, SpecError, compute
+    from engine.models import ModelError
 
     stage = args.stage
     settings = Settings(device=args.device, **({"checkpoint": args.checkpoint} if args.checkpoint else {}))
@@ -200,6 +201,9 @@ def _trace(args: argparse.Namespace) -> int:
         view = req.view(spec)
     except SpecError as exc:
         print(f"attention-lab: {exc.field}: {exc.message}", file=sys.stderr)
+        return 2
+    except ModelError as exc:  # --checkpoint or ATTENTION_LAB_MODELS: a folder that fails its check
+        print(f"attention-lab: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except ValidationError as exc:
         for e in exc.errors():

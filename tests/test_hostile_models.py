@@ -492,3 +492,13 @@ def test_the_models_listing_shows_no_absolute_paths(careless) -> None:
 def test_registry_checks_the_size_before_reading_the_weights(tiny) -> None:
     with pytest.raises(ModelError, match="MAX_MODEL_MB"):
         registry([(tiny["llama"], None)], max_model_mb=0.01)
+
+
+def test_trace_refuses_a_bad_checkpoint_in_one_line(tiny, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli import main
+
+    d = copy(tiny["gpt2"], tmp_path / "m")
+    edit_config(d, n_embd=float("inf"))  # written as Infinity
+    assert main(["trace", "a b", "--preset", "checkpoint", "--checkpoint", str(d)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "config.json: n_embd: must be an integer" in err, err

@@ -328,6 +328,11 @@ class GGUF(Store):
                     want = min(st.st_size, MAX_GGUF_HEADER, want * 4)
         finally:
             os.close(fd)
+        if len(buf) > c.at:  # keep the header only (the string arrays point into it), not the tensor bytes read
+            head = buf[: c.at]
+            for value in self.fields.values():
+                if isinstance(value, Strings):
+                    value.buf = head
         size = st.st_size
         align = self.fields.get("general.alignment", 32)
         if (
