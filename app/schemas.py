@@ -430,9 +430,6 @@ class Selection(BaseModel):
     decimals: int | None = None
 
 
-View = Selection  # its old name, until app/web/answer.py (being edited) imports Selection: then removed (#31)
-
-
 # --- The field list, derived from a request model ------------------------------------------------------------
 
 
