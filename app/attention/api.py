@@ -99,9 +99,6 @@ def presets(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     }
 
 
-RESPONSES = ERRORS
-
-
 async def answer_json(request: Request, req: AttentionRequest, lab: Lab) -> Response:
     return await answer(request, req, lab, "json")
 
