@@ -207,6 +207,13 @@ def test_a_shard_index_naming_files_outside_the_folder(tiny, tmp_path: Path) -> 
     refused(d, "model.safetensors.index.json", "weight_map")
 
 
+def test_a_gguf_path_that_is_a_device_or_a_fifo(tmp_path: Path) -> None:
+    (tmp_path / "zero.gguf").symlink_to("/dev/zero")  # the operator named the file: followed, and still checked
+    refused(tmp_path / "zero.gguf", "zero.gguf", "not a regular file")
+    os.mkfifo(tmp_path / "pipe.gguf")
+    refused(tmp_path / "pipe.gguf", "pipe.gguf", "not a regular file")
+
+
 def test_a_weight_file_that_is_a_fifo(tiny, tmp_path: Path) -> None:
     d = copy(tiny["gpt2"], tmp_path / "m")
     (d / "model.safetensors").unlink()
