@@ -106,15 +106,11 @@ def check_depth(data: bytes, where: str, max_depth: int = MAX_JSON_DEPTH) -> Non
             depth -= 1
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def parse_json(data: bytes, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """JSON text, nesting bounded; NaN and Infinity (which Python's json would accept) are refused."""
+    """JSON text, nesting bounded (NaN and Infinity read as floats: the field that holds one refuses it, by name)."""
     check_depth(data, where, max_depth)
     try:
-        return json.loads(data, parse_constant=_no_constant)
+        return json.loads(data)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ModelError(f"{where}: not readable JSON ({e})") from None
 
