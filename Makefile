@@ -80,6 +80,25 @@ mutants: install-test
 gpu-check: install-test
 	$(BIN)/python -m bench.gpu
 
+# The container image and a class in containers (docs/container.md), checked over loopback HTTP by ops/*.py
+# (python3, no venv). Not part of `make test`: without docker or podman they say so and exit 0. `image` builds the
+# Dockerfile (podman with --format docker, which keeps the HEALTHCHECK); `image-check` runs it and checks every
+# preset, a page and its JSON twin, `import attention_lab` and the math font; `compose-check` runs compose.yaml's
+# class across both workers through a worker restart and a Redis restart. IMAGE_BUILD replaces the build command,
+# BUILD_ARGS adds to it (BUILD_ARGS="--build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128": CUDA).
+IMAGE       ?= attention-lab
+IMAGE_BUILD ?=
+BUILD_ARGS  ?=
+.PHONY: image image-check compose-check
+image:
+	@IMAGE="$(IMAGE)" IMAGE_BUILD="$(IMAGE_BUILD)" BUILD_ARGS="$(BUILD_ARGS)" $(PYTHON) ops/image_check.py build
+
+image-check: image
+	@IMAGE="$(IMAGE)" $(PYTHON) ops/image_check.py check
+
+compose-check: image
+	@IMAGE="$(IMAGE)" $(PYTHON) ops/compose_check.py
+
 bench: install
 	$(BIN)/python -m bench.attention
 	$(BIN)/python -m bench.serve
