@@ -107,6 +107,8 @@ def _stop_on_signals(lab: Lab) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.lab.stopping = False  # an app served again (a TestClient per test) computes again
     _stop_on_signals(app.state.lab)
+    if threading.current_thread() is threading.main_thread() and app.state.lab.device == "cpu":  # served
+        arena.warm_up(app.state.settings.max_tokens)  # before it listens: mapped stage memory, warm kernels
     yield
     app.state.lab.stop()  # whatever still runs (past uvicorn's graceful-shutdown timeout) stops at its next step
     await app.state.lab.ahead.close()

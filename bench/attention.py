@@ -142,23 +142,12 @@ def first_request(n: int = 1024, repeat: int = 5) -> dict[str, Any]:
             "ratio": round(med["http"] / med["fused"], 2)}  # fmt: skip
 
 
-def first_served(n: int = 1024, repeat: int = 5) -> dict[str, Any]:
-    """The first gpt2-small request for the softmax of head 0 as .npz (`POST /api/v1/attention.npz`, a fresh seed
-    each try: embeddings, weights, trace, check and answer all computed), through `attention-lab serve` started on
-    a free 127.0.0.1 port and asked over HTTP by httpx, against what a user would write in PyTorch in this process:
-    one `nn.Linear` for Q, K and V with its weights already made, `scaled_dot_product_attention(is_causal=True)`
-    and W_O, warm. The two alternate, so both see the same load on the machine; medians of `repeat`.
-
-    The server is warm too: one small request, then two large ones with other seeds (the trace cache full, its
-    memory recycled, as in a server that has been running). The first of those, the server's very first large
-    trace, is reported on its own (`cold_ms`)."""
-    import httpx
+def _user_attention(n: int) -> Callable[[], torch.Tensor]:
+    """gpt2-small attention over n tokens as a user writes it in PyTorch, its weights and input already made and
+    warm (called three times): one `nn.Linear` for Q, K and V, `scaled_dot_product_attention(is_causal=True)`, W_O."""
     from torch import nn
 
-    from .serve import _free_port, _start, _stop
-
-    toks = [f"t{i}" for i in range(n)]
-    spec = make_spec(toks, preset="gpt2-small")
+    spec = make_spec([f"t{i}" for i in range(n)], preset="gpt2-small")
     d, h = spec.d_model, spec.n_heads
     with torch.inference_mode():
         x, w = sources.load(spec, torch.device("cpu"), torch.float32)
@@ -177,6 +166,67 @@ def first_served(n: int = 1024, repeat: int = 5) -> dict[str, Any]:
 
     for _ in range(3):
         user()
+    return user
+
+
+def _post_large(client: Any, toks: list[str], seed: int) -> tuple[float, int]:
+    """One gpt2-small `POST /api/v1/attention.npz` for the softmax of head 0 that no cache holds: seconds, bytes."""
+    body = {"preset": "gpt2-small", "tokens": toks, "stages": ["softmax"], "heads": [0], "seed": seed}
+    t0 = time.perf_counter()
+    r = client.post("/api/v1/attention.npz", json=body)
+    took = time.perf_counter() - t0
+    assert r.status_code == 200 and r.headers["x-cache"] == "miss", r.text[:300]
+    return took, len(r.content)
+
+
+def fresh_served(n: int = 1024, seeds: int = 3, then: int = 2) -> dict[str, Any]:
+    """A freshly started server's first large trace, `seeds` times: for each seed a new `attention-lab serve` (on a
+    free 127.0.0.1 port, once it accepts connections) whose very first request is that seed's gpt2-small
+    `POST /api/v1/attention.npz` (softmax of head 0), against the user's warm fused attention (`_user_attention`)
+    timed right after it; one ratio per seed. The last server then answers `then` more seeds, each the first request
+    for its seed (the issue's "first three traces" of one fresh server)."""
+    import httpx
+
+    from .serve import _free_port, _start, _stop
+
+    toks = [f"t{i}" for i in range(n)]
+    user = _user_attention(n)
+    firsts, fused, following = [], [], []
+    for i in range(seeds):
+        port = _free_port()
+        server = _start(port, {"ATTENTION_LAB_DEVICE": "cpu", "ATTENTION_LAB_PRETRAINED": "false"})
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+                firsts.append(_post_large(client, toks, 8_100_000 + 10 * i)[0])
+                t0 = time.perf_counter()
+                user()
+                fused.append(time.perf_counter() - t0)
+                if i == seeds - 1:
+                    following = [_post_large(client, toks, 8_100_001 + 10 * i + j)[0] for j in range(then)]
+        finally:
+            _stop(server)
+    ms = [round(s * 1e3, 1) for s in firsts]
+    return {"bench": "fresh_served", "n": n, "first_ms": ms, "fused_warm_ms": [round(f * 1e3, 1) for f in fused],
+            "ratios": [round(s / f, 2) for s, f in zip(firsts, fused, strict=True)],
+            "then_ms": [round(s * 1e3, 1) for s in following], "load_average": round(os.getloadavg()[0], 2)}  # fmt: skip
+
+
+def first_served(n: int = 1024, repeat: int = 5) -> dict[str, Any]:
+    """The first gpt2-small request for the softmax of head 0 as .npz (`POST /api/v1/attention.npz`, a fresh seed
+    each try: embeddings, weights, trace, check and answer all computed), through `attention-lab serve` started on
+    a free 127.0.0.1 port and asked over HTTP by httpx, against what a user would write in PyTorch in this process:
+    one `nn.Linear` for Q, K and V with its weights already made, `scaled_dot_product_attention(is_causal=True)`
+    and W_O, warm. The two alternate, so both see the same load on the machine; medians of `repeat`.
+
+    The server is warm too: one small request, then two large ones with other seeds (the trace cache full, its
+    memory recycled, as in a server that has been running). The first of those, the server's very first large
+    trace, is reported on its own (`cold_ms`)."""
+    import httpx
+
+    from .serve import _free_port, _start, _stop
+
+    toks = [f"t{i}" for i in range(n)]
+    user = _user_attention(n)
     port = _free_port()
     server = _start(port, {"ATTENTION_LAB_DEVICE": "cpu", "ATTENTION_LAB_PRETRAINED": "false"})
     served, fused, sizes = [], [], []
@@ -186,12 +236,8 @@ def first_served(n: int = 1024, repeat: int = 5) -> dict[str, Any]:
             assert warm.status_code == 200, warm.text[:300]
 
             def first(seed: int) -> float:
-                body = {"preset": "gpt2-small", "tokens": toks, "stages": ["softmax"], "heads": [0], "seed": seed}
-                t0 = time.perf_counter()
-                r = client.post("/api/v1/attention.npz", json=body)
-                took = time.perf_counter() - t0
-                assert r.status_code == 200 and r.headers["x-cache"] == "miss", r.text[:300]
-                sizes.append(len(r.content))
+                took, size = _post_large(client, toks, seed)
+                sizes.append(size)
                 return took
 
             cold = first(7_999_998)
@@ -250,7 +296,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--json", action="store_true", help="one JSON object per measurement")
+    ap.add_argument("--fresh", action="store_true", help="only a freshly started server's first large trace")
     args = ap.parse_args()
+    if args.fresh:
+        _print_fresh(fresh_served(), args.json)
+        return
     device = resolve(args.device)
     rows = [machine()]
     for n in (int(v) for v in args.sizes.split(",")):
@@ -260,10 +310,12 @@ def main() -> None:
     n_first = max(int(v) for v in args.sizes.split(","))
     first = first_request(n_first, args.repeat)
     served = first_served(n_first, args.repeat)
+    fresh = fresh_served(n_first)
     extra = [first, served, *pretrained()]
     if args.json:
         for r in rows + extra:
             print(orjson.dumps(r).decode())
+        _print_fresh(fresh, True)
         return
     m = rows[0]
     print(
@@ -301,6 +353,21 @@ def main() -> None:
         print(
             f"{r['model']}: loading {r['load_s']:.2f} s; {r['tokens']} tokens at layer {r['layer']}: {r['trace_ms']:.1f} ms"
         )
+    _print_fresh(fresh, False)
+
+
+def _print_fresh(r: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(orjson.dumps(r).decode())
+        return
+    pairs = ", ".join(f"{s:.0f} ms against {f:.0f} ms ({q:.2f}×)" for s, f, q in
+                      zip(r["first_ms"], r["fused_warm_ms"], r["ratios"], strict=True))  # fmt: skip
+    print(
+        f"a freshly started server's first request, gpt2-small {r['n']} tokens, POST attention.npz softmax head 0, "
+        f"one server per seed, against the warm fused path: {pairs}; the last server's next "
+        f"{len(r['then_ms'])} seeds: {', '.join(f'{s:.0f} ms' for s in r['then_ms'])} "
+        f"(load average {r['load_average']:.2f})"
+    )
 
 
 if __name__ == "__main__":
