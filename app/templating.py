@@ -45,6 +45,20 @@ def _tiny(v: float) -> str:
 TEMPLATES.env.filters["tiny"] = _tiny
 
 
+def _carried(state: Any, lang: str) -> Markup:
+    """`{{ carried(state, lang) }}` in a page's GET form: the hidden fields that belong to the screen, not to the
+    form (the language, presenter mode, hints, the lesson and its step), so that submitting it keeps them."""
+    from markupsafe import escape
+
+    from .web.state import Common
+
+    pairs = [("lang", lang), *((k, state.params[k]) for k in Common.names() if k in getattr(state, "params", {}))]
+    return Markup("".join(f'<input type="hidden" name="{k}" value="{escape(v)}">' for k, v in pairs))
+
+
+TEMPLATES.env.globals["carried"] = _carried
+
+
 def _choices() -> dict[str, list[str]]:
     """Each choice field of the requests (a Literal) and its values, in the model's order: the forms' <select>s."""
     from .schemas import BlockRequest, request_fields

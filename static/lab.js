@@ -119,6 +119,12 @@
       url.searchParams.set("lang", a.dataset.lang);
       a.setAttribute("href", url.pathname + url.search + url.hash);
     });
+    document.querySelectorAll("a[data-toggle=present][data-kernel]").forEach(function (a) {
+      var url = new URL(window.location.href);
+      if (url.searchParams.get("present") === "1") url.searchParams.delete("present");
+      else url.searchParams.set("present", "1");
+      a.setAttribute("href", url.pathname + url.search + url.hash);
+    });
   }
   document.addEventListener("htmx:pushedIntoHistory", relink);
   document.addEventListener("htmx:historyRestore", relink);

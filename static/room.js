@@ -344,7 +344,13 @@
     document.addEventListener("htmx:afterSettle", addAsk);
     var endForm = q("[data-room-end-form]");
     if (endForm) endForm.addEventListener("submit", function (e) {
-      if (!window.confirm(endForm.getAttribute("data-confirm"))) e.preventDefault();
+      if (!window.confirm(endForm.getAttribute("data-confirm"))) { e.preventDefault(); return; }
+      // The projector stays in presenter mode once the class ends.
+      if (new URLSearchParams(window.location.search).get("present") === "1" && !endForm.querySelector("[name=present]")) {
+        var keep = document.createElement("input");
+        keep.type = "hidden"; keep.name = "present"; keep.value = "1";
+        endForm.appendChild(keep);
+      }
     });
     q("[data-room-close]").addEventListener("click", function () {
       if (!poll) return;

@@ -38,6 +38,7 @@ class LabView(StageView):
 
     template = "lab.html"
     kind = "lab"
+    own_present_toggle = True
 
     spec: Spec | None = field(default=None, metadata=HIDDEN)  # the template's; the JSON face has its `summary`
     formula: str = ""  # MathML

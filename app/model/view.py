@@ -65,6 +65,7 @@ class ModelView(View):
     template = "model.html"
     blocks = ()
     kind = "model"
+    own_present_toggle = True
 
     spec: Spec | None = field(default=None, metadata=HIDDEN)  # the footer's device
     preset: str = ""

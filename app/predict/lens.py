@@ -68,6 +68,7 @@ class LensView(View):
     template = "lens.html"
     blocks = ()
     kind = "lens"
+    own_present_toggle = True
 
     preset: str = ""
     text: str = ""

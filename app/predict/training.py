@@ -117,6 +117,7 @@ class PredictView(View):
     template = "predict.html"
     blocks = ()
     kind = "predict"
+    own_present_toggle = True
 
     preset: str = ""
     text: str = ""

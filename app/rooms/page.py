@@ -252,7 +252,9 @@ async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
             await rooms.store.delete(room.code)
         except RedisError as exc:
             raise store_down(exc) from exc
-        target = view_url(room.page, room.query, form.get("lang") if form.get("lang") in LANGS else None)
+        target = view_url(
+            room.page, room.query, form.get("lang") if form.get("lang") in LANGS else None, form.get("present") == "1"
+        )  # the projector stays in presenter mode
     except RoomError as exc:
         if exc.status not in (401, 403, 404) or exc.field in ("sec-fetch-site", "origin"):
             return _page(request, "room_join.html", exc.status, error=f"{exc.field}: {exc.message}",

@@ -163,6 +163,10 @@ async def serve(
             "html": not as_json,  # a page a browser shows (its heat maps will be asked for), not its JSON face
             "hints": state.hints,
             "lesson_panel": None,
+            # Presenter mode is a layout of every page (_base.html), switched by a link the header holds on any
+            # page that does not place its own; every link and form of the page keeps it.
+            "present": state.present,
+            "present_url": state.url(present=None if state.present else "1"),
         } | extra
         if as_json:  # errors are the API's: the exception handlers answer with the field named
             ctx["lesson_panel"] = lesson_panel(state, lang)

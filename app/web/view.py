@@ -67,6 +67,8 @@ class View:
     template: ClassVar[str]
     blocks: ClassVar[tuple[str, ...]] = ("stage", "controls")
     kind: ClassVar[str] = "view"  # the JSON face's "view": which page this is
+    # The page draws its own presenter-mode switch beside its other toggles (else the header holds the kernel's).
+    own_present_toggle: ClassVar[bool] = False
 
     def context(self) -> dict[str, Any]:
         """The template's names: every field (shallow: matrices stay objects for the template's macros)."""
