@@ -65,7 +65,7 @@ async def lesson_view(lesson: Lesson, state: ViewState, ctx: dict[str, Any]) -> 
     """What /lessons/<slug> shows: the steps, each a link into the lab. With hints off (`hints=off`, as in the
     lab) the answers stay hidden, and the steps' links carry the switch into the lab."""
     lang, hints = ctx["lang"], state.hints
-    carry = {k: state.params[k] for k in ("present", "hints") if k in state.params}  # the screen's, not the step's
+    carry: dict[str, str] = {k: state.params[k] for k in ("present", "hints") if k in state.params}  # the screen's
     steps = tuple(
         LessonStep(k, step_url(lesson, k, lang, carry), look, question, answer if hints else None)
         for k, (look, question, answer) in enumerate((s.text(lang) for s in lesson.steps), start=1)
