@@ -197,6 +197,7 @@
     q("[data-room-cell-hint]").hidden = !(p.kind === "cell" && p.status === "open");
     var reveal = q("[data-room-reveal]");
     reveal.hidden = p.status !== "closed";
+    q("[data-room-dismiss]").hidden = p.status !== "closed";
     all("[data-room-mine] [data-when]").forEach(function (el) { el.hidden = el.getAttribute("data-when") !== p.status; });
     if (p.status === "closed") {
       text("[data-room-key]", p.answer == null ? "—" : cellLabel(p.answer));
@@ -296,6 +297,7 @@
     // The projector never shows the open histogram (it would steer the vote): only the count, until the reveal.
     q("[data-room-histogram]").hidden = p.status !== "closed";
     q("[data-room-close]").hidden = p.status !== "open";
+    q("[data-room-clear]").hidden = p.status !== "closed";
     refreshResults();
     if (watching) clearInterval(watching);
     watching = p.status === "open" ? setInterval(refreshResults, 1000) : null;
@@ -356,6 +358,10 @@
       if (!poll) return;
       fetch(api + "/polls/" + poll.id + "/close", { method: "POST", credentials: "same-origin" });
     });
+    q("[data-room-clear]").addEventListener("click", function () {
+      if (!poll) return;
+      fetch(api + "/polls/" + poll.id + "/clear", { method: "POST", credentials: "same-origin" });
+    });
     document.addEventListener("htmx:pushedIntoHistory", announce);
     // A step of the projector's own wins over a remote step that arrived before it.
     document.addEventListener("htmx:beforeRequest", function () { navigating = true; remoteState = null; });
@@ -382,6 +388,8 @@
       setMode("following");
       fetch(api).then(function (r) { return r.json(); }).then(go).catch(function () {});
     });
+    // A revealed result can leave this phone before the teacher clears it.
+    q("[data-room-dismiss]").addEventListener("click", clearPoll);
     q("[data-room-leave]").addEventListener("click", function () {
       document.cookie = "lab_room=; Max-Age=0; path=/";
       stop();
@@ -407,12 +415,33 @@
   }
 
   function applyState(state) {
+    if (poll && poll.status !== "open" && pollStep !== null && stepOf(state) !== pollStep) clearPoll();
     latest = state;
     bar.setAttribute("data-room-version", String(latest.version));
     if (role === "student" && following()) go(latest);
     else if (role === "teacher") teacherState(latest);
   }
+  // A poll belongs to the step it was asked on: a revealed one leaves every screen when the teacher clears it or
+  // moves the class to another step (another lesson step, or another stage of a page outside a lesson).
+  var pollStep = null;
+  function stepOf(view) {
+    if (!view) return null;
+    var p = new URLSearchParams(view.query || "");
+    var lesson = p.get("lesson");
+    return lesson ? lesson + ":" + (p.get("lesson_step") || p.get("step") || "1") : view.page + ":" + (p.get("stage") || "");
+  }
+  function clearPoll() {
+    poll = null;
+    pollStep = null;
+    if (watching) { clearInterval(watching); watching = null; }
+    var box = q(role === "teacher" ? "[data-room-results]" : "[data-room-question]");
+    if (box) box.hidden = true;
+    document.body.removeAttribute("data-poll-open");
+    markCells();
+  }
   function applyPoll(p) {
+    if (p.status === "cleared") { if (!poll || poll.id === p.id) clearPoll(); return; }
+    pollStep = stepOf(latest);
     // While the class votes, no screen shows "what to notice" or the lesson's answer.
     if (p.status === "open") document.body.setAttribute("data-poll-open", "1");
     else document.body.removeAttribute("data-poll-open");

@@ -158,10 +158,17 @@
     }).catch(function () {});
   }
   function showPoll(p) {
+    if (p.status === "cleared") {
+      // Off every screen of the class; the remote keeps the results (and their CSV) until the next poll.
+      if (poll && poll.id === p.id) { $("[data-clear]").hidden = true; $("[data-results]").setAttribute("data-cleared", ""); }
+      return;
+    }
     poll = p;
     $("[data-results]").hidden = false;
+    $("[data-results]").removeAttribute("data-cleared");
     $("[data-results-prompt]").textContent = p.prompt;
     $("[data-reveal]").hidden = p.status !== "open";
+    $("[data-clear]").hidden = p.status !== "closed";
     $("[data-csv]").href = api + "/polls/" + p.id + "/answers.csv";
     refresh();
     if (watching) clearInterval(watching);
@@ -169,6 +176,9 @@
   }
   $("[data-reveal]").addEventListener("click", function () {
     if (poll) json(api + "/polls/" + poll.id + "/close", "POST").catch(function () {});
+  });
+  $("[data-clear]").addEventListener("click", function () {
+    if (poll) json(api + "/polls/" + poll.id + "/clear", "POST").catch(function () {});
   });
   var end = $("[data-end]");
   // Ending from the remote stays on the remote: it says the class has ended (the projector and phones say so too).

@@ -219,6 +219,33 @@ def test_a_poll_counts_every_answer_once_and_reveals_the_key(lab: str) -> None:
     assert sum(r["correct"] == "true" for r in rows) == 32
 
 
+def test_the_teacher_clears_a_poll_off_every_screen(lab: str) -> None:
+    """A revealed (or still open) poll leaves the screens when the teacher clears it: `event: poll` with status
+    cleared reaches every follower; the answers stay for the results and the CSV; only the teacher may clear."""
+    code, auth = create(lab, "stage=softmax")
+    polls = f"{lab}/api/v1/rooms/{code}/polls"
+    pid = httpx.post(polls, json={"prompt": "Which?", "kind": "choice", "options": ["a", "b"], "answer": "a"},
+                     headers=auth).json()["id"]  # fmt: skip
+    assert httpx.post(f"{polls}/{pid}/answers", json={"student": "s1", "answer": "a"}).status_code == 200
+
+    async def main() -> list[dict[str, object]]:
+        async with httpx.AsyncClient(timeout=30) as client, stream(client, lab, code) as watcher:
+            assert (await watcher.next()).event == "state"
+            assert (await watcher.next()).data["status"] == "open"  # the open poll comes with the snapshot
+            assert (await client.post(f"{polls}/{pid}/clear")).status_code == 401
+            cleared = await client.post(f"{polls}/{pid}/clear", headers=auth)  # still open: closed, then cleared
+            assert cleared.status_code == 200 and cleared.json()["version"] > 1
+            events = [(await watcher.next()).data, (await watcher.next()).data]
+            return events
+
+    closed, cleared = run(main())
+    assert closed["status"] == "closed" and closed["counts"] == {"a": 1}
+    assert cleared == {"id": pid, "status": "cleared"}
+    assert httpx.get(f"{lab}/api/v1/rooms/{code}").json()["poll"] is None
+    assert httpx.get(f"{polls}/{pid}").json()["counts"] == {"a": 1}  # the results stay
+    assert httpx.post(f"{polls}/nosuch/clear", headers=auth).status_code == 404
+
+
 def test_a_cell_poll_takes_cells_inside_the_matrix(lab: str) -> None:
     code, auth = create(lab, "stage=softmax")
     polls = f"{lab}/api/v1/rooms/{code}/polls"

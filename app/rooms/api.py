@@ -304,6 +304,18 @@ async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep)
     return json_response(closed.public(counts))
 
 
+@router.post("/{code}/polls/{poll_id}/clear", response_model=VersionOut, responses=TEACHER)
+async def clear_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
+    """Take the poll off every screen (the students' phones, the projector, the remote), closing it first if it is
+    still open: `event: poll` with `{"id", "status": "cleared"}`. Its answers stay (results, CSV)."""
+    room = await rooms.teacher(request, code)
+    _, poll = await _poll(rooms, room.code, poll_id, request)
+    if poll.status == "open":
+        await rooms.store.close_poll(room.code, poll.id)
+    version = await rooms.store.publish(room.code, "poll", {"id": poll.id, "status": "cleared"})
+    return json_response({"version": version})
+
+
 @router.get("/{code}/polls/{poll_id}/answers.csv", responses=TEACHER | {200: {"content": {"text/csv": {}}}},
             response_class=Response)  # fmt: skip
 async def poll_csv(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:

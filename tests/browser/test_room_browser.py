@@ -3,6 +3,7 @@ in Chinese, follows, answers a poll, explores on their own and comes back."""
 
 from __future__ import annotations
 
+import re
 import time
 from urllib.parse import parse_qs, urlparse
 
@@ -79,6 +80,59 @@ def test_a_student_follows_the_teacher_answers_a_poll_and_explores(browser: Brow
         tp.click("[data-room-end]")
         expect(sp.locator("[data-room-ended]")).to_be_visible(timeout=10_000)
         assert httpx.get(f"{live_server}/api/v1/rooms/{code}").status_code == 404
+    finally:
+        teacher.close()
+        student.close()
+
+
+def test_a_revealed_poll_leaves_every_screen_at_the_next_step_or_when_cleared(browser: Browser,
+                                                                              live_server: str) -> None:  # fmt: skip
+    teacher = browser.new_context(viewport={"width": 1280, "height": 720})
+    student = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        tp = teacher.new_page()
+        tp.goto(f"{live_server}/?lang=en&stage=scores&mask=causal&present=1")
+        tp.click("[data-room-start] button")
+        expect(tp.locator("#room [data-room-role=teacher]")).to_be_visible()
+        code = tp.locator("[data-room-code-text]").inner_text().strip()
+        auth_cookie = {c["name"]: c["value"] for c in teacher.cookies()}["lab_teacher"]
+        token = auth_cookie.split(".", 1)[1]
+        auth = {"Authorization": f"Bearer {token}"}
+        sp = student.new_page()
+        sp.goto(f"{live_server}/r/{code}?lang=zh")
+        expect(sp.locator("#room [data-room-role=student]")).to_be_visible()
+        polls = f"{live_server}/api/v1/rooms/{code}/polls"
+
+        def ask_and_reveal() -> str:
+            pid = httpx.post(polls, json={"prompt": "Which?", "kind": "choice", "options": ["猫", "坐"],
+                                          "answer": "猫"}, headers=auth).json()["id"]  # fmt: skip
+            expect(sp.locator("[data-room-question]")).to_be_visible(timeout=10_000)
+            sp.click("[data-room-options] button[value='猫']")
+            expect(tp.locator("[data-room-total]")).to_have_text("1", timeout=10_000)
+            tp.click("[data-room-close]")
+            expect(sp.locator("[data-room-reveal]")).to_be_visible(timeout=10_000)
+            expect(tp.locator("[data-room-histogram]")).to_be_visible()
+            return pid
+
+        # The next step takes the revealed poll off the projector and the phone.
+        ask_and_reveal()
+        tp.click("[data-action=next]")
+        expect(sp.locator("#stage")).to_have_attribute("data-stage", "mask", timeout=10_000)
+        expect(sp.locator("[data-room-question]")).to_be_hidden(timeout=10_000)
+        expect(tp.locator("[data-room-results]")).to_be_hidden()
+
+        # A student may dismiss a revealed result on their own phone; the teacher's Clear takes it off the rest.
+        pid = ask_and_reveal()
+        sp.click("[data-room-dismiss]")
+        expect(sp.locator("[data-room-question]")).to_be_hidden()
+        expect(tp.locator("[data-room-clear]")).to_be_visible()
+        tp.click("[data-room-clear]")
+        expect(tp.locator("[data-room-results]")).to_be_hidden(timeout=10_000)
+        assert httpx.get(f"{polls}/{pid}").json()["counts"] == {"猫": 1}  # the answers stay
+        tp.once("dialog", lambda d: d.accept())
+        tp.click("[data-room-end]")
+        tp.wait_for_url(lambda u: "present=1" in u, timeout=10_000)  # the projector stays in presenter mode
+        expect(tp.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     finally:
         teacher.close()
         student.close()
