@@ -32,6 +32,7 @@ from .demos import api as demos_api
 from .demos import page as demos_page
 from .generate import api as generate_api
 from .generate import page as generate_page
+from .heads import api as heads_api
 from .lab import HeavyWork, Lab, WatchClient
 from .lessons import page as lessons_page
 from .limits import BodyLimit, QueryLimit, SecurityHeaders, SendTimeout
@@ -69,6 +70,7 @@ MATH_FONT_FACE = (
 # (`HeavyWork`, `Lab.admit`), and whatever it computes (`Lab.compute`) takes a slot unless already cached.
 HEAVY_PATHS = frozenset({
     "/api/v1/generate", "/api/v1/model_view", "/api/v1/predict", "/api/v1/logit_lens", "/api/v1/head_ranking",
+    "/api/v1/head_roles", "/api/v1/prune", "/api/v1/patch",
     "/generate", "/model", "/predict", "/lens",
 })  # fmt: skip
 
@@ -174,6 +176,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         models_api.router,
         generate_api.router,
         predict_api.router,
+        heads_api.router,
         rooms_api.router,
         health.router,
         metrics_router,

@@ -38,6 +38,10 @@ class Settings(LimitSettings):
     max_new_tokens: int = Field(64, ge=1)  # /api/v1/generate: tokens generated per request
     max_predict_tokens: int = Field(1024, ge=1)  # /api/v1/predict and /api/v1/logit_lens: input tokens
     max_rank_tokens: int = Field(256, ge=1)  # /api/v1/head_ranking: one forward pass per head, up to the position
+    max_roles_tokens: int = Field(256, ge=1)  # /api/v1/head_roles: tokens of the text
+    max_probe_n: int = Field(128, ge=2)  # /api/v1/head_roles: random tokens in each copy of the induction probe
+    max_prune_tokens: int = Field(64, ge=1)  # /api/v1/prune: input tokens (two forward passes per head)
+    max_patch_tokens: int = Field(32, ge=1)  # /api/v1/patch: tokens of each prompt (a run per layer, position, head)
     memory_budget_mb: float = Field(2048, gt=0)  # all computations in flight together, estimated before computing
     compute_wait_s: float = Field(10, ge=0)  # how long a request waits for budget before a 503
     large_request_mb: float = Field(64, ge=0)  # estimated bytes above which a request is "large" work

@@ -1,0 +1,232 @@
+"""The head views computed through the lab's compute service, and their JSON documents: head roles
+(/api/v1/head_roles), the pruning curve (/api/v1/prune) and activation patching (/api/v1/patch). The engine is
+engine/heads.py."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine import heads as E
+from engine import predict as P
+from engine.models import Model
+from engine.spec import make_spec
+
+from ..lab import Lab
+from ..render.predicted import generators
+from ..schemas import FieldError
+from ..web.knockouts import intervention
+from .request import PatchRequest, PruneRequest, RolesRequest
+
+
+@dataclass(frozen=True)
+class Text:
+    model: Model
+    seq: tuple[int, ...]
+    labels: tuple[str, ...]
+
+
+def decoder(lab: Lab, preset: str) -> Model:
+    models: Mapping[str, Model] = lab.models
+    if preset not in models or not getattr(models[preset], "generates", False):
+        names = ", ".join(generators(models)) or "none on this server"
+        raise FieldError("preset", f"the head views need a causal language model: {names}")
+    model = models[preset]
+    if model.arch.placement != "pre":
+        raise FieldError("preset", f"{preset} is Post-LN: the head views read a Pre-LN decoder")
+    return model
+
+
+def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool) -> Text:
+    """The request's text (or ids) as a sequence ([BOS] text [EOS] as asked), at least two tokens, at most
+    `max_tokens` and the model's context."""
+    model = decoder(lab, req.preset)
+    if req.text is None and req.token_ids is None:
+        raise FieldError("text", "give the text as text or token_ids")
+    field = "token_ids" if req.token_ids is not None else "text"
+    spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=lab.models,
+                     device=lab.device, limits=lab.long_limits)  # fmt: skip
+    seq = P.sequence(model, spec.token_ids, req.bos, eos)
+    if len(seq) < 2:
+        raise FieldError(field, "give at least two tokens")
+    room = min(max_tokens, model.info.n_ctx)
+    if len(seq) > room:
+        raise FieldError(field, f"at most {room} tokens here, got {len(seq)}")
+    return Text(model, tuple(seq), tuple(model.labels(list(seq))))
+
+
+def finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def grid(t: Any) -> list[list[float | None]]:
+    return [[finite(float(v)) for v in row] for row in t.tolist()]
+
+
+def cost(model: Model, rows: int, logits_rows: int) -> int:
+    """Estimated bytes: `logits_rows` rows of (vocab) log-probabilities, `rows` rows of a layer's activations and
+    scores, the streams kept per layer."""
+    a = model.arch
+    return (3 * logits_rows * a.vocab + 8 * rows * max(a.d_ff, a.d_model) + a.n_heads * 256 * rows
+            + 4 * a.n_layer * rows * a.d_model) * 4  # fmt: skip
+
+
+# -- /api/v1/head_roles ------------------------------------------------------------------------------------------
+
+
+async def roles_of(req: RolesRequest, lab: Lab, key: str | None) -> tuple[Text, P.Intervention, E.Roles]:
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_roles_tokens, False)
+    iv = intervention(req, t.model)
+    limit = lab.settings.max_probe_n
+    if req.probe_n > limit:
+        raise FieldError("probe_n", f"at most {limit} here, got {req.probe_n}")
+    if 2 * req.probe_n + 1 > t.model.info.n_ctx:
+        raise FieldError("probe_n", f"the probe has 2 × {req.probe_n} + 1 tokens, over {t.model.name}'s context "
+                         f"of {t.model.info.n_ctx}")  # fmt: skip
+    ablate = P.Intervention(ablate=iv.ablate, mean=iv.mean)
+    compute_key = (req.preset, t.seq, req.probe_n, req.seed, ablate)
+
+    def work(progress: Any) -> E.Roles:
+        try:
+            return E.head_roles(t.model, t.seq, req.probe_n, req.seed, ablate, progress)
+        except ValueError as e:
+            name, _, message = str(e).partition(": ")
+            raise FieldError(name, message) from None
+
+    rows = max(len(t.seq), 2 * req.probe_n + 1)
+    roles, _ = await lab.compute("head_roles", compute_key, cost(t.model, rows, rows), work, progress=key)
+    return t, ablate, roles
+
+
+def loss_json(loss: E.ProbeLoss) -> dict[str, Any]:
+    return {"first": loss.first, "second": loss.second, "positions": list(loss.positions)}
+
+
+def roles_document(t: Text, iv: P.Intervention, r: E.Roles, top: int) -> dict[str, Any]:
+    model = t.model
+    return {
+        "preset": model.name,
+        "layers": model.arch.n_layer,
+        "heads": model.arch.n_heads,
+        "tokens": list(t.labels),
+        "token_ids": list(t.seq),
+        "probe": {"token_ids": list(r.probe), "n": r.n, "seed": r.seed, "tokens": model.labels(list(r.probe))},
+        "roles": {role: grid(r.scores[role]) for role in E.ROLES},
+        "top": {
+            role: [{"layer": li, "head": h, "score": finite(s)} for li, h, s in r.top(role, top)] for role in E.ROLES
+        },
+        "probe_loss": loss_json(r.loss),
+        "ablated": None
+        if r.ablated_loss is None
+        else {
+            "ablate": [list(p) for p in iv.ablate],
+            "ablate_mode": "mean" if iv.mean else "zero",
+            "probe_loss": loss_json(r.ablated_loss),
+        },
+    }
+
+
+# -- /api/v1/prune -----------------------------------------------------------------------------------------------
+
+
+async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> tuple[Text, E.Pruning]:
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_prune_tokens + 1, req.eos)
+    n = len(t.seq) - 1
+    if req.loss_from >= n:
+        raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
+    mean = req.ablate_mode == "mean"
+    compute_key = (req.preset, t.seq, req.loss_from, mean)
+
+    def work(progress: Any) -> E.Pruning:
+        return E.prune(t.model, t.seq[:-1], t.seq[1:], req.loss_from, mean, progress)
+
+    rows = min(E.ROWS, max(n, E.ROWS // n * n))
+    pruning, _ = await lab.compute("prune", compute_key, cost(t.model, rows, n), work, progress=key)
+    return t, pruning
+
+
+def prune_document(t: Text, p: E.Pruning, rise: float) -> dict[str, Any]:
+    every = len(p.order)
+    k = p.can_go(rise)
+    return {
+        "preset": t.model.name,
+        "layers": t.model.arch.n_layer,
+        "heads": t.model.arch.n_heads,
+        "tokens": list(t.labels),
+        "token_ids": list(t.seq),
+        "ablate_mode": "mean" if p.mean else "zero",
+        "order": [[li, h] for li, h in p.order],
+        "mean_loss": [finite(v) for v in p.mean_loss],
+        "single": grid(p.single),
+        "clean_loss": finite(p.clean),
+        "rise": rise,
+        "can_go": k,
+        "fraction": k / every if every else 0.0,
+    }
+
+
+# -- /api/v1/patch -----------------------------------------------------------------------------------------------
+
+
+def prompts_of(req: PatchRequest, lab: Lab) -> tuple[Text, Text]:
+    """The two prompts through the model's tokenizer, of the same length (a 422 showing both tokenisations)."""
+    model = decoder(lab, req.preset)
+    if not model.has_tokenizer:
+        raise FieldError("preset", f"{req.preset} has no tokenizer: patching reads two prompts as text")
+    limit = min(lab.settings.max_patch_tokens, model.info.n_ctx)
+    out = []
+    for name in ("clean", "corrupted"):
+        seq = P.sequence(model, model.tokenize(getattr(req, name)), req.bos, False)
+        if len(seq) > limit:
+            raise FieldError(name, f"at most {limit} tokens here, got {len(seq)}")
+        out.append(Text(model, tuple(seq), tuple(model.labels(seq))))
+    a, b = out
+    if len(a.seq) != len(b.seq):
+        raise FieldError("corrupted", f"the two prompts must have the same number of tokens: clean has "
+                         f"{len(a.seq)} {list(a.labels)}, corrupted has {len(b.seq)} {list(b.labels)}")  # fmt: skip
+    for name in ("answer", "wrong"):
+        v = getattr(req, name)
+        if v is not None and v >= model.arch.vocab:
+            raise FieldError(name, f"{model.name}'s vocabulary has ids 0..{model.arch.vocab - 1}")
+    if req.metric == "logit_diff" and req.answer is not None and req.answer == req.wrong:
+        raise FieldError("wrong", "must differ from answer: their logit difference would be 0 in every run")
+    return a, b
+
+
+async def patch_of(req: PatchRequest, lab: Lab, key: str | None) -> tuple[Text, Text, E.Patching]:
+    a, b = await lab.off_loop(req.preset, prompts_of, req, lab)
+    compute_key = (req.preset, a.seq, b.seq, req.answer, req.wrong, req.metric)
+    n, m = len(a.seq), a.model.arch
+
+    def work(progress: Any) -> E.Patching:
+        return E.patch(a.model, a.seq, b.seq, req.answer, req.wrong, req.metric, progress)
+
+    rows = min(E.ROWS, (3 * n + m.n_heads) * n)
+    cached = 2 * m.n_layer * n * (4 * m.d_model) * 4
+    patching, _ = await lab.compute("patch", compute_key, cost(a.model, rows, 2 * n) + cached, work, progress=key)
+    return a, b, patching
+
+
+def token(model: Model, t: int | None) -> dict[str, Any] | None:
+    return None if t is None else {"token_id": t, "token": model.labels([t])[0]}
+
+
+def patch_document(a: Text, b: Text, p: E.Patching) -> dict[str, Any]:
+    model = a.model
+    return {
+        "preset": model.name,
+        "layers": model.arch.n_layer,
+        "heads": model.arch.n_heads,
+        "clean_tokens": list(a.labels),
+        "corrupted_tokens": list(b.labels),
+        "clean_ids": list(a.seq),
+        "corrupted_ids": list(b.seq),
+        "metric": p.metric,
+        "answer": token(model, p.answer),
+        "wrong": token(model, p.wrong),
+        "clean_value": finite(p.clean_value),
+        "corrupted_value": finite(p.corrupted_value),
+        "grids": {k: grid(p.grids[k]) for k in (*E.KINDS, "head")},
+    }
