@@ -179,12 +179,13 @@ def _post_large(client: Any, toks: list[str], seed: int) -> tuple[float, int]:
     return took, len(r.content)
 
 
-def fresh_served(n: int = 1024, seeds: int = 3, then: int = 2) -> dict[str, Any]:
+def fresh_served(n: int = 1024, seeds: int = 3, then: int = 2, pause_s: float = 1.0) -> dict[str, Any]:
     """A freshly started server's first large trace, `seeds` times: for each seed a new `attention-lab serve` (on a
     free 127.0.0.1 port, once it accepts connections) whose very first request is that seed's gpt2-small
     `POST /api/v1/attention.npz` (softmax of head 0), against the user's warm fused attention (`_user_attention`)
     timed right after it; one ratio per seed. The last server then answers `then` more seeds, each the first request
-    for its seed (the issue's "first three traces" of one fresh server)."""
+    for its seed and `pause_s` after the answer before (a user's next click; a fresh server's arena refills in such
+    a pause, engine/arena.py `Arena.stock`): a fresh server's second and third large traces."""
     import httpx
 
     from .serve import _free_port, _start, _stop
@@ -201,14 +202,15 @@ def fresh_served(n: int = 1024, seeds: int = 3, then: int = 2) -> dict[str, Any]
                 t0 = time.perf_counter()
                 user()
                 fused.append(time.perf_counter() - t0)
-                if i == seeds - 1:
-                    following = [_post_large(client, toks, 8_100_001 + 10 * i + j)[0] for j in range(then)]
+                for j in range(then if i == seeds - 1 else 0):
+                    time.sleep(pause_s)
+                    following.append(_post_large(client, toks, 8_100_001 + 10 * i + j)[0])
         finally:
             _stop(server)
     ms = [round(s * 1e3, 1) for s in firsts]
     return {"bench": "fresh_served", "n": n, "first_ms": ms, "fused_warm_ms": [round(f * 1e3, 1) for f in fused],
             "ratios": [round(s / f, 2) for s, f in zip(firsts, fused, strict=True)],
-            "then_ms": [round(s * 1e3, 1) for s in following], "load_average": round(os.getloadavg()[0], 2)}  # fmt: skip
+            "then_ms": [round(s * 1e3, 1) for s in following], "pause_s": pause_s, "load_average": round(os.getloadavg()[0], 2)}  # fmt: skip
 
 
 def first_served(n: int = 1024, repeat: int = 5) -> dict[str, Any]:
@@ -365,7 +367,8 @@ def _print_fresh(r: dict[str, Any], as_json: bool) -> None:
     print(
         f"a freshly started server's first request, gpt2-small {r['n']} tokens, POST attention.npz softmax head 0, "
         f"one server per seed, against the warm fused path: {pairs}; the last server's next "
-        f"{len(r['then_ms'])} seeds: {', '.join(f'{s:.0f} ms' for s in r['then_ms'])} "
+        f"{len(r['then_ms'])} seeds, each {r['pause_s']:.1f} s after the answer before: "
+        f"{', '.join(f'{s:.0f} ms' for s in r['then_ms'])} "
         f"(load average {r['load_average']:.2f})"
     )
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 MIN_BYTES = 1 << 22  # 4 MiB: smaller tensors come from the allocator's own free lists without faults
+QUIET_S = 0.3  # a stocked arena refills once no block has been taken for this long (between a user's clicks)
 
 
 class Arena:
@@ -37,6 +38,8 @@ class Arena:
         self._held = 0
         self._lock = threading.Lock()
         self.reused = 0  # blocks handed out again (tests and metrics read it)
+        self._stock = 0  # the block size kept stocked (`stock`); 0: none
+        self._taken = threading.Event()  # a block of that size was handed out (or stocking ended)
 
     @property
     def held(self) -> int:
@@ -57,12 +60,17 @@ class Arena:
                 self.reused += 1
         if block is None:
             block = np.empty(nbytes // 4, dtype=np.float32)
+        if nbytes == self._stock:
+            self._taken.set()
         view = block.reshape(shape)  # a new array object over the block: torch keeps it alive, views and all
         weakref.finalize(view, self._give_back, block)
         return torch.from_numpy(view)
 
     def _give_back(self, block: np.ndarray) -> None:
         with self._lock:
+            if self._stock:  # finished traces refill the arena from now on: no more stocking
+                self._stock = 0
+                self._taken.set()
             if self._held + block.nbytes <= self.max_bytes:
                 self._free[block.nbytes].append(block)
                 self._held += block.nbytes
@@ -88,6 +96,31 @@ class Arena:
                 self._held += nbytes
             added += 1
         return added
+
+    @property
+    def stocking(self) -> bool:
+        return bool(self._stock)
+
+    def stock(self, nbytes: int) -> None:
+        """Keep blocks of `nbytes` stocked up to the bound: once traces have taken some and none was taken for
+        QUIET_S, a background thread prefaults as many again, until a trace first gives a block back (then, cached
+        traces being evicted, finished traces refill the arena as they end). A fresh server's first traces stay in
+        the cache, so without this only the first would find mapped memory."""
+        if nbytes < MIN_BYTES or self._stock:
+            return
+        self._stock = nbytes
+        self._taken.clear()
+        threading.Thread(target=self._restock, name="arena-stock", daemon=True).start()
+
+    def _restock(self) -> None:
+        while self._stock:
+            self._taken.wait()
+            while self._taken.wait(QUIET_S):  # until a quiet spell: nothing taken for QUIET_S
+                self._taken.clear()
+                if not self._stock:
+                    return
+            if size := self._stock:
+                self.prefault(size)
 
     def limit(self, max_bytes: int) -> None:
         """Keep at most `max_bytes` of free blocks from now on (0: none), dropping what is over it now."""
@@ -117,12 +150,13 @@ def stage_bytes(max_tokens: int) -> int:
     return max(p.n_heads * min(p.n_ctx, max_tokens) ** 2 * 4 for p in PRESETS.values())
 
 
-def warm_up(max_tokens: int) -> dict[str, float]:
+def warm_up(max_tokens: int, stock: bool = True) -> dict[str, float]:
     """What a served app does before it accepts its first request (CPU only): `ARENA` filled with mapped blocks of
     the largest stage (`stage_bytes`) up to its bound, then one gpt2-small trace as long as the server allows (at
     most 1,024 tokens, causal, head 0 checked; cached nowhere), over those blocks, which come back when it is done.
     The first large trace then finds its stages' pages mapped, the allocator's smaller blocks (projections, the
-    mask, the answer) mapped too, and the kernels past their first call. Returns what it did."""
+    mask, the answer) mapped too, and the kernels past their first call; with `stock`, the next ones until traces
+    give memory back (`Arena.stock`). Returns what it did."""
     from .attention import run
     from .sources import load
     from .spec import PRESETS, make_spec
@@ -135,5 +169,7 @@ def warm_up(max_tokens: int) -> dict[str, float]:
     with torch.inference_mode():
         x, w = load(spec, torch.device("cpu"), torch.float32)
         run(spec, x, w).verify((0,))  # its stages go back to ARENA as it ends here
+    if stock:
+        ARENA.stock(stage_bytes(max_tokens))
     return {"blocks": blocks, "held_mb": ARENA.held / 2**20, "prefault_s": t1 - t0,
             "trace_s": time.perf_counter() - t1}  # fmt: skip

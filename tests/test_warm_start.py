@@ -4,6 +4,7 @@ blocks of the largest stage, within its bound, and the next large trace's stages
 from __future__ import annotations
 
 import gc
+import time
 
 import torch
 
@@ -41,7 +42,7 @@ def test_warm_up_stocks_the_arena_and_the_next_large_trace_is_written_into_it() 
     ARENA.limit(0)  # nothing held: as in a fresh process
     ARENA.limit(4 * size)
     try:
-        done = warm_up(384)
+        done = warm_up(384, stock=False)
         gc.collect()
         assert done["blocks"] == 4
         assert ARENA.held == 4 * size  # its own trace ran over them and gave them back
@@ -54,3 +55,28 @@ def test_warm_up_stocks_the_arena_and_the_next_large_trace_is_written_into_it() 
         assert trace.checks.rows_sum_to_one and trace.checks.max_abs_diff_vs_sdpa < 1e-4
     finally:
         ARENA.limit(bound)
+
+
+def _until(condition, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_stocked_arena_refills_after_traces_take_blocks_until_one_comes_back() -> None:
+    arena = Arena(3 * BLOCK)
+    arena.stock(BLOCK)
+    assert arena.stocking and arena.held == 0  # nothing made before anything is taken
+    assert arena.prefault(BLOCK) == 3
+    first = [arena.empty((2, 1024, 1024)) for _ in range(3)]  # a trace's stages, kept (as the cache keeps them)
+    assert arena.held == 0
+    assert _until(lambda: arena.held == 3 * BLOCK)  # refilled in the background, up to the bound
+    second = [arena.empty((2, 1024, 1024)) for _ in range(2)]
+    assert arena.reused == 5 and _until(lambda: arena.held == 3 * BLOCK)
+    del first
+    gc.collect()  # the first trace is evicted: its blocks come back, and stocking ends
+    assert not arena.stocking and arena.held == 3 * BLOCK  # still within the bound (the rest dropped)
+    del second
