@@ -334,6 +334,25 @@ class Run:
                 "eval_own": self.eval_own, "phase_change": self.phase_change,
                 "best_induction": self.best_induction()}  # fmt: skip
 
+    def apply(self, kind: str, d: dict[str, Any]) -> None:
+        """Record one event of the run (the loop records its own this way; a copy elsewhere replays them)."""
+        if kind == "step":
+            self.loss.append(d["loss"])
+            self.step = d["step"]
+        elif kind == "eval":
+            self.eval_steps.append(d["step"])
+            self.eval_loss.append(d["loss"])
+            self.eval_own.append(d["own"])
+            if d.get("first") is not None:
+                self.eval_first.append(d["first"])
+                self.eval_second.append(d["second"])
+            self.phase_change = d.get("phase_change")
+        elif kind == "snapshot":
+            weights = [torch.tensor(w) for w in d["weights"]]
+            self.snapshots.append(Snapshot(d["step"], d["induction"], weights, d["eval_loss"], d.get("sample", "")))
+        elif kind == "end":
+            self.status = d["status"]
+
     def best_induction(self) -> float | None:
         if not self.snapshots:
             return None
@@ -394,39 +413,37 @@ def train(c: TrainConfig, on_event: Event | None = None, cancel: threading.Event
     snaps = set(snapshot_steps(c.steps, c.n_snapshots))
     warmup = min(20, c.steps)
 
+    def tell_all(kind: str, d: dict[str, Any]) -> None:
+        run.apply(kind, d)
+        tell(kind, d)
+
     def observe(step: int) -> None:
         ev = evaluate(c, p, held)
         own = ev if c.causal else evaluate(c, p, held, False)
-        run.eval_steps.append(step)
-        run.eval_loss.append(round(ev["loss"], 5))
-        run.eval_own.append(round(own["loss"], 5))
-        if c.task == "repeat":
-            run.eval_first.append(round(ev["first"], 5))
-            run.eval_second.append(round(ev["second"], 5))
-            if run.phase_change is None and ev["second"] < 0.5 * ev["first"]:
-                run.phase_change = step
-        tell("eval", {"step": step, "loss": run.eval_loss[-1], "own": run.eval_own[-1],
-                      "first": ev.get("first"), "second": ev.get("second"), "phase_change": run.phase_change})  # fmt: skip
+        first, second = ev.get("first"), ev.get("second")
+        phase = run.phase_change
+        if phase is None and first is not None and second is not None and second < 0.5 * first:
+            phase = step
+        tell_all("eval", {"step": step, "loss": round(ev["loss"], 5), "own": round(own["loss"], 5),
+                          "first": None if first is None else round(first, 5),
+                          "second": None if second is None else round(second, 5), "phase_change": phase})  # fmt: skip
         if step in snaps:
             keep: list[torch.Tensor] = []
             with torch.no_grad():
                 forward(c, p, probe.to(c.device), c.causal, keep)
             n = (probe.shape[1] + 1) // 2
-            weights = [w[0].float().cpu() for w in keep]
             text_out = ""
             if c.task == "text" and c.sample_chars:
-                text_out = "".join(
-                    data.chars[i] for i in sample(c, p, prompt, c.sample_chars, seed_of("s", c.seed, step))
-                )
-            snap = Snapshot(step, induction_scores(keep, n), weights, run.eval_loss[-1], text_out)
-            run.snapshots.append(snap)
-            tell("snapshot", {"step": step, "induction": snap.induction, "sample": snap.sample,
-                              "eval_loss": snap.eval_loss})  # fmt: skip
+                drawn = sample(c, p, prompt, c.sample_chars, seed_of("s", c.seed, step))
+                text_out = "".join(data.chars[i] for i in drawn)
+            weights = [w[0].float().cpu().round(decimals=4).tolist() for w in keep]
+            tell_all("snapshot", {"step": step, "induction": induction_scores(keep, n), "weights": weights,
+                                  "eval_loss": run.eval_loss[-1], "sample": text_out})  # fmt: skip
 
     observe(0)
     for step in range(1, c.steps + 1):
         if cancel is not None and cancel.is_set():
-            run.status = "cancelled"
+            tell_all("end", {"status": "cancelled", "step": run.step})
             break
         for group in opt.param_groups:
             group["lr"] = c.lr * min(1.0, step / warmup)
@@ -435,15 +452,12 @@ def train(c: TrainConfig, on_event: Event | None = None, cancel: threading.Event
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        run.loss.append(round(float(loss.detach()), 5))
-        run.step = step
-        tell("step", {"step": step, "loss": run.loss[-1]})
+        tell_all("step", {"step": step, "loss": round(float(loss.detach()), 5)})
         if step % c.eval_every == 0 or step in snaps:
             observe(step)
     else:
-        run.status = "done"
+        tell_all("end", {"status": "done", "step": run.step})
     run.params = {k: v.detach().cpu() for k, v in p.items()}
-    tell("end", {"status": run.status, "step": run.step})
     return run
 
 
