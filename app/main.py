@@ -33,6 +33,7 @@ from .demos import page as demos_page
 from .generate import api as generate_api
 from .generate import page as generate_page
 from .heads import api as heads_api
+from .heads import page as heads_page
 from .lab import HeavyWork, Lab, WatchClient
 from .lessons import page as lessons_page
 from .limits import BodyLimit, QueryLimit, SecurityHeaders, SendTimeout
@@ -71,7 +72,7 @@ MATH_FONT_FACE = (
 HEAVY_PATHS = frozenset({
     "/api/v1/generate", "/api/v1/model_view", "/api/v1/predict", "/api/v1/logit_lens", "/api/v1/head_ranking",
     "/api/v1/head_roles", "/api/v1/prune", "/api/v1/patch",
-    "/generate", "/model", "/predict", "/lens",
+    "/generate", "/model", "/predict", "/lens", "/heads", "/patch",
 })  # fmt: skip
 
 
@@ -194,6 +195,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         generate_page.router,
         training_page.router,
         lens_page.router,
+        heads_page.router,
         rooms_page.router,
     ):
         app.include_router(router)

@@ -91,7 +91,12 @@ def test_patching_is_the_engines_and_refuses_prompts_of_different_lengths(tiny) 
     assert r.status_code == 422
     err = r.json()
     text = str(err)
-    assert "same number of tokens" in text and f"clean has {len(a)}" in text and "corrupted has 6" in text and "dog" in text
+    assert (
+        "same number of tokens" in text
+        and f"clean has {len(a)}" in text
+        and "corrupted has 6" in text
+        and "dog" in text
+    )
 
 
 @pytest.mark.parametrize(

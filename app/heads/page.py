@@ -1,0 +1,284 @@
+"""The pages /heads (which head does what: role grids, the induction probe and its loss, knocking the top
+induction heads out, the pruning curve) and /patch (where the answer lives: activation patching grids). Each is a
+View through the page kernel; its JSON twin is the same View as data."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, Response
+
+from engine import heads as E
+
+from ..lab import Lab, get_lab, request_key
+from ..schemas import FieldError, from_query
+from ..web.knockouts import form_ablate
+from ..web.page import serve
+from ..web.state import ViewState, within
+from ..web.view import View
+from .compute import patch_document, patch_of, prune_document, prune_of, roles_document, roles_of
+from .request import CLEAN, CORRUPTED, HeadsParams, PatchParams, PatchRequest, PruneRequest, RolesRequest
+
+router = APIRouter(include_in_schema=False)
+ROLE_KEYS = tuple(RolesRequest.model_fields)
+PATCH_KEYS = tuple(PatchRequest.model_fields)
+DEFAULT_TEXT = {"en": "The cat sat on the mat. The dog sat on the log.", "zh": "猫坐在垫子上。狗坐在木头上。"}
+KINDS = (*E.KINDS, "head")
+
+
+@dataclass(frozen=True)
+class Cell:
+    layer: int
+    col: int  # the head, or the position
+    value: float | None
+    cls: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Curve:
+    """The pruning curve: mean loss against the number of heads removed, and what the page says about it."""
+
+    order: tuple[tuple[int, int], ...]
+    mean_loss: tuple[float | None, ...]
+    clean: float | None
+    can_go: int
+    fraction: float
+    rise: float
+    points: str  # the SVG polyline's points (0…300 × 0…150)
+    limit_y: float  # the SVG y of the clean loss × (1 + rise)
+
+
+@dataclass(frozen=True)
+class HeadsView(View):
+    template = "heads.html"
+    blocks = ()
+    kind = "heads"
+    own_present_toggle = True
+
+    preset: str = ""
+    layers: int = 0
+    heads: int = 0
+    tokens: tuple[str, ...] = ()
+    role: str = "induction"
+    role_urls: tuple[tuple[str, str], ...] = ()
+    grid: tuple[tuple[Cell, ...], ...] = ()
+    top: tuple[Cell, ...] = ()
+    probe: dict[str, Any] = field(default_factory=dict)
+    probe_loss: dict[str, Any] = field(default_factory=dict)
+    ablated: dict[str, Any] | None = None
+    chosen: tuple[int, int] = (0, 0)
+    weights: tuple[tuple[float, ...], ...] = ()  # the chosen head's weights on the probe (stage 4)
+    offset: int = 0  # the induction diagonal: key i − n + 1
+    knock_urls: tuple[tuple[int, str], ...] = ()  # knock the top k induction heads out
+    unknock_url: str = ""
+    curve: Curve | None = None
+    prune_url: str = ""
+    prune_error: str = ""
+    lab_url: str = ""
+    json_url: str | None = None
+    present_url: str | None = None
+
+
+def colour(value: float | None, top: float = 1.0) -> str:
+    if value is None or math.isnan(value):
+        return ""
+    return f"sq-{min(10, max(0, round(10 * value / top)))}"
+
+
+def diverging(value: float | None) -> str:
+    """-1 … 1 on the diverging scale (dv-m5 … dv-p5)."""
+    if value is None or math.isnan(value):
+        return ""
+    k = max(-5, min(5, round(5 * value)))
+    return f"dv-m{-k}" if k < 0 else f"dv-p{k}"
+
+
+def lab_url(preset: str, ids: list[int], layer: int, head: int, lang: str, present: bool) -> str:
+    query = {"preset": preset, "token_ids": ",".join(map(str, ids)), "layer": layer, "head": head, "stage": 4,
+             "lang": lang}  # fmt: skip
+    return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
+
+
+@router.get("/heads", response_class=HTMLResponse)
+async def heads_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    state = ViewState.of(request.query_params, "/heads", ROLE_KEYS, HeadsParams)
+    build = functools.partial(heads_view, state, lab, request_key(request))
+    json_url = "/api/v1/head_roles?" + state.api_query()
+    return await serve(request, lab, "heads.html", state, build, json_url=json_url, blocks=(), models=lab.models,
+                       present=state.present)  # fmt: skip
+
+
+async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> HeadsView:
+    p = state.read(HeadsParams)
+    ctx["text_value"] = state.get("text") or DEFAULT_TEXT[ctx["lang"]]
+    fields = {k: v for k, v in state.api_params().items() if k != "ablate"}
+    if not state.get("text") and not state.get("token_ids"):
+        fields["text"] = DEFAULT_TEXT[ctx["lang"]]
+    typed = state.spelled.get("ablate", "ablate")
+    ablate = form_ablate(state.get("ablate"), typed) if state.get("ablate") else None
+    body = from_query(fields, None, RolesRequest) | ({"ablate": ablate} if ablate else {})
+    if "bos" in body and isinstance(body["bos"], str):
+        body["bos"] = body["bos"] not in ("0", "false", "off")
+    req = RolesRequest.model_validate(body)
+    plain = req.model_copy(update={"ablate": None})
+    t, _, roles = await roles_of(plain, lab, progress)
+    doc = roles_document(t, _, roles, req.top)
+    model = t.model
+    n_layer, n_heads = model.arch.n_layer, model.arch.n_heads
+    if p.knock is not None:
+        k = within("knock", p.knock, 1, n_layer * n_heads)
+        req = req.model_copy(update={"ablate": [[li, h] for li, h, _ in roles.top("induction", k)]})
+    ablated = None
+    if req.ablate:
+        try:
+            _, iv, knocked = await roles_of(req, lab, progress)
+        except FieldError as e:
+            raise FieldError(typed if e.field == "ablate" else e.field, e.message) from None
+        ablated = roles_document(t, iv, knocked, req.top)["ablated"]
+    role = p.role
+    scores = doc["roles"][role]
+    present = state.present
+    chosen = p.head or (roles.top("induction", 1)[0][0], roles.top("induction", 1)[0][1])
+    layer = within("head", chosen[0], 0, n_layer - 1)
+    head = within("head", chosen[1], 0, n_heads - 1)
+
+    def cell(li: int, h: int, v: float | None) -> Cell:
+        return Cell(li, h, v, colour(v), state.url(head=f"{li}.{h}") + "#probe")
+
+    grid = tuple(tuple(cell(li, h, v) for h, v in enumerate(row)) for li, row in enumerate(scores))
+    top = tuple(cell(x["layer"], x["head"], x["score"]) for x in doc["top"][role])
+    weights = await lab.compute("probe_weights", (model.name, roles.probe, layer), 4 * len(roles.probe) ** 2 * n_heads,
+                                lambda _: E.layer_weights(model, roles.probe, layer), progress=None)  # fmt: skip
+    w = weights[0][head]
+    curve, prune_error = None, ""
+    if state.get("prune") == "1":
+        preq = PruneRequest(preset=req.preset, text=req.text, token_ids=req.token_ids, bos=req.bos,
+                            ablate_mode=req.ablate_mode)  # fmt: skip
+        try:
+            pt, pruning = await prune_of(preq, lab, progress)
+        except FieldError as e:
+            prune_error = f"{e.field}: {e.message}"
+        else:
+            curve = curve_of(prune_document(pt, pruning, 0.05))
+    return HeadsView(
+        preset=model.name, layers=n_layer, heads=n_heads, tokens=tuple(doc["tokens"]), role=role,
+        role_urls=tuple((r, state.url(role=r)) for r in E.ROLES), grid=grid, top=top, probe=doc["probe"],
+        probe_loss=doc["probe_loss"], ablated=ablated, chosen=(layer, head),
+        weights=tuple(tuple(round(float(x), 4) for x in row) for row in w.tolist()), offset=roles.n - 1,
+        knock_urls=tuple((k, state.url(knock=str(k), ablate=None) + "#knock") for k in (1, 3, 5, 10)
+                         if k <= n_layer * n_heads),
+        unknock_url=state.url(knock=None, ablate=None) + "#knock",
+        curve=curve, prune_url=state.url(prune="1") + "#prune", prune_error=prune_error,
+        lab_url=lab_url(model.name, list(roles.probe), layer, head, ctx["lang"], present),
+        json_url="/api/v1/head_roles?" + state.api_query(), present_url=state.url(present=None if present else "1"),
+    )  # fmt: skip
+
+
+def curve_of(doc: dict[str, Any]) -> Curve:
+    losses = [v for v in doc["mean_loss"] if v is not None]
+    lo, hi = min(losses), max(losses)
+    span = (hi - lo) or 1.0
+    n = len(doc["mean_loss"]) - 1 or 1
+
+    def y(v: float) -> float:
+        return round(145 - 140 * (v - lo) / span, 1)
+
+    points = " ".join(f"{round(300 * k / n, 1)},{y(v)}" for k, v in enumerate(doc["mean_loss"]) if v is not None)
+    clean = doc["clean_loss"]
+    return Curve(tuple(tuple(o) for o in doc["order"]), tuple(doc["mean_loss"]), clean, doc["can_go"],
+                 doc["fraction"], doc["rise"], points, y(clean * (1 + doc["rise"])) if clean is not None else 0)  # fmt: skip
+
+
+# -- /patch ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PatchView(View):
+    template = "patch.html"
+    blocks = ()
+    kind = "patch"
+    own_present_toggle = True
+
+    preset: str = ""
+    layers: int = 0
+    heads: int = 0
+    clean_tokens: tuple[str, ...] = ()
+    corrupted_tokens: tuple[str, ...] = ()
+    metric: str = "logit_diff"
+    answer: dict[str, Any] | None = None
+    wrong: dict[str, Any] | None = None
+    clean_value: float | None = None
+    corrupted_value: float | None = None
+    kind_shown: str = "resid_pre"
+    kind_urls: tuple[tuple[str, str], ...] = ()
+    columns: tuple[str, ...] = ()  # positions (their clean/corrupted tokens) or heads
+    grid: tuple[tuple[Cell, ...], ...] = ()
+    grids: dict[str, Any] = field(default_factory=dict)
+    strongest: tuple[Cell, ...] = ()
+    cell: tuple[int, int] | None = None
+    cell_values: dict[str, float | None] = field(default_factory=dict)
+    clean_lab: str = ""
+    corrupted_lab: str = ""
+    json_url: str | None = None
+    present_url: str | None = None
+
+
+@router.get("/patch", response_class=HTMLResponse)
+async def patch_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    state = ViewState.of(request.query_params, "/patch", PATCH_KEYS, PatchParams)
+    build = functools.partial(patch_view, state, lab, request_key(request))
+    json_url = "/api/v1/patch?" + state.api_query()
+    return await serve(request, lab, "patch.html", state, build, json_url=json_url, blocks=(), models=lab.models,
+                       present=state.present)  # fmt: skip
+
+
+async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> PatchView:
+    p = state.read(PatchParams)
+    ctx["clean_text"] = state.get("clean") or CLEAN
+    ctx["corrupted_text"] = state.get("corrupted") or CORRUPTED
+    body = from_query(state.api_params(), None, PatchRequest)
+    if "bos" in body and isinstance(body["bos"], str):
+        body["bos"] = body["bos"] not in ("0", "false", "off")
+    req = PatchRequest.model_validate(body)
+    a, b, patching = await patch_of(req, lab, progress)
+    doc = patch_document(a, b, patching)
+    kind = p.grid
+    present = state.present
+    rows = doc["grids"][kind]
+    if kind == "head":
+        columns = tuple(str(h) for h in range(doc["heads"]))
+    else:
+        columns = tuple(x if x == y else f"{x} / {y}" for x, y in zip(doc["clean_tokens"], doc["corrupted_tokens"],
+                                                                      strict=True))  # fmt: skip
+
+    def cell(li: int, c: int, v: float | None) -> Cell:
+        return Cell(li, c, v, diverging(v), state.url(cell=f"{li}.{c}") + "#cell")
+
+    grid = tuple(tuple(cell(li, c, v) for c, v in enumerate(row)) for li, row in enumerate(rows))
+    flat = [c for row in grid for c in row if c.value is not None]
+    strongest = tuple(sorted(flat, key=lambda c: -abs(c.value or 0))[:5])
+    chosen, values = None, {}
+    clean_lab = corrupted_lab = ""
+    if p.cell is not None:
+        li = within("cell", p.cell[0], 0, doc["layers"] - 1)
+        c = within("cell", p.cell[1], 0, len(columns) - 1)
+        chosen = (li, c)
+        values = {k: doc["grids"][k][li][c] for k in KINDS if (k == "head") == (kind == "head")}
+        head = c if kind == "head" else 0
+        clean_lab = lab_url(a.model.name, list(a.seq), li, head, ctx["lang"], present)
+        corrupted_lab = lab_url(a.model.name, list(b.seq), li, head, ctx["lang"], present)
+    return PatchView(
+        preset=doc["preset"], layers=doc["layers"], heads=doc["heads"], clean_tokens=tuple(doc["clean_tokens"]),
+        corrupted_tokens=tuple(doc["corrupted_tokens"]), metric=doc["metric"], answer=doc["answer"],
+        wrong=doc["wrong"], clean_value=doc["clean_value"], corrupted_value=doc["corrupted_value"], kind_shown=kind,
+        kind_urls=tuple((k, state.url(grid=k, cell=None)) for k in KINDS), columns=columns, grid=grid,
+        grids=doc["grids"], strongest=strongest, cell=chosen, cell_values=values, clean_lab=clean_lab,
+        corrupted_lab=corrupted_lab, json_url="/api/v1/patch?" + state.api_query(),
+        present_url=state.url(present=None if present else "1"),
+    )  # fmt: skip
