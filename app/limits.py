@@ -140,11 +140,9 @@ class SecurityHeaders:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
-                headers += [
-                    (b"content-security-policy", csp),
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"same-origin"),
-                ]
+                headers += [(b"content-security-policy", csp), (b"x-content-type-options", b"nosniff")]
+                if not any(k.lower() == b"referrer-policy" for k, _ in headers):  # a page may ask for a stricter one
+                    headers.append((b"referrer-policy", b"same-origin"))
                 message = {**message, "headers": headers}
             await send(message)
 

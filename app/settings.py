@@ -76,6 +76,16 @@ class Settings(LimitSettings):
     room_unknown_codes_per_minute: int = Field(30, ge=1)  # lookups of codes that do not exist, per client address
     room_answers_per_address_per_poll: int = Field(200, ge=1)  # students answering one poll from one address
     room_answers_per_address_per_minute: int = Field(600, ge=1)  # answers per client address (a class shares one)
+    room_pair_s: float = Field(
+        120, gt=0, le=3600
+    )  # how long a one-time link that pairs the teacher's phone stays valid
+    room_max_devices: int = Field(4, ge=1, le=64)  # devices paired with one room's teacher at once (phones, tablets)
+    # /train: tiny GPTs trained on the server, each in a process of its own (docs/train.md)
+    train_max_running: int = Field(1, ge=1)  # runs training at once (one is right for 2 cores)
+    train_max_queued: int = Field(2, ge=0)  # runs waiting for the trainer; past it, 503 with Retry-After
+    train_max_kept: int = Field(8, ge=1)  # runs kept for their pages and exports (the oldest finished one dropped)
+    train_max_steps: int = Field(5000, ge=1)  # steps one run may ask for
+    train_max_wall_s: float = Field(300, gt=0)  # a run still training after this long is stopped
 
     def limits(self) -> Limits:
         """The engine's Limits: every one that is a setting, and the memory budget in bytes."""

@@ -11,7 +11,8 @@
   }
   var code = cookie("lab_room");
   if (!code || !/^[A-Z2-9]{6}$/.test(code)) return;
-  if (document.querySelector("[data-teach]")) return; // the teacher's remote is its own page (static/teach.js)
+  // The teacher's remote (static/teach.js) and the pairing pages are the teacher's own, never a view of the class.
+  if (document.querySelector("[data-teach], [data-room-pair]")) return;
   var lang = (document.documentElement.lang || "en").slice(0, 2);
   var api = "/api/v1/rooms/" + code;
   var modeKey = "lab_room_mode_" + code;

@@ -9,6 +9,7 @@ view URL: room.js fetches it and swaps the page in place, keeping the bar and th
 from __future__ import annotations
 
 import re
+import secrets
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
@@ -35,6 +36,7 @@ from .service import (
     join_url,
     query_limit,
     store_down,
+    token_hash,
 )
 from .store import Room, normal_code
 
@@ -217,6 +219,84 @@ async def _own_room(request: Request, rooms: Rooms) -> Room | None:
     except RoomError:
         return None
     return room if await rooms.is_teacher(request, room) else None
+
+
+# ---- pairing: the teacher's role handed to a second device (the teacher's phone) ---------------------------------
+
+
+@router.post("/r/{code}/pair", response_class=HTMLResponse)
+async def pair(code: str, request: Request, rooms: RoomsDep) -> Response:
+    """A one-time link (and its QR code) that hands the teacher's role to another device: shown on the teacher's
+    remote only, valid for ROOM_PAIR_S seconds, used up by the first device that confirms it."""
+    try:
+        check_same_origin(request)
+        room = await rooms.teacher(request, code)
+    except RoomError as exc:
+        return _page(request, "room_join.html", exc.status if exc.status != 401 else 403,
+                     error=f"{exc.field}: {exc.message}")  # fmt: skip
+    secret = secrets.token_urlsafe(16)
+    ttl = rooms.settings.room_pair_s
+    await rooms.store.add_pairing(room.code, token_hash(secret), ttl)
+    url = join_url(request, room.code) + "/pair/" + secret
+    response = _page(request, "room_pair.html", room=room, pair_url=url, qr=qr_svg(url), minutes=max(1, round(ttl / 60)),
+                     paired=len(room.devices))  # fmt: skip
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+@router.get("/r/{code}/pair/{secret}", response_class=HTMLResponse)
+async def pair_confirm(code: str, secret: str, request: Request, rooms: RoomsDep) -> Response:
+    """The paired device's first page: a button to confirm (a GET uses nothing up, so a link preview cannot)."""
+    try:
+        room = await rooms.room(code, request)
+    except RoomError as exc:
+        return _refused_page(request, rooms, exc, _refusal(translator(language(request)), exc))
+    response = _page(request, "room_pair.html", room=room, confirm=f"/r/{room.code}/pair/{secret[:64]}")
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+@router.post("/r/{code}/pair/{secret}", response_class=HTMLResponse)
+async def pair_take(code: str, secret: str, request: Request, rooms: RoomsDep) -> Response:
+    """Confirmed on the device: the pairing is used up, the device gets a teacher token of its own (an HttpOnly
+    cookie, as the teacher's browser has) and opens the remote."""
+    t = translator(language(request))
+    try:
+        check_same_origin(request)
+        room = await rooms.room(code, request)
+        if not await rooms.store.take_pairing(room.code, token_hash(secret[:64])):
+            rooms.missed(request)  # guessing pairing secrets costs what guessing codes does
+            raise RoomError(410, "pair", t("room.pair_used"))
+        if len(room.devices) >= rooms.settings.room_max_devices:
+            raise RoomError(409, "pair", t("room.pair_full", n=rooms.settings.room_max_devices))
+    except RoomError as exc:
+        return _page(request, "room_join.html", exc.status, error=exc.message if exc.field == "pair"
+                     else f"{exc.field}: {exc.message}")  # fmt: skip
+    token = secrets.token_urlsafe(24)
+    await rooms.store.set_devices(room.code, (*room.devices, token_hash(token)))
+    form = await _form(request)
+    lang = f"?lang={form['lang']}" if form.get("lang") in LANGS else ""
+    response = RedirectResponse(f"/r/{room.code}/teach{lang}", 303)
+    secure = cookie_options(request)
+    response.set_cookie(TEACHER_COOKIE, quote(f"{room.code}.{token}", safe=".-_"),
+                        max_age=int(rooms.settings.room_idle_s), httponly=True, samesite="strict", **secure)  # fmt: skip
+    response.set_cookie(ROOM_COOKIE, room.code, max_age=int(rooms.settings.room_idle_s), samesite="lax", **secure)
+    return response
+
+
+@router.post("/r/{code}/unpair", response_class=HTMLResponse)
+async def unpair(code: str, request: Request, rooms: RoomsDep) -> Response:
+    """Take the teacher's role back from every paired device (the browser that started the class keeps it)."""
+    try:
+        check_same_origin(request)
+        room = await rooms.teacher(request, code)
+    except RoomError as exc:
+        return _page(request, "room_join.html", exc.status if exc.status != 401 else 403,
+                     error=f"{exc.field}: {exc.message}")  # fmt: skip
+    await rooms.store.set_devices(room.code, ())
+    return RedirectResponse(f"/r/{room.code}/teach", 303)
 
 
 @router.get("/r/{code}/teach", response_class=HTMLResponse)

@@ -196,6 +196,16 @@ class RedisStore(Store):
             await p.execute()
         return True
 
+    async def add_pairing(self, code: str, pairing_hash: str, ttl_s: float) -> None:
+        await self.redis.set(self._key(code, ":pair:" + pairing_hash), "1", px=max(1, int(ttl_s * 1000)))
+
+    async def take_pairing(self, code: str, pairing_hash: str) -> bool:
+        return await self.redis.getdel(self._key(code, ":pair:" + pairing_hash)) is not None  # one step: used once
+
+    async def set_devices(self, code: str, hashes: tuple[str, ...]) -> None:
+        if await self.redis.exists(self._key(code)):
+            await self.redis.hset(self._key(code), "devices", " ".join(hashes))
+
     async def rooms_of(self, address: str) -> int:
         key = ROOMS + ":from:" + address
         codes = [_s(c) for c in await self.redis.smembers(key)]
@@ -215,7 +225,8 @@ class RedisStore(Store):
         if not h or b"version" not in h:
             return None
         d = {_s(k): _s(v) for k, v in h.items()}
-        return Room(code, d["page"], d["query"], int(d["version"]), d["token"], d["poll"] or None)
+        return Room(code, d["page"], d["query"], int(d["version"]), d["token"], d["poll"] or None,
+                    tuple(d.get("devices", "").split()))  # fmt: skip
 
     async def count(self) -> int:
         now = time.time()

@@ -317,13 +317,19 @@ class Rooms:
         if token is None:
             raise RoomError(401, "authorization", "the teacher's token is required (Authorization: Bearer <token>)",
                             {"WWW-Authenticate": "Bearer"})  # fmt: skip
-        if not hmac.compare_digest(token_hash(token), room.token_hash):
+        if not teaches(token, room):
             raise RoomError(403, "authorization", "this token is not the room's teacher token")
         return room
 
     async def is_teacher(self, request: Request, room: Room) -> bool:
         token = presented_token(request, room.code)
-        return token is not None and hmac.compare_digest(token_hash(token), room.token_hash)
+        return token is not None and teaches(token, room)
+
+
+def teaches(token: str, room: Room) -> bool:
+    """The token is the room's teacher token, or a paired device's (every hash compared, in constant time each)."""
+    digest = token_hash(token)
+    return any([hmac.compare_digest(digest, h) for h in (room.token_hash, *room.devices)])
 
 
 def presented_token(request: Request, code: str) -> str | None:

@@ -120,6 +120,7 @@ class Room:
     version: int
     token_hash: str
     poll: str | None  # the open poll's id
+    devices: tuple[str, ...] = ()  # the hashes of the teacher tokens of devices paired since (the teacher's phone)
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,18 @@ class Store(ABC):
         """Return once this process receives every room's events (Redis: its subscription is live); raise when it
         cannot (a stream opened now could miss events)."""
         return None
+
+    @abstractmethod
+    async def add_pairing(self, code: str, pairing_hash: str, ttl_s: float) -> None:
+        """Remember a one-time pairing (its secret's hash) for `ttl_s` seconds."""
+
+    @abstractmethod
+    async def take_pairing(self, code: str, pairing_hash: str) -> bool:
+        """Use a pairing up: True once for a live one (the check and the removal are one step), False after."""
+
+    @abstractmethod
+    async def set_devices(self, code: str, hashes: tuple[str, ...]) -> None:
+        """The teacher tokens of the paired devices (their hashes), replacing those before; () unpairs them all."""
 
     @abstractmethod
     async def create(self, code: str, token_hash: str, page: str, query: str, address: str = "") -> bool:
@@ -273,6 +286,7 @@ class _MemoryRoom:
     answers: dict[str, dict[str, Answer]] = field(default_factory=dict)
     voters: dict[str, dict[str, int]] = field(default_factory=dict)  # poll -> address -> students who answered
     address: str = ""  # the client address that started the room
+    pairings: dict[str, float] = field(default_factory=dict)  # a pairing secret's hash -> when it expires
 
 
 class MemoryStore(Store):
@@ -305,6 +319,22 @@ class MemoryStore(Store):
     async def rooms_of(self, address: str) -> int:
         return sum((e := self._live(code)) is not None and e.address == address for code in list(self.rooms))
 
+    async def add_pairing(self, code: str, pairing_hash: str, ttl_s: float) -> None:
+        entry = self._live(code)
+        if entry is not None:
+            now = self.clock()
+            entry.pairings = {h: t for h, t in entry.pairings.items() if t > now} | {pairing_hash: now + ttl_s}
+
+    async def take_pairing(self, code: str, pairing_hash: str) -> bool:
+        entry = self._live(code)
+        expires = entry.pairings.pop(pairing_hash, None) if entry is not None else None
+        return expires is not None and expires > self.clock()
+
+    async def set_devices(self, code: str, hashes: tuple[str, ...]) -> None:
+        entry = self._live(code)
+        if entry is not None:
+            entry.room = Room(**(entry.room.__dict__ | {"devices": hashes}))
+
     async def get(self, code: str) -> Room | None:
         entry = self._live(code)
         return entry.room if entry else None
@@ -328,7 +358,7 @@ class MemoryStore(Store):
             return 0
         version = entry.room.version + 1
         room = entry.room
-        entry.room = Room(code, *(state or (room.page, room.query)), version, room.token_hash, room.poll)
+        entry.room = Room(code, *(state or (room.page, room.query)), version, room.token_hash, room.poll, room.devices)
         event = Event(version, kind, data)
         entry.log.append(event)
         entry.log_bytes += len(event.dumps())

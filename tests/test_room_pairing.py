@@ -1,0 +1,119 @@
+"""Pairing the teacher's phone (#32): the remote on the laptop makes a one-time, short-lived link; the phone that
+confirms it gets a teacher token of its own and opens the remote; the link works once; the teacher can take the
+role back from every paired device. Over real HTTP, against the memory store and against Redis with two workers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from app.rooms.store import MemoryStore
+from tests.conftest import run_async
+
+
+def browser(base: str) -> httpx.Client:
+    """A browser's cookie jar, sending what Chrome sends from the lab's own pages."""
+    return httpx.Client(base_url=base, timeout=30, follow_redirects=True,
+                        headers={"Sec-Fetch-Site": "same-origin", "Origin": base})  # fmt: skip
+
+
+@pytest.fixture
+def laptop(lab: str) -> Iterator[httpx.Client]:
+    with browser(lab) as c:
+        yield c
+
+
+def start_class(laptop: httpx.Client) -> str:
+    r = laptop.post("/r", data={"page": "/", "query": "stage=scores", "lang": "en"})
+    assert r.status_code == 200 and laptop.cookies.get("lab_teacher"), r.text[:300]
+    return str(laptop.cookies.get("lab_room"))
+
+
+def pairing_link(laptop: httpx.Client, code: str) -> str:
+    r = laptop.post(f"/r/{code}/pair?lang=en")
+    assert r.status_code == 200 and r.headers["cache-control"] == "no-store", r.text[:300]
+    assert r.headers["referrer-policy"] == "no-referrer"
+    m = re.search(rf"data-pair-url[^>]*>(https?://[^<]+/r/{code}/pair/[A-Za-z0-9_-]+)<", r.text)
+    assert m is not None and "<svg" in r.text  # the link and its QR code
+    return m.group(1)
+
+
+def test_the_teachers_phone_pairs_once_and_runs_the_remote(lab: str, laptop: httpx.Client) -> None:
+    code = start_class(laptop)
+    with browser(lab) as phone:
+        assert phone.get(f"/r/{code}/teach").status_code == 403  # not the teacher's browser
+        link = pairing_link(laptop, code)
+        path = link.split("://", 1)[1].split("/", 1)[1]
+        shown = phone.get("/" + path)  # opening the link uses nothing up (a link preview cannot)
+        assert shown.status_code == 200 and "data-pair-confirm" in shown.text
+        taken = phone.post("/" + path, data={"lang": "en"})
+        assert taken.status_code == 200 and str(taken.url).endswith(f"/r/{code}/teach"), taken.text[:300]
+        assert "data-teach" in taken.text and phone.cookies.get("lab_teacher", "").startswith(code + ".")
+        assert phone.cookies.get("lab_teacher") != laptop.cookies.get("lab_teacher")  # a token of its own
+        # The phone drives the class with its own token, as the laptop does.
+        put = phone.put(f"/api/v1/rooms/{code}/state", json={"page": "/", "query": "stage=softmax"})
+        assert put.status_code == 200, put.text
+        assert httpx.get(f"{lab}/api/v1/rooms/{code}").json()["query"] == "stage=softmax"
+        with browser(lab) as stranger:  # the link works once
+            again = stranger.post("/" + path, data={"lang": "en"})
+            assert again.status_code == 410 and "already used or has expired" in again.text
+            assert not stranger.cookies.get("lab_teacher")
+        # The teacher takes the role back: the phone is a teacher no more, the laptop still is.
+        assert laptop.post(f"/r/{code}/unpair").status_code == 200
+        assert phone.get(f"/r/{code}/teach").status_code == 403
+        assert phone.put(f"/api/v1/rooms/{code}/state", json={"query": "stage=mask"}).status_code == 403
+        assert laptop.get(f"/r/{code}/teach").status_code == 200
+
+
+def test_only_the_teacher_makes_a_pairing_link_and_never_from_another_site(lab: str, laptop: httpx.Client) -> None:
+    code = start_class(laptop)
+    with browser(lab) as student:
+        assert student.post(f"/r/{code}/pair").status_code == 403
+    cross = laptop.post(f"/r/{code}/pair", headers={"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"})
+    assert cross.status_code == 403 and "data-pair-url" not in cross.text
+    link = pairing_link(laptop, code)
+    path = "/" + link.split("://", 1)[1].split("/", 1)[1]
+    with browser(lab) as phone:  # another site's page cannot confirm a pairing in the phone's browser either
+        evil = phone.post(path, headers={"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"})
+        assert evil.status_code == 403 and not phone.cookies.get("lab_teacher")
+        assert phone.post(path.rsplit("/", 1)[0] + "/not-the-secret").status_code == 410
+
+
+def test_a_pairing_expires_and_paired_devices_are_bounded() -> None:
+    clock = [0.0]
+    store = MemoryStore(idle_s=3600, clock=lambda: clock[0])
+
+    async def main() -> tuple[bool, bool, bool, tuple[str, ...]]:
+        await store.create("ABCDEF", "teacher", "/", "")
+        await store.add_pairing("ABCDEF", "p1", ttl_s=120)
+        await store.add_pairing("ABCDEF", "p2", ttl_s=120)
+        clock[0] = 60.0
+        first = await store.take_pairing("ABCDEF", "p1")
+        twice = await store.take_pairing("ABCDEF", "p1")
+        clock[0] = 121.0
+        late = await store.take_pairing("ABCDEF", "p2")
+        await store.set_devices("ABCDEF", ("d1", "d2"))
+        await store.publish("ABCDEF", "state", {"page": "/", "query": "x"}, ("/", "x"))  # a change keeps them
+        room = await store.get("ABCDEF")
+        assert room is not None
+        return first, twice, late, room.devices
+
+    assert run_async(main) == (True, False, False, ("d1", "d2"))
+
+
+def test_a_full_set_of_paired_devices_is_refused_with_the_reason(memory_rooms_lab: str) -> None:
+    with browser(memory_rooms_lab) as laptop:
+        code = start_class(laptop)
+        phones = []
+        for i in range(5):  # ROOM_MAX_DEVICES is 4 by default
+            link = pairing_link(laptop, code)
+            phone = browser(memory_rooms_lab)
+            phones.append(phone)
+            r = phone.post("/" + link.split("://", 1)[1].split("/", 1)[1])
+            assert r.status_code == (200 if i < 4 else 409), (i, r.text[:200])
+        assert "already has 4 paired devices" in r.text
+        for phone in phones:
+            phone.close()
