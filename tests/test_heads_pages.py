@@ -94,3 +94,13 @@ def test_the_nav_links_the_heads_page(tiny: TestClient) -> None:
     soup = page(tiny, "/heads", preset="tiny", text=TEXT, probe_n="8")
     link = next(a for a in soup.select("nav.links a") if a.text == "Heads with jobs")
     assert link["href"].startswith("/heads") and link["aria-current"] == "page"
+
+
+def test_the_model_view_links_a_chosen_head_to_its_roles(tiny: TestClient) -> None:
+    soup = page(tiny, "/model", preset="tiny", text=TEXT, layer="2", head="1")
+    link = soup.select_one("a[data-roles]")
+    assert link["data-roles"] == "2.1" and link["href"].startswith("/heads?") and "head=2.1" in link["href"]
+    r = tiny.get(link["href"].split("#")[0])
+    assert r.status_code == 200
+    roles = BeautifulSoup(r.text, "html.parser")
+    assert roles.select_one("td.chosen")["data-layer"] == "2" and roles.select_one("td.chosen")["data-head"] == "1"
