@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from oci import (
@@ -254,10 +255,13 @@ def run_class(c: Compose) -> None:
     snapshot = http(proxy, f"/api/v1/rooms/{code}").json()
     c("restart", "redis")
     on_a.next("closed", timeout=60)  # `event: retry`, then the stream ends: the page reconnects
-    back = wait_for("the room after a Redis restart", lambda: room_back(proxy, code), timeout=120)
     same = ("version", "poll", "query", "page")
-    require({k: back[k] for k in same} == {k: snapshot[k] for k in same}, f"after the Redis restart: {back}")
-    kept = http(proxy, f"/api/v1/rooms/{code}/polls/{poll_id}").json()
+    for port in (a, b):  # each worker reconnects to Redis on its own (a 503 with Retry-After until then)
+        back = wait_for("the room after a Redis restart", partial(room_back, port, code), timeout=120)
+        require({k: back[k] for k in same} == {k: snapshot[k] for k in same}, f"after the Redis restart: {back}")
+    kept = wait_for(
+        "the poll after a Redis restart", lambda: answer_of(proxy, f"/api/v1/rooms/{code}/polls/{poll_id}"), 60
+    )
     require(kept["counts"] == result["counts"] and kept["status"] == "closed", f"the poll after Redis: {kept}")
     on_a = wait_for("a stream on lab-a again", lambda: Follower(a, code, last_id=version), timeout=60)
     version = put_state(proxy, code, teacher, "stage=weighted_sum")
@@ -285,9 +289,14 @@ def answer(port: int, code: str, poll_id: str, student: str, choice: str) -> Non
     require(r.status == 200, f"{student}'s answer on port {port}: {r.status} {r.body[:200]!r}")
 
 
-def room_back(port: int, code: str) -> Any:
-    r = http(port, f"/api/v1/rooms/{code}", timeout=10)
+def answer_of(port: int, path: str) -> Any:
+    """The JSON of a 200, else None (to wait on)."""
+    r = http(port, path, timeout=10)
     return r.json() if r.status == 200 else None
+
+
+def room_back(port: int, code: str) -> Any:
+    return answer_of(port, f"/api/v1/rooms/{code}")
 
 
 if __name__ == "__main__":
