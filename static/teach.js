@@ -56,6 +56,7 @@
     });
     var hints = found.hints, hb = root.querySelector("[data-go=hints]");
     if (hints) hb.textContent = hb.getAttribute(hints.getAttribute("aria-pressed") === "true" ? "data-label-on" : "data-label-off");
+    controls(doc);
     var panel = doc.querySelector(".lesson-panel[data-lesson]");
     $("[data-lesson-nav]").hidden = !panel;
     shape = {};
@@ -69,6 +70,38 @@
       json(api + "/polls/lesson?lesson=" + encodeURIComponent(ask.lesson) + "&step=" + ask.step + "&lang=" + lang)
         .then(function (p) { prepared = ask; showPrepared(p); }).catch(function () {});
     }
+  }
+  // Every choice the page on the projector offers, as buttons on the remote: its stages (or steps), its switches
+  // (mask, scale, a comparison…), its heads, and the heads it offers to knock out. Read from the page's own links,
+  // so a page gets them on the remote by drawing them; a press announces that link's view to the class.
+  var GROUPS = [
+    ["stages", "#stage ol.tabs a[href], nav.steps ol.tabs a[href], a[data-block-stage][href]"],
+    ["switches", "a[data-toggle][href]:not([data-toggle=present]):not([data-toggle=hints])"],
+    ["heads", "nav.heads a[href]"],
+    ["knock", "a[data-knock][href], ol.ranked-heads a[href]"]
+  ];
+  function controls(doc) {
+    GROUPS.forEach(function (g) {
+      var box = $("[data-controls=" + g[0] + "]");
+      if (!box) return;
+      var list = box.querySelector("[data-buttons]");
+      list.replaceChildren();
+      var seen = {};
+      doc.querySelectorAll(g[1]).forEach(function (a) {
+        var view = asView(a.getAttribute("href"));
+        var key = view.page + "?" + view.query;
+        if (seen[key]) return;
+        seen[key] = true;
+        var b = document.createElement("button");
+        b.type = "button";
+        b.textContent = (a.textContent || "").replace(/\s+/g, " ").trim() || a.getAttribute("aria-label") || "·";
+        var current = a.getAttribute("aria-current") || a.getAttribute("aria-pressed");
+        if (current && current !== "false") b.setAttribute("aria-pressed", "true");
+        b.addEventListener("click", function () { json(api + "/state", "PUT", view).catch(function () {}); });
+        list.appendChild(b);
+      });
+      box.hidden = !list.children.length;
+    });
   }
   function showPrepared(p) {
     $("[data-prepared]").hidden = false;

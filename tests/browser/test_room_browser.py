@@ -136,3 +136,41 @@ def test_a_revealed_poll_leaves_every_screen_at_the_next_step_or_when_cleared(br
     finally:
         teacher.close()
         student.close()
+
+
+def test_the_remote_offers_what_the_projected_page_offers(browser: Browser, live_server: str) -> None:
+    """Stage tabs, the mask and scale switches and the heads of the page on the projector, as buttons on a 390 px
+    phone: each press moves the class there."""
+    teacher = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        tp = teacher.new_page()
+        tp.goto(f"{live_server}/?lang=en&stage=scores&mask=causal&tokens=a+b+c&d_model=8&n_heads=2")
+        tp.click("[data-room-start] button")
+        expect(tp.locator("#room [data-room-role=teacher]")).to_be_visible()
+        code = tp.locator("[data-room-code-text]").inner_text().strip()
+        phone = teacher.new_page()  # the remote, as on the teacher's own (paired) phone
+        phone.set_viewport_size({"width": 390, "height": 844})
+        phone.goto(f"{live_server}/r/{code}/teach?lang=zh")
+        stages = phone.locator("[data-controls=stages] button")
+        expect(stages).to_have_count(5, timeout=10_000)
+        expect(phone.locator("[data-controls=stages] button[aria-pressed=true]")).to_contain_text("2")
+        room = f"{live_server}/api/v1/rooms/{code}"
+
+        def wait_for(part: str) -> None:
+            deadline = time.monotonic() + 10
+            while part not in httpx.get(room).json()["query"]:
+                assert time.monotonic() < deadline, f"{part} never reached the room"
+                time.sleep(0.1)
+
+        stages.nth(3).click()
+        wait_for("stage=softmax")
+        expect(tp.locator("#stage")).to_have_attribute("data-stage", "softmax", timeout=10_000)  # the projector follows
+        expect(phone.locator("[data-controls=switches] button")).not_to_have_count(0, timeout=10_000)
+        phone.locator("[data-controls=switches] button").first.click()  # the mask switch: causal -> none
+        wait_for("mask=none")
+        expect(phone.locator("[data-controls=heads] button")).to_have_count(2, timeout=10_000)
+        phone.locator("[data-controls=heads] button").nth(1).click()
+        wait_for("head=1")
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    finally:
+        teacher.close()
