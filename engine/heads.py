@@ -35,7 +35,7 @@ import torch
 
 from .attention import linear
 from .block import feed_forward, normalise
-from .predict import NONE, Intervention, Progress, ablated, attention, check_decoder, knock_out, log_probs
+from .predict import NONE, Intervention, Progress, ablated, check_decoder, knock_out, log_probs
 
 ROLES = ("previous_token", "sink", "duplicate_token", "induction")
 KINDS = ("resid_pre", "attn_out", "mlp_out")
@@ -196,11 +196,28 @@ def run_copies(model: Any, x: torch.Tensor, first: int, n: int, edit: Edit | Non
     rot = model.rotation(torch.arange(n, device=x.device).repeat(copies), x)
     for i in range(first, model.arch.n_layer):
         q, k, v = model.layer_qkv(i, x, rot)
-        o = attention(q, k, v, window=model.arch.window, copies=copies)
+        o = copies_attention(q, k, v, copies, model.arch.window)
         if edit is not None:
             o = edit(i, o)
         x = model.layer_rest(i, x, o)
     return x
+
+
+def copies_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, copies: int, window: int = 0) -> torch.Tensor:
+    """Causal attention of `copies` texts of n tokens side by side, (H, copies × n, d_k) queries over (H_kv, copies ×
+    n, d_k) keys and values, each copy reading only itself: one (n × n) score matrix per copy and head, never the
+    (copies × n)² of a block-diagonal mask."""
+    h, rows, dk = q.shape
+    kv, n = k.shape[0], rows // copies
+    g = h // kv
+    qs = q.view(kv, g, copies, n, dk)
+    ks, vs = k.view(kv, 1, copies, n, dk), v.view(kv, 1, copies, n, dk)
+    s = (qs @ ks.transpose(-1, -2)) * (1.0 / math.sqrt(dk))
+    hide = torch.ones(n, n, dtype=torch.bool, device=q.device).triu_(1)
+    if window:
+        hide |= torch.ones(n, n, dtype=torch.bool, device=q.device).tril_(-window)
+    w = torch.softmax(s.masked_fill_(hide, float("-inf")), dim=-1)
+    return (w @ vs).reshape(h, rows, dk)
 
 
 def clean_streams(model: Any, ids: Sequence[int]) -> tuple[list[torch.Tensor], torch.Tensor]:
