@@ -53,6 +53,8 @@ from .rooms import page as rooms_page
 from .rooms.service import Rooms
 from .schemas import LIST_FIELDS, Problem
 from .settings import Settings, get_settings
+from .train import api as train_api
+from .train import page as train_page
 from .web import cache
 from .web.page import JsonTwin
 from .web.view import all_views, view_schema
@@ -113,6 +115,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if threading.current_thread() is threading.main_thread() and app.state.lab.device == "cpu":  # served
         arena.warm_up(app.state.settings.max_tokens)  # before it listens: mapped stage memory, warm kernels
     yield
+    app.state.train.stop_all()  # training runs end at their next step
     app.state.lab.stop()  # whatever still runs (past uvicorn's graceful-shutdown timeout) stops at its next step
     await app.state.lab.ahead.close()
     await app.state.rooms.store.close()  # the Redis connections and the pub/sub listener, when there are any
@@ -139,6 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.rooms = Rooms(settings)
     errors.install(app)
     rooms_api.install(app)
+    train_api.install(app)
     app.add_middleware(HeavyWork, paths=HEAVY_PATHS)  # inside ServeCached: a cached answer takes no queue place
     app.add_middleware(cache.ServeCached, store=app.state.responses)
     app.add_middleware(JsonTwin)  # outside ServeCached: a twin is a page, served by the page kernel
@@ -178,6 +182,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         generate_api.router,
         predict_api.router,
         heads_api.router,
+        train_api.router,
         rooms_api.router,
         health.router,
         metrics_router,
@@ -196,6 +201,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         training_page.router,
         lens_page.router,
         heads_page.router,
+        train_page.router,
         rooms_page.router,
     ):
         app.include_router(router)

@@ -1,0 +1,198 @@
+"""/api/v1/train: start a training run (202), read its state, follow its events (SSE), stop it, download it as a
+Hugging Face directory (.zip). The page /train uses this API; so can scripts and tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, FastAPI, HTTPException, Path, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.train import LIMITS, TrainConfig, make_config
+
+from ..schemas import ERRORS, FieldError
+from .runs import Busy, Job, Runs
+
+router = APIRouter(prefix="/api/v1/train", tags=["train"])
+RunId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="the run's id, as POST answered")]
+KEEPALIVE_S = 10.0
+
+
+def _bounded(name: str, description: str) -> Any:
+    low, high = LIMITS[name]
+    return Field(getattr(TrainConfig, name), ge=low, le=high, description=description)
+
+
+class TrainIn(BaseModel):
+    """A training run: the task, the model's sizes and choices, and the optimiser's. Every field has a default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: Literal["repeat", "text"] = "repeat"
+    n_layer: int = _bounded("n_layer", "decoder blocks")
+    n_heads: int = _bounded("n_heads", "heads per block")
+    d_model: int = _bounded("d_model", "width of the residual stream (a multiple of n_heads; of 2·n_heads with RoPE)")
+    mlp: bool = Field(False, description="each block with its MLP (false: attention only)")
+    positions: Literal["rope", "learned"] = Field("rope", description="rope (exported as a Llama) | learned (a GPT-2)")
+    causal: bool = Field(True, description="false: the mask-off cheat")
+    steps: int = _bounded("steps", "optimiser steps (at most the server's TRAIN_MAX_STEPS)")
+    batch: int = _bounded("batch", "sequences per step")
+    lr: float = Field(3e-3, gt=0, le=1, description="AdamW's learning rate")
+    weight_decay: float = Field(0.01, ge=0, le=1)
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    n_repeat: int = _bounded("n_repeat", "repeat: random tokens in each copy")
+    vocab: int = _bounded("vocab", "repeat: kinds of token")
+    context: int = _bounded("context", "text: characters per training sequence")
+    eval_every: int = _bounded("eval_every", "steps between held-out losses")
+    n_snapshots: int = _bounded("n_snapshots", "log-spaced steps at which the heads are read")
+    sample_chars: int = _bounded("sample_chars", "text: characters written at each snapshot")
+
+
+class Started(BaseModel):
+    id: str
+    status_url: str
+    events_url: str
+    page_url: str
+
+
+def runs_of(request: Request) -> Runs:
+    runs: Runs = request.app.state.train
+    return runs
+
+
+def job_of(request: Request, run_id: str) -> Job:
+    job = runs_of(request).get(run_id)
+    if job is None:
+        raise HTTPException(404, f"no training run {run_id!r} (finished runs are kept while newer ones allow)")
+    return job
+
+
+def start_run(request: Request, body: TrainIn) -> Job:
+    """Check the body against the server's bounds and queue it (FieldError names the field; Busy is 503)."""
+    limit = request.app.state.settings.train_max_steps
+    if body.steps > limit:
+        raise FieldError("steps", f"must be at most {limit} on this server (TRAIN_MAX_STEPS)")
+    return runs_of(request).start(make_config(**body.model_dump()))
+
+
+def busy(exc: Busy) -> JSONResponse:
+    return JSONResponse({"message": "the trainer is busy: try again later", "detail": []}, status_code=503,
+                        headers={"Retry-After": str(exc.retry_after)})  # fmt: skip
+
+
+@router.post("", status_code=202, response_model=Started, responses={422: ERRORS[422], 503: {"description": "busy"}})
+async def start(request: Request, body: TrainIn) -> Any:
+    """Start a run; it trains in the background (one at a time by default), in a process of its own."""
+    try:
+        job = start_run(request, body)
+    except Busy as e:
+        return busy(e)
+    base = f"/api/v1/train/{job.id}"
+    return JSONResponse(
+        {"id": job.id, "status_url": base, "events_url": base + "/events", "page_url": f"/train?run={job.id}"},
+        status_code=202,
+        headers={"Location": base},
+    )
+
+
+@router.get("")
+async def runs(request: Request) -> dict[str, Any]:
+    """The runs kept, newest last: id, status, step, steps, the last losses."""
+    out = []
+    for job in runs_of(request).jobs.values():
+        r = job.run
+        out.append({"id": job.id, "status": r.status, "step": r.step, "steps": r.config.steps, "task": r.config.task,
+                    "causal": r.config.causal, "loss": r.loss[-1] if r.loss else None,
+                    "eval_loss": r.eval_loss[-1] if r.eval_loss else None})  # fmt: skip
+    return {"runs": out}
+
+
+@router.get("/{run_id}", responses={404: {"description": "no such run"}})
+async def state(request: Request, run_id: RunId) -> Response:
+    """The run: status, step, every step's training loss, the held-out losses, the snapshots' induction scores."""
+    return Response(orjson.dumps(job_of(request, run_id).state()), media_type="application/json")
+
+
+@router.get("/{run_id}/events", response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}})  # fmt: skip
+async def events(request: Request, run_id: RunId) -> StreamingResponse:
+    """`event: state` (the run so far), then `step`, `eval`, `snapshot` (without the weights) as they happen and
+    `end`; a comment every few seconds while nothing happens."""
+    job = job_of(request, run_id)
+    return StreamingResponse(follow(request, job), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})  # fmt: skip
+
+
+def sse(kind: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return (head + f"event: {kind}\ndata: ").encode() + orjson.dumps(data) + b"\n\n"
+
+
+async def follow(request: Request, job: Job) -> AsyncIterator[bytes]:
+    sent = len(job.events)
+    yield sse("state", job.state(), sent)
+    if not job.live and sent == len(job.events):
+        yield sse("end", {"status": job.status, "step": job.run.step, "message": job.message})
+        return
+    quiet = 0.0
+    while True:
+        if await request.is_disconnected():
+            return  # the run goes on: a page that left does not stop it
+        new = job.events[sent:]
+        for kind, data in new:
+            sent += 1
+            yield sse(kind, data, sent)
+            if kind == "end":
+                return
+        if new:
+            quiet = 0.0
+        else:
+            await asyncio.sleep(0.2)
+            quiet += 0.2
+            if quiet >= KEEPALIVE_S:
+                quiet = 0.0
+                yield b": keep-alive\n\n"
+
+
+@router.post("/{run_id}/stop", responses={404: {"description": "no such run"}})
+async def stop(request: Request, run_id: RunId) -> dict[str, Any]:
+    """Stop a run at its next step (a queued one never starts); its numbers so far stay viewable."""
+    job = job_of(request, run_id)
+    runs_of(request).stop(job)
+    return {"id": job.id, "status": job.status, "stopping": job.live}
+
+
+@router.delete("/{run_id}", responses={404: {"description": "no such run"}})
+async def cancel(request: Request, run_id: RunId) -> dict[str, Any]:
+    """The same as POST …/stop."""
+    return await stop(request, run_id)
+
+
+@router.get(
+    "/{run_id}/export",
+    responses={
+        200: {"content": {"application/zip": {}}},
+        404: {"description": "no such run"},
+        409: {"description": "not finished"},
+    },
+)
+async def export_run(request: Request, run_id: RunId) -> Response:
+    """The finished run as a Hugging Face directory, zipped: config.json, model.safetensors, tokenizer.json
+    (`attention-lab serve --model DIR`, or transformers' AutoModelForCausalLM)."""
+    job = job_of(request, run_id)
+    if not job.run.params:
+        return JSONResponse({"message": f"run {job.id} is {job.status}: its weights come when it ends",
+                             "detail": []}, status_code=409)  # fmt: skip
+    body = await asyncio.to_thread(runs_of(request).export_zip, job)
+    return Response(body, media_type="application/zip",
+                    headers={"Content-Disposition": f'attachment; filename="train-{job.id}.zip"'})  # fmt: skip
+
+
+def install(app: FastAPI) -> None:
+    """The app's runs, bounded by its settings."""
+    s = app.state.settings
+    app.state.train = Runs(s.train_max_running, s.train_max_queued, s.train_max_kept, s.train_max_wall_s)

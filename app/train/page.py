@@ -1,0 +1,200 @@
+"""The page /train: start a run, watch it learn (the loss curve with the phase change marked, every head's weights on
+the probe at log-spaced steps, the induction score over steps, samples), and two runs side by side (the mask-off
+cheat). Drawn by the server; static/train.js follows the run's events and asks for the live block again."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
+
+from ..lab import Lab, get_lab
+from ..render.charts import Series, line_chart
+from ..render.heatmap import data_uri, png
+from ..schemas import FieldError
+from ..web.page import serve
+from ..web.state import Params, ViewState, integer, param
+from ..web.view import HIDDEN, View
+from .api import TrainIn, busy, runs_of, start_run
+from .runs import Busy, Job
+
+router = APIRouter(include_in_schema=False)
+CURVE_POINTS = 400  # the training loss drawn as at most this many points (every step stays in the JSON)
+
+
+@dataclass(frozen=True)
+class TrainParams(Params):
+    """/train's view: the run shown, a second run beside it (the mask-off cheat), the snapshot whose heads are
+    drawn (its index; the last by default)."""
+
+    run: str = param("")
+    compare: str = param("")
+    snap: int | None = param(None, integer(0))
+
+
+@dataclass(frozen=True)
+class HeadMap:
+    layer: int
+    head: int
+    induction: float
+    image: str = field(default="", metadata=HIDDEN)  # a PNG data URI of its weights on the probe
+
+
+@dataclass(frozen=True)
+class RunPanel:
+    id: str
+    status: str
+    step: int
+    steps: int
+    settings: dict[str, Any]
+    train_loss: float | None  # the last step's, under the run's own mask
+    eval_loss: float | None  # held out, under the causal mask
+    eval_own: float | None  # held out, under the run's own mask
+    first: float | None
+    second: float | None
+    phase_change: int | None
+    best_induction: float | None
+    message: str
+    snapshot_steps: list[int]
+    snap: int | None  # the index drawn
+    heads: list[HeadMap]
+    samples: list[tuple[int, str]]
+    events_url: str
+    export_url: str | None
+    loss_chart: str = field(default="", metadata=HIDDEN)
+    induction_chart: str = field(default="", metadata=HIDDEN)
+
+
+@dataclass(frozen=True)
+class TrainView(View):
+    template = "train.html"
+    blocks = ("live",)
+    kind = "train"
+
+    runs: list[dict[str, Any]]
+    shown: RunPanel | None
+    compared: RunPanel | None
+    cheat: str | None  # the two numbers of the mask-off cheat, in words
+    defaults: dict[str, Any]
+    live: bool
+
+
+def loss_chart(job: Job, t: Any) -> str:
+    r = job.run
+    every = max(1, len(r.loss) // CURVE_POINTS)
+    steps = list(range(1, len(r.loss) + 1, every))
+    series = [Series(t("train.series.train"), steps, [r.loss[s - 1] for s in steps])]
+    if r.eval_steps:
+        series.append(Series(t("train.series.eval"), r.eval_steps, r.eval_loss, dashed=True))
+    if r.eval_second:
+        series.append(Series(t("train.series.second"), r.eval_steps, r.eval_second))
+    if r.phase_change is not None and r.eval_loss:
+        top = max([*r.eval_loss, *(r.loss or [0.0])])
+        series.append(Series(t("train.series.phase", step=r.phase_change), [r.phase_change] * 2, [0.0, top], True))
+    if not r.loss and not r.eval_steps:
+        return ""
+    return line_chart(series, t("train.chart.loss"), t("train.chart.step"), t("train.chart.nats"), chart_id="loss")
+
+
+def induction_chart(job: Job, t: Any) -> str:
+    snaps = job.run.snapshots
+    if len(snaps) < 2:
+        return ""
+    series = [Series(f"L{layer}.H{head}", [s.step for s in snaps], [s.induction[layer][head] for s in snaps])
+              for layer in range(len(snaps[0].induction)) for head in range(len(snaps[0].induction[layer]))]  # fmt: skip
+    return line_chart(series, t("train.chart.induction"), t("train.chart.step"), t("train.chart.score"),
+                      chart_id="induction")  # fmt: skip
+
+
+def panel(job: Job, snap: int | None, t: Any) -> RunPanel:
+    r = job.run
+    snaps = r.snapshots
+    pick = None if not snaps else min(snap, len(snaps) - 1) if snap is not None else len(snaps) - 1
+    heads = []
+    if pick is not None:
+        s = snaps[pick]
+        for layer, w in enumerate(s.weights):
+            for head in range(w.shape[0]):
+                a = w[head].numpy().astype(np.float64)
+                picture = data_uri(png(a, "sequential", 160))
+                heads.append(HeadMap(layer, head, s.induction[layer][head], picture))
+    last = lambda xs: xs[-1] if xs else None  # noqa: E731
+    return RunPanel(
+        id=job.id, status=r.status, step=r.step, steps=r.config.steps, settings=r.summary()["config"],
+        train_loss=last(r.loss), eval_loss=last(r.eval_loss), eval_own=last(r.eval_own), first=last(r.eval_first),
+        second=last(r.eval_second), phase_change=r.phase_change, best_induction=r.best_induction(),
+        message=job.message, snapshot_steps=[s.step for s in snaps], snap=pick, heads=heads,
+        samples=[(s.step, s.sample) for s in snaps if s.sample], events_url=f"/api/v1/train/{job.id}/events",
+        export_url=f"/api/v1/train/{job.id}/export" if r.params else None, loss_chart=loss_chart(job, t),
+        induction_chart=induction_chart(job, t),
+    )  # fmt: skip
+
+
+def cheat_words(a: RunPanel, b: RunPanel, t: Any) -> str | None:
+    """The cheat's two numbers, when one run has the mask and the other not."""
+    honest, cheat = (a, b) if a.settings["causal"] else (b, a)
+    if honest.settings["causal"] == cheat.settings["causal"] or None in (honest.train_loss, cheat.train_loss):
+        return None
+    return t("train.cheat.words", honest_train=honest.train_loss, cheat_train=cheat.train_loss,
+             honest_eval=honest.eval_loss, cheat_eval=cheat.eval_loss)  # fmt: skip
+
+
+def find(request: Request, key: str, run_id: str) -> Job | None:
+    if not run_id:
+        return None
+    job = runs_of(request).get(run_id)
+    if job is None:
+        raise FieldError(key, f"no training run {run_id!r} (finished runs are kept while newer ones allow)")
+    return job
+
+
+@router.get("/train", response_class=HTMLResponse)
+async def train_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    state = ViewState.of(request.query_params, "/train", (), TrainParams)
+    p = state.read(TrainParams)
+    jobs = [j for j in (runs_of(request).get(p.run), runs_of(request).get(p.compare)) if j is not None]
+    shows = "|".join(f"{j.id}:{len(j.events)}:{j.status}:{bool(j.run.params)}" for j in jobs)
+    shows += f"|runs:{','.join(runs_of(request).jobs)}"
+    json_url = f"/api/v1/train/{p.run}" if p.run else "/api/v1/train"
+    build = functools.partial(train_view, request, state)
+    return await serve(request, lab, "train.html", state, build, json_url=json_url, shows=shows, blocks=("live",),
+                       present=state.present)  # fmt: skip
+
+
+async def train_view(request: Request, state: ViewState, ctx: dict[str, Any]) -> TrainView:
+    t = ctx["t"]
+    p = state.read(TrainParams)
+    shown = find(request, "run", p.run)
+    compared = find(request, "compare", p.compare)
+    a = panel(shown, p.snap, t) if shown else None
+    b = panel(compared, p.snap, t) if compared else None
+    runs = [{"id": j.id, "status": j.status, "task": j.run.config.task, "causal": j.run.config.causal,
+             "step": j.run.step, "steps": j.run.config.steps} for j in reversed(runs_of(request).jobs.values())]  # fmt: skip
+    return TrainView(runs=runs, shown=a, compared=b, cheat=cheat_words(a, b, t) if a and b else None,
+                     defaults=TrainIn().model_dump(), live=any(j.live for j in (shown, compared) if j))  # fmt: skip
+
+
+@router.post("/train")
+async def train_form(request: Request) -> Response:
+    """The page's form: start a run (with `cheat=1`, two: the mask on and off, same seed) and show it."""
+    form = dict(parse_qsl((await request.body()).decode("utf-8", "replace"), max_num_fields=64))  # urlencoded
+    given: dict[str, Any] = {k: v for k, v in form.items() if k in TrainIn.model_fields and v != ""}
+    for flag in ("mlp", "causal"):
+        given[flag] = form.get(flag) == "1"
+    lang = form.get("lang") or "en"
+    try:
+        body = TrainIn.model_validate(given)
+        first = start_run(request, body)
+        second = start_run(request, body.model_copy(update={"causal": not body.causal})) if form.get("cheat") else None
+    except ValidationError as e:
+        raise FieldError(str(e.errors()[0]["loc"][0]), e.errors()[0]["msg"]) from None
+    except Busy as e:
+        return busy(e)
+    url = f"/train?run={first.id}" + (f"&compare={second.id}" if second else "") + f"&lang={lang}"
+    return RedirectResponse(url, status_code=303)
