@@ -62,11 +62,11 @@ test: lint mutants
 	exit $$((tests || typed))
 
 # A long random campaign over every API operation (not part of `make test`, whose examples are derandomized so CI
-# never fails by chance). FUZZ_EXAMPLES per operation; each failure found becomes a test in tests/test_regressions.py.
+# never fails by chance). FUZZ_EXAMPLES per operation; each failure found becomes a test in tests/app/test_regressions.py.
 FUZZ_EXAMPLES ?= 1000
 fuzz: install-test
-	FUZZ=1 FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/test_schemathesis.py tests/test_engine_properties.py \
-	  tests/test_decode.py -p no:randomly --timeout=0 -x
+	FUZZ=1 FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/app/test_schemathesis.py tests/engine/test_properties.py \
+	  tests/engine/test_decode.py -p no:randomly --timeout=0 -x
 
 # Pictures of presenter mode (1280x720, 1920x1080), a phone and the heat maps, in both languages.
 screenshots: install-test

@@ -2,7 +2,7 @@
 
     python -m bench.gpu [--json]
 
-On a machine with CUDA: runs tests/test_cuda.py, then times gpt2-small attention at N = 128, 512, 1024 and
+On a machine with CUDA: runs tests/engine/test_cuda.py, then times gpt2-small attention at N = 128, 512, 1024 and
 SmolLM2-135M (its last layer) at 512 and 2048 tokens, in float32, float16 and bfloat16: the five stages (each lap
 synchronised), staged against fused SDPA with the same projections, and one request end to end through the app.
 Without CUDA it says so and what it skipped, and exits 0.
@@ -98,12 +98,12 @@ def main() -> int:
     ap.add_argument("--no-tests", action="store_true", help="skip the CUDA test subset")
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        print("no CUDA device: skipped tests/test_cuda.py (CUDA traces in float32/float16/bfloat16, placement, the "
+        print("no CUDA device: skipped tests/engine/test_cuda.py (CUDA traces in float32/float16/bfloat16, placement, the "
               "server on CUDA) and every GPU timing (gpt2-small N = 128/512/1024, SmolLM2 512/2048 tokens). "
               "Run `make gpu-check` on a machine with a GPU.")  # fmt: skip
         return 0
     if not args.no_tests:
-        code = subprocess.call([sys.executable, "-m", "pytest", "-q", "tests/test_cuda.py"])
+        code = subprocess.call([sys.executable, "-m", "pytest", "-q", "tests/engine/test_cuda.py"])
         if code:
             return code
     rows: list[dict[str, Any]] = []

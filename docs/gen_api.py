@@ -3,7 +3,7 @@
     .venv/bin/python docs/gen_api.py           # rewrite docs/api.md
     .venv/bin/python docs/gen_api.py --check   # exit 1, saying so, when docs/api.md is not what the schema says
 
-`make docs` runs it before mkdocs builds the site, and tests/test_docs.py runs `--check`, so the page cannot fall
+`make docs` runs it before mkdocs builds the site, and tests/app/test_docs.py runs `--check`, so the page cannot fall
 behind the routes, their parameters, constraints and answers. The server's default settings are used (every
 ATTENTION_LAB_* variable is ignored), so the page reads the same on every machine. Nothing here is written by hand
 but the page's opening lines and the way a schema is put into words.
@@ -38,7 +38,7 @@ def openapi() -> Schema:
 
 
 def slug(text: str) -> str:
-    """The anchor both GitHub and mkdocs give a heading made of ASCII words (tests/test_docs.py checks the pair)."""
+    """The anchor both GitHub and mkdocs give a heading made of ASCII words (tests/app/test_docs.py checks the pair)."""
     return re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", text.lower()).strip())
 
 

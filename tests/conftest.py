@@ -2,7 +2,7 @@
 
 Every property-based test is derandomized: the same examples run on every machine and every run, so CI never
 fails by chance. `make fuzz` (FUZZ=1) switches to the `fuzz` profile: fresh random examples, many more of them,
-and every failure it finds becomes a named regression test (tests/test_regressions.py).
+and every failure it finds becomes a named regression test (tests/app/test_regressions.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.servers import served
 
 # One torch thread per process: this one, and (through the variable) every server, worker and kernel the tests
 # start. The suite runs on a shared 2-core machine beside mypy and those servers; a second intra-op thread per
-# process oversubscribes the cores, and each op then waits on a thread the scheduler has parked (tests/test_generate.py
+# process oversubscribes the cores, and each op then waits on a thread the scheduler has parked (tests/engine/test_generate.py
 # took 67 s with two threads against one busy core, 43 s with one; under heavier load 4 minutes). OMP_NUM_THREADS set
 # by hand is kept. A server that a test starts with ATTENTION_LAB_THREADS still gets that many.
 torch.set_num_threads(int(os.environ.setdefault("OMP_NUM_THREADS", "1")))
@@ -89,7 +89,7 @@ def client() -> Iterator[TestClient]:
         yield c
 
 
-# The live rooms' servers (tests/test_rooms.py, tests/test_room_safety.py): quick keep-alives so a closed stream is
+# The live rooms' servers (tests/app/rooms/test_rooms.py, tests/app/rooms/test_room_safety.py): quick keep-alives so a closed stream is
 # noticed (and uncounted) within a second.
 ROOM_SETTINGS = {"ROOM_KEEPALIVE_S": "0.5", "ROOM_JOINS_PER_MINUTE": "100000", "ROOM_CREATES_PER_MINUTE": "1000"}
 

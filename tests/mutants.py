@@ -4,7 +4,7 @@ A mutant is found by the code's structure, not by its spelling: a function of an
 inside it (in `scores`, the division by `scale`; in `allowed`, the comparison `j <= i`; …). The located node must
 be the only one of its kind in that function; its source is then replaced by the changed node (`ast.unparse`),
 the rest of the file byte for byte as it was. Reformatting the engine, renaming a local or moving a function keeps
-every mutant applying; a change that takes away what a mutant breaks makes `locate` fail, and tests/test_mutants.py
+every mutant applying; a change that takes away what a mutant breaks makes `locate` fail, and tests/engine/test_mutants.py
 (a fraction of a second, in `make test`) says which mutant and why.
 
 Each mutant runs on a copy of the working tree (the files git tracks or would track) against the test modules
@@ -217,14 +217,14 @@ MUTANTS: dict[str, Mutant] = {
 # fuzzing) catches nothing more here and takes minutes; `--all-tests` runs it (less the browser, load and fuzzing
 # tests) all the same.
 TESTS = [
-    "tests/test_positions_masks.py",
-    "tests/test_precision.py",
-    "tests/test_engine_toy.py",
-    "tests/test_reference.py",
-    "tests/test_engine_properties.py",
+    "tests/engine/test_positions_masks.py",
+    "tests/engine/test_precision.py",
+    "tests/engine/test_toy.py",
+    "tests/engine/test_reference.py",
+    "tests/engine/test_properties.py",
 ]
-SKIP = ["--ignore=tests/browser", "--ignore=tests/test_load.py", "--ignore=tests/test_workers.py",
-        "--ignore=tests/test_schemathesis.py"]  # fmt: skip
+SKIP = ["--ignore=tests/browser", "--ignore=tests/app/lab/test_load.py", "--ignore=tests/app/lab/test_workers.py",
+        "--ignore=tests/app/test_schemathesis.py"]  # fmt: skip
 
 
 # --- locating and applying ------------------------------------------------------------------------------------

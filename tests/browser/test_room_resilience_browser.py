@@ -11,9 +11,9 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Response, expect
 
+from tests.app.rooms.test_room_resilience import RESILIENCE, logged_server
+from tests.app.rooms.test_rooms import create
 from tests.redis_server import PersistentRedis, available
-from tests.test_room_resilience import RESILIENCE, logged_server
-from tests.test_rooms import create
 
 pytestmark = pytest.mark.browser
 
