@@ -1,6 +1,6 @@
 """Heads with jobs (issue #33), the API: /api/v1/head_roles, /api/v1/prune and /api/v1/patch on a tiny decoder
 built here, each answer the engine's numbers (engine/heads.py, itself held to transformers in
-tests/test_heads_engine.py), GET and POST alike, every bad field a 422 naming it, sizes bounded by the settings."""
+tests/engine/test_heads.py), GET and POST alike, every bad field a 422 naming it, sizes bounded by the settings."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from fastapi.testclient import TestClient
 from engine import heads as E
 from engine import predict as P
 from engine.models import load
-
-from .conftest import make_client
+from tests.conftest import make_client
 
 TEXT = "The cat sat on the mat. The dog sat on the log."
 
@@ -22,7 +21,7 @@ TEXT = "The cat sat on the mat. The dog sat on the log."
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, Any]]:
     pytest.importorskip("transformers")
-    from .own_models import build
+    from tests.own_models import build
 
     path, _ = build("llama", tmp_path_factory.mktemp("heads-api") / "tiny", seed=5)
     with make_client(models=f"tiny={path}", pretrained=False, max_prune_tokens=24, max_patch_tokens=12,

@@ -10,7 +10,7 @@ import pytest
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
-from .conftest import make_client
+from tests.conftest import make_client
 
 TEXT = "The cat sat on the mat. The dog sat on the log."
 
@@ -18,7 +18,7 @@ TEXT = "The cat sat on the mat. The dog sat on the log."
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     pytest.importorskip("transformers")
-    from .own_models import build
+    from tests.own_models import build
 
     path, _ = build("llama", tmp_path_factory.mktemp("heads-pages") / "tiny", seed=6)
     with make_client(models=f"tiny={path}", pretrained=False) as c:

@@ -13,8 +13,7 @@ import torch
 from engine import heads as E
 from engine import predict as P
 from engine.models import load
-
-from .own_models import build
+from tests.own_models import build
 
 pytest.importorskip("transformers")
 
