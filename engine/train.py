@@ -422,7 +422,7 @@ def train(c: TrainConfig, on_event: Event | None = None, cancel: threading.Event
         own = ev if c.causal else evaluate(c, p, held, False)
         first, second = ev.get("first"), ev.get("second")
         phase = run.phase_change
-        if phase is None and first is not None and second is not None and second < 0.5 * first:
+        if c.causal and phase is None and first is not None and second is not None and second < 0.5 * first:
             phase = step
         tell_all("eval", {"step": step, "loss": round(ev["loss"], 5), "own": round(own["loss"], 5),
                           "first": None if first is None else round(first, 5),

@@ -25,7 +25,7 @@ from .api import TrainIn, busy, runs_of, start_run
 from .runs import Busy, Job
 
 router = APIRouter(include_in_schema=False)
-CURVE_POINTS = 400  # the training loss drawn as at most this many points (every step stays in the JSON)
+CURVE_POINTS = 200  # the training loss drawn as at most this many points (every step stays in the JSON)
 
 
 @dataclass(frozen=True)
@@ -103,13 +103,13 @@ def loss_chart(job: Job, t: Any) -> str:
 
 
 def induction_chart(job: Job, t: Any) -> str:
-    snaps = job.run.snapshots
+    snaps = [s for s in job.run.snapshots if s.step > 0]  # log-spaced steps, drawn on a log axis
     if len(snaps) < 2:
         return ""
     series = [Series(f"L{layer}.H{head}", [s.step for s in snaps], [s.induction[layer][head] for s in snaps])
               for layer in range(len(snaps[0].induction)) for head in range(len(snaps[0].induction[layer]))]  # fmt: skip
     return line_chart(series, t("train.chart.induction"), t("train.chart.step"), t("train.chart.score"),
-                      chart_id="induction")  # fmt: skip
+                      x_log=True, chart_id="induction")  # fmt: skip
 
 
 def panel(job: Job, snap: int | None, t: Any) -> RunPanel:
