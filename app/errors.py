@@ -36,6 +36,7 @@ def _path(loc: list[str]) -> str:
     return parts[0] + "".join(f"[{p}]" for p in parts[1:])
 
 
+NO_BODY = "a JSON object with the request's fields is required; the body was empty"
 NOT_AN_OBJECT = "the body must be a JSON object sent with Content-Type: application/json"
 UNREADABLE = "the body is not JSON this API can read: not UTF-8, nested too deeply, or a number with too many digits"
 
@@ -53,6 +54,9 @@ def clean(errors: Any, where: str) -> list[dict[str, Any]]:
             out.append({"loc": ["body"], "msg": f"the body is not valid JSON ({error} at character {offset})",
                         "type": kind})  # fmt: skip
             continue
+        if where == "body" and kind == "missing" and (len(raw_loc) == 1 or raw_loc[1:] in (["request"], ["req"])):
+            out.append({"loc": ["body"], "msg": NO_BODY, "type": kind})  # no body at all: the body, not a field
+            continue
         if where == "body" and raw_loc in (["body"], ("body",)) and kind in ("model_attributes_type", "dict_type"):
             out.append({"loc": ["body"], "msg": NOT_AN_OBJECT, "type": kind})
             continue
@@ -69,6 +73,17 @@ def field_error(where: str, field: str, message: str, status: int = 422) -> Resp
 
 def where_of(request: Request) -> str:
     return "query" if request.method == "GET" else "body"
+
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH")
+
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods some route serves `path` with (asked of each route by method: included routers keep theirs
+    inside); HEAD wherever GET is (app/limits.py `Head` answers it)."""
+    allowed = {m for m in METHODS if any(r.matches({"type": "http", "path": path, "method": m})[0] == Match.FULL
+                                        for r in app.router.routes)}  # fmt: skip
+    return sorted(allowed | ({"HEAD"} if "GET" in allowed else set()))
 
 
 def install(app: FastAPI) -> None:
@@ -92,12 +107,7 @@ def install(app: FastAPI) -> None:
             return problem(422, [{"loc": ["body"], "msg": UNREADABLE, "type": "json_invalid"}])
         if exc.status_code == 405:
             # A path served by several routes (GET and POST twins): Allow lists them all, not the first one's.
-            allowed: set[str] = set()
-            for route in app.router.routes:
-                match, _ = route.matches({"type": "http", "path": request.url.path, "method": "__none__"})
-                if match != Match.NONE:
-                    allowed |= set(getattr(route, "methods", None) or ())
-            headers["Allow"] = ", ".join(sorted(allowed))
+            headers["Allow"] = ", ".join(allowed_methods(app, request.url.path))
         body = {"message": str(exc.detail), "detail": [{"loc": ["request"], "msg": str(exc.detail), "type": "http"}]}
         return json_response(body, exc.status_code, headers)
 

@@ -188,3 +188,33 @@ class SendTimeout:
                 transport.abort()
 
         await self.app(scope, receive, timed)
+
+
+class Head:
+    """HEAD wherever GET is: the request runs as its GET and the answer leaves without a body (its status and
+    headers, Content-Length included, are GET's). An event stream is answered with its headers and ended at once."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+        ended = False
+
+        async def headless(message: Message) -> None:
+            nonlocal ended
+            if ended:
+                return
+            if message["type"] == "http.response.start":
+                await send(message)
+                types = [v for k, v in message.get("headers", []) if k.lower() == b"content-type"]
+                if types and types[0].startswith(b"text/event-stream"):  # a stream never ends by itself
+                    ended = True
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                ended = True
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        await self.app(dict(scope, method="GET"), receive, headless)

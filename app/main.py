@@ -36,7 +36,7 @@ from .heads import api as heads_api
 from .heads import page as heads_page
 from .lab import HeavyWork, Lab, WatchClient
 from .lessons import page as lessons_page
-from .limits import BodyLimit, QueryLimit, SecurityHeaders, SendTimeout
+from .limits import BodyLimit, Head, QueryLimit, SecurityHeaders, SendTimeout
 from .metrics import Metrics, Observe
 from .metrics import router as metrics_router
 from .model import api as model_api
@@ -143,12 +143,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     rooms_api.install(app)
     train_api.install(app)
-    app.add_middleware(HeavyWork, paths=HEAVY_PATHS)  # inside ServeCached: a cached answer takes no queue place
+    app.add_middleware(HeavyWork, paths=HEAVY_PATHS, per_client=settings.max_heavy_per_client)  # inside ServeCached:
+    # a cached answer takes no queue place
     app.add_middleware(cache.ServeCached, store=app.state.responses)
     app.add_middleware(JsonTwin)  # outside ServeCached: a twin is a page, served by the page kernel
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
     app.add_middleware(QueryLimit, max_bytes=int(settings.max_query_kb * 1024), repeatable=frozenset(LIST_FIELDS))
     app.add_middleware(Observe, metrics=app.state.metrics, lab=app.state.lab)
+    app.add_middleware(Head)  # outermost: a HEAD is its GET, cached and counted as one, without the body
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.mount("/vendor/htmx", StaticFiles(directory=str(files("js_lib_htmx") / "static" / "htmx")), name="htmx")
 
@@ -169,7 +171,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return FileResponse(path, media_type="font/woff2", headers={"Cache-Control": "public, max-age=86400"})
 
     app.mount("/vendor/swagger", StaticFiles(directory=str(files("swagger_ui") / "static")), name="swagger")
-    # Each feature brings its JSON API and its page; no feature imports another (the kernel is app/web/).
+    # Each feature (app/<name>/) brings its JSON API and its page, and imports the kernel (app/web/, app/render/) and
+    # the shared modules (app/lab/), never another feature: tests/app/web/test_kernel.py checks every module.
     for router in (
         attention_api.router,
         block_api.router,

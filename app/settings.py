@@ -47,6 +47,8 @@ class Settings(LimitSettings):
     large_request_mb: float = Field(64, ge=0)  # estimated bytes above which a request is "large" work
     max_large_concurrent: int = Field(2, ge=1)  # large computations at once; the others wait on the event loop
     max_large_queued: int = Field(32, ge=0)  # large requests waiting; past it, 503 at once
+    max_heavy_per_client: int = Field(1, ge=0)  # heavy requests of one client address at once (0: no cap); a URL
+    # already being computed for anyone is free (a class on one address opening the teacher's view shares it)
     queue_wait_s: float = Field(30, ge=0)  # how long large or heavy work waits for a slot before a 503
     cache_mb: float = Field(512, ge=0)  # byte-bounded LRU of computed traces
     response_cache_mb: float = Field(64, ge=0)  # finished GET answers (JSON, .npz, PNG), keyed by their URL

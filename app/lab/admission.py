@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import orjson
 from anyio.lowlevel import RunVar
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -52,14 +53,30 @@ class HeavyWork:
     when the request ends, if its work never took a slot. Inside the response cache's middleware: a cached answer
     never queues."""
 
-    def __init__(self, app: ASGIApp, paths: frozenset[str]) -> None:
+    def __init__(self, app: ASGIApp, paths: frozenset[str], per_client: int = 0) -> None:
         self.app = app
         self.paths = paths
+        # One client address holds at most `per_client` heavy requests at once (0: no cap), so that one address
+        # cannot hold every large-work slot; a GET of a URL already being computed (for anyone) is free, since it
+        # waits for that computation rather than starting one: a class on one NAT address following its teacher.
+        self.per_client = per_client
+        self.running: dict[str, int] = {}  # address -> heavy requests in flight that count against it
+        self.urls: dict[bytes, int] = {}  # the GET URLs (path?query) of heavy requests in flight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] not in self.paths:
             await self.app(scope, receive, send)
             return
+        address = (scope.get("client") or ("?",))[0]
+        url = scope["path"].encode() + b"?" + scope.get("query_string", b"") if scope["method"] == "GET" else None
+        counted = self.per_client > 0 and not (url is not None and self.urls.get(url))
+        if counted and self.running.get(address, 0) >= self.per_client:
+            await refuse_heavy(scope, send, self.per_client)
+            return
+        if counted:
+            self.running[address] = self.running.get(address, 0) + 1
+        if url is not None:
+            self.urls[url] = self.urls.get(url, 0) + 1
         place = QueuePlace()
         token = HEAVY.set(place)
         try:
@@ -67,6 +84,28 @@ class HeavyWork:
         finally:
             HEAVY.reset(token)
             place.release()
+            if url is not None:
+                _forget(self.urls, url)
+            if counted:
+                _forget(self.running, address)
+
+
+def _forget(counts: dict[Any, int], key: Any) -> None:
+    counts[key] -= 1
+    if not counts[key]:
+        del counts[key]
+
+
+async def refuse_heavy(scope: Scope, send: Send, cap: int) -> None:
+    """A 429 naming the cap (MAX_HEAVY_PER_CLIENT) and when to retry, as a JSON problem (the API's shape)."""
+    message = (f"this address already runs {cap} heavy computation{'s' if cap != 1 else ''} at once "
+               "(MAX_HEAVY_PER_CLIENT); retry when it is done")  # fmt: skip
+    body = orjson.dumps({"message": f"request: {message}",
+                         "detail": [{"loc": ["request"], "msg": message, "type": "too_many_heavy"}]})  # fmt: skip
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"retry-after", b"5")]  # fmt: skip
+    await send({"type": "http.response.start", "status": 429, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 class LoopLimiter:

@@ -13,7 +13,7 @@ from ..lab import Lab, get_lab
 from ..schemas import ERRORS, Problem
 from ..web.lessons import BY_SLUG, LESSONS, Lesson, step_url, with_query
 from ..web.page import serve
-from ..web.state import ViewState
+from ..web.state import ViewState, show
 from .view import LessonLink, LessonStep, LessonsView, LessonView
 
 router = APIRouter(include_in_schema=False)
@@ -24,7 +24,7 @@ api = APIRouter(prefix="/api/v1", tags=["lessons"])
 def lesson_of(slug: str) -> Lesson:
     lesson = BY_SLUG.get(slug)
     if lesson is None:
-        raise HTTPException(404, f"no lesson {slug!r}; see /lessons")
+        raise HTTPException(404, f"no lesson {show(slug, 30)}; see /lessons")  # the echo bounded, as every field's
     return lesson
 
 

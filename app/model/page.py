@@ -153,8 +153,11 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         like = tuple(link(li, hi, d) for li, hi, d in similar_heads(stats, layer, head))
         knock = (state.url(ablate=f"{layer}.{head}", compare_text=None, layer=None, head=None) + "#compare"
                  if can_knock else "")  # fmt: skip
+        roles = ("/heads?" + urlencode({"preset": spec.preset, "text": state.get("text"), "head": f"{layer}.{head}",
+                                        "lang": ctx["lang"]}) + "#probe") if getattr(lab.models.get(spec.preset),
+                                                                                     "generates", False) else ""  # fmt: skip
         chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"], present), t("model.distance"), like,
-                            knock)  # fmt: skip
+                            knock, roles)  # fmt: skip
         near = {(h.layer, h.head) for h in like}
 
         def spot(c: HeadLink) -> HeadLink:

@@ -39,6 +39,7 @@ class ChosenHead:
     note: str  # what the distance is
     like: tuple[HeadLink, ...] = ()  # the most similar heads, nearest first; `value` is the distance
     knock_url: str = ""  # this page with the head knocked out: the clean run beside the run without it
+    roles_url: str = ""  # the head's roles on /heads (a decoder's: previous token, sink, duplicate, induction)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from starlette.background import BackgroundTask
 from ..render.payload import json_response
 from ..schemas import Problem
 from ..web import lessons
+from ..web.state import show
 from .bodies import (
     AnswerIn,
     AnswerOut,
@@ -201,7 +202,7 @@ def prepared_poll(slug: str, k: int, lang: str, rows: int | None, cols: int | No
     """Step k (from 1) of a lesson as a poll: its question, options and key, checked like a teacher's own."""
     lesson = lessons.BY_SLUG.get(slug)
     if lesson is None:
-        raise RoomError(422, "lesson", f"no lesson {slug[:64]!r}; see /lessons")
+        raise RoomError(422, "lesson", f"no lesson {show(slug, 30)}; see /lessons")
     if not 1 <= k <= len(lesson.steps):
         raise RoomError(422, "step", f"lesson {lesson.slug!r} has steps 1..{len(lesson.steps)}, got {k}")
     step = lesson.steps[k - 1]

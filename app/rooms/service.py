@@ -23,6 +23,7 @@ from ..schemas import LIST_FIELDS
 from ..settings import Settings
 from ..web import lessons
 from ..web.share import FOLLOWABLE, public_base
+from ..web.state import show
 from .store import MemoryStore, Room, Store, new_code, normal_code
 
 # Parameters that belong to one screen, not to the view: each student keeps their own language, and only the
@@ -182,7 +183,7 @@ def clean_page(raw: str) -> str:
     if not FOLLOWABLE.fullmatch(page):
         raise RoomError(422, "page", "must be a lab page: /, /block, /decode, /lessons[/slug], /model, /tiles, …")
     if page.startswith("/lessons/") and page.removeprefix("/lessons/") not in lessons.BY_SLUG:
-        raise RoomError(422, "page", f"no lesson {page.removeprefix('/lessons/')!r}; see /lessons")
+        raise RoomError(422, "page", f"no lesson {show(page.removeprefix('/lessons/'), 30)}; see /lessons")
     return page
 
 

@@ -35,7 +35,7 @@ from ..templating import TEMPLATES
 from . import lessons
 from .cache import cached_page, is_fragment, page_key, remember_page, single_flight
 from .i18n import LANGS, error_message, negotiate, translator
-from .state import ViewState, within
+from .state import ViewState, show, within
 from .view import View
 
 VARY = "HX-Request, Accept-Language, Accept"
@@ -111,8 +111,11 @@ def lesson_panel(state: ViewState, lang: str) -> lessons.Panel | None:
     if not common.lesson:
         return None
     lesson = lessons.BY_SLUG.get(common.lesson)
-    if lesson is None:
-        raise FieldError(state.spelled.get("lesson", "lesson"), f"no lesson {common.lesson!r}; see /lessons")
+    if lesson is None:  # said once, bounded, and dropped from the page's links and forms
+        typed = state.spelled.get("lesson", "lesson")
+        state.params.pop("lesson", None)
+        state.params.pop("lesson_step", None)
+        raise FieldError(typed, f"no lesson {show(common.lesson, 30)}; see /lessons")
     k = within(state.spelled.get("lesson_step", "lesson_step"), common.lesson_step or 1, 1, len(lesson.steps))
     carry = {name: state.params[name] for name in ("present", "hints") if state.params.get(name)}
     panel = lessons.panel(lesson.slug, k, lang, carry)
@@ -184,6 +187,9 @@ async def serve(
                 ctx.update(view.context(), view=view)
                 name = view.template
         headers = {"Vary": VARY}
+        if ctx["error"]:  # the links a refused page still draws leave out what it refused (an unknown lesson)
+            ctx["lang_urls"] = {code: state.url(lang=code) for code in LANGS}
+            ctx["present_url"] = state.url(present=None if state.present else "1")
         if ctx["error"]:  # the refusal in words, for callers that read no HTML (a room checking a shared view)
             headers["X-Lab-Error"] = quote("; ".join(ctx["error"]), safe=" :;,.()'=-_")
         if ctx.get("retry_after") is not None:
