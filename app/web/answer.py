@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -15,8 +16,9 @@ from ..errors import field_error, where_of
 from ..lab import Lab, Work, get_lab
 from ..render.arrays import Traced
 from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_json, to_npz
-from ..schemas import Selection, from_query, query_parameters
+from ..schemas import FieldError, Selection, from_query, query_parameters
 from .cache import cached_get
+from .state import Common, show
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -34,9 +36,17 @@ def twins(
     route.setdefault("description", inspect.cleandoc(answer.__doc__ or "").replace("\n", " ") or None)
 
     async def post(request: Request, req: BaseModel, lab: Lab) -> Response:
+        if (twice := duplicate_key(await request.body())) is not None:  # a GET refuses a field given twice too
+            raise FieldError(twice, "is given more than once")
         return await answer(request, req, lab)
 
     async def get(request: Request, lab: Lab) -> Response:
+        # A field the operation does not take is refused, as the POST's body refuses it (a typo is named, never
+        # ignored); a page's own view parameters are let through, so a page's query can be pasted onto its API.
+        if unknown := [k for k in request.query_params if k not in model.model_fields and k not in PAGE_KEYS]:
+            raise FieldError(
+                show(unknown[0], 30), f"is not a field of this operation; it takes {', '.join(model.model_fields)}"
+            )
         return await answer(request, parse_query(request, model), lab)
 
     # Signatures with the real objects, not strings: this module's annotations are postponed, and FastAPI reads
@@ -54,6 +64,39 @@ def twins(
 
 
 KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
+# The pages' own view parameters (app/web/state.py Common, and the stage, head, cell… of the pages' Params).
+PAGE_KEYS = frozenset({*Common.names(), "lang", "stage", "head", "cell", "tile", "compare", "compare_text", "color",
+                       "hide", "step", "form", "pos", "rank", "start", "stat", "qb", "kb"})  # fmt: skip
+
+
+class _Twice(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise _Twice(k)
+        seen[k] = v
+    return seen
+
+
+def field_name(key: str) -> str:
+    """A key the user sent, as an error names it: itself, or a bounded printable echo of a long or odd one."""
+    return key if len(key) <= 30 and key.isprintable() else show(key, 30)
+
+
+def duplicate_key(body: bytes) -> str | None:
+    """The first key a JSON body gives twice in one object (JSON parsers keep the last silently), or None."""
+    try:
+        json.loads(body, object_pairs_hook=_once)
+    except _Twice as twice:
+        return field_name(twice.key)
+    except (ValueError, RecursionError):  # not JSON this API reads: the body's own parser says so
+        return None
+    return None
 
 
 def parse_query(request: Request, model: type[M]) -> M:

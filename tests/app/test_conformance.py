@@ -39,3 +39,18 @@ def test_an_unknown_lesson_is_echoed_bounded(client: Any) -> None:
     assert "x" * 31 not in page.text
     api = client.get("/api/v1/lessons/" + "y" * 20_000)
     assert api.status_code == 404 and len(api.text) < 400 and "y" * 31 not in api.text
+
+
+def test_get_and_post_twins_refuse_the_same_unknown_and_repeated_fields(client: Any) -> None:
+    typo = client.get("/api/v1/attention", params={"tokens": "a b", "maks": "causal"})
+    assert typo.status_code == 422 and typo.json()["detail"][0]["loc"] == ["query", "maks"]
+    posted = client.post("/api/v1/attention", json={"tokens": ["a", "b"], "maks": "causal"})
+    assert posted.status_code == 422 and "maks" in posted.json()["message"]
+    page_keys = client.get("/api/v1/attention", params={"tokens": "a b", "stage": "4", "lang": "zh", "present": "1"})
+    assert page_keys.status_code == 200  # a page's own view parameters ride along with its query
+    twice = client.post("/api/v1/attention", content=b'{"tokens": ["a", "b"], "seed": 1, "seed": 2}',
+                        headers={"content-type": "application/json"})  # fmt: skip
+    assert twice.status_code == 422 and twice.json()["detail"][0]["loc"] == ["body", "seed"]
+    assert "more than once" in twice.json()["message"]
+    get_twice = client.get("/api/v1/attention?tokens=a+b&seed=1&seed=2")
+    assert get_twice.status_code == 422 and "more than once" in get_twice.json()["message"]
