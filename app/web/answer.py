@@ -45,7 +45,7 @@ def twins(
         # ignored); a page's own view parameters are let through, so a page's query can be pasted onto its API.
         if unknown := [k for k in request.query_params if k not in model.model_fields and k not in PAGE_KEYS]:
             raise FieldError(
-                show(unknown[0], 30), f"is not a field of this operation; it takes {', '.join(model.model_fields)}"
+                field_name(unknown[0]), f"is not a field of this operation; it takes {', '.join(model.model_fields)}"
             )
         return await answer(request, parse_query(request, model), lab)
 
