@@ -13,7 +13,7 @@ import secrets
 import time
 from collections import OrderedDict
 from typing import Any
-from urllib.parse import unquote, unquote_plus, urlsplit
+from urllib.parse import unquote, unquote_plus
 
 from fastapi import Request
 from redis.exceptions import RedisError
@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message
 from ..schemas import LIST_FIELDS
 from ..settings import Settings
 from ..web import lessons
+from ..web.origin import foreign
 from ..web.share import FOLLOWABLE, public_base
 from ..web.state import show
 from .store import MemoryStore, Room, Store, new_code, normal_code
@@ -103,40 +104,12 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "?"
 
 
-SAFE_SITES = frozenset({"same-origin", "none"})  # Sec-Fetch-Site of the lab's own pages, and of a typed address
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _origin(url: str) -> tuple[str, str, int] | None:
-    try:
-        parts = urlsplit(url.strip().lower())
-        port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
-    except ValueError:
-        return None
-    return (parts.scheme, parts.hostname or "", port) if parts.scheme and parts.hostname else None
-
-
 def check_same_origin(request: Request) -> None:
-    """A request that changes a room must come from the lab's own pages (or from a non-browser client, which sends
-    neither header and must hold the teacher's token itself): no other site's form, link or fetch may start, end,
-    step or answer anything with the cookies of a browser that visits it. A browser's Sec-Fetch-Site decides
-    (it cannot be forged by a page); a browser without it is judged by Origin, which must be this server's own
-    (as the request reached it, or the public URL)."""
-    site = request.headers.get("sec-fetch-site")
-    if site is not None:
-        if site.strip().lower() not in SAFE_SITES:
-            raise RoomError(403, "sec-fetch-site", f"a {site[:20]!r} request may not change a room; only this "
-                            "lab's own pages may (same-origin)")  # fmt: skip
-        return
-    origin = request.headers.get("origin")
-    if origin is None:
-        return
-    own = {_origin(f"{request.url.scheme}://{request.url.netloc}")}
-    if request.app.state.settings.public_url:
-        own.add(_origin(request.app.state.settings.public_url))
-    if _origin(origin) not in own - {None}:
-        raise RoomError(403, "origin", f"{origin[:80]!r} is not this lab's origin; only its own pages may change a "
-                        "room")  # fmt: skip
+    """A request that changes a room must come from the lab's own pages, or from a non-browser client, which must
+    hold the teacher's token itself (app/web/origin.py)."""
+    refused = foreign(request, "change a room")
+    if refused is not None:
+        raise RoomError(403, *refused)
 
 
 def check_json(request: Request) -> None:

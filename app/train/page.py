@@ -14,10 +14,12 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
+from ..errors import field_error
 from ..lab import Lab, get_lab
 from ..render.charts import Series, line_chart
 from ..render.heatmap import data_uri, png
 from ..schemas import FieldError
+from ..web.origin import foreign
 from ..web.page import serve
 from ..web.state import Params, ViewState, integer, param
 from ..web.view import HIDDEN, View
@@ -183,7 +185,10 @@ async def train_view(request: Request, state: ViewState, ctx: dict[str, Any]) ->
 @router.post("/train")
 async def train_form(request: Request) -> Response:
     """The page's form: start a run (with `cheat=1`, two: the mask on and off, same seed) and show it."""
-    form = dict(parse_qsl((await request.body()).decode("utf-8", "replace"), max_num_fields=64))  # urlencoded
+    if (refused := foreign(request, "start a training run")) is not None:  # another site's form starts nothing here
+        return field_error("header", refused[0], refused[1], status=403)
+    raw = (await request.body()).decode("utf-8", "replace")
+    form = dict(parse_qsl("&".join(raw.split("&", 64)[:64])))  # urlencoded; past 64 fields the rest is ignored
     given: dict[str, Any] = {k: v for k, v in form.items() if k in TrainIn.model_fields and v != ""}
     for flag in ("mlp", "causal"):
         given[flag] = form.get(flag) == "1"

@@ -96,3 +96,18 @@ def test_stop_the_queue_and_the_cheat_side_by_side(client: TestClient) -> None:
     page = BeautifulSoup(client.get(url).text, "html.parser")
     assert page.select_one(".train-pair") and page.select_one(".train-cheat")
     assert "去掉掩码" in page.select_one(".train-cheat").text
+
+
+def test_another_sites_form_starts_no_run(client: TestClient) -> None:
+    """The page's form is a POST any site could send with a visitor's browser: only the lab's own pages start runs."""
+    before = client.get("/api/v1/train").json()
+    for headers, field in (({"Sec-Fetch-Site": "cross-site"}, "sec-fetch-site"),
+                           ({"Origin": "https://evil.example"}, "origin")):  # fmt: skip
+        r = client.post("/train", data={**{k: str(v) for k, v in TINY.items()}, "lang": "en"}, headers=headers,
+                        follow_redirects=False)  # fmt: skip
+        assert r.status_code == 403 and r.json()["detail"][0]["loc"] == ["header", field]
+    assert client.get("/api/v1/train").json() == before
+    many = "&".join(f"f{i}=1" for i in range(500))  # a form of many fields is read up to a bound, never a 500
+    r = client.post("/train", content=many, headers={"content-type": "application/x-www-form-urlencoded",
+                                                     "Sec-Fetch-Site": "same-origin"}, follow_redirects=False)  # fmt: skip
+    assert r.status_code in (303, 422)
