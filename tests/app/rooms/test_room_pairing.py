@@ -50,7 +50,8 @@ def test_the_teachers_phone_pairs_once_and_runs_the_remote(lab: str, laptop: htt
         shown = phone.get("/" + path)  # opening the link uses nothing up (a link preview cannot)
         assert shown.status_code == 200 and "data-pair-confirm" in shown.text
         taken = phone.post("/" + path, data={"lang": "en"})
-        assert taken.status_code == 200 and str(taken.url).endswith(f"/r/{code}/teach"), taken.text[:300]
+        assert taken.status_code == 200 and taken.url.path == f"/r/{code}/teach", taken.text[:300]
+        assert taken.url.params.get("lang") == "en"  # the remote opens in the language the pairing was confirmed in
         assert "data-teach" in taken.text and phone.cookies.get("lab_teacher", "").startswith(code + ".")
         assert phone.cookies.get("lab_teacher") != laptop.cookies.get("lab_teacher")  # a token of its own
         # The phone drives the class with its own token, as the laptop does.
