@@ -36,21 +36,42 @@ class MemoryBudget:
         self.limit = limit_bytes
         self.wait_s = wait_s
         self.cancelled = cancelled  # every wait's check, unless a call gives its own
-        self.in_use = 0
+        self.in_use = 0  # computations' bytes and the models' weights held
+        self.share = 0  # of the limit, kept for the models' weights (whether loaded yet or not)
+        self.held = 0  # of in_use, the weights loaded: taken for good
         self.waiting = 0  # calls waiting for room now
         self._cond = threading.Condition()
 
+    def keep_for_model(self, nbytes: int) -> None:
+        """Add a registered model's bytes to the limit and keep them for its weights: the computations keep their
+        own share, and a model that loads while a computation holds all of it (its first use) never waits."""
+        with self._cond:
+            self.limit += nbytes
+            self.share += nbytes
+
     def hold(self, nbytes: int, cancelled: GiveUp | None = None) -> None:
-        """Take `nbytes` for good (a model's weights once loaded): waits for room like `reserve`, never given back.
-        The server adds each registered model's bytes to the limit, so the computations keep their own share."""
-        self._take(nbytes, cancelled)
+        """Take `nbytes` for good (a model's weights once loaded), never given back: from the share kept for the
+        models at once; past it (a model the server did not keep room for), waiting for room like `reserve`."""
+        with self._cond:
+            if self.held + nbytes <= self.share:
+                self.held += nbytes
+                self.in_use += nbytes
+                return
+        self._take(nbytes, cancelled, self.limit - self.held)  # every byte in use counts
+        with self._cond:
+            self.held += nbytes
+
+    def _fits(self, nbytes: int, room: int) -> bool:
+        """The computations' bytes (what is not weights held) plus `nbytes` within `room`."""
+        return self.in_use - self.held + nbytes <= room
 
     @contextmanager
     def reserve(self, nbytes: int, cancelled: GiveUp | None = None) -> Iterator[None]:
         """Hold `nbytes` of the budget for the duration of the block (a request larger than the whole budget
-        was already refused when it was validated, so it is clamped here rather than waiting forever)."""
-        need = min(nbytes, self.limit)
-        self._take(need, cancelled)
+        was already refused when it was validated, so it is clamped here rather than waiting forever: to what the
+        weights held for good leave free, which it can have once nothing else runs)."""
+        need = min(nbytes, self.room())
+        self._take(need, cancelled, self.room())
         try:
             yield
         finally:
@@ -58,13 +79,17 @@ class MemoryBudget:
                 self.in_use -= need
                 self._cond.notify_all()
 
-    def _take(self, nbytes: int, cancelled: GiveUp | None) -> None:
+    def room(self) -> int:
+        """What the computations together may hold: the limit less what is kept for the models' weights."""
+        return max(0, self.limit - max(self.share, self.held))
+
+    def _take(self, nbytes: int, cancelled: GiveUp | None, room: int) -> None:
         """Add `nbytes` to `in_use` once they fit; past `wait_s` raise Busy, and raise `cancelled`'s exception as
         soon as it gives one (checked before the freed room is taken too: a stopping server starts nothing)."""
         check = cancelled or self.cancelled
         deadline = time.monotonic() + self.wait_s
         with self._cond:
-            if self.in_use + nbytes <= self.limit:  # room at once: no wait, nothing to give up
+            if self._fits(nbytes, room):  # room at once: no wait, nothing to give up
                 self.in_use += nbytes
                 return
             self.waiting += 1
@@ -72,7 +97,7 @@ class MemoryBudget:
                 while True:
                     if check is not None and (error := check()) is not None:
                         raise error
-                    if self.in_use + nbytes <= self.limit:
+                    if self._fits(nbytes, room):
                         break
                     left = deadline - time.monotonic()
                     if left <= 0:

@@ -103,7 +103,7 @@ class Lab(Cancelling, Admission, Tracking):
                                                  packaged=settings.pretrained)  # fmt: skip
         for model in self.models.values():
             model.place(self.device)
-            self.budget.limit += model.nbytes
+            self.budget.keep_for_model(model.nbytes)
             model.before_load = self.budget.hold
 
     def cost(self, spec: Spec | BlockSpec, factor: float = 1.0) -> int:

@@ -90,7 +90,7 @@ def _node_id(request):
 # One test item, each operation a subtest of it. A room's event stream never ends by itself: tests/app/rooms/test_rooms.py
 # reads it with real streaming clients instead. (The lazy schema's filters replace the loaded one's, so they are
 # set here.) Nor is a training run fuzzed: each accepted body would train in a process of its own, and the fourth
-# is a 503 by design (tests/test_train_api.py checks the bodies and the queue).
+# is a 503 by design (tests/app/train/test_api.py checks the bodies and the queue).
 schema = schemathesis.pytest.from_fixture("api_schema").exclude(path_regex=r"/events$|^/api/v1/train$")
 
 
