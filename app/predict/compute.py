@@ -10,7 +10,7 @@ from typing import Any
 
 from engine import predict as P
 from engine.models import Model
-from engine.spec import Spec, make_spec
+from engine.spec import Spec, SpecError, make_spec
 
 from ..lab import Lab
 from ..render.predicted import generators, top_labels
@@ -33,9 +33,10 @@ class Text:
         return self.seq[:-1]
 
 
-def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool) -> Text:
-    """The request's text as a training sequence, checked: a decoder this server loaded, at least two tokens, at most
-    `max_tokens` inputs and the model's context length."""
+def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, targets: bool = True) -> Text:
+    """The request's text as a training sequence, checked: a decoder this server loaded, at least two tokens (one
+    with `targets=False`: the lens reads every token as an input), at most `max_tokens` inputs and the model's context
+    length — the limit that applies is the one a refusal states."""
     models: Mapping[str, Model] = lab.models
     if req.preset not in models or not getattr(models[req.preset], "generates", False):
         names = ", ".join(generators(models)) or "none on this server"
@@ -43,15 +44,23 @@ def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool) -> Text:
     if req.text is None and req.token_ids is None:
         raise FieldError("text", "give the text as text or token_ids")
     field = "token_ids" if req.token_ids is not None else "text"
-    spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=models,
-                     device=lab.device, limits=lab.long_limits)  # fmt: skip
     model = models[req.preset]
-    seq = P.sequence(model, spec.token_ids, req.bos, eos)
-    if len(seq) < 2:
-        raise FieldError(field, "give at least two tokens (one input and its target), or keep bos/eos on")
     room = min(max_tokens, model.info.n_ctx)
-    if len(seq) - 1 > room:
-        raise FieldError(field, f"at most {room} input tokens here, got {len(seq) - 1}")
+    try:
+        spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=models,
+                         device=lab.device, limits=lab.long_limits)  # fmt: skip
+    except SpecError as e:  # past even a long context's bound: say this view's own, not that one
+        if e.field == field and ("at most" in e.message or "more than the" in e.message):
+            raise FieldError(field, f"at most {room} input tokens here; the text is longer") from None
+        raise
+    seq = P.sequence(model, spec.token_ids, req.bos, eos)
+    if targets and len(seq) < 2:
+        raise FieldError(field, "give at least two tokens (one input and its target), or keep bos/eos on")
+    if not seq:
+        raise FieldError(field, "give at least one token")
+    inputs = len(seq) - 1 if targets else len(seq)
+    if inputs > room:
+        raise FieldError(field, f"at most {room} input tokens here, got {inputs}")
     return Text(spec, model, tuple(seq), tuple(model.labels(list(seq))))
 
 
@@ -170,8 +179,8 @@ def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> dict[st
 
 
 async def lens_of(req: LensRequest, lab: Lab, key: str | None) -> tuple[Text, P.Intervention, P.Lens]:
-    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, False)
-    # the lens reads the text as it is: with bos, the sequence's last token is an input too
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, False, False)
+    # the lens reads the text as it is (one token is enough): with bos, the sequence's last token is an input too
     iv = intervention(req, t.model)
     inputs = t.seq
     compute_key = (req.preset, inputs, iv, req.top)

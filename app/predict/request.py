@@ -25,7 +25,8 @@ from ..web.state import Params, ViewState, flag_on, integer, param, parse_int, s
 PRESET = Field("smollm2", max_length=64, description="A causal language model this server loaded (smollm2, "
                "checkpoint, or one given with --model).")  # fmt: skip
 TEXT = Field(None, max_length=65_536, description="The text, for the model's own tokenizer.")
-IDS = Field(None, max_length=4096, description="The text as token ids instead.")
+IDS = Field(None, max_length=65_536, description="The text as token ids instead (a view's own limit applies: "
+            "MAX_PREDICT_TOKENS, MAX_RANK_TOKENS).")  # fmt: skip
 BOS = Field(True, description="Begin the training sequence with the model's BOS token (when it defines one).")
 EOS = Field(True, description="End it with the model's EOS token (when it defines one): the last target.")
 

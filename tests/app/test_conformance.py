@@ -54,3 +54,15 @@ def test_get_and_post_twins_refuse_the_same_unknown_and_repeated_fields(client: 
     assert "more than once" in twice.json()["message"]
     get_twice = client.get("/api/v1/attention?tokens=a+b&seed=1&seed=2")
     assert get_twice.status_code == 422 and "more than once" in get_twice.json()["message"]
+
+
+@pytest.mark.parametrize(("path", "limit"), [("/api/v1/predict", 1024), ("/api/v1/head_ranking", 256)])
+def test_a_long_text_is_told_the_limit_that_applies(client: Any, path: str, limit: int) -> None:
+    r = client.post(path, json={"token_ids": [300] * 7500})
+    assert r.status_code == 422 and f"at most {limit} input tokens" in r.json()["message"]
+    assert r.json()["detail"][0]["loc"] == ["body", "token_ids"]
+
+
+def test_the_lens_reads_a_single_token(client: Any) -> None:
+    one = client.post("/api/v1/logit_lens", json={"text": "hello", "bos": False})
+    assert one.status_code == 200 and one.json()["tokens"] == ["hello"] and len(one.json()["final"]) == 1
