@@ -18,7 +18,7 @@ from ..render.arrays import Traced
 from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_json, to_npz
 from ..schemas import FieldError, Selection, from_query, query_parameters
 from .cache import cached_get
-from .state import Common, show
+from .state import show
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -41,12 +41,6 @@ def twins(
         return await answer(request, req, lab)
 
     async def get(request: Request, lab: Lab) -> Response:
-        # A field the operation does not take is refused, as the POST's body refuses it (a typo is named, never
-        # ignored); a page's own view parameters are let through, so a page's query can be pasted onto its API.
-        if unknown := [k for k in request.query_params if k not in model.model_fields and k not in PAGE_KEYS]:
-            raise FieldError(
-                field_name(unknown[0]), f"is not a field of this operation; it takes {', '.join(model.model_fields)}"
-            )
         return await answer(request, parse_query(request, model), lab)
 
     # Signatures with the real objects, not strings: this module's annotations are postponed, and FastAPI reads
@@ -64,9 +58,6 @@ def twins(
 
 
 KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
-# The pages' own view parameters (app/web/state.py Common, and the stage, head, cell… of the pages' Params).
-PAGE_KEYS = frozenset({*Common.names(), "lang", "stage", "head", "cell", "tile", "compare", "compare_text", "color",
-                       "hide", "step", "form", "pos", "rank", "start", "stat", "qb", "kb"})  # fmt: skip
 
 
 class _Twice(Exception):

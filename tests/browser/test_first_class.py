@@ -123,7 +123,7 @@ def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
         expect(tp.locator("#stage")).to_have_attribute("data-stage", "softmax")
         projector(tp)
         for sp in (se, sz):
-            follows(sp, "softmax", step="2")
+            follows(sp, "softmax", lesson_step="2")
         tp.click("[data-toggle=mask]")  # switch the mask off: the first row spreads out
         expect(tp.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "false")
         projector(tp)
