@@ -5,56 +5,28 @@ engine/heads.py."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from engine import heads as E
 from engine import predict as P
 from engine.models import Model
-from engine.spec import make_spec
 
 from ..lab import Lab
-from ..render.predicted import generators
 from ..schemas import FieldError
 from ..web.knockouts import intervention
+from ..web.sequence import Text
+from ..web.sequence import decoder as web_decoder
+from ..web.sequence import text_of as sequence_text
 from .request import PatchRequest, PruneRequest, RolesRequest
 
 
-@dataclass(frozen=True)
-class Text:
-    model: Model
-    seq: tuple[int, ...]
-    labels: tuple[str, ...]
-
-
 def decoder(lab: Lab, preset: str) -> Model:
-    models: Mapping[str, Model] = lab.models
-    if preset not in models or not getattr(models[preset], "generates", False):
-        names = ", ".join(generators(models)) or "none on this server"
-        raise FieldError("preset", f"the head views need a causal language model: {names}")
-    model = models[preset]
-    if model.arch.placement != "pre":
-        raise FieldError("preset", f"{preset} is Post-LN: the head views read a Pre-LN decoder")
-    return model
+    return web_decoder(lab, preset, "the head views", pre_ln=True)
 
 
-def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool) -> Text:
-    """The request's text (or ids) as a sequence ([BOS] text [EOS] as asked), at least two tokens, at most
-    `max_tokens` and the model's context."""
-    model = decoder(lab, req.preset)
-    if req.text is None and req.token_ids is None:
-        raise FieldError("text", "give the text as text or token_ids")
-    field = "token_ids" if req.token_ids is not None else "text"
-    spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=lab.models,
-                     device=lab.device, limits=lab.long_limits)  # fmt: skip
-    seq = P.sequence(model, spec.token_ids, req.bos, eos)
-    if len(seq) < 2:
-        raise FieldError(field, "give at least two tokens")
-    room = min(max_tokens, model.info.n_ctx)
-    if len(seq) > room:
-        raise FieldError(field, f"at most {room} tokens here, got {len(seq)}")
-    return Text(model, tuple(seq), tuple(model.labels(list(seq))))
+def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["inputs", "tokens"] = "tokens") -> Text:
+    """The request's text as a sequence for the head views (a Pre-LN decoder; every token counted unless `counted`)."""
+    return sequence_text(req, lab, max_tokens, eos, counted, views="the head views", pre_ln=True)
 
 
 def finite(x: float) -> float | None:
@@ -132,7 +104,7 @@ def roles_document(t: Text, iv: P.Intervention, r: E.Roles, top: int) -> dict[st
 
 
 async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> tuple[Text, E.Pruning]:
-    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_prune_tokens + 1, req.eos)
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_prune_tokens, req.eos, "inputs")
     n = len(t.seq) - 1
     if req.loss_from >= n:
         raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
@@ -181,7 +153,7 @@ def prompts_of(req: PatchRequest, lab: Lab) -> tuple[Text, Text]:
         seq = P.sequence(model, model.tokenize(getattr(req, name)), req.bos, False)
         if len(seq) > limit:
             raise FieldError(name, f"at most {limit} tokens here, got {len(seq)}")
-        out.append(Text(model, tuple(seq), tuple(model.labels(seq))))
+        out.append(Text(req.preset, model, tuple(seq), tuple(model.labels(seq))))
     a, b = out
     if len(a.seq) != len(b.seq):
         raise FieldError("corrupted", f"the two prompts must have the same number of tokens: clean has "

@@ -4,64 +4,17 @@ one prediction (/api/v1/head_ranking). The engine is engine/predict.py."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from engine import predict as P
 from engine.models import Model
-from engine.spec import Spec, SpecError, make_spec
 
 from ..lab import Lab
-from ..render.predicted import generators, top_labels
+from ..render.predicted import top_labels
 from ..schemas import FieldError
 from ..web.knockouts import intervention
+from ..web.sequence import Text, text_of
 from .request import LensRequest, PredictRequest, RankRequest
-
-
-@dataclass(frozen=True)
-class Text:
-    """A request's model and training sequence: inputs = seq[:-1], targets = seq[1:]."""
-
-    spec: Spec
-    model: Model
-    seq: tuple[int, ...]
-    labels: tuple[str, ...]  # of seq
-
-    @property
-    def inputs(self) -> tuple[int, ...]:
-        return self.seq[:-1]
-
-
-def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, targets: bool = True) -> Text:
-    """The request's text as a training sequence, checked: a decoder this server loaded, at least two tokens (one
-    with `targets=False`: the lens reads every token as an input), at most `max_tokens` inputs and the model's context
-    length — the limit that applies is the one a refusal states."""
-    models: Mapping[str, Model] = lab.models
-    if req.preset not in models or not getattr(models[req.preset], "generates", False):
-        names = ", ".join(generators(models)) or "none on this server"
-        raise FieldError("preset", f"predictions need a causal language model: {names}")
-    if req.text is None and req.token_ids is None:
-        raise FieldError("text", "give the text as text or token_ids")
-    field = "token_ids" if req.token_ids is not None else "text"
-    model = models[req.preset]
-    room = min(max_tokens, model.info.n_ctx)
-    try:
-        spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=models,
-                         device=lab.device, limits=lab.long_limits)  # fmt: skip
-    except SpecError as e:  # past even a long context's bound: say this view's own, not that one
-        if e.field == field and ("at most" in e.message or "more than the" in e.message):
-            raise FieldError(field, f"at most {room} input tokens here; the text is longer") from None
-        raise
-    seq = P.sequence(model, spec.token_ids, req.bos, eos)
-    if targets and len(seq) < 2:
-        raise FieldError(field, "give at least two tokens (one input and its target), or keep bos/eos on")
-    if not seq:
-        raise FieldError(field, "give at least one token")
-    inputs = len(seq) - 1 if targets else len(seq)
-    if inputs > room:
-        raise FieldError(field, f"at most {room} input tokens here, got {inputs}")
-    return Text(spec, model, tuple(seq), tuple(model.labels(list(seq))))
 
 
 def forward_cost(model: Model, n: int, passes: int = 2) -> int:
@@ -151,7 +104,7 @@ def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> dict[st
             row["max_abs_diff"] = pred.max_abs_diff[i]
         positions.append(row)
     return {
-        "preset": t.spec.preset,
+        "preset": t.preset,
         "tokens": labels[:-1],
         "targets": list(t.labels[1:]),  # the original text's: a replaced input is still scored on the text's target
         "token_ids": list(run.inputs),
@@ -179,7 +132,7 @@ def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> dict[st
 
 
 async def lens_of(req: LensRequest, lab: Lab, key: str | None) -> tuple[Text, P.Intervention, P.Lens]:
-    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, False, False)
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, False, "tokens", 1)
     # the lens reads the text as it is (one token is enough): with bos, the sequence's last token is an input too
     iv = intervention(req, t.model)
     inputs = t.seq
@@ -225,7 +178,7 @@ def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> dict[str, Any]:
 
     before = None if lens.before is None else read(lens.before)
     return {
-        "preset": t.spec.preset,
+        "preset": t.preset,
         "tokens": labels,
         "token_ids": ids,
         **read(lens),
@@ -265,7 +218,7 @@ async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> tuple[Text,
 def ranking_document(t: Text, r: P.Ranking, mode: str) -> dict[str, Any]:
     ids, labels = list(t.seq), list(t.labels)
     return {
-        "preset": t.spec.preset,
+        "preset": t.preset,
         "tokens": labels[: r.position + 1],
         "position": r.position,
         "target": top_labels(t.model, ids, labels, r.position + 1, [r.target])[0],

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from engine.models import Model
 
 from ..lab import Lab
-from ..render.predicted import generators
 from ..schemas import FieldError, from_query, lab_field
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
+from ..web.sequence import decoder
 from ..web.state import Params, ViewState, flag_on, integer, param, parse_int, show
 
 PRESET = Field("smollm2", max_length=64, description="A causal language model this server loaded (smollm2, "
@@ -167,14 +167,6 @@ def state_of(request: Request, path: str, keys: tuple[str, ...], view: type[Para
 def default_text(state: ViewState, lang: str) -> dict[str, str]:
     """A first visit's text, in the page's language (nothing when the URL gives text or token ids)."""
     return {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[lang]}
-
-
-def decoder(lab: Lab, preset: str) -> Any:
-    """The loaded decoder `preset`, or the API's own refusal naming the field."""
-    if preset not in lab.models or not getattr(lab.models[preset], "generates", False):
-        names = ", ".join(generators(lab.models)) or "none on this server"
-        raise FieldError("preset", f"predictions need a causal language model: {names}")
-    return lab.models[preset]
 
 
 def token_of(model: Model, text: str) -> tuple[int, int]:

@@ -1,0 +1,71 @@
+"""A request's text as a decoder's sequence, for every view that runs a loaded decoder over a text (the prediction
+views, the head views): the model checked, the text tokenised once through the engine's `make_spec`, BOS/EOS added
+as asked, and the count held to the view's own limit — the one a refusal states."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine import predict as P
+from engine.models import Model
+from engine.spec import SpecError, make_spec
+
+from ..lab import Lab
+from ..render.predicted import generators
+from ..schemas import FieldError
+
+
+@dataclass(frozen=True)
+class Text:
+    """A request's model and sequence: for teacher forcing, inputs = seq[:-1] and targets = seq[1:]."""
+
+    preset: str  # the model's name on this server
+    model: Model
+    seq: tuple[int, ...]
+    labels: tuple[str, ...]  # of seq
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return self.seq[:-1]
+
+
+def decoder(lab: Lab, preset: str, views: str = "predictions", pre_ln: bool = False) -> Model:
+    """The loaded causal language model `preset` (a Pre-LN one when `pre_ln`), or a 422 naming `preset`."""
+    models: Mapping[str, Model] = lab.models
+    if preset not in models or not getattr(models[preset], "generates", False):
+        names = ", ".join(generators(models)) or "none on this server"
+        raise FieldError("preset", f"{views} need a causal language model: {names}")
+    model = models[preset]
+    if pre_ln and model.arch.placement != "pre":
+        raise FieldError("preset", f"{preset} is Post-LN: {views} read a Pre-LN decoder")
+    return model
+
+
+def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["inputs", "tokens"] = "inputs",
+            least: int = 2, views: str = "predictions", pre_ln: bool = False) -> Text:  # fmt: skip
+    """The request's `text` or `token_ids` as a sequence ([BOS] text [EOS] as asked), checked: a decoder this server
+    loaded, at least `least` tokens, and at most `max_tokens` (and the model's context) of what the view `counted` —
+    its inputs (teacher forcing: every token but the last) or every token."""
+    model = decoder(lab, req.preset, views, pre_ln)
+    if req.text is None and req.token_ids is None:
+        raise FieldError("text", "give the text as text or token_ids")
+    field = "token_ids" if req.token_ids is not None else "text"
+    room = min(max_tokens, model.info.n_ctx)
+    what = "input tokens" if counted == "inputs" else "tokens"
+    try:
+        spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=lab.models,
+                         device=lab.device, limits=lab.long_limits)  # fmt: skip
+    except SpecError as e:  # past even a long context's bound: say this view's own, not that one
+        if e.field == field and ("at most" in e.message or "more than the" in e.message):
+            raise FieldError(field, f"at most {room} {what} here; the text is longer") from None
+        raise
+    seq = P.sequence(model, spec.token_ids, req.bos, eos)
+    if len(seq) < least:
+        why = " (one input and its target), or keep bos/eos on" if least == 2 and counted == "inputs" else ""
+        raise FieldError(field, f"give at least {'two tokens' if least == 2 else 'one token'}{why}")
+    n = len(seq) - 1 if counted == "inputs" else len(seq)
+    if n > room:
+        raise FieldError(field, f"at most {room} {what} here, got {n}")
+    return Text(req.preset, model, tuple(seq), tuple(model.labels(list(seq))))
