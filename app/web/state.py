@@ -23,17 +23,9 @@ def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, h
     """`raw` as an integer in [lo, hi]; `default` when missing or empty."""
     if raw is None or raw == "":
         return default
-    text = raw
-    if not ASCII_INT.fullmatch(text):
+    if not ASCII_INT.fullmatch(raw):
         raise FieldError(name, f"must be an integer written with the digits 0-9, got {show(raw)}")
-    value = int(text)
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        if lo is not None and hi is not None:
-            if hi < lo:
-                raise FieldError(name, f"has no valid value here, got {value}")
-            raise FieldError(name, f"must be between {lo} and {hi}, got {value}")
-        raise FieldError(name, f"must be at least {lo}, got {value}" if lo is not None else f"must be at most {hi}")
-    return value
+    return within(name, int(raw), lo, hi)
 
 
 def query_int(params: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
@@ -324,10 +316,17 @@ class Common(Params):
     lesson_step: int | None = param(None, integer(1))
 
 
-def within(name: str, value: int, lo: int, hi: int) -> int:
-    """`value` (already an integer) checked against bounds known only once the page has computed (a trace's heads,
-    a generation's steps): the message `parse_int` gives."""
-    return parse_int(name, str(value), value, lo, hi) if not lo <= value <= hi else value
+def within(name: str, value: int, lo: int | None, hi: int | None) -> int:
+    """`value` in [lo, hi] (either bound may be None), or a FieldError naming `name` and the bounds: the one range
+    check of `parse_int`, and of the bounds a page knows only once it has computed (a trace's heads, a
+    generation's steps)."""
+    if (lo is None or value >= lo) and (hi is None or value <= hi):
+        return value
+    if lo is not None and hi is not None:
+        if hi < lo:
+            raise FieldError(name, f"has no valid value here, got {value}")
+        raise FieldError(name, f"must be between {lo} and {hi}, got {value}")
+    raise FieldError(name, f"must be at least {lo}, got {value}" if lo is not None else f"must be at most {hi}")
 
 
 def head_within(value: int, n_heads: int, name: str = "head") -> int:
