@@ -42,3 +42,52 @@ def test_the_sink_share_of_a_head_is_the_same_on_model_sinks_and_heads(client: T
     for head in range(9):
         assert with_bos["grid"][layer][head]["value"] == pytest.approx(model_bos["grid"][layer][head]["value"],
                                                                       abs=1e-5), head  # fmt: skip
+
+
+LESSON_TEXT = "我喜欢苹果"  # why-causal: "the input at position 5 (欢₁)"
+
+
+@needs_smollm2
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_token_has_one_position_number_on_predict_lens_and_the_lab(client: TestClient, lang: str) -> None:
+    """/predict and /lens counted the BOS as position 0, the lab did not: the lesson's "position 6" was the lab's 5.
+    Now every page numbers the text's tokens from 0 and shows the BOS unnumbered."""
+    lab = client.get("/index.json", params={"text": LESSON_TEXT, "preset": "smollm2", "lang": lang}).json()
+    at = lab["tokens"].index("欢₁")
+    assert at == 5
+    # the lab: the matrices' rows and columns are the tokens in order, numbered from 0 (data-row, data-col)
+    page = BeautifulSoup(client.get("/", params={"text": LESSON_TEXT, "preset": "smollm2", "stage": "4",
+                                                 "lang": lang}).text, "html.parser")  # fmt: skip
+    weights = page.select_one("table[data-matrix=weights]")
+    assert [th.text for th in weights.select("thead th[scope=col]")][at] == "欢₁"
+    assert weights.select("tbody tr")[at].select_one("td")["data-row"] == str(at)
+    # /predict: the column whose input is 欢₁ is numbered 5, in the JSON twin and on the page; the BOS has no number
+    predict = client.get("/predict.json", params={"text": LESSON_TEXT, "lang": lang}).json()
+    by_input = {c["input"]: c["position"] for c in predict["columns"]}
+    assert by_input["欢₁"] == at and by_input["<|im_start|>"] is None
+    shown = BeautifulSoup(client.get("/predict", params={"text": LESSON_TEXT, "lang": lang}).text, "html.parser")
+    heads = [a.text for a in shown.select("table[data-train] thead a[data-pos]")]
+    inputs = [td.select_one(".tok").text for td in shown.select("table[data-train] tr.inputs td")]
+    assert heads[inputs.index("欢₁")] == str(at) and heads[0] == "BOS" and heads[1] == "0"
+    assert shown.select_one("[data-numbering]") is not None
+    # the lesson's leakage proof replaces position 5: 欢₁
+    proof = client.get("/predict.json", params={"text": LESSON_TEXT, "replace_at": "5", "replace_token": "的"}).json()
+    assert proof["replace"]["position"] == at and [c["replaced_from"] for c in proof["columns"]].index("欢₁") == at + 1
+    # /lens: the same column is position 5 in its cells (their titles and the parameter that chooses one)
+    lens = BeautifulSoup(client.get("/lens", params={"text": LESSON_TEXT, "lang": "en"}).text, "html.parser")
+    cols = [th.select_one(".tok").text for th in lens.select("table[data-lens] thead th[data-pos]")]
+    th = lens.select("table[data-lens] thead th[data-pos]")[cols.index("欢₁")]
+    assert th["data-pos"] == str(at) and lens.select("table[data-lens] thead th[data-pos]")[0]["data-pos"] == "bos"
+    cell = lens.select("table[data-lens] tbody tr")[29].select("td")[cols.index("欢₁")]
+    assert cell.button["value"] == f"29.{at}" and cell["title"].startswith(f"layer 29, position {at}:")
+    chosen = client.get("/lens", params={"text": LESSON_TEXT, "cell": f"29.{at}", "lang": lang}).text
+    assert "欢₁" in BeautifulSoup(chosen, "html.parser").select_one("[data-cell] h3").text
+
+
+@pytest.mark.parametrize("path", ["/", "/model", "/sinks", "/generate", "/predict", "/lens", "/heads", "/block"])
+def test_every_page_says_how_it_numbers_positions(client: TestClient, path: str) -> None:
+    for lang, words in (("en", "BOS"), ("zh", "BOS")):
+        r = client.get(path, params={"lang": lang})
+        assert r.status_code == 200, (path, r.text[:300])
+        said = BeautifulSoup(r.text, "html.parser").select_one("footer [data-numbering]")
+        assert said is not None and words in said.text and ("from 0" in said.text or "从 0" in said.text)
