@@ -2,7 +2,8 @@
 
 Head roles, from each head's softmax weights A (N × N):
   previous_token   mean over queries i ≥ 1 of A[i, i − 1], on a text;
-  sink             mean over queries i ≥ 1 of A[i, 0] (query 0 can only read itself);
+  sink             mean over queries i ≥ 1 of A[i, 0] (query 0 can only read itself): engine/sinks.py's
+                   `sink_share`, the one definition /model and /sinks show too;
 and on the induction probe — the model's BOS (when it has one), then n tokens r drawn without repeats from its
 ordinary vocabulary (no special token) with a seed, then r again — over the second copy's queries i:
   duplicate_token  mean of A[i, i − n] (the same token, earlier);

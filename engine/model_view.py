@@ -2,7 +2,8 @@
 
 Over every query row i of a head's weights A (N × N):
   entropy   the mean row entropy, in nats (0: one key takes everything; ln N: uniform)
-  sink      the mean weight on key 0 (real models park much of their attention on the first token)
+  sink      the mean weight on key 0 over rows from 1 (engine/sinks.py `sink_share`, as /sinks and /heads count it:
+            row 0 can only read key 0 in a decoder): real models park much of their attention on the first token
   previous  the mean weight on key i − 1 (rows from 1): a previous-token head
   self      the mean weight on key i: a head that reads its own token
 """
@@ -19,6 +20,7 @@ import torch
 
 from .attention import Trace, fused_causal
 from .predict import NONE, Intervention, ablated
+from .sinks import SINK_FROM, sink_share
 from .spec import Spec
 
 STATS = ("entropy", "sink", "previous", "self")
@@ -30,7 +32,7 @@ def head_stats(weights: torch.Tensor) -> list[dict[str, float]]:
     h, n, _ = a.shape
     logs = torch.where(a > 0, a.log(), torch.zeros_like(a))
     entropy = -(a * logs).sum(-1).mean(-1)  # (H,)
-    sink = a[:, :, 0].mean(-1)
+    sink = sink_share(a)
     diag = torch.diagonal(a, dim1=-2, dim2=-1).mean(-1)
     previous = torch.diagonal(a, offset=-1, dim1=-2, dim2=-1).mean(-1) if n > 1 else torch.zeros(h, dtype=a.dtype)
     return [
@@ -66,7 +68,7 @@ def one_pass_stats(
     x = model.embed(ids)
     pos = model.rotation(torch.arange(n, device=x.device), x)  # RoPE's angles once for every layer
     means = torch.zeros(n_layer, 4, h, dtype=torch.float64)
-    counts = torch.tensor([n, n, max(n - 1, 1), n], dtype=torch.float64)[:, None]
+    counts = torch.tensor([n, max(n - SINK_FROM, 1), max(n - 1, 1), n], dtype=torch.float64)[:, None]
     fuse = not getattr(model.arch, "window", 0)
     for i in range(n_layer):
         q, k, v = model.layer_qkv(i, x, pos)
@@ -89,8 +91,10 @@ def block_sums(sums: torch.Tensor, r0: int, w: torch.Tensor) -> None:
     rows = w.shape[1]
     logs = torch.where(w > 0, w.log(), torch.zeros_like(w))
     sums[0] += -(w * logs).sum(dim=(1, 2), dtype=torch.float64).cpu()
-    sums[1] += w[:, :, 0].sum(dim=1, dtype=torch.float64).cpu()
     i = torch.arange(rows, device=w.device)
+    counted = i[r0 + i >= SINK_FROM]  # the sink share's rows (sinks.sink_share)
+    if counted.numel():
+        sums[1] += w[:, counted, 0].sum(dim=1, dtype=torch.float64).cpu()
     sums[3] += w[:, i, r0 + i].sum(dim=1, dtype=torch.float64).cpu()
     later = i[r0 + i >= 1]  # rows with a previous token
     if later.numel():
@@ -108,7 +112,7 @@ def lse_stats(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor) -> torch.Tens
     log-sum-exp ℓᵢ (FlashAttention's schedule, as a plain forward pass computes it). With sᵢⱼ = qᵢ·kⱼ/√d_k and
     wᵢⱼ = exp(sᵢⱼ − ℓᵢ):
       entropy   −Σⱼ wᵢⱼ log wᵢⱼ = ℓᵢ − Σⱼ wᵢⱼ sᵢⱼ = ℓᵢ − qᵢ·(Σⱼ wᵢⱼ kⱼ)/√d_k: attention with K as its values;
-      sink, self, previous   wᵢ₀, wᵢᵢ, wᵢ,ᵢ₋₁ = exp(sᵢⱼ − ℓᵢ) for that one key.
+      sink, self, previous   wᵢ₀, wᵢᵢ, wᵢ,ᵢ₋₁ = exp(sᵢⱼ − ℓᵢ) for that one key (sink and previous from row 1).
     So a layer costs one more fused attention (K as values) and O(N d): no N × N tensor, not even a block of rows."""
     h, n = q.shape[0], q.shape[1]
     keys_read = fused_causal(q, k, k)
@@ -116,12 +120,12 @@ def lse_stats(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor) -> torch.Tens
     scale = 1.0 / math.sqrt(q.shape[-1])
     kk = k.repeat_interleave(h // k.shape[0], 0) if k.shape[0] != h else k
     entropy = (lse - scale * (q * keys_read[0]).sum(-1)).clamp_min_(0)
-    sink = (scale * (q @ kk[:, 0].unsqueeze(-1)).squeeze(-1) - lse).exp()
+    sink = (scale * (q[:, SINK_FROM:] @ kk[:, 0].unsqueeze(-1)).squeeze(-1) - lse[:, SINK_FROM:]).exp()
     own = (scale * (q * kk).sum(-1) - lse).exp()
     previous = (scale * (q[:, 1:] * kk[:, :-1]).sum(-1) - lse[:, 1:]).exp()
     return torch.stack([
         entropy.sum(-1, dtype=torch.float64) / n,
-        sink.sum(-1, dtype=torch.float64) / n,
+        sink.sum(-1, dtype=torch.float64) / max(n - SINK_FROM, 1),
         previous.sum(-1, dtype=torch.float64) / max(n - 1, 1),
         own.sum(-1, dtype=torch.float64) / n,
     ])  # fmt: skip

@@ -274,6 +274,7 @@
     if (watching) clearInterval(watching);
     Array.prototype.forEach.call(root.children, function (el) { el.hidden = true; });
     $("[data-ended]").hidden = false;
+    $("[data-summary-link]").hidden = false;  // the class's summary stays for its teacher after the end
   }
   connect();
   followers();

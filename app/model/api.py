@@ -13,8 +13,9 @@ from .view import ModelViewRequest, model_view_of
 router = APIRouter(prefix="/api/v1", tags=["model view"], responses=ERRORS)
 
 NOTE = (
-    "stats[layer][head], over every query row: entropy (mean row entropy, nats), sink (mean weight on key 0), "
-    "previous (mean weight on key i-1, rows from 1), self (mean weight on key i). Each layer's trace is computed "
+    "stats[layer][head], over the query rows: entropy (mean row entropy, nats), sink (mean weight on key 0, rows "
+    "from 1: the sink share /sinks and /head_roles give), previous (mean weight on key i-1, rows from 1), self (mean "
+    "weight on key i); entropy and self over every row. Each layer's trace is computed "
     "(and cached) as /api/v1/attention?preset=…&layer=… would."
 )
 

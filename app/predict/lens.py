@@ -24,7 +24,7 @@ from ..web.state import ViewState, within
 from ..web.view import HIDDEN, View
 from .compute import lens_document, lens_of
 from .request import LENS_KEYS, PREDICT_KEYS, LensParams, LensRequest, api_url, read_page, state_of
-from .shown import Candidate, candidates, switched_words, twin, with_tokens
+from .shown import Candidate, bos_first, candidates, index_of, label, switched_words, twin, with_tokens
 
 router = APIRouter(include_in_schema=False)
 
@@ -46,7 +46,8 @@ class LensCell:
 
 @dataclass(frozen=True)
 class LensWindow:
-    """A window of positions the lens's overview map jumps to: `start` … `stop` − 1."""
+    """A window of positions the lens's overview map jumps to: `start` … `stop` − 1, numbered as the page numbers
+    positions (the first window also holds the BOS before position 0)."""
 
     start: int
     stop: int
@@ -90,8 +91,9 @@ class LensView(View):
     cell_top: tuple[Candidate, ...] = ()
     summary: str = ""
     # The window of positions drawn as cells, and the links to the ones before and after it.
-    start: int = 0
-    stop: int = 0  # one past the window's last position
+    start: int = 0  # columns: the BOS (when `first` = 1) is column 0, position 0 column `first`
+    stop: int = 0  # one past the window's last column
+    first: int = 0
     window_size: int = LENS_WINDOW
     prev_url: str | None = None
     next_url: str | None = None
@@ -122,13 +124,13 @@ def top_words(top: tuple[Candidate, ...]) -> str:
     return ", ".join(f"{c.token!r} {c.p:.2f}" for c in top)
 
 
-def lens_window(state: ViewState, n: int, chosen: tuple[int, int] | None) -> tuple[int, int, int]:
-    """The window of positions the page draws: `start` (a parameter: 0 … n − 1; else the window of the chosen
-    cell, else the first), one past its last position, and its size (`LENS_WINDOW`, `LENS_WINDOW_PRESENT` in
-    presenter mode)."""
+def lens_window(state: ViewState, n: int, chosen: tuple[int, int] | None, first: int = 0) -> tuple[int, int, int]:
+    """The window of columns the page draws: from `start` (a parameter: the number of its first position, 0 …; 0
+    takes the BOS before it too, `first` = 1), else the window of the chosen cell, else the first; one past its
+    last column, and its size (`LENS_WINDOW`, `LENS_WINDOW_PRESENT` in presenter mode)."""
     size = LENS_WINDOW_PRESENT if state.present else LENS_WINDOW
     given = state.read(LensParams).start
-    start = -1 if given is None else within("start", given, 0, n - 1)
+    start = -1 if given is None else within("start", given, 0, n - 1 - first) + (first if given else 0)
     if start < 0:
         start = chosen[1] // size * size if chosen is not None else 0
     return start, min(n, start + size), size
@@ -164,15 +166,16 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
     layers = doc["layers"]
     n_layer, n = len(layers), len(doc["tokens"])
     first = doc["first_top1"]
+    at0 = bos_first(text.model.bos_id, text.seq)  # the column of position 0: the BOS is shown, not numbered
     cell = state.read(LensParams).cell
-    chosen = None if cell is None else (within("cell", cell[0], 0, n_layer - 1), within("cell", cell[1], 0, n - 1))
-    start, stop, size = lens_window(state, n, chosen)
+    chosen = None if cell is None else (within("cell", cell[0], 0, n_layer - 1), index_of("cell", cell[1], at0, n))
+    start, stop, size = lens_window(state, n, chosen, at0)
     rows = []
     for li, row in enumerate(layers):
         cells = []
         for i, c in enumerate(row):
             top = candidates(c["top"], doc["final_ids"][i])
-            title = t("lens.cell", layer=li, i=i, p=f"{c['p_final']:.3f}", final=doc["final"][i],
+            title = t("lens.cell", layer=li, i=label(i, at0), p=f"{c['p_final']:.3f}", final=doc["final"][i],
                       top=top_words(top)) if start <= i < stop else ""  # fmt: skip
             cells.append(LensCell(c["p_final"], top, first[i] == li, bool(top) and top[0].target,
                                   f"sq-{min(10, max(0, round(c['p_final'] * 10)))}", title))  # fmt: skip
@@ -183,11 +186,12 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
         li, i = chosen
         cell_top = rows[li][i].top
         cell_title, cell_title_html = with_tokens(t, "lens.chosen", {"token": doc["tokens"][i], "final": doc["final"][i]},
-                                                  layer=li, i=i)  # fmt: skip
+                                                  layer=li, i=label(i, at0))  # fmt: skip
     windows: tuple[LensWindow, ...] = ()
     overview = ""
     if n > size:  # a text longer than one window: the whole map, each window of it a button
-        windows = tuple(LensWindow(a, min(n, a + size), a < stop and start < a + size) for a in range(0, n, size))
+        windows = tuple(LensWindow(max(0, a - at0), min(n, a + size) - at0, a < stop and start < a + size)
+                        for a in range(0, n, size))  # numbered as the page numbers positions  # fmt: skip
         if ctx.get("html", True):
             p_final = np.array([[c["p_final"] for c in row] for row in layers], dtype=np.float32)
             overview = overview_png(p_final, len(windows) * size)
@@ -219,8 +223,9 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
         start=start,
         stop=stop,
         window_size=size,
-        prev_url=state.url(start=max(0, start - size)) if start > 0 else None,
-        next_url=state.url(start=start + size) if start + size < n else None,
+        prev_url=state.url(start=max(0, start - size - at0)) if start > 0 else None,
+        next_url=state.url(start=start + size - at0) if start + size < n else None,
+        first=at0,
         windows=windows,
         overview=overview,
         cell_form=form_fields(state, "cell"),

@@ -104,12 +104,18 @@ PREDICT_KEYS = ("preset", "text", "token_ids", "bos", "eos", "loss_from", *SWITC
 LENS_KEYS = ("preset", "text", "token_ids", "bos", *SWITCH_KEYS)
 
 
+def position(key: str, raw: str) -> int:
+    """A position's number (the text's tokens count from 0), or `bos` (-1): the BOS, before position 0."""
+    return -1 if raw.strip().lower() == "bos" else parse_int(key, raw, 0, 0, None)
+
+
 def lens_cell(key: str, raw: str) -> tuple[int, int]:
-    """`layer.position` (each checked against the lens's layers and positions once they are known)."""
-    layer, dot, position = raw.partition(".")
+    """`layer.position` (`29.bos`: the BOS; each checked against the lens's layers and positions once they are
+    known)."""
+    layer, dot, where = raw.partition(".")
     if not dot:
         raise FieldError(key, f"must be layer.position, e.g. 29.3; got {show(raw, 30)}")
-    return parse_int(key, layer, 0, None), parse_int(key, position, 0, None)
+    return parse_int(key, layer, 0, None), position(key, where)
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,7 @@ class PredictParams(Params):
 
     ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
 
-    pos: int | None = param(None, integer(None))
+    pos: int | None = param(None, position)  # -1: the BOS
     rank: bool = param(False, flag_on)
     form: str = param("")
     compare_text: str = param("")
@@ -194,6 +200,8 @@ async def request_body(
         if name in model_cls.model_fields and state.get(name):
             body[name] = parse_flag(name, state.get(name), True)
     said: dict[str, Any] = {}
+    if body.get("loss_from"):  # the page's number; the API counts the sequence (the BOS first, when there is one)
+        body["loss_from"] += bos_offset(lab, body)
     if "replace" not in model_cls.model_fields:
         return body, said
     at, by_id, by_text = state.get("replace_at"), state.get("replace_id"), state.get("replace_token")
@@ -201,7 +209,7 @@ async def request_body(
         return body, said
     if not at:
         raise FieldError("replace_at", "give the input position whose token is replaced")
-    position = parse_int("replace_at", at, 0, 0, 1_000_000)
+    where = parse_int("replace_at", at, 0, 0, 1_000_000)
     if by_id and by_text:
         raise FieldError("replace_token", "give the new token by its id or by its text, not both")
     if by_id:
@@ -212,8 +220,16 @@ async def request_body(
         said = {"text": by_text, "n": n}
     else:
         raise FieldError("replace_id", "give the new token: its id, or its text in replace_token")
-    body["replace"] = {"position": position, "token_id": token}
+    body["replace"] = {"position": where + bos_offset(lab, body), "token_id": token}
     return body, said
+
+
+def bos_offset(lab: Lab, body: Mapping[str, Any]) -> int:
+    """Where the page's position 0 lies in the sequence the API computes on: 1 past the BOS the view puts first
+    (or that the token ids begin with), else 0. The page numbers the text's tokens; the API, the sequence's."""
+    model = decoder(lab, str(body.get("preset", "smollm2")))
+    ids = body.get("token_ids") or []
+    return 1 if model.bos_id is not None and (body.get("bos", True) or ids[:1] == [model.bos_id]) else 0
 
 
 @contextmanager

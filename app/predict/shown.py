@@ -9,9 +9,56 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from ..web.state import ViewState
+from ..schemas import FieldError
+from ..web.state import ViewState, within
 
 SAME = 1e-5  # max |Δ| at or below which a position counts as unchanged (the leakage proof's tolerance)
+
+
+# -- one numbering of positions (#32 item 6) ----------------------------------------------------------------------
+# Every page numbers the text's tokens from 0, as the lab, /model, /sinks and /generate do: the BOS that the prediction
+# views put before the text is shown, unnumbered ("BOS"), so a token keeps its number whether or not a BOS is read.
+# `first` is the index in the sequence of the text's position 0 (1 after a BOS, else 0); a page's parameters name
+# positions by their numbers, and `bos` names the BOS.
+
+BOS = "bos"  # the BOS, where a parameter names a position (pos=bos, cell=29.bos)
+
+
+def bos_first(bos_id: int | None, seq: tuple[int, ...] | list[int]) -> int:
+    """The index of the text's position 0 in `seq`: 1 when the sequence opens with the model's BOS, else 0."""
+    return 1 if bos_id is not None and len(seq) > 0 and seq[0] == bos_id else 0
+
+
+def number(i: int, first: int) -> int | None:
+    """Sequence index i as the position number a page shows: None for the BOS."""
+    return None if i < first else i - first
+
+
+def named(i: int, first: int) -> str:
+    """Sequence index i as a parameter spells it: its number, or `bos`."""
+    return BOS if i < first else str(i - first)
+
+
+def label(i: int, first: int) -> str:
+    """Sequence index i as a page writes it: its number, or BOS."""
+    return "BOS" if i < first else str(i - first)
+
+
+def index_of(key: str, p: int | None, first: int, n: int) -> int:
+    """A position number from a parameter (-1: the BOS) as an index in the sequence of n, or a FieldError naming
+    `key` with the numbers this text has."""
+    if p is None or p < 0:
+        if first:
+            return 0
+        raise FieldError(key, "this sequence has no BOS: its positions are numbered from 0")
+    return within(key, p, 0, n - 1 - first) + first
+
+
+def position_spans(indices: list[int], first: int) -> str:
+    """Sequence indices as the page's numbers in runs: "BOS, 0–4, 7"."""
+    bos = ["BOS"] if any(i < first for i in indices) else []
+    rest = spans([i - first for i in indices if i >= first])
+    return ", ".join([*bos, *([rest] if rest else [])])
 
 
 def spans(positions: list[int]) -> str:

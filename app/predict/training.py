@@ -22,11 +22,26 @@ from ..lab import Lab, get_lab, request_key
 from ..render.predicted import generators
 from ..schemas import FieldError
 from ..web.page import serve
-from ..web.state import ViewState, within
+from ..web.state import ViewState
 from ..web.view import HIDDEN, View
 from .compute import pair_of, predict_document, predict_of, ranking_document, ranking_of
 from .request import LENS_KEYS, PREDICT_KEYS, PredictParams, PredictRequest, RankRequest, api_url, read_page, state_of
-from .shown import SAME, Candidate, candidates, delta_class, kl_class, spans, switched_words, twin, with_tokens
+from .shown import (
+    SAME,
+    Candidate,
+    bos_first,
+    candidates,
+    delta_class,
+    index_of,
+    kl_class,
+    label,
+    named,
+    number,
+    position_spans,
+    switched_words,
+    twin,
+    with_tokens,
+)
 
 router = APIRouter(include_in_schema=False)
 
@@ -35,9 +50,10 @@ RANKED = 12  # heads listed in the ranking
 
 @dataclass(frozen=True)
 class Column:
-    """One position of the training table: its input, its target, and how well the run predicted it."""
+    """One position of the training table: its input, its target, and how well the run predicted it. `position` is
+    the page's number (the text's tokens from 0, as on every page): None for the BOS, which opens the inputs."""
 
-    position: int
+    position: int | None
     input: str
     target: str
     input_id: int
@@ -68,8 +84,8 @@ class SecondPrompt:
     mean_loss: float
     perplexity: float
     mean_loss_a: float
-    same: tuple[int, ...]  # positions predicting exactly alike (max |Δ| ≤ 1e-5)
-    differ: tuple[int, ...]
+    same: tuple[int | None, ...]  # positions predicting exactly alike (max |Δ| ≤ 1e-5)
+    differ: tuple[int | None, ...]
     verdict: str = ""
 
 
@@ -77,7 +93,7 @@ class SecondPrompt:
 class Chosen:
     """The chosen position's most likely next tokens, in this run and in the one compared."""
 
-    position: int
+    position: int | None
     title: str
     top: tuple[Candidate, ...]
     before: tuple[Candidate, ...] | None = None
@@ -97,7 +113,7 @@ class HeadEffect:
 class Ranking:
     """The heads ranked by how much knocking each out raises one prediction's loss."""
 
-    position: int
+    position: int | None
     target: str
     loss: float
     mode: str
@@ -124,7 +140,8 @@ class PredictView(View):
     tokens: tuple[str, ...] = ()  # the inputs
     targets: tuple[str, ...] = ()
     columns: tuple[Column, ...] = ()
-    loss_from: int = 0
+    loss_from: int = 0  # the first scored position's number (0: every position, the BOS's included)
+    first: int = 0  # where position 0 is among the columns: 1 after the BOS (shown, not numbered), else 0
     n_scored: int = 0
     mean_loss: float = 0.0
     perplexity: float = 0.0
@@ -134,12 +151,13 @@ class PredictView(View):
     compared: str | None = None  # what the "before" run is, in words
     before_mean_loss: float | None = None
     before_perplexity: float | None = None
-    changed: tuple[int, ...] = ()  # positions whose prediction changed (max |Δ| > 1e-5)
-    unchanged: tuple[int, ...] = ()
+    changed: tuple[int | None, ...] = ()  # positions whose prediction changed (max |Δ| > 1e-5); None: the BOS
+    unchanged: tuple[int | None, ...] = ()
     verdict: str | None = None  # which positions changed and why, in words
     verdict_html: Markup | None = field(default=None, metadata=HIDDEN)
     notices: tuple[str, ...] = ()
-    pos: int = 0
+    pos: int | None = 0  # the chosen position's number (None: the BOS)
+    index: int = field(default=0, metadata=HIDDEN)  # its column
     chosen: Chosen | None = None
     ranking: Ranking | None = None
     ranking_error: str | None = None
@@ -154,20 +172,23 @@ class PredictView(View):
     present: bool = False
 
 
-def verdict(doc: dict[str, Any], changed: list[int], unchanged: list[int], t: Any) -> tuple[str, Markup]:
-    """Which positions changed and which did not, and why, in words (as text, and as HTML)."""
+def verdict(
+    doc: dict[str, Any], changed: list[int], unchanged: list[int], t: Any, first: int = 0
+) -> tuple[str, Markup]:
+    """Which positions changed and which did not (columns; `first`: the column of position 0), and why, in words
+    (as text, and as HTML)."""
     n = len(doc["positions"])
-    same = t("predict.same", positions=spans(unchanged), tol="1e-5") if unchanged else ""
-    moved = t("predict.moved", positions=spans(changed)) if changed else ""
+    same = t("predict.same", positions=position_spans(unchanged, first), tol="1e-5") if unchanged else ""
+    moved = t("predict.moved", positions=position_spans(changed, first)) if changed else ""
     replaced = doc["replace"]
     off = bool(doc["switches"]["mask_off_layers"])
     why: tuple[str, Markup] = ("", Markup(""))
     if replaced is not None:
         r = replaced["position"]
         if not off and unchanged == list(range(r)) and r > 0:
-            why = with_tokens(t, "predict.why.causal", {"token": replaced["token"]}, r=r)
+            why = with_tokens(t, "predict.why.causal", {"token": replaced["token"]}, r=label(r, first))
         elif off and any(c < r for c in changed):
-            why = with_tokens(t, "predict.why.leak", {}, r=r)
+            why = with_tokens(t, "predict.why.leak", {}, r=label(r, first))
         elif not changed:
             why = with_tokens(t, "predict.why.nothing", {})
     elif not changed:
@@ -182,12 +203,14 @@ def verdict(doc: dict[str, Any], changed: list[int], unchanged: list[int], t: An
 
 
 def predict_view(doc: dict[str, Any], t: Any, state: ViewState, labels: tuple[str, ...], said: dict[str, Any],
-                 n_layer: int) -> PredictView:  # fmt: skip
-    """The View of an /api/v1/predict document (`labels`: the training sequence's own labels, for the targets)."""
+                 n_layer: int, first: int = 0) -> PredictView:  # fmt: skip
+    """The View of an /api/v1/predict document (`labels`: the training sequence's own labels, for the targets;
+    `first`: the column of the text's position 0, 1 after a BOS). `pos` (-1: the BOS) and the numbers shown count
+    the text's tokens; the document's positions, the sequence's."""
     rows = doc["positions"]
     n = len(rows)
     chosen_pos = state.read(PredictParams).pos
-    pos = -1 if chosen_pos is None else within("pos", chosen_pos, 0, n - 1)
+    pos = -1 if chosen_pos is None else index_of("pos", chosen_pos, first, n)
     compare = doc["before"] is not None
     replaced = doc["replace"]
     if pos < 0:  # the position to look at first: where a replaced token enters, the largest change, or the last
@@ -202,26 +225,28 @@ def predict_view(doc: dict[str, Any], t: Any, state: ViewState, labels: tuple[st
         b = r.get("before")
         d = r.get("max_abs_diff")
         columns.append(Column(
-            position=i, input=r["input"], target=labels[i + 1], input_id=r["input_id"], target_id=r["target_id"],
-            scored=r["scored"], p_target=r["p_target"], loss=r["loss"], rank=r["rank"], url=state.url(pos=i),
+            position=number(i, first), input=r["input"], target=labels[i + 1], input_id=r["input_id"],
+            target_id=r["target_id"], scored=r["scored"], p_target=r["p_target"], loss=r["loss"], rank=r["rank"],
+            url=state.url(pos=named(i, first)),
             replaced_from=labels[i] if replaced is not None and replaced["position"] == i else None,
             before_p=b["p_target"] if b else None, before_loss=b["loss"] if b else None,
             before_rank=b["rank"] if b else None, kl=r.get("kl"), max_abs_diff=d,
             changed=None if d is None else d > SAME,
             delta_cls=delta_class(d) if d is not None else "", kl_cls=kl_class(r["kl"]) if d is not None else "",
         ))  # fmt: skip
-    changed = [c.position for c in columns if c.changed]
-    unchanged = [c.position for c in columns if c.changed is False]
+    changed = [i for i, c in enumerate(columns) if c.changed]
+    unchanged = [i for i, c in enumerate(columns) if c.changed is False]
     r = rows[pos]
-    title, title_html = with_tokens(t, "predict.chosen", {"input": r["input"], "target": labels[pos + 1]}, i=pos)
+    title, title_html = with_tokens(t, "predict.chosen", {"input": r["input"], "target": labels[pos + 1]},
+                                    i=label(pos, first))  # fmt: skip
     chosen = Chosen(
-        pos,
+        number(pos, first),
         title,
         candidates(r["top"], r["target_id"]),
         candidates(r["before"]["top"], r["target_id"]) if compare else None,
         title_html,
     )
-    said_verdict = verdict(doc, changed, unchanged, t) if compare else (None, None)
+    said_verdict = verdict(doc, changed, unchanged, t, first) if compare else (None, None)
     notices = []
     if said and said["n"] > 1:
         notices.append(t("predict.replace_text", text=said["text"], n=said["n"], token=replaced["token"]))
@@ -236,23 +261,25 @@ def predict_view(doc: dict[str, Any], t: Any, state: ViewState, labels: tuple[st
         tokens=tuple(doc["tokens"]),
         targets=tuple(labels[1:]),
         columns=tuple(columns),
-        loss_from=doc["loss_from"],
+        loss_from=max(0, doc["loss_from"] - first),
+        first=first,
         n_scored=sum(c.scored for c in columns),
         mean_loss=doc["mean_loss"],
         perplexity=doc["perplexity"],
         switches=doc["switches"],
         switched=switched_words(doc["switches"], n_layer, t),
-        replace=replaced,
+        replace=None if replaced is None else replaced | {"position": number(replaced["position"], first)},
         compared=(t("predict.compared.replace") if replaced is not None else t("predict.compared.switches"))
         if compare else None,
         before_mean_loss=before["mean_loss"] if before else None,
         before_perplexity=before["perplexity"] if before else None,
-        changed=tuple(changed),
-        unchanged=tuple(unchanged),
+        changed=tuple(number(i, first) for i in changed),
+        unchanged=tuple(number(i, first) for i in unchanged),
         verdict=said_verdict[0],
         verdict_html=said_verdict[1],
         notices=tuple(notices),
-        pos=pos,
+        pos=number(pos, first),
+        index=pos,
         chosen=chosen,
     )  # fmt: skip
 
@@ -271,12 +298,13 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
     t = ctx["t"]
     req, (text, _iv, pred), prompt, said = await read_page(state, lab, key, ctx, PredictRequest, predict_of)
     doc = predict_document(text, _iv, pred)
-    view = predict_view(doc, t, state, text.labels, said, text.model.arch.n_layer)
+    first = bos_first(text.model.bos_id, text.seq)
+    view = predict_view(doc, t, state, text.labels, said, text.model.arch.n_layer, first)
     extra: dict[str, Any] = {
         "text": state.get("text") or prompt.get("text", ""),
         "json_url": api_url("/api/v1/predict", req),
         "twin_url": twin(state),
-        "rank_url": state.url(pos=view.pos, rank=1),
+        "rank_url": state.url(pos=named(view.index, first), rank=1),
         "lens_url": lens_link(state),
         "present_url": state.url(present=None if state.present else "1"),
         "present": state.present,
@@ -287,7 +315,7 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
         extra["compare_close_url"] = state.url(compare_text=None)
     if p.rank:
         try:
-            extra["ranking"] = await rank(req, text, view.pos, lab, key, state, t)
+            extra["ranking"] = await rank(req, text, view.index, lab, key, state, t)
         except FieldError as e:
             extra["ranking_error"] = t("error.field", field=e.field, message=e.message)
     return dataclasses.replace(view, **extra)
@@ -298,32 +326,34 @@ async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: st
     second = state.read(PredictParams).compare_text
     text_a, text_b, pair = await pair_of(req, second, lab, key)
     run, ids, labels = pair.b, list(text_b.seq), list(text_b.labels)
+    first = bos_first(text_b.model.bos_id, text_b.seq)
     columns = []
     for i, sc in enumerate(run.positions):
         d = pair.max_abs_diff[i] if i < len(pair.max_abs_diff) else None
         columns.append(Column(
-            position=i, input=labels[i], target=labels[i + 1], input_id=ids[i], target_id=ids[i + 1],
-            scored=i >= run.loss_from, p_target=sc.p_target, loss=sc.loss, rank=sc.rank, url="",
+            position=number(i, first), input=labels[i], target=labels[i + 1], input_id=ids[i],
+            target_id=ids[i + 1], scored=i >= run.loss_from, p_target=sc.p_target, loss=sc.loss, rank=sc.rank, url="",
             kl=pair.kl[i] if d is not None else None, max_abs_diff=d, changed=None if d is None else d > SAME,
             delta_cls=delta_class(d) if d is not None else "", kl_cls=kl_class(pair.kl[i]) if d is not None else "",
         ))  # fmt: skip
-    same = tuple(c.position for c in columns if c.changed is False)
-    differ = tuple(c.position for c in columns if c.changed)
+    same_at = [i for i, c in enumerate(columns) if c.changed is False]
+    differ_at = [i for i, c in enumerate(columns) if c.changed]
     first_input = next((i for i, (x, y) in enumerate(zip(text_a.seq, text_b.seq, strict=False)) if x != y), None)
-    leaked = [i for i in differ if first_input is None or i < first_input]
+    leaked = [i for i in differ_at if first_input is None or i < first_input]
     if leaked:  # the inputs up to i are the same, and still the prediction moved: it read later tokens
-        verdict = t("predict.second.leak", k=first_input if first_input is not None else len(columns),
-                    leaked=spans(leaked))  # fmt: skip
+        verdict = t("predict.second.leak", k=label(first_input if first_input is not None else len(columns), first),
+                    leaked=position_spans(leaked, first))  # fmt: skip
     elif first_input is None:
         verdict = t("predict.second.identical")
     else:
-        verdict = t("predict.second.verdict", k=first_input, same=spans(list(same)) or "—",
-                    differ=spans(list(differ)) or "—")  # fmt: skip
-    retargeted = [i for i in same if i + 1 < len(text_a.seq) and text_a.seq[i + 1] != ids[i + 1]]
+        verdict = t("predict.second.verdict", k=label(first_input, first),
+                    same=position_spans(same_at, first) or "—", differ=position_spans(differ_at, first) or "—")  # fmt: skip
+    retargeted = [i for i in same_at if i + 1 < len(text_a.seq) and text_a.seq[i + 1] != ids[i + 1]]
     if retargeted:  # the same prediction scored against another target: the loss differs, the distribution not
-        verdict += " " + t("predict.second.target", positions=spans(retargeted))
+        verdict += " " + t("predict.second.target", positions=position_spans(retargeted, first))
     return SecondPrompt(second, tuple(columns), run.mean_loss, run.perplexity, pair.a.mean_loss,
-                        same, differ, verdict)  # fmt: skip
+                        tuple(number(i, first) for i in same_at), tuple(number(i, first) for i in differ_at),
+                        verdict)  # fmt: skip
 
 
 def lens_link(state: ViewState) -> str:
@@ -347,5 +377,9 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
                                                                          drop_sink_layers=None))
         for h in doc["heads"][:RANKED]
     )  # fmt: skip
-    title, html = with_tokens(t, "predict.rank.title", {"target": text.labels[pos + 1]}, i=pos, n=len(doc["heads"]))
-    return Ranking(pos, text.labels[pos + 1], doc["loss"], req.ablate_mode, len(doc["heads"]), title, heads, html)
+    first = bos_first(text.model.bos_id, text.seq)
+    title, html = with_tokens(t, "predict.rank.title", {"target": text.labels[pos + 1]}, i=label(pos, first),
+                              n=len(doc["heads"]))  # fmt: skip
+    return Ranking(
+        number(pos, first), text.labels[pos + 1], doc["loss"], req.ablate_mode, len(doc["heads"]), title, heads, html
+    )

@@ -13,6 +13,7 @@ import csv
 import io
 import logging
 import secrets
+import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Request, Response
@@ -34,6 +35,7 @@ from .bodies import (
     PollOut,
     RoomInfo,
     RoomOut,
+    SummaryOut,
     VersionOut,
     ViewIn,
     cell_key,
@@ -55,6 +57,7 @@ from .service import (
 )
 from .store import Answer, Poll, Room
 from .stream import Follow, last_event
+from .summary import cell_safe, end_class, summary_csv, teachers_summary
 
 __all__ = ["PollIn", "install", "router", "view_limits"]
 
@@ -151,9 +154,10 @@ async def put_state(code: str, body: ViewIn, request: Request, rooms: RoomsDep) 
 
 @router.delete("/{code}", status_code=204, responses=TEACHER)
 async def end_room(code: str, request: Request, rooms: RoomsDep) -> Response:
-    """End the class: every stream gets `event: end` and closes."""
+    """End the class: every stream gets `event: end` and closes; its summary stays for the teacher
+    (`GET …/summary`) for ROOM_IDLE_S."""
     room = await rooms.teacher(request, code)
-    await rooms.store.delete(room.code)
+    await end_class(rooms, room)
     return Response(status_code=204)
 
 
@@ -193,7 +197,8 @@ async def events(
 async def open_poll(code: str, body: PollIn, request: Request, rooms: RoomsDep) -> Response:
     """Open a poll on the current view (any open one closes): students see it at once and answer once."""
     room = await rooms.teacher(request, code)
-    poll = Poll(secrets.token_hex(4), body.prompt, body.kind, tuple(body.options), body.rows, body.cols, body.answer)
+    poll = Poll(secrets.token_hex(4), body.prompt, body.kind, tuple(body.options), body.rows, body.cols, body.answer,
+                opened_at=time.time(), audience=await rooms.store.followers(room.code))  # fmt: skip
     version = await rooms.store.open_poll(room.code, poll)
     return json_response({"id": poll.id, "version": version}, 201)
 
@@ -226,7 +231,8 @@ async def open_lesson_poll(code: str, body: LessonPollIn, request: Request, room
     languages = {lang: {k: step.poll.for_lang(step.text(lang)[1], lang)[k] for k in ("prompt", "options")}
                  for lang in ("en", "zh")}  # fmt: skip
     poll = Poll(secrets.token_hex(4), poll_in.prompt, poll_in.kind, tuple(poll_in.options), poll_in.rows,
-                poll_in.cols, poll_in.answer, languages=languages)  # fmt: skip
+                poll_in.cols, poll_in.answer, languages=languages, opened_at=time.time(),
+                audience=await rooms.store.followers(room.code))  # fmt: skip
     version = await rooms.store.open_poll(room.code, poll)
     return json_response({"id": poll.id, "version": version}, 201)
 
@@ -288,7 +294,9 @@ async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request,
             raise RoomError(422, "answer", str(exc).removeprefix("answer: ")) from exc
     nickname = body.nickname.strip() or None if body.nickname else None
     cap = rooms.settings.room_answers_per_address_per_poll
-    if not await rooms.store.answer(room.code, poll.id, Answer(body.student, value, nickname), address, cap):
+    if not await rooms.store.answer(
+        room.code, poll.id, Answer(body.student, value, nickname, time.time()), address, cap
+    ):
         raise RoomError(429, "answer", f"{cap} students from this address have answered this poll, its limit "
                         "(ROOM_ANSWERS_PER_ADDRESS_PER_POLL)", {"Retry-After": "60"})  # fmt: skip
     return json_response({"answer": value})
@@ -328,12 +336,30 @@ async def poll_csv(code: str, poll_id: str, request: Request, rooms: RoomsDep) -
     writer.writerow(["student", "nickname", "answer", "correct"])
     for a in sorted(await rooms.store.answers(room.code, poll.id), key=lambda a: a.student):
         correct = "" if poll.answer is None else str(a.answer == poll.answer).lower()
-        writer.writerow([a.student, _cell_safe(a.nickname or ""), _cell_safe(a.answer), correct])
+        writer.writerow([a.student, cell_safe(a.nickname or ""), cell_safe(a.answer), correct])
     name = f"room-{room.code}-poll-{poll.id}.csv"
     return Response(out.getvalue(), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
 
 
-def _cell_safe(text: str) -> str:
-    """A spreadsheet runs a cell that starts with = + - @ as a formula: such a nickname is quoted."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+@router.get("/{code}/summary", response_model=SummaryOut, responses=TEACHER)
+async def class_summary(code: str, request: Request, rooms: RoomsDep) -> Response:
+    """The class summary, for the teacher (the remote's token): each poll asked — its question, options and key,
+    when it opened and closed, the screens following then (`audience`), its counts and every answer with the
+    seconds it came after the opening — and participation (students who answered, and how many polls each). The
+    running class's; after the end, the one kept for ROOM_IDLE_S."""
+    summary = await teachers_summary(rooms, request, code)
+    return json_response(summary, headers={"Cache-Control": "no-store"})
+
+
+@router.get("/{code}/summary.csv", responses=TEACHER | {200: {"content": {"text/csv": {}}}}, response_class=Response)
+async def class_summary_csv(code: str, request: Request, rooms: RoomsDep) -> Response:
+    """The class summary as CSV: one row per answer (poll, question, key, opened, closed, audience, student,
+    nickname, answer, correct, seconds after the opening); a poll nobody answered has one row with no student."""
+    summary = await teachers_summary(rooms, request, code)
+    name = f"class-{summary['code']}-summary.csv"
+    return Response(
+        summary_csv(summary),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"},
+    )

@@ -251,4 +251,19 @@ class PollOut(BaseModel):
     )
 
 
+class SummaryOut(BaseModel):
+    """The class summary (app/rooms/summary.py): each poll and participation."""
+
+    version: int
+    code: str
+    ended: bool = Field(description="the class has ended (the summary is the one kept at its end)")
+    ended_at: str | None = Field(description="when it ended, UTC (ISO 8601)")
+    polls: list[dict[str, Any]] = Field(description="every poll in the order asked: n, id, prompt, languages, kind, "
+                                        "options, key, status, opened_at, closed_at, open_s, audience (screens "
+                                        "following when it opened), total, share (total / audience), correct, "
+                                        "counts, answers [{student, nickname, answer, after_s, correct}]")  # fmt: skip
+    participation: dict[str, Any] = Field(description="polls, students (who answered at least one), answered_all, "
+                                          "by_student [{student, nickname, polls}]")  # fmt: skip
+
+
 # Where each refused field came from, for `detail[].loc` (the same shape as every other 4xx of the API).

@@ -39,6 +39,7 @@ from .service import (
     token_hash,
 )
 from .store import Room, normal_code
+from .summary import end_class, teachers_summary
 
 router = APIRouter(include_in_schema=False)
 RoomsDep = Annotated[Rooms, Depends(get_rooms)]
@@ -329,7 +330,7 @@ async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
         check_same_origin(request)  # another site's form must neither end the class nor drop its cookies
         room = await rooms.teacher(request, code)
         try:
-            await rooms.store.delete(room.code)
+            await end_class(rooms, room)
         except RedisError as exc:
             raise store_down(exc) from exc
         target = view_url(
@@ -342,6 +343,36 @@ async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
         target = "/"  # not this room's teacher, or no such room: only forget it here
     response = RedirectResponse(target, 303)
     secure = cookie_options(request)
-    response.delete_cookie(TEACHER_COOKIE, httponly=True, samesite="strict", **secure)
+    if target == "/":  # not this room's teacher: forget the room here. Its teacher keeps the token (it expires with
+        # the room's lifetime): it opens the class summary (/r/<code>/summary) after the end.
+        response.delete_cookie(TEACHER_COOKIE, httponly=True, samesite="strict", **secure)
     response.delete_cookie(ROOM_COOKIE, samesite="lax", **secure)
+    return response
+
+
+# ---- after the class: its summary, for the teacher ----------------------------------------------------------------
+
+
+@router.get("/r/{code}/summary", response_class=HTMLResponse)
+async def summary(code: str, request: Request, rooms: RoomsDep) -> Response:
+    """The class summary for its teacher (the remote's token), during the class and for ROOM_IDLE_S after its end:
+    each poll, its answers over time and participation, with the JSON and CSV to download."""
+    lang = language(request)
+    t = translator(lang)
+    try:
+        found = await teachers_summary(rooms, request, code)
+    except RoomError as exc:
+        if exc.field == "store":
+            return _refused_page(request, rooms, exc, _refusal(t, exc))
+        status = exc.status if exc.status in (404, 429, 503) else 403
+        message = t("room.summary_only_teacher") if status == 403 else _refusal(t, exc)
+        response = _page(request, "room_join.html", status, error=message, disabled=rooms.disabled)
+        response.headers.update(exc.headers if status != 403 else {})
+        return response
+    api = f"/api/v1/rooms/{found['code']}/summary"
+    response = _page(request, "room_summary.html", summary=found, json_href=api, csv_href=api + ".csv",
+                     remote_url=f"/r/{found['code']}/teach?lang={lang}",
+                     keep_hours=f"{rooms.settings.room_idle_s / 3600:.3g}",
+                     lang_urls={c: f"/r/{found['code']}/summary?lang={c}" for c in LANGS})  # fmt: skip
+    response.headers["Cache-Control"] = "no-store"
     return response

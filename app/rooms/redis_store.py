@@ -9,6 +9,7 @@ Keys, all under `lab:room:<code>` and all expiring after `idle_s` without activi
   :polls        (hash)   poll id -> poll JSON
   :answers:<id> (hash)   student -> answer JSON (a later answer replaces the earlier)
   :voters:<id>  (hash)   client address -> students from it who answered (the per-address cap)
+  :summary      (string) an ended room's class summary and its teachers' token hashes, kept for `idle_s`
 `lab:rooms` (zset, code -> last activity) counts the rooms; `lab:rooms:from:<address>` (set) holds the codes an
 address started (the hash's `address` says whose a code is, so an ended or expired room no longer counts). A change bumps the version, logs and publishes the
 event in one Lua script, so versions never repeat and no stream sees an event out of order; each process listens
@@ -300,7 +301,7 @@ class RedisStore(Store):
         poll = await self.poll(code, poll_id)
         if poll is None or poll.status == "closed":
             return poll
-        closed = Poll(**(poll.__dict__ | {"status": "closed"}))
+        closed = Poll(**(poll.__dict__ | {"status": "closed", "closed_at": time.time()}))
         async with self.redis.pipeline(transaction=True) as p:
             p.hset(self._key(code, ":polls"), poll_id, closed.dumps())
             await p.execute()
@@ -312,7 +313,7 @@ class RedisStore(Store):
 
     async def answer(self, code: str, poll_id: str, answer: Answer, address: str = "", cap: int | None = None) -> bool:
         keys = [self._key(code, ":answers:" + poll_id), self._key(code, ":voters:" + poll_id)]
-        record = orjson.dumps({"answer": answer.answer, "nickname": answer.nickname})
+        record = orjson.dumps({"answer": answer.answer, "nickname": answer.nickname, "at": answer.at})
         args: list[str | bytes | int] = [answer.student, record, address, cap or 0, self.idle]
         return bool(int(await self._answer(keys=keys, args=args)))
 
@@ -321,5 +322,16 @@ class RedisStore(Store):
         out = []
         for student, record in raw.items():
             d = orjson.loads(record)
-            out.append(Answer(_s(student), d["answer"], d.get("nickname")))
+            out.append(Answer(_s(student), d["answer"], d.get("nickname"), d.get("at", 0.0)))
         return out
+
+    async def polls(self, code: str) -> list[Poll]:
+        raw = await self.redis.hvals(self._key(code, ":polls"))
+        return sorted((Poll.loads(r) for r in raw), key=lambda p: p.opened_at)
+
+    async def keep(self, code: str, record: bytes, ttl_s: float) -> None:
+        await self.redis.set(self._key(code, ":summary"), record, px=max(1, int(ttl_s * 1000)))
+
+    async def kept(self, code: str) -> bytes | None:
+        raw = await self.redis.get(self._key(code, ":summary"))
+        return None if raw is None else raw.encode() if isinstance(raw, str) else bytes(raw)

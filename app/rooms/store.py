@@ -89,9 +89,15 @@ class Poll:
     # A lesson's poll in every language: {"zh": {"prompt": …, "options": [… in the same order]}}. Answers are
     # counted under `options` (a student answers by index), so a class reads its own language.
     languages: dict[str, Any] = field(default_factory=dict)
+    # For the class summary (app/rooms/summary.py): when it opened and closed (Unix seconds), and how many screens
+    # followed the room when it opened (its participation is answers over that).
+    opened_at: float = 0.0
+    closed_at: float | None = None
+    audience: int | None = None
 
     def public(self, counts: dict[str, int] | None = None) -> dict[str, Any]:
-        """What students see: the answer and the counts only once the poll is closed."""
+        """What students see: the answer and the counts only once the poll is closed (no timing: that is the
+        teacher's summary)."""
         out: dict[str, Any] = {"id": self.id, "prompt": self.prompt, "kind": self.kind, "options": list(self.options),
                                "rows": self.rows, "cols": self.cols, "status": self.status}  # fmt: skip
         if self.languages:
@@ -128,6 +134,7 @@ class Answer:
     student: str
     answer: str
     nickname: str | None
+    at: float = 0.0  # when it was given (Unix seconds; a later answer replaces it and its time)
 
 
 @dataclass(eq=False)  # each listener is itself (hashable by identity)
@@ -268,6 +275,19 @@ class Store(ABC):
     @abstractmethod
     async def answers(self, code: str, poll_id: str) -> list[Answer]: ...
 
+    @abstractmethod
+    async def polls(self, code: str) -> list[Poll]:
+        """Every poll the room has asked, in the order they opened."""
+
+    @abstractmethod
+    async def keep(self, code: str, record: bytes, ttl_s: float) -> None:
+        """Keep `record` (the class summary of an ended room, with its teachers' token hashes) for `ttl_s` seconds
+        under the room's code."""
+
+    @abstractmethod
+    async def kept(self, code: str) -> bytes | None:
+        """The record kept for an ended room, while it lasts."""
+
     async def counts(self, code: str, poll_id: str) -> dict[str, int]:
         out: dict[str, int] = {}
         for a in await self.answers(code, poll_id):
@@ -296,6 +316,7 @@ class MemoryStore(Store):
         super().__init__(idle_s)
         self.clock = clock
         self.rooms: dict[str, _MemoryRoom] = {}
+        self.records: dict[str, tuple[float, bytes]] = {}  # an ended room's code -> (when it goes, its summary)
 
     def _live(self, code: str) -> _MemoryRoom | None:
         entry = self.rooms.get(code)
@@ -420,7 +441,7 @@ class MemoryStore(Store):
             return None
         poll = entry.polls[poll_id]
         if poll.status == "open":
-            poll = entry.polls[poll_id] = Poll(**(poll.__dict__ | {"status": "closed"}))
+            poll = entry.polls[poll_id] = Poll(**(poll.__dict__ | {"status": "closed", "closed_at": time.time()}))
             if entry.room.poll == poll_id:
                 entry.room = Room(**(entry.room.__dict__ | {"poll": None}))
             await self.publish(code, "poll", poll.public(await self.counts(code, poll_id)))
@@ -445,6 +466,18 @@ class MemoryStore(Store):
         if entry is None:
             return []
         return list(entry.answers.get(poll_id, {}).values())
+
+    async def polls(self, code: str) -> list[Poll]:
+        entry = self._live(code)
+        return sorted(entry.polls.values(), key=lambda p: p.opened_at) if entry else []
+
+    async def keep(self, code: str, record: bytes, ttl_s: float) -> None:
+        now = self.clock()
+        self.records = {c: r for c, r in self.records.items() if r[0] > now} | {code: (now + ttl_s, record)}
+
+    async def kept(self, code: str) -> bytes | None:
+        found = self.records.get(code)
+        return found[1] if found is not None and found[0] > self.clock() else None
 
 
 def logged_after(log: list[Event], version: int, current: int) -> list[Event] | None:

@@ -181,6 +181,15 @@ def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
             assert page.locator("#room button:visible, #room a:visible, #room input:visible").count() == 0
             assert page.locator("td.pollable").count() == 0
         assert httpx.get(f"{live_server}/api/v1/rooms/{code}").status_code == 404
+        # ... and the remote is no dead end: the class summary (#32 item 8), the teacher's alone, kept after the end.
+        expect(remote.locator("[data-ended]")).to_be_visible(timeout=15_000)
+        remote.click("[data-summary-link] a")
+        expect(remote.locator("[data-summary]")).to_have_attribute("data-ended", "true", timeout=15_000)
+        fits_the_phone(remote)
+        assert [p.get_attribute("data-total") for p in remote.locator("[data-poll]").all()] == ["2", "2"]
+        table = remote.request.get(f"{live_server}/api/v1/rooms/{code}/summary.csv")  # the teacher's cookie
+        assert table.status == 200 and len(table.text().strip().splitlines()) == 1 + 2 + 2  # a row per answer
+        assert httpx.get(f"{live_server}/api/v1/rooms/{code}/summary.csv").status_code == 401
     finally:
         teacher.close()
         en.close()

@@ -470,14 +470,16 @@ def check_a_loss_mask_moves_only_the_mean(client: TestClient) -> None:  # why-ca
 
 def check_the_leakage_proof(client: TestClient) -> None:  # why-causal 3
     v = _view(client, _step("why-causal", 3).url)
-    assert v["unchanged"] == list(range(6)) and v["changed"] == list(range(6, len(v["columns"])))
-    assert _key("why-causal", 3) == "Only positions 6 to 12" and len(v["columns"]) == 13
+    # positions count the text's tokens (the BOS, shown first, has none): 欢₁ is position 5, as in the lab
+    assert v["unchanged"] == [None, 0, 1, 2, 3, 4] and v["changed"] == list(range(5, len(v["columns"]) - 1))
+    assert v["columns"][6]["position"] == 5 and v["columns"][6]["input"] == "的" and v["replace"]["position"] == 5
+    assert _key("why-causal", 3) == "Only positions 5 to 11" and len(v["columns"]) == 13
 
 
 def check_the_future_leaks_without_the_mask(client: TestClient) -> None:  # why-causal 4
     v = _view(client, _step("why-causal", 4).url)
-    assert v["changed"] == list(range(13)) and v["unchanged"] == []
-    assert _key("why-causal", 4) == "All of them, 0 to 12"
+    assert v["changed"] == [None, *range(12)] and v["unchanged"] == []
+    assert _key("why-causal", 4) == "All of them, the BOS and 0 to 11"
 
 
 def check_reading_the_answer_lowers_the_loss(client: TestClient) -> None:  # why-causal 5

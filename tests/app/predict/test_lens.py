@@ -2,7 +2,9 @@
 mode) and a picture of the whole map, so its size stays bounded however long the text; the window's numbers are the
 API's for those positions; previous/next links, the overview's windows and the "from position" box go where
 `state.url(start=…)` goes, and a clicked cell where `state.url(cell=…)` goes; a bad `start` is a 422 naming it; the
-JSON twin keeps every position. A tiny random decoder (three layers, a 1,024-token context) for the long texts,
+JSON twin keeps every position. Positions are numbered as on every page: the text's tokens from 0, the BOS before
+them (column 0) shown as BOS, unnumbered; `start` and `cell` name positions by those numbers (`start` 0 also shows the
+BOS), `data-start`/`data-stop` are columns. A tiny random decoder (three layers, a 1,024-token context) for the long texts,
 SmolLM2 for a class's 256 tokens and its 30 layers."""
 
 from __future__ import annotations
@@ -81,6 +83,20 @@ def url(**params: str) -> str:
     return "/lens?" + urlencode([(k, params[k]) for k in order if k in params])
 
 
+def name(i: int) -> str:
+    """Column i (the BOS is column 0) as a parameter names it."""
+    return "bos" if i == 0 else str(i - 1)
+
+
+def label(i: int) -> str:
+    return "BOS" if i == 0 else str(i - 1)
+
+
+def column(start: int) -> int:
+    """The first column of the window `start` names."""
+    return start + 1 if start else 0
+
+
 def window(shown: BeautifulSoup) -> tuple[int, int]:
     table = shown.select_one("table[data-lens]")
     return int(table["data-start"]), int(table["data-stop"])
@@ -91,7 +107,8 @@ def assert_window_is_the_apis(shown: BeautifulSoup, doc: dict[str, Any], start: 
     table = shown.select_one("table[data-lens]")
     assert window(shown) == (start, stop)
     heads = table.select("thead th[data-pos]")
-    assert [int(th["data-pos"]) for th in heads] == list(range(start, stop))
+    assert doc["tokens"][0].startswith("<")  # the BOS, column 0
+    assert [th["data-pos"] for th in heads] == [name(i) for i in range(start, stop)]
     assert [th.select_one(".tok").text for th in heads] == [t.replace(" ", "␣") for t in doc["tokens"][start:stop]]
     rows = table.select("tbody tr")
     assert len(rows) == len(doc["layers"])
@@ -100,10 +117,10 @@ def assert_window_is_the_apis(shown: BeautifulSoup, doc: dict[str, Any], start: 
         tds = tr.select("td")
         assert [td.text for td in tds] == [f"{c['p_final']:.2f}" for c in cells]
         assert [float(td["data-value"]) for td in tds] == [c["p_final"] for c in cells]
-        assert [td.button["value"] for td in tds] == [f"{li}.{i}" for i in range(start, stop)]
+        assert [td.button["value"] for td in tds] == [f"{li}.{name(i)}" for i in range(start, stop)]
         # the title (in English) lists the top tokens read at that layer there
         assert [td["title"] for td in tds] == [
-            f"layer {li}, position {i}: p({doc['final'][i]}) = {c['p_final']:.3f}; top: "
+            f"layer {li}, position {label(i)}: p({doc['final'][i]}) = {c['p_final']:.3f}; top: "
             + ", ".join(f"{x['token']!r} {x['p']:.2f}" for x in c["top"])
             for i, c in zip(range(start, stop), cells, strict=True)
         ]
@@ -155,7 +172,7 @@ def test_smollm2_at_a_class_length_is_one_window_of_30_layers(client: TestClient
     for present, size in (("", LENS_WINDOW), ("1", LENS_WINDOW_PRESENT)):
         r = client.get("/lens", params={"text": text, "start": "64", "present": present})
         assert r.status_code == 200 and len(r.content) < MAX_PAGE / 2, len(r.content)
-        assert_window_is_the_apis(soup(r), doc, 64, 64 + size)
+        assert_window_is_the_apis(soup(r), doc, 65, 65 + size)
 
 
 # -- the window: its numbers, its links and forms -------------------------------------------------------------------
@@ -164,15 +181,15 @@ def test_smollm2_at_a_class_length_is_one_window_of_30_layers(client: TestClient
 def test_a_window_shows_the_apis_numbers_for_its_positions(tiny: TestClient) -> None:
     text, doc = text_of(tiny, 300)
     n = len(doc["tokens"])
-    for start in (0, 37, n - 5):
+    for start in (0, 37, n - 6):
         shown, _ = page(tiny, preset="tiny", text=text, start=str(start))
-        assert_window_is_the_apis(shown, doc, start, min(n, start + LENS_WINDOW))
+        assert_window_is_the_apis(shown, doc, column(start), min(n, column(start) + LENS_WINDOW))
     # a chosen cell with no start: its own window, the cell outlined and its top tokens listed
     shown, _ = page(tiny, preset="tiny", text=text, cell=f"2.{LENS_WINDOW + 3}")
     assert window(shown) == (LENS_WINDOW, 2 * LENS_WINDOW)
     td = shown.select_one("table[data-lens] td.selected")
     assert td.button["value"] == f"2.{LENS_WINDOW + 3}"
-    top = doc["layers"][2][LENS_WINDOW + 3]["top"]
+    top = doc["layers"][2][LENS_WINDOW + 4]["top"]
     assert [tr.select("td")[1].text for tr in shown.select("[data-cell] tbody tr")] == [f"{c['p']:.4f}" for c in top]
 
 
@@ -183,7 +200,7 @@ def test_the_links_and_forms_page_through_the_text(tiny: TestClient) -> None:
     shown, _ = page(tiny, **here)
     nav = shown.select_one("nav.lens-window")
     assert nav.select_one("span[data-action=prev]") is not None  # the first window has nothing before it
-    assert nav.select_one("a[data-action=next]")["href"] == url(**here, start=str(LENS_WINDOW))
+    assert nav.select_one("a[data-action=next]")["href"] == url(**here, start=str(LENS_WINDOW - 1))
     # next, next, …: every window once, to the last (which has no next)
     seen, href = [], url(**here)
     while href:
@@ -194,7 +211,7 @@ def test_the_links_and_forms_page_through_the_text(tiny: TestClient) -> None:
         nxt = s.select_one("a[data-action=next]")
         href = nxt["href"] if nxt else ""
     assert seen == [(a, min(n, a + LENS_WINDOW)) for a in range(0, n, LENS_WINDOW)]
-    last = soup(tiny.get(url(**here, start=str(seen[-1][0]))))
+    last = soup(tiny.get(url(**here, start=str(seen[-1][0] - 1))))
     assert last.select_one("span[data-action=next]") is not None
     prev = last.select_one("a[data-action=prev]")["href"]
     assert window(soup(tiny.get(prev))) == seen[-2]
@@ -202,24 +219,24 @@ def test_the_links_and_forms_page_through_the_text(tiny: TestClient) -> None:
     shown, _ = page(tiny, **here, start="40")
     form = shown.select_one("form[data-lens-overview]")
     buttons = form.select("button[name=start]")
-    assert [b["value"] for b in buttons] == [str(a) for a, _ in seen]
+    assert [b["value"] for b in buttons] == [str(max(0, a - 1)) for a, _ in seen]
     assert [b.get("aria-current") == "true" for b in buttons[:4]] == [False, True, True, False]  # 40–71: two
-    assert submit(form, buttons[2]) == url(**here, start=str(2 * LENS_WINDOW))
+    assert submit(form, buttons[2]) == url(**here, start=str(2 * LENS_WINDOW - 1))
     # "from position": the number typed
     jump = shown.select_one("form[data-lens-jump]")
     assert jump.select_one("input[name=start]")["value"] == "40"
     assert submit(jump, start="100") == url(**here, start="100")
-    assert window(soup(tiny.get(submit(jump, start="100")))) == (100, min(n, 100 + LENS_WINDOW))
+    assert window(soup(tiny.get(submit(jump, start="100")))) == (101, min(n, 101 + LENS_WINDOW))
     # a cell: the form around the table writes the state once and goes where state.url(cell=…) goes
     cells = shown.select_one("form[data-lens-cells]")
     button = cells.select_one("button[name=cell][value='1.45']")
     assert submit(cells, button) == url(**here, start="40", cell="1.45")
     chosen = soup(tiny.get(submit(cells, button)))
-    assert window(chosen) == (40, 40 + LENS_WINDOW) and chosen.select_one("[data-cell='1.45']") is not None
+    assert window(chosen) == (41, 41 + LENS_WINDOW) and chosen.select_one("[data-cell='1.45']") is not None
     assert len(cells.select("input[name=text]")) == 1 and cells.select_one("a[href]") is None
     # presenter mode keeps the window's start, and shows fewer positions
     presented = soup(tiny.get(url(**here, start="40", present="1")))
-    assert window(presented) == (40, 40 + LENS_WINDOW_PRESENT)
+    assert window(presented) == (41, 41 + LENS_WINDOW_PRESENT)
     assert presented.select_one("[data-toggle=present]")["href"] == url(**here, start="40")
     assert shown.select_one("[data-toggle=present]")["href"] == url(**here, start="40", present="1")
 
@@ -262,7 +279,7 @@ def test_the_window_speaks_both_languages(tiny: TestClient, lang: str | None, he
     r = tiny.get("/lens", params=params, headers={"Accept-Language": header} if header else {})
     assert r.status_code == 200
     nav = soup(r).select_one("nav.lens-window")
-    assert nav.select_one("[data-window-shown]").text == shown.format(a=LENS_WINDOW, b=2 * LENS_WINDOW - 1, n=n)
+    assert nav.select_one("[data-window-shown]").text == shown.format(a=LENS_WINDOW, b=2 * LENS_WINDOW - 1, n=n - 1)
     assert nav.select_one("a[data-action=prev]").text == prev
     assert hint in nav.text
     if lang != "en":  # no English words in the Chinese window's words (digits and the arrows are shared)

@@ -104,13 +104,13 @@ def test_a_first_visit_shows_the_chapters_text_in_chinese(client) -> None:
 
 def test_a_loss_mask_changes_the_mean_and_no_prediction(client) -> None:
     plain = twin(client, "/predict", text=TEXT)
-    masked = twin(client, "/predict", text=TEXT, loss_from="2")
+    masked = twin(client, "/predict", text=TEXT, loss_from="2")  # position 2: the column after BOS, 0 and 1
     assert [c["loss"] for c in masked["columns"]] == [c["loss"] for c in plain["columns"]]
-    assert [c["scored"] for c in masked["columns"]] == [i >= 2 for i in range(len(plain["columns"]))]
-    losses = [c["loss"] for c in plain["columns"]][2:]
+    assert [c["scored"] for c in masked["columns"]] == [i >= 3 for i in range(len(plain["columns"]))]
+    losses = [c["loss"] for c in plain["columns"]][3:]
     assert masked["n_scored"] == len(losses) and abs(masked["mean_loss"] - sum(losses) / len(losses)) < 1e-9
     shown = page(client, "/predict", text=TEXT, loss_from="2")
-    assert len(shown.select("tr.loss td.unscored")) == 2 and "positions before 2" in shown.select_one(".legend").text
+    assert len(shown.select("tr.loss td.unscored")) == 3 and "positions before 2" in shown.select_one(".legend").text
 
 
 def test_knocked_out_heads_before_and_after(client) -> None:
@@ -125,20 +125,22 @@ def test_knocked_out_heads_before_and_after(client) -> None:
     assert "1.0, 16.0" in shown.select_one("[data-switched]").text
     assert len(shown.select("tr.delta td")) == len(doc["positions"]) and shown.select("[data-top=before]")
     # the default position to look at is where the prediction moved most
-    assert view["pos"] == max(range(len(doc["positions"])), key=lambda i: doc["positions"][i]["kl"])
+    # (numbered as the page numbers positions: the BOS, column 0, has no number)
+    assert view["pos"] == max(range(len(doc["positions"])), key=lambda i: doc["positions"][i]["kl"]) - 1
 
 
 def test_the_leakage_proof_is_said_in_words(client) -> None:
-    causal = twin(client, "/predict", text=TEXT, replace_at="3", replace_id="42")
-    assert causal["unchanged"] == [0, 1, 2] and causal["changed"][0] == 3
-    assert all(c["max_abs_diff"] <= 1e-5 for c in causal["columns"][:3])
-    assert "positions 0–2" in causal["verdict"] and "causal mask keeps token 3" in causal["verdict"]
-    assert causal["columns"][3]["input_id"] == 42 and causal["columns"][3]["replaced_from"] == " sat"
+    causal = twin(client, "/predict", text=TEXT, replace_at="3", replace_id="42")  # ".": column 4, after the BOS
+    assert causal["unchanged"] == [None, 0, 1, 2] and causal["changed"][0] == 3
+    assert all(c["max_abs_diff"] <= 1e-5 for c in causal["columns"][:4])
+    assert "positions BOS, 0–2" in causal["verdict"] and "causal mask keeps token 3" in causal["verdict"]
+    assert causal["columns"][4]["input_id"] == 42 and causal["columns"][4]["replaced_from"] == "."
+    assert causal["columns"][4]["position"] == causal["replace"]["position"] == 3
     off = twin(client, "/predict", text=TEXT, replace_at="3", replace_id="42", mask_off_layers="all")
     assert 0 in off["changed"] and "leaks back" in off["verdict"]
     zh = page(client, "/predict", text=TEXT, replace_at="3", replace_id="42", lang="zh")
-    assert "位置 0–2" in zh.select_one("[data-verdict]").text and "因果掩码" in zh.select_one("[data-verdict]").text
-    assert [td["data-changed"] for td in zh.select("tr.delta td")][:4] == ["false", "false", "false", "true"]
+    assert "BOS, 0–2" in zh.select_one("[data-verdict]").text and "因果掩码" in zh.select_one("[data-verdict]").text
+    assert [td["data-changed"] for td in zh.select("tr.delta td")][:5] == ["false", "false", "false", "false", "true"]
 
 
 def test_a_token_given_by_text_goes_through_the_tokenizer(client) -> None:
@@ -217,9 +219,9 @@ def test_the_lens_shows_the_apis_numbers_in_both_languages(client, lang: str, ti
         assert "first" in cells[f].select("td")[i]["class"]
     # the last layer is the model's output: its top token is the final prediction
     assert all("top1" in td["class"] for td in cells[-1].select("td"))
-    chosen = shown.select("[data-cell='29.1'] tbody tr")
-    assert [tr.select("td")[1].text for tr in chosen] == [f"{c['p']:.4f}" for c in doc["layers"][29][1]["top"]]
-    assert doc["layers"][29][1]["top"][0]["token"] in cells[29].select("td")[1]["title"].replace("␣", " ")
+    chosen = shown.select("[data-cell='29.1'] tbody tr")  # position 1: column 2, after the BOS
+    assert [tr.select("td")[1].text for tr in chosen] == [f"{c['p']:.4f}" for c in doc["layers"][29][2]["top"]]
+    assert doc["layers"][29][2]["top"][0]["token"] in cells[29].select("td")[2]["title"].replace("␣", " ")
 
 
 def test_the_lens_twin_and_its_switches(client) -> None:
@@ -270,9 +272,9 @@ def test_the_lesson_walks_the_table_the_leakage_proof_and_a_previous_token_head(
     assert [c["p_target"] for c in masked["columns"]] == [c["p_target"] for c in table["columns"]]
     assert masked["mean_loss"] != table["mean_loss"]
     proof = view(3)
-    assert proof["unchanged"] == [0, 1, 2, 3, 4, 5] and proof["changed"] == list(range(6, 13))
+    assert proof["unchanged"] == [None, 0, 1, 2, 3, 4] and proof["changed"] == list(range(5, 12))
     leak = view(4)
-    assert leak["changed"] == list(range(13))
+    assert leak["changed"] == [None, *range(12)]
     read = view(5)
     assert read["mean_loss"] < read["before_mean_loss"] == table["mean_loss"]  # reading the answer lowers the loss
     heads = view(6)["ranked"]
@@ -305,10 +307,11 @@ def test_the_head_ranking_is_the_apis_and_links_to_each_head(tiny: TestClient) -
     text = "The cat sat on the mat."
     plain = twin(tiny, "/predict", preset="tiny", text=text)
     assert plain["ranking"] is None
-    pos = 3
+    pos = 3  # the page's position 3: column 4 of the sequence, after the BOS (the API's position 4)
     view = twin(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1")
-    target = view["columns"][pos]["target_id"]
-    doc = api(tiny, "/api/v1/head_ranking", preset="tiny", text=text, position=pos, target_id=target)
+    assert view["pos"] == view["columns"][pos + 1]["position"] == view["ranking"]["position"] == pos
+    target = view["columns"][pos + 1]["target_id"]
+    doc = api(tiny, "/api/v1/head_ranking", preset="tiny", text=text, position=pos + 1, target_id=target)
     ranking = view["ranking"]
     assert ranking["n_heads"] == len(doc["heads"]) == 3 * 4 and ranking["loss"] == doc["loss"]
     assert [(h["layer"], h["head"], h["delta"]) for h in ranking["heads"]] == [
@@ -318,7 +321,7 @@ def test_the_head_ranking_is_the_apis_and_links_to_each_head(tiny: TestClient) -
     first = shown.select_one("ol.ranked-heads li a")
     assert f"ablate={doc['heads'][0]['layer']}.{doc['heads'][0]['head']}" in first["href"]
     # the ranking's loss is the plain prediction's at that position
-    assert abs(ranking["loss"] - view["columns"][pos]["loss"]) < 1e-5
+    assert abs(ranking["loss"] - view["columns"][pos + 1]["loss"]) < 1e-5
     # any decoder the lab loads: its own layers in the lens, its own BOS in the table
     lens = twin(tiny, "/lens", preset="tiny", text=text)
     assert len(lens["rows"]) == 3 and lens["tokens"][0] == plain["tokens"][0]

@@ -1,0 +1,166 @@
+"""The class summary: what a class leaves behind for its teacher — each poll (its question, options and key, when it
+opened and closed, its counts and every answer with the seconds it took), and participation (the screens that
+followed when each poll opened, the students who answered each and how many polls each student answered).
+
+While the class runs it is read from the room; when the teacher ends the class it is written once, with the hashes
+of the room's teacher tokens (the teacher's browser and its paired devices), and kept under the room's code for
+ROOM_IDLE_S: the teacher reads or downloads it (JSON, CSV) after the end with the same token as the remote.
+"""
+
+from __future__ import annotations
+
+import csv
+import hmac
+import io
+import time
+from dataclasses import replace
+from typing import Any
+
+import orjson
+from fastapi import Request
+from redis.exceptions import RedisError
+
+from .service import RoomError, Rooms, client_address, presented_token, refuse, store_down, token_hash
+from .store import Poll, Room, Store, normal_code
+
+VERSION = 1  # of the summary's JSON
+
+
+def _seconds(t: float | None, since: float) -> float | None:
+    return None if t is None or not t or not since else round(max(0.0, t - since), 3)
+
+
+def _iso(t: float | None) -> str | None:
+    return None if not t else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+async def summary_of(store: Store, room: Room, ended_at: float | None = None) -> dict[str, Any]:
+    """The room's summary now (or as it ends, at `ended_at`)."""
+    polls: list[dict[str, Any]] = []
+    answered: dict[str, dict[str, Any]] = {}  # student -> their nickname and how many polls they answered
+    for k, poll in enumerate(await store.polls(room.code), 1):
+        if ended_at is not None and poll.status == "open":  # the end closes the poll still open
+            poll = replace(poll, status="closed", closed_at=ended_at)
+        answers = sorted(await store.answers(room.code, poll.id), key=lambda a: (a.at, a.student))
+        counts = await store.counts(room.code, poll.id)
+        for a in answers:
+            seen = answered.setdefault(a.student, {"student": a.student, "nickname": None, "polls": 0})
+            seen["polls"] += 1
+            seen["nickname"] = a.nickname or seen["nickname"]
+        polls.append(poll_summary(k, poll, counts, answers))
+    students = sorted(answered.values(), key=lambda s: (-s["polls"], s["student"]))
+    return {
+        "version": VERSION,
+        "code": room.code,
+        "ended": ended_at is not None,
+        "ended_at": _iso(ended_at),
+        "polls": polls,
+        "participation": {
+            "polls": len(polls),
+            "students": len(students),  # who answered at least one poll
+            "answered_all": sum(s["polls"] == len(polls) for s in students) if polls else 0,
+            "by_student": students,
+        },
+    }
+
+
+def poll_summary(k: int, poll: Poll, counts: dict[str, int], answers: list[Any]) -> dict[str, Any]:
+    total = len(answers)
+    correct = None if poll.answer is None else sum(a.answer == poll.answer for a in answers)
+    return {
+        "n": k,
+        "id": poll.id,
+        "prompt": poll.prompt,
+        "languages": poll.languages or None,
+        "kind": poll.kind,
+        "options": list(poll.options),
+        "key": poll.answer,
+        "status": poll.status,
+        "opened_at": _iso(poll.opened_at),
+        "closed_at": _iso(poll.closed_at),
+        "open_s": _seconds(poll.closed_at, poll.opened_at),
+        "audience": poll.audience,
+        "total": total,
+        "share": None if not poll.audience else round(min(1.0, total / poll.audience), 4),
+        "correct": correct,
+        "counts": counts,
+        "answers": [
+            {"student": a.student, "nickname": a.nickname, "answer": a.answer, "after_s": _seconds(a.at, poll.opened_at),
+             "correct": None if poll.answer is None else a.answer == poll.answer}
+            for a in answers
+        ],
+    }  # fmt: skip
+
+
+def record(summary: dict[str, Any], room: Room) -> bytes:
+    """What is kept when the class ends: the summary and who may read it (the teacher tokens' hashes)."""
+    return orjson.dumps({"teachers": [room.token_hash, *room.devices], "summary": summary})
+
+
+def read_record(raw: bytes, token: str | None) -> tuple[dict[str, Any] | None, bool]:
+    """The kept summary, and whether `token` is one of its teachers' (every hash compared in constant time)."""
+    d = orjson.loads(raw)
+    if token is None:
+        return d["summary"], False
+    digest = token_hash(token)
+    return d["summary"], any([hmac.compare_digest(digest, h) for h in d["teachers"]])
+
+
+CSV_HEADER = ["poll", "prompt", "key", "opened_at", "closed_at", "audience", "student", "nickname", "answer",
+              "correct", "after_s"]  # fmt: skip
+
+
+def summary_csv(summary: dict[str, Any]) -> str:
+    """One row per answer (a poll nobody answered: one row with no student), every poll in the order asked."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_HEADER)
+    for p in summary["polls"]:
+        head = [p["n"], cell_safe(p["prompt"]), cell_safe(p["key"] or ""), p["opened_at"] or "", p["closed_at"] or "",
+                "" if p["audience"] is None else p["audience"]]  # fmt: skip
+        if not p["answers"]:
+            writer.writerow([*head, "", "", "", "", ""])
+        for a in p["answers"]:
+            correct = "" if a["correct"] is None else str(a["correct"]).lower()
+            writer.writerow([*head, a["student"], cell_safe(a["nickname"] or ""), cell_safe(a["answer"]), correct,
+                             "" if a["after_s"] is None else a["after_s"]])  # fmt: skip
+    return out.getvalue()
+
+
+def cell_safe(text: str) -> str:
+    """A spreadsheet runs a cell that starts with = + - @ as a formula: such a text is quoted."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+async def end_class(rooms: Rooms, room: Room) -> None:
+    """End the class: its summary is kept for ROOM_IDLE_S (its teachers may still read it), then the room goes."""
+    summary = await summary_of(rooms.store, room, ended_at=time.time())
+    await rooms.store.keep(room.code, record(summary, room), rooms.settings.room_idle_s)
+    await rooms.store.delete(room.code)
+
+
+async def teachers_summary(rooms: Rooms, request: Request, raw_code: str) -> dict[str, Any]:
+    """The class summary, for the room's teacher only (the remote's token: Authorization: Bearer, or the teacher's
+    cookie): the running class's, or the one kept when it ended. A 401 without a token, a 403 with another one
+    (a student's), a 404 when there is neither a room nor a kept summary."""
+    store = await rooms.ready()
+    refuse(rooms.misses.due(client_address(request)), "code", "lookups of class codes that do not exist from this "
+           "address")  # fmt: skip
+    code = normal_code(raw_code)
+    try:
+        raw = await store.kept(code) if code else None
+        live = await store.get(code) if raw is not None and code else None
+    except RedisError as exc:
+        raise store_down(exc) from exc
+    if raw is not None and code:
+        token = presented_token(request, code)
+        summary, ok = read_record(raw, token)
+        if ok and summary is not None:
+            return summary
+        if live is None:  # the class has ended: its summary is its teachers' alone
+            if token is None:
+                raise RoomError(401, "authorization", "the teacher's token is required (Authorization: Bearer "
+                                "<token>)", {"WWW-Authenticate": "Bearer"})  # fmt: skip
+            raise RoomError(403, "authorization", "this token is not the room's teacher token")
+    room = await rooms.teacher(request, raw_code)
+    return await summary_of(store, room)
