@@ -2,7 +2,7 @@
 1280×720 in presenter mode, the teacher's own phone paired from the laptop's remote, and two students on phones
 (English and Chinese). Everything after the pairing is pressed on the teacher's phone: the lesson's poll asked,
 revealed and left behind at the next step (no stale poll on any screen), the mask switch, a head, a knock-out on
-the training view, the end — and the class summary downloaded afterwards."""
+the training view, the end — and the class summary opened and downloaded on the phone afterwards."""
 
 from __future__ import annotations
 
@@ -137,6 +137,15 @@ def test_a_class_run_from_the_teachers_phone(browser: Browser, live_server: str)
         for page in (tp, se, sz):
             expect(page.locator("[data-room-ended]")).to_be_visible(timeout=15_000)
         expect(ph.locator("[data-ended]")).to_be_visible(timeout=15_000)
+
+        # After the class, the summary on the paired phone (its own teacher token): the poll, both answers, the CSV.
+        ph.click("[data-summary-link] a")
+        expect(ph.locator("[data-summary]")).to_have_attribute("data-ended", "true", timeout=15_000)
+        fits_the_phone(ph)
+        assert [p.get_attribute("data-total") for p in ph.locator("[data-poll]").all()] == ["2"]
+        table = ph.request.get(f"{live_server}/api/v1/rooms/{code}/summary.csv")
+        assert table.status == 200 and len(table.text().strip().splitlines()) == 1 + 2  # a header, a row per answer
+        assert se.request.get(f"{live_server}/api/v1/rooms/{code}/summary.csv").status in (401, 403)  # a student
     finally:
         for context in (laptop, mine, en, zh):
             context.close()
