@@ -402,7 +402,10 @@ def train_report(r: dict[str, Any]) -> tuple[list[tuple[str, str, str, bool]], d
                  run["status"] == "done"))  # fmt: skip
     rows.append(("probe failures", str(len(probes.failures)), "0", not probes.failures))
     detail = {"probes": stats, "run": run, "load_before": r["load_before"], "load_after": r["load_after"],
-              "probe_failures": probes.failures[:10], "start_s": r["start_s"]}  # fmt: skip
+              "probe_failures": probes.failures[:10], "start_s": r["start_s"],
+              "slowest_probes": {name: [(round(at - r["train_from"], 2), round(took, 3)) for took, at in
+                                        sorted(zip(v, probes.sent_at[name], strict=True), reverse=True)[:4]]
+                                 for name, v in probes.seconds.items()}}  # fmt: skip
     return rows, detail
 
 
@@ -441,6 +444,8 @@ async def run_train(args: argparse.Namespace) -> int:
             print(f"{what:{width}}  {measured:<60} {limit:<7} {'yes' if ok else 'NO'}")
         for line in detail["probe_failures"]:
             print("  failure:", line)
+        for name, worst in detail["slowest_probes"].items():  # (seconds after the run was asked for, seconds taken)
+            print(f"  slowest {name} probes (sent at +s from the run's start, took s): {worst}")
     return 0 if all(ok for *_, ok in rows) else 1
 
 

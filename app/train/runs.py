@@ -10,8 +10,10 @@ can open the lab on it; a dropped run's preset goes with it."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import multiprocessing as mp
+import os
 import secrets
 import tempfile
 import threading
@@ -25,6 +27,9 @@ from typing import Any
 from engine.train import Run, TrainConfig, export, make_data
 
 from .presets import Presets
+
+# The run's process yields the cores to the server's own (nice 10): a request to any page waits on no training step.
+TRAIN_NICENESS = 10
 
 
 def _child(config: dict[str, Any], conn: Any, cancel: Any) -> None:
@@ -131,6 +136,8 @@ class Runs:
             proc = self._ctx.Process(target=_child, args=(asdict(job.run.config), child, job.cancel), daemon=True)
             proc.start()
             child.close()
+            with contextlib.suppress(OSError, AttributeError):  # from its start (torch's import too): the lab first
+                os.setpriority(os.PRIO_PROCESS, proc.pid or 0, TRAIN_NICENESS)
             try:
                 self._follow(job, parent)
             finally:
