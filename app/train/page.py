@@ -196,7 +196,7 @@ async def train_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     chosen = [resolved(request, run_id) for run_id in (p.run, p.compare)]
     jobs = [j for j in chosen if j is not None]
     shows = "|".join(f"{j.id}:{len(j.events)}:{j.status}:{bool(j.run.params)}:{j.preset}" for j in jobs)
-    shows += f"|runs:{','.join(runs_of(request).jobs)}"
+    shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in runs_of(request).jobs.values())  # the list
     json_url = f"/api/v1/train/{chosen[0].id}" if chosen[0] else "/api/v1/train"
     build = functools.partial(train_view, request, state)
     return await serve(request, lab, "train.html", state, build, json_url=json_url, shows=shows, blocks=("live",),
