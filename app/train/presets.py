@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from engine.models import ModelError, load
 from engine.train import Run, export
 
-from ..web.cache import forget_preset
+from ..web.cache import forget_pages, forget_preset
 
 if TYPE_CHECKING:
     from ..lab import Lab
@@ -56,11 +56,13 @@ class Presets:
             shutil.rmtree(path, ignore_errors=True)
             log.warning("attention-lab: run %s is not served as a preset: %s", run_id, e)
             return None, str(e)
+        forget_pages(self.responses)  # a page kept before offers the presets of then
         return name, ""
 
     def remove(self, name: str) -> None:
         """The preset gone: from the lab's models, from the kept answers that name it, and its folder."""
         self.lab.remove_model(name)
         forget_preset(self.responses, name)
+        forget_pages(self.responses)
         if self._dir is not None:
             shutil.rmtree(Path(self._dir.name) / name, ignore_errors=True)

@@ -91,6 +91,12 @@ def forget_preset(store: TraceCache[tuple[str, str], CachedResponse], name: str)
     return store.discard(lambda key: bool(names.search(key[1])))
 
 
+def forget_pages(store: TraceCache[tuple[str, str], CachedResponse]) -> int:
+    """Drop every kept page (the API's answers stay): the presets the pages offer changed (a model now served, or
+    no longer). Returns how many were dropped."""
+    return store.discard(lambda key: key[0].startswith("page:"))
+
+
 def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
     """Serve a GET route's successful answers from the response store, keyed by path and query string: a repeated URL
     skips validation, computing and serialising. The answer is a pure function of the URL and the server's

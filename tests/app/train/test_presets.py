@@ -32,8 +32,11 @@ def finished(client: TestClient, body: dict) -> dict:
 
 
 def test_a_finished_run_is_a_preset_with_the_losses_it_reported(client: TestClient) -> None:
+    assert client.get("/?lang=en").status_code == 200  # the lab's page, kept before the run ends
     state = finished(client, TINY | {"n_layer": 2})
     preset = state["preset"]
+    offered = BeautifulSoup(client.get("/?lang=en").text, "html.parser")  # not the page kept: it offers the run
+    assert offered.select_one(f"select[name='preset'] option[value='{preset}']") is not None
     assert preset == f"train-{state['id']}"
     assert preset in [m["name"] for m in client.get("/api/v1/models").json()["models"]]
     # The held-out set the run reported its last losses on (its seed's), teacher-forced through the served preset.
