@@ -14,12 +14,20 @@ has done a layer: how long until the process is gone.
 Goals (exit status 1 if one fails): /healthz and the toy request under 1 s throughout; every refusal a 503 or 429
 with Retry-After, and no other failure; abandoned work stopped within 5 s of its clients leaving; SIGTERM exits
 within 10 s. A benchmark, not a test (`make test` does not run it): it takes a couple of minutes and both cores.
+
+    python -m bench.flood --train [--quiet 20] [--json]
+
+Training never starves the rest of the lab (issue #34): on its own server, the same probes (/healthz, the toy
+request, and the lab's page with a new seed each time, so never a cached page) first for `--quiet` seconds with no
+run, then while a default training run (POST /api/v1/train with an empty body: the repeat task, 1000 steps) trains
+to its end. Goal: every probe under 1 s while it trains; p50 and p99 of both phases side by side.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import multiprocessing
 import os
 import shutil
@@ -94,6 +102,13 @@ class Probes:
     failures: list[str] = field(default_factory=list)
 
 
+# What the probes ask, each with its query for the n-th probe: /healthz, a never-cached toy request; --train adds the
+# lab's page (HTML, a new seed each time: rendered, never from the page cache).
+PROBES: dict[str, tuple[str, Any]] = {"healthz": ("/healthz", lambda _: None),
+                                      "toy": ("/api/v1/attention", lambda seed: TOY | {"seed": 1000 + seed})}  # fmt: skip
+TRAIN_PROBES = PROBES | {"page": ("/", lambda seed: TOY | {"seed": 5000 + seed, "stage": "softmax"})}
+
+
 async def one(client: httpx.AsyncClient, kind: str, method: str, path: str | httpx.URL, **kw: Any) -> Outcome:
     t0 = time.perf_counter()
     try:
@@ -111,11 +126,15 @@ def flood_client(base: str, n: int) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=base, timeout=600, limits=httpx.Limits(max_connections=n + 8))
 
 
-def probing(base: str, probes: Probes, until: Any) -> list[threading.Thread]:
-    """/healthz and a never-cached toy request, each as soon as the last answered and at most every PROBE_EVERY_S,
-    in threads of their own, until `until` (an Event) is set."""
+def probing(
+    base: str, probes: Probes, until: Any, kinds: dict[str, tuple[str, Any]] = PROBES
+) -> list[threading.Thread]:
+    """/healthz and a never-cached toy request (or `kinds`), each as soon as the last answered and at most every
+    PROBE_EVERY_S, in threads of their own, until `until` (an Event) is set."""
 
     def loop(name: str, path: str, params: Any) -> None:
+        probes.seconds.setdefault(name, [])
+        probes.sent_at.setdefault(name, [])
         with httpx.Client(base_url=base, timeout=60) as client:
             seed = 0
             while not until.is_set():
@@ -132,19 +151,17 @@ def probing(base: str, probes: Probes, until: Any) -> list[threading.Thread]:
                 probes.seconds[name].append(took)
                 until.wait(max(0.0, PROBE_EVERY_S - took))
 
-    threads = [threading.Thread(target=loop, args=("healthz", "/healthz", lambda _: None)),
-               threading.Thread(target=loop, args=("toy", "/api/v1/attention",
-                                                   lambda seed: TOY | {"seed": 1000 + seed}))]  # fmt: skip
+    threads = [threading.Thread(target=loop, args=(name, path, params)) for name, (path, params) in kinds.items()]
     for t in threads:
         t.start()
     return threads
 
 
-def _probe_main(base: str, until: Any, results: Any) -> None:
+def _probe_main(base: str, until: Any, results: Any, train: bool = False) -> None:
     """The probes' own process: the flood's client work (in this script's event loop, under its GIL) never counts
     in their times; monotonic clocks agree across processes."""
     probes = Probes()
-    for t in probing(base, probes, until):
+    for t in probing(base, probes, until, TRAIN_PROBES if train else PROBES):
         t.join()
     results.put((probes.seconds, probes.sent_at, probes.failures))
 
@@ -321,7 +338,120 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> tuple[list[tuple[str,
     return rows, detail
 
 
+def quantile(xs: list[float], q: float) -> float:
+    """The q-quantile by rank (the smallest value with at least q of them at or below it)."""
+    ordered = sorted(xs)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
+
+
+async def train_flood(base: str, quiet_s: float) -> dict[str, Any]:
+    """The probes with no run for `quiet` seconds, then while a default run trains to its end."""
+    spawn = multiprocessing.get_context("spawn")
+    stop_probes, results = spawn.Event(), spawn.Queue()
+    prober = spawn.Process(target=_probe_main, args=(base, stop_probes, results, True), daemon=True)
+    prober.start()
+    out: dict[str, Any] = {"load_before": os.getloadavg(), "quiet_s": quiet_s}
+    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+        await asyncio.sleep(3.0)  # the probes' process starts (its first probes warm the pages; not counted)
+        out["quiet_from"] = time.monotonic()
+        await asyncio.sleep(quiet_s)
+        out["train_from"] = time.monotonic()
+        r = await client.post("/api/v1/train", json={})
+        if r.status_code != 202:
+            raise RuntimeError(f"POST /api/v1/train: {r.status_code} {r.text[:200]}")
+        run_id = r.json()["id"]
+        while True:
+            state = (await client.get(f"/api/v1/train/{run_id}")).json()
+            if state["status"] not in ("queued", "running"):
+                break
+            await asyncio.sleep(1.0)
+        out["train_to"] = time.monotonic()
+    stop_probes.set()
+    out["probes"] = Probes(*await asyncio.to_thread(results.get, True, 120))
+    prober.join(30)
+    out["load_after"] = os.getloadavg()
+    out["run"] = {k: state[k] for k in ("status", "step", "steps", "phase_change", "best_induction", "message")}
+    out["run"]["seconds"] = out["train_to"] - out["train_from"]
+    return out
+
+
+def train_report(r: dict[str, Any]) -> tuple[list[tuple[str, str, str, bool]], dict[str, Any]]:
+    probes: Probes = r["probes"]
+    phases = {"quiet": (r["quiet_from"], r["train_from"]), "training": (r["train_from"], r["train_to"])}
+    stats: dict[str, dict[str, Any]] = {}
+    for name, took in probes.seconds.items():
+        for phase, (lo, hi) in phases.items():
+            xs = [t for t, at in zip(took, probes.sent_at[name], strict=True) if lo <= at < hi]
+            stats.setdefault(name, {})[phase] = ({"n": len(xs), "p50_s": statistics.median(xs),
+                                                  "p99_s": quantile(xs, 0.99), "max_s": max(xs)} if xs else
+                                                 {"n": 0, "p50_s": None, "p99_s": None, "max_s": None})  # fmt: skip
+
+    def s(x: float | None) -> str:
+        return "—" if x is None else f"{x * 1000:.0f} ms"
+
+    rows = []
+    for name, by in stats.items():
+        q, t = by["quiet"], by["training"]
+        ok = t["n"] > 0 and t["max_s"] < GOAL_LATENCY_S
+        rows.append((f"{TRAIN_PROBES[name][0]} ({q['n']} quiet / {t['n']} training probes)",
+                     f"p50 {s(q['p50_s'])} → {s(t['p50_s'])}, p99 {s(q['p99_s'])} → {s(t['p99_s'])}, "
+                     f"max {s(q['max_s'])} → {s(t['max_s'])}", "< 1 s", ok))  # fmt: skip
+    run = r["run"]
+    rows.append(("the default run (repeat, 1000 steps): status, seconds",
+                 f"{run['status']}, {run['seconds']:.1f} s, phase change at {run['phase_change']}", "done",
+                 run["status"] == "done"))  # fmt: skip
+    rows.append(("probe failures", str(len(probes.failures)), "0", not probes.failures))
+    detail = {"probes": stats, "run": run, "load_before": r["load_before"], "load_after": r["load_after"],
+              "probe_failures": probes.failures[:10], "start_s": r["start_s"],
+              "slowest_probes": {name: [(round(at - r["train_from"], 2), round(took, 3)) for took, at in
+                                        sorted(zip(v, probes.sent_at[name], strict=True), reverse=True)[:4]]
+                                 for name, v in probes.seconds.items()}}  # fmt: skip
+    return rows, detail
+
+
+async def run_train(args: argparse.Namespace) -> int:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile() as log:
+        proc = serve(port, args.device, log)
+        try:
+            start_s = await wait_healthy(base, proc, 120)
+            r = await train_flood(base, args.quiet)
+            r["start_s"] = start_s
+        except BaseException:
+            log.seek(0)
+            print(log.read().decode(errors="replace")[-3000:], file=sys.stderr)
+            raise
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            proc.wait(30)
+    rows, detail = train_report(r)
+    if args.json:
+        print(orjson.dumps(detail | {"goals": [{"what": w, "measured": m, "limit": lim, "ok": ok}
+                                               for w, m, lim, ok in rows]}, option=orjson.OPT_INDENT_2).decode())  # fmt: skip
+    else:
+        before, after = (" ".join(f"{x:.2f}" for x in detail[k]) for k in ("load_before", "load_after"))
+        print(f"server up in {r['start_s']:.1f} s; load average {before} before, {after} after; probes for "
+              f"{args.quiet:g} s with no run (quiet), then while a default run trained")  # fmt: skip
+        width = max(len(w) for w, *_ in rows)
+        print(f"{'':{width}}  {'measured (quiet → training)':<60} {'goal':<7} ok")
+        for what, measured, limit, ok in rows:
+            print(f"{what:{width}}  {measured:<60} {limit:<7} {'yes' if ok else 'NO'}")
+        for line in detail["probe_failures"]:
+            print("  failure:", line)
+        for name, worst in detail["slowest_probes"].items():  # (seconds after the run was asked for, seconds taken)
+            print(f"  slowest {name} probes (sent at +s from the run's start, took s): {worst}")
+    return 0 if all(ok for *_, ok in rows) else 1
+
+
 async def run(args: argparse.Namespace) -> int:
+    if args.train:
+        return await run_train(args)
     from engine.pretrained import SmolLM2
 
     if SmolLM2.find() is None:
@@ -373,6 +503,8 @@ def main() -> None:
     parser.add_argument("--stay", type=float, default=20, help="seconds the clients wait before they go away")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--train", action="store_true", help="the lab's latency with no run, then while one trains")
+    parser.add_argument("--quiet", type=float, default=20, help="--train: seconds probed before the run starts")
     args = parser.parse_args()
     sys.exit(asyncio.run(run(args)))
 

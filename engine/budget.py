@@ -49,6 +49,16 @@ class MemoryBudget:
             self.limit += nbytes
             self.share += nbytes
 
+    def release_model(self, nbytes: int, loaded: bool) -> None:
+        """A model no longer served: its kept share (and its weights' bytes, when they were loaded) given back."""
+        with self._cond:
+            self.limit -= nbytes
+            self.share -= nbytes
+            if loaded:
+                self.held -= nbytes
+                self.in_use -= nbytes
+            self._cond.notify_all()
+
     def hold(self, nbytes: int, cancelled: GiveUp | None = None) -> None:
         """Take `nbytes` for good (a model's weights once loaded), never given back: from the share kept for the
         models at once; past it (a model the server did not keep room for), waiting for room like `reserve`."""

@@ -83,6 +83,14 @@ class TraceCache(Generic[K, V]):
             if key not in self._items:
                 self._store(key, value)
 
+    def discard(self, doomed: Callable[[K], bool]) -> int:
+        """Drop every kept entry whose key `doomed` accepts (a model no longer served); returns how many."""
+        with self._lock:
+            gone = [k for k in self._items if doomed(k)]
+            for k in gone:
+                self._bytes -= self._items.pop(k).nbytes
+        return len(gone)
+
     def _store(self, key: K, value: V) -> None:
         size = value.nbytes
         if size > self.max_bytes:

@@ -70,6 +70,15 @@ def _cache_key(kind: str, key: Hashable) -> Hashable:
     return key if kind == "trace" else (kind, key)
 
 
+def _names_preset(key: Any, name: str) -> bool:
+    """Whether a cache key (a Spec, a BlockSpec, or a tuple holding them or the preset's name) is about `name`."""
+    if isinstance(key, tuple):
+        return any(_names_preset(k, name) for k in key)
+    if isinstance(key, str):
+        return key == name
+    return getattr(key, "preset", None) == name or getattr(getattr(key, "attn", None), "preset", None) == name
+
+
 class Lab(Cancelling, Admission, Tracking):
     responses: TraceCache[tuple[str, str], CachedResponse] | None = None  # the kernel's response store, for metrics
     # app/attention/ahead.py's DrawAhead, set by create_app: large traces' heat maps drawn ahead (not typed here:
@@ -105,6 +114,27 @@ class Lab(Cancelling, Admission, Tracking):
             model.place(self.device)
             self.budget.keep_for_model(model.nbytes)
             model.before_load = self.budget.hold
+
+    def add_model(self, model: Model) -> None:
+        """Serve `model` as a preset from now on (a finished training run), as a model named at start-up is: on the
+        lab's device, its bytes kept in the budget. The registry is replaced, never changed in place: a request
+        that took `self.models` keeps a consistent mapping."""
+        if model.name in self.models:
+            raise ValueError(f"a model named {model.name!r} is already served")
+        model.place(self.device)
+        self.budget.keep_for_model(model.nbytes)
+        model.before_load = self.budget.hold
+        self.models = {**self.models, model.name: model}
+
+    def remove_model(self, name: str) -> None:
+        """Stop serving the preset `name` (a training run dropped): a request naming it is then refused like any
+        unknown preset; its budget share is given back and its computed traces leave the cache."""
+        model = self.models.get(name)
+        if model is None:
+            return
+        self.models = {k: v for k, v in self.models.items() if k != name}
+        self.budget.release_model(model.nbytes, model.loaded)
+        self.cache.discard(lambda key: _names_preset(key, name))
 
     def cost(self, spec: Spec | BlockSpec, factor: float = 1.0) -> int:
         """Estimated bytes of computing `spec` (known before computing, from its sizes)."""

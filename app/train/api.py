@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.train import LIMITS, TrainConfig, make_config
 
 from ..schemas import ERRORS, FieldError
+from .presets import Presets
 from .runs import Busy, Job, Runs
 
 router = APIRouter(prefix="/api/v1/train", tags=["train"])
@@ -101,13 +102,13 @@ async def start(request: Request, body: TrainIn) -> Any:
 
 @router.get("")
 async def runs(request: Request) -> dict[str, Any]:
-    """The runs kept, newest last: id, status, step, steps, the last losses."""
+    """The runs kept, newest last: id, status, step, steps, the last losses, the preset a finished one is served as."""
     out = []
     for job in runs_of(request).jobs.values():
         r = job.run
         out.append({"id": job.id, "status": r.status, "step": r.step, "steps": r.config.steps, "task": r.config.task,
                     "causal": r.config.causal, "loss": r.loss[-1] if r.loss else None,
-                    "eval_loss": r.eval_loss[-1] if r.eval_loss else None})  # fmt: skip
+                    "eval_loss": r.eval_loss[-1] if r.eval_loss else None, "preset": job.preset})  # fmt: skip
     return {"runs": out}
 
 
@@ -193,6 +194,7 @@ async def export_run(request: Request, run_id: RunId) -> Response:
 
 
 def install(app: FastAPI) -> None:
-    """The app's runs, bounded by its settings."""
+    """The app's runs, bounded by its settings; each finished one served as a preset of the lab."""
     s = app.state.settings
-    app.state.train = Runs(s.train_max_running, s.train_max_queued, s.train_max_kept, s.train_max_wall_s)
+    presets = Presets(app.state.lab, app.state.responses, s.max_model_mb)  # finished runs, served as presets
+    app.state.train = Runs(s.train_max_running, s.train_max_queued, s.train_max_kept, s.train_max_wall_s, presets)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from typing import Annotated, Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote, urlencode
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
@@ -21,7 +21,7 @@ from ..render.heatmap import data_uri, png
 from ..schemas import FieldError
 from ..web.origin import foreign
 from ..web.page import serve
-from ..web.state import Params, ViewState, integer, param
+from ..web.state import Common, Params, ViewState, integer, param
 from ..web.view import HIDDEN, View
 from .api import TrainIn, busy, runs_of, start_run
 from .runs import Busy, Job
@@ -69,6 +69,8 @@ class RunPanel:
     samples: list[tuple[int, str]]
     events_url: str
     export_url: str | None
+    preset: str | None  # the finished run served as a preset of this server (app/train/presets.py)
+    lab_url: str | None  # the lab on that preset: the probe, the layer and head with the best induction score
     loss_chart: str = field(default="", metadata=HIDDEN)
     induction_chart: str = field(default="", metadata=HIDDEN)
 
@@ -114,7 +116,21 @@ def induction_chart(job: Job, t: Any) -> str:
                       x_log=True, chart_id="induction")  # fmt: skip
 
 
-def panel(job: Job, snap: int | None, t: Any) -> RunPanel:
+def lab_url(job: Job, lang: str) -> str | None:
+    """The lab's softmax stage on the run's preset, reading its probe (n tokens twice), at its best induction head."""
+    r = job.run
+    if job.preset is None:
+        return None
+    query = {"preset": job.preset, "text": "".join(r.labels[i] for i in r.probe), "stage": "softmax"}
+    if r.snapshots:
+        scores = r.snapshots[-1].induction
+        layer, head = max(((i, h) for i, row in enumerate(scores) for h in range(len(row))),
+                          key=lambda lh: scores[lh[0]][lh[1]])  # fmt: skip
+        query |= {"layer": str(layer), "head": str(head)}
+    return "/?" + urlencode(query | {"lang": lang})
+
+
+def panel(job: Job, snap: int | None, t: Any, lang: str = "en") -> RunPanel:
     r = job.run
     snaps = r.snapshots
     pick = None if not snaps else min(snap, len(snaps) - 1) if snap is not None else len(snaps) - 1
@@ -133,7 +149,8 @@ def panel(job: Job, snap: int | None, t: Any) -> RunPanel:
         second=last(r.eval_second), phase_change=r.phase_change, best_induction=r.best_induction(),
         message=job.message, snapshot_steps=[s.step for s in snaps], snap=pick, heads=heads,
         samples=[(s.step, s.sample) for s in snaps if s.sample], events_url=f"/api/v1/train/{job.id}/events",
-        export_url=f"/api/v1/train/{job.id}/export" if r.params else None, loss_chart=loss_chart(job, t),
+        export_url=f"/api/v1/train/{job.id}/export" if r.params else None, preset=job.preset,
+        lab_url=lab_url(job, lang), loss_chart=loss_chart(job, t),
         induction_chart=induction_chart(job, t),
     )  # fmt: skip
 
@@ -147,9 +164,25 @@ def cheat_words(a: RunPanel, b: RunPanel, t: Any) -> str | None:
              honest_eval=honest.eval_loss, cheat_eval=cheat.eval_loss)  # fmt: skip
 
 
+# A lesson's step links to the class's run before it exists: these names stand for the newest kept run whose causal
+# mask is on (`latest`) or off (`latest-unmasked`, the cheat's twin).
+LATEST = {"latest": True, "latest-unmasked": False}
+
+
+def resolved(request: Request, run_id: str) -> Job | None:
+    """The run a URL names (None: none, or none kept: `find` says so on the page)."""
+    try:
+        return find(request, "run", run_id)
+    except FieldError:
+        return None
+
+
 def find(request: Request, key: str, run_id: str) -> Job | None:
     if not run_id:
         return None
+    if run_id in LATEST:
+        jobs = reversed(runs_of(request).jobs.values())
+        return next((j for j in jobs if j.run.config.causal == LATEST[run_id]), None)
     job = runs_of(request).get(run_id)
     if job is None:
         raise FieldError(key, f"no training run {run_id!r} (finished runs are kept while newer ones allow)")
@@ -160,10 +193,11 @@ def find(request: Request, key: str, run_id: str) -> Job | None:
 async def train_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     state = ViewState.of(request.query_params, "/train", (), TrainParams)
     p = state.read(TrainParams)
-    jobs = [j for j in (runs_of(request).get(p.run), runs_of(request).get(p.compare)) if j is not None]
-    shows = "|".join(f"{j.id}:{len(j.events)}:{j.status}:{bool(j.run.params)}" for j in jobs)
-    shows += f"|runs:{','.join(runs_of(request).jobs)}"
-    json_url = f"/api/v1/train/{p.run}" if p.run else "/api/v1/train"
+    chosen = [resolved(request, run_id) for run_id in (p.run, p.compare)]
+    jobs = [j for j in chosen if j is not None]
+    shows = "|".join(f"{j.id}:{len(j.events)}:{j.status}:{bool(j.run.params)}:{j.preset}" for j in jobs)
+    shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in runs_of(request).jobs.values())  # the list
+    json_url = f"/api/v1/train/{chosen[0].id}" if chosen[0] else "/api/v1/train"
     build = functools.partial(train_view, request, state)
     return await serve(request, lab, "train.html", state, build, json_url=json_url, shows=shows, blocks=("live",),
                        present=state.present)  # fmt: skip
@@ -174,8 +208,8 @@ async def train_view(request: Request, state: ViewState, ctx: dict[str, Any]) ->
     p = state.read(TrainParams)
     shown = find(request, "run", p.run)
     compared = find(request, "compare", p.compare)
-    a = panel(shown, p.snap, t) if shown else None
-    b = panel(compared, p.snap, t) if compared else None
+    a = panel(shown, p.snap, t, ctx["lang"]) if shown else None
+    b = panel(compared, p.snap, t, ctx["lang"]) if compared else None
     runs = [{"id": j.id, "status": j.status, "task": j.run.config.task, "causal": j.run.config.causal,
              "step": j.run.step, "steps": j.run.config.steps} for j in reversed(runs_of(request).jobs.values())]  # fmt: skip
     return TrainView(runs=runs, shown=a, compared=b, cheat=cheat_words(a, b, t) if a and b else None,
@@ -201,5 +235,6 @@ async def train_form(request: Request) -> Response:
         raise FieldError(str(e.errors()[0]["loc"][0]), e.errors()[0]["msg"]) from None
     except Busy as e:
         return busy(e)
-    url = f"/train?run={first.id}" + (f"&compare={second.id}" if second else "") + f"&lang={lang}"
+    carry = "".join(f"&{k}={quote(form[k])}" for k in Common.names() if form.get(k))  # presenter mode, the lesson
+    url = f"/train?run={first.id}" + (f"&compare={second.id}" if second else "") + carry + f"&lang={lang}"
     return RedirectResponse(url, status_code=303)

@@ -4,12 +4,16 @@ once and `train_max_queued` waiting (past that, 503 with Retry-After), `train_ma
 oldest dropped), each bounded in steps and wall time, cancellable between steps.
 
 The child reports every event of `engine.train.train` through a pipe; a thread of the server replays them into its
-copy of the run (`Run.apply`) and keeps the event log that the SSE stream follows."""
+copy of the run (`Run.apply`) and keeps the event log that the SSE stream follows. A run that ends with its weights
+is served as a preset of the running server (app/train/presets.py) before its end is told: a page that hears `end`
+can open the lab on it; a dropped run's preset goes with it."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import multiprocessing as mp
+import os
 import secrets
 import tempfile
 import threading
@@ -21,6 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.train import Run, TrainConfig, export, make_data
+
+from .presets import Presets
+
+# The run's process yields the cores to the server's own (nice 10): a request to any page waits on no training step.
+TRAIN_NICENESS = 10
 
 
 def _child(config: dict[str, Any], conn: Any, cancel: Any) -> None:
@@ -49,6 +58,7 @@ class Job:
     message: str = ""  # why it failed or was stopped
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # what the stream replays (no weights)
     cancel: Any = None
+    preset: str | None = None  # the preset the finished run is served as (app/train/presets.py)
 
     @property
     def status(self) -> str:
@@ -65,7 +75,7 @@ class Job:
                  for s in r.snapshots]  # fmt: skip
         return {"id": self.id, **r.summary(), "labels": r.labels, "probe": r.probe, "snapshots": snaps,
                 "samples": [s.sample for s in r.snapshots if s.sample], "message": self.message,
-                "exportable": bool(r.params), "events": len(self.events)}  # fmt: skip
+                "exportable": bool(r.params), "preset": self.preset, "events": len(self.events)}  # fmt: skip
 
 
 class Busy(Exception):
@@ -77,13 +87,15 @@ class Busy(Exception):
 class Runs:
     """The server's training runs: admission, the worker threads, the kept runs."""
 
-    def __init__(self, max_running: int, max_queued: int, max_kept: int, max_wall_s: float) -> None:
+    def __init__(self, max_running: int, max_queued: int, max_kept: int, max_wall_s: float,
+                 presets: Presets | None = None) -> None:  # fmt: skip
         self.max_running, self.max_queued, self.max_kept, self.max_wall_s = (
             max_running,
             max_queued,
             max_kept,
             max_wall_s,
         )
+        self.presets = presets
         self.jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(max_running)
@@ -109,6 +121,9 @@ class Runs:
         finished = [j for j in self.jobs.values() if not j.live]
         for old in finished[: max(0, len(self.jobs) - self.max_kept)]:
             del self.jobs[old.id]
+            if old.preset is not None and self.presets is not None:
+                self.presets.remove(old.preset)
+                old.preset = None
 
     def _work(self, job: Job) -> None:
         with self._slots:
@@ -121,6 +136,8 @@ class Runs:
             proc = self._ctx.Process(target=_child, args=(asdict(job.run.config), child, job.cancel), daemon=True)
             proc.start()
             child.close()
+            with contextlib.suppress(OSError, AttributeError):  # from its start (torch's import too): the lab first
+                os.setpriority(os.PRIO_PROCESS, proc.pid or 0, TRAIN_NICENESS)
             try:
                 self._follow(job, parent)
             finally:
@@ -136,6 +153,37 @@ class Runs:
     def _follow(self, job: Job, conn: Any) -> None:
         import torch
 
+        ended: dict[str, Any] | None = None  # the child's `end`, told once its weights are in and served
+        try:
+            while True:
+                if (got := self._next(job, conn)) is None:
+                    return
+                kind, data = got
+                if kind == "params":
+                    job.run.params = {k: torch.from_numpy(v) for k, v in data.items()}
+                    if self.presets is not None:
+                        job.preset, why = self.presets.add(job.id, job.run)
+                        if why:
+                            job.message = f"not served as a preset: {why}"
+                    return
+                if kind == "failed":
+                    job.message = data["message"]
+                    return
+                if kind == "end":
+                    ended = data
+                    continue
+                job.run.apply(kind, data)
+                job.events.append((kind, {k: v for k, v in data.items() if k != "weights"}))
+        finally:
+            if ended is not None:
+                job.run.apply("end", ended)
+                job.events.append(("end", ended))
+                job.finished = time.time()
+                if ended["status"] == "cancelled" and not job.message:
+                    job.message = "stopped"
+
+    def _next(self, job: Job, conn: Any) -> tuple[str, dict[str, Any]] | None:
+        """The child's next message (None: it closed the pipe); the wall-time bound is checked while waiting."""
         while True:
             if not conn.poll(0.5):
                 if job.started is not None and time.time() - job.started > self.max_wall_s and not job.cancel.is_set():
@@ -143,21 +191,10 @@ class Runs:
                     job.cancel.set()
                 continue
             try:
-                kind, data = conn.recv()
+                got: tuple[str, dict[str, Any]] = conn.recv()
             except EOFError:
-                return
-            if kind == "params":
-                job.run.params = {k: torch.from_numpy(v) for k, v in data.items()}
-                return
-            if kind == "failed":
-                job.message = data["message"]
-                return
-            job.run.apply(kind, data)
-            job.events.append((kind, {k: v for k, v in data.items() if k != "weights"}))
-            if kind == "end":
-                job.finished = time.time()
-                if data["status"] == "cancelled" and not job.message:
-                    job.message = "stopped"
+                return None
+            return got
 
     def _end(self, job: Job, status: str, message: str) -> None:
         job.run.status, job.message = status, message

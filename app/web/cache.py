@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -81,6 +82,19 @@ def keep(store: TraceCache[tuple[str, str], CachedResponse], key: tuple[str, str
     stored = CachedResponse(bytes(response.body), response.media_type or "", headers, len(key[0]) + len(key[1]))
     store.put(key, stored)
     return stored.nbytes
+
+
+def forget_preset(store: TraceCache[tuple[str, str], CachedResponse], name: str) -> int:
+    """Drop every kept answer and page whose URL names the preset `name` as a value (a model no longer served: the
+    same URL must now be refused, not answered from the store). Returns how many were dropped."""
+    names = re.compile(rf"(?:^|&)[^=&]*={re.escape(name)}(?:&|$)")
+    return store.discard(lambda key: bool(names.search(key[1])))
+
+
+def forget_pages(store: TraceCache[tuple[str, str], CachedResponse]) -> int:
+    """Drop every kept page (the API's answers stay): the presets the pages offer changed (a model now served, or
+    no longer). Returns how many were dropped."""
+    return store.discard(lambda key: key[0].startswith("page:"))
 
 
 def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:

@@ -1,0 +1,68 @@
+"""Finished runs served as presets of the running server: `train-<id>` on every page and API that takes a preset
+(the lab's stages, the model view, the prediction and training views, the head roles), without exporting and
+restarting.
+
+A run's weights are written as the Hugging Face directory its export is (engine/train.py `export`), in a folder the
+server owns, and loaded by the same loader and checks as `serve --model` (engine/models `load`); the lab serves it
+(`Lab.add_model`). Bounded as the runs are: when the run is dropped (the oldest past TRAIN_MAX_KEPT) its preset
+goes with it (`Lab.remove_model`, the kept answers that name it, its folder), and a request naming it is refused
+like any unknown preset: a 422 naming `preset`."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.models import ModelError, load
+from engine.train import Run, export
+
+from ..web.cache import forget_pages, forget_preset
+
+if TYPE_CHECKING:
+    from ..lab import Lab
+
+log = logging.getLogger(__name__)
+
+
+def preset_of(run_id: str) -> str:
+    """The preset name of a run (ids are URL-safe; the prefix makes it begin with a letter, as names must)."""
+    return f"train-{run_id}"
+
+
+class Presets:
+    def __init__(self, lab: Lab, responses: Any, max_model_mb: float) -> None:
+        self.lab, self.responses, self.max_model_mb = lab, responses, max_model_mb
+        self._dir: tempfile.TemporaryDirectory[str] | None = None  # removed with the process at the latest
+        self._lock = threading.Lock()
+
+    def _root(self) -> Path:
+        with self._lock:
+            if self._dir is None:
+                self._dir = tempfile.TemporaryDirectory(prefix="attention-lab-runs-")
+            return Path(self._dir.name)
+
+    def add(self, run_id: str, run: Run) -> tuple[str | None, str]:
+        """Serve the finished run as a preset: (its name, "") or (None, why not)."""
+        name = preset_of(run_id)
+        path = self._root() / name
+        try:
+            export(run, path)
+            self.lab.add_model(load(path, name, self.max_model_mb))
+        except (ModelError, ValueError, OSError) as e:
+            shutil.rmtree(path, ignore_errors=True)
+            log.warning("attention-lab: run %s is not served as a preset: %s", run_id, e)
+            return None, str(e)
+        forget_pages(self.responses)  # a page kept before offers the presets of then
+        return name, ""
+
+    def remove(self, name: str) -> None:
+        """The preset gone: from the lab's models, from the kept answers that name it, and its folder."""
+        self.lab.remove_model(name)
+        forget_preset(self.responses, name)
+        forget_pages(self.responses)
+        if self._dir is not None:
+            shutil.rmtree(Path(self._dir.name) / name, ignore_errors=True)
