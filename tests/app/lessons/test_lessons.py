@@ -671,3 +671,20 @@ def test_a_step_on_any_page_keeps_its_lesson_in_view(client, lang):
         hidden = BeautifulSoup(client.get(lessons.step_url(lesson, 1, lang, {"hints": "off"})).text, "html.parser")
         assert hidden.select_one("[data-hints-off]") is not None
         assert lesson.steps[0].text(lang)[2] not in hidden.get_text()
+
+
+def test_a_class_can_follow_the_heads_lesson(client):
+    """The lesson's pages (/heads, /patch) are pages a room can be on: a teacher starts a class on a step and the
+    lab renders it for the room (its own view check)."""
+    from app.web.lessons import BY_SLUG
+    from app.web.share import FOLLOWABLE
+
+    lesson = BY_SLUG["heads-jobs"]
+    for step in lesson.steps:
+        assert FOLLOWABLE.fullmatch(urlsplit(step.url).path), step.url
+    first = urlsplit(lesson.steps[0].url)
+    r = client.post(
+        "/api/v1/rooms", json={"page": first.path, "query": f"{first.query}&lesson=heads-jobs&lesson_step=1"}
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["page"] == "/heads"
