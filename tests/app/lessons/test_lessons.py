@@ -688,3 +688,23 @@ def test_a_class_can_follow_the_heads_lesson(client):
     )
     assert r.status_code == 201, r.text
     assert r.json()["page"] == "/heads"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_heads_lesson_on_the_projector(client, lang):
+    """Presenter mode: the patching step's 30 layers are two halves side by side, sized by the page to the screen
+    (so layers 23 and 24 are both in view), every cell once; each step's #anchor is on its page."""
+    from app.web.lessons import BY_SLUG, step_url
+
+    lesson = BY_SLUG["heads-jobs"]
+    for k, step in enumerate(lesson.steps, start=1):
+        url = step_url(lesson, k, lang, {"present": "1"})
+        page = BeautifulSoup(client.get(url.split("#")[0]).text, "html.parser")
+        anchor = step.url.partition("#")[2]
+        assert not anchor or page.select_one(f"#{anchor}") is not None, url
+    patch = BeautifulSoup(client.get(step_url(lesson, 6, lang, {"present": "1"})).text, "html.parser")
+    halves = patch.select("div.model-grids.split[data-fit-grids] table.patch-grid")
+    assert [[th.text for th in t.select("tbody th")] for t in halves] == [
+        [str(i) for i in range(15)], [str(i) for i in range(15, 30)]
+    ]  # fmt: skip
+    assert len(patch.select("table.patch-grid td")) == 30 * 6
