@@ -503,6 +503,109 @@ def check_knocking_it_out_raises_the_loss(client: TestClient) -> None:  # why-ca
     assert _key("why-causal", 7) == "It rises"
 
 
+# Heads with jobs, on SmolLM2: the head views' JSON twins. The pruning curve on SmolLM2 takes tens of seconds even on
+# the step's short text (some 540 runs of it), so its step opens the page without computing it: the points the answer
+# names are each one forward pass (/predict knocks out the same heads, zeroed, as the curve does), and the curve's
+# order, least harmful first, is checked on a tiny decoder, where it costs a fraction of a second.
+
+
+def _heads_view(client: TestClient, slug_step: tuple[str, int], **extra: str) -> dict[str, Any]:
+    path, _, query = _step(*slug_step).url.partition("?")
+    params = parse_qs(query.split("#")[0])
+    r = client.get(f"{path}.json", params={**params, **extra})
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def _head(entry: dict[str, Any]) -> tuple[int, int]:
+    return entry["layer"], entry["head"]
+
+
+def check_the_top_previous_token_head(client: TestClient) -> None:  # heads-jobs 1
+    v = _heads_view(client, ("heads-jobs", 1))
+    assert v["role"] == "previous_token" and (v["layers"], v["heads"]) == (30, 9)
+    top = [(c["layer"], c["col"], c["value"]) for c in v["top"]]
+    assert top[0][:2] == (16, 0) and round(top[0][2], 2) == 0.83
+    assert top[1][:2] == (1, 2) and round(top[1][2], 2) == 0.72
+    drawn = np.array(_heads_view(client, ("heads-jobs", 1), head="16.0")["weights"])
+    assert all(int(np.argmax(drawn[i])) == i - 1 for i in range(1, len(drawn)))  # just left of the diagonal
+    assert _key("heads-jobs", 1) == "Layer 16 · head 0"
+
+
+def check_the_induction_head_reads_what_followed(client: TestClient) -> None:  # heads-jobs 2
+    v = _heads_view(client, ("heads-jobs", 2))
+    n = v["probe"]["n"]
+    assert v["role"] == "induction" and n == 32 and v["offset"] == 31 and tuple(v["chosen"]) == (18, 6)
+    w = np.array(v["weights"])
+    second = range(n + 1, 2 * n + 1)
+    assert sum(int(np.argmax(w[i])) == i - n + 1 for i in second) == 29
+    roles = client.get("/api/v1/head_roles", params={"text": "The cat sat on the mat. The dog sat on the log."}).json()
+    assert _head(roles["top"]["induction"][0]) == (18, 6) and round(roles["roles"]["induction"][18][6], 2) == 0.86
+    assert roles["roles"]["duplicate_token"][18][6] < 0.01
+    assert _key("heads-jobs", 2) == "The token after it, in the first copy"
+
+
+def check_the_probe_loss_drops_on_the_second_copy(client: TestClient) -> None:  # heads-jobs 3
+    loss = _heads_view(client, ("heads-jobs", 3))["probe_loss"]
+    assert (round(loss["first"], 1), round(loss["second"], 1)) == (13.6, 3.6)
+    assert _key("heads-jobs", 3) == "Far lower: the model copies"
+
+
+def check_knocking_out_the_induction_heads(client: TestClient) -> None:  # heads-jobs 4
+    v = _heads_view(client, ("heads-jobs", 4))
+    gone = v["ablated"]
+    assert sorted(map(tuple, gone["ablate"])) == [(17, 3), (17, 4), (17, 5), (18, 6), (18, 7)]
+    after, before, first = gone["probe_loss"]["second"], v["probe_loss"]["second"], v["probe_loss"]["first"]
+    assert round(after, 1) == 11.5 and (after - before) / (first - before) > 0.75  # most of the way back
+    one = _heads_view(client, ("heads-jobs", 4), knock="1")["ablated"]
+    assert one["ablate"] == [[18, 6]] and round(one["probe_loss"]["second"], 1) == 5.1
+    assert _key("heads-jobs", 4) == "It rises most of the way back"
+
+
+def check_the_first_heads_to_go_cost_almost_nothing(client: TestClient) -> None:  # heads-jobs 5
+    import math
+
+    url = _step("heads-jobs", 5).url
+    assert "prune=" not in url and url.endswith("#prune")  # the step opens the page; the teacher asks for the curve
+    text = parse_qs(urlsplit(url).query)["text"][0]
+    plain = _view(client, f"/predict?text={text}")
+    assert len(plain["columns"]) == 6 and round(plain["mean_loss"], 2) == 6.51
+    alone = _view(client, f"/predict?text={text}&heads=2.0")
+    assert round(alone["mean_loss"], 2) == 6.12 < round(alone["before_mean_loss"], 2)  # removing a head can help
+    every = ",".join(f"{li}.{h}" for li in range(30) for h in range(9))
+    bare = _view(client, f"/predict?text={text}&heads={every}")
+    assert round(bare["mean_loss"], 1) == 14.5 and round(math.log(49_152), 1) == 10.8
+    # the curve itself, on a tiny decoder: the heads go in the order of their single knock-outs, least harmful first,
+    # so its first point is the smallest of them (the curve on the page is this document: tests/app/heads)
+    import tempfile
+
+    from tests.conftest import make_client
+    from tests.own_models import build
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path, _ = build("llama", Path(tmp) / "tiny", seed=6)
+        with make_client(models=f"tiny={path}", pretrained=False) as tiny:
+            doc = tiny.get("/api/v1/prune", params={"preset": "tiny", "text": "The cat sat on the mat."}).json()
+    single = np.array(doc["single"])
+    assert [single[li, h] for li, h in doc["order"]] == sorted(single.ravel().tolist())
+    assert doc["mean_loss"][0] == doc["clean_loss"] and abs(doc["mean_loss"][1] - single.min()) < 1e-5
+    assert _key("heads-jobs", 5) == "Almost nothing; it can even fall"
+
+
+def check_where_the_answer_lives(client: TestClient) -> None:  # heads-jobs 6
+    v = _view(client, _step("heads-jobs", 6).url)
+    assert v["answer"]["token"] == " Paris" and v["wrong"]["token"] == " Rome" and v["kind_shown"] == "resid_pre"
+    assert v["clean_tokens"][4] == " France" and v["corrupted_tokens"][4] == " Italy" and len(v["columns"]) == 6
+    resid, attn, head = (np.array(v["grids"][k], dtype=float) for k in ("resid_pre", "attn_out", "head"))
+    others = [0, 1, 2, 3]
+    assert np.all(resid[:24, 4] > 0.95) and np.all(np.abs(resid[:24, [*others, 5]]) < 0.1)
+    assert np.all(resid[24:, 5] > 0.95) and np.all(np.abs(resid[24:, [*others, 4]]) < 0.1)
+    assert round(resid[0, 4], 2) == 1.0
+    assert round(attn[23, 5], 2) == 0.94 and round(head[23, 4], 2) == 0.85
+    assert np.unravel_index(np.argmax(head), head.shape) == (23, 4)
+    assert _key("heads-jobs", 6) == "At France up to layer 23, then at “is”"
+
+
 CHECKS = {
     ("five-stages", 2): check_query_meets_every_key,
     ("five-stages", 3): check_masked_weights_are_exactly_zero,
@@ -532,6 +635,12 @@ CHECKS = {
     ("why-causal", 5): check_reading_the_answer_lowers_the_loss,
     ("why-causal", 6): check_the_previous_token_head_of_layer_1,
     ("why-causal", 7): check_knocking_it_out_raises_the_loss,
+    ("heads-jobs", 1): check_the_top_previous_token_head,
+    ("heads-jobs", 2): check_the_induction_head_reads_what_followed,
+    ("heads-jobs", 3): check_the_probe_loss_drops_on_the_second_copy,
+    ("heads-jobs", 4): check_knocking_out_the_induction_heads,
+    ("heads-jobs", 5): check_the_first_heads_to_go_cost_almost_nothing,
+    ("heads-jobs", 6): check_where_the_answer_lives,
 }
 NOT_NUMERIC = {("five-stages", 1)}  # which matrices q comes from: a formula, not a number
 TRAINED = TRAIN_LESSON  # "Train your own GPT": checked against the class's run in test_train_lesson.py
@@ -552,7 +661,7 @@ def test_a_step_on_any_page_keeps_its_lesson_in_view(client, lang):
     data the teacher's remote reads (data-lesson, data-step, the next step's link); hints off leave the answer out."""
     from app.web import lessons
 
-    for slug in ("why-causal", "kv-cache"):
+    for slug in ("why-causal", "kv-cache", "heads-jobs"):
         lesson = lessons.BY_SLUG[slug]
         for k in range(1, len(lesson.steps) + 1):
             url = lessons.step_url(lesson, k, lang)
@@ -567,3 +676,40 @@ def test_a_step_on_any_page_keeps_its_lesson_in_view(client, lang):
         hidden = BeautifulSoup(client.get(lessons.step_url(lesson, 1, lang, {"hints": "off"})).text, "html.parser")
         assert hidden.select_one("[data-hints-off]") is not None
         assert lesson.steps[0].text(lang)[2] not in hidden.get_text()
+
+
+def test_a_class_can_follow_the_heads_lesson(client):
+    """The lesson's pages (/heads, /patch) are pages a room can be on: a teacher starts a class on a step and the
+    lab renders it for the room (its own view check)."""
+    from app.web.lessons import BY_SLUG
+    from app.web.share import FOLLOWABLE
+
+    lesson = BY_SLUG["heads-jobs"]
+    for step in lesson.steps:
+        assert FOLLOWABLE.fullmatch(urlsplit(step.url).path), step.url
+    first = urlsplit(lesson.steps[0].url)
+    r = client.post(
+        "/api/v1/rooms", json={"page": first.path, "query": f"{first.query}&lesson=heads-jobs&lesson_step=1"}
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["page"] == "/heads"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_heads_lesson_on_the_projector(client, lang):
+    """Presenter mode: the patching step's 30 layers are two halves side by side, sized by the page to the screen
+    (so layers 23 and 24 are both in view), every cell once; each step's #anchor is on its page."""
+    from app.web.lessons import BY_SLUG, step_url
+
+    lesson = BY_SLUG["heads-jobs"]
+    for k, step in enumerate(lesson.steps, start=1):
+        url = step_url(lesson, k, lang, {"present": "1"})
+        page = BeautifulSoup(client.get(url.split("#")[0]).text, "html.parser")
+        anchor = step.url.partition("#")[2]
+        assert not anchor or page.select_one(f"#{anchor}") is not None, url
+    patch = BeautifulSoup(client.get(step_url(lesson, 6, lang, {"present": "1"})).text, "html.parser")
+    halves = patch.select("div.model-grids.split[data-fit-grids] table.patch-grid")
+    assert [[th.text for th in t.select("tbody th")] for t in halves] == [
+        [str(i) for i in range(15)], [str(i) for i in range(15, 30)]
+    ]  # fmt: skip
+    assert len(patch.select("table.patch-grid td")) == 30 * 6
