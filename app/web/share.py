@@ -114,5 +114,5 @@ def label_svg(svg: str, label: str) -> str:
 
 # Pages a class can follow in a room (app/rooms): the lab and the pages built on it, not /embed, /docs or the API.
 FOLLOWABLE = re.compile(
-    r"^/(?:block|decode|lessons(?:/[a-z0-9-]{1,64})?|model|generate|predict|lens|sinks|tiles|demos|params|heads|patch)?$"
+    r"^/(?:block|decode|lessons(?:/[a-z0-9-]{1,64})?|model|generate|predict|lens|sinks|tiles|demos|params|heads|patch|train)?$"
 )

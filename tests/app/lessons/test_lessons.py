@@ -678,21 +678,20 @@ def test_a_step_on_any_page_keeps_its_lesson_in_view(client, lang):
         assert lesson.steps[0].text(lang)[2] not in hidden.get_text()
 
 
-def test_a_class_can_follow_the_heads_lesson(client):
-    """The lesson's pages (/heads, /patch) are pages a room can be on: a teacher starts a class on a step and the
-    lab renders it for the room (its own view check)."""
+@pytest.mark.parametrize("slug", ["heads-jobs", "train-your-own"])
+def test_a_class_can_follow_every_step_of_a_lesson(client, slug):
+    """Every step's page (/heads, /patch, /train …) is a page a room can be on: a teacher starts a class on a step
+    and the room takes it (its own view check)."""
     from app.web.lessons import BY_SLUG
     from app.web.share import FOLLOWABLE
 
-    lesson = BY_SLUG["heads-jobs"]
+    lesson = BY_SLUG[slug]
     for step in lesson.steps:
         assert FOLLOWABLE.fullmatch(urlsplit(step.url).path), step.url
     first = urlsplit(lesson.steps[0].url)
-    r = client.post(
-        "/api/v1/rooms", json={"page": first.path, "query": f"{first.query}&lesson=heads-jobs&lesson_step=1"}
-    )
+    r = client.post("/api/v1/rooms", json={"page": first.path, "query": f"{first.query}&lesson={slug}&lesson_step=1"})
     assert r.status_code == 201, r.text
-    assert r.json()["page"] == "/heads"
+    assert r.json()["page"] == first.path
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
