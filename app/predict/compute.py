@@ -225,22 +225,40 @@ async def lens_of(req: LensRequest, lab: Lab, key: str | None) -> tuple[Text, P.
 
 
 @dataclass(frozen=True)
-class LensPoint:
-    """Layer l at position i: the most likely tokens read there, and the probability of the final prediction."""
-
-    top: tuple[Top, ...]
-    p_final: float
-
-
-@dataclass(frozen=True)
 class LensRead:
-    """One lens read: the model's final prediction at each position, the first layer from which it stays the most
-    likely, and `layers[l][i]`."""
+    """One lens read, layer × position: the most likely tokens read from layer l at position i (`top(l, i)`), the
+    probability there of the model's final prediction (`p_final[l][i]`), the final prediction at each position and
+    the first layer from which it stays the most likely. The tops are kept as the engine's numbers and one table of
+    labels: a long text's lens has some 100,000 of them, made into objects only where they are read."""
 
     final: tuple[str, ...]
     final_ids: tuple[int, ...]
     first_top1: tuple[int | None, ...]
-    layers: tuple[tuple[LensPoint, ...], ...]
+    top_ids: list[list[list[int]]]  # (L, N, top)
+    top_probs: list[list[list[float]]]  # (L, N, top)
+    p_final: list[list[float]]  # (L, N)
+    names: dict[tuple[int, int], str]  # (position, token id) → its label there
+
+    def top(self, layer: int, i: int) -> tuple[Top, ...]:
+        ids, probs = self.top_ids[layer][i], self.top_probs[layer][i]
+        return tuple([Top(self.names[i, tok], tok, p) for tok, p in zip(ids, probs, strict=True)])
+
+    def layers(self) -> list[list[dict[str, Any]]]:
+        """`layers[l][i]` as the API writes it: {top: [{token, token_id, p}], p_final}."""
+        names = self.names
+
+        def cell(i: int, ids: list[int], probs: list[float], p_final: float) -> dict[str, Any]:
+            return {"top": [{"token": names[i, t], "token_id": t, "p": p} for t, p in zip(ids, probs, strict=True)],
+                    "p_final": p_final}  # fmt: skip
+
+        return [
+            [cell(i, ti, tp, pf) for i, (ti, tp, pf) in enumerate(zip(top_ids, top_p, p_final, strict=True))]
+            for top_ids, top_p, p_final in zip(self.top_ids, self.top_probs, self.p_final, strict=True)
+        ]
+
+    def __json__(self) -> dict[str, Any]:
+        return {"final": self.final, "final_ids": self.final_ids, "first_top1": self.first_top1,
+                "layers": self.layers()}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -258,8 +276,10 @@ class Lensed:
     changed: tuple[int, ...]
 
     def __json__(self) -> dict[str, Any]:
-        return {"preset": self.preset, "tokens": self.tokens, "token_ids": self.token_ids, **vars(self.read),
-                "switches": self.switches, "before": self.before, "changed": self.changed}  # fmt: skip
+        """Plain data but `switches` (a dataclass): orjson writes it whole, fast (see api.py)."""
+        before = None if self.before is None else self.before.__json__()
+        return {"preset": self.preset, "tokens": self.tokens, "token_ids": self.token_ids, **self.read.__json__(),
+                "switches": self.switches, "before": before, "changed": self.changed}  # fmt: skip
 
 
 def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> Lensed:
@@ -273,15 +293,12 @@ def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> Lensed:
 
     def read(lens: P.Lens) -> LensRead:
         top_ids, top_p, p_final = lens.top_ids.tolist(), lens.top_probs.tolist(), lens.p_final.tolist()
-        layers = tuple(
-            tuple(
-                LensPoint(tuple(Top(name(i, tok), tok, p) for tok, p in zip(ti, tp, strict=True)), pf)
-                for i, (ti, tp, pf) in enumerate(zip(top_ids[li], top_p[li], p_final[li], strict=True))
-            )
-            for li in range(len(top_ids))
-        )
+        for layer in top_ids:
+            for i, ti in enumerate(layer):
+                for tok in ti:
+                    name(i, tok)
         final = tuple(name(i, tok) for i, tok in enumerate(lens.final_ids))
-        return LensRead(final, lens.final_ids, lens.first_top1, layers)
+        return LensRead(final, lens.final_ids, lens.first_top1, top_ids, top_p, p_final, names)
 
     before = None if lens.before is None else read(lens.before)
     changed = () if lens.before is None else tuple(

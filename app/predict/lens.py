@@ -162,7 +162,7 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
     req, (text, iv, lens), prompt, _ = await read_page(state, lab, key, ctx, LensRequest, lens_of)
     doc = lens_document(text, iv, lens)
     read = doc.read
-    layers = read.layers
+    layers = read.p_final
     n_layer, n = len(layers), len(doc.tokens)
     first = read.first_top1
     cell = state.read(LensParams).cell
@@ -171,12 +171,12 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
     rows = []
     for li, row in enumerate(layers):
         cells = []
-        for i, c in enumerate(row):
-            top = candidates(c.top, read.final_ids[i])
-            title = t("lens.cell", layer=li, i=i, p=f"{c.p_final:.3f}", final=read.final[i],
+        for i, p in enumerate(row):
+            top = candidates(read.top(li, i), read.final_ids[i])
+            title = t("lens.cell", layer=li, i=i, p=f"{p:.3f}", final=read.final[i],
                       top=top_words(top)) if start <= i < stop else ""  # fmt: skip
-            cells.append(LensCell(c.p_final, top, first[i] == li, bool(top) and top[0].target,
-                                  f"sq-{min(10, max(0, round(c.p_final * 10)))}", title))  # fmt: skip
+            cells.append(LensCell(p, top, first[i] == li, bool(top) and top[0].target,
+                                  f"sq-{min(10, max(0, round(p * 10)))}", title))  # fmt: skip
         rows.append(tuple(cells))
     cell_top: tuple[Candidate, ...] = ()
     cell_title, cell_title_html = "", None
@@ -190,7 +190,7 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
     if n > size:  # a text longer than one window: the whole map, each window of it a button
         windows = tuple(LensWindow(a, min(n, a + size), a < stop and start < a + size) for a in range(0, n, size))
         if ctx.get("html", True):
-            p_final = np.array([[c.p_final for c in row] for row in layers], dtype=np.float32)
+            p_final = np.array(layers, dtype=np.float32)
             overview = overview_png(p_final, len(windows) * size)
     settled = sorted(f for f in first if f is not None)
     summary = t("lens.summary", n=n, layers=n_layer, median=settled[len(settled) // 2] if settled else "—",

@@ -54,11 +54,8 @@ def twin(state: ViewState) -> str:
 
 
 @dataclass(frozen=True)
-class Candidate:
-    token: str
-    token_id: int
-    p: float
-    target: bool = False  # the position's target
+class Candidate(Top):
+    target: bool = False  # the position's target (the lens: the final prediction)
 
 
 def switched_words(switches: Switched, n_layer: int, t: Any) -> tuple[str, ...]:
