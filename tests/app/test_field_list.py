@@ -14,7 +14,6 @@ import pytest
 from pydantic import Field, create_model
 
 from app import schemas, templating
-from app.schemas import request_models
 from app.cli import _parser, main, request_query
 from app.schemas import (
     AttentionRequest,
@@ -24,6 +23,7 @@ from app.schemas import (
     lab_field,
     query_parameters,
     request_fields,
+    request_models,
 )
 from app.settings import LIMIT_SETTINGS, Settings
 from app.web.state import DEPENDS, NOT_IN_URL, url_fields
