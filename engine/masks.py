@@ -1,7 +1,7 @@
 """Attention masks: every kind, the parameters only it reads, and the keys it lets each query read.
 
 `KINDS` is the one list of mask kinds. The Spec's checks (engine/spec.py), the API's `mask` choices and each
-parameter's "only with mask=…" (app/schemas.py), and through them the lab form, the URL state and the CLI, derive
+parameter's "only with mask=…" (app/schemas/), and through them the lab form, the URL state and the CLI, derive
 from it. A new parameter of a mask is four edits: its `Param` and its use in the kind's rule here, the `Spec` field
 that keeps it, the request field that takes it, and the independent reference that checks it (engine/reference.py).
 

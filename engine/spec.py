@@ -7,7 +7,7 @@ made of tuples it is also the cache key.
 
 The choices named here (MASKS from engine/masks.py's kinds, POSITIONS, PAIRINGS, SCALES, DTYPES, STAGES) are the
 engine's vocabulary, written once: the request models' Literal types, /openapi.json's enums and the lab form's
-<select>s derive from them (app/schemas.py).
+<select>s derive from them (app/schemas/).
 """
 
 from __future__ import annotations

@@ -106,10 +106,11 @@ class Lab(Cancelling, Admission, Tracking):
         # Models are sources: the packaged ones, --checkpoint and each --model, through one registry. A bad path
         # or file is a ModelError now, at start-up; weights load on first use, their bytes held in the budget.
         from engine.models import parse_entries, registry
+        from engine.pretrained import installed
 
         entries = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
         self.models: dict[str, Model] = registry([*entries, *parse_entries(settings.models)], settings.max_model_mb,
-                                                 packaged=settings.pretrained)  # fmt: skip
+                                                 packaged=installed() if settings.pretrained else None)  # fmt: skip
         for model in self.models.values():
             model.place(self.device)
             self.budget.keep_for_model(model.nbytes)

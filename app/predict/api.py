@@ -9,14 +9,8 @@ from ..lab import Lab, request_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
-from .compute import (
-    lens_document,
-    lens_of,
-    predict_document,
-    predict_of,
-    ranking_document,  # fmt: skip
-    ranking_of,
-)
+from ..web.view import jsonable
+from .compute import lens_document, lens_of, predict_document, predict_of, ranking_document, ranking_of
 from .request import LensRequest, PredictRequest, RankRequest
 
 router = APIRouter(prefix="/api/v1", tags=["prediction"], responses=ERRORS)
@@ -36,7 +30,7 @@ async def predict(request: Request, req: PredictRequest, lab: Lab) -> Response:
     max_abs_diff (max |Δ log p| over the vocabulary): with the causal mask, replacing token i changes no position
     before i (≤ 1e-5)."""
     t, iv, pred = await predict_of(req, lab, _key(request))
-    return json_response(predict_document(t, iv, pred))
+    return json_response(jsonable(predict_document(t, iv, pred)))
 
 
 async def logit_lens(request: Request, req: LensRequest, lab: Lab) -> Response:
@@ -45,7 +39,9 @@ async def logit_lens(request: Request, req: LensRequest, lab: Lab) -> Response:
     the model's final prediction, final[i]); the last entry of layers is the model's output. first_top1[i]: the
     first layer from which final[i] stays the most likely token."""
     t, iv, lens = await lens_of(req, lab, _key(request))
-    return json_response(lens_document(t, iv, lens))
+    # orjson writes the answer as it is (the same JSON as `jsonable`'s: tuples as lists, a non-finite number as
+    # null), where jsonable would walk a long text's 100,000 tops in Python once more.
+    return json_response(lens_document(t, iv, lens).__json__())
 
 
 async def head_ranking(request: Request, req: RankRequest, lab: Lab) -> Response:
@@ -53,7 +49,7 @@ async def head_ranking(request: Request, req: RankRequest, lab: Lab) -> Response
     one prediction (target_id at position) rises: heads[k] = layer, head, loss, delta (loss − the plain loss).
     Progress under /api/v1/progress for a GET."""
     t, ranking = await ranking_of(req, lab, _key(request))
-    return json_response(ranking_document(t, ranking, req.ablate_mode))
+    return json_response(jsonable(ranking_document(t, ranking, req.ablate_mode)))
 
 
 twins(router, "/predict", PredictRequest, predict, "predict")

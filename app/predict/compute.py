@@ -4,6 +4,7 @@ one prediction (/api/v1/head_ranking). The engine is engine/predict.py."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any
 
 from engine import predict as P
@@ -68,18 +69,106 @@ async def pair_of(req: PredictRequest, other_text: str, lab: Lab, key: str | Non
     return t, t2, pair
 
 
-def labelled_top(model: Model, ids: list[int], labels: list[str], i: int, s: P.Scored) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Top:
+    """One of the most likely tokens at a position, labelled as the text labels its pieces."""
+
+    token: str
+    token_id: int
+    p: float
+
+
+def labelled_top(model: Model, ids: list[int], labels: list[str], i: int, s: P.Scored) -> tuple[Top, ...]:
     """The most likely tokens at input position i, labelled as the text labels its pieces."""
     names = top_labels(model, ids, labels, i + 1, s.top_ids)
-    return [{"token": name, "token_id": t, "p": p} for name, t, p in zip(names, s.top_ids, s.top_probs, strict=True)]
+    return tuple(Top(name, t, p) for name, t, p in zip(names, s.top_ids, s.top_probs, strict=True))
 
 
-def switches_json(iv: P.Intervention) -> dict[str, Any]:
-    return {"ablate": [list(p) for p in iv.ablate], "ablate_mode": "mean" if iv.mean else "zero",
-            "mask_off_layers": list(iv.mask_off), "drop_sink_layers": list(iv.drop_sink)}  # fmt: skip
+@dataclass(frozen=True)
+class Switched:
+    """The switches a run was made under, as the API names them."""
+
+    ablate: tuple[tuple[int, int], ...]
+    ablate_mode: str
+    mask_off_layers: tuple[int, ...]
+    drop_sink_layers: tuple[int, ...]
+
+    @classmethod
+    def of(cls, iv: P.Intervention) -> Switched:
+        return cls(iv.ablate, "mean" if iv.mean else "zero", iv.mask_off, iv.drop_sink)
 
 
-def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Compared:
+    """One position of the run compared with (`before`)."""
+
+    p_target: float
+    loss: float
+    rank: int
+    top: tuple[Top, ...]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One position of a teacher-forced run: its input, its target, how well the run predicted it; with a run to
+    compare, that run's numbers there (`before`), KL(before ‖ this run) and max |Δ log p|."""
+
+    position: int
+    input: str
+    input_id: int
+    target: str
+    target_id: int
+    scored: bool  # counts in the mean loss (i ≥ loss_from)
+    p_target: float
+    loss: float
+    rank: int
+    top: tuple[Top, ...]
+    before: Compared | None = None
+    kl: float | None = None
+    max_abs_diff: float | None = None
+
+    def __json__(self) -> dict[str, Any]:  # a run compared with none has no before, kl or max_abs_diff
+        shown = fields(self) if self.before is not None else fields(self)[:-3]
+        return {f.name: getattr(self, f.name) for f in shown}
+
+
+@dataclass(frozen=True)
+class Replaced:
+    position: int
+    token_id: int
+    token: str
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The run compared with, as a whole."""
+
+    mean_loss: float
+    perplexity: float
+    what: str
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """/api/v1/predict's answer, and what /predict shows of it: the run over the text's training sequence, position
+    by position, with the run it is compared with."""
+
+    preset: str
+    tokens: tuple[str, ...]  # the inputs, as run (a replaced token among them)
+    targets: tuple[str, ...]  # the original text's: a replaced input is still scored on the text's target
+    token_ids: tuple[int, ...]
+    target_ids: tuple[int, ...]
+    bos: int | None
+    loss_from: int
+    positions: tuple[Row, ...]
+    mean_loss: float
+    perplexity: float
+    switches: Switched
+    replace: Replaced | None
+    before: Baseline | None
+
+
+def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> Predicted:
     run, before = pred.run, pred.before
     ids = [*run.inputs, t.seq[-1]]
     labels = list(t.labels)
@@ -88,44 +177,32 @@ def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> dict[st
     base_ids, base_labels = list(t.seq), list(t.labels)
     replaced = None
     if pred.replaced is not None:
-        replaced = {"position": pred.replaced[0], "token_id": pred.replaced[1], "token": labels[pred.replaced[0]]}
-    positions = []
+        replaced = Replaced(pred.replaced[0], pred.replaced[1], labels[pred.replaced[0]])
+    rows = []
     for i, s in enumerate(run.positions):
-        row: dict[str, Any] = {
-            "position": i, "input": labels[i], "input_id": run.inputs[i], "target": t.labels[i + 1],
-            "target_id": run.targets[i], "scored": i >= run.loss_from, "p_target": s.p_target, "loss": s.loss,
-            "rank": s.rank, "top": labelled_top(t.model, ids, labels, i, s),
-        }  # fmt: skip
+        compared, kl, diff = None, None, None
         if before is not None:
             b = before.positions[i]
-            row["before"] = {"p_target": b.p_target, "loss": b.loss, "rank": b.rank,
-                             "top": labelled_top(t.model, base_ids, base_labels, i, b)}  # fmt: skip
-            row["kl"] = pred.kl[i]
-            row["max_abs_diff"] = pred.max_abs_diff[i]
-        positions.append(row)
-    return {
-        "preset": t.preset,
-        "tokens": labels[:-1],
-        "targets": list(t.labels[1:]),  # the original text's: a replaced input is still scored on the text's target
-        "token_ids": list(run.inputs),
-        "target_ids": list(run.targets),
-        "bos": t.model.bos_id if t.seq[0] == t.model.bos_id else None,
-        "loss_from": run.loss_from,
-        "positions": positions,
-        "mean_loss": run.mean_loss,
-        "perplexity": run.perplexity,
-        "switches": switches_json(iv),
-        "replace": replaced,
-        "before": None
-        if before is None
-        else {
-            "mean_loss": before.mean_loss,
-            "perplexity": before.perplexity,
-            "what": "the same switches on the unreplaced text"
-            if pred.replaced is not None
-            else "the same text without the switches",
-        },
-    }
+            compared = Compared(b.p_target, b.loss, b.rank, labelled_top(t.model, base_ids, base_labels, i, b))
+            kl, diff = pred.kl[i], pred.max_abs_diff[i]
+        rows.append(Row(i, labels[i], run.inputs[i], t.labels[i + 1], run.targets[i], i >= run.loss_from, s.p_target,
+                        s.loss, s.rank, labelled_top(t.model, ids, labels, i, s), compared, kl, diff))  # fmt: skip
+    what = "the same switches on the unreplaced text" if pred.replaced else "the same text without the switches"
+    return Predicted(
+        preset=t.preset,
+        tokens=tuple(labels[:-1]),
+        targets=t.labels[1:],
+        token_ids=run.inputs,
+        target_ids=run.targets,
+        bos=t.model.bos_id if t.seq[0] == t.model.bos_id else None,
+        loss_from=run.loss_from,
+        positions=tuple(rows),
+        mean_loss=run.mean_loss,
+        perplexity=run.perplexity,
+        switches=Switched.of(iv),
+        replace=replaced,
+        before=None if before is None else Baseline(before.mean_loss, before.perplexity, what),
+    )
 
 
 # -- /api/v1/logit_lens ----------------------------------------------------------------------------------------------
@@ -147,7 +224,65 @@ async def lens_of(req: LensRequest, lab: Lab, key: str | None) -> tuple[Text, P.
     return t, iv, lens
 
 
-def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LensRead:
+    """One lens read, layer × position: the most likely tokens read from layer l at position i (`top(l, i)`), the
+    probability there of the model's final prediction (`p_final[l][i]`), the final prediction at each position and
+    the first layer from which it stays the most likely. The tops are kept as the engine's numbers and one table of
+    labels: a long text's lens has some 100,000 of them, made into objects only where they are read."""
+
+    final: tuple[str, ...]
+    final_ids: tuple[int, ...]
+    first_top1: tuple[int | None, ...]
+    top_ids: list[list[list[int]]]  # (L, N, top)
+    top_probs: list[list[list[float]]]  # (L, N, top)
+    p_final: list[list[float]]  # (L, N)
+    names: dict[tuple[int, int], str]  # (position, token id) → its label there
+
+    def top(self, layer: int, i: int) -> tuple[Top, ...]:
+        ids, probs = self.top_ids[layer][i], self.top_probs[layer][i]
+        return tuple([Top(self.names[i, tok], tok, p) for tok, p in zip(ids, probs, strict=True)])
+
+    def layers(self) -> list[list[dict[str, Any]]]:
+        """`layers[l][i]` as the API writes it: {top: [{token, token_id, p}], p_final}."""
+        names = self.names
+
+        def cell(i: int, ids: list[int], probs: list[float], p_final: float) -> dict[str, Any]:
+            return {"top": [{"token": names[i, t], "token_id": t, "p": p} for t, p in zip(ids, probs, strict=True)],
+                    "p_final": p_final}  # fmt: skip
+
+        return [
+            [cell(i, ti, tp, pf) for i, (ti, tp, pf) in enumerate(zip(top_ids, top_p, p_final, strict=True))]
+            for top_ids, top_p, p_final in zip(self.top_ids, self.top_probs, self.p_final, strict=True)
+        ]
+
+    def __json__(self) -> dict[str, Any]:
+        return {"final": self.final, "final_ids": self.final_ids, "first_top1": self.first_top1,
+                "layers": self.layers()}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Lensed:
+    """/api/v1/logit_lens's answer, and what /lens shows of it: the run under the switches (`read`, its fields
+    written at the top level) and, with switches, the same text without them (`before`) and where the final
+    prediction changed."""
+
+    preset: str
+    tokens: tuple[str, ...]
+    token_ids: tuple[int, ...]
+    read: LensRead
+    switches: Switched
+    before: LensRead | None
+    changed: tuple[int, ...]
+
+    def __json__(self) -> dict[str, Any]:
+        """Plain data but `switches` (a dataclass): orjson writes it whole, fast (see api.py)."""
+        before = None if self.before is None else self.before.__json__()
+        return {"preset": self.preset, "tokens": self.tokens, "token_ids": self.token_ids, **self.read.__json__(),
+                "switches": self.switches, "before": before, "changed": self.changed}  # fmt: skip
+
+
+def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> Lensed:
     model, ids, labels = t.model, list(t.seq), list(t.labels)
     names: dict[tuple[int, int], str] = {}  # a token is often among the top at many layers of one position
 
@@ -156,38 +291,19 @@ def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> dict[str, Any]:
             names[i, tok] = top_labels(model, ids, labels, i + 1, [tok])[0]
         return names[i, tok]
 
-    def read(lens: P.Lens) -> dict[str, Any]:
+    def read(lens: P.Lens) -> LensRead:
         top_ids, top_p, p_final = lens.top_ids.tolist(), lens.top_probs.tolist(), lens.p_final.tolist()
-        return {
-            "final": [name(i, tok) for i, tok in enumerate(lens.final_ids)],
-            "final_ids": list(lens.final_ids),
-            "first_top1": list(lens.first_top1),
-            "layers": [
-                [
-                    {
-                        "top": [
-                            {"token": name(i, tok), "token_id": tok, "p": p} for tok, p in zip(ti, tp, strict=True)
-                        ],
-                        "p_final": pf,
-                    }
-                    for i, (ti, tp, pf) in enumerate(zip(top_ids[li], top_p[li], p_final[li], strict=True))
-                ]
-                for li in range(len(top_ids))
-            ],
-        }
+        for layer in top_ids:
+            for i, ti in enumerate(layer):
+                for tok in ti:
+                    name(i, tok)
+        final = tuple(name(i, tok) for i, tok in enumerate(lens.final_ids))
+        return LensRead(final, lens.final_ids, lens.first_top1, top_ids, top_p, p_final, names)
 
     before = None if lens.before is None else read(lens.before)
-    return {
-        "preset": t.preset,
-        "tokens": labels,
-        "token_ids": ids,
-        **read(lens),
-        "switches": switches_json(iv),
-        "before": before,
-        "changed": []
-        if lens.before is None
-        else [i for i, (a, b) in enumerate(zip(lens.final_ids, lens.before.final_ids, strict=True)) if a != b],
-    }
+    changed = () if lens.before is None else tuple(
+        i for i, (a, b) in enumerate(zip(lens.final_ids, lens.before.final_ids, strict=True)) if a != b)  # fmt: skip
+    return Lensed(t.preset, t.labels, t.seq, read(lens), Switched.of(iv), before, changed)
 
 
 # -- /api/v1/head_ranking ----------------------------------------------------------------------------------------
@@ -215,15 +331,30 @@ async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> tuple[Text,
     return t, ranking
 
 
-def ranking_document(t: Text, r: P.Ranking, mode: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class HeadLoss:
+    layer: int
+    head: int
+    loss: float
+    delta: float  # loss − the plain loss
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """/api/v1/head_ranking's answer: every head's effect on one prediction, largest first."""
+
+    preset: str
+    tokens: tuple[str, ...]
+    position: int
+    target: str
+    target_id: int
+    ablate_mode: str
+    loss: float
+    heads: tuple[HeadLoss, ...]
+
+
+def ranking_document(t: Text, r: P.Ranking, mode: str) -> Ranked:
     ids, labels = list(t.seq), list(t.labels)
-    return {
-        "preset": t.preset,
-        "tokens": labels[: r.position + 1],
-        "position": r.position,
-        "target": top_labels(t.model, ids, labels, r.position + 1, [r.target])[0],
-        "target_id": r.target,
-        "ablate_mode": mode,
-        "loss": r.loss,
-        "heads": [{"layer": i, "head": h, "loss": loss, "delta": loss - r.loss} for i, h, loss in r.heads],
-    }
+    return Ranked(t.preset, t.labels[: r.position + 1], r.position,
+                  top_labels(t.model, ids, labels, r.position + 1, [r.target])[0], r.target, mode, r.loss,
+                  tuple(HeadLoss(i, h, loss, loss - r.loss) for i, h, loss in r.heads))  # fmt: skip

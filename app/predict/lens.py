@@ -22,7 +22,7 @@ from ..render.predicted import generators
 from ..web.page import serve
 from ..web.state import ViewState, within
 from ..web.view import HIDDEN, View
-from .compute import lens_document, lens_of
+from .compute import Switched, lens_document, lens_of
 from .request import LENS_KEYS, PREDICT_KEYS, LensParams, LensRequest, api_url, read_page, state_of
 from .shown import Candidate, bos_first, candidates, index_of, label, switched_words, twin, with_tokens
 
@@ -78,7 +78,7 @@ class LensView(View):
     first_top1: tuple[int | None, ...] = ()
     n_layer: int = 0
     rows: tuple[tuple[LensCell, ...], ...] = ()
-    switches: dict[str, Any] | None = None
+    switches: Switched | None = None
     switched: tuple[str, ...] = ()
     # Side by side: the same text without the switches (when there are any) and where the final prediction changed.
     before_final: tuple[str, ...] = ()
@@ -163,9 +163,10 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
     t = ctx["t"]
     req, (text, iv, lens), prompt, _ = await read_page(state, lab, key, ctx, LensRequest, lens_of)
     doc = lens_document(text, iv, lens)
-    layers = doc["layers"]
-    n_layer, n = len(layers), len(doc["tokens"])
-    first = doc["first_top1"]
+    read = doc.read
+    layers = read.p_final
+    n_layer, n = len(layers), len(doc.tokens)
+    first = read.first_top1
     at0 = bos_first(text.model.bos_id, text.seq)  # the column of position 0: the BOS is shown, not numbered
     cell = state.read(LensParams).cell
     chosen = None if cell is None else (within("cell", cell[0], 0, n_layer - 1), index_of("cell", cell[1], at0, n))
@@ -173,19 +174,19 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
     rows = []
     for li, row in enumerate(layers):
         cells = []
-        for i, c in enumerate(row):
-            top = candidates(c["top"], doc["final_ids"][i])
-            title = t("lens.cell", layer=li, i=label(i, at0), p=f"{c['p_final']:.3f}", final=doc["final"][i],
+        for i, p in enumerate(row):
+            top = candidates(read.top(li, i), read.final_ids[i])
+            title = t("lens.cell", layer=li, i=label(i, at0), p=f"{p:.3f}", final=read.final[i],
                       top=top_words(top)) if start <= i < stop else ""  # fmt: skip
-            cells.append(LensCell(c["p_final"], top, first[i] == li, bool(top) and top[0].target,
-                                  f"sq-{min(10, max(0, round(c['p_final'] * 10)))}", title))  # fmt: skip
+            cells.append(LensCell(p, top, first[i] == li, bool(top) and top[0].target,
+                                  f"sq-{min(10, max(0, round(p * 10)))}", title))  # fmt: skip
         rows.append(tuple(cells))
     cell_top: tuple[Candidate, ...] = ()
     cell_title, cell_title_html = "", None
     if chosen is not None:
         li, i = chosen
         cell_top = rows[li][i].top
-        cell_title, cell_title_html = with_tokens(t, "lens.chosen", {"token": doc["tokens"][i], "final": doc["final"][i]},
+        cell_title, cell_title_html = with_tokens(t, "lens.chosen", {"token": doc.tokens[i], "final": read.final[i]},
                                                   layer=li, i=label(i, at0))  # fmt: skip
     windows: tuple[LensWindow, ...] = ()
     overview = ""
@@ -193,7 +194,7 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
         windows = tuple(LensWindow(max(0, a - at0), min(n, a + size) - at0, a < stop and start < a + size)
                         for a in range(0, n, size))  # numbered as the page numbers positions  # fmt: skip
         if ctx.get("html", True):
-            p_final = np.array([[c["p_final"] for c in row] for row in layers], dtype=np.float32)
+            p_final = np.array(layers, dtype=np.float32)
             overview = overview_png(p_final, len(windows) * size)
     settled = sorted(f for f in first if f is not None)
     summary = t("lens.summary", n=n, layers=n_layer, median=settled[len(settled) // 2] if settled else "—",
@@ -202,19 +203,19 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
     if state.get("lang"):
         predict_params["lang"] = state.get("lang")
     return LensView(
-        preset=doc["preset"],
+        preset=doc.preset,
         text=state.get("text") or prompt.get("text", ""),
-        tokens=tuple(doc["tokens"]),
-        final=tuple(doc["final"]),
+        tokens=doc.tokens,
+        final=read.final,
         first_top1=tuple(first),
         n_layer=n_layer,
         rows=tuple(rows),
-        switches=doc["switches"],
-        switched=switched_words(doc["switches"], text.model.arch.n_layer, t),
-        before_final=tuple(doc["before"]["final"]) if doc["before"] else (),
-        before_first=tuple(doc["before"]["first_top1"]) if doc["before"] else (),
-        changed=tuple(doc["changed"]),
-        changed_note=t("lens.changed", k=len(doc["changed"]), n=n) if doc["before"] else "",
+        switches=doc.switches,
+        switched=switched_words(doc.switches, text.model.arch.n_layer, t),
+        before_final=doc.before.final if doc.before else (),
+        before_first=doc.before.first_top1 if doc.before else (),
+        changed=doc.changed,
+        changed_note=t("lens.changed", k=len(doc.changed), n=n) if doc.before else "",
         cell=chosen,
         cell_title=cell_title,
         cell_title_html=cell_title_html,

@@ -11,6 +11,7 @@ from markupsafe import Markup, escape
 
 from ..schemas import FieldError
 from ..web.state import ViewState, within
+from .compute import Switched, Top
 
 SAME = 1e-5  # max |Δ| at or below which a position counts as unchanged (the leakage proof's tolerance)
 
@@ -100,25 +101,22 @@ def twin(state: ViewState) -> str:
 
 
 @dataclass(frozen=True)
-class Candidate:
-    token: str
-    token_id: int
-    p: float
-    target: bool = False  # the position's target
+class Candidate(Top):
+    target: bool = False  # the position's target (the lens: the final prediction)
 
 
-def switched_words(switches: Mapping[str, Any], n_layer: int, t: Any) -> tuple[str, ...]:
+def switched_words(switches: Switched, n_layer: int, t: Any) -> tuple[str, ...]:
     out = []
-    if switches["ablate"]:
-        heads = ", ".join(f"{i}.{h}" for i, h in switches["ablate"])
-        out.append(t("predict.sw.ablate." + switches["ablate_mode"], heads=heads))
+    if switches.ablate:
+        heads = ", ".join(f"{i}.{h}" for i, h in switches.ablate)
+        out.append(t("predict.sw.ablate." + switches.ablate_mode, heads=heads))
     for name in ("mask_off_layers", "drop_sink_layers"):
-        layers = switches[name]
+        layers = getattr(switches, name)
         if layers:
             which = t("predict.sw.all") if len(layers) == n_layer else ", ".join(str(i) for i in layers)
             out.append(t(f"predict.sw.{name}", layers=which))
     return tuple(out)
 
 
-def candidates(top: list[dict[str, Any]], target_id: int) -> tuple[Candidate, ...]:
-    return tuple(Candidate(c["token"], c["token_id"], c["p"], c["token_id"] == target_id) for c in top)
+def candidates(top: tuple[Top, ...], target_id: int) -> tuple[Candidate, ...]:
+    return tuple(Candidate(c.token, c.token_id, c.p, c.token_id == target_id) for c in top)

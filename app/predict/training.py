@@ -24,7 +24,7 @@ from ..schemas import FieldError
 from ..web.page import serve
 from ..web.state import ViewState
 from ..web.view import HIDDEN, View
-from .compute import pair_of, predict_document, predict_of, ranking_document, ranking_of
+from .compute import Predicted, Switched, pair_of, predict_document, predict_of, ranking_document, ranking_of
 from .request import LENS_KEYS, PREDICT_KEYS, PredictParams, PredictRequest, RankRequest, api_url, read_page, state_of
 from .shown import (
     SAME,
@@ -145,9 +145,9 @@ class PredictView(View):
     n_scored: int = 0
     mean_loss: float = 0.0
     perplexity: float = 0.0
-    switches: dict[str, Any] | None = None  # the API's switches (ablate, ablate_mode, mask_off_layers, …)
+    switches: Switched | None = None  # the API's switches (ablate, ablate_mode, mask_off_layers, …)
     switched: tuple[str, ...] = ()  # the switches in words
-    replace: dict[str, Any] | None = None  # position, token_id, token
+    replace: dict[str, Any] | None = None  # position (as the page numbers it: None for the BOS), token_id, token
     compared: str | None = None  # what the "before" run is, in words
     before_mean_loss: float | None = None
     before_perplexity: float | None = None
@@ -172,21 +172,19 @@ class PredictView(View):
     present: bool = False
 
 
-def verdict(
-    doc: dict[str, Any], changed: list[int], unchanged: list[int], t: Any, first: int = 0
-) -> tuple[str, Markup]:
+def verdict(doc: Predicted, changed: list[int], unchanged: list[int], t: Any, first: int = 0) -> tuple[str, Markup]:
     """Which positions changed and which did not (columns; `first`: the column of position 0), and why, in words
     (as text, and as HTML)."""
-    n = len(doc["positions"])
+    n = len(doc.positions)
     same = t("predict.same", positions=position_spans(unchanged, first), tol="1e-5") if unchanged else ""
     moved = t("predict.moved", positions=position_spans(changed, first)) if changed else ""
-    replaced = doc["replace"]
-    off = bool(doc["switches"]["mask_off_layers"])
+    replaced = doc.replace
+    off = bool(doc.switches.mask_off_layers)
     why: tuple[str, Markup] = ("", Markup(""))
     if replaced is not None:
-        r = replaced["position"]
+        r = replaced.position
         if not off and unchanged == list(range(r)) and r > 0:
-            why = with_tokens(t, "predict.why.causal", {"token": replaced["token"]}, r=label(r, first))
+            why = with_tokens(t, "predict.why.causal", {"token": replaced.token}, r=label(r, first))
         elif off and any(c < r for c in changed):
             why = with_tokens(t, "predict.why.leak", {}, r=label(r, first))
         elif not changed:
@@ -202,77 +200,78 @@ def verdict(
     return joined([same, moved, why[0]]), Markup(joined([str(escape(same)), str(escape(moved)), str(why[1])]))
 
 
-def predict_view(doc: dict[str, Any], t: Any, state: ViewState, labels: tuple[str, ...], said: dict[str, Any],
+def predict_view(doc: Predicted, t: Any, state: ViewState, labels: tuple[str, ...], said: dict[str, Any],
                  n_layer: int, first: int = 0) -> PredictView:  # fmt: skip
-    """The View of an /api/v1/predict document (`labels`: the training sequence's own labels, for the targets;
+    """The View of an /api/v1/predict answer (`labels`: the training sequence's own labels, for the targets;
     `first`: the column of the text's position 0, 1 after a BOS). `pos` (-1: the BOS) and the numbers shown count
-    the text's tokens; the document's positions, the sequence's."""
-    rows = doc["positions"]
+    the text's tokens; the answer's positions, the sequence's."""
+    rows = doc.positions
     n = len(rows)
     chosen_pos = state.read(PredictParams).pos
     pos = -1 if chosen_pos is None else index_of("pos", chosen_pos, first, n)
-    compare = doc["before"] is not None
-    replaced = doc["replace"]
+    compare = doc.before is not None
+    replaced = doc.replace
     if pos < 0:  # the position to look at first: where a replaced token enters, the largest change, or the last
         if replaced is not None:
-            pos = replaced["position"]
+            pos = replaced.position
         elif compare:
-            pos = max(range(n), key=lambda i: rows[i]["kl"])
+            pos = max(range(n), key=lambda i: rows[i].kl or 0.0)
         else:
             pos = n - 1
     columns = []
     for i, r in enumerate(rows):
-        b = r.get("before")
-        d = r.get("max_abs_diff")
+        b, d = r.before, r.max_abs_diff
         columns.append(Column(
-            position=number(i, first), input=r["input"], target=labels[i + 1], input_id=r["input_id"],
-            target_id=r["target_id"], scored=r["scored"], p_target=r["p_target"], loss=r["loss"], rank=r["rank"],
+            position=number(i, first), input=r.input, target=labels[i + 1], input_id=r.input_id,
+            target_id=r.target_id, scored=r.scored, p_target=r.p_target, loss=r.loss, rank=r.rank,
             url=state.url(pos=named(i, first)),
-            replaced_from=labels[i] if replaced is not None and replaced["position"] == i else None,
-            before_p=b["p_target"] if b else None, before_loss=b["loss"] if b else None,
-            before_rank=b["rank"] if b else None, kl=r.get("kl"), max_abs_diff=d,
+            replaced_from=labels[i] if replaced is not None and replaced.position == i else None,
+            before_p=b.p_target if b else None, before_loss=b.loss if b else None,
+            before_rank=b.rank if b else None, kl=r.kl, max_abs_diff=d,
             changed=None if d is None else d > SAME,
-            delta_cls=delta_class(d) if d is not None else "", kl_cls=kl_class(r["kl"]) if d is not None else "",
+            delta_cls=delta_class(d) if d is not None else "", kl_cls=kl_class(r.kl or 0.0) if d is not None else "",
         ))  # fmt: skip
     changed = [i for i, c in enumerate(columns) if c.changed]
     unchanged = [i for i, c in enumerate(columns) if c.changed is False]
     r = rows[pos]
-    title, title_html = with_tokens(t, "predict.chosen", {"input": r["input"], "target": labels[pos + 1]},
+    title, title_html = with_tokens(t, "predict.chosen", {"input": r.input, "target": labels[pos + 1]},
                                     i=label(pos, first))  # fmt: skip
     chosen = Chosen(
         number(pos, first),
         title,
-        candidates(r["top"], r["target_id"]),
-        candidates(r["before"]["top"], r["target_id"]) if compare else None,
+        candidates(r.top, r.target_id),
+        candidates(r.before.top, r.target_id) if r.before is not None else None,
         title_html,
     )
     said_verdict = verdict(doc, changed, unchanged, t, first) if compare else (None, None)
     notices = []
-    if said and said["n"] > 1:
-        notices.append(t("predict.replace_text", text=said["text"], n=said["n"], token=replaced["token"]))
+    if said and said["n"] > 1 and replaced is not None:
+        notices.append(t("predict.replace_text", text=said["text"], n=said["n"], token=replaced.token))
     if any(re.search(r"[₁₂₃₄]", label) for label in labels):
         notices.append(t("predict.pieces"))
     if any("⟨" in c.token for c in (*chosen.top, *(chosen.before or ()))):
         notices.append(t("predict.bytes"))
-    before = doc["before"]
+    before = doc.before
     return PredictView(
-        preset=doc["preset"],
+        preset=doc.preset,
         text=state.get("text"),
-        tokens=tuple(doc["tokens"]),
+        tokens=doc.tokens,
         targets=tuple(labels[1:]),
         columns=tuple(columns),
-        loss_from=max(0, doc["loss_from"] - first),
+        loss_from=max(0, doc.loss_from - first),
         first=first,
         n_scored=sum(c.scored for c in columns),
-        mean_loss=doc["mean_loss"],
-        perplexity=doc["perplexity"],
-        switches=doc["switches"],
-        switched=switched_words(doc["switches"], n_layer, t),
-        replace=None if replaced is None else replaced | {"position": number(replaced["position"], first)},
+        mean_loss=doc.mean_loss,
+        perplexity=doc.perplexity,
+        switches=doc.switches,
+        switched=switched_words(doc.switches, n_layer, t),
+        replace=None
+        if replaced is None
+        else dataclasses.asdict(replaced) | {"position": number(replaced.position, first)},
         compared=(t("predict.compared.replace") if replaced is not None else t("predict.compared.switches"))
         if compare else None,
-        before_mean_loss=before["mean_loss"] if before else None,
-        before_perplexity=before["perplexity"] if before else None,
+        before_mean_loss=before.mean_loss if before else None,
+        before_perplexity=before.perplexity if before else None,
         changed=tuple(number(i, first) for i in changed),
         unchanged=tuple(number(i, first) for i in unchanged),
         verdict=said_verdict[0],
@@ -371,15 +370,13 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
     t2, ranking = await ranking_of(rq, lab, key)
     doc = ranking_document(t2, ranking, req.ablate_mode)
     heads = tuple(
-        HeadEffect(h["layer"], h["head"], h["loss"], h["delta"], state.url(ablate=f"{h['layer']}.{h['head']}",
-                                                                         rank=None, replace_at=None, replace_id=None,
-                                                                         replace_token=None, mask_off_layers=None,
-                                                                         drop_sink_layers=None))
-        for h in doc["heads"][:RANKED]
+        HeadEffect(h.layer, h.head, h.loss, h.delta, state.url(ablate=f"{h.layer}.{h.head}", rank=None,
+                                                               replace_at=None, replace_id=None, replace_token=None,
+                                                               mask_off_layers=None, drop_sink_layers=None))
+        for h in doc.heads[:RANKED]
     )  # fmt: skip
     first = bos_first(text.model.bos_id, text.seq)
     title, html = with_tokens(t, "predict.rank.title", {"target": text.labels[pos + 1]}, i=label(pos, first),
-                              n=len(doc["heads"]))  # fmt: skip
-    return Ranking(
-        number(pos, first), text.labels[pos + 1], doc["loss"], req.ablate_mode, len(doc["heads"]), title, heads, html
-    )
+                              n=len(doc.heads))  # fmt: skip
+    return Ranking(number(pos, first), text.labels[pos + 1], doc.loss, req.ablate_mode, len(doc.heads), title, heads,
+                   html)  # fmt: skip

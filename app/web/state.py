@@ -96,7 +96,7 @@ def show(text: str, limit: int = 40) -> str:
 
 # --- The view state: the URL query of a page, normalised once ------------------------------------------------
 
-# Both derived from the request models' field metadata (app/schemas.py `lab_field`): nothing to edit here.
+# Both derived from the request models' field metadata (app/schemas/fields.py `lab_field`): nothing to edit here.
 # Request fields a page never carries in its URL: explicit matrices (POST only), dtype and the output selection.
 NOT_IN_URL = frozenset(n for m in (BlockRequest, DecodeRequest) for n, f in request_fields(m).items() if f.form is None)
 

@@ -5,15 +5,16 @@ block per architecture family.
 model.safetensors.index.json; tokenizer.json) or a llama `.gguf` file, checks it against its config at once, then
 checks it whole (`Model.validate`: bounded dimensions, finite weights copied into memory the process owns, special
 tokens and the tokenizer inside the vocabulary, a finite forward pass through every layer). `registry(paths,
-max_model_mb)` loads the server's models (and the packaged MiniLM and SmolLM2, read on first use): every failure is
-a `ModelError`, one line naming the file, the field and what is supported, raised at start-up.
+max_model_mb, packaged)` loads the server's models (beside the packaged MiniLM and SmolLM2 that
+`engine.pretrained.installed()` finds, read on first use): every failure is a `ModelError`, one line naming the
+file, the field and what is supported, raised at start-up.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .config import (
@@ -116,23 +117,17 @@ def parse_entries(value: str | None) -> list[tuple[str, str | None]]:
 
 
 def registry(
-    paths: Iterable[tuple[str | Path, str | None]], max_model_mb: float | None = None, packaged: bool = False
+    paths: Iterable[tuple[str | Path, str | None]],
+    max_model_mb: float | None = None,
+    packaged: Mapping[str, Model] | None = None,
 ) -> dict[str, Model]:
-    """The server's models by preset name: the packaged ones (when asked and installed), then each (path, name);
-    a model whose float32 weights exceed `max_model_mb` is refused with its size, a name given twice too."""
+    """The server's models by preset name: the `packaged` ones (engine.pretrained.installed()), then each (path,
+    name); a model whose float32 weights exceed `max_model_mb` is refused with its size, a name given twice too."""
     out: dict[str, Model] = {}
-    if packaged:
-        from ..pretrained import MiniLM, SmolLM2
-
-        for name, finder in (("minilm", MiniLM.find), ("smollm2", SmolLM2.find)):
-            try:
-                model = finder()
-            except ImportError:  # e.g. gguf missing
-                model = None
-            if model is not None:
-                if max_model_mb is not None and model.nbytes > max_model_mb * 2**20:
-                    raise too_large(model, max_model_mb)
-                out[name] = model
+    for name, model in (packaged or {}).items():
+        if max_model_mb is not None and model.nbytes > max_model_mb * 2**20:
+            raise too_large(model, max_model_mb)
+        out[name] = model
     for path, given in paths:
         model = load(path, given, max_model_mb)
         if model.name in out and out[model.name].path != model.path:

@@ -1,4 +1,4 @@
-"""One field list (#21): a request field declared once, with its metadata, in app/schemas.py's request model, reaches
+"""One field list (#21): a request field declared once, with its metadata, in its request model (app/schemas/), reaches
 the GET parser, the form, the URL state, the CLI and `Spec.summary` with no other edit; one error type.
 
 The engine owns its vocabularies (#31): the mask kinds, each kind's parameters and every choice are written once in
@@ -23,6 +23,7 @@ from app.schemas import (
     lab_field,
     query_parameters,
     request_fields,
+    request_models,
 )
 from app.settings import LIMIT_SETTINGS, Settings
 from app.web.state import DEPENDS, NOT_IN_URL, url_fields
@@ -44,6 +45,12 @@ from engine.spec import (
 from engine.tracing import compute
 
 
+def put_request_model(monkeypatch: pytest.MonkeyPatch, model: type[AttentionRequest]) -> None:
+    """The request model replaced where it is read: app.schemas (the form, the CLI) and its own module (to_spec)."""
+    monkeypatch.setattr(schemas, "AttentionRequest", model)
+    monkeypatch.setattr(request_models, "AttentionRequest", model)
+
+
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> type[AttentionRequest]:
     """A new request field, `temperature`, added as the issue's three edits would: the field with its metadata in
@@ -62,7 +69,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> type[AttentionRequest]:
             ),
         ),
     )
-    monkeypatch.setattr(schemas, "AttentionRequest", fake_model)
+    put_request_model(monkeypatch, fake_model)
     fake_spec = make_dataclass("FakeSpec", [("temperature", float, 1.0)], bases=(Spec,), frozen=True)
 
     def make(*, temperature: float | None = None, **kw: object) -> Spec:
@@ -70,7 +77,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> type[AttentionRequest]:
         kept = {f.name: getattr(spec, f.name) for f in fields(Spec)}
         return fake_spec(**kept, temperature=1.0 if temperature is None else temperature)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(schemas, "make_spec", make)
+    monkeypatch.setattr(request_models, "make_spec", make)
     return fake_model  # type: ignore[no-any-return]
 
 
@@ -197,13 +204,13 @@ def mask_param(monkeypatch: pytest.MonkeyPatch) -> type[AttentionRequest]:
     # 2. engine/spec.py: the Spec field that keeps it (a subclass put in its place).
     fake_spec = make_dataclass("FakeSpec", [("sinks", int, 0)], bases=(Spec,), frozen=True)
     monkeypatch.setattr(engine_spec, "Spec", fake_spec)
-    # 3. app/schemas.py: the request field, with no metadata (which mask it goes with is the engine's).
+    # 3. app/schemas/request_models.py: the request field, with no metadata (which mask it goes with is the engine's).
     fake_model = create_model(
         "AttentionRequest",
         __base__=AttentionRequest,
         sinks=(int | None, Field(None, ge=0, description="mask=sliding_window: the first tokens, always read.")),
     )
-    monkeypatch.setattr(schemas, "AttentionRequest", fake_model)
+    put_request_model(monkeypatch, fake_model)
     # 4. engine/reference.py: the independent definition the trace's check compares against.
     real = reference.readable
 

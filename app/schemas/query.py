@@ -1,0 +1,127 @@
+"""A request's fields as a GET query: `from_query` turns query text into the body a POST would carry (lists
+repeated or comma-separated, matrices as JSON text, numbers as ASCII numerals), and `query_parameters` describes
+the same fields as a GET route's OpenAPI query parameters, with the bounds the body model enforces."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from .fields import FieldError, request_fields
+from .request_models import AttentionRequest, BlockRequest, DecodeRequest, TilesRequest
+
+
+def _union(kind: str) -> tuple[str, ...]:
+    """The names of one kind across every request model here (for rules that see only a query's names)."""
+    names: dict[str, None] = {}
+    for model in (AttentionRequest, BlockRequest, TilesRequest, DecodeRequest):
+        names |= {n: None for n, f in request_fields(model).items() if f.kind == kind}
+    return tuple(names)
+
+
+LIST_FIELDS = _union("list")  # repeatable query parameters: pad_positions, segment_ids, token_ids, stages, heads
+
+
+# Numbers as query text may write them: ASCII digits only (int() and float() would also take "²", "٣" or "1_1").
+ASCII_INT = re.compile(r"-?[0-9]{1,30}")
+ASCII_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1,4})?")
+
+
+BOOLEANS = {"true": True, "1": True, "on": True, "false": False, "0": False, "off": False}
+
+
+def _query_value(text: str, kind: str | None) -> Any:
+    """Query text as the JSON value a POST would carry: plain ASCII numerals become numbers; anything else stays
+    text, for the strict model to refuse with a message naming the field."""
+    if kind == "integer" and ASCII_INT.fullmatch(text):
+        return int(text)
+    if kind == "number" and ASCII_NUMBER.fullmatch(text):
+        return float(text)
+    if kind == "boolean" and text.lower() in BOOLEANS:
+        return BOOLEANS[text.lower()]
+    return text
+
+
+def from_query(
+    params: Mapping[str, Any], getlist: Any = None, model: type[BaseModel] = AttentionRequest
+) -> dict[str, Any]:
+    """Turn query parameters into the body a POST would carry. Unknown parameters (the page's own `stage`,
+    `head`, `lang`) are left out, so a lab URL works unchanged as its JSON twin."""
+    out: dict[str, Any] = {}
+    for name, field in request_fields(model).items():
+        if name not in params:
+            continue
+        if field.kind == "list":
+            values = getlist(name) if getlist else [params[name]]
+            items = [part.strip() for v in values for part in str(v).replace(" ", ",").split(",")]
+            out[name] = [_query_value(i, field.item) for i in items if i]
+        elif field.kind == "json":
+            text = params[name]
+            if text == "":
+                continue  # an empty field means "not given", as for every other field
+            try:
+                out[name] = json.loads(text)
+            except (ValueError, RecursionError):  # malformed, or nested deeper than any matrix
+                raise FieldError(name, "must be JSON text, e.g. [[1, 0], [0, 1]]") from None
+        else:
+            value = params[name]
+            if value != "" or name == "tokens":  # an empty form field means "the default"
+                out[name] = _query_value(value, field.item)
+    return out
+
+
+INT_OR_EMPTY: dict[str, Any] = {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 0}]}
+
+
+def int_or_empty(minimum: int | None = None, maximum: int | None = None) -> dict[str, Any]:
+    """A query integer's schema with the bounds its parser enforces (or empty: the default)."""
+    bounds = {k: v for k, v in (("minimum", minimum), ("maximum", maximum)) if v is not None}
+    return {"anyOf": [{"type": "integer", **bounds}, INT_OR_EMPTY["anyOf"][1]]}
+
+
+NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _bounds(prop: dict[str, Any]) -> dict[str, Any]:
+    """The constraints (minimum, maxLength, …) of a property's non-null option, from pydantic's JSON schema."""
+    out: dict[str, Any] = {}
+    for option in prop.get("anyOf", [prop]):
+        if option.get("type") != "null":
+            out |= {k: v for k, v in option.items() if k in (*NUMBER_BOUNDS, "maxLength", "minLength")}
+    return out
+
+
+def _pick(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: d[k] for k in keys if k in d}
+
+
+def query_parameters(model: type[BaseModel], extra: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """OpenAPI descriptions of a GET route's query parameters, derived from the POST body model, so /docs and
+    API fuzzers know the GET twin's fields: lists are comma-separated, matrices JSON text."""
+    params = []
+    props = model.model_json_schema()["properties"]
+    for name, field in request_fields(model).items():
+        schema: dict[str, Any] = {"type": "string"}
+        note = field.description
+        bounds = _bounds(props[name])
+        if field.kind == "list":
+            note = (note + " Comma-separated.").strip()
+        elif field.kind == "json":
+            note = (note + " JSON text, e.g. [[1, 0], [0, 1]].").strip()
+        elif field.choices:  # an empty value (a form's untouched field) means the default
+            schema = {"type": "string", "enum": [*field.choices, ""]}
+        elif field.kind == "integer":  # the body field's bounds: d_model=0 is as invalid here as in a POST
+            b = _pick(bounds, NUMBER_BOUNDS)
+            schema = {"anyOf": [{"type": "integer", **b}, INT_OR_EMPTY["anyOf"][1]]} if b else INT_OR_EMPTY
+        elif field.item == "boolean":
+            schema = {"type": "string", "enum": [*BOOLEANS, ""]}
+        elif field.kind == "text" and "maxLength" in bounds:
+            schema = {"type": "string", "maxLength": bounds["maxLength"]}
+        params.append({"name": name, "in": "query", "required": False, "schema": schema, "description": note})
+    for name, schema in (extra or {}).items():
+        params.append({"name": name, "in": "query", "required": False, "schema": schema})
+    return params

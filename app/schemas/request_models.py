@@ -1,0 +1,345 @@
+"""The attention API's request models (a trace, a block, tiles, a decode) and the one path from a request to an
+engine Spec: pydantic checks types and static ranges; `to_spec` hands every field by name to the engine's `make_*`,
+which check every rule between fields and against the server's configured limits, raising `SpecError`
+(`FieldError`) naming the field. The choices (`mask`, `positions`, `scale`, …) are Literal types made from
+engine/spec.py's tuples."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from engine.spec import DTYPES, MASKS, PAIRINGS, POSITIONS, SCALES, STAGES, Limits, Spec, make_decode_spec, make_spec
+
+from .fields import FieldError, lab_field, mask_parameters, request_fields
+
+if TYPE_CHECKING:  # engine.block imports torch: the CLI's --help builds its options from these models without it
+    from engine.block import BlockSpec
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Row = Annotated[list[Finite], Field(max_length=4096)]
+MatrixIn = Annotated[list[Row], Field(max_length=4096)]
+
+# The engine's choices as Literal types (pydantic's check, /openapi.json's enum, the form's <select>); mypy, which
+# cannot read a Literal made from a tuple, sees the strings they are.
+if TYPE_CHECKING:
+    MaskKind: TypeAlias = str
+    PositionsKind: TypeAlias = str
+    Pairing: TypeAlias = str
+    Scale: TypeAlias = str
+    DType: TypeAlias = str
+    StageKey: TypeAlias = str
+else:
+    MaskKind, PositionsKind, Pairing, Scale, DType, StageKey = (
+        Literal[values] for values in (MASKS, POSITIONS, PAIRINGS, SCALES, DTYPES, STAGES)
+    )
+
+
+def _has_bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return True
+    return isinstance(v, list) and any(_has_bool(x) for x in v)
+
+
+def _has_surrogate(v: Any) -> bool:
+    """A lone UTF-16 surrogate (JSON's "\\ud800") is not text: it cannot be hashed, tokenized or sent back."""
+    if isinstance(v, str):
+        return any("\ud800" <= ch <= "\udfff" for ch in v)
+    return isinstance(v, list) and any(_has_surrogate(x) for x in v)
+
+
+EXPLICIT = lab_field(form=None, kind="json", limit="max_explicit_d_model")  # explicit weights: POST-sized, JSON text
+OUTPUT = lab_field(form=None, output=True)  # what to return, not what to compute
+
+
+class AttentionRequest(BaseModel):
+    """One attention trace. Every field is optional; the preset fills the rest.
+
+    Strict: a JSON body's numbers are numbers ("seed": "1" and strings inside `x` are refused, as booleans are);
+    the GET twin's query text is turned into numbers by `from_query` before validation.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=mask_parameters)
+
+    tokens: list[str] | str | None = Field(
+        None,
+        description="The sequence: a list of tokens, or one string split on whitespace.",
+        examples=["猫 坐 在 垫子 上"],
+        json_schema_extra=lab_field(form="sequence", only="builtin", limit="max_tokens"),
+    )
+    preset: str = Field(
+        "toy",
+        max_length=64,
+        description="toy (d_model 4, 1 head), gpt2-small (768, 12 heads), or a pretrained model this server loaded "
+        "(GET /api/v1/presets lists them, e.g. checkpoint)",
+        json_schema_extra=lab_field(form="main"),
+    )
+    text: str | None = Field(
+        None,
+        description="Pretrained models: text for the model's own tokenizer.",
+        json_schema_extra=lab_field(form="sequence", only="pretrained"),
+    )
+    token_ids: list[int] | None = Field(
+        None,
+        max_length=4096,
+        description="Pretrained models: token ids.",
+        json_schema_extra=lab_field(form="sequence", only="pretrained"),
+    )
+    layer: int | None = Field(
+        None,
+        ge=0,
+        description="Pretrained models: the layer (block) to trace, from 0.",
+        json_schema_extra=lab_field(form="sequence", only="pretrained"),
+    )
+    d_model: int | None = Field(
+        None,
+        ge=1,
+        description="Width; defaults to the preset's.",
+        json_schema_extra=lab_field(form="main", only="builtin", limit="max_d_model"),
+    )
+    n_heads: int | None = Field(
+        None,
+        ge=1,
+        description="Heads; d_model must be divisible by it.",
+        json_schema_extra=lab_field(form="main", only="builtin", limit="max_heads"),
+    )
+    mask: MaskKind | None = Field(
+        None,
+        description="Default: causal (the chapter's GPT lab), none with kv_tokens, or a pretrained model's own.",
+        json_schema_extra=lab_field(form="main"),
+    )
+    window: int | None = Field(
+        None,
+        ge=1,
+        description="mask=sliding_window: tokens a query reads back, itself included.",
+        json_schema_extra=lab_field(limit="max_tokens"),
+    )
+    prefix: int | None = Field(
+        None,
+        ge=0,
+        description="mask=prefix_lm: the first `prefix` tokens are read both ways.",
+        json_schema_extra=lab_field(),
+    )
+    mask_matrix: (
+        Annotated[list[Annotated[list[Literal[0, 1]], Field(max_length=1024)]], Field(max_length=1024)] | None
+    ) = Field(
+        None,
+        description="mask=custom: N × N_kv of 1 (may read) and 0 (may not).",
+        json_schema_extra=lab_field(form="hidden"),
+    )
+    positions: PositionsKind | None = Field(
+        None,
+        description="none, sinusoidal or learned (added to x), or rope (rotates q and k).",
+        json_schema_extra=lab_field(only="builtin"),
+    )
+    rope_base: float | None = Field(
+        None,
+        gt=1,
+        le=1e9,
+        allow_inf_nan=False,
+        description="RoPE: θ_i = base^(−2i/d_k).",
+        json_schema_extra=lab_field(depends=("positions", "rope"), only="builtin"),
+    )
+    rope_pairing: Pairing | None = Field(
+        None,
+        description="RoPE pairs (2i, 2i+1) as the paper, or (i, i + d_k/2) as Hugging Face's LLaMA.",
+        json_schema_extra=lab_field(depends=("positions", "rope"), only="builtin"),
+    )
+    n_ctx: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="positions=learned: rows of the table.",
+        json_schema_extra=lab_field(depends=("positions", "learned"), only="builtin"),
+    )
+    n_kv_heads: int | None = Field(
+        None,
+        ge=1,
+        description="GQA/MQA: K/V heads shared by groups of query heads.",
+        json_schema_extra=lab_field(only="builtin", limit="max_heads"),
+    )
+    kv_tokens: list[str] | str | None = Field(
+        None,
+        description="Cross-attention: the sequence K and V come from (Q comes from `tokens`).",
+        json_schema_extra=lab_field(only="builtin", limit="max_tokens"),
+    )
+    pad_positions: list[int] = Field(
+        default_factory=list,
+        description="0-based key positions never attended to.",
+        json_schema_extra=lab_field(),
+    )
+    segment_ids: list[int] = Field(
+        default_factory=list,
+        description="mask=document: one id per token; a token sees its own document, causally.",
+        json_schema_extra=lab_field(),
+    )
+    scale: Scale = Field(
+        "sqrt_dk", description="Divide QKᵀ by √d_k, 1 or d_k.", json_schema_extra=lab_field(form="main")
+    )
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**63 - 1,
+        description="Seeds the generated x and weights.",
+        json_schema_extra=lab_field(form="main"),
+    )
+    dtype: DType = Field("float32", description="Half precision needs CUDA.", json_schema_extra=lab_field(form=None))
+    x: MatrixIn | None = Field(
+        None,
+        description="Explicit input (N, d_model) instead of seeded embeddings.",
+        json_schema_extra=EXPLICIT,
+    )
+    w_q: MatrixIn | None = Field(
+        None,
+        description="Explicit (d_model, d_model); Q = X W_Q + b_Q.",
+        json_schema_extra=EXPLICIT,
+    )
+    w_k: MatrixIn | None = Field(
+        None, description="Explicit (d_model, d_kv); K = X W_K + b_K.", json_schema_extra=EXPLICIT
+    )
+    w_v: MatrixIn | None = Field(
+        None, description="Explicit (d_model, d_kv); V = X W_V + b_V.", json_schema_extra=EXPLICIT
+    )
+    w_o: MatrixIn | None = Field(
+        None, description="Explicit (d_model, d_model); output = concat(heads) W_O + b_O.", json_schema_extra=EXPLICIT
+    )
+    b_q: Row | None = Field(None, description="Explicit (d_model,) bias of Q.", json_schema_extra=EXPLICIT)
+    b_k: Row | None = Field(None, description="Explicit (d_kv,) bias of K.", json_schema_extra=EXPLICIT)
+    b_v: Row | None = Field(None, description="Explicit (d_kv,) bias of V.", json_schema_extra=EXPLICIT)
+    b_o: Row | None = Field(None, description="Explicit (d_model,) bias of the output.", json_schema_extra=EXPLICIT)
+    stages: list[StageKey] | None = Field(
+        None, description="Stages to return; all when omitted.", json_schema_extra=OUTPUT
+    )
+    heads: list[int] | None = Field(
+        None, description="Heads to return (0-based); all when omitted.", json_schema_extra=OUTPUT
+    )
+    decimals: int | None = Field(None, ge=0, le=8, description="Round every returned number.", json_schema_extra=OUTPUT)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans(cls, v: Any) -> Any:
+        """JSON true is not the number 1: pydantic's lax ints and floats would take it, this API does not."""
+        if _has_bool(v):
+            raise ValueError("booleans are not numbers here; give a number")
+        if _has_surrogate(v):
+            raise ValueError("contains a lone UTF-16 surrogate (e.g. \\ud800), which is not text")
+        return v
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _tokens_shape(cls, v: Any) -> Any:
+        if v is None or isinstance(v, str):
+            return v
+        if isinstance(v, list) and all(isinstance(t, str) for t in v):
+            return v
+        raise ValueError("must be a list of strings or one space-separated string")
+
+    @field_validator("heads")
+    @classmethod
+    def _heads_non_negative(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(h < 0 for h in v):
+            raise ValueError("head indices are 0-based and non-negative")
+        return v
+
+    def engine_fields(self, base: type[BaseModel] | None = None) -> dict[str, Any]:
+        """The fields the engine takes, by name: every field of `base` (default: this request's class) but the
+        output selection. A new field is declared here and in the engine's `make_*`, nowhere between."""
+        fields = request_fields(base or type(self))
+        return {name: getattr(self, name) for name, f in fields.items() if not f.output}
+
+    def to_spec(self, limits: Limits, device: str, models: Mapping[str, Any] | None = None) -> Spec:
+        """The engine's Spec: the attention fields go to `make_spec`, which checks every rule between them."""
+        return make_spec(**self.engine_fields(AttentionRequest), models=models, device=device, limits=limits)
+
+    def view(self, spec: Spec) -> Selection:
+        """Which stages and heads to return; heads out of range are the request's error."""
+        heads = tuple(range(spec.n_heads)) if self.heads is None else tuple(dict.fromkeys(self.heads))
+        for h in heads:
+            if h >= spec.n_heads:
+                raise FieldError("heads", f"head {h} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+        stages = STAGES if self.stages is None else tuple(s for s in STAGES if s in self.stages)
+        return Selection(stages=stages, heads=heads, decimals=self.decimals)
+
+
+BlockStageKey = Literal[
+    "ln1", "projection", "scores", "mask", "softmax", "weighted_sum", "residual1", "ln2", "ffn_hidden", "ffn_out",
+    "output",
+]  # fmt: skip
+
+
+class BlockRequest(AttentionRequest):
+    """A whole decoder block: the attention fields, plus the norm, the FFN and where the norms sit."""
+
+    norm: Literal["layernorm", "rmsnorm"] | None = Field(None, description="Default layernorm, or the model's.")
+    ffn: Literal["gelu", "swiglu"] | None = Field(
+        None, description="gelu: d → d_ff → d (GPT-2, the default); swiglu: gate, up, down"
+    )
+    d_ff: int | None = Field(None, ge=1, description="FFN width; 4·d_model when omitted")
+    placement: Literal["pre", "post"] | None = Field(
+        None, description="pre: GPT-2's Pre-LN (the default); post: the 2017 Post-LN"
+    )
+    gelu: Literal["tanh", "exact"] | None = Field(
+        None, description="GPT-2's tanh approximation (the default), or the erf form"
+    )
+    stages: list[BlockStageKey] | None = Field(  # type: ignore[assignment]
+        None, description="Stages to return; all when omitted.", json_schema_extra=OUTPUT
+    )
+
+    def to_block_spec(self, limits: Limits, device: str, models: Mapping[str, Any] | None = None) -> BlockSpec:
+        """The attention Spec, then the block's own fields (by name) to `make_block_spec`, which checks them
+        against each other and against a pretrained model's fixed block."""
+        from engine.block import make_block_spec
+
+        attn = self.to_spec(limits, device, models)
+        model = (models or {}).get(attn.preset)
+        own = {k: v for k, v in self.engine_fields().items() if k not in AttentionRequest.model_fields}
+        return make_block_spec(
+            attn,
+            **own,
+            model=model.info if model is not None else None,
+            max_d_ff=4 * limits.max_d_model,
+            memory_budget_bytes=limits.memory_budget_bytes,
+        )
+
+    def block_view(self, spec: BlockSpec) -> Selection:
+        view = self.view(spec.attn)
+        stages = spec.order if self.stages is None else tuple(s for s in spec.order if s in self.stages)
+        return Selection(stages=stages, heads=view.heads, decimals=view.decimals)
+
+
+class TilesRequest(AttentionRequest):
+    """An attention trace, then FlashAttention's schedule for one head over blocks of queries and keys."""
+
+    block_q: int = Field(2, ge=1, le=1024, description="Queries per block (FlashAttention's B_r).")
+    block_k: int = Field(2, ge=1, le=1024, description="Keys per block (FlashAttention's B_c).")
+    head: int = Field(0, ge=0, description="The head whose schedule is returned (0-based).")
+
+    def to_tiles_spec(self, limits: Limits, device: str, models: Mapping[str, Any] | None = None) -> Spec:
+        spec = self.to_spec(limits, device, models)
+        if self.head >= spec.n_heads:
+            raise FieldError("head", f"head {self.head} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+        return spec
+
+
+class DecodeRequest(AttentionRequest):
+    """Prefill the first `prefill` tokens, then decode the rest one at a time against the KV cache."""
+
+    prefill: int = Field(1, ge=1, description="Tokens processed at once before the first decode step.")
+    stages: None = Field(None, description="Not used: a decode answer has its own shape.", json_schema_extra=OUTPUT)
+
+    def to_decode_spec(self, limits: Limits, device: str, max_tokens: int) -> tuple[Spec, int]:
+        """`make_decode_spec` checks the decode's rules (causal or none, self-attention, its length, the prefill)."""
+        if self.heads is not None:
+            raise FieldError("heads", "a decode answer holds every head; leave heads out")
+        return make_decode_spec(**self.engine_fields(), max_tokens=max_tokens, device=device, limits=limits)
+
+
+class Selection(BaseModel):
+    """The output selection of an answer: which stages and heads it holds, and its rounding (not a page's View)."""
+
+    model_config = ConfigDict(frozen=True)
+    stages: tuple[str, ...]
+    heads: tuple[int, ...]
+    decimals: int | None = None

@@ -1,0 +1,58 @@
+"""The API's answer models, for /openapi.json and /docs (the routes serialise with orjson directly): every 4xx
+answer's `Problem`, and an attention trace's JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .request_models import StageKey
+
+
+class ProblemItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """Every 4xx answer: a one-line message and the field-level details."""
+
+    message: str
+    detail: list[ProblemItem]
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    413: {"model": Problem, "description": "Too large: the body, or the answer (select heads/stages, or use .npz)"},
+    414: {"model": Problem, "description": "The query is over the URL limit: send large inputs as a POST body"},
+    422: {"model": Problem, "description": "A field is invalid; `message` and `detail[].loc` name it"},
+}
+
+
+# Response models: they describe the JSON for /docs; the routes serialise with orjson directly.
+Nested = list[Any]
+
+
+class StageOut(BaseModel):
+    index: int = Field(description="1..5, the stage's place in the computation")
+    key: StageKey
+    tensors: dict[str, Nested] = Field(
+        description="Tensors by name. (H, …) tensors hold the selected heads in order. A masked entry (−∞) is null."
+    )
+
+
+class ChecksOut(BaseModel):
+    max_abs_diff_vs_sdpa: float = Field(
+        description="Largest |stage 5 heads − torch scaled_dot_product_attention| on the same Q, K, V, with SDPA's "
+        "own is_causal or a boolean mask rebuilt from the request by separate code, and SDPA's default scale for "
+        "sqrt_dk; rows with no readable key must be zero"
+    )
+    rows_sum_to_one: bool
+
+
+class AttentionResponse(BaseModel):
+    spec: dict[str, Any] = Field(description="The normalised request, with d_k, n_tokens, device and dtype")
+    tokens: list[str]
+    stages: list[StageOut]
+    checks: ChecksOut
