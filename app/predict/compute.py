@@ -4,6 +4,7 @@ one prediction (/api/v1/head_ranking). The engine is engine/predict.py."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from engine import predict as P
@@ -193,6 +194,49 @@ def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> dict[str, Any]:
 # -- /api/v1/head_ranking ----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class RankCost:
+    """What a ranking will cost, stated before it starts: every head (`heads`, L × H) knocked out in turn over the
+    `tokens` up to the position, each knocked-out head's copy run from its layer up — `per_token` token-layer passes
+    for each token (L + H·L(L+1)/2), `total` in all, against this server's `limit` (MAX_RANK_COST)."""
+
+    tokens: int
+    heads: int
+    per_token: int
+    total: int
+    limit: int
+
+    @property
+    def allowed(self) -> bool:
+        return self.total <= self.limit
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens a ranking on this model may cover under the limit."""
+        return self.limit // self.per_token
+
+
+def rank_cost(model: Model, tokens: int, limit: int) -> RankCost:
+    a = model.arch
+    return RankCost(tokens, a.n_layer * a.n_heads, P.rank_cost(a, 1), P.rank_cost(a, tokens), limit)
+
+
+def check_rank_cost(cost: RankCost, field: str) -> None:
+    """A ranking over the limit is refused before it starts, naming the field that sets its length."""
+    if cost.allowed:
+        return
+    fits = (f"rank at position {cost.max_tokens - 1} or earlier" if cost.max_tokens >= 2
+            else "this model's heads cannot be ranked under it")  # fmt: skip
+    raise FieldError(field, f"ranking {cost.heads:,} heads over {cost.tokens:,} tokens costs {cost.total:,} "
+                     f"token-layer passes ({cost.per_token:,} a token), over this server's limit of {cost.limit:,} "
+                     f"(MAX_RANK_COST): {fits}")  # fmt: skip
+
+
+def cost_document(cost: RankCost) -> dict[str, int]:
+    return {"tokens": cost.tokens, "heads": cost.heads, "per_token": cost.per_token, "total": cost.total,
+            "limit": cost.limit}  # fmt: skip
+
+
 async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> tuple[Text, P.Ranking]:
     t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_rank_tokens, False)
     n = len(t.seq)
@@ -204,6 +248,8 @@ async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> tuple[Text,
     target = t.seq[position + 1] if req.target_id is None else req.target_id
     if target >= t.model.arch.vocab:
         raise FieldError("target_id", f"{t.model.name}'s vocabulary has ids 0..{t.model.arch.vocab - 1}")
+    field = "position" if req.position is not None else "token_ids" if req.token_ids is not None else "text"
+    check_rank_cost(rank_cost(t.model, position + 1, lab.settings.max_rank_cost), field)
     compute_key = (req.preset, t.seq[: position + 1], position, target, req.ablate_mode)
     a = t.model.arch
 
@@ -215,7 +261,7 @@ async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> tuple[Text,
     return t, ranking
 
 
-def ranking_document(t: Text, r: P.Ranking, mode: str) -> dict[str, Any]:
+def ranking_document(t: Text, r: P.Ranking, mode: str, limit: int) -> dict[str, Any]:
     ids, labels = list(t.seq), list(t.labels)
     return {
         "preset": t.preset,
@@ -226,4 +272,5 @@ def ranking_document(t: Text, r: P.Ranking, mode: str) -> dict[str, Any]:
         "ablate_mode": mode,
         "loss": r.loss,
         "heads": [{"layer": i, "head": h, "loss": loss, "delta": loss - r.loss} for i, h, loss in r.heads],
+        "cost": cost_document(rank_cost(t.model, r.position + 1, limit)),
     }

@@ -24,7 +24,16 @@ from ..schemas import FieldError
 from ..web.page import serve
 from ..web.state import ViewState, within
 from ..web.view import HIDDEN, View
-from .compute import pair_of, predict_document, predict_of, ranking_document, ranking_of
+from .compute import (
+    RankCost,
+    cost_document,
+    pair_of,
+    predict_document,
+    predict_of,
+    rank_cost,
+    ranking_document,
+    ranking_of,
+)
 from .request import LENS_KEYS, PREDICT_KEYS, PredictParams, PredictRequest, RankRequest, api_url, read_page, state_of
 from .shown import SAME, Candidate, candidates, delta_class, kl_class, spans, switched_words, twin, with_tokens
 
@@ -143,6 +152,10 @@ class PredictView(View):
     chosen: Chosen | None = None
     ranking: Ranking | None = None
     ranking_error: str | None = None
+    # The ranking's expected cost at `pos`, stated before it is asked for (the API's `cost`: tokens, heads,
+    # per_token, total, limit), and in words; over the limit the page offers no ranking.
+    rank_cost: dict[str, int] | None = None
+    rank_cost_text: str = ""
     second: SecondPrompt | None = None  # two prompts side by side (`compare_text`)
     # Links.
     json_url: str = ""  # the API's answer for this view
@@ -281,6 +294,9 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
         "present_url": state.url(present=None if state.present else "1"),
         "present": state.present,
     }
+    cost = rank_cost(text.model, view.pos + 1, lab.settings.max_rank_cost)
+    extra["rank_cost"] = cost_document(cost)
+    extra["rank_cost_text"] = cost_words(cost, view.pos, t)
     p = state.read(PredictParams)
     if p.compare_text:
         extra["second"] = await second_prompt(req, state, lab, key, t)
@@ -333,13 +349,24 @@ def lens_link(state: ViewState) -> str:
     return "/lens?" + urlencode(params) if params else "/lens"
 
 
+def cost_words(cost: RankCost, pos: int, t: Any) -> str:
+    """The ranking's cost in words, before it starts: what it runs, and how that stands against the limit."""
+    n = {"heads": f"{cost.heads:,}", "n": f"{cost.tokens:,}", "i": pos, "per": f"{cost.per_token:,}",
+         "total": f"{cost.total:,}", "limit": f"{cost.limit:,}"}  # fmt: skip
+    if cost.allowed:
+        return t("predict.rank.cost", **n)
+    if cost.max_tokens < 2:
+        return t("predict.rank.unrankable", **n)
+    return t("predict.rank.too_costly", **n, last=cost.max_tokens - 1)
+
+
 async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, state: ViewState, t: Any) -> Ranking:
     """Every head ranked by its effect on the chosen prediction: the text as written, no switches."""
     target = text.seq[pos + 1]
     rq = RankRequest(preset=req.preset, text=req.text, token_ids=req.token_ids, bos=req.bos, position=pos,
                      target_id=target, ablate_mode=req.ablate_mode)  # fmt: skip
     t2, ranking = await ranking_of(rq, lab, key)
-    doc = ranking_document(t2, ranking, req.ablate_mode)
+    doc = ranking_document(t2, ranking, req.ablate_mode, lab.settings.max_rank_cost)
     heads = tuple(
         HeadEffect(h["layer"], h["head"], h["loss"], h["delta"], state.url(ablate=f"{h['layer']}.{h['head']}",
                                                                          rank=None, replace_at=None, replace_id=None,
