@@ -296,7 +296,6 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
     }
     cost = rank_cost(text.model, view.pos + 1, lab.settings.max_rank_cost)
     extra["rank_cost"] = cost_document(cost)
-    extra["rank_cost_text"] = cost_words(cost, view.pos, t)
     p = state.read(PredictParams)
     if p.compare_text:
         extra["second"] = await second_prompt(req, state, lab, key, t)
@@ -306,6 +305,7 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
             extra["ranking"] = await rank(req, text, view.pos, lab, key, state, t)
         except FieldError as e:
             extra["ranking_error"] = t("error.field", field=e.field, message=e.message)
+    extra["rank_cost_text"] = cost_words(cost, view.pos, t, done=extra.get("ranking") is not None)
     return dataclasses.replace(view, **extra)
 
 
@@ -349,12 +349,13 @@ def lens_link(state: ViewState) -> str:
     return "/lens?" + urlencode(params) if params else "/lens"
 
 
-def cost_words(cost: RankCost, pos: int, t: Any) -> str:
-    """The ranking's cost in words, before it starts: what it runs, and how that stands against the limit."""
+def cost_words(cost: RankCost, pos: int, t: Any, done: bool = False) -> str:
+    """The ranking's cost in words, before it starts (or under it, once `done`): what it runs, and how that stands
+    against the limit."""
     n = {"heads": f"{cost.heads:,}", "n": f"{cost.tokens:,}", "i": pos, "per": f"{cost.per_token:,}",
          "total": f"{cost.total:,}", "limit": f"{cost.limit:,}"}  # fmt: skip
     if cost.allowed:
-        return t("predict.rank.cost", **n)
+        return t("predict.rank.cost_done" if done else "predict.rank.cost", **n)
     if cost.max_tokens < 2:
         return t("predict.rank.unrankable", **n)
     return t("predict.rank.too_costly", **n, last=cost.max_tokens - 1)

@@ -351,7 +351,8 @@ def test_the_rankings_cost_is_stated_before_it_starts_in_the_answer_and_on_the_p
         assert words in said and f"{limit:,}" in said and "MAX_RANK_COST" in said, said
         assert shown.select_one("[data-rank]") is not None
     ranked = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1")
-    assert f"{(pos + 1) * PER_TOKEN} in all" in ranked.select_one("#ranking [data-rank-cost]").get_text()
+    said = ranked.select_one("#ranking [data-rank-cost]").get_text()
+    assert f"{(pos + 1) * PER_TOKEN} in all" in said and said.startswith("What it cost, stated before it started")
 
 
 def test_a_ranking_over_its_cost_cap_is_refused_naming_the_field_and_the_cap(tiny_path: Any) -> None:
