@@ -38,6 +38,8 @@ class Settings(LimitSettings):
     max_new_tokens: int = Field(64, ge=1)  # /api/v1/generate: tokens generated per request
     max_predict_tokens: int = Field(1024, ge=1)  # /api/v1/predict and /api/v1/logit_lens: input tokens
     max_rank_tokens: int = Field(256, ge=1)  # /api/v1/head_ranking: one forward pass per head, up to the position
+    # /api/v1/head_ranking's expected cost, stated before it starts: token-layer passes, tokens × (L + H·L(L+1)/2)
+    max_rank_cost: int = Field(1_100_000, ge=1)  # (SmolLM2: 4,215 a token, its 256 tokens fit)
     max_roles_tokens: int = Field(256, ge=1)  # /api/v1/head_roles: tokens of the text
     max_probe_n: int = Field(128, ge=2)  # /api/v1/head_roles: random tokens in each copy of the induction probe
     max_prune_tokens: int = Field(64, ge=1)  # /api/v1/prune: input tokens (two forward passes per head)

@@ -437,6 +437,14 @@ class Ranking:
         return 32 * len(self.heads) + 64
 
 
+def rank_cost(arch: Any, n: int) -> int:
+    """The token-layer passes (one token through one layer) `rank_heads` makes over `n` tokens, known before it
+    starts: the clean run through every layer, then each layer's heads as copies side by side from that layer up —
+    n × (L + H·L(L+1)/2): tokens × heads × the layers each knocked-out head's copy runs through."""
+    layers, heads = arch.n_layer, arch.n_heads
+    return n * (layers + heads * layers * (layers + 1) // 2)
+
+
 @torch.inference_mode()
 def rank_heads(
     model: Any, inputs: Sequence[int], position: int, target: int, mean: bool = False,

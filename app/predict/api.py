@@ -47,9 +47,12 @@ async def logit_lens(request: Request, req: LensRequest, lab: Lab) -> Response:
 async def head_ranking(request: Request, req: RankRequest, lab: Lab) -> Response:
     """Every head knocked out in turn (one forward pass each, from its layer up), ranked by how much the loss of
     one prediction (target_id at position) rises: heads[k] = layer, head, loss, delta (loss − the plain loss).
-    Progress under /api/v1/progress for a GET."""
+    Its cost is known before it starts: cost.total token-layer passes (one token through one layer) = cost.tokens
+    (up to the position) × cost.per_token (L + H·L(L+1)/2: the clean run, and each head's copy from its layer up);
+    over cost.limit (the server's MAX_RANK_COST) it is refused before computing, a 422 naming position (or the
+    text) with the cost and the limit. Progress under /api/v1/progress for a GET."""
     t, ranking = await ranking_of(req, lab, _key(request))
-    return json_response(jsonable(ranking_document(t, ranking, req.ablate_mode)))
+    return json_response(jsonable(ranking_document(t, ranking, req.ablate_mode, lab.settings.max_rank_cost)))
 
 
 twins(router, "/predict", PredictRequest, predict, "predict")

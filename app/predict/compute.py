@@ -309,6 +309,49 @@ def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> Lensed:
 # -- /api/v1/head_ranking ----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class RankCost:
+    """What a ranking will cost, stated before it starts: every head (`heads`, L × H) knocked out in turn over the
+    `tokens` up to the position, each knocked-out head's copy run from its layer up — `per_token` token-layer passes
+    for each token (L + H·L(L+1)/2), `total` in all, against this server's `limit` (MAX_RANK_COST)."""
+
+    tokens: int
+    heads: int
+    per_token: int
+    total: int
+    limit: int
+
+    @property
+    def allowed(self) -> bool:
+        return self.total <= self.limit
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens a ranking on this model may cover under the limit."""
+        return self.limit // self.per_token
+
+
+def rank_cost(model: Model, tokens: int, limit: int) -> RankCost:
+    a = model.arch
+    return RankCost(tokens, a.n_layer * a.n_heads, P.rank_cost(a, 1), P.rank_cost(a, tokens), limit)
+
+
+def check_rank_cost(cost: RankCost, field: str) -> None:
+    """A ranking over the limit is refused before it starts, naming the field that sets its length."""
+    if cost.allowed:
+        return
+    fits = (f"rank at position {cost.max_tokens - 1} or earlier" if cost.max_tokens >= 2
+            else "this model's heads cannot be ranked under it")  # fmt: skip
+    raise FieldError(field, f"ranking {cost.heads:,} heads over {cost.tokens:,} tokens costs {cost.total:,} "
+                     f"token-layer passes ({cost.per_token:,} a token), over this server's limit of {cost.limit:,} "
+                     f"(MAX_RANK_COST): {fits}")  # fmt: skip
+
+
+def cost_document(cost: RankCost) -> dict[str, int]:
+    return {"tokens": cost.tokens, "heads": cost.heads, "per_token": cost.per_token, "total": cost.total,
+            "limit": cost.limit}  # fmt: skip
+
+
 async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> tuple[Text, P.Ranking]:
     t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_rank_tokens, False)
     n = len(t.seq)
@@ -320,6 +363,8 @@ async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> tuple[Text,
     target = t.seq[position + 1] if req.target_id is None else req.target_id
     if target >= t.model.arch.vocab:
         raise FieldError("target_id", f"{t.model.name}'s vocabulary has ids 0..{t.model.arch.vocab - 1}")
+    field = "position" if req.position is not None else "token_ids" if req.token_ids is not None else "text"
+    check_rank_cost(rank_cost(t.model, position + 1, lab.settings.max_rank_cost), field)
     compute_key = (req.preset, t.seq[: position + 1], position, target, req.ablate_mode)
     a = t.model.arch
 
@@ -341,7 +386,7 @@ class HeadLoss:
 
 @dataclass(frozen=True)
 class Ranked:
-    """/api/v1/head_ranking's answer: every head's effect on one prediction, largest first."""
+    """/api/v1/head_ranking's answer: every head's effect on one prediction, largest first, and what it cost."""
 
     preset: str
     tokens: tuple[str, ...]
@@ -351,10 +396,12 @@ class Ranked:
     ablate_mode: str
     loss: float
     heads: tuple[HeadLoss, ...]
+    cost: dict[str, int]  # RankCost's numbers (cost_document)
 
 
-def ranking_document(t: Text, r: P.Ranking, mode: str) -> Ranked:
+def ranking_document(t: Text, r: P.Ranking, mode: str, limit: int) -> Ranked:
     ids, labels = list(t.seq), list(t.labels)
     return Ranked(t.preset, t.labels[: r.position + 1], r.position,
                   top_labels(t.model, ids, labels, r.position + 1, [r.target])[0], r.target, mode, r.loss,
-                  tuple(HeadLoss(i, h, loss, loss - r.loss) for i, h, loss in r.heads))  # fmt: skip
+                  tuple(HeadLoss(i, h, loss, loss - r.loss) for i, h, loss in r.heads),
+                  cost_document(rank_cost(t.model, r.position + 1, limit)))  # fmt: skip

@@ -99,8 +99,6 @@ class RankRequest(BaseModel):
 
 DEFAULT_TEXT = {"en": "The cat sat on the mat.", "zh": "我喜欢苹果"}
 SWITCH_KEYS = ("ablate", "ablate_mode", "mask_off_layers", "drop_sink_layers")
-PREDICT_KEYS = ("preset", "text", "token_ids", "bos", "eos", "loss_from", *SWITCH_KEYS, "replace_at", "replace_id",
-                "replace_token")  # fmt: skip
 LENS_KEYS = ("preset", "text", "token_ids", "bos", *SWITCH_KEYS)
 
 
@@ -126,11 +124,15 @@ class PredictParams(Params):
     `ablate` (layer.head), once spelled `heads`."""
 
     ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
+    FORM: ClassVar[tuple[str, ...]] = ("replace_at", "replace_id", "replace_token")  # the API's `replace`
 
     pos: int | None = param(None, position)  # -1: the BOS
     rank: bool = param(False, flag_on)
     form: str = param("")
     compare_text: str = param("")
+
+
+PREDICT_KEYS = ("preset", "text", "token_ids", "bos", "eos", "loss_from", *SWITCH_KEYS, *PredictParams.FORM)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,18 @@ from ..schemas import FieldError
 from ..web.page import serve
 from ..web.state import ViewState
 from ..web.view import HIDDEN, View
-from .compute import Predicted, Switched, pair_of, predict_document, predict_of, ranking_document, ranking_of
+from .compute import (
+    Predicted,
+    RankCost,
+    Switched,
+    cost_document,
+    pair_of,
+    predict_document,
+    predict_of,
+    rank_cost,
+    ranking_document,
+    ranking_of,
+)
 from .request import LENS_KEYS, PREDICT_KEYS, PredictParams, PredictRequest, RankRequest, api_url, read_page, state_of
 from .shown import (
     SAME,
@@ -161,6 +172,10 @@ class PredictView(View):
     chosen: Chosen | None = None
     ranking: Ranking | None = None
     ranking_error: str | None = None
+    # The ranking's expected cost at `pos`, stated before it is asked for (the API's `cost`: tokens, heads,
+    # per_token, total, limit), and in words; over the limit the page offers no ranking.
+    rank_cost: dict[str, int] | None = None
+    rank_cost_text: str = ""
     second: SecondPrompt | None = None  # two prompts side by side (`compare_text`)
     # Links.
     json_url: str = ""  # the API's answer for this view
@@ -308,6 +323,8 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
         "present_url": state.url(present=None if state.present else "1"),
         "present": state.present,
     }
+    cost = rank_cost(text.model, view.index + 1, lab.settings.max_rank_cost)
+    extra["rank_cost"] = cost_document(cost)
     p = state.read(PredictParams)
     if p.compare_text:
         extra["second"] = await second_prompt(req, state, lab, key, t)
@@ -317,6 +334,7 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
             extra["ranking"] = await rank(req, text, view.index, lab, key, state, t)
         except FieldError as e:
             extra["ranking_error"] = t("error.field", field=e.field, message=e.message)
+    extra["rank_cost_text"] = cost_words(cost, view.index, first, t, done=extra.get("ranking") is not None)
     return dataclasses.replace(view, **extra)
 
 
@@ -362,13 +380,26 @@ def lens_link(state: ViewState) -> str:
     return "/lens?" + urlencode(params) if params else "/lens"
 
 
+def cost_words(cost: RankCost, index: int, first: int, t: Any, done: bool = False) -> str:
+    """The ranking's cost in words, before it starts (or under it, once `done`): what it runs, and how that stands
+    against the limit. `index` is the ranked column, `first` the column of position 0 (positions named as the page
+    numbers them)."""
+    n = {"heads": f"{cost.heads:,}", "n": f"{cost.tokens:,}", "i": label(index, first), "per": f"{cost.per_token:,}",
+         "total": f"{cost.total:,}", "limit": f"{cost.limit:,}"}  # fmt: skip
+    if cost.allowed:
+        return t("predict.rank.cost_done" if done else "predict.rank.cost", **n)
+    if cost.max_tokens < 2:
+        return t("predict.rank.unrankable", **n)
+    return t("predict.rank.too_costly", **n, last=label(cost.max_tokens - 1, first))
+
+
 async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, state: ViewState, t: Any) -> Ranking:
     """Every head ranked by its effect on the chosen prediction: the text as written, no switches."""
     target = text.seq[pos + 1]
     rq = RankRequest(preset=req.preset, text=req.text, token_ids=req.token_ids, bos=req.bos, position=pos,
                      target_id=target, ablate_mode=req.ablate_mode)  # fmt: skip
     t2, ranking = await ranking_of(rq, lab, key)
-    doc = ranking_document(t2, ranking, req.ablate_mode)
+    doc = ranking_document(t2, ranking, req.ablate_mode, lab.settings.max_rank_cost)
     heads = tuple(
         HeadEffect(h.layer, h.head, h.loss, h.delta, state.url(ablate=f"{h.layer}.{h.head}", rank=None,
                                                                replace_at=None, replace_id=None, replace_token=None,

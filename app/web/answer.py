@@ -10,7 +10,9 @@ from typing import Annotated, Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel
+from starlette.applications import Starlette
 
 from ..errors import field_error, where_of
 from ..lab import Lab, Work, get_lab
@@ -18,7 +20,7 @@ from ..render.arrays import Traced
 from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_json, to_npz
 from ..schemas import FieldError, Selection, from_query, query_parameters
 from .cache import cached_get
-from .state import show
+from .state import Params, show
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -41,6 +43,11 @@ def twins(
         return await answer(request, req, lab)
 
     async def get(request: Request, lab: Lab) -> Response:
+        # A key no view of the lab reads is refused, as the POST's body refuses it (a typo is named, never ignored);
+        # a key another view reads rides along, so any page's or operation's query can be pasted onto this one.
+        if unknown := [k for k in request.query_params if k not in view_keys(request.app)]:
+            raise FieldError(field_name(unknown[0]), f"is no field of any view of the lab; this operation takes "
+                             f"{', '.join(model.model_fields)}")  # fmt: skip
         return await answer(request, parse_query(request, model), lab)
 
     # Signatures with the real objects, not strings: this module's annotations are postponed, and FastAPI reads
@@ -60,6 +67,39 @@ def twins(
 KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
 
+def view_keys(app: Starlette) -> frozenset[str]:
+    """Every query key some page or API operation of `app` reads, from what they declare (computed once per app):
+    each route's query parameters (FastAPI's, a query model's fields, the twins' query documented from their
+    request models), each page's own parameters, their older spellings and form words (every `Params`: `Common`
+    and each page's; a page's request fields are an operation's) and `lang`."""
+    known: frozenset[str] | None = getattr(app.state, "view_keys", None)
+    if known is None:
+        keys = {"lang"}
+        for context in iter_route_contexts(app.routes):
+            route = context.original_route
+            if not isinstance(route, APIRoute):
+                continue
+            extra = (route.openapi_extra or {}).get("parameters", [])
+            keys.update(p["name"] for p in extra if p.get("in") == "query")
+            dependants = [route.dependant]
+            while dependants:
+                dependant = dependants.pop()
+                dependants.extend(dependant.dependencies)
+                for param in dependant.query_params:
+                    shape = param.field_info.annotation
+                    if isinstance(shape, type) and issubclass(shape, BaseModel):  # a query model: its fields
+                        keys.update(f.alias or n for n, f in shape.model_fields.items())
+                    else:
+                        keys.add(param.alias)
+        subclasses = [Params]
+        while subclasses:
+            params = subclasses.pop()
+            keys |= params.keys()
+            subclasses.extend(params.__subclasses__())
+        known = app.state.view_keys = frozenset(keys)
+    return known
+
+
 class _Twice(Exception):
     def __init__(self, key: str) -> None:
         self.key = key
@@ -76,7 +116,7 @@ def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def field_name(key: str) -> str:
     """A key the user sent, as an error names it: itself, or a bounded printable echo of a long or odd one."""
-    return key if len(key) <= 30 and key.isprintable() else show(key, 30)
+    return key if 0 < len(key) <= 30 and key.isprintable() else show(key, 30)
 
 
 def duplicate_key(body: bytes) -> str | None:

@@ -263,9 +263,18 @@ def param(default: Any = None, read: Reader | None = None) -> Any:
 class Params:
     """A page's own view parameters: a frozen dataclass whose fields are the URL's keys (in the order its links
     write them), each read once from the text (`param(default, read)`). `ALIASES` maps an older or another page's
-    spelling to a key; an error names the key the user typed."""
+    spelling to a key; an error names the key the user typed. `FORM` names the request fields the page's form
+    writes in words of its own (/predict's `replace` as `replace_at`, `replace_id`, `replace_token`): with the
+    names, the aliases and every API operation's parameters, they are the keys some view of the lab reads
+    (`app/web/answer.py` `view_keys`)."""
 
     ALIASES: ClassVar[dict[str, str]] = {}
+    FORM: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def keys(cls) -> frozenset[str]:
+        """Every key this page's URL may spell a parameter of its own with: its names, aliases and form words."""
+        return frozenset({*cls.names(), *cls.ALIASES, *cls.FORM})
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

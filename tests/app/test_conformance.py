@@ -3,6 +3,7 @@ echoes of a bad value bounded as every field's are."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -39,6 +40,70 @@ def test_an_unknown_lesson_is_echoed_bounded(client: Any) -> None:
     assert "x" * 31 not in page.text
     api = client.get("/api/v1/lessons/" + "y" * 20_000)
     assert api.status_code == 404 and len(api.text) < 400 and "y" * 31 not in api.text
+
+
+@pytest.mark.parametrize(("path", "get", "post"), [
+    ("/api/v1/attention", {"tokens": "a b", "txet": "a"}, {"tokens": ["a", "b"], "txet": "a"}),
+    ("/api/v1/predict", {"text": "hello", "txet": "a"}, {"text": "hello", "txet": "a"}),
+    ("/api/v1/head_ranking", {"text": "hello", "txet": "a"}, {"text": "hello", "txet": "a"}),
+])  # fmt: skip
+def test_a_key_no_view_reads_is_refused_by_both_twins(client: Any, path: str, get: Any, post: Any) -> None:
+    typo = client.get(path, params=get)
+    assert typo.status_code == 422 and typo.json()["detail"][0]["loc"] == ["query", "txet"]
+    assert "no field of any view" in typo.json()["message"] and "text" in typo.json()["message"]
+    posted = client.post(path, json=post)
+    assert posted.status_code == 422 and posted.json()["detail"][0]["loc"] == ["body", "txet"]
+
+
+def test_an_odd_unknown_key_is_named_bounded(client: Any) -> None:
+    long = client.get("/api/v1/attention", params={"tokens": "a b", "k" * 5000: "1"})
+    assert long.status_code == 422 and len(long.json()["detail"][0]["loc"][1]) < 40 and "k" * 41 not in long.text
+    empty = client.get("/api/v1/attention?tokens=a+b&=1")
+    assert empty.status_code == 422 and empty.json()["detail"][0]["loc"] == ["query", "''"]
+
+
+def test_another_views_query_rides_along_on_a_get_twin(client: Any) -> None:
+    """A page's query pasted onto an operation's GET: the lab's stage and comparison, the tiles' block sizes, the
+    model views' knock-outs, /predict's form words, what every page carries: read by some view, so not refused."""
+    base = client.get("/api/v1/attention", params={"tokens": "a b"})
+    pasted = client.get("/api/v1/attention", params={
+        "tokens": "a b", "stage": "4", "lang": "zh", "present": "1", "lesson": "scale", "lesson_step": "1",
+        "compare_text": "c d", "block_q": "2", "qb": "1", "ablate": "0.0", "replace_at": "1", "form": "1",
+        "step": "2", "knock": "3"})  # fmt: skip
+    assert pasted.status_code == 200 and pasted.json() == base.json()
+
+
+def test_every_key_a_page_reads_is_a_view_key(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a GET twin lets ride along is computed from what the app declares: every key each page asks its view
+    state for (its request fields, its own parameters, their aliases) is in it."""
+    from fastapi.routing import APIRoute, iter_route_contexts
+
+    from app.web import state
+    from app.web.answer import view_keys
+
+    asked: dict[str, set[str]] = {}
+    of = state.ViewState.of.__func__  # type: ignore[attr-defined]
+
+    class Seen(Exception):
+        pass
+
+    def recording(cls: Any, query: Any, path: str, api_keys: tuple[str, ...], view: Any = None) -> Any:
+        done = of(cls, query, path, api_keys, view)
+        aliases = {**state.Common.ALIASES, **(view.ALIASES if view is not None else {})}
+        asked[path] = {*done.page_keys, *aliases}
+        raise Seen  # nothing computed: the keys are all this test reads
+
+    monkeypatch.setattr(state.ViewState, "of", classmethod(recording))
+    pages = [c.original_route.path for c in iter_route_contexts(client.app.routes)
+             if isinstance(c.original_route, APIRoute) and not c.original_route.path.startswith("/api/")
+             and "GET" in c.original_route.methods and "{" not in c.original_route.path]  # fmt: skip
+    for path in pages:
+        with contextlib.suppress(Seen):
+            client.get(path)
+    pages_seen = {"/", "/embed", "/block", "/decode", "/tiles", "/predict", "/lens", "/heads", "/patch", "/train"}
+    assert pages_seen <= set(asked)
+    known = view_keys(client.app)
+    assert {path: keys - known for path, keys in asked.items() if keys - known} == {}
 
 
 def test_a_repeated_field_is_refused_by_both_twins(client: Any) -> None:

@@ -193,6 +193,22 @@ def test_the_head_ranking_equals_one_transformers_ablation_per_head(built, mean:
         assert abs(loss + float(theirs[position, target])) < 1e-4
 
 
+def test_the_ranking_costs_the_passes_it_states_before_it_starts(built, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rank_cost, known before the ranking starts, is the token-layer passes rank_heads then makes: every row each
+    layer's output is computed for, counted (the clean run's, and each knocked-out head's copy from its layer up)."""
+    model, _ = built["llama"]
+    ids = model.tokenize(TEXT)
+    rows: list[int] = []
+    rest = model.layer_rest
+    monkeypatch.setattr(model, "layer_rest", lambda i, x, heads: rows.append(x.shape[0]) or rest(i, x, heads))
+    for position in (0, 9):
+        rows.clear()
+        P.rank_heads(model, ids, position, ids[position + 1])
+        assert sum(rows) == P.rank_cost(model.arch, position + 1)
+    layers, heads = model.arch.n_layer, model.arch.n_heads
+    assert P.rank_cost(model.arch, 10) == 10 * (layers + heads * layers * (layers + 1) // 2)
+
+
 # -- the API, on SmolLM2 ------------------------------------------------------------------------------------------
 
 

@@ -55,7 +55,7 @@ def test_unused_parameters_count_against_the_response_cache() -> None:
 
     with make_client(response_cache_mb=1) as c:
         for i in range(200):
-            assert c.get(f"/api/v1/attention?stages=softmax&seed={i}&unused=" + "x" * 20_000).status_code == 200
+            assert c.get(f"/api/v1/attention?stages=softmax&seed={i}&compare_text=" + "x" * 20_000).status_code == 200
         responses = c.app.state.lab.responses
         assert responses.nbytes <= 2**20 and 0 < len(responses) <= 2**20 // 20_000
 

@@ -294,12 +294,17 @@ def test_the_lesson_walks_the_table_the_leakage_proof_and_a_previous_token_head(
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Any:
     pytest.importorskip("transformers")
     from tests.own_models import build
 
     path, _ = build("llama", tmp_path_factory.mktemp("pages") / "tiny", seed=3)
-    with make_client(models=f"tiny={path}", pretrained=False) as c:
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_path: Any) -> Iterator[TestClient]:
+    with make_client(models=f"tiny={tiny_path}", pretrained=False) as c:
         yield c
 
 
@@ -328,6 +333,58 @@ def test_the_head_ranking_is_the_apis_and_links_to_each_head(tiny: TestClient) -
     # before it is asked for, the page offers it: one htmx request that swaps in the section
     link = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos)).select_one("[data-rank]")
     assert link["hx-select"] == "#ranking" and "rank=1" in link["hx-get"]
+
+
+# The tiny decoder's 3 layers x 4 heads: a token costs 3 (the clean run) + 4 * (3 + 2 + 1) (each head's copy from
+# its layer up) = 27 token-layer passes.
+PER_TOKEN = 3 + 4 * (3 + 2 + 1)
+
+
+def test_the_rankings_cost_is_stated_before_it_starts_in_the_answer_and_on_the_page(tiny: TestClient) -> None:
+    text, pos = "The cat sat on the mat.", 3
+    doc = api(tiny, "/api/v1/head_ranking", preset="tiny", text=text, position=pos)
+    limit = tiny.app.state.settings.max_rank_cost
+    assert doc["cost"] == {"tokens": pos + 1, "heads": 12, "per_token": PER_TOKEN, "total": (pos + 1) * PER_TOKEN,
+                           "limit": limit}  # fmt: skip
+    view = twin(tiny, "/predict", preset="tiny", text=text, pos=str(pos))
+    assert view["rank_cost"] == doc["cost"] and view["ranking"] is None
+    for lang, words in (("en", f"{(pos + 1) * PER_TOKEN} in all"), ("zh", f"共 {(pos + 1) * PER_TOKEN} 次")):
+        shown = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos), lang=lang)
+        said = shown.select_one("[data-rank-cost]").get_text(" ", strip=True)
+        assert words in said and f"{limit:,}" in said and "MAX_RANK_COST" in said, said
+        assert shown.select_one("[data-rank]") is not None
+    ranked = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1")
+    said = ranked.select_one("#ranking [data-rank-cost]").get_text()
+    assert f"{(pos + 1) * PER_TOKEN} in all" in said and said.startswith("What it cost, stated before it started")
+
+
+def test_a_ranking_over_its_cost_cap_is_refused_naming_the_field_and_the_cap(tiny_path: Any) -> None:
+    cap = 4 * PER_TOKEN  # four tokens: positions 0..3
+    text = "The cat sat on the mat."
+    with make_client(models=f"tiny={tiny_path}", pretrained=False, max_rank_cost=cap) as c:
+        fits = c.post("/api/v1/head_ranking", json={"preset": "tiny", "text": text, "position": 3})
+        assert fits.status_code == 200 and fits.json()["cost"]["total"] == cap
+        over = c.post("/api/v1/head_ranking", json={"preset": "tiny", "text": text, "position": 4})
+        assert over.status_code == 422 and over.json()["detail"][0]["loc"] == ["body", "position"]
+        message = over.json()["message"]
+        assert f"{5 * PER_TOKEN} token-layer passes" in message and f"limit of {cap}" in message
+        assert "MAX_RANK_COST" in message and "position 3 or earlier" in message
+        by_text = c.get("/api/v1/head_ranking", params={"preset": "tiny", "text": text})  # the last position
+        assert by_text.status_code == 422 and by_text.json()["detail"][0]["loc"] == ["query", "text"]
+        ids = c.post("/api/v1/head_ranking", json={"preset": "tiny", "token_ids": list(range(1, 9))})
+        assert ids.status_code == 422 and ids.json()["detail"][0]["loc"] == ["body", "token_ids"]
+        # the page states it and offers no ranking past the cap; asked for anyway, the refusal is inline
+        shown = page(c, "/predict", preset="tiny", text=text, pos="4")
+        assert shown.select_one("[data-rank]") is None
+        said = shown.select_one("[data-rank-cost]").get_text(" ", strip=True)
+        assert f"{5 * PER_TOKEN} passes" in said and "position 3 or earlier" in said
+        forced = page(c, "/predict", preset="tiny", text=text, pos="4", rank="1")
+        assert "MAX_RANK_COST" in forced.select_one("#ranking .error").get_text()
+    with make_client(models=f"tiny={tiny_path}", pretrained=False, max_rank_cost=PER_TOKEN) as c:
+        none = c.post("/api/v1/head_ranking", json={"preset": "tiny", "text": text, "position": 1})
+        assert none.status_code == 422 and "cannot be ranked" in none.json()["message"]
+        said = page(c, "/predict", preset="tiny", text=text, pos="1", lang="zh").select_one("[data-rank-cost]")
+        assert "连两个词元都不够" in said.get_text()
 
 
 # -- the form's words ------------------------------------------------------------------------------------------------

@@ -215,6 +215,7 @@ LATIN_OK = set(
         "HOST",
         "public",
         "url",  # the command lines of the loopback warning
+        "MAX_RANK_COST",  # the setting the ranking's stated cost is held to, by its name
         "NumPy",
         "npz",
         "Softmax",
