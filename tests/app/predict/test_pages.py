@@ -346,14 +346,16 @@ def test_the_rankings_cost_is_stated_before_it_starts_in_the_answer_and_on_the_p
     limit = tiny.app.state.settings.max_rank_cost
     assert doc["cost"] == {"tokens": pos + 1, "heads": 12, "per_token": PER_TOKEN, "total": (pos + 1) * PER_TOKEN,
                            "limit": limit}  # fmt: skip
-    view = twin(tiny, "/predict", preset="tiny", text=text, pos=str(pos))
+    # the page numbers the text's tokens (its BOS unnumbered): the API's position 3 is the page's 2
+    shown_pos = str(pos - 1)
+    view = twin(tiny, "/predict", preset="tiny", text=text, pos=shown_pos)
     assert view["rank_cost"] == doc["cost"] and view["ranking"] is None
     for lang, words in (("en", f"{(pos + 1) * PER_TOKEN} in all"), ("zh", f"共 {(pos + 1) * PER_TOKEN} 次")):
-        shown = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos), lang=lang)
+        shown = page(tiny, "/predict", preset="tiny", text=text, pos=shown_pos, lang=lang)
         said = shown.select_one("[data-rank-cost]").get_text(" ", strip=True)
         assert words in said and f"{limit:,}" in said and "MAX_RANK_COST" in said, said
         assert shown.select_one("[data-rank]") is not None
-    ranked = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1")
+    ranked = page(tiny, "/predict", preset="tiny", text=text, pos=shown_pos, rank="1")
     said = ranked.select_one("#ranking [data-rank-cost]").get_text()
     assert f"{(pos + 1) * PER_TOKEN} in all" in said and said.startswith("What it cost, stated before it started")
 
@@ -374,11 +376,12 @@ def test_a_ranking_over_its_cost_cap_is_refused_naming_the_field_and_the_cap(tin
         ids = c.post("/api/v1/head_ranking", json={"preset": "tiny", "token_ids": list(range(1, 9))})
         assert ids.status_code == 422 and ids.json()["detail"][0]["loc"] == ["body", "token_ids"]
         # the page states it and offers no ranking past the cap; asked for anyway, the refusal is inline
-        shown = page(c, "/predict", preset="tiny", text=text, pos="4")
+        # (the page's position 3 is the API's 4: the page leaves its BOS unnumbered)
+        shown = page(c, "/predict", preset="tiny", text=text, pos="3")
         assert shown.select_one("[data-rank]") is None
         said = shown.select_one("[data-rank-cost]").get_text(" ", strip=True)
-        assert f"{5 * PER_TOKEN} passes" in said and "position 3 or earlier" in said
-        forced = page(c, "/predict", preset="tiny", text=text, pos="4", rank="1")
+        assert f"{5 * PER_TOKEN} passes" in said and "position 2 or earlier" in said
+        forced = page(c, "/predict", preset="tiny", text=text, pos="3", rank="1")
         assert "MAX_RANK_COST" in forced.select_one("#ranking .error").get_text()
     with make_client(models=f"tiny={tiny_path}", pretrained=False, max_rank_cost=PER_TOKEN) as c:
         none = c.post("/api/v1/head_ranking", json={"preset": "tiny", "text": text, "position": 1})
