@@ -353,16 +353,47 @@ window.labOnLayout = function (fn) {
       stage.style.setProperty("--fit", px + "px");
       stage.style.setProperty("--fit-arith", Math.min(30, Math.max(12, Math.round(px * 0.7))) + "px");
     }
-    var lo = 8, hi = 64;
-    set(hi);
-    if (fits()) return stage.setAttribute("data-fit", String(hi));
-    while (hi - lo > 1) {
-      var mid = (lo + hi) >> 1;
-      set(mid);
-      if (fits()) lo = mid; else hi = mid;
+    function numbers() {
+      var lo = 8, hi = 64;
+      set(hi);
+      if (fits()) return hi;
+      while (hi - lo > 1) {
+        var mid = (lo + hi) >> 1;
+        set(mid);
+        if (fits()) lo = mid; else hi = mid;
+      }
+      set(lo);
+      return lo;
     }
-    set(lo);
-    stage.setAttribute("data-fit", String(lo));
+    // The words' column (the class's QR and address, the lesson's question, what happens, what to notice) must end
+    // on screen too: it takes width from the numbers (the stylesheet's share first, then 1 : 1.5 … 1 : 0.8) while
+    // they keep 24 px, and only then does its type shrink (the questions keep their size).
+    var body = stage.querySelector(".stage-body"), text = stage.querySelector(".stage-text");
+    function textFits() { return !text || text.getBoundingClientRect().bottom <= bottom; }
+    if (body) body.style.removeProperty("grid-template-columns");
+    stage.style.removeProperty("--fit-text");
+    var px = numbers(), floor = Math.min(24, px), shares = [1.5, 1.2, 1, 0.8];
+    for (var i = 0; body && i < shares.length && !textFits(); i++) {
+      var was = body.style.getPropertyValue("grid-template-columns");
+      body.style.setProperty("grid-template-columns", "minmax(0, 1fr) minmax(0, " + shares[i] + "fr)");
+      var got = numbers();
+      if (got < floor) {  // the numbers keep 24 px where they had it: the words' type gives way instead
+        if (was) body.style.setProperty("grid-template-columns", was);
+        else body.style.removeProperty("grid-template-columns");
+        px = numbers();
+        break;
+      }
+      px = got;
+    }
+    if (text && !textFits()) {
+      var size = parseFloat(getComputedStyle(text.querySelector(".explain") || text).fontSize);
+      while (size > 11 && !textFits()) {
+        size -= 1;
+        stage.style.setProperty("--fit-text", size + "px");
+      }
+      px = numbers();
+    }
+    stage.setAttribute("data-fit", String(px));
   }
   window.labOnLayout(fit);
   // The class bar along the bottom grows when a question opens: the numbers make room for it.
