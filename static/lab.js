@@ -482,3 +482,38 @@ window.labOnLayout = function (fn) {
     if (e.target.closest && e.target.closest("main.model-view")) fit();
   }, true);
 })();
+
+// Presenter mode's prediction tables (/predict: one column per position, the second prompt's too): the largest type
+// (10–32 px) at which a table needs no sideways scroll in its box and ends above the bottom of the screen (and the
+// class bar). The numbers take that size whole, the tokens a little less (lab.css).
+(function () {
+  "use strict";
+  function fit() {
+    var boxes = document.querySelectorAll("body.present .train-scroll");
+    var room = document.getElementById("room");
+    var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - 4;
+    boxes.forEach(function (box) {
+      if (window.innerWidth <= 700) return box.style.removeProperty("--table-fit");  // a phone: the phone layout
+      function fits() {
+        return box.scrollWidth <= box.clientWidth + 1 && box.getBoundingClientRect().bottom + window.scrollY <= bottom;
+      }
+      var lo = 10, hi = 32;
+      box.style.setProperty("--table-fit", hi + "px");
+      if (!fits()) {
+        while (hi - lo > 1) {
+          var mid = (lo + hi) >> 1;
+          box.style.setProperty("--table-fit", mid + "px");
+          if (fits()) lo = mid; else hi = mid;
+        }
+        box.style.setProperty("--table-fit", lo + "px");
+        hi = lo;
+      }
+      box.setAttribute("data-fit", String(hi));
+    });
+  }
+  window.labOnLayout(fit);
+  document.addEventListener("room:bar", fit);
+  document.addEventListener("toggle", function (e) {  // the form unfolded above the table
+    if (e.target.closest && e.target.closest("main.predict-page")) fit();
+  }, true);
+})();
