@@ -478,6 +478,7 @@ window.labOnLayout = function (fn) {
     box.setAttribute("data-fit", String(hi));
   }
   window.labOnLayout(fit);
+  document.addEventListener("room:bar", fit);  // a class bar along the bottom: the grids end above it
   document.addEventListener("toggle", function (e) {  // the form or the tokens unfolded above the grids
     if (e.target.closest && e.target.closest("main.model-view")) fit();
   }, true);
