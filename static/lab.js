@@ -366,34 +366,43 @@ window.labOnLayout = function (fn) {
       return lo;
     }
     // The words' column (the class's QR and address, the lesson's question, what happens, what to notice) must end
-    // on screen too: it takes width from the numbers (the stylesheet's share first, then 1 : 1.5 … 1 : 0.8) while
-    // they keep 24 px, and only then does its type shrink (the questions keep their size).
+    // on screen too. It takes width from the numbers (the stylesheet's share, then 1 : 1.5 … 1 : 0.8) while they keep
+    // 24 px (or what they had), then its type shrinks to 13 px, then it takes more width whatever the numbers get,
+    // and last its type shrinks to 10 px. The questions keep their size throughout.
     var body = stage.querySelector(".stage-body"), text = stage.querySelector(".stage-text");
     function textFits() { return !text || text.getBoundingClientRect().bottom <= bottom; }
     if (body) body.style.removeProperty("grid-template-columns");
     stage.style.removeProperty("--fit-text");
-    var px = numbers(), floor = Math.min(24, px), shares = [1.5, 1.2, 1, 0.8];
-    for (var i = 0; body && i < shares.length && !textFits(); i++) {
-      var was = body.style.getPropertyValue("grid-template-columns");
-      body.style.setProperty("grid-template-columns", "minmax(0, 1fr) minmax(0, " + shares[i] + "fr)");
-      var got = numbers();
-      if (got < floor) {  // the numbers keep 24 px where they had it: the words' type gives way instead
-        if (was) body.style.setProperty("grid-template-columns", was);
-        else body.style.removeProperty("grid-template-columns");
-        px = numbers();
-        break;
+    var px = numbers(), floor = Math.min(24, px), shares = [1.5, 1.2, 1, 0.8], i = 0;
+    function widen(keep) {
+      for (; body && i < shares.length && !textFits(); i++) {
+        var was = body.style.getPropertyValue("grid-template-columns");
+        body.style.setProperty("grid-template-columns", "minmax(0, 1fr) minmax(0, " + shares[i] + "fr)");
+        var got = numbers();
+        if (keep && got < floor) {
+          if (was) body.style.setProperty("grid-template-columns", was);
+          else body.style.removeProperty("grid-template-columns");
+          px = numbers();
+          return;
+        }
+        px = got;
       }
-      px = got;
     }
-    if (text && !textFits()) {
+    function shrink(least) {
+      if (!text || textFits()) return;
       var size = parseFloat(getComputedStyle(text.querySelector(".explain") || text).fontSize);
-      while (size > 11 && !textFits()) {
+      while (size > least && !textFits()) {
         size -= 1;
         stage.style.setProperty("--fit-text", size + "px");
       }
       px = numbers();
     }
+    widen(true);
+    shrink(13);
+    widen(false);
+    shrink(10);
     stage.setAttribute("data-fit", String(px));
+    if (window.labSettleFormulas) window.labSettleFormulas();  // the arithmetic's new size: its lines fit again
   }
   window.labOnLayout(fit);
   // The class bar along the bottom grows when a question opens: the numbers make room for it.
@@ -411,11 +420,12 @@ window.labOnLayout = function (fn) {
   });
 })();
 
-// A formula wider than its box is scaled down to fit rather than clipped.
+// A formula wider than its box is scaled down to fit rather than clipped; on the projector so is a line of the open
+// cell's arithmetic (its Σ line ended cut at the right, in a box that scrolls).
 (function () {
   "use strict";
   function settle() {
-    document.querySelectorAll(".explain .formula").forEach(function (box) {
+    document.querySelectorAll(".explain .formula, body.present .stage-data > .arithmetic li").forEach(function (box) {
       var m = box.querySelector("math");
       if (!m) return;
       m.style.removeProperty("font-size");
@@ -427,6 +437,7 @@ window.labOnLayout = function (fn) {
     });
   }
   window.labOnLayout(settle);
+  window.labSettleFormulas = settle;
 })();
 
 // Phones: the step tabs and the block's flow are one row that scrolls sideways; keep the current step in view
