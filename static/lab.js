@@ -334,7 +334,9 @@ window.labOnLayout = function (fn) {
     var stage = document.getElementById("stage");
     var data = stage && stage.querySelector(".stage-data");
     if (!data || !data.querySelector("table[data-matrix]")) return;
-    if (window.innerWidth <= 700) {  // a phone opened in presenter mode: the phone layout, no projector sizing
+    // A phone opened in presenter mode: the phone layout, no projector sizing (its layout width: a page zoomed out
+    // to show something too wide has a wide innerWidth, and the numbers sized to it kept it wide).
+    if (document.documentElement.clientWidth <= 700) {
       stage.style.removeProperty("--fit");
       stage.style.removeProperty("--fit-arith");
       return;
@@ -463,7 +465,7 @@ window.labOnLayout = function (fn) {
   function fit() {
     var box = document.querySelector("body.present main.model-view [data-fit-grids]");
     if (!box) return;
-    if (window.innerWidth <= 700) return box.style.removeProperty("--grid-fit");  // a phone: the phone layout
+    if (document.documentElement.clientWidth <= 700) return box.style.removeProperty("--grid-fit");  // a phone: the phone layout
     var room = document.getElementById("room");
     var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - 4;
     var scrolls = box.querySelectorAll(".scroll");
@@ -505,7 +507,7 @@ window.labOnLayout = function (fn) {
     var room = document.getElementById("room");
     var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - 4;
     boxes.forEach(function (box) {
-      if (window.innerWidth <= 700) return box.style.removeProperty("--table-fit");  // a phone: the phone layout
+      if (document.documentElement.clientWidth <= 700) return box.style.removeProperty("--table-fit");  // a phone: the phone layout
       function fits() {
         return box.scrollWidth <= box.clientWidth + 1 && box.getBoundingClientRect().bottom + window.scrollY <= bottom;
       }
