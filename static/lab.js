@@ -381,7 +381,7 @@ window.labOnLayout = function (fn) {
         var was = body.style.getPropertyValue("grid-template-columns");
         body.style.setProperty("grid-template-columns", "minmax(0, 1fr) minmax(0, " + shares[i] + "fr)");
         var got = numbers();
-        if (keep && got < floor) {
+        if ((keep && got < floor) || !fits()) {  // nor may the numbers' column then end under the screen
           if (was) body.style.setProperty("grid-template-columns", was);
           else body.style.removeProperty("grid-template-columns");
           px = numbers();

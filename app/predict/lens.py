@@ -31,8 +31,7 @@ router = APIRouter(include_in_schema=False)
 # The lens shows a window of positions (the JSON twin and the API keep every one): its page stays a few hundred kB
 # however long the text, where a cell per layer and position of a 1,000-token text was 140 MB of HTML.
 LENS_WINDOW = 32
-LENS_WINDOW_PRESENT = 16  # on a projector: fewer positions, each number large enough to read from the back (a
-# sentence of up to 16 tokens whole: 12 left a quarter of the screen empty and the last positions out)
+LENS_WINDOW_PRESENT = 12  # on a projector: fewer positions, each number large enough to read from the back
 
 
 @dataclass(frozen=True)
