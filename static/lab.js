@@ -369,19 +369,19 @@ window.labOnLayout = function (fn) {
     }
     // The words' column (the class's QR and address, the lesson's question, what happens, what to notice) must end
     // on screen too. It takes width from the numbers (the stylesheet's share, then 1 : 1.5 … 1 : 0.8) while they keep
-    // 24 px (or what they had), then its type shrinks to 13 px, then it takes more width whatever the numbers get,
-    // and last its type shrinks to 10 px. The questions keep their size throughout.
+    // 24 px (or what they had) and their column ends on screen, then its type shrinks (to 10 px at the least). The
+    // questions keep their size throughout.
     var body = stage.querySelector(".stage-body"), text = stage.querySelector(".stage-text");
     function textFits() { return !text || text.getBoundingClientRect().bottom <= bottom; }
     if (body) body.style.removeProperty("grid-template-columns");
     stage.style.removeProperty("--fit-text");
     var px = numbers(), floor = Math.min(24, px), shares = [1.5, 1.2, 1, 0.8], i = 0;
-    function widen(keep) {
+    function widen() {
       for (; body && i < shares.length && !textFits(); i++) {
         var was = body.style.getPropertyValue("grid-template-columns");
         body.style.setProperty("grid-template-columns", "minmax(0, 1fr) minmax(0, " + shares[i] + "fr)");
         var got = numbers();
-        if ((keep && got < floor) || !fits()) {  // nor may the numbers' column then end under the screen
+        if (got < floor || !fits()) {  // nor may the numbers' column then end under the screen
           if (was) body.style.setProperty("grid-template-columns", was);
           else body.style.removeProperty("grid-template-columns");
           px = numbers();
@@ -399,9 +399,7 @@ window.labOnLayout = function (fn) {
       }
       px = numbers();
     }
-    widen(true);
-    shrink(13);
-    widen(false);
+    widen();
     shrink(10);
     stage.setAttribute("data-fit", String(px));
     if (window.labSettleFormulas) window.labSettleFormulas();  // the arithmetic's new size: its lines fit again
