@@ -334,7 +334,9 @@ window.labOnLayout = function (fn) {
     var stage = document.getElementById("stage");
     var data = stage && stage.querySelector(".stage-data");
     if (!data || !data.querySelector("table[data-matrix]")) return;
-    if (window.innerWidth <= 700) {  // a phone opened in presenter mode: the phone layout, no projector sizing
+    // A phone opened in presenter mode: the phone layout, no projector sizing (its layout width: a page zoomed out
+    // to show something too wide has a wide innerWidth, and the numbers sized to it kept it wide).
+    if (document.documentElement.clientWidth <= 700) {
       stage.style.removeProperty("--fit");
       stage.style.removeProperty("--fit-arith");
       return;
@@ -353,16 +355,54 @@ window.labOnLayout = function (fn) {
       stage.style.setProperty("--fit", px + "px");
       stage.style.setProperty("--fit-arith", Math.min(30, Math.max(12, Math.round(px * 0.7))) + "px");
     }
-    var lo = 8, hi = 64;
-    set(hi);
-    if (fits()) return stage.setAttribute("data-fit", String(hi));
-    while (hi - lo > 1) {
-      var mid = (lo + hi) >> 1;
-      set(mid);
-      if (fits()) lo = mid; else hi = mid;
+    function numbers() {
+      var lo = 8, hi = 64;
+      set(hi);
+      if (fits()) return hi;
+      while (hi - lo > 1) {
+        var mid = (lo + hi) >> 1;
+        set(mid);
+        if (fits()) lo = mid; else hi = mid;
+      }
+      set(lo);
+      return lo;
     }
-    set(lo);
-    stage.setAttribute("data-fit", String(lo));
+    // The words' column (the class's QR and address, the lesson's question, what happens, what to notice) must end
+    // on screen too. It takes width from the numbers (the stylesheet's share, then 1 : 1.5 … 1 : 0.8) while they keep
+    // 24 px (or what they had) and their column ends on screen, then its type shrinks (to 10 px at the least). The
+    // questions keep their size throughout.
+    var body = stage.querySelector(".stage-body"), text = stage.querySelector(".stage-text");
+    function textFits() { return !text || text.getBoundingClientRect().bottom <= bottom; }
+    if (body) body.style.removeProperty("grid-template-columns");
+    stage.style.removeProperty("--fit-text");
+    var px = numbers(), floor = Math.min(24, px), shares = [1.5, 1.2, 1, 0.8], i = 0;
+    function widen() {
+      for (; body && i < shares.length && !textFits(); i++) {
+        var was = body.style.getPropertyValue("grid-template-columns");
+        body.style.setProperty("grid-template-columns", "minmax(0, 1fr) minmax(0, " + shares[i] + "fr)");
+        var got = numbers();
+        if (got < floor || !fits()) {  // nor may the numbers' column then end under the screen
+          if (was) body.style.setProperty("grid-template-columns", was);
+          else body.style.removeProperty("grid-template-columns");
+          px = numbers();
+          return;
+        }
+        px = got;
+      }
+    }
+    function shrink(least) {
+      if (!text || textFits()) return;
+      var size = parseFloat(getComputedStyle(text.querySelector(".explain") || text).fontSize);
+      while (size > least && !textFits()) {
+        size -= 1;
+        stage.style.setProperty("--fit-text", size + "px");
+      }
+      px = numbers();
+    }
+    widen();
+    shrink(10);
+    stage.setAttribute("data-fit", String(px));
+    if (window.labSettleFormulas) window.labSettleFormulas();  // the arithmetic's new size: its lines fit again
   }
   window.labOnLayout(fit);
   // The class bar along the bottom grows when a question opens: the numbers make room for it.
@@ -380,11 +420,12 @@ window.labOnLayout = function (fn) {
   });
 })();
 
-// A formula wider than its box is scaled down to fit rather than clipped.
+// A formula wider than its box is scaled down to fit rather than clipped; on the projector so is a line of the open
+// cell's arithmetic (its Σ line ended cut at the right, in a box that scrolls).
 (function () {
   "use strict";
   function settle() {
-    document.querySelectorAll(".explain .formula").forEach(function (box) {
+    document.querySelectorAll(".explain .formula, body.present .stage-data > .arithmetic li").forEach(function (box) {
       var m = box.querySelector("math");
       if (!m) return;
       m.style.removeProperty("font-size");
@@ -396,6 +437,7 @@ window.labOnLayout = function (fn) {
     });
   }
   window.labOnLayout(settle);
+  window.labSettleFormulas = settle;
 })();
 
 // Phones: the step tabs and the block's flow are one row that scrolls sideways; keep the current step in view
@@ -421,7 +463,7 @@ window.labOnLayout = function (fn) {
   function fit() {
     var box = document.querySelector("body.present main.model-view [data-fit-grids]");
     if (!box) return;
-    if (window.innerWidth <= 700) return box.style.removeProperty("--grid-fit");  // a phone: the phone layout
+    if (document.documentElement.clientWidth <= 700) return box.style.removeProperty("--grid-fit");  // a phone: the phone layout
     var room = document.getElementById("room");
     var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - 4;
     var scrolls = box.querySelectorAll(".scroll");
@@ -447,7 +489,43 @@ window.labOnLayout = function (fn) {
     box.setAttribute("data-fit", String(hi));
   }
   window.labOnLayout(fit);
+  document.addEventListener("room:bar", fit);  // a class bar along the bottom: the grids end above it
   document.addEventListener("toggle", function (e) {  // the form or the tokens unfolded above the grids
     if (e.target.closest && e.target.closest("main.model-view")) fit();
+  }, true);
+})();
+
+// Presenter mode's prediction tables (/predict: one column per position, the second prompt's too): the largest type
+// (10–32 px) at which a table needs no sideways scroll in its box and ends above the bottom of the screen (and the
+// class bar). The numbers take that size whole, the tokens a little less (lab.css).
+(function () {
+  "use strict";
+  function fit() {
+    var boxes = document.querySelectorAll("body.present .train-scroll");
+    var room = document.getElementById("room");
+    var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - 4;
+    boxes.forEach(function (box) {
+      if (document.documentElement.clientWidth <= 700) return box.style.removeProperty("--table-fit");  // a phone: the phone layout
+      function fits() {
+        return box.scrollWidth <= box.clientWidth + 1 && box.getBoundingClientRect().bottom + window.scrollY <= bottom;
+      }
+      var lo = 10, hi = 32;
+      box.style.setProperty("--table-fit", hi + "px");
+      if (!fits()) {
+        while (hi - lo > 1) {
+          var mid = (lo + hi) >> 1;
+          box.style.setProperty("--table-fit", mid + "px");
+          if (fits()) lo = mid; else hi = mid;
+        }
+        box.style.setProperty("--table-fit", lo + "px");
+        hi = lo;
+      }
+      box.setAttribute("data-fit", String(hi));
+    });
+  }
+  window.labOnLayout(fit);
+  document.addEventListener("room:bar", fit);
+  document.addEventListener("toggle", function (e) {  // the form unfolded above the table
+    if (e.target.closest && e.target.closest("main.predict-page")) fit();
   }, true);
 })();

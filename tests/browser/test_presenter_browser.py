@@ -1,0 +1,138 @@
+"""Presenter mode on every page, as a class meets it (#32 item 5): reached by pressing the page's own presenter
+switch, at 1280×720 and 1920×1080, in both languages (the pages alternate). Nothing scrolls sideways; what the page
+is about (its main numbers, a rule per page below) is on screen and at 1080p at least 24 px; a lesson's and a poll's
+question at least 28 px; the class's join address at least 24 px — readable from the back of a room (5 m).
+
+One browser, one context for the walk (a page is loaded once and measured at both sizes: the fitting code runs again
+on the resize), one more for the class."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+pytestmark = pytest.mark.browser
+
+SIZES = [(1280, 720), (1920, 1080)]
+# What the class must read on each page and whether it must be on screen: a CSS selector of the main numbers, or
+# None where the page's subject is a picture or a form (heat maps, sweeps, lists): those are held to no sideways
+# scroll only. The lab's stage result is its last matrix (its inputs beside it are smaller by design).
+STAGE = ".stage-data > .matrices > :last-child table[data-matrix] td"
+PAGES: list[tuple[str, str | None]] = [
+    ("/?stage=1", ".stage-data > .matrices table[data-matrix] td"),
+    ("/?stage=2", STAGE),
+    ("/?stage=3&mask=causal", STAGE),
+    ("/?stage=4&mask=causal", STAGE),
+    ("/?stage=5&cell=heads.0.0.0", STAGE),
+    ("/predict?text=The+cat+sat+on+the+mat+because+it+was+tired+and+wanted+to+sleep.", "table.train[data-train] td .n"),
+    ("/predict", "table.train[data-train] td .n"),
+    ("/lens?text=The+cat+sat+on+the+mat.", "table.lens[data-lens] tbody td"),
+    ("/model?preset=smollm2&stat=previous&text=The+cat+sat+on+the+mat.", "table.model-grid td"),
+    ("/block", None),
+    ("/decode", None),
+    ("/generate?max_new_tokens=2", None),
+    ("/sinks", None),
+    ("/tiles", None),
+    ("/demos", None),
+    ("/params", None),
+    ("/lessons", None),
+    ("/heads", None),
+    ("/patch", None),
+    ("/train", None),
+]
+
+MEASURE = """sel => {
+  const room = document.getElementById('room');
+  const bottom = innerHeight - (room ? room.getBoundingClientRect().height : 0);
+  const shown = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  const px = e => parseFloat(getComputedStyle(e).fontSize);
+  const els = sel ? [...document.querySelectorAll(sel)].filter(shown) : [];
+  const off = els.filter(e => { const r = e.getBoundingClientRect();
+    return r.left < -1 || r.right > innerWidth + 1 || r.top < -1 || r.bottom > bottom + 1; });
+  const one = s => [...document.querySelectorAll(s)].filter(shown);
+  return {
+    scrollWidth: document.documentElement.scrollWidth, width: innerWidth, n: els.length,
+    smallest: els.length ? Math.min(...els.map(px)) : null, off: off.length,
+    questions: one('.lesson-panel .question, #room .room-results .room-prompt').map(px),
+    join: one('aside.qr[data-room-join] code, #room .room-bar [data-room-join]').map(px),
+    words: one('.stage-text > *, .lesson-panel').map(e => e.getBoundingClientRect().bottom <= bottom + 1),
+    asked: one('.lesson-panel .question').map(e => e.getBoundingClientRect().bottom <= bottom + 1),
+  };
+}"""
+
+
+def measure(page: Page, sel: str | None) -> dict[str, Any]:
+    page.wait_for_load_state("load")
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")  # fitted
+    return page.evaluate(MEASURE, sel)
+
+
+def check(got: dict[str, Any], where: str, height: int, sel: str | None, *, class_on: bool = False) -> None:
+    assert got["scrollWidth"] <= got["width"], (where, got)  # no sideways scroll
+    if sel:
+        assert got["n"] > 0 and got["off"] == 0, (where, got)  # the main numbers are all on screen
+        if height >= 1080:
+            assert got["smallest"] >= 24, (where, got)
+    if height >= 1080:
+        assert all(px >= 28 for px in got["questions"]), (where, got)
+        assert all(px >= 24 for px in got["join"]), (where, got)
+    if class_on:
+        assert got["join"], (where, got)  # the class's address is on the wall
+    assert all(got["asked"]), (where, got)  # the lesson's question is on screen
+    if height >= 1080 or not class_on:  # at 1280×720 a class's QR and bar leave the words' column short: the numbers
+        assert all(got["words"]), (where, got)  # keep 24 px, and what happens may end under the bar
+
+
+def present(page: Page, url: str) -> None:
+    """Open `url` and press its presenter switch (a full page load), as the teacher does."""
+    page.goto(url)
+    page.locator("a[data-toggle=present]:visible").first.click()
+    expect(page.locator("body")).to_have_class("present ")
+
+
+def test_every_page_in_presenter_mode_fits_the_projector(browser: Browser, live_server: str) -> None:
+    ctx = browser.new_context(viewport={"width": SIZES[0][0], "height": SIZES[0][1]})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(180_000)  # a real model's first answer (/heads, /patch) on a cold, shared machine
+        for i, (path, sel) in enumerate(PAGES):
+            lang = "zh" if i % 2 else "en"
+            present(page, f"{live_server}{path}{'&' if '?' in path else '?'}lang={lang}")
+            for width, height in SIZES:
+                page.set_viewport_size({"width": width, "height": height})
+                check(measure(page, sel), f"{path} {lang} {width}", height, sel)
+            page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_server: str, lang: str) -> None:
+    """A class started on the lab with a lesson, its question asked: the words' column (the class's QR, code and
+    address, the lesson, what happens) on screen beside numbers that keep 24 px at 1280×720; the question 28 px and
+    the address 24 px at 1080p. Then the model view in the same class: its grid above the bar."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(120_000)
+        present(page, f"{live_server}/?stage=4&mask=causal&lesson=row-one&lesson_step=1&lang={lang}")
+        page.click("[data-room-start] button")
+        expect(page.locator("aside.qr[data-room-join] .room-code")).to_be_visible()
+        page.click("[data-room-ask]")
+        expect(page.locator("#room [data-room-prompt]")).to_be_visible()
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            got = measure(page, STAGE)
+            check(got, f"lab in a class {lang} {width}", height, STAGE, class_on=True)
+            assert len(got["questions"]) == 2, got  # the lesson's and the poll's
+            assert got["smallest"] >= 24, got  # the numbers keep their size beside the words
+        page.goto(f"{live_server}/model?preset=smollm2&stat=previous&text=The+cat+sat.&present=1&lang={lang}")
+        expect(page.locator("#room .room-bar")).to_be_visible()
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            check(measure(page, "table.model-grid td"), f"model in a class {lang} {width}", height,
+                  "table.model-grid td", class_on=True)  # fmt: skip
+    finally:
+        ctx.close()
