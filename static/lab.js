@@ -25,6 +25,15 @@
     }
   });
 
+  // A text box that keeps line breaks (a textarea): Enter starts a new line, Ctrl+Enter (⌘+Enter) applies the form.
+  document.addEventListener("keydown", function (e) {
+    if (e.key !== "Enter" || !(e.ctrlKey || e.metaKey)) return;
+    var box = e.target && e.target.closest && e.target.closest("textarea[data-apply-keys]");
+    if (!box || !box.form) return;
+    e.preventDefault();
+    if (box.form.requestSubmit) box.form.requestSubmit(); else box.form.submit();
+  });
+
   // Large traces: the zoomed heat map reads (query, key, value) under the pointer, one row fetched at a time.
   var rowCache = {};
 

@@ -4,6 +4,7 @@ page where they do nothing, …"""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlencode
 
 import pytest
 from bs4 import BeautifulSoup
@@ -50,3 +51,38 @@ def test_the_footer_names_only_keys_the_page_answers(lab: TestClient, url: str, 
     assert "←" in words and "→" in words  # every stepping page steps with the arrows
     if url.startswith("/?"):
         assert {"m", "s"} <= words  # the lab's own switches
+
+
+# -- f. the lab's text box keeps line breaks --------------------------------------------------------------------------
+
+
+def form_query(page: BeautifulSoup) -> dict[str, str]:
+    """What the browser sends for the lab's form as it stands: every named field's value."""
+    form = page.select_one("form#controls")
+    assert form is not None
+    sent = {}
+    for box in form.select("[name]"):
+        if box.name == "textarea":
+            sent[box["name"]] = box.string or ""
+        elif box.name == "select":
+            chosen = box.select_one("option[selected]") or box.select_one("option")
+            sent[box["name"]] = chosen["value"] if chosen else ""
+        else:
+            sent[box["name"]] = box.get("value", "")
+    return {k: v for k, v in sent.items() if v}
+
+
+@needs_smollm2
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_text_box_keeps_line_breaks_and_the_engine_reads_them(lab: TestClient, lang: str) -> None:
+    text = "Roses are red,\nviolets are blue."
+    page = soup(lab, "/?" + urlencode({"preset": "smollm2", "text": text, "stage": 1, "lang": lang}))
+    box = page.select_one("form#controls textarea[name=text]")
+    assert box is not None and box.string == text and box["rows"] == "2"  # as tall as its lines
+    again = lab.get("/index.json?" + urlencode(form_query(page)))  # the form sent back as it stands
+    assert again.status_code == 200, again.text[:300]
+    assert "↵" in again.json()["tokens"]  # the engine tokenised the line break
+    assert (
+        again.json()["tokens"]
+        == lab.get("/index.json?" + urlencode({"preset": "smollm2", "text": text})).json()["tokens"]
+    )
