@@ -18,7 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
 from engine import PRESETS, STAGES, SpecError
-from engine.spec import MAIN_TENSOR
+from engine.spec import MAIN_TENSOR, Spec
 
 from ..lab import Lab, get_lab, request_key
 from ..render import page as view
@@ -136,6 +136,7 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         shown["compare"] = compare
     return LabView(
         **shown,
+        ids_text=ids_text(lab, spec) if req.token_ids is not None else None,
         lesson=ctx["lesson_panel"],
         hints=hints,
         mask_on=mask_on,
@@ -161,6 +162,12 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         present_url=state.url(present=None if present else "1"),
         hints_url=state.url(hints=None if not hints else "off"),
     )
+
+
+def ids_text(lab: Lab, spec: Spec) -> str:
+    """What a view's token ids spell, for the text box beside them (the form says the ids are what is shown)."""
+    model = lab.models[spec.preset]
+    return str(model.tokenizer().decode(list(spec.token_ids))) if model.has_tokenizer else ""
 
 
 def share(state: ViewState, student_base: str, lab: Lab) -> dict[str, Any]:

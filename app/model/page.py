@@ -65,11 +65,13 @@ def api_url(state: ViewState, ablate: list[list[int]] | None = None) -> str:
     return "/api/v1/model_view?" + state.api_query(ablate=written)
 
 
-def lab_url(spec: Spec, layer: int, head: int, lang: str, present: bool = False) -> str:
+def lab_url(spec: Spec, layer: int, head: int, lang: str, present: bool = False, text: str | None = None) -> str:
     """The lab at one layer and head of the same tokens, on the weights stage (in presenter mode when this page
-    is: a head opened from the projector stays on the projector's layout)."""
-    ids = ",".join(str(i) for i in spec.token_ids)
-    query = {"preset": spec.preset, "token_ids": ids, "layer": layer, "head": head, "stage": 4, "lang": lang}
+    is: a head opened from the projector stays on the projector's layout). The text as this page was given it
+    (the lab tokenises it to the same ids, and its text box holds what the class reads and may edit), or the ids
+    when it was given ids."""
+    seq = {"text": text} if text else {"token_ids": ",".join(str(i) for i in spec.token_ids)}
+    query = {"preset": spec.preset, **seq, "layer": layer, "head": head, "stage": 4, "lang": lang}
     return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
 
 
@@ -109,8 +111,10 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     longest = max(spec.n_tokens, spec_b.n_tokens if spec_b else 0)
     top = math.log(max(2, longest)) if stat == "entropy" else 1.0  # one colour scale for both grids
 
-    def link(layer: int, head: int, value: float, cls: str = "", of: Spec = spec) -> HeadLink:
-        return HeadLink(layer, head, value, lab_url(of, layer, head, ctx["lang"], present),
+    def link(
+        layer: int, head: int, value: float, cls: str = "", of: Spec = spec, text: str | None = req.text
+    ) -> HeadLink:
+        return HeadLink(layer, head, value, lab_url(of, layer, head, ctx["lang"], present, text),
                         state.url(layer=layer, head=head) + "#chosen", cls)  # fmt: skip
 
     def colour(value: float) -> str:
@@ -120,6 +124,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         tuple(link(li, hi, s[stat], colour(s[stat])) for hi, s in enumerate(row)) for li, row in enumerate(stats)
     )
     compare = None
+    text_b = p.compare_text or req.text  # the second grid's text: the one compared, or the same one knocked out
     if spec_b is not None and stats_b is not None:
         moved = sorted(((abs(sb[stat] - sa[stat]), sb[stat] - sa[stat], li, hi)
                         for li, (row_a, row_b) in enumerate(zip(stats, stats_b, strict=True))
@@ -137,12 +142,12 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
             knocked_mode=req.ablate_mode if knocked else "",
             tokens=tuple(computed_b["tokens"]),
             grid=tuple(
-                tuple(mark(link(li, hi, s[stat], colour(s[stat]), spec_b), b=True) for hi, s in enumerate(row))
+                tuple(mark(link(li, hi, s[stat], colour(s[stat]), spec_b, text_b), b=True) for hi, s in enumerate(row))
                 for li, row in enumerate(stats_b)
             ),
             changed=len(marked),
             threshold=CHANGED * top,
-            most_changed=tuple(link(li, hi, d, "", spec_b) for _, d, li, hi in moved[:10]),
+            most_changed=tuple(link(li, hi, d, "", spec_b, text_b) for _, d, li, hi in moved[:10]),
         )
     ranked = sorted(((s[stat], li, hi) for li, row in enumerate(stats) for hi, s in enumerate(row)),
                     reverse=stat != "entropy")[:10]  # fmt: skip
@@ -156,7 +161,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         roles = ("/heads?" + urlencode({"preset": spec.preset, "text": state.get("text"), "head": f"{layer}.{head}",
                                         "lang": ctx["lang"]}) + "#probe") if getattr(lab.models.get(spec.preset),
                                                                                      "generates", False) else ""  # fmt: skip
-        chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"], present), t("model.distance"), like,
+        chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"], present, req.text), t("model.distance"), like,
                             knock, roles)  # fmt: skip
         near = {(h.layer, h.head) for h in like}
 

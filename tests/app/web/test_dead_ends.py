@@ -4,7 +4,7 @@ page where they do nothing, …"""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from bs4 import BeautifulSoup
@@ -86,3 +86,31 @@ def test_the_text_box_keeps_line_breaks_and_the_engine_reads_them(lab: TestClien
         again.json()["tokens"]
         == lab.get("/index.json?" + urlencode({"preset": "smollm2", "text": text})).json()["tokens"]
     )
+
+
+# -- a. a head opened from /model: text or ids, said and kept apart ----------------------------------------------------
+
+
+@needs_smollm2
+def test_a_head_opened_from_the_model_view_carries_its_text(lab: TestClient) -> None:
+    text = "The cat sat on the mat"
+    page = soup(lab, "/model?" + urlencode({"preset": "smollm2", "text": text, "layer": 2, "head": 1, "lang": "en"}))
+    links = [a["href"] for a in page.select("a[href^='/?']") if "head" in parse_qs(urlsplit(a["href"]).query)]
+    assert links and all(parse_qs(urlsplit(h).query).get("text") == [text] for h in links)
+    assert not any("token_ids" in parse_qs(urlsplit(h).query) for h in links)  # no hidden ids to win over typing
+    opened = soup(lab, links[0])
+    box = opened.select_one("form#controls textarea[name=text]")
+    assert box is not None and box.string == text and opened.select_one("[data-ids-shown]") is None
+
+
+@needs_smollm2
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_view_of_token_ids_says_so_and_shows_what_they_spell(lab: TestClient, lang: str) -> None:
+    ids = "504,2365,3290,335"
+    page = soup(lab, "/?" + urlencode({"preset": "smollm2", "token_ids": ids, "stage": 4, "lang": lang}))
+    said = page.select_one("form#controls [data-ids-shown]")
+    assert said is not None and said.get_text().strip() and said["data-replaced"]  # what editing the text does
+    box = page.select_one("form#controls textarea[name=text]")
+    shown = lab.get("/index.json?" + urlencode({"preset": "smollm2", "token_ids": ids})).json()
+    assert box is not None and box.string == shown["ids_text"] == "The quick fost on"
+    assert page.select_one("form#controls input[name=token_ids]")["value"] == ids
