@@ -18,7 +18,7 @@ from engine.spec import Spec
 
 from ..lab import Lab, get_lab, request_key
 from ..schemas import FieldError, from_query
-from ..web.knockouts import form_ablate
+from ..web.knockouts import form_ablate, head_name, heads_text
 from ..web.page import serve
 from ..web.state import Params, ViewState, integer, param, within
 from .view import ChosenHead, HeadLink, ModelCompare, ModelView, ModelViewRequest, model_view_of
@@ -30,8 +30,8 @@ KEYS = tuple(ModelViewRequest.model_fields)
 @dataclass(frozen=True)
 class ModelParams(Params):
     """/model's view: the statistic drawn, a chosen layer and head (their similar heads marked), a second text
-    beside the first. The heads to knock out are the request's `ablate`, which the form writes as layer.head
-    (`3.1, 5.2`), once spelled `heads`."""
+    beside the first. The heads to knock out are the request's `ablate`, which the form writes as `L3 H1, L5 H2`
+    (once `3.1, 5.2`, still read), once spelled `heads`."""
 
     ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
 
@@ -86,7 +86,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     ablate = form_ablate(state.get("ablate"), typed) if state.get("ablate") else None
     fields = {k: v for k, v in state.api_params().items() if k != "ablate"}
     req = ModelViewRequest.model_validate(from_query(fields, None, ModelViewRequest) | {"ablate": ablate})
-    ctx["heads_text"] = ", ".join(".".join(map(str, p)) for p in req.ablate or []) or state.get("ablate")
+    ctx["heads_text"] = heads_text(req.ablate or []) or state.get("ablate")
     ctx["json_url"] = api_url(state, req.ablate)
     try:
         spec, computed = await model_view_of(req, lab, progress)
@@ -156,7 +156,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         layer = within("layer", p.layer or 0, 0, computed["layers"] - 1)
         head = within("head", p.head or 0, 0, spec.n_heads - 1)
         like = tuple(link(li, hi, d) for li, hi, d in similar_heads(stats, layer, head))
-        knock = (state.url(ablate=f"{layer}.{head}", compare_text=None, layer=None, head=None) + "#compare"
+        knock = (state.url(ablate=head_name(layer, head), compare_text=None, layer=None, head=None) + "#compare"
                  if can_knock else "")  # fmt: skip
         roles = ("/heads?" + urlencode({"preset": spec.preset, "text": state.get("text"), "head": f"{layer}.{head}",
                                         "lang": ctx["lang"]}) + "#probe") if getattr(lab.models.get(spec.preset),

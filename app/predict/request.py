@@ -1,5 +1,5 @@
 """The prediction views' requests (/api/v1/predict, /api/v1/logit_lens, /api/v1/head_ranking and their pages):
-the fields, and how a page's form (ticked boxes, heads written `1.0, 16.0`, a token given by its text) becomes
+the fields, and how a page's form (ticked boxes, heads written `L1 H0, L16 H0`, a token given by its text) becomes
 one of them."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class PredictParams(Params):
     """/predict's view: the position looked at (default: where a replaced token enters, the largest change, or the
     last), the head ranking asked for (`rank=1`), a second prompt beside the first. `form=1` marks a submitted form
     (an unticked box sends nothing, so there an absent bos/eos means "off"). The form's heads to knock out are
-    `ablate` (layer.head), once spelled `heads`."""
+    `ablate` (`L1 H0`: layer 1, head 0; `1.0` as older links wrote it), once spelled `heads`."""
 
     ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from ..web.knockouts import heads_text
 from ..web.state import ViewState
 
 SAME = 1e-5  # max |Δ| at or below which a position counts as unchanged (the leakage proof's tolerance)
@@ -63,7 +64,7 @@ class Candidate:
 def switched_words(switches: Mapping[str, Any], n_layer: int, t: Any) -> tuple[str, ...]:
     out = []
     if switches["ablate"]:
-        heads = ", ".join(f"{i}.{h}" for i, h in switches["ablate"])
+        heads = heads_text(switches["ablate"])
         out.append(t("predict.sw.ablate." + switches["ablate_mode"], heads=heads))
     for name in ("mask_off_layers", "drop_sink_layers"):
         layers = switches[name]

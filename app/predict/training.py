@@ -21,6 +21,7 @@ from markupsafe import Markup, escape
 from ..lab import Lab, get_lab, request_key
 from ..render.predicted import generators
 from ..schemas import FieldError
+from ..web.knockouts import head_name
 from ..web.page import serve
 from ..web.state import ViewState, within
 from ..web.view import HIDDEN, View
@@ -341,7 +342,7 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
     t2, ranking = await ranking_of(rq, lab, key)
     doc = ranking_document(t2, ranking, req.ablate_mode)
     heads = tuple(
-        HeadEffect(h["layer"], h["head"], h["loss"], h["delta"], state.url(ablate=f"{h['layer']}.{h['head']}",
+        HeadEffect(h["layer"], h["head"], h["loss"], h["delta"], state.url(ablate=head_name(h["layer"], h["head"]),
                                                                          rank=None, replace_at=None, replace_id=None,
                                                                          replace_token=None, mask_off_layers=None,
                                                                          drop_sink_layers=None))

@@ -122,7 +122,7 @@ def test_knocked_out_heads_before_and_after(client) -> None:
     shown = page(client, "/predict", text=TEXT, heads="1.0, 16.0")
     summary = shown.select_one("[data-loss-summary]").text
     assert f"{doc['before']['mean_loss']:.3f}" in summary and f"{doc['mean_loss']:.3f}" in summary
-    assert "1.0, 16.0" in shown.select_one("[data-switched]").text
+    assert "L1 H0, L16 H0" in shown.select_one("[data-switched]").text  # layer 1 head 0, not a decimal
     assert len(shown.select("tr.delta td")) == len(doc["positions"]) and shown.select("[data-top=before]")
     # the default position to look at is where the prediction moved most
     assert view["pos"] == max(range(len(doc["positions"])), key=lambda i: doc["positions"][i]["kl"])
@@ -334,7 +334,7 @@ def test_heads_and_spans_are_read_and_written() -> None:
     assert parse_heads("1.0, 16.0") == [[1, 0], [16, 0]] and parse_heads(" 3.2 5.1；") == [[3, 2], [5, 1]]
     assert parse_heads("") == []
     with pytest.raises(FieldError) as err:
-        parse_heads("1.0, L2H3")
-    assert err.value.field == "heads" and "L2H3" in err.value.message
+        parse_heads("1.0, L2X3")
+    assert err.value.field == "heads" and "L2X3" in err.value.message
     assert spans([0, 1, 2, 5, 7, 8]) == "0–2, 5, 7–8" and spans([4]) == "4" and spans([]) == ""
     assert [small(v) for v in (0.0, 3.2e-7, 0.0123, 17.6, 1234.4)] == ["0", "3e-7", "0.0123", "17.6", "1234"]
