@@ -114,3 +114,35 @@ def test_a_view_of_token_ids_says_so_and_shows_what_they_spell(lab: TestClient, 
     shown = lab.get("/index.json?" + urlencode({"preset": "smollm2", "token_ids": ids})).json()
     assert box is not None and box.string == shown["ids_text"] == "The quick fost on"
     assert page.select_one("form#controls input[name=token_ids]")["value"] == ids
+
+
+# -- d. the long-text view has the lab's switches -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def short() -> Iterator[TestClient]:
+    """A whole trace up to 40 tokens, lazy ones up to 300: the long-text view at test sizes."""
+    with make_client(max_tokens=40, max_long_tokens=300) as c:
+        yield c
+
+
+@needs_smollm2
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_long_text_view_has_mask_scale_hints_and_presenter_switches(short: TestClient, lang: str) -> None:
+    text = ("The cat sat on the mat. " * 8).strip()  # 56 tokens: past the whole trace's 40
+    base = {"preset": "smollm2", "text": text, "stage": 4, "lang": lang, "lesson": "five-stages", "lesson_step": 4}
+    page = soup(short, "/?" + urlencode(base))
+    assert page.select_one("[data-long]") is not None  # the long view, not a refusal
+    toggles = {a["data-toggle"]: a["href"] for a in page.select("#stage nav.toggles a[data-toggle]")}
+    assert set(toggles) == {"mask", "scale", "hints", "present"}
+    assert page.select_one("header a[data-toggle=present]") is None  # one presenter switch, the view's own
+    for key, change in (("mask", {"mask": ["none"]}), ("scale", {"scale": ["none"]}), ("hints", {"hints": ["off"]}),
+                        ("present", {"present": ["1"]})):  # fmt: skip
+        q = parse_qs(urlsplit(toggles[key]).query)
+        assert {k: q.get(k) for k in change} == change, key
+        assert q["text"] == [text] and q["lesson"] == ["five-stages"]  # the text and the lesson kept
+    unmasked = soup(short, toggles["mask"])
+    assert unmasked.select_one("[data-long]") is not None
+    assert unmasked.select_one("a[data-toggle=mask]")["aria-pressed"] == "false"
+    shown = soup(short, toggles["present"])
+    assert "present" in shown.body["class"] and shown.select_one("#stage a[data-toggle=present]") is not None
