@@ -1,8 +1,10 @@
 """Dead ends and silent surprises of the lab's pages (#32 item 7), each as a user met it: the footer's keys on a
-page where they do nothing, …"""
+page where they do nothing, a text box that dropped line breaks, hidden token ids that won over the text typed, a
+long text's view without the lab's switches, and byte pieces where a reader expects characters."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -10,6 +12,8 @@ import pytest
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
+from app.render.predicted import top_labels
+from engine.models.labels import piece_labels, piece_runs
 from engine.pretrained import SmolLM2
 from tests.conftest import make_client
 
@@ -146,3 +150,50 @@ def test_the_long_text_view_has_mask_scale_hints_and_presenter_switches(short: T
     assert unmasked.select_one("a[data-toggle=mask]")["aria-pressed"] == "false"
     shown = soup(short, toggles["present"])
     assert "present" in shown.body["class"] and shown.select_one("#stage a[data-toggle=present]") is not None
+
+
+# -- e. characters, not byte pieces, where a character is complete ------------------------------------------------------
+
+
+def test_byte_pieces_of_one_character_read_as_the_character() -> None:
+    cat, at = "猫".encode(), "在".encode()
+    pieces = [b"a", cat[:1], cat[1:], b" x", at, at[:2], b"\xe8"]
+    assert piece_labels(pieces) == ["a", "猫₁", "猫₂", " x", "在", "⟨e5⟩⟨9c⟩", "⟨e8⟩"]  # each position named
+    assert piece_runs(pieces) == [(0, 1, "a"), (1, 3, "猫"), (3, 4, " x"), (4, 5, "在"), (5, 6, "⟨e5⟩⟨9c⟩"),
+                                  (6, 7, "⟨e8⟩")]  # fmt: skip
+    # Two characters that share a piece are one run; a lone byte that ends no character stays a byte.
+    assert piece_runs([cat[:2], cat[2:] + at[:1], at[1:]]) == [(0, 3, "猫在")]
+    assert piece_runs([b"\xb1"]) == [(0, 1, "⟨b1⟩")]
+    assert "".join(text for _, _, text in piece_runs([cat, b" ", at])) == "猫 在"
+
+
+@needs_smollm2
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_chinese_generation_reads_as_characters(lab: TestClient, lang: str) -> None:
+    query = urlencode({"text": "猫坐在垫子上，然后", "max_new_tokens": 12, "layer": 29, "lang": lang})
+    twin = lab.get(f"/generate.json?{query}").json()
+    written = "".join(text for text, _, _ in twin["written"])
+    assert not re.search("[₁₂₃₄]", written)  # no piece numbers in the text: 猫, not 猫₁猫₂猫₃
+    assert written.startswith("猫坐在垫子上，然后")
+    api = lab.get(f"/api/v1/generate?{query}").json()
+    complete = api["text"].rstrip("\ufffd")  # a last character the generation stopped inside is not complete
+    assert re.sub("⟨[0-9a-f]{2}⟩", "", written[len("猫坐在垫子上，然后") :]).startswith(complete)
+    steps = [s for _, first, last in twin["written"] if first for s in range(first, last + 1)]
+    assert steps == list(range(1, len(twin["generated"]) + 1))  # every step written once, in order
+    page = soup(lab, f"/generate?{query}&step=3")
+    current = page.select("[data-generated] a.current")
+    assert len(current) == 1 and current[0]["aria-current"] == "step"
+    first, last = map(int, current[0]["data-steps"].split("-"))
+    assert first <= 3 <= last and current[0]["data-step"] == str(first)
+
+
+@needs_smollm2
+def test_a_candidate_that_is_a_whole_character_is_shown_as_it(smollm2) -> None:  # type: ignore[no-untyped-def]
+    """The top five after a Chinese context: a token that is a whole character reads as the character; a lone byte
+    that begins one (which the next steps would finish) stays marked as a byte, ⟨e8⟩; the chosen piece as the text
+    names it."""
+    ids = smollm2.tokenize("猫坐在垫子上，然后")
+    labels = smollm2.labels(ids)
+    at, comma, lead = smollm2.tokenize("在")[-1], smollm2.tokenize("，")[-1], smollm2.tokenizer().token_to_id("è")
+    assert top_labels(smollm2, ids, labels, len(ids), [at, lead, comma]) == ["在", "⟨e8⟩", "，"]
+    assert top_labels(smollm2, ids, labels, 1, [ids[1], at]) == ["猫₂", "在"]  # inside 猫: the text's own piece
