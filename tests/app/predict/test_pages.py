@@ -191,7 +191,7 @@ def test_chinese_pages_translate_the_predict_errors(client) -> None:
     error = soup(client.get("/predict", params={"text": TEXT, "heads": "99.0", "lang": "zh"})).select_one(".error")
     assert "不是一个头" in error.text
     error = soup(client.get("/predict", params={"text": TEXT, "heads": "x", "lang": "zh"})).select_one(".error")
-    assert "层.头" in error.text
+    assert "L<层> H<头>" in error.text  # layer and head, not a decimal
 
 
 # -- the logit lens -----------------------------------------------------------------------------------------------
@@ -316,7 +316,7 @@ def test_the_head_ranking_is_the_apis_and_links_to_each_head(tiny: TestClient) -
     ]
     shown = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1")
     first = shown.select_one("ol.ranked-heads li a")
-    assert f"ablate={doc['heads'][0]['layer']}.{doc['heads'][0]['head']}" in first["href"]
+    assert f"ablate=L{doc['heads'][0]['layer']}+H{doc['heads'][0]['head']}" in first["href"]  # layer and head
     # the ranking's loss is the plain prediction's at that position
     assert abs(ranking["loss"] - view["columns"][pos]["loss"]) < 1e-5
     # any decoder the lab loads: its own layers in the lens, its own BOS in the table
