@@ -92,7 +92,7 @@ def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> dict[st
     positions = []
     for i, s in enumerate(run.positions):
         row: dict[str, Any] = {
-            "position": i, "input": labels[i], "input_id": run.inputs[i], "target": t.labels[i + 1],
+            "position": i, "input": labels[i], "input_id": run.inputs[i], "target": labels[i + 1],
             "target_id": run.targets[i], "scored": i >= run.loss_from, "p_target": s.p_target, "loss": s.loss,
             "rank": s.rank, "top": labelled_top(t.model, ids, labels, i, s),
         }  # fmt: skip
@@ -100,13 +100,15 @@ def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> dict[st
             b = before.positions[i]
             row["before"] = {"p_target": b.p_target, "loss": b.loss, "rank": b.rank,
                              "top": labelled_top(t.model, base_ids, base_labels, i, b)}  # fmt: skip
+            if before.targets[i] != run.targets[i]:  # a replaced token is the previous position's target too
+                row["before"] |= {"target": base_labels[i + 1], "target_id": before.targets[i]}
             row["kl"] = pred.kl[i]
             row["max_abs_diff"] = pred.max_abs_diff[i]
         positions.append(row)
     return {
         "preset": t.preset,
         "tokens": labels[:-1],
-        "targets": list(t.labels[1:]),  # the original text's: a replaced input is still scored on the text's target
+        "targets": labels[1:],  # of the text as run: a replaced input is also its previous position's target
         "token_ids": list(run.inputs),
         "target_ids": list(run.targets),
         "bos": t.model.bos_id if t.seq[0] == t.model.bos_id else None,

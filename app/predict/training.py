@@ -49,6 +49,7 @@ class Column:
     rank: int
     url: str  # this page with the position chosen
     replaced_from: str | None = None  # the input token this position had before it was replaced
+    target_was: str | None = None  # the target before: the next input was replaced (the shift by one)
     before_p: float | None = None
     before_loss: float | None = None
     before_rank: int | None = None
@@ -203,9 +204,10 @@ def predict_view(doc: dict[str, Any], t: Any, state: ViewState, labels: tuple[st
         b = r.get("before")
         d = r.get("max_abs_diff")
         columns.append(Column(
-            position=i, input=r["input"], target=labels[i + 1], input_id=r["input_id"], target_id=r["target_id"],
+            position=i, input=r["input"], target=r["target"], input_id=r["input_id"], target_id=r["target_id"],
             scored=r["scored"], p_target=r["p_target"], loss=r["loss"], rank=r["rank"], url=state.url(pos=i),
             replaced_from=labels[i] if replaced is not None and replaced["position"] == i else None,
+            target_was=b.get("target") if b else None,
             before_p=b["p_target"] if b else None, before_loss=b["loss"] if b else None,
             before_rank=b["rank"] if b else None, kl=r.get("kl"), max_abs_diff=d,
             changed=None if d is None else d > SAME,
@@ -214,16 +216,20 @@ def predict_view(doc: dict[str, Any], t: Any, state: ViewState, labels: tuple[st
     changed = [c.position for c in columns if c.changed]
     unchanged = [c.position for c in columns if c.changed is False]
     r = rows[pos]
-    title, title_html = with_tokens(t, "predict.chosen", {"input": r["input"], "target": labels[pos + 1]}, i=pos)
+    title, title_html = with_tokens(t, "predict.chosen", {"input": r["input"], "target": r["target"]}, i=pos)
     chosen = Chosen(
         pos,
         title,
         candidates(r["top"], r["target_id"]),
-        candidates(r["before"]["top"], r["target_id"]) if compare else None,
+        candidates(r["before"]["top"], r["before"].get("target_id", r["target_id"])) if compare else None,
         title_html,
     )
     said_verdict = verdict(doc, changed, unchanged, t) if compare else (None, None)
     notices = []
+    retargeted = [c for c in columns if c.target_was is not None]
+    for c in retargeted:  # the prediction before the replaced token is the same, its target is not
+        notices.append(t("predict.retargeted", i=c.position, token=c.target.replace(" ", "␣"),
+                         was=c.target_was.replace(" ", "␣"), r=c.position + 1))  # fmt: skip
     if said and said["n"] > 1:
         notices.append(t("predict.replace_text", text=said["text"], n=said["n"], token=replaced["token"]))
     if any(re.search(r"[₁₂₃₄]", label) for label in labels):
@@ -235,7 +241,7 @@ def predict_view(doc: dict[str, Any], t: Any, state: ViewState, labels: tuple[st
         preset=doc["preset"],
         text=state.get("text"),
         tokens=tuple(doc["tokens"]),
-        targets=tuple(labels[1:]),
+        targets=tuple(doc["targets"]),
         columns=tuple(columns),
         loss_from=doc["loss_from"],
         n_scored=sum(c.scored for c in columns),

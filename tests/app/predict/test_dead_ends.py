@@ -62,3 +62,40 @@ def test_the_model_views_knock_out_link_writes_layer_and_head(client: TestClient
     assert parse_qs(urlsplit(knock).query)["ablate"] == ["L3 H1"]
     knocked = page(client, knock.split("#")[0])
     assert knocked.select_one("input[name=ablate]")["value"] == "L3 H1"
+
+
+# -- b. a replaced token is the previous position's target too ------------------------------------------------------
+
+
+def row(shown: BeautifulSoup, name: str) -> list[str]:
+    return [td.select_one(".tok").get_text() for td in shown.select(f"table[data-train] tr.{name} td")]
+
+
+@needs_smollm2
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_replaced_token_shows_in_the_target_row_with_its_recomputed_loss(client: TestClient, lang: str) -> None:
+    text = "The capital of France is Paris."
+    view = client.get("/predict.json", params={"text": text, "replace_at": 4, "replace_token": " Italy"}).json()
+    columns = view["columns"]
+    assert columns[4]["input"] == " Italy" and columns[4]["replaced_from"] == " France"
+    assert columns[3]["target"] == " Italy" and columns[3]["target_was"] == " France"  # the shift by one
+    # Position 3 reads the same inputs as in "… of Italy …": its loss there is the loss of Italy, not of France.
+    italy = client.get("/predict.json", params={"text": "The capital of Italy is Paris."}).json()["columns"]
+    assert columns[3]["loss"] == pytest.approx(italy[3]["loss"], abs=1e-4)
+    assert columns[3]["before_loss"] != pytest.approx(columns[3]["loss"], abs=1e-3)
+    assert columns[3]["max_abs_diff"] <= 1e-5  # the prediction itself is unchanged: only its target moved
+    shown = page(client, "/predict", text=text, replace_at=4, replace_token=" Italy", lang=lang)
+    targets = shown.select("table[data-train] tr.targets td")
+    assert targets[3].select_one(".tok").get_text() == "␣Italy" and "France" in targets[3].select_one(".was").get_text()
+    assert any("Italy" in p.get_text() and "France" in p.get_text() for p in shown.select("[data-notice]"))
+    assert row(shown, "inputs")[1:] == row(shown, "targets")[:-1]  # one text, shifted by one
+
+
+@needs_smollm2
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_replaced_piece_is_written_one_way_in_both_rows(client: TestClient, lang: str) -> None:
+    shown = page(client, "/predict", text="我喜欢苹果", replace_at=3, replace_token="你", lang=lang)
+    inputs, targets = row(shown, "inputs"), row(shown, "targets")
+    assert inputs[1:] == targets[:-1]  # every byte piece labelled as the same text labels it, in both rows
+    doc = client.get("/predict.json", params={"text": "我喜欢苹果", "replace_at": 3, "replace_token": "你"}).json()
+    assert doc["tokens"][1:] == doc["targets"][:-1]
