@@ -99,3 +99,57 @@ def test_a_replaced_piece_is_written_one_way_in_both_rows(client: TestClient, la
     assert inputs[1:] == targets[:-1]  # every byte piece labelled as the same text labels it, in both rows
     doc = client.get("/predict.json", params={"text": "我喜欢苹果", "replace_at": 3, "replace_token": "你"}).json()
     assert doc["tokens"][1:] == doc["targets"][:-1]
+
+
+# -- c. a text too long for the view: a window of it, offered ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small() -> Iterator[TestClient]:
+    """The prediction views at 24 tokens: a long text at test sizes."""
+    with make_client(max_predict_tokens=24) as c:
+        yield c
+
+
+def text_ids(text: str) -> list[int]:
+    model = SmolLM2.find()
+    assert model is not None
+    ids = model.tokenize(text)
+    return ids[1:] if ids and ids[0] == model.bos_id else ids
+
+
+LONG = "The cat sat on the mat. The dog sat on the log. The bird sat on the branch. The fish swam in the pond."
+
+
+@needs_smollm2
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("path", ["/predict", "/lens"])
+def test_a_text_too_long_is_offered_a_window_that_opens(small: TestClient, path: str, lang: str) -> None:
+    refused = small.get(path, params={"text": LONG, "lang": lang, "ablate": "L1 H0"})
+    assert refused.status_code == 422
+    offer = BeautifulSoup(refused.text, "html.parser").select_one("[data-windows]")
+    assert offer is not None and offer["data-windows"] == "24"
+    total = len(text_ids(LONG))
+    assert str(total) in offer.get_text() and "24" in offer.get_text()  # what the text has, what the view reads
+    links = {a["data-window"]: a for a in offer.select("a[data-window]")}
+    assert set(links) == {"first", "last"}
+    for kind, a in links.items():
+        query = parse_qs(urlsplit(a["href"]).query)
+        kept = query["text"][0]
+        assert (LONG.endswith(kept) if kind == "last" else LONG.startswith(kept)) and len(kept) < len(LONG)
+        assert query["ablate"] == ["L1 H0"] and query["lang"] == [lang]  # the switches and the page kept
+        cut = total - 16  # 24 less the margin kept free for BOS, EOS and a cut mid-word
+        assert str(cut) in a.get_text()  # says what it leaves out
+        opened = small.get(a["href"])
+        assert opened.status_code == 200, opened.text[:400]
+
+
+@needs_smollm2
+def test_token_ids_too_many_are_offered_a_window_of_ids(small: TestClient) -> None:
+    ids = ",".join(str(i) for i in text_ids(LONG))
+    refused = small.get("/predict", params={"token_ids": ids})
+    links = BeautifulSoup(refused.text, "html.parser").select("[data-windows] a[data-window]")
+    assert len(links) == 2
+    for a in links:
+        kept = parse_qs(urlsplit(a["href"]).query)["token_ids"][0].split(",")
+        assert len(kept) == 16 and small.get(a["href"]).status_code == 200
