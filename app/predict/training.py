@@ -226,10 +226,10 @@ def predict_view(doc: dict[str, Any], t: Any, state: ViewState, labels: tuple[st
     )
     said_verdict = verdict(doc, changed, unchanged, t) if compare else (None, None)
     notices = []
-    retargeted = [c for c in columns if c.target_was is not None]
-    for c in retargeted:  # the prediction before the replaced token is the same, its target is not
-        notices.append(t("predict.retargeted", i=c.position, token=c.target.replace(" ", "␣"),
-                         was=c.target_was.replace(" ", "␣"), r=c.position + 1))  # fmt: skip
+    for c in columns:  # the prediction before the replaced token is the same, its target is not
+        if c.target_was is not None:
+            notices.append(t("predict.retargeted", i=c.position, token=c.target.replace(" ", "␣"),
+                             was=c.target_was.replace(" ", "␣"), r=c.position + 1))  # fmt: skip
     if said and said["n"] > 1:
         notices.append(t("predict.replace_text", text=said["text"], n=said["n"], token=replaced["token"]))
     if any(re.search(r"[₁₂₃₄]", label) for label in labels):

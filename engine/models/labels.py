@@ -64,7 +64,7 @@ def piece_runs(pieces: list[bytes]) -> list[tuple[int, int, str]]:
         starts.append(at)
         at += len(piece)
     chars = _characters(data)
-    inside = set()  # byte offsets inside a character (a run may not end there)
+    inside: set[int] = set()  # byte offsets inside a character (a run may not end there)
     for start, end, _ in chars:
         inside.update(range(start + 1, end))
     runs: list[tuple[int, int, str]] = []
