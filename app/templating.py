@@ -45,6 +45,16 @@ def _tiny(v: float) -> str:
 TEMPLATES.env.filters["tiny"] = _tiny
 
 
+def _heads_typed(raw: str) -> str:
+    """`{{ state.get('ablate') | heads_typed }}`: heads to knock out as the pages write them (L1 H0, not 1.0)."""
+    from .web.knockouts import heads_typed
+
+    return heads_typed(raw)
+
+
+TEMPLATES.env.filters["heads_typed"] = _heads_typed
+
+
 def _carried(state: Any, lang: str) -> Markup:
     """`{{ carried(state, lang) }}` in a page's GET form: the hidden fields that belong to the screen, not to the
     form (the language, presenter mode, hints, the lesson and its step), so that submitting it keeps them."""

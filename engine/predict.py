@@ -259,12 +259,15 @@ def predict(
     replace: tuple[int, int] | None = None, top: int = TOP, progress: Progress = None,
 ) -> Prediction:  # fmt: skip
     """Teacher forcing over the training sequence `seq` (see `sequence`), under `iv`; `replace=(i, t)` puts token t at
-    input position i. Compared with the plain run (when `iv` changes something) or with the unreplaced text under
-    the same `iv` (when `replace` is given)."""
+    input position i: the text becomes another text, so t is also position i − 1's target (scored against t). Compared
+    with the plain run (when `iv` changes something) or with the unreplaced text under the same `iv` (when `replace`
+    is given: each run scored against its own text's targets)."""
     inputs, targets = list(seq[:-1]), list(seq[1:])
-    changed = list(inputs)
+    changed, changed_targets = list(inputs), list(targets)
     if replace is not None:
         changed[replace[0]] = replace[1]
+        if replace[0] > 0:  # the shift by one: the token put at input i is what position i − 1 predicts
+            changed_targets[replace[0] - 1] = replace[1]
     compare = replace is not None or bool(iv)
     passes = 2 if compare else 1
 
@@ -274,7 +277,7 @@ def predict(
         return lambda done, total: progress(k * total + done, passes * total)
 
     logp = _forward(model, changed, iv, each_pass(0))
-    run = scored(logp, changed, targets, loss_from, top)
+    run = scored(logp, changed, changed_targets, loss_from, top)
     if not compare:
         return Prediction(run)
     base = _forward(model, inputs, iv if replace is not None else NONE, each_pass(1))

@@ -25,6 +25,27 @@
     }
   });
 
+  // A text box that keeps line breaks (a textarea): Enter starts a new line, Ctrl+Enter (⌘+Enter) applies the form.
+  document.addEventListener("keydown", function (e) {
+    if (e.key !== "Enter" || !(e.ctrlKey || e.metaKey)) return;
+    var box = e.target && e.target.closest && e.target.closest("textarea[data-apply-keys]");
+    if (!box || !box.form) return;
+    e.preventDefault();
+    if (box.form.requestSubmit) box.form.requestSubmit(); else box.form.submit();
+  });
+
+  // A view given token ids (a head opened from /model) shows what they spell in the text box: editing the text
+  // empties the ids, so the form computes the text typed (the server lets ids win over a text sent beside them).
+  document.addEventListener("input", function (e) {
+    var box = e.target;
+    if (!box || !box.form || box.name !== "text") return;
+    var ids = box.form.querySelector("input[name=token_ids]");
+    if (!ids || !ids.value) return;
+    ids.value = "";
+    var said = box.form.querySelector("[data-ids-shown]");
+    if (said && said.dataset.replaced) said.textContent = said.dataset.replaced;
+  });
+
   // Large traces: the zoomed heat map reads (query, key, value) under the pointer, one row fetched at a time.
   var rowCache = {};
 

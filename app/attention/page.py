@@ -18,7 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
 from engine import PRESETS, STAGES, SpecError
-from engine.spec import MAIN_TENSOR
+from engine.spec import MAIN_TENSOR, Spec
 
 from ..lab import Lab, get_lab, request_key
 from ..render import page as view
@@ -73,7 +73,22 @@ async def long_view(
     a = await run_in_threadpool(lambda: to_numpy(lt.matrix(MAIN_TENSOR[key], head)))
     model = lab.models[spec.preset]
     shown = long_context(lt, key, head, state, a, model, lab.limits.max_tokens, ctx["lang"], ctx["t"])
-    return LabView(summary=spec.summary(), tokens=spec.tokens, **shown)
+    return LabView(summary=spec.summary(), tokens=spec.tokens, lesson=ctx["lesson_panel"], **shown,
+                   **switches(state, spec))  # fmt: skip
+
+
+def switches(state: ViewState, spec: Spec) -> dict[str, Any]:
+    """The lab's switches under the step bar, the same for a whole trace and a long text's lazy one: the causal mask
+    on or off and the scale cycled (each closes an open cell), hints, presenter mode."""
+    mask_on = spec.mask == "causal"
+    return {
+        "mask_on": mask_on,
+        "hints": state.hints,
+        "mask_toggle_url": state.url(mask="none" if mask_on else "causal", cell=None),
+        "scale_toggle_url": state.url(scale=SCALE_CYCLE[spec.scale], cell=None),
+        "present_url": state.url(present=None if state.present else "1"),
+        "hints_url": state.url(hints=None if not state.hints else "off"),
+    }
 
 
 def stage_url(state: Any, to: str, here: str) -> str:
@@ -127,7 +142,7 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
     key, head = p.stage, head_within(p.head, spec.n_heads)
     trace, _ = await lab.trace(spec)
     index = STAGES.index(key)
-    mask_on, hints, present = spec.mask == "causal", state.hints, state.present
+    present = state.present
     shown = stage_fields(trace, key, head, state, t)
     if not shown["small"] and ctx.get("html") and lab.ahead is not None:
         lab.ahead.schedule(trace, state, key)  # the class's next steps, drawn in the background
@@ -136,9 +151,9 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         shown["compare"] = compare
     return LabView(
         **shown,
+        ids_text=ids_text(lab, spec) if req.token_ids is not None else None,
         lesson=ctx["lesson_panel"],
-        hints=hints,
-        mask_on=mask_on,
+        **switches(state, spec),
         **(share(state, student_base, lab) if present and student_base is not None else {}),
         json_url="/api/v1/attention?" + state.api_query(),
         npz_url="/api/v1/attention.npz?" + state.api_query(),
@@ -151,16 +166,18 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         next_url=stage_url(state, STAGES[index + 1], key) if index + 1 < len(STAGES) else None,
         stage_urls=[(s, stage_url(state, s, key)) for s in STAGES],
         head_urls=[(h, state.url(head=h, cell=None)) for h in range(spec.n_heads)],
-        mask_toggle_url=state.url(mask="none" if mask_on else "causal", cell=None),
-        scale_toggle_url=state.url(scale=SCALE_CYCLE[spec.scale], cell=None),
         compare_urls={
             k: state.url(compare=k, cell=None)
             for k in ("mask", "scale", *(("leak",) if spec.mask == "document" else ()), "text")
         },
         compare_close_url=state.url(compare=None, compare_text=None),
-        present_url=state.url(present=None if present else "1"),
-        hints_url=state.url(hints=None if not hints else "off"),
     )
+
+
+def ids_text(lab: Lab, spec: Spec) -> str:
+    """What a view's token ids spell, for the text box beside them (the form says the ids are what is shown)."""
+    model = lab.models[spec.preset]
+    return str(model.tokenizer().decode(list(spec.token_ids))) if model.has_tokenizer else ""
 
 
 def share(state: ViewState, student_base: str, lab: Lab) -> dict[str, Any]:

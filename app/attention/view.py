@@ -46,6 +46,7 @@ class LabView(StageView):
     notice: str = ""
     checks: dict[str, Any] | None = None
     unknown_tokens: int = 0
+    ids_text: str | None = None  # a view given token ids (a head opened from /model): the text they spell
     random_weights: bool = False
     matrices: list[Any] | None = None
     weight_matrices: list[Any] | None = None

@@ -41,6 +41,16 @@ async def generate_page(request: Request, lab: Annotated[Lab, Depends(get_lab)])
     return await serve(request, lab, "generate.html", state, build, json_url=twin(state, prompt))
 
 
+def written(model: Any, ids: list[int], prompt_n: int) -> list[tuple[str, int, int]]:
+    """The prompt and the generated tokens as a reader reads them: the byte pieces of one character as the character,
+    each run with the steps that wrote it (1 is the first generated token; 0 for the prompt's)."""
+    out = []
+    for a, b, text in model.runs(ids):
+        first, last = max(a, prompt_n) - prompt_n + 1, b - prompt_n
+        out.append((text, first, last) if b > prompt_n else (text, 0, 0))
+    return out
+
+
 def twin(state: ViewState, prompt: dict[str, str]) -> str:
     """The API's URL for the generation the page shows (the default prompt of a first visit included)."""
     return "/api/v1/generate?" + state.api_query(**prompt)
@@ -79,6 +89,7 @@ async def generate_view(
         n_context=s.context,
         prompt=labels[:prompt_n],
         generated=labels[prompt_n:],
+        written=written(model, ids, prompt_n),
         title=t("generate.step_title", i=step, n=n, c=s.context),
         top=list(zip(top_labels(model, ids, labels, s.context, s.top_ids), s.top_probs, strict=True)),
         kv_bytes_per_token=g.kv_bytes_per_token,

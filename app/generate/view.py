@@ -25,7 +25,7 @@ from ..web.view import View
 @dataclass(frozen=True)
 class GenerateView(View):
     """Step `step` of a generation, as /generate shows it: the text so far (`prompt`, `generated`, labelled as the
-    model's pieces), the token predicted there and from how much context (`title`), the five candidates it weighed
+    model's pieces; `written`, as a reader reads it), the token predicted there and from how much context (`title`), the five candidates it weighed
     (`top`, most likely first), the KV cache it read (`size` says it in words) and where every head of `layer` looked
     (`attention`, one row per head)."""
 
@@ -42,6 +42,9 @@ class GenerateView(View):
     n_context: int = 0  # tokens in the cache when this step's token was predicted
     prompt: list[str] | None = None
     generated: list[str] | None = None
+    # The text as a reader reads it: (text, first step, last step), a character the tokenizer split into byte
+    # pieces written once (我, not 我₁ 我₂); the prompt's runs have steps 0.
+    written: list[tuple[str, int, int]] | None = None
     title: str = ""
     top: list[tuple[str, float]] | None = None
     kv_bytes_per_token: int = 0

@@ -18,7 +18,7 @@ from engine.spec import Spec
 
 from ..lab import Lab, get_lab, request_key
 from ..schemas import FieldError, from_query
-from ..web.knockouts import form_ablate
+from ..web.knockouts import form_ablate, head_name, heads_text
 from ..web.page import serve
 from ..web.state import Params, ViewState, integer, param, within
 from .view import ChosenHead, HeadLink, ModelCompare, ModelView, ModelViewRequest, model_view_of
@@ -30,8 +30,8 @@ KEYS = tuple(ModelViewRequest.model_fields)
 @dataclass(frozen=True)
 class ModelParams(Params):
     """/model's view: the statistic drawn, a chosen layer and head (their similar heads marked), a second text
-    beside the first. The heads to knock out are the request's `ablate`, which the form writes as layer.head
-    (`3.1, 5.2`), once spelled `heads`."""
+    beside the first. The heads to knock out are the request's `ablate`, which the form writes as `L3 H1, L5 H2`
+    (once `3.1, 5.2`, still read), once spelled `heads`."""
 
     ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
 
@@ -65,11 +65,13 @@ def api_url(state: ViewState, ablate: list[list[int]] | None = None) -> str:
     return "/api/v1/model_view?" + state.api_query(ablate=written)
 
 
-def lab_url(spec: Spec, layer: int, head: int, lang: str, present: bool = False) -> str:
+def lab_url(spec: Spec, layer: int, head: int, lang: str, present: bool = False, text: str | None = None) -> str:
     """The lab at one layer and head of the same tokens, on the weights stage (in presenter mode when this page
-    is: a head opened from the projector stays on the projector's layout)."""
-    ids = ",".join(str(i) for i in spec.token_ids)
-    query = {"preset": spec.preset, "token_ids": ids, "layer": layer, "head": head, "stage": 4, "lang": lang}
+    is: a head opened from the projector stays on the projector's layout). The text as this page was given it
+    (the lab tokenises it to the same ids, and its text box holds what the class reads and may edit), or the ids
+    when it was given ids."""
+    seq = {"text": text} if text else {"token_ids": ",".join(str(i) for i in spec.token_ids)}
+    query = {"preset": spec.preset, **seq, "layer": layer, "head": head, "stage": 4, "lang": lang}
     return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
 
 
@@ -84,7 +86,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     ablate = form_ablate(state.get("ablate"), typed) if state.get("ablate") else None
     fields = {k: v for k, v in state.api_params().items() if k != "ablate"}
     req = ModelViewRequest.model_validate(from_query(fields, None, ModelViewRequest) | {"ablate": ablate})
-    ctx["heads_text"] = ", ".join(".".join(map(str, p)) for p in req.ablate or []) or state.get("ablate")
+    ctx["heads_text"] = heads_text(req.ablate or []) or state.get("ablate")
     ctx["json_url"] = api_url(state, req.ablate)
     try:
         spec, computed = await model_view_of(req, lab, progress)
@@ -109,8 +111,10 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     longest = max(spec.n_tokens, spec_b.n_tokens if spec_b else 0)
     top = math.log(max(2, longest)) if stat == "entropy" else 1.0  # one colour scale for both grids
 
-    def link(layer: int, head: int, value: float, cls: str = "", of: Spec = spec) -> HeadLink:
-        return HeadLink(layer, head, value, lab_url(of, layer, head, ctx["lang"], present),
+    def link(
+        layer: int, head: int, value: float, cls: str = "", of: Spec = spec, text: str | None = req.text
+    ) -> HeadLink:
+        return HeadLink(layer, head, value, lab_url(of, layer, head, ctx["lang"], present, text),
                         state.url(layer=layer, head=head) + "#chosen", cls)  # fmt: skip
 
     def colour(value: float) -> str:
@@ -120,6 +124,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         tuple(link(li, hi, s[stat], colour(s[stat])) for hi, s in enumerate(row)) for li, row in enumerate(stats)
     )
     compare = None
+    text_b = p.compare_text or req.text  # the second grid's text: the one compared, or the same one knocked out
     if spec_b is not None and stats_b is not None:
         moved = sorted(((abs(sb[stat] - sa[stat]), sb[stat] - sa[stat], li, hi)
                         for li, (row_a, row_b) in enumerate(zip(stats, stats_b, strict=True))
@@ -137,12 +142,12 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
             knocked_mode=req.ablate_mode if knocked else "",
             tokens=tuple(computed_b["tokens"]),
             grid=tuple(
-                tuple(mark(link(li, hi, s[stat], colour(s[stat]), spec_b), b=True) for hi, s in enumerate(row))
+                tuple(mark(link(li, hi, s[stat], colour(s[stat]), spec_b, text_b), b=True) for hi, s in enumerate(row))
                 for li, row in enumerate(stats_b)
             ),
             changed=len(marked),
             threshold=CHANGED * top,
-            most_changed=tuple(link(li, hi, d, "", spec_b) for _, d, li, hi in moved[:10]),
+            most_changed=tuple(link(li, hi, d, "", spec_b, text_b) for _, d, li, hi in moved[:10]),
         )
     ranked = sorted(((s[stat], li, hi) for li, row in enumerate(stats) for hi, s in enumerate(row)),
                     reverse=stat != "entropy")[:10]  # fmt: skip
@@ -151,12 +156,12 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         layer = within("layer", p.layer or 0, 0, computed["layers"] - 1)
         head = within("head", p.head or 0, 0, spec.n_heads - 1)
         like = tuple(link(li, hi, d) for li, hi, d in similar_heads(stats, layer, head))
-        knock = (state.url(ablate=f"{layer}.{head}", compare_text=None, layer=None, head=None) + "#compare"
+        knock = (state.url(ablate=head_name(layer, head), compare_text=None, layer=None, head=None) + "#compare"
                  if can_knock else "")  # fmt: skip
         roles = ("/heads?" + urlencode({"preset": spec.preset, "text": state.get("text"), "head": f"{layer}.{head}",
                                         "lang": ctx["lang"]}) + "#probe") if getattr(lab.models.get(spec.preset),
                                                                                      "generates", False) else ""  # fmt: skip
-        chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"], present), t("model.distance"), like,
+        chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"], present, req.text), t("model.distance"), like,
                             knock, roles)  # fmt: skip
         near = {(h.layer, h.head) for h in like}
 

@@ -106,6 +106,12 @@ class Compared:
     loss: float
     rank: int
     top: tuple[Top, ...]
+    target: str | None = None  # its own target, where a replaced token changed this position's (else the same)
+    target_id: int | None = None
+
+    def __json__(self) -> dict[str, Any]:  # the target only where it differs from the run's
+        shown = fields(self) if self.target_id is not None else fields(self)[:-2]
+        return {f.name: getattr(self, f.name) for f in shown}
 
 
 @dataclass(frozen=True)
@@ -155,7 +161,7 @@ class Predicted:
 
     preset: str
     tokens: tuple[str, ...]  # the inputs, as run (a replaced token among them)
-    targets: tuple[str, ...]  # the original text's: a replaced input is still scored on the text's target
+    targets: tuple[str, ...]  # of the text as run: a replaced input is also its previous position's target
     token_ids: tuple[int, ...]
     target_ids: tuple[int, ...]
     bos: int | None
@@ -183,15 +189,17 @@ def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> Predict
         compared, kl, diff = None, None, None
         if before is not None:
             b = before.positions[i]
-            compared = Compared(b.p_target, b.loss, b.rank, labelled_top(t.model, base_ids, base_labels, i, b))
+            # a replaced token is the previous position's target too: the run compared with keeps its own target
+            was = (base_labels[i + 1], before.targets[i]) if before.targets[i] != run.targets[i] else (None, None)
+            compared = Compared(b.p_target, b.loss, b.rank, labelled_top(t.model, base_ids, base_labels, i, b), *was)
             kl, diff = pred.kl[i], pred.max_abs_diff[i]
-        rows.append(Row(i, labels[i], run.inputs[i], t.labels[i + 1], run.targets[i], i >= run.loss_from, s.p_target,
+        rows.append(Row(i, labels[i], run.inputs[i], labels[i + 1], run.targets[i], i >= run.loss_from, s.p_target,
                         s.loss, s.rank, labelled_top(t.model, ids, labels, i, s), compared, kl, diff))  # fmt: skip
     what = "the same switches on the unreplaced text" if pred.replaced else "the same text without the switches"
     return Predicted(
         preset=t.preset,
         tokens=tuple(labels[:-1]),
-        targets=t.labels[1:],
+        targets=tuple(labels[1:]),  # of the text as run: a replaced input is also its previous position's target
         token_ids=run.inputs,
         target_ids=run.targets,
         bos=t.model.bos_id if t.seq[0] == t.model.bos_id else None,

@@ -1,10 +1,11 @@
 """The prediction views' requests (/api/v1/predict, /api/v1/logit_lens, /api/v1/head_ranking and their pages):
-the fields, and how a page's form (ticked boxes, heads written `1.0, 16.0`, a token given by its text) becomes
+the fields, and how a page's form (ticked boxes, heads written `L1 H0, L16 H0`, a token given by its text) becomes
 one of them."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -121,7 +122,7 @@ class PredictParams(Params):
     """/predict's view: the position looked at (default: where a replaced token enters, the largest change, or the
     last), the head ranking asked for (`rank=1`), a second prompt beside the first. `form=1` marks a submitted form
     (an unticked box sends nothing, so there an absent bos/eos means "off"). The form's heads to knock out are
-    `ablate` (layer.head), once spelled `heads`."""
+    `ablate` (`L1 H0`: layer 1, head 0; `1.0` as older links wrote it), once spelled `heads`."""
 
     ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
     FORM: ClassVar[tuple[str, ...]] = ("replace_at", "replace_id", "replace_token")  # the API's `replace`
@@ -265,7 +266,43 @@ async def read_page(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any], m
     with page_fields(state):
         body, said = await request_body(state, prompt, lab, model_cls)
         req = model_cls.model_validate(body)
-        return req, await compute(req, lab, key), prompt, said
+        try:
+            return req, await compute(req, lab, key), prompt, said
+        except FieldError as e:  # a text longer than the view reads: offer a window of it (first or last part)
+            if (room := too_long(e)) is not None:
+                ctx["windows"] = await lab.off_loop(body.get("preset", "smollm2"), windows, state, req, lab, room,
+                                                    ctx["t"])  # fmt: skip
+            raise
+
+
+def too_long(e: FieldError) -> int | None:
+    """The view's limit when `e` refuses a text for its length ("at most 1024 input tokens here, …")."""
+    m = re.match(r"at most (\d+) (?:input )?tokens here", e.message)
+    return int(m[1]) if m and e.field in ("text", "token_ids") else None
+
+
+WINDOW_MARGIN = 8  # tokens kept free of the limit: BOS and EOS, and a text cut mid-word that tokenises a little longer
+
+
+def windows(state: ViewState, req: Any, lab: Lab, room: int, t: Any) -> dict[str, Any]:
+    """Links to the first and the last part of a text too long for the view, each within its limit, and what each
+    leaves out: the text cut at token boundaries (decoded, or the ids themselves when the view was given ids)."""
+    model = decoder(lab, req.preset)
+    ids = list(req.token_ids) if req.token_ids is not None else model.tokenize(req.text or "")
+    if req.token_ids is None and ids and ids[0] == model.bos_id:
+        ids = ids[1:]
+    keep = max(1, min(room, model.info.n_ctx) - WINDOW_MARGIN)
+    cut = len(ids) - keep
+    links = []
+    for kind, part in (("last", ids[-keep:]), ("first", ids[:keep])):
+        if req.token_ids is not None:
+            url = state.url(token_ids=",".join(map(str, part)), pos=None, start=None, cell=None, rank=None)
+        else:  # a character the cut split is dropped at the edge (decode writes U+FFFD for its piece)
+            text = str(model.tokenizer().decode(part)).strip("\ufffd")
+            url = state.url(text=text, pos=None, start=None, cell=None, rank=None)
+        links.append({"kind": kind, "url": url, "label": t(f"window.{kind}", n=keep, cut=cut)})
+    return {"total": len(ids), "room": room, "keep": keep, "cut": cut, "links": links,
+            "said": t("window.said", total=len(ids), room=room)}  # fmt: skip
 
 
 def api_url(path: str, req: BaseModel) -> str:

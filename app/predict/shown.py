@@ -10,6 +10,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from ..schemas import FieldError
+from ..web.knockouts import heads_text
 from ..web.state import ViewState, within
 from .compute import Switched, Top
 
@@ -108,7 +109,7 @@ class Candidate(Top):
 def switched_words(switches: Switched, n_layer: int, t: Any) -> tuple[str, ...]:
     out = []
     if switches.ablate:
-        heads = ", ".join(f"{i}.{h}" for i, h in switches.ablate)
+        heads = heads_text(switches.ablate)
         out.append(t("predict.sw.ablate." + switches.ablate_mode, heads=heads))
     for name in ("mask_off_layers", "drop_sink_layers"):
         layers = getattr(switches, name)

@@ -21,6 +21,7 @@ from markupsafe import Markup, escape
 from ..lab import Lab, get_lab, request_key
 from ..render.predicted import generators
 from ..schemas import FieldError
+from ..web.knockouts import head_name
 from ..web.page import serve
 from ..web.state import ViewState
 from ..web.view import HIDDEN, View
@@ -75,6 +76,7 @@ class Column:
     rank: int
     url: str  # this page with the position chosen
     replaced_from: str | None = None  # the input token this position had before it was replaced
+    target_was: str | None = None  # the target before: the next input was replaced (the shift by one)
     before_p: float | None = None
     before_loss: float | None = None
     before_rank: int | None = None
@@ -237,10 +239,11 @@ def predict_view(doc: Predicted, t: Any, state: ViewState, labels: tuple[str, ..
     for i, r in enumerate(rows):
         b, d = r.before, r.max_abs_diff
         columns.append(Column(
-            position=number(i, first), input=r.input, target=labels[i + 1], input_id=r.input_id,
+            position=number(i, first), input=r.input, target=r.target, input_id=r.input_id,
             target_id=r.target_id, scored=r.scored, p_target=r.p_target, loss=r.loss, rank=r.rank,
             url=state.url(pos=named(i, first)),
             replaced_from=labels[i] if replaced is not None and replaced.position == i else None,
+            target_was=b.target if b else None,
             before_p=b.p_target if b else None, before_loss=b.loss if b else None,
             before_rank=b.rank if b else None, kl=r.kl, max_abs_diff=d,
             changed=None if d is None else d > SAME,
@@ -249,17 +252,23 @@ def predict_view(doc: Predicted, t: Any, state: ViewState, labels: tuple[str, ..
     changed = [i for i, c in enumerate(columns) if c.changed]
     unchanged = [i for i, c in enumerate(columns) if c.changed is False]
     r = rows[pos]
-    title, title_html = with_tokens(t, "predict.chosen", {"input": r.input, "target": labels[pos + 1]},
+    title, title_html = with_tokens(t, "predict.chosen", {"input": r.input, "target": r.target},
                                     i=label(pos, first))  # fmt: skip
     chosen = Chosen(
         number(pos, first),
         title,
         candidates(r.top, r.target_id),
-        candidates(r.before.top, r.target_id) if r.before is not None else None,
+        candidates(r.before.top, r.target_id if r.before.target_id is None else r.before.target_id)
+        if r.before is not None
+        else None,
         title_html,
     )
     said_verdict = verdict(doc, changed, unchanged, t, first) if compare else (None, None)
     notices = []
+    for k, c in enumerate(columns):  # the prediction before the replaced token is the same, its target is not
+        if c.target_was is not None:
+            notices.append(t("predict.retargeted", i=label(k, first), token=c.target.replace(" ", "␣"),
+                             was=c.target_was.replace(" ", "␣"), r=label(k + 1, first)))  # fmt: skip
     if said and said["n"] > 1 and replaced is not None:
         notices.append(t("predict.replace_text", text=said["text"], n=said["n"], token=replaced.token))
     if any(re.search(r"[₁₂₃₄]", label) for label in labels):
@@ -271,7 +280,7 @@ def predict_view(doc: Predicted, t: Any, state: ViewState, labels: tuple[str, ..
         preset=doc.preset,
         text=state.get("text"),
         tokens=doc.tokens,
-        targets=tuple(labels[1:]),
+        targets=doc.targets,
         columns=tuple(columns),
         loss_from=max(0, doc.loss_from - first),
         first=first,
@@ -401,7 +410,7 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
     t2, ranking = await ranking_of(rq, lab, key)
     doc = ranking_document(t2, ranking, req.ablate_mode, lab.settings.max_rank_cost)
     heads = tuple(
-        HeadEffect(h.layer, h.head, h.loss, h.delta, state.url(ablate=f"{h.layer}.{h.head}", rank=None,
+        HeadEffect(h.layer, h.head, h.loss, h.delta, state.url(ablate=head_name(h.layer, h.head), rank=None,
                                                                replace_at=None, replace_id=None, replace_token=None,
                                                                mask_off_layers=None, drop_sink_layers=None))
         for h in doc.heads[:RANKED]

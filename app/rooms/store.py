@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+import unicodedata
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ import orjson
 # Room codes: no 0/O, 1/I/L look-alikes; read off a projector and typed on a phone, case-insensitively.
 ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 6
+SEPARATORS = "-‐‑‒–—−"  # the dashes a code may be written with (ASCII, Unicode hyphens, en and em dash, minus)
 LOG_LENGTH = 64  # events kept for reconnecting streams; one that missed more gets a snapshot
 # ... and at most this many bytes of them: a log of 64 views of 32 KB queries each would hold 2 MB per room (1 GB
 # at 500 rooms); a room whose views are that large keeps fewer of them (its streams get snapshots sooner).
@@ -41,8 +43,11 @@ def new_code() -> str:
 
 
 def normal_code(raw: str) -> str | None:
-    """The code as stored (upper case), or None when it cannot be a room code at all."""
-    code = "".join(c for c in raw if c not in " -\u00a0\t").upper()  # "yx9 e8z", "YX9-E8Z" as read off a wall
+    """The code as stored (upper case), or None when it cannot be a room code at all. Read as typed off a wall:
+    any case, with spaces or a dash ("yx9 e8z", "YX9-E8Z"), and a phone's full-width letters or dashes (ＹＸ９－Ｅ８Ｚ,
+    NFKC folds them to ASCII)."""
+    folded = unicodedata.normalize("NFKC", raw)
+    code = "".join(c for c in folded if not c.isspace() and c not in SEPARATORS).upper()
     if len(code) == CODE_LENGTH and all(c in ALPHABET for c in code):
         return code
     return None

@@ -1,5 +1,6 @@
 """The knock-out vocabulary every view that runs a decoder with heads removed shares (the prediction views, the
-model view): the request fields, the form's spelling of them (`ablate=1.0, 16.0`, layer.head), and the engine's
+model view): the request fields, the form's spelling of them (`ablate=L1 H0, L16 H0`: layer 1 head 0; `1.0`, as older
+links wrote it, still read), and the engine's
 `Intervention` they become, checked against the model's layers and heads (a 422 naming the field)."""
 
 from __future__ import annotations
@@ -73,9 +74,30 @@ def intervention(req: Knockouts, model: Model) -> P.Intervention:
     return iv
 
 
+def head_name(layer: int, head: int) -> str:
+    """One head as the pages write it: L1 H0 (layer 1, head 0), never 1.0, which reads as a decimal."""
+    return f"L{layer} H{head}"
+
+
+def heads_text(pairs: Any) -> str:
+    """Heads as the forms and the switches' words write them: `L1 H0, L16 H0`."""
+    return ", ".join(head_name(p[0], p[1]) for p in pairs)
+
+
+def heads_typed(raw: str) -> str:
+    """A form's heads as typed, written back the pages' way (`1.0` from an older link shows as `L1 H0`); text that
+    reads as no heads stays as typed, for its error to name."""
+    if not raw or raw.lstrip().startswith("["):
+        return raw
+    try:
+        return heads_text(parse_heads(raw))
+    except FieldError:
+        return raw
+
+
 def form_ablate(raw: str, name: str = "ablate") -> list[list[int]]:
-    """A page's heads to knock out as the API's `ablate` pairs: as the form writes them (`1.0, 16.0`: layer.head)
-    or as the API's GET does (`[[1, 0], [16, 0]]`); an error names the key typed."""
+    """A page's heads to knock out as the API's `ablate` pairs: as the form writes them (`L1 H0, L16 H0`; `1:0`, or
+    `1.0` as older links did) or as the API's GET does (`[[1, 0], [16, 0]]`); an error names the key typed."""
     if raw.lstrip().startswith("["):
         try:
             pairs = json.loads(raw)
@@ -84,6 +106,8 @@ def form_ablate(raw: str, name: str = "ablate") -> list[list[int]]:
         if not isinstance(pairs, list) or not all(
             isinstance(p, list) and len(p) == 2 and all(type(v) is int for v in p) for p in pairs
         ):
-            raise FieldError(name, "write each head as layer.head (1.0, 16.0), or the pairs as JSON ([[1, 0]])")
+            raise FieldError(
+                name, "write each head as L<layer> H<head> (L1 H0, L16 H0), or the pairs as JSON ([[1, 0]])"
+            )
         return pairs
     return parse_heads(raw, name)

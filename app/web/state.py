@@ -344,17 +344,19 @@ def head_within(value: int, n_heads: int, name: str = "head") -> int:
     return value
 
 
-HEAD = re.compile(r"([0-9]{1,5})\.([0-9]{1,5})")
+HEAD = re.compile(r"([0-9]{1,5})[.:]([0-9]{1,5})")  # 1:0, and 1.0 as links and forms once wrote it
+NAMED_HEAD = re.compile(r"[Ll]\s*([0-9]{1,5})\s*[Hh]\s*([0-9]{1,5})")  # L1 H0, as the pages write it
 
 
 def parse_heads(raw: str, name: str = "heads") -> list[list[int]]:
-    """`1.0, 16.0` (layer.head, separated by commas or spaces) as the API's `ablate`: [[1, 0], [16, 0]]: how the
-    training view's and the model view's forms write heads."""
+    """`L1 H0, L16 H0` (layer 1 head 0, layer 16 head 0; separated by commas or spaces) as the API's `ablate`:
+    [[1, 0], [16, 0]]: how the training view's and the model view's forms write heads (`1:0`, and `1.0` as older
+    links wrote it, read the same)."""
     out: list[list[int]] = []
-    for item in (p for p in re.split(r"[\s,;，；、]+", raw.strip()) if p):
+    for item in (p for p in re.split(r"[\s,;，；、]+", NAMED_HEAD.sub(r"\1:\2", raw.strip())) if p):
         m = HEAD.fullmatch(item)
         if m is None:
-            raise FieldError(name, f"write each head as layer.head, e.g. 1.0, 16.0; got {show(item, 30)}")
+            raise FieldError(name, f"write each head as L<layer> H<head>, e.g. L1 H0, L16 H0; got {show(item, 30)}")
         out.append([int(m[1]), int(m[2])])
     if len(out) > 4096:
         raise FieldError(name, f"at most 4096 heads, got {len(out)}")

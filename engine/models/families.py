@@ -34,7 +34,7 @@ from ..positions import Angles, angles, rotate
 from ..sources import Weights
 from .config import Arch, ModelError, ModelInfo
 from .files import inside
-from .labels import readable_labels
+from .labels import readable_labels, readable_runs
 from .store import GGUF, Store
 from .tokens import from_gguf, from_json, gguf_has_tokenizer
 
@@ -315,6 +315,13 @@ class Model:
         if not self.has_tokenizer:
             return [f"#{i}" for i in ids]
         return readable_labels(self.tokenizer(), ids)
+
+    def runs(self, ids: list[int]) -> list[tuple[int, int, str]]:
+        """The ids as a reader reads them: (first, past the last, text), a character split over byte pieces once
+        (猫, not 猫₁ 猫₂ 猫₃); a token of its own labelled as `labels` labels it."""
+        if not self.has_tokenizer:
+            return [(k, k + 1, f"#{i}") for k, i in enumerate(ids)]
+        return readable_runs(self.tokenizer(), ids)
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
@@ -644,6 +651,9 @@ class Bert(Model):
             return [f"#{i}" for i in ids]
         tok = self.tokenizer()  # WordPiece: its own pieces (hello, ##ing, [CLS]) read best
         return [tok.id_to_token(i) or f"#{i}" for i in ids]
+
+    def runs(self, ids: list[int]) -> list[tuple[int, int, str]]:
+        return [(k, k + 1, label) for k, label in enumerate(self.labels(ids))]  # WordPiece splits no character
 
     def embed(self, ids: Sequence[int], start: int = 0) -> torch.Tensor:
         e, g = "embeddings.", self._get

@@ -38,16 +38,9 @@ def _utf8_length(lead: int) -> int:
     )
 
 
-def piece_labels(pieces: list[bytes]) -> list[str]:
-    """Labels for consecutive byte pieces of one text. A character split across pieces (byte-level BPE cuts 猫,
-    three UTF-8 bytes, into up to three tokens) is shown in each piece with its part number: 猫₁ 猫₂ 猫₃; whole
-    characters as themselves; bytes that form no character as ⟨hex⟩."""
-    data = b"".join(pieces)
-    bounds, at = [], 0
-    for piece in pieces:
-        bounds.append((at, at + len(piece)))
-        at += len(piece)
-    chars: list[tuple[int, int, str | None]] = []  # (start, end, text or None for a stray byte)
+def _characters(data: bytes) -> list[tuple[int, int, str | None]]:
+    """The text's characters left to right: (start, end, the character), or None for a byte that begins none."""
+    chars: list[tuple[int, int, str | None]] = []
     i = 0
     while i < len(data):
         size = _utf8_length(data[i])
@@ -57,6 +50,44 @@ def piece_labels(pieces: list[bytes]) -> list[str]:
         except UnicodeDecodeError:
             chars.append((i, i + 1, None))
             i += 1
+    return chars
+
+
+def piece_runs(pieces: list[bytes]) -> list[tuple[int, int, str]]:
+    """The pieces in runs that no character crosses, each with the text it spells: (first piece, past the last,
+    text). A character split over pieces (猫₁ 猫₂ 猫₃) is one run, 猫; a piece that holds whole characters is a run
+    of its own; a byte that ends no character stays ⟨hex⟩. For a text as a reader reads it (a generation), where
+    the labels name each piece (a position)."""
+    data = b"".join(pieces)
+    starts, at = [], 0
+    for piece in pieces:
+        starts.append(at)
+        at += len(piece)
+    chars = _characters(data)
+    inside: set[int] = set()  # byte offsets inside a character (a run may not end there)
+    for start, end, _ in chars:
+        inside.update(range(start + 1, end))
+    runs: list[tuple[int, int, str]] = []
+    first = 0
+    for k in range(1, len(pieces) + 1):
+        if k == len(pieces) or starts[k] not in inside:
+            a, b = starts[first], starts[k] if k < len(pieces) else len(data)
+            text = "".join(c if c is not None else f"⟨{data[i]:02x}⟩" for i, _, c in chars if a <= i < b)
+            runs.append((first, k, text))
+            first = k
+    return runs
+
+
+def piece_labels(pieces: list[bytes]) -> list[str]:
+    """Labels for consecutive byte pieces of one text. A character split across pieces (byte-level BPE cuts 猫,
+    three UTF-8 bytes, into up to three tokens) is shown in each piece with its part number: 猫₁ 猫₂ 猫₃; whole
+    characters as themselves; bytes that form no character as ⟨hex⟩."""
+    data = b"".join(pieces)
+    bounds, at = [], 0
+    for piece in pieces:
+        bounds.append((at, at + len(piece)))
+        at += len(piece)
+    chars = _characters(data)
     labels = []
     first_char = 0  # pieces and characters both run left to right: one pass over each (linear in the text)
     for k, (a, b) in enumerate(bounds):
@@ -85,6 +116,18 @@ def piece_labels(pieces: list[bytes]) -> list[str]:
 def readable_labels(tok: Any, ids: list[int]) -> list[str]:
     """A label per token id, read as a sequence so that a character split by byte-level BPE is named in each of its
     pieces (猫₁ 猫₂); a visible ␣ or ↵ for a token that is only whitespace."""
+    out = []
+    for i, text in zip(ids, piece_labels(_pieces(tok, ids)), strict=True):
+        out.append(_visible(text, i))
+    return out
+
+
+def _visible(text: str, i: int) -> str:
+    return text if text.strip() else text.replace(" ", "␣").replace("\n", "↵") or f"#{i}"
+
+
+def _pieces(tok: Any, ids: list[int]) -> list[bytes]:
+    """Each id's bytes: a byte-level BPE piece as its bytes, any other token as its text."""
     pieces: list[bytes] = []
     for i in ids:
         raw = tok.id_to_token(i) or ""
@@ -93,7 +136,12 @@ def readable_labels(tok: Any, ids: list[int]) -> list[str]:
             pieces.append(bytes(data))  # type: ignore[arg-type]
         else:  # a special token, or a tokenizer without byte-level pieces
             pieces.append((tok.decode([i]) or raw or f"#{i}").encode("utf-8"))
-    out = []
-    for i, text in zip(ids, piece_labels(pieces), strict=True):
-        out.append(text if text.strip() else text.replace(" ", "␣").replace("\n", "↵") or f"#{i}")
-    return out
+    return pieces
+
+
+def readable_runs(tok: Any, ids: list[int]) -> list[tuple[int, int, str]]:
+    """The ids as a reader reads them (`piece_runs`): a character split over pieces once, 猫 for 猫₁ 猫₂ 猫₃; a run
+    of one piece labelled as `readable_labels` labels it (␣ or ↵ for whitespace alone)."""
+    pieces = _pieces(tok, ids)
+    labels = piece_labels(pieces)
+    return [(a, b, _visible(labels[a] if b - a == 1 else text, ids[a])) for a, b, text in piece_runs(pieces)]

@@ -62,7 +62,7 @@ def test_a_long_text_shows_its_progress_then_a_map_that_picks_the_window(page: P
     page.goto(f"{small_server}/?preset=smollm2&stage=softmax&lang=en&text=The+cat+sat")
     seen = []
     page.on("response", lambda r: seen.append(r) if "/api/v1/progress?key=" in r.url else None)
-    page.fill("form#controls input[name=text]", " ".join(SENTENCES * 12))  # ~ 600 tokens
+    page.fill("form#controls textarea[name=text]", " ".join(SENTENCES * 12))  # ~ 600 tokens
     page.fill("form#controls input[name=layer]", "20")
     page.click("form#controls button[type=submit]")
     expect(page.locator("#progress progress")).to_be_visible(timeout=60_000)  # the layers below, one by one

@@ -242,7 +242,11 @@ def test_the_leakage_proof_and_the_loss_through_the_api(client) -> None:
     replace = {"position": 8, "token_id": 42}
     causal = client.post("/api/v1/predict", json={"text": text, "replace": replace}).json()
     plain = client.post("/api/v1/predict", json={"text": text}).json()
-    assert causal["targets"] == plain["targets"] and causal["target_ids"] == plain["target_ids"]  # the text's own
+    # The replaced text's own targets: token 8 is also position 7's target (the shift by one), scored anew.
+    assert causal["target_ids"][7] == 42 and causal["targets"][7] == causal["tokens"][8]
+    assert causal["target_ids"][:7] + causal["target_ids"][8:] == plain["target_ids"][:7] + plain["target_ids"][8:]
+    assert causal["positions"][7]["before"]["target_id"] == plain["target_ids"][7]
+    assert causal["positions"][7]["before"]["loss"] == pytest.approx(plain["positions"][7]["loss"], abs=1e-4)
     assert causal["token_ids"][8] == 42 and causal["tokens"][8] != plain["tokens"][8]
     diffs = [p["max_abs_diff"] for p in causal["positions"]]
     assert max(diffs[:8]) <= 1e-5 and diffs[8] > 1e-2

@@ -117,7 +117,7 @@ def test_the_form_speaks_layer_dot_head_and_marks_the_chosen_head(client: Any, s
     grids = [BeautifulSoup(r.text, "html.parser").select("section.model-compare td") for r in (by_json, by_words)]
     assert [td["data-value"] for td in grids[0]] == [td["data-value"] for td in grids[1]]
     soup = BeautifulSoup(by_words.text, "html.parser")
-    assert soup.select_one("input[name=ablate]")["value"] == "3.1, 5.2"
+    assert soup.select_one("input[name=ablate]")["value"] == "L3 H1, L5 H2"  # the old spelling, written anew
     assert "Layer 3 · Head 1, Layer 5 · Head 2" in soup.select_one("[data-side=b] h4").text
     bad = client.get("/model", params={"preset": "smollm2", "text": text, "heads": "3-1"})
     assert bad.status_code == 422 and "heads" in bad.text and 'name="ablate"' in bad.text  # the field stays to mend
@@ -129,7 +129,7 @@ def test_the_form_speaks_layer_dot_head_and_marks_the_chosen_head(client: Any, s
     assert [(td["data-layer"], td["data-head"]) for td in grid.select("td.chosen")] == [("3", "1")]
     assert len(grid.select("td.like")) == len(chosen.select("ol.similar li")) == 5
     knock = chosen.select_one("a[data-knock='3.1']")["href"]
-    assert "ablate=3.1&" in knock and knock.endswith("#compare")
+    assert "ablate=L3+H1&" in knock and knock.endswith("#compare")
     assert all(a["href"].endswith("#chosen") for a in grid.select("tbody th a"))
 
 

@@ -122,7 +122,7 @@ def test_knocked_out_heads_before_and_after(client) -> None:
     shown = page(client, "/predict", text=TEXT, heads="1.0, 16.0")
     summary = shown.select_one("[data-loss-summary]").text
     assert f"{doc['before']['mean_loss']:.3f}" in summary and f"{doc['mean_loss']:.3f}" in summary
-    assert "1.0, 16.0" in shown.select_one("[data-switched]").text
+    assert "L1 H0, L16 H0" in shown.select_one("[data-switched]").text  # layer 1 head 0, not a decimal
     assert len(shown.select("tr.delta td")) == len(doc["positions"]) and shown.select("[data-top=before]")
     # the default position to look at is where the prediction moved most
     # (numbered as the page numbers positions: the BOS, column 0, has no number)
@@ -193,7 +193,7 @@ def test_chinese_pages_translate_the_predict_errors(client) -> None:
     error = soup(client.get("/predict", params={"text": TEXT, "heads": "99.0", "lang": "zh"})).select_one(".error")
     assert "不是一个头" in error.text
     error = soup(client.get("/predict", params={"text": TEXT, "heads": "x", "lang": "zh"})).select_one(".error")
-    assert "层.头" in error.text
+    assert "L<层> H<头>" in error.text  # layer and head, not a decimal
 
 
 # -- the logit lens -----------------------------------------------------------------------------------------------
@@ -324,7 +324,7 @@ def test_the_head_ranking_is_the_apis_and_links_to_each_head(tiny: TestClient) -
     ]
     shown = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1")
     first = shown.select_one("ol.ranked-heads li a")
-    assert f"ablate={doc['heads'][0]['layer']}.{doc['heads'][0]['head']}" in first["href"]
+    assert f"ablate=L{doc['heads'][0]['layer']}+H{doc['heads'][0]['head']}" in first["href"]  # layer and head
     # the ranking's loss is the plain prediction's at that position
     assert abs(ranking["loss"] - view["columns"][pos + 1]["loss"]) < 1e-5
     # any decoder the lab loads: its own layers in the lens, its own BOS in the table
@@ -397,7 +397,7 @@ def test_heads_and_spans_are_read_and_written() -> None:
     assert parse_heads("1.0, 16.0") == [[1, 0], [16, 0]] and parse_heads(" 3.2 5.1；") == [[3, 2], [5, 1]]
     assert parse_heads("") == []
     with pytest.raises(FieldError) as err:
-        parse_heads("1.0, L2H3")
-    assert err.value.field == "heads" and "L2H3" in err.value.message
+        parse_heads("1.0, L2X3")
+    assert err.value.field == "heads" and "L2X3" in err.value.message
     assert spans([0, 1, 2, 5, 7, 8]) == "0–2, 5, 7–8" and spans([4]) == "4" and spans([]) == ""
     assert [small(v) for v in (0.0, 3.2e-7, 0.0123, 17.6, 1234.4)] == ["0", "3e-7", "0.0123", "17.6", "1234"]
