@@ -75,7 +75,8 @@ def row(shown: BeautifulSoup, name: str) -> list[str]:
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_replaced_token_shows_in_the_target_row_with_its_recomputed_loss(client: TestClient, lang: str) -> None:
     text = "The capital of France is Paris."
-    view = client.get("/predict.json", params={"text": text, "replace_at": 4, "replace_token": " Italy"}).json()
+    # France is the page's position 3 (the BOS is shown unnumbered), the sequence's column 4
+    view = client.get("/predict.json", params={"text": text, "replace_at": 3, "replace_token": " Italy"}).json()
     columns = view["columns"]
     assert columns[4]["input"] == " Italy" and columns[4]["replaced_from"] == " France"
     assert columns[3]["target"] == " Italy" and columns[3]["target_was"] == " France"  # the shift by one
@@ -84,7 +85,7 @@ def test_a_replaced_token_shows_in_the_target_row_with_its_recomputed_loss(clien
     assert columns[3]["loss"] == pytest.approx(italy[3]["loss"], abs=1e-4)
     assert columns[3]["before_loss"] != pytest.approx(columns[3]["loss"], abs=1e-3)
     assert columns[3]["max_abs_diff"] <= 1e-5  # the prediction itself is unchanged: only its target moved
-    shown = page(client, "/predict", text=text, replace_at=4, replace_token=" Italy", lang=lang)
+    shown = page(client, "/predict", text=text, replace_at=3, replace_token=" Italy", lang=lang)
     targets = shown.select("table[data-train] tr.targets td")
     assert targets[3].select_one(".tok").get_text() == "␣Italy" and "France" in targets[3].select_one(".was").get_text()
     assert any("Italy" in p.get_text() and "France" in p.get_text() for p in shown.select("[data-notice]"))
