@@ -590,14 +590,14 @@ def patch(
             for g in range(h):
                 o[g, g * n : (g + 1) * n] = good.heads[li][g]
             patched = model.layer_rest(li, x.repeat(h, 1), o).view(h, n, -1)
-            for g, p in enumerate(starts):
-                if p is not None:
-                    cells.append(("head", li, g, p, patched[g, p:]))
+            for g, start in enumerate(starts):
+                if start is not None:
+                    cells.append(("head", li, g, start, patched[g, start:]))
         i = 0
         while i < len(cells):  # at most ROWS rows at a time (at least one run)
-            j, rows = i, 0
-            while j < len(cells) and (j == i or rows + n - cells[j][3] <= ROWS):
-                rows += n - cells[j][3]
+            j, size = i, 0
+            while j < len(cells) and (j == i or size + n - cells[j][3] <= ROWS):
+                size += n - cells[j][3]
                 j += 1
             part = cells[i:j]
             got = value(run_from(model, bad, above, [c[3] for c in part], torch.cat([c[4] for c in part])))
