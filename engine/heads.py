@@ -36,12 +36,13 @@ import torch
 
 from .attention import linear
 from .block import feed_forward, normalise
-from .predict import NONE, Intervention, Progress, ablated, check_decoder, knock_out, log_probs
+from .predict import NONE, Intervention, Progress, ablated, check_decoder, log_probs
 
 ROLES = ("previous_token", "sink", "duplicate_token", "induction")
 KINDS = ("resid_pre", "attn_out", "mlp_out")
 METRICS = ("logit_diff", "prob")
 ROWS = 1024  # rows (copies × tokens) run side by side at most
+LOGITS = 32 << 20  # bytes of logits at once
 
 
 # -- head roles ------------------------------------------------------------------------------------------------
@@ -187,22 +188,6 @@ def layer_weights(model: Any, ids: Sequence[int], layer: int) -> torch.Tensor:
 
 # -- batched runs: copies of one text side by side ----------------------------------------------------------------
 
-Edit = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, heads (H, copies × n, d_k)) -> heads
-
-
-def run_copies(model: Any, x: torch.Tensor, first: int, n: int, edit: Edit | None = None) -> torch.Tensor:
-    """The streams x (copies × n, d) entering layer `first`, each copy a text of n tokens reading only itself,
-    through the layers above; `edit` may change each layer's head outputs before W_O."""
-    copies = x.shape[0] // n
-    rot = model.rotation(torch.arange(n, device=x.device).repeat(copies), x)
-    for i in range(first, model.arch.n_layer):
-        q, k, v = model.layer_qkv(i, x, rot)
-        o = copies_attention(q, k, v, copies, model.arch.window)
-        if edit is not None:
-            o = edit(i, o)
-        x = model.layer_rest(i, x, o)
-    return x
-
 
 def copies_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, copies: int, window: int = 0) -> torch.Tensor:
     """Causal attention of `copies` texts of n tokens side by side, (H, copies × n, d_k) queries over (H_kv, copies ×
@@ -223,25 +208,146 @@ def copies_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, copies: 
 
 def clean_streams(model: Any, ids: Sequence[int]) -> tuple[list[torch.Tensor], torch.Tensor]:
     """The stream entering each layer, and the last layer's output."""
-    x = model.embed(ids)
-    pos = model.rotation(torch.arange(len(ids), device=x.device), x)
-    streams = []
-    for i in range(model.arch.n_layer):
-        streams.append(x)
-        q, k, v = model.layer_qkv(i, x, pos)
-        x = model.layer_rest(i, x, model.attend(q, k, v))
-    return streams, x
+    run = lineage(model, ids)
+    return run.streams[:-1], run.streams[-1]
+
+
+def logit_rows(model: Any) -> int:
+    """How many rows of logits exist at once: about LOGITS bytes of them (one reused buffer)."""
+    return max(1, LOGITS // (4 * model.arch.vocab))
 
 
 def mean_losses(model: Any, x: torch.Tensor, targets: Sequence[int], loss_from: int) -> list[float]:
-    """Each copy's mean loss over positions loss_from.. of its n = len(targets) positions."""
+    """Each copy's mean loss over positions loss_from.. of its n = len(targets) positions, from the copies' final
+    streams x (copies × n, d). The logits of a few copies at a time go into one reused buffer (a fresh (rows,
+    vocab) tensor costs its page faults every time); the loss is log_probs' (the logsumexp of max, then a sum of
+    exp), taken in place."""
     n = len(targets)
-    t = torch.tensor(list(targets), device=x.device)
-    out = []
-    for c in range(x.shape[0] // n):
-        logp = log_probs(model, x[c * n + loss_from : (c + 1) * n])
-        out.append(float((-logp.gather(1, t[loss_from:].unsqueeze(1))).double().mean()))
-    return out
+    m = n - loss_from
+    copies = x.shape[0] // n
+    rows = x.view(copies, n, -1)[:, loss_from:].reshape(copies * m, -1)
+    t = torch.tensor(list(targets[loss_from:]), device=x.device).repeat(copies).unsqueeze(1)
+    per = max(1, logit_rows(model) // m) * m  # whole copies per chunk
+    probe = model.unembed(model.final(rows[:1]))
+    buf = (
+        torch.empty((min(per, rows.shape[0]), probe.shape[1]), device=x.device)
+        if probe.dtype == torch.float32
+        else None
+    )
+    losses = []
+    for r0 in range(0, rows.shape[0], per):
+        h = model.final(rows[r0 : r0 + per])
+        logits = model.unembed(h, out=buf[: h.shape[0]]) if buf is not None else model.unembed(h).float()
+        target = logits.gather(1, t[r0 : r0 + per]).squeeze(1)
+        top = logits.amax(1, keepdim=True)
+        lse = logits.sub_(top).exp_().sum(1).log_() + top.squeeze(1)
+        losses.append(lse - target)
+    loss = torch.cat(losses).double().view(copies, m)
+    return loss.mean(1).tolist()
+
+
+# -- runs with heads knocked out, sharing what they share -----------------------------------------------------------
+
+Heads = frozenset[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """One run of a text with a set of heads knocked out: the stream entering each layer (L + 1 entries: the last
+    is the output) and each layer's head outputs (H, N, d_k) before that layer's knock-outs."""
+
+    streams: list[torch.Tensor]
+    heads: list[torch.Tensor]
+
+
+def lineage(model: Any, ids: Sequence[int]) -> Lineage:
+    """The plain run's lineage."""
+    x = model.embed(ids)
+    pos = model.rotation(torch.arange(len(ids), device=x.device), x)
+    streams, heads = [], []
+    for i in range(model.arch.n_layer):
+        streams.append(x)
+        q, k, v = model.layer_qkv(i, x, pos)
+        o = model.attend(q, k, v)
+        heads.append(o)
+        x = model.layer_rest(i, x, o)
+    streams.append(x)
+    return Lineage(streams, heads)
+
+
+def knocked_runs(
+    model: Any, n: int, base: Lineage, base_set: Heads, sets: Sequence[Heads], mean: bool, keep: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[torch.Tensor, Lineage | None]:  # fmt: skip
+    """The final streams (len(sets) × n, d) of the runs with each set of heads knocked out, every set holding
+    `base_set`, whose run is `base`; with `keep`, the lineage of sets[keep] as well. Runs that have knocked out the
+    same heads below a layer are one run there (a state): layer by layer each state is computed once, the states
+    side by side as copies of the text (each reads only itself), and a state that knocked out nothing beyond
+    `base_set` is read from `base`. So the H single knock-outs of a layer share everything below it, and the
+    cumulative sets order[:k] share everything below the layer of the head that k adds. `progress(layers)` after
+    each layer, with the layers done (those below the first knock-out count as done)."""
+    n_layer, n_heads = model.arch.n_layer, model.arch.n_heads
+    extra = [tuple(sorted(s - base_set)) for s in sets]
+    first = min((li for e in extra for li, _ in e), default=n_layer)
+    streams, heads = list(base.streams[:first]), list(base.heads[:first])
+    own: dict[tuple[tuple[int, int], ...], int] = {}  # a state's key (its extra heads below the layer) -> block of x
+    x = base.streams[first][:0]
+    rot = model.rotation(torch.arange(n, device=x.device).repeat(max(1, len(sets))), x)
+    for i in range(first, n_layer):
+        s_in = x.shape[0] // n
+        if s_in:
+            q, k, v = model.layer_qkv(i, x, _first_rows(rot, s_in * n))
+            o = torch.cat([base.heads[i], copies_attention(q, k, v, s_in, model.arch.window)], 1)
+            x_all = torch.cat([base.streams[i], x])
+        else:
+            o, x_all = base.heads[i], base.streams[i]
+        below = [tuple(h for h in e if h[0] < i) for e in extra]
+        upto = [tuple(h for h in e if h[0] <= i) for e in extra]
+        if keep is not None:  # the kept run's stream entering layer i and its heads there
+            b = 0 if not below[keep] else own[below[keep]] + 1
+            streams.append(x_all[b * n : (b + 1) * n])
+            heads.append(o[:, b * n : (b + 1) * n])
+        out: dict[tuple[tuple[int, int], ...], int] = {}
+        src: list[int] = []
+        for key, under in zip(upto, below, strict=True):
+            if key and key not in out:
+                out[key] = len(src)
+                src.append(0 if not under else own[under] + 1)
+        if not src:
+            own, x = out, x[:0]
+            if progress is not None:
+                progress(i + 1)
+            continue
+        rows = (torch.tensor(src, device=x.device).unsqueeze(1) * n + torch.arange(n, device=x.device)).flatten()
+        o = o.index_select(1, rows)
+        hit = torch.zeros(n_heads, len(src), dtype=torch.bool, device=x.device)
+        for h in {h for li, h in base_set if li == i}:
+            hit[h] = True
+        for key, t in out.items():
+            for li, h in key:
+                if li == i:
+                    hit[h, t] = True
+        view = o.view(n_heads, len(src), n, -1)
+        if mean:
+            csum = view.cumsum(2) / torch.arange(1, n + 1, device=o.device, dtype=o.dtype).view(1, 1, n, 1)
+            o = torch.where(hit.view(n_heads, len(src), 1, 1), csum, view).view_as(o)
+        else:
+            view.masked_fill_(hit.view(n_heads, len(src), 1, 1), 0.0)
+        x = model.layer_rest(i, x_all.index_select(0, rows), o)
+        own = out
+        if progress is not None:
+            progress(i + 1)
+    ends = [base.streams[n_layer] if not e else x[own[e] * n : (own[e] + 1) * n] for e in extra]
+    kept = None
+    if keep is not None:
+        streams.append(ends[keep])
+        kept = Lineage(streams, heads)
+    return torch.cat(ends) if ends else x, kept
+
+
+def _first_rows(rot: Any, rows: int) -> Any:
+    """The first `rows` rows of a `rotation` (RoPE's Angles, or positions)."""
+    return type(rot)(*(t[:rows] for t in rot)) if isinstance(rot, tuple) else rot[:rows]
 
 
 # -- the pruning curve -------------------------------------------------------------------------------------------
@@ -277,64 +383,40 @@ def prune(
     model: Any, inputs: Sequence[int], targets: Sequence[int], loss_from: int = 0, mean: bool = False,
     progress: Progress = None,
 ) -> Pruning:  # fmt: skip
-    """The pruning curve over a teacher-forced text: every head knocked out alone (the H heads of one layer as H
-    copies side by side from the clean stream entering it), ordered by the rise of the mean loss, then the first k
-    knocked out together for every k, several k side by side from the clean stream entering the lowest layer any
-    of them touches."""
+    """The pruning curve over a teacher-forced text: every head knocked out alone, ordered by the rise of the mean
+    loss, then the first k knocked out together for every k. Both go through `knocked_runs` at most ROWS rows at a
+    time: the single knock-outs of consecutive layers together from the plain run (a head's run is the plain one
+    below its layer), the cumulative sets order[:k] for consecutive k together from the run of the set before them
+    (order[:k + 1]'s run is order[:k]'s below the layer of order[k])."""
     check_decoder(model)
     n, n_layer, heads = len(inputs), model.arch.n_layer, model.arch.n_heads
     every = n_layer * heads
-    per = max(1, ROWS // n)  # copies per batch
-    batches = -(-every // per)
-    total = n_layer + batches
-    streams, out = clean_streams(model, inputs)
-    clean = mean_losses(model, out, targets, loss_from)[0]
-    single = torch.zeros(n_layer, heads, dtype=torch.float64)
-    for first in range(n_layer):
-        losses: list[float] = []
-        for c0 in range(0, heads, per):  # at most `per` copies at a time: copy c knocks head c0 + c out
-            c1 = min(heads, c0 + per)
-
-            def alone(i: int, o: torch.Tensor, first: int = first, c0: int = c0, c1: int = c1) -> torch.Tensor:
-                if i != first:
-                    return o
-                o = o.clone()
-                for c in range(c1 - c0):
-                    o[c0 + c, c * n : (c + 1) * n] = knock_out(o[c0 + c, c * n : (c + 1) * n], mean)
-                return o
-
-            y = run_copies(model, streams[first].repeat(c1 - c0, 1), first, n, alone)
-            losses += mean_losses(model, y, targets, loss_from)
-        single[first] = torch.tensor(losses, dtype=torch.float64)
-        if progress is not None:
-            progress(first + 1, total)
+    per = max(1, ROWS // n)  # sets per batch
     cells = [(li, hi) for li in range(n_layer) for hi in range(heads)]
+    batches = -(-every // per)
+    total = 2 * batches * n_layer  # a layer of a batch is a step
+
+    def step(b: int) -> Callable[[int], None] | None:
+        return None if progress is None else (lambda layers: progress(b * n_layer + layers, total))
+
+    clean_run = lineage(model, inputs)
+    clean = mean_losses(model, clean_run.streams[-1], targets, loss_from)[0]
+    single_losses: list[float] = []
+    for b, c0 in enumerate(range(0, every, per)):
+        y, _ = knocked_runs(model, n, clean_run, frozenset(), [frozenset([c]) for c in cells[c0 : c0 + per]], mean,
+                            progress=step(b))  # fmt: skip
+        single_losses += mean_losses(model, y, targets, loss_from)
+    single = torch.tensor(single_losses, dtype=torch.float64).view(n_layer, heads)
     order = sorted(cells, key=lambda c: (float(single[c]) - clean, c[0], c[1]))
     curve = [clean]
-    for b in range(batches):
-        ks = list(range(1 + b * per, min(every, (b + 1) * per) + 1))  # copy c removes order[: ks[c]]
-        first = min(li for li, _ in order[: ks[-1]])
-        sets = [_by_layer(order[:k]) for k in ks]
-
-        def cumulative(i: int, o: torch.Tensor, sets: list[dict[int, list[int]]] = sets) -> torch.Tensor:
-            o = o.clone()
-            for c, s in enumerate(sets):
-                for h in s.get(i, ()):
-                    o[h, c * n : (c + 1) * n] = knock_out(o[h, c * n : (c + 1) * n], mean)
-            return o
-
-        y = run_copies(model, streams[first].repeat(len(ks), 1), first, n, cumulative)
+    base, base_set = clean_run, frozenset[tuple[int, int]]()
+    for b, k0 in enumerate(range(0, every, per)):  # sets order[:k], k = k0 + 1 … k0 + per, from order[:k0]'s run
+        sets = [frozenset(order[:k]) for k in range(k0 + 1, min(every, k0 + per) + 1)]
+        y, kept = knocked_runs(model, n, base, base_set, sets, mean, keep=len(sets) - 1, progress=step(batches + b))
         curve += mean_losses(model, y, targets, loss_from)
-        if progress is not None:
-            progress(n_layer + b + 1, total)
+        assert kept is not None
+        base, base_set = kept, sets[-1]
     return Pruning(tuple(order), single, tuple(curve), mean)
-
-
-def _by_layer(heads: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for li, hi in heads:
-        out.setdefault(li, []).append(hi)
-    return out
 
 
 # -- activation patching -----------------------------------------------------------------------------------------
@@ -343,12 +425,15 @@ def _by_layer(heads: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
 @dataclass(frozen=True)
 class Cache:
     """One run's activations: the stream entering each layer (L + 1 entries: the last is the output), each layer's
-    head outputs (H, N, d_k), attention output after W_O and MLP output (N, d)."""
+    head outputs (H, N, d_k), attention output after W_O and MLP output (N, d), and its keys and values (H_kv, N,
+    d_k, rotated)."""
 
     resid: list[torch.Tensor]
     heads: list[torch.Tensor]
     attn: list[torch.Tensor]
     mlp: list[torch.Tensor]
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
 
 
 def split_layer(model: Any, i: int, x: torch.Tensor, heads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -367,7 +452,7 @@ def mlp_of(model: Any, i: int, mid: torch.Tensor) -> torch.Tensor:
 def cache(model: Any, ids: Sequence[int]) -> Cache:
     x = model.embed(ids)
     pos = model.rotation(torch.arange(len(ids), device=x.device), x)
-    c = Cache([x], [], [], [])
+    c = Cache([x], [], [], [], [], [])
     for i in range(model.arch.n_layer):
         q, k, v = model.layer_qkv(i, x, pos)
         heads = model.attend(q, k, v)
@@ -377,7 +462,34 @@ def cache(model: Any, ids: Sequence[int]) -> Cache:
         c.heads.append(heads)
         c.attn.append(attn)
         c.mlp.append(mlp)
+        c.keys.append(k)
+        c.values.append(v)
     return c
+
+
+def run_from(model: Any, run: Cache, first: int, starts: Sequence[int], x: torch.Tensor) -> torch.Tensor:
+    """Copies of `run` changed from layer `first` on, copy c from position starts[c] on: x holds only the changed
+    rows (copy c's positions starts[c] … N − 1, copy after copy), as they enter layer `first`. A causal model's
+    earlier positions never read a later change, so they stay `run`'s: each layer reads their keys and values
+    from its cache. The final stream at each copy's last position (copies, d)."""
+    n = run.resid[0].shape[0]
+    dev = x.device
+    copies = len(starts)
+    pos = torch.cat([torch.arange(p, n, device=dev) for p in starts])
+    at = torch.cat([c * n + torch.arange(p, n, device=dev) for c, p in enumerate(starts)])  # each row's place
+    last = torch.tensor([n - p for p in starts], device=dev).cumsum(0) - 1  # each copy's last row
+    rot = model.rotation(pos, x)
+    for i in range(first, model.arch.n_layer):
+        q, k, v = model.layer_qkv(i, x, rot)
+        keys, values = run.keys[i].repeat(1, copies, 1), run.values[i].repeat(1, copies, 1)
+        keys[:, at], values[:, at] = k, v
+        queries = q.new_zeros(q.shape[0], copies * n, q.shape[2])  # the rows before a copy's start: not read
+        queries[:, at] = q
+        o = copies_attention(queries, keys, values, copies, model.arch.window)[:, at]
+        if i == model.arch.n_layer - 1:  # only the last position's output is read
+            x, o = x[last], o[:, last]
+        x = model.layer_rest(i, x, o)
+    return x if first < model.arch.n_layer else x[last]
 
 
 @dataclass(frozen=True)
@@ -426,7 +538,9 @@ def patch(
     """Activation patching of every layer × position (resid_pre, attn_out, mlp_out) and every head, clean into
     corrupted (prompts of the same token length). The patched runs of one layer all enter the layer above it (a
     stream patched entering layer l + 1, or layer l's attention, MLP or one head patched) and go through the rest
-    of the model side by side, at most ROWS rows at a time."""
+    of the model side by side (`run_from`), at most ROWS rows at a time: a run patched at position p from p on
+    only (its earlier positions are the corrupted run's), and a cell whose clean activation equals the corrupted
+    one (a shared first token) is the corrupted run itself, not run again."""
     check_decoder(model)
     if model.arch.placement != "pre":
         raise ValueError(f"preset: {model.name} is Post-LN: patching reads a Pre-LN layer's attention and MLP outputs")
@@ -443,53 +557,56 @@ def patch(
         wrong = None
     good, bad = cache(model, clean), cache(model, corrupted)
 
-    def value(x: torch.Tensor) -> list[float]:
-        return metric_of(model, x[n - 1 :: n], metric, answer, wrong).tolist()
+    def value(last: torch.Tensor) -> list[float]:
+        return metric_of(model, last, metric, answer, wrong).tolist()
 
-    clean_value, corrupted_value = value(good.resid[-1])[0], value(bad.resid[-1])[0]
-    values = {k: torch.zeros(n_layer, n, dtype=torch.float64) for k in KINDS}
-    values["head"] = torch.zeros(n_layer, h, dtype=torch.float64)
+    clean_value, corrupted_value = value(good.resid[-1][-1:])[0], value(bad.resid[-1][-1:])[0]
+    values = {k: torch.full((n_layer, n), corrupted_value, dtype=torch.float64) for k in KINDS}
+    values["head"] = torch.full((n_layer, h), corrupted_value, dtype=torch.float64)
 
-    def through(x: torch.Tensor, first: int) -> list[float]:  # copies entering layer `first`
-        out: list[float] = []
-        per = max(1, ROWS // n)
-        for c0 in range(0, x.shape[0] // n, per):
-            part = x[c0 * n : (c0 + per) * n]
-            out += value(run_copies(model, part, first, n) if first < n_layer else part)
-        return out
+    def differs(a: torch.Tensor, b: torch.Tensor) -> int | None:  # the first row where a and b differ
+        rows = (a != b).reshape(a.shape[0], -1).any(1).nonzero()
+        return int(rows[0]) if rows.numel() else None
 
-    eye = torch.eye(n, dtype=torch.bool, device=good.resid[0].device)
     for li in range(-1, n_layer):
-        batch = []
         above = li + 1
-        if above < n_layer:  # the stream entering layer above, patched at each position
-            batch.append(torch.where(eye.unsqueeze(-1), good.resid[above].unsqueeze(0), bad.resid[above]))
+        cells: list[tuple[str, int, int, int, torch.Tensor]] = []  # (grid, row, column, start, rows from start)
+        if above < n_layer:  # the stream entering layer `above`, patched at each position
+            for p in range(n):
+                if not torch.equal(good.resid[above][p], bad.resid[above][p]):
+                    rows = torch.cat([good.resid[above][p : p + 1], bad.resid[above][p + 1 :]])
+                    cells.append(("resid_pre", above, p, p, rows))
         if li >= 0:
             x, out = bad.resid[li], bad.resid[above]
             mid = x + good.attn[li]  # layer li's attention output patched: the MLP reads the patched row
             attn_rows = mid + mlp_of(model, li, mid)
-            batch.append(torch.where(eye.unsqueeze(-1), attn_rows.unsqueeze(0), out))
             mlp_rows = x + bad.attn[li] + good.mlp[li]
-            batch.append(torch.where(eye.unsqueeze(-1), mlp_rows.unsqueeze(0), out))
+            for p in range(n):
+                if not torch.equal(good.attn[li][p], bad.attn[li][p]):
+                    cells.append(("attn_out", li, p, p, torch.cat([attn_rows[p : p + 1], out[p + 1 :]])))
+                if not torch.equal(good.mlp[li][p], bad.mlp[li][p]):
+                    cells.append(("mlp_out", li, p, p, torch.cat([mlp_rows[p : p + 1], out[p + 1 :]])))
+            starts = [differs(good.heads[li][g], bad.heads[li][g]) for g in range(h)]
             o = bad.heads[li].repeat(1, h, 1)  # copy g: head g's output from the clean run
             for g in range(h):
                 o[g, g * n : (g + 1) * n] = good.heads[li][g]
-            batch.append(model.layer_rest(li, x.repeat(h, 1), o).view(h, n, -1))
-        got = through(torch.cat(batch).reshape(-1, x_dim(good)), above)
-        k = 0
-        if above < n_layer:
-            values["resid_pre"][above] = torch.tensor(got[:n], dtype=torch.float64)
-            k = n
-        if li >= 0:
-            values["attn_out"][li] = torch.tensor(got[k : k + n], dtype=torch.float64)
-            values["mlp_out"][li] = torch.tensor(got[k + n : k + 2 * n], dtype=torch.float64)
-            values["head"][li] = torch.tensor(got[k + 2 * n : k + 2 * n + h], dtype=torch.float64)
+            patched = model.layer_rest(li, x.repeat(h, 1), o).view(h, n, -1)
+            for g, start in enumerate(starts):
+                if start is not None:
+                    cells.append(("head", li, g, start, patched[g, start:]))
+        i = 0
+        while i < len(cells):  # at most ROWS rows at a time (at least one run)
+            j, size = i, 0
+            while j < len(cells) and (j == i or size + n - cells[j][3] <= ROWS):
+                size += n - cells[j][3]
+                j += 1
+            part = cells[i:j]
+            got = value(run_from(model, bad, above, [c[3] for c in part], torch.cat([c[4] for c in part])))
+            for (kind, r, col, _, _), v in zip(part, got, strict=True):
+                values[kind][r, col] = v
+            i = j
         if progress is not None:
             progress(li + 2, n_layer + 1)
     span = clean_value - corrupted_value
     grids = {k: (v - corrupted_value) / span if span != 0 else torch.full_like(v, math.nan) for k, v in values.items()}
     return Patching(tuple(clean), tuple(corrupted), metric, answer, wrong, clean_value, corrupted_value, grids, values)
-
-
-def x_dim(c: Cache) -> int:
-    return int(c.resid[0].shape[-1])

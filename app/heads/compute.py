@@ -115,7 +115,8 @@ async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> tuple[Text, 
         return E.prune(t.model, t.seq[:-1], t.seq[1:], req.loss_from, mean, progress)
 
     rows = min(E.ROWS, max(n, E.ROWS // n * n))
-    pruning, _ = await lab.compute("prune", compute_key, cost(t.model, rows, n), work, progress=key)
+    logits = max(n, -(-E.logit_rows(t.model) // 3))  # the losses' one buffer of logits (cost counts 3 per row)
+    pruning, _ = await lab.compute("prune", compute_key, cost(t.model, rows, logits), work, progress=key)
     return t, pruning
 
 

@@ -177,6 +177,26 @@ def test_a_loss_mask_scores_only_the_later_positions(built) -> None:
     assert abs(pr.clean - float(theirs)) < 1e-4
 
 
+def test_the_pruning_curve_and_patching_report_progress_layer_by_layer(built) -> None:
+    """What the pages' progress bars read: a fixed total, steps that never go back, the last one the total."""
+    model, _ = built["llama"]
+    seq = P.sequence(model, model.tokenize(TEXT), bos=True, eos=True)
+    clean, corrupted = model.tokenize("The cat sat on the mat."), model.tokenize("The dog sat on the log.")
+    old = E.ROWS
+    E.ROWS = 3 * len(seq)  # several batches
+    try:
+        for run in (lambda p: E.prune(model, seq[:-1], seq[1:], progress=p),
+                    lambda p: E.patch(model, clean, corrupted, progress=p)):  # fmt: skip
+            seen: list[tuple[int, int]] = []
+            run(lambda done, total, seen=seen: seen.append((done, total)))
+            totals = {t for _, t in seen}
+            done = [d for d, _ in seen]
+            assert len(totals) == 1 and done == sorted(done) and done[-1] == seen[-1][1]
+            assert len(seen) > model.arch.n_layer  # a step per layer, not one at the end
+    finally:
+        E.ROWS = old
+
+
 # -- activation patching -----------------------------------------------------------------------------------------
 
 
