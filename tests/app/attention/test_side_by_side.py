@@ -103,9 +103,10 @@ def test_the_training_view_shows_a_second_prompt(client: TestClient) -> None:
     cols = second.select("table[data-train-b] tr.delta td")
     changed = [td["data-changed"] for td in cols]
     assert changed[:5] == ["false"] * 5 and changed[5:8] == ["true"] * 3  # BOS The cat sat on | a warm rug
-    assert "position 5" in second.select_one("[data-second-verdict]").text
+    # numbered as the page numbers positions: the text's tokens from 0, the BOS unnumbered (None in the twin)
+    assert "position 4" in second.select_one("[data-second-verdict]").text
     twin = client.get("/predict.json", params={"text": A, "compare_text": B}).json()
-    assert twin["second"]["differ"][:1] == [5] and twin["second"]["same"] == [0, 1, 2, 3, 4]
+    assert twin["second"]["differ"][:1] == [4] and twin["second"]["same"] == [None, 0, 1, 2, 3]
     assert twin["second"]["mean_loss_a"] == pytest.approx(twin["mean_loss"], abs=1e-4)
     # The mask off at every layer: the shared positions change, and the page says why, in Chinese too.
     zh = soup(client.get("/predict", params={"text": A, "compare_text": B, "mask_off_layers": "all", "lang": "zh"}))
