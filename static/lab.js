@@ -345,6 +345,20 @@ window.labOnLayout = function (fn) {
   document.addEventListener("room:followed", fn);
 };
 
+// The largest whole size in lo…hi at which `fits()` holds once `set(size)` is applied (lo when none does), left
+// applied: the one search behind every "as large as the projector allows" below.
+window.labLargest = function (lo, hi, set, fits) {
+  set(hi);
+  if (fits()) return hi;
+  while (hi - lo > 1) {
+    var mid = (lo + hi) >> 1;
+    set(mid);
+    if (fits()) lo = mid; else hi = mid;
+  }
+  set(lo);
+  return lo;
+};
+
 // Presenter mode: size the numbers to the projector. The largest font (8–64 px) at which the stage's matrices fit
 // their column and the stage (matrices and the open cell's arithmetic included) ends above the bottom of the screen
 // (and above the class bar). Measured, not guessed: a 5 × 5 softmax gets big numbers, stage 1's three matrices less.
@@ -376,18 +390,7 @@ window.labOnLayout = function (fn) {
       stage.style.setProperty("--fit", px + "px");
       stage.style.setProperty("--fit-arith", Math.min(30, Math.max(12, Math.round(px * 0.7))) + "px");
     }
-    function numbers() {
-      var lo = 8, hi = 64;
-      set(hi);
-      if (fits()) return hi;
-      while (hi - lo > 1) {
-        var mid = (lo + hi) >> 1;
-        set(mid);
-        if (fits()) lo = mid; else hi = mid;
-      }
-      set(lo);
-      return lo;
-    }
+    function numbers() { return window.labLargest(8, 64, set, fits); }
     // The words' column (the class's QR and address, the lesson's question, what happens, what to notice) must end
     // on screen too. It takes width from the numbers (the stylesheet's share, then 1 : 1.5 … 1 : 0.8) while they keep
     // 24 px (or what they had) and their column ends on screen, then its type shrinks (to 10 px at the least). The
@@ -496,18 +499,8 @@ window.labOnLayout = function (fn) {
       }
       return box.getBoundingClientRect().bottom + window.scrollY <= bottom;
     }
-    var lo = 8, hi = 48;
-    box.style.setProperty("--grid-fit", hi + "px");
-    if (!fits()) {
-      while (hi - lo > 1) {
-        var mid = (lo + hi) >> 1;
-        box.style.setProperty("--grid-fit", mid + "px");
-        if (fits()) lo = mid; else hi = mid;
-      }
-      box.style.setProperty("--grid-fit", lo + "px");
-      hi = lo;
-    }
-    box.setAttribute("data-fit", String(hi));
+    var px = window.labLargest(8, 48, function (v) { box.style.setProperty("--grid-fit", v + "px"); }, fits);
+    box.setAttribute("data-fit", String(px));
   }
   window.labOnLayout(fit);
   document.addEventListener("room:bar", fit);  // a class bar along the bottom: the grids end above it
@@ -530,18 +523,8 @@ window.labOnLayout = function (fn) {
       function fits() {
         return box.scrollWidth <= box.clientWidth + 1 && box.getBoundingClientRect().bottom + window.scrollY <= bottom;
       }
-      var lo = 10, hi = 32;
-      box.style.setProperty("--table-fit", hi + "px");
-      if (!fits()) {
-        while (hi - lo > 1) {
-          var mid = (lo + hi) >> 1;
-          box.style.setProperty("--table-fit", mid + "px");
-          if (fits()) lo = mid; else hi = mid;
-        }
-        box.style.setProperty("--table-fit", lo + "px");
-        hi = lo;
-      }
-      box.setAttribute("data-fit", String(hi));
+      var px = window.labLargest(10, 32, function (v) { box.style.setProperty("--table-fit", v + "px"); }, fits);
+      box.setAttribute("data-fit", String(px));
     });
   }
   window.labOnLayout(fit);
