@@ -71,7 +71,7 @@ def api_schema():
     # Random room codes would spend the per-address budget for unknown codes at once (then every room operation is
     # a 429): lift it, so the fuzzer reaches the rooms' own validation.
     app = create_app(Settings(device="cpu", max_tokens=48, max_d_model=256, max_heads=16, memory_budget_mb=64,
-                              max_predict_tokens=6, max_rank_tokens=2,
+                              max_predict_tokens=6, max_rank_tokens=2, max_patch_tokens=4, max_prune_tokens=6,
                               room_unknown_codes_per_minute=10**9))  # fmt: skip
     loaded = schemathesis.openapi.from_asgi("/openapi.json", app)
     # A body over the size limit is refused with 413, a query over it with 414: as much a rejection as 422.
