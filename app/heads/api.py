@@ -9,6 +9,7 @@ from ..lab import Lab, request_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
+from ..web.view import jsonable
 from .compute import patch_document, patch_of, prune_document, prune_of, roles_document, roles_of
 from .request import PatchRequest, PruneRequest, RolesRequest
 
@@ -28,7 +29,7 @@ async def head_roles(request: Request, req: RolesRequest, lab: Lab) -> Response:
     and the second (predictable by copying). With ablate, `ablated` has the probe's loss with those heads knocked
     out (the scores are the plain model's). Progress under /api/v1/progress for a GET."""
     t, iv, roles = await roles_of(req, lab, _key(request))
-    return json_response(roles_document(t, iv, roles, req.top))
+    return json_response(jsonable(roles_document(t, iv, roles, req.top)))
 
 
 async def prune(request: Request, req: PruneRequest, lab: Lab) -> Response:
@@ -38,7 +39,7 @@ async def prune(request: Request, req: PruneRequest, lab: Lab) -> Response:
     more than `rise` (a fraction of the plain loss); fraction = can_go / all heads. Progress under
     /api/v1/progress for a GET."""
     t, pruning = await prune_of(req, lab, _key(request))
-    return json_response(prune_document(t, pruning, req.rise))
+    return json_response(jsonable(prune_document(t, pruning, req.rise)))
 
 
 async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
@@ -49,7 +50,7 @@ async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
     (the head's output at every position). The prompts must have the same number of tokens (a 422 shows both
     tokenisations). Progress under /api/v1/progress for a GET."""
     a, b, patching = await patch_of(req, lab, _key(request))
-    return json_response(patch_document(a, b, patching))
+    return json_response(jsonable(patch_document(a, b, patching)))
 
 
 twins(router, "/head_roles", RolesRequest, head_roles, "head_roles")
