@@ -16,10 +16,10 @@ from fastapi.responses import HTMLResponse, Response
 from engine import heads as E
 
 from ..lab import Lab, get_lab, request_key
-from ..schemas import FieldError, from_query
-from ..web.knockouts import form_ablate
+from ..schemas import FieldError
+from ..web.knockouts import form_request
 from ..web.page import serve
-from ..web.state import ViewState, within
+from ..web.state import Params, ViewState, within
 from ..web.view import View
 from .compute import (
     Ablated,
@@ -118,27 +118,30 @@ def lab_url(preset: str, ids: list[int], layer: int, head: int, lang: str, prese
     return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
 
 
-@router.get("/heads", response_class=HTMLResponse)
-async def heads_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/heads", ROLE_KEYS, HeadsParams)
-    build = functools.partial(heads_view, state, lab, request_key(request))
-    json_url = "/api/v1/head_roles?" + state.api_query()
-    return await serve(request, lab, "heads.html", state, build, json_url=json_url, blocks=(), models=lab.models,
-                       present=state.present)  # fmt: skip
+def page(path: str, template: str, keys: tuple[str, ...], params: type[Params], view: Any, api: str) -> None:
+    """The page at `path`: its View built by `view(state, lab, progress key, ctx)`, its JSON twin `api`."""
+
+    async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+        state = ViewState.of(request.query_params, path, keys, params)
+        build = functools.partial(view, state, lab, request_key(request))
+        return await serve(request, lab, template, state, build, json_url=f"{api}?{state.api_query()}", blocks=(),
+                           models=lab.models, present=state.present)  # fmt: skip
+
+    router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)
+
+
+def bos_as_page_reads_it(state: ViewState) -> dict[str, str]:
+    """The form's `bos` where the query would leave it text: on unless 0, false or off."""
+    raw = state.get("bos")
+    return {"bos": "0" if raw.lower() in ("0", "false", "off") else "1"} if raw else {}
 
 
 async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> HeadsView:
     p = state.read(HeadsParams)
     ctx["text_value"] = state.get("text") or DEFAULT_TEXT[ctx["lang"]]
-    fields = {k: v for k, v in state.api_params().items() if k != "ablate"}
-    if not state.get("text") and not state.get("token_ids"):
-        fields["text"] = DEFAULT_TEXT[ctx["lang"]]
     typed = state.spelled.get("ablate", "ablate")
-    ablate = form_ablate(state.get("ablate"), typed) if state.get("ablate") else None
-    body = from_query(fields, None, RolesRequest) | ({"ablate": ablate} if ablate else {})
-    if "bos" in body and isinstance(body["bos"], str):
-        body["bos"] = body["bos"] not in ("0", "false", "off")
-    req = RolesRequest.model_validate(body)
+    default = {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[ctx["lang"]]}
+    req = form_request(state, RolesRequest, default | bos_as_page_reads_it(state))
     plain = req.model_copy(update={"ablate": None})
     t, iv, roles = await roles_of(plain, lab, progress)
     doc = roles_document(t, iv, roles, req.top)
@@ -242,23 +245,11 @@ class PatchView(View):
     present_url: str | None = None
 
 
-@router.get("/patch", response_class=HTMLResponse)
-async def patch_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/patch", PATCH_KEYS, PatchParams)
-    build = functools.partial(patch_view, state, lab, request_key(request))
-    json_url = "/api/v1/patch?" + state.api_query()
-    return await serve(request, lab, "patch.html", state, build, json_url=json_url, blocks=(), models=lab.models,
-                       present=state.present)  # fmt: skip
-
-
 async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> PatchView:
     p = state.read(PatchParams)
     ctx["clean_text"] = state.get("clean") or CLEAN
     ctx["corrupted_text"] = state.get("corrupted") or CORRUPTED
-    body = from_query(state.api_params(), None, PatchRequest)
-    if "bos" in body and isinstance(body["bos"], str):
-        body["bos"] = body["bos"] not in ("0", "false", "off")
-    req = PatchRequest.model_validate(body)
+    req = form_request(state, PatchRequest, bos_as_page_reads_it(state))
     a, b, patching = await patch_of(req, lab, progress)
     doc = patch_document(a, b, patching)
     kind = p.grid
@@ -295,3 +286,7 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
         corrupted_lab=corrupted_lab, json_url="/api/v1/patch?" + state.api_query(),
         present_url=state.url(present=None if present else "1"),
     )  # fmt: skip
+
+
+page("/heads", "heads.html", ROLE_KEYS, HeadsParams, heads_view, "/api/v1/head_roles")
+page("/patch", "patch.html", PATCH_KEYS, PatchParams, patch_view, "/api/v1/patch")

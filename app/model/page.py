@@ -17,8 +17,8 @@ from engine.model_view import STATS, similar_heads
 from engine.spec import Spec
 
 from ..lab import Lab, get_lab, request_key
-from ..schemas import FieldError, from_query
-from ..web.knockouts import form_ablate, head_name, heads_text
+from ..schemas import FieldError
+from ..web.knockouts import form_request, head_name, heads_text
 from ..web.page import serve
 from ..web.state import Params, ViewState, integer, param, within
 from .view import ChosenHead, HeadLink, ModelCompare, ModelView, ModelViewRequest, model_view_of
@@ -83,9 +83,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     p = state.read(ModelParams)
     stat = p.stat
     typed = state.spelled.get("ablate", "ablate")
-    ablate = form_ablate(state.get("ablate"), typed) if state.get("ablate") else None
-    fields = {k: v for k, v in state.api_params().items() if k != "ablate"}
-    req = ModelViewRequest.model_validate(from_query(fields, None, ModelViewRequest) | {"ablate": ablate})
+    req = form_request(state, ModelViewRequest)
     ctx["heads_text"] = heads_text(req.ablate or []) or state.get("ablate")
     ctx["json_url"] = api_url(state, req.ablate)
     try:
