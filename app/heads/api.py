@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from ..lab import Lab, request_key
+from ..lab import Lab, get_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
@@ -16,10 +16,6 @@ from .request import PatchRequest, PruneRequest, RolesRequest
 router = APIRouter(prefix="/api/v1", tags=["heads"], responses=ERRORS)
 
 
-def _key(request: Request) -> str | None:
-    return request_key(request) if request.method == "GET" else None
-
-
 async def head_roles(request: Request, req: RolesRequest, lab: Lab) -> Response:
     """Every head's role scores, layer × head lists (A: its softmax weights): previous_token, the mean over queries
     i ≥ 1 of A[i, i−1], and sink, of A[i, 0], on the text; on the induction probe (the model's BOS, probe_n random
@@ -28,7 +24,7 @@ async def head_roles(request: Request, req: RolesRequest, lab: Lab) -> Response:
     role. probe_loss: the loss at each probe position and the means over the targets in the first copy (random)
     and the second (predictable by copying). With ablate, `ablated` has the probe's loss with those heads knocked
     out (the scores are the plain model's). Progress under /api/v1/progress for a GET."""
-    t, iv, roles = await roles_of(req, lab, _key(request))
+    t, iv, roles = await roles_of(req, lab, get_key(request))
     return json_response(jsonable(roles_document(t, iv, roles, req.top)))
 
 
@@ -38,7 +34,7 @@ async def prune(request: Request, req: PruneRequest, lab: Lab) -> Response:
     knocked out together (k = 0 … layers × heads). can_go: the most heads that can go before the loss rises by
     more than `rise` (a fraction of the plain loss); fraction = can_go / all heads. Progress under
     /api/v1/progress for a GET."""
-    t, pruning = await prune_of(req, lab, _key(request))
+    t, pruning = await prune_of(req, lab, get_key(request))
     return json_response(jsonable(prune_document(t, pruning, req.rise)))
 
 
@@ -49,7 +45,7 @@ async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
     stream entering the layer, the layer's attention output after W_O, its MLP output), grids.head is layer × head
     (the head's output at every position). The prompts must have the same number of tokens (a 422 shows both
     tokenisations). Progress under /api/v1/progress for a GET."""
-    a, b, patching = await patch_of(req, lab, _key(request))
+    a, b, patching = await patch_of(req, lab, get_key(request))
     return json_response(jsonable(patch_document(a, b, patching)))
 
 
