@@ -179,32 +179,30 @@ def _post_large(client: Any, toks: list[str], seed: int) -> tuple[float, int]:
     return took, len(r.content)
 
 
+SERVED = {"DEVICE": "cpu", "PRETRAINED": "false"}  # the servers the first-trace benchmarks start
+
+
 def fresh_served(n: int = 1024, seeds: int = 3, then: int = 2, pause_s: float = 1.0) -> dict[str, Any]:
     """A freshly started server's first large trace, `seeds` times: for each seed a new `attention-lab serve` (on a
-    free 127.0.0.1 port, once it accepts connections) whose very first request is that seed's gpt2-small
+    free 127.0.0.1 port, once /healthz answers) whose very first request is that seed's gpt2-small
     `POST /api/v1/attention.npz` (softmax of head 0), against the user's warm fused attention (`_user_attention`,
     the median of three runs right after it); one ratio per seed. The last server then answers `then` more seeds,
     each the first request for its seed and `pause_s` after the answer before (a user's next click; a fresh server's
     arena refills in such a pause, engine/arena.py `Arena.stock`): a fresh server's second and third large traces."""
     import httpx
 
-    from .serve import _free_port, _start, _stop
+    from tests.servers import server
 
     toks = [f"t{i}" for i in range(n)]
     user = _user_attention(n)
     firsts, fused, following = [], [], []
     for i in range(seeds):
-        port = _free_port()
-        server = _start(port, {"ATTENTION_LAB_DEVICE": "cpu", "ATTENTION_LAB_PRETRAINED": "false"})
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
-                firsts.append(_post_large(client, toks, 8_100_000 + 10 * i)[0])
-                fused.append(_timed(user, 3, "cpu")[0])  # the warm path is steady: a median of three
-                for j in range(then if i == seeds - 1 else 0):
-                    time.sleep(pause_s)
-                    following.append(_post_large(client, toks, 8_100_001 + 10 * i + j)[0])
-        finally:
-            _stop(server)
+        with server(SERVED, wait_s=60) as running, httpx.Client(base_url=running.base, timeout=120) as client:
+            firsts.append(_post_large(client, toks, 8_100_000 + 10 * i)[0])
+            fused.append(_timed(user, 3, "cpu")[0])  # the warm path is steady: a median of three
+            for j in range(then if i == seeds - 1 else 0):
+                time.sleep(pause_s)
+                following.append(_post_large(client, toks, 8_100_001 + 10 * i + j)[0])
     ms = [round(s * 1e3, 1) for s in firsts]
     return {"bench": "fresh_served", "n": n, "first_ms": ms, "fused_warm_ms": [round(f * 1e3, 1) for f in fused],
             "ratios": [round(s / f, 2) for s, f in zip(firsts, fused, strict=True)],
@@ -223,32 +221,27 @@ def first_served(n: int = 1024, repeat: int = 5) -> dict[str, Any]:
     trace, is reported on its own (`cold_ms`)."""
     import httpx
 
-    from .serve import _free_port, _start, _stop
+    from tests.servers import server
 
     toks = [f"t{i}" for i in range(n)]
     user = _user_attention(n)
-    port = _free_port()
-    server = _start(port, {"ATTENTION_LAB_DEVICE": "cpu", "ATTENTION_LAB_PRETRAINED": "false"})
     served, fused, sizes = [], [], []
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
-            warm = client.post("/api/v1/attention.npz", json={"preset": "gpt2-small", "tokens": "warm up"})
-            assert warm.status_code == 200, warm.text[:300]
+    with server(SERVED, wait_s=60) as running, httpx.Client(base_url=running.base, timeout=120) as client:
+        warm = client.post("/api/v1/attention.npz", json={"preset": "gpt2-small", "tokens": "warm up"})
+        assert warm.status_code == 200, warm.text[:300]
 
-            def first(seed: int) -> float:
-                took, size = _post_large(client, toks, seed)
-                sizes.append(size)
-                return took
+        def first(seed: int) -> float:
+            took, size = _post_large(client, toks, seed)
+            sizes.append(size)
+            return took
 
-            cold = first(7_999_998)
-            first(7_999_999)
-            for i in range(repeat):
-                served.append(first(8_000_000 + i))
-                t0 = time.perf_counter()
-                user()
-                fused.append(time.perf_counter() - t0)
-    finally:
-        _stop(server)
+        cold = first(7_999_998)
+        first(7_999_999)
+        for i in range(repeat):
+            served.append(first(8_000_000 + i))
+            t0 = time.perf_counter()
+            user()
+            fused.append(time.perf_counter() - t0)
     s_ms, f_ms = statistics.median(served) * 1e3, statistics.median(fused) * 1e3
     return {"bench": "first_served", "n": n, "served_ms": round(s_ms, 2), "fused_warm_ms": round(f_ms, 2),
             "ratio": round(s_ms / f_ms, 2), "cold_ms": round(cold * 1e3, 2), "body_bytes": sizes[-1],

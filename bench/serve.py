@@ -14,15 +14,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
 from urllib.parse import urlencode
 
 import orjson
+
+from tests.servers import server
 
 TOY = "/api/v1/attention?" + urlencode({"tokens": "猫 坐 在 垫子 上", "mask": "causal"})
 LARGE = "/api/v1/attention?" + urlencode(
@@ -100,53 +99,19 @@ async def _first_vs_repeat(port: int, path: str, repeats: int) -> dict[str, Any]
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start(port: int, settings: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """`attention-lab serve` on 127.0.0.1:port, one worker, once it accepts connections; `settings` are extra
-    ATTENTION_LAB_* variables."""
-    env = os.environ | {"ATTENTION_LAB_DEVICE": os.environ.get("ATTENTION_LAB_DEVICE", "auto")} | (settings or {})
-    server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return server
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise SystemExit("the server did not start") from None
-            time.sleep(0.2)
-
-
-def _stop(server: subprocess.Popen[bytes]) -> None:
-    server.terminate()
-    server.wait(10)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--json", action="store_true", help="one JSON object per measurement")
     args = ap.parse_args()
-    port = _free_port()
-    server = _start(port)
-    try:
+    with server({"DEVICE": os.environ.get("ATTENTION_LAB_DEVICE", "auto")}, wait_s=60) as running:
+        port = running.port
         asyncio.run(_load(port, TOY, 4, 1.0))  # warm-up: imports, first trace, caches
         rows = [
             asyncio.run(_load(port, TOY, args.clients, args.seconds)),
             asyncio.run(_first_vs_repeat(port, LARGE, 20)),
         ]
-    finally:
-        _stop(server)
     if args.json:
         for r in rows:
             print(orjson.dumps(r).decode())

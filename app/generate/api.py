@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from ..lab import Lab, request_key
+from ..lab import Lab, get_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
@@ -22,7 +22,7 @@ async def answer(request: Request, req: GenerateRequest, lab: Lab) -> Response:
     predicted it (the context's last token). Stops after the end-of-text token."""
     spec, layer = await lab.off_loop(req.preset, generation_spec, req, lab.limits, lab.device, lab.models,
                                      lab.settings.max_new_tokens)  # the tokenizer off the event loop  # fmt: skip
-    g = await run(lab, spec, req, layer, request_key(request) if request.method == "GET" else None)
+    g = await run(lab, spec, req, layer, get_key(request))
     return json_response(document(lab.models[spec.preset], spec, g, req.decimals))
 
 

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from ..lab import Lab, request_key
+from ..lab import Lab, get_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
+from ..web.view import jsonable
 from .compute import patch_document, patch_of, prune_document, prune_of, roles_document, roles_of
 from .request import PatchRequest, PruneRequest, RolesRequest
 
 router = APIRouter(prefix="/api/v1", tags=["heads"], responses=ERRORS)
-
-
-def _key(request: Request) -> str | None:
-    return request_key(request) if request.method == "GET" else None
 
 
 async def head_roles(request: Request, req: RolesRequest, lab: Lab) -> Response:
@@ -27,8 +24,8 @@ async def head_roles(request: Request, req: RolesRequest, lab: Lab) -> Response:
     role. probe_loss: the loss at each probe position and the means over the targets in the first copy (random)
     and the second (predictable by copying). With ablate, `ablated` has the probe's loss with those heads knocked
     out (the scores are the plain model's). Progress under /api/v1/progress for a GET."""
-    t, iv, roles = await roles_of(req, lab, _key(request))
-    return json_response(roles_document(t, iv, roles, req.top))
+    t, iv, roles = await roles_of(req, lab, get_key(request))
+    return json_response(jsonable(roles_document(t, iv, roles, req.top)))
 
 
 async def prune(request: Request, req: PruneRequest, lab: Lab) -> Response:
@@ -37,8 +34,8 @@ async def prune(request: Request, req: PruneRequest, lab: Lab) -> Response:
     knocked out together (k = 0 … layers × heads). can_go: the most heads that can go before the loss rises by
     more than `rise` (a fraction of the plain loss); fraction = can_go / all heads. Progress under
     /api/v1/progress for a GET."""
-    t, pruning = await prune_of(req, lab, _key(request))
-    return json_response(prune_document(t, pruning, req.rise))
+    t, pruning = await prune_of(req, lab, get_key(request))
+    return json_response(jsonable(prune_document(t, pruning, req.rise)))
 
 
 async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
@@ -48,8 +45,8 @@ async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
     stream entering the layer, the layer's attention output after W_O, its MLP output), grids.head is layer × head
     (the head's output at every position). The prompts must have the same number of tokens (a 422 shows both
     tokenisations). Progress under /api/v1/progress for a GET."""
-    a, b, patching = await patch_of(req, lab, _key(request))
-    return json_response(patch_document(a, b, patching))
+    a, b, patching = await patch_of(req, lab, get_key(request))
+    return json_response(jsonable(patch_document(a, b, patching)))
 
 
 twins(router, "/head_roles", RolesRequest, head_roles, "head_roles")

@@ -1,10 +1,11 @@
-"""The head views computed through the lab's compute service, and their JSON documents: head roles
-(/api/v1/head_roles), the pruning curve (/api/v1/prune) and activation patching (/api/v1/patch). The engine is
-engine/heads.py."""
+"""The head views computed through the lab's compute service, and their answers as typed results (Roled, Pruned,
+Patched: what the API writes, through `jsonable`, and what the pages read): head roles (/api/v1/head_roles), the
+pruning curve (/api/v1/prune) and activation patching (/api/v1/patch). The engine is engine/heads.py."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine import heads as E
@@ -33,8 +34,11 @@ def finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def grid(t: Any) -> list[list[float | None]]:
-    return [[finite(float(v)) for v in row] for row in t.tolist()]
+Grid = tuple[tuple[float | None, ...], ...]  # layer × head (or position); a non-finite number is None
+
+
+def grid(t: Any) -> Grid:
+    return tuple(tuple(finite(float(v)) for v in row) for row in t.tolist())
 
 
 def cost(model: Model, rows: int, logits_rows: int) -> int:
@@ -72,32 +76,83 @@ async def roles_of(req: RolesRequest, lab: Lab, key: str | None) -> tuple[Text, 
     return t, ablate, roles
 
 
-def loss_json(loss: E.ProbeLoss) -> dict[str, Any]:
-    return {"first": loss.first, "second": loss.second, "positions": list(loss.positions)}
+@dataclass(frozen=True)
+class Probe:
+    """The induction probe: the model's BOS, n random ordinary tokens drawn with `seed`, then the same n again."""
+
+    token_ids: tuple[int, ...]
+    n: int
+    seed: int
+    tokens: tuple[str, ...]
 
 
-def roles_document(t: Text, iv: P.Intervention, r: E.Roles, top: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ProbeLoss:
+    """The probe's loss (engine/heads.py's ProbeLoss): the means over the first and the second copy's targets, and
+    the loss at each position."""
+
+    first: float
+    second: float
+    positions: tuple[float, ...]
+
+    @classmethod
+    def of(cls, loss: E.ProbeLoss) -> ProbeLoss:
+        return cls(loss.first, loss.second, loss.positions)
+
+
+@dataclass(frozen=True)
+class HeadScore:
+    layer: int
+    head: int
+    score: float | None
+
+
+@dataclass(frozen=True)
+class Ablated:
+    """The probe's loss with the heads of `ablate` knocked out."""
+
+    ablate: tuple[tuple[int, int], ...]
+    ablate_mode: str
+    probe_loss: ProbeLoss
+
+    @classmethod
+    def of(cls, iv: P.Intervention, r: E.Roles) -> Ablated | None:
+        if r.ablated_loss is None:
+            return None
+        return cls(iv.ablate, "mean" if iv.mean else "zero", ProbeLoss.of(r.ablated_loss))
+
+
+@dataclass(frozen=True)
+class Roled:
+    """/api/v1/head_roles's answer, and what /heads shows of it: every head's role scores (layer × head), the top
+    heads of each role, the induction probe and its loss, plain and (`ablated`) with heads knocked out."""
+
+    preset: str
+    layers: int
+    heads: int
+    tokens: tuple[str, ...]
+    token_ids: tuple[int, ...]
+    probe: Probe
+    roles: dict[str, Grid]
+    top: dict[str, tuple[HeadScore, ...]]
+    probe_loss: ProbeLoss
+    ablated: Ablated | None
+
+
+def roles_document(t: Text, iv: P.Intervention, r: E.Roles, top: int) -> Roled:
     model = t.model
-    return {
-        "preset": model.name,
-        "layers": model.arch.n_layer,
-        "heads": model.arch.n_heads,
-        "tokens": list(t.labels),
-        "token_ids": list(t.seq),
-        "probe": {"token_ids": list(r.probe), "n": r.n, "seed": r.seed, "tokens": model.labels(list(r.probe))},
-        "roles": {role: grid(r.scores[role]) for role in E.ROLES},
-        "top": {
-            role: [{"layer": li, "head": h, "score": finite(s)} for li, h, s in r.top(role, top)] for role in E.ROLES
-        },
-        "probe_loss": loss_json(r.loss),
-        "ablated": None
-        if r.ablated_loss is None
-        else {
-            "ablate": [list(p) for p in iv.ablate],
-            "ablate_mode": "mean" if iv.mean else "zero",
-            "probe_loss": loss_json(r.ablated_loss),
-        },
-    }
+    return Roled(
+        preset=model.name,
+        layers=model.arch.n_layer,
+        heads=model.arch.n_heads,
+        tokens=t.labels,
+        token_ids=t.seq,
+        probe=Probe(r.probe, r.n, r.seed, tuple(model.labels(list(r.probe)))),
+        roles={role: grid(r.scores[role]) for role in E.ROLES},
+        top={role: tuple(HeadScore(li, h, finite(s)) for li, h, s in r.top(role, top)) for role in E.ROLES},
+        probe_loss=ProbeLoss.of(r.loss),
+        ablated=Ablated.of(iv, r),
+    )
 
 
 # -- /api/v1/prune -----------------------------------------------------------------------------------------------
@@ -120,24 +175,34 @@ async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> tuple[Text, 
     return t, pruning
 
 
-def prune_document(t: Text, p: E.Pruning, rise: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Pruned:
+    """/api/v1/prune's answer, and /heads's pruning curve: every head knocked out alone (`single`), the heads in
+    that order knocked out together (`mean_loss[k]`: the first k), and how many can go before the loss rises by
+    more than `rise`."""
+
+    preset: str
+    layers: int
+    heads: int
+    tokens: tuple[str, ...]
+    token_ids: tuple[int, ...]
+    ablate_mode: str
+    order: tuple[tuple[int, int], ...]
+    mean_loss: tuple[float | None, ...]
+    single: Grid
+    clean_loss: float | None
+    rise: float
+    can_go: int
+    fraction: float
+
+
+def prune_document(t: Text, p: E.Pruning, rise: float) -> Pruned:
     every = len(p.order)
     k = p.can_go(rise)
-    return {
-        "preset": t.model.name,
-        "layers": t.model.arch.n_layer,
-        "heads": t.model.arch.n_heads,
-        "tokens": list(t.labels),
-        "token_ids": list(t.seq),
-        "ablate_mode": "mean" if p.mean else "zero",
-        "order": [[li, h] for li, h in p.order],
-        "mean_loss": [finite(v) for v in p.mean_loss],
-        "single": grid(p.single),
-        "clean_loss": finite(p.clean),
-        "rise": rise,
-        "can_go": k,
-        "fraction": k / every if every else 0.0,
-    }
+    model = t.model
+    return Pruned(model.name, model.arch.n_layer, model.arch.n_heads, t.labels, t.seq, "mean" if p.mean else "zero",
+                  p.order, tuple(finite(v) for v in p.mean_loss), grid(p.single), finite(p.clean), rise, k,
+                  k / every if every else 0.0)  # fmt: skip
 
 
 # -- /api/v1/patch -----------------------------------------------------------------------------------------------
@@ -182,24 +247,39 @@ async def patch_of(req: PatchRequest, lab: Lab, key: str | None) -> tuple[Text, 
     return a, b, patching
 
 
-def token(model: Model, t: int | None) -> dict[str, Any] | None:
-    return None if t is None else {"token_id": t, "token": model.labels([t])[0]}
+@dataclass(frozen=True)
+class Token:
+    token_id: int
+    token: str
 
 
-def patch_document(a: Text, b: Text, p: E.Patching) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Patched:
+    """/api/v1/patch's answer, and what /patch shows of it: the metric on the clean and the corrupted run, and the
+    normalised effect of patching each activation (grids: resid_pre, attn_out, mlp_out layer × position; head
+    layer × head)."""
+
+    preset: str
+    layers: int
+    heads: int
+    clean_tokens: tuple[str, ...]
+    corrupted_tokens: tuple[str, ...]
+    clean_ids: tuple[int, ...]
+    corrupted_ids: tuple[int, ...]
+    metric: str
+    answer: Token | None
+    wrong: Token | None
+    clean_value: float | None
+    corrupted_value: float | None
+    grids: dict[str, Grid]
+
+
+def patch_document(a: Text, b: Text, p: E.Patching) -> Patched:
     model = a.model
-    return {
-        "preset": model.name,
-        "layers": model.arch.n_layer,
-        "heads": model.arch.n_heads,
-        "clean_tokens": list(a.labels),
-        "corrupted_tokens": list(b.labels),
-        "clean_ids": list(a.seq),
-        "corrupted_ids": list(b.seq),
-        "metric": p.metric,
-        "answer": token(model, p.answer),
-        "wrong": token(model, p.wrong),
-        "clean_value": finite(p.clean_value),
-        "corrupted_value": finite(p.corrupted_value),
-        "grids": {k: grid(p.grids[k]) for k in (*E.KINDS, "head")},
-    }
+
+    def token(t: int | None) -> Token | None:
+        return None if t is None else Token(t, model.labels([t])[0])
+
+    return Patched(model.name, model.arch.n_layer, model.arch.n_heads, a.labels, b.labels, a.seq, b.seq, p.metric,
+                   token(p.answer), token(p.wrong), finite(p.clean_value), finite(p.corrupted_value),
+                   {k: grid(p.grids[k]) for k in (*E.KINDS, "head")})  # fmt: skip

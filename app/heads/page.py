@@ -16,12 +16,25 @@ from fastapi.responses import HTMLResponse, Response
 from engine import heads as E
 
 from ..lab import Lab, get_lab, request_key
-from ..schemas import FieldError, from_query
-from ..web.knockouts import form_ablate
+from ..schemas import FieldError
+from ..web.knockouts import form_request
 from ..web.page import serve
-from ..web.state import ViewState, within
+from ..web.state import Params, ViewState, within
 from ..web.view import View
-from .compute import patch_document, patch_of, prune_document, prune_of, roles_document, roles_of
+from .compute import (
+    Ablated,
+    Grid,
+    Probe,
+    ProbeLoss,
+    Pruned,
+    Token,
+    patch_document,
+    patch_of,
+    prune_document,
+    prune_of,
+    roles_document,
+    roles_of,
+)
 from .request import CLEAN, CORRUPTED, HeadsParams, PatchParams, PatchRequest, PruneRequest, RolesRequest
 
 router = APIRouter(include_in_schema=False)
@@ -69,9 +82,9 @@ class HeadsView(View):
     role_urls: tuple[tuple[str, str], ...] = ()
     grid: tuple[tuple[Cell, ...], ...] = ()
     top: tuple[Cell, ...] = ()
-    probe: dict[str, Any] = field(default_factory=dict)
-    probe_loss: dict[str, Any] = field(default_factory=dict)
-    ablated: dict[str, Any] | None = None
+    probe: Probe | None = None
+    probe_loss: ProbeLoss | None = None
+    ablated: Ablated | None = None
     chosen: tuple[int, int] = (0, 0)
     weights: tuple[tuple[float, ...], ...] = ()  # the chosen head's weights on the probe (stage 4)
     offset: int = 0  # the induction diagonal: key i − n + 1
@@ -105,30 +118,33 @@ def lab_url(preset: str, ids: list[int], layer: int, head: int, lang: str, prese
     return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
 
 
-@router.get("/heads", response_class=HTMLResponse)
-async def heads_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/heads", ROLE_KEYS, HeadsParams)
-    build = functools.partial(heads_view, state, lab, request_key(request))
-    json_url = "/api/v1/head_roles?" + state.api_query()
-    return await serve(request, lab, "heads.html", state, build, json_url=json_url, blocks=(), models=lab.models,
-                       present=state.present)  # fmt: skip
+def page(path: str, template: str, keys: tuple[str, ...], params: type[Params], view: Any, api: str) -> None:
+    """The page at `path`: its View built by `view(state, lab, progress key, ctx)`, its JSON twin `api`."""
+
+    async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+        state = ViewState.of(request.query_params, path, keys, params)
+        build = functools.partial(view, state, lab, request_key(request))
+        return await serve(request, lab, template, state, build, json_url=f"{api}?{state.api_query()}", blocks=(),
+                           models=lab.models, present=state.present)  # fmt: skip
+
+    router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)
+
+
+def bos_as_page_reads_it(state: ViewState) -> dict[str, str]:
+    """The form's `bos` where the query would leave it text: on unless 0, false or off."""
+    raw = state.get("bos")
+    return {"bos": "0" if raw.lower() in ("0", "false", "off") else "1"} if raw else {}
 
 
 async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> HeadsView:
     p = state.read(HeadsParams)
     ctx["text_value"] = state.get("text") or DEFAULT_TEXT[ctx["lang"]]
-    fields = {k: v for k, v in state.api_params().items() if k != "ablate"}
-    if not state.get("text") and not state.get("token_ids"):
-        fields["text"] = DEFAULT_TEXT[ctx["lang"]]
     typed = state.spelled.get("ablate", "ablate")
-    ablate = form_ablate(state.get("ablate"), typed) if state.get("ablate") else None
-    body = from_query(fields, None, RolesRequest) | ({"ablate": ablate} if ablate else {})
-    if "bos" in body and isinstance(body["bos"], str):
-        body["bos"] = body["bos"] not in ("0", "false", "off")
-    req = RolesRequest.model_validate(body)
+    default = {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[ctx["lang"]]}
+    req = form_request(state, RolesRequest, default | bos_as_page_reads_it(state))
     plain = req.model_copy(update={"ablate": None})
-    t, _, roles = await roles_of(plain, lab, progress)
-    doc = roles_document(t, _, roles, req.top)
+    t, iv, roles = await roles_of(plain, lab, progress)
+    doc = roles_document(t, iv, roles, req.top)
     model = t.model
     n_layer, n_heads = model.arch.n_layer, model.arch.n_heads
     if p.knock is not None:
@@ -140,9 +156,9 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
             _, iv, knocked = await roles_of(req, lab, progress)
         except FieldError as e:
             raise FieldError(typed if e.field == "ablate" else e.field, e.message) from None
-        ablated = roles_document(t, iv, knocked, req.top)["ablated"]
+        ablated = Ablated.of(iv, knocked)
     role = p.role
-    scores = doc["roles"][role]
+    scores = doc.roles[role]
     present = state.present
     chosen = p.head or (roles.top("induction", 1)[0][0], roles.top("induction", 1)[0][1])
     layer = within("head", chosen[0], 0, n_layer - 1)
@@ -152,7 +168,7 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
         return Cell(li, h, v, colour(v), state.url(head=f"{li}.{h}") + "#probe")
 
     grid = tuple(tuple(cell(li, h, v) for h, v in enumerate(row)) for li, row in enumerate(scores))
-    top = tuple(cell(x["layer"], x["head"], x["score"]) for x in doc["top"][role])
+    top = tuple(cell(x.layer, x.head, x.score) for x in doc.top[role])
     weights = await lab.compute("probe_weights", (model.name, roles.probe, layer), 4 * len(roles.probe) ** 2 * n_heads,
                                 lambda _: E.layer_weights(model, roles.probe, layer), progress=None)  # fmt: skip
     w = weights[0][head]
@@ -167,9 +183,9 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
         else:
             curve = curve_of(prune_document(pt, pruning, 0.05))
     return HeadsView(
-        preset=model.name, layers=n_layer, heads=n_heads, tokens=tuple(doc["tokens"]), role=role,
-        role_urls=tuple((r, state.url(role=r)) for r in E.ROLES), grid=grid, top=top, probe=doc["probe"],
-        probe_loss=doc["probe_loss"], ablated=ablated, chosen=(layer, head),
+        preset=model.name, layers=n_layer, heads=n_heads, tokens=doc.tokens, role=role,
+        role_urls=tuple((r, state.url(role=r)) for r in E.ROLES), grid=grid, top=top, probe=doc.probe,
+        probe_loss=doc.probe_loss, ablated=ablated, chosen=(layer, head),
         weights=tuple(tuple(round(float(x), 4) for x in row) for row in w.tolist()), offset=roles.n - 1,
         knock_urls=tuple((k, state.url(knock=str(k), ablate=None) + "#knock") for k in (1, 3, 5, 10)
                          if k <= n_layer * n_heads),
@@ -180,19 +196,19 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     )  # fmt: skip
 
 
-def curve_of(doc: dict[str, Any]) -> Curve:
-    losses = [v for v in doc["mean_loss"] if v is not None]
+def curve_of(p: Pruned) -> Curve:
+    losses = [v for v in p.mean_loss if v is not None]
     lo, hi = min(losses), max(losses)
     span = (hi - lo) or 1.0
-    n = len(doc["mean_loss"]) - 1 or 1
+    n = len(p.mean_loss) - 1 or 1
 
     def y(v: float) -> float:
         return round(145 - 140 * (v - lo) / span, 1)
 
-    points = " ".join(f"{round(300 * k / n, 1)},{y(v)}" for k, v in enumerate(doc["mean_loss"]) if v is not None)
-    clean = doc["clean_loss"]
-    return Curve(tuple(tuple(o) for o in doc["order"]), tuple(doc["mean_loss"]), clean, doc["can_go"],
-                 doc["fraction"], doc["rise"], points, y(clean * (1 + doc["rise"])) if clean is not None else 0)  # fmt: skip
+    points = " ".join(f"{round(300 * k / n, 1)},{y(v)}" for k, v in enumerate(p.mean_loss) if v is not None)
+    clean = p.clean_loss
+    return Curve(p.order, p.mean_loss, clean, p.can_go, p.fraction, p.rise, points,
+                 y(clean * (1 + p.rise)) if clean is not None else 0)  # fmt: skip
 
 
 # -- /patch ------------------------------------------------------------------------------------------------------
@@ -211,15 +227,15 @@ class PatchView(View):
     clean_tokens: tuple[str, ...] = ()
     corrupted_tokens: tuple[str, ...] = ()
     metric: str = "logit_diff"
-    answer: dict[str, Any] | None = None
-    wrong: dict[str, Any] | None = None
+    answer: Token | None = None
+    wrong: Token | None = None
     clean_value: float | None = None
     corrupted_value: float | None = None
     kind_shown: str = "resid_pre"
     kind_urls: tuple[tuple[str, str], ...] = ()
     columns: tuple[str, ...] = ()  # positions (their clean/corrupted tokens) or heads
     grid: tuple[tuple[Cell, ...], ...] = ()
-    grids: dict[str, Any] = field(default_factory=dict)
+    grids: dict[str, Grid] = field(default_factory=dict)
     strongest: tuple[Cell, ...] = ()
     cell: tuple[int, int] | None = None
     cell_values: dict[str, float | None] = field(default_factory=dict)
@@ -229,32 +245,20 @@ class PatchView(View):
     present_url: str | None = None
 
 
-@router.get("/patch", response_class=HTMLResponse)
-async def patch_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/patch", PATCH_KEYS, PatchParams)
-    build = functools.partial(patch_view, state, lab, request_key(request))
-    json_url = "/api/v1/patch?" + state.api_query()
-    return await serve(request, lab, "patch.html", state, build, json_url=json_url, blocks=(), models=lab.models,
-                       present=state.present)  # fmt: skip
-
-
 async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> PatchView:
     p = state.read(PatchParams)
     ctx["clean_text"] = state.get("clean") or CLEAN
     ctx["corrupted_text"] = state.get("corrupted") or CORRUPTED
-    body = from_query(state.api_params(), None, PatchRequest)
-    if "bos" in body and isinstance(body["bos"], str):
-        body["bos"] = body["bos"] not in ("0", "false", "off")
-    req = PatchRequest.model_validate(body)
+    req = form_request(state, PatchRequest, bos_as_page_reads_it(state))
     a, b, patching = await patch_of(req, lab, progress)
     doc = patch_document(a, b, patching)
     kind = p.grid
     present = state.present
-    rows = doc["grids"][kind]
+    rows = doc.grids[kind]
     if kind == "head":
-        columns = tuple(str(h) for h in range(doc["heads"]))
+        columns = tuple(str(h) for h in range(doc.heads))
     else:
-        columns = tuple(x if x == y else f"{x} / {y}" for x, y in zip(doc["clean_tokens"], doc["corrupted_tokens"],
+        columns = tuple(x if x == y else f"{x} / {y}" for x, y in zip(doc.clean_tokens, doc.corrupted_tokens,
                                                                       strict=True))  # fmt: skip
 
     def cell(li: int, c: int, v: float | None) -> Cell:
@@ -266,19 +270,23 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     chosen, values = None, {}
     clean_lab = corrupted_lab = ""
     if p.cell is not None:
-        li = within("cell", p.cell[0], 0, doc["layers"] - 1)
+        li = within("cell", p.cell[0], 0, doc.layers - 1)
         c = within("cell", p.cell[1], 0, len(columns) - 1)
         chosen = (li, c)
-        values = {k: doc["grids"][k][li][c] for k in KINDS if (k == "head") == (kind == "head")}
+        values = {k: doc.grids[k][li][c] for k in KINDS if (k == "head") == (kind == "head")}
         head = c if kind == "head" else 0
         clean_lab = lab_url(a.model.name, list(a.seq), li, head, ctx["lang"], present)
         corrupted_lab = lab_url(a.model.name, list(b.seq), li, head, ctx["lang"], present)
     return PatchView(
-        preset=doc["preset"], layers=doc["layers"], heads=doc["heads"], clean_tokens=tuple(doc["clean_tokens"]),
-        corrupted_tokens=tuple(doc["corrupted_tokens"]), metric=doc["metric"], answer=doc["answer"],
-        wrong=doc["wrong"], clean_value=doc["clean_value"], corrupted_value=doc["corrupted_value"], kind_shown=kind,
+        preset=doc.preset, layers=doc.layers, heads=doc.heads, clean_tokens=doc.clean_tokens,
+        corrupted_tokens=doc.corrupted_tokens, metric=doc.metric, answer=doc.answer, wrong=doc.wrong,
+        clean_value=doc.clean_value, corrupted_value=doc.corrupted_value, kind_shown=kind,
         kind_urls=tuple((k, state.url(grid=k, cell=None)) for k in KINDS), columns=columns, grid=grid,
-        grids=doc["grids"], strongest=strongest, cell=chosen, cell_values=values, clean_lab=clean_lab,
+        grids=doc.grids, strongest=strongest, cell=chosen, cell_values=values, clean_lab=clean_lab,
         corrupted_lab=corrupted_lab, json_url="/api/v1/patch?" + state.api_query(),
         present_url=state.url(present=None if present else "1"),
     )  # fmt: skip
+
+
+page("/heads", "heads.html", ROLE_KEYS, HeadsParams, heads_view, "/api/v1/head_roles")
+page("/patch", "patch.html", PATCH_KEYS, PatchParams, patch_view, "/api/v1/patch")

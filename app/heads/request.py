@@ -8,11 +8,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.heads import METRICS, ROLES
+from engine.heads import KINDS, METRICS, ROLES
 
 from ..schemas import FieldError
 from ..web.knockouts import Knockouts
-from ..web.state import Params, integer, param, parse_int, show
+from ..web.state import Params, integer, one_of, param, parse_int, show
 
 PRESET = Field("smollm2", max_length=64, description="A causal language model this server loaded (smollm2, "
                "checkpoint, or one given with --model).")  # fmt: skip
@@ -81,12 +81,6 @@ class PatchRequest(BaseModel):
 # -- the pages' own view parameters ------------------------------------------------------------------------------
 
 
-def role_of(key: str, raw: str) -> str:
-    if raw not in ROLES:
-        raise FieldError(key, f"one of {', '.join(ROLES)}")
-    return raw
-
-
 def head_cell(key: str, raw: str) -> tuple[int, int]:
     """`layer.head` (checked against the model's once known)."""
     layer, dot, head = raw.partition(".")
@@ -95,19 +89,12 @@ def head_cell(key: str, raw: str) -> tuple[int, int]:
     return parse_int(key, layer, 0, None), parse_int(key, head, 0, None)
 
 
-def kind_of(key: str, raw: str) -> str:
-    kinds = ("resid_pre", "attn_out", "mlp_out", "head")
-    if raw not in kinds:
-        raise FieldError(key, f"one of {', '.join(kinds)}")
-    return raw
-
-
 @dataclass(frozen=True)
 class HeadsParams(Params):
     """/heads's view: the role shown on the grid, the head whose probe weights are drawn (layer.head), the
     pruning curve asked for (`prune=1`), the number of top induction heads knocked out (`knock`)."""
 
-    role: str = param("induction", role_of)
+    role: str = param("induction", one_of(ROLES))
     head: tuple[int, int] | None = param(None, head_cell)
     knock: int | None = param(None, integer(None))
     prune: str = param("")
@@ -117,5 +104,5 @@ class HeadsParams(Params):
 class PatchParams(Params):
     """/patch's view: the grid shown and the chosen cell (layer.position, or layer.head on the head grid)."""
 
-    grid: str = param("resid_pre", kind_of)
+    grid: str = param("resid_pre", one_of((*KINDS, "head")))
     cell: tuple[int, int] | None = param(None, head_cell)

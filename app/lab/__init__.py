@@ -4,7 +4,7 @@ reporting progress (`progress`) under a request's key (`keys`)."""
 
 from .admission import HEAVY, PREPARING, HeavyWork, LoopLimiter, QueuePlace, preparing
 from .cancel import CLIENT, Cancelled, Interest, Progress, Watch, WatchClient
-from .keys import ProgressKey, fnv1a64, progress_key, request_key
+from .keys import ProgressKey, fnv1a64, get_key, progress_key, request_key
 from .progress import PROGRESS_TTL_S
 from .service import Lab, Work, get_lab, verified
 
@@ -25,6 +25,7 @@ __all__ = [
     "WatchClient",
     "Work",
     "fnv1a64",
+    "get_key",
     "get_lab",
     "preparing",
     "progress_key",

@@ -89,3 +89,8 @@ def request_key(request: Request) -> ProgressKey:
     url = request.url
     raw: bytes = request.scope.get("query_string", b"")
     return ProgressKey(url.path, url.query, request.query_params if raw.isascii() else None)
+
+
+def get_key(request: Request) -> ProgressKey | None:
+    """A GET's progress key (`request_key`); a POST's work reports under none (its body is not in its URL)."""
+    return request_key(request) if request.method == "GET" else None

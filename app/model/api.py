@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from ..lab import Lab, request_key
+from ..lab import Lab, get_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
@@ -21,7 +21,7 @@ NOTE = (
 
 
 async def answer(request: Request, req: ModelViewRequest, lab: Lab) -> Response:
-    _, body = await model_view_of(req, lab, request_key(request) if request.method == "GET" else None)
+    _, body = await model_view_of(req, lab, get_key(request))
     return json_response(body)
 
 

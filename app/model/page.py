@@ -17,10 +17,10 @@ from engine.model_view import STATS, similar_heads
 from engine.spec import Spec
 
 from ..lab import Lab, get_lab, request_key
-from ..schemas import FieldError, from_query
-from ..web.knockouts import form_ablate, head_name, heads_text
+from ..schemas import FieldError
+from ..web.knockouts import form_request, head_name, heads_text
 from ..web.page import serve
-from ..web.state import Params, ViewState, integer, param, within
+from ..web.state import Params, ViewState, integer, one_of, param, within
 from .view import ChosenHead, HeadLink, ModelCompare, ModelView, ModelViewRequest, model_view_of
 
 router = APIRouter(include_in_schema=False)
@@ -35,16 +35,10 @@ class ModelParams(Params):
 
     ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
 
-    stat: str = param("entropy", lambda key, raw: one_of(key, raw, STATS))
+    stat: str = param("entropy", one_of(STATS))
     layer: int | None = param(None, integer(None))
     head: int | None = param(None, integer(None))
     compare_text: str = param("")
-
-
-def one_of(key: str, raw: str, choices: tuple[str, ...] | list[str]) -> str:
-    if raw not in choices:
-        raise FieldError(key, f"one of {', '.join(choices)}")
-    return raw
 
 
 CHANGED = 0.1  # a head's statistic moved by a tenth of its colour scale (ln N for entropy, 1 for the shares)
@@ -83,9 +77,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     p = state.read(ModelParams)
     stat = p.stat
     typed = state.spelled.get("ablate", "ablate")
-    ablate = form_ablate(state.get("ablate"), typed) if state.get("ablate") else None
-    fields = {k: v for k, v in state.api_params().items() if k != "ablate"}
-    req = ModelViewRequest.model_validate(from_query(fields, None, ModelViewRequest) | {"ablate": ablate})
+    req = form_request(state, ModelViewRequest)
     ctx["heads_text"] = heads_text(req.ablate or []) or state.get("ablate")
     ctx["json_url"] = api_url(state, req.ablate)
     try:

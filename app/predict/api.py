@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from ..lab import Lab, request_key
+from ..lab import Lab, get_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
@@ -14,10 +14,6 @@ from .compute import lens_document, lens_of, predict_document, predict_of, ranki
 from .request import LensRequest, PredictRequest, RankRequest
 
 router = APIRouter(prefix="/api/v1", tags=["prediction"], responses=ERRORS)
-
-
-def _key(request: Request) -> str | None:
-    return request_key(request) if request.method == "GET" else None
 
 
 async def predict(request: Request, req: PredictRequest, lab: Lab) -> Response:
@@ -29,7 +25,7 @@ async def predict(request: Request, req: PredictRequest, lab: Lab) -> Response:
     or the unreplaced text under the same switches), kl (KL(before ‖ this run) of the next-token distributions) and
     max_abs_diff (max |Δ log p| over the vocabulary): with the causal mask, replacing token i changes no position
     before i (≤ 1e-5)."""
-    t, iv, pred = await predict_of(req, lab, _key(request))
+    t, iv, pred = await predict_of(req, lab, get_key(request))
     return json_response(jsonable(predict_document(t, iv, pred)))
 
 
@@ -38,7 +34,7 @@ async def logit_lens(request: Request, req: LensRequest, lab: Lab) -> Response:
     layers[l][i]: top (the most likely tokens read from layer l at position i) and p_final (the probability there of
     the model's final prediction, final[i]); the last entry of layers is the model's output. first_top1[i]: the
     first layer from which final[i] stays the most likely token."""
-    t, iv, lens = await lens_of(req, lab, _key(request))
+    t, iv, lens = await lens_of(req, lab, get_key(request))
     # orjson writes the answer as it is (the same JSON as `jsonable`'s: tuples as lists, a non-finite number as
     # null), where jsonable would walk a long text's 100,000 tops in Python once more.
     return json_response(lens_document(t, iv, lens).__json__())
@@ -51,7 +47,7 @@ async def head_ranking(request: Request, req: RankRequest, lab: Lab) -> Response
     (up to the position) × cost.per_token (L + H·L(L+1)/2: the clean run, and each head's copy from its layer up);
     over cost.limit (the server's MAX_RANK_COST) it is refused before computing, a 422 naming position (or the
     text) with the cost and the limit. Progress under /api/v1/progress for a GET."""
-    t, ranking = await ranking_of(req, lab, _key(request))
+    t, ranking = await ranking_of(req, lab, get_key(request))
     return json_response(jsonable(ranking_document(t, ranking, req.ablate_mode, lab.settings.max_rank_cost)))
 
 

@@ -6,15 +6,16 @@ links wrote it, still read), and the engine's
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine import predict as P
 from engine.models.families import Model
 
-from ..schemas import FieldError, lab_field
-from .state import parse_heads
+from ..schemas import FieldError, from_query, lab_field
+from .state import ViewState, parse_heads
 
 LAYERS = 'A list of layers (0 is the first), or "all".'
 
@@ -111,3 +112,15 @@ def form_ablate(raw: str, name: str = "ablate") -> list[list[int]]:
             )
         return pairs
     return parse_heads(raw, name)
+
+
+Req = TypeVar("Req", bound=BaseModel)
+
+
+def form_request(state: ViewState, model: type[Req], given: Mapping[str, str] | None = None) -> Req:
+    """The page's state as the API's request `model`: the query's fields (`given` over them), the heads to knock
+    out as the form writes them (`form_ablate`, an error naming the key typed)."""
+    raw = state.get("ablate")
+    ablate = form_ablate(raw, state.spelled.get("ablate", "ablate")) if raw else None
+    fields = {k: v for k, v in state.api_params().items() if k != "ablate"} | dict(given or {})
+    return model.model_validate(from_query(fields, None, model) | ({"ablate": ablate} if ablate else {}))

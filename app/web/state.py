@@ -45,10 +45,7 @@ def parse_stage(raw: str | None, order: Sequence[str], default: str | None = Non
 
 
 def parse_head(raw: str | None, n_heads: int, name: str = "head") -> int:
-    value = parse_int(name, raw, 0)
-    if not 0 <= value < n_heads:
-        raise FieldError(name, f"head {value} does not exist: this trace has heads 0..{n_heads - 1}")
-    return value
+    return head_within(parse_int(name, raw, 0), n_heads, name)
 
 
 @dataclass(frozen=True)
@@ -304,6 +301,17 @@ def integer(lo: int | None = 0, hi: int | None = None) -> Reader:
 
 def stage_of(order: Sequence[str]) -> Reader:
     return lambda key, raw: parse_stage(raw, order)
+
+
+def one_of(choices: Sequence[str]) -> Reader:
+    """One of `choices`, written as it is."""
+
+    def read(key: str, raw: str) -> str:
+        if raw not in choices:
+            raise FieldError(key, f"one of {', '.join(choices)}")
+        return raw
+
+    return read
 
 
 def flag_on(key: str, raw: str) -> bool:
