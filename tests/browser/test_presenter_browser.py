@@ -17,8 +17,9 @@ pytestmark = pytest.mark.browser
 
 SIZES = [(1280, 720), (1920, 1080)]
 # What the class must read on each page and whether it must be on screen: a CSS selector of the main numbers, or
-# None where the page's subject is a picture or a form (heat maps, sweeps, lists): those are held to no sideways
-# scroll only. The lab's stage result is its last matrix (its inputs beside it are smaller by design).
+# None where the page has no numbers to read. The lab's stage result is its last matrix (its inputs beside it are
+# smaller by design); the block's and the cache's steps take the lab's two columns, so the same rule; the other pages
+# mark what a class reads with .present-numbers (26 px at 1080p).
 STAGE = ".stage-data > .matrices > :last-child table[data-matrix] td"
 PAGES: list[tuple[str, str | None]] = [
     ("/?stage=1", ".stage-data > .matrices table[data-matrix] td"),
@@ -30,18 +31,21 @@ PAGES: list[tuple[str, str | None]] = [
     ("/predict", "table.train[data-train] td .n"),
     ("/lens?text=The+cat+sat+on+the+mat.", "table.lens[data-lens] tbody td"),
     ("/model?preset=smollm2&stat=previous&text=The+cat+sat+on+the+mat.", "table.model-grid td"),
-    ("/block", None),
-    ("/decode", None),
-    ("/generate?max_new_tokens=2", None),
-    ("/sinks", None),
-    ("/tiles", None),
-    ("/demos", None),
-    ("/params", None),
-    ("/lessons", None),
-    ("/heads", None),
-    ("/patch", None),
-    ("/train", None),
+    ("/block", STAGE),
+    ("/block?stage=softmax", STAGE),
+    ("/decode", ".stage-data .matrices > :last-child table[data-matrix] td"),  # the prefill: the cache
+    ("/decode?step=2", ".stage-data .matrices > :last-child table[data-matrix] td"),  # the new row, the cache
+    ("/generate?max_new_tokens=2", "table[data-top] td, .attention-row table[data-matrix] td"),
+    ("/sinks", "ol[data-sink-shares] .n"),  # each head's share on key 0 (the maps under it are pictures)
+    ("/tiles", "table[data-table=running] :is(td, th)"),
+    ("/demos", "#permutation table.demo-table td"),  # four demos one under another: the first on screen
+    ("/params", "table.params td.n"),
+    ("/lessons", None),  # a list of lessons to open: words, no numbers
+    ("/heads", "table.model-grid td"),
+    ("/patch", "table.model-grid td"),
+    ("/train", None),  # no run yet on a fresh server, so no numbers: a run's (dl.train-numbers) are .present-numbers
 ]
+
 
 MEASURE = """sel => {
   const room = document.getElementById('room');
