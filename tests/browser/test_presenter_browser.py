@@ -140,3 +140,29 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
                   "table.model-grid td", class_on=True)  # fmt: skip
     finally:
         ctx.close()
+
+
+SENTENCE16 = "The cat sat on the mat because it was very tired and wanted to sleep."  # 16 tokens after the BOS
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_lens_shows_a_class_sentence_whole_beside_its_panel(browser: Browser, live_server: str, lang: str) -> None:
+    """A 16-token sentence on the projector: every position's column (the BOS and 0…15) in the lens's table, its
+    numbers on screen and >= 24 px at 1080p, nothing sideways, the side panel beside the table, not under it."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(180_000)
+        present(page, f"{live_server}/lens?text={SENTENCE16.replace(' ', '+')}&lang={lang}")
+        heads = page.locator("table[data-lens] thead th[data-pos]")
+        assert heads.evaluate_all("hs => hs.map(h => h.dataset.pos)") == ["bos"] + [str(i) for i in range(16)]
+        assert page.locator("table[data-lens] tbody tr").first.locator("td").count() == 17
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            sel = "table.lens[data-lens] tbody td"
+            check(measure(page, sel), f"lens 16 {lang} {width}", height, sel)
+            table, side = (page.locator(s).bounding_box() for s in ("table[data-lens]", ".lens-side"))
+            assert table and side and side["x"] >= table["x"] + table["width"] and side["y"] < table["y"] + 50, (
+                width, table, side)  # fmt: skip
+    finally:
+        ctx.close()
