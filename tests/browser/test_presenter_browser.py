@@ -166,3 +166,45 @@ def test_the_lens_shows_a_class_sentence_whole_beside_its_panel(browser: Browser
                 width, table, side)  # fmt: skip
     finally:
         ctx.close()
+
+
+OPEN_CELL = """() => {
+  const shown = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  const px = e => parseFloat(getComputedStyle(e).fontSize);
+  const all = s => [...document.querySelectorAll(s)].filter(shown);
+  const least = s => Math.min(...all(s).map(px));
+  const room = document.getElementById('room');
+  const bottom = innerHeight - (room ? room.getBoundingClientRect().height : 0);
+  const box = document.querySelector('.stage-data > .arithmetic').getBoundingClientRect();
+  return { inputs: least('.stage-data table[data-matrix] td'), sum: least('.stage-data > .arithmetic li math'),
+           result: least('.stage-data > .arithmetic .result strong'), n: all('.stage-data > .arithmetic li math').length,
+           on_screen: box.bottom <= bottom + 1 && box.right <= innerWidth + 1 };
+}"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_class_reads_an_open_cells_arithmetic_from_the_back(browser: Browser, live_server: str, lang: str) -> None:
+    """The lab in a class with a lesson, its question asked and a cell open (stage 5, the cell's Σ line beside the
+    QR, the lesson and both questions): at 1080p every number of the stage, its inputs too, and the arithmetic's Σ
+    line and result at least 24 px; at 1280×720 the result matrix keeps 24 px and the rest stays readable (13 px,
+    20 of the 1080p unit) — all on screen above the class bar, nothing sideways."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(120_000)
+        present(page, f"{live_server}/?stage=5&cell=heads.0.0.0&lesson=row-one&lesson_step=1&lang={lang}")
+        page.click("[data-room-start] button")
+        expect(page.locator("aside.qr[data-room-join] .room-code")).to_be_visible()
+        page.click("[data-room-ask]")
+        expect(page.locator("#room [data-room-prompt]")).to_be_visible()
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            got = measure(page, STAGE)
+            check(got, f"open cell in a class {lang} {width}", height, STAGE, class_on=True)
+            assert got["smallest"] >= 24, got
+            cell = page.evaluate(OPEN_CELL)
+            assert cell["n"] > 0 and cell["on_screen"], cell
+            floor = 24 if height >= 1080 else 13
+            assert min(cell["inputs"], cell["sum"], cell["result"]) >= floor, (width, cell)
+    finally:
+        ctx.close()
