@@ -43,7 +43,7 @@ PAGES: list[tuple[str, str | None]] = [
     ("/lessons", None),  # a list of lessons to open: words, no numbers
     ("/heads", "table.model-grid td"),
     ("/patch", "table.model-grid td"),
-    ("/train", None),  # no run yet on a fresh server, so no numbers: a run's (dl.train-numbers) are .present-numbers
+    ("/train", None),  # no run yet, so no numbers: a run's are measured below
 ]
 
 
@@ -206,5 +206,27 @@ def test_a_class_reads_an_open_cells_arithmetic_from_the_back(browser: Browser, 
             assert cell["n"] > 0 and cell["on_screen"], cell
             floor = 24 if height >= 1080 else 13
             assert min(cell["inputs"], cell["sum"], cell["result"]) >= floor, (width, cell)
+    finally:
+        ctx.close()
+
+
+def test_a_training_runs_numbers_on_the_projector(browser: Browser, live_server: str) -> None:
+    """/train with a run shown (a tiny one, started as the form starts it): its numbers (losses, the phase change,
+    the induction score) on screen, 24 px at 1080p, nothing sideways, in both languages."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        form = {"task": "repeat", "n_layer": "1", "n_heads": "2", "d_model": "32", "positions": "rope", "steps": "5",
+                "lr": "0.003", "seed": "0", "causal": "1"}  # fmt: skip
+        r = page.request.post(f"{live_server}/train", form=form, max_redirects=0)
+        assert r.status == 303, r.status
+        run = r.headers["location"].split("run=")[1].split("&")[0]
+        sel = "dl.train-numbers dd"
+        for lang in ("en", "zh"):
+            present(page, f"{live_server}/train?run={run}&lang={lang}")
+            for width, height in SIZES:
+                page.set_viewport_size({"width": width, "height": height})
+                check(measure(page, sel), f"/train {lang} {width}", height, sel)
+            page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
     finally:
         ctx.close()
