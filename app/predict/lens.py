@@ -31,7 +31,8 @@ router = APIRouter(include_in_schema=False)
 # The lens shows a window of positions (the JSON twin and the API keep every one): its page stays a few hundred kB
 # however long the text, where a cell per layer and position of a 1,000-token text was 140 MB of HTML.
 LENS_WINDOW = 32
-LENS_WINDOW_PRESENT = 12  # on a projector: fewer positions, each number large enough to read from the back
+LENS_WINDOW_PRESENT = 17  # on a projector: a class's sentence whole (16 tokens and the BOS before them), each number
+# large enough to read from the back (the type is sized to the screen's height, the side panel beside the table)
 
 
 @dataclass(frozen=True)

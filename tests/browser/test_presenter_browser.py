@@ -17,8 +17,9 @@ pytestmark = pytest.mark.browser
 
 SIZES = [(1280, 720), (1920, 1080)]
 # What the class must read on each page and whether it must be on screen: a CSS selector of the main numbers, or
-# None where the page's subject is a picture or a form (heat maps, sweeps, lists): those are held to no sideways
-# scroll only. The lab's stage result is its last matrix (its inputs beside it are smaller by design).
+# None where the page has no numbers to read. The lab's stage result is its last matrix (its inputs beside it are
+# smaller by design); the block's and the cache's steps take the lab's two columns, so the same rule; the other pages
+# mark what a class reads with .present-numbers (26 px at 1080p).
 STAGE = ".stage-data > .matrices > :last-child table[data-matrix] td"
 PAGES: list[tuple[str, str | None]] = [
     ("/?stage=1", ".stage-data > .matrices table[data-matrix] td"),
@@ -30,18 +31,21 @@ PAGES: list[tuple[str, str | None]] = [
     ("/predict", "table.train[data-train] td .n"),
     ("/lens?text=The+cat+sat+on+the+mat.", "table.lens[data-lens] tbody td"),
     ("/model?preset=smollm2&stat=previous&text=The+cat+sat+on+the+mat.", "table.model-grid td"),
-    ("/block", None),
-    ("/decode", None),
-    ("/generate?max_new_tokens=2", None),
-    ("/sinks", None),
-    ("/tiles", None),
-    ("/demos", None),
-    ("/params", None),
-    ("/lessons", None),
-    ("/heads", None),
-    ("/patch", None),
-    ("/train", None),
+    ("/block", STAGE),
+    ("/block?stage=softmax", STAGE),
+    ("/decode", ".stage-data .matrices > :last-child table[data-matrix] td"),  # the prefill: the cache
+    ("/decode?step=2", ".stage-data .matrices > :last-child table[data-matrix] td"),  # the new row, the cache
+    ("/generate?max_new_tokens=2", "table[data-top] td, .attention-row table[data-matrix] td"),
+    ("/sinks", "ol[data-sink-shares] .n"),  # each head's share on key 0 (the maps under it are pictures)
+    ("/tiles", "table[data-table=running] :is(td, th)"),
+    ("/demos", "#permutation table.demo-table td"),  # four demos one under another: the first on screen
+    ("/params", "table.params td.n"),
+    ("/lessons", None),  # a list of lessons to open: words, no numbers
+    ("/heads", "table.model-grid td"),
+    ("/patch", "table.model-grid td"),
+    ("/train", None),  # no run yet, so no numbers: a run's are measured below
 ]
+
 
 MEASURE = """sel => {
   const room = document.getElementById('room');
@@ -134,5 +138,95 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
             page.set_viewport_size({"width": width, "height": height})
             check(measure(page, "table.model-grid td"), f"model in a class {lang} {width}", height,
                   "table.model-grid td", class_on=True)  # fmt: skip
+    finally:
+        ctx.close()
+
+
+SENTENCE16 = "The cat sat on the mat because it was very tired and wanted to sleep."  # 16 tokens after the BOS
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_lens_shows_a_class_sentence_whole_beside_its_panel(browser: Browser, live_server: str, lang: str) -> None:
+    """A 16-token sentence on the projector: every position's column (the BOS and 0…15) in the lens's table, its
+    numbers on screen and >= 24 px at 1080p, nothing sideways, the side panel beside the table, not under it."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(180_000)
+        present(page, f"{live_server}/lens?text={SENTENCE16.replace(' ', '+')}&lang={lang}")
+        heads = page.locator("table[data-lens] thead th[data-pos]")
+        assert heads.evaluate_all("hs => hs.map(h => h.dataset.pos)") == ["bos"] + [str(i) for i in range(16)]
+        assert page.locator("table[data-lens] tbody tr").first.locator("td").count() == 17
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            sel = "table.lens[data-lens] tbody td"
+            check(measure(page, sel), f"lens 16 {lang} {width}", height, sel)
+            table, side = (page.locator(s).bounding_box() for s in ("table[data-lens]", ".lens-side"))
+            assert table and side and side["x"] >= table["x"] + table["width"] and side["y"] < table["y"] + 50, (
+                width, table, side)  # fmt: skip
+    finally:
+        ctx.close()
+
+
+OPEN_CELL = """() => {
+  const shown = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  const px = e => parseFloat(getComputedStyle(e).fontSize);
+  const all = s => [...document.querySelectorAll(s)].filter(shown);
+  const least = s => Math.min(...all(s).map(px));
+  const room = document.getElementById('room');
+  const bottom = innerHeight - (room ? room.getBoundingClientRect().height : 0);
+  const box = document.querySelector('.stage-data > .arithmetic').getBoundingClientRect();
+  return { inputs: least('.stage-data table[data-matrix] td'), sum: least('.stage-data > .arithmetic li math'),
+           result: least('.stage-data > .arithmetic .result strong'), n: all('.stage-data > .arithmetic li math').length,
+           on_screen: box.bottom <= bottom + 1 && box.right <= innerWidth + 1 };
+}"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_class_reads_an_open_cells_arithmetic_from_the_back(browser: Browser, live_server: str, lang: str) -> None:
+    """The lab in a class with a lesson, its question asked and a cell open (stage 5, the cell's Σ line beside the
+    QR, the lesson and both questions): at 1080p every number of the stage, its inputs too, and the arithmetic's Σ
+    line and result at least 24 px; at 1280×720 the result matrix keeps 24 px and the rest stays readable (13 px,
+    20 of the 1080p unit) — all on screen above the class bar, nothing sideways."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(120_000)
+        present(page, f"{live_server}/?stage=5&cell=heads.0.0.0&lesson=row-one&lesson_step=1&lang={lang}")
+        page.click("[data-room-start] button")
+        expect(page.locator("aside.qr[data-room-join] .room-code")).to_be_visible()
+        page.click("[data-room-ask]")
+        expect(page.locator("#room [data-room-prompt]")).to_be_visible()
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            got = measure(page, STAGE)
+            check(got, f"open cell in a class {lang} {width}", height, STAGE, class_on=True)
+            assert got["smallest"] >= 24, got
+            cell = page.evaluate(OPEN_CELL)
+            assert cell["n"] > 0 and cell["on_screen"], cell
+            floor = 24 if height >= 1080 else 13
+            assert min(cell["inputs"], cell["sum"], cell["result"]) >= floor, (width, cell)
+    finally:
+        ctx.close()
+
+
+def test_a_training_runs_numbers_on_the_projector(browser: Browser, live_server: str) -> None:
+    """/train with a run shown (a tiny one, started as the form starts it): its numbers (losses, the phase change,
+    the induction score) on screen, 24 px at 1080p, nothing sideways, in both languages."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        form = {"task": "repeat", "n_layer": "1", "n_heads": "2", "d_model": "32", "positions": "rope", "steps": "5",
+                "lr": "0.003", "seed": "0", "causal": "1"}  # fmt: skip
+        r = page.request.post(f"{live_server}/train", form=form, max_redirects=0)
+        assert r.status == 303, r.status
+        run = r.headers["location"].split("run=")[1].split("&")[0]
+        sel = "dl.train-numbers dd"
+        for lang in ("en", "zh"):
+            present(page, f"{live_server}/train?run={run}&lang={lang}")
+            for width, height in SIZES:
+                page.set_viewport_size({"width": width, "height": height})
+                check(measure(page, sel), f"/train {lang} {width}", height, sel)
+            page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
     finally:
         ctx.close()
