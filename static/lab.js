@@ -334,6 +334,19 @@ window.labProgressKey = (function () {
   window.addEventListener("pageshow", stop);
 })();
 
+// A lesson step's place on its page (the step's #fragment, e.g. /demos#scaling, as data-anchor on its panel): a
+// screen that reached the step without it — stepped by the teacher's remote, joined by the room's link (a room's
+// view has no fragment) — scrolls there as the step's own link would have.
+(function () {
+  function toAnchor() {
+    var panel = document.querySelector(".lesson-panel[data-anchor]");
+    var place = panel && document.getElementById(panel.getAttribute("data-anchor"));
+    if (place && !location.hash) place.scrollIntoView();
+  }
+  document.addEventListener("DOMContentLoaded", toAnchor);
+  document.addEventListener("room:followed", toAnchor);
+})();
+
 // Whenever the page's layout may have changed (loaded, fonts in, resized, a panel swapped, a class step followed),
 // run `fn`: the one list of those moments for the measuring code below.
 window.labOnLayout = function (fn) {

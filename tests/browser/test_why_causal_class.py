@@ -176,6 +176,9 @@ def test_the_lessons_run_from_the_teachers_phone(browser: Browser, live_server: 
         next_step(c, "scale", 2)
         poll(c, "scale", 2, clear=True)
         next_step(c, "scale", 3)
+        # The step's place on /demos (its link's #scaling; a room's view has none): every screen scrolled there.
+        for screen in (tp, *c.students):
+            expect(screen.locator("#scaling h3, #scaling h2").first).to_be_in_viewport(timeout=WAIT_MS)
         poll(c, "scale", 3, clear=False)
         fits_the_phone(ph)
 
