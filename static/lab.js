@@ -127,8 +127,8 @@
   });
 })();
 
-// The language links and the JSON twin in <head> sit outside the swapped panel: after htmx pushes a new URL,
-// point them at it, so switching language keeps the stage and the twin stays the view's.
+// The language links, the JSON twin in <head> and "Start a class" sit outside the swapped panel: after htmx pushes a
+// new URL, point them at it, so switching language keeps the stage and the twin stays the view's.
 (function () {
   "use strict";
   function relink() {
@@ -140,6 +140,9 @@
       url.searchParams.set("lang", a.dataset.lang);
       a.setAttribute("href", url.pathname + url.search + url.hash);
     });
+    // "Start a class" starts it on the view now shown, not on the one the page was loaded with.
+    var start = document.querySelector("form[data-room-start] input[name=query]");
+    if (start) start.value = window.location.search.replace(/^\?/, "");
     document.querySelectorAll("a[data-toggle=present][data-kernel]").forEach(function (a) {
       var url = new URL(window.location.href);
       if (url.searchParams.get("present") === "1") url.searchParams.delete("present");
