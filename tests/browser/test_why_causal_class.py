@@ -18,7 +18,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from app.web.lessons import BY_SLUG
+from app.web.lessons import BY_SLUG, LESSONS
 
 from .remote import PHONE, WAIT_MS, fits_the_phone, no_poll_on, pair_phone, reaches, room_query, until
 
@@ -151,6 +151,8 @@ def test_the_lessons_run_from_the_teachers_phone(browser: Browser, live_server: 
 
         # ---- the chapter's three experiments, opened from the phone's list of lessons ----------------------------
         ph.click("[data-lessons] summary")
+        expect(ph.locator("[data-open-lesson]")).to_have_count(len(LESSONS))
+        fits_the_phone(ph)  # the list open: still the phone's width
         ph.click("[data-open-lesson=mask-toggle]")
         on_step(c, "mask-toggle", 1)
         poll(c, "mask-toggle", 1, clear=False)
