@@ -127,8 +127,8 @@
   });
 })();
 
-// The language links and the JSON twin in <head> sit outside the swapped panel: after htmx pushes a new URL,
-// point them at it, so switching language keeps the stage and the twin stays the view's.
+// The language links, the JSON twin in <head> and "Start a class" sit outside the swapped panel: after htmx pushes a
+// new URL, point them at it, so switching language keeps the stage and the twin stays the view's.
 (function () {
   "use strict";
   function relink() {
@@ -140,6 +140,9 @@
       url.searchParams.set("lang", a.dataset.lang);
       a.setAttribute("href", url.pathname + url.search + url.hash);
     });
+    // "Start a class" starts it on the view now shown, not on the one the page was loaded with.
+    var start = document.querySelector("form[data-room-start] input[name=query]");
+    if (start) start.value = window.location.search.replace(/^\?/, "");
     document.querySelectorAll("a[data-toggle=present][data-kernel]").forEach(function (a) {
       var url = new URL(window.location.href);
       if (url.searchParams.get("present") === "1") url.searchParams.delete("present");
@@ -332,6 +335,19 @@ window.labProgressKey = (function () {
     start(a.pathname + a.search);
   });
   window.addEventListener("pageshow", stop);
+})();
+
+// A lesson step's place on its page (the step's #fragment, e.g. /demos#scaling, as data-anchor on its panel): a
+// screen that reached the step without it — stepped by the teacher's remote, joined by the room's link (a room's
+// view has no fragment) — scrolls there as the step's own link would have.
+(function () {
+  function toAnchor() {
+    var panel = document.querySelector(".lesson-panel[data-anchor]");
+    var place = panel && document.getElementById(panel.getAttribute("data-anchor"));
+    if (place && !location.hash) place.scrollIntoView();
+  }
+  document.addEventListener("DOMContentLoaded", toAnchor);
+  document.addEventListener("room:followed", toAnchor);
 })();
 
 // Whenever the page's layout may have changed (loaded, fonts in, resized, a panel swapped, a class step followed),

@@ -57,8 +57,18 @@
     var url = view.page + "?" + params.toString();
     var mine = ++seq;
     fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } })
-      .then(function (res) { return res.text(); })
+      .then(function (res) {
+        // A busy server (429: this address's computation is running; 503: the queue is full) is no page to show:
+        // the same step again after its Retry-After, unless a newer step came meanwhile.
+        if (res.status === 429 || res.status === 503) {
+          var wait = Math.min(30, Math.max(1, Number(res.headers.get("Retry-After")) || 2));
+          setTimeout(function () { if (mine === seq) go(view); }, wait * 1000);
+          return null;
+        }
+        return res.text();
+      })
       .then(function (html) {
+        if (html === null) return;
         if (mine !== seq || (role === "student" && !following())) return; // a newer step, or exploring meanwhile
         var doc = new DOMParser().parseFromString(html, "text/html");
         document.title = doc.title;

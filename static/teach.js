@@ -72,12 +72,14 @@
     }
   }
   // Every choice the page on the projector offers, as buttons on the remote: its stages (or steps), its switches
-  // (mask, scale, a comparison…), its heads, and the heads it offers to knock out. Read from the page's own links,
+  // (mask, scale, a comparison…), its positions (/predict's columns and "rank the heads"), its heads (the lab's, or
+  // the model view's ranked ones), and the heads it offers to knock out. Read from the page's own links,
   // so a page gets them on the remote by drawing them; a press announces that link's view to the class.
   var GROUPS = [
     ["stages", "#stage ol.tabs a[href], nav.steps ol.tabs a[href], a[data-block-stage][href]"],
     ["switches", "a[data-toggle][href]:not([data-toggle=present]):not([data-toggle=hints])"],
-    ["heads", "nav.heads a[href]"],
+    ["positions", "table[data-train] thead a[data-pos][href], a[data-rank][href]"],
+    ["heads", "nav.heads a[href], a[data-head-choice][href]"],
     ["knock", "a[data-knock][href], ol.ranked-heads a[href]"]
   ];
   function controls(doc) {
@@ -94,7 +96,8 @@
         seen[key] = true;
         var b = document.createElement("button");
         b.type = "button";
-        b.textContent = (a.textContent || "").replace(/\s+/g, " ").trim() || a.getAttribute("aria-label") || "·";
+        b.textContent = a.getAttribute("data-remote-label") || (a.textContent || "").replace(/\s+/g, " ").trim() ||
+          a.getAttribute("aria-label") || "·";
         var current = a.getAttribute("aria-current") || a.getAttribute("aria-pressed");
         if (current && current !== "false") b.setAttribute("aria-pressed", "true");
         b.addEventListener("click", function () { json(api + "/state", "PUT", view).catch(function () {}); });
@@ -137,6 +140,13 @@
     b.addEventListener("click", function () {
       var target = targets[b.getAttribute("data-go")];
       if (target) json(api + "/state", "PUT", target).catch(function () {});
+    });
+  });
+  // A lesson, opened for the class from its first step.
+  root.querySelectorAll("[data-open-lesson]").forEach(function (b) {
+    b.addEventListener("click", function () {
+      json(api + "/state", "PUT", { page: b.getAttribute("data-page"), query: b.getAttribute("data-query") })
+        .then(function () { b.closest("details").open = false; }).catch(function () {});
     });
   });
   $("[data-ask]").addEventListener("click", function () {

@@ -58,7 +58,8 @@ class HeavyWork:
         self.paths = paths
         # One client address holds at most `per_client` heavy requests at once (0: no cap), so that one address
         # cannot hold every large-work slot; a GET of a URL already being computed (for anyone) is free, since it
-        # waits for that computation rather than starting one: a class on one NAT address following its teacher.
+        # waits for that computation rather than starting one: a class on one NAT address following its teacher
+        # (each screen in its own language, the projector in presenter mode: `shared_key`).
         self.per_client = per_client
         self.running: dict[str, int] = {}  # address -> heavy requests in flight that count against it
         self.urls: dict[bytes, int] = {}  # the GET URLs (path?query) of heavy requests in flight
@@ -68,7 +69,7 @@ class HeavyWork:
             await self.app(scope, receive, send)
             return
         address = (scope.get("client") or ("?",))[0]
-        url = scope["path"].encode() + b"?" + scope.get("query_string", b"") if scope["method"] == "GET" else None
+        url = shared_key(scope["path"], scope.get("query_string", b"")) if scope["method"] == "GET" else None
         counted = self.per_client > 0 and not (url is not None and self.urls.get(url))
         if counted and self.running.get(address, 0) >= self.per_client:
             await refuse_heavy(scope, send, self.per_client)
@@ -88,6 +89,19 @@ class HeavyWork:
                 _forget(self.urls, url)
             if counted:
                 _forget(self.running, address)
+
+
+# What belongs to one screen, not to the computation: the language it is shown in, presenter mode (as a room's
+# view leaves them out). A class's screens open their teacher's view each in its own language, the projector in
+# presenter mode: the same computation, so one in flight makes the others free.
+SCREEN_PARAMS = frozenset({b"lang", b"present"})
+
+
+def shared_key(path: str, query: bytes) -> bytes:
+    """The GET's key among the heavy URLs in flight: its path and its query without the per-screen parameters, in
+    one order."""
+    kept = sorted(part for part in query.split(b"&") if part and part.split(b"=", 1)[0] not in SCREEN_PARAMS)
+    return path.encode() + b"?" + b"&".join(kept)
 
 
 def _forget(counts: dict[Any, int], key: Any) -> None:

@@ -338,7 +338,10 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
     if p.compare_text:
         extra["second"] = await second_prompt(req, state, lab, key, t)
         extra["compare_close_url"] = state.url(compare_text=None)
-    if p.rank:
+    if p.rank and not cost.allowed:
+        # Refused before it starts, in the page's words and numbering (the API's message counts the BOS as 0).
+        extra["ranking_error"] = t("error.field", field="pos", message=cost_words(cost, view.index, first, t))
+    elif p.rank:
         try:
             extra["ranking"] = await rank(req, text, view.index, lab, key, state, t)
         except FieldError as e:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import secrets
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from ..templating import TEMPLATES
 from ..web.i18n import LANGS, translator
+from ..web.lessons import LESSONS, with_query
 from ..web.page import language
 from ..web.share import MAX_QR_CHARS, qr_svg, unreachable
 from .service import (
@@ -300,6 +301,20 @@ async def unpair(code: str, request: Request, rooms: RoomsDep) -> Response:
     return RedirectResponse(f"/r/{room.code}/teach", 303)
 
 
+def lesson_starts(lang: str) -> list[dict[str, str]]:
+    """Every lesson's first step as a room view (page, query), for the remote's "Open a lesson": the class starts a
+    lesson from the teacher's phone. The query is percent-encoded (a step's URL may hold Chinese text); a step's
+    #fragment is the page's own scrolling, which a room's view does not carry."""
+    starts = []
+    for lesson in LESSONS:
+        url = with_query(lesson.steps[0].url, lesson=lesson.slug, lesson_step=1).partition("#")[0]
+        page, _, query = url.partition("?")
+        title = lesson.title.get(lang) or lesson.title["en"]
+        starts.append({"slug": lesson.slug, "title": title, "page": page,
+                       "query": urlencode(parse_qsl(query, keep_blank_values=True))})  # fmt: skip
+    return starts
+
+
 @router.get("/r/{code}/teach", response_class=HTMLResponse)
 async def teach(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The teacher's remote, for the teacher's own screen or phone (never the projector): step the class, ask a
@@ -316,7 +331,7 @@ async def teach(code: str, request: Request, rooms: RoomsDep) -> Response:
         message = t("room.remote_only_teacher") if status == 403 else t("room.not_found")
         return _page(request, "room_join.html", status, error=message, disabled=rooms.disabled)
     url = join_url(request, room.code)
-    response = _page(request, "room_teach.html", room=room, join_url=url,
+    response = _page(request, "room_teach.html", room=room, join_url=url, lessons=lesson_starts(lang),
                      lang_urls={c: f"/r/{room.code}/teach?lang={c}" for c in LANGS})  # fmt: skip
     response.headers["Cache-Control"] = "no-store"
     return response

@@ -176,6 +176,9 @@ class Panel:
     # The key is in the poll: a View's JSON face (anyone can read it) leaves it out.
     poll: dict[str, Any] | None = field(default=None, metadata={"json": False})
     next_lesson_url: str | None = None  # at the last step: the next lesson's first step (keeping presenter mode)
+    # The step's place on its page (its URL's #fragment, e.g. /demos#scaling): a screen that reached the step without
+    # it (stepped by the teacher's remote, joined by the room's link: a room's view has no fragment) scrolls there.
+    anchor: str | None = field(default=None, metadata={"json": False})
 
 
 def panel(slug: str, step: int, lang: str, carry: dict[str, str] | None = None) -> Panel | None:
@@ -192,6 +195,7 @@ def panel(slug: str, step: int, lang: str, carry: dict[str, str] | None = None) 
         f"/lessons/{slug}?lang={lang}",
         here.poll.for_lang(question, lang) if here.poll else None,
         next_lesson(lesson, lang, carry) if step == n else None,
+        here.url.partition("#")[2] or None,
     )  # fmt: skip
 
 

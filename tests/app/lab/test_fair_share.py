@@ -71,3 +71,28 @@ def test_no_cap_when_the_setting_is_zero() -> None:
             return [(await t).status_code for t in tasks]
 
     assert run_async(main) == [200, 200, 200]
+
+
+def test_a_class_on_one_address_shares_its_teachers_view_in_every_language_and_on_the_projector() -> None:
+    """A room's screens open the same view each in its own language, the projector in presenter mode: one
+    computation in flight, so none of them is refused (#32: a class run from the teacher's phone on /predict)."""
+
+    async def main() -> dict[str, int]:
+        inner, release, seen = blocking_app()
+        app = HeavyWork(inner, frozenset({"/predict"}), per_client=1)
+        async with client(app, "10.0.0.1") as nat:
+            first = asyncio.create_task(nat.get("/predict?text=a&lesson=x&lang=en"))
+            while not seen:
+                await asyncio.sleep(0.01)
+            others = {
+                "zh": asyncio.create_task(nat.get("/predict?text=a&lesson=x&lang=zh")),
+                "projector": asyncio.create_task(nat.get("/predict?lesson=x&text=a&lang=en&present=1")),
+            }
+            refused = await nat.get("/predict?text=b&lesson=x&lang=zh")  # another view: the cap holds
+            while len(seen) < 3:
+                await asyncio.sleep(0.01)
+            release.set()
+            done = {k: (await t).status_code for k, t in others.items()}
+            return done | {"first": (await first).status_code, "other view": refused.status_code}
+
+    assert run_async(main) == {"first": 200, "zh": 200, "projector": 200, "other view": 429}

