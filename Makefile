@@ -52,11 +52,15 @@ lint: install-test
 typecheck: install-test
 	$(BIN)/mypy app engine attention_lab
 
+# The suite's files are shared among one pytest worker per core, at most four (each worker loads its own models;
+# a file stays on one worker, so its module fixtures start once). On 2 cores: 593 s against 764 s in one process.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+
 # mypy runs beside pytest: on a clean clone it takes a core for some 90 s, and pytest leaves one idle much of the
 # time. Its report follows pytest's; either failing fails the target.
 test: lint mutants
 	@log=$$(mktemp); $(BIN)/mypy app engine attention_lab >"$$log" 2>&1 & mypy=$$!; \
-	$(BIN)/pytest; tests=$$?; \
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile; tests=$$?; \
 	wait $$mypy; typed=$$?; \
 	echo "mypy app engine attention_lab:"; cat "$$log"; rm -f "$$log"; \
 	exit $$((tests || typed))

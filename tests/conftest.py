@@ -43,6 +43,26 @@ FUZZ = os.environ.get("FUZZ") == "1"
 settings.load_profile("fuzz" if FUZZ else "ci")
 
 
+# The longest files first: `make test` shares files among workers in collection order, and a long file dealt out
+# last would leave the other workers idle at the end (the fuzzing alone is a minute and a half).
+LONGEST_FIRST = (
+    "tests/app/test_schemathesis.py",
+    "tests/browser/test_why_causal_class.py",
+    "tests/browser/test_presenter_browser.py",
+    "tests/browser/test_second_class.py",
+    "tests/browser/test_first_class.py",
+    "tests/app/lessons/test_train_lesson.py",
+    "tests/browser/test_long_browser.py",
+    "tests/app/web/test_notebook.py",
+    "tests/app/model/test_knockouts.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep order
+
+
 def run_async(coro_fn):  # type: ignore[no-untyped-def]
     """asyncio.run in a thread of its own: the browser tests leave an event loop running in the main one."""
     with ThreadPoolExecutor(1) as pool:
