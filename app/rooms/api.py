@@ -57,7 +57,7 @@ from .service import (
 )
 from .store import Answer, Poll, Room
 from .stream import Follow, last_event
-from .summary import cell_safe, end_class, summary_csv, teachers_summary
+from .summary import BOM, cell_safe, end_class, summary_csv, teachers_summary
 
 __all__ = ["PollIn", "install", "router", "view_limits"]
 
@@ -328,10 +328,12 @@ async def clear_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep)
 @router.get("/{code}/polls/{poll_id}/answers.csv", responses=TEACHER | {200: {"content": {"text/csv": {}}}},
             response_class=Response)  # fmt: skip
 async def poll_csv(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
-    """Every answer (student id, nickname, answer) for the teacher's records."""
+    """Every answer (student id, nickname, answer) for the teacher's records (UTF-8 with a byte order mark, as the
+    class summary's CSV: Excel opens Chinese answers as written)."""
     room = await rooms.teacher(request, code)
     _, poll = await _poll(rooms, room.code, poll_id, request)
     out = io.StringIO()
+    out.write(BOM)
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["student", "nickname", "answer", "correct"])
     for a in sorted(await rooms.store.answers(room.code, poll.id), key=lambda a: a.student):
@@ -355,7 +357,8 @@ async def class_summary(code: str, request: Request, rooms: RoomsDep) -> Respons
 @router.get("/{code}/summary.csv", responses=TEACHER | {200: {"content": {"text/csv": {}}}}, response_class=Response)
 async def class_summary_csv(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The class summary as CSV: one row per answer (poll, question, key, opened, closed, audience, student,
-    nickname, answer, correct, seconds after the opening); a poll nobody answered has one row with no student."""
+    nickname, answer, correct, seconds after the opening); a poll nobody answered has one row with no student. UTF-8
+    with a byte order mark (Excel on Windows reads the Chinese as written); the header names do not change."""
     summary = await teachers_summary(rooms, request, code)
     name = f"class-{summary['code']}-summary.csv"
     return Response(

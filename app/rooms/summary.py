@@ -106,13 +106,19 @@ def read_record(raw: bytes, token: str | None) -> tuple[dict[str, Any] | None, b
     return d["summary"], any([hmac.compare_digest(digest, h) for h in d["teachers"]])
 
 
+# Spreadsheets on Windows (Excel) read a CSV file as the system's code page unless it starts with a UTF-8 byte order
+# mark: with it, a class's Chinese prompts, options and nicknames open as written. The header names stay as they are
+# (a script reads the file as utf-8-sig, or drops the first three bytes).
+BOM = "\ufeff"
 CSV_HEADER = ["poll", "prompt", "key", "opened_at", "closed_at", "audience", "student", "nickname", "answer",
               "correct", "after_s"]  # fmt: skip
 
 
 def summary_csv(summary: dict[str, Any]) -> str:
-    """One row per answer (a poll nobody answered: one row with no student), every poll in the order asked."""
+    """One row per answer (a poll nobody answered: one row with no student), every poll in the order asked; the text
+    starts with a byte order mark (BOM), so Excel opens it as UTF-8."""
     out = io.StringIO()
+    out.write(BOM)
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_HEADER)
     for p in summary["polls"]:

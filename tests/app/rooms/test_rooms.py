@@ -214,7 +214,8 @@ def test_a_poll_counts_every_answer_once_and_reveals_the_key(lab: str) -> None:
     assert httpx.get(f"{polls}/{pid}/answers.csv").status_code == 401
     table = httpx.get(f"{polls}/{pid}/answers.csv", headers=auth)
     assert table.status_code == 200 and table.headers["content-type"].startswith("text/csv")
-    rows = list(csv.DictReader(io.StringIO(table.text)))
+    assert table.content.startswith(b"\xef\xbb\xbfstudent,nickname,answer,correct\n")  # a BOM: Excel reads UTF-8
+    rows = list(csv.DictReader(io.StringIO(table.content.decode("utf-8-sig"))))
     assert len(rows) == n and {r["student"] for r in rows} == {f"s{i}" for i in range(n)}
     assert sum(r["correct"] == "true" for r in rows) == 32
 

@@ -86,7 +86,11 @@ def test_a_class_with_two_polls_leaves_its_summary_for_the_teacher_only(lab: str
     table = teacher.get(f"{api}/summary.csv")
     assert table.status_code == 200 and table.headers["content-type"].startswith("text/csv")
     assert "attachment" in table.headers["content-disposition"]
-    rows = list(csv.DictReader(io.StringIO(table.text)))
+    # A UTF-8 byte order mark first (Excel on Windows opens the Chinese as written), then the same header names.
+    assert table.content[:3] == b"\xef\xbb\xbf"
+    assert table.content[3:].decode("utf-8").startswith("poll,prompt,key,opened_at,closed_at,audience,student,")
+    assert "坐 reads most?".encode() in table.content  # the Chinese itself in UTF-8, not a code page's
+    rows = list(csv.DictReader(io.StringIO(table.content.decode("utf-8-sig"))))
     assert [(r["poll"], r["student"], r["answer"]) for r in rows] == [
         ("1", "s1", "猫"), ("1", "s2", "坐"), ("2", "s1", key["options"][1]), ("2", "s2", key["options"][1])]  # fmt: skip
     assert [r["correct"] for r in rows[:2]] == ["true", "false"] and all(r["opened_at"] for r in rows)
