@@ -83,6 +83,7 @@
         history.replaceState(null, "", url);
         if (window.htmx) window.htmx.process(document.body);
         markCells();
+        holdAnswers();
         document.dispatchEvent(new CustomEvent("room:followed", { detail: view }));
       })
       .catch(function () { /* the next event (or "back to the teacher") tries again */ });
@@ -425,12 +426,46 @@
     document.body.removeAttribute("data-room-following");
   }
 
+  // A student opens a lesson step's answer only once the teacher has revealed that step's poll or moved the class
+  // on from the step (asking first, answering after): until then the answer's place says so.
+  var releasedKey = "lab_room_released_" + code;
+  function released() {
+    try { return JSON.parse(sessionStorage.getItem(releasedKey) || "[]"); } catch (e) { return []; }
+  }
+  function release(step) {
+    var r = released();
+    if (step && r.indexOf(step) < 0) { r.push(step); sessionStorage.setItem(releasedKey, JSON.stringify(r)); }
+  }
+  function holdAnswers() {
+    var panel = document.querySelector(".lesson-panel[data-lesson]");
+    var answer = panel && panel.querySelector("details.answer");
+    if (role !== "student" || !answer) return;
+    var lesson = panel.getAttribute("data-lesson"), k = Number(panel.getAttribute("data-step"));
+    var now = new URLSearchParams((latest && latest.query) || "");
+    var past = now.get("lesson") === lesson && Number(now.get("lesson_step")) > k; // the class is further on
+    var held = !past && released().indexOf(lesson + ":" + k) < 0;
+    if (held) answer.open = false;
+    answer.hidden = held;
+    var note = panel.querySelector("[data-answer-held]");
+    if (!note && held) {
+      note = document.createElement("p");
+      note.className = "hint";
+      note.setAttribute("data-answer-held", "");
+      note.textContent = q("[data-room-answer-held]").textContent;
+      answer.after(note);
+    }
+    if (note) note.hidden = !held;
+  }
+  document.addEventListener("htmx:afterSettle", function () { holdAnswers(); });
+
   function applyState(state) {
     if (poll && poll.status !== "open" && pollStep !== null && stepOf(state) !== pollStep) clearPoll();
+    if (latest && stepOf(latest) !== stepOf(state)) release(stepOf(latest)); // the class moved on from that step
     latest = state;
     bar.setAttribute("data-room-version", String(latest.version));
     if (role === "student" && following()) go(latest);
     else if (role === "teacher") teacherState(latest);
+    holdAnswers();
   }
   // A poll belongs to the step it was asked on: a revealed one leaves every screen when the teacher clears it or
   // moves the class to another step (another lesson step, or another stage of a page outside a lesson).
@@ -453,11 +488,13 @@
   function applyPoll(p) {
     if (p.status === "cleared") { if (!poll || poll.id === p.id) clearPoll(); return; }
     pollStep = stepOf(latest);
+    if (p.status === "closed") release(pollStep); // revealed: the step's answer opens for the students too
     // While the class votes, no screen shows "what to notice" or the lesson's answer.
     if (p.status === "open") document.body.setAttribute("data-poll-open", "1");
     else document.body.removeAttribute("data-poll-open");
     showPoll(p);
     markCells();
+    holdAnswers();
   }
 
   // ---- staying in the class ---------------------------------------------------------------------------------
@@ -579,6 +616,7 @@
         document.body.appendChild(bar);
         document.body.setAttribute("data-room", role);
         if (role === "teacher") teacherControls(); else studentControls();
+        holdAnswers();
         connect();
         watchdog();
         document.dispatchEvent(new CustomEvent("room:bar"));

@@ -10,6 +10,7 @@
   var api = "/api/v1/rooms/" + code;
   var PERSONAL = ["lang", "present", "room"];
   var state = null, poll = null, seq = 0, watching = null, targets = {}, prepared = null, shape = {};
+  var cellTables = [], cellChosen = 0; // the lab's matrices whose cells open their arithmetic, and the one picked
 
   function $(sel) { return root.querySelector(sel); }
   function json(url, method, body) {
@@ -56,9 +57,24 @@
     });
     var hints = found.hints, hb = root.querySelector("[data-go=hints]");
     if (hints) hb.textContent = hb.getAttribute(hints.getAttribute("aria-pressed") === "true" ? "data-label-on" : "data-label-off");
+    // The page's own Previous / Next: "stage" where they move the lab's (or the block's) stages.
+    var staged = !!doc.querySelector("#stage ol.tabs a[href], a[data-block-stage][href]");
+    ["prev", "next"].forEach(function (k) {
+      var b = root.querySelector("[data-go='" + k + "']");
+      b.textContent = b.getAttribute(staged ? "data-label-stage" : "data-label");
+      b.hidden = !targets.prev && !targets.next;
+    });
     controls(doc);
+    cells(doc);
     var panel = doc.querySelector(".lesson-panel[data-lesson]");
+    // While a lesson runs, its steps are the remote's first pair; the page's own steps stay below, smaller.
     $("[data-lesson-nav]").hidden = !panel;
+    if (panel) root.setAttribute("data-lesson-running", ""); else root.removeAttribute("data-lesson-running");
+    var ln = root.querySelector("[data-go=lesson-next]");
+    ln.textContent = ln.getAttribute(found["lesson-next"] && found["lesson-next"].getAttribute("data-lesson-step") === "next-lesson"
+      ? "data-label-next-lesson" : "data-label-next");
+    var title = panel && panel.querySelector(".lesson-title");
+    if (title) $("[data-lesson-title]").textContent = title.textContent.replace(/\s+/g, " ").trim();
     shape = {};
     var table = doc.querySelector("table[data-matrix]");
     if (table) shape = { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
@@ -72,14 +88,15 @@
     }
   }
   // Every choice the page on the projector offers, as buttons on the remote: its stages (or steps), its switches
-  // (mask, scale, a comparison…), its positions (/predict's columns and "rank the heads"), its heads (the lab's, or
-  // the model view's ranked ones), and the heads it offers to knock out. Read from the page's own links,
-  // so a page gets them on the remote by drawing them; a press announces that link's view to the class.
+  // (mask, scale, a comparison…, /heads' roles), its positions (/predict's columns and "rank the heads"), its heads
+  // (the lab's, the model view's ranked ones, or /heads' top heads of the role shown), and the heads it offers to
+  // knock out. Read from the page's own links, so a page gets them on the remote by drawing them; a press announces
+  // that link's view to the class.
   var GROUPS = [
     ["stages", "#stage ol.tabs a[href], nav.steps ol.tabs a[href], a[data-block-stage][href]"],
-    ["switches", "a[data-toggle][href]:not([data-toggle=present]):not([data-toggle=hints])"],
+    ["switches", "a[data-toggle][href]:not([data-toggle=present]):not([data-toggle=hints]), nav.color-modes a[data-role][href]"],
     ["positions", "table[data-train] thead a[data-pos][href], a[data-rank][href]"],
-    ["heads", "nav.heads a[href], a[data-head-choice][href]"],
+    ["heads", "nav.heads a[href], a[data-head-choice][href], ol.top-heads a[data-head][href]"],
     ["knock", "a[data-knock][href], ol.ranked-heads a[href]"]
   ];
   function controls(doc) {
@@ -106,6 +123,108 @@
       box.hidden = !list.children.length;
     });
   }
+  // A cell of the stage's matrix, chosen from the phone: the lab's cells are links (cell=tensor.head.row.col) that
+  // open the cell's arithmetic on the projector. A matrix of up to GRID_COLS columns is a small grid of its cells
+  // (a 5 × 5 toy matrix fits a 390 px phone); a larger one is a row and a column to type. Several matrices on the
+  // stage (Q, K, V): a button each, the one with the open cell (or the stage's last, its result) first chosen.
+  var GRID_COLS = 8, GRID_ROWS = 16;
+  function cells(doc) {
+    cellTables = Array.prototype.filter.call(doc.querySelectorAll(".matrices table[data-matrix]"), function (t) {
+      return !!t.querySelector("td[data-row][data-col] a[href*='cell=']");
+    });
+    var box = $("[data-cells]");
+    box.hidden = !cellTables.length;
+    var close = doc.querySelector("#arithmetic .result a[href]");
+    var cb = $("[data-cell-close]");
+    cb.hidden = !close;
+    targets["cell-close"] = close ? asView(close.getAttribute("href")) : null;
+    if (!cellTables.length) return;
+    var open = cellTables.findIndex(function (t) { return !!t.querySelector("td.selected"); });
+    cellChosen = open >= 0 ? open : cellTables.length - 1;
+    var names = $("[data-cell-matrices]");
+    names.querySelectorAll("button").forEach(function (b) { b.remove(); });
+    names.hidden = false; // which matrix the grid is, and with several (Q, K, V) a choice
+    cellTables.forEach(function (t, i) {
+      var fig = t.closest("figure"), label = fig && fig.querySelector(".mlabel");
+      var b = document.createElement("button");
+      b.type = "button";
+      b.textContent = label ? label.textContent.trim() : t.getAttribute("data-matrix");
+      b.setAttribute("data-cell-matrix", t.getAttribute("data-matrix"));
+      b.addEventListener("click", function () { cellChosen = i; cellGrid(); });
+      names.appendChild(b);
+    });
+    cellGrid();
+  }
+  function cellGrid() {
+    var table = cellTables[cellChosen];
+    $("[data-cell-matrices]").querySelectorAll("button").forEach(function (b, i) {
+      b.setAttribute("aria-pressed", String(i === cellChosen));
+    });
+    var grid = $("[data-cell-grid]"), form = $("[data-cell-form]");
+    grid.replaceChildren();
+    var rows = table.querySelectorAll("tbody tr"), heads = table.querySelectorAll("thead th[scope=col]");
+    var small = heads.length <= GRID_COLS && rows.length <= GRID_ROWS;
+    form.hidden = small;
+    var sel = table.querySelector("td.selected[data-row][data-col]");
+    if (!small) {
+      var first = table.querySelector("td[data-row][data-col]"), last = rows[rows.length - 1].querySelector("td:last-child");
+      ["row", "col"].forEach(function (k) {
+        var input = form.elements[k];
+        input.min = first.getAttribute("data-" + k);
+        input.max = last.getAttribute("data-" + k);
+        input.value = sel ? sel.getAttribute("data-" + k) : input.value;
+      });
+      return;
+    }
+    var t = document.createElement("table");
+    t.setAttribute("data-cell-table", table.getAttribute("data-matrix"));
+    var hr = document.createElement("tr");
+    hr.appendChild(document.createElement("th"));
+    heads.forEach(function (h) {
+      var th = document.createElement("th");
+      th.scope = "col";
+      th.textContent = h.textContent;
+      hr.appendChild(th);
+    });
+    var thead = document.createElement("thead"), tbody = document.createElement("tbody");
+    thead.appendChild(hr);
+    rows.forEach(function (tr) {
+      var row = document.createElement("tr"), th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = (tr.querySelector("th") || {}).textContent || "";
+      row.appendChild(th);
+      tr.querySelectorAll("td[data-row][data-col]").forEach(function (td) {
+        var cell = document.createElement("td"), a = td.querySelector("a[href]");
+        var b = document.createElement("button");
+        b.type = "button";
+        b.textContent = td.textContent.trim();
+        b.setAttribute("data-row", td.getAttribute("data-row"));
+        b.setAttribute("data-col", td.getAttribute("data-col"));
+        b.setAttribute("aria-label", th.textContent + " · " + (heads[row.children.length - 1] || {}).textContent +
+          " (" + td.getAttribute("data-row") + ", " + td.getAttribute("data-col") + ")");
+        if (td.classList.contains("selected")) b.setAttribute("aria-pressed", "true");
+        if (a) b.addEventListener("click", function () { announceHref(a.getAttribute("href")); });
+        else b.disabled = true;
+        cell.appendChild(b);
+        row.appendChild(cell);
+      });
+      tbody.appendChild(row);
+    });
+    t.append(thead, tbody);
+    grid.appendChild(t);
+  }
+  function announceHref(href) { json(api + "/state", "PUT", asView(href)).catch(function () {}); }
+  $("[data-cell-form]").addEventListener("submit", function (e) {
+    e.preventDefault();
+    var f = e.target, table = cellTables[cellChosen];
+    var td = table && table.querySelector("td[data-row='" + Number(f.elements.row.value) + "'][data-col='" +
+      Number(f.elements.col.value) + "'] a[href]");
+    f.classList.toggle("refused", !td);
+    if (td) announceHref(td.getAttribute("href"));
+  });
+  $("[data-cell-close]").addEventListener("click", function () {
+    if (targets["cell-close"]) json(api + "/state", "PUT", targets["cell-close"]).catch(function () {});
+  });
   function showPrepared(p) {
     $("[data-prepared]").hidden = false;
     $("[data-prepared-prompt]").textContent = p.prompt;
@@ -222,6 +341,11 @@
   });
   $("[data-clear]").addEventListener("click", function () {
     if (poll) json(api + "/polls/" + poll.id + "/clear", "POST").catch(function () {});
+  });
+  // Unpairing asks first (on a paired phone it is this phone's role too); the server then says so on that phone.
+  var unpair = $("[data-unpair-form]");
+  if (unpair) unpair.addEventListener("submit", function (e) {
+    if (!window.confirm(unpair.getAttribute("data-confirm"))) e.preventDefault();
   });
   var end = $("[data-end]");
   // Ending from the remote stays on the remote: it says the class has ended (the projector and phones say so too).

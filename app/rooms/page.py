@@ -8,6 +8,7 @@ view URL: room.js fetches it and swaps the page in place, keeping the bar and th
 
 from __future__ import annotations
 
+import hmac
 import re
 import secrets
 from typing import Annotated, Any
@@ -35,6 +36,7 @@ from .service import (
     cookie_options,
     get_rooms,
     join_url,
+    presented_token,
     query_limit,
     store_down,
     token_hash,
@@ -288,9 +290,20 @@ async def pair_take(code: str, secret: str, request: Request, rooms: RoomsDep) -
     return response
 
 
+def _paired_device(request: Request, room: Room) -> bool:
+    """The request comes from a paired device (its own token), not from the browser that started the class."""
+    token = presented_token(request, room.code)
+    return token is not None and not hmac.compare_digest(token_hash(token), room.token_hash)
+
+
 @router.post("/r/{code}/unpair", response_class=HTMLResponse)
 async def unpair(code: str, request: Request, rooms: RoomsDep) -> Response:
-    """Take the teacher's role back from every paired device (the browser that started the class keeps it)."""
+    """Take the teacher's role back from every paired device (the browser that started the class keeps it). Pressed
+    on the laptop, the remote comes back (in its language); pressed on a paired phone, that phone is one of them: it
+    is told so, in its language, and forgets the class (no silent turn into a student's screen)."""
+    form = await _form(request)
+    lang = form.get("lang") if form.get("lang") in LANGS else None
+    suffix = f"?lang={lang}" if lang else ""
     try:
         check_same_origin(request)
         room = await rooms.teacher(request, code)
@@ -298,7 +311,24 @@ async def unpair(code: str, request: Request, rooms: RoomsDep) -> Response:
         return _page(request, "room_join.html", exc.status if exc.status != 401 else 403,
                      error=f"{exc.field}: {exc.message}")  # fmt: skip
     await rooms.store.set_devices(room.code, ())
-    return RedirectResponse(f"/r/{room.code}/teach", 303)
+    if not _paired_device(request, room):
+        return RedirectResponse(f"/r/{room.code}/teach{suffix}", 303)
+    response = RedirectResponse(f"/r/{room.code}/unpaired{suffix}", 303)
+    secure = cookie_options(request)
+    response.delete_cookie(TEACHER_COOKIE, httponly=True, samesite="strict", **secure)
+    response.delete_cookie(ROOM_COOKIE, samesite="lax", **secure)
+    return response
+
+
+@router.get("/r/{code}/unpaired", response_class=HTMLResponse)
+async def unpaired(code: str, request: Request) -> Response:
+    """What a paired phone shows once it unpaired every device, itself included: it is no longer the remote; the
+    screen that started the class still runs it; a link follows the class as a student instead."""
+    found = normal_code(code)
+    response = _page(request, "room_unpaired.html", code=found,
+                     lang_urls={c: f"{request.url.path}?lang={c}" for c in LANGS})  # fmt: skip
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 def lesson_starts(lang: str) -> list[dict[str, str]]:
@@ -332,6 +362,7 @@ async def teach(code: str, request: Request, rooms: RoomsDep) -> Response:
         return _page(request, "room_join.html", status, error=message, disabled=rooms.disabled)
     url = join_url(request, room.code)
     response = _page(request, "room_teach.html", room=room, join_url=url, lessons=lesson_starts(lang),
+                     paired_here=_paired_device(request, room),
                      lang_urls={c: f"/r/{room.code}/teach?lang={c}" for c in LANGS})  # fmt: skip
     response.headers["Cache-Control"] = "no-store"
     return response

@@ -118,3 +118,53 @@ def test_a_full_set_of_paired_devices_is_refused_with_the_reason(memory_rooms_la
         assert "already has 4 paired devices" in r.text
         for phone in phones:
             phone.close()
+
+
+def test_unpairing_on_the_phone_asks_first_and_tells_that_phone_in_its_language(lab: str, laptop: httpx.Client) -> None:
+    """#32 B: "Unpair them all" asks first (the phone's question says it is one of them), keeps the language on its
+    redirect, and the phone that pressed it is told, in its language, that it is no longer the remote: it forgets
+    the class (both cookies), never silently turned into a student's screen. On the laptop it stays on the remote."""
+    code = start_class(laptop)
+    with browser(lab) as phone:
+        path = pairing_link(laptop, code).split("://", 1)[1].split("/", 1)[1]
+        assert phone.post("/" + path, data={"lang": "zh"}).status_code == 200
+        on_phone = phone.get(f"/r/{code}/teach?lang=zh").text
+        on_laptop = laptop.get(f"/r/{code}/teach?lang=en").text
+        assert 'data-confirm="取消所有设备的配对（包括这部手机）？' in on_phone  # the phone is told it is one of them
+        assert 'data-confirm="Unpair every paired device? None of them' in on_laptop
+        assert '<input type="hidden" name="lang" value="zh">' in on_phone.split("data-unpair-form")[1][:400]
+
+        gone = phone.post(f"/r/{code}/unpair", data={"lang": "zh"})
+        assert gone.status_code == 200 and gone.url.path == f"/r/{code}/unpaired" and gone.url.params["lang"] == "zh"
+        assert "这部手机已不再是教师遥控器" in gone.text and 'lang="zh"' in gone.text
+        assert f'href="/r/{code}?lang=zh" data-unpaired-follow' in gone.text  # following as a student is a choice
+        assert gone.history[0].status_code == 303
+        assert not phone.cookies.get("lab_teacher") and not phone.cookies.get("lab_room")  # it forgot the class
+        assert phone.get(f"/r/{code}/teach").status_code == 403
+        assert laptop.get(f"/r/{code}/teach").status_code == 200  # the laptop still teaches
+        english = phone.get(f"/r/{code}/unpaired?lang=en")
+        assert english.status_code == 200 and "This phone is no longer the teacher" in english.text
+
+        # Unpaired from the laptop: its remote again, in its language.
+        path = pairing_link(laptop, code).split("://", 1)[1].split("/", 1)[1]
+        assert phone.post("/" + path, data={"lang": "en"}).status_code == 200
+        back = laptop.post(f"/r/{code}/unpair", data={"lang": "zh"})
+        assert back.status_code == 200 and back.url.path == f"/r/{code}/teach" and back.url.params["lang"] == "zh"
+        assert "data-teach" in back.text and 'lang="zh"' in back.text
+        assert phone.get(f"/r/{code}/teach").status_code == 403
+
+
+@pytest.mark.parametrize(("lang", "lesson_next", "stage_next", "cell"), [
+    ("en", "Next step →", "Next stage →", "Cell"), ("zh", "课程下一步 →", "下一阶段 →", "格子")])  # fmt: skip
+def test_the_remote_puts_a_lessons_steps_first_and_names_the_stages(
+    lab: str, laptop: httpx.Client, lang: str, lesson_next: str, stage_next: str, cell: str
+) -> None:
+    """#32 C: two "Next" buttons told apart, in both languages: the lesson's step pair comes first in the remote
+    (shown while a lesson runs), the page's own Previous / Next carry a "stage" label for the lab's stages; and the
+    cell picker (#32 A) is there for the lab's matrices."""
+    code = start_class(laptop)
+    page = laptop.get(f"/r/{code}/teach?lang={lang}").text
+    assert f'data-label-next="{lesson_next}"' in page and f'data-label-stage="{stage_next}"' in page
+    assert page.index("data-lesson-nav") < page.index('data-go="lesson-next"') < page.index('data-go="next"')
+    assert "data-cells hidden" in page and f'<span class="teach-label">{cell}:</span>' in page
+    assert 'name="row" type="number"' in page and 'name="col" type="number"' in page
