@@ -165,6 +165,9 @@
     var rows = table.querySelectorAll("tbody tr"), heads = table.querySelectorAll("thead th[scope=col]");
     var small = heads.length <= GRID_COLS && rows.length <= GRID_ROWS;
     form.hidden = small;
+    root.querySelectorAll("[data-cell-hint]").forEach(function (h) {
+      h.hidden = h.getAttribute("data-cell-hint") !== (small ? "grid" : "form");
+    });
     var sel = table.querySelector("td.selected[data-row][data-col]");
     if (!small) {
       var first = table.querySelector("td[data-row][data-col]"), last = rows[rows.length - 1].querySelector("td:last-child");
@@ -173,6 +176,7 @@
         input.min = first.getAttribute("data-" + k);
         input.max = last.getAttribute("data-" + k);
         input.value = sel ? sel.getAttribute("data-" + k) : input.value;
+        input.placeholder = input.min + "–" + input.max;
       });
       return;
     }

@@ -77,11 +77,18 @@ def test_the_phone_chooses_cells_heads_and_runs_a_lesson_first(browser: Browser,
         form = ph.locator("[data-cell-form]")
         expect(form).to_be_visible(timeout=WAIT_MS)
         expect(ph.locator("[data-cell-grid] table")).to_have_count(0)
+        expect(ph.locator("[data-cell-hint=form]")).to_contain_text("counted from 0")
+        expect(form.locator("[name=row]")).to_have_attribute("max", "9")
         form.locator("[name=row]").fill("7")
         form.locator("[name=col]").fill("3")
         form.locator("button[type=submit]").click()
         reaches(live_server, code, "cell", "weights.0.7.3")
         on(tp, cell="weights.0.7.3")
+        expect(form.locator("[name=row]")).to_have_value("7", timeout=WAIT_MS)  # the open cell, read back
+        form.locator("[name=row]").fill("12")  # past the matrix: refused on the phone, the class stays
+        form.locator("button[type=submit]").click()
+        assert form.locator("[name=row]").evaluate("e => e.validity.rangeOverflow")
+        assert room_query(live_server, code)["cell"] == ["weights.0.7.3"]
         fits_the_phone(ph)
 
         # ---- A: /heads' ranked heads on the phone ----------------------------------------------------------------
