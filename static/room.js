@@ -13,6 +13,9 @@
   if (!code || !/^[A-Z2-9]{6}$/.test(code)) return;
   // The teacher's remote (static/teach.js) and the pairing pages are the teacher's own, never a view of the class.
   if (document.querySelector("[data-teach], [data-room-pair]")) return;
+  // Until the bar says who this screen is, a lesson step's answer stays shut (a student's waits for the reveal).
+  var shut = document.querySelector(".lesson-panel details.answer");
+  if (shut) shut.hidden = true;
   var lang = (document.documentElement.lang || "en").slice(0, 2);
   var api = "/api/v1/rooms/" + code;
   var modeKey = "lab_room_mode_" + code;
@@ -407,6 +410,7 @@
       stop();
       bar.remove();
       document.body.removeAttribute("data-room-following");
+      holdAnswers();
     });
   }
 
@@ -424,6 +428,7 @@
     bar.classList.add("ended");
     document.cookie = "lab_room=; Max-Age=0; path=/";
     document.body.removeAttribute("data-room-following");
+    holdAnswers();
   }
 
   // A student opens a lesson step's answer only once the teacher has revealed that step's poll or moved the class
@@ -439,11 +444,11 @@
   function holdAnswers() {
     var panel = document.querySelector(".lesson-panel[data-lesson]");
     var answer = panel && panel.querySelector("details.answer");
-    if (role !== "student" || !answer) return;
+    if (!answer) return;
     var lesson = panel.getAttribute("data-lesson"), k = Number(panel.getAttribute("data-step"));
     var now = new URLSearchParams((latest && latest.query) || "");
     var past = now.get("lesson") === lesson && Number(now.get("lesson_step")) > k; // the class is further on
-    var held = !past && released().indexOf(lesson + ":" + k) < 0;
+    var held = role === "student" && !over && !past && released().indexOf(lesson + ":" + k) < 0;
     if (held) answer.open = false;
     answer.hidden = held;
     var note = panel.querySelector("[data-answer-held]");
@@ -603,7 +608,7 @@
   function loadBar() {
     fetch("/r/" + code + "/bar?lang=" + lang, { credentials: "same-origin" })
       .then(function (res) {
-        if (res.status === 404) { document.cookie = "lab_room=; Max-Age=0; path=/"; return null; }
+        if (res.status === 404) { document.cookie = "lab_room=; Max-Age=0; path=/"; holdAnswers(); return null; }
         if (!res.ok) { setTimeout(loadBar, backoff(Number(res.headers.get("Retry-After")) || 0)); return null; }
         return res.text();
       })

@@ -146,6 +146,11 @@ def test_the_phone_chooses_cells_heads_and_runs_a_lesson_first(browser: Browser,
         se.goto(f"{live_server}{page}?{query}&lesson=mask-toggle&lesson_step=2&lang=en")  # the step the class left
         expect(se.locator("#room [data-room-role=student]")).to_be_attached(timeout=WAIT_MS)
         expect(se.locator(".lesson-panel[data-step='2'] details.answer")).to_be_visible(timeout=WAIT_MS)
+        se.goto(f"{live_server}/r/{code}?lang=en")  # back with the class: row-one's first step, not yet asked
+        expect(se.locator(".lesson-panel[data-lesson=row-one] [data-answer-held]")).to_be_visible(timeout=WAIT_MS)
+        se.click("[data-room-leave]")  # out of the class: the lab's page as anyone sees it, answer and all
+        expect(se.locator(".lesson-panel[data-lesson=row-one] details.answer")).to_be_visible()
+        expect(se.locator(".lesson-panel [data-answer-held]")).to_be_hidden()
 
         # ---- B: "Unpair them all" on the phone asks first, then says so on the phone --------------------------------
         asked: list[str] = []
