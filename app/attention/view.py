@@ -20,7 +20,7 @@ from engine.spec import MAIN_TENSOR, PRESETS, STAGES, Spec
 from ..render import page as view
 from ..render import stages
 from ..render.arrays import to_numpy
-from ..render.cells import SWATCHES, MatrixView, matrix_view, row_stats, short
+from ..render.cells import SWATCHES, MatrixView, RowStats, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
 from ..web.state import ViewState
 from ..web.tensors import colour_mode
@@ -50,7 +50,7 @@ class LabView(StageView):
     random_weights: bool = False
     matrices: list[Any] | None = None
     weight_matrices: list[Any] | None = None
-    stats: list[dict[str, Any]] | None = None
+    stats: list[RowStats] | None = None
     arithmetic: Any = None
     selected: tuple[str, int, int, int] | None = None
     compare: dict[str, Any] | None = None
@@ -93,6 +93,8 @@ class LabView(StageView):
         if given.get("compare") and not given["compare"].get("large"):
             sides = [side | {"matrix": MatrixView.from_json(side["matrix"])} for side in given["compare"]["sides"]]
             given["compare"] = given["compare"] | {"sides": sides}
+        if given.get("stats") is not None:
+            given["stats"] = [RowStats(s["entropy"], s["max"], tuple(map(tuple, s["top"]))) for s in given["stats"]]
         given["tokens"] = tuple(given.get("tokens", ()))
         return cls(**given)
 
