@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -41,14 +41,10 @@ def head_stats(weights: torch.Tensor) -> list[dict[str, float]]:
     ]
 
 
-def model_view(spec: Spec, n_layer: int, trace_of: Callable[[Spec], Trace]) -> dict[str, Any]:
-    """Every layer's trace through `trace_of` (the server's cache, so a head opened from the view is already
-    computed), summarised per head."""
-    stats = []
-    for layer in range(n_layer):
-        trace = trace_of(replace(spec, layer=layer))
-        stats.append(head_stats(trace.softmax.weights))
-    return {"tokens": list(spec.tokens), "layers": n_layer, "heads": spec.n_heads, "stats": stats}
+def traced_stats(spec: Spec, n_layer: int, trace_of: Callable[[Spec], Trace]) -> list[list[dict[str, float]]]:
+    """The four statistics of every layer and head from each layer's trace through `trace_of` (the server's cache,
+    so a head opened from the view is already computed): [layer][head], as `one_pass_stats` gives them."""
+    return [head_stats(trace_of(replace(spec, layer=layer)).softmax.weights) for layer in range(n_layer)]
 
 
 @torch.inference_mode()
@@ -132,13 +128,13 @@ def lse_stats(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor) -> torch.Tens
 
 
 def similar_heads(
-    stats: list[list[dict[str, float]]], layer: int, head: int, most: int = 5
+    stats: Sequence[Sequence[Mapping[str, float]]], layer: int, head: int, most: int = 5
 ) -> list[tuple[int, int, float]]:
     """The heads whose four statistics lie closest to (layer, head)'s (Euclidean distance, entropy divided by its
     largest value so the four weigh alike), nearest first, the head itself left out."""
     top_entropy = max((s["entropy"] for row in stats for s in row), default=1.0) or 1.0
 
-    def vec(s: dict[str, float]) -> list[float]:
+    def vec(s: Mapping[str, float]) -> list[float]:
         return [s["entropy"] / top_entropy, s["sink"], s["previous"], s["self"]]
 
     me = vec(stats[layer][head])

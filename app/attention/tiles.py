@@ -1,4 +1,5 @@
-"""FlashAttention's schedule for one head of a trace, as the API's JSON and the /tiles page show it."""
+"""FlashAttention's schedule for one head of a trace as a typed result (`Schedule`: what the API writes and what
+the /tiles page reads), and the page."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ from ..schemas import FieldError, TilesRequest, from_query
 from ..web.page import serve
 from ..web.state import ViewState, lab_state, url_fields, within
 from .params import TilesParams
-from .view import TilesView
+from .view import Schedule, TileBlock, TileStep, TilesView
 
 router = APIRouter(include_in_schema=False)
 TILE_KEYS = url_fields(TilesRequest)
 
 
-def tiles_document(trace: Traced, req: TilesRequest) -> dict[str, Any]:
+def tiles_document(trace: Traced, req: TilesRequest) -> Schedule:
     from engine.attention import per_head
     from engine.flash import memory_bytes, tiled_attention
 
@@ -37,49 +38,21 @@ def tiles_document(trace: Traced, req: TilesRequest) -> dict[str, Any]:
     staged = trace.weighted_sum.heads[h].double()  # type: ignore[attr-defined]
     diff = float((tiled.output - staged).abs().max()) if staged.numel() else 0.0
     arr = to_numpy
-    return {
-        "spec": trace.summary(),
-        "tokens": list(trace.tokens),
-        "head": h,
-        "block_q": req.block_q,
-        "block_k": req.block_k,
-        "blocks": [
-            {
-                "q_block": b.q_block,
-                "rows": list(b.rows),
-                "steps": [
-                    {
-                        "k_block": s.k_block,
-                        "cols": list(s.cols),
-                        "skipped": s.skipped,
-                        "m": arr(s.m),
-                        "l": arr(s.l),
-                        "rescale": arr(s.rescale),
-                        "acc": arr(s.acc),
-                    }
-                    for s in b.steps
-                ],
-                "output": arr(b.output),
-            }
-            for b in tiled.blocks
-        ],
-        "output": arr(tiled.output),
-        "max_abs_diff_vs_staged": diff,
-        "memory_bytes": memory_bytes(
-            spec.n_tokens,
-            len(spec.kv_tokens) or spec.n_tokens,
-            spec.d_k,
-            req.block_q,
-            req.block_k,
-            DTYPE_BYTES[spec.dtype],
-        ),
-    }
+    blocks = tuple(
+        TileBlock(b.q_block, b.rows, tuple(TileStep(s.k_block, s.cols, s.skipped, arr(s.m), arr(s.l), arr(s.rescale),
+                                                    arr(s.acc)) for s in b.steps), arr(b.output))
+        for b in tiled.blocks
+    )  # fmt: skip
+    memory = memory_bytes(spec.n_tokens, len(spec.kv_tokens) or spec.n_tokens, spec.d_k, req.block_q, req.block_k,
+                          DTYPE_BYTES[spec.dtype])  # fmt: skip
+    return Schedule(trace.summary(), tuple(trace.tokens), h, req.block_q, req.block_k, blocks, arr(tiled.output), diff,
+                    memory)  # fmt: skip
 
 
-def first_step(steps: list[dict[str, Any]]) -> int:
+def first_step(steps: tuple[TileStep, ...]) -> int:
     """The key block a query block opens on: the first that changes something (a fully masked block is skipped,
     nothing happens there), so a first visit shows m, l and acc being set."""
-    return next((j for j, s in enumerate(steps) if not s["skipped"]), 0)
+    return next((j for j, s in enumerate(steps) if not s.skipped), 0)
 
 
 @router.get("/tiles", response_class=HTMLResponse)
@@ -105,33 +78,33 @@ async def tiles_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> TilesVi
         raise FieldError("tokens", "the walk-through prints every running value: at most 64 tokens here")
     trace, _ = await lab.trace(spec)
     doc = await run_in_threadpool(tiles_document, trace, req)
-    blocks = doc["blocks"]
     p = state.read(TilesParams)
-    qb = within("qb", p.qb, 0, len(blocks) - 1)
-    block, steps = blocks[qb], blocks[qb]["steps"]
+    qb = within("qb", p.qb, 0, len(doc.blocks) - 1)
+    block = doc.blocks[qb]
+    steps = block.steps
     kb = first_step(steps) if p.kb is None else within("kb", p.kb, 0, len(steps) - 1)
-    step, memory = steps[kb], doc["memory_bytes"]
-    (r0, r1), (c0, c1) = block["rows"], step["cols"]
+    step, memory = steps[kb], doc.memory_bytes
+    (r0, r1), (c0, c1) = block.rows, step.cols
     return TilesView(
-        summary=doc["spec"],
+        summary=doc.spec,
         tokens=list(spec.tokens),
         keys=list(spec.kv_tokens) or list(spec.tokens),
-        head=doc["head"],
+        head=doc.head,
         block_q=req.block_q,
         block_k=req.block_k,
         qb=qb,
         kb=kb,
         n_steps=len(steps),
-        block={k: block[k] for k in ("q_block", "rows", "output")},
+        block={"q_block": block.q_block, "rows": block.rows, "output": block.output},
         step=step,
         title=t("tiles.step", r0=r0, r1=r1 - 1, c0=c0, c1=c1 - 1),
         memory_bytes=memory,
         memory=t("tiles.memory", staged=f"{memory['staged']:,}", tiled=f"{memory['tiled']:,}", n=spec.n_tokens),
-        skipped=t("tiles.skipped") if step["skipped"] else None,
-        max_abs_diff_vs_staged=doc["max_abs_diff_vs_staged"],
+        skipped=t("tiles.skipped") if step.skipped else None,
+        max_abs_diff_vs_staged=doc.max_abs_diff_vs_staged,
         json_url=api_url(state),
-        qb_urls=[(i, state.url(qb=i, kb=None)) for i in range(len(blocks))],
-        kb_urls=[(j, state.url(qb=qb, kb=j), s["skipped"]) for j, s in enumerate(steps)],
+        qb_urls=[(i, state.url(qb=i, kb=None)) for i in range(len(doc.blocks))],
+        kb_urls=[(j, state.url(qb=qb, kb=j), s.skipped) for j, s in enumerate(steps)],
         prev_url=state.url(qb=qb, kb=kb - 1) if kb > 0 else None,
         next_url=state.url(qb=qb, kb=kb + 1) if kb + 1 < len(steps) else None,
     )

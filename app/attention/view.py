@@ -20,7 +20,7 @@ from engine.spec import MAIN_TENSOR, PRESETS, STAGES, Spec
 from ..render import page as view
 from ..render import stages
 from ..render.arrays import to_numpy
-from ..render.cells import SWATCHES, MatrixView, matrix_view, row_stats, short
+from ..render.cells import SWATCHES, MatrixView, RowStats, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
 from ..web.state import ViewState
 from ..web.tensors import colour_mode
@@ -50,7 +50,7 @@ class LabView(StageView):
     random_weights: bool = False
     matrices: list[Any] | None = None
     weight_matrices: list[Any] | None = None
-    stats: list[dict[str, Any]] | None = None
+    stats: list[RowStats] | None = None
     arithmetic: Any = None
     selected: tuple[str, int, int, int] | None = None
     compare: dict[str, Any] | None = None
@@ -93,6 +93,8 @@ class LabView(StageView):
         if given.get("compare") and not given["compare"].get("large"):
             sides = [side | {"matrix": MatrixView.from_json(side["matrix"])} for side in given["compare"]["sides"]]
             given["compare"] = given["compare"] | {"sides": sides}
+        if given.get("stats") is not None:
+            given["stats"] = [RowStats(s["entropy"], s["max"], tuple(map(tuple, s["top"]))) for s in given["stats"]]
         given["tokens"] = tuple(given.get("tokens", ()))
         return cls(**given)
 
@@ -352,6 +354,47 @@ def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, m
 
 
 @dataclass(frozen=True)
+class TileStep:
+    """One key block against a query block (engine/flash.py's Step): its key positions [start, end), whether it was
+    skipped (every entry masked), and the running m, l, rescale and accumulator after it."""
+
+    k_block: int
+    cols: tuple[int, int]
+    skipped: bool
+    m: np.ndarray
+    l: np.ndarray  # noqa: E741
+    rescale: np.ndarray
+    acc: np.ndarray
+
+
+@dataclass(frozen=True)
+class TileBlock:
+    """One query block: its query positions [start, end), a step per key block, and its output acc / l."""
+
+    q_block: int
+    rows: tuple[int, int]
+    steps: tuple[TileStep, ...]
+    output: np.ndarray
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """/api/v1/attention/tiles's answer, and what /tiles walks through: FlashAttention's schedule for one head
+    (engine/flash.py), its output, how far that is from the staged heads, and the memory either path holds. The
+    API writes it with orjson (a dataclass is an object, its float32 arrays written as float32)."""
+
+    spec: dict[str, object]
+    tokens: tuple[str, ...]
+    head: int
+    block_q: int
+    block_k: int
+    blocks: tuple[TileBlock, ...]
+    output: np.ndarray
+    max_abs_diff_vs_staged: float
+    memory_bytes: dict[str, int]
+
+
+@dataclass(frozen=True)
 class TilesView(View):
     """One step of FlashAttention's schedule, as /tiles shows it: query block `qb` (`block`: its rows and, after its
     last key block, its output) against key block `kb` (`step`: its columns, whether it was skipped, and the running
@@ -371,8 +414,8 @@ class TilesView(View):
     qb: int = 0
     kb: int = 0
     n_steps: int = 0  # key blocks of this query block
-    block: dict[str, Any] | None = None
-    step: dict[str, Any] | None = None
+    block: dict[str, Any] | None = None  # the query block's q_block, rows and output
+    step: TileStep | None = None
     title: str = ""
     memory_bytes: dict[str, int] | None = None  # staged and tiled, for one head
     memory: str = ""  # the memory notice in words

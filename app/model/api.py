@@ -8,6 +8,7 @@ from ..lab import Lab, get_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
+from ..web.view import jsonable
 from .view import ModelViewRequest, model_view_of
 
 router = APIRouter(prefix="/api/v1", tags=["model view"], responses=ERRORS)
@@ -21,8 +22,8 @@ NOTE = (
 
 
 async def answer(request: Request, req: ModelViewRequest, lab: Lab) -> Response:
-    _, body = await model_view_of(req, lab, get_key(request))
-    return json_response(body)
+    _, summarised = await model_view_of(req, lab, get_key(request))
+    return json_response(jsonable(summarised))
 
 
 twins(router, "/model_view", ModelViewRequest, answer, "model_view", description=NOTE)

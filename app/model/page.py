@@ -81,25 +81,24 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     ctx["heads_text"] = heads_text(req.ablate or []) or state.get("ablate")
     ctx["json_url"] = api_url(state, req.ablate)
     try:
-        spec, computed = await model_view_of(req, lab, progress)
+        spec, doc = await model_view_of(req, lab, progress)
     except FieldError as e:  # the field as the user spelled it
         raise FieldError(typed if e.field == "ablate" else e.field, e.message) from None
-    stats, t = computed["stats"], ctx["t"]
+    t = ctx["t"]
     present = state.present
-    spec_b, stats_b = None, None
+    spec_b, doc_b = None, None
     knocked: tuple[tuple[int, int], ...] = ()
     if p.compare_text:  # a second text beside the first (heads knocked out of both, if any)
         other = req.model_copy(update={"text": p.compare_text, "token_ids": None})
         try:
-            spec_b, computed_b = await model_view_of(other, lab, progress)
+            spec_b, doc_b = await model_view_of(other, lab, progress)
         except FieldError as e:
             raise FieldError("compare_text", e.message) from None
-        stats_b = computed_b["stats"]
-    elif "ablate" in computed:  # heads knocked out: the clean run (A) beside the run without them (B)
-        knocked = tuple((p[0], p[1]) for p in computed["ablate"])
-        spec_b, computed_b = spec, computed
-        spec, computed = await model_view_of(req.model_copy(update={"ablate": None}), lab)
-        stats, stats_b = computed["stats"], computed_b["stats"]
+    elif doc.ablate:  # heads knocked out: the clean run (A) beside the run without them (B)
+        knocked = doc.ablate
+        spec_b, doc_b = spec, doc
+        spec, doc = await model_view_of(req.model_copy(update={"ablate": None}), lab)
+    values = doc.grid(stat)
     longest = max(spec.n_tokens, spec_b.n_tokens if spec_b else 0)
     top = math.log(max(2, longest)) if stat == "entropy" else 1.0  # one colour scale for both grids
 
@@ -112,15 +111,14 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     def colour(value: float) -> str:
         return f"sq-{min(10, max(0, round(10 * value / top)))}"
 
-    grid = tuple(
-        tuple(link(li, hi, s[stat], colour(s[stat])) for hi, s in enumerate(row)) for li, row in enumerate(stats)
-    )
+    grid = tuple(tuple(link(li, hi, v, colour(v)) for hi, v in enumerate(row)) for li, row in enumerate(values))
     compare = None
     text_b = p.compare_text or req.text  # the second grid's text: the one compared, or the same one knocked out
-    if spec_b is not None and stats_b is not None:
-        moved = sorted(((abs(sb[stat] - sa[stat]), sb[stat] - sa[stat], li, hi)
-                        for li, (row_a, row_b) in enumerate(zip(stats, stats_b, strict=True))
-                        for hi, (sa, sb) in enumerate(zip(row_a, row_b, strict=True))), reverse=True)  # fmt: skip
+    if spec_b is not None and doc_b is not None:
+        values_b = doc_b.grid(stat)
+        moved = sorted(((abs(b - a), b - a, li, hi)
+                        for li, (row_a, row_b) in enumerate(zip(values, values_b, strict=True))
+                        for hi, (a, b) in enumerate(zip(row_a, row_b, strict=True))), reverse=True)  # fmt: skip
         marked = {(li, hi) for d, _, li, hi in moved if d > CHANGED * top}
 
         def mark(c: HeadLink, b: bool = False) -> HeadLink:
@@ -132,22 +130,22 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
             text=p.compare_text or state.get("text"),
             knocked=knocked,
             knocked_mode=req.ablate_mode if knocked else "",
-            tokens=tuple(computed_b["tokens"]),
+            tokens=doc_b.tokens,
             grid=tuple(
-                tuple(mark(link(li, hi, s[stat], colour(s[stat]), spec_b, text_b), b=True) for hi, s in enumerate(row))
-                for li, row in enumerate(stats_b)
+                tuple(mark(link(li, hi, v, colour(v), spec_b, text_b), b=True) for hi, v in enumerate(row))
+                for li, row in enumerate(values_b)
             ),
             changed=len(marked),
             threshold=CHANGED * top,
             most_changed=tuple(link(li, hi, d, "", spec_b, text_b) for _, d, li, hi in moved[:10]),
         )
-    ranked = sorted(((s[stat], li, hi) for li, row in enumerate(stats) for hi, s in enumerate(row)),
+    ranked = sorted(((v, li, hi) for li, row in enumerate(values) for hi, v in enumerate(row)),
                     reverse=stat != "entropy")[:10]  # fmt: skip
     chosen = None
     if p.layer is not None or p.head is not None:
-        layer = within("layer", p.layer or 0, 0, computed["layers"] - 1)
+        layer = within("layer", p.layer or 0, 0, doc.layers - 1)
         head = within("head", p.head or 0, 0, spec.n_heads - 1)
-        like = tuple(link(li, hi, d) for li, hi, d in similar_heads(stats, layer, head))
+        like = tuple(link(li, hi, d) for li, hi, d in similar_heads(doc.stats, layer, head))
         knock = (state.url(ablate=head_name(layer, head), compare_text=None, layer=None, head=None) + "#compare"
                  if can_knock else "")  # fmt: skip
         roles = ("/heads?" + urlencode({"preset": spec.preset, "text": state.get("text"), "head": f"{layer}.{head}",
@@ -171,9 +169,9 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         compare_close_url=state.url(compare_text=None, ablate=None, ablate_mode=None) if compare else None,
         spec=spec,
         preset=spec.preset,
-        tokens=tuple(computed["tokens"]),
-        layers=computed["layers"],
-        heads=computed["heads"],
+        tokens=doc.tokens,
+        layers=doc.layers,
+        heads=doc.heads,
         stat=stat,
         explain=t("model.explain." + stat),
         scale_ticks=("0", f"{top / 2:.2f}", f"{top:.2f}"),

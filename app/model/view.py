@@ -1,14 +1,15 @@
-"""The model view's request, its computation (every layer and head of a pretrained model, summarised) and
-`ModelView`, what the /model page shows (its JSON face is the page's `.json` twin)."""
+"""The model view's request, its computation (every layer and head of a pretrained model, summarised) as a typed
+result (`Summarised`: what /api/v1/model_view writes, through `jsonable`, and what the page reads) and `ModelView`,
+what the /model page shows (its JSON face is the page's `.json` twin)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from engine.model_view import model_view, one_pass_stats
+from engine.model_view import one_pass_stats, traced_stats
 from engine.predict import NONE
 from engine.spec import Spec, make_spec
 
@@ -118,7 +119,32 @@ def view_spec(req: ModelViewRequest, lab: Lab) -> Spec:
     return spec
 
 
-async def model_view_of(req: ModelViewRequest, lab: Lab, key: str | None = None) -> tuple[Spec, dict[str, Any]]:
+Stats = dict[str, float]  # one head's four statistics by name (engine/model_view.py STATS)
+
+
+@dataclass(frozen=True)
+class Summarised:
+    """/api/v1/model_view's answer, and what /model draws: the four statistics of every head (`stats[layer][head]`,
+    engine/model_view.py), with the heads knocked out of the pass (`ablate`, named in the JSON only when there are)."""
+
+    preset: str
+    tokens: tuple[str, ...]
+    layers: int
+    heads: int
+    stats: tuple[tuple[Stats, ...], ...]
+    ablate: tuple[tuple[int, int], ...] = ()
+    ablate_mode: str = "zero"
+
+    def __json__(self) -> dict[str, Any]:  # a pass with nothing knocked out has no ablate and no ablate_mode
+        shown = fields(self) if self.ablate else fields(self)[:-2]
+        return {f.name: getattr(self, f.name) for f in shown}
+
+    def grid(self, stat: str) -> tuple[tuple[float, ...], ...]:
+        """One statistic of every head, [layer][head]."""
+        return tuple(tuple(s[stat] for s in row) for row in self.stats)
+
+
+async def model_view_of(req: ModelViewRequest, lab: Lab, key: str | None = None) -> tuple[Spec, Summarised]:
     """The statistics of every layer and head: one pass with the statistics summed block by block (SmolLM2), or
     each layer's whole trace through the server's cache (MiniLM, a GPT-2 checkpoint)."""
     spec = await lab.off_loop(req.preset, view_spec, req, lab)  # the tokenizer off the event loop
@@ -135,18 +161,16 @@ async def model_view_of(req: ModelViewRequest, lab: Lab, key: str | None = None)
     if getattr(model, "one_pass_view", False):
         stats, _ = await lab.compute("model_view", None, 0, lambda p: one_pass_stats(model, spec.token_ids, p, iv),
                                      progress=key)  # layer by layer, for /api/v1/progress  # fmt: skip
-        view = {"tokens": list(spec.tokens), "layers": model.info.n_layer, "heads": spec.n_heads, "stats": stats}
-        if iv:
-            view |= {"ablate": [list(p) for p in iv.ablate], "ablate_mode": "mean" if iv.mean else "zero"}
     else:
 
-        def layers(check: Progress | None) -> dict[str, Any]:
+        def layers(check: Progress | None) -> list[list[Stats]]:
             def layer(s: Spec) -> Any:
                 if check is not None:
                     check(0, 0)
                 return lab.run(lab.trace_work(s))[0]
 
-            return model_view(spec, model.info.n_layer, layer)
+            return traced_stats(spec, model.info.n_layer, layer)
 
-        view, _ = await lab.compute("model_view", None, 0, layers)
-    return spec, {"preset": spec.preset} | view
+        stats, _ = await lab.compute("model_view", None, 0, layers)
+    return spec, Summarised(spec.preset, spec.tokens, model.info.n_layer, spec.n_heads, tuple(map(tuple, stats)),
+                            iv.ablate, "mean" if iv.mean else "zero")  # fmt: skip

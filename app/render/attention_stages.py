@@ -127,9 +127,9 @@ def softmax_notice(trace: Trace, t: Any) -> str:
     if spec.mask in ("causal", "document") and w[0, 0, 0] == 1.0:
         return str(t("notice.softmax.causal", first=spec.tokens[0]))
     stats = row_stats(w[0], list(spec.kv_tokens or spec.tokens))
-    best = max(range(n), key=lambda i: float(stats[i]["max"]))  # type: ignore[arg-type]
-    flat = max(float(s["entropy"]) for s in stats)  # type: ignore[arg-type]
-    top = stats[best]["max"]
+    best = max(range(n), key=lambda i: stats[i].max)
+    flat = max(s.entropy for s in stats)
+    top = stats[best].max
     return str(t("notice.softmax.other", token=spec.tokens[best], max=top, entropy=flat, n=n, uniform=math.log(n)))
 
 

@@ -177,18 +177,22 @@ def dims(n: int, prefix: str = "") -> list[str]:
     return [f"{prefix}{j}" for j in range(n)]
 
 
-def row_stats(weights: np.ndarray, keys: list[str]) -> list[dict[str, object]]:
-    """Entropy (nats), largest weight and top-3 keys of each softmax row (N, N)."""
+@dataclass(frozen=True)
+class RowStats:
+    """One softmax row: its entropy (nats), its largest weight and its top-3 keys with their weights."""
+
+    entropy: float
+    max: float
+    top: tuple[tuple[str, float], ...]
+
+
+def row_stats(weights: np.ndarray, keys: list[str]) -> list[RowStats]:
+    """The statistics of each softmax row (N, N)."""
     out = []
     for row in weights:
         p = row[row > 0]
         entropy = max(0.0, float(-(p * np.log(p)).sum())) if p.size else 0.0
         top = np.argsort(-row, kind="stable")[:3]
-        out.append(
-            {
-                "entropy": entropy,
-                "max": float(row.max()) if row.size else 0.0,
-                "top": [(keys[j], float(row[j])) for j in top if row[j] > 0],
-            }
-        )
+        out.append(RowStats(entropy, float(row.max()) if row.size else 0.0,
+                            tuple((keys[j], float(row[j])) for j in top if row[j] > 0)))  # fmt: skip
     return out

@@ -14,6 +14,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
+from engine.train import TrainConfig
+
 from ..errors import field_error
 from ..lab import Lab, get_lab
 from ..render.charts import Series, line_chart
@@ -54,7 +56,7 @@ class RunPanel:
     status: str
     step: int
     steps: int
-    settings: dict[str, Any]
+    settings: TrainConfig  # the run's, as the API's `config` writes them
     train_loss: float | None  # the last step's, under the run's own mask
     eval_loss: float | None  # held out, under the causal mask
     eval_own: float | None  # held out, under the run's own mask
@@ -144,7 +146,7 @@ def panel(job: Job, snap: int | None, t: Any, lang: str = "en") -> RunPanel:
                 heads.append(HeadMap(layer, head, s.induction[layer][head], picture))
     last = lambda xs: xs[-1] if xs else None  # noqa: E731
     return RunPanel(
-        id=job.id, status=r.status, step=r.step, steps=r.config.steps, settings=r.summary()["config"],
+        id=job.id, status=r.status, step=r.step, steps=r.config.steps, settings=r.config,
         train_loss=last(r.loss), eval_loss=last(r.eval_loss), eval_own=last(r.eval_own), first=last(r.eval_first),
         second=last(r.eval_second), phase_change=r.phase_change, best_induction=r.best_induction(),
         message=job.message, snapshot_steps=[s.step for s in snaps], snap=pick, heads=heads,
@@ -157,8 +159,8 @@ def panel(job: Job, snap: int | None, t: Any, lang: str = "en") -> RunPanel:
 
 def cheat_words(a: RunPanel, b: RunPanel, t: Any) -> str | None:
     """The cheat's two numbers, when one run has the mask and the other not."""
-    honest, cheat = (a, b) if a.settings["causal"] else (b, a)
-    if honest.settings["causal"] == cheat.settings["causal"] or None in (honest.train_loss, cheat.train_loss):
+    honest, cheat = (a, b) if a.settings.causal else (b, a)
+    if honest.settings.causal == cheat.settings.causal or None in (honest.train_loss, cheat.train_loss):
         return None
     return t("train.cheat.words", honest_train=honest.train_loss, cheat_train=cheat.train_loss,
              honest_eval=honest.eval_loss, cheat_eval=cheat.eval_loss)  # fmt: skip

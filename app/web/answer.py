@@ -150,7 +150,7 @@ async def answer_document(
     request: Request,
     lab: Lab,
     work: Work[T],
-    document: Callable[[T], dict[str, Any]],
+    document: Callable[[T], Any],  # a dict or a dataclass: orjson writes either as an object
     numbers: int,
     field: str,
     hint: str,
