@@ -63,6 +63,9 @@ MEASURE = """sel => {
     join: one('aside.qr[data-room-join] code, #room .room-bar [data-room-join]').map(px),
     words: one('.stage-text > *, .lesson-panel').map(e => e.getBoundingClientRect().bottom <= bottom + 1),
     asked: one('.lesson-panel .question').map(e => e.getBoundingClientRect().bottom <= bottom + 1),
+    texts: one('.lesson-panel p:not(.lesson-title, .question), .lesson-panel summary, .stage-text > .explain p').map(px),
+    tally: one('#room .room-bar :is([data-room-followers], [data-room-total], [data-room-close])').map(px),
+    remote: one('#room .room-bar [data-room-remote]').length,
   };
 }"""
 
@@ -112,6 +115,21 @@ def test_every_page_in_presenter_mode_fits_the_projector(browser: Browser, live_
         ctx.close()
 
 
+# The lesson beside the class's stage: the review's (#32: its words were 10 px at 1280×720 beside the QR code) and
+# the fourth stage's.
+CLASS_LESSON = {"en": "stage=3&mask=causal&lesson=mask-toggle", "zh": "stage=4&mask=causal&lesson=row-one"}
+# The numbers' least size at 1280×720 with a poll open: 24 px; the mask stage's two matrices one above the other
+# fit 23 px under the poll's bar (as they did before #32's changes: measured 23 both before and after).
+NUMBERS = {"en": 23, "zh": 24}
+
+
+def words(got: dict[str, Any], where: str) -> None:
+    """At 1280×720 with a class's QR code beside them, the lesson's and the stage's words keep 14 px, the question
+    16 px (#32)."""
+    assert got["texts"] and min(got["texts"]) >= 14, (where, got)
+    assert got["questions"] and min(got["questions"]) >= 16, (where, got)
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_server: str, lang: str) -> None:
     """A class started on the lab with a lesson, its question asked: the words' column (the class's QR, code and
@@ -121,9 +139,10 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
     try:
         page = ctx.new_page()
         page.set_default_timeout(120_000)
-        present(page, f"{live_server}/?stage=4&mask=causal&lesson=row-one&lesson_step=1&lang={lang}")
+        present(page, f"{live_server}/?{CLASS_LESSON[lang]}&lesson_step=1&lang={lang}")
         page.click("[data-room-start] button")
         expect(page.locator("aside.qr[data-room-join] .room-code")).to_be_visible()
+        words(measure(page, STAGE), f"class started {lang}")
         page.click("[data-room-ask]")
         expect(page.locator("#room [data-room-prompt]")).to_be_visible()
         for width, height in SIZES:
@@ -131,7 +150,12 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
             got = measure(page, STAGE)
             check(got, f"lab in a class {lang} {width}", height, STAGE, class_on=True)
             assert len(got["questions"]) == 2, got  # the lesson's and the poll's
-            assert got["smallest"] >= 24, got  # the numbers keep their size beside the words
+            assert got["smallest"] >= (24 if height >= 1080 else NUMBERS[lang]), got  # the numbers keep their size
+            assert got["remote"] == 0, got  # the remote (the answers as they come in) is not projected
+            assert len(got["tally"]) == 3, got  # following, answers, the reveal: what the room watches
+            assert all(px >= (24 if height >= 1080 else 16) for px in got["tally"]), got
+            if height < 1080:
+                words(got, f"question asked {lang}")
         page.goto(f"{live_server}/model?preset=smollm2&stat=previous&text=The+cat+sat.&present=1&lang={lang}")
         expect(page.locator("#room .room-bar")).to_be_visible()
         for width, height in SIZES:
