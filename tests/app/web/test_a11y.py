@@ -262,7 +262,9 @@ def test_a_hint_on_the_class_bar_is_light_on_its_navy():
     """The class bar's hints (a cell poll's "tap a cell to answer", on a student's phone) meet WCAG AA (4.5 : 1) on
     the bar's navy, in every rule that colours them (#32: the page's grey hint was 2.2 : 1 there)."""
     bar = next(d["background"] for s, d in rules() if "#room" in s and "background" in d)
-    colours = [d["color"] for s, d in rules() if "color" in d and any(".room-bar" in x and targets(x, "hint") for x in s)]
+    colours = [
+        d["color"] for s, d in rules() if "color" in d and any(".room-bar" in x and targets(x, "hint") for x in s)
+    ]
     assert colours, "no colour for .room-bar .hint: it would take the page's grey"
-    for colour in colours:
-        assert contrast(rgb(colour), rgb(bar)) >= 4.5, (colour, bar)
+    for ink in colours:
+        assert contrast(rgb(ink), rgb(bar)) >= 4.5, (ink, bar)
