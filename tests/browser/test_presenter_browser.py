@@ -254,3 +254,49 @@ def test_a_training_runs_numbers_on_the_projector(browser: Browser, live_server:
             page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
     finally:
         ctx.close()
+
+
+SINKS = """() => {
+  const box = e => e.getBoundingClientRect();
+  const onScreen = e => { const r = box(e); return r.width > 0 && r.top >= 0 && r.bottom <= innerHeight + 1
+    && r.left >= 0 && r.right <= innerWidth + 1; };
+  const h3 = document.querySelector('main.sinks > h3');
+  return {
+    formShown: [...document.querySelectorAll('main.sinks form[action="/sinks"]')].some(f => f.checkVisibility()),
+    folded: !!document.querySelector('main.sinks details.form-box:not([open]) form[action="/sinks"]'),
+    headingLines: Math.round(box(h3).height / parseFloat(getComputedStyle(h3).lineHeight || '0') || 99),
+    headingPx: parseFloat(getComputedStyle(h3).fontSize),
+    shares: [...document.querySelectorAll('ol[data-sink-shares] li')].every(onScreen),
+    tables: [...document.querySelectorAll('.sink-tables table[data-matrix]')].map(onScreen),
+    maps: [...document.querySelectorAll('img.sink-map')].map(onScreen),
+    tablePx: Math.min(...[...document.querySelectorAll('.sink-tables table[data-matrix] td')].map(
+      e => parseFloat(getComputedStyle(e).fontSize))),
+    scrollWidth: document.documentElement.scrollWidth,
+  };
+}"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_sinks_page_on_the_projector_is_one_screen(browser: Browser, live_server: str, lang: str) -> None:
+    """/sinks in presenter mode as the other pages (#32): its form folded into "Text and layer", a one-line heading,
+    the shares, both maps and the weights A and A′ on screen at 1280×720 and 1920×1080 (A and A′ were under the
+    fold, the heading two bold lines, the form open)."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(120_000)
+        present(page, f"{live_server}/sinks?lang={lang}")
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_load_state("load")
+            got = page.evaluate(SINKS)
+            where = f"sinks {lang} {width}"
+            assert got["folded"] and not got["formShown"], (where, got)
+            assert got["headingLines"] == 1, (where, got)
+            assert got["shares"] and got["maps"] == [True, True] and got["tables"] == [True, True], (where, got)
+            assert got["tablePx"] >= (24 if height >= 1080 else 14), (where, got)
+            assert got["scrollWidth"] <= width, (where, got)
+        page.click("main.sinks details.form-box summary")
+        expect(page.locator("main.sinks form[action='/sinks']")).to_be_visible()
+    finally:
+        ctx.close()
