@@ -81,11 +81,13 @@ def keep_screen(page: str, carry: Mapping[str, str]) -> str:
 
 
 def screen_carry(params: Mapping[str, str], lang: str) -> dict[str, str]:
-    """What a page's links keep: in presenter mode, `present=1`, hints off when they are, and the language."""
+    """What a page's links keep: in presenter mode, `present=1`, hints off when they are, and the language when the
+    URL names it (the page's JSON twin lists the same links)."""
     if params.get("present") != "1":
         return {}
     carry = {"present": "1"}
     if params.get("hints") == "off":
         carry["hints"] = "off"
-    carry["lang"] = lang
+    if params.get("lang"):  # a language the URL chose (else the next page asks the browser again, as this one did)
+        carry["lang"] = lang
     return carry
