@@ -409,8 +409,9 @@ window.labLargest = function (lo, hi, set, fits) {
     function numbers() { return window.labLargest(8, 64, set, fits); }
     // The words' column (the class's QR and address, the lesson's question, what happens, what to notice) must end
     // on screen too. It takes width from the numbers (the stylesheet's share, then 1 : 1.5 … 1 : 0.8) while they keep
-    // 24 px (or what they had) and their column ends on screen, then its type shrinks (to 10 px at the least). The
-    // questions keep their size throughout.
+    // 24 px (or what they had) and their column ends on screen, then its type shrinks, to 14 px at the least: readable
+    // from the room at 1280×720 (#32: 10 px was not); what still does not fit ends under the screen, after the
+    // question, which keeps its size throughout.
     var body = stage.querySelector(".stage-body"), text = stage.querySelector(".stage-text");
     function textFits() { return !text || text.getBoundingClientRect().bottom <= bottom; }
     if (body) body.style.removeProperty("grid-template-columns");
@@ -440,7 +441,7 @@ window.labLargest = function (lo, hi, set, fits) {
       px = numbers();
     }
     widen();
-    shrink(10);
+    shrink(14);
     stage.setAttribute("data-fit", String(px));
     if (window.labSettleFormulas) window.labSettleFormulas();  // the arithmetic's new size: its lines fit again
   }

@@ -35,6 +35,7 @@ from ..templating import TEMPLATES
 from . import lessons
 from .cache import cached_page, is_fragment, page_key, remember_page, single_flight
 from .i18n import LANGS, error_message, negotiate, translator
+from .keep import keep_screen, screen_carry
 from .state import ViewState, show, within
 from .view import View
 
@@ -202,6 +203,9 @@ async def serve(
             block_names=list(view.blocks if view is not None else blocks) if fragment else [],
             headers=headers,
         )
+        if carry := screen_carry(state.params, lang):  # presenter mode: every link to another page keeps it
+            response.body = keep_screen(bytes(response.body).decode(), carry).encode()
+            response.headers["content-length"] = str(len(response.body))
         return remember_page(request, key, response)
 
     return await single_flight(request, key, lambda: cached_page(request, key), compute)

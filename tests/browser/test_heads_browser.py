@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from engine.pretrained import SmolLM2
 
@@ -30,3 +30,29 @@ def test_the_pruning_curve_shows_its_progress(page: Page, live_server: str) -> N
         re.compile(r"[1-9]\d* / \d+ · "), timeout=SLOW
     )  # a layer of a batch of knock-outs at a time
     page.goto(f"{live_server}/lens?lang=en")  # leaving: the server stops the curve nobody waits for
+
+
+def test_a_following_student_sees_the_heads_view_without_its_form(browser: Browser, live_server: str) -> None:
+    """A class on /heads (#32): a following student's phone shows the grid, not the form that would take it
+    elsewhere (hidden for followers as on /predict and /lens); exploring brings the form back. The teacher projects
+    (presenter mode); the phone keeps its own layout."""
+    teacher = browser.new_context(viewport={"width": 1280, "height": 720})
+    student = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        tp = teacher.new_page()
+        tp.set_default_timeout(SLOW)
+        tp.goto(f"{live_server}/heads?lang=en&present=1")
+        tp.click("[data-room-start] button")
+        code = tp.locator("[data-room-code-text]").inner_text().strip()
+        sp = student.new_page()
+        sp.set_default_timeout(SLOW)
+        sp.goto(f"{live_server}/r/{code}?lang=zh")
+        expect(sp.locator("table.model-grid")).to_be_visible()
+        expect(sp.locator("body")).to_have_attribute("data-room-following", "1")
+        expect(sp.locator("main.heads-view form[action='/heads']")).to_be_hidden()
+        sp.click("[data-room-explore]")
+        expect(sp.locator("body")).to_have_attribute("data-room-following", "0")
+        expect(sp.locator("main.heads-view form[action='/heads']")).to_be_visible()
+    finally:
+        teacher.close()
+        student.close()

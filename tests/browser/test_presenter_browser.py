@@ -63,6 +63,9 @@ MEASURE = """sel => {
     join: one('aside.qr[data-room-join] code, #room .room-bar [data-room-join]').map(px),
     words: one('.stage-text > *, .lesson-panel').map(e => e.getBoundingClientRect().bottom <= bottom + 1),
     asked: one('.lesson-panel .question').map(e => e.getBoundingClientRect().bottom <= bottom + 1),
+    texts: one('.lesson-panel p:not(.lesson-title, .question), .lesson-panel summary, .stage-text > .explain p').map(px),
+    tally: one('#room .room-bar :is([data-room-followers], [data-room-total], [data-room-close])').map(px),
+    remote: one('#room .room-bar [data-room-remote]').length,
   };
 }"""
 
@@ -112,6 +115,21 @@ def test_every_page_in_presenter_mode_fits_the_projector(browser: Browser, live_
         ctx.close()
 
 
+# The lesson beside the class's stage: the review's (#32: its words were 10 px at 1280×720 beside the QR code) and
+# the fourth stage's.
+CLASS_LESSON = {"en": "stage=3&mask=causal&lesson=mask-toggle", "zh": "stage=4&mask=causal&lesson=row-one"}
+# The numbers' least size at 1280×720 with a poll open: 24 px; the mask stage's two matrices one above the other
+# fit 23 px under the poll's bar (as they did before #32's changes: measured 23 both before and after).
+NUMBERS = {"en": 23, "zh": 24}
+
+
+def words(got: dict[str, Any], where: str) -> None:
+    """At 1280×720 with a class's QR code beside them, the lesson's and the stage's words keep 14 px, the question
+    16 px (#32)."""
+    assert got["texts"] and min(got["texts"]) >= 14, (where, got)
+    assert got["questions"] and min(got["questions"]) >= 16, (where, got)
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_server: str, lang: str) -> None:
     """A class started on the lab with a lesson, its question asked: the words' column (the class's QR, code and
@@ -121,9 +139,10 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
     try:
         page = ctx.new_page()
         page.set_default_timeout(120_000)
-        present(page, f"{live_server}/?stage=4&mask=causal&lesson=row-one&lesson_step=1&lang={lang}")
+        present(page, f"{live_server}/?{CLASS_LESSON[lang]}&lesson_step=1&lang={lang}")
         page.click("[data-room-start] button")
         expect(page.locator("aside.qr[data-room-join] .room-code")).to_be_visible()
+        words(measure(page, STAGE), f"class started {lang}")
         page.click("[data-room-ask]")
         expect(page.locator("#room [data-room-prompt]")).to_be_visible()
         for width, height in SIZES:
@@ -131,7 +150,12 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
             got = measure(page, STAGE)
             check(got, f"lab in a class {lang} {width}", height, STAGE, class_on=True)
             assert len(got["questions"]) == 2, got  # the lesson's and the poll's
-            assert got["smallest"] >= 24, got  # the numbers keep their size beside the words
+            assert got["smallest"] >= (24 if height >= 1080 else NUMBERS[lang]), got  # the numbers keep their size
+            assert got["remote"] == 0, got  # the remote (the answers as they come in) is not projected
+            assert len(got["tally"]) == 3, got  # following, answers, the reveal: what the room watches
+            assert all(px >= (24 if height >= 1080 else 16) for px in got["tally"]), got
+            if height < 1080:
+                words(got, f"question asked {lang}")
         page.goto(f"{live_server}/model?preset=smollm2&stat=previous&text=The+cat+sat.&present=1&lang={lang}")
         expect(page.locator("#room .room-bar")).to_be_visible()
         for width, height in SIZES:
@@ -228,5 +252,51 @@ def test_a_training_runs_numbers_on_the_projector(browser: Browser, live_server:
                 page.set_viewport_size({"width": width, "height": height})
                 check(measure(page, sel), f"/train {lang} {width}", height, sel)
             page.set_viewport_size({"width": SIZES[0][0], "height": SIZES[0][1]})
+    finally:
+        ctx.close()
+
+
+SINKS = """() => {
+  const box = e => e.getBoundingClientRect();
+  const onScreen = e => { const r = box(e); return r.width > 0 && r.top >= 0 && r.bottom <= innerHeight + 1
+    && r.left >= 0 && r.right <= innerWidth + 1; };
+  const h3 = document.querySelector('main.sinks > h3');
+  return {
+    formShown: [...document.querySelectorAll('main.sinks form[action="/sinks"]')].some(f => f.checkVisibility()),
+    folded: !!document.querySelector('main.sinks details.form-box:not([open]) form[action="/sinks"]'),
+    headingLines: Math.round(box(h3).height / parseFloat(getComputedStyle(h3).lineHeight || '0') || 99),
+    headingPx: parseFloat(getComputedStyle(h3).fontSize),
+    shares: [...document.querySelectorAll('ol[data-sink-shares] li')].every(onScreen),
+    tables: [...document.querySelectorAll('.sink-tables table[data-matrix]')].map(onScreen),
+    maps: [...document.querySelectorAll('img.sink-map')].map(onScreen),
+    tablePx: Math.min(...[...document.querySelectorAll('.sink-tables table[data-matrix] td')].map(
+      e => parseFloat(getComputedStyle(e).fontSize))),
+    scrollWidth: document.documentElement.scrollWidth,
+  };
+}"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_sinks_page_on_the_projector_is_one_screen(browser: Browser, live_server: str, lang: str) -> None:
+    """/sinks in presenter mode as the other pages (#32): its form folded into "Text and layer", a one-line heading,
+    the shares, both maps and the weights A and A′ on screen at 1280×720 and 1920×1080 (A and A′ were under the
+    fold, the heading two bold lines, the form open)."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(120_000)
+        present(page, f"{live_server}/sinks?lang={lang}")
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            page.wait_for_load_state("load")
+            got = page.evaluate(SINKS)
+            where = f"sinks {lang} {width}"
+            assert got["folded"] and not got["formShown"], (where, got)
+            assert got["headingLines"] == 1, (where, got)
+            assert got["shares"] and got["maps"] == [True, True] and got["tables"] == [True, True], (where, got)
+            assert got["tablePx"] >= (24 if height >= 1080 else 14), (where, got)
+            assert got["scrollWidth"] <= width, (where, got)
+        page.click("main.sinks details.form-box summary")
+        expect(page.locator("main.sinks form[action='/sinks']")).to_be_visible()
     finally:
         ctx.close()

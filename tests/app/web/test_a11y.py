@@ -256,3 +256,15 @@ def test_a_24_token_sentence_shows_every_number_in_narrower_cells(client):
     assert not small.has_attr("class")  # five tokens keep the roomy cells
     heat = soup(client.get("/", params={"tokens": tokens + " w24", "stage": "4", "lang": "en"}))
     assert heat.select_one("#zoom") is not None
+
+
+def test_a_hint_on_the_class_bar_is_light_on_its_navy():
+    """The class bar's hints (a cell poll's "tap a cell to answer", on a student's phone) meet WCAG AA (4.5 : 1) on
+    the bar's navy, in every rule that colours them (#32: the page's grey hint was 2.2 : 1 there)."""
+    bar = next(d["background"] for s, d in rules() if "#room" in s and "background" in d)
+    colours = [
+        d["color"] for s, d in rules() if "color" in d and any(".room-bar" in x and targets(x, "hint") for x in s)
+    ]
+    assert colours, "no colour for .room-bar .hint: it would take the page's grey"
+    for ink in colours:
+        assert contrast(rgb(ink), rgb(bar)) >= 4.5, (ink, bar)

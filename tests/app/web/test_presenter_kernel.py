@@ -4,6 +4,7 @@ every form it draws."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -62,3 +63,44 @@ def test_a_lessons_steps_carry_presenter_mode_from_the_lesson_page(client: Any) 
     page = get(client, "/lessons/five-stages?present=1&lang=en")
     steps = [a["href"] for a in page.select("li.lesson-step a[href]")]
     assert steps and all("present=1" in href for href in steps)
+
+
+# Every page a teacher can project, walked in presenter mode (#32: links to other pages dropped it).
+WALK = [*PAGES, "/heads", "/patch", "/train", "/lessons/mask-toggle"]
+# What may leave presenter mode or is no page: the switch out of it, downloads, the JSON/API twins and files, the API
+# docs, a room's own pages (the teacher's remote) and POST forms (an action: starting a class, stopping a run).
+NOT_KEPT = re.compile(r"^/(?:api/|static/|vendor/|docs|openapi|r(?:/|$))|\.(?:json|npz|svg|csv|png)(?:$|\?)")
+
+
+def kept_out(tag: Any, url: str) -> bool:
+    return (tag.get("data-toggle") == "present" or tag.has_attr("download")
+            or not url.startswith("/") or url.startswith("//") or bool(NOT_KEPT.search(url.split("?")[0])))  # fmt: skip
+
+
+@pytest.mark.parametrize("url", WALK)
+def test_every_internal_link_and_form_of_every_page_keeps_presenter_mode_and_the_language(
+    client: Any, url: str
+) -> None:
+    page = get(client, with_query(url, "present=1&hints=off&lang=zh"))
+    links = [a for a in page.select("a[href]") if not kept_out(a, a["href"])]
+    assert links, url
+    for a in links:
+        q = parse_qs(urlsplit(a["href"]).query)
+        lang = a.get("data-lang", "zh")  # the language switch changes only the language
+        assert q.get("present") == ["1"] and q.get("lang") == [lang] and q.get("hints") == ["off"], (url, a["href"])
+    forms = [f for f in page.select("form") if (f.get("method") or "get").lower() == "get"]
+    for form in forms:
+        assert not kept_out(form, form.get("action") or "/"), (url, form.get("action"))
+        fields = {i.get("name"): i.get("value") for i in form.select("input[name]")}
+        assert fields.get("present") == "1" and fields.get("lang") == "zh", (url, form.get("action"), fields)
+    if urlsplit(url).path != "/lessons":
+        lessons = page.select_one("header.top a[data-present-nav][href^='/lessons']")
+        assert lessons is not None and "present=1" in lessons["href"], "the lessons stay reachable in presenter mode"
+
+
+def test_leaving_presenter_mode_and_the_twins_are_the_only_links_that_drop_it(client: Any) -> None:
+    page = get(client, "/?present=1&lang=zh")
+    dropped = {a["href"].split("?")[0] for a in page.select("a[href]") if "present=1" not in a["href"]}
+    assert dropped <= {"/", "/index.json", "/docs"} | {u for u in dropped if NOT_KEPT.search(u)}, dropped
+    leave = page.select("a[data-toggle=present]")
+    assert len(leave) == 1 and "present" not in parse_qs(urlsplit(leave[0]["href"]).query)
