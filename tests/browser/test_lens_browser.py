@@ -12,6 +12,7 @@ from playwright.sync_api import Page
 
 from app.predict.lens import LENS_WINDOW, LENS_WINDOW_PRESENT
 from engine.pretrained import SmolLM2
+from tests.browser.navigate import goto_when_free
 
 pytestmark = [
     pytest.mark.browser,
@@ -30,7 +31,7 @@ def test_presenter_mode_on_a_projector(page: Page, live_server: str, size: tuple
                                        least: float) -> None:  # fmt: skip
     page.set_default_timeout(SLOW)
     page.set_viewport_size({"width": size[0], "height": size[1]})
-    page.goto(live_server + lens(lang, start="40"))
+    goto_when_free(page, live_server + lens(lang, start="40"))
     assert page.locator("table[data-lens] tbody tr").first.locator("td").count() == LENS_WINDOW
     page.locator("[data-toggle=present]").click()
     page.wait_for_selector("body.present")
@@ -55,7 +56,7 @@ def test_presenter_mode_on_a_projector(page: Page, live_server: str, size: tuple
 def test_a_phone_scrolls_the_table_not_the_page(page: Page, live_server: str, present: str) -> None:
     page.set_default_timeout(SLOW)
     page.set_viewport_size({"width": 390, "height": 844})
-    page.goto(live_server + lens("zh", present=present))
+    goto_when_free(page, live_server + lens("zh", present=present))
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     overview = page.locator("form[data-lens-overview]").bounding_box()
     assert overview is not None and overview["x"] + overview["width"] <= 390

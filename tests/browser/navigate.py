@@ -1,0 +1,20 @@
+"""Opening a page on the suite's shared server as a patient user would: a 429 or 503 (the address's heavy work or the
+server's queue is taken, here often by work an earlier test left behind) is asked again after its Retry-After,
+until the page itself answers."""
+
+from __future__ import annotations
+
+import time
+
+from playwright.sync_api import Page, Response
+
+
+def goto_when_free(page: Page, url: str, timeout_s: float = 120) -> Response | None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = page.goto(url)
+        if response is None or response.status not in (429, 503):
+            return response
+        assert time.monotonic() < deadline, f"{url} still answered {response.status} after {timeout_s} s"
+        retry = response.headers.get("retry-after", "1")
+        page.wait_for_timeout(1000 * min(5.0, float(retry) if retry.isdigit() else 1.0))
