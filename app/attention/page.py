@@ -25,6 +25,7 @@ from ..render import page as view
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES
 from ..render.heatmap import data_uri
+from ..render.page import SideSpec
 from ..schemas import AttentionRequest, FieldError, from_query
 from ..web.page import serve
 from ..web.share import MAX_QR_CHARS, public_base, qr_svg, unreachable
@@ -32,6 +33,15 @@ from ..web.state import DEPENDS, ViewState, head_within, lab_state, url_fields
 from ..web.tensors import colour_mode
 from .params import LabParams
 from .view import (
+    ColourBar,
+    CompareAsk,
+    Compared,
+    ComparedCells,
+    ComparedMaps,
+    Comparison,
+    DifferenceBar,
+    DifferenceMap,
+    HeatSide,
     LabView,
     axis_labels,
     axis_tokens,
@@ -147,7 +157,7 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
     if not shown["small"] and ctx.get("html") and lab.ahead is not None:
         lab.ahead.schedule(trace, state, key)  # the class's next steps, drawn in the background
     if (compare := await compare_view(state, req, spec, lab, head, key)) is not None:
-        shown["compare_diff_src"] = compare.pop("diff_src", None)
+        shown["compare_diff_src"] = compare.diff_src if isinstance(compare, ComparedMaps) else None
         shown["compare"] = compare
     return LabView(
         **shown,
@@ -196,7 +206,7 @@ def share(state: ViewState, student_base: str, lab: Lab) -> dict[str, Any]:
 
 async def compare_view(
     state: ViewState, req: AttentionRequest, spec: Any, lab: Lab, head: int, key: str
-) -> dict[str, Any] | None:
+) -> Comparison | None:
     """Compare: one trace under two settings (mask, scale, document boundaries), or two prompts under the same
     settings (`compare=text`, the second in `compare_text`), side by side with the cells that differ outlined. A
     short text compares cell by cell; a longer one as two heat maps and a map of where they differ."""
@@ -206,7 +216,7 @@ async def compare_view(
     if kind == "text":
         other_text = state.read(LabParams).compare_text
         if not other_text:
-            return {"kind": kind, "sides": [], "changed": 0, "ask": True}  # the page asks for the second prompt
+            return CompareAsk(kind)  # the page asks for the second prompt
         sequence = "text" if req.preset in lab.models else "tokens"
         changes: tuple[dict[str, Any], ...] = ({}, {sequence: other_text, "token_ids": None})
     elif kind == "mask" and spec.mask not in ("none", "causal"):  # none against the mask chosen, not the causal one
@@ -240,7 +250,7 @@ COMPARE_TOL = 1e-5  # |Δ| below this (times the scores' scale) is float roundin
 
 
 def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, key: str,
-                  color: str = "") -> dict[str, Any]:  # fmt: skip
+                  color: str = "") -> ComparedCells | ComparedMaps:  # fmt: skip
     """The two sides and where they differ: a short text cell by cell (the cells outlined), a longer one as two heat
     maps and the map of where they differ (a data: PNG), each with its axes (queries down, keys across, labelled
     sparsely) and its colour bar (ticks from the matrix it shows); the counts, and for two prompts the tokens they
@@ -252,21 +262,33 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
     bound = float(np.abs(finite).max()) if finite.size else 0.0
     tol = COMPARE_TOL * (max(1.0, bound) if name == "masked" else 1.0)
     diff = view.difference(a, b, tol)
-    d, hit = diff.pop("d"), diff.pop("hit")
+    d, hit = diff.d, diff.hit
     ta, tb = (t.spec.token_ids or t.spec.tokens for t in traces)
     shared = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
-    first = diff["first_changed_row"]
-    out = {"kind": kind, "tensor": name, "tol": tol, "tol_text": sig(tol), "shared": shared,
-           "sizes": [t.spec.n_tokens for t in traces],
-           "first_changed_token": None if first is None else traces[1].spec.tokens[first]} | diff  # fmt: skip
+    first = diff.first_changed_row
+    counts = Compared(
+        kind=kind,
+        tensor=name,
+        tol=tol,
+        tol_text=sig(tol),
+        shared=shared,
+        sizes=(traces[0].spec.n_tokens, traces[1].spec.n_tokens),
+        first_changed_token=None if first is None else traces[1].spec.tokens[first],
+        changed=diff.changed,
+        max_abs_diff=diff.max_abs_diff,
+        masked_differently=diff.masked_differently,
+        first_changed_row=first,
+        rows_changed=diff.rows_changed,
+        overlap=diff.overlap,
+    )
     if all(t.spec.n_tokens <= view.SMALL_TOKENS for t in traces):
-        sides = []
+        cells = []
         for t in traces:  # the outline at each side's own size (two prompts may differ in length)
             n_keys = len(t.spec.kv_tokens) or t.spec.n_tokens
             mine = np.zeros((t.spec.n_tokens, n_keys), dtype=bool)
             mine[: hit.shape[0], : hit.shape[1]] = hit
-            sides.append(view.compare_side(t, head, key, mine))
-        return out | {"sides": sides}
+            cells.append(view.compare_side(t, head, key, mine))
+        return ComparedCells(**vars(counts), sides=(cells[0], cells[1]))
     mode = colour_mode({"color": color}) if color else ("log" if name == "weights" else "linear")
     scale = "sequential" if name == "weights" else "diverging"
     stage = "softmax" if name == "weights" else "mask"  # the tensor compared, whatever the stage on screen
@@ -277,24 +299,24 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
         row_marks = col_marks = sorted(i for i in apart if i - 1 not in apart)[:MARKS]
     else:
         row_marks, col_marks = ([] if first is None else [first]), []
-    sides = []
+    maps = []
     for t, q, m in zip(traces, queries, (a, b), strict=True):
         finite = m[np.isfinite(m)]
         keys = list(t.spec.kv_tokens) or list(t.spec.tokens)
-        sides.append({
-            "spec": {"mask": t.spec.mask, "scale": t.spec.scale, "tokens": t.spec.tokens},
-            "n_tokens": t.spec.n_tokens,
-            "heatmap": f"/api/v1/attention/heatmap.png?{q}&"
+        maps.append(HeatSide(
+            spec=SideSpec.of(t),
+            n_tokens=t.spec.n_tokens,
+            heatmap=f"/api/v1/attention/heatmap.png?{q}&"
             + urlencode({"stage": stage, "head": head, "size": 384, "color": mode}),
-            "row_axis": axis_labels(axis_tokens(t.spec.tokens), AXIS_LABELS, row_marks),
-            "col_axis": axis_labels(axis_tokens(keys), AXIS_LABELS, col_marks),
-            "row_marks": row_marks,
-            "col_marks": col_marks,
-            "colorbar": {"scale": scale, "mode": mode, "swatches": SWATCHES[scale],
-                         "ticks": colour_ticks(scale, mode, float(np.abs(finite).max()) if finite.size else 0.0)},
-        })  # fmt: skip
+            row_axis=axis_labels(axis_tokens(t.spec.tokens), AXIS_LABELS, row_marks),
+            col_axis=axis_labels(axis_tokens(keys), AXIS_LABELS, col_marks),
+            row_marks=row_marks,
+            col_marks=col_marks,
+            colorbar=ColourBar(scale, mode, SWATCHES[scale],
+                               colour_ticks(scale, mode, float(np.abs(finite).max()) if finite.size else 0.0)),
+        ))  # fmt: skip
     top = view.difference_top(d, tol)
-    r, c = diff["overlap"]
+    r, c = diff.overlap
 
     def both(sides: list[list[str]], n: int) -> list[str]:
         """One label per position of the overlap: "cat", or "cat/dog" where the two runs differ."""
@@ -303,15 +325,14 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
 
     rows = both([list(t.spec.tokens) for t in traces], r)
     cols = both([list(t.spec.kv_tokens) or list(t.spec.tokens) for t in traces], c)
-    difference_view = {
-        "row_axis": axis_labels(axis_tokens(rows), AXIS_LABELS, row_marks),
-        "col_axis": axis_labels(axis_tokens(cols), AXIS_LABELS, col_marks),
-        "row_marks": row_marks,
-        "col_marks": col_marks,
-        "colorbar": {"scale": "sequential", "mode": "log", "swatches": SWATCHES["sequential"],
-                     "ticks": difference_ticks(top, tol), "max": top or 0.0,
-                     "floor_is_tol": top is not None and view.difference_floor(top, tol) == tol},
-    }  # fmt: skip
+    difference_map = DifferenceMap(
+        row_axis=axis_labels(axis_tokens(rows), AXIS_LABELS, row_marks),
+        col_axis=axis_labels(axis_tokens(cols), AXIS_LABELS, col_marks),
+        row_marks=row_marks,
+        col_marks=col_marks,
+        colorbar=DifferenceBar("sequential", "log", SWATCHES["sequential"], difference_ticks(top, tol),
+                               max=top or 0.0,
+                               floor_is_tol=top is not None and view.difference_floor(top, tol) == tol),
+    )  # fmt: skip
     png = view.difference_png(d, tol, 384)
-    return out | {"sides": sides, "difference": difference_view, "large": True,
-                  "diff_src": data_uri(png)}  # fmt: skip
+    return ComparedMaps(**vars(counts), sides=(maps[0], maps[1]), difference=difference_map, diff_src=data_uri(png))

@@ -22,12 +22,197 @@ from ..render import stages
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, RowStats, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
+from ..render.page import CellSide, SideSpec
 from ..web.state import ViewState
 from ..web.tensors import colour_mode
 from ..web.view import HIDDEN, StageView, View
 from .params import LabParams
 
 TILE = 16
+
+
+@dataclass(frozen=True)
+class ColourBar:
+    """A heat map's colour bar (templates/_heat.html `colorbar`): its scale, colour mode, swatches and ticks."""
+
+    scale: str
+    mode: str
+    swatches: list[str]
+    ticks: list[str]
+
+
+@dataclass(frozen=True)
+class DifferenceBar(ColourBar):
+    """The difference map's colour bar: also the |Δ| its brightest end stands for (`max`) and whether its darkest
+    end is the tolerance (`floor_is_tol`)."""
+
+    max: float
+    floor_is_tol: bool
+
+
+@dataclass(frozen=True)
+class HeatSide:
+    """One side of a longer comparison: its heat map's URL between labelled axes (the positions where the two runs
+    differ marked), and its colour bar."""
+
+    spec: SideSpec
+    n_tokens: int
+    heatmap: str
+    row_axis: list[str]
+    col_axis: list[str]
+    row_marks: list[int]
+    col_marks: list[int]
+    colorbar: ColourBar
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HeatSide:
+        return cls(**data | {"spec": SideSpec.from_json(data["spec"]), "colorbar": ColourBar(**data["colorbar"])})
+
+
+@dataclass(frozen=True)
+class DifferenceMap:
+    """The map of where a longer comparison's two sides differ (the picture is LabView's `compare_diff_src`): its
+    axes over the cells both sides have and its colour bar."""
+
+    row_axis: list[str]
+    col_axis: list[str]
+    row_marks: list[int]
+    col_marks: list[int]
+    colorbar: DifferenceBar
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DifferenceMap:
+        return cls(**data | {"colorbar": DifferenceBar(**data["colorbar"])})
+
+
+@dataclass(frozen=True)
+class CompareAsk:
+    """A comparison of two prompts before the second is given: the page asks for it."""
+
+    kind: str
+    sides: tuple[()] = ()
+    changed: int = 0
+    ask: bool = True
+
+
+@dataclass(frozen=True)
+class Compared:
+    """What two sides of a comparison share (app/attention/page.py `compared_view`): the tensor compared ("masked"
+    or "weights"), the tolerance, the tokens the two prompts share first, each side's size, and where they differ
+    (render/page.py `Difference`'s counts, its first changed row's token)."""
+
+    kind: str
+    tensor: str
+    tol: float
+    tol_text: str
+    shared: int
+    sizes: tuple[int, int]
+    first_changed_token: str | None
+    changed: int
+    max_abs_diff: float
+    masked_differently: int
+    first_changed_row: int | None
+    rows_changed: int
+    overlap: tuple[int, int]
+
+    @staticmethod
+    def common(data: dict[str, Any]) -> dict[str, Any]:
+        """`Compared`'s fields from a comparison's JSON face."""
+        given = {f.name: data[f.name] for f in fields(Compared)}
+        return given | {"sizes": tuple(data["sizes"]), "overlap": tuple(data["overlap"])}
+
+
+@dataclass(frozen=True)
+class ComparedCells(Compared):
+    """A short comparison: each side cell by cell."""
+
+    sides: tuple[CellSide, CellSide]
+
+
+@dataclass(frozen=True)
+class ComparedMaps(Compared):
+    """A longer comparison: each side's heat map and the map of where they differ (a data: PNG, on the page only)."""
+
+    sides: tuple[HeatSide, HeatSide]
+    difference: DifferenceMap
+    large: bool = True
+    diff_src: str = field(default="", metadata=HIDDEN)
+
+
+Comparison = CompareAsk | ComparedCells | ComparedMaps
+
+
+def comparison_from_json(data: dict[str, Any]) -> Comparison:
+    """A comparison again from its JSON face: asking for a second prompt, cell by cell, or as maps."""
+    if data.get("ask"):
+        return CompareAsk(data["kind"])
+    a, b = data["sides"]
+    if data.get("large"):
+        return ComparedMaps(**Compared.common(data), sides=(HeatSide.from_json(a), HeatSide.from_json(b)),
+                            difference=DifferenceMap.from_json(data["difference"]))  # fmt: skip
+    return ComparedCells(**Compared.common(data), sides=(CellSide.from_json(a), CellSide.from_json(b)))
+
+
+@dataclass(frozen=True)
+class LargeView:
+    """The heat map of one head's matrix and a 16 × 16 window of it (`large_context`, templates/_heat.html): every
+    head's thumbnail (head, picture, link), the zoomed map's picture, colour mode and bar, axes and size, the
+    window's exact numbers, its place (`tile_range`: first and last row, first and last column), its moves and,
+    for the weights, its rows' statistics."""
+
+    tensor: str
+    thumbs: list[tuple[int, str, str]]
+    zoom_src: str
+    color: str
+    color_urls: list[tuple[str, str]]
+    ticks: list[str]
+    swatches: list[str]
+    row_axis: list[str]
+    col_axis: list[str]
+    tall: bool
+    width: int
+    height: int
+    tile_url: str
+    window_api: str
+    n_rows: int
+    n_cols: int
+    col_labels: list[str]
+    tile: MatrixView
+    tile_range: tuple[int, int, int, int]
+    moves: dict[str, str | None]
+    tile_stats: list[tuple[str, RowStats]] | None
+    scale_kind: str
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LargeView:
+        tile = MatrixView.from_json(data["tile"])
+        tile.links = False
+        tile.extra = {"row0": str(data["tile_range"][0]), "col0": str(data["tile_range"][2])}
+        stats = data["tile_stats"]
+        return cls(**data | {
+            "thumbs": [tuple(x) for x in data["thumbs"]],
+            "color_urls": [tuple(x) for x in data["color_urls"]],
+            "tile": tile,
+            "tile_range": tuple(data["tile_range"]),
+            "tile_stats": None if stats is None else [(label, RowStats.from_json(s)) for label, s in stats],
+        })  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LongView:
+    """A long text's own part of the lab (templates/_long.html): the whole-trace limit it is past, the layer
+    pickers (the form's other fields, the neighbouring layers' links) and the model view of the same text."""
+
+    max_tokens: int
+    n_layer: int
+    layer_fields: list[tuple[str, str]]
+    prev_layer: str | None
+    next_layer: str | None
+    model_url: str | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LongView:
+        return cls(**data | {"layer_fields": [tuple(x) for x in data["layer_fields"]]})
 
 
 @dataclass(frozen=True)
@@ -53,10 +238,10 @@ class LabView(StageView):
     stats: list[RowStats] | None = None
     arithmetic: Any = None
     selected: tuple[str, int, int, int] | None = None
-    compare: dict[str, Any] | None = None
+    compare: Comparison | None = None
     compare_diff_src: str | None = field(default=None, metadata=HIDDEN)  # the difference map, a data: PNG
-    large: dict[str, Any] | None = None
-    long: dict[str, Any] | None = None
+    large: LargeView | None = None
+    long: LongView | None = None
     lesson: Any = None
     hints: bool = True
     mask_on: bool = False
@@ -88,13 +273,14 @@ class LabView(StageView):
         for k in ("matrices", "weight_matrices"):
             if given.get(k) is not None:
                 given[k] = [MatrixView.from_json(m) for m in given[k]]
-        if given.get("large") and given["large"].get("tile"):
-            given["large"] = given["large"] | {"tile": MatrixView.from_json(given["large"]["tile"])}
-        if given.get("compare") and not given["compare"].get("large"):
-            sides = [side | {"matrix": MatrixView.from_json(side["matrix"])} for side in given["compare"]["sides"]]
-            given["compare"] = given["compare"] | {"sides": sides}
+        if given.get("large") is not None:
+            given["large"] = LargeView.from_json(given["large"])
+        if given.get("long") is not None:
+            given["long"] = LongView.from_json(given["long"])
+        if given.get("compare") is not None:
+            given["compare"] = comparison_from_json(given["compare"])
         if given.get("stats") is not None:
-            given["stats"] = [RowStats(s["entropy"], s["max"], tuple(map(tuple, s["top"]))) for s in given["stats"]]
+            given["stats"] = [RowStats.from_json(s) for s in given["stats"]]
         given["tokens"] = tuple(given.get("tokens", ()))
         return cls(**given)
 
@@ -239,7 +425,7 @@ def heatmap_query(state: ViewState, key: str, head: int, size: int, mode: str) -
     return state.api_query(stage=key, head=head, size=size, color=mode)
 
 
-def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewState, a: Any = None) -> dict[str, Any]:
+def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewState, a: Any = None) -> LargeView:
     """The heat map of one head's matrix of stage `key` and a 16 × 16 window of it (templates/_heat.html). `a` is
     that matrix when the caller computed it (a long context's lazy trace); by default it is read from the trace."""
     spec = trace.spec
@@ -285,33 +471,33 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     # many screens tall, and its few columns labelled sparsely; the readout and the click still find the cell.
     tall = n_rows > 2 * n_cols
     width, height = (160, 640) if tall else (640, round(640 * n_rows / n_cols))
-    return {
-        "tensor": tensor,
-        "thumbs": [
+    return LargeView(
+        tensor=tensor,
+        thumbs=[
             (h, HEATMAP_PATH + "?" + heatmap_query(state, key, h, THUMB, mode), state.url(head=h))
             for h in range(spec.n_heads)
         ],
-        "zoom_src": HEATMAP_PATH + "?" + heatmap_query(state, key, head, size, mode),
-        "color": mode,
-        "color_urls": [(m, state.url(color=m)) for m in COLOR_MODES],
-        "ticks": colour_ticks(scale, mode, bound),
-        "swatches": SWATCHES[scale],
-        "row_axis": axis_labels(tok),
-        "col_axis": axis_labels(col_labels, 8 if tall else 32),
-        "tall": tall,
-        "width": width,
-        "height": height,
-        "tile_url": state.url(tile="ROW,COL"),
-        "window_api": "/api/v1/attention/window?" + state.api_query(stage=key, tensor=tensor, head=head),
-        "n_rows": n_rows,
-        "n_cols": n_cols,
-        "col_labels": col_labels,
-        "tile": tile,
-        "tile_range": (row0, row0 + window.shape[0] - 1, col0, col0 + window.shape[1] - 1),
-        "moves": moves,
-        "tile_stats": stats,
-        "scale_kind": scale,
-    }
+        zoom_src=HEATMAP_PATH + "?" + heatmap_query(state, key, head, size, mode),
+        color=mode,
+        color_urls=[(m, state.url(color=m)) for m in COLOR_MODES],
+        ticks=colour_ticks(scale, mode, bound),
+        swatches=SWATCHES[scale],
+        row_axis=axis_labels(tok),
+        col_axis=axis_labels(col_labels, 8 if tall else 32),
+        tall=tall,
+        width=width,
+        height=height,
+        tile_url=state.url(tile="ROW,COL"),
+        window_api="/api/v1/attention/window?" + state.api_query(stage=key, tensor=tensor, head=head),
+        n_rows=n_rows,
+        n_cols=n_cols,
+        col_labels=col_labels,
+        tile=tile,
+        tile_range=(row0, row0 + window.shape[0] - 1, col0, col0 + window.shape[1] - 1),
+        moves=moves,
+        tile_stats=stats,
+        scale_kind=scale,
+    )
 
 
 def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, model: Model, max_tokens: int,
@@ -322,7 +508,7 @@ def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, m
     spec = lt.spec
     index = STAGES.index(key)
     large = large_context(lt, key, head, state, a)
-    r0, r1, c0, c1 = large["tile_range"]
+    r0, r1, c0, c1 = large.tile_range
     model_url = None
     if getattr(model, "one_pass_view", False):  # the model view reads every layer of a long text in one pass
         seq = {"text": state.get("text")} if state.get("text") else {"token_ids": ",".join(map(str, spec.token_ids))}
@@ -341,15 +527,15 @@ def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, m
         "stage_urls": [(s, state.url(stage=s)) for s in STAGES],
         "head_urls": [(h, state.url(head=h)) for h in range(spec.n_heads)],
         # The page's JSON twin: the window's exact numbers, as the table shows them.
-        "json_url": large["window_api"] + f"&row={r0}&col={c0}&rows={r1 - r0 + 1}&cols={c1 - c0 + 1}",
-        "long": {
-            "max_tokens": max_tokens,
-            "n_layer": n_layer,
-            "layer_fields": [(k, v) for k, v in state.params.items() if k not in ("layer", "tile")],
-            "prev_layer": state.url(layer=spec.layer - 1, tile=None) if spec.layer > 0 else None,
-            "next_layer": state.url(layer=spec.layer + 1, tile=None) if spec.layer + 1 < n_layer else None,
-            "model_url": model_url,
-        },
+        "json_url": large.window_api + f"&row={r0}&col={c0}&rows={r1 - r0 + 1}&cols={c1 - c0 + 1}",
+        "long": LongView(
+            max_tokens=max_tokens,
+            n_layer=n_layer,
+            layer_fields=[(k, v) for k, v in state.params.items() if k not in ("layer", "tile")],
+            prev_layer=state.url(layer=spec.layer - 1, tile=None) if spec.layer > 0 else None,
+            next_layer=state.url(layer=spec.layer + 1, tile=None) if spec.layer + 1 < n_layer else None,
+            model_url=model_url,
+        ),
     }
 
 

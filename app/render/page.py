@@ -21,7 +21,7 @@ from engine.spec import STAGES
 
 from . import heatmap
 from .arrays import to_numpy
-from .cells import MatrixView, dims, full, matrix_view, row_stats
+from .cells import MatrixView, RowStats, dims, full, matrix_view, row_stats
 
 # Traces up to these sizes show every number in cells; larger ones switch to heat maps. A classroom sentence is
 # often 17–24 tokens, so tokens get more room than dimensions: an (N, N) matrix of 24 tokens still fits the page in
@@ -215,7 +215,41 @@ def compared(trace: Trace, head: int, key: str) -> tuple[str, np.ndarray]:
     return "weights", to_numpy(trace.softmax.weights[head])
 
 
-def compare_side(trace: Trace, head: int, key: str, hit: np.ndarray) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SideSpec:
+    """What sets one side of a comparison apart: its mask, its scale and its tokens."""
+
+    mask: str
+    scale: str
+    tokens: tuple[str, ...]
+
+    @classmethod
+    def of(cls, trace: Trace) -> SideSpec:
+        return cls(trace.spec.mask, trace.spec.scale, tuple(trace.spec.tokens))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SideSpec:
+        return cls(data["mask"], data["scale"], tuple(data["tokens"]))
+
+
+@dataclass(frozen=True)
+class CellSide:
+    """One side of a short comparison: its matrix cell by cell (the cells that differ outlined), the weights' row
+    statistics (None for the masked scores) and what sets it apart."""
+
+    matrix: MatrixView
+    stats: list[RowStats] | None
+    spec: SideSpec
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CellSide:
+        stats = data["stats"]
+        return cls(MatrixView.from_json(data["matrix"]),
+                   None if stats is None else [RowStats.from_json(s) for s in stats],
+                   SideSpec.from_json(data["spec"]))  # fmt: skip
+
+
+def compare_side(trace: Trace, head: int, key: str, hit: np.ndarray) -> CellSide:
     """One side of a comparison, cell by cell, for the stage on screen (see `compared`; the weights with each row's
     entropy and largest weight), the cells where `hit` (over the cells both sides have) is true outlined."""
     tok = list(trace.spec.tokens)
@@ -232,11 +266,26 @@ def compare_side(trace: Trace, head: int, key: str, hit: np.ndarray) -> dict[str
     mv.links = False
     for r, c in np.argwhere(hit):
         mv.cells[r][c] = replace(mv.cells[r][c], cls=mv.cells[r][c].cls + " changed")
-    spec = trace.spec
-    return {"matrix": mv, "stats": stats, "spec": {"mask": spec.mask, "scale": spec.scale, "tokens": spec.tokens}}
+    return CellSide(mv, stats, SideSpec.of(trace))
 
 
-def difference(a: np.ndarray, b: np.ndarray, tol: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Difference:
+    """Where two sides' matrices differ, over the cells both have (`overlap`, rows and columns): |a − b| (`d`) and
+    the cells past the tolerance (`hit`), and the counts a comparison states (its JSON face leaves out `d` and
+    `hit`)."""
+
+    d: np.ndarray
+    hit: np.ndarray
+    changed: int
+    max_abs_diff: float
+    masked_differently: int
+    first_changed_row: int | None
+    rows_changed: int
+    overlap: tuple[int, int]
+
+
+def difference(a: np.ndarray, b: np.ndarray, tol: float) -> Difference:
     """Where two sides' matrices differ, over the cells both have: |a − b| (a cell masked on one side only counts
     as the largest difference), the number of cells past `tol`, the largest |Δ| and the first query row that
     changes (under a causal mask, two prompts sharing a prefix agree on every row of it)."""
@@ -250,16 +299,16 @@ def difference(a: np.ndarray, b: np.ndarray, tol: float) -> dict[str, Any]:
     d[fa != fb] = np.inf
     hit = d > tol
     rows = np.flatnonzero(hit.any(axis=1))
-    return {
-        "d": d,
-        "hit": hit,
-        "changed": int(hit.sum()),
-        "max_abs_diff": largest,
-        "masked_differently": int((fa != fb).sum()),
-        "first_changed_row": int(rows[0]) if rows.size else None,
-        "rows_changed": int(rows.size),
-        "overlap": (r, c),
-    }
+    return Difference(
+        d=d,
+        hit=hit,
+        changed=int(hit.sum()),
+        max_abs_diff=largest,
+        masked_differently=int((fa != fb).sum()),
+        first_changed_row=int(rows[0]) if rows.size else None,
+        rows_changed=int(rows.size),
+        overlap=(r, c),
+    )
 
 
 def difference_top(d: np.ndarray, tol: float) -> float | None:

@@ -35,13 +35,13 @@ def test_difference_counts_cells_rows_and_masking() -> None:
     a = np.array([[1.0, -np.inf], [0.5, 0.5]], dtype=np.float32)
     b = np.array([[1.0, -np.inf], [0.25, 0.75], [0.1, 0.9]], dtype=np.float32)  # one more query row
     d = difference(a, b, 1e-6)
-    assert d["overlap"] == (2, 2) and d["changed"] == 2 and d["first_changed_row"] == 1
-    assert d["max_abs_diff"] == pytest.approx(0.25) and d["masked_differently"] == 0
+    assert d.overlap == (2, 2) and d.changed == 2 and d.first_changed_row == 1
+    assert d.max_abs_diff == pytest.approx(0.25) and d.masked_differently == 0
     c = np.array([[1.0, 0.0], [0.5, 0.5]], dtype=np.float32)  # a cell masked on one side only
     d = difference(a, c, 1e-6)
-    assert d["masked_differently"] == 1 and d["changed"] == 1 and d["first_changed_row"] == 0
+    assert d.masked_differently == 1 and d.changed == 1 and d.first_changed_row == 0
     same = difference(a, a.copy(), 1e-6)
-    assert same["changed"] == 0 and same["first_changed_row"] is None
+    assert same.changed == 0 and same.first_changed_row is None
 
 
 def test_the_difference_map_keeps_a_single_changed_cell_when_shrunk() -> None:
