@@ -545,7 +545,19 @@ window.labLargest = function (lo, hi, set, fits) {
     });
   }
   window.labOnLayout(fit);
-  document.addEventListener("room:bar", fit);
+  // The class bar grows when a question opens (or its reveal comes): the table makes room for it (#32).
+  var watched = null;
+  document.addEventListener("room:bar", function () {
+    var room = document.getElementById("room");
+    if (!room || watched === room || !window.ResizeObserver) return fit();
+    watched = room;
+    var queued = false;
+    new ResizeObserver(function () {
+      if (queued) return;
+      queued = true;
+      window.requestAnimationFrame(function () { queued = false; fit(); });
+    }).observe(room);
+  });
   document.addEventListener("toggle", function (e) {  // the form unfolded above the table
     if (e.target.closest && e.target.closest("main.predict-page")) fit();
   }, true);

@@ -179,6 +179,10 @@ class Panel:
     # The step's place on its page (its URL's #fragment, e.g. /demos#scaling): a screen that reached the step without
     # it (stepped by the teacher's remote, joined by the room's link: a room's view has no fragment) scrolls there.
     anchor: str | None = field(default=None, metadata={"json": False})
+    # The page's knocked-out heads differ from the step's own (#32: the teacher knocked out another head): the step's
+    # heads and the page's as the pages write them ("L1 H0", "" for none) and the step's own view, to go back to.
+    knocked: tuple[str, str] | None = field(default=None, metadata={"json": False})
+    own_url: str | None = field(default=None, metadata={"json": False})
 
 
 def panel(slug: str, step: int, lang: str, carry: dict[str, str] | None = None) -> Panel | None:

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote
 
 import orjson
 from fastapi import Request, Response
@@ -36,6 +36,7 @@ from . import lessons
 from .cache import cached_page, is_fragment, page_key, remember_page, single_flight
 from .i18n import LANGS, error_message, negotiate, translator
 from .keep import keep_screen, screen_carry
+from .knockouts import form_ablate, head_name
 from .state import ViewState, show, within
 from .view import View
 
@@ -120,7 +121,30 @@ def lesson_panel(state: ViewState, lang: str) -> lessons.Panel | None:
     k = within(state.spelled.get("lesson_step", "lesson_step"), common.lesson_step or 1, 1, len(lesson.steps))
     carry = {name: state.params[name] for name in ("present", "hints") if state.params.get(name)}
     panel = lessons.panel(lesson.slug, k, lang, carry)
-    return panel if panel is None or common.hints else dataclasses.replace(panel, answer=None)
+    if panel is None:
+        return None
+    knocked = differing_knockouts(lesson.steps[k - 1].url, state)
+    if knocked is not None:
+        panel = dataclasses.replace(panel, knocked=knocked, own_url=lessons.step_url(lesson, k, lang, carry))
+    return panel if common.hints else dataclasses.replace(panel, answer=None)
+
+
+def differing_knockouts(step: str, state: ViewState) -> tuple[str, str] | None:
+    """The step's knocked-out heads and the page's ("L1 H0, L2 H3"; "" for none), when the page is the step's page
+    and they differ: the step's text speaks of its own heads, the page shows others (#32). None when they agree, or
+    when either cannot be read (the page says its own error)."""
+    path, _, query = step.partition("#")[0].partition("?")
+    if path != state.path:
+        return None
+    mine = dict(parse_qsl(query)).get("ablate", "")
+    try:
+        want = {(a, b) for a, b in form_ablate(mine)}
+        have = {(a, b) for a, b in form_ablate(state.get("ablate"))}
+    except FieldError:
+        return None
+    if want == have:
+        return None
+    return ", ".join(head_name(*h) for h in sorted(want)), ", ".join(head_name(*h) for h in sorted(have))
 
 
 async def serve(

@@ -21,6 +21,10 @@ SIZES = [(1280, 720), (1920, 1080)]
 # smaller by design); the block's and the cache's steps take the lab's two columns, so the same rule; the other pages
 # mark what a class reads with .present-numbers (26 px at 1080p).
 STAGE = ".stage-data > .matrices > :last-child table[data-matrix] td"
+KNOCKED_STEP = "/predict?text=我喜欢苹果&lesson=why-causal&lesson_step=7"
+KNOCKED = "table.train[data-train] :is(td .n, tr:is(.loss, .before-loss, .kl) td)"
+# At 1280×720 too, where a page's numbers once fell under 14 px.
+LEAST_720 = {KNOCKED: 14}
 PAGES: list[tuple[str, str | None]] = [
     ("/?stage=1", ".stage-data > .matrices table[data-matrix] td"),
     ("/?stage=2", STAGE),
@@ -29,6 +33,8 @@ PAGES: list[tuple[str, str | None]] = [
     ("/?stage=5&cell=heads.0.0.0", STAGE),
     ("/predict?text=The+cat+sat+on+the+mat+because+it+was+tired+and+wanted+to+sleep.", "table.train[data-train] td .n"),
     ("/predict", "table.train[data-train] td .n"),
+    # why-causal's last step: the knock-out's comparison rows under the lesson (#32: 10–12 px at 1280×720)
+    (f"{KNOCKED_STEP}&ablate=L1+H0", KNOCKED),
     ("/lens?text=The+cat+sat+on+the+mat.", "table.lens[data-lens] tbody td"),
     ("/model?preset=smollm2&stat=previous&text=The+cat+sat+on+the+mat.", "table.model-grid td"),
     ("/block", STAGE),
@@ -63,9 +69,12 @@ MEASURE = """sel => {
     join: one('aside.qr[data-room-join] code, #room .room-bar [data-room-join]').map(px),
     words: one('.stage-text > *, .lesson-panel').map(e => e.getBoundingClientRect().bottom <= bottom + 1),
     asked: one('.lesson-panel .question').map(e => e.getBoundingClientRect().bottom <= bottom + 1),
+    lesson_q: one('.lesson-panel .question').map(px),
     texts: one('.lesson-panel p:not(.lesson-title, .question), .lesson-panel summary, .stage-text > .explain p').map(px),
     tally: one('#room .room-bar :is([data-room-followers], [data-room-total], [data-room-close])').map(px),
     remote: one('#room .room-bar [data-room-remote]').length,
+    menu: one('#room .room-bar [data-room-remote-menu] > summary').filter(e => { const r = e.getBoundingClientRect();
+      return r.left >= 0 && r.right <= innerWidth && r.top >= 0 && r.bottom <= innerHeight; }).map(px),
   };
 }"""
 
@@ -82,6 +91,8 @@ def check(got: dict[str, Any], where: str, height: int, sel: str | None, *, clas
         assert got["n"] > 0 and got["off"] == 0, (where, got)  # the main numbers are all on screen
         if height >= 1080:
             assert got["smallest"] >= 24, (where, got)
+        else:
+            assert got["smallest"] >= LEAST_720.get(sel, 0), (where, got)
     if height >= 1080:
         assert all(px >= 28 for px in got["questions"]), (where, got)
         assert all(px >= 24 for px in got["join"]), (where, got)
@@ -125,9 +136,10 @@ NUMBERS = {"en": 23, "zh": 24}
 
 def words(got: dict[str, Any], where: str) -> None:
     """At 1280×720 with a class's QR code beside them, the lesson's and the stage's words keep 14 px, the question
-    16 px (#32)."""
+    16 px, the lesson's 20 px (#32)."""
     assert got["texts"] and min(got["texts"]) >= 14, (where, got)
     assert got["questions"] and min(got["questions"]) >= 16, (where, got)
+    assert got["lesson_q"] and min(got["lesson_q"]) >= 20, (where, got)
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -152,10 +164,24 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
             assert len(got["questions"]) == 2, got  # the lesson's and the poll's
             assert got["smallest"] >= (24 if height >= 1080 else NUMBERS[lang]), got  # the numbers keep their size
             assert got["remote"] == 0, got  # the remote (the answers as they come in) is not projected
+            assert len(got["menu"]) == 1 and got["menu"][0] >= 14, got  # its compact "Remote" is, on screen (#32)
             assert len(got["tally"]) == 3, got  # following, answers, the reveal: what the room watches
             assert all(px >= (24 if height >= 1080 else 16) for px in got["tally"]), got
             if height < 1080:
                 words(got, f"question asked {lang}")
+        page.click("#room [data-room-remote-menu] > summary")  # the warning first, then the pairing, in a new tab
+        expect(page.locator("#room [data-room-remote-note]")).to_be_visible()
+        expect(page.locator("#room button[data-room-pair]")).to_be_in_viewport()
+        # why-causal's last step after the teacher knocked out another head than the step's (#32): the lesson's
+        # note says so, and the comparison's numbers under it keep 14 px at 1280×720 above the bar
+        page.goto(f"{live_server}{KNOCKED_STEP}&ablate=L1+H5&present=1&lang={lang}")
+        expect(page.locator(".lesson-panel [data-lesson-differs]")).to_be_visible()
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            got = measure(page, KNOCKED)
+            check(got, f"knocked out in a class {lang} {width}", height, KNOCKED, class_on=True)
+            assert got["smallest"] >= (24 if height >= 1080 else 14), got
+        page.set_viewport_size({"width": 1280, "height": 720})
         page.goto(f"{live_server}/model?preset=smollm2&stat=previous&text=The+cat+sat.&present=1&lang={lang}")
         expect(page.locator("#room .room-bar")).to_be_visible()
         for width, height in SIZES:

@@ -406,3 +406,25 @@ def test_heads_and_spans_are_read_and_written() -> None:
     assert err.value.field == "heads" and "L2X3" in err.value.message
     assert spans([0, 1, 2, 5, 7, 8]) == "0–2, 5, 7–8" and spans([4]) == "4" and spans([]) == ""
     assert [small(v) for v in (0.0, 3.2e-7, 0.0123, 17.6, 1234.4)] == ["0", "3e-7", "0.0123", "17.6", "1234"]
+
+
+# -- a lesson step's own knock-out and the page's (#32) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("lang", "said"), [("en", "This step knocks out L1 H0; the page now shows L1 H5"),
+                                            ("zh", "本步骤敲除的是 L1 H0；页面现在显示的是敲除 L1 H5")])  # fmt: skip
+def test_a_lesson_step_says_when_the_page_knocks_out_other_heads(client, lang: str, said: str) -> None:
+    """why-causal's step 7 speaks of L1 H0; the teacher knocked out L1 H5 instead: the panel says so, with a link
+    back to the step's own view; on the step's own view (or the same heads written otherwise) no such note."""
+    step = dict(lesson="why-causal", lesson_step="7", present="1", lang=lang)
+    shown = page(client, "/predict", text="我喜欢苹果", ablate="L1 H5", **step)
+    note = shown.select_one(".lesson-panel [data-lesson-differs]")
+    assert note is not None and said in note.get_text(" ", strip=True)
+    back = dict(parse_qsl(note.select_one("a[data-lesson-own]")["href"].partition("?")[2]))
+    assert back["ablate"] == "L1 H0" and back["lesson_step"] == "7" and back["present"] == "1" and back["lang"] == lang
+    for same in ("L1 H0", "1:0", "[[1, 0]]"):
+        assert (
+            page(client, "/predict", text="我喜欢苹果", ablate=same, **step).select_one("[data-lesson-differs]") is None
+        )
+    none = page(client, "/predict", text="我喜欢苹果", **step).select_one("[data-lesson-differs]")
+    assert none is not None and "L1 H0" in none.text  # the teacher took the knock-out off: said too

@@ -171,6 +171,24 @@ def test_the_projected_bar_has_no_poll_form_and_no_open_histogram() -> None:
     assert bar.select_one("form[data-room-end-form]")["data-confirm"]
 
 
+@pytest.mark.parametrize(("lang", "label", "warns"), [("en", "Remote", "shows the answers"), ("zh", "遥控器", "作答")])
+def test_the_projected_bar_offers_the_remote_after_a_warning(lang: str, label: str, warns: str) -> None:
+    """Presenter mode hides the plain remote link (#32); its compact "Remote" opens on a warning that this screen is
+    projected, then the pairing (a new tab: the teacher's phone gets the remote) or the remote itself."""
+    teacher = make_client()
+    code = start(teacher)
+    bar = BeautifulSoup(teacher.get(f"/r/{code}/bar?lang={lang}").text, "html.parser")
+    menu = bar.select_one("details[data-room-remote-menu]")
+    assert menu is not None and not menu.has_attr("open") and menu.select_one("summary").text == label
+    assert warns in menu.select_one("[data-room-remote-note]").text
+    pair = menu.select_one("form:has(button[data-room-pair])")
+    assert (pair["method"], pair["action"], pair["target"]) == ("post", f"/r/{code}/pair?lang={lang}", "_blank")
+    remote = menu.select_one("a[data-room-remote-open]")
+    assert remote["href"] == f"/r/{code}/teach?lang={lang}" and remote["target"] == "_blank"
+    paired = teacher.post(pair["action"], headers={"Origin": str(teacher.base_url)})
+    assert paired.status_code == 200 and "/pair/" in paired.text  # the form pairs, as the remote's own does
+
+
 def test_the_last_step_of_a_lesson_leads_to_the_next_lesson_in_presenter_mode(lab: TestClient) -> None:
     last = len(lessons.BY_SLUG["mask-toggle"].steps)
     page = soup(lab, f"/?stage=4&mask=causal&lesson=mask-toggle&step={last}&present=1&hints=off&lang=en")
