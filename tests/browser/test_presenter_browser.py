@@ -172,6 +172,10 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
         page.click("#room [data-room-remote-menu] > summary")  # the warning first, then the pairing, in a new tab
         expect(page.locator("#room [data-room-remote-note]")).to_be_visible()
         expect(page.locator("#room button[data-room-pair]")).to_be_in_viewport()
+        with page.expect_popup() as opened:  # the pairing's one-time link, in a tab of its own
+            page.click("#room button[data-room-pair]")
+        expect(opened.value.locator("[data-room-pair] a[data-pair-url]")).to_contain_text("/pair/")
+        opened.value.close()
         # why-causal's last step after the teacher knocked out another head than the step's (#32): the lesson's
         # note says so, and the comparison's numbers under it keep 14 px at 1280×720 above the bar
         page.goto(f"{live_server}{KNOCKED_STEP}&ablate=L1+H5&present=1&lang={lang}")
