@@ -205,6 +205,8 @@ def test_the_lessons_run_from_the_teachers_phone(browser: Browser, live_server: 
         projector_has(c, pos="6", lesson_step="7")
         press(c, "positions", re.compile("rank", re.I))
         projector_has(c, pos="6", rank="1", lesson_step="7")
+        # The ranking is computed below the table: the projector (and the phones) scrolled to it (#32).
+        expect(tp.locator("#ranking ol.ranked-heads")).to_be_in_viewport(timeout=WAIT_MS)
         knock = ph.locator("[data-controls=knock] button")
         expect(knock).not_to_have_count(0, timeout=WAIT_MS)
         second = knock.nth(1).inner_text()
