@@ -14,8 +14,9 @@
   // The teacher's remote (static/teach.js) and the pairing pages are the teacher's own, never a view of the class.
   if (document.querySelector("[data-teach], [data-room-pair]")) return;
   // Until the bar says who this screen is, a lesson step's answer stays shut (a student's waits for the reveal).
-  var shut = document.querySelector(".lesson-panel details.answer");
-  if (shut) shut.hidden = true;
+  // So do the steps' answers of a lesson's own page (/lessons/<slug>).
+  var ANSWERS = ".lesson-panel details.answer, main.lesson[data-lesson] .lesson-step details.answer";
+  Array.prototype.forEach.call(document.querySelectorAll(ANSWERS), function (shut) { shut.hidden = true; });
   var lang = (document.documentElement.lang || "en").slice(0, 2);
   var api = "/api/v1/rooms/" + code;
   var modeKey = "lab_room_mode_" + code;
@@ -59,6 +60,9 @@
     if (here.get("present")) params.set("present", here.get("present"));
     var url = view.page + "?" + params.toString();
     var mine = ++seq;
+    // The place the remote's press is about: the link to this view on the page shown now (the one the remote read
+    // its button from) names it by its #fragment, e.g. "Rank the heads" → #ranking, a head on /heads → #pattern.
+    var place = placeOf(view);
     fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } })
       .then(function (res) {
         // A busy server (429: this address's computation is running; 503: the queue is full) is no page to show:
@@ -88,8 +92,29 @@
         markCells();
         holdAnswers();
         document.dispatchEvent(new CustomEvent("room:followed", { detail: view }));
+        toPlace(place);
       })
       .catch(function () { /* the next event (or "back to the teacher") tries again */ });
+  }
+
+  function placeOf(view) {
+    var links = document.querySelectorAll("a[href*='#']");
+    for (var i = 0; i < links.length; i++) {
+      if (bar.contains(links[i])) continue;
+      var u = new URL(links[i].getAttribute("href"), location.href);
+      if (u.origin !== location.origin || u.hash.length < 2) continue;
+      Object.keys(PERSONAL).forEach(function (k) { u.searchParams.delete(k); });
+      if (sameView({ page: u.pathname, query: u.searchParams.toString() }, view)) return decodeURIComponent(u.hash.slice(1));
+    }
+    return null;
+  }
+  // A followed screen (the projector, a following phone) scrolls there, as the link itself would have: what the
+  // remote changed is in sight, not below the fold. After the page's own layout (presenter sizing) has run.
+  function toPlace(id) {
+    var el = id && document.getElementById(id);
+    if (!el) return;
+    el.scrollIntoView({ block: "start" });
+    requestAnimationFrame(function () { el.scrollIntoView({ block: "start" }); });
   }
 
   function studentId() {
@@ -441,17 +466,27 @@
     var r = released();
     if (step && r.indexOf(step) < 0) { r.push(step); sessionStorage.setItem(releasedKey, JSON.stringify(r)); }
   }
+  // The same hold on a lesson's own page (/lessons/<slug>): each step's answer, by the same rule.
   function holdAnswers() {
     var panel = document.querySelector(".lesson-panel[data-lesson]");
-    var answer = panel && panel.querySelector("details.answer");
+    if (panel) hold(panel, panel.getAttribute("data-lesson"), panel.getAttribute("data-step"));
+    var page = document.querySelector("main.lesson[data-lesson]");
+    if (page) {
+      Array.prototype.forEach.call(page.querySelectorAll(".lesson-step[data-step]"), function (li) {
+        hold(li, page.getAttribute("data-lesson"), li.getAttribute("data-step"));
+      });
+    }
+  }
+  function hold(box, lesson, step) {
+    var answer = box.querySelector("details.answer");
     if (!answer) return;
-    var lesson = panel.getAttribute("data-lesson"), k = Number(panel.getAttribute("data-step"));
+    var k = Number(step);
     var now = new URLSearchParams((latest && latest.query) || "");
     var past = now.get("lesson") === lesson && Number(now.get("lesson_step")) > k; // the class is further on
     var held = role === "student" && !over && !past && released().indexOf(lesson + ":" + k) < 0;
     if (held) answer.open = false;
     answer.hidden = held;
-    var note = panel.querySelector("[data-answer-held]");
+    var note = box.querySelector("[data-answer-held]");
     if (!note && held) {
       note = document.createElement("p");
       note.className = "hint";

@@ -140,7 +140,10 @@
     targets["cell-close"] = close ? asView(close.getAttribute("href")) : null;
     if (!cellTables.length) return;
     var open = cellTables.findIndex(function (t) { return !!t.querySelector("td.selected"); });
-    cellChosen = open >= 0 ? open : cellTables.length - 1;
+    // The projection stage shows its input X first and three results of it (Q, K, V): X, as the page does; every
+    // other stage, its result (the last matrix).
+    var input = cellTables.findIndex(function (t) { return t.getAttribute("data-matrix") === "x"; });
+    cellChosen = open >= 0 ? open : input >= 0 ? input : cellTables.length - 1;
     var names = $("[data-cell-matrices]");
     names.querySelectorAll("button").forEach(function (b) { b.remove(); });
     names.hidden = false; // which matrix the grid is, and with several (Q, K, V) a choice
@@ -323,7 +326,14 @@
       $("[data-total]").textContent = String(r.total);
     }).catch(function () {});
   }
+  // While a poll is open, "Ask the class" says so instead of asking again (which would close it and start over).
+  function askable(open) {
+    var b = $("[data-ask]");
+    b.disabled = open;
+    b.textContent = b.getAttribute(open ? "data-label-open" : "data-label");
+  }
   function showPoll(p) {
+    if (p.status !== "cleared" || (poll && poll.id === p.id)) askable(p.status === "open");
     if (p.status === "cleared") {
       // Off every screen of the class; the remote keeps the results (and their CSV) until the next poll.
       if (poll && poll.id === p.id) { $("[data-clear]").hidden = true; $("[data-results]").setAttribute("data-cleared", ""); }

@@ -165,7 +165,7 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     head = within("head", chosen[1], 0, n_heads - 1)
 
     def cell(li: int, h: int, v: float | None) -> Cell:
-        return Cell(li, h, v, colour(v), state.url(head=f"{li}.{h}") + "#probe")
+        return Cell(li, h, v, colour(v), state.url(head=f"{li}.{h}") + "#pattern")  # the chosen head's own pattern
 
     grid = tuple(tuple(cell(li, h, v) for h, v in enumerate(row)) for li, row in enumerate(scores))
     top = tuple(cell(x.layer, x.head, x.score) for x in doc.top[role])

@@ -148,8 +148,22 @@ async def put_state(code: str, body: ViewIn, request: Request, rooms: RoomsDep) 
     if (page, query) == (room.page, room.query):
         return json_response({"version": room.version})  # nothing changed: no event
     await check_view(request.app, page, query)
+    await close_left_behind(rooms, room, page)
     version = await rooms.store.publish(room.code, "state", {"page": page, "query": query}, (page, query))
     return json_response({"version": version})
+
+
+async def close_left_behind(rooms: Rooms, room: Room, page: str) -> None:
+    """A cell poll ("which cell of Q is largest?") asks about a matrix of the page it was asked on: when the class
+    moves to another page, nobody can tap that cell any more. It closes (its answers stay for the results, the CSV
+    and the class summary) and leaves every screen, as `clear` does, before the class sees the new page."""
+    if room.poll is None:
+        return
+    poll = await rooms.store.poll(room.code, room.poll)
+    if poll is None or poll.kind != "cell" or poll.page is None or poll.page == page:
+        return
+    await rooms.store.close_poll(room.code, poll.id)
+    await rooms.store.publish(room.code, "poll", {"id": poll.id, "status": "cleared"})
 
 
 @router.delete("/{code}", status_code=204, responses=TEACHER)
@@ -198,7 +212,7 @@ async def open_poll(code: str, body: PollIn, request: Request, rooms: RoomsDep) 
     """Open a poll on the current view (any open one closes): students see it at once and answer once."""
     room = await rooms.teacher(request, code)
     poll = Poll(secrets.token_hex(4), body.prompt, body.kind, tuple(body.options), body.rows, body.cols, body.answer,
-                opened_at=time.time(), audience=await rooms.store.followers(room.code))  # fmt: skip
+                opened_at=time.time(), audience=await rooms.store.followers(room.code), page=room.page)  # fmt: skip
     version = await rooms.store.open_poll(room.code, poll)
     return json_response({"id": poll.id, "version": version}, 201)
 
@@ -232,7 +246,7 @@ async def open_lesson_poll(code: str, body: LessonPollIn, request: Request, room
                  for lang in ("en", "zh")}  # fmt: skip
     poll = Poll(secrets.token_hex(4), poll_in.prompt, poll_in.kind, tuple(poll_in.options), poll_in.rows,
                 poll_in.cols, poll_in.answer, languages=languages, opened_at=time.time(),
-                audience=await rooms.store.followers(room.code))  # fmt: skip
+                audience=await rooms.store.followers(room.code), page=room.page)  # fmt: skip
     version = await rooms.store.open_poll(room.code, poll)
     return json_response({"id": poll.id, "version": version}, 201)
 

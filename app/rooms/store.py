@@ -99,6 +99,9 @@ class Poll:
     opened_at: float = 0.0
     closed_at: float | None = None
     audience: int | None = None
+    # The page (path) the poll was asked on: a cell poll is about that page's matrix, so it closes (its answers
+    # kept) and leaves the screens when the class moves to another page (app/rooms/api.py, put_state).
+    page: str | None = None
 
     def public(self, counts: dict[str, int] | None = None) -> dict[str, Any]:
         """What students see: the answer and the counts only once the poll is closed (no timing: that is the

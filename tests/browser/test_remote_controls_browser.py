@@ -67,6 +67,7 @@ def test_the_phone_chooses_cells_heads_and_runs_a_lesson_first(browser: Browser,
         ph.locator("[data-controls=stages] button", has_text="Projection").click()
         reaches(live_server, code, "stage", "projection")
         expect(ph.locator("[data-cell-matrices] button")).to_have_count(4, timeout=WAIT_MS)  # X, Q, K, V
+        expect(ph.locator("[data-cell-matrices] button[aria-pressed=true]")).to_have_text("X")  # as the page: X first
         ph.click("[data-cell-matrices] button[data-cell-matrix=k]")
         ph.click("[data-cell-grid] table[data-cell-table=k] button[data-row='4'][data-col='3']")
         reaches(live_server, code, "cell", "k.0.4.3")
@@ -100,6 +101,9 @@ def test_the_phone_chooses_cells_heads_and_runs_a_lesson_first(browser: Browser,
         heads.nth(2).click()
         reaches(live_server, code, "head", f"{layer}.{head}")
         on(tp, head=f"{layer}.{head}")
+        # The projector scrolled to the chosen head's pattern (below the grids), as the head's own link would (#32).
+        expect(tp.locator("#pattern")).to_be_in_viewport(timeout=WAIT_MS)
+        expect(tp.locator("#pattern")).to_contain_text(f"{layer}")
         expect(ph.locator("[data-controls=switches] button", has_text="previous token")).to_have_count(1)  # roles
         fits_the_phone(ph)
 
@@ -127,10 +131,15 @@ def test_the_phone_chooses_cells_heads_and_runs_a_lesson_first(browser: Browser,
         expect(panel.locator("[data-answer-held]")).to_have_text(re.compile("revealed"))
         expect(tp.locator(".lesson-panel details.answer")).to_be_visible()  # the projector's (the teacher's) is there
         expect(ph.locator("[data-prepared]")).to_be_visible(timeout=WAIT_MS)
+        expect(panel.locator(".lesson-nav")).to_be_hidden()  # the steps are the teacher's: no dead buttons (#32)
+        expect(ph.locator("[data-ask]")).to_have_text("Ask the class")
         ph.click("[data-ask]")
         expect(se.locator("[data-room-prompt]")).to_be_visible(timeout=WAIT_MS)
         expect(panel.locator("details.answer")).to_be_hidden()
+        expect(ph.locator("[data-ask]")).to_be_disabled(timeout=WAIT_MS)  # asked: not "Ask the class" again
+        expect(ph.locator("[data-ask]")).to_contain_text("answering")
         ph.click("[data-reveal]")
+        expect(ph.locator("[data-ask]")).to_be_enabled(timeout=WAIT_MS)
         expect(se.locator("[data-room-key]")).to_be_visible(timeout=WAIT_MS)
         expect(panel.locator("details.answer")).to_be_visible(timeout=WAIT_MS)
         expect(panel.locator("[data-answer-held]")).to_be_hidden()

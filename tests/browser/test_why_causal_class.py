@@ -129,6 +129,13 @@ def projector_has(c: Class, **params: str) -> None:
     assert view(c.tp)[1].get("present") == ["1"]
 
 
+# An element wholly inside the viewport, above the class bar at its foot.
+SIGHT = """sel => { const r = document.querySelector(sel).getBoundingClientRect();
+  const bar = document.querySelector('#room').getBoundingClientRect();
+  return r.top >= 0 && r.bottom <= Math.min(innerHeight, bar.top); }"""
+WHERE = "sel => [document.querySelector(sel).getBoundingClientRect().top, scrollY, innerHeight]"
+
+
 def test_the_lessons_run_from_the_teachers_phone(browser: Browser, live_server: str) -> None:
     laptop = browser.new_context(viewport={"width": 1280, "height": 720})
     mine = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)  # the teacher's own phone
@@ -205,6 +212,11 @@ def test_the_lessons_run_from_the_teachers_phone(browser: Browser, live_server: 
         projector_has(c, pos="6", lesson_step="7")
         press(c, "positions", re.compile("rank", re.I))
         projector_has(c, pos="6", rank="1", lesson_step="7")
+        # The ranking is computed below the table: the projector scrolled to it (#32), its top head in sight above
+        # the class bar (not merely some pixel of it behind the bar).
+        expect(tp.locator("#ranking ol.ranked-heads li").first).to_be_visible(timeout=WAIT_MS)
+        until(lambda: tp.evaluate(SIGHT, "#ranking ol.ranked-heads li"),
+              lambda: f"the ranking is out of sight on the projector: {tp.evaluate(WHERE, '#ranking')}")  # fmt: skip
         knock = ph.locator("[data-controls=knock] button")
         expect(knock).not_to_have_count(0, timeout=WAIT_MS)
         second = knock.nth(1).inner_text()

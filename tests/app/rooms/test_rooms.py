@@ -267,6 +267,45 @@ def test_a_cell_poll_takes_cells_inside_the_matrix(lab: str) -> None:
     assert results["counts"] == {"2,0": 1, "2,1": 1} and results["total"] == 2
 
 
+def test_a_cell_poll_closes_and_leaves_the_screens_when_the_class_leaves_its_page(lab: str) -> None:
+    """A cell poll is about a matrix of the page it was asked on (#32): another stage of that page keeps it open;
+    another page (/sinks has no such matrix) closes it (its answers kept, in the summary too) and clears it off every
+    screen before the new view arrives. A choice poll is about no page's cells and stays open."""
+    code, auth = create(lab, "stage=softmax")
+    polls = f"{lab}/api/v1/rooms/{code}/polls"
+    pid = httpx.post(polls, json={"prompt": "Largest?", "kind": "cell", "rows": 5, "cols": 5, "answer": "2,0"},
+                     headers=auth).json()["id"]  # fmt: skip
+    assert httpx.post(f"{polls}/{pid}/answers", json={"student": "s1", "answer": [2, 0]}).status_code == 200
+    assert put(lab, code, auth, "stage=weighted_sum").status_code == 200  # the same page: still open
+    assert httpx.get(f"{lab}/api/v1/rooms/{code}").json()["poll"] == pid
+
+    async def main() -> list[tuple[str, dict[str, object]]]:
+        async with httpx.AsyncClient(timeout=30) as client, stream(client, lab, code) as watcher:
+            assert (await watcher.next()).event == "state"
+            assert (await watcher.next()).data["status"] == "open"
+            moved = await client.put(f"{lab}/api/v1/rooms/{code}/state", json={"page": "/sinks", "query": ""},
+                                     headers=auth)  # fmt: skip
+            assert moved.status_code == 200, moved.text
+            return [((e := await watcher.next()).event, e.data) for _ in range(3)]
+
+    (k1, closed), (k2, cleared), (k3, state) = run(main())
+    assert (k1, closed["status"], closed["counts"]) == ("poll", "closed", {"2,0": 1})
+    assert (k2, cleared) == ("poll", {"id": pid, "status": "cleared"})
+    assert k3 == "state" and state["page"] == "/sinks"
+    assert httpx.get(f"{lab}/api/v1/rooms/{code}").json()["poll"] is None
+    late = httpx.post(f"{polls}/{pid}/answers", json={"student": "s2", "answer": [1, 1]})
+    assert late.status_code == 409  # nobody answers a cell that is not on the screen
+    assert httpx.get(f"{polls}/{pid}").json()["counts"] == {"2,0": 1}  # the results stay
+    summary = httpx.get(f"{lab}/api/v1/rooms/{code}/summary", headers=auth).json()
+    assert [p["total"] for p in summary["polls"]] == [1]
+
+    # A choice poll asked on /sinks stays open on /heads.
+    cid = httpx.post(polls, json={"prompt": "Which?", "kind": "choice", "options": ["a", "b"]},
+                     headers=auth).json()["id"]  # fmt: skip
+    assert put(lab, code, auth, "", page="/heads").status_code == 200
+    assert httpx.get(f"{lab}/api/v1/rooms/{code}").json()["poll"] == cid
+
+
 def test_ending_the_class_tells_every_stream(lab: str) -> None:
     code, auth = create(lab)
 
