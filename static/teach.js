@@ -337,6 +337,14 @@
     if (p.status === "cleared") {
       // Off every screen of the class; the remote keeps the results (and their CSV) until the next poll.
       if (poll && poll.id === p.id) { $("[data-clear]").hidden = true; $("[data-results]").setAttribute("data-cleared", ""); }
+      // Closed by the server because the class left the poll's page: gone from the remote too (its answers stay
+      // in the class summary), as from the projector and the phones.
+      if (poll && poll.id === p.id && p.reason === "page") {
+        $("[data-results]").hidden = true;
+        if (watching) clearInterval(watching);
+        watching = null;
+        poll = null;
+      }
       return;
     }
     poll = p;

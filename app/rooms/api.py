@@ -156,14 +156,15 @@ async def put_state(code: str, body: ViewIn, request: Request, rooms: RoomsDep) 
 async def close_left_behind(rooms: Rooms, room: Room, page: str) -> None:
     """A cell poll ("which cell of Q is largest?") asks about a matrix of the page it was asked on: when the class
     moves to another page, nobody can tap that cell any more. It closes (its answers stay for the results, the CSV
-    and the class summary) and leaves every screen, as `clear` does, before the class sees the new page."""
+    and the class summary) and leaves every screen, the remote's included, before the class sees the new page."""
     if room.poll is None:
         return
     poll = await rooms.store.poll(room.code, room.poll)
     if poll is None or poll.kind != "cell" or poll.page is None or poll.page == page:
         return
     await rooms.store.close_poll(room.code, poll.id)
-    await rooms.store.publish(room.code, "poll", {"id": poll.id, "status": "cleared"})
+    # "reason": the remote drops its card too (a poll the teacher cleared stays there, with its results).
+    await rooms.store.publish(room.code, "poll", {"id": poll.id, "status": "cleared", "reason": "page"})
 
 
 @router.delete("/{code}", status_code=204, responses=TEACHER)

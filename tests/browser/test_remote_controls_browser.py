@@ -92,8 +92,19 @@ def test_the_phone_chooses_cells_heads_and_runs_a_lesson_first(browser: Browser,
         assert room_query(live_server, code)["cell"] == ["weights.0.7.3"]
         fits_the_phone(ph)
 
+        # ---- A0: a cell poll asked on the softmax stage leaves every screen, the phone's remote too, when the class
+        # moves to /heads (the server closes it: no card "Answers: 0" left behind on the phone, #32) ---------------
+        ph.click(".teach-custom summary")
+        ph.fill("[data-poll-form] input[name=prompt]", "Which cell is largest?")
+        ph.select_option("[data-poll-form] select[name=kind]", "cell")
+        ph.click("[data-poll-form] button[type=submit]")
+        expect(se.locator("[data-room-prompt]")).to_have_text("Which cell is largest?", timeout=WAIT_MS)
+        expect(ph.locator("[data-results]")).to_be_visible(timeout=WAIT_MS)
+        expect(ph.locator("[data-results-prompt]")).to_have_text("Which cell is largest?")
         # ---- A: /heads' ranked heads on the phone ----------------------------------------------------------------
         tp.goto(f"{live_server}/heads?lang=en")
+        expect(se.locator("[data-room-prompt]")).to_be_hidden(timeout=WAIT_MS)
+        expect(ph.locator("[data-results]")).to_be_hidden(timeout=WAIT_MS)
         heads = ph.locator("[data-controls=heads] button")
         expect(heads).to_have_count(10, timeout=WAIT_MS)
         expect(heads.first).to_have_attribute("aria-pressed", "true")  # the top head is the one shown

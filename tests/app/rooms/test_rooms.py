@@ -290,7 +290,7 @@ def test_a_cell_poll_closes_and_leaves_the_screens_when_the_class_leaves_its_pag
 
     (k1, closed), (k2, cleared), (k3, state) = run(main())
     assert (k1, closed["status"], closed["counts"]) == ("poll", "closed", {"2,0": 1})
-    assert (k2, cleared) == ("poll", {"id": pid, "status": "cleared"})
+    assert (k2, cleared) == ("poll", {"id": pid, "status": "cleared", "reason": "page"})
     assert k3 == "state" and state["page"] == "/sinks"
     assert httpx.get(f"{lab}/api/v1/rooms/{code}").json()["poll"] is None
     late = httpx.post(f"{polls}/{pid}/answers", json={"student": "s2", "answer": [1, 1]})
