@@ -386,13 +386,19 @@
     document.addEventListener("htmx:afterSettle", addAsk);
     var endForm = q("[data-room-end-form]");
     if (endForm) endForm.addEventListener("submit", function (e) {
-      if (!window.confirm(endForm.getAttribute("data-confirm"))) { e.preventDefault(); return; }
-      // The projector stays in presenter mode once the class ends.
+      e.preventDefault();
+      if (!window.confirm(endForm.getAttribute("data-confirm"))) return;
       if (new URLSearchParams(window.location.search).get("present") === "1" && !endForm.querySelector("[name=present]")) {
-        var keep = document.createElement("input");
+        var keep = document.createElement("input");  // the plain form's redirect keeps presenter mode too
         keep.type = "hidden"; keep.name = "present"; keep.value = "1";
         endForm.appendChild(keep);
       }
+      // The projector stays on its page (in presenter mode if it was) and says the class has ended, as it does when
+      // the phone ends it: no reload that would drop the bar and its line. Without fetch's answer, the plain form.
+      fetch(endForm.action, { method: "POST", credentials: "same-origin", redirect: "manual",
+                              body: new URLSearchParams(new FormData(endForm)) })
+        .then(function (res) { if (res.type === "opaqueredirect" || res.ok) ended(); else endForm.submit(); })
+        .catch(function () { endForm.submit(); });
     });
     q("[data-room-close]").addEventListener("click", function () {
       if (!poll) return;

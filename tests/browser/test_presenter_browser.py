@@ -8,6 +8,7 @@ on the resize), one more for the class."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -73,10 +74,26 @@ MEASURE = """sel => {
     texts: one('.lesson-panel p:not(.lesson-title, .question), .lesson-panel summary, .stage-text > .explain p').map(px),
     tally: one('#room .room-bar :is([data-room-followers], [data-room-total], [data-room-close])').map(px),
     remote: one('#room .room-bar [data-room-remote]').length,
+    controls: one('#room .room-bar [data-room-end], .lesson-panel :is(.lesson-title a, .lesson-nav a, [data-room-ask])')
+      .map(e => [e.textContent.trim(), px(e)]),
+    ended: one('#room [data-room-ended]').map(e => { const s = getComputedStyle(e);
+      return [px(e), s.color, getComputedStyle(document.getElementById('room')).backgroundColor]; }),
     menu: one('#room .room-bar [data-room-remote-menu] > summary').filter(e => { const r = e.getBoundingClientRect();
       return r.left >= 0 && r.right <= innerWidth && r.top >= 0 && r.bottom <= innerHeight; }).map(px),
   };
 }"""
+
+
+def contrast(fg: str, bg: str) -> float:
+    """WCAG's contrast ratio of two computed `rgb(r, g, b)` colours."""
+
+    def luminance(css: str) -> float:
+        channels = [int(v) / 255 for v in re.findall(r"\d+", css)[:3]]
+        r, g, b = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    hi, lo = sorted((luminance(fg), luminance(bg)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
 
 
 def measure(page: Page, sel: str | None) -> dict[str, Any]:
@@ -155,6 +172,12 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
         page.click("[data-room-start] button")
         expect(page.locator("aside.qr[data-room-join] .room-code")).to_be_visible()
         words(measure(page, STAGE), f"class started {lang}")
+        for width, height in SIZES:  # the projector's own controls: 20 px at 1080p (#32: 11.9 and 14.45 px)
+            page.set_viewport_size({"width": width, "height": height})
+            controls = measure(page, STAGE)["controls"]
+            assert len(controls) >= 4, controls  # the step's link, Next step, Ask the class, End the class
+            assert all(px >= (20 if height >= 1080 else 13) for _, px in controls), (width, controls)
+        page.set_viewport_size({"width": 1280, "height": 720})
         page.click("[data-room-ask]")
         expect(page.locator("#room [data-room-prompt]")).to_be_visible()
         for width, height in SIZES:
@@ -192,6 +215,17 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
             page.set_viewport_size({"width": width, "height": height})
             check(measure(page, "table.model-grid td"), f"model in a class {lang} {width}", height,
                   "table.model-grid td", class_on=True)  # fmt: skip
+        # The class ends from the projector's own bar: it stays on its page in presenter mode and says so, in a line
+        # read from the back (as when the phone ends it, #32: the bar used to vanish with the reload).
+        page.once("dialog", lambda d: d.accept())
+        page.click("#room [data-room-end]")
+        expect(page.locator("#room [data-room-ended]")).to_be_visible()
+        expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            (size, color, background), *_ = measure(page, None)["ended"]
+            assert size >= (20 if height >= 1080 else 16), (width, size)
+            assert contrast(color, background) >= 7, (color, background)
     finally:
         ctx.close()
 
@@ -249,6 +283,12 @@ def test_a_class_reads_an_open_cells_arithmetic_from_the_back(browser: Browser, 
         present(page, f"{live_server}/?stage=5&cell=heads.0.0.0&lesson=row-one&lesson_step=1&lang={lang}")
         page.click("[data-room-start] button")
         expect(page.locator("aside.qr[data-room-join] .room-code")).to_be_visible()
+        for width, height in SIZES:  # the projector's own controls: 20 px at 1080p (#32: 11.9 and 14.45 px)
+            page.set_viewport_size({"width": width, "height": height})
+            controls = measure(page, STAGE)["controls"]
+            assert len(controls) >= 4, controls  # the step's link, Next step, Ask the class, End the class
+            assert all(px >= (20 if height >= 1080 else 13) for _, px in controls), (width, controls)
+        page.set_viewport_size({"width": 1280, "height": 720})
         page.click("[data-room-ask]")
         expect(page.locator("#room [data-room-prompt]")).to_be_visible()
         for width, height in SIZES:

@@ -79,6 +79,7 @@ def test_a_student_follows_the_teacher_answers_a_poll_and_explores(browser: Brow
         tp.once("dialog", lambda d: d.accept())
         tp.click("[data-room-end]")
         expect(sp.locator("[data-room-ended]")).to_be_visible(timeout=10_000)
+        expect(tp.locator("[data-room-ended]")).to_be_visible(timeout=10_000)  # the teacher's page says so too (#32)
         assert httpx.get(f"{live_server}/api/v1/rooms/{code}").status_code == 404
     finally:
         teacher.close()
@@ -131,7 +132,10 @@ def test_a_revealed_poll_leaves_every_screen_at_the_next_step_or_when_cleared(br
         assert httpx.get(f"{polls}/{pid}").json()["counts"] == {"猫": 1}  # the answers stay
         tp.once("dialog", lambda d: d.accept())
         tp.click("[data-room-end]")
-        tp.wait_for_url(lambda u: "present=1" in u, timeout=10_000)  # the projector stays in presenter mode
+        # The projector stays on its page, in presenter mode, and says the class has ended (#32), as when the phone
+        # ends it.
+        expect(tp.locator("#room [data-room-ended]")).to_be_visible(timeout=10_000)
+        assert "present=1" in tp.url
         expect(tp.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     finally:
         teacher.close()
