@@ -453,6 +453,14 @@
     // One message, nothing to press: every control of the bar goes, and so does a poll nobody can answer now.
     Array.prototype.forEach.call(bar.querySelector(".room-bar").children, function (el) { el.hidden = true; });
     q("[data-room-ended]").hidden = false;
+    // The ended class's code and QR leave the projector: nobody can join it now.
+    Array.prototype.forEach.call(document.querySelectorAll("aside.qr[data-room-join]"), function (el) { el.hidden = true; });
+    var restart = q("[data-room-restart]");  // the teacher's screen: the next class starts from this view
+    if (restart) {
+      restart.querySelector("[name=page]").value = window.location.pathname;
+      restart.querySelector("[name=query]").value = window.location.search.replace(/^\?/, "");
+      restart.hidden = false;
+    }
     poll = null;
     markCells();
     document.body.removeAttribute("data-poll-open");

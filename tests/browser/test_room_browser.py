@@ -137,6 +137,16 @@ def test_a_revealed_poll_leaves_every_screen_at_the_next_step_or_when_cleared(br
         expect(tp.locator("#room [data-room-ended]")).to_be_visible(timeout=10_000)
         assert "present=1" in tp.url
         expect(tp.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
+        # The next class starts from the same view, still in presenter mode, with a new code; the student's bar
+        # offers nothing of the kind.
+        expect(sp.locator("#room [data-room-ended]")).to_be_visible(timeout=10_000)
+        assert sp.locator("[data-room-restart]").count() == 0
+        expect(tp.locator("aside.qr[data-room-join]")).to_be_hidden()  # the ended class's code leaves the wall
+        tp.click("#room [data-room-restart] button")
+        expect(tp.locator("#room [data-room-role=teacher]")).to_be_visible(timeout=10_000)
+        again = tp.locator("[data-room-code-text]").inner_text().strip()
+        assert again != code and "present=1" in tp.url and "stage=mask" in tp.url
+        assert httpx.get(f"{live_server}/api/v1/rooms/{again}").json()["page"] == "/"
     finally:
         teacher.close()
         student.close()
