@@ -173,12 +173,18 @@ def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
             follows(sp, "weighted_sum")
             fits_the_phone(sp)
 
-        # The end, confirmed on the remote: every bar says so in one line, with nothing left to press.
+        # The end, confirmed on the remote: every bar says so in one line; nothing is left to press but, on the
+        # teacher's own screen, the button that starts the next class.
         remote.once("dialog", lambda d: d.accept())
         remote.click("[data-end] button")
         for page in (tp, se, sz):
             expect(page.locator("[data-room-ended]")).to_be_visible(timeout=15_000)
-            assert page.locator("#room button:visible, #room a:visible, #room input:visible").count() == 0
+            pressable = page.locator("#room button:visible, #room a:visible, #room input:visible")
+            if page is tp:
+                expect(pressable).to_have_count(1)
+                expect(pressable.first).to_have_text("Start a new class")
+            else:
+                assert pressable.count() == 0
             assert page.locator("td.pollable").count() == 0
         assert httpx.get(f"{live_server}/api/v1/rooms/{code}").status_code == 404
         # ... and the remote is no dead end: the class summary (#32 item 8), the teacher's alone, kept after the end.
