@@ -359,7 +359,25 @@ window.labOnLayout = function (fn) {
   window.addEventListener("resize", fn);
   document.addEventListener("htmx:afterSettle", fn);
   document.addEventListener("room:followed", fn);
+  document.addEventListener("room:resized", fn);
 };
+
+// The class bar along the bottom arrives, and grows when a question opens or its reveal comes: one observer of it
+// tells every fitter above (labOnLayout's "room:resized"), at most once a frame, so the numbers make room for it.
+(function () {
+  var watched = null, queued = false;
+  function resized() { document.dispatchEvent(new CustomEvent("room:resized")); }
+  document.addEventListener("room:bar", function () {
+    var room = document.getElementById("room");
+    if (!room || watched === room || !window.ResizeObserver) return resized();
+    watched = room;
+    new ResizeObserver(function () {
+      if (queued) return;
+      queued = true;
+      window.requestAnimationFrame(function () { queued = false; resized(); });
+    }).observe(room);
+  });
+})();
 
 // The largest whole size in lo…hi at which `fits()` holds once `set(size)` is applied (lo when none does), left
 // applied: the one search behind every "as large as the projector allows" below.
@@ -446,19 +464,6 @@ window.labLargest = function (lo, hi, set, fits) {
     if (window.labSettleFormulas) window.labSettleFormulas();  // the arithmetic's new size: its lines fit again
   }
   window.labOnLayout(fit);
-  // The class bar along the bottom grows when a question opens: the numbers make room for it.
-  var watched = null;
-  document.addEventListener("room:bar", function () {
-    var room = document.getElementById("room");
-    if (!room || watched === room || !window.ResizeObserver) return fit();
-    watched = room;
-    var queued = false;
-    new ResizeObserver(function () {
-      if (queued) return;
-      queued = true;
-      window.requestAnimationFrame(function () { queued = false; fit(); });
-    }).observe(room);
-  });
 })();
 
 // A formula wider than its box is scaled down to fit rather than clipped; on the projector so is a line of the open
@@ -520,7 +525,6 @@ window.labLargest = function (lo, hi, set, fits) {
     box.setAttribute("data-fit", String(px));
   }
   window.labOnLayout(fit);
-  document.addEventListener("room:bar", fit);  // a class bar along the bottom: the grids end above it
   document.addEventListener("toggle", function (e) {  // the form or the tokens unfolded above the grids
     if (e.target.closest && e.target.closest("main.model-view")) fit();
   }, true);
@@ -545,19 +549,6 @@ window.labLargest = function (lo, hi, set, fits) {
     });
   }
   window.labOnLayout(fit);
-  // The class bar grows when a question opens (or its reveal comes): the table makes room for it (#32).
-  var watched = null;
-  document.addEventListener("room:bar", function () {
-    var room = document.getElementById("room");
-    if (!room || watched === room || !window.ResizeObserver) return fit();
-    watched = room;
-    var queued = false;
-    new ResizeObserver(function () {
-      if (queued) return;
-      queued = true;
-      window.requestAnimationFrame(function () { queued = false; fit(); });
-    }).observe(room);
-  });
   document.addEventListener("toggle", function (e) {  // the form unfolded above the table
     if (e.target.closest && e.target.closest("main.predict-page")) fit();
   }, true);
