@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -25,7 +25,7 @@ from ..render.heatmap import COLOR_MODES
 from ..render.page import CellSide, SideSpec
 from ..web.state import ViewState
 from ..web.tensors import colour_mode
-from ..web.view import HIDDEN, StageView, View
+from ..web.view import HIDDEN, StageView, View, from_jsonable
 from .params import LabParams
 
 TILE = 16
@@ -64,10 +64,6 @@ class HeatSide:
     col_marks: list[int]
     colorbar: ColourBar
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HeatSide:
-        return cls(**data | {"spec": SideSpec.from_json(data["spec"]), "colorbar": ColourBar(**data["colorbar"])})
-
 
 @dataclass(frozen=True)
 class DifferenceMap:
@@ -79,10 +75,6 @@ class DifferenceMap:
     row_marks: list[int]
     col_marks: list[int]
     colorbar: DifferenceBar
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DifferenceMap:
-        return cls(**data | {"colorbar": DifferenceBar(**data["colorbar"])})
 
 
 @dataclass(frozen=True)
@@ -115,12 +107,6 @@ class Compared:
     rows_changed: int
     overlap: tuple[int, int]
 
-    @staticmethod
-    def common(data: dict[str, Any]) -> dict[str, Any]:
-        """`Compared`'s fields from a comparison's JSON face."""
-        given = {f.name: data[f.name] for f in fields(Compared)}
-        return given | {"sizes": tuple(data["sizes"]), "overlap": tuple(data["overlap"])}
-
 
 @dataclass(frozen=True)
 class ComparedCells(Compared):
@@ -140,17 +126,6 @@ class ComparedMaps(Compared):
 
 
 Comparison = CompareAsk | ComparedCells | ComparedMaps
-
-
-def comparison_from_json(data: dict[str, Any]) -> Comparison:
-    """A comparison again from its JSON face: asking for a second prompt, cell by cell, or as maps."""
-    if data.get("ask"):
-        return CompareAsk(data["kind"])
-    a, b = data["sides"]
-    if data.get("large"):
-        return ComparedMaps(**Compared.common(data), sides=(HeatSide.from_json(a), HeatSide.from_json(b)),
-                            difference=DifferenceMap.from_json(data["difference"]))  # fmt: skip
-    return ComparedCells(**Compared.common(data), sides=(CellSide.from_json(a), CellSide.from_json(b)))
 
 
 @dataclass(frozen=True)
@@ -183,19 +158,10 @@ class LargeView:
     tile_stats: list[tuple[str, RowStats]] | None
     scale_kind: str
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LargeView:
-        tile = MatrixView.from_json(data["tile"])
-        tile.links = False
-        tile.extra = {"row0": str(data["tile_range"][0]), "col0": str(data["tile_range"][2])}
-        stats = data["tile_stats"]
-        return cls(**data | {
-            "thumbs": [tuple(x) for x in data["thumbs"]],
-            "color_urls": [tuple(x) for x in data["color_urls"]],
-            "tile": tile,
-            "tile_range": tuple(data["tile_range"]),
-            "tile_stats": None if stats is None else [(label, RowStats.from_json(s)) for label, s in stats],
-        })  # fmt: skip
+    def __post_init__(self) -> None:
+        """The window's cells are read by the inspector, not opened, and know their place in the matrix."""
+        self.tile.links = False
+        self.tile.extra = {"row0": str(self.tile_range[0]), "col0": str(self.tile_range[2])}
 
 
 @dataclass(frozen=True)
@@ -209,10 +175,6 @@ class LongView:
     prev_layer: str | None
     next_layer: str | None
     model_url: str | None
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LongView:
-        return cls(**data | {"layer_fields": [tuple(x) for x in data["layer_fields"]]})
 
 
 @dataclass(frozen=True)
@@ -233,8 +195,8 @@ class LabView(StageView):
     unknown_tokens: int = 0
     ids_text: str | None = None  # a view given token ids (a head opened from /model): the text they spell
     random_weights: bool = False
-    matrices: list[Any] | None = None
-    weight_matrices: list[Any] | None = None
+    matrices: list[MatrixView] | None = None
+    weight_matrices: list[MatrixView] | None = None
     stats: list[RowStats] | None = None
     arithmetic: Any = None
     selected: tuple[str, int, int, int] | None = None
@@ -268,21 +230,8 @@ class LabView(StageView):
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LabView:
         """The View again from the page's JSON face (`attention_lab.Client`), its matrices drawable as on the page."""
-        names = {f.name for f in fields(cls)}
-        given = {k: v for k, v in data.items() if k in names}
-        for k in ("matrices", "weight_matrices"):
-            if given.get(k) is not None:
-                given[k] = [MatrixView.from_json(m) for m in given[k]]
-        if given.get("large") is not None:
-            given["large"] = LargeView.from_json(given["large"])
-        if given.get("long") is not None:
-            given["long"] = LongView.from_json(given["long"])
-        if given.get("compare") is not None:
-            given["compare"] = comparison_from_json(given["compare"])
-        if given.get("stats") is not None:
-            given["stats"] = [RowStats.from_json(s) for s in given["stats"]]
-        given["tokens"] = tuple(given.get("tokens", ()))
-        return cls(**given)
+        view: LabView = from_jsonable(cls, data)
+        return view
 
 
 def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:
@@ -454,8 +403,6 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
         scale,
         head,
     )
-    tile.links = False
-    tile.extra = {"row0": str(row0), "col0": str(col0)}
     moves = {
         "up": state.url(tile=f"{max(0, row0 - TILE)},{col0}") if row0 > 0 else None,
         "down": state.url(tile=f"{row0 + TILE},{col0}") if row0 + TILE < n_rows else None,

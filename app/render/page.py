@@ -227,10 +227,6 @@ class SideSpec:
     def of(cls, trace: Trace) -> SideSpec:
         return cls(trace.spec.mask, trace.spec.scale, tuple(trace.spec.tokens))
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SideSpec:
-        return cls(data["mask"], data["scale"], tuple(data["tokens"]))
-
 
 @dataclass(frozen=True)
 class CellSide:
@@ -240,13 +236,6 @@ class CellSide:
     matrix: MatrixView
     stats: list[RowStats] | None
     spec: SideSpec
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CellSide:
-        stats = data["stats"]
-        return cls(MatrixView.from_json(data["matrix"]),
-                   None if stats is None else [RowStats.from_json(s) for s in stats],
-                   SideSpec.from_json(data["spec"]))  # fmt: skip
 
 
 def compare_side(trace: Trace, head: int, key: str, hit: np.ndarray) -> CellSide:
