@@ -25,7 +25,7 @@ from ..render.heatmap import COLOR_MODES
 from ..render.page import CellSide, SideSpec
 from ..web.state import ViewState
 from ..web.tensors import colour_mode
-from ..web.view import HIDDEN, StageView, View, from_jsonable
+from ..web.view import HIDDEN, StageView, from_jsonable
 from .params import LabParams
 
 TILE = 16
@@ -484,106 +484,3 @@ def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, m
             model_url=model_url,
         ),
     }
-
-
-@dataclass(frozen=True)
-class TileStep:
-    """One key block against a query block (engine/flash.py's Step): its key positions [start, end), whether it was
-    skipped (every entry masked), and the running m, l, rescale and accumulator after it."""
-
-    k_block: int
-    cols: tuple[int, int]
-    skipped: bool
-    m: np.ndarray
-    l: np.ndarray  # noqa: E741
-    rescale: np.ndarray
-    acc: np.ndarray
-
-
-@dataclass(frozen=True)
-class TileBlock:
-    """One query block: its query positions [start, end), a step per key block, and its output acc / l."""
-
-    q_block: int
-    rows: tuple[int, int]
-    steps: tuple[TileStep, ...]
-    output: np.ndarray
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """/api/v1/attention/tiles's answer, and what /tiles walks through: FlashAttention's schedule for one head
-    (engine/flash.py), its output, how far that is from the staged heads, and the memory either path holds. The
-    API writes it with orjson (a dataclass is an object, its float32 arrays written as float32)."""
-
-    spec: dict[str, object]
-    tokens: tuple[str, ...]
-    head: int
-    block_q: int
-    block_k: int
-    blocks: tuple[TileBlock, ...]
-    output: np.ndarray
-    max_abs_diff_vs_staged: float
-    memory_bytes: dict[str, int]
-
-
-@dataclass(frozen=True)
-class TilesView(View):
-    """One step of FlashAttention's schedule, as /tiles shows it: query block `qb` (`block`: its rows and, after its
-    last key block, its output) against key block `kb` (`step`: its columns, whether it was skipped, and the running
-    m, rescale, l and accumulator after it), the memory either path needs, and the check against the staged heads.
-    The page swaps no htmx blocks: an htmx request gets the whole page."""
-
-    template = "tiles.html"
-    blocks = ()
-    kind = "tiles"
-
-    summary: dict[str, Any] | None = None
-    tokens: list[str] | None = None  # the queries
-    keys: list[str] | None = None
-    head: int = 0
-    block_q: int = 0
-    block_k: int = 0
-    qb: int = 0
-    kb: int = 0
-    n_steps: int = 0  # key blocks of this query block
-    block: dict[str, Any] | None = None  # the query block's q_block, rows and output
-    step: TileStep | None = None
-    title: str = ""
-    memory_bytes: dict[str, int] | None = None  # staged and tiled, for one head
-    memory: str = ""  # the memory notice in words
-    skipped: str | None = None  # the notice of a key block that was skipped
-    max_abs_diff_vs_staged: float = 0.0
-    # Links.
-    json_url: str | None = None
-    qb_urls: list[tuple[int, str]] | None = None
-    kb_urls: list[tuple[int, str, bool]] | None = None  # (key block, its URL, skipped)
-    prev_url: str | None = None
-    next_url: str | None = None
-
-
-@dataclass(frozen=True)
-class SinksView(View):
-    """Attention sinks in one layer of a trained model, as /sinks shows it: each head's share of weight on key 0
-    (`shares`), one head's weights as heat maps on a log and a linear scale (and cell by cell for a short text:
-    `matrices`, before and after the sink is dropped), and how far each token's output moves without the sink
-    (`changes`). The page swaps no htmx blocks: an htmx request gets the whole page."""
-
-    template = "sinks.html"
-    blocks = ()
-    kind = "sinks"
-
-    summary: dict[str, Any] | None = None
-    tokens: list[str] | None = None
-    layer: int = 0
-    n_layer: int = 0
-    head: int = 0
-    hint: str = ""  # the layer and the text's length in words
-    shares: list[tuple[int, float, str]] | None = None  # (head, share of weight on key 0, the head's URL)
-    changes: list[tuple[str, float, float]] | None = None  # (token, ‖O′ − O‖, ‖O′ − O‖ / ‖O‖)
-    top_change: float = 1.0  # the largest relative change: the meters' full length
-    heatmaps: dict[str, str] | None = None  # colour scale ("log", "linear") → the head's heat map URL
-    axis: list[str] | None = None  # the maps' row and column labels (queries down, keys across)
-    ticks: dict[str, list[str] | None] | None = None  # colour scale → its colour bar's ticks
-    matrices: list[MatrixView] | None = None
-    json_url: str | None = None
