@@ -3,6 +3,7 @@ exact numbers, CSV, .npy or SVG."""
 
 from __future__ import annotations
 
+import functools
 import io
 from dataclasses import asdict
 from typing import Annotated, Any
@@ -99,17 +100,10 @@ def presets(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     }
 
 
-async def answer_json(request: Request, req: AttentionRequest, lab: Lab) -> Response:
-    return await answer(request, req, lab, "json")
-
-
-async def answer_npz(request: Request, req: AttentionRequest, lab: Lab) -> Response:
-    return await answer(request, req, lab, "npz")
-
-
-twins(router, "/attention", AttentionRequest, answer_json, "attention", response_model=AttentionResponse,
-      responses=ERRORS, description=NULL_NOTE)  # fmt: skip
-twins(router, "/attention.npz", AttentionRequest, answer_npz, "attention_npz", response_class=Response, responses=NPZ,
+twins(router, "/attention", AttentionRequest, functools.partial(answer, fmt="json"), "attention",
+      response_model=AttentionResponse, responses=ERRORS, description=NULL_NOTE)  # fmt: skip
+twins(router, "/attention.npz", AttentionRequest, functools.partial(answer, fmt="npz"), "attention_npz",
+      response_class=Response, responses=NPZ,
       description="Every selected stage as a NumPy archive, no size limit beyond the trace's own.")  # fmt: skip
 
 

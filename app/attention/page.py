@@ -50,6 +50,7 @@ from .view import (
     long_context,
     sig,
     stage_fields,
+    step_links,
 )
 
 router = APIRouter(include_in_schema=False)
@@ -83,8 +84,7 @@ async def long_view(
     a = await run_in_threadpool(lambda: to_numpy(lt.matrix(MAIN_TENSOR[key], head)))
     model = lab.models[spec.preset]
     shown = long_context(lt, key, head, state, a, model, lab.limits.max_tokens, ctx["lang"], ctx["t"])
-    return LabView(summary=spec.summary(), tokens=spec.tokens, lesson=ctx["lesson_panel"], **shown,
-                   **switches(state, spec))  # fmt: skip
+    return LabView(**shown, lesson=ctx["lesson_panel"], **switches(state, spec))
 
 
 def switches(state: ViewState, spec: Spec) -> dict[str, Any]:
@@ -99,10 +99,6 @@ def switches(state: ViewState, spec: Spec) -> dict[str, Any]:
         "present_url": state.url(present=None if state.present else "1"),
         "hints_url": state.url(hints=None if not state.hints else "off"),
     }
-
-
-def stage_url(state: Any, to: str, here: str) -> str:
-    return state.url(stage=to) if to == here else state.url(stage=to, cell=None)
 
 
 @router.get("/embed", response_class=HTMLResponse)
@@ -151,7 +147,6 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         raise
     key, head = p.stage, head_within(p.head, spec.n_heads)
     trace, _ = await lab.trace(spec)
-    index = STAGES.index(key)
     present = state.present
     shown = stage_fields(trace, key, head, state, t)
     if not shown["small"] and ctx.get("html") and lab.ahead is not None:
@@ -170,12 +165,9 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         real_model_url=state.url(preset="smollm2", text=" ".join(spec.tokens), tokens=None, d_model=None, n_heads=None)
         if "smollm2" in lab.models
         else None,
-        # An open cell belongs to its stage's matrices: another stage's link closes it (keeping it would put
-        # arithmetic about numbers no longer on screen under a matrix it is not from).
-        prev_url=stage_url(state, STAGES[index - 1], key) if index > 0 else None,
-        next_url=stage_url(state, STAGES[index + 1], key) if index + 1 < len(STAGES) else None,
-        stage_urls=[(s, stage_url(state, s, key)) for s in STAGES],
-        head_urls=[(h, state.url(head=h, cell=None)) for h in range(spec.n_heads)],
+        # An open cell belongs to its stage's matrices: another stage's or head's link closes it (keeping it would
+        # put arithmetic about numbers no longer on screen under a matrix it is not from).
+        **step_links(state, key, spec.n_heads, cell=None),
         compare_urls={
             k: state.url(compare=k, cell=None)
             for k in ("mask", "scale", *(("leak",) if spec.mask == "document" else ()), "text")

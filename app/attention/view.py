@@ -273,19 +273,37 @@ def stage_fields(trace: Trace, key: str, head: int, state: ViewState, t: Any) ->
     return (
         shown
         | stages.present(trace, key, t)
+        | on_screen(spec, key, head)
         | {
-            "spec": spec,
-            "summary": spec.summary(),
-            "tokens": spec.tokens,
-            "key": key,
-            "index": STAGES.index(key) + 1,
-            "head": head,
             "small": small,
             "checks": trace.check_values(),
             "unknown_tokens": sum(tok == "[UNK]" for tok in spec.tokens),
             "random_weights": spec.preset in PRESETS,
         }
     )
+
+
+def on_screen(spec: Spec, key: str, head: int) -> dict[str, Any]:
+    """Which stage of which text a LabView shows: the spec (the JSON face has its summary), the tokens, the stage
+    and its number, the head."""
+    return {"spec": spec, "summary": spec.summary(), "tokens": spec.tokens, "key": key,
+            "index": STAGES.index(key) + 1, "head": head}  # fmt: skip
+
+
+def step_links(state: ViewState, key: str, n_heads: int, **close: None) -> dict[str, Any]:
+    """The step bar's links: the stage before and after `key`, every stage and every head. A link to another stage
+    or to a head also drops the parameters named in `close` (the lab's open cell)."""
+
+    def to(stage: str) -> str:
+        return state.url(stage=stage) if stage == key else state.url(stage=stage, **close)
+
+    index = STAGES.index(key)
+    return {
+        "prev_url": to(STAGES[index - 1]) if index > 0 else None,
+        "next_url": to(STAGES[index + 1]) if index + 1 < len(STAGES) else None,
+        "stage_urls": [(s, to(s)) for s in STAGES],
+        "head_urls": [(h, state.url(head=h, **close)) for h in range(n_heads)],
+    }
 
 
 def axis_labels(labels: list[str], most: int = 32, marks: Iterable[int] = ()) -> list[str]:
@@ -453,7 +471,6 @@ def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, m
     view of one head of stage `key` from the lazy trace, whose matrix `a` the caller computed, with the stage, head
     and layer pickers and the model view of the same text."""
     spec = lt.spec
-    index = STAGES.index(key)
     large = large_context(lt, key, head, state, a)
     r0, r1, c0, c1 = large.tile_range
     model_url = None
@@ -461,26 +478,22 @@ def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, m
         seq = {"text": state.get("text")} if state.get("text") else {"token_ids": ",".join(map(str, spec.token_ids))}
         model_url = "/model?" + urlencode({"preset": spec.preset, **seq, "lang": lang})
     n_layer = model.info.n_layer
-    return {
-        "spec": spec,
-        "key": key,
-        "index": index + 1,
-        "head": head,
-        "large": large,
-        "formula": stages.REGISTRY[key].formula(lt),
-        "explain": str(t(stages.REGISTRY[key].explain(lt))),
-        "prev_url": state.url(stage=STAGES[index - 1]) if index > 0 else None,
-        "next_url": state.url(stage=STAGES[index + 1]) if index + 1 < len(STAGES) else None,
-        "stage_urls": [(s, state.url(stage=s)) for s in STAGES],
-        "head_urls": [(h, state.url(head=h)) for h in range(spec.n_heads)],
-        # The page's JSON twin: the window's exact numbers, as the table shows them.
-        "json_url": large.window_api + f"&row={r0}&col={c0}&rows={r1 - r0 + 1}&cols={c1 - c0 + 1}",
-        "long": LongView(
-            max_tokens=max_tokens,
-            n_layer=n_layer,
-            layer_fields=[(k, v) for k, v in state.params.items() if k not in ("layer", "tile")],
-            prev_layer=state.url(layer=spec.layer - 1, tile=None) if spec.layer > 0 else None,
-            next_layer=state.url(layer=spec.layer + 1, tile=None) if spec.layer + 1 < n_layer else None,
-            model_url=model_url,
-        ),
-    }
+    return (
+        on_screen(spec, key, head)
+        | step_links(state, key, spec.n_heads)
+        | {
+            "large": large,
+            "formula": stages.REGISTRY[key].formula(lt),
+            "explain": str(t(stages.REGISTRY[key].explain(lt))),
+            # The page's JSON twin: the window's exact numbers, as the table shows them.
+            "json_url": large.window_api + f"&row={r0}&col={c0}&rows={r1 - r0 + 1}&cols={c1 - c0 + 1}",
+            "long": LongView(
+                max_tokens=max_tokens,
+                n_layer=n_layer,
+                layer_fields=[(k, v) for k, v in state.params.items() if k not in ("layer", "tile")],
+                prev_layer=state.url(layer=spec.layer - 1, tile=None) if spec.layer > 0 else None,
+                next_layer=state.url(layer=spec.layer + 1, tile=None) if spec.layer + 1 < n_layer else None,
+                model_url=model_url,
+            ),
+        }
+    )

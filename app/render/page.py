@@ -112,6 +112,13 @@ def _sum_terms(a: np.ndarray, b: np.ndarray) -> str:
     return " + ".join(rf"({tex(float(x), 3)}) \cdot ({tex(float(y), 3)})" for x, y in zip(a, b, strict=True))
 
 
+def _affine(x_name: str, r: int, mat: str, col: int, x: np.ndarray, w: Any, bias: Any, out: float) -> list[Line]:
+    """Row `r` of x times column `col` of W_mat (plus its bias, if any), term by term, and the result `out`."""
+    b, bv = ("", "") if bias is None else (rf" + b_{{{mat}}}[{col}]", rf" + ({tex(float(bias[col]), 3)})")
+    total = rf"\sum_{{t}} {x_name}_{{{r},t}}\, W_{{{mat}}}[t, {col}]{b} = {_sum_terms(x, to_numpy(w[:, col]))}{bv}"
+    return [Line.of(total), Line.of(rf"= {tex(out)}")]
+
+
 def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Arithmetic | None:
     """The computation behind one cell, term by term, for the tensors where it is instructive."""
     spec = trace.spec
@@ -119,13 +126,12 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
     n, dk = spec.n_tokens, spec.d_k
     n_keys = len(spec.kv_tokens) or n
     key_tok = spec.kv_tokens or tok
-    if not (0 <= r < max(n, n_keys) and 0 <= head < spec.n_heads):
-        return None
-    if name not in ("k", "v") and r >= n:  # only K and V have a row per key; every other tensor a row per query
+    # Each tensor's columns (the output's: d_model); only K and V have a row per key, every other a row per query.
+    cols = dict.fromkeys(("raw", "scaled", "masked", "weights"), n_keys) | dict.fromkeys(("heads", "q", "k", "v"), dk)
+    rows = n_keys if name in ("k", "v") else n
+    if not (0 <= r < rows and 0 <= c < cols.get(name, spec.d_model) and 0 <= head < spec.n_heads):
         return None
     if name in ("raw", "scaled", "masked"):
-        if not 0 <= c < n_keys:
-            return None
         q = to_numpy(trace.projection.query[head, r])
         k = to_numpy(trace.projection.key[kv_head(spec, head), c])
         raw = float(to_numpy(trace.scores.raw[head])[r, c])
@@ -144,8 +150,6 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
                 lines.append(Line(text=str(t("cell.masked_entry"))))
         return Arithmetic(str(t("cell.score", q=tok[r], k=key_tok[c])), lines, result)
     if name == "weights":
-        if not 0 <= c < n_keys:
-            return None
         s = to_numpy(trace.mask.masked[head, r])
         w = float(to_numpy(trace.softmax.weights[head])[r, c])
         finite = np.isfinite(s)
@@ -165,44 +169,25 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
             lines.append(Line.of(rf"a_{{{r},{c}}} = \exp({tex(float(s[c]) - m, 4)}) / {denom:.4f} = {tex(w)}"))
         return Arithmetic(str(t("cell.weight", q=tok[r], k=key_tok[c])), lines, full(w))
     if name == "heads":
-        if not 0 <= c < dk:
-            return None
         a = to_numpy(trace.softmax.weights[head, r])
         v = to_numpy(trace.projection.v[kv_head(spec, head), :, c])
         out = float(to_numpy(trace.weighted_sum.heads[head])[r, c])
         lines = [Line.of(rf"\sum_{{j}} a_{{{r},j}}\, v_{{j,{c}}} = {_sum_terms(a, v)}"), Line.of(rf"= {tex(out)}")]
         return Arithmetic(str(t("cell.output", q=tok[r], c=c)), lines, full(out))
     if name in ("q", "k", "v"):
-        if not 0 <= c < dk:
-            return None
         p = trace.projection
-        rows = p.source if name != "q" and p.source is not None else p.x
-        if not 0 <= r < rows.shape[0]:
-            return None
-        x = to_numpy(rows[r])
-        col = (head if name == "q" else kv_head(spec, head)) * dk + c
+        x = to_numpy((p.source if name != "q" and p.source is not None else p.x)[r])
         head = head if name == "q" else kv_head(spec, head)
-        w_col = to_numpy(getattr(trace.weights, f"w_{name}")[:, col])
-        out = float(to_numpy(getattr(trace.projection, name)[head])[r, c])
-        bias = getattr(trace.weights, f"b_{name}")
-        mat = name.upper()
-        b = "" if bias is None else rf" + b_{{{mat}}}[{col}]"
-        bv = "" if bias is None else rf" + ({tex(float(bias[col]), 3)})"
-        lines = [Line.of(rf"\sum_{{t}} x_{{{r},t}}\, W_{{{mat}}}[t, {col}]{b} = {_sum_terms(x, w_col)}{bv}"),
-                 Line.of(rf"= {tex(out)}")]  # fmt: skip
+        col = head * dk + c
+        out = float(to_numpy(getattr(p, name)[head])[r, c])
+        w, bias = getattr(trace.weights, f"w_{name}"), getattr(trace.weights, f"b_{name}")
         label = tok[r] if name == "q" else key_tok[r]
-        return Arithmetic(str(t("cell.projection", q=label, m=mat, c=col)), lines, full(out))
+        lines = _affine("x", r, name.upper(), col, x, w, bias, out)
+        return Arithmetic(str(t("cell.projection", q=label, m=name.upper(), c=col)), lines, full(out))
     if name == "output":
-        if not 0 <= c < spec.d_model:
-            return None
         x = to_numpy(trace.weighted_sum.concat[r])
-        w_col = to_numpy(trace.weights.w_o[:, c])
         out = float(to_numpy(trace.weighted_sum.output)[r, c])
-        bias = trace.weights.b_o
-        b = "" if bias is None else rf" + b_{{O}}[{c}]"
-        bv = "" if bias is None else rf" + ({tex(float(bias[c]), 3)})"
-        lines = [Line.of(rf"\sum_{{t}} \mathrm{{concat}}_{{{r},t}}\, W_{{O}}[t, {c}]{b} = {_sum_terms(x, w_col)}{bv}"),
-                 Line.of(rf"= {tex(out)}")]  # fmt: skip
+        lines = _affine(r"\mathrm{concat}", r, "O", c, x, trace.weights.w_o, trace.weights.b_o, out)
         return Arithmetic(str(t("cell.final", q=tok[r], c=c)), lines, full(out))
     return None
 
