@@ -253,11 +253,14 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
     finite = np.concatenate([a[np.isfinite(a)].ravel(), b[np.isfinite(b)].ravel()])
     bound = float(np.abs(finite).max()) if finite.size else 0.0
     tol = COMPARE_TOL * (max(1.0, bound) if name == "masked" else 1.0)
-    diff = view.difference(a, b, tol)
-    d, hit = diff.d, diff.hit
+    # Where the two sides differ, over the cells both have: the cells past the tolerance and their query rows (under
+    # a causal mask, two prompts sharing a prefix agree on every row of it).
+    d = view.difference(a, b)
+    hit = d > tol
+    rows_hit = np.flatnonzero(hit.any(axis=1))
+    first = int(rows_hit[0]) if rows_hit.size else None
     ta, tb = (t.spec.token_ids or t.spec.tokens for t in traces)
     shared = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
-    first = diff.first_changed_row
     counts = Compared(
         kind=kind,
         tensor=name,
@@ -266,12 +269,12 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
         shared=shared,
         sizes=(traces[0].spec.n_tokens, traces[1].spec.n_tokens),
         first_changed_token=None if first is None else traces[1].spec.tokens[first],
-        changed=diff.changed,
-        max_abs_diff=diff.max_abs_diff,
-        masked_differently=diff.masked_differently,
+        changed=int(hit.sum()),
+        max_abs_diff=float(d[np.isfinite(d)].max(initial=0.0)),
+        masked_differently=int(np.isinf(d).sum()),
         first_changed_row=first,
-        rows_changed=diff.rows_changed,
-        overlap=diff.overlap,
+        rows_changed=int(rows_hit.size),
+        overlap=(d.shape[0], d.shape[1]),
     )
     if all(t.spec.n_tokens <= view.SMALL_TOKENS for t in traces):
         cells = []
@@ -308,7 +311,7 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
                                colour_ticks(scale, mode, float(np.abs(finite).max()) if finite.size else 0.0)),
         ))  # fmt: skip
     top = view.difference_top(d, tol)
-    r, c = diff.overlap
+    r, c = d.shape
 
     def both(sides: list[list[str]], n: int) -> list[str]:
         """One label per position of the overlap: "cat", or "cat/dog" where the two runs differ."""

@@ -91,7 +91,9 @@ class CompareAsk:
 class Compared:
     """What two sides of a comparison share (app/attention/page.py `compared_view`): the tensor compared ("masked"
     or "weights"), the tolerance, the tokens the two prompts share first, each side's size, and where they differ
-    (render/page.py `Difference`'s counts, its first changed row's token)."""
+    over the cells both have (`overlap`, rows and columns; render/page.py `difference`): the cells past the tolerance
+    (a cell masked on one side only among them), the largest |Δ| of the rest, the first query row that changes and
+    its token, and how many rows change."""
 
     kind: str
     tensor: str

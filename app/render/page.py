@@ -243,46 +243,17 @@ def compare_side(trace: Trace, head: int, key: str, hit: np.ndarray) -> CellSide
     return CellSide(mv, stats, SideSpec.of(trace))
 
 
-@dataclass(frozen=True)
-class Difference:
-    """Where two sides' matrices differ, over the cells both have (`overlap`, rows and columns): |a − b| (`d`) and
-    the cells past the tolerance (`hit`), and the counts a comparison states (its JSON face leaves out `d` and
-    `hit`)."""
-
-    d: np.ndarray
-    hit: np.ndarray
-    changed: int
-    max_abs_diff: float
-    masked_differently: int
-    first_changed_row: int | None
-    rows_changed: int
-    overlap: tuple[int, int]
-
-
-def difference(a: np.ndarray, b: np.ndarray, tol: float) -> Difference:
-    """Where two sides' matrices differ, over the cells both have: |a − b| (a cell masked on one side only counts
-    as the largest difference), the number of cells past `tol`, the largest |Δ| and the first query row that
-    changes (under a causal mask, two prompts sharing a prefix agree on every row of it)."""
+def difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a − b| over the cells both sides' matrices have (their first rows and columns): a cell masked on one side
+    only is +∞, the largest difference there is; a cell masked on both sides is 0."""
     r, c = min(a.shape[0], b.shape[0]), min(a.shape[1], b.shape[1])
     a, b = a[:r, :c], b[:r, :c]
     fa, fb = np.isfinite(a), np.isfinite(b)
     d = np.zeros((r, c), dtype=np.float64)
     both = fa & fb
     d[both] = np.abs(a[both].astype(np.float64) - b[both])
-    largest = float(d.max()) if d.size else 0.0
     d[fa != fb] = np.inf
-    hit = d > tol
-    rows = np.flatnonzero(hit.any(axis=1))
-    return Difference(
-        d=d,
-        hit=hit,
-        changed=int(hit.sum()),
-        max_abs_diff=largest,
-        masked_differently=int((fa != fb).sum()),
-        first_changed_row=int(rows[0]) if rows.size else None,
-        rows_changed=int(rows.size),
-        overlap=(r, c),
-    )
+    return d
 
 
 def difference_top(d: np.ndarray, tol: float) -> float | None:
