@@ -30,7 +30,6 @@ from ..schemas import AttentionRequest, FieldError, from_query
 from ..web.page import serve
 from ..web.share import MAX_QR_CHARS, public_base, qr_svg, unreachable
 from ..web.state import DEPENDS, ViewState, head_within, lab_state, url_fields
-from ..web.tensors import colour_mode
 from .params import LabParams
 from .view import (
     ColourBar,
@@ -47,6 +46,7 @@ from .view import (
     axis_tokens,
     colour_ticks,
     difference_ticks,
+    heat_mode,
     long_context,
     sig,
     stage_fields,
@@ -260,7 +260,8 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
     rows_hit = np.flatnonzero(hit.any(axis=1))
     first = int(rows_hit[0]) if rows_hit.size else None
     ta, tb = (t.spec.token_ids or t.spec.tokens for t in traces)
-    shared = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
+    apart = {i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y}  # where two prompts' tokens differ
+    shared = min(apart, default=min(len(ta), len(tb)))
     counts = Compared(
         kind=kind,
         tensor=name,
@@ -284,13 +285,12 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
             mine[: hit.shape[0], : hit.shape[1]] = hit
             cells.append(view.compare_side(t, head, key, mine))
         return ComparedCells(**vars(counts), sides=(cells[0], cells[1]))
-    mode = colour_mode({"color": color}) if color else ("log" if name == "weights" else "linear")
+    mode = heat_mode(color, name)
     scale = "sequential" if name == "weights" else "diverging"
     stage = "softmax" if name == "weights" else "mask"  # the tensor compared, whatever the stage on screen
     # Labelled on every map's axes whatever the k-th labels: for two prompts where their tokens start to differ
     # (each run of differing tokens, the first few), otherwise the first query row that differs.
     if kind == "text":
-        apart = {i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y}
         row_marks = col_marks = sorted(i for i in apart if i - 1 not in apart)[:MARKS]
     else:
         row_marks, col_marks = ([] if first is None else [first]), []

@@ -377,10 +377,10 @@ HEATMAP_PATH = "/api/v1/attention/heatmap.png"
 THUMB = 96  # pixels: each head's thumbnail
 
 
-def heat_mode(state: ViewState, tensor: str) -> str:
-    """The colour mode a heat map of `tensor` is drawn in: the URL's `color`, else log for weights (near-uniform
+def heat_mode(color: str, tensor: str) -> str:
+    """The colour mode a heat map of `tensor` is drawn in: `color` (the URL's), else log for weights (near-uniform
     attention over many keys is one flat colour on a linear 0-1 scale) and linear for the rest."""
-    return colour_mode(state.params) if state.get("color") else ("log" if tensor == "weights" else "linear")
+    return colour_mode({"color": color}) if color else ("log" if tensor == "weights" else "linear")
 
 
 def zoom_size(n_rows: int) -> int:
@@ -400,7 +400,7 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     spec = trace.spec
     tensor = MAIN_TENSOR[key]
     scale = stages.REGISTRY[key].scale  # the main tensor's colour scale: weights sequential, the rest diverging
-    mode = heat_mode(state, tensor)
+    mode = heat_mode(state.get("color"), tensor)
     if a is None:
         a = to_numpy(getattr(getattr(trace, key), tensor)[head])  # (N, N) or (N, d_k)
     finite = a[np.isfinite(a)]
