@@ -151,11 +151,9 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
     shown = stage_fields(trace, key, head, state, t)
     if not shown["small"] and ctx.get("html") and lab.ahead is not None:
         lab.ahead.schedule(trace, state, key)  # the class's next steps, drawn in the background
-    if (compare := await compare_view(state, req, spec, lab, head, key)) is not None:
-        shown["compare_diff_src"] = compare.diff_src if isinstance(compare, ComparedMaps) else None
-        shown["compare"] = compare
     return LabView(
         **shown,
+        compare=await compare_view(state, req, spec, lab, head, key),
         ids_text=ids_text(lab, spec) if req.token_ids is not None else None,
         lesson=ctx["lesson_panel"],
         **switches(state, spec),

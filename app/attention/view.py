@@ -24,7 +24,7 @@ from ..render.cells import SWATCHES, MatrixView, RowStats, matrix_view, row_stat
 from ..render.heatmap import COLOR_MODES
 from ..render.page import CellSide, SideSpec
 from ..web.state import ViewState
-from ..web.tensors import colour_mode
+from ..web.tensors import KEY_AXIS, colour_mode
 from ..web.view import HIDDEN, StageView, from_jsonable
 from .params import LabParams
 
@@ -67,7 +67,7 @@ class HeatSide:
 
 @dataclass(frozen=True)
 class DifferenceMap:
-    """The map of where a longer comparison's two sides differ (the picture is LabView's `compare_diff_src`): its
+    """The map of where a longer comparison's two sides differ (the picture is ComparedMaps' `diff_src`): its
     axes over the cells both sides have and its colour bar."""
 
     row_axis: list[str]
@@ -203,7 +203,6 @@ class LabView(StageView):
     arithmetic: Any = None
     selected: tuple[str, int, int, int] | None = None
     compare: Comparison | None = None
-    compare_diff_src: str | None = field(default=None, metadata=HIDDEN)  # the difference map, a data: PNG
     large: LargeView | None = None
     long: LongView | None = None
     lesson: Any = None
@@ -411,28 +410,17 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     col0 = min(c0, max(0, n_cols - TILE))
     tok = list(spec.tokens)
     keys = list(spec.kv_tokens) or tok
-    col_labels = keys if tensor in ("scaled", "masked", "weights", "raw") else [f"{j}" for j in range(n_cols)]
+    col_labels = keys if tensor in KEY_AXIS else [f"{j}" for j in range(n_cols)]
     window = a[row0 : row0 + TILE, col0 : col0 + TILE]
-    tile = matrix_view(
-        tensor,
-        tensor,
-        window,
-        [f"{row0 + i}: {tok[row0 + i]}" for i in range(window.shape[0])],
-        col_labels[col0 : col0 + TILE],
-        "window",
-        scale,
-        head,
-    )
+    row_labels = [f"{row0 + i}: {tok[row0 + i]}" for i in range(window.shape[0])]
+    tile = matrix_view(tensor, tensor, window, row_labels, col_labels[col0 : col0 + TILE], "window", scale, head)
     moves = {
         "up": state.url(tile=f"{max(0, row0 - TILE)},{col0}") if row0 > 0 else None,
         "down": state.url(tile=f"{row0 + TILE},{col0}") if row0 + TILE < n_rows else None,
         "left": state.url(tile=f"{row0},{max(0, col0 - TILE)}") if col0 > 0 else None,
         "right": state.url(tile=f"{row0},{col0 + TILE}") if col0 + TILE < n_cols else None,
     }
-    stats = None
-    if tensor == "weights":
-        rows = row_stats(a[row0 : row0 + TILE], keys)
-        stats = [(f"{row0 + i}: {tok[row0 + i]}", s) for i, s in enumerate(rows)]
+    stats = list(zip(row_labels, row_stats(a[row0 : row0 + TILE], keys), strict=True)) if tensor == "weights" else None
     size = zoom_size(n_rows)
     # A matrix far taller than wide (q, or a head's output, of many tokens) is drawn 4:1, not one screen wide and
     # many screens tall, and its few columns labelled sparsely; the readout and the click still find the cell.
