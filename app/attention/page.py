@@ -9,6 +9,7 @@ page loads of the same URLs.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Annotated, Any
 from urllib.parse import urlencode, urlsplit
 
@@ -130,7 +131,7 @@ def custom_mask_start(state: ViewState) -> None:
     """Choosing "custom" in the form starts from a mask that hides nothing, ready to be edited cell by cell."""
     if state.get("mask") == "custom" and not state.get("mask_matrix") and state.get("preset", "toy") in PRESETS:
         n = len(state.get("tokens").split()) or len(PRESETS[state.get("preset", "toy")].tokens)
-        state.params["mask_matrix"] = "[" + ",".join(["[" + ",".join(["1"] * n) + "]"] * n) + "]"
+        state.params["mask_matrix"] = json.dumps([[1] * n] * n, separators=(",", ":"))
 
 
 async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progress: str, ctx: dict[str, Any]) -> LabView:

@@ -4,6 +4,7 @@ presenter mode's QR code. `LabView` is what the page shows; its JSON face is the
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -239,8 +240,7 @@ def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:
     """The lab URL with cell (r, c) of the mask flipped: the mask becomes custom."""
     flipped = allow.copy()
     flipped[r, c] = 1 - flipped[r, c]
-    matrix = "[" + ",".join("[" + ",".join(str(int(v)) for v in row) + "]" for row in flipped) + "]"
-    return state.url(mask="custom", mask_matrix=matrix, cell=None)
+    return state.url(mask="custom", mask_matrix=json.dumps(flipped.tolist(), separators=(",", ":")), cell=None)
 
 
 def small_context(trace: Trace, key: str, head: int, state: ViewState, t: Any) -> dict[str, Any]:

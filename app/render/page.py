@@ -56,10 +56,9 @@ def weight_matrices(trace: Trace, key: str) -> list[MatrixView]:
     w = trace.weights
     d = dims(trace.spec.d_model)
     names = {"projection": ("w_q", "w_k", "w_v"), "weighted_sum": ("w_o",)}.get(key, ())
-    labels = {"w_q": "W_Q", "w_k": "W_K", "w_v": "W_V", "w_o": "W_O"}
     out = []
     for n in names:
-        mv = matrix_view(n, labels[n], to_numpy(getattr(w, n)), d, d, "(d_model, d_model)", "diverging")
+        mv = matrix_view(n, n.upper(), to_numpy(getattr(w, n)), d, d, "(d_model, d_model)", "diverging")
         mv.links = False
         out.append(mv)
     return out
