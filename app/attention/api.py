@@ -3,6 +3,7 @@ exact numbers, CSV, .npy or SVG."""
 
 from __future__ import annotations
 
+import functools
 import io
 from dataclasses import asdict
 from typing import Annotated, Any
@@ -99,17 +100,10 @@ def presets(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     }
 
 
-async def answer_json(request: Request, req: AttentionRequest, lab: Lab) -> Response:
-    return await answer(request, req, lab, "json")
-
-
-async def answer_npz(request: Request, req: AttentionRequest, lab: Lab) -> Response:
-    return await answer(request, req, lab, "npz")
-
-
-twins(router, "/attention", AttentionRequest, answer_json, "attention", response_model=AttentionResponse,
-      responses=ERRORS, description=NULL_NOTE)  # fmt: skip
-twins(router, "/attention.npz", AttentionRequest, answer_npz, "attention_npz", response_class=Response, responses=NPZ,
+twins(router, "/attention", AttentionRequest, functools.partial(answer, fmt="json"), "attention",
+      response_model=AttentionResponse, responses=ERRORS, description=NULL_NOTE)  # fmt: skip
+twins(router, "/attention.npz", AttentionRequest, functools.partial(answer, fmt="npz"), "attention_npz",
+      response_class=Response, responses=NPZ,
       description="Every selected stage as a NumPy archive, no size limit beyond the trace's own.")  # fmt: skip
 
 
@@ -164,15 +158,17 @@ async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Res
     return window_response(request, source, tensor, a)
 
 
-EXPORT_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS
+def file_route(media_type: str, description: str) -> dict[str, Any]:
+    """The route options of one matrix of the trace as a file of `media_type`: the attention fields and the view's
+    (`stage`, `tensor`, `head`) as query parameters."""
+    return {
+        "response_class": Response,
+        "responses": {200: {"content": {media_type: {}}, "description": description}},
+        "openapi_extra": {"parameters": query_parameters(AttentionRequest, VIEW_PARAMS)},
+    }
 
 
-@router.get(
-    "/attention/export.csv",
-    response_class=Response,
-    responses={200: {"content": {"text/csv": {}}, "description": "One head of one tensor, labelled; −∞ is -inf"}},
-    openapi_extra={"parameters": query_parameters(AttentionRequest, EXPORT_EXTRA)},
-)
+@router.get("/attention/export.csv", **file_route("text/csv", "One head of one tensor, labelled; −∞ is -inf"))
 @cached_get
 async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One (head of a) tensor as CSV: a header row of key labels or dimensions, a token label on each row."""
@@ -183,12 +179,7 @@ async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
 
 
-@router.get(
-    "/attention/export.npy",
-    response_class=Response,
-    responses={200: {"content": {"application/octet-stream": {}}, "description": "np.load() gives the tensor"}},
-    openapi_extra={"parameters": query_parameters(AttentionRequest, EXPORT_EXTRA)},
-)
+@router.get("/attention/export.npy", **file_route("application/octet-stream", "np.load() gives the tensor"))
 @cached_get
 async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One whole tensor (every head) as a .npy file; `stage` and `tensor` choose it, −∞ stays −∞."""
@@ -202,12 +193,7 @@ async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
                     headers={"Content-Disposition": f'attachment; filename="{tensor}.npy"'})  # fmt: skip
 
 
-@router.get(
-    "/attention/heatmap.svg",
-    response_class=Response,
-    responses={200: {"content": {"image/svg+xml": {}}, "description": "One head's matrix as an SVG heat map"}},
-    openapi_extra={"parameters": query_parameters(AttentionRequest, VIEW_PARAMS)},
-)
+@router.get("/attention/heatmap.svg", **file_route("image/svg+xml", "One head's matrix as an SVG heat map"))
 @cached_get
 async def heatmap_svg(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """A vector heat map with token labels, for slides and papers (at most 64 × 64 cells; use the PNG beyond)."""

@@ -9,6 +9,7 @@ page loads of the same URLs.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Annotated, Any
 from urllib.parse import urlencode, urlsplit
 
@@ -30,7 +31,6 @@ from ..schemas import AttentionRequest, FieldError, from_query
 from ..web.page import serve
 from ..web.share import MAX_QR_CHARS, public_base, qr_svg, unreachable
 from ..web.state import DEPENDS, ViewState, head_within, lab_state, url_fields
-from ..web.tensors import colour_mode
 from .params import LabParams
 from .view import (
     ColourBar,
@@ -47,9 +47,11 @@ from .view import (
     axis_tokens,
     colour_ticks,
     difference_ticks,
+    heat_mode,
     long_context,
     sig,
     stage_fields,
+    step_links,
 )
 
 router = APIRouter(include_in_schema=False)
@@ -83,8 +85,7 @@ async def long_view(
     a = await run_in_threadpool(lambda: to_numpy(lt.matrix(MAIN_TENSOR[key], head)))
     model = lab.models[spec.preset]
     shown = long_context(lt, key, head, state, a, model, lab.limits.max_tokens, ctx["lang"], ctx["t"])
-    return LabView(summary=spec.summary(), tokens=spec.tokens, lesson=ctx["lesson_panel"], **shown,
-                   **switches(state, spec))  # fmt: skip
+    return LabView(**shown, lesson=ctx["lesson_panel"], **switches(state, spec))
 
 
 def switches(state: ViewState, spec: Spec) -> dict[str, Any]:
@@ -99,10 +100,6 @@ def switches(state: ViewState, spec: Spec) -> dict[str, Any]:
         "present_url": state.url(present=None if state.present else "1"),
         "hints_url": state.url(hints=None if not state.hints else "off"),
     }
-
-
-def stage_url(state: Any, to: str, here: str) -> str:
-    return state.url(stage=to) if to == here else state.url(stage=to, cell=None)
 
 
 @router.get("/embed", response_class=HTMLResponse)
@@ -134,7 +131,7 @@ def custom_mask_start(state: ViewState) -> None:
     """Choosing "custom" in the form starts from a mask that hides nothing, ready to be edited cell by cell."""
     if state.get("mask") == "custom" and not state.get("mask_matrix") and state.get("preset", "toy") in PRESETS:
         n = len(state.get("tokens").split()) or len(PRESETS[state.get("preset", "toy")].tokens)
-        state.params["mask_matrix"] = "[" + ",".join(["[" + ",".join(["1"] * n) + "]"] * n) + "]"
+        state.params["mask_matrix"] = json.dumps([[1] * n] * n, separators=(",", ":"))
 
 
 async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progress: str, ctx: dict[str, Any]) -> LabView:
@@ -151,16 +148,13 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         raise
     key, head = p.stage, head_within(p.head, spec.n_heads)
     trace, _ = await lab.trace(spec)
-    index = STAGES.index(key)
     present = state.present
     shown = stage_fields(trace, key, head, state, t)
     if not shown["small"] and ctx.get("html") and lab.ahead is not None:
         lab.ahead.schedule(trace, state, key)  # the class's next steps, drawn in the background
-    if (compare := await compare_view(state, req, spec, lab, head, key)) is not None:
-        shown["compare_diff_src"] = compare.diff_src if isinstance(compare, ComparedMaps) else None
-        shown["compare"] = compare
     return LabView(
         **shown,
+        compare=await compare_view(state, req, spec, lab, head, key),
         ids_text=ids_text(lab, spec) if req.token_ids is not None else None,
         lesson=ctx["lesson_panel"],
         **switches(state, spec),
@@ -170,12 +164,9 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         real_model_url=state.url(preset="smollm2", text=" ".join(spec.tokens), tokens=None, d_model=None, n_heads=None)
         if "smollm2" in lab.models
         else None,
-        # An open cell belongs to its stage's matrices: another stage's link closes it (keeping it would put
-        # arithmetic about numbers no longer on screen under a matrix it is not from).
-        prev_url=stage_url(state, STAGES[index - 1], key) if index > 0 else None,
-        next_url=stage_url(state, STAGES[index + 1], key) if index + 1 < len(STAGES) else None,
-        stage_urls=[(s, stage_url(state, s, key)) for s in STAGES],
-        head_urls=[(h, state.url(head=h, cell=None)) for h in range(spec.n_heads)],
+        # An open cell belongs to its stage's matrices: another stage's or head's link closes it (keeping it would
+        # put arithmetic about numbers no longer on screen under a matrix it is not from).
+        **step_links(state, key, spec.n_heads, cell=None),
         compare_urls={
             k: state.url(compare=k, cell=None)
             for k in ("mask", "scale", *(("leak",) if spec.mask == "document" else ()), "text")
@@ -261,11 +252,15 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
     finite = np.concatenate([a[np.isfinite(a)].ravel(), b[np.isfinite(b)].ravel()])
     bound = float(np.abs(finite).max()) if finite.size else 0.0
     tol = COMPARE_TOL * (max(1.0, bound) if name == "masked" else 1.0)
-    diff = view.difference(a, b, tol)
-    d, hit = diff.d, diff.hit
+    # Where the two sides differ, over the cells both have: the cells past the tolerance and their query rows (under
+    # a causal mask, two prompts sharing a prefix agree on every row of it).
+    d = view.difference(a, b)
+    hit = d > tol
+    rows_hit = np.flatnonzero(hit.any(axis=1))
+    first = int(rows_hit[0]) if rows_hit.size else None
     ta, tb = (t.spec.token_ids or t.spec.tokens for t in traces)
-    shared = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
-    first = diff.first_changed_row
+    apart = {i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y}  # where two prompts' tokens differ
+    shared = min(apart, default=min(len(ta), len(tb)))
     counts = Compared(
         kind=kind,
         tensor=name,
@@ -274,12 +269,12 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
         shared=shared,
         sizes=(traces[0].spec.n_tokens, traces[1].spec.n_tokens),
         first_changed_token=None if first is None else traces[1].spec.tokens[first],
-        changed=diff.changed,
-        max_abs_diff=diff.max_abs_diff,
-        masked_differently=diff.masked_differently,
+        changed=int(hit.sum()),
+        max_abs_diff=float(d[np.isfinite(d)].max(initial=0.0)),
+        masked_differently=int(np.isinf(d).sum()),
         first_changed_row=first,
-        rows_changed=diff.rows_changed,
-        overlap=diff.overlap,
+        rows_changed=int(rows_hit.size),
+        overlap=(d.shape[0], d.shape[1]),
     )
     if all(t.spec.n_tokens <= view.SMALL_TOKENS for t in traces):
         cells = []
@@ -289,13 +284,12 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
             mine[: hit.shape[0], : hit.shape[1]] = hit
             cells.append(view.compare_side(t, head, key, mine))
         return ComparedCells(**vars(counts), sides=(cells[0], cells[1]))
-    mode = colour_mode({"color": color}) if color else ("log" if name == "weights" else "linear")
+    mode = heat_mode(color, name)
     scale = "sequential" if name == "weights" else "diverging"
     stage = "softmax" if name == "weights" else "mask"  # the tensor compared, whatever the stage on screen
     # Labelled on every map's axes whatever the k-th labels: for two prompts where their tokens start to differ
     # (each run of differing tokens, the first few), otherwise the first query row that differs.
     if kind == "text":
-        apart = {i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y}
         row_marks = col_marks = sorted(i for i in apart if i - 1 not in apart)[:MARKS]
     else:
         row_marks, col_marks = ([] if first is None else [first]), []
@@ -316,7 +310,7 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
                                colour_ticks(scale, mode, float(np.abs(finite).max()) if finite.size else 0.0)),
         ))  # fmt: skip
     top = view.difference_top(d, tol)
-    r, c = diff.overlap
+    r, c = d.shape
 
     def both(sides: list[list[str]], n: int) -> list[str]:
         """One label per position of the overlap: "cat", or "cat/dog" where the two runs differ."""

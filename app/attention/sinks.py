@@ -5,6 +5,7 @@ the layer's output does when that sink is dropped (key 0 masked for every query 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
@@ -20,12 +21,40 @@ from ..render.cells import SWATCHES, MatrixView, matrix_view
 from ..schemas import AttentionRequest, FieldError, from_query
 from ..web.page import serve
 from ..web.state import ViewState, head_within, url_fields
+from ..web.view import View
 from .params import SinksParams
-from .view import COLOR_TICKS, SinksView, axis_labels
+from .view import COLOR_TICKS, axis_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(AttentionRequest)
 CELLS_UP_TO = 24  # tokens: past this the weights are heat maps, not numbers
+
+
+@dataclass(frozen=True)
+class SinksView(View):
+    """Attention sinks in one layer of a trained model, as /sinks shows it: each head's share of weight on key 0
+    (`shares`), one head's weights as heat maps on a log and a linear scale (and cell by cell for a short text:
+    `matrices`, before and after the sink is dropped), and how far each token's output moves without the sink
+    (`changes`). The page swaps no htmx blocks: an htmx request gets the whole page."""
+
+    template = "sinks.html"
+    blocks = ()
+    kind = "sinks"
+
+    summary: dict[str, Any] | None = None
+    tokens: list[str] | None = None
+    layer: int = 0
+    n_layer: int = 0
+    head: int = 0
+    hint: str = ""  # the layer and the text's length in words
+    shares: list[tuple[int, float, str]] | None = None  # (head, share of weight on key 0, the head's URL)
+    changes: list[tuple[str, float, float]] | None = None  # (token, ‖O′ − O‖, ‖O′ − O‖ / ‖O‖)
+    top_change: float = 1.0  # the largest relative change: the meters' full length
+    heatmaps: dict[str, str] | None = None  # colour scale ("log", "linear") → the head's heat map URL
+    axis: list[str] | None = None  # the maps' row and column labels (queries down, keys across)
+    ticks: dict[str, list[str] | None] | None = None  # colour scale → its colour bar's ticks
+    matrices: list[MatrixView] | None = None
+    json_url: str | None = None
 
 
 @router.get("/sinks", response_class=HTMLResponse)

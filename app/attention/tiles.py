@@ -4,8 +4,10 @@ the /tiles page reads), and the page."""
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Annotated, Any
 
+import numpy as np
 import torch
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
@@ -18,11 +20,87 @@ from ..render.arrays import Traced, to_numpy
 from ..schemas import FieldError, TilesRequest, from_query
 from ..web.page import serve
 from ..web.state import ViewState, lab_state, url_fields, within
+from ..web.view import View
 from .params import TilesParams
-from .view import Schedule, TileBlock, TileStep, TilesView
 
 router = APIRouter(include_in_schema=False)
 TILE_KEYS = url_fields(TilesRequest)
+
+
+@dataclass(frozen=True)
+class TileStep:
+    """One key block against a query block (engine/flash.py's Step): its key positions [start, end), whether it was
+    skipped (every entry masked), and the running m, l, rescale and accumulator after it."""
+
+    k_block: int
+    cols: tuple[int, int]
+    skipped: bool
+    m: np.ndarray
+    l: np.ndarray  # noqa: E741
+    rescale: np.ndarray
+    acc: np.ndarray
+
+
+@dataclass(frozen=True)
+class TileBlock:
+    """One query block: its query positions [start, end), a step per key block, and its output acc / l."""
+
+    q_block: int
+    rows: tuple[int, int]
+    steps: tuple[TileStep, ...]
+    output: np.ndarray
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """/api/v1/attention/tiles's answer, and what /tiles walks through: FlashAttention's schedule for one head
+    (engine/flash.py), its output, how far that is from the staged heads, and the memory either path holds. The
+    API writes it with orjson (a dataclass is an object, its float32 arrays written as float32)."""
+
+    spec: dict[str, object]
+    tokens: tuple[str, ...]
+    head: int
+    block_q: int
+    block_k: int
+    blocks: tuple[TileBlock, ...]
+    output: np.ndarray
+    max_abs_diff_vs_staged: float
+    memory_bytes: dict[str, int]
+
+
+@dataclass(frozen=True)
+class TilesView(View):
+    """One step of FlashAttention's schedule, as /tiles shows it: query block `qb` (`block`: its rows and, after its
+    last key block, its output) against key block `kb` (`step`: its columns, whether it was skipped, and the running
+    m, rescale, l and accumulator after it), the memory either path needs, and the check against the staged heads.
+    The page swaps no htmx blocks: an htmx request gets the whole page."""
+
+    template = "tiles.html"
+    blocks = ()
+    kind = "tiles"
+
+    summary: dict[str, Any] | None = None
+    tokens: list[str] | None = None  # the queries
+    keys: list[str] | None = None
+    head: int = 0
+    block_q: int = 0
+    block_k: int = 0
+    qb: int = 0
+    kb: int = 0
+    n_steps: int = 0  # key blocks of this query block
+    block: dict[str, Any] | None = None  # the query block's q_block, rows and output
+    step: TileStep | None = None
+    title: str = ""
+    memory_bytes: dict[str, int] | None = None  # staged and tiled, for one head
+    memory: str = ""  # the memory notice in words
+    skipped: str | None = None  # the notice of a key block that was skipped
+    max_abs_diff_vs_staged: float = 0.0
+    # Links.
+    json_url: str | None = None
+    qb_urls: list[tuple[int, str]] | None = None
+    kb_urls: list[tuple[int, str, bool]] | None = None  # (key block, its URL, skipped)
+    prev_url: str | None = None
+    next_url: str | None = None
 
 
 def tiles_document(trace: Traced, req: TilesRequest) -> Schedule:

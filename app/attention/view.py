@@ -4,9 +4,10 @@ presenter mode's QR code. `LabView` is what the page shows; its JSON face is the
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -24,8 +25,8 @@ from ..render.cells import SWATCHES, MatrixView, RowStats, matrix_view, row_stat
 from ..render.heatmap import COLOR_MODES
 from ..render.page import CellSide, SideSpec
 from ..web.state import ViewState
-from ..web.tensors import colour_mode
-from ..web.view import HIDDEN, StageView, View
+from ..web.tensors import KEY_AXIS, colour_mode
+from ..web.view import HIDDEN, StageView, from_jsonable
 from .params import LabParams
 
 TILE = 16
@@ -64,14 +65,10 @@ class HeatSide:
     col_marks: list[int]
     colorbar: ColourBar
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HeatSide:
-        return cls(**data | {"spec": SideSpec.from_json(data["spec"]), "colorbar": ColourBar(**data["colorbar"])})
-
 
 @dataclass(frozen=True)
 class DifferenceMap:
-    """The map of where a longer comparison's two sides differ (the picture is LabView's `compare_diff_src`): its
+    """The map of where a longer comparison's two sides differ (the picture is ComparedMaps' `diff_src`): its
     axes over the cells both sides have and its colour bar."""
 
     row_axis: list[str]
@@ -79,10 +76,6 @@ class DifferenceMap:
     row_marks: list[int]
     col_marks: list[int]
     colorbar: DifferenceBar
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DifferenceMap:
-        return cls(**data | {"colorbar": DifferenceBar(**data["colorbar"])})
 
 
 @dataclass(frozen=True)
@@ -99,7 +92,9 @@ class CompareAsk:
 class Compared:
     """What two sides of a comparison share (app/attention/page.py `compared_view`): the tensor compared ("masked"
     or "weights"), the tolerance, the tokens the two prompts share first, each side's size, and where they differ
-    (render/page.py `Difference`'s counts, its first changed row's token)."""
+    over the cells both have (`overlap`, rows and columns; render/page.py `difference`): the cells past the tolerance
+    (a cell masked on one side only among them), the largest |Δ| of the rest, the first query row that changes and
+    its token, and how many rows change."""
 
     kind: str
     tensor: str
@@ -114,12 +109,6 @@ class Compared:
     first_changed_row: int | None
     rows_changed: int
     overlap: tuple[int, int]
-
-    @staticmethod
-    def common(data: dict[str, Any]) -> dict[str, Any]:
-        """`Compared`'s fields from a comparison's JSON face."""
-        given = {f.name: data[f.name] for f in fields(Compared)}
-        return given | {"sizes": tuple(data["sizes"]), "overlap": tuple(data["overlap"])}
 
 
 @dataclass(frozen=True)
@@ -140,17 +129,6 @@ class ComparedMaps(Compared):
 
 
 Comparison = CompareAsk | ComparedCells | ComparedMaps
-
-
-def comparison_from_json(data: dict[str, Any]) -> Comparison:
-    """A comparison again from its JSON face: asking for a second prompt, cell by cell, or as maps."""
-    if data.get("ask"):
-        return CompareAsk(data["kind"])
-    a, b = data["sides"]
-    if data.get("large"):
-        return ComparedMaps(**Compared.common(data), sides=(HeatSide.from_json(a), HeatSide.from_json(b)),
-                            difference=DifferenceMap.from_json(data["difference"]))  # fmt: skip
-    return ComparedCells(**Compared.common(data), sides=(CellSide.from_json(a), CellSide.from_json(b)))
 
 
 @dataclass(frozen=True)
@@ -183,19 +161,10 @@ class LargeView:
     tile_stats: list[tuple[str, RowStats]] | None
     scale_kind: str
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LargeView:
-        tile = MatrixView.from_json(data["tile"])
-        tile.links = False
-        tile.extra = {"row0": str(data["tile_range"][0]), "col0": str(data["tile_range"][2])}
-        stats = data["tile_stats"]
-        return cls(**data | {
-            "thumbs": [tuple(x) for x in data["thumbs"]],
-            "color_urls": [tuple(x) for x in data["color_urls"]],
-            "tile": tile,
-            "tile_range": tuple(data["tile_range"]),
-            "tile_stats": None if stats is None else [(label, RowStats.from_json(s)) for label, s in stats],
-        })  # fmt: skip
+    def __post_init__(self) -> None:
+        """The window's cells are read by the inspector, not opened, and know their place in the matrix."""
+        self.tile.links = False
+        self.tile.extra = {"row0": str(self.tile_range[0]), "col0": str(self.tile_range[2])}
 
 
 @dataclass(frozen=True)
@@ -209,10 +178,6 @@ class LongView:
     prev_layer: str | None
     next_layer: str | None
     model_url: str | None
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LongView:
-        return cls(**data | {"layer_fields": [tuple(x) for x in data["layer_fields"]]})
 
 
 @dataclass(frozen=True)
@@ -233,13 +198,12 @@ class LabView(StageView):
     unknown_tokens: int = 0
     ids_text: str | None = None  # a view given token ids (a head opened from /model): the text they spell
     random_weights: bool = False
-    matrices: list[Any] | None = None
-    weight_matrices: list[Any] | None = None
+    matrices: list[MatrixView] | None = None
+    weight_matrices: list[MatrixView] | None = None
     stats: list[RowStats] | None = None
     arithmetic: Any = None
     selected: tuple[str, int, int, int] | None = None
     compare: Comparison | None = None
-    compare_diff_src: str | None = field(default=None, metadata=HIDDEN)  # the difference map, a data: PNG
     large: LargeView | None = None
     long: LongView | None = None
     lesson: Any = None
@@ -268,29 +232,15 @@ class LabView(StageView):
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LabView:
         """The View again from the page's JSON face (`attention_lab.Client`), its matrices drawable as on the page."""
-        names = {f.name for f in fields(cls)}
-        given = {k: v for k, v in data.items() if k in names}
-        for k in ("matrices", "weight_matrices"):
-            if given.get(k) is not None:
-                given[k] = [MatrixView.from_json(m) for m in given[k]]
-        if given.get("large") is not None:
-            given["large"] = LargeView.from_json(given["large"])
-        if given.get("long") is not None:
-            given["long"] = LongView.from_json(given["long"])
-        if given.get("compare") is not None:
-            given["compare"] = comparison_from_json(given["compare"])
-        if given.get("stats") is not None:
-            given["stats"] = [RowStats.from_json(s) for s in given["stats"]]
-        given["tokens"] = tuple(given.get("tokens", ()))
-        return cls(**given)
+        view: LabView = from_jsonable(cls, data)
+        return view
 
 
 def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:
     """The lab URL with cell (r, c) of the mask flipped: the mask becomes custom."""
     flipped = allow.copy()
     flipped[r, c] = 1 - flipped[r, c]
-    matrix = "[" + ",".join("[" + ",".join(str(int(v)) for v in row) + "]" for row in flipped) + "]"
-    return state.url(mask="custom", mask_matrix=matrix, cell=None)
+    return state.url(mask="custom", mask_matrix=json.dumps(flipped.tolist(), separators=(",", ":")), cell=None)
 
 
 def small_context(trace: Trace, key: str, head: int, state: ViewState, t: Any) -> dict[str, Any]:
@@ -324,19 +274,37 @@ def stage_fields(trace: Trace, key: str, head: int, state: ViewState, t: Any) ->
     return (
         shown
         | stages.present(trace, key, t)
+        | on_screen(spec, key, head)
         | {
-            "spec": spec,
-            "summary": spec.summary(),
-            "tokens": spec.tokens,
-            "key": key,
-            "index": STAGES.index(key) + 1,
-            "head": head,
             "small": small,
             "checks": trace.check_values(),
             "unknown_tokens": sum(tok == "[UNK]" for tok in spec.tokens),
             "random_weights": spec.preset in PRESETS,
         }
     )
+
+
+def on_screen(spec: Spec, key: str, head: int) -> dict[str, Any]:
+    """Which stage of which text a LabView shows: the spec (the JSON face has its summary), the tokens, the stage
+    and its number, the head."""
+    return {"spec": spec, "summary": spec.summary(), "tokens": spec.tokens, "key": key,
+            "index": STAGES.index(key) + 1, "head": head}  # fmt: skip
+
+
+def step_links(state: ViewState, key: str, n_heads: int, **close: None) -> dict[str, Any]:
+    """The step bar's links: the stage before and after `key`, every stage and every head. A link to another stage
+    or to a head also drops the parameters named in `close` (the lab's open cell)."""
+
+    def to(stage: str) -> str:
+        return state.url(stage=stage) if stage == key else state.url(stage=stage, **close)
+
+    index = STAGES.index(key)
+    return {
+        "prev_url": to(STAGES[index - 1]) if index > 0 else None,
+        "next_url": to(STAGES[index + 1]) if index + 1 < len(STAGES) else None,
+        "stage_urls": [(s, to(s)) for s in STAGES],
+        "head_urls": [(h, state.url(head=h, **close)) for h in range(n_heads)],
+    }
 
 
 def axis_labels(labels: list[str], most: int = 32, marks: Iterable[int] = ()) -> list[str]:
@@ -408,10 +376,10 @@ HEATMAP_PATH = "/api/v1/attention/heatmap.png"
 THUMB = 96  # pixels: each head's thumbnail
 
 
-def heat_mode(state: ViewState, tensor: str) -> str:
-    """The colour mode a heat map of `tensor` is drawn in: the URL's `color`, else log for weights (near-uniform
+def heat_mode(color: str, tensor: str) -> str:
+    """The colour mode a heat map of `tensor` is drawn in: `color` (the URL's), else log for weights (near-uniform
     attention over many keys is one flat colour on a linear 0-1 scale) and linear for the rest."""
-    return colour_mode(state.params) if state.get("color") else ("log" if tensor == "weights" else "linear")
+    return colour_mode({"color": color}) if color else ("log" if tensor == "weights" else "linear")
 
 
 def zoom_size(n_rows: int) -> int:
@@ -431,7 +399,7 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     spec = trace.spec
     tensor = MAIN_TENSOR[key]
     scale = stages.REGISTRY[key].scale  # the main tensor's colour scale: weights sequential, the rest diverging
-    mode = heat_mode(state, tensor)
+    mode = heat_mode(state.get("color"), tensor)
     if a is None:
         a = to_numpy(getattr(getattr(trace, key), tensor)[head])  # (N, N) or (N, d_k)
     finite = a[np.isfinite(a)]
@@ -442,30 +410,17 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     col0 = min(c0, max(0, n_cols - TILE))
     tok = list(spec.tokens)
     keys = list(spec.kv_tokens) or tok
-    col_labels = keys if tensor in ("scaled", "masked", "weights", "raw") else [f"{j}" for j in range(n_cols)]
+    col_labels = keys if tensor in KEY_AXIS else [f"{j}" for j in range(n_cols)]
     window = a[row0 : row0 + TILE, col0 : col0 + TILE]
-    tile = matrix_view(
-        tensor,
-        tensor,
-        window,
-        [f"{row0 + i}: {tok[row0 + i]}" for i in range(window.shape[0])],
-        col_labels[col0 : col0 + TILE],
-        "window",
-        scale,
-        head,
-    )
-    tile.links = False
-    tile.extra = {"row0": str(row0), "col0": str(col0)}
+    row_labels = [f"{row0 + i}: {tok[row0 + i]}" for i in range(window.shape[0])]
+    tile = matrix_view(tensor, tensor, window, row_labels, col_labels[col0 : col0 + TILE], "window", scale, head)
     moves = {
         "up": state.url(tile=f"{max(0, row0 - TILE)},{col0}") if row0 > 0 else None,
         "down": state.url(tile=f"{row0 + TILE},{col0}") if row0 + TILE < n_rows else None,
         "left": state.url(tile=f"{row0},{max(0, col0 - TILE)}") if col0 > 0 else None,
         "right": state.url(tile=f"{row0},{col0 + TILE}") if col0 + TILE < n_cols else None,
     }
-    stats = None
-    if tensor == "weights":
-        rows = row_stats(a[row0 : row0 + TILE], keys)
-        stats = [(f"{row0 + i}: {tok[row0 + i]}", s) for i, s in enumerate(rows)]
+    stats = list(zip(row_labels, row_stats(a[row0 : row0 + TILE], keys), strict=True)) if tensor == "weights" else None
     size = zoom_size(n_rows)
     # A matrix far taller than wide (q, or a head's output, of many tokens) is drawn 4:1, not one screen wide and
     # many screens tall, and its few columns labelled sparsely; the readout and the click still find the cell.
@@ -506,7 +461,6 @@ def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, m
     view of one head of stage `key` from the lazy trace, whose matrix `a` the caller computed, with the stage, head
     and layer pickers and the model view of the same text."""
     spec = lt.spec
-    index = STAGES.index(key)
     large = large_context(lt, key, head, state, a)
     r0, r1, c0, c1 = large.tile_range
     model_url = None
@@ -514,129 +468,22 @@ def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, m
         seq = {"text": state.get("text")} if state.get("text") else {"token_ids": ",".join(map(str, spec.token_ids))}
         model_url = "/model?" + urlencode({"preset": spec.preset, **seq, "lang": lang})
     n_layer = model.info.n_layer
-    return {
-        "spec": spec,
-        "key": key,
-        "index": index + 1,
-        "head": head,
-        "large": large,
-        "formula": stages.REGISTRY[key].formula(lt),
-        "explain": str(t(stages.REGISTRY[key].explain(lt))),
-        "prev_url": state.url(stage=STAGES[index - 1]) if index > 0 else None,
-        "next_url": state.url(stage=STAGES[index + 1]) if index + 1 < len(STAGES) else None,
-        "stage_urls": [(s, state.url(stage=s)) for s in STAGES],
-        "head_urls": [(h, state.url(head=h)) for h in range(spec.n_heads)],
-        # The page's JSON twin: the window's exact numbers, as the table shows them.
-        "json_url": large.window_api + f"&row={r0}&col={c0}&rows={r1 - r0 + 1}&cols={c1 - c0 + 1}",
-        "long": LongView(
-            max_tokens=max_tokens,
-            n_layer=n_layer,
-            layer_fields=[(k, v) for k, v in state.params.items() if k not in ("layer", "tile")],
-            prev_layer=state.url(layer=spec.layer - 1, tile=None) if spec.layer > 0 else None,
-            next_layer=state.url(layer=spec.layer + 1, tile=None) if spec.layer + 1 < n_layer else None,
-            model_url=model_url,
-        ),
-    }
-
-
-@dataclass(frozen=True)
-class TileStep:
-    """One key block against a query block (engine/flash.py's Step): its key positions [start, end), whether it was
-    skipped (every entry masked), and the running m, l, rescale and accumulator after it."""
-
-    k_block: int
-    cols: tuple[int, int]
-    skipped: bool
-    m: np.ndarray
-    l: np.ndarray  # noqa: E741
-    rescale: np.ndarray
-    acc: np.ndarray
-
-
-@dataclass(frozen=True)
-class TileBlock:
-    """One query block: its query positions [start, end), a step per key block, and its output acc / l."""
-
-    q_block: int
-    rows: tuple[int, int]
-    steps: tuple[TileStep, ...]
-    output: np.ndarray
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """/api/v1/attention/tiles's answer, and what /tiles walks through: FlashAttention's schedule for one head
-    (engine/flash.py), its output, how far that is from the staged heads, and the memory either path holds. The
-    API writes it with orjson (a dataclass is an object, its float32 arrays written as float32)."""
-
-    spec: dict[str, object]
-    tokens: tuple[str, ...]
-    head: int
-    block_q: int
-    block_k: int
-    blocks: tuple[TileBlock, ...]
-    output: np.ndarray
-    max_abs_diff_vs_staged: float
-    memory_bytes: dict[str, int]
-
-
-@dataclass(frozen=True)
-class TilesView(View):
-    """One step of FlashAttention's schedule, as /tiles shows it: query block `qb` (`block`: its rows and, after its
-    last key block, its output) against key block `kb` (`step`: its columns, whether it was skipped, and the running
-    m, rescale, l and accumulator after it), the memory either path needs, and the check against the staged heads.
-    The page swaps no htmx blocks: an htmx request gets the whole page."""
-
-    template = "tiles.html"
-    blocks = ()
-    kind = "tiles"
-
-    summary: dict[str, Any] | None = None
-    tokens: list[str] | None = None  # the queries
-    keys: list[str] | None = None
-    head: int = 0
-    block_q: int = 0
-    block_k: int = 0
-    qb: int = 0
-    kb: int = 0
-    n_steps: int = 0  # key blocks of this query block
-    block: dict[str, Any] | None = None  # the query block's q_block, rows and output
-    step: TileStep | None = None
-    title: str = ""
-    memory_bytes: dict[str, int] | None = None  # staged and tiled, for one head
-    memory: str = ""  # the memory notice in words
-    skipped: str | None = None  # the notice of a key block that was skipped
-    max_abs_diff_vs_staged: float = 0.0
-    # Links.
-    json_url: str | None = None
-    qb_urls: list[tuple[int, str]] | None = None
-    kb_urls: list[tuple[int, str, bool]] | None = None  # (key block, its URL, skipped)
-    prev_url: str | None = None
-    next_url: str | None = None
-
-
-@dataclass(frozen=True)
-class SinksView(View):
-    """Attention sinks in one layer of a trained model, as /sinks shows it: each head's share of weight on key 0
-    (`shares`), one head's weights as heat maps on a log and a linear scale (and cell by cell for a short text:
-    `matrices`, before and after the sink is dropped), and how far each token's output moves without the sink
-    (`changes`). The page swaps no htmx blocks: an htmx request gets the whole page."""
-
-    template = "sinks.html"
-    blocks = ()
-    kind = "sinks"
-
-    summary: dict[str, Any] | None = None
-    tokens: list[str] | None = None
-    layer: int = 0
-    n_layer: int = 0
-    head: int = 0
-    hint: str = ""  # the layer and the text's length in words
-    shares: list[tuple[int, float, str]] | None = None  # (head, share of weight on key 0, the head's URL)
-    changes: list[tuple[str, float, float]] | None = None  # (token, ‖O′ − O‖, ‖O′ − O‖ / ‖O‖)
-    top_change: float = 1.0  # the largest relative change: the meters' full length
-    heatmaps: dict[str, str] | None = None  # colour scale ("log", "linear") → the head's heat map URL
-    axis: list[str] | None = None  # the maps' row and column labels (queries down, keys across)
-    ticks: dict[str, list[str] | None] | None = None  # colour scale → its colour bar's ticks
-    matrices: list[MatrixView] | None = None
-    json_url: str | None = None
+    return (
+        on_screen(spec, key, head)
+        | step_links(state, key, spec.n_heads)
+        | {
+            "large": large,
+            "formula": stages.REGISTRY[key].formula(lt),
+            "explain": str(t(stages.REGISTRY[key].explain(lt))),
+            # The page's JSON twin: the window's exact numbers, as the table shows them.
+            "json_url": large.window_api + f"&row={r0}&col={c0}&rows={r1 - r0 + 1}&cols={c1 - c0 + 1}",
+            "long": LongView(
+                max_tokens=max_tokens,
+                n_layer=n_layer,
+                layer_fields=[(k, v) for k, v in state.params.items() if k not in ("layer", "tile")],
+                prev_layer=state.url(layer=spec.layer - 1, tile=None) if spec.layer > 0 else None,
+                next_layer=state.url(layer=spec.layer + 1, tile=None) if spec.layer + 1 < n_layer else None,
+                model_url=model_url,
+            ),
+        }
+    )

@@ -185,10 +185,6 @@ class RowStats:
     max: float
     top: tuple[tuple[str, float], ...]
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RowStats:
-        return cls(data["entropy"], data["max"], tuple((k, w) for k, w in data["top"]))
-
 
 def row_stats(weights: np.ndarray, keys: list[str]) -> list[RowStats]:
     """The statistics of each softmax row (N, N)."""

@@ -56,10 +56,9 @@ def weight_matrices(trace: Trace, key: str) -> list[MatrixView]:
     w = trace.weights
     d = dims(trace.spec.d_model)
     names = {"projection": ("w_q", "w_k", "w_v"), "weighted_sum": ("w_o",)}.get(key, ())
-    labels = {"w_q": "W_Q", "w_k": "W_K", "w_v": "W_V", "w_o": "W_O"}
     out = []
     for n in names:
-        mv = matrix_view(n, labels[n], to_numpy(getattr(w, n)), d, d, "(d_model, d_model)", "diverging")
+        mv = matrix_view(n, n.upper(), to_numpy(getattr(w, n)), d, d, "(d_model, d_model)", "diverging")
         mv.links = False
         out.append(mv)
     return out
@@ -112,6 +111,13 @@ def _sum_terms(a: np.ndarray, b: np.ndarray) -> str:
     return " + ".join(rf"({tex(float(x), 3)}) \cdot ({tex(float(y), 3)})" for x, y in zip(a, b, strict=True))
 
 
+def _affine(x_name: str, r: int, mat: str, col: int, x: np.ndarray, w: Any, bias: Any, out: float) -> list[Line]:
+    """Row `r` of x times column `col` of W_mat (plus its bias, if any), term by term, and the result `out`."""
+    b, bv = ("", "") if bias is None else (rf" + b_{{{mat}}}[{col}]", rf" + ({tex(float(bias[col]), 3)})")
+    total = rf"\sum_{{t}} {x_name}_{{{r},t}}\, W_{{{mat}}}[t, {col}]{b} = {_sum_terms(x, to_numpy(w[:, col]))}{bv}"
+    return [Line.of(total), Line.of(rf"= {tex(out)}")]
+
+
 def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Arithmetic | None:
     """The computation behind one cell, term by term, for the tensors where it is instructive."""
     spec = trace.spec
@@ -119,13 +125,12 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
     n, dk = spec.n_tokens, spec.d_k
     n_keys = len(spec.kv_tokens) or n
     key_tok = spec.kv_tokens or tok
-    if not (0 <= r < max(n, n_keys) and 0 <= head < spec.n_heads):
-        return None
-    if name not in ("k", "v") and r >= n:  # only K and V have a row per key; every other tensor a row per query
+    # Each tensor's columns (the output's: d_model); only K and V have a row per key, every other a row per query.
+    cols = dict.fromkeys(("raw", "scaled", "masked", "weights"), n_keys) | dict.fromkeys(("heads", "q", "k", "v"), dk)
+    rows = n_keys if name in ("k", "v") else n
+    if not (0 <= r < rows and 0 <= c < cols.get(name, spec.d_model) and 0 <= head < spec.n_heads):
         return None
     if name in ("raw", "scaled", "masked"):
-        if not 0 <= c < n_keys:
-            return None
         q = to_numpy(trace.projection.query[head, r])
         k = to_numpy(trace.projection.key[kv_head(spec, head), c])
         raw = float(to_numpy(trace.scores.raw[head])[r, c])
@@ -144,8 +149,6 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
                 lines.append(Line(text=str(t("cell.masked_entry"))))
         return Arithmetic(str(t("cell.score", q=tok[r], k=key_tok[c])), lines, result)
     if name == "weights":
-        if not 0 <= c < n_keys:
-            return None
         s = to_numpy(trace.mask.masked[head, r])
         w = float(to_numpy(trace.softmax.weights[head])[r, c])
         finite = np.isfinite(s)
@@ -165,44 +168,25 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
             lines.append(Line.of(rf"a_{{{r},{c}}} = \exp({tex(float(s[c]) - m, 4)}) / {denom:.4f} = {tex(w)}"))
         return Arithmetic(str(t("cell.weight", q=tok[r], k=key_tok[c])), lines, full(w))
     if name == "heads":
-        if not 0 <= c < dk:
-            return None
         a = to_numpy(trace.softmax.weights[head, r])
         v = to_numpy(trace.projection.v[kv_head(spec, head), :, c])
         out = float(to_numpy(trace.weighted_sum.heads[head])[r, c])
         lines = [Line.of(rf"\sum_{{j}} a_{{{r},j}}\, v_{{j,{c}}} = {_sum_terms(a, v)}"), Line.of(rf"= {tex(out)}")]
         return Arithmetic(str(t("cell.output", q=tok[r], c=c)), lines, full(out))
     if name in ("q", "k", "v"):
-        if not 0 <= c < dk:
-            return None
         p = trace.projection
-        rows = p.source if name != "q" and p.source is not None else p.x
-        if not 0 <= r < rows.shape[0]:
-            return None
-        x = to_numpy(rows[r])
-        col = (head if name == "q" else kv_head(spec, head)) * dk + c
+        x = to_numpy((p.source if name != "q" and p.source is not None else p.x)[r])
         head = head if name == "q" else kv_head(spec, head)
-        w_col = to_numpy(getattr(trace.weights, f"w_{name}")[:, col])
-        out = float(to_numpy(getattr(trace.projection, name)[head])[r, c])
-        bias = getattr(trace.weights, f"b_{name}")
-        mat = name.upper()
-        b = "" if bias is None else rf" + b_{{{mat}}}[{col}]"
-        bv = "" if bias is None else rf" + ({tex(float(bias[col]), 3)})"
-        lines = [Line.of(rf"\sum_{{t}} x_{{{r},t}}\, W_{{{mat}}}[t, {col}]{b} = {_sum_terms(x, w_col)}{bv}"),
-                 Line.of(rf"= {tex(out)}")]  # fmt: skip
+        col = head * dk + c
+        out = float(to_numpy(getattr(p, name)[head])[r, c])
+        w, bias = getattr(trace.weights, f"w_{name}"), getattr(trace.weights, f"b_{name}")
         label = tok[r] if name == "q" else key_tok[r]
-        return Arithmetic(str(t("cell.projection", q=label, m=mat, c=col)), lines, full(out))
+        lines = _affine("x", r, name.upper(), col, x, w, bias, out)
+        return Arithmetic(str(t("cell.projection", q=label, m=name.upper(), c=col)), lines, full(out))
     if name == "output":
-        if not 0 <= c < spec.d_model:
-            return None
         x = to_numpy(trace.weighted_sum.concat[r])
-        w_col = to_numpy(trace.weights.w_o[:, c])
         out = float(to_numpy(trace.weighted_sum.output)[r, c])
-        bias = trace.weights.b_o
-        b = "" if bias is None else rf" + b_{{O}}[{c}]"
-        bv = "" if bias is None else rf" + ({tex(float(bias[c]), 3)})"
-        lines = [Line.of(rf"\sum_{{t}} \mathrm{{concat}}_{{{r},t}}\, W_{{O}}[t, {c}]{b} = {_sum_terms(x, w_col)}{bv}"),
-                 Line.of(rf"= {tex(out)}")]  # fmt: skip
+        lines = _affine(r"\mathrm{concat}", r, "O", c, x, trace.weights.w_o, trace.weights.b_o, out)
         return Arithmetic(str(t("cell.final", q=tok[r], c=c)), lines, full(out))
     return None
 
@@ -227,10 +211,6 @@ class SideSpec:
     def of(cls, trace: Trace) -> SideSpec:
         return cls(trace.spec.mask, trace.spec.scale, tuple(trace.spec.tokens))
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SideSpec:
-        return cls(data["mask"], data["scale"], tuple(data["tokens"]))
-
 
 @dataclass(frozen=True)
 class CellSide:
@@ -240,13 +220,6 @@ class CellSide:
     matrix: MatrixView
     stats: list[RowStats] | None
     spec: SideSpec
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CellSide:
-        stats = data["stats"]
-        return cls(MatrixView.from_json(data["matrix"]),
-                   None if stats is None else [RowStats.from_json(s) for s in stats],
-                   SideSpec.from_json(data["spec"]))  # fmt: skip
 
 
 def compare_side(trace: Trace, head: int, key: str, hit: np.ndarray) -> CellSide:
@@ -269,46 +242,17 @@ def compare_side(trace: Trace, head: int, key: str, hit: np.ndarray) -> CellSide
     return CellSide(mv, stats, SideSpec.of(trace))
 
 
-@dataclass(frozen=True)
-class Difference:
-    """Where two sides' matrices differ, over the cells both have (`overlap`, rows and columns): |a − b| (`d`) and
-    the cells past the tolerance (`hit`), and the counts a comparison states (its JSON face leaves out `d` and
-    `hit`)."""
-
-    d: np.ndarray
-    hit: np.ndarray
-    changed: int
-    max_abs_diff: float
-    masked_differently: int
-    first_changed_row: int | None
-    rows_changed: int
-    overlap: tuple[int, int]
-
-
-def difference(a: np.ndarray, b: np.ndarray, tol: float) -> Difference:
-    """Where two sides' matrices differ, over the cells both have: |a − b| (a cell masked on one side only counts
-    as the largest difference), the number of cells past `tol`, the largest |Δ| and the first query row that
-    changes (under a causal mask, two prompts sharing a prefix agree on every row of it)."""
+def difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a − b| over the cells both sides' matrices have (their first rows and columns): a cell masked on one side
+    only is +∞, the largest difference there is; a cell masked on both sides is 0."""
     r, c = min(a.shape[0], b.shape[0]), min(a.shape[1], b.shape[1])
     a, b = a[:r, :c], b[:r, :c]
     fa, fb = np.isfinite(a), np.isfinite(b)
     d = np.zeros((r, c), dtype=np.float64)
     both = fa & fb
     d[both] = np.abs(a[both].astype(np.float64) - b[both])
-    largest = float(d.max()) if d.size else 0.0
     d[fa != fb] = np.inf
-    hit = d > tol
-    rows = np.flatnonzero(hit.any(axis=1))
-    return Difference(
-        d=d,
-        hit=hit,
-        changed=int(hit.sum()),
-        max_abs_diff=largest,
-        masked_differently=int((fa != fb).sum()),
-        first_changed_row=int(rows[0]) if rows.size else None,
-        rows_changed=int(rows.size),
-        overlap=(r, c),
-    )
+    return d
 
 
 def difference_top(d: np.ndarray, tol: float) -> float | None:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
@@ -58,6 +60,37 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         return [jsonable(v) for v in value]
     raise TypeError(f"a View holds data only; {type(value).__name__} is not")
+
+
+def from_jsonable(tp: Any, data: Any) -> Any:
+    """`jsonable`'s inverse, led by the annotations: `data` (JSON) read back as type `tp`. A dataclass from its
+    object (a key it has no field for is skipped, a field the object leaves out keeps its default), a class that
+    writes itself (`__json__`) by its own `from_json`, a tuple or a list item by item, a union as its first type
+    that fits (a dataclass fits an object whose every key is one of its fields); what an annotation leaves open
+    (`Any`, a dict) stays as JSON."""
+    if data is None:
+        return None
+    if hasattr(tp, "__json__"):
+        return tp.from_json(data)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        return tp(**{f.name: from_jsonable(hints[f.name], data[f.name]) for f in fields(tp) if f.name in data})
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return from_jsonable(next(a for a in args if _fits(a, data)), data)
+    if origin is tuple:
+        items = [args[0]] * len(data) if args[1:] == (Ellipsis,) else args
+        return tuple(from_jsonable(a, x) for a, x in zip(items, data, strict=True))
+    if origin is list:
+        return [from_jsonable(args[0], x) for x in data]
+    return data
+
+
+def _fits(tp: Any, data: Any) -> bool:
+    """Whether a union's type `tp` can be `data` (not None): a dataclass if it has a field for every key."""
+    if dataclasses.is_dataclass(tp):
+        return set(data) <= {f.name for f in fields(tp)}
+    return tp is not type(None)
 
 
 @dataclass(frozen=True)

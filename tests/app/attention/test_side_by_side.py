@@ -31,17 +31,31 @@ def soup(r: Any) -> BeautifulSoup:
 # -- the difference of two matrices ----------------------------------------------------------------------------
 
 
-def test_difference_counts_cells_rows_and_masking() -> None:
+def test_difference_is_over_the_cells_both_sides_have() -> None:
     a = np.array([[1.0, -np.inf], [0.5, 0.5]], dtype=np.float32)
     b = np.array([[1.0, -np.inf], [0.25, 0.75], [0.1, 0.9]], dtype=np.float32)  # one more query row
-    d = difference(a, b, 1e-6)
-    assert d.overlap == (2, 2) and d.changed == 2 and d.first_changed_row == 1
-    assert d.max_abs_diff == pytest.approx(0.25) and d.masked_differently == 0
-    c = np.array([[1.0, 0.0], [0.5, 0.5]], dtype=np.float32)  # a cell masked on one side only
-    d = difference(a, c, 1e-6)
-    assert d.masked_differently == 1 and d.changed == 1 and d.first_changed_row == 0
-    same = difference(a, a.copy(), 1e-6)
-    assert same.changed == 0 and same.first_changed_row is None
+    assert difference(a, b).tolist() == [[0.0, 0.0], [0.25, 0.25]]  # masked on both sides: no difference
+    c = np.array([[1.0, 0.0], [0.5, 0.5]], dtype=np.float32)  # a cell masked on one side only: the largest
+    assert difference(a, c).tolist() == [[0.0, np.inf], [0.0, 0.0]]
+
+
+def test_a_comparison_counts_cells_rows_and_masking(client: Any) -> None:
+    def counts(**params: str) -> dict[str, Any]:
+        r = client.get("/.json", params=params)
+        assert r.status_code == 200, r.text[:300]
+        compare: dict[str, Any] = r.json()["compare"]
+        return compare
+
+    masks = counts(stage="mask", compare="mask")  # S′ without and with the causal mask: only the masked cells
+    assert masks["overlap"] == [5, 5] and masks["masked_differently"] == masks["changed"] == 10
+    assert masks["first_changed_row"] == 0 and masks["rows_changed"] == 4 and masks["max_abs_diff"] == 0
+    # Under the causal mask, the rows of the tokens two prompts share read the same keys; the overlap is 5 × 5.
+    text = counts(stage="softmax", compare="text", compare_text="猫 坐 在 椅子 上 了")
+    assert text["overlap"] == [5, 5] and text["first_changed_row"] == 3 and text["first_changed_token"] == "椅子"
+    assert text["rows_changed"] == 2 and text["changed"] == 9 and text["masked_differently"] == 0
+    assert text["max_abs_diff"] > 0
+    same = counts(stage="softmax", compare="text", compare_text="猫 坐 在 垫子 上")
+    assert same["changed"] == same["rows_changed"] == same["max_abs_diff"] == 0 and same["first_changed_row"] is None
 
 
 def test_the_difference_map_keeps_a_single_changed_cell_when_shrunk() -> None:

@@ -1,5 +1,6 @@
 """The lab's comparison, large and long views are typed (#31): the JSON twin is written from them, and
-`LabView.from_json` rebuilds the same types, so a view read back writes the same JSON and reads back equal."""
+`LabView.from_json` (app/web/view.py `from_jsonable`, led by the annotations) rebuilds the same types, so a view read
+back writes the same JSON and reads back equal."""
 
 from __future__ import annotations
 
@@ -72,3 +73,4 @@ def test_a_long_view_reads_back_as_its_type(smollm2: Any) -> None:
 def test_a_small_view_has_no_large_or_long_part(client: Any, params: dict[str, str]) -> None:
     v = round_trip(client, **params)
     assert v.large is None and v.long is None and v.compare is None
+    assert v.matrices and all(isinstance(m, MatrixView) for m in v.matrices) and isinstance(v.tokens, tuple)

@@ -13,7 +13,8 @@ import pytest
 from bs4 import BeautifulSoup
 
 from app.attention import sinks, tiles
-from app.attention.view import SinksView, TilesView
+from app.attention.sinks import SinksView
+from app.attention.tiles import TilesView
 from app.block import page as block_page
 from app.block.view import BlockView
 from app.decode import page as decode_page
