@@ -57,8 +57,9 @@ NO_STORE = {"Cache-Control": "no-store"}
 SECRET = NO_STORE | {"Referrer-Policy": "no-referrer"}  # a page whose URL holds a pairing secret
 
 
-def _page(request: Request, template: str, status: int = 200, headers: dict[str, str] | None = None,
-          **ctx: object) -> Response:  # fmt: skip
+def _page(
+    request: Request, template: str, status: int = 200, headers: dict[str, str] | None = None, **ctx: object
+) -> Response:
     """The join page and its refusals. Not the page kernel's `serve`: that caches by URL alone, and a refusal of
     POST /r must never be answered with the cached GET /r page (nor a room's state be cached at all)."""
     lang = language(request)

@@ -268,7 +268,7 @@ class Rooms:
                     return room, token
         raise RoomError(503, "rooms", "no free room code; retry")
 
-    async def code(self, raw_code: str, request: Request) -> str | None:
+    async def checked_code(self, raw_code: str, request: Request) -> str | None:
         """The code as stored (None when it cannot be one), once the client's address may still look codes up: every
         lookup that finds nothing counts against it (ROOM_UNKNOWN_CODES_PER_MINUTE); past it, every lookup from there
         is a 429 (found or not, so that the answers tell a guesser nothing) until the budget refills."""
@@ -278,8 +278,8 @@ class Rooms:
         return normal_code(raw_code)
 
     async def room(self, raw_code: str, request: Request) -> Room:
-        """The open room with this code (`code` says what a lookup that finds nothing costs)."""
-        code = await self.code(raw_code, request)
+        """The open room with this code (`checked_code` says what a lookup that finds nothing costs)."""
+        code = await self.checked_code(raw_code, request)
         with store_errors():
             room = await self.store.get(code) if code else None
         if room is None:

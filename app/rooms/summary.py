@@ -141,7 +141,7 @@ async def teachers_summary(rooms: Rooms, request: Request, raw_code: str) -> dic
     """The class summary, for the room's teacher only (the remote's token: Authorization: Bearer, or the teacher's
     cookie): the running class's, or the one kept when it ended. A 401 without a token, a 403 with another one
     (a student's), a 404 when there is neither a room nor a kept summary."""
-    code = await rooms.code(raw_code, request)
+    code = await rooms.checked_code(raw_code, request)
     with store_errors():
         raw = await rooms.store.kept(code) if code else None
         live = await rooms.store.get(code) if raw is not None and code else None
