@@ -390,9 +390,8 @@ class MemoryStore(Store):
         entry = self._live(code)
         if entry is None:
             return False
-        version = entry.room.version + 1
         del self.rooms[code]
-        self.hub.deliver(code, Event(version, "end", {}))
+        self.hub.deliver(code, Event(entry.room.version + 1, "end", {}))
         self.hub.deliver(code, None)
         return True
 
@@ -400,23 +399,20 @@ class MemoryStore(Store):
         entry = self._live(code)
         if entry is None:
             return 0
-        version = entry.room.version + 1
-        room = entry.room
-        entry.room = Room(code, *(state or (room.page, room.query)), version, room.token_hash, room.poll, room.devices)
-        event = Event(version, kind, data)
+        page, query = state or (entry.room.page, entry.room.query)
+        entry.room = replace(entry.room, page=page, query=query, version=entry.room.version + 1)
+        event = Event(entry.room.version, kind, data)
         entry.log.append(event)
         entry.log_bytes += len(event.dumps())
         while len(entry.log) > LOG_LENGTH or (entry.log_bytes > LOG_BYTES and len(entry.log) > 1):
             entry.log_bytes -= len(entry.log.popleft().dumps())
         entry.touched = self.clock()
         self.hub.deliver(code, event)
-        return version
+        return event.id
 
     async def events_after(self, code: str, version: int) -> list[Event] | None:
         entry = self._live(code)
-        if entry is None:
-            return None
-        return logged_after(list(entry.log), version, entry.room.version)
+        return logged_after(list(entry.log), version, entry.room.version) if entry else None
 
     async def follow(self, code: str, follower: str, limit: int | None = None) -> bool:
         entry = self._live(code)
@@ -472,9 +468,7 @@ class MemoryStore(Store):
 
     async def answers(self, code: str, poll_id: str) -> list[Answer]:
         entry = self._live(code)
-        if entry is None:
-            return []
-        return list(entry.answers.get(poll_id, {}).values())
+        return list(entry.answers.get(poll_id, {}).values()) if entry else []
 
     async def polls(self, code: str) -> list[Poll]:
         entry = self._live(code)
