@@ -9,9 +9,6 @@ missed.
 
 from __future__ import annotations
 
-import csv
-import io
-import logging
 import secrets
 import time
 from typing import Annotated, Any, Literal
@@ -44,24 +41,19 @@ from .bodies import (
 from .service import (
     RoomError,
     Rooms,
+    RoomsDep,
     check_json,
     check_same_origin,
     check_view,
-    clean_page,
-    clean_query,
     client_address,
-    get_rooms,
     join_url,
-    query_limit,
     store_down,
 )
 from .store import Answer, Poll, Room
 from .stream import Follow, last_event
-from .summary import BOM, cell_safe, end_class, summary_csv, teachers_summary
+from .summary import cell_safe, csv_file, end_class, summary_rows, teachers_summary
 
 __all__ = ["PollIn", "install", "router", "view_limits"]
-
-LOG = logging.getLogger("attention_lab.rooms")
 
 
 def same_origin_json(request: Request) -> None:
@@ -105,7 +97,6 @@ def install(app: FastAPI) -> None:
         return refused(store_down(exc))
 
 
-RoomsDep = Annotated[Rooms, Depends(get_rooms)]
 WHERE = {"code": "path", "poll": "path", "authorization": "header", "last-event-id": "header",
          "sec-fetch-site": "header", "origin": "header", "content-type": "header",
          "query": "body", "page": "body", "answer": "body"}  # fmt: skip
@@ -113,7 +104,7 @@ WHERE = {"code": "path", "poll": "path", "authorization": "header", "last-event-
 
 def refused(exc: RoomError) -> Response:
     loc = [WHERE.get(exc.field, "request"), exc.field]
-    body = {"message": f"{exc.field}: {exc.message}", "detail": [{"loc": loc, "msg": exc.message, "type": "room"}]}
+    body = {"message": str(exc), "detail": [{"loc": loc, "msg": exc.message, "type": "room"}]}
     return json_response(body, exc.status, exc.headers)
 
 
@@ -121,8 +112,7 @@ def refused(exc: RoomError) -> Response:
 async def create_room(request: Request, rooms: RoomsDep, body: ViewIn | None = None) -> Response:
     """Start a room on a view (default: the lab's start). The teacher token in the answer is never shown again."""
     body = body or ViewIn()
-    page = clean_page(body.page)  # a body the schema refuses is a 422 whatever this address did before
-    query = clean_query(body.query, query_limit(rooms.settings))
+    page, query = rooms.view(body.page, body.query)  # a body the schema refuses: 422 whatever this address did before
     rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
     await check_view(request.app, page, query)
     room, token = await rooms.create(page, query, client_address(request))
@@ -143,8 +133,7 @@ async def get_room(code: str, request: Request, rooms: RoomsDep) -> Response:
 async def put_state(code: str, body: ViewIn, request: Request, rooms: RoomsDep) -> Response:
     """The teacher's new view: checked by the lab (a view it would refuse is a 422), then sent to every follower."""
     room = await rooms.teacher(request, code)
-    page = clean_page(body.page)
-    query = clean_query(body.query, query_limit(rooms.settings))
+    page, query = rooms.view(body.page, body.query)
     if (page, query) == (room.page, room.query):
         return json_response({"version": room.version})  # nothing changed: no event
     await check_view(request.app, page, query)
@@ -211,15 +200,21 @@ async def events(
 @router.post("/{code}/polls", status_code=201, response_model=PollCreated, responses=TEACHER)
 async def open_poll(code: str, body: PollIn, request: Request, rooms: RoomsDep) -> Response:
     """Open a poll on the current view (any open one closes): students see it at once and answer once."""
-    room = await rooms.teacher(request, code)
+    return await ask(rooms, await rooms.teacher(request, code), body)
+
+
+async def ask(rooms: Rooms, room: Room, body: PollIn, languages: dict[str, Any] | None = None) -> Response:
+    """Open the poll on the room's current page, with the screens following it now as its audience."""
     poll = Poll(secrets.token_hex(4), body.prompt, body.kind, tuple(body.options), body.rows, body.cols, body.answer,
-                opened_at=time.time(), audience=await rooms.store.followers(room.code), page=room.page)  # fmt: skip
+                languages=languages or {}, opened_at=time.time(), audience=await rooms.store.followers(room.code),
+                page=room.page)  # fmt: skip
     version = await rooms.store.open_poll(room.code, poll)
     return json_response({"id": poll.id, "version": version}, 201)
 
 
-def prepared_poll(slug: str, k: int, lang: str, rows: int | None, cols: int | None) -> PollIn:
-    """Step k (from 1) of a lesson as a poll: its question, options and key, checked like a teacher's own."""
+def prepared_poll(slug: str, k: int, lang: str, rows: int | None, cols: int | None) -> tuple[PollIn, dict[str, Any]]:
+    """Step k (from 1) of a lesson as a poll: its question, options and key, checked like a teacher's own; and its
+    question and options in every language."""
     lesson = lessons.BY_SLUG.get(slug)
     if lesson is None:
         raise RoomError(422, "lesson", f"no lesson {show(slug, 30)}; see /lessons")
@@ -230,9 +225,12 @@ def prepared_poll(slug: str, k: int, lang: str, rows: int | None, cols: int | No
         raise RoomError(422, "step", f"step {k} of {lesson.slug!r} has no prepared question")
     prepared = step.poll.for_lang(step.text(lang)[1], lang) | {"rows": rows, "cols": cols}
     try:
-        return PollIn.model_validate(prepared)
+        poll = PollIn.model_validate(prepared)
     except ValidationError as exc:  # the lesson's key against the page's matrix (rows/cols): a 422, not a 500
         raise RoomError(422, "rows", exc.errors()[0]["msg"]) from exc
+    languages = {code: {key: step.poll.for_lang(step.text(code)[1], code)[key] for key in ("prompt", "options")}
+                 for code in ("en", "zh")}  # fmt: skip
+    return poll, languages
 
 
 @router.post("/{code}/polls/lesson", status_code=201, response_model=PollCreated, responses=TEACHER)
@@ -240,20 +238,13 @@ async def open_lesson_poll(code: str, body: LessonPollIn, request: Request, room
     """Ask the class a lesson step's own question: its options and its key come from the lesson (never from the
     projected page, which does not hold the key); students see the question at once, the key when it closes."""
     room = await rooms.teacher(request, code)
-    poll_in = prepared_poll(body.lesson, body.step, body.lang, body.rows, body.cols)
-    step = lessons.BY_SLUG[body.lesson].steps[body.step - 1]
-    assert step.poll is not None  # prepared_poll checked it
-    languages = {lang: {k: step.poll.for_lang(step.text(lang)[1], lang)[k] for k in ("prompt", "options")}
-                 for lang in ("en", "zh")}  # fmt: skip
-    poll = Poll(secrets.token_hex(4), poll_in.prompt, poll_in.kind, tuple(poll_in.options), poll_in.rows,
-                poll_in.cols, poll_in.answer, languages=languages, opened_at=time.time(),
-                audience=await rooms.store.followers(room.code), page=room.page)  # fmt: skip
-    version = await rooms.store.open_poll(room.code, poll)
-    return json_response({"id": poll.id, "version": version}, 201)
+    return await ask(rooms, room, *prepared_poll(body.lesson, body.step, body.lang, body.rows, body.cols))
 
 
-async def _poll(rooms: Rooms, code: str, poll_id: str, request: Request) -> tuple[Room, Poll]:
-    room = await rooms.room(code, request)
+async def _poll(rooms: Rooms, code: str, poll_id: str, request: Request, teacher: bool = False) -> tuple[Room, Poll]:
+    """The room and its poll (the room's teacher's alone when `teacher`); a poll id not found costs what an unknown
+    code does."""
+    room = await (rooms.teacher(request, code) if teacher else rooms.room(code, request))
     poll = await rooms.store.poll(room.code, poll_id[:16])
     if poll is None:
         rooms.missed(request)
@@ -266,7 +257,7 @@ async def lesson_poll(code: str, lesson: str, step: int, request: Request, rooms
                       lang: Literal["en", "zh"] = "en") -> Response:  # fmt: skip
     """A lesson step's prepared question as the poll it would open, key included: for the teacher's remote only."""
     await rooms.teacher(request, code)
-    return json_response(prepared_poll(lesson, step, lang, None, None).model_dump())
+    return json_response(prepared_poll(lesson, step, lang, None, None)[0].model_dump())
 
 
 # GET …/polls/lesson is the lesson poll's own route (declared first): no poll is called "lesson" (ids are hex).
@@ -320,8 +311,7 @@ async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request,
 @router.post("/{code}/polls/{poll_id}/close", response_model=PollOut, responses=TEACHER)
 async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Close the poll and reveal it: the counts and the key go to every follower."""
-    room = await rooms.teacher(request, code)
-    _, poll = await _poll(rooms, room.code, poll_id, request)
+    room, poll = await _poll(rooms, code, poll_id, request, teacher=True)
     closed = await rooms.store.close_poll(room.code, poll.id)
     assert closed is not None
     counts = await rooms.store.counts(room.code, poll.id)
@@ -332,8 +322,7 @@ async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep)
 async def clear_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Take the poll off every screen (the students' phones, the projector, the remote), closing it first if it is
     still open: `event: poll` with `{"id", "status": "cleared"}`. Its answers stay (results, CSV)."""
-    room = await rooms.teacher(request, code)
-    _, poll = await _poll(rooms, room.code, poll_id, request)
+    room, poll = await _poll(rooms, code, poll_id, request, teacher=True)
     if poll.status == "open":
         await rooms.store.close_poll(room.code, poll.id)
     version = await rooms.store.publish(room.code, "poll", {"id": poll.id, "status": "cleared"})
@@ -345,18 +334,12 @@ async def clear_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep)
 async def poll_csv(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Every answer (student id, nickname, answer) for the teacher's records (UTF-8 with a byte order mark, as the
     class summary's CSV: Excel opens Chinese answers as written)."""
-    room = await rooms.teacher(request, code)
-    _, poll = await _poll(rooms, room.code, poll_id, request)
-    out = io.StringIO()
-    out.write(BOM)
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["student", "nickname", "answer", "correct"])
+    room, poll = await _poll(rooms, code, poll_id, request, teacher=True)
+    rows = [["student", "nickname", "answer", "correct"]]
     for a in sorted(await rooms.store.answers(room.code, poll.id), key=lambda a: a.student):
         correct = "" if poll.answer is None else str(a.answer == poll.answer).lower()
-        writer.writerow([a.student, cell_safe(a.nickname or ""), cell_safe(a.answer), correct])
-    name = f"room-{room.code}-poll-{poll.id}.csv"
-    return Response(out.getvalue(), media_type="text/csv; charset=utf-8",
-                    headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
+        rows.append([a.student, cell_safe(a.nickname or ""), cell_safe(a.answer), correct])
+    return csv_file(rows, f"room-{room.code}-poll-{poll.id}.csv")
 
 
 @router.get("/{code}/summary", response_model=SummaryOut, responses=TEACHER)
@@ -375,9 +358,4 @@ async def class_summary_csv(code: str, request: Request, rooms: RoomsDep) -> Res
     nickname, answer, correct, seconds after the opening); a poll nobody answered has one row with no student. UTF-8
     with a byte order mark (Excel on Windows reads the Chinese as written); the header names do not change."""
     summary = await teachers_summary(rooms, request, code)
-    name = f"class-{summary['code']}-summary.csv"
-    return Response(
-        summary_csv(summary),
-        media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"},
-    )
+    return csv_file(summary_rows(summary), f"class-{summary['code']}-summary.csv", {"Cache-Control": "no-store"})

@@ -159,20 +159,19 @@ class PollIn(Body):
         return self
 
 
+def _whole_number(p: Any) -> bool:
+    """An integer (not a bool), or a string of ASCII digits (spaces around them allowed)."""
+    if isinstance(p, str):
+        return p.strip().isascii() and p.strip().isdigit()
+    return isinstance(p, int) and not isinstance(p, bool)
+
+
 def cell_key(raw: Any, rows: int | None, cols: int | None, field: str) -> str:
     """[row, col] (or "row,col") as the key "row,col", counting from 0 like the matrices' headers."""
     parts = raw.split(",") if isinstance(raw, str) else raw
-    ok = isinstance(parts, list) and len(parts) == 2
-    nums: list[int] = []
-    for p in parts if ok else []:
-        if isinstance(p, bool) or not (isinstance(p, int) or (isinstance(p, str) and p.strip().isascii()
-                                                              and p.strip().isdigit())):  # fmt: skip
-            ok = False
-            break
-        nums.append(int(p))
-    if not ok or len(nums) != 2:
+    if not (isinstance(parts, list) and len(parts) == 2 and all(map(_whole_number, parts))):
         raise ValueError(f"{field}: a cell is [row, col], two whole numbers from 0")
-    r, c = nums
+    r, c = (int(p) for p in parts)
     if r < 0 or c < 0 or (rows is not None and r >= rows) or (cols is not None and c >= cols) or max(r, c) > 4095:
         raise ValueError(f"{field}: cell [{r}, {c}] is outside the matrix")
     return f"{r},{c}"

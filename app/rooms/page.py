@@ -11,12 +11,11 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from redis.exceptions import RedisError
 
 from ..templating import TEMPLATES
 from ..web.i18n import LANGS, translator
@@ -28,24 +27,19 @@ from .service import (
     TEACHER_COOKIE,
     RoomError,
     Rooms,
+    RoomsDep,
     check_same_origin,
     check_view,
-    clean_page,
-    clean_query,
     client_address,
-    cookie_options,
-    get_rooms,
     join_url,
     presented_token,
-    query_limit,
-    store_down,
+    store_errors,
     token_hash,
 )
 from .store import Room, normal_code
 from .summary import end_class, teachers_summary
 
 router = APIRouter(include_in_schema=False)
-RoomsDep = Annotated[Rooms, Depends(get_rooms)]
 
 
 def view_url(page: str, query: str, lang: str | None = None, present: bool = False) -> str:
@@ -59,13 +53,47 @@ def _presenting(query: str) -> bool:
     return re.search(r"(?:^|&)present=1(?:&|$)", query) is not None
 
 
-def _page(request: Request, template: str, status: int = 200, **ctx: object) -> Response:
+NO_STORE = {"Cache-Control": "no-store"}
+SECRET = NO_STORE | {"Referrer-Policy": "no-referrer"}  # a page whose URL holds a pairing secret
+
+
+def _page(
+    request: Request, template: str, status: int = 200, headers: dict[str, str] | None = None, **ctx: object
+) -> Response:
     """The join page and its refusals. Not the page kernel's `serve`: that caches by URL alone, and a refusal of
     POST /r must never be answered with the cached GET /r page (nor a room's state be cached at all)."""
     lang = language(request)
     base = {"t": translator(lang), "lang": lang, "langs": LANGS, "page": "room", "json_url": None, "spec": None,
             "lang_urls": {c: f"{request.url.path}?lang={c}" for c in LANGS}}  # fmt: skip
-    return TEMPLATES.TemplateResponse(request, template, base | ctx, status_code=status)
+    response = TEMPLATES.TemplateResponse(request, template, base | ctx, status_code=status)
+    response.headers.update(headers or {})
+    return response
+
+
+def _lang(raw: str | None) -> str | None:
+    """The language a form or link asks for, when the lab has it."""
+    return raw if raw in LANGS else None
+
+
+def _in_room(response: Response, request: Request, rooms: Rooms, code: str, token: str | None = None) -> Response:
+    """The response, with the cookies of a browser in room `code`: the room, and (HttpOnly) the teacher token of a
+    browser that teaches it."""
+    secure = request.url.scheme == "https"  # cookies over HTTPS are Secure: never sent back over plain HTTP
+    age = int(rooms.settings.room_idle_s)
+    if token is not None:
+        response.set_cookie(TEACHER_COOKIE, quote(f"{code}.{token}", safe=".-_"), max_age=age, httponly=True,
+                            samesite="strict", secure=secure)  # fmt: skip
+    response.set_cookie(ROOM_COOKIE, code, max_age=age, samesite="lax", secure=secure)
+    return response
+
+
+def _forget(response: Response, request: Request, teacher: bool = True) -> Response:
+    """The response, with the room forgotten in this browser (and its teacher token, when `teacher`)."""
+    secure = request.url.scheme == "https"
+    if teacher:
+        response.delete_cookie(TEACHER_COOKIE, httponly=True, samesite="strict", secure=secure)
+    response.delete_cookie(ROOM_COOKIE, samesite="lax", secure=secure)
+    return response
 
 
 @router.get("/r", response_class=HTMLResponse)
@@ -87,59 +115,48 @@ def _refusal(t: Any, exc: RoomError) -> str:
     return t("room.unreachable") if exc.field == "store" else t(REFUSED.get(exc.status, "room.not_found"))
 
 
-def _refused_page(request: Request, rooms: Rooms, exc: RoomError, message: str, **ctx: object) -> Response:
-    """The join page with the refusal, its status and its Retry-After; while the store is away, a link that tries
-    the same class again."""
+def _refused_page(request: Request, rooms: Rooms, exc: RoomError, message: str | None = None) -> Response:
+    """The join page with the refusal (in the page's words unless `message` is given), its status and its
+    Retry-After; while the store is away, a link that tries the same class again."""
     retry = request.url.path if exc.field == "store" and request.method == "GET" else None
-    response = _page(request, "room_join.html", exc.status, error=message, retry_url=retry,
-                     disabled=rooms.disabled if exc.field != "store" else None, **ctx)  # fmt: skip
-    response.headers.update(exc.headers)
-    response.headers["Cache-Control"] = "no-store"
-    return response
+    error = message or _refusal(translator(language(request)), exc)
+    return _page(request, "room_join.html", exc.status, exc.headers | NO_STORE, error=error, retry_url=retry,
+                 disabled=rooms.disabled if exc.field != "store" else None)  # fmt: skip
 
 
 @router.get("/r/{code}", response_class=HTMLResponse)
 async def follow(code: str, request: Request, rooms: RoomsDep) -> Response:
     """A student joins: the browser remembers the room and opens the teacher's current view, following it."""
-    t = translator(language(request))
     try:
         rooms.joins.check(client_address(request), "join", "joins from this address")
         room = await rooms.room(code, request)
     except RoomError as exc:
-        return _refused_page(request, rooms, exc, _refusal(t, exc))
+        return _refused_page(request, rooms, exc)
     own = await _own_room(request, rooms)
     if own is not None and own.code != room.code:
         # This browser teaches another class: a link (from anywhere) must not quietly turn its projector into a
         # student's screen. It asks; joining is a button that posts from this page.
-        lang = language(request)
-        response = _page(request, "room_switch.html", room=room, own=own,
-                         back=view_url(own.page, own.query, lang, _presenting(own.query)))  # fmt: skip
-        response.headers["Cache-Control"] = "no-store"
-        return response
+        back = view_url(own.page, own.query, language(request), _presenting(own.query))
+        return _page(request, "room_switch.html", headers=NO_STORE, room=room, own=own, back=back)
     return _joined(request, rooms, room, request.query_params.get("lang"))
 
 
 def _joined(request: Request, rooms: Rooms, room: Room, lang: str | None) -> Response:
-    target = view_url(room.page, room.query, lang if lang in LANGS else None) + "#follow"
-    response = RedirectResponse(target, 303)
-    response.set_cookie(ROOM_COOKIE, room.code, max_age=int(rooms.settings.room_idle_s), samesite="lax",
-                        **cookie_options(request))  # fmt: skip
-    return response
+    target = view_url(room.page, room.query, _lang(lang)) + "#follow"
+    return _in_room(RedirectResponse(target, 303), request, rooms, room.code)
 
 
 @router.post("/r/{code}/join", response_class=HTMLResponse)
 async def join_confirmed(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The confirmation's button: this browser follows the room as a student (its own class keeps running; its
     teacher cookie stays, so its remote and its bar still work from there)."""
-    t = translator(language(request))
     form = await _form(request)
     try:
         check_same_origin(request)
         rooms.joins.check(client_address(request), "join", "joins from this address")
         room = await rooms.room(code, request)
     except RoomError as exc:
-        message = f"{exc.field}: {exc.message}" if exc.status == 403 else _refusal(t, exc)
-        return _refused_page(request, rooms, exc, message)
+        return _refused_page(request, rooms, exc, str(exc) if exc.status == 403 else None)
     return _joined(request, rooms, room, form.get("lang"))
 
 
@@ -179,38 +196,31 @@ async def start(request: Request, rooms: RoomsDep) -> Response:
     """The teacher's "Start a class" button: a room on the current view; the teacher token goes into an HttpOnly
     cookie (never into a URL), and the teacher goes back to the same view, now with the room's bar."""
     form = await _form(request)
-    lang = form.get("lang") if form.get("lang") in LANGS else None
+    lang = _lang(form.get("lang"))
     try:
         check_same_origin(request)  # another site's form must not replace this browser's class
     except RoomError as exc:
-        return _page(request, "room_join.html", exc.status, error=f"{exc.field}: {exc.message}")
+        return _page(request, "room_join.html", exc.status, error=str(exc))
     current = await _own_room(request, rooms)
     # A class already runs in this browser: keep it (its students follow this view), never a second room.
     if current is not None:
-        limit = query_limit(rooms.settings)
         try:
-            page, query = clean_page(form.get("page", "/")), clean_query(form.get("query", ""), limit)
+            page, query = rooms.view(form.get("page", "/"), form.get("query", ""))
         except RoomError:
             page, query = current.page, current.query
         return RedirectResponse(view_url(page, query, lang, _presenting(form.get("query", ""))), 303)
     try:
         rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
-        page = clean_page(form.get("page", "/"))
-        query = clean_query(form.get("query", ""), query_limit(rooms.settings))
+        page, query = rooms.view(form.get("page", "/"), form.get("query", ""))
         await rooms.ready()  # rooms that are off say so before anything is rendered
         await check_view(request.app, page, query)  # a view the lab refuses is refused here too, as by the API
         room, token = await rooms.create(page, query, client_address(request))
     except RoomError as exc:
         # "Rooms are off" only when they are (several workers without Redis); a full server, an address at its
         # limit or a refused view say what they are.
-        return _page(request, "room_join.html", exc.status, error=f"{exc.field}: {exc.message}",
-                     disabled=rooms.disabled)  # fmt: skip
+        return _page(request, "room_join.html", exc.status, error=str(exc), disabled=rooms.disabled)
     response = RedirectResponse(view_url(page, query, lang, _presenting(form.get("query", ""))), 303)
-    secure = cookie_options(request)
-    response.set_cookie(TEACHER_COOKIE, quote(f"{room.code}.{token}", safe=".-_"),
-                        max_age=int(rooms.settings.room_idle_s), httponly=True, samesite="strict", **secure)  # fmt: skip
-    response.set_cookie(ROOM_COOKIE, room.code, max_age=int(rooms.settings.room_idle_s), samesite="lax", **secure)
-    return response
+    return _in_room(response, request, rooms, room.code, token)
 
 
 async def _own_room(request: Request, rooms: Rooms) -> Room | None:
@@ -236,17 +246,13 @@ async def pair(code: str, request: Request, rooms: RoomsDep) -> Response:
         check_same_origin(request)
         room = await rooms.teacher(request, code)
     except RoomError as exc:
-        return _page(request, "room_join.html", exc.status if exc.status != 401 else 403,
-                     error=f"{exc.field}: {exc.message}")  # fmt: skip
+        return _page(request, "room_join.html", exc.status if exc.status != 401 else 403, error=str(exc))
     secret = secrets.token_urlsafe(16)
     ttl = rooms.settings.room_pair_s
     await rooms.store.add_pairing(room.code, token_hash(secret), ttl)
     url = join_url(request, room.code) + "/pair/" + secret
-    response = _page(request, "room_pair.html", room=room, pair_url=url, qr=qr_svg(url), minutes=max(1, round(ttl / 60)),
-                     paired=len(room.devices))  # fmt: skip
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["Referrer-Policy"] = "no-referrer"
-    return response
+    return _page(request, "room_pair.html", headers=SECRET, room=room, pair_url=url, qr=qr_svg(url),
+                 minutes=max(1, round(ttl / 60)), paired=len(room.devices))  # fmt: skip
 
 
 @router.get("/r/{code}/pair/{secret}", response_class=HTMLResponse)
@@ -255,11 +261,8 @@ async def pair_confirm(code: str, secret: str, request: Request, rooms: RoomsDep
     try:
         room = await rooms.room(code, request)
     except RoomError as exc:
-        return _refused_page(request, rooms, exc, _refusal(translator(language(request)), exc))
-    response = _page(request, "room_pair.html", room=room, confirm=f"/r/{room.code}/pair/{secret[:64]}")
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["Referrer-Policy"] = "no-referrer"
-    return response
+        return _refused_page(request, rooms, exc)
+    return _page(request, "room_pair.html", headers=SECRET, room=room, confirm=f"/r/{room.code}/pair/{secret[:64]}")
 
 
 @router.post("/r/{code}/pair/{secret}", response_class=HTMLResponse)
@@ -276,18 +279,12 @@ async def pair_take(code: str, secret: str, request: Request, rooms: RoomsDep) -
         if len(room.devices) >= rooms.settings.room_max_devices:
             raise RoomError(409, "pair", t("room.pair_full", n=rooms.settings.room_max_devices))
     except RoomError as exc:
-        return _page(request, "room_join.html", exc.status, error=exc.message if exc.field == "pair"
-                     else f"{exc.field}: {exc.message}")  # fmt: skip
+        return _page(request, "room_join.html", exc.status, error=exc.message if exc.field == "pair" else str(exc))
     token = secrets.token_urlsafe(24)
     await rooms.store.set_devices(room.code, (*room.devices, token_hash(token)))
     form = await _form(request)
-    lang = f"?lang={form['lang']}" if form.get("lang") in LANGS else ""
-    response = RedirectResponse(f"/r/{room.code}/teach{lang}", 303)
-    secure = cookie_options(request)
-    response.set_cookie(TEACHER_COOKIE, quote(f"{room.code}.{token}", safe=".-_"),
-                        max_age=int(rooms.settings.room_idle_s), httponly=True, samesite="strict", **secure)  # fmt: skip
-    response.set_cookie(ROOM_COOKIE, room.code, max_age=int(rooms.settings.room_idle_s), samesite="lax", **secure)
-    return response
+    lang = f"?lang={form['lang']}" if _lang(form.get("lang")) else ""
+    return _in_room(RedirectResponse(f"/r/{room.code}/teach{lang}", 303), request, rooms, room.code, token)
 
 
 def _paired_device(request: Request, room: Room) -> bool:
@@ -302,33 +299,24 @@ async def unpair(code: str, request: Request, rooms: RoomsDep) -> Response:
     on the laptop, the remote comes back (in its language); pressed on a paired phone, that phone is one of them: it
     is told so, in its language, and forgets the class (no silent turn into a student's screen)."""
     form = await _form(request)
-    lang = form.get("lang") if form.get("lang") in LANGS else None
+    lang = _lang(form.get("lang"))
     suffix = f"?lang={lang}" if lang else ""
     try:
         check_same_origin(request)
         room = await rooms.teacher(request, code)
     except RoomError as exc:
-        return _page(request, "room_join.html", exc.status if exc.status != 401 else 403,
-                     error=f"{exc.field}: {exc.message}")  # fmt: skip
+        return _page(request, "room_join.html", exc.status if exc.status != 401 else 403, error=str(exc))
     await rooms.store.set_devices(room.code, ())
     if not _paired_device(request, room):
         return RedirectResponse(f"/r/{room.code}/teach{suffix}", 303)
-    response = RedirectResponse(f"/r/{room.code}/unpaired{suffix}", 303)
-    secure = cookie_options(request)
-    response.delete_cookie(TEACHER_COOKIE, httponly=True, samesite="strict", **secure)
-    response.delete_cookie(ROOM_COOKIE, samesite="lax", **secure)
-    return response
+    return _forget(RedirectResponse(f"/r/{room.code}/unpaired{suffix}", 303), request)
 
 
 @router.get("/r/{code}/unpaired", response_class=HTMLResponse)
 async def unpaired(code: str, request: Request) -> Response:
     """What a paired phone shows once it unpaired every device, itself included: it is no longer the remote; the
     screen that started the class still runs it; a link follows the class as a student instead."""
-    found = normal_code(code)
-    response = _page(request, "room_unpaired.html", code=found,
-                     lang_urls={c: f"{request.url.path}?lang={c}" for c in LANGS})  # fmt: skip
-    response.headers["Cache-Control"] = "no-store"
-    return response
+    return _page(request, "room_unpaired.html", headers=NO_STORE, code=normal_code(code))
 
 
 def lesson_starts(lang: str) -> list[dict[str, str]]:
@@ -356,16 +344,13 @@ async def teach(code: str, request: Request, rooms: RoomsDep) -> Response:
         room = await rooms.teacher(request, code)
     except RoomError as exc:
         if exc.field == "store":
-            return _refused_page(request, rooms, exc, _refusal(t, exc))
+            return _refused_page(request, rooms, exc)
         status = exc.status if exc.status in (404, 503) else 403
         message = t("room.remote_only_teacher") if status == 403 else t("room.not_found")
         return _page(request, "room_join.html", status, error=message, disabled=rooms.disabled)
-    url = join_url(request, room.code)
-    response = _page(request, "room_teach.html", room=room, join_url=url, lessons=lesson_starts(lang),
-                     paired_here=_paired_device(request, room),
-                     lang_urls={c: f"/r/{room.code}/teach?lang={c}" for c in LANGS})  # fmt: skip
-    response.headers["Cache-Control"] = "no-store"
-    return response
+    return _page(request, "room_teach.html", headers=NO_STORE, room=room, join_url=join_url(request, room.code),
+                 lessons=lesson_starts(lang), paired_here=_paired_device(request, room),
+                 lang_urls={c: f"/r/{room.code}/teach?lang={c}" for c in LANGS})  # fmt: skip
 
 
 @router.post("/r/{code}/end", response_class=HTMLResponse)
@@ -375,25 +360,17 @@ async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
     try:
         check_same_origin(request)  # another site's form must neither end the class nor drop its cookies
         room = await rooms.teacher(request, code)
-        try:
+        with store_errors():
             await end_class(rooms, room)
-        except RedisError as exc:
-            raise store_down(exc) from exc
-        target = view_url(
-            room.page, room.query, form.get("lang") if form.get("lang") in LANGS else None, form.get("present") == "1"
-        )  # the projector stays in presenter mode
+        present = form.get("present") == "1"  # the projector stays in presenter mode
+        target = view_url(room.page, room.query, _lang(form.get("lang")), present)
     except RoomError as exc:
         if exc.status not in (401, 403, 404) or exc.field in ("sec-fetch-site", "origin"):
-            return _page(request, "room_join.html", exc.status, error=f"{exc.field}: {exc.message}",
-                         disabled=rooms.disabled)  # fmt: skip
+            return _page(request, "room_join.html", exc.status, error=str(exc), disabled=rooms.disabled)
         target = "/"  # not this room's teacher, or no such room: only forget it here
-    response = RedirectResponse(target, 303)
-    secure = cookie_options(request)
-    if target == "/":  # not this room's teacher: forget the room here. Its teacher keeps the token (it expires with
-        # the room's lifetime): it opens the class summary (/r/<code>/summary) after the end.
-        response.delete_cookie(TEACHER_COOKIE, httponly=True, samesite="strict", **secure)
-    response.delete_cookie(ROOM_COOKIE, samesite="lax", **secure)
-    return response
+    # Not this room's teacher: forget the room here. Its teacher keeps the token (it expires with the room's
+    # lifetime): it opens the class summary (/r/<code>/summary) after the end.
+    return _forget(RedirectResponse(target, 303), request, teacher=target == "/")
 
 
 # ---- after the class: its summary, for the teacher ----------------------------------------------------------------
@@ -409,16 +386,13 @@ async def summary(code: str, request: Request, rooms: RoomsDep) -> Response:
         found = await teachers_summary(rooms, request, code)
     except RoomError as exc:
         if exc.field == "store":
-            return _refused_page(request, rooms, exc, _refusal(t, exc))
+            return _refused_page(request, rooms, exc)
         status = exc.status if exc.status in (404, 429, 503) else 403
         message = t("room.summary_only_teacher") if status == 403 else _refusal(t, exc)
-        response = _page(request, "room_join.html", status, error=message, disabled=rooms.disabled)
-        response.headers.update(exc.headers if status != 403 else {})
-        return response
+        return _page(request, "room_join.html", status, exc.headers if status != 403 else {}, error=message,
+                     disabled=rooms.disabled)  # fmt: skip
     api = f"/api/v1/rooms/{found['code']}/summary"
-    response = _page(request, "room_summary.html", summary=found, json_href=api, csv_href=api + ".csv",
-                     remote_url=f"/r/{found['code']}/teach?lang={lang}",
-                     keep_hours=f"{rooms.settings.room_idle_s / 3600:.3g}",
-                     lang_urls={c: f"/r/{found['code']}/summary?lang={c}" for c in LANGS})  # fmt: skip
-    response.headers["Cache-Control"] = "no-store"
-    return response
+    return _page(request, "room_summary.html", headers=NO_STORE, summary=found, json_href=api, csv_href=api + ".csv",
+                 remote_url=f"/r/{found['code']}/teach?lang={lang}",
+                 keep_hours=f"{rooms.settings.room_idle_s / 3600:.3g}",
+                 lang_urls={c: f"/r/{found['code']}/summary?lang={c}" for c in LANGS})  # fmt: skip

@@ -96,7 +96,6 @@ def _s(v: Any) -> str:
 class RedisStore(Store):
     def __init__(self, url: str, idle_s: float) -> None:
         super().__init__(idle_s)
-        self.url = url
         # A bounded pool that waits for a free connection (the default pool refuses past its size): a class of
         # hundreds shares a few dozen connections per process.
         pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=10,
@@ -176,9 +175,9 @@ class RedisStore(Store):
     def _key(self, code: str, suffix: str = "") -> str:
         return PREFIX + code + suffix
 
-    async def _touch(self, code: str, *extra: str) -> None:
+    async def _touch(self, code: str) -> None:
         async with self.redis.pipeline(transaction=False) as p:
-            for suffix in ("", ":log", ":followers", ":polls", *extra):
+            for suffix in ("", ":log", ":followers", ":polls"):
                 p.expire(self._key(code, suffix), self.idle)
             p.zadd(ROOMS, {code: time.time()})
             await p.execute()
@@ -280,36 +279,21 @@ class RedisStore(Store):
         await self.redis.zremrangebyscore(key, "-inf", time.time() - FOLLOWER_TTL_S)
         return int(await self.redis.zcard(key))
 
-    async def open_poll(self, code: str, poll: Poll) -> int:
-        room = await self.get(code)
-        if room is None:
-            return 0
-        if room.poll and room.poll != poll.id:
-            await self.close_poll(code, room.poll)
-        async with self.redis.pipeline(transaction=True) as p:
-            p.hset(self._key(code, ":polls"), poll.id, poll.dumps())
-            p.hset(self._key(code), "poll", poll.id)
-            await p.execute()
-        await self._touch(code)
-        return await self.publish(code, "poll", poll.public())
+    async def _save_poll(self, code: str, poll: Poll) -> None:
+        if poll.status == "open":
+            async with self.redis.pipeline(transaction=True) as p:
+                p.hset(self._key(code, ":polls"), poll.id, poll.dumps())
+                p.hset(self._key(code), "poll", poll.id)
+                await p.execute()
+            await self._touch(code)
+            return
+        await self.redis.hset(self._key(code, ":polls"), poll.id, poll.dumps())
+        if _s(await self.redis.hget(self._key(code), "poll") or b"") == poll.id:
+            await self.redis.hset(self._key(code), "poll", "")
 
     async def poll(self, code: str, poll_id: str) -> Poll | None:
         raw = await self.redis.hget(self._key(code, ":polls"), poll_id)
         return Poll.loads(raw) if raw else None
-
-    async def close_poll(self, code: str, poll_id: str) -> Poll | None:
-        poll = await self.poll(code, poll_id)
-        if poll is None or poll.status == "closed":
-            return poll
-        closed = Poll(**(poll.__dict__ | {"status": "closed", "closed_at": time.time()}))
-        async with self.redis.pipeline(transaction=True) as p:
-            p.hset(self._key(code, ":polls"), poll_id, closed.dumps())
-            await p.execute()
-        # Clear the room's open poll only if it is still this one (a newer poll may have replaced it).
-        if _s(await self.redis.hget(self._key(code), "poll") or b"") == poll_id:
-            await self.redis.hset(self._key(code), "poll", "")
-        await self.publish(code, "poll", closed.public(await self.counts(code, poll_id)))
-        return closed
 
     async def answer(self, code: str, poll_id: str, answer: Answer, address: str = "", cap: int | None = None) -> bool:
         keys = [self._key(code, ":answers:" + poll_id), self._key(code, ":voters:" + poll_id)]

@@ -12,10 +12,12 @@ import hmac
 import secrets
 import time
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
 from urllib.parse import unquote, unquote_plus
 
-from fastapi import Request
+from fastapi import Depends, Request
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message
 
@@ -35,10 +37,10 @@ ROOM_COOKIE = "lab_room"  # the room this browser is in (the code is no secret: 
 
 
 class RoomError(Exception):
-    """A refusal with its status, the field it concerns and a message naming it."""
+    """A refusal with its status, the field it concerns and a message naming it; as text, "field: message"."""
 
     def __init__(self, status: int, field: str, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
+        super().__init__(f"{field}: {message}")
         self.status = status
         self.field = field
         self.message = message
@@ -50,6 +52,15 @@ def store_down(exc: Exception) -> RoomError:
     briefly unreachable" (field `store`)."""
     return RoomError(503, "store", f"the room store is unreachable ({type(exc).__name__}); retry in a few seconds",
                      {"Retry-After": "5"})  # fmt: skip
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """A room store (Redis) that fails inside is `store_down`'s 503."""
+    try:
+        yield
+    except RedisError as exc:
+        raise store_down(exc) from exc
 
 
 class RateLimit:
@@ -66,23 +77,22 @@ class RateLimit:
     def wait(self, key: str) -> float:
         """0 when allowed (and counted), else the seconds until it would be."""
         now = self.clock()
-        tokens, last = self.buckets.pop(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        if tokens >= 1:
-            self.buckets[key] = (tokens - 1, now)
-            wait = 0.0
-        else:
-            self.buckets[key] = (tokens, now)
-            wait = (1 - tokens) / self.rate
+        tokens, wait = self._left(key, now)
+        self.buckets.pop(key, None)  # put back last: the most recently seen
+        self.buckets[key] = (tokens if wait else tokens - 1, now)  # an event allowed spends a token
         while len(self.buckets) > self.max_keys:
             self.buckets.popitem(last=False)
         return wait
 
     def due(self, key: str) -> float:
         """Like `wait`, without counting: 0 while the key has an event left, else the seconds until it will."""
-        tokens, last = self.buckets.get(key, (self.burst, self.clock()))
-        tokens = min(self.burst, tokens + (self.clock() - last) * self.rate)
-        return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+        return self._left(key, self.clock())[1]
+
+    def _left(self, key: str, now: float) -> tuple[float, float]:
+        """The key's tokens at `now`, and the seconds until it has one (0 while it has)."""
+        tokens, last = self.buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        return tokens, 0.0 if tokens >= 1 else (1 - tokens) / self.rate
 
     def check(self, key: str, field: str, what: str) -> None:
         refuse(self.wait(key), field, what)
@@ -122,11 +132,6 @@ def check_json(request: Request) -> None:
     media = (kind or "").split(";", 1)[0].strip().lower()
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         raise RoomError(415, "content-type", f"must be application/json, not {(kind or 'none')[:60]!r}")
-
-
-def cookie_options(request: Request) -> dict[str, Any]:
-    """Cookies over HTTPS are Secure: never sent back over plain HTTP."""
-    return {"secure": request.url.scheme == "https"}
 
 
 def clean_query(raw: str, max_bytes: int) -> str:
@@ -228,6 +233,11 @@ class Rooms:
         self.misses = RateLimit(settings.room_unknown_codes_per_minute)
         self.started = False
 
+    def view(self, page: str, query: str) -> tuple[str, str]:
+        """The view as a room keeps it: a lab page (`clean_page`) and its query (`clean_query`, within this server's
+        limit)."""
+        return clean_page(page), clean_query(query, query_limit(self.settings))
+
     async def ready(self) -> Store:
         if self.disabled:
             raise RoomError(503, "rooms", self.disabled)
@@ -240,43 +250,40 @@ class Rooms:
         return self.store
 
     async def create(self, page: str, query: str, address: str) -> tuple[Room, str]:
-        try:
-            return await self._create(page, query, address)
-        except RedisError as exc:
-            raise store_down(exc) from exc
-
-    async def _create(self, page: str, query: str, address: str) -> tuple[Room, str]:
         store = await self.ready()
-        if await store.count() >= self.settings.max_rooms:
-            msg = f"the server has its limit of {self.settings.max_rooms} open rooms; retry later"
-            raise RoomError(503, "rooms", msg, {"Retry-After": "60"})
-        cap = self.settings.room_max_per_address
-        if await store.rooms_of(address) >= cap:
-            raise RoomError(429, "rooms", f"this address has {cap} open rooms, its limit (ROOM_MAX_PER_ADDRESS); "
-                            "end one, or wait until one expires", {"Retry-After": "60"})  # fmt: skip
-        token = secrets.token_urlsafe(24)
-        for _ in range(16):
-            code = new_code()
-            if await store.create(code, token_hash(token), page, query, address):
-                room = await store.get(code)
-                assert room is not None
-                return room, token
+        with store_errors():
+            if await store.count() >= self.settings.max_rooms:
+                msg = f"the server has its limit of {self.settings.max_rooms} open rooms; retry later"
+                raise RoomError(503, "rooms", msg, {"Retry-After": "60"})
+            cap = self.settings.room_max_per_address
+            if await store.rooms_of(address) >= cap:
+                raise RoomError(429, "rooms", f"this address has {cap} open rooms, its limit (ROOM_MAX_PER_ADDRESS); "
+                                "end one, or wait until one expires", {"Retry-After": "60"})  # fmt: skip
+            token = secrets.token_urlsafe(24)
+            for _ in range(16):
+                code = new_code()
+                if await store.create(code, token_hash(token), page, query, address):
+                    room = await store.get(code)
+                    assert room is not None
+                    return room, token
         raise RoomError(503, "rooms", "no free room code; retry")
 
+    async def checked_code(self, raw_code: str, request: Request) -> str | None:
+        """The code as stored (None when it cannot be one), once the client's address may still look codes up: every
+        lookup that finds nothing counts against it (ROOM_UNKNOWN_CODES_PER_MINUTE); past it, every lookup from there
+        is a 429 (found or not, so that the answers tell a guesser nothing) until the budget refills."""
+        await self.ready()
+        refuse(self.misses.due(client_address(request)), "code", "lookups of class codes that do not exist from this "
+               "address")  # fmt: skip
+        return normal_code(raw_code)
+
     async def room(self, raw_code: str, request: Request) -> Room:
-        """The open room with this code. Every lookup that finds nothing counts against the client's address
-        (ROOM_UNKNOWN_CODES_PER_MINUTE); past it, every lookup from there is a 429 (found or not, so that the
-        answers tell a guesser nothing) until the budget refills."""
-        store = await self.ready()
-        address = client_address(request)
-        refuse(self.misses.due(address), "code", "lookups of class codes that do not exist from this address")
-        code = normal_code(raw_code)
-        try:
-            room = await store.get(code) if code else None
-        except RedisError as exc:
-            raise store_down(exc) from exc
+        """The open room with this code (`checked_code` says what a lookup that finds nothing costs)."""
+        code = await self.checked_code(raw_code, request)
+        with store_errors():
+            room = await self.store.get(code) if code else None
         if room is None:
-            self.misses.wait(address)
+            self.missed(request)
             raise RoomError(404, "code", f"no open room {raw_code[:12]!r}; check the code on the projector")
         return room
 
@@ -287,23 +294,29 @@ class Rooms:
     async def teacher(self, request: Request, raw_code: str) -> Room:
         """The room, when the request carries its teacher token (Authorization: Bearer, or the teacher's cookie)."""
         room = await self.room(raw_code, request)
-        token = presented_token(request, room.code)
-        if token is None:
-            raise RoomError(401, "authorization", "the teacher's token is required (Authorization: Bearer <token>)",
-                            {"WWW-Authenticate": "Bearer"})  # fmt: skip
-        if not teaches(token, room):
-            raise RoomError(403, "authorization", "this token is not the room's teacher token")
+        if not await self.is_teacher(request, room):
+            raise not_teacher(presented_token(request, room.code))
         return room
 
     async def is_teacher(self, request: Request, room: Room) -> bool:
-        token = presented_token(request, room.code)
-        return token is not None and teaches(token, room)
+        return teaches(presented_token(request, room.code), room.teachers)
 
 
-def teaches(token: str, room: Room) -> bool:
-    """The token is the room's teacher token, or a paired device's (every hash compared, in constant time each)."""
+def teaches(token: str | None, hashes: Iterable[str]) -> bool:
+    """The token is one of the teacher tokens with these hashes: the room's own or a paired device's (every hash
+    compared, in constant time each)."""
+    if token is None:
+        return False
     digest = token_hash(token)
-    return any([hmac.compare_digest(digest, h) for h in (room.token_hash, *room.devices)])
+    return any([hmac.compare_digest(digest, h) for h in hashes])
+
+
+def not_teacher(token: str | None) -> RoomError:
+    """The refusal of a request that does not hold a teacher token: a 401 without a token, a 403 with another."""
+    if token is None:
+        return RoomError(401, "authorization", "the teacher's token is required (Authorization: Bearer <token>)",
+                         {"WWW-Authenticate": "Bearer"})  # fmt: skip
+    return RoomError(403, "authorization", "this token is not the room's teacher token")
 
 
 def presented_token(request: Request, code: str) -> str | None:
@@ -318,6 +331,9 @@ def presented_token(request: Request, code: str) -> str | None:
 def get_rooms(request: Request) -> Rooms:
     rooms: Rooms = request.app.state.rooms
     return rooms
+
+
+RoomsDep = Annotated[Rooms, Depends(get_rooms)]  # the app's Rooms, as a route's parameter
 
 
 def join_url(request: Request, code: str) -> str:

@@ -16,10 +16,10 @@ import secrets
 import time
 import unicodedata
 from abc import ABC, abstractmethod
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import orjson
@@ -136,6 +136,11 @@ class Room:
     poll: str | None  # the open poll's id
     devices: tuple[str, ...] = ()  # the hashes of the teacher tokens of devices paired since (the teacher's phone)
 
+    @property
+    def teachers(self) -> tuple[str, ...]:
+        """The hashes of every teacher token: the browser's that started the class, and the paired devices'."""
+        return (self.token_hash, *self.devices)
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -187,9 +192,6 @@ class Hub:
         """End every stream of this process with `event: retry` (see RETRY)."""
         for code in list(self.rooms):
             self.deliver(code, RETRY)
-
-    def streams(self) -> int:
-        return sum(len(v) for v in self.rooms.values())
 
 
 class Store(ABC):
@@ -264,15 +266,33 @@ class Store(ABC):
     @abstractmethod
     async def followers(self, code: str) -> int: ...
 
-    @abstractmethod
     async def open_poll(self, code: str, poll: Poll) -> int:
         """Store the poll as the room's open one (closing any other) and announce it; returns the version."""
+        room = await self.get(code)
+        if room is None:
+            return 0
+        if room.poll and room.poll != poll.id:
+            await self.close_poll(code, room.poll)
+        await self._save_poll(code, poll)
+        return await self.publish(code, "poll", poll.public())
+
+    async def close_poll(self, code: str, poll_id: str) -> Poll | None:
+        """Close the poll and announce it with its counts (a poll already closed is left as it is)."""
+        poll = await self.poll(code, poll_id)
+        if poll is None or poll.status == "closed":
+            return poll
+        closed = replace(poll, status="closed", closed_at=time.time())
+        await self._save_poll(code, closed)
+        await self.publish(code, "poll", closed.public(await self.counts(code, poll_id)))
+        return closed
+
+    @abstractmethod
+    async def _save_poll(self, code: str, poll: Poll) -> None:
+        """Store the poll: an open one becomes the room's open poll (with no answers yet); a closed one stops being
+        it, if it still is (a newer poll may have replaced it)."""
 
     @abstractmethod
     async def poll(self, code: str, poll_id: str) -> Poll | None: ...
-
-    @abstractmethod
-    async def close_poll(self, code: str, poll_id: str) -> Poll | None: ...
 
     @abstractmethod
     async def answer(self, code: str, poll_id: str, answer: Answer, address: str = "", cap: int | None = None) -> bool:
@@ -297,10 +317,8 @@ class Store(ABC):
         """The record kept for an ended room, while it lasts."""
 
     async def counts(self, code: str, poll_id: str) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for a in await self.answers(code, poll_id):
-            out[a.answer] = out.get(a.answer, 0) + 1
-        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+        counted = Counter(a.answer for a in await self.answers(code, poll_id))
+        return dict(sorted(counted.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 @dataclass
@@ -334,9 +352,6 @@ class MemoryStore(Store):
             return None
         return entry
 
-    def _touch(self, entry: _MemoryRoom) -> None:
-        entry.touched = self.clock()
-
     async def create(self, code: str, token_hash: str, page: str, query: str, address: str = "") -> bool:
         for old in list(self.rooms):
             self._live(old)  # expire idle rooms before counting or reusing a code
@@ -362,7 +377,7 @@ class MemoryStore(Store):
     async def set_devices(self, code: str, hashes: tuple[str, ...]) -> None:
         entry = self._live(code)
         if entry is not None:
-            entry.room = Room(**(entry.room.__dict__ | {"devices": hashes}))
+            entry.room = replace(entry.room, devices=hashes)
 
     async def get(self, code: str) -> Room | None:
         entry = self._live(code)
@@ -375,9 +390,8 @@ class MemoryStore(Store):
         entry = self._live(code)
         if entry is None:
             return False
-        version = entry.room.version + 1
         del self.rooms[code]
-        self.hub.deliver(code, Event(version, "end", {}))
+        self.hub.deliver(code, Event(entry.room.version + 1, "end", {}))
         self.hub.deliver(code, None)
         return True
 
@@ -385,23 +399,20 @@ class MemoryStore(Store):
         entry = self._live(code)
         if entry is None:
             return 0
-        version = entry.room.version + 1
-        room = entry.room
-        entry.room = Room(code, *(state or (room.page, room.query)), version, room.token_hash, room.poll, room.devices)
-        event = Event(version, kind, data)
+        page, query = state or (entry.room.page, entry.room.query)
+        entry.room = replace(entry.room, page=page, query=query, version=entry.room.version + 1)
+        event = Event(entry.room.version, kind, data)
         entry.log.append(event)
         entry.log_bytes += len(event.dumps())
         while len(entry.log) > LOG_LENGTH or (entry.log_bytes > LOG_BYTES and len(entry.log) > 1):
             entry.log_bytes -= len(entry.log.popleft().dumps())
-        self._touch(entry)
+        entry.touched = self.clock()
         self.hub.deliver(code, event)
-        return version
+        return event.id
 
     async def events_after(self, code: str, version: int) -> list[Event] | None:
         entry = self._live(code)
-        if entry is None:
-            return None
-        return logged_after(list(entry.log), version, entry.room.version)
+        return logged_after(list(entry.log), version, entry.room.version) if entry else None
 
     async def follow(self, code: str, follower: str, limit: int | None = None) -> bool:
         entry = self._live(code)
@@ -410,7 +421,7 @@ class MemoryStore(Store):
         if follower not in entry.followers and limit is not None and await self.followers(code) >= limit:
             return False
         entry.followers[follower] = self.clock()
-        self._touch(entry)
+        entry.touched = self.clock()
         return True
 
     async def unfollow(self, code: str, follower: str) -> None:
@@ -423,37 +434,23 @@ class MemoryStore(Store):
         if entry is None:
             return 0
         now = self.clock()
-        for k, seen in list(entry.followers.items()):
-            if now - seen > FOLLOWER_TTL_S:
-                del entry.followers[k]
+        entry.followers = {k: seen for k, seen in entry.followers.items() if now - seen <= FOLLOWER_TTL_S}
         return len(entry.followers)
 
-    async def open_poll(self, code: str, poll: Poll) -> int:
+    async def _save_poll(self, code: str, poll: Poll) -> None:
         entry = self._live(code)
         if entry is None:
-            return 0
-        if entry.room.poll and entry.room.poll != poll.id:
-            await self.close_poll(code, entry.room.poll)
+            return
         entry.polls[poll.id] = poll
-        entry.answers[poll.id] = {}
-        entry.room = Room(**(entry.room.__dict__ | {"poll": poll.id}))
-        return await self.publish(code, "poll", poll.public())
+        if poll.status == "open":
+            entry.answers[poll.id] = {}
+            entry.room = replace(entry.room, poll=poll.id)
+        elif entry.room.poll == poll.id:
+            entry.room = replace(entry.room, poll=None)
 
     async def poll(self, code: str, poll_id: str) -> Poll | None:
         entry = self._live(code)
         return entry.polls.get(poll_id) if entry else None
-
-    async def close_poll(self, code: str, poll_id: str) -> Poll | None:
-        entry = self._live(code)
-        if entry is None or poll_id not in entry.polls:
-            return None
-        poll = entry.polls[poll_id]
-        if poll.status == "open":
-            poll = entry.polls[poll_id] = Poll(**(poll.__dict__ | {"status": "closed", "closed_at": time.time()}))
-            if entry.room.poll == poll_id:
-                entry.room = Room(**(entry.room.__dict__ | {"poll": None}))
-            await self.publish(code, "poll", poll.public(await self.counts(code, poll_id)))
-        return poll
 
     async def answer(self, code: str, poll_id: str, answer: Answer, address: str = "", cap: int | None = None) -> bool:
         entry = self._live(code)
@@ -466,14 +463,12 @@ class MemoryStore(Store):
                 return False
             voters[address] = voters.get(address, 0) + 1
         answers[answer.student] = answer
-        self._touch(entry)
+        entry.touched = self.clock()
         return True
 
     async def answers(self, code: str, poll_id: str) -> list[Answer]:
         entry = self._live(code)
-        if entry is None:
-            return []
-        return list(entry.answers.get(poll_id, {}).values())
+        return list(entry.answers.get(poll_id, {}).values()) if entry else []
 
     async def polls(self, code: str) -> list[Poll]:
         entry = self._live(code)

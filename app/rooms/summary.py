@@ -10,18 +10,16 @@ ROOM_IDLE_S: the teacher reads or downloads it (JSON, CSV) after the end with th
 from __future__ import annotations
 
 import csv
-import hmac
 import io
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import orjson
-from fastapi import Request
-from redis.exceptions import RedisError
+from fastapi import Request, Response
 
-from .service import RoomError, Rooms, client_address, presented_token, refuse, store_down, token_hash
-from .store import Poll, Room, Store, normal_code
+from .service import Rooms, not_teacher, presented_token, store_errors, teaches
+from .store import Poll, Room, Store
 
 VERSION = 1  # of the summary's JSON
 
@@ -92,20 +90,6 @@ def poll_summary(k: int, poll: Poll, counts: dict[str, int], answers: list[Any])
     }  # fmt: skip
 
 
-def record(summary: dict[str, Any], room: Room) -> bytes:
-    """What is kept when the class ends: the summary and who may read it (the teacher tokens' hashes)."""
-    return orjson.dumps({"teachers": [room.token_hash, *room.devices], "summary": summary})
-
-
-def read_record(raw: bytes, token: str | None) -> tuple[dict[str, Any] | None, bool]:
-    """The kept summary, and whether `token` is one of its teachers' (every hash compared in constant time)."""
-    d = orjson.loads(raw)
-    if token is None:
-        return d["summary"], False
-    digest = token_hash(token)
-    return d["summary"], any([hmac.compare_digest(digest, h) for h in d["teachers"]])
-
-
 # Spreadsheets on Windows (Excel) read a CSV file as the system's code page unless it starts with a UTF-8 byte order
 # mark: with it, a class's Chinese prompts, options and nicknames open as written. The header names stay as they are
 # (a script reads the file as utf-8-sig, or drops the first three bytes).
@@ -114,23 +98,29 @@ CSV_HEADER = ["poll", "prompt", "key", "opened_at", "closed_at", "audience", "st
               "correct", "after_s"]  # fmt: skip
 
 
-def summary_csv(summary: dict[str, Any]) -> str:
-    """One row per answer (a poll nobody answered: one row with no student), every poll in the order asked; the text
-    starts with a byte order mark (BOM), so Excel opens it as UTF-8."""
-    out = io.StringIO()
-    out.write(BOM)
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_HEADER)
+def summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
+    """The summary's CSV: one row per answer (a poll nobody answered: one row with no student), every poll in the order
+    asked."""
+    rows: list[list[Any]] = [CSV_HEADER]
     for p in summary["polls"]:
         head = [p["n"], cell_safe(p["prompt"]), cell_safe(p["key"] or ""), p["opened_at"] or "", p["closed_at"] or "",
                 "" if p["audience"] is None else p["audience"]]  # fmt: skip
         if not p["answers"]:
-            writer.writerow([*head, "", "", "", "", ""])
+            rows.append([*head, "", "", "", "", ""])
         for a in p["answers"]:
             correct = "" if a["correct"] is None else str(a["correct"]).lower()
-            writer.writerow([*head, a["student"], cell_safe(a["nickname"] or ""), cell_safe(a["answer"]), correct,
-                             "" if a["after_s"] is None else a["after_s"]])  # fmt: skip
-    return out.getvalue()
+            rows.append([*head, a["student"], cell_safe(a["nickname"] or ""), cell_safe(a["answer"]), correct,
+                         "" if a["after_s"] is None else a["after_s"]])  # fmt: skip
+    return rows
+
+
+def csv_file(rows: list[list[Any]], name: str, headers: dict[str, str] | None = None) -> Response:
+    """The rows as a CSV file to download, its text starting with a byte order mark (BOM): Excel opens it as UTF-8."""
+    out = io.StringIO()
+    out.write(BOM)
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return Response(out.getvalue(), media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'} | (headers or {}))  # fmt: skip
 
 
 def cell_safe(text: str) -> str:
@@ -141,7 +131,9 @@ def cell_safe(text: str) -> str:
 async def end_class(rooms: Rooms, room: Room) -> None:
     """End the class: its summary is kept for ROOM_IDLE_S (its teachers may still read it), then the room goes."""
     summary = await summary_of(rooms.store, room, ended_at=time.time())
-    await rooms.store.keep(room.code, record(summary, room), rooms.settings.room_idle_s)
+    # What is kept: the summary and who may read it (the teacher tokens' hashes).
+    kept = orjson.dumps({"teachers": list(room.teachers), "summary": summary})
+    await rooms.store.keep(room.code, kept, rooms.settings.room_idle_s)
     await rooms.store.delete(room.code)
 
 
@@ -149,24 +141,16 @@ async def teachers_summary(rooms: Rooms, request: Request, raw_code: str) -> dic
     """The class summary, for the room's teacher only (the remote's token: Authorization: Bearer, or the teacher's
     cookie): the running class's, or the one kept when it ended. A 401 without a token, a 403 with another one
     (a student's), a 404 when there is neither a room nor a kept summary."""
-    store = await rooms.ready()
-    refuse(rooms.misses.due(client_address(request)), "code", "lookups of class codes that do not exist from this "
-           "address")  # fmt: skip
-    code = normal_code(raw_code)
-    try:
-        raw = await store.kept(code) if code else None
-        live = await store.get(code) if raw is not None and code else None
-    except RedisError as exc:
-        raise store_down(exc) from exc
+    code = await rooms.checked_code(raw_code, request)
+    with store_errors():
+        raw = await rooms.store.kept(code) if code else None
+        live = await rooms.store.get(code) if raw is not None and code else None
     if raw is not None and code:
         token = presented_token(request, code)
-        summary, ok = read_record(raw, token)
-        if ok and summary is not None:
-            return summary
+        kept = orjson.loads(raw)
+        if teaches(token, kept["teachers"]):
+            return cast(dict[str, Any], kept["summary"])
         if live is None:  # the class has ended: its summary is its teachers' alone
-            if token is None:
-                raise RoomError(401, "authorization", "the teacher's token is required (Authorization: Bearer "
-                                "<token>)", {"WWW-Authenticate": "Bearer"})  # fmt: skip
-            raise RoomError(403, "authorization", "this token is not the room's teacher token")
+            raise not_teacher(token)
     room = await rooms.teacher(request, raw_code)
-    return await summary_of(store, room)
+    return await summary_of(rooms.store, room)
