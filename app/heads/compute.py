@@ -4,6 +4,7 @@ pruning curve (/api/v1/prune) and activation patching (/api/v1/patch). The engin
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -15,14 +16,9 @@ from engine.models import Model
 from ..lab import Lab
 from ..schemas import FieldError
 from ..web.knockouts import intervention
-from ..web.sequence import Text
-from ..web.sequence import decoder as web_decoder
+from ..web.sequence import Text, decoder
 from ..web.sequence import text_of as sequence_text
 from .request import PatchRequest, PruneRequest, RolesRequest
-
-
-def decoder(lab: Lab, preset: str) -> Model:
-    return web_decoder(lab, preset, "the head views", pre_ln=True)
 
 
 def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["inputs", "tokens"] = "tokens") -> Text:
@@ -165,10 +161,7 @@ async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> tuple[Text, 
         raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
     mean = req.ablate_mode == "mean"
     compute_key = (req.preset, t.seq, req.loss_from, mean)
-
-    def work(progress: Any) -> E.Pruning:
-        return E.prune(t.model, t.seq[:-1], t.seq[1:], req.loss_from, mean, progress)
-
+    work = functools.partial(E.prune, t.model, t.seq[:-1], t.seq[1:], req.loss_from, mean)
     rows = min(E.ROWS, max(n, E.ROWS // n * n))
     logits = max(n, -(-E.logit_rows(t.model) // 3))  # the losses' one buffer of logits (cost counts 3 per row)
     pruning, _ = await lab.compute("prune", compute_key, cost(t.model, rows, logits), work, progress=key)
@@ -210,7 +203,7 @@ def prune_document(t: Text, p: E.Pruning, rise: float) -> Pruned:
 
 def prompts_of(req: PatchRequest, lab: Lab) -> tuple[Text, Text]:
     """The two prompts through the model's tokenizer, of the same length (a 422 showing both tokenisations)."""
-    model = decoder(lab, req.preset)
+    model = decoder(lab, req.preset, "the head views", pre_ln=True)
     if not model.has_tokenizer:
         raise FieldError("preset", f"{req.preset} has no tokenizer: patching reads two prompts as text")
     limit = min(lab.settings.max_patch_tokens, model.info.n_ctx)
@@ -237,10 +230,7 @@ async def patch_of(req: PatchRequest, lab: Lab, key: str | None) -> tuple[Text, 
     a, b = await lab.off_loop(req.preset, prompts_of, req, lab)
     compute_key = (req.preset, a.seq, b.seq, req.answer, req.wrong, req.metric)
     n, m = len(a.seq), a.model.arch
-
-    def work(progress: Any) -> E.Patching:
-        return E.patch(a.model, a.seq, b.seq, req.answer, req.wrong, req.metric, progress)
-
+    work = functools.partial(E.patch, a.model, a.seq, b.seq, req.answer, req.wrong, req.metric)
     rows = min(E.ROWS, (3 * n + m.n_heads) * n)
     cached = 2 * m.n_layer * n * (4 * m.d_model) * 4
     patching, _ = await lab.compute("patch", compute_key, cost(a.model, rows, 2 * n) + cached, work, progress=key)

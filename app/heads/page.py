@@ -4,22 +4,21 @@ View through the page kernel; its JSON twin is the same View as data."""
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import APIRouter
 
 from engine import heads as E
 
-from ..lab import Lab, get_lab, request_key
+from ..lab import Lab
+from ..render import cells
 from ..schemas import FieldError
 from ..web.knockouts import form_request
-from ..web.page import serve
-from ..web.state import Params, ViewState, within
+from ..web.page import page_route
+from ..web.state import ViewState, within
 from ..web.view import View
 from .compute import (
     Ablated,
@@ -98,36 +97,16 @@ class HeadsView(View):
     present_url: str | None = None
 
 
-def colour(value: float | None, top: float = 1.0) -> str:
-    if value is None or math.isnan(value):
-        return ""
-    return f"sq-{min(10, max(0, round(10 * value / top)))}"
-
-
-def diverging(value: float | None) -> str:
-    """-1 … 1 on the diverging scale (dv-m5 … dv-p5)."""
-    if value is None or math.isnan(value):
-        return ""
-    k = max(-5, min(5, round(5 * value)))
-    return f"dv-m{-k}" if k < 0 else f"dv-p{k}"
+def colour(value: float | None, scale: str) -> str:
+    """A score on the sequential scale (0 … 1: sq-0 … sq-10) or the diverging one (−1 … 1: dv-m5 … dv-p5); none
+    for a missing one."""
+    return "" if value is None or math.isnan(value) else cells.colour(value, scale, 1.0)
 
 
 def lab_url(preset: str, ids: list[int], layer: int, head: int, lang: str, present: bool) -> str:
     query = {"preset": preset, "token_ids": ",".join(map(str, ids)), "layer": layer, "head": head, "stage": 4,
              "lang": lang}  # fmt: skip
     return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
-
-
-def page(path: str, template: str, keys: tuple[str, ...], params: type[Params], view: Any, api: str) -> None:
-    """The page at `path`: its View built by `view(state, lab, progress key, ctx)`, its JSON twin `api`."""
-
-    async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-        state = ViewState.of(request.query_params, path, keys, params)
-        build = functools.partial(view, state, lab, request_key(request))
-        return await serve(request, lab, template, state, build, json_url=f"{api}?{state.api_query()}", blocks=(),
-                           models=lab.models, present=state.present)  # fmt: skip
-
-    router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)
 
 
 def bos_as_page_reads_it(state: ViewState) -> dict[str, str]:
@@ -137,6 +116,7 @@ def bos_as_page_reads_it(state: ViewState) -> dict[str, str]:
 
 
 async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> HeadsView:
+    ctx["models"] = lab.models  # the form's presets
     p = state.read(HeadsParams)
     ctx["text_value"] = state.get("text") or DEFAULT_TEXT[ctx["lang"]]
     typed = state.spelled.get("ablate", "ablate")
@@ -165,7 +145,8 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     head = within("head", chosen[1], 0, n_heads - 1)
 
     def cell(li: int, h: int, v: float | None) -> Cell:
-        return Cell(li, h, v, colour(v), state.url(head=f"{li}.{h}") + "#pattern")  # the chosen head's own pattern
+        # the chosen head's own pattern
+        return Cell(li, h, v, colour(v, "sequential"), state.url(head=f"{li}.{h}") + "#pattern")
 
     grid = tuple(tuple(cell(li, h, v) for h, v in enumerate(row)) for li, row in enumerate(scores))
     top = tuple(cell(x.layer, x.head, x.score) for x in doc.top[role])
@@ -246,6 +227,7 @@ class PatchView(View):
 
 
 async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> PatchView:
+    ctx["models"] = lab.models  # the form's presets
     p = state.read(PatchParams)
     ctx["clean_text"] = state.get("clean") or CLEAN
     ctx["corrupted_text"] = state.get("corrupted") or CORRUPTED
@@ -262,7 +244,7 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
                                                                       strict=True))  # fmt: skip
 
     def cell(li: int, c: int, v: float | None) -> Cell:
-        return Cell(li, c, v, diverging(v), state.url(cell=f"{li}.{c}") + "#cell")
+        return Cell(li, c, v, colour(v, "diverging"), state.url(cell=f"{li}.{c}") + "#cell")
 
     grid = tuple(tuple(cell(li, c, v) for c, v in enumerate(row)) for li, row in enumerate(rows))
     flat = [c for row in grid for c in row if c.value is not None]
@@ -288,5 +270,9 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     )  # fmt: skip
 
 
-page("/heads", "heads.html", ROLE_KEYS, HeadsParams, heads_view, "/api/v1/head_roles")
-page("/patch", "patch.html", PATCH_KEYS, PatchParams, patch_view, "/api/v1/patch")
+page_route(
+    router, "/heads", "heads.html", ROLE_KEYS, HeadsParams, heads_view, lambda s: "/api/v1/head_roles?" + s.api_query()
+)
+page_route(
+    router, "/patch", "patch.html", PATCH_KEYS, PatchParams, patch_view, lambda s: "/api/v1/patch?" + s.api_query()
+)

@@ -3,23 +3,21 @@ each cell a link into the lab at that layer and head; the heads most like a chos
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import APIRouter
 
 from engine.model_view import STATS, similar_heads
 from engine.spec import Spec
 
-from ..lab import Lab, get_lab, request_key
+from ..lab import Lab
 from ..schemas import FieldError
 from ..web.knockouts import form_request, head_name, heads_text
-from ..web.page import serve
+from ..web.page import page_route
 from ..web.state import Params, ViewState, integer, one_of, param, within
 from .view import ChosenHead, HeadLink, ModelCompare, ModelView, ModelViewRequest, model_view_of
 
@@ -44,15 +42,6 @@ class ModelParams(Params):
 CHANGED = 0.1  # a head's statistic moved by a tenth of its colour scale (ln N for entropy, 1 for the shares)
 
 
-@router.get("/model", response_class=HTMLResponse)
-async def model_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/model", KEYS, ModelParams)
-    build = functools.partial(model_page_view, state, lab, request_key(request))
-    # Presenter mode (`present=1`) is a layout of the whole page (_base.html reads `present`), kept by every link.
-    return await serve(request, lab, "model.html", state, build, json_url=api_url(state), blocks=(),
-                       models=lab.models, present=state.present)  # fmt: skip
-
-
 def api_url(state: ViewState, ablate: list[list[int]] | None = None) -> str:
     """/api/v1/model_view for the page's request, the heads knocked out written as the API's JSON pairs."""
     written = json.dumps(ablate, separators=(",", ":")) if ablate else None
@@ -71,6 +60,7 @@ def lab_url(spec: Spec, layer: int, head: int, lang: str, present: bool = False,
 
 async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> ModelView:
     """What /model shows for `state`: the page's View."""
+    ctx["models"] = lab.models  # the form's presets
     # The form offers knocking heads out for a decoder read in one pass (set first: an error page keeps the field).
     can_knock = bool(getattr(lab.models.get(state.get("preset") or "smollm2"), "one_pass_view", False))
     ctx["can_knock"], ctx["heads_text"] = can_knock, state.get("ablate")
@@ -182,3 +172,6 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         json_url=api_url(state, req.ablate),
         present_url=state.url(present=None if present else "1"),
     )
+
+
+page_route(router, "/model", "model.html", KEYS, ModelParams, model_page_view, api_url)
