@@ -154,20 +154,6 @@ def roles_document(t: Text, iv: P.Intervention, r: E.Roles, top: int) -> Roled:
 # -- /api/v1/prune -----------------------------------------------------------------------------------------------
 
 
-async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> tuple[Text, E.Pruning]:
-    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_prune_tokens, req.eos, "inputs")
-    n = len(t.seq) - 1
-    if req.loss_from >= n:
-        raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
-    mean = req.ablate_mode == "mean"
-    compute_key = (req.preset, t.seq, req.loss_from, mean)
-    work = functools.partial(E.prune, t.model, t.seq[:-1], t.seq[1:], req.loss_from, mean)
-    rows = min(E.ROWS, max(n, E.ROWS // n * n))
-    logits = max(n, -(-E.logit_rows(t.model) // 3))  # the losses' one buffer of logits (cost counts 3 per row)
-    pruning, _ = await lab.compute("prune", compute_key, cost(t.model, rows, logits), work, progress=key)
-    return t, pruning
-
-
 @dataclass(frozen=True)
 class Pruned:
     """/api/v1/prune's answer, and /heads's pruning curve: every head knocked out alone (`single`), the heads in
@@ -189,12 +175,20 @@ class Pruned:
     fraction: float
 
 
-def prune_document(t: Text, p: E.Pruning, rise: float) -> Pruned:
-    every = len(p.order)
-    k = p.can_go(rise)
-    model = t.model
+async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> Pruned:
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_prune_tokens, req.eos, "inputs")
+    n = len(t.seq) - 1
+    if req.loss_from >= n:
+        raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
+    mean = req.ablate_mode == "mean"
+    compute_key = (req.preset, t.seq, req.loss_from, mean)
+    work = functools.partial(E.prune, t.model, t.seq[:-1], t.seq[1:], req.loss_from, mean)
+    rows = min(E.ROWS, max(n, E.ROWS // n * n))
+    logits = max(n, -(-E.logit_rows(t.model) // 3))  # the losses' one buffer of logits (cost counts 3 per row)
+    p, _ = await lab.compute("prune", compute_key, cost(t.model, rows, logits), work, progress=key)
+    every, k, model = len(p.order), p.can_go(req.rise), t.model
     return Pruned(model.name, model.arch.n_layer, model.arch.n_heads, t.labels, t.seq, "mean" if p.mean else "zero",
-                  p.order, tuple(finite(v) for v in p.mean_loss), grid(p.single), finite(p.clean), rise, k,
+                  p.order, tuple(finite(v) for v in p.mean_loss), grid(p.single), finite(p.clean), req.rise, k,
                   k / every if every else 0.0)  # fmt: skip
 
 
@@ -226,17 +220,6 @@ def prompts_of(req: PatchRequest, lab: Lab) -> tuple[Text, Text]:
     return a, b
 
 
-async def patch_of(req: PatchRequest, lab: Lab, key: str | None) -> tuple[Text, Text, E.Patching]:
-    a, b = await lab.off_loop(req.preset, prompts_of, req, lab)
-    compute_key = (req.preset, a.seq, b.seq, req.answer, req.wrong, req.metric)
-    n, m = len(a.seq), a.model.arch
-    work = functools.partial(E.patch, a.model, a.seq, b.seq, req.answer, req.wrong, req.metric)
-    rows = min(E.ROWS, (3 * n + m.n_heads) * n)
-    cached = 2 * m.n_layer * n * (4 * m.d_model) * 4
-    patching, _ = await lab.compute("patch", compute_key, cost(a.model, rows, 2 * n) + cached, work, progress=key)
-    return a, b, patching
-
-
 @dataclass(frozen=True)
 class Token:
     token_id: int
@@ -264,7 +247,14 @@ class Patched:
     grids: dict[str, Grid]
 
 
-def patch_document(a: Text, b: Text, p: E.Patching) -> Patched:
+async def patch_of(req: PatchRequest, lab: Lab, key: str | None) -> Patched:
+    a, b = await lab.off_loop(req.preset, prompts_of, req, lab)
+    compute_key = (req.preset, a.seq, b.seq, req.answer, req.wrong, req.metric)
+    n, m = len(a.seq), a.model.arch
+    work = functools.partial(E.patch, a.model, a.seq, b.seq, req.answer, req.wrong, req.metric)
+    rows = min(E.ROWS, (3 * n + m.n_heads) * n)
+    cached = 2 * m.n_layer * n * (4 * m.d_model) * 4
+    p, _ = await lab.compute("patch", compute_key, cost(a.model, rows, 2 * n) + cached, work, progress=key)
     model = a.model
 
     def token(t: int | None) -> Token | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
 
 from fastapi import APIRouter
 
@@ -17,7 +16,7 @@ from ..lab import Lab
 from ..render import cells
 from ..schemas import FieldError
 from ..web.knockouts import form_request
-from ..web.page import page_route
+from ..web.page import lab_url, page_route
 from ..web.state import ViewState, within
 from ..web.view import View
 from .compute import (
@@ -27,9 +26,7 @@ from .compute import (
     ProbeLoss,
     Pruned,
     Token,
-    patch_document,
     patch_of,
-    prune_document,
     prune_of,
     roles_document,
     roles_of,
@@ -103,12 +100,6 @@ def colour(value: float | None, scale: str) -> str:
     return "" if value is None or math.isnan(value) else cells.colour(value, scale, 1.0)
 
 
-def lab_url(preset: str, ids: list[int], layer: int, head: int, lang: str, present: bool) -> str:
-    query = {"preset": preset, "token_ids": ",".join(map(str, ids)), "layer": layer, "head": head, "stage": 4,
-             "lang": lang}  # fmt: skip
-    return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
-
-
 def bos_as_page_reads_it(state: ViewState) -> dict[str, str]:
     """The form's `bos` where the query would leave it text: on unless 0, false or off."""
     raw = state.get("bos")
@@ -158,11 +149,9 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
         preq = PruneRequest(preset=req.preset, text=req.text, token_ids=req.token_ids, bos=req.bos,
                             ablate_mode=req.ablate_mode)  # fmt: skip
         try:
-            pt, pruning = await prune_of(preq, lab, progress)
+            curve = curve_of(await prune_of(preq, lab, progress))
         except FieldError as e:
             prune_error = f"{e.field}: {e.message}"
-        else:
-            curve = curve_of(prune_document(pt, pruning, 0.05))
     return HeadsView(
         preset=model.name, layers=n_layer, heads=n_heads, tokens=doc.tokens, role=role,
         role_urls=tuple((r, state.url(role=r)) for r in E.ROLES), grid=grid, top=top, probe=doc.probe,
@@ -172,7 +161,7 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
                          if k <= n_layer * n_heads),
         unknock_url=state.url(knock=None, ablate=None) + "#knock",
         curve=curve, prune_url=state.url(prune="1") + "#prune", prune_error=prune_error,
-        lab_url=lab_url(model.name, list(roles.probe), layer, head, ctx["lang"], present),
+        lab_url=lab_url(model.name, roles.probe, layer, head, ctx["lang"], present),
         json_url="/api/v1/head_roles?" + state.api_query(), present_url=state.url(present=None if present else "1"),
     )  # fmt: skip
 
@@ -232,8 +221,7 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     ctx["clean_text"] = state.get("clean") or CLEAN
     ctx["corrupted_text"] = state.get("corrupted") or CORRUPTED
     req = form_request(state, PatchRequest, bos_as_page_reads_it(state))
-    a, b, patching = await patch_of(req, lab, progress)
-    doc = patch_document(a, b, patching)
+    doc = await patch_of(req, lab, progress)
     kind = p.grid
     present = state.present
     rows = doc.grids[kind]
@@ -257,8 +245,8 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
         chosen = (li, c)
         values = {k: doc.grids[k][li][c] for k in KINDS if (k == "head") == (kind == "head")}
         head = c if kind == "head" else 0
-        clean_lab = lab_url(a.model.name, list(a.seq), li, head, ctx["lang"], present)
-        corrupted_lab = lab_url(a.model.name, list(b.seq), li, head, ctx["lang"], present)
+        clean_lab = lab_url(doc.preset, doc.clean_ids, li, head, ctx["lang"], present)
+        corrupted_lab = lab_url(doc.preset, doc.corrupted_ids, li, head, ctx["lang"], present)
     return PatchView(
         preset=doc.preset, layers=doc.layers, heads=doc.heads, clean_tokens=doc.clean_tokens,
         corrupted_tokens=doc.corrupted_tokens, metric=doc.metric, answer=doc.answer, wrong=doc.wrong,

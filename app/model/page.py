@@ -17,7 +17,7 @@ from engine.spec import Spec
 from ..lab import Lab
 from ..schemas import FieldError
 from ..web.knockouts import form_request, head_name, heads_text
-from ..web.page import page_route
+from ..web.page import lab_url, page_route
 from ..web.state import Params, ViewState, integer, one_of, param, within
 from .view import ChosenHead, HeadLink, ModelCompare, ModelView, ModelViewRequest, model_view_of
 
@@ -46,16 +46,6 @@ def api_url(state: ViewState, ablate: list[list[int]] | None = None) -> str:
     """/api/v1/model_view for the page's request, the heads knocked out written as the API's JSON pairs."""
     written = json.dumps(ablate, separators=(",", ":")) if ablate else None
     return "/api/v1/model_view?" + state.api_query(ablate=written)
-
-
-def lab_url(spec: Spec, layer: int, head: int, lang: str, present: bool = False, text: str | None = None) -> str:
-    """The lab at one layer and head of the same tokens, on the weights stage (in presenter mode when this page
-    is: a head opened from the projector stays on the projector's layout). The text as this page was given it
-    (the lab tokenises it to the same ids, and its text box holds what the class reads and may edit), or the ids
-    when it was given ids."""
-    seq = {"text": text} if text else {"token_ids": ",".join(str(i) for i in spec.token_ids)}
-    query = {"preset": spec.preset, **seq, "layer": layer, "head": head, "stage": 4, "lang": lang}
-    return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
 
 
 async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> ModelView:
@@ -95,7 +85,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     def link(
         layer: int, head: int, value: float, cls: str = "", of: Spec = spec, text: str | None = req.text
     ) -> HeadLink:
-        return HeadLink(layer, head, value, lab_url(of, layer, head, ctx["lang"], present, text),
+        return HeadLink(layer, head, value, lab_url(of.preset, of.token_ids, layer, head, ctx["lang"], present, text),
                         state.url(layer=layer, head=head) + "#chosen", cls)  # fmt: skip
 
     def colour(value: float) -> str:
@@ -141,17 +131,14 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         roles = ("/heads?" + urlencode({"preset": spec.preset, "text": state.get("text"), "head": f"{layer}.{head}",
                                         "lang": ctx["lang"]}) + "#probe") if getattr(lab.models.get(spec.preset),
                                                                                      "generates", False) else ""  # fmt: skip
-        chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"], present, req.text), t("model.distance"), like,
-                            knock, roles)  # fmt: skip
+        url = lab_url(spec.preset, spec.token_ids, layer, head, ctx["lang"], present, req.text)
+        chosen = ChosenHead(layer, head, url, t("model.distance"), like, knock, roles)
         near = {(h.layer, h.head) for h in like}
 
         def spot(c: HeadLink) -> HeadLink:
             where = (c.layer, c.head)
-            return (
-                replace(c, cls=c.cls + (" chosen" if where == (layer, head) else " like"))
-                if where in near | {(layer, head)}
-                else c
-            )
+            cls = " chosen" if where == (layer, head) else " like" if where in near else ""
+            return replace(c, cls=c.cls + cls) if cls else c
 
         grid = tuple(tuple(spot(c) for c in row) for row in grid)
     return ModelView(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from engine.model_view import one_pass_stats, traced_stats
 from engine.predict import NONE
@@ -90,8 +90,6 @@ class ModelView(View):
 class ModelViewRequest(Knockouts):
     """A pretrained model and the text (or token ids) to run through every layer; heads knocked out of the pass
     (`ablate`, a causal decoder's one-pass view), so the layers above show what their absence changes."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
     preset: str = Field("smollm2", max_length=64, description="A pretrained model this server loaded (minilm, smollm2, "
                         "checkpoint).")  # fmt: skip

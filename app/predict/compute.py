@@ -167,12 +167,10 @@ class Predicted:
 def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> Predicted:
     run, before = pred.run, pred.before
     ids = [*run.inputs, t.seq[-1]]
-    labels = list(t.labels)
-    if pred.replaced is not None:
-        labels = t.model.labels(ids)
     base_ids, base_labels = list(t.seq), list(t.labels)
-    replaced = None
-    if pred.replaced is not None:
+    labels, replaced = base_labels, None
+    if pred.replaced is not None:  # the text as run: its labels with the replaced token's
+        labels = t.model.labels(ids)
         replaced = Replaced(pred.replaced[0], pred.replaced[1], labels[pred.replaced[0]])
     rows = []
     for i, s in enumerate(run.positions):
@@ -342,30 +340,6 @@ def check_rank_cost(cost: RankCost, field: str) -> None:
                      f"(MAX_RANK_COST): {fits}")  # fmt: skip
 
 
-async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> tuple[Text, P.Ranking]:
-    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_rank_tokens, False)
-    n = len(t.seq)
-    position = n - 2 if req.position is None else req.position
-    limit = n - 1 if req.target_id is not None else n - 2
-    if position > limit:
-        raise FieldError("position", f"positions 0..{limit} have {'a place' if req.target_id else 'a next token'} "
-                         f"in this text, not {position}")  # fmt: skip
-    target = t.seq[position + 1] if req.target_id is None else req.target_id
-    if target >= t.model.arch.vocab:
-        raise FieldError("target_id", f"{t.model.name}'s vocabulary has ids 0..{t.model.arch.vocab - 1}")
-    field = "position" if req.position is not None else "token_ids" if req.token_ids is not None else "text"
-    check_rank_cost(rank_cost(t.model, position + 1, lab.settings.max_rank_cost), field)
-    compute_key = (req.preset, t.seq[: position + 1], position, target, req.ablate_mode)
-    a = t.model.arch
-
-    def work(progress: Any) -> P.Ranking:
-        return P.rank_heads(t.model, t.seq, position, target, req.ablate_mode == "mean", progress=progress)
-
-    cost = forward_cost(t.model, position + 1, 1) + a.n_layer * (position + 1) * a.d_model * 4
-    ranking, _ = await lab.compute("rank", compute_key, cost, work, progress=key)
-    return t, ranking
-
-
 @dataclass(frozen=True)
 class HeadLoss:
     layer: int
@@ -389,9 +363,29 @@ class Ranked:
     cost: RankCost
 
 
-def ranking_document(t: Text, r: P.Ranking, mode: str, limit: int) -> Ranked:
-    ids, labels = list(t.seq), list(t.labels)
+async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> Ranked:
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_rank_tokens, False)
+    n = len(t.seq)
+    position = n - 2 if req.position is None else req.position
+    limit = n - 1 if req.target_id is not None else n - 2
+    if position > limit:
+        raise FieldError("position", f"positions 0..{limit} have {'a place' if req.target_id else 'a next token'} "
+                         f"in this text, not {position}")  # fmt: skip
+    target = t.seq[position + 1] if req.target_id is None else req.target_id
+    if target >= t.model.arch.vocab:
+        raise FieldError("target_id", f"{t.model.name}'s vocabulary has ids 0..{t.model.arch.vocab - 1}")
+    field = "position" if req.position is not None else "token_ids" if req.token_ids is not None else "text"
+    passes = rank_cost(t.model, position + 1, lab.settings.max_rank_cost)
+    check_rank_cost(passes, field)
+    compute_key = (req.preset, t.seq[: position + 1], position, target, req.ablate_mode)
+    a = t.model.arch
+
+    def work(progress: Any) -> P.Ranking:
+        return P.rank_heads(t.model, t.seq, position, target, req.ablate_mode == "mean", progress=progress)
+
+    cost = forward_cost(t.model, position + 1, 1) + a.n_layer * (position + 1) * a.d_model * 4
+    r, _ = await lab.compute("rank", compute_key, cost, work, progress=key)
     return Ranked(t.preset, t.labels[: r.position + 1], r.position,
-                  top_labels(t.model, ids, labels, r.position + 1, [r.target])[0], r.target, mode, r.loss,
-                  tuple(HeadLoss(i, h, loss, loss - r.loss) for i, h, loss in r.heads),
-                  rank_cost(t.model, r.position + 1, limit))  # fmt: skip
+                  top_labels(t.model, list(t.seq), list(t.labels), r.position + 1, [r.target])[0], r.target,
+                  req.ablate_mode, r.loss, tuple(HeadLoss(i, h, loss, loss - r.loss) for i, h, loss in r.heads),
+                  passes)  # fmt: skip

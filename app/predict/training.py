@@ -24,6 +24,7 @@ from ..web.page import page_route
 from ..web.state import ViewState
 from ..web.view import HIDDEN, View
 from .compute import (
+    HeadLoss,
     Predicted,
     RankCost,
     Switched,
@@ -31,7 +32,6 @@ from .compute import (
     predict_document,
     predict_of,
     rank_cost,
-    ranking_document,
     ranking_of,
 )
 from .request import LENS_KEYS, PREDICT_KEYS, PredictParams, PredictRequest, RankRequest, api_url, read_page, state_of
@@ -111,11 +111,7 @@ class Chosen:
 
 
 @dataclass(frozen=True)
-class HeadEffect:
-    layer: int
-    head: int
-    loss: float
-    delta: float
+class HeadEffect(HeadLoss):
     url: str  # the training view with this head knocked out
 
 
@@ -388,8 +384,7 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
     target = text.seq[pos + 1]
     rq = RankRequest(preset=req.preset, text=req.text, token_ids=req.token_ids, bos=req.bos, position=pos,
                      target_id=target, ablate_mode=req.ablate_mode)  # fmt: skip
-    t2, ranking = await ranking_of(rq, lab, key)
-    doc = ranking_document(t2, ranking, req.ablate_mode, lab.settings.max_rank_cost)
+    doc = await ranking_of(rq, lab, key)
     heads = tuple(
         HeadEffect(h.layer, h.head, h.loss, h.delta, state.url(ablate=head_name(h.layer, h.head), rank=None,
                                                                replace_at=None, replace_id=None, replace_token=None,

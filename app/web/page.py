@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, quote, urlencode
 
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
@@ -71,6 +71,17 @@ class JsonTwin:
 def twin_url(path: str, query: str) -> str:
     """The `.json` twin of a page's URL."""
     return ("/index" if path == "/" else path) + ".json" + (f"?{query}" if query else "")
+
+
+def lab_url(preset: str, ids: Sequence[int], layer: int, head: int, lang: str, present: bool = False,
+            text: str | None = None) -> str:  # fmt: skip
+    """The lab at one layer and head of the same tokens, on the weights stage (in presenter mode when the page
+    linking there is: a head opened from the projector stays on the projector's layout). The text as that page was
+    given it (the lab tokenises it to the same ids, and its text box holds what the class reads and may edit), or
+    the ids when it was given ids."""
+    seq = {"text": text} if text else {"token_ids": ",".join(map(str, ids))}
+    query = {"preset": preset, **seq, "layer": layer, "head": head, "stage": 4, "lang": lang}
+    return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
 
 
 def wants_json(request: Request) -> bool:
@@ -244,16 +255,17 @@ def of_query(request: Request, path: str, keys: tuple[str, ...], params: type[Pa
 
 
 def page_route(router: APIRouter, path: str, template: str, keys: tuple[str, ...], params: type[Params],
-               view: PageView, json_url: Callable[[ViewState], str] | None = None,
+               view: PageView, json_url: Callable[[ViewState], str] | None = None, blocks: tuple[str, ...] = (),
                state_of: StateOf = of_query) -> None:  # fmt: skip
-    """The whole page at `path` (no htmx blocks), named `<template>_page`: its state (`state_of` the request, the
-    page's request `keys` and own `params`), its View built by `view(state, lab, progress key, ctx)` (which also
-    puts in `ctx` what the page's form offers, first: an error page keeps it), its JSON twin `json_url(state)`."""
+    """The page at `path`, named `<template>_page`: its state (`state_of` the request, the page's request `keys`
+    and own `params`), its View built by `view(state, lab, progress key, ctx)` (which also puts in `ctx` what the
+    page's form offers, first: an error page keeps it), its JSON twin `json_url(state)`, the `blocks` an htmx
+    request swaps (none: the whole page)."""
 
     async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
         state = state_of(request, path, keys, params)
         build = functools.partial(view, state, lab, request_key(request))
         return await serve(request, lab, template, state, build, json_url=json_url(state) if json_url else None,
-                           blocks=())  # fmt: skip
+                           blocks=blocks)  # fmt: skip
 
     router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)
