@@ -5,7 +5,6 @@ pruning curve (/api/v1/prune) and activation patching (/api/v1/patch). The engin
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,16 +17,13 @@ from ..schemas import FieldError
 from ..web.knockouts import intervention
 from ..web.sequence import Text, decoder
 from ..web.sequence import text_of as sequence_text
+from ..web.view import finite
 from .request import PatchRequest, PruneRequest, RolesRequest
 
 
 def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["inputs", "tokens"] = "tokens") -> Text:
     """The request's text as a sequence for the head views (a Pre-LN decoder; every token counted unless `counted`)."""
     return sequence_text(req, lab, max_tokens, eos, counted, views="the head views", pre_ln=True)
-
-
-def finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 Grid = tuple[tuple[float | None, ...], ...]  # layer × head (or position); a non-finite number is None

@@ -223,7 +223,6 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     req = form_request(state, PatchRequest, bos_as_page_reads_it(state))
     doc = await patch_of(req, lab, progress)
     kind = p.grid
-    present = state.present
     rows = doc.grids[kind]
     if kind == "head":
         columns = tuple(str(h) for h in range(doc.heads))
@@ -245,8 +244,8 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
         chosen = (li, c)
         values = {k: doc.grids[k][li][c] for k in KINDS if (k == "head") == (kind == "head")}
         head = c if kind == "head" else 0
-        clean_lab = lab_url(doc.preset, doc.clean_ids, li, head, ctx["lang"], present)
-        corrupted_lab = lab_url(doc.preset, doc.corrupted_ids, li, head, ctx["lang"], present)
+        clean_lab = lab_url(doc.preset, doc.clean_ids, li, head, ctx["lang"], state.present)
+        corrupted_lab = lab_url(doc.preset, doc.corrupted_ids, li, head, ctx["lang"], state.present)
     return PatchView(
         preset=doc.preset, layers=doc.layers, heads=doc.heads, clean_tokens=doc.clean_tokens,
         corrupted_tokens=doc.corrupted_tokens, metric=doc.metric, answer=doc.answer, wrong=doc.wrong,
@@ -254,7 +253,7 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
         kind_urls=tuple((k, state.url(grid=k, cell=None)) for k in KINDS), columns=columns, grid=grid,
         grids=doc.grids, strongest=strongest, cell=chosen, cell_values=values, clean_lab=clean_lab,
         corrupted_lab=corrupted_lab, json_url="/api/v1/patch?" + state.api_query(),
-        present_url=state.url(present=None if present else "1"),
+        present_url=state.url(present=None if state.present else "1"),
     )  # fmt: skip
 
 

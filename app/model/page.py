@@ -56,14 +56,13 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     ctx["can_knock"], ctx["heads_text"] = can_knock, state.get("ablate")
     p = state.read(ModelParams)
     stat = p.stat
-    typed = state.spelled.get("ablate", "ablate")
     req = form_request(state, ModelViewRequest)
     ctx["heads_text"] = heads_text(req.ablate or []) or state.get("ablate")
     ctx["json_url"] = api_url(state, req.ablate)
     try:
         spec, doc = await model_view_of(req, lab, progress)
     except FieldError as e:  # the field as the user spelled it
-        raise FieldError(typed if e.field == "ablate" else e.field, e.message) from None
+        raise FieldError(state.spelled.get("ablate", "ablate") if e.field == "ablate" else e.field, e.message) from None
     t = ctx["t"]
     present = state.present
     spec_b, doc_b = None, None

@@ -168,11 +168,6 @@ def state_of(request: Request, path: str, keys: tuple[str, ...], view: type[Para
     return state
 
 
-def default_text(state: ViewState, lang: str) -> dict[str, str]:
-    """A first visit's text, in the page's language (nothing when the URL gives text or token ids)."""
-    return {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[lang]}
-
-
 def token_of(model: Model, text: str) -> tuple[int, int]:
     """The first token of `text` through the model's tokenizer (past a BOS the tokenizer adds), and how many."""
     ids = model.tokenize(text)
@@ -256,7 +251,7 @@ async def read_page(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any], m
     text in the page's language, also the form's placeholder `ctx["prompt"]`), validated, and `compute`'s answer
     to it; a refused field named as the form names it. Returns the request, the answer, the prompt used and what
     the page says about how it read the form (`request_body`)."""
-    prompt = default_text(state, ctx["lang"])
+    prompt = {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[ctx["lang"]]}
     ctx["prompt"] = prompt.get("text", "")
     with page_fields(state):
         body, said = await request_body(state, prompt, lab, model_cls)

@@ -360,9 +360,7 @@ async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: st
 
 
 def lens_link(state: ViewState) -> str:
-    params = {k: state.get(k) for k in LENS_KEYS if state.get(k)}
-    if state.get("lang"):
-        params["lang"] = state.get("lang")
+    params = {k: state.get(k) for k in (*LENS_KEYS, "lang") if state.get(k)}
     return "/lens?" + urlencode(params) if params else "/lens"
 
 

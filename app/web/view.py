@@ -33,7 +33,7 @@ HIDDEN = {"json": False}
 OPTIONAL = {"optional": True}
 
 
-def _number(v: float) -> float | None:
+def finite(v: float) -> float | None:
     return v if math.isfinite(v) else None  # JSON has no −∞: null, as the API writes a masked score
 
 
@@ -44,7 +44,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, Markup):
         return str(value)
     if isinstance(value, float):
-        return _number(value)
+        return finite(value)
     if hasattr(value, "__json__"):
         return jsonable(value.__json__())
     if isinstance(value, np.ndarray):
