@@ -251,6 +251,7 @@ async def serve(
 
 
 def of_query(request: Request, path: str, keys: tuple[str, ...], params: type[Params]) -> ViewState:
+    """A page's state read from its query alone (a page_route's, unless it reads more of the request)."""
     return ViewState.of(request.query_params, path, keys, params)
 
 
