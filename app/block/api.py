@@ -27,10 +27,6 @@ from ..web.tensors import (
 router = APIRouter(prefix="/api/v1", tags=["block"], responses=ERRORS)
 
 
-def _block_query(request: Request) -> BlockRequest:
-    return parse_query(request, BlockRequest)
-
-
 async def answer_block(request: Request, req: BlockRequest, lab: Lab, fmt: str) -> Response:
     spec = req.to_block_spec(lab.limits, lab.device, lab.models)
     return await respond(request, lab, fmt, spec, lab.block_work(spec), req.block_view(spec), "block")
@@ -55,7 +51,7 @@ twins(router, "/block.npz", BlockRequest, answer_npz, "block_npz", "block_npz", 
 
 
 async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
-    spec = _block_query(request).to_block_spec(lab.limits, lab.device, lab.models)
+    spec = parse_query(request, BlockRequest).to_block_spec(lab.limits, lab.device, lab.models)
     trace, _ = await lab.block(spec)
     return trace
 

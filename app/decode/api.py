@@ -19,18 +19,14 @@ router = APIRouter(prefix="/api/v1", tags=["kv cache"], responses=ERRORS)
 
 
 def document(t: DecodeTrace, decimals: int | None) -> dict[str, Any]:
-    def arr(x: Any) -> Any:
-        a = to_numpy(x)
-        return a.round(decimals) if decimals is not None else a
-
     per_token = t.bytes_per_token
     return {
         "spec": t.spec.summary() | {"prefill": t.prefill, "decimals": decimals},
         "tokens": list(t.spec.tokens),
         "kv_cache_bytes_per_token": per_token,
         "prefill": {
-            "k_cache": arr(t.k_prefill),
-            "v_cache": arr(t.v_prefill),
+            "k_cache": to_numpy(t.k_prefill, decimals),
+            "v_cache": to_numpy(t.v_prefill, decimals),
             "cache_len": t.prefill,
             "cache_bytes": t.prefill * per_token,
         },
@@ -38,13 +34,13 @@ def document(t: DecodeTrace, decimals: int | None) -> dict[str, Any]:
             {
                 "position": s.position,
                 "token": t.spec.tokens[s.position],
-                "q": arr(s.q),
-                "k_new": arr(s.k_new),
-                "v_new": arr(s.v_new),
-                "scores": arr(s.scores),
-                "weights": arr(s.weights),
-                "heads": arr(s.heads),
-                "output": arr(s.output),
+                "q": to_numpy(s.q, decimals),
+                "k_new": to_numpy(s.k_new, decimals),
+                "v_new": to_numpy(s.v_new, decimals),
+                "scores": to_numpy(s.scores, decimals),
+                "weights": to_numpy(s.weights, decimals),
+                "heads": to_numpy(s.heads, decimals),
+                "output": to_numpy(s.output, decimals),
                 "cache_len": s.position + 1,
                 "cache_bytes": (s.position + 1) * per_token,
                 "max_abs_diff_vs_full": s.max_abs_diff_vs_full,

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import APIRouter
 
-from ..lab import Lab, get_lab
+from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.page import SMALL_DIMS, SMALL_TOKENS, kv_head
 from ..schemas import DecodeRequest, from_query, request_fields
-from ..web.page import serve
+from ..web.page import page_route
 from ..web.state import DEPENDS, Params, ViewState, head_within, integer, param, url_fields, within
 from .view import GPT2_BYTES, DecodeView, cache_matrices, equals_full, row_matrices
 
@@ -40,21 +38,14 @@ API_KEYS = url_fields(
 )
 
 
-@router.get("/decode", response_class=HTMLResponse)
-async def decode_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/decode", API_KEYS, DecodeParams)
-    build = functools.partial(decode_view, state, lab)
-    return await serve(request, lab, "decode.html", state, build, json_url=api_url(state),
-                       presets=["toy", "gpt2-small"])  # fmt: skip
-
-
 def api_url(state: ViewState) -> str:
     """The API's answer for the page's request."""
     return "/api/v1/decode?" + state.api_query()
 
 
-async def decode_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> DecodeView:
+async def decode_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> DecodeView:
     """What /decode shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
+    ctx["presets"] = ["toy", "gpt2-small"]  # the form's
     t = ctx["t"]
     req = DecodeRequest.model_validate(from_query(state.api_params(), None, DecodeRequest))
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
@@ -120,3 +111,6 @@ async def decode_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> Decode
         step_urls=[(i, state.url(step=i)) for i in range(n_steps + 1)],
         head_urls=[(h, state.url(head=h)) for h in range(spec.n_heads)],
     )
+
+
+page_route(router, "/decode", "decode.html", API_KEYS, DecodeParams, decode_view, api_url, DecodeView.blocks)

@@ -60,40 +60,36 @@ class DecodeView(View):
     head_urls: list[tuple[int, str]] | None = None
 
 
-def _fixed(m: MatrixView) -> MatrixView:
-    m.links = False
-    return m
+def _fixed(views: list[MatrixView]) -> list[MatrixView]:
+    """The matrices as the page draws them: numbers only, no cell links into the lab."""
+    for m in views:
+        m.links = False
+    return views
 
 
 def cache_matrices(k: np.ndarray, v: np.ndarray, rows: list[str], d_k: int, g: int) -> list[MatrixView]:
     """The K and V cache of K/V head `g`, one row per cached token."""
-    dk = dims(d_k)
-    return [
-        _fixed(matrix_view("k_cache", "K cache", k, rows, dk, "(t + 1, d_k)", "diverging", g)),
-        _fixed(matrix_view("v_cache", "V cache", v, rows, dk, "(t + 1, d_k)", "diverging", g)),
-    ]
+    cache = (("k_cache", "K cache", k), ("v_cache", "V cache", v))
+    return _fixed(
+        [matrix_view(name, label, a, rows, dims(d_k), "(t + 1, d_k)", "diverging", g) for name, label, a in cache]
+    )
 
 
 def row_matrices(cur: DecodeStep, spec: Spec, head: int, rows: list[str], small: bool) -> list[MatrixView]:
     """A step's single query row: q_t, its scores and weights against the cache, and (small) its output."""
-    q_tok, dk = [spec.tokens[cur.position]], dims(spec.d_k)
+    q_tok = [spec.tokens[cur.position]]
+    row = (
+        ("q", "q_t", cur.q, dims(spec.d_k), "(1, d_k)", "diverging"),
+        ("scores", "q_t Kᵀ / s", cur.scores, rows, "(1, t + 1)", "diverging"),
+        ("weights", "a_t", cur.weights, rows, "(1, t + 1)", "sequential"),
+    )
     out = [
-        _fixed(matrix_view("q", "q_t", to_numpy(cur.q[head])[None], q_tok, dk, "(1, d_k)", "diverging", head)),
-        _fixed(
-            matrix_view(
-                "scores", "q_t Kᵀ / s", to_numpy(cur.scores[head])[None], q_tok, rows, "(1, t + 1)", "diverging", head
-            )
-        ),
-        _fixed(
-            matrix_view(
-                "weights", "a_t", to_numpy(cur.weights[head])[None], q_tok, rows, "(1, t + 1)", "sequential", head
-            )
-        ),
+        matrix_view(name, label, to_numpy(a[head])[None], q_tok, cols, shape, scale, head)
+        for name, label, a, cols, shape, scale in row
     ]
     if small:
-        o = to_numpy(cur.output)[None]
-        out.append(_fixed(matrix_view("output", "o_t", o, q_tok, dims(spec.d_model), "(1, d)")))
-    return out
+        out.append(matrix_view("output", "o_t", to_numpy(cur.output)[None], q_tok, dims(spec.d_model), "(1, d)"))
+    return _fixed(out)
 
 
 def equals_full(trace: DecodeTrace, cur: DecodeStep) -> bool:

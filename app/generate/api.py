@@ -9,7 +9,7 @@ from ..lab import Lab, get_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
-from .view import GenerateRequest, document, generation_spec, run
+from .view import GenerateRequest, document, run
 
 router = APIRouter(prefix="/api/v1", tags=["generation"], responses=ERRORS)
 
@@ -20,9 +20,7 @@ async def answer(request: Request, req: GenerateRequest, lab: Lab) -> Response:
     most likely tokens, labelled like `token`, and their probabilities), context (tokens in the cache when it was
     predicted), kv_cache_bytes, and attention (H, context): each head's weights at `layer`, for the query that
     predicted it (the context's last token). Stops after the end-of-text token."""
-    spec, layer = await lab.off_loop(req.preset, generation_spec, req, lab.limits, lab.device, lab.models,
-                                     lab.settings.max_new_tokens)  # the tokenizer off the event loop  # fmt: skip
-    g = await run(lab, spec, req, layer, get_key(request))
+    spec, _, g = await run(lab, req, get_key(request))
     return json_response(document(lab.models[spec.preset], spec, g, req.decimals))
 
 

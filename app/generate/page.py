@@ -3,20 +3,18 @@ the five it weighed, the cache it grew and where every head of one layer looked 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import APIRouter
 
-from ..lab import Lab, get_lab, request_key
+from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.cells import matrix_view
 from ..schemas import from_query
-from ..web.page import language, serve
+from ..web.page import page_route
 from ..web.state import Params, ViewState, integer, param, url_fields, within
-from .view import GenerateRequest, GenerateView, generation_spec, run, top_labels
+from .view import GenerateRequest, GenerateView, run, top_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(GenerateRequest)
@@ -30,15 +28,6 @@ class GenerateParams(Params):
 
 
 DEFAULT_TEXT = {"en": "The cat sat on the mat. The dog", "zh": "猫坐在垫子上，然后"}
-
-
-@router.get("/generate", response_class=HTMLResponse)
-async def generate_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/generate", API_KEYS, GenerateParams)
-    given = "text" in state.params or "token_ids" in state.params
-    prompt = {} if given else {"text": DEFAULT_TEXT[language(request)]}  # a first visit: in the page's language
-    build = functools.partial(generate_view, state, prompt, lab, request_key(request))
-    return await serve(request, lab, "generate.html", state, build, json_url=twin(state, prompt))
 
 
 def written(model: Any, ids: list[int], prompt_n: int) -> list[tuple[str, int, int]]:
@@ -56,16 +45,15 @@ def twin(state: ViewState, prompt: dict[str, str]) -> str:
     return "/api/v1/generate?" + state.api_query(**prompt)
 
 
-async def generate_view(
-    state: ViewState, prompt: dict[str, str], lab: Lab, progress: str, ctx: dict[str, Any]
-) -> GenerateView:
+async def generate_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> GenerateView:
     """What /generate shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
+    given = "text" in state.params or "token_ids" in state.params
+    prompt = {} if given else {"text": DEFAULT_TEXT[ctx["lang"]]}  # a first visit: in the page's language
+    ctx["json_url"] = twin(state, prompt)  # set first: an error page keeps it
     t = ctx["t"]
     req = GenerateRequest.model_validate(from_query(state.api_params() | prompt, None, GenerateRequest))
-    spec, layer = await lab.off_loop(req.preset, generation_spec, req, lab.limits, lab.device, lab.models,
-                                     lab.settings.max_new_tokens)  # fmt: skip
+    spec, layer, g = await run(lab, req, progress)
     model = lab.models[spec.preset]
-    g = await run(lab, spec, req, layer, progress)
     n = len(g.steps)
     step = within("step", state.read(GenerateParams).step, 1, n)  # a first visit opens on the first token generated
     s = g.steps[step - 1]
@@ -104,3 +92,6 @@ async def generate_view(
         next_url=state.url(step=step + 1) if step < n else None,
         step_urls=[(i, state.url(step=i)) for i in range(1, n + 1)],
     )
+
+
+page_route(router, "/generate", "generate.html", API_KEYS, GenerateParams, generate_view, blocks=GenerateView.blocks)

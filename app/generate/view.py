@@ -106,13 +106,16 @@ def cost(spec: Spec, max_new: int, info: Any) -> int:
     return kv + 3 * info.n_heads * spec.n_tokens * n * 4 + 8 * info.d_model * info.d_ff * 4
 
 
-async def run(lab: Lab, spec: Spec, req: GenerateRequest, layer: int, key: str | None) -> Generation:
-    """The generation (from the server's cache when it ran before), token by token for /api/v1/progress."""
+async def run(lab: Lab, req: GenerateRequest, key: str | None) -> tuple[Spec, int, Generation]:
+    """The request's prompt as a Spec (the tokenizer off the event loop), the layer watched, and the generation
+    (from the server's cache when it ran before), token by token for /api/v1/progress."""
+    spec, layer = await lab.off_loop(req.preset, generation_spec, req, lab.limits, lab.device, lab.models,
+                                     lab.settings.max_new_tokens)  # fmt: skip
     model = lab.models[spec.preset]
     work = functools.partial(generate, model, spec.token_ids, req.max_new_tokens, layer)
     done = (spec.preset, spec.token_ids, req.max_new_tokens, layer)
     result, _ = await lab.compute("generate", done, cost(spec, req.max_new_tokens, model.info), work, progress=key)
-    return result
+    return spec, layer, result
 
 
 def document(model: Model, spec: Spec, g: Generation, decimals: int | None) -> dict[str, Any]:
@@ -120,10 +123,6 @@ def document(model: Model, spec: Spec, g: Generation, decimals: int | None) -> d
     labels = model.labels(ids)  # byte pieces of one character are named together (猫₁ 猫₂ 猫₃)
     n = len(g.prompt_ids)
     tok = model.tokenizer()
-
-    def weights(a: Any) -> Any:
-        w = to_numpy(a)
-        return w.round(decimals) if decimals is not None else w
 
     return {
         "preset": spec.preset,
@@ -143,7 +142,7 @@ def document(model: Model, spec: Spec, g: Generation, decimals: int | None) -> d
                 ],
                 "context": s.context,
                 "kv_cache_bytes": s.context * g.kv_bytes_per_token,
-                "attention": weights(s.attention),
+                "attention": None if s.attention is None else to_numpy(s.attention, decimals),
             }
             for i, s in enumerate(g.steps)
         ],

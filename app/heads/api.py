@@ -10,7 +10,7 @@ from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
 from ..web.view import jsonable
-from .compute import patch_document, patch_of, prune_document, prune_of, roles_document, roles_of
+from .compute import patch_of, prune_of, roles_document, roles_of
 from .request import PatchRequest, PruneRequest, RolesRequest
 
 router = APIRouter(prefix="/api/v1", tags=["heads"], responses=ERRORS)
@@ -34,8 +34,7 @@ async def prune(request: Request, req: PruneRequest, lab: Lab) -> Response:
     knocked out together (k = 0 … layers × heads). can_go: the most heads that can go before the loss rises by
     more than `rise` (a fraction of the plain loss); fraction = can_go / all heads. Progress under
     /api/v1/progress for a GET."""
-    t, pruning = await prune_of(req, lab, get_key(request))
-    return json_response(jsonable(prune_document(t, pruning, req.rise)))
+    return json_response(jsonable(await prune_of(req, lab, get_key(request))))
 
 
 async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
@@ -45,8 +44,7 @@ async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
     stream entering the layer, the layer's attention output after W_O, its MLP output), grids.head is layer × head
     (the head's output at every position). The prompts must have the same number of tokens (a 422 shows both
     tokenisations). Progress under /api/v1/progress for a GET."""
-    a, b, patching = await patch_of(req, lab, get_key(request))
-    return json_response(jsonable(patch_document(a, b, patching)))
+    return json_response(jsonable(await patch_of(req, lab, get_key(request))))
 
 
 twins(router, "/head_roles", RolesRequest, head_roles, "head_roles")

@@ -4,7 +4,7 @@ pruning curve (/api/v1/prune) and activation patching (/api/v1/patch). The engin
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -15,23 +15,15 @@ from engine.models import Model
 from ..lab import Lab
 from ..schemas import FieldError
 from ..web.knockouts import intervention
-from ..web.sequence import Text
-from ..web.sequence import decoder as web_decoder
+from ..web.sequence import Text, decoder
 from ..web.sequence import text_of as sequence_text
+from ..web.view import finite
 from .request import PatchRequest, PruneRequest, RolesRequest
-
-
-def decoder(lab: Lab, preset: str) -> Model:
-    return web_decoder(lab, preset, "the head views", pre_ln=True)
 
 
 def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["inputs", "tokens"] = "tokens") -> Text:
     """The request's text as a sequence for the head views (a Pre-LN decoder; every token counted unless `counted`)."""
     return sequence_text(req, lab, max_tokens, eos, counted, views="the head views", pre_ln=True)
-
-
-def finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 Grid = tuple[tuple[float | None, ...], ...]  # layer × head (or position); a non-finite number is None
@@ -158,23 +150,6 @@ def roles_document(t: Text, iv: P.Intervention, r: E.Roles, top: int) -> Roled:
 # -- /api/v1/prune -----------------------------------------------------------------------------------------------
 
 
-async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> tuple[Text, E.Pruning]:
-    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_prune_tokens, req.eos, "inputs")
-    n = len(t.seq) - 1
-    if req.loss_from >= n:
-        raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
-    mean = req.ablate_mode == "mean"
-    compute_key = (req.preset, t.seq, req.loss_from, mean)
-
-    def work(progress: Any) -> E.Pruning:
-        return E.prune(t.model, t.seq[:-1], t.seq[1:], req.loss_from, mean, progress)
-
-    rows = min(E.ROWS, max(n, E.ROWS // n * n))
-    logits = max(n, -(-E.logit_rows(t.model) // 3))  # the losses' one buffer of logits (cost counts 3 per row)
-    pruning, _ = await lab.compute("prune", compute_key, cost(t.model, rows, logits), work, progress=key)
-    return t, pruning
-
-
 @dataclass(frozen=True)
 class Pruned:
     """/api/v1/prune's answer, and /heads's pruning curve: every head knocked out alone (`single`), the heads in
@@ -196,12 +171,20 @@ class Pruned:
     fraction: float
 
 
-def prune_document(t: Text, p: E.Pruning, rise: float) -> Pruned:
-    every = len(p.order)
-    k = p.can_go(rise)
-    model = t.model
+async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> Pruned:
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_prune_tokens, req.eos, "inputs")
+    n = len(t.seq) - 1
+    if req.loss_from >= n:
+        raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
+    mean = req.ablate_mode == "mean"
+    compute_key = (req.preset, t.seq, req.loss_from, mean)
+    work = functools.partial(E.prune, t.model, t.seq[:-1], t.seq[1:], req.loss_from, mean)
+    rows = min(E.ROWS, max(n, E.ROWS // n * n))
+    logits = max(n, -(-E.logit_rows(t.model) // 3))  # the losses' one buffer of logits (cost counts 3 per row)
+    p, _ = await lab.compute("prune", compute_key, cost(t.model, rows, logits), work, progress=key)
+    every, k, model = len(p.order), p.can_go(req.rise), t.model
     return Pruned(model.name, model.arch.n_layer, model.arch.n_heads, t.labels, t.seq, "mean" if p.mean else "zero",
-                  p.order, tuple(finite(v) for v in p.mean_loss), grid(p.single), finite(p.clean), rise, k,
+                  p.order, tuple(finite(v) for v in p.mean_loss), grid(p.single), finite(p.clean), req.rise, k,
                   k / every if every else 0.0)  # fmt: skip
 
 
@@ -210,7 +193,7 @@ def prune_document(t: Text, p: E.Pruning, rise: float) -> Pruned:
 
 def prompts_of(req: PatchRequest, lab: Lab) -> tuple[Text, Text]:
     """The two prompts through the model's tokenizer, of the same length (a 422 showing both tokenisations)."""
-    model = decoder(lab, req.preset)
+    model = decoder(lab, req.preset, "the head views", pre_ln=True)
     if not model.has_tokenizer:
         raise FieldError("preset", f"{req.preset} has no tokenizer: patching reads two prompts as text")
     limit = min(lab.settings.max_patch_tokens, model.info.n_ctx)
@@ -231,20 +214,6 @@ def prompts_of(req: PatchRequest, lab: Lab) -> tuple[Text, Text]:
     if req.metric == "logit_diff" and req.answer is not None and req.answer == req.wrong:
         raise FieldError("wrong", "must differ from answer: their logit difference would be 0 in every run")
     return a, b
-
-
-async def patch_of(req: PatchRequest, lab: Lab, key: str | None) -> tuple[Text, Text, E.Patching]:
-    a, b = await lab.off_loop(req.preset, prompts_of, req, lab)
-    compute_key = (req.preset, a.seq, b.seq, req.answer, req.wrong, req.metric)
-    n, m = len(a.seq), a.model.arch
-
-    def work(progress: Any) -> E.Patching:
-        return E.patch(a.model, a.seq, b.seq, req.answer, req.wrong, req.metric, progress)
-
-    rows = min(E.ROWS, (3 * n + m.n_heads) * n)
-    cached = 2 * m.n_layer * n * (4 * m.d_model) * 4
-    patching, _ = await lab.compute("patch", compute_key, cost(a.model, rows, 2 * n) + cached, work, progress=key)
-    return a, b, patching
 
 
 @dataclass(frozen=True)
@@ -274,7 +243,14 @@ class Patched:
     grids: dict[str, Grid]
 
 
-def patch_document(a: Text, b: Text, p: E.Patching) -> Patched:
+async def patch_of(req: PatchRequest, lab: Lab, key: str | None) -> Patched:
+    a, b = await lab.off_loop(req.preset, prompts_of, req, lab)
+    compute_key = (req.preset, a.seq, b.seq, req.answer, req.wrong, req.metric)
+    n, m = len(a.seq), a.model.arch
+    work = functools.partial(E.patch, a.model, a.seq, b.seq, req.answer, req.wrong, req.metric)
+    rows = min(E.ROWS, (3 * n + m.n_heads) * n)
+    cached = 2 * m.n_layer * n * (4 * m.d_model) * 4
+    p, _ = await lab.compute("patch", compute_key, cost(a.model, rows, 2 * n) + cached, work, progress=key)
     model = a.model
 
     def token(t: int | None) -> Token | None:

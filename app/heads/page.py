@@ -4,22 +4,20 @@ View through the page kernel; its JSON twin is the same View as data."""
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Any
-from urllib.parse import urlencode
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import APIRouter
 
 from engine import heads as E
 
-from ..lab import Lab, get_lab, request_key
+from ..lab import Lab
+from ..render import cells
 from ..schemas import FieldError
 from ..web.knockouts import form_request
-from ..web.page import serve
-from ..web.state import Params, ViewState, within
+from ..web.page import lab_url, page_route
+from ..web.state import ViewState, within
 from ..web.view import View
 from .compute import (
     Ablated,
@@ -28,9 +26,7 @@ from .compute import (
     ProbeLoss,
     Pruned,
     Token,
-    patch_document,
     patch_of,
-    prune_document,
     prune_of,
     roles_document,
     roles_of,
@@ -98,36 +94,10 @@ class HeadsView(View):
     present_url: str | None = None
 
 
-def colour(value: float | None, top: float = 1.0) -> str:
-    if value is None or math.isnan(value):
-        return ""
-    return f"sq-{min(10, max(0, round(10 * value / top)))}"
-
-
-def diverging(value: float | None) -> str:
-    """-1 … 1 on the diverging scale (dv-m5 … dv-p5)."""
-    if value is None or math.isnan(value):
-        return ""
-    k = max(-5, min(5, round(5 * value)))
-    return f"dv-m{-k}" if k < 0 else f"dv-p{k}"
-
-
-def lab_url(preset: str, ids: list[int], layer: int, head: int, lang: str, present: bool) -> str:
-    query = {"preset": preset, "token_ids": ",".join(map(str, ids)), "layer": layer, "head": head, "stage": 4,
-             "lang": lang}  # fmt: skip
-    return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
-
-
-def page(path: str, template: str, keys: tuple[str, ...], params: type[Params], view: Any, api: str) -> None:
-    """The page at `path`: its View built by `view(state, lab, progress key, ctx)`, its JSON twin `api`."""
-
-    async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-        state = ViewState.of(request.query_params, path, keys, params)
-        build = functools.partial(view, state, lab, request_key(request))
-        return await serve(request, lab, template, state, build, json_url=f"{api}?{state.api_query()}", blocks=(),
-                           models=lab.models, present=state.present)  # fmt: skip
-
-    router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)
+def colour(value: float | None, scale: str) -> str:
+    """A score on the sequential scale (0 … 1: sq-0 … sq-10) or the diverging one (−1 … 1: dv-m5 … dv-p5); none
+    for a missing one."""
+    return "" if value is None or math.isnan(value) else cells.colour(value, scale, 1.0)
 
 
 def bos_as_page_reads_it(state: ViewState) -> dict[str, str]:
@@ -137,6 +107,7 @@ def bos_as_page_reads_it(state: ViewState) -> dict[str, str]:
 
 
 async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> HeadsView:
+    ctx["models"] = lab.models  # the form's presets
     p = state.read(HeadsParams)
     ctx["text_value"] = state.get("text") or DEFAULT_TEXT[ctx["lang"]]
     typed = state.spelled.get("ablate", "ablate")
@@ -165,7 +136,8 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     head = within("head", chosen[1], 0, n_heads - 1)
 
     def cell(li: int, h: int, v: float | None) -> Cell:
-        return Cell(li, h, v, colour(v), state.url(head=f"{li}.{h}") + "#pattern")  # the chosen head's own pattern
+        # the chosen head's own pattern
+        return Cell(li, h, v, colour(v, "sequential"), state.url(head=f"{li}.{h}") + "#pattern")
 
     grid = tuple(tuple(cell(li, h, v) for h, v in enumerate(row)) for li, row in enumerate(scores))
     top = tuple(cell(x.layer, x.head, x.score) for x in doc.top[role])
@@ -177,11 +149,9 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
         preq = PruneRequest(preset=req.preset, text=req.text, token_ids=req.token_ids, bos=req.bos,
                             ablate_mode=req.ablate_mode)  # fmt: skip
         try:
-            pt, pruning = await prune_of(preq, lab, progress)
+            curve = curve_of(await prune_of(preq, lab, progress))
         except FieldError as e:
             prune_error = f"{e.field}: {e.message}"
-        else:
-            curve = curve_of(prune_document(pt, pruning, 0.05))
     return HeadsView(
         preset=model.name, layers=n_layer, heads=n_heads, tokens=doc.tokens, role=role,
         role_urls=tuple((r, state.url(role=r)) for r in E.ROLES), grid=grid, top=top, probe=doc.probe,
@@ -191,7 +161,7 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
                          if k <= n_layer * n_heads),
         unknock_url=state.url(knock=None, ablate=None) + "#knock",
         curve=curve, prune_url=state.url(prune="1") + "#prune", prune_error=prune_error,
-        lab_url=lab_url(model.name, list(roles.probe), layer, head, ctx["lang"], present),
+        lab_url=lab_url(model.name, roles.probe, layer, head, ctx["lang"], present),
         json_url="/api/v1/head_roles?" + state.api_query(), present_url=state.url(present=None if present else "1"),
     )  # fmt: skip
 
@@ -246,14 +216,13 @@ class PatchView(View):
 
 
 async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> PatchView:
+    ctx["models"] = lab.models  # the form's presets
     p = state.read(PatchParams)
     ctx["clean_text"] = state.get("clean") or CLEAN
     ctx["corrupted_text"] = state.get("corrupted") or CORRUPTED
     req = form_request(state, PatchRequest, bos_as_page_reads_it(state))
-    a, b, patching = await patch_of(req, lab, progress)
-    doc = patch_document(a, b, patching)
+    doc = await patch_of(req, lab, progress)
     kind = p.grid
-    present = state.present
     rows = doc.grids[kind]
     if kind == "head":
         columns = tuple(str(h) for h in range(doc.heads))
@@ -262,7 +231,7 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
                                                                       strict=True))  # fmt: skip
 
     def cell(li: int, c: int, v: float | None) -> Cell:
-        return Cell(li, c, v, diverging(v), state.url(cell=f"{li}.{c}") + "#cell")
+        return Cell(li, c, v, colour(v, "diverging"), state.url(cell=f"{li}.{c}") + "#cell")
 
     grid = tuple(tuple(cell(li, c, v) for c, v in enumerate(row)) for li, row in enumerate(rows))
     flat = [c for row in grid for c in row if c.value is not None]
@@ -275,8 +244,8 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
         chosen = (li, c)
         values = {k: doc.grids[k][li][c] for k in KINDS if (k == "head") == (kind == "head")}
         head = c if kind == "head" else 0
-        clean_lab = lab_url(a.model.name, list(a.seq), li, head, ctx["lang"], present)
-        corrupted_lab = lab_url(a.model.name, list(b.seq), li, head, ctx["lang"], present)
+        clean_lab = lab_url(doc.preset, doc.clean_ids, li, head, ctx["lang"], state.present)
+        corrupted_lab = lab_url(doc.preset, doc.corrupted_ids, li, head, ctx["lang"], state.present)
     return PatchView(
         preset=doc.preset, layers=doc.layers, heads=doc.heads, clean_tokens=doc.clean_tokens,
         corrupted_tokens=doc.corrupted_tokens, metric=doc.metric, answer=doc.answer, wrong=doc.wrong,
@@ -284,9 +253,13 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
         kind_urls=tuple((k, state.url(grid=k, cell=None)) for k in KINDS), columns=columns, grid=grid,
         grids=doc.grids, strongest=strongest, cell=chosen, cell_values=values, clean_lab=clean_lab,
         corrupted_lab=corrupted_lab, json_url="/api/v1/patch?" + state.api_query(),
-        present_url=state.url(present=None if present else "1"),
+        present_url=state.url(present=None if state.present else "1"),
     )  # fmt: skip
 
 
-page("/heads", "heads.html", ROLE_KEYS, HeadsParams, heads_view, "/api/v1/head_roles")
-page("/patch", "patch.html", PATCH_KEYS, PatchParams, patch_view, "/api/v1/patch")
+page_route(
+    router, "/heads", "heads.html", ROLE_KEYS, HeadsParams, heads_view, lambda s: "/api/v1/head_roles?" + s.api_query()
+)
+page_route(
+    router, "/patch", "patch.html", PATCH_KEYS, PatchParams, patch_view, lambda s: "/api/v1/patch?" + s.api_query()
+)

@@ -12,11 +12,9 @@ from engine.heads import KINDS, METRICS, ROLES
 
 from ..schemas import FieldError
 from ..web.knockouts import Knockouts
+from ..web.sequence import PRESET, TEXT
 from ..web.state import Params, integer, one_of, param, parse_int, show
 
-PRESET = Field("smollm2", max_length=64, description="A causal language model this server loaded (smollm2, "
-               "checkpoint, or one given with --model).")  # fmt: skip
-TEXT = Field(None, max_length=65_536, description="The text, for the model's own tokenizer.")
 IDS = Field(None, max_length=4096, description="The text as token ids instead.")
 BOS = Field(True, description="Begin the text with the model's BOS token (when it defines one).")
 Role = Literal["previous_token", "sink", "duplicate_token", "induction"]

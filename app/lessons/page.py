@@ -39,13 +39,10 @@ def lesson_json(lesson: Lesson, lang: str) -> dict[str, Any]:
     }
 
 
-def lesson_url(lesson: Lesson, lang: str, carry: dict[str, str] | None = None) -> str:
-    return with_query(f"/lessons/{lesson.slug}", **(carry or {}), lang=lang)
-
-
 def link(lesson: Lesson, lang: str, carry: dict[str, str] | None = None) -> LessonLink:
     title = lesson.title.get(lang, lesson.title["en"])
-    return LessonLink(lesson.slug, title, lesson_url(lesson, lang, carry), len(lesson.steps))
+    url = with_query(f"/lessons/{lesson.slug}", **(carry or {}), lang=lang)
+    return LessonLink(lesson.slug, title, url, len(lesson.steps))
 
 
 async def lessons_view(ctx: dict[str, Any]) -> LessonsView:

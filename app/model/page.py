@@ -3,23 +3,21 @@ each cell a link into the lab at that layer and head; the heads most like a chos
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import APIRouter
 
 from engine.model_view import STATS, similar_heads
 from engine.spec import Spec
 
-from ..lab import Lab, get_lab, request_key
+from ..lab import Lab
 from ..schemas import FieldError
 from ..web.knockouts import form_request, head_name, heads_text
-from ..web.page import serve
+from ..web.page import lab_url, page_route
 from ..web.state import Params, ViewState, integer, one_of, param, within
 from .view import ChosenHead, HeadLink, ModelCompare, ModelView, ModelViewRequest, model_view_of
 
@@ -44,46 +42,27 @@ class ModelParams(Params):
 CHANGED = 0.1  # a head's statistic moved by a tenth of its colour scale (ln N for entropy, 1 for the shares)
 
 
-@router.get("/model", response_class=HTMLResponse)
-async def model_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/model", KEYS, ModelParams)
-    build = functools.partial(model_page_view, state, lab, request_key(request))
-    # Presenter mode (`present=1`) is a layout of the whole page (_base.html reads `present`), kept by every link.
-    return await serve(request, lab, "model.html", state, build, json_url=api_url(state), blocks=(),
-                       models=lab.models, present=state.present)  # fmt: skip
-
-
 def api_url(state: ViewState, ablate: list[list[int]] | None = None) -> str:
     """/api/v1/model_view for the page's request, the heads knocked out written as the API's JSON pairs."""
     written = json.dumps(ablate, separators=(",", ":")) if ablate else None
     return "/api/v1/model_view?" + state.api_query(ablate=written)
 
 
-def lab_url(spec: Spec, layer: int, head: int, lang: str, present: bool = False, text: str | None = None) -> str:
-    """The lab at one layer and head of the same tokens, on the weights stage (in presenter mode when this page
-    is: a head opened from the projector stays on the projector's layout). The text as this page was given it
-    (the lab tokenises it to the same ids, and its text box holds what the class reads and may edit), or the ids
-    when it was given ids."""
-    seq = {"text": text} if text else {"token_ids": ",".join(str(i) for i in spec.token_ids)}
-    query = {"preset": spec.preset, **seq, "layer": layer, "head": head, "stage": 4, "lang": lang}
-    return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
-
-
 async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> ModelView:
     """What /model shows for `state`: the page's View."""
+    ctx["models"] = lab.models  # the form's presets
     # The form offers knocking heads out for a decoder read in one pass (set first: an error page keeps the field).
     can_knock = bool(getattr(lab.models.get(state.get("preset") or "smollm2"), "one_pass_view", False))
     ctx["can_knock"], ctx["heads_text"] = can_knock, state.get("ablate")
     p = state.read(ModelParams)
     stat = p.stat
-    typed = state.spelled.get("ablate", "ablate")
     req = form_request(state, ModelViewRequest)
     ctx["heads_text"] = heads_text(req.ablate or []) or state.get("ablate")
     ctx["json_url"] = api_url(state, req.ablate)
     try:
         spec, doc = await model_view_of(req, lab, progress)
     except FieldError as e:  # the field as the user spelled it
-        raise FieldError(typed if e.field == "ablate" else e.field, e.message) from None
+        raise FieldError(state.spelled.get("ablate", "ablate") if e.field == "ablate" else e.field, e.message) from None
     t = ctx["t"]
     present = state.present
     spec_b, doc_b = None, None
@@ -105,7 +84,7 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     def link(
         layer: int, head: int, value: float, cls: str = "", of: Spec = spec, text: str | None = req.text
     ) -> HeadLink:
-        return HeadLink(layer, head, value, lab_url(of, layer, head, ctx["lang"], present, text),
+        return HeadLink(layer, head, value, lab_url(of.preset, of.token_ids, layer, head, ctx["lang"], present, text),
                         state.url(layer=layer, head=head) + "#chosen", cls)  # fmt: skip
 
     def colour(value: float) -> str:
@@ -151,17 +130,14 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         roles = ("/heads?" + urlencode({"preset": spec.preset, "text": state.get("text"), "head": f"{layer}.{head}",
                                         "lang": ctx["lang"]}) + "#probe") if getattr(lab.models.get(spec.preset),
                                                                                      "generates", False) else ""  # fmt: skip
-        chosen = ChosenHead(layer, head, lab_url(spec, layer, head, ctx["lang"], present, req.text), t("model.distance"), like,
-                            knock, roles)  # fmt: skip
+        url = lab_url(spec.preset, spec.token_ids, layer, head, ctx["lang"], present, req.text)
+        chosen = ChosenHead(layer, head, url, t("model.distance"), like, knock, roles)
         near = {(h.layer, h.head) for h in like}
 
         def spot(c: HeadLink) -> HeadLink:
             where = (c.layer, c.head)
-            return (
-                replace(c, cls=c.cls + (" chosen" if where == (layer, head) else " like"))
-                if where in near | {(layer, head)}
-                else c
-            )
+            cls = " chosen" if where == (layer, head) else " like" if where in near else ""
+            return replace(c, cls=c.cls + cls) if cls else c
 
         grid = tuple(tuple(spot(c) for c in row) for row in grid)
     return ModelView(
@@ -182,3 +158,6 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         json_url=api_url(state, req.ablate),
         present_url=state.url(present=None if present else "1"),
     )
+
+
+page_route(router, "/model", "model.html", KEYS, ModelParams, model_page_view, api_url)

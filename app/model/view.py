@@ -4,10 +4,10 @@ what the /model page shows (its JSON face is the page's `.json` twin)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from engine.model_view import one_pass_stats, traced_stats
 from engine.predict import NONE
@@ -16,7 +16,7 @@ from engine.spec import Spec, make_spec
 from ..lab import Lab, Progress
 from ..schemas import FieldError
 from ..web.knockouts import Knockouts, intervention
-from ..web.view import HIDDEN, View
+from ..web.view import HIDDEN, OPTIONAL, View
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,6 @@ class ModelViewRequest(Knockouts):
     """A pretrained model and the text (or token ids) to run through every layer; heads knocked out of the pass
     (`ablate`, a causal decoder's one-pass view), so the layers above show what their absence changes."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
-
     preset: str = Field("smollm2", max_length=64, description="A pretrained model this server loaded (minilm, smollm2, "
                         "checkpoint).")  # fmt: skip
     # A long context's text (up to MAX_LONG_TOKENS tokens: some 20,000 characters of English) fits; the tokens are
@@ -132,12 +130,9 @@ class Summarised:
     layers: int
     heads: int
     stats: tuple[tuple[Stats, ...], ...]
-    ablate: tuple[tuple[int, int], ...] = ()
-    ablate_mode: str = "zero"
-
-    def __json__(self) -> dict[str, Any]:  # a pass with nothing knocked out has no ablate and no ablate_mode
-        shown = fields(self) if self.ablate else fields(self)[:-2]
-        return {f.name: getattr(self, f.name) for f in shown}
+    # A pass with nothing knocked out has no ablate and no ablate_mode.
+    ablate: tuple[tuple[int, int], ...] | None = field(default=None, metadata=OPTIONAL)
+    ablate_mode: str | None = field(default=None, metadata=OPTIONAL)
 
     def grid(self, stat: str) -> tuple[tuple[float, ...], ...]:
         """One statistic of every head, [layer][head]."""
@@ -172,5 +167,6 @@ async def model_view_of(req: ModelViewRequest, lab: Lab, key: str | None = None)
             return traced_stats(spec, model.info.n_layer, layer)
 
         stats, _ = await lab.compute("model_view", None, 0, layers)
+    mode = ("mean" if iv.mean else "zero") if iv.ablate else None
     return spec, Summarised(spec.preset, spec.tokens, model.info.n_layer, spec.n_heads, tuple(map(tuple, stats)),
-                            iv.ablate, "mean" if iv.mean else "zero")  # fmt: skip
+                            iv.ablate or None, mode)  # fmt: skip

@@ -79,14 +79,12 @@ def misses(c: dict[str, Any], t: Any) -> list[str]:
     out = []
     emb = c["embeddings"]["token"] + c["embeddings"]["position"] + c["lm_head"]
     out.append(t("params.miss.embeddings", emb=f"{emb:,}", pct=100 * emb / c["total"]))
-    ffn = sum(c["block"]["ffn"].values())
+    ffn, att = sum(c["block"]["ffn"].values()), sum(c["block"]["attention"].values())
     if s["ffn"] != "gelu" or s["d_ff"] != 4 * d:
         out.append(t("params.miss.ffn", ff=f"{s['d_ff']:,}", ffn=f"{ffn:,}", eight=f"{8 * d * d:,}"))
     if kv != h:
-        att = c["block"]["attention"]
-        out.append(t("params.miss.gqa", kv=kv, h=h, att=f"{sum(att.values()):,}", four=f"{4 * d * d:,}"))
-    att_plain = sum(c["block"]["attention"].values())
-    extra = c["block"]["norms"] + (att_plain - (2 * d * d + 2 * d * kv * (d // h)))
+        out.append(t("params.miss.gqa", kv=kv, h=h, att=f"{att:,}", four=f"{4 * d * d:,}"))
+    extra = c["block"]["norms"] + (att - (2 * d * d + 2 * d * kv * (d // h)))
     extra += ffn - (3 if s["ffn"] == "swiglu" else 2) * d * s["d_ff"]
     out.append(t("params.miss.small", extra=f"{extra:,}", pct=100 * extra / c["block"]["total"]))
     out.append(t("params.miss.kv", bytes=f"{c['kv_cache_bytes_per_token_fp16']:,}"))

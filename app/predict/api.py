@@ -10,7 +10,7 @@ from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
 from ..web.view import jsonable
-from .compute import lens_document, lens_of, predict_document, predict_of, ranking_document, ranking_of
+from .compute import lens_document, lens_of, predict_document, predict_of, ranking_of
 from .request import LensRequest, PredictRequest, RankRequest
 
 router = APIRouter(prefix="/api/v1", tags=["prediction"], responses=ERRORS)
@@ -47,8 +47,7 @@ async def head_ranking(request: Request, req: RankRequest, lab: Lab) -> Response
     (up to the position) × cost.per_token (L + H·L(L+1)/2: the clean run, and each head's copy from its layer up);
     over cost.limit (the server's MAX_RANK_COST) it is refused before computing, a 422 naming position (or the
     text) with the cost and the limit. Progress under /api/v1/progress for a GET."""
-    t, ranking = await ranking_of(req, lab, get_key(request))
-    return json_response(jsonable(ranking_document(t, ranking, req.ablate_mode, lab.settings.max_rank_cost)))
+    return json_response(jsonable(await ranking_of(req, lab, get_key(request))))
 
 
 twins(router, "/predict", PredictRequest, predict, "predict")

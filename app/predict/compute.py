@@ -4,7 +4,8 @@ one prediction (/api/v1/head_ranking). The engine is engine/predict.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import functools
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine import predict as P
@@ -15,6 +16,7 @@ from ..render.predicted import top_labels
 from ..schemas import FieldError
 from ..web.knockouts import intervention
 from ..web.sequence import Text, text_of
+from ..web.view import OPTIONAL
 from .request import LensRequest, PredictRequest, RankRequest
 
 
@@ -41,10 +43,7 @@ async def predict_of(req: PredictRequest, lab: Lab, key: str | None) -> tuple[Te
     if req.loss_from >= n:
         raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
     compute_key = (req.preset, t.seq, iv, req.loss_from, replace, req.top)
-
-    def work(progress: Any) -> P.Prediction:
-        return P.predict(t.model, t.seq, iv, req.loss_from, replace, req.top, progress)
-
+    work = functools.partial(P.predict, t.model, t.seq, iv, req.loss_from, replace, req.top)
     pred, _ = await lab.compute("predict", compute_key, forward_cost(t.model, n), work, progress=key)
     return t, iv, pred
 
@@ -60,10 +59,7 @@ async def pair_of(req: PredictRequest, other_text: str, lab: Lab, key: str | Non
         raise FieldError("compare_text", e.message) from None
     iv = intervention(req, t.model)
     compute_key = ("pair", req.preset, t.seq, t2.seq, iv, req.loss_from, req.top)
-
-    def work(progress: Any) -> P.Pair:
-        return P.predict_pair(t.model, t.seq, t2.seq, iv, req.loss_from, req.top, progress)
-
+    work = functools.partial(P.predict_pair, t.model, t.seq, t2.seq, iv, req.loss_from, req.top)
     cost = forward_cost(t.model, max(len(t.seq), len(t2.seq)))
     pair, _ = await lab.compute("predict", compute_key, cost, work, progress=key)
     return t, t2, pair
@@ -106,12 +102,9 @@ class Compared:
     loss: float
     rank: int
     top: tuple[Top, ...]
-    target: str | None = None  # its own target, where a replaced token changed this position's (else the same)
-    target_id: int | None = None
-
-    def __json__(self) -> dict[str, Any]:  # the target only where it differs from the run's
-        shown = fields(self) if self.target_id is not None else fields(self)[:-2]
-        return {f.name: getattr(self, f.name) for f in shown}
+    # Its own target, where a replaced token changed this position's (else the same, and not written).
+    target: str | None = field(default=None, metadata=OPTIONAL)
+    target_id: int | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass(frozen=True)
@@ -129,13 +122,10 @@ class Row:
     loss: float
     rank: int
     top: tuple[Top, ...]
-    before: Compared | None = None
-    kl: float | None = None
-    max_abs_diff: float | None = None
-
-    def __json__(self) -> dict[str, Any]:  # a run compared with none has no before, kl or max_abs_diff
-        shown = fields(self) if self.before is not None else fields(self)[:-3]
-        return {f.name: getattr(self, f.name) for f in shown}
+    # A run compared with none has no before, kl or max_abs_diff.
+    before: Compared | None = field(default=None, metadata=OPTIONAL)
+    kl: float | None = field(default=None, metadata=OPTIONAL)
+    max_abs_diff: float | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass(frozen=True)
@@ -177,12 +167,10 @@ class Predicted:
 def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> Predicted:
     run, before = pred.run, pred.before
     ids = [*run.inputs, t.seq[-1]]
-    labels = list(t.labels)
-    if pred.replaced is not None:
-        labels = t.model.labels(ids)
     base_ids, base_labels = list(t.seq), list(t.labels)
-    replaced = None
-    if pred.replaced is not None:
+    labels, replaced = base_labels, None
+    if pred.replaced is not None:  # the text as run: its labels with the replaced token's
+        labels = t.model.labels(ids)
         replaced = Replaced(pred.replaced[0], pred.replaced[1], labels[pred.replaced[0]])
     rows = []
     for i, s in enumerate(run.positions):
@@ -222,10 +210,7 @@ async def lens_of(req: LensRequest, lab: Lab, key: str | None) -> tuple[Text, P.
     iv = intervention(req, t.model)
     inputs = t.seq
     compute_key = (req.preset, inputs, iv, req.top)
-
-    def work(progress: Any) -> P.Lens:
-        return P.lens(t.model, inputs, iv, req.top, progress)
-
+    work = functools.partial(P.lens, t.model, inputs, iv, req.top)
     a = t.model.arch
     cost = forward_cost(t.model, len(inputs), 1) + a.n_layer * len(inputs) * a.d_model * 4
     lens, _ = await lab.compute("lens", compute_key, cost, work, progress=key)
@@ -355,35 +340,6 @@ def check_rank_cost(cost: RankCost, field: str) -> None:
                      f"(MAX_RANK_COST): {fits}")  # fmt: skip
 
 
-def cost_document(cost: RankCost) -> dict[str, int]:
-    return {"tokens": cost.tokens, "heads": cost.heads, "per_token": cost.per_token, "total": cost.total,
-            "limit": cost.limit}  # fmt: skip
-
-
-async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> tuple[Text, P.Ranking]:
-    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_rank_tokens, False)
-    n = len(t.seq)
-    position = n - 2 if req.position is None else req.position
-    limit = n - 1 if req.target_id is not None else n - 2
-    if position > limit:
-        raise FieldError("position", f"positions 0..{limit} have {'a place' if req.target_id else 'a next token'} "
-                         f"in this text, not {position}")  # fmt: skip
-    target = t.seq[position + 1] if req.target_id is None else req.target_id
-    if target >= t.model.arch.vocab:
-        raise FieldError("target_id", f"{t.model.name}'s vocabulary has ids 0..{t.model.arch.vocab - 1}")
-    field = "position" if req.position is not None else "token_ids" if req.token_ids is not None else "text"
-    check_rank_cost(rank_cost(t.model, position + 1, lab.settings.max_rank_cost), field)
-    compute_key = (req.preset, t.seq[: position + 1], position, target, req.ablate_mode)
-    a = t.model.arch
-
-    def work(progress: Any) -> P.Ranking:
-        return P.rank_heads(t.model, t.seq, position, target, req.ablate_mode == "mean", progress=progress)
-
-    cost = forward_cost(t.model, position + 1, 1) + a.n_layer * (position + 1) * a.d_model * 4
-    ranking, _ = await lab.compute("rank", compute_key, cost, work, progress=key)
-    return t, ranking
-
-
 @dataclass(frozen=True)
 class HeadLoss:
     layer: int
@@ -404,12 +360,32 @@ class Ranked:
     ablate_mode: str
     loss: float
     heads: tuple[HeadLoss, ...]
-    cost: dict[str, int]  # RankCost's numbers (cost_document)
+    cost: RankCost
 
 
-def ranking_document(t: Text, r: P.Ranking, mode: str, limit: int) -> Ranked:
-    ids, labels = list(t.seq), list(t.labels)
+async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> Ranked:
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_rank_tokens, False)
+    n = len(t.seq)
+    position = n - 2 if req.position is None else req.position
+    limit = n - 1 if req.target_id is not None else n - 2
+    if position > limit:
+        raise FieldError("position", f"positions 0..{limit} have {'a place' if req.target_id else 'a next token'} "
+                         f"in this text, not {position}")  # fmt: skip
+    target = t.seq[position + 1] if req.target_id is None else req.target_id
+    if target >= t.model.arch.vocab:
+        raise FieldError("target_id", f"{t.model.name}'s vocabulary has ids 0..{t.model.arch.vocab - 1}")
+    field = "position" if req.position is not None else "token_ids" if req.token_ids is not None else "text"
+    passes = rank_cost(t.model, position + 1, lab.settings.max_rank_cost)
+    check_rank_cost(passes, field)
+    compute_key = (req.preset, t.seq[: position + 1], position, target, req.ablate_mode)
+    a = t.model.arch
+
+    def work(progress: Any) -> P.Ranking:
+        return P.rank_heads(t.model, t.seq, position, target, req.ablate_mode == "mean", progress=progress)
+
+    cost = forward_cost(t.model, position + 1, 1) + a.n_layer * (position + 1) * a.d_model * 4
+    r, _ = await lab.compute("rank", compute_key, cost, work, progress=key)
     return Ranked(t.preset, t.labels[: r.position + 1], r.position,
-                  top_labels(t.model, ids, labels, r.position + 1, [r.target])[0], r.target, mode, r.loss,
-                  tuple(HeadLoss(i, h, loss, loss - r.loss) for i, h, loss in r.heads),
-                  cost_document(rank_cost(t.model, r.position + 1, limit)))  # fmt: skip
+                  top_labels(t.model, list(t.seq), list(t.labels), r.position + 1, [r.target])[0], r.target,
+                  req.ablate_mode, r.loss, tuple(HeadLoss(i, h, loss, loss - r.loss) for i, h, loss in r.heads),
+                  passes)  # fmt: skip

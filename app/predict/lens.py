@@ -4,22 +4,20 @@ however long the text. It computes through the API's own `lens_of` and its docum
 
 from __future__ import annotations
 
-import functools
 import io
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlencode
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import APIRouter
 from markupsafe import Markup
 from PIL import Image
 
-from ..lab import Lab, get_lab, request_key
+from ..lab import Lab
 from ..render.heatmap import colourise, data_uri
 from ..render.predicted import generators
-from ..web.page import serve
+from ..web.page import page_route
 from ..web.state import ViewState, within
 from ..web.view import HIDDEN, View
 from .compute import Switched, lens_document, lens_of
@@ -112,15 +110,6 @@ class LensView(View):
 # -- /lens ---------------------------------------------------------------------------------------------------------
 
 
-@router.get("/lens", response_class=HTMLResponse)
-async def lens_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = state_of(request, "/lens", LENS_KEYS, LensParams)
-    present = state.present
-    build = functools.partial(build_lens, state, lab, request_key(request))
-    return await serve(request, lab, "lens.html", state, build, blocks=(), present=present,
-                       presets=generators(lab.models))  # fmt: skip
-
-
 def top_words(top: tuple[Candidate, ...]) -> str:
     return ", ".join(f"{c.token!r} {c.p:.2f}" for c in top)
 
@@ -161,6 +150,7 @@ def overview_png(p_final: np.ndarray, width: int) -> str:
 async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) -> LensView:
     """What /lens shows for `state` (its JSON face is the page's `.json` twin): every layer and position as data,
     the cells of one window of positions on the page."""
+    ctx["presets"] = generators(lab.models)  # the form's
     t = ctx["t"]
     req, (text, iv, lens), prompt, _ = await read_page(state, lab, key, ctx, LensRequest, lens_of)
     doc = lens_document(text, iv, lens)
@@ -238,3 +228,6 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
         present_url=state.url(present=None if state.present else "1"),
         present=state.present,
     )
+
+
+page_route(router, "/lens", "lens.html", LENS_KEYS, LensParams, build_lens, state_of=state_of)

@@ -20,12 +20,9 @@ from engine.models import Model
 from ..lab import Lab
 from ..schemas import FieldError, from_query, lab_field
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
-from ..web.sequence import decoder
+from ..web.sequence import PRESET, TEXT, decoder
 from ..web.state import Params, ViewState, flag_on, integer, param, parse_int, show
 
-PRESET = Field("smollm2", max_length=64, description="A causal language model this server loaded (smollm2, "
-               "checkpoint, or one given with --model).")  # fmt: skip
-TEXT = Field(None, max_length=65_536, description="The text, for the model's own tokenizer.")
 IDS = Field(None, max_length=65_536, description="The text as token ids instead (a view's own limit applies: "
             "MAX_PREDICT_TOKENS, MAX_RANK_TOKENS).")  # fmt: skip
 BOS = Field(True, description="Begin the training sequence with the model's BOS token (when it defines one).")
@@ -153,9 +150,7 @@ class LensParams(Params):
 FLAGS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
 
 
-def parse_flag(name: str, raw: str, default: bool) -> bool:
-    if raw == "":
-        return default
+def parse_flag(name: str, raw: str) -> bool:
     if raw.lower() not in FLAGS:
         raise FieldError(name, f"must be 1 or 0 (true or false), got {show(raw, 30)}")
     return FLAGS[raw.lower()]
@@ -171,11 +166,6 @@ def state_of(request: Request, path: str, keys: tuple[str, ...], view: type[Para
             if name in keys:
                 state.params.setdefault(name, "0")
     return state
-
-
-def default_text(state: ViewState, lang: str) -> dict[str, str]:
-    """A first visit's text, in the page's language (nothing when the URL gives text or token ids)."""
-    return {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[lang]}
 
 
 def token_of(model: Model, text: str) -> tuple[int, int]:
@@ -201,7 +191,7 @@ async def request_body(
         body["ablate"] = heads
     for name in ("bos", "eos"):
         if name in model_cls.model_fields and state.get(name):
-            body[name] = parse_flag(name, state.get(name), True)
+            body[name] = parse_flag(name, state.get(name))
     said: dict[str, Any] = {}
     if body.get("loss_from"):  # the page's number; the API counts the sequence (the BOS first, when there is one)
         body["loss_from"] += bos_offset(lab, body)
@@ -261,7 +251,7 @@ async def read_page(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any], m
     text in the page's language, also the form's placeholder `ctx["prompt"]`), validated, and `compute`'s answer
     to it; a refused field named as the form names it. Returns the request, the answer, the prompt used and what
     the page says about how it read the form (`request_body`)."""
-    prompt = default_text(state, ctx["lang"])
+    prompt = {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[ctx["lang"]]}
     ctx["prompt"] = prompt.get("text", "")
     with page_fields(state):
         body, said = await request_body(state, prompt, lab, model_cls)

@@ -8,33 +8,30 @@ It computes through the JSON API's own functions (`predict_of`, `ranking_of` and
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import APIRouter
 from markupsafe import Markup, escape
 
-from ..lab import Lab, get_lab, request_key
+from ..lab import Lab
 from ..render.predicted import generators
 from ..schemas import FieldError
 from ..web.knockouts import head_name
-from ..web.page import serve
+from ..web.page import page_route
 from ..web.state import ViewState
 from ..web.view import HIDDEN, View
 from .compute import (
+    HeadLoss,
     Predicted,
     RankCost,
     Switched,
-    cost_document,
     pair_of,
     predict_document,
     predict_of,
     rank_cost,
-    ranking_document,
     ranking_of,
 )
 from .request import LENS_KEYS, PREDICT_KEYS, PredictParams, PredictRequest, RankRequest, api_url, read_page, state_of
@@ -114,11 +111,7 @@ class Chosen:
 
 
 @dataclass(frozen=True)
-class HeadEffect:
-    layer: int
-    head: int
-    loss: float
-    delta: float
+class HeadEffect(HeadLoss):
     url: str  # the training view with this head knocked out
 
 
@@ -254,15 +247,10 @@ def predict_view(doc: Predicted, t: Any, state: ViewState, labels: tuple[str, ..
     r = rows[pos]
     title, title_html = with_tokens(t, "predict.chosen", {"input": r.input, "target": r.target},
                                     i=label(pos, first))  # fmt: skip
-    chosen = Chosen(
-        number(pos, first),
-        title,
-        candidates(r.top, r.target_id),
-        candidates(r.before.top, r.target_id if r.before.target_id is None else r.before.target_id)
-        if r.before is not None
-        else None,
-        title_html,
-    )
+    before_top = None
+    if r.before is not None:  # the run compared with keeps its own target
+        before_top = candidates(r.before.top, r.target_id if r.before.target_id is None else r.before.target_id)
+    chosen = Chosen(number(pos, first), title, candidates(r.top, r.target_id), before_top, title_html)
     said_verdict = verdict(doc, changed, unchanged, t, first) if compare else (None, None)
     notices = []
     for k, c in enumerate(columns):  # the prediction before the replaced token is the same, its target is not
@@ -307,47 +295,33 @@ def predict_view(doc: Predicted, t: Any, state: ViewState, labels: tuple[str, ..
     )  # fmt: skip
 
 
-@router.get("/predict", response_class=HTMLResponse)
-async def predict_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = state_of(request, "/predict", PREDICT_KEYS, PredictParams)
-    present = state.present
-    build = functools.partial(build_predict, state, lab, request_key(request))
-    return await serve(request, lab, "predict.html", state, build, blocks=(), present=present,
-                       presets=generators(lab.models))  # fmt: skip
-
-
 async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) -> PredictView:
     """What /predict shows for `state` (its JSON face is the page's `.json` twin)."""
+    ctx["presets"] = generators(lab.models)  # the form's
     t = ctx["t"]
-    req, (text, _iv, pred), prompt, said = await read_page(state, lab, key, ctx, PredictRequest, predict_of)
-    doc = predict_document(text, _iv, pred)
+    req, (text, iv, pred), prompt, said = await read_page(state, lab, key, ctx, PredictRequest, predict_of)
     first = bos_first(text.model.bos_id, text.seq)
-    view = predict_view(doc, t, state, text.labels, said, text.model.arch.n_layer, first)
-    extra: dict[str, Any] = {
-        "text": state.get("text") or prompt.get("text", ""),
-        "json_url": api_url("/api/v1/predict", req),
-        "twin_url": twin(state),
-        "rank_url": state.url(pos=named(view.index, first), rank=1),
-        "lens_url": lens_link(state),
-        "present_url": state.url(present=None if state.present else "1"),
-        "present": state.present,
-    }
+    view = predict_view(predict_document(text, iv, pred), t, state, text.labels, said, text.model.arch.n_layer, first)
     cost = rank_cost(text.model, view.index + 1, lab.settings.max_rank_cost)
-    extra["rank_cost"] = cost_document(cost)
     p = state.read(PredictParams)
-    if p.compare_text:
-        extra["second"] = await second_prompt(req, state, lab, key, t)
-        extra["compare_close_url"] = state.url(compare_text=None)
+    second = await second_prompt(req, state, lab, key, t) if p.compare_text else None
+    ranking, ranking_error = None, None
     if p.rank and not cost.allowed:
         # Refused before it starts, in the page's words and numbering (the API's message counts the BOS as 0).
-        extra["ranking_error"] = t("error.field", field="pos", message=cost_words(cost, view.index, first, t))
+        ranking_error = t("error.field", field="pos", message=cost_words(cost, view.index, first, t))
     elif p.rank:
         try:
-            extra["ranking"] = await rank(req, text, view.index, lab, key, state, t)
+            ranking = await rank(req, text, view.index, lab, key, state, t)
         except FieldError as e:
-            extra["ranking_error"] = t("error.field", field=e.field, message=e.message)
-    extra["rank_cost_text"] = cost_words(cost, view.index, first, t, done=extra.get("ranking") is not None)
-    return dataclasses.replace(view, **extra)
+            ranking_error = t("error.field", field=e.field, message=e.message)
+    return dataclasses.replace(
+        view, text=state.get("text") or prompt.get("text", ""), ranking=ranking, ranking_error=ranking_error,
+        rank_cost=dataclasses.asdict(cost), rank_cost_text=cost_words(cost, view.index, first, t, ranking is not None),
+        second=second, compare_close_url=state.url(compare_text=None) if second else "",
+        json_url=api_url("/api/v1/predict", req), twin_url=twin(state),
+        rank_url=state.url(pos=named(view.index, first), rank=1), lens_url=lens_link(state),
+        present_url=state.url(present=None if state.present else "1"), present=state.present,
+    )  # fmt: skip
 
 
 async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: str, t: Any) -> SecondPrompt:
@@ -386,9 +360,7 @@ async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: st
 
 
 def lens_link(state: ViewState) -> str:
-    params = {k: state.get(k) for k in LENS_KEYS if state.get(k)}
-    if state.get("lang"):
-        params["lang"] = state.get("lang")
+    params = {k: state.get(k) for k in (*LENS_KEYS, "lang") if state.get(k)}
     return "/lens?" + urlencode(params) if params else "/lens"
 
 
@@ -410,8 +382,7 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
     target = text.seq[pos + 1]
     rq = RankRequest(preset=req.preset, text=req.text, token_ids=req.token_ids, bos=req.bos, position=pos,
                      target_id=target, ablate_mode=req.ablate_mode)  # fmt: skip
-    t2, ranking = await ranking_of(rq, lab, key)
-    doc = ranking_document(t2, ranking, req.ablate_mode, lab.settings.max_rank_cost)
+    doc = await ranking_of(rq, lab, key)
     heads = tuple(
         HeadEffect(h.layer, h.head, h.loss, h.delta, state.url(ablate=head_name(h.layer, h.head), rank=None,
                                                                replace_at=None, replace_id=None, replace_token=None,
@@ -423,3 +394,6 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
                               n=len(doc.heads))  # fmt: skip
     return Ranking(number(pos, first), text.labels[pos + 1], doc.loss, req.ablate_mode, len(doc.heads), title, heads,
                    html)  # fmt: skip
+
+
+page_route(router, "/predict", "predict.html", PREDICT_KEYS, PredictParams, build_predict, state_of=state_of)

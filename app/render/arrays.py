@@ -35,10 +35,12 @@ def kv_heads_of(heads: tuple[int, ...], n_heads: int, n_kv: int) -> list[int]:
     return sorted({h // group for h in heads})
 
 
-def to_numpy(t: torch.Tensor) -> np.ndarray:
+def to_numpy(t: torch.Tensor, decimals: int | None = None) -> np.ndarray:
+    """`t` as a float32 array, rounded to `decimals` when given."""
     if t.dtype != torch.float32:
         t = t.float()  # NumPy has no bfloat16; half values are exact in float32
-    return np.ascontiguousarray(t.detach().cpu().numpy())
+    a = np.ascontiguousarray(t.detach().cpu().numpy())
+    return a if decimals is None else a.round(decimals)
 
 
 def pick(t: torch.Tensor, heads: list[int]) -> torch.Tensor:
@@ -64,10 +66,7 @@ def stage_arrays(
                     t = pick(t, kv_heads_of(heads, trace.n_heads, t.shape[0]))
                 else:
                     t = pick(t, list(heads))
-            a = to_numpy(t)
-            if decimals is not None:
-                a = np.round(a, decimals)
-            arrays[name] = a
+            arrays[name] = to_numpy(t, decimals)
         yield index, key, arrays
 
 

@@ -66,7 +66,7 @@ def runs_of(request: Request) -> Runs:
 
 
 def job_of(request: Request, run_id: str) -> Job:
-    job = runs_of(request).get(run_id)
+    job = runs_of(request).jobs.get(run_id)
     if job is None:
         raise HTTPException(404, f"no training run {run_id!r} (finished runs are kept while newer ones allow)")
     return job

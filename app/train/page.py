@@ -185,7 +185,7 @@ def find(request: Request, key: str, run_id: str) -> Job | None:
     if run_id in LATEST:
         jobs = reversed(runs_of(request).jobs.values())
         return next((j for j in jobs if j.run.config.causal == LATEST[run_id]), None)
-    job = runs_of(request).get(run_id)
+    job = runs_of(request).jobs.get(run_id)
     if job is None:
         raise FieldError(key, f"no training run {run_id!r} (finished runs are kept while newer ones allow)")
     return job
@@ -201,8 +201,7 @@ async def train_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in runs_of(request).jobs.values())  # the list
     json_url = f"/api/v1/train/{chosen[0].id}" if chosen[0] else "/api/v1/train"
     build = functools.partial(train_view, request, state)
-    return await serve(request, lab, "train.html", state, build, json_url=json_url, shows=shows, blocks=("live",),
-                       present=state.present)  # fmt: skip
+    return await serve(request, lab, "train.html", state, build, json_url=json_url, shows=shows, blocks=("live",))
 
 
 async def train_view(request: Request, state: ViewState, ctx: dict[str, Any]) -> TrainView:

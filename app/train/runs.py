@@ -89,20 +89,12 @@ class Runs:
 
     def __init__(self, max_running: int, max_queued: int, max_kept: int, max_wall_s: float,
                  presets: Presets | None = None) -> None:  # fmt: skip
-        self.max_running, self.max_queued, self.max_kept, self.max_wall_s = (
-            max_running,
-            max_queued,
-            max_kept,
-            max_wall_s,
-        )
-        self.presets = presets
+        self.max_running, self.max_queued, self.max_kept = max_running, max_queued, max_kept
+        self.max_wall_s, self.presets = max_wall_s, presets
         self.jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(max_running)
         self._ctx = mp.get_context("spawn")  # never fork a server that holds threads and sockets
-
-    def get(self, run_id: str) -> Job | None:
-        return self.jobs.get(run_id)
 
     def start(self, config: TrainConfig, text: str | None = None) -> Job:
         """Queue a run (Busy when the queue is full); its thread waits for a slot, then trains in a child."""

@@ -14,13 +14,15 @@ is the API's own 4xx (the exception handlers of app/errors.py), not a page.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterator
+import functools
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
-from urllib.parse import parse_qsl, quote
+from typing import Annotated, Any
+from urllib.parse import parse_qsl, quote, urlencode
 
 import orjson
-from fastapi import Request, Response
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -28,7 +30,7 @@ from engine import SpecError
 from engine.budget import Busy
 
 from ..errors import clean
-from ..lab import Lab
+from ..lab import Lab, get_lab, request_key
 from ..render.payload import OPTIONS
 from ..schemas import FieldError
 from ..templating import TEMPLATES
@@ -37,12 +39,14 @@ from .cache import cached_page, is_fragment, page_key, remember_page, single_fli
 from .i18n import LANGS, error_message, negotiate, translator
 from .keep import keep_screen, screen_carry
 from .knockouts import form_ablate, head_name
-from .state import ViewState, show, within
+from .state import Params, ViewState, show, within
 from .view import View
 
 VARY = "HX-Request, Accept-Language, Accept"
 
 Build = Callable[[dict[str, Any]], Awaitable["View | None"]]
+PageView = Callable[[ViewState, Lab, str, dict[str, Any]], Awaitable[View]]  # (state, lab, progress key, ctx)
+StateOf = Callable[[Request, str, tuple[str, ...], type[Params]], ViewState]
 
 
 class JsonTwin:
@@ -67,6 +71,17 @@ class JsonTwin:
 def twin_url(path: str, query: str) -> str:
     """The `.json` twin of a page's URL."""
     return ("/index" if path == "/" else path) + ".json" + (f"?{query}" if query else "")
+
+
+def lab_url(preset: str, ids: Sequence[int], layer: int, head: int, lang: str, present: bool = False,
+            text: str | None = None) -> str:  # fmt: skip
+    """The lab at one layer and head of the same tokens, on the weights stage (in presenter mode when the page
+    linking there is: a head opened from the projector stays on the projector's layout). The text as that page was
+    given it (the lab tokenises it to the same ids, and its text box holds what the class reads and may edit), or
+    the ids when it was given ids."""
+    seq = {"text": text} if text else {"token_ids": ",".join(map(str, ids))}
+    query = {"preset": preset, **seq, "layer": layer, "head": head, "stage": 4, "lang": lang}
+    return "/?" + urlencode(query | ({"present": 1} if present else {}), safe=",")
 
 
 def wants_json(request: Request) -> bool:
@@ -233,3 +248,25 @@ async def serve(
         return remember_page(request, key, response)
 
     return await single_flight(request, key, lambda: cached_page(request, key), compute)
+
+
+def of_query(request: Request, path: str, keys: tuple[str, ...], params: type[Params]) -> ViewState:
+    """A page's state read from its query alone (a page_route's, unless it reads more of the request)."""
+    return ViewState.of(request.query_params, path, keys, params)
+
+
+def page_route(router: APIRouter, path: str, template: str, keys: tuple[str, ...], params: type[Params],
+               view: PageView, json_url: Callable[[ViewState], str] | None = None, blocks: tuple[str, ...] = (),
+               state_of: StateOf = of_query) -> None:  # fmt: skip
+    """The page at `path`, named `<template>_page`: its state (`state_of` the request, the page's request `keys`
+    and own `params`), its View built by `view(state, lab, progress key, ctx)` (which also puts in `ctx` what the
+    page's form offers, first: an error page keeps it), its JSON twin `json_url(state)`, the `blocks` an htmx
+    request swaps (none: the whole page)."""
+
+    async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+        state = state_of(request, path, keys, params)
+        build = functools.partial(view, state, lab, request_key(request))
+        return await serve(request, lab, template, state, build, json_url=json_url(state) if json_url else None,
+                           blocks=blocks)  # fmt: skip
+
+    router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)

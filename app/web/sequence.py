@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import Field
+
 from engine import predict as P
 from engine.models import Model
 from engine.spec import SpecError, make_spec
@@ -15,6 +17,11 @@ from engine.spec import SpecError, make_spec
 from ..lab import Lab
 from ..render.predicted import generators
 from ..schemas import FieldError
+
+# The request fields every view that reads a text through a loaded decoder takes (the prediction and head views).
+PRESET = Field("smollm2", max_length=64, description="A causal language model this server loaded (smollm2, "
+               "checkpoint, or one given with --model).")  # fmt: skip
+TEXT = Field(None, max_length=65_536, description="The text, for the model's own tokenizer.")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ The kernel (app/web/page.py) renders one View three ways:
   and `_repr_json_` gives the JSON face (see `attention_lab` for `trace(...)` and the HTTP `Client`).
 
 `jsonable` is the one conversion from a View to JSON: dataclasses become objects (fields marked `json=False` in
-their metadata are left out), a matrix becomes its labels and float values (−∞ as null, as in the API), NumPy
+their metadata are left out, and those marked OPTIONAL while they are None), a matrix becomes its labels and float values (−∞ as null, as in the API), NumPy
 arrays become lists, and an object with `__json__` says what it is. A View field must therefore be data the page
 shows: never a trace, a model or a request.
 """
@@ -31,9 +31,11 @@ from markupsafe import Markup
 # The metadata of a View field the template needs but the JSON face leaves out (it repeats another field, e.g. a
 # parsed `Spec` kept beside its summary, or a QR code drawn from an address): `field(default=None, metadata=HIDDEN)`.
 HIDDEN = {"json": False}
+# The metadata of a field the JSON face leaves out while it is None (a run compared with none has no `before`).
+OPTIONAL = {"optional": True}
 
 
-def _number(v: float) -> float | None:
+def finite(v: float) -> float | None:
     return v if math.isfinite(v) else None  # JSON has no −∞: null, as the API writes a masked score
 
 
@@ -44,7 +46,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, Markup):
         return str(value)
     if isinstance(value, float):
-        return _number(value)
+        return finite(value)
     if hasattr(value, "__json__"):
         return jsonable(value.__json__())
     if isinstance(value, np.ndarray):
@@ -52,9 +54,8 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, np.generic):
         return jsonable(value.item())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: jsonable(getattr(value, f.name)) for f in fields(value) if f.metadata.get("json", True) is not False
-        }
+        shown = ((f, getattr(value, f.name)) for f in fields(value) if f.metadata.get("json", True) is not False)
+        return {f.name: jsonable(v) for f, v in shown if v is not None or not f.metadata.get("optional")}
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):

@@ -17,10 +17,9 @@ from app.attention.sinks import SinksView
 from app.attention.tiles import TilesView
 from app.block import page as block_page
 from app.block.view import BlockView
-from app.decode import page as decode_page
 from app.decode.view import DecodeView
-from app.generate import page as generate_page
 from app.generate.view import GenerateView
+from app.web.page import page_route
 
 # The kernel's own names in a template's context (app/web/page.py `serve`): no View field may shadow them.
 BASE = {"page", "t", "lang", "langs", "state", "lang_urls", "error", "status", "fragment", "request", "view"}
@@ -157,8 +156,8 @@ def test_the_accept_header_is_the_twin(client) -> None:
 
 
 VIEWS = [BlockView, DecodeView, GenerateView, TilesView, SinksView]
-ROUTES = [block_page.block_page, decode_page.decode_page, generate_page.generate_page, tiles.tiles_page,
-          sinks.sinks_page]  # fmt: skip
+# /decode, /generate and the other whole pages are routed by the kernel's `page_route`.
+ROUTES = [block_page.block_page, page_route, tiles.tiles_page, sinks.sinks_page]
 
 
 @pytest.mark.parametrize("view", VIEWS)
