@@ -384,7 +384,7 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
                      target_id=target, ablate_mode=req.ablate_mode)  # fmt: skip
     doc = await ranking_of(rq, lab, key)
     heads = tuple(
-        HeadEffect(h.layer, h.head, h.loss, h.delta, state.url(ablate=head_name(h.layer, h.head), rank=None,
+        HeadEffect(h.layer, h.head, h.loss, h.delta, state.url(ablate=head_name(h.layer, h.head),
                                                                replace_at=None, replace_id=None, replace_token=None,
                                                                mask_off_layers=None, drop_sink_layers=None))
         for h in doc.heads[:RANKED]

@@ -222,8 +222,11 @@ def test_the_lessons_run_from_the_teachers_phone(browser: Browser, live_server: 
         second = knock.nth(1).inner_text()
         layer, head = re.findall(r"\d+", second)[:2]
         knock.nth(1).click()
-        projector_has(c, ablate=f"L{layer} H{head}", lesson_step="7")
+        # The ranking stays on the projector (#32): the phone still offers its heads, the next one a press away.
+        projector_has(c, ablate=f"L{layer} H{head}", rank="1", lesson_step="7")
         expect(tp.locator("table[data-train]")).to_be_visible(timeout=WAIT_MS)
+        expect(tp.locator("#ranking ol.ranked-heads li")).not_to_have_count(0, timeout=WAIT_MS)
+        expect(knock).not_to_have_count(0, timeout=WAIT_MS)
         fits_the_phone(ph)
         no_poll_on(tp, c.students)  # step 7's poll, cleared from the phone, stays off every screen
         assert room_query(live_server, code)["lesson"] == ["why-causal"]

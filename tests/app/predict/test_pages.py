@@ -326,6 +326,12 @@ def test_the_head_ranking_is_the_apis_and_links_to_each_head(tiny: TestClient) -
     shown = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1")
     first = shown.select_one("ol.ranked-heads li a")
     assert f"ablate=L{doc['heads'][0]['layer']}+H{doc['heads'][0]['head']}" in first["href"]  # layer and head
+    # a ranked head knocked out keeps the ranking on screen (the text as written, so the same heads): a class can
+    # press the next head without asking for the ranking again
+    assert "rank=1" in first["href"]
+    knocked = twin(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1",
+                   ablate=f"L{doc['heads'][0]['layer']} H{doc['heads'][0]['head']}")  # fmt: skip
+    assert knocked["switched"] and knocked["ranking"]["heads"] == ranking["heads"]
     # the ranking's loss is the plain prediction's at that position
     assert abs(ranking["loss"] - view["columns"][pos + 1]["loss"]) < 1e-5
     # any decoder the lab loads: its own layers in the lens, its own BOS in the table
