@@ -32,6 +32,9 @@ def test_a_student_follows_the_teacher_answers_a_poll_and_explores(browser: Brow
         expect(sp.locator("#room [data-room-role=student]")).to_be_visible()
         expect(sp.locator("body")).to_have_attribute("data-room-following", "1")
         expect(tp.locator("[data-room-followers]")).to_have_text("1", timeout=15_000)
+        # Presenter mode is the teacher's: the student's header does not offer it; the teacher's still does.
+        expect(sp.locator("[data-toggle=present]")).to_be_hidden()
+        expect(tp.locator("[data-toggle=present]")).to_be_visible()
 
         # The teacher steps; the student's page follows, in the student's language.
         tp.click("[data-action=next]")
@@ -65,6 +68,14 @@ def test_a_student_follows_the_teacher_answers_a_poll_and_explores(browser: Brow
         # Exploring: the student's own view stays while the teacher moves on; "back" catches up.
         sp.click("[data-room-explore]")
         expect(sp.locator("body")).to_have_attribute("data-room-following", "0")
+        # Exploring, the student has the lab's controls, but not presenter mode (a phone never shows it; a student's
+        # laptop neither): the projector is the teacher's.
+        expect(sp.locator("form#controls")).to_be_visible()
+        sp.set_viewport_size({"width": 1280, "height": 720})
+        expect(sp.locator("[data-toggle=present]")).to_have_count(1)
+        assert sp.locator("[data-toggle=present]").evaluate("e => getComputedStyle(e).display") == "none"
+        assert tp.locator("[data-toggle=present]").evaluate("e => getComputedStyle(e).display") != "none"
+        sp.set_viewport_size({"width": 390, "height": 844})
         tp.click("[data-action=next]")
         deadline = time.monotonic() + 10
         while "stage=softmax" not in httpx.get(f"{live_server}/api/v1/rooms/{code}").json()["query"]:
