@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, overload
 
 from fastapi import Request
 
 from engine import Limits, Spec, TraceCache, compute
-from engine.attention import Checks, Trace
+from engine.attention import Trace
 from engine.block import BlockSpec, BlockTrace, compute_block
 from engine.budget import MemoryBudget
 from engine.decode import DecodeTrace, decode
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 U = TypeVar("U")
-V = TypeVar("V", bound="Verifiable")
+V = TypeVar("V", Trace, BlockTrace)  # a trace that checks itself against SDPA
 
 
 class Work(NamedTuple, Generic[T_co]):
@@ -48,10 +48,6 @@ class Work(NamedTuple, Generic[T_co]):
     cost: int
     fn: Callable[[Progress | None], T_co]
     heavy: bool = False  # long in time whatever its bytes (a long context's layers): a large-work slot
-
-
-class Verifiable(Protocol):
-    def verify(self, heads: Iterable[int]) -> Checks: ...
 
 
 def verified(heads: Iterable[int]) -> Callable[[V, bool], tuple[V, bool]]:

@@ -147,10 +147,6 @@ def with_query(url: str, **params: object) -> str:
     return f"{joined}#{fragment}" if fragment else joined
 
 
-def on_the_lab(url: str) -> bool:
-    return url == "/" or url.startswith("/?")
-
-
 def step_url(lesson: Lesson, k: int, lang: str, carry: dict[str, str] | None = None) -> str:
     """Step k (from 1) in the reader's language. The step's page carries the lesson (`lesson_step`, never a page's
     own `step`, such as /decode's), so its panel stays — the lab places it beside the stage, any other page above

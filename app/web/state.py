@@ -16,7 +16,8 @@ from urllib.parse import urlencode
 
 from pydantic import BaseModel
 
-from ..schemas import ASCII_INT, BlockRequest, DecodeRequest, FieldError, request_fields
+from ..schemas import ASCII_INT, BlockRequest, FieldError, request_fields
+from ..schemas.fields import head_within
 
 
 def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, hi: int | None = None) -> int:
@@ -93,11 +94,8 @@ def show(text: str, limit: int = 40) -> str:
 
 # --- The view state: the URL query of a page, normalised once ------------------------------------------------
 
-# Both derived from the request models' field metadata (app/schemas/fields.py `lab_field`): nothing to edit here.
-# Request fields a page never carries in its URL: explicit matrices (POST only), dtype and the output selection.
-NOT_IN_URL = frozenset(n for m in (BlockRequest, DecodeRequest) for n, f in request_fields(m).items() if f.form is None)
-
-# A field that only one choice of another field uses; left over from another choice, the page drops it.
+# A field that only one choice of another field uses; left over from another choice, the page drops it. Derived
+# from the request models' field metadata (app/schemas/fields.py `lab_field`): nothing to edit here.
 DEPENDS: dict[str, tuple[str, str]] = {
     n: f.depends for n, f in request_fields(BlockRequest).items() if f.depends is not None
 }
@@ -344,12 +342,6 @@ def within(name: str, value: int, lo: int | None, hi: int | None) -> int:
             raise FieldError(name, f"has no valid value here, got {value}")
         raise FieldError(name, f"must be between {lo} and {hi}, got {value}")
     raise FieldError(name, f"must be at least {lo}, got {value}" if lo is not None else f"must be at most {hi}")
-
-
-def head_within(value: int, n_heads: int, name: str = "head") -> int:
-    if not 0 <= value < n_heads:
-        raise FieldError(name, f"head {value} does not exist: this trace has heads 0..{n_heads - 1}")
-    return value
 
 
 HEAD = re.compile(r"([0-9]{1,5})[.:]([0-9]{1,5})")  # 1:0, and 1.0 as links and forms once wrote it

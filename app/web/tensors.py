@@ -76,20 +76,23 @@ def colour_mode(params: Mapping[str, str]) -> str:
     return mode
 
 
-def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
-    """The 2-D matrix a heat map or a window shows: `stage` (key or 1-based index), `tensor` (the stage's main one
-    by default) and `head` for tensors with a head axis."""
+def _pick(request: Request, trace: Traced | LongTrace, default_stage: str) -> tuple[str, str, int]:
+    """`stage` (key or 1-based index), `tensor` (the stage's main one by default) and `head` of a trace's matrix."""
     q = request.query_params
     head = parse_head(q.get("head"), trace.n_heads)  # checked even where the tensor has no heads
     stage = parse_stage(q.get("stage"), trace.order, default_stage)
-    tensors = trace.stage(stage)
-    tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or list(tensors)[-1]
-    if tensor not in tensors:
-        raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(tensors)}")
-    t = tensors[tensor]
-    if t.dim() == 3:
-        t = t[head]
-    return tensor, to_numpy(t)
+    names = list(trace.stage(stage))
+    tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or names[-1]
+    if tensor not in names:
+        raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(names)}")
+    return stage, tensor, head
+
+
+def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
+    """The 2-D matrix a heat map or a window shows: `stage`, `tensor` and `head` (for tensors with a head axis)."""
+    stage, tensor, head = _pick(request, trace, default_stage)
+    t = trace.stage(stage)[tensor]
+    return tensor, to_numpy(t[head] if t.dim() == 3 else t)
 
 
 def heatmap_response(tensor: str, a: np.ndarray, size: int, mode: str = "linear",
@@ -154,14 +157,8 @@ def window_of(request: Request, trace: Traced | LongTrace, tensor: str, shape: t
 
 
 def long_pick(request: Request, lt: LongTrace, default_stage: str = "softmax") -> tuple[str, int]:
-    """`stage`, `tensor` and `head` of a lazy trace, by the same rules as `matrix_of`."""
-    q = request.query_params
-    head = parse_head(q.get("head"), lt.n_heads)
-    stage = parse_stage(q.get("stage"), lt.order, default_stage)
-    names = lt.stage(stage)
-    tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or names[-1]
-    if tensor not in names:
-        raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(names)}")
+    """`tensor` and `head` of a lazy trace, by the same rules as `matrix_of`."""
+    _, tensor, head = _pick(request, lt, default_stage)
     return tensor, head
 
 

@@ -21,7 +21,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from markupsafe import Markup
@@ -29,10 +29,7 @@ from markupsafe import Markup
 # The metadata of a View field the template needs but the JSON face leaves out (it repeats another field, e.g. a
 # parsed `Spec` kept beside its summary, or a QR code drawn from an address): `field(default=None, metadata=HIDDEN)`.
 HIDDEN = {"json": False}
-
-
-def _number(v: float) -> float | None:
-    return v if math.isfinite(v) else None  # JSON has no −∞: null, as the API writes a masked score
+T = TypeVar("T")
 
 
 def jsonable(value: Any) -> Any:
@@ -42,7 +39,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, Markup):
         return str(value)
     if isinstance(value, float):
-        return _number(value)
+        return value if math.isfinite(value) else None  # JSON has no −∞: null, as the API writes a masked score
     if hasattr(value, "__json__"):
         return jsonable(value.__json__())
     if isinstance(value, np.ndarray):
@@ -101,15 +98,14 @@ class StageView(View):
     small: bool = False
 
 
+def subclasses(cls: type[T]) -> list[type[T]]:
+    """Every subclass of `cls` that the imported modules define, however deep."""
+    return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
+
+
 def all_views() -> list[type[View]]:
     """Every View class the imported pages define, by kind."""
-    found: list[type[View]] = []
-    stack = list(View.__subclasses__())
-    while stack:
-        cls = stack.pop()
-        found.append(cls)
-        stack.extend(cls.__subclasses__())
-    return sorted(found, key=lambda c: (c.kind, c.__name__))
+    return sorted(subclasses(View), key=lambda c: (c.kind, c.__name__))
 
 
 def view_schema(cls: type[View]) -> dict[str, Any]:
