@@ -11,6 +11,7 @@ import sys
 import time
 import unicodedata
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -185,6 +186,7 @@ def _trace(args: argparse.Namespace) -> int:
     from app.schemas import AttentionRequest, from_query
     from app.settings import Settings
     from engine import PRESETS, SpecError, compute
+    from engine.device import resolve
     from engine.models import ModelError
 
     stage = args.stage
@@ -197,8 +199,6 @@ def _trace(args: argparse.Namespace) -> int:
             from app.lab import Lab
 
             models = Lab(settings).models
-        from engine.device import resolve
-
         spec = req.to_spec(settings.limits(), resolve(args.device), models)
         view = req.view(spec)
     except SpecError as exc:
@@ -251,8 +251,6 @@ def _serve(args: argparse.Namespace) -> int:
     # tensor of 2 MiB or more when this is set before its first one) they fault 2 MiB at a time. Set to 0 to opt out.
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     if args.checkpoint:
-        from pathlib import Path
-
         os.environ["ATTENTION_LAB_CHECKPOINT"] = str(Path(args.checkpoint).resolve())
     if args.models:
         os.environ["ATTENTION_LAB_MODELS"] = model_setting(args.models)

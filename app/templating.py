@@ -25,14 +25,8 @@ TEMPLATES.env.globals["followable"] = lambda path: FOLLOWABLE.fullmatch(path) is
 TEMPLATES.env.filters["tiny"] = small
 # `{{ state.get('ablate') | heads_typed }}`: heads to knock out as the pages write them (L1 H0, not 1.0).
 TEMPLATES.env.filters["heads_typed"] = heads_typed
-
-
-def _qr_label(svg: str, label: str) -> Markup:
-    """`{{ qr | qr_label(t('qr.label', url=…)) }}`: the QR code (app.web.share.qr_svg) named in the page's language."""
-    return Markup(label_svg(str(svg), label))
-
-
-TEMPLATES.env.filters["qr_label"] = _qr_label
+# `{{ qr | qr_label(t('qr.label', url=…)) }}`: the QR code (app.web.share.qr_svg) named in the page's language.
+TEMPLATES.env.filters["qr_label"] = lambda svg, label: Markup(label_svg(str(svg), label))
 
 
 def _carried(state: Any, lang: str) -> Markup:

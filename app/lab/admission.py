@@ -126,12 +126,10 @@ class LoopLimiter:
         self._var: RunVar[anyio.CapacityLimiter] = RunVar(name)
 
     def __call__(self) -> anyio.CapacityLimiter:
-        try:
-            return self._var.get()
-        except LookupError:
+        if (limiter := self._var.get(None)) is None:
             limiter = anyio.CapacityLimiter(self.total)
             self._var.set(limiter)
-            return limiter
+        return limiter
 
 
 PREPARING = 4  # requests made into Specs (tokenised) at once, in worker threads (`Lab.off_loop`)

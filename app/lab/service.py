@@ -105,12 +105,10 @@ class Lab(Cancelling, Admission, Tracking):
         from engine.pretrained import installed
 
         entries = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
-        self.models: dict[str, Model] = registry([*entries, *parse_entries(settings.models)], settings.max_model_mb,
-                                                 packaged=installed() if settings.pretrained else None)  # fmt: skip
-        for model in self.models.values():
-            model.place(self.device)
-            self.budget.keep_for_model(model.nbytes)
-            model.before_load = self.budget.hold
+        self.models: dict[str, Model] = {}
+        for model in registry([*entries, *parse_entries(settings.models)], settings.max_model_mb,
+                              packaged=installed() if settings.pretrained else None).values():  # fmt: skip
+            self.add_model(model)
 
     def add_model(self, model: Model) -> None:
         """Serve `model` as a preset from now on (a finished training run), as a model named at start-up is: on the
@@ -198,8 +196,7 @@ class Lab(Cancelling, Admission, Tracking):
     async def spec(self, req: Any, limits: Limits | None = None) -> Spec:
         """An AttentionRequest's Spec within `limits` (the lab's by default), made off the event loop when its
         preset is a loaded model (`off_loop`)."""
-        spec: Spec = await self.off_loop(req.preset, req.to_spec, limits or self.limits, self.device, self.models)
-        return spec
+        return await self.off_loop(req.preset, req.to_spec, limits or self.limits, self.device, self.models)
 
     # The kinds of work the pages and the API share: each its key and its cost; `compute` does the rest.
 
@@ -246,5 +243,4 @@ async def get_lab(request: Request) -> Lab:
     """The app's Lab, for `Depends`. A coroutine, so FastAPI calls it on the event loop: a plain function would cost
     every request a trip through the worker threads (FastAPI runs sync dependencies there), and under a burst
     /healthz and a toy request would queue for a thread behind the burst's own trips."""
-    lab: Lab = request.app.state.lab
-    return lab
+    return request.app.state.lab

@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 
 
 def store_of(request: Request) -> TraceCache[tuple[str, str], CachedResponse]:
-    store: TraceCache[tuple[str, str], CachedResponse] = request.app.state.responses
-    return store
+    return request.app.state.responses
 
 
 async def single_flight(

@@ -86,8 +86,8 @@ def parse_poll(raw: object, questions: dict[str, str]) -> LessonPoll:
             raise ValueError(f"poll: the {lang} question is its prompt: 1 to {MAX_PROMPT_CHARS} characters")
     answer = raw.get("answer")
     if kind == "cell":
-        if set(raw) - {"kind", "answer"}:
-            raise ValueError(f"poll: a cell poll has only kind and answer, not {sorted(set(raw) - {'kind', 'answer'})}")
+        if extra := set(raw) - {"kind", "answer"}:
+            raise ValueError(f"poll: a cell poll has only kind and answer, not {sorted(extra)}")
         if not (isinstance(answer, list) and len(answer) == 2 and all(is_index(a) for a in answer)):
             raise ValueError(f"poll: a cell poll's answer is [row, col], two whole numbers from 0, not {answer!r}")
         return LessonPoll("cell", {}, (answer[0], answer[1]))

@@ -37,7 +37,7 @@ from . import lessons
 from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
 from .i18n import LANGS, error_message, negotiate, translator
 from .keep import keep_screen, screen_carry
-from .knockouts import form_ablate, head_name
+from .knockouts import form_ablate, heads_text
 from .state import ViewState, show, within
 from .view import View
 
@@ -138,7 +138,7 @@ def differing_knockouts(step: str, state: ViewState) -> tuple[str, str] | None:
         return None
     if want == have:
         return None
-    return ", ".join(head_name(*h) for h in sorted(want)), ", ".join(head_name(*h) for h in sorted(have))
+    return heads_text(sorted(want)), heads_text(sorted(have))
 
 
 async def serve(

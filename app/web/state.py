@@ -62,19 +62,18 @@ class Cell:
         return self.tensor, self.head, self.row, self.col
 
 
-_NAME = re.compile(r"[a-z_]{1,32}")
+CELL = re.compile(r"([a-z_]{1,32})\.([0-9]{1,9})\.([0-9]{1,9})\.([0-9]{1,9})")  # tensor.head.row.col
 
 
 def parse_cell(raw: str | None) -> Cell | None:
     text = (raw or "").strip()
     if not text:
         return None
-    parts = text.split(".")
-    if len(parts) != 4 or not _NAME.fullmatch(parts[0]) or not all(re.fullmatch(r"[0-9]{1,9}", p) for p in parts[1:]):
+    if (m := CELL.fullmatch(text)) is None:
         raise FieldError(
             "cell", f"must be tensor.head.row.col with 0-based indices, e.g. weights.0.2.1; got {show(text)}"
         )
-    return Cell(parts[0], int(parts[1]), int(parts[2]), int(parts[3]))
+    return Cell(m[1], int(m[2]), int(m[3]), int(m[4]))
 
 
 def parse_tile(raw: str | None) -> tuple[int, int]:
@@ -108,13 +107,9 @@ def url_fields(model: type[BaseModel], drop: tuple[str, ...] = ()) -> tuple[str,
 
 def changed(params: Mapping[str, str], changes: Mapping[str, object]) -> dict[str, str]:
     """`params` with `changes` applied (None drops a field), less the fields their switch no longer uses."""
-    p = dict(params)
-    for k, v in changes.items():
-        if v is None:
-            p.pop(k, None)
-        else:
-            p[k] = str(v)
-    return drop_unused(p)
+    dropped = {k for k, v in changes.items() if v is None}
+    p = dict(params) | {k: str(v) for k, v in changes.items() if v is not None}
+    return drop_unused({k: v for k, v in p.items() if k not in dropped})
 
 
 def drop_unused(p: dict[str, str]) -> dict[str, str]:

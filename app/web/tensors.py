@@ -95,12 +95,6 @@ def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -
     return tensor, to_numpy(t[head] if t.dim() == 3 else t)
 
 
-def heatmap_response(tensor: str, a: np.ndarray, size: int, mode: str = "linear",
-                     masked: np.ndarray | None = None) -> Response:  # fmt: skip
-    body = png(a, "sequential" if tensor == "weights" else "diverging", size, mode, masked)
-    return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
-
-
 def hatched(trace: Any, tensor: str, a: np.ndarray) -> np.ndarray | None:
     """Where one head's weights are 0 because the mask removed the key (a heat map hatches them, not small)."""
     mask = getattr(getattr(trace, "mask", None), "mask", None)
@@ -116,12 +110,13 @@ drawing = LoopLimiter("attention_lab_drawing", DRAWING)
 
 async def drawn(tensor: str, a: np.ndarray, size: int, mode: str = "linear",
                 masked: np.ndarray | None = None) -> Response:  # fmt: skip
-    """heatmap_response in a worker thread, at most DRAWING at once per event loop. A class asks for dozens of new
-    heat maps in the same second; drawn forty at a time (anyio's default) they share the core and all finish late,
-    one after another each finishes in its turn, and the requests answered from the cache in between are not held
-    up by forty threads taking the GIL."""
-    work = functools.partial(heatmap_response, tensor, a, size, mode, masked)
-    return await anyio.to_thread.run_sync(work, limiter=drawing())
+    """One matrix's heat map as a PNG answer, drawn in a worker thread, at most DRAWING at once per event loop. A
+    class asks for dozens of new heat maps in the same second; drawn forty at a time (anyio's default) they share the
+    core and all finish late, one after another each finishes in its turn, and the requests answered from the cache
+    in between are not held up by forty threads taking the GIL."""
+    work = functools.partial(png, a, "sequential" if tensor == "weights" else "diverging", size, mode, masked)
+    body = await anyio.to_thread.run_sync(work, limiter=drawing())
+    return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 
 
 def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray) -> Response:
