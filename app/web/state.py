@@ -16,8 +16,7 @@ from urllib.parse import urlencode
 
 from pydantic import BaseModel
 
-from ..schemas import ASCII_INT, BlockRequest, FieldError, request_fields
-from ..schemas.fields import head_within
+from ..schemas import ASCII_INT, BlockRequest, FieldError, head_within, request_fields
 
 
 def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, hi: int | None = None) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
@@ -111,8 +112,6 @@ def all_views() -> list[type[View]]:
 def view_schema(cls: type[View]) -> dict[str, Any]:
     """A View's JSON face as a JSON Schema (for /openapi.json): its fields but the template-only ones, typed
     loosely where a field holds nested presentation data (a matrix is `{name, label, rows, cols, values, …}`)."""
-    import typing
-
     from pydantic import ConfigDict, TypeAdapter, create_model
 
     hints = typing.get_type_hints(cls, include_extras=False)
@@ -130,8 +129,6 @@ def view_schema(cls: type[View]) -> dict[str, Any]:
 
 def _loose(tp: Any) -> Any:
     """JSON-plain types stay; anything else (a matrix, a lesson panel, a dataclass) is `Any` in the schema."""
-    import typing
-
     plain = (str, int, float, bool, type(None))
     args = typing.get_args(tp)
     if tp in plain:
