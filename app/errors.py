@@ -51,19 +51,16 @@ def clean(errors: Any, where: str) -> list[dict[str, Any]]:
         if kind == "json_invalid":  # FastAPI puts the character offset where the field would be
             offset = raw_loc[1] if len(raw_loc) > 1 else "?"
             error = (e.get("ctx") or {}).get("error", "malformed")
-            out.append({"loc": ["body"], "msg": f"the body is not valid JSON ({error} at character {offset})",
-                        "type": kind})  # fmt: skip
-            continue
-        if where == "body" and kind == "missing" and (len(raw_loc) == 1 or raw_loc[1:] in (["request"], ["req"])):
-            out.append({"loc": ["body"], "msg": NO_BODY, "type": kind})  # no body at all: the body, not a field
-            continue
-        if where == "body" and raw_loc in (["body"], ("body",)) and kind in ("model_attributes_type", "dict_type"):
-            out.append({"loc": ["body"], "msg": NOT_AN_OBJECT, "type": kind})
-            continue
-        loc = [str(p) for p in raw_loc if p not in ("body", "query")]
-        # Union members add their type name to the location (tokens.list[str].0); keep only the field.
-        field = loc[0] if loc else "request"
-        out.append({"loc": [where, field, *loc[1:]], "msg": msg, "type": kind})
+            loc, msg = ["body"], f"the body is not valid JSON ({error} at character {offset})"
+        elif where == "body" and kind == "missing" and (len(raw_loc) == 1 or raw_loc[1:] in (["request"], ["req"])):
+            loc, msg = ["body"], NO_BODY  # no body at all: the body, not a field
+        elif where == "body" and raw_loc == ["body"] and kind in ("model_attributes_type", "dict_type"):
+            loc, msg = ["body"], NOT_AN_OBJECT
+        else:
+            # Union members add their type name to the location (tokens.list[str].0); keep only the field.
+            parts = [str(p) for p in raw_loc if p not in ("body", "query")]
+            loc = [where, parts[0] if parts else "request", *parts[1:]]
+        out.append({"loc": loc, "msg": msg, "type": kind})
     return out
 
 
@@ -86,13 +83,16 @@ def allowed_methods(app: FastAPI, path: str) -> list[str]:
     return sorted(allowed | ({"HEAD"} if "GET" in allowed else set()))
 
 
+def refusal(status: int, message: str, msg: str, kind: str, headers: dict[str, str] | None = None) -> Response:
+    """A refusal of the request as a whole (no field at fault): `message` in words, `msg` and `kind` its detail."""
+    body = {"message": message, "detail": [{"loc": ["request"], "msg": msg, "type": kind}]}
+    return json_response(body, status, headers)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def _request_invalid(request: Request, exc: RequestValidationError) -> Response:
-        return problem(422, clean(exc.errors(), where_of(request)))
-
     @app.exception_handler(ValidationError)
-    async def _model_invalid(request: Request, exc: ValidationError) -> Response:
+    async def _invalid(request: Request, exc: RequestValidationError | ValidationError) -> Response:
         return problem(422, clean(exc.errors(), where_of(request)))
 
     @app.exception_handler(SpecError)  # the one error type of a request (app.schemas.FieldError is its name there)
@@ -108,38 +108,29 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 405:
             # A path served by several routes (GET and POST twins): Allow lists them all, not the first one's.
             headers["Allow"] = ", ".join(allowed_methods(app, request.url.path))
-        body = {"message": str(exc.detail), "detail": [{"loc": ["request"], "msg": str(exc.detail), "type": "http"}]}
-        return json_response(body, exc.status_code, headers)
+        return refusal(exc.status_code, str(exc.detail), str(exc.detail), "http", headers)
 
     @app.exception_handler(Busy)
     async def _busy(request: Request, exc: Busy) -> Response:
-        body = {
-            "message": f"the server is busy with other large computations; retry in {exc.retry_after} s",
-            "detail": [{"loc": ["request"], "msg": "memory budget in use", "type": "busy"}],
-        }
-        return json_response(body, 503, {"Retry-After": str(exc.retry_after)})
+        message = f"the server is busy with other large computations; retry in {exc.retry_after} s"
+        return refusal(503, message, "memory budget in use", "busy", {"Retry-After": str(exc.retry_after)})
 
     @app.exception_handler(Cancelled)
     async def _cancelled(request: Request, exc: Cancelled) -> Response:
         # Its client went away (499, as nginx logs it: nobody reads this) or the server is stopping (503).
-        msg = "the server is stopping; retry shortly" if exc.stopping else "the client went away"
-        body = {"message": msg, "detail": [{"loc": ["request"], "msg": msg, "type": "cancelled"}]}
-        return json_response(body, 503 if exc.stopping else 499, {"Retry-After": "2"} if exc.stopping else None)
+        if exc.stopping:
+            msg = "the server is stopping; retry shortly"
+            return refusal(503, msg, msg, "cancelled", {"Retry-After": "2"})
+        return refusal(499, "the client went away", "the client went away", "cancelled")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         # A bug, not the client's fault: a JSON 500 that names nothing internal (the log has the traceback).
         # Starlette's ServerErrorMiddleware sends this, then re-raises for the server's log.
-        body = {
-            "message": "internal error: the server failed on this request; it has been logged",
-            "detail": [{"loc": ["request"], "msg": "internal error", "type": "internal"}],
-        }
-        return json_response(body, 500)
+        message = "internal error: the server failed on this request; it has been logged"
+        return refusal(500, message, "internal error", "internal")
 
     @app.exception_handler(OUT_OF_MEMORY)
     async def _out_of_memory(request: Request, exc: Exception) -> Response:
-        body = {
-            "message": "the device ran out of memory for this request; retry later, or ask for fewer tokens",
-            "detail": [{"loc": ["request"], "msg": "out of device memory", "type": "busy"}],
-        }
-        return json_response(body, 503, {"Retry-After": "5"})
+        message = "the device ran out of memory for this request; retry later, or ask for fewer tokens"
+        return refusal(503, message, "out of device memory", "busy", {"Retry-After": "5"})

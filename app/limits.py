@@ -14,28 +14,49 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LOG = logging.getLogger("attention_lab")
+Headers = tuple[tuple[bytes, bytes], ...]
 
 
-async def send_problem(send: Send, status: int, where: str, msg: str, kind: str, field: str | None = None) -> None:
+class HttpMiddleware:
+    """ASGI middleware that acts on HTTP requests (`http`); anything else (the lifespan) passes through untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self.http(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+def problem_body(loc: list[str], msg: str, kind: str) -> bytes:
+    """A 4xx body in the API's problem shape, for answers sent before the app (and FastAPI's handlers) run: the
+    message names the last part of `loc`."""
+    return orjson.dumps({"message": f"{loc[-1]}: {msg}", "detail": [{"loc": loc, "msg": msg, "type": kind}]})
+
+
+async def send_problem(
+    send: Send, status: int, where: str, msg: str, kind: str, field: str | None = None, extra: Headers = ()
+) -> None:
     """A 4xx in the API's problem shape, sent before the app (and FastAPI's handlers) ever run."""
-    loc = [where, field] if field else [where]
-    body = orjson.dumps({"message": f"{field or where}: {msg}", "detail": [{"loc": loc, "msg": msg, "type": kind}]})
+    body = problem_body([where, field] if field else [where], msg, kind)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra]})
     await send({"type": "http.response.body", "body": body})
 
 
-class BodyLimit:
+class BodyLimit(HttpMiddleware):
     """413 for a body longer than `max_bytes`, whether it declares its length or streams it."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._refuse(send)
@@ -79,23 +100,23 @@ class _TooLong(Exception):
     pass
 
 
-class QueryLimit:
+class QueryLimit(HttpMiddleware):
     """414 for a URL query longer than `max_bytes`, with a message that names it (uvicorn's own refusal, past
     ~64 KB, is a bare 400); 422 for a single-valued parameter given twice (`seed=1&seed=2` would otherwise
     silently mean the last one), naming it. Parameters in `repeatable` are lists and may repeat."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, repeatable: frozenset[str] = frozenset()) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
         self.repeatable = repeatable
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and len(scope.get("query_string", b"")) > self.max_bytes:
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if len(scope.get("query_string", b"")) > self.max_bytes:
             kib = self.max_bytes / 1024
             msg = f"over the {kib:g} KiB limit; send large inputs as a POST body"
             await send_problem(send, 414, "query", msg, "too_long")
             return
-        if scope["type"] == "http" and scope.get("query_string") and scope["path"].startswith("/api/"):
+        if scope.get("query_string") and scope["path"].startswith("/api/"):
             seen: set[str] = set()
             for name in query_names(scope["query_string"].decode("latin-1")):
                 if name in seen and name not in self.repeatable:
@@ -124,16 +145,10 @@ CSP_DOCS = CSP.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
 CSP_EMBED = CSP.replace("frame-ancestors 'self'", "frame-ancestors *")
 
 
-class SecurityHeaders:
+class SecurityHeaders(HttpMiddleware):
     """A Content-Security-Policy with no inline script anywhere, nosniff and a strict referrer policy."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         csp = (CSP_DOCS if path == "/docs" else CSP_EMBED if path == "/embed" else CSP).encode()
 
@@ -149,7 +164,7 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-class SendTimeout:
+class SendTimeout(HttpMiddleware):
     """Drop a client that stops reading: each chunk of an answer must be taken within `seconds`, or the connection
     is closed and the answer's memory freed (a client that never reads would otherwise hold it for good).
 
@@ -159,13 +174,10 @@ class SendTimeout:
     instead of a traceback. Under another server the timeout is raised as before."""
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
-        self.app = app
+        super().__init__(app)
         self.seconds = seconds
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         dropped = False
 
         async def timed(message: Message) -> None:
@@ -190,15 +202,12 @@ class SendTimeout:
         await self.app(scope, receive, timed)
 
 
-class Head:
+class Head(HttpMiddleware):
     """HEAD wherever GET is: the request runs as its GET and the answer leaves without a body (its status and
     headers, Content-Length included, are GET's). An event stream is answered with its headers and ended at once."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "HEAD":
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "HEAD":
             await self.app(scope, receive, send)
             return
         ended = False

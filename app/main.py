@@ -16,7 +16,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from engine import arena
+from engine import TraceCache, arena
 
 from . import __version__, docs, errors, health
 from .attention import api as attention_api
@@ -135,7 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics()
     app.state.lab = Lab(settings, app.state.metrics)
     # The kernel's response store (app/web/cache.py); the lab keeps a reference for its metrics only.
-    app.state.responses = app.state.lab.responses = cache.new_store(settings.response_cache_mb)
+    app.state.responses = app.state.lab.responses = TraceCache(int(settings.response_cache_mb * 2**20))
     arena.configure(int(settings.arena_mb * 2**20))
     app.state.flights = {}  # the keys of answers being computed now (cache.single_flight)
     app.state.lab.ahead = DrawAhead(app.state.responses, app.state.flights, settings.draw_ahead_traces)

@@ -30,6 +30,8 @@ from prometheus_client import (
 from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .limits import HttpMiddleware
+
 if TYPE_CHECKING:
     from .lab import Lab
 
@@ -87,23 +89,16 @@ class Metrics:
             self.cache_bytes.labels("response").set(responses.nbytes)
         self.budget.set(lab.budget.in_use)
 
-    def render(self, lab: Lab) -> bytes:
-        self.publish(lab)
-        return generate_latest(self.registry)
 
-
-class Observe:
+class Observe(HttpMiddleware):
     """ASGI middleware: count and time every request by its route template, and write the access log."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, lab: Lab | None = None) -> None:
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
         self.lab = lab
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
         status = [500]
         cache = [""]
@@ -137,4 +132,5 @@ router = APIRouter(include_in_schema=False)
 @router.get("/metrics")
 def metrics(request: Request) -> Response:
     m: Metrics = request.app.state.metrics
-    return Response(m.render(request.app.state.lab), media_type=CONTENT_TYPE_LATEST)
+    m.publish(request.app.state.lab)
+    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)

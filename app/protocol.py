@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl
 
-import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .limits import problem_body
 
 URL_LIMIT = 65_535  # what httptools' parse_url can index
 
@@ -25,8 +26,7 @@ class JsonHttpToolsProtocol(HttpToolsProtocol):
             status, reason, kind = 414, b"URI Too Long", "too_long"
         else:
             loc, text, status, reason, kind = ["request"], "not a valid HTTP request", 400, b"Bad Request", "http"
-        where = loc[-1]  # as every other problem names it: "for: …", "query: …"
-        body = orjson.dumps({"message": f"{where}: {text}", "detail": [{"loc": loc, "msg": text, "type": kind}]})
+        body = problem_body(loc, text, kind)  # named as every other problem is: "for: …", "query: …"
         content = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
         for name, value in self.server_state.default_headers:
             content.extend([name, b": ", value, b"\r\n"])

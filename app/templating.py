@@ -6,62 +6,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jinja2_fragments.fastapi import Jinja2Blocks
-from markupsafe import Markup
+from markupsafe import Markup, escape
+
+from .render.predicted import small
+from .schemas import BlockRequest, request_fields
+from .web.knockouts import heads_typed
+from .web.share import FOLLOWABLE, label_svg
+from .web.state import Common, url_fields
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
 TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).resolve().parent.parent / "templates"))
 TEMPLATES.env.globals["zip"] = zip
-
-
-def _followable(path: str) -> bool:
-    """A page a class can follow: it offers "Start a class" (app/rooms)."""
-    from .web.share import FOLLOWABLE
-
-    return FOLLOWABLE.fullmatch(path) is not None
-
-
-TEMPLATES.env.globals["followable"] = _followable
-
-
-def _qr_label(svg: str, label: str) -> Markup:
-    """`{{ qr | qr_label(t('qr.label', url=…)) }}`: the QR code (app.web.share.qr_svg) named in the page's language."""
-    from .web.share import label_svg
-
-    return Markup(label_svg(str(svg), label))
-
-
-TEMPLATES.env.filters["qr_label"] = _qr_label
-
-
-def _tiny(v: float) -> str:
-    """`{{ kl | tiny }}`: a number that may be tiny, 3e-7 rather than 0.000."""
-    from .render.predicted import small
-
-    return small(v)
-
-
-TEMPLATES.env.filters["tiny"] = _tiny
-
-
-def _heads_typed(raw: str) -> str:
-    """`{{ state.get('ablate') | heads_typed }}`: heads to knock out as the pages write them (L1 H0, not 1.0)."""
-    from .web.knockouts import heads_typed
-
-    return heads_typed(raw)
-
-
-TEMPLATES.env.filters["heads_typed"] = _heads_typed
+# A page a class can follow: it offers "Start a class" (app/rooms).
+TEMPLATES.env.globals["followable"] = lambda path: FOLLOWABLE.fullmatch(path) is not None
+# `{{ kl | tiny }}`: a number that may be tiny, 3e-7 rather than 0.000.
+TEMPLATES.env.filters["tiny"] = small
+# `{{ state.get('ablate') | heads_typed }}`: heads to knock out as the pages write them (L1 H0, not 1.0).
+TEMPLATES.env.filters["heads_typed"] = heads_typed
+# `{{ qr | qr_label(t('qr.label', url=…)) }}`: the QR code (app.web.share.qr_svg) named in the page's language.
+TEMPLATES.env.filters["qr_label"] = lambda svg, label: Markup(label_svg(str(svg), label))
 
 
 def _carried(state: Any, lang: str) -> Markup:
     """`{{ carried(state, lang) }}` in a page's GET form: the hidden fields that belong to the screen, not to the
     form (the language, presenter mode, hints, the lesson and its step), so that submitting it keeps them."""
-    from markupsafe import escape
-
-    from .web.state import Common
-
     pairs = [("lang", lang), *((k, state.params[k]) for k in Common.names() if k in getattr(state, "params", {}))]
     return Markup("".join(f'<input type="hidden" name="{k}" value="{escape(v)}">' for k, v in pairs))
 
@@ -69,22 +39,15 @@ def _carried(state: Any, lang: str) -> Markup:
 TEMPLATES.env.globals["carried"] = _carried
 
 
-def _choices() -> dict[str, list[str]]:
-    """Each choice field of the requests (a Literal) and its values, in the model's order: the forms' <select>s."""
-    from .schemas import BlockRequest, request_fields
-
-    return {name: list(f.choices) for name, f in request_fields(BlockRequest).items() if f.kind == "choice"}
-
-
-CHOICES: dict[str, list[str]] = _choices()
+# Each choice field of the requests (a Literal) and its values, in the model's order: the forms' <select>s.
+CHOICES = {name: list(f.choices) for name, f in request_fields(BlockRequest).items() if f.kind == "choice"}
 TEMPLATES.env.globals["choices"] = CHOICES
 
 
 def field_kinds(model: type[BaseModel] | None = None) -> dict[str, str]:
     """Each request field a page's URL carries and the input it needs: choice, integer, number, list, json or
     text (app.schemas.request_fields, from the request model)."""
-    from .schemas import AttentionRequest, request_fields
-    from .web.state import url_fields
+    from .schemas import AttentionRequest  # read at the call: a test puts a new request model in its place
 
     fields = request_fields(model or AttentionRequest)
     return {name: fields[name].kind for name in url_fields(model or AttentionRequest)}
@@ -94,8 +57,7 @@ def form_fields(model: type[BaseModel] | None = None) -> dict[str, dict[str, Any
     """The lab form's groups (sequence, main, more, hidden), each field -> its metadata, in the model's order: what
     a template needs to place a field with no edit (its input kind, the field it depends on, built-in or
     pretrained presets only)."""
-    from .schemas import AttentionRequest, request_fields
-    from .web.state import url_fields
+    from .schemas import AttentionRequest
 
     fields = request_fields(model or AttentionRequest)
     groups: dict[str, dict[str, Any]] = {}

@@ -10,12 +10,12 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-import orjson
 from anyio.lowlevel import RunVar
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.budget import Busy, MemoryBudget
 
+from ..limits import send_problem
 from ..settings import Settings
 from .cancel import Cancelled, Watch
 from .progress import begun
@@ -114,12 +114,7 @@ async def refuse_heavy(scope: Scope, send: Send, cap: int) -> None:
     """A 429 naming the cap (MAX_HEAVY_PER_CLIENT) and when to retry, as a JSON problem (the API's shape)."""
     message = (f"this address already runs {cap} heavy computation{'s' if cap != 1 else ''} at once "
                "(MAX_HEAVY_PER_CLIENT); retry when it is done")  # fmt: skip
-    body = orjson.dumps({"message": f"request: {message}",
-                         "detail": [{"loc": ["request"], "msg": message, "type": "too_many_heavy"}]})  # fmt: skip
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"retry-after", b"5")]  # fmt: skip
-    await send({"type": "http.response.start", "status": 429, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_problem(send, 429, "request", message, "too_many_heavy", extra=((b"retry-after", b"5"),))
 
 
 class LoopLimiter:
@@ -131,12 +126,10 @@ class LoopLimiter:
         self._var: RunVar[anyio.CapacityLimiter] = RunVar(name)
 
     def __call__(self) -> anyio.CapacityLimiter:
-        try:
-            return self._var.get()
-        except LookupError:
+        if (limiter := self._var.get(None)) is None:
             limiter = anyio.CapacityLimiter(self.total)
             self._var.set(limiter)
-            return limiter
+        return limiter
 
 
 PREPARING = 4  # requests made into Specs (tokenised) at once, in worker threads (`Lab.off_loop`)

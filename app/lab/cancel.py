@@ -10,7 +10,9 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
+
+from ..limits import HttpMiddleware
 
 Progress = Callable[[int, int], None]  # (done, total): how a long computation reports, for /api/v1/progress
 
@@ -58,17 +60,11 @@ class Watch:
 CLIENT: ContextVar[Receive | None] = ContextVar("attention_lab_client", default=None)
 
 
-class WatchClient:
+class WatchClient(HttpMiddleware):
     """Remembers each HTTP request's `receive` for `Lab.watching` (which reads it for `http.disconnect` while the
     request waits for a computation: its body is read by then)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = CLIENT.set(receive)
         try:
             await self.app(scope, receive, send)

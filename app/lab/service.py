@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, overload
 
 from fastapi import Request
 
 from engine import Limits, Spec, TraceCache, compute
-from engine.attention import Checks, Trace
+from engine.attention import Trace
 from engine.block import BlockSpec, BlockTrace, compute_block
 from engine.budget import MemoryBudget
 from engine.decode import DecodeTrace, decode
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 U = TypeVar("U")
-V = TypeVar("V", bound="Verifiable")
+V = TypeVar("V", Trace, BlockTrace)  # a trace that checks itself against SDPA
 
 
 class Work(NamedTuple, Generic[T_co]):
@@ -48,10 +48,6 @@ class Work(NamedTuple, Generic[T_co]):
     cost: int
     fn: Callable[[Progress | None], T_co]
     heavy: bool = False  # long in time whatever its bytes (a long context's layers): a large-work slot
-
-
-class Verifiable(Protocol):
-    def verify(self, heads: Iterable[int]) -> Checks: ...
 
 
 def verified(heads: Iterable[int]) -> Callable[[V, bool], tuple[V, bool]]:
@@ -109,12 +105,10 @@ class Lab(Cancelling, Admission, Tracking):
         from engine.pretrained import installed
 
         entries = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
-        self.models: dict[str, Model] = registry([*entries, *parse_entries(settings.models)], settings.max_model_mb,
-                                                 packaged=installed() if settings.pretrained else None)  # fmt: skip
-        for model in self.models.values():
-            model.place(self.device)
-            self.budget.keep_for_model(model.nbytes)
-            model.before_load = self.budget.hold
+        self.models: dict[str, Model] = {}
+        for model in registry([*entries, *parse_entries(settings.models)], settings.max_model_mb,
+                              packaged=installed() if settings.pretrained else None).values():  # fmt: skip
+            self.add_model(model)
 
     def add_model(self, model: Model) -> None:
         """Serve `model` as a preset from now on (a finished training run), as a model named at start-up is: on the
@@ -202,8 +196,7 @@ class Lab(Cancelling, Admission, Tracking):
     async def spec(self, req: Any, limits: Limits | None = None) -> Spec:
         """An AttentionRequest's Spec within `limits` (the lab's by default), made off the event loop when its
         preset is a loaded model (`off_loop`)."""
-        spec: Spec = await self.off_loop(req.preset, req.to_spec, limits or self.limits, self.device, self.models)
-        return spec
+        return await self.off_loop(req.preset, req.to_spec, limits or self.limits, self.device, self.models)
 
     # The kinds of work the pages and the API share: each its key and its cost; `compute` does the rest.
 
@@ -250,5 +243,4 @@ async def get_lab(request: Request) -> Lab:
     """The app's Lab, for `Depends`. A coroutine, so FastAPI calls it on the event loop: a plain function would cost
     every request a trip through the worker threads (FastAPI runs sync dependencies there), and under a burst
     /healthz and a toy request would queue for a thread behind the burst's own trips."""
-    lab: Lab = request.app.state.lab
-    return lab
+    return request.app.state.lab

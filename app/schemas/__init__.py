@@ -20,7 +20,7 @@ Everything is importable from `app.schemas`.
 
 from __future__ import annotations
 
-from .fields import FieldError, lab_field, request_fields
+from .fields import FieldError, head_within, lab_field, request_fields
 from .query import ASCII_INT, ASCII_NUMBER, LIST_FIELDS, from_query, int_or_empty, query_parameters
 from .request_models import OUTPUT, AttentionRequest, BlockRequest, DecodeRequest, Selection, TilesRequest
 from .responses import ERRORS, AttentionResponse, Problem
@@ -28,5 +28,5 @@ from .responses import ERRORS, AttentionResponse, Problem
 __all__ = [
     "ASCII_INT", "ASCII_NUMBER", "ERRORS", "LIST_FIELDS", "OUTPUT", "AttentionRequest", "AttentionResponse",
     "BlockRequest", "DecodeRequest", "FieldError", "Problem", "Selection", "TilesRequest", "from_query",
-    "int_or_empty", "lab_field", "query_parameters", "request_fields",
+    "head_within", "int_or_empty", "lab_field", "query_parameters", "request_fields",
 ]  # fmt: skip

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+from pydantic_core import PydanticUndefined
 
 from engine import masks
 from engine.spec import Limits, SpecError
@@ -18,8 +19,17 @@ from engine.spec import Limits, SpecError
 # The one error type of a request: the engine's, named here as the web layer has always called it.
 FieldError = SpecError
 
+
+def head_within(value: int, n_heads: int, name: str = "head") -> int:
+    """`value`, a head of a trace with `n_heads` heads, or a FieldError naming `name`."""
+    if not 0 <= value < n_heads:
+        raise FieldError(name, f"head {value} does not exist: this trace has heads 0..{n_heads - 1}")
+    return value
+
+
 FORM_GROUPS = ("sequence", "main", "more", "hidden")
 FIELD_KINDS = ("choice", "integer", "number", "list", "json", "text")
+LAB_OPTIONS = ("form", "depends", "only", "kind", "limit", "output")  # `lab_field`'s
 
 
 def lab_field(
@@ -47,15 +57,15 @@ def lab_field(
     assert form is None or form in FORM_GROUPS, form
     assert kind is None or kind in FIELD_KINDS, kind
     assert limit is None or limit in Limits.__dataclass_fields__, limit
-    meta: dict[str, Any] = {"form": form}
-    if depends:
-        meta["depends"] = list(depends)
-    for key, value in (("only", only), ("kind", kind), ("limit", limit)):
-        if value:
-            meta[key] = value
-    if output:
-        meta["output"] = True
-    return {"x-lab": meta}
+    given = {"depends": depends and list(depends), "only": only, "kind": kind, "limit": limit, "output": output}
+    return {"x-lab": {"form": form, **{key: value for key, value in given.items() if value}}}
+
+
+def LabField(default: Any = PydanticUndefined, description: str | None = None, **options: Any) -> Any:
+    """pydantic's `Field(default, description=…, **constraints)` for a request field, with its place in the lab:
+    the options of `lab_field` among `options` go to it, as the field's `json_schema_extra`."""
+    lab = {k: options.pop(k) for k in LAB_OPTIONS if k in options}
+    return Field(default, description=description, json_schema_extra=lab_field(**lab), **options)
 
 
 def mask_depends(model: type[BaseModel], name: str) -> tuple[str, str] | None:

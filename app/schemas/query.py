@@ -74,13 +74,11 @@ def from_query(
     return out
 
 
-INT_OR_EMPTY: dict[str, Any] = {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 0}]}
-
-
-def int_or_empty(minimum: int | None = None, maximum: int | None = None) -> dict[str, Any]:
-    """A query integer's schema with the bounds its parser enforces (or empty: the default)."""
-    bounds = {k: v for k, v in (("minimum", minimum), ("maximum", maximum)) if v is not None}
-    return {"anyOf": [{"type": "integer", **bounds}, INT_OR_EMPTY["anyOf"][1]]}
+def int_or_empty(minimum: int | None = None, maximum: int | None = None, **bounds: Any) -> dict[str, Any]:
+    """A query integer's schema with the bounds its parser enforces (or empty: the default); `bounds` are any
+    others of JSON Schema (exclusiveMinimum, …)."""
+    given = {k: v for k, v in (("minimum", minimum), ("maximum", maximum)) if v is not None}
+    return {"anyOf": [{"type": "integer", **given, **bounds}, {"type": "string", "maxLength": 0}]}
 
 
 NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
@@ -93,10 +91,6 @@ def _bounds(prop: dict[str, Any]) -> dict[str, Any]:
         if option.get("type") != "null":
             out |= {k: v for k, v in option.items() if k in (*NUMBER_BOUNDS, "maxLength", "minLength")}
     return out
-
-
-def _pick(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    return {k: d[k] for k in keys if k in d}
 
 
 def query_parameters(model: type[BaseModel], extra: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -115,8 +109,7 @@ def query_parameters(model: type[BaseModel], extra: dict[str, dict[str, Any]] | 
         elif field.choices:  # an empty value (a form's untouched field) means the default
             schema = {"type": "string", "enum": [*field.choices, ""]}
         elif field.kind == "integer":  # the body field's bounds: d_model=0 is as invalid here as in a POST
-            b = _pick(bounds, NUMBER_BOUNDS)
-            schema = {"anyOf": [{"type": "integer", **b}, INT_OR_EMPTY["anyOf"][1]]} if b else INT_OR_EMPTY
+            schema = int_or_empty(**{k: bounds[k] for k in NUMBER_BOUNDS if k in bounds})
         elif field.item == "boolean":
             schema = {"type": "string", "enum": [*BOOLEANS, ""]}
         elif field.kind == "text" and "maxLength" in bounds:

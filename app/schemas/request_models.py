@@ -6,14 +6,14 @@ engine/spec.py's tuples."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.spec import DTYPES, MASKS, PAIRINGS, POSITIONS, SCALES, STAGES, Limits, Spec, make_decode_spec, make_spec
 
-from .fields import FieldError, lab_field, mask_parameters, request_fields
+from .fields import FieldError, LabField, head_within, lab_field, mask_parameters, request_fields
 
 if TYPE_CHECKING:  # engine.block imports torch: the CLI's --help builds its options from these models without it
     from engine.block import BlockSpec
@@ -37,21 +37,20 @@ else:
     )
 
 
-def _has_bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return True
-    return isinstance(v, list) and any(_has_bool(x) for x in v)
+def _anywhere(v: Any, test: Callable[[Any], bool]) -> bool:
+    """`test(v)`, or for a list whether any value nested in it passes."""
+    return any(_anywhere(x, test) for x in v) if isinstance(v, list) else test(v)
 
 
-def _has_surrogate(v: Any) -> bool:
+def _surrogate(v: Any) -> bool:
     """A lone UTF-16 surrogate (JSON's "\\ud800") is not text: it cannot be hashed, tokenized or sent back."""
-    if isinstance(v, str):
-        return any("\ud800" <= ch <= "\udfff" for ch in v)
-    return isinstance(v, list) and any(_has_surrogate(x) for x in v)
+    return isinstance(v, str) and any("\ud800" <= ch <= "\udfff" for ch in v)
 
 
-EXPLICIT = lab_field(form=None, kind="json", limit="max_explicit_d_model")  # explicit weights: POST-sized, JSON text
-OUTPUT = lab_field(form=None, output=True)  # what to return, not what to compute
+# `LabField` options: explicit weights (POST-sized, JSON text), and what to return, not what to compute.
+EXPLICIT: dict[str, Any] = {"form": None, "kind": "json", "limit": "max_explicit_d_model"}
+RETURNED: dict[str, Any] = {"form": None, "output": True}
+OUTPUT = lab_field(**RETURNED)  # as a plain Field's json_schema_extra
 
 
 class AttentionRequest(BaseModel):
@@ -63,167 +62,108 @@ class AttentionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=mask_parameters)
 
-    tokens: list[str] | str | None = Field(
+    tokens: list[str] | str | None = LabField(
         None,
-        description="The sequence: a list of tokens, or one string split on whitespace.",
+        "The sequence: a list of tokens, or one string split on whitespace.",
         examples=["猫 坐 在 垫子 上"],
-        json_schema_extra=lab_field(form="sequence", only="builtin", limit="max_tokens"),
+        form="sequence",
+        only="builtin",
+        limit="max_tokens",
     )
-    preset: str = Field(
+    preset: str = LabField(
         "toy",
-        max_length=64,
-        description="toy (d_model 4, 1 head), gpt2-small (768, 12 heads), or a pretrained model this server loaded "
+        "toy (d_model 4, 1 head), gpt2-small (768, 12 heads), or a pretrained model this server loaded "
         "(GET /api/v1/presets lists them, e.g. checkpoint)",
-        json_schema_extra=lab_field(form="main"),
+        max_length=64,
+        form="main",
     )
-    text: str | None = Field(
-        None,
-        description="Pretrained models: text for the model's own tokenizer.",
-        json_schema_extra=lab_field(form="sequence", only="pretrained"),
+    text: str | None = LabField(
+        None, "Pretrained models: text for the model's own tokenizer.", form="sequence", only="pretrained"
     )
-    token_ids: list[int] | None = Field(
-        None,
-        max_length=4096,
-        description="Pretrained models: token ids.",
-        json_schema_extra=lab_field(form="sequence", only="pretrained"),
+    token_ids: list[int] | None = LabField(
+        None, "Pretrained models: token ids.", max_length=4096, form="sequence", only="pretrained"
     )
-    layer: int | None = Field(
-        None,
-        ge=0,
-        description="Pretrained models: the layer (block) to trace, from 0.",
-        json_schema_extra=lab_field(form="sequence", only="pretrained"),
+    layer: int | None = LabField(
+        None, "Pretrained models: the layer (block) to trace, from 0.", ge=0, form="sequence", only="pretrained"
     )
-    d_model: int | None = Field(
-        None,
-        ge=1,
-        description="Width; defaults to the preset's.",
-        json_schema_extra=lab_field(form="main", only="builtin", limit="max_d_model"),
+    d_model: int | None = LabField(
+        None, "Width; defaults to the preset's.", ge=1, form="main", only="builtin", limit="max_d_model"
     )
-    n_heads: int | None = Field(
-        None,
-        ge=1,
-        description="Heads; d_model must be divisible by it.",
-        json_schema_extra=lab_field(form="main", only="builtin", limit="max_heads"),
+    n_heads: int | None = LabField(
+        None, "Heads; d_model must be divisible by it.", ge=1, form="main", only="builtin", limit="max_heads"
     )
-    mask: MaskKind | None = Field(
-        None,
-        description="Default: causal (the chapter's GPT lab), none with kv_tokens, or a pretrained model's own.",
-        json_schema_extra=lab_field(form="main"),
+    mask: MaskKind | None = LabField(
+        None, "Default: causal (the chapter's GPT lab), none with kv_tokens, or a pretrained model's own.", form="main"
     )
-    window: int | None = Field(
-        None,
-        ge=1,
-        description="mask=sliding_window: tokens a query reads back, itself included.",
-        json_schema_extra=lab_field(limit="max_tokens"),
+    window: int | None = LabField(
+        None, "mask=sliding_window: tokens a query reads back, itself included.", ge=1, limit="max_tokens"
     )
-    prefix: int | None = Field(
-        None,
-        ge=0,
-        description="mask=prefix_lm: the first `prefix` tokens are read both ways.",
-        json_schema_extra=lab_field(),
-    )
+    prefix: int | None = LabField(None, "mask=prefix_lm: the first `prefix` tokens are read both ways.", ge=0)
     mask_matrix: (
         Annotated[list[Annotated[list[Literal[0, 1]], Field(max_length=1024)]], Field(max_length=1024)] | None
-    ) = Field(
-        None,
-        description="mask=custom: N × N_kv of 1 (may read) and 0 (may not).",
-        json_schema_extra=lab_field(form="hidden"),
+    ) = LabField(None, "mask=custom: N × N_kv of 1 (may read) and 0 (may not).", form="hidden")
+    positions: PositionsKind | None = LabField(
+        None, "none, sinusoidal or learned (added to x), or rope (rotates q and k).", only="builtin"
     )
-    positions: PositionsKind | None = Field(
+    rope_base: float | None = LabField(
         None,
-        description="none, sinusoidal or learned (added to x), or rope (rotates q and k).",
-        json_schema_extra=lab_field(only="builtin"),
-    )
-    rope_base: float | None = Field(
-        None,
+        "RoPE: θ_i = base^(−2i/d_k).",
         gt=1,
         le=1e9,
         allow_inf_nan=False,
-        description="RoPE: θ_i = base^(−2i/d_k).",
-        json_schema_extra=lab_field(depends=("positions", "rope"), only="builtin"),
+        depends=("positions", "rope"),
+        only="builtin",
     )
-    rope_pairing: Pairing | None = Field(
+    rope_pairing: Pairing | None = LabField(
         None,
-        description="RoPE pairs (2i, 2i+1) as the paper, or (i, i + d_k/2) as Hugging Face's LLaMA.",
-        json_schema_extra=lab_field(depends=("positions", "rope"), only="builtin"),
+        "RoPE pairs (2i, 2i+1) as the paper, or (i, i + d_k/2) as Hugging Face's LLaMA.",
+        depends=("positions", "rope"),
+        only="builtin",
     )
-    n_ctx: int | None = Field(
+    n_ctx: int | None = LabField(
         None,
+        "positions=learned: rows of the table.",
         ge=1,
         le=1_000_000,
-        description="positions=learned: rows of the table.",
-        json_schema_extra=lab_field(depends=("positions", "learned"), only="builtin"),
+        depends=("positions", "learned"),
+        only="builtin",
     )
-    n_kv_heads: int | None = Field(
+    n_kv_heads: int | None = LabField(
+        None, "GQA/MQA: K/V heads shared by groups of query heads.", ge=1, only="builtin", limit="max_heads"
+    )
+    kv_tokens: list[str] | str | None = LabField(
         None,
-        ge=1,
-        description="GQA/MQA: K/V heads shared by groups of query heads.",
-        json_schema_extra=lab_field(only="builtin", limit="max_heads"),
+        "Cross-attention: the sequence K and V come from (Q comes from `tokens`).",
+        only="builtin",
+        limit="max_tokens",
     )
-    kv_tokens: list[str] | str | None = Field(
-        None,
-        description="Cross-attention: the sequence K and V come from (Q comes from `tokens`).",
-        json_schema_extra=lab_field(only="builtin", limit="max_tokens"),
+    pad_positions: list[int] = LabField(description="0-based key positions never attended to.", default_factory=list)
+    segment_ids: list[int] = LabField(
+        description="mask=document: one id per token; a token sees its own document, causally.", default_factory=list
     )
-    pad_positions: list[int] = Field(
-        default_factory=list,
-        description="0-based key positions never attended to.",
-        json_schema_extra=lab_field(),
-    )
-    segment_ids: list[int] = Field(
-        default_factory=list,
-        description="mask=document: one id per token; a token sees its own document, causally.",
-        json_schema_extra=lab_field(),
-    )
-    scale: Scale = Field(
-        "sqrt_dk", description="Divide QKᵀ by √d_k, 1 or d_k.", json_schema_extra=lab_field(form="main")
-    )
-    seed: int = Field(
-        0,
-        ge=0,
-        le=2**63 - 1,
-        description="Seeds the generated x and weights.",
-        json_schema_extra=lab_field(form="main"),
-    )
-    dtype: DType = Field("float32", description="Half precision needs CUDA.", json_schema_extra=lab_field(form=None))
-    x: MatrixIn | None = Field(
-        None,
-        description="Explicit input (N, d_model) instead of seeded embeddings.",
-        json_schema_extra=EXPLICIT,
-    )
-    w_q: MatrixIn | None = Field(
-        None,
-        description="Explicit (d_model, d_model); Q = X W_Q + b_Q.",
-        json_schema_extra=EXPLICIT,
-    )
-    w_k: MatrixIn | None = Field(
-        None, description="Explicit (d_model, d_kv); K = X W_K + b_K.", json_schema_extra=EXPLICIT
-    )
-    w_v: MatrixIn | None = Field(
-        None, description="Explicit (d_model, d_kv); V = X W_V + b_V.", json_schema_extra=EXPLICIT
-    )
-    w_o: MatrixIn | None = Field(
-        None, description="Explicit (d_model, d_model); output = concat(heads) W_O + b_O.", json_schema_extra=EXPLICIT
-    )
-    b_q: Row | None = Field(None, description="Explicit (d_model,) bias of Q.", json_schema_extra=EXPLICIT)
-    b_k: Row | None = Field(None, description="Explicit (d_kv,) bias of K.", json_schema_extra=EXPLICIT)
-    b_v: Row | None = Field(None, description="Explicit (d_kv,) bias of V.", json_schema_extra=EXPLICIT)
-    b_o: Row | None = Field(None, description="Explicit (d_model,) bias of the output.", json_schema_extra=EXPLICIT)
-    stages: list[StageKey] | None = Field(
-        None, description="Stages to return; all when omitted.", json_schema_extra=OUTPUT
-    )
-    heads: list[int] | None = Field(
-        None, description="Heads to return (0-based); all when omitted.", json_schema_extra=OUTPUT
-    )
-    decimals: int | None = Field(None, ge=0, le=8, description="Round every returned number.", json_schema_extra=OUTPUT)
+    scale: Scale = LabField("sqrt_dk", "Divide QKᵀ by √d_k, 1 or d_k.", form="main")
+    seed: int = LabField(0, "Seeds the generated x and weights.", ge=0, le=2**63 - 1, form="main")
+    dtype: DType = LabField("float32", "Half precision needs CUDA.", form=None)
+    x: MatrixIn | None = LabField(None, "Explicit input (N, d_model) instead of seeded embeddings.", **EXPLICIT)
+    w_q: MatrixIn | None = LabField(None, "Explicit (d_model, d_model); Q = X W_Q + b_Q.", **EXPLICIT)
+    w_k: MatrixIn | None = LabField(None, "Explicit (d_model, d_kv); K = X W_K + b_K.", **EXPLICIT)
+    w_v: MatrixIn | None = LabField(None, "Explicit (d_model, d_kv); V = X W_V + b_V.", **EXPLICIT)
+    w_o: MatrixIn | None = LabField(None, "Explicit (d_model, d_model); output = concat(heads) W_O + b_O.", **EXPLICIT)
+    b_q: Row | None = LabField(None, "Explicit (d_model,) bias of Q.", **EXPLICIT)
+    b_k: Row | None = LabField(None, "Explicit (d_kv,) bias of K.", **EXPLICIT)
+    b_v: Row | None = LabField(None, "Explicit (d_kv,) bias of V.", **EXPLICIT)
+    b_o: Row | None = LabField(None, "Explicit (d_model,) bias of the output.", **EXPLICIT)
+    stages: list[StageKey] | None = LabField(None, "Stages to return; all when omitted.", **RETURNED)
+    heads: list[int] | None = LabField(None, "Heads to return (0-based); all when omitted.", **RETURNED)
+    decimals: int | None = LabField(None, "Round every returned number.", ge=0, le=8, **RETURNED)
 
     @field_validator("*", mode="before")
     @classmethod
     def _no_booleans(cls, v: Any) -> Any:
         """JSON true is not the number 1: pydantic's lax ints and floats would take it, this API does not."""
-        if _has_bool(v):
+        if _anywhere(v, lambda x: isinstance(x, bool)):
             raise ValueError("booleans are not numbers here; give a number")
-        if _has_surrogate(v):
+        if _anywhere(v, _surrogate):
             raise ValueError("contains a lone UTF-16 surrogate (e.g. \\ud800), which is not text")
         return v
 
@@ -257,8 +197,7 @@ class AttentionRequest(BaseModel):
         """Which stages and heads to return; heads out of range are the request's error."""
         heads = tuple(range(spec.n_heads)) if self.heads is None else tuple(dict.fromkeys(self.heads))
         for h in heads:
-            if h >= spec.n_heads:
-                raise FieldError("heads", f"head {h} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+            head_within(h, spec.n_heads, "heads")
         stages = STAGES if self.stages is None else tuple(s for s in STAGES if s in self.stages)
         return Selection(stages=stages, heads=heads, decimals=self.decimals)
 
@@ -283,8 +222,8 @@ class BlockRequest(AttentionRequest):
     gelu: Literal["tanh", "exact"] | None = Field(
         None, description="GPT-2's tanh approximation (the default), or the erf form"
     )
-    stages: list[BlockStageKey] | None = Field(  # type: ignore[assignment]
-        None, description="Stages to return; all when omitted.", json_schema_extra=OUTPUT
+    stages: list[BlockStageKey] | None = LabField(  # type: ignore[assignment]
+        None, "Stages to return; all when omitted.", **RETURNED
     )
 
     def to_block_spec(self, limits: Limits, device: str, models: Mapping[str, Any] | None = None) -> BlockSpec:
@@ -318,8 +257,7 @@ class TilesRequest(AttentionRequest):
 
     def to_tiles_spec(self, limits: Limits, device: str, models: Mapping[str, Any] | None = None) -> Spec:
         spec = self.to_spec(limits, device, models)
-        if self.head >= spec.n_heads:
-            raise FieldError("head", f"head {self.head} does not exist: this trace has heads 0..{spec.n_heads - 1}")
+        head_within(self.head, spec.n_heads)
         return spec
 
 
@@ -327,7 +265,7 @@ class DecodeRequest(AttentionRequest):
     """Prefill the first `prefill` tokens, then decode the rest one at a time against the KV cache."""
 
     prefill: int = Field(1, ge=1, description="Tokens processed at once before the first decode step.")
-    stages: None = Field(None, description="Not used: a decode answer has its own shape.", json_schema_extra=OUTPUT)
+    stages: None = LabField(None, "Not used: a decode answer has its own shape.", **RETURNED)
 
     def to_decode_spec(self, limits: Limits, device: str, max_tokens: int) -> tuple[Spec, int]:
         """`make_decode_spec` checks the decode's rules (causal or none, self-attention, its length, the prefill)."""

@@ -31,13 +31,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 # Response models: they describe the JSON for /docs; the routes serialise with orjson directly.
-Nested = list[Any]
 
 
 class StageOut(BaseModel):
     index: int = Field(description="1..5, the stage's place in the computation")
     key: StageKey
-    tensors: dict[str, Nested] = Field(
+    tensors: dict[str, list[Any]] = Field(
         description="Tensors by name. (H, …) tensors hold the selected heads in order. A masked entry (−∞) is null."
     )
 

@@ -21,6 +21,7 @@ from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_j
 from ..schemas import FieldError, Selection, from_query, query_parameters
 from .cache import cached_get
 from .state import Params, show
+from .view import subclasses
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -91,11 +92,8 @@ def view_keys(app: Starlette) -> frozenset[str]:
                         keys.update(f.alias or n for n, f in shape.model_fields.items())
                     else:
                         keys.add(param.alias)
-        subclasses = [Params]
-        while subclasses:
-            params = subclasses.pop()
+        for params in subclasses(Params):  # (Params itself declares no key)
             keys |= params.keys()
-            subclasses.extend(params.__subclasses__())
         known = app.state.view_keys = frozenset(keys)
     return known
 

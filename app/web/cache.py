@@ -26,13 +26,8 @@ if TYPE_CHECKING:
     from ..lab import Lab
 
 
-def new_store(megabytes: float) -> TraceCache[tuple[str, str], CachedResponse]:
-    return TraceCache(int(megabytes * 2**20))
-
-
 def store_of(request: Request) -> TraceCache[tuple[str, str], CachedResponse]:
-    store: TraceCache[tuple[str, str], CachedResponse] = request.app.state.responses
-    return store
+    return request.app.state.responses
 
 
 async def single_flight(
@@ -73,15 +68,31 @@ class CachedResponse:
         return len(self.body) + self.key_bytes + sum(len(k) + len(v) for k, v in self.headers) + 200
 
 
-def keep(store: TraceCache[tuple[str, str], CachedResponse], key: tuple[str, str], response: Response) -> int:
-    """Store a successful answer under `key` (its body, media type, and the headers a repeat must carry: where to
-    save it, how long to cache it). Returns the bytes it holds in the store, 0 when nothing was kept."""
+def keep(
+    store: TraceCache[tuple[str, str], CachedResponse],
+    key: tuple[str, str],
+    response: Response,
+    media_type: str | None = None,
+    kept: tuple[str, ...] = ("content-disposition", "cache-control"),
+) -> int:
+    """Store a successful answer under `key` (its body, media type, and the headers `kept` that a repeat must carry:
+    by default where to save it and how long to cache it). Returns the bytes it holds in the store, 0 when nothing
+    was kept."""
     if response.status_code != 200 or not store.max_bytes:
         return 0
-    headers = tuple((k, v) for k, v in response.headers.items() if k in ("content-disposition", "cache-control"))
-    stored = CachedResponse(bytes(response.body), response.media_type or "", headers, len(key[0]) + len(key[1]))
+    headers = tuple((k, v) for k, v in response.headers.items() if k in kept)
+    media_type = media_type or response.media_type or ""
+    stored = CachedResponse(bytes(response.body), media_type, headers, len(key[0]) + len(key[1]))
     store.put(key, stored)
     return stored.nbytes
+
+
+def stored(store: TraceCache[tuple[str, str], CachedResponse], key: tuple[str, str]) -> Response | None:
+    """The answer kept under `key`, marked `X-Cache: hit`, or None."""
+    hit = store.get(key)
+    if hit is None:
+        return None
+    return Response(hit.body, media_type=hit.media_type, headers=dict(hit.headers) | {"X-Cache": "hit"})
 
 
 def forget_preset(store: TraceCache[tuple[str, str], CachedResponse], name: str) -> int:
@@ -107,18 +118,12 @@ def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awa
         store = store_of(request)
         key = (request.url.path, request.url.query)
 
-        def cached() -> Response | None:
-            hit = store.get(key)
-            if hit is None:
-                return None
-            return Response(hit.body, media_type=hit.media_type, headers=dict(hit.headers) | {"X-Cache": "hit"})
-
         async def compute() -> Response:
             response = await handler(request, lab)
             keep(store, key, response)
             return response
 
-        return await single_flight(request, key, cached, compute)
+        return await single_flight(request, key, lambda: stored(store, key), compute)
 
     return wrapper
 
@@ -154,31 +159,16 @@ def is_fragment(request: Request) -> bool:
     return headers.get("hx-request") == "true" and headers.get("hx-history-restore-request") != "true"
 
 
-def page_key(request: Request, lang: str) -> tuple[str, str]:
-    """A rendered page depends on its URL, the language chosen and whether htmx asked for the panel alone."""
-    return (f"page:{lang}:{int(is_fragment(request))}:{request.url.path}", request.url.query)
-
-
-def cached_page(request: Request, key: tuple[str, str]) -> Response | None:
-    hit = store_of(request).get(key)
-    if hit is None:
-        return None
-    return Response(hit.body, media_type=hit.media_type, headers=dict(hit.headers) | {"X-Cache": "hit"})
+def page_key(request: Request, lang: str, face: str = "", shows: str = "") -> tuple[str, str]:
+    """A rendered page depends on its URL, the language chosen, whether htmx asked for the panel alone, its face
+    (`json:` for the JSON one) and whatever else it `shows` that its URL does not."""
+    at = f"@{shows}" if shows else ""
+    return (f"{face}page:{lang}:{int(is_fragment(request))}:{request.url.path}{at}", request.url.query)
 
 
 def remember_page(
     request: Request, key: tuple[str, str], response: Response, media_type: str = "text/html; charset=utf-8"
 ) -> Response:
     """Keep a successful page: the class asks for the same few views again and again."""
-    store = store_of(request)
-    if response.status_code == 200 and store.max_bytes:
-        store.put(
-            key,
-            CachedResponse(
-                bytes(response.body),
-                media_type,
-                (("vary", response.headers.get("vary", "")),),
-                len(key[0]) + len(key[1]),
-            ),
-        )
+    keep(store_of(request), key, response, media_type, kept=("vary",))
     return response

@@ -13,7 +13,6 @@ import re
 import string
 from collections.abc import Callable
 from functools import lru_cache
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +71,7 @@ def translator(lang: str) -> Callable[..., str]:
 
 @lru_cache(maxsize=1)
 def _error_patterns() -> dict[str, list[tuple[re.Pattern[str], str]]]:
-    raw = json.loads((files("app.web") / "locales" / "errors.json").read_text("utf-8"))
+    raw = json.loads((LOCALES / "errors.json").read_text(encoding="utf-8"))
     return {lang: [(re.compile(p), template) for p, template in rules] for lang, rules in raw.items()}
 
 

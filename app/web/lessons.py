@@ -86,8 +86,8 @@ def parse_poll(raw: object, questions: dict[str, str]) -> LessonPoll:
             raise ValueError(f"poll: the {lang} question is its prompt: 1 to {MAX_PROMPT_CHARS} characters")
     answer = raw.get("answer")
     if kind == "cell":
-        if set(raw) - {"kind", "answer"}:
-            raise ValueError(f"poll: a cell poll has only kind and answer, not {sorted(set(raw) - {'kind', 'answer'})}")
+        if extra := set(raw) - {"kind", "answer"}:
+            raise ValueError(f"poll: a cell poll has only kind and answer, not {sorted(extra)}")
         if not (isinstance(answer, list) and len(answer) == 2 and all(is_index(a) for a in answer)):
             raise ValueError(f"poll: a cell poll's answer is [row, col], two whole numbers from 0, not {answer!r}")
         return LessonPoll("cell", {}, (answer[0], answer[1]))
@@ -145,10 +145,6 @@ def with_query(url: str, **params: object) -> str:
     extra = urlencode([(k, str(v)) for k, v in params.items()])
     joined = f"{path}{'&' if '?' in path else '?'}{extra}"
     return f"{joined}#{fragment}" if fragment else joined
-
-
-def on_the_lab(url: str) -> bool:
-    return url == "/" or url.startswith("/?")
 
 
 def step_url(lesson: Lesson, k: int, lang: str, carry: dict[str, str] | None = None) -> str:

@@ -33,8 +33,7 @@ _ids = itertools.count(1)
 def scoped_css() -> str:
     """static/lab.css nested under `.attention-lab`: `:root` and `body` rules apply to the output's box."""
     css = (STATIC / "lab.css").read_text(encoding="utf-8")
-    css = re.sub(r"(?m)^:root\s*\{", "& {", css)
-    css = re.sub(r"(?m)^body\s*\{", "& {", css)
+    css = re.sub(r"(?m)^(?::root|body)\s*\{", "& {", css)
     return ".attention-lab {\n" + css + "\n}\n"
 
 

@@ -24,21 +24,22 @@ import orjson
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from engine import SpecError
 from engine.budget import Busy
 
 from ..errors import clean
 from ..lab import Lab, get_lab, request_key
+from ..limits import HttpMiddleware
 from ..render.payload import OPTIONS
 from ..schemas import FieldError
 from ..templating import TEMPLATES
 from . import lessons
-from .cache import cached_page, is_fragment, page_key, remember_page, single_flight
+from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
 from .i18n import LANGS, error_message, negotiate, translator
 from .keep import keep_screen, screen_carry
-from .knockouts import form_ablate, head_name
+from .knockouts import form_ablate, heads_text
 from .state import Params, ViewState, show, within
 from .view import View
 
@@ -49,17 +50,14 @@ PageView = Callable[[ViewState, Lab, str, dict[str, Any]], Awaitable[View]]  # (
 StateOf = Callable[[Request, str, tuple[str, ...], type[Params]], ViewState]
 
 
-class JsonTwin:
+class JsonTwin(HttpMiddleware):
     """ASGI middleware: a page's `.json` twin URL (`/block.json?…`, and `/index.json` for `/`) is the page itself
     asked for with `Accept: application/json`, so every page's JSON face has an address one can link to."""
 
     SKIP = ("/api/", "/static/", "/vendor/", "/openapi.json")
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
         if path.endswith(".json") and scope["method"] in ("GET", "HEAD") and not path.startswith(self.SKIP):
             page = path.removesuffix(".json")
             page = "/" if page == "/index" else page
@@ -97,21 +95,17 @@ def language(request: Request) -> str:
 @contextmanager
 def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
     """Bad input is shown in the page, in its language, with a 422 (503 when the server is busy)."""
+
+    def said(field: str, message: str) -> str:
+        return t("error.field", field=field, message=error_message(message, ctx["lang"]))
+
     try:
         yield
     except ValidationError as exc:
-        errors = clean(exc.errors(), "query")
-        ctx["error"] = [
-            t(
-                "error.field",
-                field=e["loc"][1 if len(e["loc"]) > 1 else 0],
-                message=error_message(e["msg"], ctx["lang"]),
-            )
-            for e in errors
-        ]
+        ctx["error"] = [said(e["loc"][1 if len(e["loc"]) > 1 else 0], e["msg"]) for e in clean(exc.errors(), "query")]
         ctx["status"] = 422
     except SpecError as exc:
-        ctx["error"] = [t("error.field", field=exc.field, message=error_message(exc.message, ctx["lang"]))]
+        ctx["error"] = [said(exc.field, exc.message)]
         ctx["status"] = 422
     except Busy as exc:
         ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
@@ -159,7 +153,7 @@ def differing_knockouts(step: str, state: ViewState) -> tuple[str, str] | None:
         return None
     if want == have:
         return None
-    return ", ".join(head_name(*h) for h in sorted(want)), ", ".join(head_name(*h) for h in sorted(have))
+    return heads_text(sorted(want)), heads_text(sorted(have))
 
 
 async def serve(
@@ -183,11 +177,7 @@ async def serve(
     lang = language(request)
     t = translator(lang)
     as_json = wants_json(request)
-    key = page_key(request, lang)
-    if as_json:
-        key = (f"json:{key[0]}", key[1])
-    if shows:
-        key = (f"{key[0]}@{shows}", key[1])
+    key = page_key(request, lang, "json:" if as_json else "", shows)
 
     async def compute() -> Response:  # the view, rendered once however many ask for it at the same moment
         name = template
@@ -230,7 +220,7 @@ async def serve(
         if ctx["error"]:  # the links a refused page still draws leave out what it refused (an unknown lesson)
             ctx["lang_urls"] = {code: state.url(lang=code) for code in LANGS}
             ctx["present_url"] = state.url(present=None if state.present else "1")
-        if ctx["error"]:  # the refusal in words, for callers that read no HTML (a room checking a shared view)
+            # The refusal in words, for callers that read no HTML (a room checking a shared view).
             headers["X-Lab-Error"] = quote("; ".join(ctx["error"]), safe=" :;,.()'=-_")
         if ctx.get("retry_after") is not None:
             headers["Retry-After"] = str(max(1, round(ctx["retry_after"])))
@@ -247,7 +237,7 @@ async def serve(
             response.headers["content-length"] = str(len(response.body))
         return remember_page(request, key, response)
 
-    return await single_flight(request, key, lambda: cached_page(request, key), compute)
+    return await single_flight(request, key, lambda: stored(store_of(request), key), compute)
 
 
 def of_query(request: Request, path: str, keys: tuple[str, ...], params: type[Params]) -> ViewState:

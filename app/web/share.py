@@ -33,9 +33,7 @@ def is_loopback(host: str) -> bool:
 def unreachable(url_host: str, bind_host: str | None, configured: str | None) -> bool:
     """True when students' phones cannot open an address on `url_host`: it is loopback, or the server listens on
     loopback only and no public URL (a proxy in front) was configured."""
-    if is_loopback(url_host):
-        return True
-    return configured is None and bind_host is not None and is_loopback(bind_host)
+    return is_loopback(url_host) or (configured is None and bind_host is not None and is_loopback(bind_host))
 
 
 @lru_cache(maxsize=1)

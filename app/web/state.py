@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 from pydantic import BaseModel
 
-from ..schemas import ASCII_INT, BlockRequest, DecodeRequest, FieldError, request_fields
+from ..schemas import ASCII_INT, BlockRequest, FieldError, head_within, request_fields
 
 
 def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, hi: int | None = None) -> int:
@@ -61,19 +61,18 @@ class Cell:
         return self.tensor, self.head, self.row, self.col
 
 
-_NAME = re.compile(r"[a-z_]{1,32}")
+CELL = re.compile(r"([a-z_]{1,32})\.([0-9]{1,9})\.([0-9]{1,9})\.([0-9]{1,9})")  # tensor.head.row.col
 
 
 def parse_cell(raw: str | None) -> Cell | None:
     text = (raw or "").strip()
     if not text:
         return None
-    parts = text.split(".")
-    if len(parts) != 4 or not _NAME.fullmatch(parts[0]) or not all(re.fullmatch(r"[0-9]{1,9}", p) for p in parts[1:]):
+    if (m := CELL.fullmatch(text)) is None:
         raise FieldError(
             "cell", f"must be tensor.head.row.col with 0-based indices, e.g. weights.0.2.1; got {show(text)}"
         )
-    return Cell(parts[0], int(parts[1]), int(parts[2]), int(parts[3]))
+    return Cell(m[1], int(m[2]), int(m[3]), int(m[4]))
 
 
 def parse_tile(raw: str | None) -> tuple[int, int]:
@@ -93,11 +92,8 @@ def show(text: str, limit: int = 40) -> str:
 
 # --- The view state: the URL query of a page, normalised once ------------------------------------------------
 
-# Both derived from the request models' field metadata (app/schemas/fields.py `lab_field`): nothing to edit here.
-# Request fields a page never carries in its URL: explicit matrices (POST only), dtype and the output selection.
-NOT_IN_URL = frozenset(n for m in (BlockRequest, DecodeRequest) for n, f in request_fields(m).items() if f.form is None)
-
-# A field that only one choice of another field uses; left over from another choice, the page drops it.
+# A field that only one choice of another field uses; left over from another choice, the page drops it. Derived
+# from the request models' field metadata (app/schemas/fields.py `lab_field`): nothing to edit here.
 DEPENDS: dict[str, tuple[str, str]] = {
     n: f.depends for n, f in request_fields(BlockRequest).items() if f.depends is not None
 }
@@ -110,13 +106,9 @@ def url_fields(model: type[BaseModel], drop: tuple[str, ...] = ()) -> tuple[str,
 
 def changed(params: Mapping[str, str], changes: Mapping[str, object]) -> dict[str, str]:
     """`params` with `changes` applied (None drops a field), less the fields their switch no longer uses."""
-    p = dict(params)
-    for k, v in changes.items():
-        if v is None:
-            p.pop(k, None)
-        else:
-            p[k] = str(v)
-    return drop_unused(p)
+    dropped = {k for k, v in changes.items() if v is None}
+    p = dict(params) | {k: str(v) for k, v in changes.items() if v is not None}
+    return drop_unused({k: v for k, v in p.items() if k not in dropped})
 
 
 def drop_unused(p: dict[str, str]) -> dict[str, str]:
@@ -344,12 +336,6 @@ def within(name: str, value: int, lo: int | None, hi: int | None) -> int:
             raise FieldError(name, f"has no valid value here, got {value}")
         raise FieldError(name, f"must be between {lo} and {hi}, got {value}")
     raise FieldError(name, f"must be at least {lo}, got {value}" if lo is not None else f"must be at most {hi}")
-
-
-def head_within(value: int, n_heads: int, name: str = "head") -> int:
-    if not 0 <= value < n_heads:
-        raise FieldError(name, f"head {value} does not exist: this trace has heads 0..{n_heads - 1}")
-    return value
 
 
 HEAD = re.compile(r"([0-9]{1,5})[.:]([0-9]{1,5})")  # 1:0, and 1.0 as links and forms once wrote it

@@ -76,26 +76,23 @@ def colour_mode(params: Mapping[str, str]) -> str:
     return mode
 
 
-def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
-    """The 2-D matrix a heat map or a window shows: `stage` (key or 1-based index), `tensor` (the stage's main one
-    by default) and `head` for tensors with a head axis."""
+def _pick(request: Request, trace: Traced | LongTrace, default_stage: str) -> tuple[str, str, int]:
+    """`stage` (key or 1-based index), `tensor` (the stage's main one by default) and `head` of a trace's matrix."""
     q = request.query_params
     head = parse_head(q.get("head"), trace.n_heads)  # checked even where the tensor has no heads
     stage = parse_stage(q.get("stage"), trace.order, default_stage)
-    tensors = trace.stage(stage)
-    tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or list(tensors)[-1]
-    if tensor not in tensors:
-        raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(tensors)}")
-    t = tensors[tensor]
-    if t.dim() == 3:
-        t = t[head]
-    return tensor, to_numpy(t)
+    names = list(trace.stage(stage))
+    tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or names[-1]
+    if tensor not in names:
+        raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(names)}")
+    return stage, tensor, head
 
 
-def heatmap_response(tensor: str, a: np.ndarray, size: int, mode: str = "linear",
-                     masked: np.ndarray | None = None) -> Response:  # fmt: skip
-    body = png(a, "sequential" if tensor == "weights" else "diverging", size, mode, masked)
-    return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
+def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
+    """The 2-D matrix a heat map or a window shows: `stage`, `tensor` and `head` (for tensors with a head axis)."""
+    stage, tensor, head = _pick(request, trace, default_stage)
+    t = trace.stage(stage)[tensor]
+    return tensor, to_numpy(t[head] if t.dim() == 3 else t)
 
 
 def hatched(trace: Any, tensor: str, a: np.ndarray) -> np.ndarray | None:
@@ -113,12 +110,13 @@ drawing = LoopLimiter("attention_lab_drawing", DRAWING)
 
 async def drawn(tensor: str, a: np.ndarray, size: int, mode: str = "linear",
                 masked: np.ndarray | None = None) -> Response:  # fmt: skip
-    """heatmap_response in a worker thread, at most DRAWING at once per event loop. A class asks for dozens of new
-    heat maps in the same second; drawn forty at a time (anyio's default) they share the core and all finish late,
-    one after another each finishes in its turn, and the requests answered from the cache in between are not held
-    up by forty threads taking the GIL."""
-    work = functools.partial(heatmap_response, tensor, a, size, mode, masked)
-    return await anyio.to_thread.run_sync(work, limiter=drawing())
+    """One matrix's heat map as a PNG answer, drawn in a worker thread, at most DRAWING at once per event loop. A
+    class asks for dozens of new heat maps in the same second; drawn forty at a time (anyio's default) they share the
+    core and all finish late, one after another each finishes in its turn, and the requests answered from the cache
+    in between are not held up by forty threads taking the GIL."""
+    work = functools.partial(png, a, "sequential" if tensor == "weights" else "diverging", size, mode, masked)
+    body = await anyio.to_thread.run_sync(work, limiter=drawing())
+    return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 
 
 def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray) -> Response:
@@ -154,14 +152,8 @@ def window_of(request: Request, trace: Traced | LongTrace, tensor: str, shape: t
 
 
 def long_pick(request: Request, lt: LongTrace, default_stage: str = "softmax") -> tuple[str, int]:
-    """`stage`, `tensor` and `head` of a lazy trace, by the same rules as `matrix_of`."""
-    q = request.query_params
-    head = parse_head(q.get("head"), lt.n_heads)
-    stage = parse_stage(q.get("stage"), lt.order, default_stage)
-    names = lt.stage(stage)
-    tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or names[-1]
-    if tensor not in names:
-        raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(names)}")
+    """`tensor` and `head` of a lazy trace, by the same rules as `matrix_of`."""
+    _, tensor, head = _pick(request, lt, default_stage)
     return tensor, head
 
 

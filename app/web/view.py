@@ -23,7 +23,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from markupsafe import Markup
@@ -33,6 +33,7 @@ from markupsafe import Markup
 HIDDEN = {"json": False}
 # The metadata of a field the JSON face leaves out while it is None (a run compared with none has no `before`).
 OPTIONAL = {"optional": True}
+T = TypeVar("T")
 
 
 def finite(v: float) -> float | None:
@@ -135,22 +136,19 @@ class StageView(View):
     small: bool = False
 
 
+def subclasses(cls: type[T]) -> list[type[T]]:
+    """Every subclass of `cls` that the imported modules define, however deep."""
+    return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
+
+
 def all_views() -> list[type[View]]:
     """Every View class the imported pages define, by kind."""
-    found: list[type[View]] = []
-    stack = list(View.__subclasses__())
-    while stack:
-        cls = stack.pop()
-        found.append(cls)
-        stack.extend(cls.__subclasses__())
-    return sorted(found, key=lambda c: (c.kind, c.__name__))
+    return sorted(subclasses(View), key=lambda c: (c.kind, c.__name__))
 
 
 def view_schema(cls: type[View]) -> dict[str, Any]:
     """A View's JSON face as a JSON Schema (for /openapi.json): its fields but the template-only ones, typed
     loosely where a field holds nested presentation data (a matrix is `{name, label, rows, cols, values, …}`)."""
-    import typing
-
     from pydantic import ConfigDict, TypeAdapter, create_model
 
     hints = typing.get_type_hints(cls, include_extras=False)
@@ -168,8 +166,6 @@ def view_schema(cls: type[View]) -> dict[str, Any]:
 
 def _loose(tp: Any) -> Any:
     """JSON-plain types stay; anything else (a matrix, a lesson panel, a dataclass) is `Any` in the schema."""
-    import typing
-
     plain = (str, int, float, bool, type(None))
     args = typing.get_args(tp)
     if tp in plain:

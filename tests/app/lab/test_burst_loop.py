@@ -18,7 +18,7 @@ import starlette.datastructures
 from hypothesis import given
 from hypothesis import strategies as st
 
-import app.lab
+import app.lab.admission
 import app.lab.keys
 import app.limits
 from app.lab import HEAVY, Lab, ProgressKey, QueuePlace, progress_key
@@ -165,7 +165,7 @@ def test_a_burst_is_prepared_a_few_at_a_time_not_a_thread_each() -> None:
     running = most = 0
     lock = threading.Lock()
     threads: set[int] = set()
-    together = threading.Barrier(app.lab.PREPARING)  # each waits until PREPARING run at once (12 = 3 rounds)
+    together = threading.Barrier(app.lab.admission.PREPARING)  # each waits until PREPARING run at once (12 = 3 rounds)
 
     def prepare(i: int) -> int:
         nonlocal running, most
@@ -182,7 +182,7 @@ def test_a_burst_is_prepared_a_few_at_a_time_not_a_thread_each() -> None:
         return await asyncio.gather(*(work.off_loop("fake", prepare, i) for i in range(12)))
 
     assert run(main) == list(range(12))
-    assert most == app.lab.PREPARING and len(threads) <= app.lab.PREPARING
+    assert most == app.lab.admission.PREPARING and len(threads) <= app.lab.admission.PREPARING
 
 
 # --- 1. the progress key: computed when work begins, in its worker thread, or when a poll asks -----------------

@@ -18,6 +18,11 @@ from engine import STAGES
 from .test_train_lesson import CHECKED as TRAIN_LESSON
 
 
+def on_the_lab(url: str) -> bool:
+    """A step on the lab itself (/), where the lesson's panel sits beside the stage."""
+    return url == "/" or url.startswith("/?")
+
+
 def test_there_are_the_chapters_three_experiments_and_at_least_five_more():
     slugs = [lesson.slug for lesson in LESSONS]
     assert slugs[:3] == ["five-stages", "mask-toggle", "row-one"]
@@ -46,7 +51,7 @@ def test_lesson_index_and_unknown_lesson(client):
 def test_every_lesson_step_opens_and_lab_steps_show_the_panel(client):
     from bs4 import BeautifulSoup
 
-    from app.web.lessons import LESSONS, on_the_lab, step_url
+    from app.web.lessons import LESSONS, step_url
 
     for lesson in LESSONS:
         for k, step in enumerate(lesson.steps, start=1):
@@ -133,7 +138,7 @@ def _clicked_matrix(client: TestClient, url: str) -> np.ndarray:
 @pytest.mark.parametrize(("slug", "k"), _steps())
 def test_every_step_has_a_poll_that_the_rooms_api_accepts_in_both_languages(client, slug, k):
     from app.rooms.api import PollIn
-    from app.web.lessons import on_the_lab, panel
+    from app.web.lessons import panel
 
     step = _step(slug, k)
     assert step.poll is not None, f"{slug} step {k} has no poll"
