@@ -120,12 +120,13 @@ def request_query(args: argparse.Namespace) -> dict[str, str]:
 
 
 class _Model(argparse.Action):
-    """--model PATH adds a [path, name] entry to `models`; --name NAME names the entry --model added just before."""
+    """--model PATH adds a [path, name] entry to `models` (its dest); --name NAME names the entry --model added just
+    before."""
 
     def __call__(
         self, parser: argparse.ArgumentParser, ns: argparse.Namespace, value: object, opt: object = None
     ) -> None:
-        if opt == "--model":
+        if self.dest == "models":
             ns.models = [*ns.models, [str(value), None]]
         elif not ns.models or ns.models[-1][1] is not None:
             parser.error("--name names the --model given just before it")

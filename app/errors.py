@@ -83,7 +83,7 @@ def allowed_methods(app: FastAPI, path: str) -> list[str]:
     return sorted(allowed | ({"HEAD"} if "GET" in allowed else set()))
 
 
-def refusal(status: int, message: str, msg: str, kind: str, headers: dict[str, str] | None = None) -> Response:
+def refusal(status: int, message: str, *, msg: str, kind: str, headers: dict[str, str] | None = None) -> Response:
     """A refusal of the request as a whole (no field at fault): `message` in words, `msg` and `kind` its detail."""
     body = {"message": message, "detail": [{"loc": ["request"], "msg": msg, "type": kind}]}
     return json_response(body, status, headers)
@@ -108,29 +108,31 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 405:
             # A path served by several routes (GET and POST twins): Allow lists them all, not the first one's.
             headers["Allow"] = ", ".join(allowed_methods(app, request.url.path))
-        return refusal(exc.status_code, str(exc.detail), str(exc.detail), "http", headers)
+        return refusal(exc.status_code, str(exc.detail), msg=str(exc.detail), kind="http", headers=headers)
 
     @app.exception_handler(Busy)
     async def _busy(request: Request, exc: Busy) -> Response:
         message = f"the server is busy with other large computations; retry in {exc.retry_after} s"
-        return refusal(503, message, "memory budget in use", "busy", {"Retry-After": str(exc.retry_after)})
+        return refusal(
+            503, message, msg="memory budget in use", kind="busy", headers={"Retry-After": str(exc.retry_after)}
+        )
 
     @app.exception_handler(Cancelled)
     async def _cancelled(request: Request, exc: Cancelled) -> Response:
         # Its client went away (499, as nginx logs it: nobody reads this) or the server is stopping (503).
         if exc.stopping:
             msg = "the server is stopping; retry shortly"
-            return refusal(503, msg, msg, "cancelled", {"Retry-After": "2"})
-        return refusal(499, "the client went away", "the client went away", "cancelled")
+            return refusal(503, msg, msg=msg, kind="cancelled", headers={"Retry-After": "2"})
+        return refusal(499, "the client went away", msg="the client went away", kind="cancelled")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         # A bug, not the client's fault: a JSON 500 that names nothing internal (the log has the traceback).
         # Starlette's ServerErrorMiddleware sends this, then re-raises for the server's log.
         message = "internal error: the server failed on this request; it has been logged"
-        return refusal(500, message, "internal error", "internal")
+        return refusal(500, message, msg="internal error", kind="internal")
 
     @app.exception_handler(OUT_OF_MEMORY)
     async def _out_of_memory(request: Request, exc: Exception) -> Response:
         message = "the device ran out of memory for this request; retry later, or ask for fewer tokens"
-        return refusal(503, message, "out of device memory", "busy", {"Retry-After": "5"})
+        return refusal(503, message, msg="out of device memory", kind="busy", headers={"Retry-After": "5"})

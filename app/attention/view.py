@@ -131,6 +131,13 @@ class ComparedMaps(Compared):
 Comparison = CompareAsk | ComparedCells | ComparedMaps
 
 
+def comparison_from_json(data: dict[str, Any]) -> Comparison:
+    """A comparison again from its JSON face: asking for the second prompt, as heat maps, or cell by cell."""
+    kind = CompareAsk if data.get("ask") else ComparedMaps if data.get("large") else ComparedCells
+    comparison: Comparison = from_jsonable(kind, data)
+    return comparison
+
+
 @dataclass(frozen=True)
 class LargeView:
     """The heat map of one head's matrix and a 16 × 16 window of it (`large_context`, templates/_heat.html): every
@@ -203,7 +210,7 @@ class LabView(StageView):
     stats: list[RowStats] | None = None
     arithmetic: Any = None
     selected: tuple[str, int, int, int] | None = None
-    compare: Comparison | None = None
+    compare: Comparison | None = field(default=None, metadata={"from_json": comparison_from_json})
     large: LargeView | None = None
     long: LongView | None = None
     lesson: Any = None
@@ -228,12 +235,6 @@ class LabView(StageView):
     compare_close_url: str | None = None
     present_url: str | None = None
     hints_url: str | None = None
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LabView:
-        """The View again from the page's JSON face (`attention_lab.Client`), its matrices drawable as on the page."""
-        view: LabView = from_jsonable(cls, data)
-        return view
 
 
 def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:

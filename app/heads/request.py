@@ -12,7 +12,7 @@ from engine.heads import KINDS, METRICS, ROLES
 
 from ..schemas import FieldError
 from ..web.knockouts import Knockouts
-from ..web.sequence import PRESET, TEXT
+from ..web.sequence import DECODER, InputText, Preset
 from ..web.state import Params, integer, one_of, param, parse_int, show
 
 IDS = Field(None, max_length=4096, description="The text as token ids instead.")
@@ -29,8 +29,8 @@ class RolesRequest(Knockouts):
     """A text and the induction probe through a decoder: every head's role scores. Heads in `ablate` are knocked
     out of a second run of the probe (its loss beside the plain one); the scores are the plain model's."""
 
-    preset: str = PRESET
-    text: str | None = TEXT
+    preset: Preset = DECODER
+    text: InputText = None
     token_ids: list[int] | None = IDS
     bos: bool = BOS
     probe_n: int = Field(32, ge=2, le=100_000, description="Random tokens in each copy of the induction probe "
@@ -45,8 +45,8 @@ class PruneRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    preset: str = PRESET
-    text: str | None = TEXT
+    preset: Preset = DECODER
+    text: InputText = None
     token_ids: list[int] | None = IDS
     bos: bool = BOS
     eos: bool = Field(True, description="End the training sequence with the model's EOS token: the last target.")
@@ -63,7 +63,7 @@ class PatchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    preset: str = PRESET
+    preset: Preset = DECODER
     clean: str = Field(CLEAN, min_length=1, max_length=4096, description="The clean prompt.")
     corrupted: str = Field(CORRUPTED, min_length=1, max_length=4096, description="The corrupted prompt: as many "
                            "tokens as the clean one.")  # fmt: skip

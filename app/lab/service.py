@@ -106,8 +106,9 @@ class Lab(Cancelling, Admission, Tracking):
 
         entries = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
         self.models: dict[str, Model] = {}
-        for model in registry([*entries, *parse_entries(settings.models)], settings.max_model_mb,
-                              packaged=installed() if settings.pretrained else None).values():  # fmt: skip
+        packaged = installed() if settings.pretrained else None
+        named = registry([*entries, *parse_entries(settings.models)], settings.max_model_mb, packaged=packaged)
+        for model in named.values():
             self.add_model(model)
 
     def add_model(self, model: Model) -> None:

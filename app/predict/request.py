@@ -20,7 +20,7 @@ from engine.models import Model
 from ..lab import Lab
 from ..schemas import FieldError, from_query, lab_field
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
-from ..web.sequence import PRESET, TEXT, decoder
+from ..web.sequence import DECODER, InputText, Preset, decoder
 from ..web.state import Params, ViewState, flag_on, integer, param, parse_int, show
 
 IDS = Field(None, max_length=65_536, description="The text as token ids instead (a view's own limit applies: "
@@ -54,8 +54,8 @@ class Replace(BaseModel):
 class PredictRequest(Switches):
     """A text, teacher-forced through a decoder, with interventions and a loss mask."""
 
-    preset: str = PRESET
-    text: str | None = TEXT
+    preset: Preset = DECODER
+    text: InputText = None
     token_ids: list[int] | None = IDS
     bos: bool = BOS
     eos: bool = EOS
@@ -70,8 +70,8 @@ class PredictRequest(Switches):
 class LensRequest(Switches):
     """A text through a decoder, each layer's residual stream read through the final norm and the unembedding."""
 
-    preset: str = PRESET
-    text: str | None = TEXT
+    preset: Preset = DECODER
+    text: InputText = None
     token_ids: list[int] | None = IDS
     bos: bool = BOS
     top: int = Field(3, ge=1, le=10, description="Most likely tokens listed per layer and position.")
@@ -82,8 +82,8 @@ class RankRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    preset: str = PRESET
-    text: str | None = TEXT
+    preset: Preset = DECODER
+    text: InputText = None
     token_ids: list[int] | None = IDS
     bos: bool = BOS
     position: int | None = Field(None, ge=0, le=1_000_000, description="The input position whose prediction is "

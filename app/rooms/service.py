@@ -77,22 +77,24 @@ class RateLimit:
     def wait(self, key: str) -> float:
         """0 when allowed (and counted), else the seconds until it would be."""
         now = self.clock()
-        tokens, wait = self._left(key, now)
+        tokens = self._tokens(key, now)
+        allowed = tokens >= 1
         self.buckets.pop(key, None)  # put back last: the most recently seen
-        self.buckets[key] = (tokens if wait else tokens - 1, now)  # an event allowed spends a token
+        self.buckets[key] = (tokens - 1 if allowed else tokens, now)  # an event allowed spends a token
         while len(self.buckets) > self.max_keys:
             self.buckets.popitem(last=False)
-        return wait
+        return 0.0 if allowed else (1 - tokens) / self.rate
 
     def due(self, key: str) -> float:
         """Like `wait`, without counting: 0 while the key has an event left, else the seconds until it will."""
-        return self._left(key, self.clock())[1]
+        tokens = self._tokens(key, self.clock())
+        allowed = tokens >= 1
+        return 0.0 if allowed else (1 - tokens) / self.rate
 
-    def _left(self, key: str, now: float) -> tuple[float, float]:
-        """The key's tokens at `now`, and the seconds until it has one (0 while it has)."""
+    def _tokens(self, key: str, now: float) -> float:
+        """The key's tokens at `now`: its last count, refilled since at `rate` up to `burst`."""
         tokens, last = self.buckets.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        return tokens, 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+        return min(self.burst, tokens + (now - last) * self.rate)
 
     def check(self, key: str, field: str, what: str) -> None:
         refuse(self.wait(key), field, what)

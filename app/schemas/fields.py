@@ -6,6 +6,7 @@ engine's (engine/masks.py), read by `mask_depends`."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -29,7 +30,8 @@ def head_within(value: int, n_heads: int, name: str = "head") -> int:
 
 FORM_GROUPS = ("sequence", "main", "more", "hidden")
 FIELD_KINDS = ("choice", "integer", "number", "list", "json", "text")
-LAB_OPTIONS = ("form", "depends", "only", "kind", "limit", "output")  # `lab_field`'s
+# pydantic's own options of `Field`: a keyword it does not know only warns there, and is lost.
+FIELD_OPTIONS = frozenset(name for name, p in inspect.signature(Field).parameters.items() if p.kind is p.KEYWORD_ONLY)
 
 
 def lab_field(
@@ -61,11 +63,25 @@ def lab_field(
     return {"x-lab": {"form": form, **{key: value for key, value in given.items() if value}}}
 
 
-def LabField(default: Any = PydanticUndefined, description: str | None = None, **options: Any) -> Any:
-    """pydantic's `Field(default, description=…, **constraints)` for a request field, with its place in the lab:
-    the options of `lab_field` among `options` go to it, as the field's `json_schema_extra`."""
-    lab = {k: options.pop(k) for k in LAB_OPTIONS if k in options}
-    return Field(default, description=description, json_schema_extra=lab_field(**lab), **options)
+def LabField(
+    default: Any = PydanticUndefined,
+    description: str | None = None,
+    *,
+    form: str | None = "more",
+    depends: tuple[str, str] | None = None,
+    only: Literal["builtin", "pretrained"] | None = None,
+    kind: str | None = None,
+    limit: str | None = None,
+    output: bool = False,
+    **constraints: Any,
+) -> Any:
+    """pydantic's `Field(default, description=…, **constraints)` for a request field, with its place in the lab
+    (`lab_field`'s options, as the field's `json_schema_extra`). A keyword that is neither is a TypeError."""
+    unknown = sorted(constraints.keys() - FIELD_OPTIONS)
+    if unknown:
+        raise TypeError(f"LabField() got unexpected keyword arguments: {', '.join(unknown)}")
+    lab = lab_field(form=form, depends=depends, only=only, kind=kind, limit=limit, output=output)
+    return Field(default, description=description, json_schema_extra=lab, **constraints)
 
 
 def mask_depends(model: type[BaseModel], name: str) -> tuple[str, str] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -18,10 +18,17 @@ from ..lab import Lab
 from ..render.predicted import generators
 from ..schemas import FieldError
 
-# The request fields every view that reads a text through a loaded decoder takes (the prediction and head views).
-PRESET = Field("smollm2", max_length=64, description="A causal language model this server loaded (smollm2, "
-               "checkpoint, or one given with --model).")  # fmt: skip
-TEXT = Field(None, max_length=65_536, description="The text, for the model's own tokenizer.")
+# The request fields every view that reads a text through a loaded decoder takes (the prediction and head views):
+# `preset: Preset = DECODER`, `text: InputText = None`.
+DECODER = "smollm2"
+Preset = Annotated[
+    str,
+    Field(
+        max_length=64,
+        description="A causal language model this server loaded (smollm2, checkpoint, or one given with --model).",
+    ),
+]
+InputText = Annotated[str | None, Field(max_length=65_536, description="The text, for the model's own tokenizer.")]
 
 
 @dataclass(frozen=True)

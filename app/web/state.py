@@ -106,9 +106,13 @@ def url_fields(model: type[BaseModel], drop: tuple[str, ...] = ()) -> tuple[str,
 
 def changed(params: Mapping[str, str], changes: Mapping[str, object]) -> dict[str, str]:
     """`params` with `changes` applied (None drops a field), less the fields their switch no longer uses."""
-    dropped = {k for k, v in changes.items() if v is None}
-    p = dict(params) | {k: str(v) for k, v in changes.items() if v is not None}
-    return drop_unused({k: v for k, v in p.items() if k not in dropped})
+    p = dict(params)
+    for k, v in changes.items():
+        if v is None:
+            p.pop(k, None)
+        else:
+            p[k] = str(v)
+    return drop_unused(p)
 
 
 def drop_unused(p: dict[str, str]) -> dict[str, str]:

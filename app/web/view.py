@@ -10,9 +10,10 @@ The kernel (app/web/page.py) renders one View three ways:
   and `_repr_json_` gives the JSON face (see `attention_lab` for `trace(...)` and the HTTP `Client`).
 
 `jsonable` is the one conversion from a View to JSON: dataclasses become objects (fields marked `json=False` in
-their metadata are left out, and those marked OPTIONAL while they are None), a matrix becomes its labels and float values (−∞ as null, as in the API), NumPy
-arrays become lists, and an object with `__json__` says what it is. A View field must therefore be data the page
-shows: never a trace, a model or a request.
+their metadata are left out, and those marked OPTIONAL while they are None), a matrix becomes its labels and float
+values (−∞ as null, as in the API), NumPy arrays become lists, and an object with `__json__` says what it is. A View
+field must therefore be data the page shows: never a trace, a model or a request. `View.from_json` reads a View
+back from its JSON face (`from_jsonable`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
 from markupsafe import Markup
@@ -65,34 +66,47 @@ def jsonable(value: Any) -> Any:
 
 
 def from_jsonable(tp: Any, data: Any) -> Any:
-    """`jsonable`'s inverse, led by the annotations: `data` (JSON) read back as type `tp`. A dataclass from its
-    object (a key it has no field for is skipped, a field the object leaves out keeps its default), a class that
-    writes itself (`__json__`) by its own `from_json`, a tuple or a list item by item, a union as its first type
-    that fits (a dataclass fits an object whose every key is one of its fields); what an annotation leaves open
-    (`Any`, a dict) stays as JSON."""
+    """`jsonable`'s inverse for plain data, led by the annotations: `data` (JSON) read back as type `tp`.
+
+    It decodes a dataclass from its object (a field the object leaves out keeps its default, as a HIDDEN one does;
+    a key it has no field for is a TypeError), a field whose metadata names its own decoder
+    (`field(metadata={"from_json": decode})`) by it, a class that writes itself (`__json__`) by its own `from_json`,
+    `X | None` as X, and a tuple, a list or a dict's values item by item; `Any` and plain values stay as JSON.
+
+    It does not guess between the types of any other union (a TypeError: such a field names its decoder), nor check
+    the plain values (an int stays an int where a float is annotated). A dataclass's annotations must all resolve at
+    run time (`typing.get_type_hints`): one naming a type imported only for type checking is a NameError."""
     if data is None:
         return None
     if hasattr(tp, "__json__"):
         return tp.from_json(data)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        unknown = data.keys() - {f.name for f in fields(tp)}
+        if unknown:
+            raise TypeError(f"{tp.__name__} has no field {', '.join(sorted(unknown))}")
         hints = typing.get_type_hints(tp)
-        return tp(**{f.name: from_jsonable(hints[f.name], data[f.name]) for f in fields(tp) if f.name in data})
+        given = {f.name: _field_from_jsonable(f, hints[f.name], data[f.name]) for f in fields(tp) if f.name in data}
+        return tp(**given)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        return from_jsonable(next(a for a in args if _fits(a, data)), data)
+        members = [a for a in args if a is not type(None)]
+        if len(members) > 1:
+            raise TypeError(f"{tp} is a union of several types: its field names its decoder (`from_json`)")
+        return from_jsonable(members[0], data)
     if origin is tuple:
         items = [args[0]] * len(data) if args[1:] == (Ellipsis,) else args
         return tuple(from_jsonable(a, x) for a, x in zip(items, data, strict=True))
     if origin is list:
         return [from_jsonable(args[0], x) for x in data]
+    if origin is dict:
+        return {k: from_jsonable(args[1], v) for k, v in data.items()}
     return data
 
 
-def _fits(tp: Any, data: Any) -> bool:
-    """Whether a union's type `tp` can be `data` (not None): a dataclass if it has a field for every key."""
-    if dataclasses.is_dataclass(tp):
-        return set(data) <= {f.name for f in fields(tp)}
-    return tp is not type(None)
+def _field_from_jsonable(f: dataclasses.Field[Any], tp: Any, data: Any) -> Any:
+    """A dataclass field's value from JSON: by the decoder its metadata names (`from_json`), else by its type."""
+    decode = f.metadata.get("from_json")
+    return decode(data) if decode is not None and data is not None else from_jsonable(tp, data)
 
 
 @dataclass(frozen=True)
@@ -113,6 +127,15 @@ class View:
         data = jsonable(self)
         assert isinstance(data, dict)
         return {"view": self.kind, **data}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        """The View again from its page's JSON face (`to_json`, and the `lang` the page adds), by `from_jsonable`:
+        a client of the page (`attention_lab.Client`) draws what the page draws."""
+        if data.get("view", cls.kind) != cls.kind:
+            raise TypeError(f"the JSON of a {data['view']} view is not a {cls.kind} view")
+        view: Self = from_jsonable(cls, {k: v for k, v in data.items() if k not in ("view", "lang")})
+        return view
 
     def _repr_json_(self) -> dict[str, Any]:
         return self.to_json()

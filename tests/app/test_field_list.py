@@ -26,6 +26,7 @@ from app.schemas import (
     request_fields,
     request_models,
 )
+from app.schemas.fields import LabField
 from app.settings import LIMIT_SETTINGS, Settings
 from app.web.state import DEPENDS, url_fields
 from engine import masks, reference
@@ -158,6 +159,16 @@ def test_depends_and_the_url_fields_derive_from_the_metadata() -> None:
     assert {"x", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", "stages", "heads", "decimals",
                           "dtype"} == not_in_url  # fmt: skip
     assert schemas.LIST_FIELDS == ("token_ids", "pad_positions", "segment_ids", "stages", "heads")
+
+
+def test_a_misspelt_field_option_is_refused() -> None:
+    """A lab option's typo (`limt`) fails at import, as `lab_field(limt=…)` does, instead of vanishing from x-lab."""
+    field = LabField(None, "x", ge=0, limit="max_tokens")
+    assert field.json_schema_extra == {"x-lab": {"form": "more", "limit": "max_tokens"}}
+    with pytest.raises(TypeError, match="limt"):
+        LabField(None, "x", ge=0, limt="max_tokens")
+    with pytest.raises(TypeError):
+        lab_field(limt="max_tokens")  # type: ignore[call-arg]
 
 
 def test_settings_limits_derive_from_the_engine_limits() -> None:

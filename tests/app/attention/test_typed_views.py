@@ -74,3 +74,11 @@ def test_a_small_view_has_no_large_or_long_part(client: Any, params: dict[str, s
     v = round_trip(client, **params)
     assert v.large is None and v.long is None and v.compare is None
     assert v.matrices and all(isinstance(m, MatrixView) for m in v.matrices) and isinstance(v.tokens, tuple)
+
+
+def test_json_the_view_does_not_hold_is_refused_not_skipped(client: Any) -> None:
+    data = client.get("/.json").json()
+    with pytest.raises(TypeError, match="colour"):
+        LabView.from_json(data | {"colour": "red"})  # a misspelt or newer field is not silently dropped
+    with pytest.raises(TypeError, match="block"):
+        LabView.from_json(data | {"view": "block"})
