@@ -45,7 +45,6 @@ def api_url(state: ViewState) -> str:
 
 async def decode_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> DecodeView:
     """What /decode shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
-    ctx["presets"] = ["toy", "gpt2-small"]  # the form's
     t = ctx["t"]
     req = DecodeRequest.model_validate(from_query(state.api_params(), None, DecodeRequest))
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
@@ -113,4 +112,9 @@ async def decode_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, 
     )
 
 
-page_route(router, "/decode", "decode.html", API_KEYS, DecodeParams, decode_view, api_url, DecodeView.blocks)
+def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
+    """What /decode draws whatever its View says: the presets its form offers, the API's answer for its request."""
+    return {"presets": ["toy", "gpt2-small"], "json_url": api_url(state)}
+
+
+page_route(router, "/decode", "decode.html", API_KEYS, DecodeParams, decode_view, form, DecodeView.blocks)

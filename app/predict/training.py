@@ -17,7 +17,6 @@ from fastapi import APIRouter
 from markupsafe import Markup, escape
 
 from ..lab import Lab
-from ..render.predicted import generators
 from ..schemas import FieldError
 from ..web.knockouts import head_name
 from ..web.page import page_route
@@ -34,7 +33,17 @@ from .compute import (
     rank_cost,
     ranking_of,
 )
-from .request import LENS_KEYS, PREDICT_KEYS, PredictParams, PredictRequest, RankRequest, api_url, read_page, state_of
+from .request import (
+    LENS_KEYS,
+    PREDICT_KEYS,
+    PredictParams,
+    PredictRequest,
+    RankRequest,
+    api_url,
+    form,
+    read_page,
+    state_of,
+)
 from .shown import (
     SAME,
     Candidate,
@@ -297,7 +306,6 @@ def predict_view(doc: Predicted, t: Any, state: ViewState, labels: tuple[str, ..
 
 async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) -> PredictView:
     """What /predict shows for `state` (its JSON face is the page's `.json` twin)."""
-    ctx["presets"] = generators(lab.models)  # the form's
     t = ctx["t"]
     req, (text, iv, pred), prompt, said = await read_page(state, lab, key, ctx, PredictRequest, predict_of)
     first = bos_first(text.model.bos_id, text.seq)
@@ -396,4 +404,4 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
                    html)  # fmt: skip
 
 
-page_route(router, "/predict", "predict.html", PREDICT_KEYS, PredictParams, build_predict, state_of=state_of)
+page_route(router, "/predict", "predict.html", PREDICT_KEYS, PredictParams, build_predict, form, state_of=state_of)
