@@ -154,8 +154,11 @@ async def model_view_of(req: ModelViewRequest, lab: Lab, key: str | None = None)
     # own bytes held by no reservation of the whole: each layer's trace holds its own (through the trace cache), the
     # one pass a block at a time. Watched: when the client goes away the pass stops at its next layer (Cancelled).
     if getattr(model, "one_pass_view", False):
-        stats, _ = await lab.compute("model_view", None, 0, lambda p: one_pass_stats(model, spec.token_ids, p, iv),
-                                     progress=key)  # layer by layer, for /api/v1/progress  # fmt: skip
+
+        def one_pass(progress: Progress | None) -> list[list[Stats]]:  # layer by layer, for /api/v1/progress
+            return one_pass_stats(model, spec.token_ids, iv=iv, progress=progress)
+
+        stats, _ = await lab.compute("model_view", None, 0, one_pass, progress=key)
     else:
 
         def layers(check: Progress | None) -> list[list[Stats]]:
