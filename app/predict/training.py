@@ -178,7 +178,7 @@ class PredictView(View):
     ranking_error: str | None = None
     # The ranking's expected cost at `pos`, stated before it is asked for (the API's `cost`: tokens, heads,
     # per_token, total, limit), and in words; over the limit the page offers no ranking.
-    rank_cost: dict[str, int] | None = None
+    rank_cost: RankCost | None = None
     rank_cost_text: str = ""
     second: SecondPrompt | None = None  # two prompts side by side (`compare_text`)
     # Links.
@@ -323,13 +323,21 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
         except FieldError as e:
             ranking_error = t("error.field", field=e.field, message=e.message)
     return dataclasses.replace(
-        view, text=state.get("text") or prompt.get("text", ""), ranking=ranking, ranking_error=ranking_error,
-        rank_cost=dataclasses.asdict(cost), rank_cost_text=cost_words(cost, view.index, first, t, ranking is not None),
-        second=second, compare_close_url=state.url(compare_text=None) if second else "",
-        json_url=api_url("/api/v1/predict", req), twin_url=twin(state),
-        rank_url=state.url(pos=named(view.index, first), rank=1), lens_url=lens_link(state),
-        present_url=state.url(present=None if state.present else "1"), present=state.present,
-    )  # fmt: skip
+        view,
+        text=state.get("text") or prompt.get("text", ""),
+        ranking=ranking,
+        ranking_error=ranking_error,
+        rank_cost=cost,
+        rank_cost_text=cost_words(cost, view.index, first, t, done=ranking is not None),
+        second=second,
+        compare_close_url=state.url(compare_text=None) if second else "",
+        json_url=api_url("/api/v1/predict", req),
+        twin_url=twin(state),
+        rank_url=state.url(pos=named(view.index, first), rank=1),
+        lens_url=lens_link(state),
+        present_url=state.url(present=None if state.present else "1"),
+        present=state.present,
+    )
 
 
 async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: str, t: Any) -> SecondPrompt:
