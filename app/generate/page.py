@@ -98,13 +98,9 @@ async def generate_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str
     )
 
 
-page_route(
-    router,
-    "/generate",
-    "generate.html",
-    API_KEYS,
-    GenerateParams,
-    generate_view,
-    lambda lab, state, lang: {"json_url": twin(state, lang)},  # an error page keeps its JSON link
-    GenerateView.blocks,
-)
+def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
+    """What /generate draws whatever its View says: the API's answer for its request (the JSON twin)."""
+    return {"json_url": twin(state, lang)}
+
+
+page_route(router, "/generate", "generate.html", API_KEYS, GenerateParams, generate_view, form, GenerateView.blocks)
