@@ -3,7 +3,6 @@ exact numbers, CSV, .npy or SVG."""
 
 from __future__ import annotations
 
-import functools
 import io
 from dataclasses import asdict
 from typing import Annotated, Any
@@ -48,12 +47,6 @@ from ..web.tensors import (
 from .tiles import tiles_document
 
 router = APIRouter(prefix="/api/v1", tags=["attention"], responses=ERRORS)
-
-NULL_NOTE = (
-    "JSON has no −∞: a masked entry is null. Tensors: projection x (N,d), q k v (H,N,d_k); scores raw, scaled "
-    "(H,N,N); mask mask (N,N), masked (H,N,N); softmax weights (H,N,N); weighted_sum heads (H,N,d_k), concat (N,d), "
-    "output (N,d). A query row whose every key is masked has all-zero weights."
-)
 
 
 async def answer(request: Request, req: AttentionRequest, lab: Lab, fmt: str) -> Response:
@@ -100,11 +93,22 @@ def presets(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     }
 
 
-twins(router, "/attention", AttentionRequest, functools.partial(answer, fmt="json"), "attention",
-      response_model=AttentionResponse, responses=ERRORS, description=NULL_NOTE)  # fmt: skip
-twins(router, "/attention.npz", AttentionRequest, functools.partial(answer, fmt="npz"), "attention_npz",
-      response_class=Response, responses=NPZ,
-      description="Every selected stage as a NumPy archive, no size limit beyond the trace's own.")  # fmt: skip
+async def answer_json(request: Request, req: AttentionRequest, lab: Lab) -> Response:
+    """JSON has no −∞: a masked entry is null. Tensors: projection x (N,d), q k v (H,N,d_k); scores raw, scaled
+    (H,N,N); mask mask (N,N), masked (H,N,N); softmax weights (H,N,N); weighted_sum heads (H,N,d_k), concat (N,d),
+    output (N,d). A query row whose every key is masked has all-zero weights."""
+    return await answer(request, req, lab, "json")
+
+
+async def answer_npz(request: Request, req: AttentionRequest, lab: Lab) -> Response:
+    """Every selected stage as a NumPy archive, no size limit beyond the trace's own."""
+    return await answer(request, req, lab, "npz")
+
+
+twins(
+    router, "/attention", AttentionRequest, answer_json, "attention", response_model=AttentionResponse, responses=ERRORS
+)
+twins(router, "/attention.npz", AttentionRequest, answer_npz, "attention_npz", response_class=Response, responses=NPZ)
 
 
 async def attention_source(request: Request, lab: Lab) -> Traced | LongTrace:

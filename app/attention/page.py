@@ -166,7 +166,7 @@ async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progres
         else None,
         # An open cell belongs to its stage's matrices: another stage's or head's link closes it (keeping it would
         # put arithmetic about numbers no longer on screen under a matrix it is not from).
-        **step_links(state, key, spec.n_heads, cell=None),
+        **step_links(state, key, spec.n_heads, drop=("cell",)),
         compare_urls={
             k: state.url(compare=k, cell=None)
             for k in ("mask", "scale", *(("leak",) if spec.mask == "document" else ()), "text")

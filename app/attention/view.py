@@ -8,7 +8,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlencode
 
 import numpy as np
@@ -168,11 +168,6 @@ class LargeView:
     tile_stats: list[tuple[str, RowStats]] | None
     scale_kind: str
 
-    def __post_init__(self) -> None:
-        """The window's cells are read by the inspector, not opened, and know their place in the matrix."""
-        self.tile.links = False
-        self.tile.extra = {"row0": str(self.tile_range[0]), "col0": str(self.tile_range[2])}
-
 
 @dataclass(frozen=True)
 class LongView:
@@ -236,6 +231,15 @@ class LabView(StageView):
     present_url: str | None = None
     hints_url: str | None = None
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        """The View again from the page's JSON face (`attention_lab.Client`), its large window drawable as on the
+        page (its links and place, as large_context makes them)."""
+        view = super().from_json(data)
+        if view.large is not None:
+            window_tile(view.large.tile, view.large.tile_range)
+        return view
+
 
 def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:
     """The lab URL with cell (r, c) of the mask flipped: the mask becomes custom."""
@@ -292,9 +296,10 @@ def on_screen(spec: Spec, key: str, head: int) -> dict[str, Any]:
             "index": STAGES.index(key) + 1, "head": head}  # fmt: skip
 
 
-def step_links(state: ViewState, key: str, n_heads: int, **close: None) -> dict[str, Any]:
+def step_links(state: ViewState, key: str, n_heads: int, drop: tuple[str, ...] = ()) -> dict[str, Any]:
     """The step bar's links: the stage before and after `key`, every stage and every head. A link to another stage
-    or to a head also drops the parameters named in `close` (the lab's open cell)."""
+    or to a head also drops the parameters named in `drop` (the lab's open cell)."""
+    close = dict.fromkeys(drop)
 
     def to(stage: str) -> str:
         return state.url(stage=stage) if stage == key else state.url(stage=stage, **close)
@@ -394,6 +399,14 @@ def heatmap_query(state: ViewState, key: str, head: int, size: int, mode: str) -
     return state.api_query(stage=key, head=head, size=size, color=mode)
 
 
+def window_tile(tile: MatrixView, tile_range: tuple[int, int, int, int]) -> MatrixView:
+    """`tile` as the large view's window: its cells are read by the inspector, not opened, and know their place in
+    the matrix (`tile_range`: first and last row, first and last column)."""
+    tile.links = False
+    tile.extra = {"row0": str(tile_range[0]), "col0": str(tile_range[2])}
+    return tile
+
+
 def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewState, a: Any = None) -> LargeView:
     """The heat map of one head's matrix of stage `key` and a 16 × 16 window of it (templates/_heat.html). `a` is
     that matrix when the caller computed it (a long context's lazy trace); by default it is read from the trace."""
@@ -414,6 +427,7 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     col_labels = keys if tensor in KEY_AXIS else [f"{j}" for j in range(n_cols)]
     window = a[row0 : row0 + TILE, col0 : col0 + TILE]
     row_labels = [f"{row0 + i}: {tok[row0 + i]}" for i in range(window.shape[0])]
+    tile_range = (row0, row0 + window.shape[0] - 1, col0, col0 + window.shape[1] - 1)
     tile = matrix_view(tensor, tensor, window, row_labels, col_labels[col0 : col0 + TILE], "window", scale, head)
     moves = {
         "up": state.url(tile=f"{max(0, row0 - TILE)},{col0}") if row0 > 0 else None,
@@ -448,8 +462,8 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
         n_rows=n_rows,
         n_cols=n_cols,
         col_labels=col_labels,
-        tile=tile,
-        tile_range=(row0, row0 + window.shape[0] - 1, col0, col0 + window.shape[1] - 1),
+        tile=window_tile(tile, tile_range),
+        tile_range=tile_range,
         moves=moves,
         tile_stats=stats,
         scale_kind=scale,

@@ -45,7 +45,6 @@ def api_url(state: ViewState) -> str:
 
 async def decode_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> DecodeView:
     """What /decode shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
-    ctx["presets"] = ["toy", "gpt2-small"]  # the form's
     t = ctx["t"]
     req = DecodeRequest.model_validate(from_query(state.api_params(), None, DecodeRequest))
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
@@ -60,7 +59,7 @@ async def decode_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, 
     cur = trace.steps[step - 1] if step > 0 else None
     k, v = (trace.k_prefill, trace.v_prefill) if cur is None else (cur.k_cache, cur.v_cache)
     cache_len = prefill if cur is None else cur.position + 1
-    rows = list(spec.tokens[:cache_len])
+    cached = list(spec.tokens[:cache_len])  # the cache's rows, the step's columns
     if cur is None:
         told = {"title": t("decode.prefill_title", n=prefill), "explain": t("decode.prefill_text", n=prefill)}
     else:
@@ -103,8 +102,8 @@ async def decode_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, 
             dk=spec.d_k,
             gpt2=GPT2_BYTES,
         ),
-        row=None if cur is None else row_matrices(cur, spec, head, rows, small),
-        cache=cache_matrices(to_numpy(k[g]), to_numpy(v[g]), rows, spec.d_k, g) if small else None,
+        row=None if cur is None else row_matrices(cur, spec, head, cached, small),
+        cache=cache_matrices(to_numpy(k[g]), to_numpy(v[g]), cached, spec.d_k, g) if small else None,
         json_url=api_url(state),
         prev_url=state.url(step=step - 1) if step > 0 else None,
         next_url=state.url(step=step + 1) if step < n_steps else None,
@@ -113,4 +112,9 @@ async def decode_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, 
     )
 
 
-page_route(router, "/decode", "decode.html", API_KEYS, DecodeParams, decode_view, api_url, DecodeView.blocks)
+def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
+    """What /decode draws whatever its View says: the presets its form offers, the API's answer for its request."""
+    return {"presets": ["toy", "gpt2-small"], "json_url": api_url(state)}
+
+
+page_route(router, "/decode", "decode.html", API_KEYS, DecodeParams, decode_view, form, DecodeView.blocks)

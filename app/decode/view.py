@@ -75,20 +75,18 @@ def cache_matrices(k: np.ndarray, v: np.ndarray, rows: list[str], d_k: int, g: i
     )
 
 
-def row_matrices(cur: DecodeStep, spec: Spec, head: int, rows: list[str], small: bool) -> list[MatrixView]:
-    """A step's single query row: q_t, its scores and weights against the cache, and (small) its output."""
-    q_tok = [spec.tokens[cur.position]]
-    row = (
-        ("q", "q_t", cur.q, dims(spec.d_k), "(1, d_k)", "diverging"),
-        ("scores", "q_t Kᵀ / s", cur.scores, rows, "(1, t + 1)", "diverging"),
-        ("weights", "a_t", cur.weights, rows, "(1, t + 1)", "sequential"),
-    )
+def row_matrices(cur: DecodeStep, spec: Spec, head: int, cached: list[str], small: bool) -> list[MatrixView]:
+    """A step's single query row: q_t, its scores and weights against the `cached` tokens (the columns), and
+    (small) its output."""
+    rows = [spec.tokens[cur.position]]  # one row: the step's token
+    q, scores, weights = (to_numpy(a[head])[None] for a in (cur.q, cur.scores, cur.weights))  # the head's, (1, …)
     out = [
-        matrix_view(name, label, to_numpy(a[head])[None], q_tok, cols, shape, scale, head)
-        for name, label, a, cols, shape, scale in row
+        matrix_view("q", "q_t", q, rows, dims(spec.d_k), "(1, d_k)", head=head),
+        matrix_view("scores", "q_t Kᵀ / s", scores, rows, cached, "(1, t + 1)", head=head),
+        matrix_view("weights", "a_t", weights, rows, cached, "(1, t + 1)", "sequential", head=head),
     ]
     if small:
-        out.append(matrix_view("output", "o_t", to_numpy(cur.output)[None], q_tok, dims(spec.d_model), "(1, d)"))
+        out.append(matrix_view("output", "o_t", to_numpy(cur.output)[None], rows, dims(spec.d_model), "(1, d)"))
     return _fixed(out)
 
 

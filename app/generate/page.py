@@ -40,17 +40,21 @@ def written(model: Any, ids: list[int], prompt_n: int) -> list[tuple[str, int, i
     return out
 
 
-def twin(state: ViewState, prompt: dict[str, str]) -> str:
+def default_prompt(state: ViewState, lang: str) -> dict[str, str]:
+    """The prompt of a first visit (no text, no token ids), in the page's language; none otherwise."""
+    given = "text" in state.params or "token_ids" in state.params
+    return {} if given else {"text": DEFAULT_TEXT[lang]}
+
+
+def twin(state: ViewState, lang: str) -> str:
     """The API's URL for the generation the page shows (the default prompt of a first visit included)."""
-    return "/api/v1/generate?" + state.api_query(**prompt)
+    return "/api/v1/generate?" + state.api_query(**default_prompt(state, lang))
 
 
 async def generate_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> GenerateView:
     """What /generate shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
-    given = "text" in state.params or "token_ids" in state.params
-    prompt = {} if given else {"text": DEFAULT_TEXT[ctx["lang"]]}  # a first visit: in the page's language
-    ctx["json_url"] = twin(state, prompt)  # set first: an error page keeps it
     t = ctx["t"]
+    prompt = default_prompt(state, ctx["lang"])
     req = GenerateRequest.model_validate(from_query(state.api_params() | prompt, None, GenerateRequest))
     spec, layer, g = await run(lab, req, progress)
     model = lab.models[spec.preset]
@@ -86,7 +90,7 @@ async def generate_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str
         stopped_at_eos=g.stopped_at_eos,
         notice=t("generate.eos") if g.stopped_at_eos and step == n else None,
         attention=attention,
-        json_url=twin(state, prompt),
+        json_url=twin(state, ctx["lang"]),
         first_url=state.url(step=1),
         prev_url=state.url(step=step - 1) if step > 1 else None,
         next_url=state.url(step=step + 1) if step < n else None,
@@ -94,4 +98,9 @@ async def generate_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str
     )
 
 
-page_route(router, "/generate", "generate.html", API_KEYS, GenerateParams, generate_view, blocks=GenerateView.blocks)
+def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
+    """What /generate draws whatever its View says: the API's answer for its request (the JSON twin)."""
+    return {"json_url": twin(state, lang)}
+
+
+page_route(router, "/generate", "generate.html", API_KEYS, GenerateParams, generate_view, form, GenerateView.blocks)

@@ -3,7 +3,6 @@ per (model, prompt, length, layer) and kept in a byte-bounded memo, and its JSON
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +111,10 @@ async def run(lab: Lab, req: GenerateRequest, key: str | None) -> tuple[Spec, in
     spec, layer = await lab.off_loop(req.preset, generation_spec, req, lab.limits, lab.device, lab.models,
                                      lab.settings.max_new_tokens)  # fmt: skip
     model = lab.models[spec.preset]
-    work = functools.partial(generate, model, spec.token_ids, req.max_new_tokens, layer)
+
+    def work(progress: Any) -> Generation:
+        return generate(model, spec.token_ids, req.max_new_tokens, layer, progress=progress)
+
     done = (spec.preset, spec.token_ids, req.max_new_tokens, layer)
     result, _ = await lab.compute("generate", done, cost(spec, req.max_new_tokens, model.info), work, progress=key)
     return spec, layer, result

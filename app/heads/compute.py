@@ -4,7 +4,6 @@ pruning curve (/api/v1/prune) and activation patching (/api/v1/patch). The engin
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,7 +57,7 @@ async def roles_of(req: RolesRequest, lab: Lab, key: str | None) -> tuple[Text, 
 
     def work(progress: Any) -> E.Roles:
         try:
-            return E.head_roles(t.model, t.seq, req.probe_n, req.seed, ablate, progress)
+            return E.head_roles(t.model, t.seq, req.probe_n, req.seed, ablate, progress=progress)
         except ValueError as e:
             name, _, message = str(e).partition(": ")
             raise FieldError(name, message) from None
@@ -178,7 +177,10 @@ async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> Pruned:
         raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
     mean = req.ablate_mode == "mean"
     compute_key = (req.preset, t.seq, req.loss_from, mean)
-    work = functools.partial(E.prune, t.model, t.seq[:-1], t.seq[1:], req.loss_from, mean)
+
+    def work(progress: Any) -> E.Pruning:
+        return E.prune(t.model, t.seq[:-1], t.seq[1:], req.loss_from, mean, progress=progress)
+
     rows = min(E.ROWS, max(n, E.ROWS // n * n))
     logits = max(n, -(-E.logit_rows(t.model) // 3))  # the losses' one buffer of logits (cost counts 3 per row)
     p, _ = await lab.compute("prune", compute_key, cost(t.model, rows, logits), work, progress=key)
@@ -247,7 +249,10 @@ async def patch_of(req: PatchRequest, lab: Lab, key: str | None) -> Patched:
     a, b = await lab.off_loop(req.preset, prompts_of, req, lab)
     compute_key = (req.preset, a.seq, b.seq, req.answer, req.wrong, req.metric)
     n, m = len(a.seq), a.model.arch
-    work = functools.partial(E.patch, a.model, a.seq, b.seq, req.answer, req.wrong, req.metric)
+
+    def work(progress: Any) -> E.Patching:
+        return E.patch(a.model, a.seq, b.seq, req.answer, req.wrong, req.metric, progress=progress)
+
     rows = min(E.ROWS, (3 * n + m.n_heads) * n)
     cached = 2 * m.n_layer * n * (4 * m.d_model) * 4
     p, _ = await lab.compute("patch", compute_key, cost(a.model, rows, 2 * n) + cached, work, progress=key)

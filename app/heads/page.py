@@ -5,6 +5,7 @@ View through the page kernel; its JSON twin is the same View as data."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,8 +107,13 @@ def bos_as_page_reads_it(state: ViewState) -> dict[str, str]:
     return {"bos": "0" if raw.lower() in ("0", "false", "off") else "1"} if raw else {}
 
 
+def form(api: str) -> Callable[[Lab, ViewState, str], dict[str, Any]]:
+    """What a page of heads draws whatever its View says: the models its form offers, and `api`'s answer for its
+    request (the JSON twin)."""
+    return lambda lab, state, lang: {"models": lab.models, "json_url": f"{api}?{state.api_query()}"}
+
+
 async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> HeadsView:
-    ctx["models"] = lab.models  # the form's presets
     p = state.read(HeadsParams)
     ctx["text_value"] = state.get("text") or DEFAULT_TEXT[ctx["lang"]]
     typed = state.spelled.get("ablate", "ablate")
@@ -216,7 +222,6 @@ class PatchView(View):
 
 
 async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> PatchView:
-    ctx["models"] = lab.models  # the form's presets
     p = state.read(PatchParams)
     ctx["clean_text"] = state.get("clean") or CLEAN
     ctx["corrupted_text"] = state.get("corrupted") or CORRUPTED
@@ -257,9 +262,5 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     )  # fmt: skip
 
 
-page_route(
-    router, "/heads", "heads.html", ROLE_KEYS, HeadsParams, heads_view, lambda s: "/api/v1/head_roles?" + s.api_query()
-)
-page_route(
-    router, "/patch", "patch.html", PATCH_KEYS, PatchParams, patch_view, lambda s: "/api/v1/patch?" + s.api_query()
-)
+page_route(router, "/heads", "heads.html", ROLE_KEYS, HeadsParams, heads_view, form("/api/v1/head_roles"))
+page_route(router, "/patch", "patch.html", PATCH_KEYS, PatchParams, patch_view, form("/api/v1/patch"))

@@ -50,7 +50,6 @@ def api_url(state: ViewState, ablate: list[list[int]] | None = None) -> str:
 
 async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> ModelView:
     """What /model shows for `state`: the page's View."""
-    ctx["models"] = lab.models  # the form's presets
     # The form offers knocking heads out for a decoder read in one pass (set first: an error page keeps the field).
     can_knock = bool(getattr(lab.models.get(state.get("preset") or "smollm2"), "one_pass_view", False))
     ctx["can_knock"], ctx["heads_text"] = can_knock, state.get("ablate")
@@ -160,4 +159,9 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     )
 
 
-page_route(router, "/model", "model.html", KEYS, ModelParams, model_page_view, api_url)
+def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
+    """What /model draws whatever its View says: the models its form offers, the API's answer for its request."""
+    return {"models": lab.models, "json_url": api_url(state)}
+
+
+page_route(router, "/model", "model.html", KEYS, ModelParams, model_page_view, form)

@@ -4,7 +4,7 @@ what the /model page shows (its JSON face is the page's `.json` twin)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pydantic import Field
@@ -16,7 +16,7 @@ from engine.spec import Spec, make_spec
 from ..lab import Lab, Progress
 from ..schemas import FieldError
 from ..web.knockouts import Knockouts, intervention
-from ..web.view import HIDDEN, OPTIONAL, View
+from ..web.view import HIDDEN, View
 
 
 @dataclass(frozen=True)
@@ -130,9 +130,12 @@ class Summarised:
     layers: int
     heads: int
     stats: tuple[tuple[Stats, ...], ...]
-    # A pass with nothing knocked out has no ablate and no ablate_mode.
-    ablate: tuple[tuple[int, int], ...] | None = field(default=None, metadata=OPTIONAL)
-    ablate_mode: str | None = field(default=None, metadata=OPTIONAL)
+    ablate: tuple[tuple[int, int], ...] = ()
+    ablate_mode: str = "zero"
+
+    def __json__(self) -> dict[str, Any]:  # a pass with nothing knocked out has no ablate and no ablate_mode
+        unnamed = () if self.ablate else ("ablate", "ablate_mode")
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in unnamed}
 
     def grid(self, stat: str) -> tuple[tuple[float, ...], ...]:
         """One statistic of every head, [layer][head]."""
@@ -154,8 +157,11 @@ async def model_view_of(req: ModelViewRequest, lab: Lab, key: str | None = None)
     # own bytes held by no reservation of the whole: each layer's trace holds its own (through the trace cache), the
     # one pass a block at a time. Watched: when the client goes away the pass stops at its next layer (Cancelled).
     if getattr(model, "one_pass_view", False):
-        stats, _ = await lab.compute("model_view", None, 0, lambda p: one_pass_stats(model, spec.token_ids, p, iv),
-                                     progress=key)  # layer by layer, for /api/v1/progress  # fmt: skip
+
+        def one_pass(progress: Progress | None) -> list[list[Stats]]:  # layer by layer, for /api/v1/progress
+            return one_pass_stats(model, spec.token_ids, iv=iv, progress=progress)
+
+        stats, _ = await lab.compute("model_view", None, 0, one_pass, progress=key)
     else:
 
         def layers(check: Progress | None) -> list[list[Stats]]:
@@ -167,6 +173,5 @@ async def model_view_of(req: ModelViewRequest, lab: Lab, key: str | None = None)
             return traced_stats(spec, model.info.n_layer, layer)
 
         stats, _ = await lab.compute("model_view", None, 0, layers)
-    mode = ("mean" if iv.mean else "zero") if iv.ablate else None
     return spec, Summarised(spec.preset, spec.tokens, model.info.n_layer, spec.n_heads, tuple(map(tuple, stats)),
-                            iv.ablate or None, mode)  # fmt: skip
+                            iv.ablate, "mean" if iv.mean else "zero")  # fmt: skip

@@ -4,7 +4,6 @@ one prediction (/api/v1/head_ranking). The engine is engine/predict.py."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +42,10 @@ async def predict_of(req: PredictRequest, lab: Lab, key: str | None) -> tuple[Te
     if req.loss_from >= n:
         raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
     compute_key = (req.preset, t.seq, iv, req.loss_from, replace, req.top)
-    work = functools.partial(P.predict, t.model, t.seq, iv, req.loss_from, replace, req.top)
+
+    def work(progress: Any) -> P.Prediction:
+        return P.predict(t.model, t.seq, iv, req.loss_from, replace, req.top, progress=progress)
+
     pred, _ = await lab.compute("predict", compute_key, forward_cost(t.model, n), work, progress=key)
     return t, iv, pred
 
@@ -59,7 +61,10 @@ async def pair_of(req: PredictRequest, other_text: str, lab: Lab, key: str | Non
         raise FieldError("compare_text", e.message) from None
     iv = intervention(req, t.model)
     compute_key = ("pair", req.preset, t.seq, t2.seq, iv, req.loss_from, req.top)
-    work = functools.partial(P.predict_pair, t.model, t.seq, t2.seq, iv, req.loss_from, req.top)
+
+    def work(progress: Any) -> P.Pair:
+        return P.predict_pair(t.model, t.seq, t2.seq, iv, req.loss_from, req.top, progress=progress)
+
     cost = forward_cost(t.model, max(len(t.seq), len(t2.seq)))
     pair, _ = await lab.compute("predict", compute_key, cost, work, progress=key)
     return t, t2, pair
@@ -210,7 +215,10 @@ async def lens_of(req: LensRequest, lab: Lab, key: str | None) -> tuple[Text, P.
     iv = intervention(req, t.model)
     inputs = t.seq
     compute_key = (req.preset, inputs, iv, req.top)
-    work = functools.partial(P.lens, t.model, inputs, iv, req.top)
+
+    def work(progress: Any) -> P.Lens:
+        return P.lens(t.model, inputs, iv, req.top, progress=progress)
+
     a = t.model.arch
     cost = forward_cost(t.model, len(inputs), 1) + a.n_layer * len(inputs) * a.d_model * 4
     lens, _ = await lab.compute("lens", compute_key, cost, work, progress=key)

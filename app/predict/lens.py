@@ -16,12 +16,11 @@ from PIL import Image
 
 from ..lab import Lab
 from ..render.heatmap import colourise, data_uri
-from ..render.predicted import generators
 from ..web.page import page_route
 from ..web.state import ViewState, within
 from ..web.view import HIDDEN, View
 from .compute import Switched, lens_document, lens_of
-from .request import LENS_KEYS, PREDICT_KEYS, LensParams, LensRequest, api_url, read_page, state_of
+from .request import LENS_KEYS, PREDICT_KEYS, LensParams, LensRequest, api_url, form, read_page, state_of
 from .shown import Candidate, bos_first, candidates, index_of, label, switched_words, twin, with_tokens
 
 router = APIRouter(include_in_schema=False)
@@ -150,7 +149,6 @@ def overview_png(p_final: np.ndarray, width: int) -> str:
 async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) -> LensView:
     """What /lens shows for `state` (its JSON face is the page's `.json` twin): every layer and position as data,
     the cells of one window of positions on the page."""
-    ctx["presets"] = generators(lab.models)  # the form's
     t = ctx["t"]
     req, (text, iv, lens), prompt, _ = await read_page(state, lab, key, ctx, LensRequest, lens_of)
     doc = lens_document(text, iv, lens)
@@ -230,4 +228,4 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
     )
 
 
-page_route(router, "/lens", "lens.html", LENS_KEYS, LensParams, build_lens, state_of=state_of)
+page_route(router, "/lens", "lens.html", LENS_KEYS, LensParams, build_lens, form, state_of=state_of)

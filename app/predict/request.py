@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from engine.models import Model
 
 from ..lab import Lab
+from ..render.predicted import generators
 from ..schemas import FieldError, from_query, lab_field
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
 from ..web.sequence import DECODER, InputText, Preset, decoder
@@ -166,6 +167,11 @@ def state_of(request: Request, path: str, keys: tuple[str, ...], view: type[Para
             if name in keys:
                 state.params.setdefault(name, "0")
     return state
+
+
+def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
+    """What /predict and /lens draw whatever their View says: the models their form offers (every decoder)."""
+    return {"presets": generators(lab.models)}
 
 
 def token_of(model: Model, text: str) -> tuple[int, int]:

@@ -17,7 +17,6 @@ from fastapi import APIRouter
 from markupsafe import Markup, escape
 
 from ..lab import Lab
-from ..render.predicted import generators
 from ..schemas import FieldError
 from ..web.knockouts import head_name
 from ..web.page import page_route
@@ -34,7 +33,17 @@ from .compute import (
     rank_cost,
     ranking_of,
 )
-from .request import LENS_KEYS, PREDICT_KEYS, PredictParams, PredictRequest, RankRequest, api_url, read_page, state_of
+from .request import (
+    LENS_KEYS,
+    PREDICT_KEYS,
+    PredictParams,
+    PredictRequest,
+    RankRequest,
+    api_url,
+    form,
+    read_page,
+    state_of,
+)
 from .shown import (
     SAME,
     Candidate,
@@ -169,7 +178,7 @@ class PredictView(View):
     ranking_error: str | None = None
     # The ranking's expected cost at `pos`, stated before it is asked for (the API's `cost`: tokens, heads,
     # per_token, total, limit), and in words; over the limit the page offers no ranking.
-    rank_cost: dict[str, int] | None = None
+    rank_cost: RankCost | None = None
     rank_cost_text: str = ""
     second: SecondPrompt | None = None  # two prompts side by side (`compare_text`)
     # Links.
@@ -297,7 +306,6 @@ def predict_view(doc: Predicted, t: Any, state: ViewState, labels: tuple[str, ..
 
 async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) -> PredictView:
     """What /predict shows for `state` (its JSON face is the page's `.json` twin)."""
-    ctx["presets"] = generators(lab.models)  # the form's
     t = ctx["t"]
     req, (text, iv, pred), prompt, said = await read_page(state, lab, key, ctx, PredictRequest, predict_of)
     first = bos_first(text.model.bos_id, text.seq)
@@ -315,13 +323,21 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
         except FieldError as e:
             ranking_error = t("error.field", field=e.field, message=e.message)
     return dataclasses.replace(
-        view, text=state.get("text") or prompt.get("text", ""), ranking=ranking, ranking_error=ranking_error,
-        rank_cost=dataclasses.asdict(cost), rank_cost_text=cost_words(cost, view.index, first, t, ranking is not None),
-        second=second, compare_close_url=state.url(compare_text=None) if second else "",
-        json_url=api_url("/api/v1/predict", req), twin_url=twin(state),
-        rank_url=state.url(pos=named(view.index, first), rank=1), lens_url=lens_link(state),
-        present_url=state.url(present=None if state.present else "1"), present=state.present,
-    )  # fmt: skip
+        view,
+        text=state.get("text") or prompt.get("text", ""),
+        ranking=ranking,
+        ranking_error=ranking_error,
+        rank_cost=cost,
+        rank_cost_text=cost_words(cost, view.index, first, t, done=ranking is not None),
+        second=second,
+        compare_close_url=state.url(compare_text=None) if second else "",
+        json_url=api_url("/api/v1/predict", req),
+        twin_url=twin(state),
+        rank_url=state.url(pos=named(view.index, first), rank=1),
+        lens_url=lens_link(state),
+        present_url=state.url(present=None if state.present else "1"),
+        present=state.present,
+    )
 
 
 async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: str, t: Any) -> SecondPrompt:
@@ -396,4 +412,4 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
                    html)  # fmt: skip
 
 
-page_route(router, "/predict", "predict.html", PREDICT_KEYS, PredictParams, build_predict, state_of=state_of)
+page_route(router, "/predict", "predict.html", PREDICT_KEYS, PredictParams, build_predict, form, state_of=state_of)

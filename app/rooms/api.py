@@ -241,15 +241,13 @@ async def open_lesson_poll(code: str, body: LessonPollIn, request: Request, room
     return await ask(rooms, room, *prepared_poll(body.lesson, body.step, body.lang, body.rows, body.cols))
 
 
-async def _poll(rooms: Rooms, code: str, poll_id: str, request: Request, teacher: bool = False) -> tuple[Room, Poll]:
-    """The room and its poll (the room's teacher's alone when `teacher`); a poll id not found costs what an unknown
-    code does."""
-    room = await (rooms.teacher(request, code) if teacher else rooms.room(code, request))
+async def _poll_of(rooms: Rooms, room: Room, poll_id: str, request: Request) -> Poll:
+    """The room's poll; a poll id not found costs what an unknown code does."""
     poll = await rooms.store.poll(room.code, poll_id[:16])
     if poll is None:
         rooms.missed(request)
         raise RoomError(404, "poll", f"no poll {poll_id[:16]!r} in room {room.code}")
-    return room, poll
+    return poll
 
 
 @router.get("/{code}/polls/lesson", response_model=PollIn, responses=TEACHER)
@@ -269,7 +267,8 @@ async def poll_results(code: str, poll_id: NotLesson, request: Request, rooms: R
     """The answers counted so far (a student's later answer replaces the earlier) and the key: to everyone once
     the poll is closed; while it is open, to the room's teacher alone (the remote shows them live), and to
     everyone else no counts at all (`counts` empty, `total` null), so that nobody can steer the vote by them."""
-    room, poll = await _poll(rooms, code, poll_id, request)
+    room = await rooms.room(code, request)
+    poll = await _poll_of(rooms, room, poll_id, request)
     shown = poll.status == "closed" or await rooms.is_teacher(request, room)
     counts = await rooms.store.counts(room.code, poll.id) if shown else {}
     out = poll.public() | {"answer": poll.answer if shown else None, "counts": counts,
@@ -283,7 +282,8 @@ async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request,
     address = client_address(request)
     rooms.address_answers.check(address, "answer", "answers from this address")
     rooms.answers.check(f"{address}/{body.student}", "answer", "answers from this student")
-    room, poll = await _poll(rooms, code, poll_id, request)
+    room = await rooms.room(code, request)
+    poll = await _poll_of(rooms, room, poll_id, request)
     if poll.status != "open":
         raise RoomError(409, "poll", "this poll is closed")
     if poll.kind == "choice":
@@ -311,7 +311,8 @@ async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request,
 @router.post("/{code}/polls/{poll_id}/close", response_model=PollOut, responses=TEACHER)
 async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Close the poll and reveal it: the counts and the key go to every follower."""
-    room, poll = await _poll(rooms, code, poll_id, request, teacher=True)
+    room = await rooms.teacher(request, code)
+    poll = await _poll_of(rooms, room, poll_id, request)
     closed = await rooms.store.close_poll(room.code, poll.id)
     assert closed is not None
     counts = await rooms.store.counts(room.code, poll.id)
@@ -322,7 +323,8 @@ async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep)
 async def clear_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Take the poll off every screen (the students' phones, the projector, the remote), closing it first if it is
     still open: `event: poll` with `{"id", "status": "cleared"}`. Its answers stay (results, CSV)."""
-    room, poll = await _poll(rooms, code, poll_id, request, teacher=True)
+    room = await rooms.teacher(request, code)
+    poll = await _poll_of(rooms, room, poll_id, request)
     if poll.status == "open":
         await rooms.store.close_poll(room.code, poll.id)
     version = await rooms.store.publish(room.code, "poll", {"id": poll.id, "status": "cleared"})
@@ -334,7 +336,8 @@ async def clear_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep)
 async def poll_csv(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Every answer (student id, nickname, answer) for the teacher's records (UTF-8 with a byte order mark, as the
     class summary's CSV: Excel opens Chinese answers as written)."""
-    room, poll = await _poll(rooms, code, poll_id, request, teacher=True)
+    room = await rooms.teacher(request, code)
+    poll = await _poll_of(rooms, room, poll_id, request)
     rows = [["student", "nickname", "answer", "correct"]]
     for a in sorted(await rooms.store.answers(room.code, poll.id), key=lambda a: a.student):
         correct = "" if poll.answer is None else str(a.answer == poll.answer).lower()

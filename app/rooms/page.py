@@ -87,10 +87,10 @@ def _in_room(response: Response, request: Request, rooms: Rooms, code: str, toke
     return response
 
 
-def _forget(response: Response, request: Request, teacher: bool = True) -> Response:
-    """The response, with the room forgotten in this browser (and its teacher token, when `teacher`)."""
+def _forget(response: Response, request: Request, token: bool = True) -> Response:
+    """The response, with the room forgotten in this browser (and its teacher token, when `token`)."""
     secure = request.url.scheme == "https"
-    if teacher:
+    if token:
         response.delete_cookie(TEACHER_COOKIE, httponly=True, samesite="strict", secure=secure)
     response.delete_cookie(ROOM_COOKIE, samesite="lax", secure=secure)
     return response
@@ -357,6 +357,7 @@ async def teach(code: str, request: Request, rooms: RoomsDep) -> Response:
 async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The teacher ends the class (every follower is told); a student's "leave" only forgets the room here."""
     form = await _form(request)
+    not_teacher = False
     try:
         check_same_origin(request)  # another site's form must neither end the class nor drop its cookies
         room = await rooms.teacher(request, code)
@@ -367,10 +368,10 @@ async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
     except RoomError as exc:
         if exc.status not in (401, 403, 404) or exc.field in ("sec-fetch-site", "origin"):
             return _page(request, "room_join.html", exc.status, error=str(exc), disabled=rooms.disabled)
-        target = "/"  # not this room's teacher, or no such room: only forget it here
+        target, not_teacher = "/", True  # not this room's teacher, or no such room: only forget it here
     # Not this room's teacher: forget the room here. Its teacher keeps the token (it expires with the room's
     # lifetime): it opens the class summary (/r/<code>/summary) after the end.
-    return _forget(RedirectResponse(target, 303), request, teacher=target == "/")
+    return _forget(RedirectResponse(target, 303), request, token=not_teacher)
 
 
 # ---- after the class: its summary, for the teacher ----------------------------------------------------------------

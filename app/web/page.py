@@ -245,18 +245,26 @@ def of_query(request: Request, path: str, keys: tuple[str, ...], params: type[Pa
     return ViewState.of(request.query_params, path, keys, params)
 
 
-def page_route(router: APIRouter, path: str, template: str, keys: tuple[str, ...], params: type[Params],
-               view: PageView, json_url: Callable[[ViewState], str] | None = None, blocks: tuple[str, ...] = (),
-               state_of: StateOf = of_query) -> None:  # fmt: skip
+def page_route(
+    router: APIRouter,
+    path: str,
+    template: str,
+    keys: tuple[str, ...],
+    params: type[Params],
+    view: PageView,
+    form: Callable[[Lab, ViewState, str], dict[str, Any]],
+    blocks: tuple[str, ...] = (),
+    state_of: StateOf = of_query,
+) -> None:
     """The page at `path`, named `<template>_page`: its state (`state_of` the request, the page's request `keys`
-    and own `params`), its View built by `view(state, lab, progress key, ctx)` (which also puts in `ctx` what the
-    page's form offers, first: an error page keeps it), its JSON twin `json_url(state)`, the `blocks` an htmx
-    request swaps (none: the whole page)."""
+    and own `params`), its View built by `view(state, lab, progress key, ctx)`, the `blocks` an htmx request swaps
+    (none: the whole page). `form(lab, state, lang)` is what the page draws whatever its View says, even a refusal
+    (an unknown lesson, a field out of range): its form's choices (`models`, `presets`) and its JSON twin
+    (`json_url`), given to `serve` before anything can fail."""
 
     async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
         state = state_of(request, path, keys, params)
         build = functools.partial(view, state, lab, request_key(request))
-        return await serve(request, lab, template, state, build, json_url=json_url(state) if json_url else None,
-                           blocks=blocks)  # fmt: skip
+        return await serve(request, lab, template, state, build, blocks=blocks, **form(lab, state, language(request)))
 
     router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)

@@ -93,6 +93,24 @@ def test_another_sites_form_cannot_end_the_class_or_drop_its_cookies() -> None:
     assert ended.status_code == 303 and teacher.get(f"/api/v1/rooms/{code}").status_code == 404
 
 
+def test_ending_a_class_forgets_the_teachers_token_only_for_someone_else() -> None:
+    """The teacher keeps the token after the end (for the class summary), even when the class's view is the bare
+    lab ("/", no query, no language: the redirect's target is "/"); a browser that is not the room's teacher
+    forgets the room and any token it holds."""
+    teacher = make_client()
+    code = start(teacher, query="")
+    ended = teacher.post(f"/r/{code}/end", data={}, headers=BROWSER, follow_redirects=False)
+    assert ended.status_code == 303 and ended.headers["location"] == "/"
+    forgotten = [c.partition("=")[0] for c in set_cookies(ended)]
+    assert forgotten == ["lab_room"] and teacher.cookies.get("lab_teacher", "").startswith(code + ".")
+    stranger = make_client()
+    other = start(stranger)
+    r = stranger.post(f"/r/{code}/end", data={}, headers=BROWSER, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/"
+    assert sorted(c.partition("=")[0] for c in set_cookies(r)) == ["lab_room", "lab_teacher"]
+    assert stranger.get(f"/api/v1/rooms/{other}").status_code == 200  # only forgotten here: its own class goes on
+
+
 def test_another_sites_form_cannot_replace_the_teachers_room() -> None:
     teacher = make_client()
     code = start(teacher)

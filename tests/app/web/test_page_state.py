@@ -107,6 +107,26 @@ def test_a_bad_lesson_is_the_requests_error_on_every_page(client: Any, path: str
     assert r.status_code == 422 and field in r.headers["x-lab-error"], (path, query, r.headers.get("x-lab-error"))
 
 
+@pytest.mark.parametrize(
+    ("path", "twin"),
+    [("/heads", "/api/v1/head_roles?"), ("/patch", "/api/v1/patch?"), ("/model", "/api/v1/model_view?"),
+     ("/decode", "/api/v1/decode?"), ("/generate", "/api/v1/generate?"), ("/predict", None), ("/lens", None)],
+)  # fmt: skip
+def test_a_page_refused_before_its_view_keeps_its_form(client: Any, path: str, twin: str | None) -> None:
+    """An unknown lesson is refused before the page's View is built (its lesson panel comes first): the 422 page
+    still offers its form's models and its JSON twin, to correct the request from (page_route's `form`)."""
+    r = client.get(f"{path}?lesson=nope&lang=en")
+    assert r.status_code == 422 and "lesson" in r.headers["x-lab-error"]
+    page = BeautifulSoup(r.text, "html.parser")
+    if path != "/generate":  # generation's form has no model to choose
+        assert page.select("select[name=preset] option"), path
+    link = page.select_one('link[rel=alternate][type="application/json"]')
+    if twin:
+        assert link is not None and link["href"].startswith(twin), (path, link)
+    else:
+        assert link is None, (path, link)  # /predict and /lens link the API from their View: none before it
+
+
 def test_a_lesson_beside_another_page_stays_in_its_links(client: Any) -> None:
     page = soup(client, "/block?stage=2&lesson=five-stages&lesson_step=2&lang=en")
     assert page.select_one(".lesson-beside .lesson-panel[data-step='2']") is not None
