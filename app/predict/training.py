@@ -122,6 +122,7 @@ class Chosen:
 @dataclass(frozen=True)
 class HeadEffect(HeadLoss):
     url: str  # the training view with this head knocked out
+    knocked: bool = False  # this head is knocked out on the page now (the ranking is of the text as written)
 
 
 @dataclass(frozen=True)
@@ -399,10 +400,12 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
     rq = RankRequest(preset=req.preset, text=req.text, token_ids=req.token_ids, bos=req.bos, position=pos,
                      target_id=target, ablate_mode=req.ablate_mode)  # fmt: skip
     doc = await ranking_of(rq, lab, key)
+    out = {(p[0], p[1]) for p in req.ablate or []}
     heads = tuple(
         HeadEffect(h.layer, h.head, h.loss, h.delta, state.url(ablate=head_name(h.layer, h.head),
                                                                replace_at=None, replace_id=None, replace_token=None,
-                                                               mask_off_layers=None, drop_sink_layers=None))
+                                                               mask_off_layers=None, drop_sink_layers=None),
+                   knocked=(h.layer, h.head) in out)
         for h in doc.heads[:RANKED]
     )  # fmt: skip
     first = bos_first(text.model.bos_id, text.seq)

@@ -331,7 +331,12 @@ def test_the_head_ranking_is_the_apis_and_links_to_each_head(tiny: TestClient) -
     assert "rank=1" in first["href"]
     knocked = twin(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1",
                    ablate=f"L{doc['heads'][0]['layer']} H{doc['heads'][0]['head']}")  # fmt: skip
-    assert knocked["switched"] and knocked["ranking"]["heads"] == ranking["heads"]
+    assert knocked["switched"] and [h | {"knocked": False} for h in knocked["ranking"]["heads"]] == ranking["heads"]
+    assert [h["knocked"] for h in knocked["ranking"]["heads"]] == [True] + [False] * (len(ranking["heads"]) - 1)
+    top = f"L{doc['heads'][0]['layer']} H{doc['heads'][0]['head']}"
+    mark = page(tiny, "/predict", preset="tiny", text=text, pos=str(pos), rank="1", ablate=top)
+    mark = mark.select("ol.ranked-heads li.knocked")
+    assert len(mark) == 1 and mark[0].select_one("a[aria-current]")  # the head knocked out now, marked in the list
     # the ranking's loss is the plain prediction's at that position
     assert abs(ranking["loss"] - view["columns"][pos + 1]["loss"]) < 1e-5
     # any decoder the lab loads: its own layers in the lens, its own BOS in the table
