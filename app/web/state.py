@@ -57,9 +57,6 @@ class Cell:
     row: int
     col: int
 
-    def as_tuple(self) -> tuple[str, int, int, int]:
-        return self.tensor, self.head, self.row, self.col
-
 
 CELL = re.compile(r"([a-z_]{1,32})\.([0-9]{1,9})\.([0-9]{1,9})\.([0-9]{1,9})")  # tensor.head.row.col
 
