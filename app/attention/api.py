@@ -38,9 +38,9 @@ from ..web.tensors import (
     hatched,
     heatmap_route,
     key_tokens,
-    long_pick,
     long_window,
     matrix_of,
+    pick,
     to_csv,
     window_response,
 )
@@ -142,7 +142,7 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
     source = await attention_source(request, lab)
     masked = None
     if isinstance(source, LongTrace):
-        tensor, head = long_pick(request, source)
+        _, tensor, head = pick(request, source)
         a = to_numpy(await run_in_threadpool(source.matrix, tensor, head))
     else:
         tensor, a = matrix_of(request, source)

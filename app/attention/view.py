@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any, Self
 from urllib.parse import urlencode
 
@@ -266,7 +266,7 @@ def small_context(trace: Trace, key: str, head: int, state: ViewState, t: Any) -
     cell = state.read(LabParams).cell
     if cell:
         ctx["arithmetic"] = view.arithmetic(trace, cell.tensor, cell.head, cell.row, cell.col, t)
-        ctx["selected"] = cell.as_tuple()
+        ctx["selected"] = astuple(cell)
     return ctx
 
 

@@ -30,9 +30,13 @@ PER_HEAD = {"q", "k", "v", "q_rot", "k_rot", "raw", "scaled", "masked", "weights
 KV_HEAD = {"k", "v", "k_rot"}
 
 
-def kv_heads_of(heads: tuple[int, ...], n_heads: int, n_kv: int) -> list[int]:
-    group = n_heads // n_kv
-    return sorted({h // group for h in heads})
+def kept_heads(trace: Traced, name: str, t: torch.Tensor, heads: tuple[int, ...]) -> list[int]:
+    """The entries of the per-head tensor `t`'s first axis that a selection of query `heads` keeps: those heads, or
+    under GQA (a K/V tensor with fewer heads) the K/V heads they read."""
+    if name in KV_HEAD and t.shape[0] != trace.n_heads:
+        group = trace.n_heads // t.shape[0]
+        return sorted({h // group for h in heads})
+    return list(heads)
 
 
 def to_numpy(t: torch.Tensor, decimals: int | None = None) -> np.ndarray:
@@ -62,10 +66,7 @@ def stage_arrays(
         arrays = {}
         for name, t in trace.stage(key).items():
             if name in PER_HEAD and not all_heads:
-                if name in KV_HEAD and t.shape[0] != trace.n_heads:
-                    t = pick(t, kv_heads_of(heads, trace.n_heads, t.shape[0]))
-                else:
-                    t = pick(t, list(heads))
+                t = pick(t, kept_heads(trace, name, t, heads))
             arrays[name] = to_numpy(t, decimals)
         yield index, key, arrays
 
@@ -75,10 +76,7 @@ def element_count(trace: Traced, stages: tuple[str, ...], heads: tuple[int, ...]
     for key in stages:
         for name, t in trace.stage(key).items():
             n = t.numel()
-            if name not in PER_HEAD:
-                total += n
-            elif name in KV_HEAD and t.shape[0] != trace.n_heads:
-                total += n * len(kv_heads_of(heads, trace.n_heads, t.shape[0])) // t.shape[0]
-            else:
-                total += n * len(heads) // t.shape[0]
+            if name in PER_HEAD:
+                n = n * len(kept_heads(trace, name, t, heads)) // t.shape[0]
+            total += n
     return total

@@ -152,9 +152,9 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
         s = to_numpy(trace.mask.masked[head, r])
         w = float(to_numpy(trace.softmax.weights[head])[r, c])
         finite = np.isfinite(s)
+        title = str(t("cell.weight", q=tok[r], k=key_tok[c]))
         if not finite.any():
-            return Arithmetic(str(t("cell.weight", q=tok[r], k=key_tok[c])), [Line(text=str(t("cell.masked_row")))],
-                              "0")  # fmt: skip
+            return Arithmetic(title, [Line(text=str(t("cell.masked_row")))], "0")
         m = float(s[finite].max())
         terms = " + ".join(rf"\exp({tex(float(v) - m, 3)})" for v in s[finite])
         denom = float(np.exp(s[finite].astype(np.float64) - m).sum())
@@ -166,7 +166,7 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
             lines.append(Line(text=str(t("cell.masked_entry"))))
         else:
             lines.append(Line.of(rf"a_{{{r},{c}}} = \exp({tex(float(s[c]) - m, 4)}) / {denom:.4f} = {tex(w)}"))
-        return Arithmetic(str(t("cell.weight", q=tok[r], k=key_tok[c])), lines, full(w))
+        return Arithmetic(title, lines, full(w))
     if name == "heads":
         a = to_numpy(trace.softmax.weights[head, r])
         v = to_numpy(trace.projection.v[kv_head(spec, head), :, c])

@@ -57,9 +57,6 @@ class Cell:
     row: int
     col: int
 
-    def as_tuple(self) -> tuple[str, int, int, int]:
-        return self.tensor, self.head, self.row, self.col
-
 
 CELL = re.compile(r"([a-z_]{1,32})\.([0-9]{1,9})\.([0-9]{1,9})\.([0-9]{1,9})")  # tensor.head.row.col
 
@@ -205,7 +202,7 @@ class ViewState:
 
     def api_query(self, **changes: object) -> str:
         """The JSON twin's query, with some fields changed or added (None drops one): each field once."""
-        p = changed({k: self.params[k] for k in self.api_keys if k in self.params}, changes)
+        p = changed(self.api_params(), changes)
         order = (*self.api_keys, *(k for k in changes if k not in self.api_keys))
         return self._encode([(k, p[k]) for k in order if k in p])
 

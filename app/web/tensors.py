@@ -76,8 +76,9 @@ def colour_mode(params: Mapping[str, str]) -> str:
     return mode
 
 
-def _pick(request: Request, trace: Traced | LongTrace, default_stage: str) -> tuple[str, str, int]:
-    """`stage` (key or 1-based index), `tensor` (the stage's main one by default) and `head` of a trace's matrix."""
+def pick(request: Request, trace: Traced | LongTrace, default_stage: str = "softmax") -> tuple[str, str, int]:
+    """`stage` (key or 1-based index), `tensor` (the stage's main one by default) and `head` of a trace's matrix,
+    a whole one or a lazy one."""
     q = request.query_params
     head = parse_head(q.get("head"), trace.n_heads)  # checked even where the tensor has no heads
     stage = parse_stage(q.get("stage"), trace.order, default_stage)
@@ -90,7 +91,7 @@ def _pick(request: Request, trace: Traced | LongTrace, default_stage: str) -> tu
 
 def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
     """The 2-D matrix a heat map or a window shows: `stage`, `tensor` and `head` (for tensors with a head axis)."""
-    stage, tensor, head = _pick(request, trace, default_stage)
+    stage, tensor, head = pick(request, trace, default_stage)
     t = trace.stage(stage)[tensor]
     return tensor, to_numpy(t[head] if t.dim() == 3 else t)
 
@@ -151,14 +152,8 @@ def window_of(request: Request, trace: Traced | LongTrace, tensor: str, shape: t
     )
 
 
-def long_pick(request: Request, lt: LongTrace, default_stage: str = "softmax") -> tuple[str, int]:
-    """`tensor` and `head` of a lazy trace, by the same rules as `matrix_of`."""
-    _, tensor, head = _pick(request, lt, default_stage)
-    return tensor, head
-
-
 def long_window(request: Request, lt: LongTrace) -> Response:
-    tensor, head = long_pick(request, lt)
+    _, tensor, head = pick(request, lt)
     shape = (lt.row_count(tensor), lt.columns(tensor))
     return window_of(request, lt, tensor, shape, lambda r0, r1: lt.rows(tensor, head, r0, r1))
 

@@ -12,7 +12,7 @@ from bs4 import BeautifulSoup
 
 from app.attention.params import LabParams
 from app.schemas import FieldError
-from app.web.state import Common, Params, ViewState, head_within, integer, param, within
+from app.web.state import Cell, Common, Params, ViewState, head_within, integer, param, within
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def test_the_labs_parameters() -> None:
     p = ViewState.of({"stage": "4", "head": "1", "cell": "weights.1.2.0", "tile": "16,32", "step": "2"}, "/", (),
                      LabParams).read(LabParams)  # fmt: skip
     assert (p.stage, p.head, p.tile) == ("softmax", 1, (16, 32))
-    assert p.cell is not None and p.cell.as_tuple() == ("weights", 1, 2, 0)
+    assert p.cell == Cell("weights", 1, 2, 0)
 
 
 def soup(client: Any, url: str) -> BeautifulSoup:
