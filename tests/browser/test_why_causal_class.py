@@ -217,6 +217,10 @@ def test_the_lessons_run_from_the_teachers_phone(browser: Browser, live_server: 
         expect(tp.locator("#ranking ol.ranked-heads li").first).to_be_visible(timeout=WAIT_MS)
         until(lambda: tp.evaluate(SIGHT, "#ranking ol.ranked-heads li"),
               lambda: f"the ranking is out of sight on the projector: {tp.evaluate(WHERE, '#ranking')}")  # fmt: skip
+        # Read from the back of the room at 1280×720: the heads (and their losses) no smaller than the table's words.
+        sizes = tp.eval_on_selector_all("#ranking ol.ranked-heads :is(li > a, small)",
+                                        "els => els.map(e => parseFloat(getComputedStyle(e).fontSize))")  # fmt: skip
+        assert sizes and min(sizes) >= 16, sizes
         knock = ph.locator("[data-controls=knock] button")
         expect(knock).not_to_have_count(0, timeout=WAIT_MS)
         second = knock.nth(1).inner_text()
