@@ -26,6 +26,7 @@ def test_the_pruning_curve_shows_its_progress(page: Page, live_server: str) -> N
     page.locator("[data-prune]").click(no_wait_after=True)  # the page answers when the curve is done
     progress = page.locator("#progress")
     expect(progress).to_be_visible(timeout=SLOW)
+    expect(page.locator("#loading")).to_be_hidden()  # one box in the corner, not "Computing…" under the progress
     expect(progress).to_contain_text(
         re.compile(r"[1-9]\d* / \d+ · "), timeout=SLOW
     )  # a layer of a batch of knock-outs at a time
