@@ -131,6 +131,13 @@ def test_no_request_leaves_loopback_and_the_csp_blocks_nothing(page: Page, live_
     expect(page.locator("#stage")).to_have_attribute("data-index", "4")
     page.keyboard.press("m")
     expect(page.locator("[data-toggle=mask]")).to_have_attribute("aria-pressed", "false")
+    # Presenter mode fits the numbers with inline sizes set by script; a step's htmx swap must not copy them back
+    # as style attributes (htmx's default attributesToSettle did, refused by the CSP on every step).
+    page.goto(f"{live_server}/?stage=2&lang=en&present=1")
+    page.click("[data-action=next]")
+    expect(page.locator("#stage")).to_have_attribute("data-index", "3")
+    page.click("[data-action=next]")
+    expect(page.locator("#stage")).to_have_attribute("data-index", "4")
     page.goto(f"{live_server}/?preset=gpt2-small&tokens=" + "+".join(f"w{i}" for i in range(30)) + "&stage=4")
     page.locator("#zoom").hover()
     page.goto(f"{live_server}/docs")
