@@ -486,13 +486,14 @@ window.labLargest = function (lo, hi, set, fits) {
   window.labSettleFormulas = settle;
 })();
 
-// Phones: the step tabs and the block's flow are one row that scrolls sideways; keep the current step in view
-// (after a load and after each swap), without moving the page.
+// Phones: the step tabs, the block's flow and /predict's table are one row that scrolls sideways; keep the current
+// step (the chosen position: a following student's phone shows the one the teacher picked) in view, after a load
+// and after each swap, without moving the page.
 (function () {
   "use strict";
   function reveal() {
-    document.querySelectorAll("ol.flow, ol.tabs").forEach(function (row) {
-      var cur = row.querySelector("a[aria-current]");
+    document.querySelectorAll("ol.flow, ol.tabs, .train-scroll").forEach(function (row) {
+      var cur = row.querySelector("a[aria-current], td.chosen");
       if (!cur || row.scrollWidth <= row.clientWidth) return;
       var r = cur.getBoundingClientRect(), box = row.getBoundingClientRect();
       row.scrollLeft += (r.left + r.width / 2) - (box.left + box.width / 2);

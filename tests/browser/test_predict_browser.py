@@ -39,6 +39,19 @@ def test_the_prediction_pages_fit_a_phone(page: Page, live_server: str, url: str
     assert form is not None and table.bounding_box()["y"] < form["y"]  # type: ignore[index]
 
 
+def test_a_phone_shows_the_chosen_position_of_a_long_table(page: Page, live_server: str) -> None:
+    """A following student's phone gets the position the teacher picked: the table's own scroll brings that column
+    into view (the page itself does not scroll sideways)."""
+    page.set_default_timeout(SLOW)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live_server}/predict?lang=en&text=The+cat+sat+on+the+mat+because+it+was+tired.&pos=8")
+    chosen = page.locator("table[data-train] tr.rank td.chosen")
+    expect(chosen).to_have_count(1)
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    box = chosen.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, box
+
+
 @pytest.mark.parametrize(("size", "url"), [((1280, 720), "/lens?lang=en&present=1"),
                                            ((1920, 1080), "/lens?lang=zh&present=1")])  # fmt: skip
 def test_the_lens_fits_a_projector_in_presenter_mode(page: Page, live_server: str, size: tuple[int, int],
