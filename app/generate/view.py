@@ -17,7 +17,7 @@ from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView
 from ..render.predicted import generators, top_labels
-from ..schemas import OUTPUT, FieldError
+from ..schemas import RETURNED, FieldError, LabField
 from ..web.view import View
 
 
@@ -72,7 +72,7 @@ class GenerateRequest(BaseModel):
     layer: int | None = Field(
         None, ge=0, le=4096, description="The layer whose attention is returned (default: the last)."
     )
-    decimals: int | None = Field(None, ge=0, le=8, description="Round the attention weights.", json_schema_extra=OUTPUT)
+    decimals: int | None = LabField(None, "Round the attention weights.", ge=0, le=8, **RETURNED)
 
 
 def generation_spec(req: GenerateRequest, limits: Limits, device: str, models: Mapping[str, Any],

@@ -19,7 +19,7 @@ from engine.models import Model
 
 from ..lab import Lab
 from ..render.predicted import generators
-from ..schemas import FieldError, from_query, lab_field
+from ..schemas import FieldError, LabField, from_query
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
 from ..web.sequence import DECODER, InputText, Preset, decoder
 from ..web.state import Params, ViewState, flag_on, integer, param, parse_int, show
@@ -33,12 +33,12 @@ EOS = Field(True, description="End it with the model's EOS token (when it define
 class Switches(Knockouts):
     """The interventions every prediction view takes."""
 
-    mask_off_layers: list[int] | Literal["all"] | None = Field(
-        None, description="Layers whose causal mask is removed (every query reads every key). " + LAYERS,
-        json_schema_extra=lab_field(kind="list"))  # fmt: skip
-    drop_sink_layers: list[int] | Literal["all"] | None = Field(
-        None, description="Layers where no query but the first reads position 0 (the attention sink). " + LAYERS,
-        json_schema_extra=lab_field(kind="list"))  # fmt: skip
+    mask_off_layers: list[int] | Literal["all"] | None = LabField(
+        None, "Layers whose causal mask is removed (every query reads every key). " + LAYERS, kind="list"
+    )
+    drop_sink_layers: list[int] | Literal["all"] | None = LabField(
+        None, "Layers where no query but the first reads position 0 (the attention sink). " + LAYERS, kind="list"
+    )
 
     _lists = field_validator("mask_off_layers", "drop_sink_layers", mode="before")(layer_list)
 
@@ -62,9 +62,9 @@ class PredictRequest(Switches):
     eos: bool = EOS
     loss_from: int = Field(0, ge=0, le=1_000_000, description="The first scored position: positions before it "
                            "count in no loss (a loss mask, as SFT scores only the answer); attention is unchanged.")  # fmt: skip
-    replace: Replace | None = Field(None, description="Put token_id at input position `position` (the leakage "
-                                    "proof): the run is compared with the unreplaced text under the same switches.",
-                                    json_schema_extra=lab_field(kind="json"))  # fmt: skip
+    replace: Replace | None = LabField(None, "Put token_id at input position `position` (the leakage proof): the "
+                                       "run is compared with the unreplaced text under the same switches.",
+                                       kind="json")  # fmt: skip
     top: int = Field(5, ge=1, le=20, description="Most likely tokens listed per position.")
 
 

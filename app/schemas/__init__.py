@@ -1,7 +1,7 @@
 """The API's request and response models, and the one path from a request to an engine Spec, by job:
 
 - `fields`: THE field list. Each field is declared once, in its request model, with its type, range, description
-  and its place in the lab (`lab_field`: the form group, the field it depends on, its kind, the limit it is checked
+  and its place in the lab (`LabField`: the form group, the field it depends on, its kind, the limit it is checked
   against); the GET parser, the OpenAPI query parameters, the lab form (app/templating.py), the URL state
   (app/web/state.py) and the CLI (app/cli.py) derive from it through `request_fields`. Which mask a parameter goes
   with (`depends`) comes from engine/masks.py's kinds.
@@ -20,13 +20,13 @@ Everything is importable from `app.schemas`.
 
 from __future__ import annotations
 
-from .fields import FieldError, head_within, lab_field, request_fields
+from .fields import FieldError, LabField, head_within, request_fields
 from .query import ASCII_INT, ASCII_NUMBER, LIST_FIELDS, from_query, int_or_empty, query_parameters
-from .request_models import OUTPUT, AttentionRequest, BlockRequest, DecodeRequest, Selection, TilesRequest
+from .request_models import RETURNED, AttentionRequest, BlockRequest, DecodeRequest, Selection, TilesRequest
 from .responses import ERRORS, AttentionResponse, Problem
 
 __all__ = [
-    "ASCII_INT", "ASCII_NUMBER", "ERRORS", "LIST_FIELDS", "OUTPUT", "AttentionRequest", "AttentionResponse",
-    "BlockRequest", "DecodeRequest", "FieldError", "Problem", "Selection", "TilesRequest", "from_query",
-    "head_within", "int_or_empty", "lab_field", "query_parameters", "request_fields",
+    "ASCII_INT", "ASCII_NUMBER", "ERRORS", "LIST_FIELDS", "RETURNED", "AttentionRequest", "AttentionResponse",
+    "BlockRequest", "DecodeRequest", "FieldError", "LabField", "Problem", "Selection", "TilesRequest", "from_query",
+    "head_within", "int_or_empty", "query_parameters", "request_fields",
 ]  # fmt: skip

@@ -1,5 +1,5 @@
 """The one field list: each request field is declared once, in its request model (app/schemas/request_models.py,
-app/predict/request.py), with its place in the lab as metadata (`lab_field`: the form group, the field it depends
+app/predict/request.py), with its place in the lab as metadata (`LabField`: the form group, the field it depends
 on, its kind, the limit it is checked against); `request_fields` reads it back for every consumer (the GET parser,
 the OpenAPI query parameters, the lab form, the URL state, the CLI). Which mask a parameter goes with is the
 engine's (engine/masks.py), read by `mask_depends`."""
@@ -34,35 +34,6 @@ FIELD_KINDS = ("choice", "integer", "number", "list", "json", "text")
 FIELD_OPTIONS = frozenset(name for name, p in inspect.signature(Field).parameters.items() if p.kind is p.KEYWORD_ONLY)
 
 
-def lab_field(
-    *,
-    form: str | None = "more",
-    depends: tuple[str, str] | None = None,
-    only: Literal["builtin", "pretrained"] | None = None,
-    kind: str | None = None,
-    limit: str | None = None,
-    output: bool = False,
-) -> dict[str, Any]:
-    """A request field's place in the lab, for `Field(..., json_schema_extra=lab_field(...))`; /openapi.json shows
-    it as `x-lab`. Every option has a default, so a new field needs none of them:
-
-    form: the lab form's group (sequence, main, more, hidden); None keeps the field out of a page's URL (explicit
-        matrices, the output selection, dtype). A field in no group the template places by hand gets a generic
-        input in "more".
-    depends: (field, value): the field is only used when `field` has that value; a page drops it otherwise. A mask
-        kind's parameter needs none: which mask it goes with is the engine's (engine/masks.py, `mask_depends`).
-    only: the field is for built-in presets (toy, gpt2-small) or for pretrained models only.
-    kind: the input's kind when the type does not say it (a list of numbers sent as JSON text: "json").
-    limit: the `Limits` attribute the engine checks it against (the form's max, the CLI's help).
-    output: what to return, not what to compute (not passed to the engine).
-    """
-    assert form is None or form in FORM_GROUPS, form
-    assert kind is None or kind in FIELD_KINDS, kind
-    assert limit is None or limit in Limits.__dataclass_fields__, limit
-    given = {"depends": depends and list(depends), "only": only, "kind": kind, "limit": limit, "output": output}
-    return {"x-lab": {"form": form, **{key: value for key, value in given.items() if value}}}
-
-
 def LabField(
     default: Any = PydanticUndefined,
     description: str | None = None,
@@ -75,12 +46,28 @@ def LabField(
     output: bool = False,
     **constraints: Any,
 ) -> Any:
-    """pydantic's `Field(default, description=…, **constraints)` for a request field, with its place in the lab
-    (`lab_field`'s options, as the field's `json_schema_extra`). A keyword that is neither is a TypeError."""
+    """pydantic's `Field(default, description=…, **constraints)` for a request field, with its place in the lab as
+    the field's `json_schema_extra` (/openapi.json shows it as `x-lab`). Every lab option has a default, so a new
+    field needs none of them; a keyword that is neither a lab option nor pydantic's is a TypeError:
+
+    form: the lab form's group (sequence, main, more, hidden); None keeps the field out of a page's URL (explicit
+        matrices, the output selection, dtype). A field in no group the template places by hand gets a generic
+        input in "more".
+    depends: (field, value): the field is only used when `field` has that value; a page drops it otherwise. A mask
+        kind's parameter needs none: which mask it goes with is the engine's (engine/masks.py, `mask_depends`).
+    only: the field is for built-in presets (toy, gpt2-small) or for pretrained models only.
+    kind: the input's kind when the type does not say it (a list of numbers sent as JSON text: "json").
+    limit: the `Limits` attribute the engine checks it against (the form's max, the CLI's help).
+    output: what to return, not what to compute (not passed to the engine).
+    """
     unknown = sorted(constraints.keys() - FIELD_OPTIONS)
     if unknown:
         raise TypeError(f"LabField() got unexpected keyword arguments: {', '.join(unknown)}")
-    lab = lab_field(form=form, depends=depends, only=only, kind=kind, limit=limit, output=output)
+    assert form is None or form in FORM_GROUPS, form
+    assert kind is None or kind in FIELD_KINDS, kind
+    assert limit is None or limit in Limits.__dataclass_fields__, limit
+    given = {"depends": depends and list(depends), "only": only, "kind": kind, "limit": limit, "output": output}
+    lab: dict[str, Any] = {"x-lab": {"form": form, **{key: value for key, value in given.items() if value}}}
     return Field(default, description=description, json_schema_extra=lab, **constraints)
 
 
@@ -92,7 +79,7 @@ def mask_depends(model: type[BaseModel], name: str) -> tuple[str, str] | None:
 
 
 def mask_parameters(schema: dict[str, Any], model: type[BaseModel]) -> None:
-    """/openapi.json's `x-lab` of each mask parameter names its mask, as `lab_field(depends=…)` would write it."""
+    """/openapi.json's `x-lab` of each mask parameter names its mask, as `LabField(depends=…)` would write it."""
     for name, prop in schema.get("properties", {}).items():
         depends = mask_depends(model, name)
         if depends is not None:
@@ -142,7 +129,7 @@ def _kind(options: list[dict[str, Any]]) -> tuple[str, str | None, tuple[str, ..
 
 @lru_cache(maxsize=64)
 def request_fields(model: type[BaseModel]) -> dict[str, RequestField]:
-    """Every field of a request model with its metadata (`lab_field`), in the model's order: the one field list."""
+    """Every field of a request model with its metadata (`LabField`'s), in the model's order: the one field list."""
     props = model.model_json_schema()["properties"]
     out: dict[str, RequestField] = {}
     for name, info in model.model_fields.items():

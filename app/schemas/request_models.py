@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.spec import DTYPES, MASKS, PAIRINGS, POSITIONS, SCALES, STAGES, Limits, Spec, make_decode_spec, make_spec
 
-from .fields import FieldError, LabField, head_within, lab_field, mask_parameters, request_fields
+from .fields import FieldError, LabField, head_within, mask_parameters, request_fields
 
 if TYPE_CHECKING:  # engine.block imports torch: the CLI's --help builds its options from these models without it
     from engine.block import BlockSpec
@@ -50,7 +50,6 @@ def _surrogate(v: Any) -> bool:
 # `LabField` options: explicit weights (POST-sized, JSON text), and what to return, not what to compute.
 EXPLICIT: dict[str, Any] = {"form": None, "kind": "json", "limit": "max_explicit_d_model"}
 RETURNED: dict[str, Any] = {"form": None, "output": True}
-OUTPUT = lab_field(**RETURNED)  # as a plain Field's json_schema_extra
 
 
 class AttentionRequest(BaseModel):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine import predict as P
 from engine.models.families import Model
 
-from ..schemas import FieldError, from_query, lab_field
+from ..schemas import FieldError, LabField, from_query
 from .state import ViewState, parse_heads
 
 LAYERS = 'A list of layers (0 is the first), or "all".'
@@ -39,9 +39,9 @@ class Knockouts(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    ablate: list[list[int]] | None = Field(
-        None, max_length=4096, description="Heads to knock out, as [layer, head] pairs: their output is replaced "
-        "before W_O (see ablate_mode).", json_schema_extra=lab_field(kind="json"))  # fmt: skip
+    ablate: list[list[int]] | None = LabField(
+        None, "Heads to knock out, as [layer, head] pairs: their output is replaced before W_O (see ablate_mode).",
+        kind="json", max_length=4096)  # fmt: skip
     ablate_mode: Literal["zero", "mean"] = Field(
         "zero", description="zero: the head's output becomes 0; mean: at position t, the head's mean output over "
         "positions 0…t (no future token leaks in).")  # fmt: skip

@@ -90,7 +90,7 @@ def show(text: str, limit: int = 40) -> str:
 # --- The view state: the URL query of a page, normalised once ------------------------------------------------
 
 # A field that only one choice of another field uses; left over from another choice, the page drops it. Derived
-# from the request models' field metadata (app/schemas/fields.py `lab_field`): nothing to edit here.
+# from the request models' field metadata (app/schemas/fields.py `LabField`): nothing to edit here.
 DEPENDS: dict[str, tuple[str, str]] = {
     n: f.depends for n, f in request_fields(BlockRequest).items() if f.depends is not None
 }

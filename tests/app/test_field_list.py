@@ -21,7 +21,6 @@ from app.schemas import (
     DecodeRequest,
     FieldError,
     from_query,
-    lab_field,
     query_parameters,
     request_fields,
     request_models,
@@ -63,12 +62,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> type[AttentionRequest]:
         __base__=AttentionRequest,
         temperature=(
             float | None,
-            Field(
-                None,
-                gt=0,
-                description="Divide the scores by it.",
-                json_schema_extra=lab_field(depends=("mask", "causal")),
-            ),
+            LabField(None, "Divide the scores by it.", gt=0, depends=("mask", "causal")),
         ),
     )
     put_request_model(monkeypatch, fake_model)
@@ -162,13 +156,11 @@ def test_depends_and_the_url_fields_derive_from_the_metadata() -> None:
 
 
 def test_a_misspelt_field_option_is_refused() -> None:
-    """A lab option's typo (`limt`) fails at import, as `lab_field(limt=…)` does, instead of vanishing from x-lab."""
+    """A lab option's typo (`limt`) fails at import instead of vanishing from x-lab (pydantic only warns)."""
     field = LabField(None, "x", ge=0, limit="max_tokens")
     assert field.json_schema_extra == {"x-lab": {"form": "more", "limit": "max_tokens"}}
     with pytest.raises(TypeError, match="limt"):
         LabField(None, "x", ge=0, limt="max_tokens")
-    with pytest.raises(TypeError):
-        lab_field(limt="max_tokens")  # type: ignore[call-arg]
 
 
 def test_settings_limits_derive_from_the_engine_limits() -> None:
