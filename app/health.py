@@ -14,7 +14,7 @@ from .render.payload import json_response
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", summary="Liveness: the device and what the caches hold")
 async def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     drawing = lab.ahead.pending if lab.ahead is not None else 0
     return {"status": "ok", "device": lab.device, "cached_traces": len(lab.cache), "drawing_ahead": drawing}
@@ -22,6 +22,7 @@ async def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
 
 @router.get(
     "/api/v1/progress",
+    summary="How far a long computation has come",
     responses={
         404: {"description": "Nothing in progress for this request (done, or never asked)"},
         414: {"description": "The query is over MAX_QUERY_KB (a long text's URL, percent-encoded)"},

@@ -128,6 +128,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Attention Lab",
         version=__version__,
         summary="Scaled dot-product attention, one stage at a time, every number computed.",
+        description=docs.DESCRIPTION,
+        openapi_tags=docs.TAGS,
         docs_url=None,
         redoc_url=None,
     )

@@ -106,9 +106,25 @@ async def answer_npz(request: Request, req: AttentionRequest, lab: Lab) -> Respo
 
 
 twins(
-    router, "/attention", AttentionRequest, answer_json, "attention", response_model=AttentionResponse, responses=ERRORS
+    router,
+    "/attention",
+    AttentionRequest,
+    answer_json,
+    "attention",
+    response_model=AttentionResponse,
+    responses=ERRORS,
+    summary="Trace the five stages of attention (masked entries are null)",
 )
-twins(router, "/attention.npz", AttentionRequest, answer_npz, "attention_npz", response_class=Response, responses=NPZ)
+twins(
+    router,
+    "/attention.npz",
+    AttentionRequest,
+    answer_npz,
+    "attention_npz",
+    response_class=Response,
+    responses=NPZ,
+    summary="The five stages as a NumPy archive (−∞ kept)",
+)
 
 
 async def attention_source(request: Request, lab: Lab) -> Traced | LongTrace:
@@ -131,7 +147,7 @@ async def attention_matrix(request: Request, lab: Lab) -> tuple[Traced, str, np.
     return trace, tensor, a
 
 
-@router.get("/attention/heatmap.png", **heatmap_route(AttentionRequest))
+@router.get("/attention/heatmap.png", summary="One head's matrix as a PNG heat map", **heatmap_route(AttentionRequest))
 @cached_get
 async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
@@ -150,7 +166,11 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
     return await drawn(tensor, a, size, mode, masked)
 
 
-@router.get("/attention/window", openapi_extra={"parameters": query_parameters(AttentionRequest, WINDOW_EXTRA)})
+@router.get(
+    "/attention/window",
+    summary="Exact numbers of a rectangle of one matrix",
+    openapi_extra={"parameters": query_parameters(AttentionRequest, WINDOW_EXTRA)},
+)
 @cached_get
 async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Exact numbers of a rectangle of one head's matrix: `stage` or `tensor`, `head`, `row`, `col` (its top-left
@@ -172,7 +192,11 @@ def file_route(media_type: str, description: str) -> dict[str, Any]:
     }
 
 
-@router.get("/attention/export.csv", **file_route("text/csv", "One head of one tensor, labelled; −∞ is -inf"))
+@router.get(
+    "/attention/export.csv",
+    summary="One head of one tensor as CSV",
+    **file_route("text/csv", "One head of one tensor, labelled; −∞ is -inf"),
+)
 @cached_get
 async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One (head of a) tensor as CSV: a header row of key labels or dimensions, a token label on each row."""
@@ -183,7 +207,11 @@ async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
 
 
-@router.get("/attention/export.npy", **file_route("application/octet-stream", "np.load() gives the tensor"))
+@router.get(
+    "/attention/export.npy",
+    summary="One whole tensor as a .npy file",
+    **file_route("application/octet-stream", "np.load() gives the tensor"),
+)
 @cached_get
 async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One whole tensor (every head) as a .npy file; `stage` and `tensor` choose it, −∞ stays −∞."""
@@ -197,7 +225,11 @@ async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
                     headers={"Content-Disposition": f'attachment; filename="{tensor}.npy"'})  # fmt: skip
 
 
-@router.get("/attention/heatmap.svg", **file_route("image/svg+xml", "One head's matrix as an SVG heat map"))
+@router.get(
+    "/attention/heatmap.svg",
+    summary="One head's matrix as an SVG heat map",
+    **file_route("image/svg+xml", "One head's matrix as an SVG heat map"),
+)
 @cached_get
 async def heatmap_svg(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """A vector heat map with token labels, for slides and papers (at most 64 × 64 cells; use the PNG beyond)."""
@@ -231,7 +263,16 @@ async def answer_tiles(request: Request, req: TilesRequest, lab: Lab) -> Respons
     )  # fmt: skip
 
 
-twins(router, "/attention/tiles", TilesRequest, answer_tiles, "tiles", responses=ERRORS, description=TILES_NOTE)
+twins(
+    router,
+    "/attention/tiles",
+    TilesRequest,
+    answer_tiles,
+    "tiles",
+    responses=ERRORS,
+    description=TILES_NOTE,
+    summary="FlashAttention's tiled online softmax, block by block",
+)
 
 
 SINK_NOTE = (
@@ -267,4 +308,13 @@ async def answer_sink(request: Request, req: AttentionRequest, lab: Lab) -> Resp
     )  # fmt: skip
 
 
-twins(router, "/attention/sink", AttentionRequest, answer_sink, "sink", responses=ERRORS, description=SINK_NOTE)
+twins(
+    router,
+    "/attention/sink",
+    AttentionRequest,
+    answer_sink,
+    "sink",
+    responses=ERRORS,
+    description=SINK_NOTE,
+    summary="Attention sinks: each head's weight on the first token",
+)

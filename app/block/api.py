@@ -45,8 +45,16 @@ async def answer_npz(request: Request, req: BlockRequest, lab: Lab) -> Response:
     return await answer_block(request, req, lab, "npz")
 
 
-twins(router, "/block", BlockRequest, answer_json, "block", responses=ERRORS)
-twins(router, "/block.npz", BlockRequest, answer_npz, "block_npz", "block_npz", response_class=Response, responses=NPZ,
+twins(
+    router,
+    "/block",
+    BlockRequest,
+    answer_json,
+    "block",
+    responses=ERRORS,
+    summary="A whole transformer block, stage by stage (LayerNorm, attention, FFN, residuals)",
+)
+twins(router, "/block.npz", BlockRequest, answer_npz, "block_npz", "block_npz", summary="A block's stages as a NumPy archive", response_class=Response, responses=NPZ,
       description="Every selected stage as a NumPy archive, names `stage.tensor` (e.g. `ln1.ln1`, `softmax.weights`).")  # fmt: skip
 
 
@@ -56,7 +64,7 @@ async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
     return trace
 
 
-@router.get("/block/heatmap.png", **heatmap_route(BlockRequest))
+@router.get("/block/heatmap.png", summary="One block tensor as a PNG heat map", **heatmap_route(BlockRequest))
 @cached_get
 async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """One tensor of one block stage as a PNG: the block fields plus `stage`, `tensor`, `head`, `size`."""
@@ -67,7 +75,11 @@ async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)])
     return await drawn(tensor, a, size, mode)
 
 
-@router.get("/block/window", openapi_extra={"parameters": query_parameters(BlockRequest, WINDOW_EXTRA)})
+@router.get(
+    "/block/window",
+    summary="Exact numbers of a rectangle of one block tensor",
+    openapi_extra={"parameters": query_parameters(BlockRequest, WINDOW_EXTRA)},
+)
 @cached_get
 async def block_window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """Exact numbers of a rectangle of one block tensor (see /api/v1/attention/window)."""

@@ -77,4 +77,11 @@ async def answer(request: Request, req: DecodeRequest, lab: Lab) -> Response:
     )  # fmt: skip
 
 
-twins(router, "/decode", DecodeRequest, answer, "decode")
+twins(
+    router,
+    "/decode",
+    DecodeRequest,
+    answer,
+    "decode",
+    summary="Decoding with a KV cache, step by step, against recomputing",
+)

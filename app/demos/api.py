@@ -34,7 +34,12 @@ async def scaling() -> dict[str, Any]:
     return await run_in_threadpool(demos.scaling)
 
 
-@router.get("/scaling.svg", response_class=Response, responses={200: {"content": {"image/svg+xml": {}}}})
+@router.get(
+    "/scaling.svg",
+    summary="The scaling demonstration as an SVG chart",
+    response_class=Response,
+    responses={200: {"content": {"image/svg+xml": {}}}},
+)
 async def scaling_svg(
     chart: Literal["variance", "max", "entropy"] = "variance", lang: Literal["en", "zh"] = "en"
 ) -> Response:

@@ -24,4 +24,11 @@ async def answer(request: Request, req: GenerateRequest, lab: Lab) -> Response:
     return json_response(document(lab.models[spec.preset], spec, g, req.decimals))
 
 
-twins(router, "/generate", GenerateRequest, answer, "generate")
+twins(
+    router,
+    "/generate",
+    GenerateRequest,
+    answer,
+    "generate",
+    summary="Generate tokens greedily, with each step's attention",
+)

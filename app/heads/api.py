@@ -47,6 +47,20 @@ async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
     return json_response(jsonable(await patch_of(req, lab, get_key(request))))
 
 
-twins(router, "/head_roles", RolesRequest, head_roles, "head_roles")
-twins(router, "/prune", PruneRequest, prune, "prune")
-twins(router, "/patch", PatchRequest, patch, "patch")
+twins(
+    router,
+    "/head_roles",
+    RolesRequest,
+    head_roles,
+    "head_roles",
+    summary="Every head's role scores and the induction probe",
+)
+twins(router, "/prune", PruneRequest, prune, "prune", summary="The pruning curve: heads knocked out one after another")
+twins(
+    router,
+    "/patch",
+    PatchRequest,
+    patch,
+    "patch",
+    summary="Activation patching: a clean activation into a corrupted run",
+)

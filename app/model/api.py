@@ -26,4 +26,12 @@ async def answer(request: Request, req: ModelViewRequest, lab: Lab) -> Response:
     return json_response(jsonable(summarised))
 
 
-twins(router, "/model_view", ModelViewRequest, answer, "model_view", description=NOTE)
+twins(
+    router,
+    "/model_view",
+    ModelViewRequest,
+    answer,
+    "model_view",
+    description=NOTE,
+    summary="Every layer and head of a model at a glance (entropy, sinks, distance)",
+)

@@ -50,6 +50,22 @@ async def head_ranking(request: Request, req: RankRequest, lab: Lab) -> Response
     return json_response(jsonable(await ranking_of(req, lab, get_key(request))))
 
 
-twins(router, "/predict", PredictRequest, predict, "predict")
-twins(router, "/logit_lens", LensRequest, logit_lens, "logit_lens")
-twins(router, "/head_ranking", RankRequest, head_ranking, "head_ranking")
+twins(
+    router, "/predict", PredictRequest, predict, "predict", summary="Next-token predictions and loss at every position"
+)
+twins(
+    router,
+    "/logit_lens",
+    LensRequest,
+    logit_lens,
+    "logit_lens",
+    summary="The logit lens: the prediction after each layer",
+)
+twins(
+    router,
+    "/head_ranking",
+    RankRequest,
+    head_ranking,
+    "head_ranking",
+    summary="Heads ranked by what knocking each out costs",
+)

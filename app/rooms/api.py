@@ -108,7 +108,9 @@ def refused(exc: RoomError) -> Response:
     return json_response(body, exc.status, exc.headers)
 
 
-@router.post("", status_code=201, response_model=RoomOut, responses=REFUSALS)
+@router.post(
+    "", summary="Start a class (a room) on a view", status_code=201, response_model=RoomOut, responses=REFUSALS
+)
 async def create_room(request: Request, rooms: RoomsDep, body: ViewIn | None = None) -> Response:
     """Start a room on a view (default: the lab's start). The teacher token in the answer is never shown again."""
     body = body or ViewIn()
@@ -121,7 +123,7 @@ async def create_room(request: Request, rooms: RoomsDep, body: ViewIn | None = N
     return json_response(out, 201, {"Location": f"/api/v1/rooms/{room.code}"})
 
 
-@router.get("/{code}", response_model=RoomInfo, responses=REFUSALS)
+@router.get("/{code}", summary="A room's current view and state", response_model=RoomInfo, responses=REFUSALS)
 async def get_room(code: str, request: Request, rooms: RoomsDep) -> Response:
     room = await rooms.room(code, request)
     followers = await rooms.store.followers(room.code)
@@ -129,7 +131,9 @@ async def get_room(code: str, request: Request, rooms: RoomsDep) -> Response:
                           "followers": followers, "poll": room.poll})  # fmt: skip
 
 
-@router.put("/{code}/state", response_model=VersionOut, responses=TEACHER)
+@router.put(
+    "/{code}/state", summary="Move the class to a new view (teacher)", response_model=VersionOut, responses=TEACHER
+)
 async def put_state(code: str, body: ViewIn, request: Request, rooms: RoomsDep) -> Response:
     """The teacher's new view: checked by the lab (a view it would refuse is a 422), then sent to every follower."""
     room = await rooms.teacher(request, code)
@@ -156,7 +160,7 @@ async def close_left_behind(rooms: Rooms, room: Room, page: str) -> None:
     await rooms.store.publish(room.code, "poll", {"id": poll.id, "status": "cleared", "reason": "page"})
 
 
-@router.delete("/{code}", status_code=204, responses=TEACHER)
+@router.delete("/{code}", summary="End the class (teacher)", status_code=204, responses=TEACHER)
 async def end_room(code: str, request: Request, rooms: RoomsDep) -> Response:
     """End the class: every stream gets `event: end` and closes; its summary stays for the teacher
     (`GET …/summary`) for ROOM_IDLE_S."""
@@ -167,6 +171,7 @@ async def end_room(code: str, request: Request, rooms: RoomsDep) -> Response:
 
 @router.get(
     "/{code}/events",
+    summary="Follow a room: its views and polls as server-sent events",
     responses=REFUSALS | {200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}},
     response_class=StreamingResponse,
 )
@@ -197,7 +202,13 @@ async def events(
                              background=BackgroundTask(follow.unfollow))  # fmt: skip
 
 
-@router.post("/{code}/polls", status_code=201, response_model=PollCreated, responses=TEACHER)
+@router.post(
+    "/{code}/polls",
+    summary="Open a poll on the current view (teacher)",
+    status_code=201,
+    response_model=PollCreated,
+    responses=TEACHER,
+)
 async def open_poll(code: str, body: PollIn, request: Request, rooms: RoomsDep) -> Response:
     """Open a poll on the current view (any open one closes): students see it at once and answer once."""
     return await ask(rooms, await rooms.teacher(request, code), body)
@@ -233,7 +244,13 @@ def prepared_poll(slug: str, k: int, lang: str, rows: int | None, cols: int | No
     return poll, languages
 
 
-@router.post("/{code}/polls/lesson", status_code=201, response_model=PollCreated, responses=TEACHER)
+@router.post(
+    "/{code}/polls/lesson",
+    summary="Ask a lesson step's prepared question (teacher)",
+    status_code=201,
+    response_model=PollCreated,
+    responses=TEACHER,
+)
 async def open_lesson_poll(code: str, body: LessonPollIn, request: Request, rooms: RoomsDep) -> Response:
     """Ask the class a lesson step's own question: its options and its key come from the lesson (never from the
     projected page, which does not hold the key); students see the question at once, the key when it closes."""
@@ -250,7 +267,12 @@ async def _poll_of(rooms: Rooms, room: Room, poll_id: str, request: Request) -> 
     return poll
 
 
-@router.get("/{code}/polls/lesson", response_model=PollIn, responses=TEACHER)
+@router.get(
+    "/{code}/polls/lesson",
+    summary="Preview a lesson step's prepared poll (teacher)",
+    response_model=PollIn,
+    responses=TEACHER,
+)
 async def lesson_poll(code: str, lesson: str, step: int, request: Request, rooms: RoomsDep,
                       lang: Literal["en", "zh"] = "en") -> Response:  # fmt: skip
     """A lesson step's prepared question as the poll it would open, key included: for the teacher's remote only."""
@@ -262,7 +284,9 @@ async def lesson_poll(code: str, lesson: str, step: int, request: Request, rooms
 NotLesson = Annotated[str, Path(description="the poll's id", json_schema_extra={"not": {"const": "lesson"}})]
 
 
-@router.get("/{code}/polls/{poll_id}", response_model=PollOut, responses=REFUSALS)
+@router.get(
+    "/{code}/polls/{poll_id}", summary="A poll's answers counted so far", response_model=PollOut, responses=REFUSALS
+)
 async def poll_results(code: str, poll_id: NotLesson, request: Request, rooms: RoomsDep) -> Response:
     """The answers counted so far (a student's later answer replaces the earlier) and the key: to everyone once
     the poll is closed; while it is open, to the room's teacher alone (the remote shows them live), and to
@@ -276,7 +300,7 @@ async def poll_results(code: str, poll_id: NotLesson, request: Request, rooms: R
     return json_response(out)
 
 
-@router.post("/{code}/polls/{poll_id}/answers", response_model=AnswerOut, responses=REFUSALS | {
+@router.post("/{code}/polls/{poll_id}/answers", summary="Answer a poll (student)", response_model=AnswerOut, responses=REFUSALS | {
     409: problem_doc("The poll is closed")})  # fmt: skip
 async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request, rooms: RoomsDep) -> Response:
     address = client_address(request)
@@ -308,7 +332,12 @@ async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request,
     return json_response({"answer": value})
 
 
-@router.post("/{code}/polls/{poll_id}/close", response_model=PollOut, responses=TEACHER)
+@router.post(
+    "/{code}/polls/{poll_id}/close",
+    summary="Close a poll and reveal its answer (teacher)",
+    response_model=PollOut,
+    responses=TEACHER,
+)
 async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Close the poll and reveal it: the counts and the key go to every follower."""
     room = await rooms.teacher(request, code)
@@ -319,7 +348,12 @@ async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep)
     return json_response(closed.public(counts))
 
 
-@router.post("/{code}/polls/{poll_id}/clear", response_model=VersionOut, responses=TEACHER)
+@router.post(
+    "/{code}/polls/{poll_id}/clear",
+    summary="Take a poll off every screen (teacher)",
+    response_model=VersionOut,
+    responses=TEACHER,
+)
 async def clear_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Take the poll off every screen (the students' phones, the projector, the remote), closing it first if it is
     still open: `event: poll` with `{"id", "status": "cleared"}`. Its answers stay (results, CSV)."""
@@ -331,7 +365,7 @@ async def clear_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep)
     return json_response({"version": version})
 
 
-@router.get("/{code}/polls/{poll_id}/answers.csv", responses=TEACHER | {200: {"content": {"text/csv": {}}}},
+@router.get("/{code}/polls/{poll_id}/answers.csv", summary="A poll's answers as CSV (teacher)", responses=TEACHER | {200: {"content": {"text/csv": {}}}},
             response_class=Response)  # fmt: skip
 async def poll_csv(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Every answer (student id, nickname, answer) for the teacher's records (UTF-8 with a byte order mark, as the
@@ -345,7 +379,12 @@ async def poll_csv(code: str, poll_id: str, request: Request, rooms: RoomsDep) -
     return csv_file(rows, f"room-{room.code}-poll-{poll.id}.csv")
 
 
-@router.get("/{code}/summary", response_model=SummaryOut, responses=TEACHER)
+@router.get(
+    "/{code}/summary",
+    summary="The class summary: every poll and its answers (teacher)",
+    response_model=SummaryOut,
+    responses=TEACHER,
+)
 async def class_summary(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The class summary, for the teacher (the remote's token): each poll asked — its question, options and key,
     when it opened and closed, the screens following then (`audience`), its counts and every answer with the
@@ -355,7 +394,12 @@ async def class_summary(code: str, request: Request, rooms: RoomsDep) -> Respons
     return json_response(summary, headers={"Cache-Control": "no-store"})
 
 
-@router.get("/{code}/summary.csv", responses=TEACHER | {200: {"content": {"text/csv": {}}}}, response_class=Response)
+@router.get(
+    "/{code}/summary.csv",
+    summary="The class summary as CSV (teacher)",
+    responses=TEACHER | {200: {"content": {"text/csv": {}}}},
+    response_class=Response,
+)
 async def class_summary_csv(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The class summary as CSV: one row per answer (poll, question, key, opened, closed, audience, student,
     nickname, answer, correct, seconds after the opening); a poll nobody answered has one row with no student. UTF-8

@@ -85,7 +85,13 @@ def busy(exc: Busy) -> JSONResponse:
                         headers={"Retry-After": str(exc.retry_after)})  # fmt: skip
 
 
-@router.post("", status_code=202, response_model=Started, responses={422: ERRORS[422], 503: {"description": "busy"}})
+@router.post(
+    "",
+    summary="Start training a small GPT",
+    status_code=202,
+    response_model=Started,
+    responses={422: ERRORS[422], 503: {"description": "busy"}},
+)
 async def start(request: Request, body: TrainIn) -> Any:
     """Start a run; it trains in the background (one at a time by default), in a process of its own."""
     try:
@@ -100,7 +106,7 @@ async def start(request: Request, body: TrainIn) -> Any:
     )
 
 
-@router.get("")
+@router.get("", summary="The training runs kept")
 async def runs(request: Request) -> dict[str, Any]:
     """The runs kept, newest last: id, status, step, steps, the last losses, the preset a finished one is served as."""
     out = []
@@ -112,13 +118,17 @@ async def runs(request: Request) -> dict[str, Any]:
     return {"runs": out}
 
 
-@router.get("/{run_id}", responses={404: {"description": "no such run"}})
+@router.get(
+    "/{run_id}",
+    summary="One training run: its losses, snapshots and samples",
+    responses={404: {"description": "no such run"}},
+)
 async def state(request: Request, run_id: RunId) -> Response:
     """The run: status, step, every step's training loss, the held-out losses, the snapshots' induction scores."""
     return Response(orjson.dumps(job_of(request, run_id).state()), media_type="application/json")
 
 
-@router.get("/{run_id}/events", response_class=StreamingResponse,
+@router.get("/{run_id}/events", summary="Follow a training run as server-sent events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}})  # fmt: skip
 async def events(request: Request, run_id: RunId) -> StreamingResponse:
     """`event: state` (the run so far), then `step`, `eval`, `snapshot` (without the weights) as they happen and
@@ -159,7 +169,7 @@ async def follow(request: Request, job: Job) -> AsyncIterator[bytes]:
                 yield b": keep-alive\n\n"
 
 
-@router.post("/{run_id}/stop", responses={404: {"description": "no such run"}})
+@router.post("/{run_id}/stop", summary="Stop a training run", responses={404: {"description": "no such run"}})
 async def stop(request: Request, run_id: RunId) -> dict[str, Any]:
     """Stop a run at its next step (a queued one never starts); its numbers so far stay viewable."""
     job = job_of(request, run_id)
@@ -167,7 +177,9 @@ async def stop(request: Request, run_id: RunId) -> dict[str, Any]:
     return {"id": job.id, "status": job.status, "stopping": job.live}
 
 
-@router.delete("/{run_id}", responses={404: {"description": "no such run"}})
+@router.delete(
+    "/{run_id}", summary="Stop a training run (as POST …/stop)", responses={404: {"description": "no such run"}}
+)
 async def cancel(request: Request, run_id: RunId) -> dict[str, Any]:
     """The same as POST …/stop."""
     return await stop(request, run_id)
@@ -175,6 +187,7 @@ async def cancel(request: Request, run_id: RunId) -> dict[str, Any]:
 
 @router.get(
     "/{run_id}/export",
+    summary="A finished run as a zipped Hugging Face model folder",
     responses={
         200: {"content": {"application/zip": {}}},
         404: {"description": "no such run"},
