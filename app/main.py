@@ -149,6 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # a cached answer takes no queue place
     app.add_middleware(cache.ServeCached, store=app.state.responses)
     app.add_middleware(JsonTwin)  # outside ServeCached: a twin is a page, served by the page kernel
+    app.add_middleware(health.Served, lab=app.state.lab)  # every page request known to /api/v1/progress while served
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
     app.add_middleware(QueryLimit, max_bytes=int(settings.max_query_kb * 1024), repeatable=frozenset(LIST_FIELDS))
     app.add_middleware(Observe, metrics=app.state.metrics, lab=app.state.lab)

@@ -273,17 +273,22 @@ window.labProgressKey = (function () {
   };
 })();
 
-// Long work (the model view of a long text, a long context's first window, generation): while a page or a panel is
-// computed, poll /api/v1/progress for it, by its key, and show how far it has come, rather than a tab that seems
-// frozen.
+// Long work (the model view of a long text, a long context's first window, generation, a page's first load): while
+// a page or a panel is computed, poll /api/v1/progress for it, by its key, and show how far it has come, in the
+// server's words ("21 / 31 layers · 6.2 s", in the page's language), rather than a tab that seems frozen. The server
+// knows every page request it is serving (app/health.py `Served`), so a poll is answered for as long as the page
+// waits, and a 404 means the answer has come: the polling stops there, and the console logs no failed request.
 (function () {
   var timer = null;
   var box = null;
+  var asking = null;  // the poll in flight, aborted when the wait ends
   function stop() {
     if (timer) { clearInterval(timer); timer = null; }
+    if (asking) { asking.abort(); asking = null; }
     if (box) box.hidden = true;
   }
   function render(p) {
+    if (!(p.total > 0) && p.seconds < 1) return;  // a page that counts nothing: shown once it takes a while
     if (!box) {
       box = document.createElement("div");
       box.id = "progress";
@@ -293,25 +298,33 @@ window.labProgressKey = (function () {
     }
     var bar = box.querySelector("progress");
     if (p.total > 0) { bar.max = p.total; bar.value = p.done; } else { bar.removeAttribute("value"); }
-    box.querySelector("span").textContent = (p.total > 0 ? p.done + " / " + p.total + " · " : "") + p.seconds + " s";
+    box.querySelector("span").textContent = p.text ||
+      ((p.total > 0 ? p.done + " / " + p.total + " " + (p.unit || "") + " · " : "") + p.seconds + " s");
     box.hidden = false;
+  }
+  // A page: what the browser shows in place of this one when it comes (not the API's files and JSON, which a link
+  // downloads or opens beside the page: nothing waits for them here).
+  function isPage(path) {
+    return !/^\/(api|static|vendor)\//.test(path) && !/\.(json|npz|csv|svg|png|zip)$/.test(path.split("?")[0]);
   }
   function start(url) {
     stop();
-    if (!url || url.indexOf("/api/v1/progress") === 0) return;
+    if (!url || !isPage(url)) return;
     var key;
     try { key = window.labProgressKey(url); } catch (e) { return; }
-    var misses = 0, seen = false;
+    var lang = (document.documentElement.lang || "en").slice(0, 2) === "zh" ? "zh" : "en";
     timer = setInterval(function () {
-      fetch("/api/v1/progress?key=" + key, { headers: { Accept: "application/json" } })
+      if (asking) return;  // the last poll not answered yet
+      var ask = asking = window.AbortController ? new AbortController() : null;
+      fetch("/api/v1/progress?key=" + key + "&lang=" + lang,
+            { headers: { Accept: "application/json" }, signal: ask ? ask.signal : undefined })
         .then(function (res) { return res.ok ? res.json() : null; })
         .then(function (p) {
-          if (p && timer) { seen = true; misses = 0; render(p); return; }
-          // Nothing tracked for this request after a few seconds (a quick or cached answer, a link into another
-          // tab): stop asking rather than poll for ever.
-          if (++misses >= (seen ? 4 : 8)) stop();
+          if (asking === ask) asking = null;
+          if (!timer) return;
+          if (p) render(p); else stop();  // answered (or not served here): nothing more to wait for
         })
-        .catch(function () {});
+        .catch(function () { if (asking === ask) asking = null; });
     }, 600);
   }
   document.addEventListener("htmx:beforeRequest", function (e) {
@@ -323,6 +336,7 @@ window.labProgressKey = (function () {
   document.addEventListener("submit", function (e) {
     var form = e.target;
     if (e.defaultPrevented || (form.method || "get").toLowerCase() !== "get") return;
+    if (form.target && form.target !== "_self") return;  // another tab: this page is not waiting for it
     var action = new URL(form.action, location.href);
     if (action.origin !== location.origin) return;
     start(action.pathname + "?" + new URLSearchParams(new FormData(form)).toString());
@@ -331,6 +345,7 @@ window.labProgressKey = (function () {
     var a = e.target.closest && e.target.closest("a[href]");
     if (!a || e.defaultPrevented || a.hasAttribute("download") || a.origin !== location.origin) return;
     if (a.target && a.target !== "_self") return;  // another tab: this page is not waiting for it
+    if (a.hash && a.pathname === location.pathname && a.search === location.search) return;  // a place on this page
     if (a.closest("[hx-boost=true]") && a.getAttribute("hx-boost") !== "false") return;  // htmx's own request
     start(a.pathname + a.search);
   });
@@ -464,6 +479,33 @@ window.labLargest = function (lo, hi, set, fits) {
     if (window.labSettleFormulas) window.labSettleFormulas();  // the arithmetic's new size: its lines fit again
   }
   window.labOnLayout(fit);
+})();
+
+// The open cell's arithmetic (#42): a number clicked, or a view loaded or followed with a cell open, scrolls the page
+// only as far as needed for its box (under the matrices) to be on screen, and never so far that the clicked number
+// leaves the top of the screen; once per cell opened, so a reader scrolling away is not pulled back. Runs after the
+// presenter-mode fitter above (registered before it), which sizes the numbers for the screen first.
+(function () {
+  "use strict";
+  var shown = null;
+  function reveal() {
+    var box = document.getElementById("arithmetic");
+    var key = box && (location.pathname + "#" + box.getAttribute("data-cell"));
+    if (!box || key === shown) { shown = key || null; return; }
+    var r = box.getBoundingClientRect();
+    if (!r.height) return;  // not laid out yet (a hidden panel): the next layout moment tries again
+    shown = key;
+    var cell = document.querySelector("#stage td.selected");
+    var top = cell ? cell.getBoundingClientRect().top : r.top;
+    var margin = 8, room = document.getElementById("room");
+    var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - margin;
+    var by = 0;
+    if (r.bottom > bottom) by = Math.min(r.bottom - bottom, top - margin);  // up to the box's end, keeping the cell
+    else if (r.top < margin) by = r.top - margin;
+    if (cell && top - by < margin) by = top - margin;  // the cell itself above the screen: bring it back
+    if (Math.abs(by) >= 1) window.scrollBy(0, by);
+  }
+  window.labOnLayout(reveal);
 })();
 
 // A formula wider than its box is scaled down to fit rather than clipped; on the projector so is a line of the open
