@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import signal
 import threading
@@ -115,7 +116,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if threading.current_thread() is threading.main_thread() and app.state.lab.device == "cpu":  # served
         arena.warm_up(app.state.settings.max_tokens)  # before it listens: mapped stage memory, warm kernels
     yield
-    app.state.train.stop_all()  # training runs end at their next step
+    # Training runs end at their next step; their processes are joined (off the event loop) and the semaphores of
+    # their cross-process Events released before the server's process ends.
+    await asyncio.to_thread(app.state.train.close)
     app.state.lab.stop()  # whatever still runs (past uvicorn's graceful-shutdown timeout) stops at its next step
     await app.state.lab.ahead.close()
     await app.state.rooms.store.close()  # the Redis connections and the pub/sub listener, when there are any

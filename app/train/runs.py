@@ -95,6 +95,7 @@ class Runs:
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(max_running)
         self._ctx = mp.get_context("spawn")  # never fork a server that holds threads and sockets
+        self._threads: set[threading.Thread] = set()  # the runs' threads (queued or training), for `close`
 
     def start(self, config: TrainConfig, text: str | None = None) -> Job:
         """Queue a run (Busy when the queue is full); its thread waits for a slot, then trains in a child."""
@@ -106,7 +107,9 @@ class Runs:
             job.cancel = self._ctx.Event()
             self.jobs[job.id] = job
             self._drop_old()
-        threading.Thread(target=self._work, args=(job,), name=f"train-{job.id}", daemon=True).start()
+        thread = threading.Thread(target=self._work, args=(job,), name=f"train-{job.id}", daemon=True)
+        self._threads.add(thread)
+        thread.start()
         return job
 
     def _drop_old(self) -> None:
@@ -118,6 +121,20 @@ class Runs:
                 old.preset = None
 
     def _work(self, job: Job) -> None:
+        try:
+            self._train(job)
+        finally:
+            # The run's process has ended (or never started): its cross-process Event goes now, and with it the
+            # named semaphores behind it, not at the server's exit, which a SIGTERM ends without exit handlers (the
+            # resource tracker then warned of "leaked semaphore objects", five per run kept). A plain Event in its
+            # place keeps the run's state (stop() may still set it).
+            done = threading.Event()
+            if job.cancel.is_set():
+                done.set()
+            job.cancel = done
+            self._threads.discard(threading.current_thread())
+
+    def _train(self, job: Job) -> None:
         with self._slots:
             if job.cancel.is_set():
                 self._end(job, "cancelled", "stopped before it started")
@@ -200,6 +217,15 @@ class Runs:
         """The server stops: every run ends at its next step (or before it starts)."""
         for job in list(self.jobs.values()):
             job.cancel.set()
+
+    def close(self, timeout: float = 20.0) -> None:
+        """The server stops: every run ends (`stop_all`) and its thread is waited for, at most `timeout` seconds in
+        all: its process joined, and its cross-process Event gone with it (`_work`), so nothing of the runs' is
+        left to the process's exit."""
+        self.stop_all()
+        deadline = time.monotonic() + timeout
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def export_zip(self, job: Job) -> bytes:
         """The run as a Hugging Face directory (config.json, model.safetensors, tokenizer.json), zipped."""
