@@ -349,7 +349,9 @@ window.labProgressKey = (function () {
     if (a.closest("[hx-boost=true]") && a.getAttribute("hx-boost") !== "false") return;  // htmx's own request
     start(a.pathname + a.search);
   });
-  window.addEventListener("pageshow", stop);
+  // Back to a page that polled (restored from the back-forward cache); not the first load's own pageshow, which
+  // would stop a page's first request (a deferred page's shell asks for its page by htmx as it loads, #42).
+  window.addEventListener("pageshow", function (e) { if (e.persisted) stop(); });
 })();
 
 // A lesson step's place on its page (the step's #fragment, e.g. /demos#scaling, as data-anchor on its panel): a
@@ -376,6 +378,51 @@ window.labOnLayout = function (fn) {
   document.addEventListener("room:followed", fn);
   document.addEventListener("room:resized", fn);
 };
+
+// A deferred page's shell (templates/_deferred.html: /heads and /patch answer a browser's navigation at once and ask
+// for their numbers by htmx, the progress box counting meanwhile): once the page is swapped in, scroll to the place
+// its #fragment (or the lesson step's anchor) names, as a plain load would have; if it could not come (a busy
+// server, an error), say so beside the plain link to it.
+(function () {
+  "use strict";
+  var arrived = false;
+  function deferred(e) { var elt = e.detail && e.detail.elt; return !!(elt && elt.closest && elt.closest("[data-deferred]")); }
+  document.addEventListener("htmx:beforeSwap", function (e) { if (deferred(e)) arrived = true; });
+  document.addEventListener("htmx:afterSettle", function () {
+    if (!arrived) return;
+    arrived = false;
+    var panel = document.querySelector(".lesson-panel[data-anchor]");
+    var id = location.hash ? decodeURIComponent(location.hash.slice(1)) : panel && panel.getAttribute("data-anchor");
+    var place = id && document.getElementById(id);
+    if (!place) return;
+    place.scrollIntoView();
+    window.requestAnimationFrame(function () { place.scrollIntoView(); });  // after the fitters have sized the page
+  });
+  function failed(e) {
+    if (!deferred(e)) return;
+    var shell = e.detail.elt.closest("[data-deferred]");
+    var said = shell.querySelector("[data-deferred-failed]");
+    if (said) said.hidden = false;
+    var status = shell.querySelector("#deferred-status");
+    if (status) status.hidden = true;
+  }
+  document.addEventListener("htmx:responseError", failed);
+  document.addEventListener("htmx:sendError", failed);
+})();
+
+// Presenter mode on /heads and /patch: the lesson's panel stays at the top of the screen (lab.css) while the page
+// scrolls to the step's figure, so the question is read beside it; the figures and the scroll's stop are sized to
+// the room it leaves (--lesson-h: its height, 0 when it does not stay).
+(function () {
+  "use strict";
+  function measure() {
+    var beside = document.querySelector("body.present > .lesson-beside");
+    var h = beside && getComputedStyle(beside).position === "sticky" ? beside.getBoundingClientRect().height : 0;
+    document.documentElement.style.setProperty("--lesson-h", Math.ceil(h) + "px");
+  }
+  window.labOnLayout(measure);
+  document.addEventListener("toggle", measure, true);  // the answer opened in the panel
+})();
 
 // The class bar along the bottom arrives, and grows when a question opens or its reveal comes: one observer of it
 // tells every fitter above (labOnLayout's "room:resized"), at most once a frame, so the numbers make room for it.

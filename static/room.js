@@ -255,9 +255,12 @@
     send([Number(td.getAttribute("data-row")), Number(td.getAttribute("data-col"))]);
   }, true);
 
-  // Anything the student does on the page itself (a link, a form, a key) means exploring on their own.
+  // Anything the student does on the page itself (a link, a form, a key) means exploring on their own; a heavy
+  // page's shell asking for its own numbers as it loads (main[data-deferred], #42) is not the student's doing.
   document.addEventListener("htmx:beforeRequest", function (e) {
-    if (role === "student" && following() && e.detail && e.detail.elt && !bar.contains(e.detail.elt)) setMode("exploring");
+    var elt = e.detail && e.detail.elt;
+    if (!elt || bar.contains(elt) || (elt.closest && elt.closest("[data-deferred]"))) return;
+    if (role === "student" && following()) setMode("exploring");
   });
 
   // ---- the teacher: announce the view, watch the answers ----------------------------------------------------

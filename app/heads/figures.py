@@ -1,0 +1,132 @@
+"""The drawings of /heads, as SVG drawn by the server from the View's numbers: the pruning curve (the lab's line
+chart, app/render/charts.py: axes, their titles, tick numbers, a legend) and the chosen head's weights on the
+induction probe (queries down, keys across, tick numbers, both copies marked, the induction diagonal dashed).
+
+Colours are presentation attributes, never style attributes: the page's Content-Security-Policy allows no inline
+style."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from html import escape
+
+from ..render.charts import Series, line_chart
+
+DIAGONAL = "#d7191c"  # the induction diagonal: red, dashed (the lesson's "red dashed line")
+WEIGHT = "#440154"  # a weight: this purple at its value's opacity (0 … 1)
+EDGE = "#5b6470"  # axes, ticks and the copies' brackets
+INK = "#1b1f24"
+
+
+def pruning_chart(
+    mean_loss: Sequence[float | None], clean: float | None, rise: float, can_go: int, t: Callable[..., str]
+) -> str:
+    """The pruning curve as the lab's line chart: the mean loss (nats) against the number of heads removed, least
+    important first; the plain loss + `rise` dashed; a vertical line at the `can_go` heads that can go."""
+    points = [(k, v) for k, v in enumerate(mean_loss) if v is not None and math.isfinite(v)]
+    xs, ys = [k for k, _ in points], [v for _, v in points]
+    series = [Series(t("heads.prune.chart.loss"), xs, ys)]
+    last = max(len(mean_loss) - 1, 1)
+    if clean is not None:
+        limit = clean * (1 + rise)
+        series.append(Series(t("heads.prune.chart.limit", rise=f"{100 * rise:.0f}"), [0, last], [limit, limit], True))
+    if ys:
+        series.append(Series(t("heads.prune.chart.can_go", k=can_go), [can_go, can_go], [0.0, max(ys)]))
+    return line_chart(
+        series,
+        t("heads.prune.chart.title"),
+        t("heads.prune.chart.x"),
+        t("heads.prune.chart.y"),
+        chart_id="prune",
+    )
+
+
+def nice_step(span: int, most: int = 7) -> int:
+    """The tick step (1, 2 or 5 × a power of ten) that puts at most `most` ticks on 0 … `span`."""
+    step = 1
+    while True:
+        for m in (1, 2, 5):
+            if span // (step * m) + 1 <= most:
+                return step * m
+        step *= 10
+
+
+def probe_pattern(
+    weights: Sequence[Sequence[float]], n: int, offset: int, t: Callable[..., str], plot: int = 360
+) -> str:
+    """The chosen head's softmax weights on the probe (BOS when the model has one, n random tokens, the same n
+    again): one square per (query, key), darker for more weight; tick numbers on both axes and their titles; the two
+    copies bracketed above (keys) and on the right (queries) and split by a thin line; the induction diagonal
+    (key i − `offset`, for the second copy's queries) dashed in red, its dashes between the squares it marks so they
+    stay visible. `plot` is the square's side in px."""
+    m = len(weights)
+    bos = m - 2 * n
+    c = plot / max(m, 1)
+    left, top, right, bottom = 62, 30, 84, 52
+    width, height = left + plot + right, top + plot + bottom
+    tick, title = 13, 14
+
+    def x(k: float) -> float:
+        return left + k * c
+
+    def y(i: float) -> float:
+        return top + i * c
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="probe-pattern" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(t("heads.pattern.aria", n=n))}" '
+        f'data-n="{n}" data-offset="{offset}">',
+        f'<rect x="{left}" y="{top}" width="{plot}" height="{plot}" fill="#f7f7f7" stroke="{EDGE}"/>',
+        f'<g transform="translate({left} {top}) scale({c:.6g})" shape-rendering="crispEdges">',
+    ]
+    for i, row in enumerate(weights):
+        for k, w in enumerate(row):
+            if w > 0.02:
+                out.append(
+                    f'<rect x="{k}" y="{i}" width="1" height="1" fill="{WEIGHT}" fill-opacity="{min(w, 1):.3g}"/>'
+                )
+    out.append("</g>")
+    # The copies: a thin line where the second begins, across and down.
+    split = bos + n
+    for x1, y1, x2, y2 in ((x(split), top, x(split), top + plot), (left, y(split), left + plot, y(split))):
+        out.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{EDGE}" stroke-width="1"/>')
+    for label, lo, hi in ((t("heads.pattern.copy1"), bos, bos + n), (t("heads.pattern.copy2"), bos + n, m)):
+        a, b = x(lo) + 2, x(hi) - 2  # keys: a bracket above the square
+        out.append(f'<path d="M{a:.1f} {top - 4}V{top - 9}H{b:.1f}V{top - 4}" fill="none" stroke="{EDGE}"/>')
+        out.append(f'<text x="{(a + b) / 2:.1f}" y="{top - 13}" font-size="{tick}" text-anchor="middle" '
+                   f'fill="{INK}" data-copy="{label}">{escape(label)}</text>')  # fmt: skip
+        a, b = y(lo) + 2, y(hi) - 2  # queries: a bracket on the right
+        r = left + plot
+        out.append(f'<path d="M{r + 4} {a:.1f}H{r + 9}V{b:.1f}H{r + 4}" fill="none" stroke="{EDGE}"/>')
+        out.append(f'<text x="{r + 13}" y="{(a + b) / 2 + tick / 3:.1f}" font-size="{tick}" fill="{INK}">'
+                   f"{escape(label)}</text>")  # fmt: skip
+    # The induction diagonal: from the top-left corner of its first square (query bos + n, key bos + n − offset) to
+    # the bottom-right corner of its last; each dash crosses the corner between two squares, each gap a square's
+    # centre, so the weights it marks show through.
+    q0 = bos + n
+    k0 = q0 - offset
+    if 0 <= k0 < m and q0 < m:
+        half = c * math.sqrt(2) / 2
+        out.append(
+            f'<line class="induction-diagonal" x1="{x(k0):.2f}" y1="{y(q0):.2f}" x2="{x(m - offset):.2f}" '
+            f'y2="{y(m):.2f}" stroke="{DIAGONAL}" stroke-width="{max(2.5, 0.45 * c):.2f}" stroke-linecap="butt" '
+            f'stroke-dasharray="{half:.2f} {half:.2f}" stroke-dashoffset="{half / 2:.2f}"/>'
+        )
+    # Tick numbers: every `step` positions, at the squares' centres.
+    step = nice_step(m - 1)
+    for v in range(0, m, step):
+        px, py = x(v + 0.5), y(v + 0.5)
+        out.append(f'<line x1="{px:.1f}" y1="{top + plot}" x2="{px:.1f}" y2="{top + plot + 5}" stroke="{EDGE}"/>')
+        out.append(f'<text x="{px:.1f}" y="{top + plot + 6 + tick}" font-size="{tick}" text-anchor="middle" '
+                   f'fill="{INK}" class="tick">{v}</text>')  # fmt: skip
+        out.append(f'<line x1="{left - 5}" y1="{py:.1f}" x2="{left}" y2="{py:.1f}" stroke="{EDGE}"/>')
+        out.append(f'<text x="{left - 8}" y="{py + tick / 3:.1f}" font-size="{tick}" text-anchor="end" fill="{INK}" '
+                   f'class="tick">{v}</text>')  # fmt: skip
+    cx, cy = left + plot / 2, top + plot / 2
+    out.append(f'<text x="{cx:.1f}" y="{height - 8}" font-size="{title}" text-anchor="middle" fill="{INK}" '
+               f'class="axis-title" data-axis="x">{escape(t("heads.pattern.x"))}</text>')  # fmt: skip
+    out.append(f'<text x="16" y="{cy:.1f}" font-size="{title}" text-anchor="middle" fill="{INK}" class="axis-title" '
+               f'data-axis="y" transform="rotate(-90 16 {cy:.1f})">{escape(t("heads.pattern.y"))}</text>')  # fmt: skip
+    out.append("</svg>")
+    return "".join(out)
