@@ -130,3 +130,54 @@ def probe_pattern(
                f'data-axis="y" transform="rotate(-90 16 {cy:.1f})">{escape(t("heads.pattern.y"))}</text>')  # fmt: skip
     out.append("</svg>")
     return "".join(out)
+
+
+def loss_bars(
+    positions: Sequence[float], n: int, knocked: Sequence[float] | None, t: Callable[..., str], width: int = 1000
+) -> str:
+    """The probe's loss at each position as bars (blue while the target is in the first copy, red in the second),
+    the loss with the heads knocked out as a black line over them; the loss axis (nats) and the positions numbered
+    and titled."""
+    left, right, top, bottom, height = 58, 12, 12, 46, 200
+    tick, title = 14, 15
+    count = max(len(positions), 1)
+    highest = max([*positions, *(knocked or ()), 1.0])
+    step = nice_step(math.ceil(highest), 5)
+    ceiling = step * math.ceil(highest / step)
+    plot_w, plot_h = width - left - right, height - top - bottom
+    bar = plot_w / count
+
+    def y(v: float) -> float:
+        return top + plot_h * (1 - min(v, ceiling) / ceiling)
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="loss-bars" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" role="img" aria-label="{escape(t("heads.probe.bars"))}">'
+    ]
+    for level in range(0, ceiling + 1, step):  # the loss axis: its grid lines and numbers
+        at = y(level)
+        out.append(f'<line x1="{left}" y1="{at:.1f}" x2="{width - right}" y2="{at:.1f}" stroke="#e4e9ef"/>')
+        out.append(f'<text x="{left - 7}" y="{at + tick / 3:.1f}" font-size="{tick}" text-anchor="end" '
+                   f'fill="{INK}" class="tick">{level}</text>')  # fmt: skip
+    for p, v in enumerate(positions):
+        colour = "#2166ac" if p < n else "#b2182b"
+        out.append(f'<rect x="{left + p * bar + 0.12 * bar:.2f}" y="{y(v):.2f}" width="{0.76 * bar:.2f}" '
+                   f'height="{top + plot_h - y(v):.2f}" fill="{colour}"><title>{p}: {v:.2f}</title></rect>')  # fmt: skip
+    if knocked:
+        pts = " ".join(f"{left + (p + 0.5) * bar:.1f},{y(v):.1f}" for p, v in enumerate(knocked))
+        out.append(f'<polyline points="{pts}" fill="none" stroke="#000" stroke-width="2.2" data-knocked/>')
+    base = top + plot_h
+    out.append(f'<line x1="{left}" y1="{base}" x2="{width - right}" y2="{base}" stroke="{EDGE}"/>')
+    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{base}" stroke="{EDGE}"/>')
+    for p in range(0, count, nice_step(count - 1, 9)):  # the positions
+        px = left + (p + 0.5) * bar
+        out.append(f'<line x1="{px:.1f}" y1="{base}" x2="{px:.1f}" y2="{base + 5}" stroke="{EDGE}"/>')
+        out.append(f'<text x="{px:.1f}" y="{base + 6 + tick}" font-size="{tick}" text-anchor="middle" fill="{INK}" '
+                   f'class="tick">{p}</text>')  # fmt: skip
+    out.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 6}" font-size="{title}" text-anchor="middle" '
+               f'fill="{INK}" class="axis-title" data-axis="x">{escape(t("heads.probe.x"))}</text>')  # fmt: skip
+    cy = top + plot_h / 2
+    out.append(f'<text x="16" y="{cy:.1f}" font-size="{title}" text-anchor="middle" fill="{INK}" class="axis-title" '
+               f'data-axis="y" transform="rotate(-90 16 {cy:.1f})">{escape(t("heads.probe.y"))}</text>')  # fmt: skip
+    out.append("</svg>")
+    return "".join(out)

@@ -32,7 +32,7 @@ from .compute import (
     roles_document,
     roles_of,
 )
-from .figures import probe_pattern, pruning_chart
+from .figures import loss_bars, probe_pattern, pruning_chart
 from .request import CLEAN, CORRUPTED, HeadsParams, PatchParams, PatchRequest, PruneRequest, RolesRequest
 
 router = APIRouter(include_in_schema=False)
@@ -66,6 +66,10 @@ class Curve:
 
 @dataclass(frozen=True)
 class HeadsView(View):
+    """/heads: every head's score for a role (`grid`) and the top heads, the induction probe and its loss per
+    position (with the top induction heads knocked out: `ablated`), the chosen head's weights on the probe
+    (`weights`; the induction diagonal is key i − `offset`), and the pruning curve once asked for (`curve`)."""
+
     template = "heads.html"
     blocks = ()
     kind = "heads"
@@ -86,6 +90,7 @@ class HeadsView(View):
     weights: tuple[tuple[float, ...], ...] = ()  # the chosen head's weights on the probe (stage 4)
     offset: int = 0  # the induction diagonal: key i − n + 1
     pattern_svg: str = field(default="", metadata=HIDDEN)  # SVG: `weights` drawn with their axes and the diagonal
+    bars_svg: str = field(default="", metadata=HIDDEN)  # SVG: the probe's loss per position, with its axes
     knock_urls: tuple[tuple[int, str], ...] = ()  # knock the top k induction heads out
     unknock_url: str = ""
     curve: Curve | None = None
@@ -165,6 +170,8 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
         role_urls=tuple((r, state.url(role=r)) for r in E.ROLES), grid=grid, top=top, probe=doc.probe,
         probe_loss=doc.probe_loss, ablated=ablated, chosen=(layer, head),
         weights=shown, offset=roles.n - 1, pattern_svg=probe_pattern(shown, roles.n, roles.n - 1, ctx["t"]),
+        bars_svg=loss_bars(doc.probe_loss.positions, roles.n, ablated.probe_loss.positions if ablated else None,
+                           ctx["t"]),
         knock_urls=tuple((k, state.url(knock=str(k), ablate=None) + "#knock") for k in (1, 3, 5, 10)
                          if k <= n_layer * n_heads),
         unknock_url=state.url(knock=None, ablate=None) + "#knock",

@@ -47,7 +47,7 @@ def numeric(texts: list[Any]) -> list[Any]:
 
 def test_the_pruning_curve_and_the_probe_have_axes_a_class_reads(browser: Browser, live_server: str) -> None:
     """The curve has numbers on both axes and their titles, the probe's drawing its axes' titles, tick numbers and
-    the two copies; on the projector at 1920×1080 every one of them is at least 18 px and the induction diagonal at
+    the two copies, the probe's loss bars their axes; on the projector at 1920×1080 every one of them is at least 18 px and the induction diagonal at
     least 3 px wide (#42: the curve had no number at all, the diagonal was a dashed hairline)."""
     ctx = browser.new_context(viewport={"width": 1920, "height": 1080})
     try:
@@ -72,6 +72,8 @@ def test_the_pruning_curve_and_the_probe_have_axes_a_class_reads(browser: Browse
               const m = l.getScreenCTM(); return parseFloat(l.getAttribute('stroke-width')) * Math.hypot(m.a, m.b); }""")
             assert width >= 3, width
             expect(page.locator("figure.probe-figure figcaption")).to_be_visible()  # the legend, on the projector too
+            bars = page.evaluate(SVG_TEXT, "svg.loss-bars text")  # the probe's loss per position (steps 3 and 4)
+            assert len(numeric(bars)) >= 8 and min(px for _, px in bars) >= 18, bars
     finally:
         ctx.close()
 

@@ -166,6 +166,22 @@ def test_the_probe_drawing_has_axes_both_copies_and_the_induction_diagonal_on_it
     assert [t.text for t in zh.select("svg.probe-pattern text[data-copy]")] == ["第一遍", "第二遍"]
 
 
+def test_the_probes_loss_bars_have_their_axes(tiny: TestClient) -> None:
+    """#42, every chart with labelled axes and tick numbers: the probe's loss per position (steps 3 and 4 of the
+    lesson ask about it) had neither; its loss axis is numbered in nats, its positions too, and the knock-out's line
+    is drawn over the bars."""
+    n = 8
+    soup = page(tiny, "/heads", preset="tiny", text=TEXT, probe_n=str(n), knock="2")
+    bars = soup.select_one("#probe figure.probe-bars svg.loss-bars")
+    assert bars.select_one("[data-axis=y]").text == "loss (nats)"
+    assert bars.select_one("[data-axis=x]").text == "position in the probe"
+    ticks = numbers([t.text for t in bars.select("text.tick")])
+    assert 0 in ticks and max(ticks) >= n and len(ticks) >= 4
+    twin = tiny.get("/heads.json", params={"preset": "tiny", "text": TEXT, "probe_n": str(n)}).json()
+    assert len(bars.select("rect")) == len(twin["probe_loss"]["positions"])  # a bar per position
+    assert bars.select_one("polyline[data-knocked]") is not None
+
+
 def test_a_browsers_first_load_gets_the_pages_shell_at_once_then_its_numbers_by_htmx(tiny: TestClient) -> None:
     """#42: /heads and /patch took 10-14 s as plain page loads with nothing on screen but the tab's spinner. A
     browser's navigation now gets the page's shell at once (its title, a "computing" status, the lesson panel),
