@@ -42,6 +42,7 @@ ON_TINY = "text=ABCDABCD&probe_n=4"  # a text the finished run's model reads (it
 COMPUTE_KEYS = ("prune", "rank")
 LONG = TINY | {"steps": 3000, "eval_every": 100}  # still training (or queued) while the pages are read
 SAME_SITE = {"Sec-Fetch-Site": "same-origin"}
+NAVIGATION = {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document", "Sec-Fetch-Site": "same-origin"}
 URL_SAFE = "/?&=%:#,+;@!$'()*[]~"
 SWAPPED = range(200, 400)  # htmx swaps these (and 422: the inline error), per _base.html's responseHandling
 
@@ -179,12 +180,24 @@ def asks_of(page: BeautifulSoup, url: str) -> list[Ask]:
 
 
 def check(client: TestClient, url: str, swapped: set[str] | None = None) -> list[str]:
-    """`url` loaded whole, then everything it asks for as htmx: what went wrong, in words (and into `swapped`, the
-    selectors that a 200 answer held)."""
-    r = client.get(url)
-    if r.status_code >= 500:
-        return [f"{url}: the page itself answers {r.status_code}"]
-    page = BeautifulSoup(r.text, "html.parser")
+    """`url` loaded as a browser navigates to it (a heavy page answers with its shell, which asks htmx for the page)
+    and whole, then everything each asks for as htmx: what went wrong, in words (and into `swapped`, the selectors
+    that a 200 answer held)."""
+    wrong = []
+    shown = []
+    for headers in (NAVIGATION, {}):
+        r = client.get(quote(url, safe=URL_SAFE), headers=headers)
+        if r.status_code >= 500:
+            return [f"{url}: the page itself answers {r.status_code}"]
+        shown.append(BeautifulSoup(r.text, "html.parser"))
+        if shown[0].select_one("[data-deferred]") is None:
+            break  # the navigation had the page itself
+    for page in shown:
+        wrong += asks_answered(client, url, page, swapped)
+    return wrong
+
+
+def asks_answered(client: TestClient, url: str, page: BeautifulSoup, swapped: set[str] | None) -> list[str]:
     ids = {str(el["id"]) for el in page.select("[id]")}
     wrong = []
     for ask in asks_of(page, url):
@@ -307,7 +320,7 @@ def states(path: str, lab: Lab) -> list[str]:
 
 # What a page's walk must have seen swapped at least once (the walk is not vacuous: the asks were found and answered).
 SWAPS = {"/": "#stage", "/block": "#stage", "/decode": "#stage", "/train": "#train-live", "/predict": "#ranking",
-         "/heads": "#prune"}  # fmt: skip
+         "/heads": "#prune", "/patch": "main"}  # fmt: skip
 
 
 @pytest.mark.parametrize("route", PAGES)
