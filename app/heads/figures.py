@@ -63,9 +63,9 @@ def probe_pattern(
     m = len(weights)
     bos = m - 2 * n
     c = plot / max(m, 1)
-    left, top, right, bottom = 62, 30, 84, 52
+    left, top, right, bottom = 64, 32, 34, 54
     width, height = left + plot + right, top + plot + bottom
-    tick, title = 13, 14
+    tick, title = 14, 15
 
     def x(k: float) -> float:
         return left + k * c
@@ -99,8 +99,9 @@ def probe_pattern(
         a, b = y(lo) + 2, y(hi) - 2  # queries: a bracket on the right
         r = left + plot
         out.append(f'<path d="M{r + 4} {a:.1f}H{r + 9}V{b:.1f}H{r + 4}" fill="none" stroke="{EDGE}"/>')
-        out.append(f'<text x="{r + 13}" y="{(a + b) / 2 + tick / 3:.1f}" font-size="{tick}" fill="{INK}">'
-                   f"{escape(label)}</text>")  # fmt: skip
+        mid = (a + b) / 2  # its label along the bracket, read from below as the query axis's title is
+        out.append(f'<text x="{r + 26}" y="{mid:.1f}" font-size="{tick}" text-anchor="middle" fill="{INK}" '
+                   f'data-copy="{label}" transform="rotate(-90 {r + 26} {mid:.1f})">{escape(label)}</text>')  # fmt: skip
     # The induction diagonal: from the top-left corner of its first square (query bos + n, key bos + n − offset) to
     # the bottom-right corner of its last; each dash crosses the corner between two squares, each gap a square's
     # centre, so the weights it marks show through.

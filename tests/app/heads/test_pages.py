@@ -144,7 +144,7 @@ def test_the_probe_drawing_has_axes_both_copies_and_the_induction_diagonal_on_it
     assert svg is not None
     assert svg.select_one("[data-axis=x]").text == "key position j (the token read)"
     assert svg.select_one("[data-axis=y]").text == "query position i"
-    assert [t.text for t in svg.select("text[data-copy]")] == ["copy 1", "copy 2"]
+    assert [t.text for t in svg.select("text[data-copy]")] == ["copy 1", "copy 1", "copy 2", "copy 2"]  # keys, queries
     ticks = numbers([t.text for t in svg.select("text.tick")])
     assert 0 in ticks and max(ticks) >= n
     legend = soup.select_one("figure.probe-figure figcaption")
@@ -163,7 +163,7 @@ def test_the_probe_drawing_has_axes_both_copies_and_the_induction_diagonal_on_it
         assert abs(at - cx) < 0.02 * cell, (i, at, cx)  # on the square (drawn to 0.01 px), not its neighbour
     assert float(line["stroke-width"]) >= 2.5  # seen from the back, not a hairline
     zh = page(tiny, "/heads", preset="tiny", text=TEXT, probe_n=str(n), lang="zh")
-    assert [t.text for t in zh.select("svg.probe-pattern text[data-copy]")] == ["第一遍", "第二遍"]
+    assert [t.text for t in zh.select("svg.probe-pattern text[data-copy]")] == ["第一遍", "第一遍", "第二遍", "第二遍"]
 
 
 def test_the_probes_loss_bars_have_their_axes(tiny: TestClient) -> None:
