@@ -22,7 +22,10 @@ pytestmark = pytest.mark.browser
 
 STEP = "/?stage=4&mask=causal&lesson=row-one&lesson_step=1"
 # The notice's own words (the lesson's title says "the first row is exactly 1.00" too, as a title may).
-NOTICE = {"en": "can see only itself, so all of its weight lands on itself", "zh": "只能看见自己，全部权重都落在自己身上"}
+NOTICE = {
+    "en": "can see only itself, so all of its weight lands on itself",
+    "zh": "只能看见自己，全部权重都落在自己身上",
+}
 WHAT = {"en": "Each row becomes a probability distribution", "zh": "每一行变成键上的概率分布"}
 ANSWER = {"en": "The first token's weight on itself", "zh": "第一个词元对自己的权重"}
 SHOTS = Path("/tmp/shots-lessons")
