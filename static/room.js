@@ -154,10 +154,14 @@
     var local = localPoll(poll);
     var i = poll && poll.kind === "choice" ? poll.options.indexOf(value) : -1;
     if (i >= 0 && local.options[i]) return local.options[i]; // a lesson's poll, in this student's language
-    return tokensOf(value, poll && poll.row_labels, poll && poll.col_labels);
+    // The matrix this screen shows, when it is the question's (its shape): its own labels, in this screen's
+    // language (a toy's example tokens are the reader's); else those the asking page sent.
+    var own = poll && poll.kind === "cell" ? matrixShape() : {};
+    var mine = own.row_labels && own.rows === poll.rows && own.cols === poll.cols;
+    return tokensOf(value, mine ? own.row_labels : poll && poll.row_labels, mine ? own.col_labels : poll && poll.col_labels);
   }
-  // A cell ("row,col") by its tokens, "猫→猫": the query's (its row), then the key's (its column), as the page that
-  // asked labelled its matrix; a token it shows twice says its place ("the (4)→the (0)"). "(0, 0)" without labels.
+  // A cell ("row,col") by its tokens, "猫→猫": the query's (its row), then the key's (its column), as the page
+  // labels its matrix; a token it shows twice says its place ("the (4)→the (0)"). "(0, 0)" without labels.
   // (static/teach.js and app/rooms/store.py's Poll.cell_label say it the same way.)
   function tokensOf(cell, rows, cols) {
     var m = /^(\d+),(\d+)$/.exec(cell);

@@ -36,6 +36,15 @@ def shot(page: Page, name: str) -> None:
     page.screenshot(path=str(SHOTS / f"class-{name}.png"))
 
 
+def cell(page: Page, r: int, c: int) -> str:
+    """Cell (r, c) of the weights as this screen names it: its query's token, then its key's ("猫→猫"; a toy's
+    example tokens are in the screen's language)."""
+    table = page.locator("table[data-matrix=weights]").first
+    query = table.locator("tbody tr").nth(r).locator("th").inner_text().strip()
+    key = table.locator("thead th[scope=col]").nth(c).inner_text().strip()
+    return f"{query}→{key}"
+
+
 def seen(page: Page) -> str:
     """What the screen shows (innerText leaves out what is not displayed)."""
     return str(page.evaluate("document.body.innerText"))
@@ -95,16 +104,16 @@ def test_hints_wait_for_the_answer_cells_say_their_tokens_and_a_class_closes_beh
             expect(sp.locator("[data-room-cell-hint]")).to_be_visible(timeout=WAIT_MS)
         se.locator("table[data-matrix=weights] td[data-row='0'][data-col='0']").tap()
         sz.locator("table[data-matrix=weights] td[data-row='3'][data-col='1']").tap()
-        expect(se.locator("[data-room-mine-value]")).to_have_text("猫→猫", timeout=WAIT_MS)
-        expect(sz.locator("[data-room-mine-value]")).to_have_text("垫子→坐", timeout=WAIT_MS)
+        expect(se.locator("[data-room-mine-value]")).to_have_text(cell(se, 0, 0), timeout=WAIT_MS)
+        expect(sz.locator("[data-room-mine-value]")).to_have_text(cell(sz, 3, 1), timeout=WAIT_MS)
         expect(tp.locator("#room [data-room-total]")).to_have_text("2", timeout=WAIT_MS)
         for lang, sp in phones.items():
             nothing_told(sp, lang)  # while the class votes, still nothing told
         tp.click("#room [data-room-close]")  # close and reveal
-        expect(tp.locator("#room [data-room-prompt]")).to_contain_text("→ 猫→猫", timeout=WAIT_MS)
-        expect(tp.locator("#room [data-room-histogram] li.key .label")).to_have_text("猫→猫")
+        expect(tp.locator("#room [data-room-prompt]")).to_contain_text("→ " + cell(tp, 0, 0), timeout=WAIT_MS)
+        expect(tp.locator("#room [data-room-histogram] li.key .label")).to_have_text(cell(tp, 0, 0))
         for lang, sp in phones.items():
-            expect(sp.locator("[data-room-key]")).to_have_text("猫→猫", timeout=WAIT_MS)
+            expect(sp.locator("[data-room-key]")).to_have_text(cell(sp, 0, 0), timeout=WAIT_MS)
             assert "(0, 0)" not in seen(sp)
             # Revealed: the answer opens for the students, and with it the hints, not before it is opened.
             answer = sp.locator(".lesson-panel details.answer")
