@@ -126,16 +126,19 @@ def test_a_first_load_says_it_computes_then_shows_the_numbers(browser: Browser, 
     """Following a lesson's link to /patch on a fresh view: the page answers at once, a visible "computing" status
     (the shell) until the grid comes by htmx, then the grid in its place (#42: 13.8 s of a blank tab). Without
     script the shell's plain link brings the numbers."""
-    fresh = f"&lang=en&lesson=heads-jobs&lesson_step=6&visit={uuid.uuid4().hex}"  # a URL no page cache holds
+    # Prompts no computation of this server has seen (their year), so the numbers take their seconds to come.
+    year = 1000 + uuid.uuid4().int % 9000
+    view = f"/patch?clean=In+{year}+the+capital+of+France+is&corrupted=In+{year}+the+capital+of+Italy+is"
+    fresh = "&lang=en&lesson=heads-jobs&lesson_step=6"
     page = browser.new_page()
     try:
         page.set_default_timeout(SLOW)
-        page.goto(f"{live_server}{PATCH}{fresh}", wait_until="commit")
+        page.goto(f"{live_server}{view}{fresh}", wait_until="commit")
         expect(page.locator("main[data-deferred] #deferred-status")).to_be_visible(timeout=10_000)
         expect(page.locator(".lesson-panel .question")).to_be_visible()  # the step's question meanwhile
         expect(page.locator("table.patch-grid")).to_be_visible(timeout=SLOW)
         expect(page.locator("main[data-deferred]")).to_have_count(0)
-        expect(page.locator(".patch-metric")).to_contain_text("Paris")
+        expect(page.locator(".patch-metric")).to_contain_text("logit difference")
         expect(page.locator("#progress")).to_be_hidden()  # the corner's box, if it came, is gone with the wait
     finally:
         page.close()
@@ -143,7 +146,7 @@ def test_a_first_load_says_it_computes_then_shows_the_numbers(browser: Browser, 
     try:
         page = ctx.new_page()
         page.set_default_timeout(SLOW)
-        page.goto(f"{live_server}{PATCH}{fresh}x")
+        page.goto(f"{live_server}{view}{fresh}&visit={uuid.uuid4().hex}")  # a URL no page cache holds
         page.locator("main[data-deferred] a[data-deferred-wait]").click()
         expect(page.locator("table.patch-grid")).to_be_visible()
     finally:
