@@ -161,3 +161,26 @@ def test_hints_wait_for_the_answer_cells_say_their_tokens_and_a_class_closes_beh
     finally:
         for context in (laptop, en, zh):
             context.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_projector_makes_room_for_the_hints_when_the_answer_opens(
+    browser: Browser, live_server: str, lang: str
+) -> None:
+    """Presenter mode sizes its words' column to what it shows: the step's explanations, held at first, come with
+    "Show the answer" and the column is fitted again (static/lab.js), so at 1920×1080 what to notice ends on screen
+    instead of under it."""
+    ctx = browser.new_context(viewport={"width": 1920, "height": 1080})
+    try:
+        page = ctx.new_page()
+        page.goto(f"{live_server}{STEP}&present=1&lang={lang}")
+        page.wait_for_selector("#stage[data-fit]", state="attached")
+        nothing_told(page, lang)
+        page.click(".lesson-panel details.answer summary")
+        notice = page.locator(".explain .notice")
+        expect(notice).to_be_visible()
+        until(lambda: notice.bounding_box()["y"] + notice.bounding_box()["height"] <= 1080,  # type: ignore[index]
+              lambda: f"what to notice ends at {notice.bounding_box()}, under the screen")  # fmt: skip
+        shot(page, f"projector-told-{lang}")
+    finally:
+        ctx.close()
