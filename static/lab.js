@@ -377,6 +377,10 @@ window.labOnLayout = function (fn) {
   document.addEventListener("htmx:afterSettle", fn);
   document.addEventListener("room:followed", fn);
   document.addEventListener("room:resized", fn);
+  // A lesson's answer opened or shut: the page's explanations come and go with it (static/lab.css, data-hint).
+  document.addEventListener("toggle", function (e) {
+    if (e.target.matches && e.target.matches(".lesson-panel details.answer")) fn();
+  }, true);
 };
 
 // A deferred page's shell (templates/_deferred.html: /heads and /patch answer a browser's navigation at once and ask
@@ -396,10 +400,6 @@ window.labOnLayout = function (fn) {
     var place = id && document.getElementById(id);
     if (!place) return;
     place.scrollIntoView();
-  // A lesson's answer opened or shut: the page's explanations come and go with it (static/lab.css, data-hint).
-  document.addEventListener("toggle", function (e) {
-    if (e.target.matches && e.target.matches(".lesson-panel details.answer")) fn();
-  }, true);
     window.requestAnimationFrame(function () { place.scrollIntoView(); });  // after the fitters have sized the page
   });
   function failed(e) {
