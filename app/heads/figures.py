@@ -134,7 +134,7 @@ def probe_pattern(
 
 
 def loss_bars(
-    positions: Sequence[float], n: int, knocked: Sequence[float] | None, t: Callable[..., str], width: int = 1000
+    positions: Sequence[float], n: int, knocked: Sequence[float] | None, t: Callable[..., str], width: int = 800
 ) -> str:
     """The probe's loss at each position as bars (blue while the target is in the first copy, red in the second),
     the loss with the heads knocked out as a black line over them; the loss axis (nats) and the positions numbered
