@@ -131,13 +131,31 @@
 // new URL, point them at it, so switching language keeps the stage and the twin stays the view's.
 (function () {
   "use strict";
+  // The toy's example a page shows when its URL names no tokens is its language's (#42: "cat sat on the mat", "猫 坐
+  // 在 垫子 上"; <meta name=lab-example>): the address names it, so what leaves the page (a class started or followed,
+  // a link copied) shows the same numbers in any language; the language links leave it unnamed, so the other
+  // language shows its own example.
+  var meta = document.querySelector('meta[name="lab-example"]');
+  var example = meta && meta.getAttribute("content");
+  function unnamed(q) {
+    return !q.get("tokens") && !q.get("text") && !q.get("token_ids") && (q.get("preset") || "toy") === "toy";
+  }
+  function pin() {
+    var url = new URL(window.location.href);
+    if (!example || !unnamed(url.searchParams)) return;
+    url.searchParams.set("tokens", example);
+    history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+  }
+  pin();  // now, before room.js announces this view to a class
   function relink() {
+    pin();
     var twin = document.querySelector("a[data-twin=json]");
     var alt = document.querySelector('link[rel=alternate][type="application/json"]');
     if (twin && alt) alt.setAttribute("href", twin.getAttribute("href"));
     document.querySelectorAll("a[data-lang]").forEach(function (a) {
       var url = new URL(window.location.href);
       url.searchParams.set("lang", a.dataset.lang);
+      if (example && url.searchParams.get("tokens") === example) url.searchParams.delete("tokens");
       a.setAttribute("href", url.pathname + url.search + url.hash);
     });
     // "Start a class" starts it on the view now shown, not on the one the page was loaded with.
@@ -153,6 +171,7 @@
   document.addEventListener("htmx:pushedIntoHistory", relink);
   document.addEventListener("htmx:historyRestore", relink);
   document.addEventListener("htmx:afterSettle", relink);
+  document.addEventListener("DOMContentLoaded", relink);  // "Start a class" names the example too
 })();
 
 // ▶ Play (the generation page): from the current step (from the first when already at the last) one step every
@@ -530,6 +549,22 @@ window.labLargest = function (lo, hi, set, fits) {
     if (window.labSettleFormulas) window.labSettleFormulas();  // the arithmetic's new size: its lines fit again
   }
   window.labOnLayout(fit);
+})();
+
+// The header's "More" menu (#42): a disclosure that closes as a menu does, on a click elsewhere or Escape.
+(function () {
+  "use strict";
+  function close(except) {
+    document.querySelectorAll("details[data-more-nav][open]").forEach(function (d) { if (d !== except) d.open = false; });
+  }
+  document.addEventListener("click", function (e) { close(e.target.closest && e.target.closest("details[data-more-nav]")); });
+  document.addEventListener("keydown", function (e) {
+    if (e.key !== "Escape") return;
+    var open = document.querySelector("details[data-more-nav][open]");
+    if (!open) return;
+    open.open = false;
+    open.querySelector("summary").focus();
+  });
 })();
 
 // The open cell's arithmetic (#42): a number clicked, or a view loaded or followed with a cell open, scrolls the page

@@ -107,3 +107,76 @@ def test_the_main_pages_load_without_a_failed_request(page: Page, live_server: s
     expect(page.locator("#arithmetic")).to_be_visible()
     page.wait_for_timeout(6_000)  # polls of the last load had time to fail (they stopped at 8 misses, 600 ms apart)
     assert not bad, bad
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_home_page_says_where_to_begin_and_shows_numbers(browser: Browser, live_server: str, lang: str) -> None:
+    """At 1280×720 the home page showed an 18-item menu in two rows, no number above the fold and no "start here":
+    now one row of menu (the rest under "More"), a line pointing to the first lesson, and the matrix on screen."""
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(f"{live_server}/?lang={lang}")
+        start = page.locator("[data-start-here] a[data-start-lesson]")
+        expect(start).to_be_visible()
+        assert (start.get_attribute("href") or "").startswith("/lessons/five-stages")
+        assert fully(on_screen(page, "[data-start-here] a[data-start-lesson]"))
+        first = "table[data-matrix] td[data-row='0'][data-col='0']"
+        assert fully(on_screen(page, first)), "no number above the fold"
+        assert page.locator(first).first.get_attribute("data-value")
+        nav = page.locator("header.top nav.links")
+        assert nav.evaluate("n => n.getBoundingClientRect().height") < 60  # one row
+        expect(nav.locator("a:visible")).to_have_count(7)  # two languages, the lab and four first pages
+        page.click("details.more-nav > summary")
+        expect(page.locator("details.more-nav .more-menu a[href^='/heads']")).to_be_visible()
+        page.keyboard.press("Escape")
+        expect(page.locator("details.more-nav .more-menu")).to_be_hidden()
+        start.click()
+        expect(page).to_have_url(f"{live_server}/lessons/five-stages?lang={lang}")
+    finally:
+        page.close()
+
+
+def test_the_menu_works_on_a_phone(browser: Browser, live_server: str) -> None:
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        page.goto(f"{live_server}/?lang=en")
+        nav = page.locator("header.top nav.links")
+        assert nav.evaluate("n => n.scrollWidth <= n.clientWidth + 1")  # nothing of it off the side
+        expect(nav.locator("a[data-nav-wide]").first).to_be_hidden()  # the first pages are in "More" on a phone
+        page.click("details.more-nav > summary")
+        block = page.locator("details.more-nav .more-menu a[href^='/block']")
+        expect(block).to_be_visible()
+        r = block.evaluate("a => { const r = a.getBoundingClientRect(); return [r.left, r.right]; }")
+        assert r[0] >= 0 and r[1] <= 390
+        block.click()
+        expect(page).to_have_url(f"{live_server}/block?lang=en&tokens=cat+sat+on+the+mat")  # its example named
+        expect(page.locator("table[data-matrix] tbody th").first).to_have_text("cat")
+    finally:
+        page.close()
+
+
+def test_the_toy_speaks_the_pages_language(page: Page, live_server: str) -> None:
+    """The toy's example was Chinese in the English interface. Now each language shows its own (the course's
+    sentence, its English counterpart); the address names the tokens shown, so a class started from it (or a link
+    copied) shows the same numbers in either language; tokens given are kept, and the language links leave the
+    example to the language."""
+    page.goto(f"{live_server}/?lang=en&stage=softmax")
+    labels = page.locator("table[data-matrix=weights] tbody th")
+    expect(labels).to_have_text(["cat", "sat", "on", "the", "mat"])
+    expect(page.locator("form#controls input[name=tokens]")).to_have_value("cat sat on the mat")
+    assert "tokens=cat+sat+on+the+mat" in page.url  # named in the address (replaced, not a new history entry)
+    expect(page.locator("form[data-room-start] input[name=query]")).to_have_value(
+        "lang=en&stage=softmax&tokens=cat+sat+on+the+mat"
+    )
+    page.click("[data-action=next]")
+    expect(page.locator("#stage")).to_have_attribute("data-stage", "weighted_sum")
+    assert "tokens=cat+sat+on+the+mat" in page.url
+    page.click("[data-lang=zh]")
+    expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
+    expect(page.locator("table[data-matrix] tbody th").first).to_have_text("猫")
+    assert "tokens=%E7%8C%AB" in page.url  # the Chinese example, named
+    page.goto(f"{live_server}/?lang=en&tokens=a+b+c&stage=softmax")
+    expect(labels).to_have_text(["a", "b", "c"])
+    assert page.url == f"{live_server}/?lang=en&tokens=a+b+c&stage=softmax"  # given: unchanged
+    page.click("[data-lang=zh]")
+    expect(page.locator("table[data-matrix=weights] tbody th")).to_have_text(["a", "b", "c"])
