@@ -603,7 +603,8 @@ window.labLargest = function (lo, hi, set, fits) {
       var m = box.querySelector("math");
       if (!m) return;
       m.style.removeProperty("font-size");
-      var w = m.getBoundingClientRect().width, room = box.clientWidth;
+      // A block formula's own box is as wide as its column, whatever it holds: what overflows is the column's scroll.
+      var w = Math.max(m.getBoundingClientRect().width, box.scrollWidth), room = box.clientWidth;
       if (w > room && room > 0) {
         var size = parseFloat(getComputedStyle(m).fontSize);
         m.style.setProperty("font-size", Math.max(8, Math.floor(size * room / w * 0.98)) + "px");
