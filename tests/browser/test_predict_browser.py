@@ -71,5 +71,5 @@ def test_the_head_ranking_shows_its_progress(page: Page, live_server: str) -> No
     page.locator("[data-rank]").click()
     progress = page.locator("#progress")
     expect(progress).to_be_visible()
-    expect(progress).to_contain_text(re.compile(r"[1-9]\d* / 30 · "))  # layer by layer, 9 heads at a time
+    expect(progress).to_contain_text(re.compile(r"[1-9]\d* / 30 layers · "))  # layer by layer, 9 heads at a time
     page.goto(f"{live_server}/lens?lang=en")  # leaving: the server stops the ranking nobody waits for
