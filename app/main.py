@@ -115,10 +115,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if threading.current_thread() is threading.main_thread() and app.state.lab.device == "cpu":  # served
         arena.warm_up(app.state.settings.max_tokens)  # before it listens: mapped stage memory, warm kernels
     yield
-    app.state.train.stop_all()  # training runs end at their next step
+    app.state.train.stop_all()  # in-process training runs end at their next step (queued ones go on in the queue)
     app.state.lab.stop()  # whatever still runs (past uvicorn's graceful-shutdown timeout) stops at its next step
     await app.state.lab.ahead.close()
     await app.state.rooms.store.close()  # the Redis connections and the pub/sub listener, when there are any
+    await app.state.train.close()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
