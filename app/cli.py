@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
         "--redis",
         default=None,
         metavar="URL",
-        help="keep live rooms in Redis (redis://HOST:PORT/DB), shared by every worker and machine",
+        help="keep live rooms and training runs in Redis (redis://HOST:PORT/DB), shared by every worker and machine; "
+        "runs are then trained by `attention-lab worker --redis URL` processes",
     )
     s.add_argument(
         "--forwarded-allow-ips",
@@ -270,7 +271,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1 and not os.environ.get("ATTENTION_LAB_REDIS_URL"):
         print(
             f"attention-lab: rooms are off: {args.workers} workers need a shared store for live classes "
-            "(add --redis redis://HOST:PORT/0); everything else runs",
+            "(add --redis redis://HOST:PORT/0), and each worker keeps its own training runs (with --redis they are "
+            "jobs of a queue every worker sees, trained by `attention-lab worker`); everything else runs",
             file=sys.stderr,
         )
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

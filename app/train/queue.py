@@ -42,7 +42,7 @@ import orjson
 
 from engine.train import Run, TrainConfig, make_config, make_data
 
-from .runs import Busy, Job, per_client_busy, supervise
+from .runs import POLL_S, Busy, Job, per_client_busy, supervise
 
 if TYPE_CHECKING:
     import dramatiq
@@ -428,7 +428,28 @@ class RedisSink:
                  max_model_mb: float, stopping: threading.Event) -> None:  # fmt: skip
         self.r, self.scripts, self.id, self.owner, self.lease_s = r, scripts, run_id, owner, lease_s
         self.max_model_mb, self.stopping = max_model_mb, stopping
-        self.message, self.preset, self.step, self.lost = "", "", 0, False
+        self.message, self.preset, self.step, self.lost, self.asked = "", "", 0, False, False
+        self._done = threading.Event()
+        # The lease is renewed by a thread of its own, every POLL_S: whatever the supervisor is doing (checking the
+        # weights takes seconds on a busy machine), a live worker never lets it run out.
+        self._beat = threading.Thread(target=self._heartbeat, name=f"lease-{run_id}", daemon=True)
+        self._beat.start()
+
+    def _heartbeat(self) -> None:
+        while not self._done.wait(POLL_S):
+            try:
+                got = int(self.scripts["renew"](args=[self.id, self.owner, self.lease_s]))
+            except Exception as e:  # Redis away a moment: try again; past the lease the run is reported failed
+                LOG.warning("run %s: lease not renewed (%s: %s)", self.id, type(e).__name__, e)
+                continue
+            if got < 0:
+                self.lost = True
+                return
+            self.asked = got == 1
+
+    def close(self) -> None:
+        self._done.set()
+        self._beat.join(5)
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "step":
@@ -473,10 +494,7 @@ class RedisSink:
         if self.stopping.is_set():
             self.message = self.message or "stopped: its queue worker was shut down"
             return True
-        got = int(self.scripts["renew"](args=[self.id, self.owner, self.lease_s]))
-        if got < 0:
-            self.lost = True
-        return got != 0 or self.lost
+        return self.asked or self.lost
 
 
 class QueueWorker:
@@ -506,6 +524,8 @@ class QueueWorker:
             supervise(orjson.loads(meta["config"]), sink, float(meta.get("max_wall_s") or 300))
         except Exception as e:  # reported, never left running
             sink.died(f"{type(e).__name__}: {e}")
+        finally:
+            sink.close()
         LOG.info("run %s: ended", run_id)
 
     def _reaper(self) -> None:

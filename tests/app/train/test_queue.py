@@ -19,6 +19,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
+import orjson
 import pytest
 import redis
 from bs4 import BeautifulSoup
@@ -28,11 +30,12 @@ from app.main import create_app
 from app.settings import Settings
 from app.train.queue import NAMESPACE, QUEUE
 from tests.redis_server import available, redis_server
+from tests.servers import served
 
 from .test_api import TINY, events_until_end
 
 pytestmark = pytest.mark.skipif(not available(), reason="redis-server is not installed")
-LEASE_S = 3.0
+LEASE_S = 4.0  # short for the tests; the lease is renewed every 0.5 s by a thread of its own
 ROOT = Path(__file__).resolve().parents[3]
 LONG = TINY | {"steps": 3000, "eval_every": 100}
 
@@ -127,6 +130,51 @@ def test_a_run_started_on_one_worker_is_everywhere() -> None:
             got = c.get("/api/v1/attention", params={"preset": f"train-{run_id}", "text": "ABCA"})
             assert got.status_code == 200, got.text
         assert [j["id"] for j in a.get("/api/v1/train").json()["runs"]] == [run_id]
+
+
+def sse_kinds(url: str, headers: dict[str, str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    out, kind = [], ""
+    with httpx.stream("GET", url, headers=headers, timeout=60) as r:  # a connection of its own
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                out.append((kind, orjson.loads(line[6:])))
+    return out
+
+
+def test_serve_two_workers_with_redis_from_fresh_connections() -> None:
+    """`serve --workers 2 --redis` as an operator runs it (the issue's report: 404s, 422s, streams cut short), each
+    request on a connection of its own, so that either worker may answer it."""
+    with redis_server() as url, queue_worker(url), served({"PRETRAINED": "false", "TRAIN_LEASE_S": str(LEASE_S)},
+                                                          "--workers", "2", "--redis", url) as (base, _):  # fmt: skip
+        r = httpx.post(base + "/api/v1/train", json=TINY)
+        assert r.status_code == 202, r.text
+        run_id = r.json()["id"]
+        assert sse_kinds(f"{base}/api/v1/train/{run_id}/events")[-1] == ("end", {"status": "done", "step": 20})
+        failures = []
+        for i in range(40):
+            kind = ("status", "page", "stream", "export")[i % 4]
+            if kind == "status":
+                got = httpx.get(f"{base}/api/v1/train/{run_id}")
+                ok = got.status_code == 200 and got.json()["status"] == "done"
+            elif kind == "page":
+                got = httpx.get(f"{base}/train", params={"run": run_id})
+                ok = got.status_code == 200 and f'id="run-{run_id}"' in got.text
+            elif kind == "stream":
+                ok = sse_kinds(f"{base}/api/v1/train/{run_id}/events")[-1][0] == "end"
+            else:
+                got = httpx.get(f"{base}/api/v1/train/{run_id}/export")
+                ok = got.status_code == 200 and got.headers["content-type"] == "application/zip"
+            if not ok:
+                failures.append(kind)
+        assert failures == []
+        for _ in range(10):  # a preset of whichever worker answers
+            names = [m["name"] for m in httpx.get(base + "/api/v1/models").json()["models"]]
+            assert f"train-{run_id}" in names
+            got = httpx.get(base + "/api/v1/attention", params={"preset": f"train-{run_id}", "text": "ABCA"})
+            assert got.status_code == 200, got.text
 
 
 def test_a_web_worker_restarted_mid_run_loses_nothing() -> None:
