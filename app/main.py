@@ -152,6 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(JsonTwin)  # outside ServeCached: a twin is a page, served by the page kernel
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
     app.add_middleware(QueryLimit, max_bytes=int(settings.max_query_kb * 1024), repeatable=frozenset(LIST_FIELDS))
+    train_api.catch_up(app)  # with Redis: the runs finished on any worker are presets here before a cached answer
     app.add_middleware(Observe, metrics=app.state.metrics, lab=app.state.lab)
     app.add_middleware(Head)  # outermost: a HEAD is its GET, cached and counted as one, without the body
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

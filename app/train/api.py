@@ -218,16 +218,24 @@ async def export_run(request: Request, run_id: RunId) -> Response:
                     headers={"Content-Disposition": f'attachment; filename="train-{job.id}.zip"'})  # fmt: skip
 
 
+def catch_up(app: FastAPI) -> None:
+    """With Redis, each request first serves the runs finished on any worker as presets (and drops the dropped): added
+    outside the response cache, so that no kept answer names a preset dropped elsewhere."""
+    from .queue import CatchUp, RedisRuns
+
+    if isinstance(app.state.train, RedisRuns):
+        app.add_middleware(CatchUp, runs=app.state.train)
+
+
 def install(app: FastAPI) -> None:
     """The app's runs, bounded by its settings; each finished one served as a preset of the lab. With Redis, the runs
     are jobs of the queue (app/train/queue.py), seen by every worker; without, they train in this process."""
     s = app.state.settings
     presets = Presets(app.state.lab, app.state.responses, s.max_model_mb)  # finished runs, served as presets
     if s.redis_url:
-        from .queue import CatchUp, RedisRuns
+        from .queue import RedisRuns
 
         app.state.train = RedisRuns(s.redis_url, s, presets)
-        app.add_middleware(CatchUp, runs=app.state.train)
         return
     app.state.train = Runs(s.train_max_running, s.train_max_queued, s.train_max_kept, s.train_max_wall_s, presets,
                            s.train_max_per_client)  # fmt: skip

@@ -60,6 +60,9 @@ RUNS = PREFIX + "runs"
 LIVE = PREFIX + "live"
 RUN_LOG = PREFIX + "log"
 LIVE_STATUSES = ("queued", "running")
+WORKERS = PREFIX + "workers"  # zset: queue worker -> its last beat (its reaper's, every second; not Dramatiq's, which
+# the web workers' own broker, enqueueing, writes to as well)
+NO_WORKER_S = 5.0  # a run queued this long, with no queue worker heard from, says so
 
 
 def run_key(run_id: str, suffix: str = "") -> str:
@@ -234,6 +237,7 @@ class RedisRuns:
         self._broker: Any = None
         self._log_id = "0-0"  # how far this worker has followed lab:train:log
         self._log_lock = asyncio.Lock()
+        self._serve_lock = asyncio.Lock()
         self._loaded: set[str] = set()  # presets this worker serves
 
     def _enqueue(self, run_id: str) -> None:
@@ -314,11 +318,20 @@ class RedisRuns:
         job.started = float(meta["started"]) if meta.get("started") else None
         job.finished = float(meta["finished"]) if meta.get("finished") else None
         job.preset = meta.get("preset") or None
+        if job.status == "queued" and not job.message and time.time() - job.created > NO_WORKER_S:
+            job.message = await self._no_worker()
         if not job.live and job.preset and not job.run.params:
             await self.weights(job)
         if job.preset and job.preset not in self._loaded:
             await self._serve(run_id)
         return job
+
+    async def _no_worker(self) -> str:
+        """What a run queued for a while says when no queue worker has been heard from for a minute ("" if one has:
+        each beats every second in lab:train:workers, on its own clock)."""
+        if await self.redis.zcount(WORKERS, time.time() - 60, "+inf"):
+            return ""
+        return "waiting for a queue worker: none is running (start `attention-lab worker --redis URL`)"
 
     async def all(self) -> list[Job]:
         ids = [_s(i) for i in await self.redis.zrange(RUNS, 0, -1)]
@@ -367,18 +380,20 @@ class RedisRuns:
         return export_zip(job)
 
     async def _serve(self, run_id: str) -> None:
-        """Serve the finished run as a preset of this worker (its weights from Redis), if it is not yet."""
+        """Serve the finished run as a preset of this worker (its weights from Redis), if it is not yet: one at a
+        time (a request's read and the background catch-up may both get here for the same run)."""
         job = self.jobs.get(run_id)
         if self.presets is None or job is None or not job.preset or job.preset in self._loaded:
             return
-        if not await self.weights(job):
-            return
-        if job.preset not in self.presets.lab.models:
-            name, why = await asyncio.to_thread(self.presets.add, run_id, job.run)
-            if name is None:
-                LOG.warning("attention-lab: run %s is not served here: %s", run_id, why)
+        async with self._serve_lock:
+            if job.preset in self._loaded or not await self.weights(job):
                 return
-        self._loaded.add(job.preset)
+            if job.preset not in self.presets.lab.models:
+                name, why = await asyncio.to_thread(self.presets.add, run_id, job.run)
+                if name is None:
+                    LOG.warning("attention-lab: run %s is not served here: %s", run_id, why)
+                    return
+            self._loaded.add(job.preset)
 
     async def catch_up(self) -> None:
         """Follow lab:train:log: serve the runs finished since, drop the presets of the runs dropped (by any worker)."""
@@ -404,19 +419,40 @@ class RedisRuns:
 
 
 class CatchUp:
-    """Before a request is served, this web worker serves every run finished since (and drops the dropped): a
-    finished run is a preset of every worker from the first request that could name it. One XREAD per request;
-    none for static files, /healthz and /metrics."""
+    """Keeps this web worker's presets in step with the runs of every worker: each request starts a catch-up (one
+    XREAD of lab:train:log, then the finished runs served as presets and the dropped ones dropped) unless one is under
+    way, in the background: a request waits for it only when it could name a run's preset (`train-` in its query, a
+    body: any POST, or the list of models), so a page that names none never waits on a run's weights being loaded.
+    None for static files, /healthz and /metrics. While Redis does not answer, requests are served as this worker
+    knows the runs, and it asks again at most once a second."""
 
     SKIP = ("/static/", "/vendor/", "/healthz", "/metrics", "/favicon")
+    LISTS = ("/api/v1/models", "/models", "/api/v1/presets")
+    RETRY_S = 1.0
 
     def __init__(self, app: Any, runs: RedisRuns) -> None:
         self.app, self.runs = app, runs
+        self._quiet_until = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def _needs(self, scope: Any) -> bool:
+        return (scope["method"] not in ("GET", "HEAD") or b"train-" in scope.get("query_string", b"")
+                or scope["path"] in self.LISTS)  # fmt: skip
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (e := task.exception()) is not None:  # Redis away: not again for a second
+            self._quiet_until = time.monotonic() + self.RETRY_S
+            LOG.warning("training runs: Redis did not answer (%s: %s)", type(e).__name__, e)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and not scope["path"].startswith(self.SKIP):
-            with contextlib.suppress(Exception):  # Redis away: the request is served as this worker knows it
-                await self.runs.catch_up()
+            task, loop = self._task, asyncio.get_running_loop()
+            if (task is None or task.done() or task.get_loop() is not loop) and time.monotonic() >= self._quiet_until:
+                task = self._task = loop.create_task(self.runs.catch_up())
+                task.add_done_callback(self._done)
+            if task is not None and task.get_loop() is loop and self._needs(scope):
+                with contextlib.suppress(Exception):  # said by _done; the request is served as this worker knows
+                    await asyncio.shield(task)
         await self.app(scope, receive, send)
 
 
@@ -532,6 +568,8 @@ class QueueWorker:
         message = lost_message(self.settings.train_lease_s)
         while not self.stopping.wait(1.0):
             with contextlib.suppress(Exception):
+                self.r.zadd(WORKERS, {self.name: time.time()})
+                self.r.zremrangebyscore(WORKERS, "-inf", time.time() - 3600)
                 if n := int(self.scripts["reap"](args=[message])):
                     LOG.warning("%d run(s) lost their queue worker: reported failed", n)
 

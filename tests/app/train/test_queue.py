@@ -177,6 +177,24 @@ def test_serve_two_workers_with_redis_from_fresh_connections() -> None:
             assert got.status_code == 200, got.text
 
 
+def test_a_dropped_run_leaves_every_worker() -> None:
+    """TRAIN_MAX_KEPT = 1: the next run drops the first, and its preset is gone from both workers (a 422 naming
+    `preset`), the new one served on both."""
+    with redis_server() as url, queue_worker(url), two_web_workers(url, train_max_kept=1) as (a, b):
+        first = a.post("/api/v1/train", json=TINY).json()["id"]
+        assert events_until_end(b, first)[-1][1]["status"] == "done"
+        for c in (a, b):
+            assert c.get("/api/v1/attention", params={"preset": f"train-{first}", "text": "ABCA"}).status_code == 200
+        second = b.post("/api/v1/train", json=TINY | {"seed": 1}).json()["id"]
+        assert events_until_end(a, second)[-1][1]["status"] == "done"
+        for c in (a, b):
+            assert c.get(f"/api/v1/train/{first}").status_code == 404
+            names = [m["name"] for m in c.get("/api/v1/models").json()["models"]]
+            assert f"train-{first}" not in names and f"train-{second}" in names
+            r = c.get("/api/v1/attention", params={"preset": f"train-{first}", "text": "ABCA"})
+            assert r.status_code == 422 and any("preset" in d["loc"] for d in r.json()["detail"])
+
+
 def test_a_web_worker_restarted_mid_run_loses_nothing() -> None:
     with redis_server() as url, queue_worker(url):
         with TestClient(create_app(web(url))) as a:
@@ -227,6 +245,7 @@ def test_the_caps_hold_across_web_workers() -> None:
         assert b.post("/api/v1/train", json=TINY).status_code == 503
         r = b.post(f"/api/v1/train/{first}/stop")  # a queued run stopped ends at once, on every worker
         assert r.json()["status"] == "cancelled" and status(a, first)["message"] == "stopped before it started"
+        assert "none is running" in until("the message", lambda: status(a, second)["message"], timeout=30)
         third = b.post("/api/v1/train", json=TINY)
         assert third.status_code == 202
         for run_id in (second, third.json()["id"]):
