@@ -1,15 +1,20 @@
-"""`/healthz`: cheap, never computes, answers while large requests wait for the memory budget."""
+"""`/healthz`: cheap, never computes, answers while large requests wait for the memory budget. `/api/v1/progress`:
+how far the request a page waits for has come, and `Served`, which makes every page request known to it."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .lab import Lab, get_lab, progress_key
+from .lab import Lab, ProgressKey, get_lab, progress_key
+from .limits import HttpMiddleware
 from .render.payload import json_response
+from .web.i18n import LANGS, translator
 
 router = APIRouter(tags=["health"])
 
@@ -41,11 +46,16 @@ async def progress(
     url: Annotated[
         str | None, Query(alias="for", max_length=16384, description="or the path and query of a short request")
     ] = None,
+    lang: Annotated[str, Query(pattern="^(en|zh)$", description="the language of `text`")] = "en",
 ) -> Response:
     """How far a long computation that a request started has come (the model view, a long context, generation):
-    `done` of `total` steps (layers or tokens) and the seconds since it began. Pages poll it while they wait, by
-    `key`, which stays short however long the request's URL; a server with several workers and --redis answers
-    from any of them (without --redis, only the computing worker knows)."""
+    `done` of `total` `unit` (`layers`: the layers of a model run so far, every pass's counted when the
+    computation makes several; `tokens`: the tokens generated) and the seconds since it began, with `text`, the
+    line a page shows (`21 / 31 layers · 6.2 s`) in `lang`. A page request whose computation counts nothing, or has
+    not begun, is 0 of 0 while the worker serving it works on it: its seconds are how long it has waited. Pages
+    poll it while they wait, by `key`, which stays short however long the request's URL; a server with several
+    workers and --redis answers a computation's progress from any of them (without --redis, only the computing
+    worker knows)."""
     if key is None and url is None:
         body = {"message": "key: give the request's progress key (or for=, its URL)", "detail": [
             {"loc": ["query", "key"], "msg": "Field required", "type": "missing"}]}  # fmt: skip
@@ -56,8 +66,62 @@ async def progress(
         body = {"message": f"{name}: nothing is being computed for this request here", "detail": [
             {"loc": ["query", name], "msg": "nothing in progress", "type": "not_found"}]}  # fmt: skip
         return json_response(body, 404)
-    done, total, start = entry
-    return json_response({"done": done, "total": total, "seconds": round(time.time() - start, 1)})
+    seconds = round(time.time() - entry.start, 1)
+    return json_response({"done": entry.done, "total": entry.total, "unit": entry.unit, "seconds": seconds,
+                          "text": progress_text(entry.done, entry.total, entry.unit, seconds, lang)})  # fmt: skip
+
+
+_TEXTS = {lang: translator(lang) for lang in LANGS}
+
+
+def progress_text(done: int, total: int, unit: str, seconds: float, lang: str) -> str:
+    """The line a page shows while it waits, its count with its unit: "21 / 31 layers · 6.2 s" ("working · 6.2 s"
+    while nothing is counted)."""
+    t = _TEXTS[lang]
+    if total > 0:
+        return t("progress.count." + unit, done=done, total=total, s=seconds)
+    return t("progress.waiting", s=seconds)
+
+
+REDIRECT_GRACE_S = 10  # a redirected page request stays known this long: the page waits for where it was sent
+
+
+class Served(HttpMiddleware):
+    """Every page request (a GET, but not a poll, a static file or an event stream) is known to /api/v1/progress
+    from its arrival until its answer's last byte leaves (`Lab.serving`): a page polls for whatever it waits for,
+    and a poll for a page that computes nothing it counts (or has not begun) is answered, 0 of 0 with the seconds
+    waited, never a 404 logged in the browser's console. Outside JsonTwin: known by the URL the browser asked for."""
+
+    QUIET = ("/api/v1/progress", "/static/", "/vendor/", "/healthz", "/metrics")
+
+    def __init__(self, app: ASGIApp, lab: Lab) -> None:
+        super().__init__(app)
+        self.lab = lab
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "GET" or scope["path"].startswith(self.QUIET):
+            return await self.app(scope, receive, send)
+        url = Request(scope).url  # its query parsed only if a poll asks for a key while it is served
+        done = self.lab.serving(ProgressKey(url.path, url.query))
+        redirect = False
+
+        async def sent(message: Message) -> None:
+            nonlocal redirect
+            if message["type"] == "http.response.start":
+                redirect = 300 <= message["status"] < 400
+                if dict(message.get("headers", [])).get(b"content-type", b"").startswith(b"text/event-stream"):
+                    done()  # a stream the page follows, not an answer it waits for
+            elif message["type"] == "http.response.body" and not message.get("more_body", False) and not redirect:
+                done()  # before the last byte leaves: a client that has the answer finds nothing in progress
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            if redirect:  # the page waits on, for the page it is sent to (a class joined by its code): a while
+                asyncio.get_running_loop().call_later(REDIRECT_GRACE_S, done)
+            else:
+                done()
 
 
 def url_key(url: str) -> str:

@@ -11,6 +11,7 @@ from markupsafe import Markup, escape
 from .render.predicted import small
 from .schemas import BlockRequest, request_fields
 from .web.knockouts import heads_typed
+from .web.lessons import LESSONS
 from .web.share import FOLLOWABLE, label_svg
 from .web.state import Common, url_fields
 
@@ -21,6 +22,8 @@ TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).resolve().parent.parent / 
 TEMPLATES.env.globals["zip"] = zip
 # A page a class can follow: it offers "Start a class" (app/rooms).
 TEMPLATES.env.globals["followable"] = lambda path: FOLLOWABLE.fullmatch(path) is not None
+# Where a newcomer begins (the lab's "Start here" line, #42): the course's first lesson.
+TEMPLATES.env.globals["first_lesson"] = LESSONS[0]
 # `{{ kl | tiny }}`: a number that may be tiny, 3e-7 rather than 0.000.
 TEMPLATES.env.filters["tiny"] = small
 # `{{ state.get('ablate') | heads_typed }}`: heads to knock out as the pages write them (L1 H0, not 1.0).

@@ -131,13 +131,31 @@
 // new URL, point them at it, so switching language keeps the stage and the twin stays the view's.
 (function () {
   "use strict";
+  // The toy's example a page shows when its URL names no tokens is its language's (#42: "cat sat on the mat", "猫 坐
+  // 在 垫子 上"; <meta name=lab-example>): the address names it, so what leaves the page (a class started or followed,
+  // a link copied) shows the same numbers in any language; the language links leave it unnamed, so the other
+  // language shows its own example.
+  var meta = document.querySelector('meta[name="lab-example"]');
+  var example = meta && meta.getAttribute("content");
+  function unnamed(q) {
+    return !q.get("tokens") && !q.get("text") && !q.get("token_ids") && (q.get("preset") || "toy") === "toy";
+  }
+  function pin() {
+    var url = new URL(window.location.href);
+    if (!example || !unnamed(url.searchParams)) return;
+    url.searchParams.set("tokens", example);
+    history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+  }
+  pin();  // now, before room.js announces this view to a class
   function relink() {
+    pin();
     var twin = document.querySelector("a[data-twin=json]");
     var alt = document.querySelector('link[rel=alternate][type="application/json"]');
     if (twin && alt) alt.setAttribute("href", twin.getAttribute("href"));
     document.querySelectorAll("a[data-lang]").forEach(function (a) {
       var url = new URL(window.location.href);
       url.searchParams.set("lang", a.dataset.lang);
+      if (example && url.searchParams.get("tokens") === example) url.searchParams.delete("tokens");
       a.setAttribute("href", url.pathname + url.search + url.hash);
     });
     // "Start a class" starts it on the view now shown, not on the one the page was loaded with.
@@ -153,6 +171,7 @@
   document.addEventListener("htmx:pushedIntoHistory", relink);
   document.addEventListener("htmx:historyRestore", relink);
   document.addEventListener("htmx:afterSettle", relink);
+  document.addEventListener("DOMContentLoaded", relink);  // "Start a class" names the example too
 })();
 
 // ▶ Play (the generation page): from the current step (from the first when already at the last) one step every
@@ -273,17 +292,22 @@ window.labProgressKey = (function () {
   };
 })();
 
-// Long work (the model view of a long text, a long context's first window, generation): while a page or a panel is
-// computed, poll /api/v1/progress for it, by its key, and show how far it has come, rather than a tab that seems
-// frozen.
+// Long work (the model view of a long text, a long context's first window, generation, a page's first load): while
+// a page or a panel is computed, poll /api/v1/progress for it, by its key, and show how far it has come, in the
+// server's words ("21 / 31 layers · 6.2 s", in the page's language), rather than a tab that seems frozen. The server
+// knows every page request it is serving (app/health.py `Served`), so a poll is answered for as long as the page
+// waits, and a 404 means the answer has come: the polling stops there, and the console logs no failed request.
 (function () {
   var timer = null;
   var box = null;
+  var asking = null;  // the poll in flight, aborted when the wait ends
   function stop() {
     if (timer) { clearInterval(timer); timer = null; }
+    if (asking) { asking.abort(); asking = null; }
     if (box) box.hidden = true;
   }
   function render(p) {
+    if (!(p.total > 0) && p.seconds < 1) return;  // a page that counts nothing: shown once it takes a while
     if (!box) {
       box = document.createElement("div");
       box.id = "progress";
@@ -293,25 +317,33 @@ window.labProgressKey = (function () {
     }
     var bar = box.querySelector("progress");
     if (p.total > 0) { bar.max = p.total; bar.value = p.done; } else { bar.removeAttribute("value"); }
-    box.querySelector("span").textContent = (p.total > 0 ? p.done + " / " + p.total + " · " : "") + p.seconds + " s";
+    box.querySelector("span").textContent = p.text ||
+      ((p.total > 0 ? p.done + " / " + p.total + " " + (p.unit || "") + " · " : "") + p.seconds + " s");
     box.hidden = false;
+  }
+  // A page: what the browser shows in place of this one when it comes (not the API's files and JSON, which a link
+  // downloads or opens beside the page: nothing waits for them here).
+  function isPage(path) {
+    return !/^\/(api|static|vendor)\//.test(path) && !/\.(json|npz|csv|svg|png|zip)$/.test(path.split("?")[0]);
   }
   function start(url) {
     stop();
-    if (!url || url.indexOf("/api/v1/progress") === 0) return;
+    if (!url || !isPage(url)) return;
     var key;
     try { key = window.labProgressKey(url); } catch (e) { return; }
-    var misses = 0, seen = false;
+    var lang = (document.documentElement.lang || "en").slice(0, 2) === "zh" ? "zh" : "en";
     timer = setInterval(function () {
-      fetch("/api/v1/progress?key=" + key, { headers: { Accept: "application/json" } })
+      if (asking) return;  // the last poll not answered yet
+      var ask = asking = window.AbortController ? new AbortController() : null;
+      fetch("/api/v1/progress?key=" + key + "&lang=" + lang,
+            { headers: { Accept: "application/json" }, signal: ask ? ask.signal : undefined })
         .then(function (res) { return res.ok ? res.json() : null; })
         .then(function (p) {
-          if (p && timer) { seen = true; misses = 0; render(p); return; }
-          // Nothing tracked for this request after a few seconds (a quick or cached answer, a link into another
-          // tab): stop asking rather than poll for ever.
-          if (++misses >= (seen ? 4 : 8)) stop();
+          if (asking === ask) asking = null;
+          if (!timer) return;
+          if (p) render(p); else stop();  // answered (or not served here): nothing more to wait for
         })
-        .catch(function () {});
+        .catch(function () { if (asking === ask) asking = null; });
     }, 600);
   }
   document.addEventListener("htmx:beforeRequest", function (e) {
@@ -323,6 +355,7 @@ window.labProgressKey = (function () {
   document.addEventListener("submit", function (e) {
     var form = e.target;
     if (e.defaultPrevented || (form.method || "get").toLowerCase() !== "get") return;
+    if (form.target && form.target !== "_self") return;  // another tab: this page is not waiting for it
     var action = new URL(form.action, location.href);
     if (action.origin !== location.origin) return;
     start(action.pathname + "?" + new URLSearchParams(new FormData(form)).toString());
@@ -331,10 +364,13 @@ window.labProgressKey = (function () {
     var a = e.target.closest && e.target.closest("a[href]");
     if (!a || e.defaultPrevented || a.hasAttribute("download") || a.origin !== location.origin) return;
     if (a.target && a.target !== "_self") return;  // another tab: this page is not waiting for it
+    if (a.hash && a.pathname === location.pathname && a.search === location.search) return;  // a place on this page
     if (a.closest("[hx-boost=true]") && a.getAttribute("hx-boost") !== "false") return;  // htmx's own request
     start(a.pathname + a.search);
   });
-  window.addEventListener("pageshow", stop);
+  // Back to a page that polled (restored from the back-forward cache); not the first load's own pageshow, which
+  // would stop a page's first request (a deferred page's shell asks for its page by htmx as it loads, #42).
+  window.addEventListener("pageshow", function (e) { if (e.persisted) stop(); });
 })();
 
 // A lesson step's place on its page (the step's #fragment, e.g. /demos#scaling, as data-anchor on its panel): a
@@ -360,7 +396,56 @@ window.labOnLayout = function (fn) {
   document.addEventListener("htmx:afterSettle", fn);
   document.addEventListener("room:followed", fn);
   document.addEventListener("room:resized", fn);
+  // A lesson's answer opened or shut: the page's explanations come and go with it (static/lab.css, data-hint).
+  document.addEventListener("toggle", function (e) {
+    if (e.target.matches && e.target.matches(".lesson-panel details.answer")) fn();
+  }, true);
 };
+
+// A deferred page's shell (templates/_deferred.html: /heads and /patch answer a browser's navigation at once and ask
+// for their numbers by htmx, the progress box counting meanwhile): once the page is swapped in, scroll to the place
+// its #fragment (or the lesson step's anchor) names, as a plain load would have; if it could not come (a busy
+// server, an error), say so beside the plain link to it.
+(function () {
+  "use strict";
+  var arrived = false;
+  function deferred(e) { var elt = e.detail && e.detail.elt; return !!(elt && elt.closest && elt.closest("[data-deferred]")); }
+  document.addEventListener("htmx:beforeSwap", function (e) { if (deferred(e)) arrived = true; });
+  document.addEventListener("htmx:afterSettle", function () {
+    if (!arrived) return;
+    arrived = false;
+    var panel = document.querySelector(".lesson-panel[data-anchor]");
+    var id = location.hash ? decodeURIComponent(location.hash.slice(1)) : panel && panel.getAttribute("data-anchor");
+    var place = id && document.getElementById(id);
+    if (!place) return;
+    place.scrollIntoView();
+    window.requestAnimationFrame(function () { place.scrollIntoView(); });  // after the fitters have sized the page
+  });
+  function failed(e) {
+    if (!deferred(e)) return;
+    var shell = e.detail.elt.closest("[data-deferred]");
+    var said = shell.querySelector("[data-deferred-failed]");
+    if (said) said.hidden = false;
+    var status = shell.querySelector("#deferred-status");
+    if (status) status.hidden = true;
+  }
+  document.addEventListener("htmx:responseError", failed);
+  document.addEventListener("htmx:sendError", failed);
+})();
+
+// Presenter mode on /heads and /patch: the lesson's panel stays at the top of the screen (lab.css) while the page
+// scrolls to the step's figure, so the question is read beside it; the figures and the scroll's stop are sized to
+// the room it leaves (--lesson-h: its height, 0 when it does not stay).
+(function () {
+  "use strict";
+  function measure() {
+    var beside = document.querySelector("body.present > .lesson-beside");
+    var h = beside && getComputedStyle(beside).position === "sticky" ? beside.getBoundingClientRect().height : 0;
+    document.documentElement.style.setProperty("--lesson-h", Math.ceil(h) + "px");
+  }
+  window.labOnLayout(measure);
+  document.addEventListener("toggle", measure, true);  // the answer opened in the panel
+})();
 
 // The class bar along the bottom arrives, and grows when a question opens or its reveal comes: one observer of it
 // tells every fitter above (labOnLayout's "room:resized"), at most once a frame, so the numbers make room for it.
@@ -466,6 +551,49 @@ window.labLargest = function (lo, hi, set, fits) {
   window.labOnLayout(fit);
 })();
 
+// The header's "More" menu (#42): a disclosure that closes as a menu does, on a click elsewhere or Escape.
+(function () {
+  "use strict";
+  function close(except) {
+    document.querySelectorAll("details[data-more-nav][open]").forEach(function (d) { if (d !== except) d.open = false; });
+  }
+  document.addEventListener("click", function (e) { close(e.target.closest && e.target.closest("details[data-more-nav]")); });
+  document.addEventListener("keydown", function (e) {
+    if (e.key !== "Escape") return;
+    var open = document.querySelector("details[data-more-nav][open]");
+    if (!open) return;
+    open.open = false;
+    open.querySelector("summary").focus();
+  });
+})();
+
+// The open cell's arithmetic (#42): a number clicked, or a view loaded or followed with a cell open, scrolls the page
+// only as far as needed for its box (under the matrices) to be on screen, and never so far that the clicked number
+// leaves the top of the screen; once per cell opened, so a reader scrolling away is not pulled back. Runs after the
+// presenter-mode fitter above (registered before it), which sizes the numbers for the screen first.
+(function () {
+  "use strict";
+  var shown = null;
+  function reveal() {
+    var box = document.getElementById("arithmetic");
+    var key = box && (location.pathname + "#" + box.getAttribute("data-cell"));
+    if (!box || key === shown) { shown = key || null; return; }
+    var r = box.getBoundingClientRect();
+    if (!r.height) return;  // not laid out yet (a hidden panel): the next layout moment tries again
+    shown = key;
+    var cell = document.querySelector("#stage td.selected");
+    var top = cell ? cell.getBoundingClientRect().top : r.top;
+    var margin = 8, room = document.getElementById("room");
+    var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - margin;
+    var by = 0;
+    if (r.bottom > bottom) by = Math.min(r.bottom - bottom, top - margin);  // up to the box's end, keeping the cell
+    else if (r.top < margin) by = r.top - margin;
+    if (cell && top - by < margin) by = top - margin;  // the cell itself above the screen: bring it back
+    if (Math.abs(by) >= 1) window.scrollBy(0, by);
+  }
+  window.labOnLayout(reveal);
+})();
+
 // A formula wider than its box is scaled down to fit rather than clipped; on the projector so is a line of the open
 // cell's arithmetic (its Σ line ended cut at the right, in a box that scrolls).
 (function () {
@@ -475,7 +603,8 @@ window.labLargest = function (lo, hi, set, fits) {
       var m = box.querySelector("math");
       if (!m) return;
       m.style.removeProperty("font-size");
-      var w = m.getBoundingClientRect().width, room = box.clientWidth;
+      // A block formula's own box is as wide as its column, whatever it holds: what overflows is the column's scroll.
+      var w = Math.max(m.getBoundingClientRect().width, box.scrollWidth), room = box.clientWidth;
       if (w > room && room > 0) {
         var size = parseFloat(getComputedStyle(m).fontSize);
         m.style.setProperty("font-size", Math.max(8, Math.floor(size * room / w * 0.98)) + "px");

@@ -154,7 +154,24 @@
     var local = localPoll(poll);
     var i = poll && poll.kind === "choice" ? poll.options.indexOf(value) : -1;
     if (i >= 0 && local.options[i]) return local.options[i]; // a lesson's poll, in this student's language
-    return /^\d+,\d+$/.test(value) ? "(" + value.replace(",", ", ") + ")" : value;
+    // The matrix this screen shows, when it is the question's (its shape): its own labels, in this screen's
+    // language (a toy's example tokens are the reader's); else those the asking page sent.
+    var own = poll && poll.kind === "cell" ? matrixShape() : {};
+    var mine = own.row_labels && own.rows === poll.rows && own.cols === poll.cols;
+    return tokensOf(value, mine ? own.row_labels : poll && poll.row_labels, mine ? own.col_labels : poll && poll.col_labels);
+  }
+  // A cell ("row,col") by its tokens, "猫→猫": the query's (its row), then the key's (its column), as the page
+  // labels its matrix; a token it shows twice says its place ("the (4)→the (0)"). "(0, 0)" without labels.
+  // (static/teach.js and app/rooms/store.py's Poll.cell_label say it the same way.)
+  function tokensOf(cell, rows, cols) {
+    var m = /^(\d+),(\d+)$/.exec(cell);
+    if (!m) return cell;
+    var i = Number(m[1]), j = Number(m[2]);
+    if (!rows || !cols || i >= rows.length || j >= cols.length) return "(" + i + ", " + j + ")";
+    var qt = rows[i], kt = cols[j];
+    if (rows.indexOf(qt) !== rows.lastIndexOf(qt)) qt += " (" + i + ")";
+    if (cols.indexOf(kt) !== cols.lastIndexOf(kt)) kt += " (" + j + ")";
+    return qt + "→" + kt;
   }
   // A lesson's poll carries every language; a student reads their own (answers go by index, counted as one).
   function localPoll(p) {
@@ -255,9 +272,12 @@
     send([Number(td.getAttribute("data-row")), Number(td.getAttribute("data-col"))]);
   }, true);
 
-  // Anything the student does on the page itself (a link, a form, a key) means exploring on their own.
+  // Anything the student does on the page itself (a link, a form, a key) means exploring on their own; a heavy
+  // page's shell asking for its own numbers as it loads (main[data-deferred], #42) is not the student's doing.
   document.addEventListener("htmx:beforeRequest", function (e) {
-    if (role === "student" && following() && e.detail && e.detail.elt && !bar.contains(e.detail.elt)) setMode("exploring");
+    var elt = e.detail && e.detail.elt;
+    if (!elt || bar.contains(elt) || (elt.closest && elt.closest("[data-deferred]"))) return;
+    if (role === "student" && following()) setMode("exploring");
   });
 
   // ---- the teacher: announce the view, watch the answers ----------------------------------------------------
@@ -299,10 +319,20 @@
     go(state);
   }
 
+  // The matrix a cell question is about (the page's first), its shape and its rows' and columns' labels (the tokens),
+  // so every screen names the cells by their tokens. A window of a larger matrix (cells not from 0) sends no labels.
   function matrixShape(doc) {
     var table = (doc || document).querySelector("table[data-matrix]");
     if (!table) return {};
-    return { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
+    var shape = { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
+    var first = table.querySelector("td[data-row][data-col]");
+    if (!first || first.getAttribute("data-row") !== "0" || first.getAttribute("data-col") !== "0") return shape;
+    var label = function (el) { return ((el && el.textContent) || "").trim().slice(0, 64); };
+    var heads = table.querySelectorAll("thead th[scope=col]");
+    if (heads.length !== shape.cols) return shape;
+    shape.row_labels = Array.prototype.map.call(table.querySelectorAll("tbody tr"), function (tr) { return label(tr.querySelector("th")); });
+    shape.col_labels = Array.prototype.map.call(heads, label);
+    return shape;
   }
   function askLesson(lesson, step) {
     var body = Object.assign({ lesson: lesson, step: Number(step), lang: lang }, matrixShape());
@@ -316,7 +346,7 @@
   // the page holds no key.
   function addAsk() {
     var panel = document.querySelector(".lesson-panel[data-lesson]");
-    if (role !== "teacher" || !panel || panel.querySelector("[data-room-ask]")) return;
+    if (role !== "teacher" || over || !panel || panel.querySelector("[data-room-ask]")) return;
     var b = document.createElement("button");
     b.type = "button";
     b.className = "btn";
@@ -464,6 +494,8 @@
     poll = null;
     markCells();
     document.body.removeAttribute("data-poll-open");
+    // Nobody is left to ask: the lesson panel's "Ask the class" goes too (addAsk adds none once the class is over).
+    Array.prototype.forEach.call(document.querySelectorAll("[data-room-ask]"), function (b) { b.remove(); });
     bar.classList.add("ended");
     document.cookie = "lab_room=; Max-Age=0; path=/";
     document.body.removeAttribute("data-room-following");

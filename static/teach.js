@@ -29,7 +29,20 @@
     PERSONAL.forEach(function (k) { u.searchParams.delete(k); });
     return { page: u.pathname, query: u.searchParams.toString() };
   }
-  function cellLabel(v) { return /^\d+,\d+$/.test(v) ? "(" + v.replace(",", ", ") + ")" : v; }
+  // A cell ("row,col") by its tokens, "猫→猫" (the query's, then the key's): the labels the poll was asked with, or
+  // before it is asked, those of the matrix the class sees; as static/room.js says it (a token shown twice says its
+  // place, "the (4)→the (0)"; "(0, 0)" without labels).
+  function cellLabel(v, p) {
+    var m = /^(\d+),(\d+)$/.exec(v);
+    if (!m) return v;
+    var rows = (p || shape).row_labels, cols = (p || shape).col_labels;
+    var i = Number(m[1]), j = Number(m[2]);
+    if (!rows || !cols || i >= rows.length || j >= cols.length) return "(" + i + ", " + j + ")";
+    var qt = rows[i], kt = cols[j];
+    if (rows.indexOf(qt) !== rows.lastIndexOf(qt)) qt += " (" + i + ")";
+    if (cols.indexOf(kt) !== cols.lastIndexOf(kt)) kt += " (" + j + ")";
+    return qt + "→" + kt;
+  }
 
   // ---- the current view, read from the page the class sees --------------------------------------------------
   function load(view) {
@@ -75,9 +88,8 @@
       ? "data-label-next-lesson" : "data-label-next");
     var title = panel && panel.querySelector(".lesson-title");
     if (title) $("[data-lesson-title]").textContent = title.textContent.replace(/\s+/g, " ").trim();
-    shape = {};
     var table = doc.querySelector("table[data-matrix]");
-    if (table) shape = { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
+    shape = matrixShape(table);
     keyMatrix(table);
     prepared = null;
     $("[data-prepared]").hidden = true;
@@ -245,6 +257,18 @@
     });
     $("[data-prepared-key]").textContent = p.answer == null ? "—" : cellLabel(p.answer);
   }
+  // The matrix a cell question is about (the page's first): its shape and its rows' and columns' labels (the
+  // tokens), sent with the question so that every screen names its cells by their tokens (as static/room.js does).
+  function matrixShape(table) {
+    if (!table) return {};
+    var out = { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
+    var first = table.querySelector("td[data-row][data-col]"), heads = table.querySelectorAll("thead th[scope=col]");
+    if (!first || first.getAttribute("data-row") !== "0" || first.getAttribute("data-col") !== "0" || heads.length !== out.cols) return out;
+    var label = function (el) { return ((el && el.textContent) || "").trim().slice(0, 64); };
+    out.row_labels = Array.prototype.map.call(table.querySelectorAll("tbody tr"), function (tr) { return label(tr.querySelector("th")); });
+    out.col_labels = Array.prototype.map.call(heads, label);
+    return out;
+  }
   // A cell poll's key is picked by clicking the cell, on a copy of the matrix the class sees (numbers only).
   function keyMatrix(table) {
     var box = $("[data-key-matrix]");
@@ -312,7 +336,7 @@
       li.setAttribute("data-answer", k);
       if (key != null && k === key) li.className = "key";
       var label = document.createElement("span"), bar = document.createElement("span"), num = document.createElement("span");
-      label.className = "label"; label.textContent = cellLabel(k);
+      label.className = "label"; label.textContent = cellLabel(k, poll);
       bar.className = "bar"; bar.style.setProperty("--share", top ? String(n / top) : "0");
       num.className = "n"; num.textContent = String(n);
       li.append(label, bar, num);
@@ -337,9 +361,9 @@
     if (p.status === "cleared") {
       // Off every screen of the class; the remote keeps the results (and their CSV) until the next poll.
       if (poll && poll.id === p.id) { $("[data-clear]").hidden = true; $("[data-results]").setAttribute("data-cleared", ""); }
-      // Closed by the server because the class left the poll's page: gone from the remote too (its answers stay
-      // in the class summary), as from the projector and the phones.
-      if (poll && poll.id === p.id && p.reason === "page") {
+      // Closed by the server because the class left the poll's page or its stage: gone from the remote too (its
+      // answers stay in the class summary), as from the projector and the phones.
+      if (poll && poll.id === p.id && (p.reason === "page" || p.reason === "stage")) {
         $("[data-results]").hidden = true;
         if (watching) clearInterval(watching);
         watching = null;

@@ -28,7 +28,7 @@ from ..render.cells import SWATCHES
 from ..render.heatmap import data_uri
 from ..render.page import SideSpec
 from ..schemas import AttentionRequest, FieldError, from_query
-from ..web.page import serve
+from ..web.page import language, serve
 from ..web.share import MAX_QR_CHARS, public_base, qr_svg, unreachable
 from ..web.state import DEPENDS, ViewState, head_within, lab_state, url_fields
 from .params import LabParams
@@ -114,7 +114,9 @@ async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> R
 
 
 async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
-    state = lab_state(request.query_params, "/embed" if embed else "/", API_KEYS, LabParams, lab.models)
+    state = lab_state(
+        request.query_params, "/embed" if embed else "/", API_KEYS, LabParams, lab.models, language(request)
+    )
     present = state.present
     hide = {h for h in state.get("hide").split(",") if h in HIDEABLE} | ({"controls"} if present else set())
     if not state.hints:  # what to notice and the lesson's answer stay hidden until the teacher shows them
@@ -185,7 +187,7 @@ def share(state: ViewState, student_base: str, lab: Lab) -> dict[str, Any]:
     """Presenter mode's address for students: the view itself, without presenter mode. A QR code holds ~2,300
     bytes at this error level; past a bound the screen shows the address alone. Under the code the screen prints
     the server's short address (the whole view is in the QR, not on the wall)."""
-    student = student_base + state.url(present=None)
+    student = student_base + state.pinned(present=None)  # its tokens named: a phone in another language, same numbers
     host = urlsplit(student).hostname or ""
     return {
         "qr": qr_svg(student) if len(student) <= MAX_QR_CHARS else None,

@@ -18,7 +18,7 @@ from engine.spec import DTYPE_BYTES
 from ..lab import Lab, get_lab
 from ..render.arrays import Traced, to_numpy
 from ..schemas import FieldError, TilesRequest, from_query
-from ..web.page import serve
+from ..web.page import language, serve
 from ..web.state import ViewState, lab_state, url_fields, within
 from ..web.view import View
 from .params import TilesParams
@@ -137,7 +137,7 @@ def first_step(steps: tuple[TileStep, ...]) -> int:
 async def tiles_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     """FlashAttention, walked through: one query block at a time, each key block updating m, l and the accumulator;
     it opens on the first query block's first key block that does something."""
-    state = lab_state(request.query_params, "/tiles", TILE_KEYS, TilesParams, lab.models)
+    state = lab_state(request.query_params, "/tiles", TILE_KEYS, TilesParams, lab.models, language(request))
     build = functools.partial(tiles_view, state, lab)
     return await serve(request, lab, "tiles.html", state, build, json_url=api_url(state), blocks=())
 

@@ -16,7 +16,7 @@ from ..lab import Lab, get_lab
 from ..render import page as view
 from ..render import stages
 from ..schemas import BlockRequest, from_query
-from ..web.page import serve
+from ..web.page import language, serve
 from ..web.state import Params, ViewState, head_within, integer, lab_state, param, parse_stage, url_fields
 from .view import BlockView, stage_label, strip_box
 
@@ -35,7 +35,7 @@ class BlockParams(Params):
 
 @router.get("/block", response_class=HTMLResponse)
 async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = lab_state(request.query_params, "/block", API_KEYS, BlockParams, lab.models)
+    state = lab_state(request.query_params, "/block", API_KEYS, BlockParams, lab.models, language(request))
     build = functools.partial(block_view, state, lab)
     return await serve(request, lab, "block.html", state, build, json_url=api_url(state),
                        presets=["toy", "gpt2-small", *lab.models], models=lab.models)  # fmt: skip

@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.page import SMALL_DIMS, SMALL_TOKENS, kv_head
 from ..schemas import DecodeRequest, from_query, request_fields
-from ..web.page import page_route
-from ..web.state import DEPENDS, Params, ViewState, head_within, integer, param, url_fields, within
+from ..web.page import language, page_route
+from ..web.state import DEPENDS, Params, ViewState, head_within, integer, lab_state, param, url_fields, within
 from .view import GPT2_BYTES, DecodeView, cache_matrices, equals_full, row_matrices
 
 router = APIRouter(include_in_schema=False)
@@ -117,4 +117,9 @@ def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
     return {"presets": ["toy", "gpt2-small"], "json_url": api_url(state)}
 
 
-page_route(router, "/decode", "decode.html", API_KEYS, DecodeParams, decode_view, form, DecodeView.blocks)
+def decode_state(request: Request, path: str, keys: tuple[str, ...], params: type[Params]) -> ViewState:
+    """/decode's state: a lab-like page's (the toy with no tokens shows its language's example)."""
+    return lab_state(request.query_params, path, keys, params, None, language(request))
+
+
+page_route(router, "/decode", "decode.html", API_KEYS, DecodeParams, decode_view, form, DecodeView.blocks, decode_state)

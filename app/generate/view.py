@@ -116,7 +116,9 @@ async def run(lab: Lab, req: GenerateRequest, key: str | None) -> tuple[Spec, in
         return generate(model, spec.token_ids, req.max_new_tokens, layer, progress=progress)
 
     done = (spec.preset, spec.token_ids, req.max_new_tokens, layer)
-    result, _ = await lab.compute("generate", done, cost(spec, req.max_new_tokens, model.info), work, progress=key)
+    result, _ = await lab.compute(
+        "generate", done, cost(spec, req.max_new_tokens, model.info), work, progress=key, unit="tokens"
+    )
     return spec, layer, result
 
 

@@ -202,6 +202,8 @@ def prompts_of(req: PatchRequest, lab: Lab) -> tuple[Text, Text]:
     out = []
     for name in ("clean", "corrupted"):
         seq = P.sequence(model, model.tokenize(getattr(req, name)), req.bos, False)
+        if not seq:  # a text of characters the tokenizer drops (a trained run's small vocabulary), and no BOS
+            raise FieldError(name, f"gives no tokens in {model.name}'s vocabulary")
         if len(seq) > limit:
             raise FieldError(name, f"at most {limit} tokens here, got {len(seq)}")
         out.append(Text(req.preset, model, tuple(seq), tuple(model.labels(seq))))

@@ -19,7 +19,7 @@ from ..schemas import FieldError
 from ..web.knockouts import form_request
 from ..web.page import lab_url, page_route
 from ..web.state import ViewState, within
-from ..web.view import View
+from ..web.view import HIDDEN, View
 from .compute import (
     Ablated,
     Grid,
@@ -32,6 +32,7 @@ from .compute import (
     roles_document,
     roles_of,
 )
+from .figures import loss_bars, probe_pattern, pruning_chart
 from .request import CLEAN, CORRUPTED, HeadsParams, PatchParams, PatchRequest, PruneRequest, RolesRequest
 
 router = APIRouter(include_in_schema=False)
@@ -60,12 +61,15 @@ class Curve:
     can_go: int
     fraction: float
     rise: float
-    points: str  # the SVG polyline's points (0…300 × 0…150)
-    limit_y: float  # the SVG y of the clean loss × (1 + rise)
+    chart: str = field(default="", metadata=HIDDEN)  # SVG: the lab's line chart of `mean_loss`, axes and all
 
 
 @dataclass(frozen=True)
 class HeadsView(View):
+    """/heads: every head's score for a role (`grid`) and the top heads, the induction probe and its loss per
+    position (with the top induction heads knocked out: `ablated`), the chosen head's weights on the probe
+    (`weights`; the induction diagonal is key i − `offset`), and the pruning curve once asked for (`curve`)."""
+
     template = "heads.html"
     blocks = ()
     kind = "heads"
@@ -85,6 +89,8 @@ class HeadsView(View):
     chosen: tuple[int, int] = (0, 0)
     weights: tuple[tuple[float, ...], ...] = ()  # the chosen head's weights on the probe (stage 4)
     offset: int = 0  # the induction diagonal: key i − n + 1
+    pattern_svg: str = field(default="", metadata=HIDDEN)  # SVG: `weights` drawn with their axes and the diagonal
+    bars_svg: str = field(default="", metadata=HIDDEN)  # SVG: the probe's loss per position, with its axes
     knock_urls: tuple[tuple[int, str], ...] = ()  # knock the top k induction heads out
     unknock_url: str = ""
     curve: Curve | None = None
@@ -150,19 +156,22 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     weights = await lab.compute("probe_weights", (model.name, roles.probe, layer), 4 * len(roles.probe) ** 2 * n_heads,
                                 lambda _: E.layer_weights(model, roles.probe, layer), progress=None)  # fmt: skip
     w = weights[0][head]
+    shown = tuple(tuple(round(float(x), 4) for x in row) for row in w.tolist())
     curve, prune_error = None, ""
     if state.get("prune") == "1":
         preq = PruneRequest(preset=req.preset, text=req.text, token_ids=req.token_ids, bos=req.bos,
                             ablate_mode=req.ablate_mode)  # fmt: skip
         try:
-            curve = curve_of(await prune_of(preq, lab, progress))
+            curve = curve_of(await prune_of(preq, lab, progress), ctx["t"])
         except FieldError as e:
             prune_error = f"{e.field}: {e.message}"
     return HeadsView(
         preset=model.name, layers=n_layer, heads=n_heads, tokens=doc.tokens, role=role,
         role_urls=tuple((r, state.url(role=r)) for r in E.ROLES), grid=grid, top=top, probe=doc.probe,
         probe_loss=doc.probe_loss, ablated=ablated, chosen=(layer, head),
-        weights=tuple(tuple(round(float(x), 4) for x in row) for row in w.tolist()), offset=roles.n - 1,
+        weights=shown, offset=roles.n - 1, pattern_svg=probe_pattern(shown, roles.n, roles.n - 1, ctx["t"]),
+        bars_svg=loss_bars(doc.probe_loss.positions, roles.n, ablated.probe_loss.positions if ablated else None,
+                           ctx["t"]),
         knock_urls=tuple((k, state.url(knock=str(k), ablate=None) + "#knock") for k in (1, 3, 5, 10)
                          if k <= n_layer * n_heads),
         unknock_url=state.url(knock=None, ablate=None) + "#knock",
@@ -172,19 +181,9 @@ async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     )  # fmt: skip
 
 
-def curve_of(p: Pruned) -> Curve:
-    losses = [v for v in p.mean_loss if v is not None]
-    lo, hi = min(losses), max(losses)
-    span = (hi - lo) or 1.0
-    n = len(p.mean_loss) - 1 or 1
-
-    def y(v: float) -> float:
-        return round(145 - 140 * (v - lo) / span, 1)
-
-    points = " ".join(f"{round(300 * k / n, 1)},{y(v)}" for k, v in enumerate(p.mean_loss) if v is not None)
-    clean = p.clean_loss
-    return Curve(p.order, p.mean_loss, clean, p.can_go, p.fraction, p.rise, points,
-                 y(clean * (1 + p.rise)) if clean is not None else 0)  # fmt: skip
+def curve_of(p: Pruned, t: Callable[..., str]) -> Curve:
+    return Curve(p.order, p.mean_loss, p.clean_loss, p.can_go, p.fraction, p.rise,
+                 pruning_chart(p.mean_loss, p.clean_loss, p.rise, p.can_go, t))  # fmt: skip
 
 
 # -- /patch ------------------------------------------------------------------------------------------------------
@@ -262,5 +261,9 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
     )  # fmt: skip
 
 
-page_route(router, "/heads", "heads.html", ROLE_KEYS, HeadsParams, heads_view, form("/api/v1/head_roles"))
-page_route(router, "/patch", "patch.html", PATCH_KEYS, PatchParams, patch_view, form("/api/v1/patch"))
+# Both are heavy work on a real model (a first load took 10-14 s): a browser's navigation gets the page's shell at
+# once, which asks for the page by htmx and shows its progress meanwhile (`deferred`, app/web/page.py).
+page_route(router, "/heads", "heads.html", ROLE_KEYS, HeadsParams, heads_view, form("/api/v1/head_roles"),
+           deferred=True)  # fmt: skip
+page_route(router, "/patch", "patch.html", PATCH_KEYS, PatchParams, patch_view, form("/api/v1/patch"),
+           deferred=True)  # fmt: skip

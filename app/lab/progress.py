@@ -1,5 +1,7 @@
 """Progress of the computations in flight, for /api/v1/progress: an entry per tracked request while its work runs,
-on this worker and (with --redis) in Redis, so whichever worker a page's poll reaches can answer it."""
+on this worker and (with --redis) in Redis, so whichever worker a page's poll reaches can answer it; and, on the
+worker serving it, every page request from its arrival until its answer is sent (`serving`), so a page that polls
+for the request it is waiting for is answered (how long it has waited) however the page computes."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -19,6 +21,20 @@ from .keys import ProgressKey
 
 T = TypeVar("T")
 PROGRESS_TTL_S = 120  # a shared progress entry outlives a crashed worker by at most this
+# What a computation's (done, total) count, as /api/v1/progress names it (`unit`) and its text writes it: the
+# layers of a model (a pass through them; a computation of several passes counts every pass's layers), or the
+# tokens a generation has written.
+UNITS = ("layers", "tokens")
+
+
+class Entry(NamedTuple):
+    """A request's progress: `done` of `total` `unit` (0 of 0: nothing counted yet: queued, loading, or a page whose
+    computation counts nothing), since `start` (a Unix time)."""
+
+    done: int
+    total: int
+    start: float
+    unit: str = "layers"
 
 
 def _progress_name(key: str) -> str:
@@ -29,9 +45,10 @@ class _Tracked:
     """One request's progress entry while its computation is asked for: its key (a `ProgressKey`, computed only
     when work starts or a poll looks for it) and when it was asked for."""
 
-    def __init__(self, key: str, start: float) -> None:
+    def __init__(self, key: str, start: float, unit: str = "layers") -> None:
         self.key = key
         self.start = start
+        self.unit = unit
         self.named = not isinstance(key, ProgressKey)  # its key is known (computed, or given as one)
         self.begun = False  # its work has begun (in a worker thread)
 
@@ -65,15 +82,26 @@ class Tracking:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        # Long computations in flight, by their request (`progress_key`): (done, total, started) for /api/v1/progress.
-        self.progress: dict[str, tuple[int, int, float]] = {}
+        # Long computations in flight, by their request (`progress_key`): (done, total, started, unit) for
+        # /api/v1/progress.
+        self.progress: dict[str, Entry] = {}
         # Requests tracked whose work has not begun (queued, or waiting for another's): their keys are computed only
         # if a poll asks (`progress_of`), so a request refused or cancelled in the queue never hashes its URL.
         self.pending: set[_Tracked] = set()
         self._redis: Any = None  # --redis: progress entries shared by every worker
 
+    def serving(self, key: str) -> Callable[[], None]:
+        """A page request known to a poll while it is served: from now (its arrival, on the event loop: nothing is
+        computed, its key is a `ProgressKey`) until the returned `done()` (its answer complete). A page polls for
+        every page it waits for (static/lab.js), and most compute nothing that counts: a poll for one of them
+        answers how long it has waited (0 of 0), never a 404 the browser logs as an error. This worker's only (a
+        poll on another worker, without the computation's shared entry, is a 404)."""
+        tracked = _Tracked(key, time.time())
+        self.pending.add(tracked)
+        return lambda: self.pending.discard(tracked)
+
     @contextmanager
-    def tracking(self, key: str | None) -> Iterator[Progress | None]:
+    def tracking(self, key: str | None, unit: str = "layers") -> Iterator[Progress | None]:
         """A progress callback for the computation a request started (None when nobody asked to track it); the
         entry lives while the computation runs, so the table holds only work in flight. With --redis the entry is
         also written there (a short-lived key), so whichever worker a page's poll reaches can answer it.
@@ -82,19 +110,22 @@ class Tracking:
         for a long URL) is computed when its work begins, in the worker thread `offload` runs it in (the entry is
         then 0 of 0 done: loading a model's weights can take seconds), or by the callback's first call. Until then
         the request is pending (queued): a poll on this worker that asks for its key finds it, 0 of 0 done; a poll
-        on another worker (--redis) once its work has begun."""
+        on another worker (--redis) once its work has begun. `unit`: what the computation's (done, total) count
+        (`UNITS`)."""
+        if unit not in UNITS:
+            raise ValueError(f"unit: one of {UNITS}, not {unit!r}")
         if key is None:
             yield None
             return
-        tracked = _Tracked(key, time.time())
+        tracked = _Tracked(key, time.time(), unit)
         shared = self._shared_progress()
 
         def update(done: int, total: int) -> None:
             name = tracked.name
-            self.progress[name] = (done, total, tracked.start)
+            self.progress[name] = Entry(done, total, tracked.start, unit)
             if shared is not None:  # progress is a courtesy: a Redis hiccup never fails the computation
                 with suppress(RedisError):
-                    shared.set(_progress_name(name), f"{done},{total},{tracked.start}", ex=PROGRESS_TTL_S)
+                    shared.set(_progress_name(name), f"{done},{total},{tracked.start},{unit}", ex=PROGRESS_TTL_S)
 
         def begin() -> None:
             if not tracked.begun:
@@ -115,14 +146,15 @@ class Tracking:
                     with suppress(RedisError):
                         shared.delete(_progress_name(name))
 
-    def progress_of(self, key: str) -> tuple[int, int, float] | None:
-        """This worker's entry for `key` (a request whose work has not begun: 0 of 0), else the shared one (--redis):
-        (done, total, started). Called off the event loop: it may compute the keys of pending requests."""
+    def progress_of(self, key: str) -> Entry | None:
+        """This worker's entry for `key` (a request whose work has not begun, or a page served that counts nothing:
+        0 of 0), else the shared one (--redis). Called off the event loop: it may compute the keys of pending
+        requests."""
         entry = self.progress.get(key)
         if entry is None:
             for tracked in self.pending.copy():  # the event loop adds and removes them meanwhile
                 if tracked.name == key:
-                    entry = self.progress.get(key) or (0, 0, tracked.start)
+                    entry = self.progress.get(key) or Entry(0, 0, tracked.start, tracked.unit)
                     break
         shared = self._shared_progress()
         if entry is not None or shared is None:
@@ -133,8 +165,8 @@ class Tracking:
             return None
         if raw is None:
             return None
-        done, total, start = raw.decode().split(",")
-        return int(done), int(total), float(start)
+        done, total, start, *unit = raw.decode().split(",")
+        return Entry(int(done), int(total), float(start), *unit)
 
     def _shared_progress(self) -> Any:
         """A plain (blocking) Redis client for progress entries, made on first use; None without --redis."""

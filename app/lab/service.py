@@ -156,18 +156,20 @@ class Lab(Cancelling, Admission, Tracking):
 
     @overload
     async def compute(self, kind: str, key: Hashable, cost: int, fn: Callable[[Progress | None], T],
-                      heavy: bool = False, *, progress: str | None = None) -> tuple[T, bool]: ...  # fmt: skip
+                      heavy: bool = False, *, progress: str | None = None,
+                      unit: str = "layers") -> tuple[T, bool]: ...  # fmt: skip
     @overload
     async def compute(self, kind: str, key: Hashable, cost: int, fn: Callable[[Progress | None], T],
-                      heavy: bool = False, *, progress: str | None = None, then: Callable[[T, bool], U],
-                      then_cost: int = 0) -> U: ...  # fmt: skip
+                      heavy: bool = False, *, progress: str | None = None, unit: str = "layers",
+                      then: Callable[[T, bool], U], then_cost: int = 0) -> U: ...  # fmt: skip
     async def compute(self, kind: str, key: Hashable, cost: int, fn: Callable[[Progress | None], Any],
-                      heavy: bool = False, *, progress: str | None = None, then: Callable[[Any, bool], Any] | None = None,
-                      then_cost: int = 0) -> Any:  # fmt: skip
+                      heavy: bool = False, *, progress: str | None = None, unit: str = "layers",
+                      then: Callable[[Any, bool], Any] | None = None, then_cost: int = 0) -> Any:  # fmt: skip
         """The one path of every computation: `run` off the event loop, `fn(update)` in a worker thread, large work
         in one of the few large-work slots (`offload`: chosen by the real cost, `cost` unless the value is cached,
         plus `then_cost`; heavy on a heavy route, or when `heavy`), its progress reported under the request key
-        `progress` (/api/v1/progress). `then(value, cached)` follows in the same thread and slot (checking a trace,
+        `progress` (/api/v1/progress), counting `unit` (the layers of a model, or the tokens generated:
+        `progress.UNITS`). `then(value, cached)` follows in the same thread and slot (checking a trace,
         serialising an answer: `then_cost` its bytes), and is what `compute` returns; without it, (value, cached).
         The computation stops (Cancelled, at its next progress report) once no client waits for it (`watching`); a
         request that waited for another's computation which was so cancelled asks again, now computing itself."""
@@ -175,7 +177,7 @@ class Lab(Cancelling, Admission, Tracking):
         while True:
             cached = ck is not None and ck in self.cache
             async with self.watching(ck) as watch:
-                with self.tracking(progress) as update:
+                with self.tracking(progress, unit) as update:
                     report = self.checked(watch, update)
 
                     def computing(report: Progress | None, interest: Interest = watch.interest) -> Any:

@@ -9,9 +9,11 @@ missed.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Request, Response
 from fastapi.responses import StreamingResponse
@@ -19,10 +21,12 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 from starlette.background import BackgroundTask
 
+from engine import STAGES
+
 from ..render.payload import json_response
-from ..schemas import Problem
+from ..schemas import FieldError, Problem
 from ..web import lessons
-from ..web.state import show
+from ..web.state import parse_stage, show
 from .bodies import (
     AnswerIn,
     AnswerOut,
@@ -141,23 +145,46 @@ async def put_state(code: str, body: ViewIn, request: Request, rooms: RoomsDep) 
     if (page, query) == (room.page, room.query):
         return json_response({"version": room.version})  # nothing changed: no event
     await check_view(request.app, page, query)
-    await close_left_behind(rooms, room, page)
+    await close_left_behind(rooms, room, page, query)
     version = await rooms.store.publish(room.code, "state", {"page": page, "query": query}, (page, query))
     return json_response({"version": version})
 
 
-async def close_left_behind(rooms: Rooms, room: Room, page: str) -> None:
-    """A cell poll ("which cell of Q is largest?") asks about a matrix of the page it was asked on: when the class
-    moves to another page, nobody can tap that cell any more. It closes (its answers stay for the results, the CSV
-    and the class summary) and leaves every screen, the remote's included, before the class sees the new page."""
+async def close_left_behind(rooms: Rooms, room: Room, page: str, query: str) -> None:
+    """A cell poll ("which cell of Q is largest?") asks about a matrix of the page it was asked on, at its stage:
+    when the class moves to another page, or to another stage of it (the mask's matrices after a question on the
+    weights, #42), that matrix is off the screens and nobody may answer by tapping another's cells. It closes (its
+    answers stay for the results, the CSV and the class summary) and leaves every screen, the remote's included,
+    before the class sees the new view."""
     if room.poll is None:
         return
     poll = await rooms.store.poll(room.code, room.poll)
-    if poll is None or poll.kind != "cell" or poll.page is None or poll.page == page:
+    if poll is None or poll.kind != "cell" or poll.page is None:
+        return
+    if poll.page != page:
+        reason = "page"
+    elif poll.place is not None and poll.place != view_place(page, query):
+        reason = "stage"
+    else:
         return
     await rooms.store.close_poll(room.code, poll.id)
     # "reason": the remote drops its card too (a poll the teacher cleared stays there, with its results).
-    await rooms.store.publish(room.code, "poll", {"id": poll.id, "status": "cleared", "reason": "page"})
+    await rooms.store.publish(room.code, "poll", {"id": poll.id, "status": "cleared", "reason": reason})
+
+
+# What picks a page's matrices besides its path: the lab's and the block's stage, the KV cache's decode step, and the
+# lesson step (its question). `step` is the lab's older spelling of lesson_step, and /decode's own step.
+PLACE_KEYS = ("stage", "step", "lesson_step")
+
+
+def view_place(page: str, query: str) -> str:
+    """Where on `page` a view is, as far as its matrices go: its stage (the lab's by name, "4" and "softmax" alike,
+    none being its first), its step and its lesson step."""
+    params = parse_qs(query)
+    place = {k: (params.get(k) or [""])[-1].strip() for k in PLACE_KEYS}
+    with contextlib.suppress(FieldError):  # the lab's stages; the block's names stay as written
+        place["stage"] = parse_stage(place["stage"], STAGES)
+    return urlencode(place)
 
 
 @router.delete("/{code}", summary="End the class (teacher)", status_code=204, responses=TEACHER)
@@ -216,14 +243,21 @@ async def open_poll(code: str, body: PollIn, request: Request, rooms: RoomsDep) 
 
 async def ask(rooms: Rooms, room: Room, body: PollIn, languages: dict[str, Any] | None = None) -> Response:
     """Open the poll on the room's current page, with the screens following it now as its audience."""
+    cell = body.kind == "cell"
     poll = Poll(secrets.token_hex(4), body.prompt, body.kind, tuple(body.options), body.rows, body.cols, body.answer,
                 languages=languages or {}, opened_at=time.time(), audience=await rooms.store.followers(room.code),
-                page=room.page)  # fmt: skip
+                page=room.page, place=view_place(room.page, room.query) if cell else None,
+                row_labels=tuple(body.row_labels or ()) if cell else (),
+                col_labels=tuple(body.col_labels or ()) if cell else ())  # fmt: skip
     version = await rooms.store.open_poll(room.code, poll)
     return json_response({"id": poll.id, "version": version}, 201)
 
 
-def prepared_poll(slug: str, k: int, lang: str, rows: int | None, cols: int | None) -> tuple[PollIn, dict[str, Any]]:
+Labels = tuple[list[str] | None, list[str] | None]  # a cell poll's row and column labels, as the page sent them
+
+
+def prepared_poll(slug: str, k: int, lang: str, rows: int | None, cols: int | None,
+                  labels: Labels = (None, None)) -> tuple[PollIn, dict[str, Any]]:  # fmt: skip
     """Step k (from 1) of a lesson as a poll: its question, options and key, checked like a teacher's own; and its
     question and options in every language."""
     lesson = lessons.BY_SLUG.get(slug)
@@ -235,10 +269,13 @@ def prepared_poll(slug: str, k: int, lang: str, rows: int | None, cols: int | No
     if step.poll is None:
         raise RoomError(422, "step", f"step {k} of {lesson.slug!r} has no prepared question")
     prepared = step.poll.for_lang(step.text(lang)[1], lang) | {"rows": rows, "cols": cols}
+    if step.poll.kind == "cell":  # the page's labels of the matrix it shows (a choice poll names no cell)
+        prepared |= {"row_labels": labels[0], "col_labels": labels[1]}
     try:
         poll = PollIn.model_validate(prepared)
     except ValidationError as exc:  # the lesson's key against the page's matrix (rows/cols): a 422, not a 500
-        raise RoomError(422, "rows", exc.errors()[0]["msg"]) from exc
+        error = exc.errors()[0]["msg"]
+        raise RoomError(422, next((f for f in ("row_labels", "col_labels") if f in error), "rows"), error) from exc
     languages = {code: {key: step.poll.for_lang(step.text(code)[1], code)[key] for key in ("prompt", "options")}
                  for code in ("en", "zh")}  # fmt: skip
     return poll, languages
@@ -255,7 +292,8 @@ async def open_lesson_poll(code: str, body: LessonPollIn, request: Request, room
     """Ask the class a lesson step's own question: its options and its key come from the lesson (never from the
     projected page, which does not hold the key); students see the question at once, the key when it closes."""
     room = await rooms.teacher(request, code)
-    return await ask(rooms, room, *prepared_poll(body.lesson, body.step, body.lang, body.rows, body.cols))
+    labels = (body.row_labels, body.col_labels)
+    return await ask(rooms, room, *prepared_poll(body.lesson, body.step, body.lang, body.rows, body.cols, labels))
 
 
 async def _poll_of(rooms: Rooms, room: Room, poll_id: str, request: Request) -> Poll:

@@ -76,6 +76,10 @@ QUERY_PATTERN = r"^[^\x00-\x1f\x7f #]*$"  # service.clean_query: no control char
 NUMBER_4095 = r"0*(?:[0-9]{1,3}|[0-3][0-9]{3}|40[0-8][0-9]|409[0-5])"  # 0..4095, as int() reads it
 CELL_PATTERN = rf"^\s*{NUMBER_4095}\s*,\s*{NUMBER_4095}\s*$"  # cell_key's "row,col" (rows, cols: at most 4096)
 MAX_CELL = 4095
+MAX_LABEL = 64  # a row's or a column's label: a token as the matrix shows it
+ROW_LABELS = ("a cell poll's matrix's row labels, as the page shows them (for attention weights, the queries' tokens): "
+              "one per row, so every screen names a cell by its tokens")  # fmt: skip
+COL_LABELS = "…and its column labels (the keys' tokens), one per column"
 
 
 def view_limits(schema: dict[str, Any], settings: Settings) -> None:
@@ -132,6 +136,9 @@ def _poll_kinds(schema: dict[str, Any]) -> None:
     ]  # fmt: skip
 
 
+Label = Annotated[str, Field(max_length=MAX_LABEL)]
+
+
 class PollIn(Body):
     model_config = ConfigDict(json_schema_extra=_poll_kinds)
     prompt: str = Field(min_length=1, max_length=300)
@@ -139,6 +146,8 @@ class PollIn(Body):
     options: list[Annotated[str, Field(min_length=1, max_length=80)]] = Field([], max_length=12)
     rows: int | None = Field(None, ge=1, le=4096, description="a cell poll's matrix rows (answers are checked)")
     cols: int | None = Field(None, ge=1, le=4096)
+    row_labels: list[Label] | None = Field(None, max_length=4096, description=ROW_LABELS)
+    col_labels: list[Label] | None = Field(None, max_length=4096, description=COL_LABELS)
     answer: str | None = Field(None, max_length=80, description="the key, revealed when the poll closes: one of the "
                                "options (choice), or 'row,col' inside rows × cols (cell)")  # fmt: skip
 
@@ -156,7 +165,17 @@ class PollIn(Body):
                 raise ValueError("options: a cell poll has none (students click a cell)")
             if self.answer is not None:
                 self.answer = cell_key(self.answer, self.rows, self.cols, "answer")
+        labelled(self.kind, self.rows, self.cols, self.row_labels, self.col_labels)
         return self
+
+
+def labelled(kind: str, rows: int | None, cols: int | None, row_labels: list[str] | None,
+             col_labels: list[str] | None) -> None:  # fmt: skip
+    """A cell poll's labels name its matrix's rows and columns, one each when its shape is given: a ValueError naming
+    the field if not (as a cell outside the matrix is; no JSON Schema says it). A choice poll's are not kept."""
+    for name, labels, n in (("row_labels", row_labels, rows), ("col_labels", col_labels, cols)):
+        if kind == "cell" and labels is not None and n is not None and len(labels) != n:
+            raise ValueError(f"{name}: one label for each of the matrix's {n} {name[:3]}s, not {len(labels)}")
 
 
 def _whole_number(p: Any) -> bool:
@@ -225,6 +244,8 @@ class LessonPollIn(Body):
     lang: Literal["en", "zh"] = Field("en", description="the language of the question and its options")
     rows: int | None = Field(None, ge=1, le=4096, description="a cell poll's matrix rows, as the page shows it")
     cols: int | None = Field(None, ge=1, le=4096)
+    row_labels: list[Label] | None = Field(None, max_length=4096, description=ROW_LABELS)
+    col_labels: list[Label] | None = Field(None, max_length=4096, description=COL_LABELS)
 
 
 class PollCreated(BaseModel):
@@ -239,6 +260,8 @@ class PollOut(BaseModel):
     options: list[str]
     rows: int | None
     cols: int | None
+    row_labels: list[str] | None = Field(None, description="a cell poll's row labels (the queries' tokens)")
+    col_labels: list[str] | None = Field(None, description="…and its column labels (the keys' tokens)")
     status: str
     answer: str | None = Field(None, description="once the poll is closed")
     counts: dict[str, int] = Field(

@@ -102,12 +102,21 @@ class Poll:
     # The page (path) the poll was asked on: a cell poll is about that page's matrix, so it closes (its answers
     # kept) and leaves the screens when the class moves to another page (app/rooms/api.py, put_state).
     page: str | None = None
+    # ...and the place on that page whose matrix it asks about (its stage or step, `view_place`): another stage
+    # (the mask's matrices after a question on the weights) closes it as another page does (#42).
+    place: str | None = None
+    # A cell poll's matrix as the page labels it (its rows' and columns' tokens), so every screen, the class summary
+    # and its CSV name a cell by its tokens ("猫→猫") rather than by (0, 0). Empty when the page sent none.
+    row_labels: tuple[str, ...] = ()
+    col_labels: tuple[str, ...] = ()
 
     def public(self, counts: dict[str, int] | None = None) -> dict[str, Any]:
         """What students see: the answer and the counts only once the poll is closed (no timing: that is the
         teacher's summary)."""
         out: dict[str, Any] = {"id": self.id, "prompt": self.prompt, "kind": self.kind, "options": list(self.options),
                                "rows": self.rows, "cols": self.cols, "status": self.status}  # fmt: skip
+        if self.row_labels or self.col_labels:
+            out["row_labels"], out["col_labels"] = list(self.row_labels), list(self.col_labels)
         if self.languages:
             out["languages"] = self.languages
         if self.status == "closed":
@@ -123,7 +132,22 @@ class Poll:
     @classmethod
     def loads(cls, raw: bytes | str) -> Poll:
         d = orjson.loads(raw)
-        return cls(**(d | {"options": tuple(d["options"])}))
+        lists = {k: tuple(d[k]) for k in ("options", "row_labels", "col_labels") if k in d}
+        return cls(**(d | lists))
+
+    def cell_label(self, cell: str) -> str:
+        """A cell poll's cell ("row,col") by the tokens of its row and its column, "猫→猫" (the query's token, then the
+        key's); a token the matrix labels twice says its place, "the (4)→the (0)". "(row, col)" without labels."""
+        r, _, c = cell.partition(",")
+        if not (r.isdigit() and c.isdigit()):
+            return cell
+        i, j = int(r), int(c)
+        if not (i < len(self.row_labels) and j < len(self.col_labels)):
+            return f"({i}, {j})"
+        q, k = self.row_labels[i], self.col_labels[j]
+        q += f" ({i})" if self.row_labels.count(q) > 1 else ""
+        k += f" ({j})" if self.col_labels.count(k) > 1 else ""
+        return f"{q}→{k}"
 
 
 @dataclass(frozen=True)

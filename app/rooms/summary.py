@@ -82,6 +82,9 @@ def poll_summary(k: int, poll: Poll, counts: dict[str, int], answers: list[Any])
         "share": None if not poll.audience else round(min(1.0, total / poll.audience), 4),
         "correct": correct,
         "counts": counts,
+        # A cell poll's cells by their tokens ("猫→猫"), each answered cell and the key, for the page (the CSV keeps row,col).
+        "cell_labels": {cell: poll.cell_label(cell) for cell in sorted({*counts, *([poll.answer] if poll.answer else [])})}
+        if poll.kind == "cell" else None,
         "answers": [
             {"student": a.student, "nickname": a.nickname, "answer": a.answer, "after_s": _seconds(a.at, poll.opened_at),
              "correct": None if poll.answer is None else a.answer == poll.answer}

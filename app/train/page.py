@@ -105,7 +105,8 @@ def loss_chart(job: Job, t: Any) -> str:
         series.append(Series(t("train.series.phase", step=r.phase_change), [r.phase_change] * 2, [0.0, top], True))
     if not r.loss and not r.eval_steps:
         return ""
-    return line_chart(series, t("train.chart.loss"), t("train.chart.step"), t("train.chart.nats"), chart_id="loss")
+    return line_chart(series, t("train.chart.loss"), t("train.chart.step"), t("train.chart.nats"), chart_id="loss",
+                      x_range=(0, r.config.steps))  # fmt: skip
 
 
 def induction_chart(job: Job, t: Any) -> str:
@@ -115,7 +116,7 @@ def induction_chart(job: Job, t: Any) -> str:
     series = [Series(f"L{layer}.H{head}", [s.step for s in snaps], [s.induction[layer][head] for s in snaps])
               for layer in range(len(snaps[0].induction)) for head in range(len(snaps[0].induction[layer]))]  # fmt: skip
     return line_chart(series, t("train.chart.induction"), t("train.chart.step"), t("train.chart.score"),
-                      x_log=True, chart_id="induction")  # fmt: skip
+                      x_log=True, chart_id="induction", x_range=(snaps[0].step, job.run.config.steps))  # fmt: skip
 
 
 def lab_url(job: Job, lang: str) -> str | None:

@@ -359,7 +359,10 @@ class RedisRuns:
     def stop_all(self) -> None:
         """The web server stops: the runs go on in the queue workers (any other web worker serves them)."""
 
-    async def close(self) -> None:
+    def close(self, timeout: float = 20.0) -> None:
+        """As `stop_all`: nothing of a run is in this process."""
+
+    async def aclose(self) -> None:
         await self.redis.aclose()
         await self.redis.connection_pool.disconnect()
         if self._broker is not None:

@@ -233,6 +233,7 @@ class Runs:
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(max_running)
         self._ctx = mp.get_context("spawn")  # never fork a server that holds threads and sockets
+        self._threads: set[threading.Thread] = set()  # the runs' threads (queued or training), for `close`
 
     async def start(self, config: TrainConfig, text: str | None = None, client: str = "") -> Job:
         """Queue a run (Busy when the queue is full); its thread waits for a slot, then trains in a child."""
@@ -248,7 +249,9 @@ class Runs:
             job.cancel = self._ctx.Event()
             self.jobs[job.id] = job
             self._drop_old()
-        threading.Thread(target=self._work, args=(job,), name=f"train-{job.id}", daemon=True).start()
+        thread = threading.Thread(target=self._work, args=(job,), name=f"train-{job.id}", daemon=True)
+        self._threads.add(thread)
+        thread.start()
         return job
 
     async def get(self, run_id: str) -> Job | None:
@@ -273,6 +276,20 @@ class Runs:
                 old.preset = None
 
     def _work(self, job: Job) -> None:
+        try:
+            self._train(job)
+        finally:
+            # The run's process has ended (or never started): its cross-process Event goes now, and with it the
+            # named semaphores behind it, not at the server's exit, which a SIGTERM ends without exit handlers (the
+            # resource tracker then warned of "leaked semaphore objects", five per run kept). A plain Event in its
+            # place keeps the run's state (stop() may still set it).
+            done = threading.Event()
+            if job.cancel.is_set():
+                done.set()
+            job.cancel = done
+            self._threads.discard(threading.current_thread())
+
+    def _train(self, job: Job) -> None:
         with self._slots:
             if job.cancel.is_set():
                 end_run(job, "cancelled", "stopped before it started")
@@ -289,8 +306,17 @@ class Runs:
         for job in list(self.jobs.values()):
             job.cancel.set()
 
-    async def close(self) -> None:
+    def close(self, timeout: float = 20.0) -> None:
+        """The server stops: every run ends (`stop_all`) and its thread is waited for, at most `timeout` seconds in
+        all: its process joined, and its cross-process Event gone with it (`_work`), so nothing of the runs' is
+        left to the process's exit."""
         self.stop_all()
+        deadline = time.monotonic() + timeout
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    async def aclose(self) -> None:
+        """Nothing more to let go here (RedisRuns closes its connections)."""
 
     async def weights(self, job: Job) -> bool:
         """Whether the run's weights are here (the export's): in this process, once it has ended with them."""

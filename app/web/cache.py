@@ -159,11 +159,15 @@ def is_fragment(request: Request) -> bool:
     return headers.get("hx-request") == "true" and headers.get("hx-history-restore-request") != "true"
 
 
-def page_key(request: Request, lang: str, face: str = "", shows: str = "") -> tuple[str, str]:
-    """A rendered page depends on its URL, the language chosen, whether htmx asked for the panel alone, its face
-    (`json:` for the JSON one) and whatever else it `shows` that its URL does not."""
+def page_key(
+    request: Request, lang: str, face: str = "", shows: str = "", fragment: bool | None = None
+) -> tuple[str, str]:
+    """A rendered page depends on its URL, the language chosen, whether htmx asked for the panel alone (`fragment`
+    says so for a page that draws the same either way), its face (`json:` for the JSON one) and whatever else it
+    `shows` that its URL does not."""
     at = f"@{shows}" if shows else ""
-    return (f"{face}page:{lang}:{int(is_fragment(request))}:{request.url.path}{at}", request.url.query)
+    panel = is_fragment(request) if fragment is None else fragment
+    return (f"{face}page:{lang}:{int(panel)}:{request.url.path}{at}", request.url.query)
 
 
 def remember_page(

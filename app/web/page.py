@@ -167,22 +167,25 @@ async def serve(
     json_url: str | None = None,
     shows: str = "",
     blocks: tuple[str, ...] = ("stage", "controls"),
+    deferred: bool = False,
     **extra: Any,
 ) -> Response:
     """Render `template` for `state`: from the cache when this exact view was rendered before.
 
     `shows` names anything else the page shows that its URL does not (presenter mode's public address), so the
     cache keys by it; `blocks` are what an htmx request swaps; `page` (the template's name by default) marks the
-    navigation's current link."""
+    navigation's current link. A `deferred` page (its View is heavy work: a real model's heads, patching) answers a
+    browser's navigation at once with its shell when it is not rendered yet (`shell`), and the shell asks for the
+    page by htmx, showing its progress meanwhile; every other request (htmx, a script, a room, the JSON face, a
+    test client) gets the page itself, so a deferred page draws its whole page for htmx too (no `blocks`)."""
     lang = language(request)
     t = translator(lang)
     as_json = wants_json(request)
-    key = page_key(request, lang, "json:" if as_json else "", shows)
+    # A deferred page renders the same whole page for htmx as for a navigation: one stored page serves both.
+    key = page_key(request, lang, "json:" if as_json else "", shows, fragment=False if deferred else None)
 
-    async def compute() -> Response:  # the view, rendered once however many ask for it at the same moment
-        name = template
-        fragment = is_fragment(request) and bool(blocks)
-        ctx: dict[str, Any] = {
+    def base(fragment: bool) -> dict[str, Any]:
+        return {
             "page": page or template.removesuffix(".html"),
             "t": t,
             "lang": lang,
@@ -201,6 +204,11 @@ async def serve(
             "present": state.present,
             "present_url": state.url(present=None if state.present else "1"),
         } | extra
+
+    async def compute(refused: dict[str, Any] | None = None) -> Response:  # once however many ask at the same time
+        name = template
+        fragment = is_fragment(request) and bool(blocks)
+        ctx = refused or base(fragment)  # `refused`: a shell's context whose lesson was refused (nothing to build)
         if as_json:  # errors are the API's: the exception handlers answer with the field named
             ctx["lesson_panel"] = lesson_panel(state, lang)
             view = await build(ctx)
@@ -211,8 +219,9 @@ async def serve(
             return remember_page(request, key, response, "application/json")
         view = None
         with inline_errors(ctx, t):
-            ctx["lesson_panel"] = lesson_panel(state, lang)
-            view = await build(ctx)
+            if refused is None:
+                ctx["lesson_panel"] = lesson_panel(state, lang)
+                view = await build(ctx)
             if view is not None:
                 ctx.update(view.context(), view=view)
                 name = view.template
@@ -237,7 +246,41 @@ async def serve(
             response.headers["content-length"] = str(len(response.body))
         return remember_page(request, key, response)
 
+    if deferred and not as_json and navigating(request) and request.query_params.get(WAIT) != "1":
+        if (found := stored(store_of(request), key)) is not None:
+            return found
+        ctx = base(False)
+        with inline_errors(ctx, t):
+            ctx["lesson_panel"] = lesson_panel(state, lang)
+        if ctx["error"]:  # a refused lesson: the page says so at once (nothing is computed)
+            return await compute(ctx)
+        return shell(request, ctx, state, lang)
     return await single_flight(request, key, lambda: stored(store_of(request), key), compute)
+
+
+WAIT = "wait"  # `wait=1`: a deferred page computed before it answers (the shell's link for a browser without script)
+
+
+def navigating(request: Request) -> bool:
+    """A browser's own navigation to a page (a link followed, an address typed, a GET form sent), as its Fetch
+    Metadata says: never htmx's, a script's (a room following the teacher), a room's check of a view or a client's
+    without those headers (curl, the test client, a browser too old to send them): those get the page itself."""
+    headers = request.headers
+    return headers.get("sec-fetch-mode") == "navigate" and headers.get("sec-fetch-dest", "document") == "document"
+
+
+def shell(request: Request, ctx: dict[str, Any], state: ViewState, lang: str) -> Response:
+    """A deferred page's shell (templates/_deferred.html): the page's header, lesson and title, a "computing"
+    status, and htmx asking for the page at its own URL as soon as the shell is loaded (so its progress key is the
+    page's, which the corner's box polls); the link for a browser without script adds `wait=1`. Never stored."""
+    url = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    ctx |= {"deferred_url": url, "wait_url": url + ("&" if request.url.query else "?") + f"{WAIT}=1",
+            "present_url": None}  # fmt: skip  # the shell's own switch stands in its <main>, as the page's does
+    response = TEMPLATES.TemplateResponse(request, "_deferred.html", ctx, headers={"Vary": VARY})
+    if carry := screen_carry(state.params, lang):
+        response.body = keep_screen(bytes(response.body).decode(), carry).encode()
+        response.headers["content-length"] = str(len(response.body))
+    return response
 
 
 def of_query(request: Request, path: str, keys: tuple[str, ...], params: type[Params]) -> ViewState:
@@ -255,16 +298,20 @@ def page_route(
     form: Callable[[Lab, ViewState, str], dict[str, Any]],
     blocks: tuple[str, ...] = (),
     state_of: StateOf = of_query,
+    deferred: bool = False,
 ) -> None:
     """The page at `path`, named `<template>_page`: its state (`state_of` the request, the page's request `keys`
     and own `params`), its View built by `view(state, lab, progress key, ctx)`, the `blocks` an htmx request swaps
     (none: the whole page). `form(lab, state, lang)` is what the page draws whatever its View says, even a refusal
     (an unknown lesson, a field out of range): its form's choices (`models`, `presets`) and its JSON twin
-    (`json_url`), given to `serve` before anything can fail."""
+    (`json_url`), given to `serve` before anything can fail. A `deferred` page (heavy work) answers a browser's
+    navigation with its shell at once and its View by htmx (`serve`); it draws its own presenter-mode switch."""
+    assert not (deferred and blocks), "a deferred page swaps its whole <main>, not blocks"
 
     async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
         state = state_of(request, path, keys, params)
         build = functools.partial(view, state, lab, request_key(request))
-        return await serve(request, lab, template, state, build, blocks=blocks, **form(lab, state, language(request)))
+        return await serve(request, lab, template, state, build, blocks=blocks, deferred=deferred,
+                           **form(lab, state, language(request)))  # fmt: skip
 
     router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)

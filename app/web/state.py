@@ -16,6 +16,8 @@ from urllib.parse import urlencode
 
 from pydantic import BaseModel
 
+from engine.spec import PRESETS
+
 from ..schemas import ASCII_INT, BlockRequest, FieldError, head_within, request_fields
 
 
@@ -116,6 +118,13 @@ def drop_unused(p: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in p.items() if k not in DEPENDS or p.get(DEPENDS[k][0]) == DEPENDS[k][1]}
 
 
+# The toy's example when a page's URL names no tokens, in the page's language (#42): the course's sentence in Chinese
+# (the engine's default, so the API's: PRESETS["toy"]) and its English counterpart in English, five tokens each, so
+# that every matrix keeps its shape and every lesson its cells. A page's default only: /api/v1/… keeps the engine's.
+EXAMPLES = {"en": "cat sat on the mat", "zh": " ".join(PRESETS["toy"].tokens)}
+API_EXAMPLE = EXAMPLES["zh"]
+
+
 class ViewState:
     """A page's query parameters, normalised, and URLs for every change of them.
 
@@ -136,6 +145,10 @@ class ViewState:
         self.spelled = spelled or {}
         self._encoded: dict[tuple[str, str], str] = {}
         self._read: dict[type[Params], Params] = {}
+        # The toy's example the page shows when its URL names no tokens (`lab_state`): the page computes it (and its
+        # links to the API name it), its links leave it unnamed (another language shows its own), and what leaves
+        # the page for other screens (the students' QR code, the address a class follows: `pinned`) names it.
+        self.example: str | None = None
 
     @classmethod
     def of(cls, query: Mapping[str, str], path: str, api_keys: tuple[str, ...],
@@ -207,7 +220,19 @@ class ViewState:
         return self._encode([(k, p[k]) for k in order if k in p])
 
     def api_params(self) -> dict[str, str]:
-        return {k: self.params[k] for k in self.api_keys if k in self.params}
+        """The request the page computes: its fields, and the example it shows when it names no tokens (the API's
+        own default is the Chinese one: named when it is another)."""
+        p = {k: self.params[k] for k in self.api_keys if k in self.params}
+        if self.example is not None and self.example != API_EXAMPLE and "tokens" not in p:
+            p = {"tokens": self.example, **p}
+        return p
+
+    def pinned(self, **changes: object) -> str:
+        """`url(**changes)` naming the example the page shows, for a screen in another language (a student's phone,
+        a class's followers): the same numbers there."""
+        if self.example is not None and "tokens" not in self.params and "tokens" not in changes:
+            changes = {"tokens": self.example, **changes}
+        return self.url(**changes)
 
 
 def lab_state(
@@ -216,9 +241,11 @@ def lab_state(
     api_keys: tuple[str, ...],
     view: type[Params] | None,
     models: Mapping[str, object] | None = None,
+    lang: str | None = None,
 ) -> ViewState:
     """The state of a lab-like page (lab, embed, block, decode). The form keeps its fields when the preset
-    changes, so the sequence is carried across: `tokens` for built-in presets, `text` for pretrained models."""
+    changes, so the sequence is carried across: `tokens` for built-in presets, `text` for pretrained models. The
+    toy with no tokens shows the example of the page's language `lang` (`ViewState.example`)."""
     state = ViewState.of(query, path, api_keys, view)
     params = state.params
     if params.get("preset") in (models or {}):
@@ -234,6 +261,8 @@ def lab_state(
         if "text" in params and "tokens" not in params:
             params["tokens"] = params.pop("text")
         params.pop("text", None)
+        if lang in EXAMPLES and "tokens" not in params and params.get("preset", "toy") == "toy":
+            state.example = EXAMPLES[lang]
     return state
 
 

@@ -22,8 +22,8 @@ CORRUPTED = "The Colosseum stands tall in the middle of the lovely old city of"
 
 def test_the_patching_grid_shows_its_progress_then_its_grid(page: Page, live_server: str) -> None:
     page.set_default_timeout(SLOW)
-    page.goto(f"{live_server}/patch?lang=en")
-    expect(page.locator("table.patch-grid")).to_be_visible()
+    page.goto(f"{live_server}/patch?lang=en")  # its shell at once, its grid by htmx once computed (#42)
+    expect(page.locator("table.patch-grid")).to_be_visible(timeout=SLOW)
     form = page.locator("form[data-patch-form]")
     form.locator("input[name=clean]").fill(CLEAN)
     form.locator("input[name=corrupted]").fill(CORRUPTED)

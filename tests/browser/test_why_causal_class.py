@@ -92,7 +92,9 @@ def poll(c: Class, slug: str, k: int, *, clear: bool) -> None:
         c.sz.locator(f"[data-room-options] button:not([value='{key}'])").first.click()
     else:
         row, col = step.poll.answer  # type: ignore[misc]
-        assert key == f"({row}, {col})"
+        table = c.tp.locator("main table[data-matrix]").first  # the cell by its tokens, query→key (#42)
+        tokens = (table.locator("tbody tr").nth(row).locator("th"), table.locator("thead th[scope=col]").nth(col))
+        assert key == "→".join(t.inner_text().strip() for t in tokens), key
         c.se.locator(f"main td[data-row='{row}'][data-col='{col}']").first.click()
         c.sz.locator(f"main td[data-row][data-col]:not([data-row='{row}'][data-col='{col}'])").first.click()
     expect(c.ph.locator("[data-total]")).to_have_text("2", timeout=WAIT_MS)

@@ -13,9 +13,9 @@ def test_the_walk_through_page_steps_through_the_blocks(client):
     last = BeautifulSoup(client.get("/tiles", params={"lang": "en", "qb": 2, "kb": 2}).text, "html.parser")
     assert last.select_one("#tile-step")["data-kb"] == "2"  # the last key block shows the output
     out = last.select("[data-table=output] tr")
-    staged = client.get("/api/v1/attention", params={"stages": "weighted_sum"}).json()["stages"][0]["tensors"]["heads"][
-        0
-    ]
+    # The page in English shows its example (#42): the API is asked for the same tokens.
+    asked = {"stages": "weighted_sum", "tokens": "cat sat on the mat"}
+    staged = client.get("/api/v1/attention", params=asked).json()["stages"][0]["tensors"]["heads"][0]
     assert len(out) == 1 and out[0].select_one("td").get_text().split()[0] == f"{staged[4][0]:.4f}"
     memory = last.select_one("[data-memory-staged]")
     assert int(memory["data-memory-staged"]) > 0 and int(memory["data-memory-tiled"]) > 0

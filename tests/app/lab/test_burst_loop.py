@@ -22,6 +22,7 @@ import app.lab.admission
 import app.lab.keys
 import app.limits
 from app.lab import HEAVY, Lab, ProgressKey, QueuePlace, progress_key
+from app.lab.progress import Entry
 from app.limits import query_names
 from app.settings import Settings
 from engine.budget import Busy
@@ -219,7 +220,7 @@ def test_a_progress_key_is_computed_only_when_work_begins_and_in_its_worker_thre
     app.lab.keys._keys.clear()
     began = threading.Event()
     gate = threading.Event()
-    seen: list[dict[str, tuple[int, int, float]]] = []
+    seen: list[dict[str, Entry]] = []
 
     def long_work(report: Callable[[int, int], None] | None) -> Value:
         seen.append(dict(work.progress))
@@ -251,7 +252,7 @@ def test_a_progress_key_is_computed_only_when_work_begins_and_in_its_worker_thre
     assert isinstance(done[0], Value) and isinstance(refused, Busy)
     assert hashed == 1  # only the request whose work began: not the queued one, nor the refused one
     assert calls.threads[0] != loop_thread  # in the worker thread, not on the event loop
-    ((name, (done, total, _)),) = seen[0].items()
+    ((name, (done, total, *_)),) = seen[0].items()
     assert name == progress_key("/m", "t=1") and (done, total) == (0, 0)  # in flight since it began, nothing done
     assert not work.progress and not work.pending  # the table holds only work in flight
 
@@ -263,7 +264,7 @@ def test_work_offloaded_under_tracking_is_in_flight_as_it_begins(monkeypatch: py
     calls = Calls(app.lab.keys.fnv1a64)
     monkeypatch.setattr(app.lab.keys, "fnv1a64", calls)
     app.lab.keys._keys.clear()
-    seen: list[dict[str, tuple[int, int, float]]] = []
+    seen: list[dict[str, Entry]] = []
 
     async def main() -> int:
         with work.tracking(lazy_key("/model", "text=one+pass")):
@@ -292,7 +293,7 @@ def test_a_poll_finds_a_request_whose_work_has_not_begun(monkeypatch: pytest.Mon
         entry = work.progress_of(want)
         assert entry is not None and entry[:2] == (0, 0)
         update(3, 30)  # its work begun: the entry under the same key
-        assert work.progress_of(want) == (3, 30, entry[2])
+        assert work.progress_of(want) == Entry(3, 30, entry.start, "layers")
     assert work.progress_of(want) is None
 
 

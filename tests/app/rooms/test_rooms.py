@@ -268,15 +268,16 @@ def test_a_cell_poll_takes_cells_inside_the_matrix(lab: str) -> None:
 
 
 def test_a_cell_poll_closes_and_leaves_the_screens_when_the_class_leaves_its_page(lab: str) -> None:
-    """A cell poll is about a matrix of the page it was asked on (#32): another stage of that page keeps it open;
-    another page (/sinks has no such matrix) closes it (its answers kept, in the summary too) and clears it off every
+    """A cell poll is about a matrix of the page it was asked on (#32): the same stage of that page keeps it open
+    (another stage closes it too, #42: tests/app/rooms/test_cell_polls.py); another page (/sinks has no such matrix)
+    closes it (its answers kept, in the summary too) and clears it off every
     screen before the new view arrives. A choice poll is about no page's cells and stays open."""
     code, auth = create(lab, "stage=softmax")
     polls = f"{lab}/api/v1/rooms/{code}/polls"
     pid = httpx.post(polls, json={"prompt": "Largest?", "kind": "cell", "rows": 5, "cols": 5, "answer": "2,0"},
                      headers=auth).json()["id"]  # fmt: skip
     assert httpx.post(f"{polls}/{pid}/answers", json={"student": "s1", "answer": [2, 0]}).status_code == 200
-    assert put(lab, code, auth, "stage=weighted_sum").status_code == 200  # the same page: still open
+    assert put(lab, code, auth, "stage=softmax&cell=weights.0.2.0").status_code == 200  # the same matrix: still open
     assert httpx.get(f"{lab}/api/v1/rooms/{code}").json()["poll"] == pid
 
     async def main() -> list[tuple[str, dict[str, object]]]:

@@ -67,6 +67,10 @@ def test_a_finished_run_is_a_preset_with_the_losses_it_reported(client: TestClie
     link = page.select_one(f"a[data-preset='{preset}']")["href"]
     assert f"preset={preset}" in link and "stage=softmax" in link
     assert client.get(link).status_code == 200
+    # Prompts of characters outside the run's small vocabulary give no tokens: a 422 naming the prompt, not a 500.
+    for page_or_api in ("/patch", "/api/v1/patch"):
+        r = client.get(page_or_api, params={"preset": preset, "clean": "abcd", "corrupted": "abce"})
+        assert r.status_code == 422 and "no tokens" in r.text, (page_or_api, r.status_code, r.text[:300])
 
 
 def test_a_dropped_run_takes_its_preset_with_it(client: TestClient) -> None:
