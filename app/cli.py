@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
         "--redis",
         default=None,
         metavar="URL",
-        help="keep live rooms in Redis (redis://HOST:PORT/DB), shared by every worker and machine",
+        help="keep live rooms and training runs in Redis (redis://HOST:PORT/DB), shared by every worker and machine; "
+        "runs are then trained by `attention-lab worker --redis URL` processes",
     )
     s.add_argument(
         "--forwarded-allow-ips",
@@ -54,6 +55,16 @@ def _parser() -> argparse.ArgumentParser:
         "default: none, so every client is its own TCP peer and no client can pick the address its limits count",
     )
     s.add_argument("--reload", action="store_true", help=argparse.SUPPRESS)
+
+    w = sub.add_parser(
+        "worker",
+        help="train the runs queued in Redis (serve --redis): on any machine that reaches it",
+        description="A queue worker: takes training runs queued by `serve --redis URL` (any web worker, any machine) "
+        "and trains each in a process of its own, its state, events and weights in Redis for every web worker. Start "
+        "as many as you like, anywhere; settings (TRAIN_LEASE_S, MAX_MODEL_MB) from ATTENTION_LAB_* as serve's.",
+    )
+    w.add_argument("--redis", required=True, metavar="URL", help="the Redis the web workers use (redis://HOST:PORT/DB)")
+    w.add_argument("--concurrency", type=int, default=1, metavar="N", help="runs trained at once (default 1)")
 
     t = sub.add_parser(
         "trace",
@@ -260,7 +271,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1 and not os.environ.get("ATTENTION_LAB_REDIS_URL"):
         print(
             f"attention-lab: rooms are off: {args.workers} workers need a shared store for live classes "
-            "(add --redis redis://HOST:PORT/0); everything else runs",
+            "(add --redis redis://HOST:PORT/0), and each worker keeps its own training runs (with --redis they are "
+            "jobs of a queue every worker sees, trained by `attention-lab worker`); everything else runs",
             file=sys.stderr,
         )
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -366,9 +378,29 @@ def _model_view(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    """A queue worker (app/train/queue.py) until SIGTERM or Ctrl-C; the runs in hand end as stopped."""
+    import logging
+
+    from pydantic import ValidationError
+
+    from app.settings import Settings
+
+    if args.concurrency < 1:
+        return _fail("--concurrency: at least 1")
+    try:
+        settings = Settings(redis_url=args.redis)
+    except ValidationError as exc:
+        return _fail(*(f"{e['loc'][0] if e['loc'] else 'settings'}: {e['msg']}" for e in exc.errors()))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from app.train.queue import QueueWorker
+
+    return QueueWorker(args.redis, args.concurrency, settings).run()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return {"trace": _trace, "model-view": _model_view, "serve": _serve}[args.command](args)
+    return {"trace": _trace, "model-view": _model_view, "serve": _serve, "worker": _worker}[args.command](args)
 
 
 if __name__ == "__main__":

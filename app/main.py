@@ -116,12 +116,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if threading.current_thread() is threading.main_thread() and app.state.lab.device == "cpu":  # served
         arena.warm_up(app.state.settings.max_tokens)  # before it listens: mapped stage memory, warm kernels
     yield
-    # Training runs end at their next step; their processes are joined (off the event loop) and the semaphores of
-    # their cross-process Events released before the server's process ends.
+    # In-process training runs end at their next step; their processes are joined (off the event loop) and the
+    # semaphores of their cross-process Events released before the server's process ends. Queued ones (--redis) go on
+    # in their queue workers.
     await asyncio.to_thread(app.state.train.close)
     app.state.lab.stop()  # whatever still runs (past uvicorn's graceful-shutdown timeout) stops at its next step
     await app.state.lab.ahead.close()
     await app.state.rooms.store.close()  # the Redis connections and the pub/sub listener, when there are any
+    await app.state.train.aclose()  # the Redis connections, with --redis
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -155,6 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(health.Served, lab=app.state.lab)  # every page request known to /api/v1/progress while served
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
     app.add_middleware(QueryLimit, max_bytes=int(settings.max_query_kb * 1024), repeatable=frozenset(LIST_FIELDS))
+    train_api.catch_up(app)  # with Redis: the runs finished on any worker are presets here before a cached answer
     app.add_middleware(Observe, metrics=app.state.metrics, lab=app.state.lab)
     app.add_middleware(Head)  # outermost: a HEAD is its GET, cached and counted as one, without the body
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -90,6 +90,11 @@ class Settings(LimitSettings):
     train_max_kept: int = Field(8, ge=1)  # runs kept for their pages and exports (the oldest finished one dropped)
     train_max_steps: int = Field(5000, ge=1)  # steps one run may ask for
     train_max_wall_s: float = Field(300, gt=0)  # a run still training after this long is stopped
+    # Live runs (queued or running) of one client address at once, across every worker (0: no cap); past it, 503.
+    train_max_per_client: int = Field(0, ge=0)
+    # With --redis, runs train in queue workers (`attention-lab worker`): one that has not renewed a run's lease for
+    # this long (it died, or lost Redis) has the run reported failed, with a message.
+    train_lease_s: float = Field(15, gt=0)
 
     def limits(self) -> Limits:
         """The engine's Limits: every one that is a setting, and the memory budget in bytes."""

@@ -169,16 +169,20 @@ def main() -> int:
         wait_healthy(c, ("proxy", "lab-a", "lab-b"))
         ok(f"the proxy and both workers answer /healthz, {time.perf_counter() - start:.0f} s after `up -d`")
         run_class(c)
+        train_on_both(c)
     except BaseException:
         say("--- the services' last log lines:")
-        for service in ("web", "lab-a", "lab-b", "redis"):
+        for service in ("web", "lab-a", "lab-b", "worker", "redis"):
             say(f"[{service}]\n" + c("logs", "--tail", "15", service, check=False, merge=True))
         raise
     finally:
         c("down", "-v", check=False, timeout=120)
         if eng == "podman":  # podman-compose 1.0 leaves the project's network behind
             run([eng, "network", "rm", f"{PROJECT}_default"], check=False, quiet=True)
-    say("PASSED: a class on two workers behind one port, through a worker restart and a Redis restart")
+    say(
+        "PASSED: a class on two workers behind one port, through a worker restart and a Redis restart; a training "
+        "run trained by the worker service, seen from both workers"
+    )
     return 0
 
 
@@ -275,6 +279,34 @@ def run_class(c: Compose) -> None:
     for f in (on_a, on_b):
         f.close()
     ok("the teacher ends the class; the student's stream says so")
+
+
+# A run of a few seconds (tests/app/train/test_api.py's TINY).
+TINY_RUN = {"n_layer": 1, "n_heads": 2, "d_model": 32, "n_repeat": 4, "vocab": 8, "batch": 8, "steps": 20,
+            "eval_every": 5, "n_snapshots": 3}  # fmt: skip
+
+
+def train_on_both(c: Compose) -> None:
+    """A training run started on lab-a is trained by the `worker` service and is everywhere: followed to its end on
+    lab-b, its status, page and export from both workers and the proxy, a preset of both."""
+    proxy, a, b = c.ports["proxy"], c.ports["lab-a"], c.ports["lab-b"]
+    r = http(a, "/api/v1/train", method="POST", body=TINY_RUN)
+    require(r.status == 202, f"POST /api/v1/train on lab-a: {r.status} {r.body[:200]!r}")
+    run_id = r.json()["id"]
+    events = http(b, f"/api/v1/train/{run_id}/events", timeout=300)  # the stream ends with the run
+    require(events.status == 200 and b"event: end" in events.body and b'"status":"done"' in events.body,
+            f"the run's stream on lab-b: {events.status} {events.body[-300:]!r}")  # fmt: skip
+    ok(f"a training run started on lab-a, trained by the worker service, followed to its end on lab-b ({run_id})")
+    for port in (a, b, proxy):
+        state = http(port, f"/api/v1/train/{run_id}")
+        require(state.status == 200 and state.json()["status"] == "done", f"its status on {port}: {state.status}")
+        page = http(port, f"/train?run={run_id}")
+        require(page.status == 200 and f'id="run-{run_id}"'.encode() in page.body, f"its page on {port}: {page.status}")
+        z = http(port, f"/api/v1/train/{run_id}/export")
+        require(z.status == 200 and z.headers.get("content-type") == "application/zip", f"its export on {port}")
+        names = [m["name"] for m in http(port, "/api/v1/models").json()["models"]]
+        require(f"train-{run_id}" in names, f"the preset train-{run_id} on {port}: {names}")
+    ok("its status, page and export answer on lab-a, lab-b and through the proxy; it is a preset of both workers")
 
 
 def put_state(port: int, code: str, teacher: dict[str, str], query: str) -> int:

@@ -4,8 +4,9 @@ Hugging Face directory (.zip). The page /train uses this API; so can scripts and
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, FastAPI, HTTPException, Path, Request, Response
@@ -17,6 +18,9 @@ from engine.train import LIMITS, TrainConfig, make_config
 from ..schemas import ERRORS, FieldError
 from .presets import Presets
 from .runs import Busy, Job, Runs
+
+if TYPE_CHECKING:
+    from .queue import RedisRuns
 
 router = APIRouter(prefix="/api/v1/train", tags=["train"])
 RunId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="the run's id, as POST answered")]
@@ -60,28 +64,30 @@ class Started(BaseModel):
     page_url: str
 
 
-def runs_of(request: Request) -> Runs:
-    runs: Runs = request.app.state.train
+def runs_of(request: Request) -> Runs | RedisRuns:
+    """The app's runs: in this process (`Runs`), or in Redis, trained by queue workers (`RedisRuns`)."""
+    runs: Runs | RedisRuns = request.app.state.train
     return runs
 
 
-def job_of(request: Request, run_id: str) -> Job:
-    job = runs_of(request).jobs.get(run_id)
+async def job_of(request: Request, run_id: str) -> Job:
+    job = await runs_of(request).get(run_id)
     if job is None:
         raise HTTPException(404, f"no training run {run_id!r} (finished runs are kept while newer ones allow)")
     return job
 
 
-def start_run(request: Request, body: TrainIn) -> Job:
+async def start_run(request: Request, body: TrainIn) -> Job:
     """Check the body against the server's bounds and queue it (FieldError names the field; Busy is 503)."""
     limit = request.app.state.settings.train_max_steps
     if body.steps > limit:
         raise FieldError("steps", f"must be at most {limit} on this server (TRAIN_MAX_STEPS)")
-    return runs_of(request).start(make_config(**body.model_dump()))
+    client = (request.client.host if request.client else "") or "?"
+    return await runs_of(request).start(make_config(**body.model_dump()), client=client)
 
 
 def busy(exc: Busy) -> JSONResponse:
-    return JSONResponse({"message": "the trainer is busy: try again later", "detail": []}, status_code=503,
+    return JSONResponse({"message": exc.message, "detail": []}, status_code=503,
                         headers={"Retry-After": str(exc.retry_after)})  # fmt: skip
 
 
@@ -95,7 +101,7 @@ def busy(exc: Busy) -> JSONResponse:
 async def start(request: Request, body: TrainIn) -> Any:
     """Start a run; it trains in the background (one at a time by default), in a process of its own."""
     try:
-        job = start_run(request, body)
+        job = await start_run(request, body)
     except Busy as e:
         return busy(e)
     base = f"/api/v1/train/{job.id}"
@@ -110,7 +116,7 @@ async def start(request: Request, body: TrainIn) -> Any:
 async def runs(request: Request) -> dict[str, Any]:
     """The runs kept, newest last: id, status, step, steps, the last losses, the preset a finished one is served as."""
     out = []
-    for job in runs_of(request).jobs.values():
+    for job in await runs_of(request).all():
         r = job.run
         out.append({"id": job.id, "status": r.status, "step": r.step, "steps": r.config.steps, "task": r.config.task,
                     "causal": r.config.causal, "loss": r.loss[-1] if r.loss else None,
@@ -125,16 +131,19 @@ async def runs(request: Request) -> dict[str, Any]:
 )
 async def state(request: Request, run_id: RunId) -> Response:
     """The run: status, step, every step's training loss, the held-out losses, the snapshots' induction scores."""
-    return Response(orjson.dumps(job_of(request, run_id).state()), media_type="application/json")
+    return Response(orjson.dumps((await job_of(request, run_id)).state()), media_type="application/json")
 
 
 @router.get("/{run_id}/events", summary="Follow a training run as server-sent events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}})  # fmt: skip
 async def events(request: Request, run_id: RunId) -> StreamingResponse:
     """`event: state` (the run so far), then `step`, `eval`, `snapshot` (without the weights) as they happen and
-    `end`; a comment every few seconds while nothing happens."""
-    job = job_of(request, run_id)
-    return StreamingResponse(follow(request, job), media_type="text/event-stream",
+    `end`; a comment every few seconds while nothing happens. Each event has its number as its id: a client that
+    reconnects with `Last-Event-ID` (any web worker) gets the events after it, without the state again."""
+    job = await job_of(request, run_id)
+    after = request.headers.get("last-event-id", "")
+    resume = int(after) if after.isdigit() and int(after) <= len(job.events) else None
+    return StreamingResponse(follow(request, job, resume), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})  # fmt: skip
 
 
@@ -143,13 +152,17 @@ def sse(kind: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
     return (head + f"event: {kind}\ndata: ").encode() + orjson.dumps(data) + b"\n\n"
 
 
-async def follow(request: Request, job: Job) -> AsyncIterator[bytes]:
-    sent = len(job.events)
-    yield sse("state", job.state(), sent)
-    if not job.live and sent == len(job.events):
-        yield sse("end", {"status": job.status, "step": job.run.step, "message": job.message})
-        return
-    quiet = 0.0
+async def follow(request: Request, job: Job, resume: int | None = None) -> AsyncIterator[bytes]:
+    runs = runs_of(request)
+    if resume is None:
+        sent = len(job.events)
+        yield sse("state", job.state(), sent)
+        if not job.live and sent == len(job.events):
+            yield sse("end", {"status": job.status, "step": job.run.step, "message": job.message})
+            return
+    else:
+        sent = resume
+    quiet = time.monotonic()
     while True:
         if await request.is_disconnected():
             return  # the run goes on: a page that left does not stop it
@@ -160,20 +173,19 @@ async def follow(request: Request, job: Job) -> AsyncIterator[bytes]:
             if kind == "end":
                 return
         if new:
-            quiet = 0.0
+            quiet = time.monotonic()
         else:
-            await asyncio.sleep(0.2)
-            quiet += 0.2
-            if quiet >= KEEPALIVE_S:
-                quiet = 0.0
+            await runs.wait(job, sent, 1.0)
+            if time.monotonic() - quiet >= KEEPALIVE_S:
+                quiet = time.monotonic()
                 yield b": keep-alive\n\n"
 
 
 @router.post("/{run_id}/stop", summary="Stop a training run", responses={404: {"description": "no such run"}})
 async def stop(request: Request, run_id: RunId) -> dict[str, Any]:
     """Stop a run at its next step (a queued one never starts); its numbers so far stay viewable."""
-    job = job_of(request, run_id)
-    runs_of(request).stop(job)
+    job = await job_of(request, run_id)
+    await runs_of(request).stop(job)
     return {"id": job.id, "status": job.status, "stopping": job.live}
 
 
@@ -197,8 +209,8 @@ async def cancel(request: Request, run_id: RunId) -> dict[str, Any]:
 async def export_run(request: Request, run_id: RunId) -> Response:
     """The finished run as a Hugging Face directory, zipped: config.json, model.safetensors, tokenizer.json
     (`attention-lab serve --model DIR`, or transformers' AutoModelForCausalLM)."""
-    job = job_of(request, run_id)
-    if not job.run.params:
+    job = await job_of(request, run_id)
+    if not await runs_of(request).weights(job):
         return JSONResponse({"message": f"run {job.id} is {job.status}: its weights come when it ends",
                              "detail": []}, status_code=409)  # fmt: skip
     body = await asyncio.to_thread(runs_of(request).export_zip, job)
@@ -206,8 +218,24 @@ async def export_run(request: Request, run_id: RunId) -> Response:
                     headers={"Content-Disposition": f'attachment; filename="train-{job.id}.zip"'})  # fmt: skip
 
 
+def catch_up(app: FastAPI) -> None:
+    """With Redis, each request first serves the runs finished on any worker as presets (and drops the dropped): added
+    outside the response cache, so that no kept answer names a preset dropped elsewhere."""
+    from .queue import CatchUp, RedisRuns
+
+    if isinstance(app.state.train, RedisRuns):
+        app.add_middleware(CatchUp, runs=app.state.train)
+
+
 def install(app: FastAPI) -> None:
-    """The app's runs, bounded by its settings; each finished one served as a preset of the lab."""
+    """The app's runs, bounded by its settings; each finished one served as a preset of the lab. With Redis, the runs
+    are jobs of the queue (app/train/queue.py), seen by every worker; without, they train in this process."""
     s = app.state.settings
     presets = Presets(app.state.lab, app.state.responses, s.max_model_mb)  # finished runs, served as presets
-    app.state.train = Runs(s.train_max_running, s.train_max_queued, s.train_max_kept, s.train_max_wall_s, presets)
+    if s.redis_url:
+        from .queue import RedisRuns
+
+        app.state.train = RedisRuns(s.redis_url, s, presets)
+        return
+    app.state.train = Runs(s.train_max_running, s.train_max_queued, s.train_max_kept, s.train_max_wall_s, presets,
+                           s.train_max_per_client)  # fmt: skip

@@ -172,21 +172,21 @@ def cheat_words(a: RunPanel, b: RunPanel, t: Any) -> str | None:
 LATEST = {"latest": True, "latest-unmasked": False}
 
 
-def resolved(request: Request, run_id: str) -> Job | None:
+async def resolved(request: Request, run_id: str) -> Job | None:
     """The run a URL names (None: none, or none kept: `find` says so on the page)."""
     try:
-        return find(request, "run", run_id)
+        return await find(request, "run", run_id)
     except FieldError:
         return None
 
 
-def find(request: Request, key: str, run_id: str) -> Job | None:
+async def find(request: Request, key: str, run_id: str) -> Job | None:
     if not run_id:
         return None
     if run_id in LATEST:
-        jobs = reversed(runs_of(request).jobs.values())
+        jobs = reversed(await runs_of(request).all())
         return next((j for j in jobs if j.run.config.causal == LATEST[run_id]), None)
-    job = runs_of(request).jobs.get(run_id)
+    job = await runs_of(request).get(run_id)
     if job is None:
         raise FieldError(key, f"no training run {run_id!r} (finished runs are kept while newer ones allow)")
     return job
@@ -196,10 +196,10 @@ def find(request: Request, key: str, run_id: str) -> Job | None:
 async def train_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     state = ViewState.of(request.query_params, "/train", (), TrainParams)
     p = state.read(TrainParams)
-    chosen = [resolved(request, run_id) for run_id in (p.run, p.compare)]
+    chosen = [await resolved(request, run_id) for run_id in (p.run, p.compare)]
     jobs = [j for j in chosen if j is not None]
     shows = "|".join(f"{j.id}:{len(j.events)}:{j.status}:{bool(j.run.params)}:{j.preset}" for j in jobs)
-    shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in runs_of(request).jobs.values())  # the list
+    shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in await runs_of(request).all())  # the list
     json_url = f"/api/v1/train/{chosen[0].id}" if chosen[0] else "/api/v1/train"
     build = functools.partial(train_view, request, state)
     return await serve(request, lab, "train.html", state, build, json_url=json_url, shows=shows, blocks=("live",))
@@ -208,12 +208,12 @@ async def train_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
 async def train_view(request: Request, state: ViewState, ctx: dict[str, Any]) -> TrainView:
     t = ctx["t"]
     p = state.read(TrainParams)
-    shown = find(request, "run", p.run)
-    compared = find(request, "compare", p.compare)
+    shown = await find(request, "run", p.run)
+    compared = await find(request, "compare", p.compare)
     a = panel(shown, p.snap, t, ctx["lang"]) if shown else None
     b = panel(compared, p.snap, t, ctx["lang"]) if compared else None
     runs = [{"id": j.id, "status": j.status, "task": j.run.config.task, "causal": j.run.config.causal,
-             "step": j.run.step, "steps": j.run.config.steps} for j in reversed(runs_of(request).jobs.values())]  # fmt: skip
+             "step": j.run.step, "steps": j.run.config.steps} for j in reversed(await runs_of(request).all())]  # fmt: skip
     return TrainView(runs=runs, shown=a, compared=b, cheat=cheat_words(a, b, t) if a and b else None,
                      defaults=TrainIn().model_dump(), live=any(j.live for j in (shown, compared) if j))  # fmt: skip
 
@@ -231,8 +231,10 @@ async def train_form(request: Request) -> Response:
     lang = form.get("lang") or "en"
     try:
         body = TrainIn.model_validate(given)
-        first = start_run(request, body)
-        second = start_run(request, body.model_copy(update={"causal": not body.causal})) if form.get("cheat") else None
+        first = await start_run(request, body)
+        second = (
+            await start_run(request, body.model_copy(update={"causal": not body.causal})) if form.get("cheat") else None
+        )
     except ValidationError as e:
         raise FieldError(str(e.errors()[0]["loc"][0]), e.errors()[0]["msg"]) from None
     except Busy as e:

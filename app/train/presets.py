@@ -48,6 +48,8 @@ class Presets:
     def add(self, run_id: str, run: Run) -> tuple[str | None, str]:
         """Serve the finished run as a preset: (its name, "") or (None, why not)."""
         name = preset_of(run_id)
+        if name in self.lab.models:  # served already: its folder is in use (a tokenizer is read on first use)
+            return name, ""
         path = self._root() / name
         try:
             export(run, path)

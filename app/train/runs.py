@@ -3,13 +3,22 @@ server's event loop, its large-work slots and its GIL are never held by a run), 
 once and `train_max_queued` waiting (past that, 503 with Retry-After), `train_max_kept` finished runs kept (the
 oldest dropped), each bounded in steps and wall time, cancellable between steps.
 
-The child reports every event of `engine.train.train` through a pipe; a thread of the server replays them into its
-copy of the run (`Run.apply`) and keeps the event log that the SSE stream follows. A run that ends with its weights
-is served as a preset of the running server (app/train/presets.py) before its end is told: a page that hears `end`
-can open the lab on it; a dropped run's preset goes with it."""
+One code path runs a run wherever it runs: `supervise` starts the training process, reads every event of
+`engine.train.train` from its pipe and hands it to a `Sink`, checks the wall-time bound and the sink's "stop"
+while it waits, and tells the sink how the run ended. Two places host it:
+
+- `Runs` (this module, the embedded default: no `--redis`): a thread of the web server supervises each run and its
+  sink is the server's own copy of the run (`LocalSink`: `Run.apply`, the event log that the SSE stream follows).
+- `app/train/queue.py` (`serve --redis`): a queue worker (`attention-lab worker --redis URL`) supervises it and its
+  sink writes the run's state, events and weights to Redis, where every web worker reads them (`RedisRuns`).
+
+A run that ends with its weights is served as a preset (app/train/presets.py) before its end is told: a page that
+hears `end` can open the lab on it; a dropped run's preset goes with it. The web side's interface (`start`, `get`,
+`all`, `wait`, `stop`, `weights`, `export_zip`) is the same for both, so the API and the page have one path."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import multiprocessing as mp
@@ -22,7 +31,7 @@ import zipfile
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from engine.train import Run, TrainConfig, export, make_data
 
@@ -30,6 +39,7 @@ from .presets import Presets
 
 # The run's process yields the cores to the server's own (nice 10): a request to any page waits on no training step.
 TRAIN_NICENESS = 10
+POLL_S = 0.5  # how often a supervisor asks its sink whether to stop (and a queue worker renews its lease)
 
 
 def _child(config: dict[str, Any], conn: Any, cancel: Any) -> None:
@@ -48,6 +58,78 @@ def _child(config: dict[str, Any], conn: Any, cancel: Any) -> None:
         conn.close()
 
 
+class Sink(Protocol):
+    """Where a supervised run's events go: the server's memory (`LocalSink`) or Redis (app/train/queue.py)."""
+
+    def event(self, kind: str, data: dict[str, Any]) -> None: ...  # step, eval, snapshot (with its weights)
+
+    def weights(self, params: dict[str, Any]) -> None: ...  # the trained weights (numpy arrays), before its end
+
+    def note(self, message: str) -> None: ...  # why it failed or was stopped (said with its end)
+
+    def end(self, data: dict[str, Any]) -> None: ...  # the run's own end: done or cancelled
+
+    def died(self, message: str) -> None: ...  # the process ended without an end of its own: failed
+
+    def poll(self) -> bool: ...  # every POLL_S while it trains: True stops the run at its next step
+
+
+def supervise(config: dict[str, Any], sink: Sink, max_wall_s: float, cancel: Any = None,
+              ctx: Any = None) -> None:  # fmt: skip
+    """Train `config` in a process of its own, every event to `sink`; stopped (between steps) when `cancel` is set,
+    when the sink's `poll` says so, or past `max_wall_s`. Returns once the process is gone."""
+    ctx = ctx or mp.get_context("spawn")  # never fork a server that holds threads and sockets
+    cancel = cancel if cancel is not None else ctx.Event()
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(config, child, cancel), daemon=True)
+    proc.start()
+    child.close()
+    with contextlib.suppress(OSError, AttributeError):  # from its start (torch's import too): the lab first
+        os.setpriority(os.PRIO_PROCESS, proc.pid or 0, TRAIN_NICENESS)
+    started = time.monotonic()
+    next_poll = started
+    ended: dict[str, Any] | None = None  # the child's `end`, told once its weights are in and served
+    failed = False
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= next_poll:  # on time, even while the pipe is never quiet
+                next_poll = now + POLL_S
+                if sink.poll():
+                    cancel.set()
+                if now - started > max_wall_s and not cancel.is_set():
+                    sink.note(f"stopped at the server's limit of {max_wall_s:g} s (TRAIN_MAX_WALL_S)")
+                    cancel.set()
+            if not parent.poll(POLL_S):
+                continue
+            try:
+                kind, data = parent.recv()
+            except EOFError:
+                break
+            if kind == "params":
+                sink.weights(data)
+                break
+            if kind == "failed":
+                sink.note(data["message"])
+                failed = True
+                break
+            if kind == "end":
+                ended = data
+                continue
+            sink.event(kind, data)
+    finally:
+        cancel.set()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        parent.close()
+    if ended is not None and not failed:
+        sink.end(ended)
+    else:
+        sink.died(f"the training process ended (exit code {proc.exitcode})")
+
+
 @dataclass
 class Job:
     id: str
@@ -59,6 +141,7 @@ class Job:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # what the stream replays (no weights)
     cancel: Any = None
     preset: str | None = None  # the preset the finished run is served as (app/train/presets.py)
+    client: str = ""  # the client address that started it (TRAIN_MAX_PER_CLIENT)
 
     @property
     def status(self) -> str:
@@ -67,6 +150,13 @@ class Job:
     @property
     def live(self) -> bool:
         return self.status in ("queued", "running")
+
+    def record(self, kind: str, data: dict[str, Any]) -> None:
+        """One event of the run, into its numbers and its event log (the log without the snapshots' weights)."""
+        self.run.apply(kind, data)
+        self.events.append((kind, {k: v for k, v in data.items() if k != "weights"}))
+        if kind == "end":
+            self.finished = self.finished or time.time()
 
     def state(self) -> dict[str, Any]:
         """The run as GET /api/v1/train/{id} answers it."""
@@ -79,31 +169,83 @@ class Job:
 
 
 class Busy(Exception):
-    def __init__(self, retry_after: int) -> None:
-        super().__init__("training queue full")
+    def __init__(self, retry_after: int, message: str = "the trainer is busy: try again later") -> None:
+        super().__init__(message)
         self.retry_after = retry_after
+        self.message = message
+
+
+def per_client_busy(cap: int) -> Busy:
+    return Busy(30, f"this address already has {cap} training run{'s' if cap != 1 else ''} queued or running "
+                    "(TRAIN_MAX_PER_CLIENT): try again when one ends")  # fmt: skip
+
+
+class LocalSink:
+    """A run supervised by a thread of the web server: its events into the server's copy of the run."""
+
+    def __init__(self, job: Job, presets: Presets | None) -> None:
+        self.job, self.presets = job, presets
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        self.job.record(kind, data)
+
+    def weights(self, params: dict[str, Any]) -> None:
+        import torch
+
+        job = self.job
+        job.run.params = {k: torch.from_numpy(v) for k, v in params.items()}
+        if self.presets is not None:
+            job.preset, why = self.presets.add(job.id, job.run)
+            if why:
+                job.message = f"not served as a preset: {why}"
+
+    def note(self, message: str) -> None:
+        self.job.message = message
+
+    def end(self, data: dict[str, Any]) -> None:
+        job = self.job
+        job.record("end", data)
+        if data["status"] == "cancelled" and not job.message:
+            job.message = "stopped"
+
+    def died(self, message: str) -> None:
+        if self.job.live:
+            end_run(self.job, "failed", self.job.message or message)
+
+    def poll(self) -> bool:
+        return False  # job.cancel is the process's own event: stopping sets it at once
+
+
+def end_run(job: Job, status: str, message: str) -> None:
+    job.run.status, job.message = status, message
+    job.finished = time.time()
+    job.events.append(("end", {"status": status, "step": job.run.step, "message": message}))
 
 
 class Runs:
-    """The server's training runs: admission, the worker threads, the kept runs."""
+    """The embedded trainer (no Redis): admission, the supervising threads, the kept runs, in this process."""
 
     def __init__(self, max_running: int, max_queued: int, max_kept: int, max_wall_s: float,
-                 presets: Presets | None = None) -> None:  # fmt: skip
+                 presets: Presets | None = None, max_per_client: int = 0) -> None:  # fmt: skip
         self.max_running, self.max_queued, self.max_kept = max_running, max_queued, max_kept
-        self.max_wall_s, self.presets = max_wall_s, presets
+        self.max_wall_s, self.presets, self.max_per_client = max_wall_s, presets, max_per_client
         self.jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(max_running)
         self._ctx = mp.get_context("spawn")  # never fork a server that holds threads and sockets
         self._threads: set[threading.Thread] = set()  # the runs' threads (queued or training), for `close`
 
-    def start(self, config: TrainConfig, text: str | None = None) -> Job:
+    async def start(self, config: TrainConfig, text: str | None = None, client: str = "") -> Job:
         """Queue a run (Busy when the queue is full); its thread waits for a slot, then trains in a child."""
         data = make_data(config, text)  # the task's own errors (a text too short) before anything is queued
         with self._lock:
-            if sum(j.live for j in self.jobs.values()) >= self.max_running + self.max_queued:
+            live = [j for j in self.jobs.values() if j.live]
+            if len(live) >= self.max_running + self.max_queued:
                 raise Busy(30)
-            job = Job(secrets.token_urlsafe(8), Run(config, data.labels(), data.probe()[0].tolist(), status="queued"))
+            if self.max_per_client and sum(j.client == client for j in live) >= self.max_per_client:
+                raise per_client_busy(self.max_per_client)
+            job = Job(secrets.token_urlsafe(8), Run(config, data.labels(), data.probe()[0].tolist(), status="queued"),
+                      client=client)  # fmt: skip
             job.cancel = self._ctx.Event()
             self.jobs[job.id] = job
             self._drop_old()
@@ -111,6 +253,19 @@ class Runs:
         self._threads.add(thread)
         thread.start()
         return job
+
+    async def get(self, run_id: str) -> Job | None:
+        return self.jobs.get(run_id)
+
+    async def all(self) -> list[Job]:
+        """The runs kept, oldest first."""
+        return list(self.jobs.values())
+
+    async def wait(self, job: Job, seen: int, timeout: float) -> None:
+        """Until the run has more than `seen` events, at most `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while len(job.events) <= seen and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
 
     def _drop_old(self) -> None:
         finished = [j for j in self.jobs.values() if not j.live]
@@ -137,80 +292,13 @@ class Runs:
     def _train(self, job: Job) -> None:
         with self._slots:
             if job.cancel.is_set():
-                self._end(job, "cancelled", "stopped before it started")
+                end_run(job, "cancelled", "stopped before it started")
                 return
             job.run.status = "running"
             job.started = time.time()
-            parent, child = self._ctx.Pipe(duplex=False)
-            proc = self._ctx.Process(target=_child, args=(asdict(job.run.config), child, job.cancel), daemon=True)
-            proc.start()
-            child.close()
-            with contextlib.suppress(OSError, AttributeError):  # from its start (torch's import too): the lab first
-                os.setpriority(os.PRIO_PROCESS, proc.pid or 0, TRAIN_NICENESS)
-            try:
-                self._follow(job, parent)
-            finally:
-                job.cancel.set()
-                proc.join(10)
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join()
-                parent.close()
-            if job.live:  # the child died without saying how
-                self._end(job, "failed", job.message or f"the training process ended (exit code {proc.exitcode})")
+            supervise(asdict(job.run.config), LocalSink(job, self.presets), self.max_wall_s, job.cancel, self._ctx)
 
-    def _follow(self, job: Job, conn: Any) -> None:
-        import torch
-
-        ended: dict[str, Any] | None = None  # the child's `end`, told once its weights are in and served
-        try:
-            while True:
-                if (got := self._next(job, conn)) is None:
-                    return
-                kind, data = got
-                if kind == "params":
-                    job.run.params = {k: torch.from_numpy(v) for k, v in data.items()}
-                    if self.presets is not None:
-                        job.preset, why = self.presets.add(job.id, job.run)
-                        if why:
-                            job.message = f"not served as a preset: {why}"
-                    return
-                if kind == "failed":
-                    job.message = data["message"]
-                    return
-                if kind == "end":
-                    ended = data
-                    continue
-                job.run.apply(kind, data)
-                job.events.append((kind, {k: v for k, v in data.items() if k != "weights"}))
-        finally:
-            if ended is not None:
-                job.run.apply("end", ended)
-                job.events.append(("end", ended))
-                job.finished = time.time()
-                if ended["status"] == "cancelled" and not job.message:
-                    job.message = "stopped"
-
-    def _next(self, job: Job, conn: Any) -> tuple[str, dict[str, Any]] | None:
-        """The child's next message (None: it closed the pipe); the wall-time bound is checked while waiting."""
-        while True:
-            if not conn.poll(0.5):
-                if job.started is not None and time.time() - job.started > self.max_wall_s and not job.cancel.is_set():
-                    job.message = f"stopped at the server's limit of {self.max_wall_s:g} s (TRAIN_MAX_WALL_S)"
-                    job.cancel.set()
-                continue
-            try:
-                got: tuple[str, dict[str, Any]] = conn.recv()
-            except EOFError:
-                return None
-            return got
-
-    def _end(self, job: Job, status: str, message: str) -> None:
-        job.run.status, job.message = status, message
-        job.finished = time.time()
-        job.events.append(("end", {"status": status, "step": job.run.step, "message": message}))
-
-    def stop(self, job: Job) -> None:
+    async def stop(self, job: Job) -> None:
         job.cancel.set()
 
     def stop_all(self) -> None:
@@ -227,12 +315,23 @@ class Runs:
         for thread in list(self._threads):
             thread.join(max(0.0, deadline - time.monotonic()))
 
+    async def aclose(self) -> None:
+        """Nothing more to let go here (RedisRuns closes its connections)."""
+
+    async def weights(self, job: Job) -> bool:
+        """Whether the run's weights are here (the export's): in this process, once it has ended with them."""
+        return bool(job.run.params)
+
     def export_zip(self, job: Job) -> bytes:
-        """The run as a Hugging Face directory (config.json, model.safetensors, tokenizer.json), zipped."""
-        buf = io.BytesIO()
-        with tempfile.TemporaryDirectory() as tmp:
-            path = export(job.run, Path(tmp) / job.id)
-            with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-                for f in sorted(path.iterdir()):
-                    z.write(f, f"train-{job.id}/{f.name}")
-        return buf.getvalue()
+        return export_zip(job)
+
+
+def export_zip(job: Job) -> bytes:
+    """The run as a Hugging Face directory (config.json, model.safetensors, tokenizer.json), zipped."""
+    buf = io.BytesIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = export(job.run, Path(tmp) / job.id)
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            for f in sorted(path.iterdir()):
+                z.write(f, f"train-{job.id}/{f.name}")
+    return buf.getvalue()
