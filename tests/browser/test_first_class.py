@@ -6,12 +6,14 @@ is what it must show (the matrix and the open cell's arithmetic, on screen, numb
 
 from __future__ import annotations
 
+import contextlib
 import re
 from urllib.parse import parse_qs, quote, urlparse
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = pytest.mark.browser
 
@@ -38,6 +40,13 @@ def projector(tp: Page, *, numbers: bool = True) -> None:
     assert query(tp).get("present") == ["1"], tp.url
     expect(tp.locator("body")).to_have_class("present ")
     tp.wait_for_selector("#stage[data-fit]", state="attached")  # lab.js has sized the numbers for this panel
+    # The class's bar can appear after that sizing (a class just started): lab.js sizes again on the new layout, so
+    # poll for the fitted state (a loaded machine lags), then assert on it.
+    settled = (
+        f"() => {{ const g = ({FITS})(); return g.parts.length > 0 && g.parts.every(p => p[3] <= g.bottom + 1); }}"
+    )
+    with contextlib.suppress(PlaywrightTimeout):
+        tp.wait_for_function(settled, timeout=10_000)
     got = tp.evaluate(FITS)
     assert got["parts"], "the stage shows its matrices"
     for left, top, right, bottom in got["parts"]:
