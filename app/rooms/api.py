@@ -13,7 +13,7 @@ import contextlib
 import secrets
 import time
 from typing import Annotated, Any, Literal
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, parse_qsl, urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Request, Response
 from fastapi.responses import StreamingResponse
@@ -141,13 +141,32 @@ async def get_room(code: str, request: Request, rooms: RoomsDep) -> Response:
 async def put_state(code: str, body: ViewIn, request: Request, rooms: RoomsDep) -> Response:
     """The teacher's new view: checked by the lab (a view it would refuse is a 422), then sent to every follower."""
     room = await rooms.teacher(request, code)
-    page, query = rooms.view(body.page, body.query)
+    page, query = kept_sentence(rooms.view(body.page, body.query), room.query)
     if (page, query) == (room.page, room.query):
         return json_response({"version": room.version})  # nothing changed: no event
     await check_view(request.app, page, query)
     await close_left_behind(rooms, room, page, query)
     version = await rooms.store.publish(room.code, "state", {"page": page, "query": query}, (page, query))
     return json_response({"version": version})
+
+
+# The pages whose toy, when their query names no sentence, shows each screen the example of its own language (#42,
+# app/web/state.py lab_state): a Chinese phone 猫 坐 在 垫子 上, an English projector "cat sat on the mat".
+EXAMPLE_PAGES = frozenset({"/", "/embed", "/block", "/decode", "/tiles"})
+
+
+def kept_sentence(view: tuple[str, str], before: str) -> tuple[str, str]:
+    """A class keeps its sentence: a class started on the toy names it (the page pins its example in its address),
+    and a new view on the toy that names none (a lesson step opened from the remote) keeps the class's `tokens`
+    rather than letting each screen fall back to its own language's example, other numbers and other cells."""
+    page, query = view
+    params, kept = dict(parse_qsl(query)), dict(parse_qsl(before)).get("tokens")
+    if kept is None or page not in EXAMPLE_PAGES or {"tokens", "text", "token_ids"} & params.keys():
+        return view
+    if params.get("preset", "toy") != "toy":
+        return view
+    tokens = urlencode({"tokens": kept})
+    return page, f"{query}&{tokens}" if query else tokens
 
 
 async def close_left_behind(rooms: Rooms, room: Room, page: str, query: str) -> None:

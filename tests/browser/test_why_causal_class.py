@@ -60,11 +60,18 @@ def on_step(c: Class, slug: str, k: int) -> None:
         r = httpx.get(f"{c.live_server}/api/v1/rooms/{c.code}").json()
         return r["page"], parse_qs(r["query"])
 
-    until(lambda: room() == (page, want), lambda: f"the class is not at {slug} step {k}: {room()}")
+    def at_step(r: tuple[str, dict[str, list[str]]]) -> bool:
+        # A step on the toy that names no sentence keeps the class's (rooms/api.py kept_sentence): every screen shows
+        # the same numbers, whatever its language's own example.
+        kept = {key: v for key, v in r[1].items() if key != "tokens" or "tokens" in want}
+        return r[0] == page and kept == want
+
+    until(lambda: at_step(room()), lambda: f"the class is not at {slug} step {k}: {room()}")
+    now = room()[1]
     shows = {
-        c.tp: want | {"present": ["1"], "lang": ["en"]},
-        c.se: want | {"lang": ["en"]},
-        c.sz: want | {"lang": ["zh"]},
+        c.tp: now | {"present": ["1"], "lang": ["en"]},
+        c.se: now | {"lang": ["en"]},
+        c.sz: now | {"lang": ["zh"]},
     }
     for screen, params in shows.items():
         until(

@@ -139,3 +139,28 @@ def test_a_cell_poll_closes_when_the_class_steps_to_another_stage(request, lab: 
     cid = httpx.post(polls, json={"prompt": "?", "kind": "choice", "options": ["a", "b"]}, headers=auth).json()["id"]
     assert put(lab, code, auth, "stage=softmax").status_code == 200
     assert httpx.get(f"{lab}/api/v1/rooms/{code}").json()["poll"] == cid
+
+
+def test_a_class_on_the_toy_keeps_its_sentence_when_the_remote_opens_a_lesson_step() -> None:
+    """A class started on the toy names its sentence (the page pins its example); a lesson step opened from the
+    remote names none, and without the class's `tokens` each screen would show its own language's example: a
+    Chinese phone other numbers than the English projector (found by the class walk, #42)."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    with TestClient(create_app(Settings(pretrained=False))) as c:
+        made = c.post("/api/v1/rooms", json={"page": "/", "query": "tokens=cat+sat+on+the+mat&stage=1"})
+        assert made.status_code == 201, made.text
+        code, token = made.json()["code"], made.json()["teacher_token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        put = c.put(f"/api/v1/rooms/{code}/state", json={"page": "/", "query": "stage=4&mask=causal"}, headers=headers)
+        assert put.status_code == 200, put.text
+        query = c.get(f"/api/v1/rooms/{code}").json()["query"]
+        assert query == "stage=4&mask=causal&tokens=cat+sat+on+the+mat"
+        # Another sentence named, or another page, is kept as the teacher gave it.
+        c.put(f"/api/v1/rooms/{code}/state", json={"page": "/", "query": "tokens=a+b&stage=2"}, headers=headers)
+        assert c.get(f"/api/v1/rooms/{code}").json()["query"] == "tokens=a+b&stage=2"
+        c.put(f"/api/v1/rooms/{code}/state", json={"page": "/lessons", "query": ""}, headers=headers)
+        assert c.get(f"/api/v1/rooms/{code}").json()["query"] == ""
