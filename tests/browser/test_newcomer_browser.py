@@ -180,3 +180,30 @@ def test_the_toy_speaks_the_pages_language(page: Page, live_server: str) -> None
     assert page.url == f"{live_server}/?lang=en&tokens=a+b+c&stage=softmax"  # given: unchanged
     page.click("[data-lang=zh]")
     expect(page.locator("table[data-matrix=weights] tbody th")).to_have_text(["a", "b", "c"])
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("path", ["/lessons/train-your-own", "/train", "/lessons"])
+def test_the_header_is_one_row_at_1280_with_presenter_mode_and_a_class(
+    browser: Browser, live_server: str, lang: str, path: str
+) -> None:
+    """A page whose header holds the presenter switch and "Start a class" wrapped "Start a class" onto a second row
+    at 1280×720 (the class walk): its header is one row, both buttons in it, and every page of the menu is still
+    reachable (in the row or under "More")."""
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(f"{live_server}{path}?lang={lang}")
+        header = page.locator("header.top")
+        expect(header.locator("form.start-class button")).to_be_visible()
+        expect(header.locator("a.present-toggle")).to_be_visible()
+        assert header.evaluate("h => h.getBoundingClientRect().height") < 60  # one row
+        tops = header.evaluate(
+            "h => ['h1', 'a.present-toggle', 'form.start-class button'].map(s => h.querySelector(s).getBoundingClientRect().top)"
+        )
+        assert max(tops) - min(tops) < 30, tops
+        page.click("details.more-nav > summary")
+        for href in ("/block", "/decode", "/model", "/heads", "/train"):
+            link = page.locator(f"header.top a[href^='{href}?']:visible")
+            expect(link.first).to_be_visible()
+    finally:
+        page.close()
