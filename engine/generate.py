@@ -1,10 +1,12 @@
-"""Greedy generation with any decoder through a KV cache, and what one layer's heads look at while it generates.
+"""Generation with any decoder through a KV cache (greedy, or sampled after temperature, top-k, top-p and min-p:
+engine/sampling.py), and what one layer's heads look at while it generates.
 
 The prompt is run once (prefill) and every layer's K and V are kept in preallocated buffers; each new token then
 runs alone through the blocks, its query attending to the cache (nothing is recomputed). At the chosen layer the
 new query's attention weights over the whole context are kept, head by head: the row that *predicted* the token
-(the query is the context's last token). After the last block: the model's final norm, its logits, the most likely
-token (greedy), and the five most likely with their probabilities.
+(the query is the context's last token). After the last block: the model's final norm, its logits, the token chosen
+(the most likely, or one drawn after the filters, each filter's distribution kept), and the five most likely with their
+probabilities. A branch forces chosen tokens at chosen steps and samples the rest.
 
 The same layers as the lab's traces (the model's embed, layer_qkv, layer_rest, final and unembed:
 engine/models/families.py); tests compare the tokens with transformers' greedy `generate` on the same weights.
@@ -19,7 +21,10 @@ from typing import Any
 
 import torch
 
+from .sampling import Choice, Sampling, choose
+
 TOP = 5
+GREEDY = Sampling()
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,8 @@ class Step:
     top_probs: tuple[float, ...]
     attention: torch.Tensor | None  # (H, context) at the chosen layer: the query that predicted this token
     context: int  # tokens in the cache when this token was predicted (prompt + earlier generated tokens)
+    choice: Choice | None = None  # how it was chosen: the distribution after each filter, its probability there
+    forced: bool = False  # a branch's token, chosen by the user rather than drawn
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,13 @@ class Generation:
     layer: int | None
     kv_bytes_per_token: int  # K and V of one token in every layer (float32)
     stopped_at_eos: bool
+    sampling: Sampling = GREEDY
+
+    @property
+    def logprob(self) -> float:
+        """The sequence's log-probability under the distributions it was chosen from (the filtered ones when sampled;
+        a forced token counts with its probability there, 0 if a filter had removed it: -inf)."""
+        return sum(s.choice.logp for s in self.steps if s.choice is not None)
 
     @property
     def nbytes(self) -> int:
@@ -51,8 +65,12 @@ def generate(
     max_new_tokens: int,
     layer: int | None,
     progress: Callable[[int, int], None] | None = None,
+    sampling: Sampling = GREEDY,
+    forced: dict[int, int] | None = None,
 ) -> Generation:
-    """Greedy decoding of up to `max_new_tokens` after `prompt_ids` (stops after an end-of-text token)."""
+    """Up to `max_new_tokens` after `prompt_ids`, chosen as `sampling` says (greedy by default); `forced` maps a step
+    (0-based) to the token taken there instead (a branch: no draw is made at that step). Stops after an end-of-text
+    token."""
     info = model.info
     dev = model.device
     n_layer, h = info.n_layer, info.n_heads
@@ -94,6 +112,8 @@ def generate(
         return x[-1], seen
 
     steps: list[Step] = []
+    forced = forced or {}
+    generator = sampling.generator() if sampling.do_sample else None
     hidden, seen = run(list(prompt_ids), 0)
     context = len(prompt_ids)
     stopped = False
@@ -101,9 +121,11 @@ def generate(
         logits = model.unembed(model.final(hidden))
         probs = torch.softmax(logits.double(), dim=-1)
         top = torch.topk(probs, TOP)
-        token = int(torch.argmax(logits))
+        i = len(steps)
+        choice = choose(logits, sampling, generator, forced.get(i))
+        token = choice.token_id
         steps.append(Step(token, tuple(int(i) for i in top.indices), tuple(float(p) for p in top.values),
-                          seen, context))  # fmt: skip
+                          seen, context, choice, i in forced))  # fmt: skip
         if progress is not None:
             progress(len(steps), max_new_tokens)
         if token in stops:
@@ -113,4 +135,4 @@ def generate(
             break
         hidden, seen = run([token], context)
         context += 1
-    return Generation(tuple(prompt_ids), tuple(steps), layer, 2 * n_layer * kv * dk * 4, stopped)
+    return Generation(tuple(prompt_ids), tuple(steps), layer, 2 * n_layer * kv * dk * 4, stopped, sampling)
