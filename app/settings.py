@@ -36,6 +36,8 @@ class Settings(LimitSettings):
     max_decode_tokens: int = Field(256, ge=1)  # /api/v1/decode answers one row per step
     max_model_view_tokens: int = Field(64, ge=1)  # /api/v1/model_view traces every layer
     max_new_tokens: int = Field(64, ge=1)  # /api/v1/generate: tokens generated per request
+    max_samples: int = Field(8, ge=1)  # /api/v1/generate: continuations drawn per request (`samples`)
+    max_top_k: int = Field(1000, ge=1)  # /api/v1/generate: the largest top-k filter
     max_predict_tokens: int = Field(1024, ge=1)  # /api/v1/predict and /api/v1/logit_lens: input tokens
     max_rank_tokens: int = Field(256, ge=1)  # /api/v1/head_ranking: one forward pass per head, up to the position
     # /api/v1/head_ranking's expected cost, stated before it starts: token-layer passes, tokens × (L + H·L(L+1)/2)

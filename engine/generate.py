@@ -46,12 +46,17 @@ class Generation:
     kv_bytes_per_token: int  # K and V of one token in every layer (float32)
     stopped_at_eos: bool
     sampling: Sampling = GREEDY
+    others: tuple[Generation, ...] = ()  # more continuations drawn under the same settings (seeds seed + 1, …)
 
     @property
     def logprob(self) -> float:
         """The sequence's log-probability under the distributions it was chosen from (the filtered ones when sampled;
         a forced token counts with its probability there, 0 if a filter had removed it: -inf)."""
         return sum(s.choice.logp for s in self.steps if s.choice is not None)
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return tuple(s.token_id for s in self.steps)
 
     @property
     def nbytes(self) -> int:

@@ -4,13 +4,14 @@ per (model, prompt, length, layer) and kept in a byte-bounded memo, and its JSON
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.generate import Generation, generate
 from engine.models import Model
+from engine.sampling import Sampling
 from engine.spec import Limits, Spec, make_spec
 
 from ..lab import Lab
@@ -73,10 +74,60 @@ class GenerateRequest(BaseModel):
         None, ge=0, le=4096, description="The layer whose attention is returned (default: the last)."
     )
     decimals: int | None = LabField(None, "Round the attention weights.", ge=0, le=8, **RETURNED)
+    # How each token is chosen (engine/sampling.py): greedy unless do_sample; then the filters in transformers' order.
+    do_sample: bool = Field(
+        False, description="Draw each token (after the filters below) instead of taking the most likely."
+    )
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        le=100,
+        allow_inf_nan=False,
+        description="Divide the logits by this before the other filters (1: off).",
+    )
+    top_k: int = Field(
+        0, ge=0, le=1_000_000, description="Keep the k most likely tokens (0: off; the server's cap applies: 1000)."
+    )
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Keep the most likely tokens whose probabilities add up to p (1: off).",
+    )
+    min_p: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Keep the tokens at least min_p × the top token's probability (0: off).",
+    )
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**63 - 1,
+        description="The draws' seed: the same seed and settings, the same tokens (as torch.manual_seed(seed) before transformers' generate).",
+    )
+    samples: int = Field(
+        1, ge=1, le=64, description="Continuations to draw, sample i with seed + i (the server's cap applies: 8)."
+    )
+    branch: str | None = Field(
+        None,
+        max_length=2000,
+        pattern=r"^\d+:\d+(,\d+:\d+)*$",
+        description="Tokens forced at chosen steps, `step:token_id` comma-separated (steps from 0): a branch of the tree, the rest drawn or greedy as set.",
+    )
+
+    def sampling(self, seed: int | None = None) -> Sampling:
+        return Sampling(self.do_sample, self.temperature, self.top_k, self.top_p, self.min_p,
+                        self.seed if seed is None else seed)  # fmt: skip
+
+    def forced(self) -> dict[int, int]:
+        return {int(s): int(t) for s, t in (pair.split(":") for pair in self.branch.split(","))} if self.branch else {}
 
 
 def generation_spec(req: GenerateRequest, limits: Limits, device: str, models: Mapping[str, Any],
-                    max_new: int) -> tuple[Spec, int]:  # fmt: skip
+                    max_new: int, caps: tuple[int, int] = (8, 1000)) -> tuple[Spec, int]:  # fmt: skip
     """The prompt as a Spec (its tokens, ids and limits checked by make_spec) and the layer to watch."""
     if req.preset not in models or not getattr(models[req.preset], "generates", False):
         names = ", ".join(generators(models)) or "none on this server"
@@ -87,6 +138,7 @@ def generation_spec(req: GenerateRequest, limits: Limits, device: str, models: M
         raise FieldError("layer", f"{req.preset} has layers 0..{info.n_layer - 1}, not {layer}")
     if req.max_new_tokens > max_new:
         raise FieldError("max_new_tokens", f"at most {max_new} tokens per request, not {req.max_new_tokens}")
+    check_sampling(req, info.vocab, *caps)
     if req.text is None and req.token_ids is None:
         raise FieldError("text", "give the prompt as text or token_ids")
     spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=layer, models=models,
@@ -96,6 +148,22 @@ def generation_spec(req: GenerateRequest, limits: Limits, device: str, models: M
         field = "token_ids" if req.token_ids is not None else "text"
         raise FieldError(field, f"prompt ({spec.n_tokens} tokens) + max_new_tokens must fit {room} tokens")
     return spec, layer
+
+
+def check_sampling(req: GenerateRequest, vocab: int, max_samples: int, max_top_k: int) -> None:
+    """The sampling settings against the server's caps (MAX_SAMPLES, MAX_TOP_K) and the model's vocabulary: a 422
+    naming the field past a bound."""
+    if req.samples > max_samples:
+        raise FieldError("samples", f"at most {max_samples} continuations per request, not {req.samples}")
+    if req.top_k > max_top_k:
+        raise FieldError("top_k", f"at most {max_top_k}, not {req.top_k}")
+    if req.samples > 1 and not req.do_sample:
+        raise FieldError("samples", "several continuations need do_sample=true (greedy gives one)")
+    forced = req.forced()
+    if any(step >= req.max_new_tokens for step in forced):
+        raise FieldError("branch", f"steps count from 0 and stay under max_new_tokens ({req.max_new_tokens})")
+    if any(token >= vocab for token in forced.values()):
+        raise FieldError("branch", f"token ids are under the vocabulary's size ({vocab})")
 
 
 def cost(spec: Spec, max_new: int, info: Any) -> int:
@@ -109,16 +177,23 @@ async def run(lab: Lab, req: GenerateRequest, key: str | None) -> tuple[Spec, in
     """The request's prompt as a Spec (the tokenizer off the event loop), the layer watched, and the generation
     (from the server's cache when it ran before), token by token for /api/v1/progress."""
     spec, layer = await lab.off_loop(req.preset, generation_spec, req, lab.limits, lab.device, lab.models,
-                                     lab.settings.max_new_tokens)  # fmt: skip
+                                     lab.settings.max_new_tokens,
+                                     (lab.settings.max_samples, lab.settings.max_top_k))  # fmt: skip
     model = lab.models[spec.preset]
+    forced, n = req.forced(), req.max_new_tokens
 
     def work(progress: Any) -> Generation:
-        return generate(model, spec.token_ids, req.max_new_tokens, layer, progress=progress)
+        def part(i: int) -> Any:  # sample i's tokens as a share of every sample's
+            return None if progress is None else (lambda done, total: progress(i * n + done, req.samples * n))
 
-    done = (spec.preset, spec.token_ids, req.max_new_tokens, layer)
-    result, _ = await lab.compute(
-        "generate", done, cost(spec, req.max_new_tokens, model.info), work, progress=key, unit="tokens"
-    )
+        first = generate(model, spec.token_ids, n, layer, part(0), req.sampling(), forced)
+        others = tuple(generate(model, spec.token_ids, n, None, part(i), req.sampling(req.seed + i), forced)
+                       for i in range(1, req.samples))  # fmt: skip
+        return replace(first, others=others)
+
+    done = (spec.preset, spec.token_ids, n, layer, req.sampling() if req.do_sample else None, req.samples,
+            tuple(sorted(forced.items())))  # fmt: skip
+    result, _ = await lab.compute("generate", done, cost(spec, n, model.info), work, progress=key, unit="tokens")
     return spec, layer, result
 
 
@@ -136,6 +211,18 @@ def document(model: Model, spec: Spec, g: Generation, decimals: int | None) -> d
         "text": tok.decode([s.token_id for s in g.steps]),
         "stopped_at_eos": g.stopped_at_eos,
         "kv_cache_bytes_per_token": g.kv_bytes_per_token,
+        "sampling": sampling_settings(g),
+        "logprob": g.logprob,
+        "samples": [
+            {
+                "seed": d.sampling.seed,
+                "token_ids": list(d.token_ids),
+                "text": tok.decode(list(d.token_ids)),
+                "logprob": d.logprob,
+            }
+            for d in (g, *g.others)
+        ],
+        "distinct": len({d.token_ids for d in (g, *g.others)}),
         "generated": [
             {
                 "token_id": s.token_id,
@@ -147,7 +234,31 @@ def document(model: Model, spec: Spec, g: Generation, decimals: int | None) -> d
                 "context": s.context,
                 "kv_cache_bytes": s.context * g.kv_bytes_per_token,
                 "attention": None if s.attention is None else to_numpy(s.attention, decimals),
+                **chosen(model, ids, labels, s),
             }
             for i, s in enumerate(g.steps)
         ],
     }
+
+
+def sampling_settings(g: Generation) -> dict[str, Any]:
+    s = g.sampling
+    return {"do_sample": s.do_sample, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
+            "min_p": s.min_p, "seed": s.seed, "filters": list(s.active())}  # fmt: skip
+
+
+def chosen(model: Model, ids: list[int], labels: list[str], s: Any) -> dict[str, Any]:
+    """How step `s`'s token was chosen: its probability (and log) under the distribution it came from, whether a
+    branch forced it, and the distribution after each filter over the most likely tokens (`candidates`, labelled
+    like `top`), with how many tokens survived and the mass of the others."""
+    c = s.choice
+    if c is None:
+        return {}
+    return {
+        "p": c.p,
+        "logp": c.logp,
+        "forced": s.forced,
+        "candidates": [{"token_id": i, "token": label}
+                       for i, label in zip(c.ids, top_labels(model, ids, labels, s.context, c.ids), strict=True)],
+        "filters": [{"name": st.name, "kept": st.kept, "rest": st.rest, "probs": list(st.probs)} for st in c.stages],
+    }  # fmt: skip

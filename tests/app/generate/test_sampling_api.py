@@ -1,0 +1,93 @@
+"""The sampling settings on /api/v1/generate (#45): the same tokens as transformers' generate(do_sample=True) with the
+same seed, every filter's distribution in the answer, several continuations counted, a branch kept, and every bound a
+422 naming its field."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from tests.conftest import make_client
+
+PROMPT = "Once upon a time, a small cat"
+
+
+@pytest.fixture(scope="module")
+def api(smollm2) -> TestClient:  # type: ignore[no-untyped-def]
+    return make_client()
+
+
+def test_sampled_tokens_and_filters_equal_transformers(api: TestClient, smollm2, llama) -> None:  # type: ignore[no-untyped-def]
+    body = {"text": PROMPT, "max_new_tokens": 6, "do_sample": True, "temperature": 0.9, "top_k": 40, "top_p": 0.9,
+            "min_p": 0.02, "seed": 11}  # fmt: skip
+    r = api.post("/api/v1/generate", json=body)
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    ids = smollm2.tokenize(PROMPT)
+    torch.manual_seed(11)
+    with torch.no_grad():
+        out = llama.generate(torch.tensor([ids]), max_new_tokens=6, do_sample=True, temperature=0.9, top_k=40,
+                             top_p=0.9, min_p=0.02, output_scores=True, return_dict_in_generate=True)  # fmt: skip
+    theirs = out.sequences[0, len(ids) :].tolist()
+    assert [s["token_id"] for s in doc["generated"]] == theirs
+    assert doc["sampling"]["filters"] == ["temperature", "top_k", "top_p", "min_p"]
+    for step, scores in zip(doc["generated"], out.scores, strict=False):
+        last = step["filters"][-1]
+        assert last["name"] == "min_p"
+        probs = torch.softmax(scores[0].double(), -1)
+        shown = [float(probs[c["token_id"]]) for c in step["candidates"]]
+        assert all(math.isclose(a, b, abs_tol=1e-4) for a, b in zip(last["probs"], shown, strict=True))
+        assert last["kept"] == int(torch.isfinite(scores[0]).sum())
+        assert math.isclose(step["p"], float(probs[step["token_id"]]), abs_tol=1e-4)
+    assert math.isclose(doc["logprob"], sum(s["logp"] for s in doc["generated"]), rel_tol=1e-9)
+    same = api.get("/api/v1/generate", params={k: str(v).lower() if isinstance(v, bool) else v for k, v in body.items()})
+    assert [s["token_id"] for s in same.json()["generated"]] == theirs  # GET and POST alike
+
+
+def test_several_samples_are_counted_and_seeded(api: TestClient) -> None:
+    body = {"text": PROMPT, "max_new_tokens": 4, "do_sample": True, "temperature": 1.5, "seed": 3, "samples": 3}
+    doc = api.post("/api/v1/generate", json=body).json()
+    assert [s["seed"] for s in doc["samples"]] == [3, 4, 5]
+    assert doc["samples"][0]["token_ids"] == [s["token_id"] for s in doc["generated"]]
+    alone = api.post("/api/v1/generate", json=body | {"seed": 4, "samples": 1}).json()
+    assert alone["samples"][0]["token_ids"] == doc["samples"][1]["token_ids"]  # sample i is seed + i alone
+    assert doc["distinct"] == len({tuple(s["token_ids"]) for s in doc["samples"]})
+    cold = api.post("/api/v1/generate", json=body | {"temperature": 0.01}).json()
+    assert cold["distinct"] == 1  # a temperature near 0 is greedy in effect: every sample the same
+    greedy = api.post("/api/v1/generate", json={"text": PROMPT, "max_new_tokens": 4}).json()
+    assert cold["samples"][0]["token_ids"] == [s["token_id"] for s in greedy["generated"]]
+
+
+def test_a_branch_forces_a_surviving_token(api: TestClient) -> None:
+    base = {"text": PROMPT, "max_new_tokens": 5, "do_sample": True, "top_k": 5, "seed": 2}
+    doc = api.post("/api/v1/generate", json=base).json()
+    step = doc["generated"][1]
+    other = next(c["token_id"] for c in step["candidates"] if c["token_id"] != step["token_id"])
+    b = api.post("/api/v1/generate", json=base | {"branch": f"1:{other}"}).json()
+    assert b["generated"][0]["token_id"] == doc["generated"][0]["token_id"]
+    assert b["generated"][1]["token_id"] == other and b["generated"][1]["forced"] is True
+    assert not b["generated"][0]["forced"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"temperature": 0}, "temperature"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"min_p": -0.1}, "min_p"),
+        ({"top_k": 5000, "do_sample": True}, "top_k"),
+        ({"samples": 9, "do_sample": True}, "samples"),
+        ({"samples": 2}, "samples"),
+        ({"branch": "1-3"}, "branch"),
+        ({"branch": "99:5"}, "branch"),
+        ({"branch": "0:99999999"}, "branch"),
+        ({"seed": -1}, "seed"),
+    ],
+)
+def test_bounds_are_422s_naming_the_field(api: TestClient, body: dict[str, object], field: str) -> None:
+    r = api.post("/api/v1/generate", json={"text": PROMPT, "max_new_tokens": 4} | body)
+    assert r.status_code == 422, r.text
+    assert field in r.text
