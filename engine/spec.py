@@ -123,6 +123,7 @@ class Spec:
     mask_matrix: tuple[tuple[bool, ...], ...] | None = None  # mask=custom: True where query i may read key j
     kv_tokens: tuple[str, ...] = ()  # cross-attention: the sequence K and V come from
     rope_factors: tuple[float, ...] = ()  # a model's RoPE scaling: each pair's θ_i divided by its factor (llama3)
+    text_start: int = 0  # pretrained models: where the text begins in the tokens (1 past a first BOS or [CLS])
 
     @property
     def n_tokens(self) -> int:
@@ -390,6 +391,7 @@ def _model_spec(
         rope_pairing=info.rope_pairing,
         n_kv_heads=info.n_kv_heads,
         rope_factors=tuple(getattr(info, "rope_factors", ())),
+        text_start=model.specials_first(ids) if hasattr(model, "specials_first") else 0,
     )
 
 

@@ -207,6 +207,7 @@ def document(model: Model, spec: Spec, g: Generation, decimals: int | None) -> d
         "preset": spec.preset,
         "layer": g.layer,
         "tokens": labels[:n],
+        "text_start": spec.text_start,  # where the prompt's text begins in tokens, as /api/v1/predict says
         "token_ids": list(g.prompt_ids),
         "text": tok.decode([s.token_id for s in g.steps]),
         "stopped_at_eos": g.stopped_at_eos,

@@ -160,6 +160,9 @@ class Predicted:
     token_ids: tuple[int, ...]
     target_ids: tuple[int, ...]
     bos: int | None
+    # Where the text begins in `tokens` and `positions`: 1 when a BOS begins the sequence (position 0 is the BOS), else
+    # 0; /api/v1/attention and /api/v1/generate say it alike (their tokens may begin with [CLS], or with no BOS).
+    text_start: int
     loss_from: int
     positions: tuple[Row, ...]
     mean_loss: float
@@ -196,6 +199,7 @@ def predict_document(t: Text, iv: P.Intervention, pred: P.Prediction) -> Predict
         token_ids=run.inputs,
         target_ids=run.targets,
         bos=t.model.bos_id if t.seq[0] == t.model.bos_id else None,
+        text_start=t.text_start,
         loss_from=run.loss_from,
         positions=tuple(rows),
         mean_loss=run.mean_loss,
@@ -275,11 +279,13 @@ class Lensed:
     switches: Switched
     before: LensRead | None
     changed: tuple[int, ...]
+    text_start: int = 0  # where the text begins in `tokens` (1: after the BOS the lens put before it), as predict's
 
     def __json__(self) -> dict[str, Any]:
         """Plain data but `switches` (a dataclass): orjson writes it whole, fast (see api.py)."""
         before = None if self.before is None else self.before.__json__()
-        return {"preset": self.preset, "tokens": self.tokens, "token_ids": self.token_ids, **self.read.__json__(),
+        return {"preset": self.preset, "tokens": self.tokens, "token_ids": self.token_ids,
+                "text_start": self.text_start, **self.read.__json__(),
                 "switches": self.switches, "before": before, "changed": self.changed}  # fmt: skip
 
 
@@ -304,7 +310,7 @@ def lens_document(t: Text, iv: P.Intervention, lens: P.Lens) -> Lensed:
     before = None if lens.before is None else read(lens.before)
     changed = () if lens.before is None else tuple(
         i for i, (a, b) in enumerate(zip(lens.final_ids, lens.before.final_ids, strict=True)) if a != b)  # fmt: skip
-    return Lensed(t.preset, t.labels, t.seq, read(lens), Switched.of(iv), before, changed)
+    return Lensed(t.preset, t.labels, t.seq, read(lens), Switched.of(iv), before, changed, t.text_start)
 
 
 # -- /api/v1/head_ranking ----------------------------------------------------------------------------------------

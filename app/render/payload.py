@@ -50,6 +50,7 @@ def document(trace: Traced, stages: tuple[str, ...], heads: tuple[int, ...], dec
     return {
         "spec": spec,
         "tokens": list(trace.tokens),
+        "text_start": spec.get("text_start", 0),  # where the text begins in tokens (after a [CLS] or a BOS)
         "stages": [
             {"index": i, "key": key, "tensors": arrays}
             for i, key, arrays in stage_arrays(trace, stages, heads, decimals)

@@ -39,6 +39,7 @@ class Text:
     model: Model
     seq: tuple[int, ...]
     labels: tuple[str, ...]  # of seq
+    text_start: int = 0  # where the text begins in seq: past its first special tokens (a BOS put before it)
 
     @property
     def inputs(self) -> tuple[int, ...]:
@@ -82,4 +83,4 @@ def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["in
     n = len(seq) - 1 if counted == "inputs" else len(seq)
     if n > room:
         raise FieldError(field, f"at most {room} {what} here, got {n}")
-    return Text(req.preset, model, tuple(seq), tuple(model.labels(list(seq))))
+    return Text(req.preset, model, tuple(seq), tuple(model.labels(list(seq))), model.specials_first(seq))

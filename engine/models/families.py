@@ -316,6 +316,18 @@ class Model:
             return [f"#{i}" for i in ids]
         return readable_labels(self.tokenizer(), ids)
 
+    def specials_first(self, ids: Sequence[int]) -> int:
+        """How many of `ids`' first tokens are special ones (a BOS, BERT's [CLS]) rather than the text's: where the
+        text begins, so every answer can say it (`text_start`) whether a BOS was put before the text or not."""
+        special = {self._bos} if self._bos is not None else set()
+        if self.has_tokenizer:
+            added = self.tokenizer().get_added_tokens_decoder()
+            special |= {i for i, token in added.items() if getattr(token, "special", False)}
+        n = 0
+        while n < len(ids) and ids[n] in special:
+            n += 1
+        return n
+
     def runs(self, ids: list[int]) -> list[tuple[int, int, str]]:
         """The ids as a reader reads them: (first, past the last, text), a character split over byte pieces once
         (猫, not 猫₁ 猫₂ 猫₃); a token of its own labelled as `labels` labels it."""
