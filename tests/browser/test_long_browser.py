@@ -40,7 +40,7 @@ def test_the_progress_key_is_the_same_in_python_and_in_the_page(page: Page, live
         "/?preset=smollm2&layer=3&stage=softmax&text=" + quote(LONG),
     ]
     assert len(urls[-1]) > 17_000
-    got = page.evaluate("urls => urls.map(u => window.labProgressKey(u))", urls)
+    got = page.evaluate("urls => urls.map(u => window.lab.progressKey(u))", urls)
     want = [progress_key(urlsplit(u).path, urlsplit(u).query) for u in urls]
     assert got == want and got[2] == got[3] and len(set(got)) == len(got) - 1
     assert all(len(k) == 16 for k in got)
