@@ -1,6 +1,6 @@
 // Attention Lab's page behaviour, one module: each section below is a function that binds its listeners, run in
 // order at the end (the presenter fitter before the arithmetic's scroll, which measures what it sized). Exports
-// window.lab: `progressKey(url)`, `onLayout(fn)`, `largest(lo, hi, set, fits)` and `settleFormulas()`.
+// window.lab: `onLayout(fn)`, `largest(lo, hi, set, fits)` and `settleFormulas()`.
 // Everything else is links, forms and htmx.
 (function () {
 "use strict";
@@ -262,38 +262,13 @@ function play() {
   });
 }
 
-// A request's progress key, as app/lab.py `progress_key` computes it: FNV-1a 64 (16 hex digits) of its path, "?"
-// and its parameters, each written as Python's quote_plus writes it (UTF-8; space as +; only A-Z a-z 0-9 _ . - ~
-// bare) and joined name=value, sorted as ASCII strings and joined by "&". The page polls by this key, never by the
-// URL: a long text's URL is 17 KB, past what a poll may send. FNV-1a rather than SHA-256: SubtleCrypto exists only
-// on secure contexts, and a class opens the lab over plain http on a LAN address. 16-bit limbs: no BigInt needed.
-var progressKey = (function () {
-  function enc(s) {
-    return encodeURIComponent(s).replace(/[!'()*]/g, function (c) {
-      return "%" + c.charCodeAt(0).toString(16).toUpperCase();
-    }).replace(/%20/g, "+");
-  }
-  function fnv1a64(bytes) {
-    var h0 = 0x2325, h1 = 0x8422, h2 = 0x9ce4, h3 = 0xcbf2;  // offset basis 0xcbf29ce484222325, low limb first
-    for (var i = 0; i < bytes.length; i++) {
-      h0 ^= bytes[i];
-      // h * 0x100000001b3 = h * 0x1b3 + (h << 40), modulo 2^64
-      var t0 = h0 * 0x1b3, t1 = h1 * 0x1b3, t2 = h2 * 0x1b3 + (h0 << 8), t3 = h3 * 0x1b3 + (h1 << 8);
-      t1 += t0 >>> 16; t2 += t1 >>> 16; t3 += t2 >>> 16;
-      h0 = t0 & 0xffff; h1 = t1 & 0xffff; h2 = t2 & 0xffff; h3 = t3 & 0xffff;
-    }
-    return [h3, h2, h1, h0].map(function (x) { return ("000" + x.toString(16)).slice(-4); }).join("");
-  }
-  return function (url) {
-    var u = new URL(url, "http://lab.invalid");
-    var pairs = [];
-    u.searchParams.forEach(function (value, name) { pairs.push(enc(name) + "=" + enc(value)); });
-    pairs.sort();  // ASCII strings: code-unit order is byte order, as Python's sorted()
-    var path = u.pathname;
-    try { path = decodeURIComponent(path); } catch (e) { /* as sent */ }
-    return fnv1a64(new TextEncoder().encode(path + "?" + pairs.join("&")));
-  };
-})();
+// A request's progress key: 16 random hex digits an htmx request names itself by (its X-Progress-Key header, which
+// the server adopts: app/lab/keys.py), made before the request leaves, so the page polls while it waits.
+function newKey() {
+  var bytes = new Uint8Array(8);
+  crypto.getRandomValues(bytes);
+  return Array.prototype.map.call(bytes, function (b) { return ("0" + b.toString(16)).slice(-2); }).join("");
+}
 
 // Long work (the model view of a long text, a long context's first window, generation, a page's first load): while
 // a page or a panel is computed, poll /api/v1/progress for it, by its key, and show how far it has come, in the
@@ -329,16 +304,14 @@ function progress() {
   function isPage(path) {
     return !/^\/(api|static|vendor)\//.test(path) && !/\.(json|npz|csv|svg|png|zip)$/.test(path.split("?")[0]);
   }
-  function start(url) {
+  // `query`: the poll's query naming the request, "key=…" (an htmx request's own key) or "for=…" (a page's URL).
+  function start(query) {
     stop();
-    if (!url || !isPage(url)) return;
-    var key;
-    try { key = progressKey(url); } catch (e) { return; }
     var lang = (document.documentElement.lang || "en").slice(0, 2) === "zh" ? "zh" : "en";
     timer = setInterval(function () {
       if (asking) return;  // the last poll not answered yet
       var ask = asking = window.AbortController ? new AbortController() : null;
-      fetch("/api/v1/progress?key=" + key + "&lang=" + lang,
+      fetch("/api/v1/progress?" + query + "&lang=" + lang,
             { headers: { Accept: "application/json" }, signal: ask ? ask.signal : undefined })
         .then(function (res) { return res.ok ? res.json() : null; })
         .then(function (p) {
@@ -349,9 +322,15 @@ function progress() {
         .catch(function () { if (asking === ask) asking = null; });
     }, 600);
   }
-  document.addEventListener("htmx:beforeRequest", function (e) {
-    var info = e.detail && (e.detail.pathInfo || {});
-    start(info.finalRequestPath || (e.detail.requestConfig && e.detail.requestConfig.path));
+  // A full page load is known by its URL, which the poll sends when it is short enough (a long text's is not).
+  function startFor(url) {
+    if (isPage(url) && url.length <= 8000) start("for=" + encodeURIComponent(url)); else stop();
+  }
+  document.addEventListener("htmx:configRequest", function (e) {
+    if (!isPage(e.detail.path || "")) return stop();
+    var key = newKey();
+    e.detail.headers["X-Progress-Key"] = key;
+    start("key=" + key);
   });
   document.addEventListener("htmx:afterRequest", stop);
   // Full page loads: a GET form or a plain link; the old page polls until the new one arrives.
@@ -361,7 +340,7 @@ function progress() {
     if (form.target && form.target !== "_self") return;  // another tab: this page is not waiting for it
     var action = new URL(form.action, location.href);
     if (action.origin !== location.origin) return;
-    start(action.pathname + "?" + new URLSearchParams(new FormData(form)).toString());
+    startFor(action.pathname + "?" + new URLSearchParams(new FormData(form)).toString());
   });
   document.addEventListener("click", function (e) {
     var a = e.target.closest && e.target.closest("a[href]");
@@ -369,7 +348,7 @@ function progress() {
     if (a.target && a.target !== "_self") return;  // another tab: this page is not waiting for it
     if (a.hash && a.pathname === location.pathname && a.search === location.search) return;  // a place on this page
     if (a.closest("[hx-boost=true]") && a.getAttribute("hx-boost") !== "false") return;  // htmx's own request
-    start(a.pathname + a.search);
+    startFor(a.pathname + a.search);
   });
   // Back to a page that polled (restored from the back-forward cache); not the first load's own pageshow, which
   // would stop a page's first request (a deferred page's shell asks for its page by htmx as it loads, #42).
@@ -675,7 +654,7 @@ function predictFit() {
   }, true);
 }
 
-window.lab = { progressKey: progressKey, onLayout: onLayout, largest: largest, settleFormulas: settleFormulas };
+window.lab = { onLayout: onLayout, largest: largest, settleFormulas: settleFormulas };
 [keyboard, relink, play, progress, toAnchor, deferredPage, stickyLesson, barResized, presenterNumbers, moreMenu,
  arithmeticInView, formulas, currentInView, modelFit, predictFit].forEach(function (section) { section(); });
 })();
