@@ -32,11 +32,10 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed $(VENV)/.models node_
 	$(BIN)/pip install -e '.[test]'
 	@touch $@
 
-# The math font for the formulas comes from npm; without npm the page falls back to the system's math font.
+# htmx, its SSE extension and the math font come from npm (package.json); npm is required (apt-get install nodejs npm).
 node_modules/.installed: package.json
-	@if command -v npm >/dev/null 2>&1; then \
-	  npm install --no-audit --no-fund --no-package-lock --loglevel=error && touch $@; \
-	else echo "npm not found: formulas will use the system's math font (apt-get install nodejs npm to add it)"; fi
+	npm install --no-audit --no-fund --no-package-lock --loglevel=error
+	@touch $@
 
 install: $(VENV)/.installed $(VENV)/.models node_modules/.installed
 

@@ -12,6 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .lab import Lab, ProgressKey, get_lab, progress_key
+from .lab.keys import HEADER
 from .limits import HttpMiddleware
 from .render.payload import json_response
 from .web.i18n import LANGS, translator
@@ -39,8 +40,8 @@ async def progress(
         str | None,
         Query(
             pattern="^[0-9a-f]{16}$",
-            description="the request's progress key: 16 hex digits, FNV-1a 64 of its "
-            "path and sorted, percent-encoded parameters (what static/lab.js `progressKey` computes)",
+            description="the request's progress key: 16 hex digits, the X-Progress-Key its "
+            "page sent with it (static/lab.js), else a hash of its URL (see `for`)",
         ),
     ] = None,
     url: Annotated[
@@ -101,8 +102,8 @@ class Served(HttpMiddleware):
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "GET" or scope["path"].startswith(self.QUIET):
             return await self.app(scope, receive, send)
-        url = Request(scope).url  # its query parsed only if a poll asks for a key while it is served
-        done = self.lab.serving(ProgressKey(url.path, url.query))
+        request = Request(scope)  # its query parsed only if a poll asks for a key while it is served
+        done = self.lab.serving(ProgressKey(request.url.path, request.url.query, named=request.headers.get(HEADER)))
         redirect = False
 
         async def sent(message: Message) -> None:

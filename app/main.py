@@ -62,7 +62,8 @@ from .web.view import all_views, view_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "static"
-MATH_FONT = ROOT / "node_modules" / "@fontsource" / "noto-sans-math" / "files"
+NODE = ROOT / "node_modules"
+MATH_FONT = NODE / "@fontsource" / "noto-sans-math" / "files"
 MATH_FONT_FILE = "noto-sans-math-latin-400-normal.woff2"
 MATH_FONT_FACE = (
     '@font-face { font-family: "Lab Math"; src: url("/vendor/math-font/' + MATH_FONT_FILE + '") format("woff2"); '
@@ -161,7 +162,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(Observe, metrics=app.state.metrics, lab=app.state.lab)
     app.add_middleware(Head)  # outermost: a HEAD is its GET, cached and counted as one, without the body
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.mount("/vendor/htmx", StaticFiles(directory=str(files("js_lib_htmx") / "static" / "htmx")), name="htmx")
+    # htmx and its SSE extension, installed by `make` from npm (package.json) beside the math font.
+    app.mount("/vendor/htmx", StaticFiles(directory=NODE / "htmx.org" / "dist", check_dir=False), name="htmx")
+    app.mount("/vendor/htmx-sse", StaticFiles(directory=NODE / "htmx-ext-sse" / "dist", check_dir=False), name="sse")
 
     # The math font (installed by `make` from npm; without it formulas use the system's math font). The stylesheet
     # and the font ask the same question, per request, of the same file: the CSS never names a font that answers

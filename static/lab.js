@@ -1,6 +1,12 @@
-// Attention Lab: keyboard shortcuts and the heat-map readout (hover or tap). Everything else is links, forms and htmx.
+// Attention Lab's page behaviour, one module: each section below is a function that binds its listeners, run in
+// order at the end (the presenter fitter before the arithmetic's scroll, which measures what it sized). Exports
+// window.lab: `onLayout(fn)`, `largest(lo, hi, set, fits)` and `settleFormulas()`.
+// Everything else is links, forms and htmx.
 (function () {
-  "use strict";
+"use strict";
+
+// Keyboard shortcuts and the heat-map readout (hover or tap).
+function keyboard() {
 
   var KEYS = {
     ArrowRight: "[data-action=next]",
@@ -125,12 +131,11 @@
     if (pending) return;
     pending = window.requestAnimationFrame(function () { pending = null; readout(img, e); });
   });
-})();
+}
 
 // The language links, the JSON twin in <head> and "Start a class" sit outside the swapped panel: after htmx pushes a
 // new URL, point them at it, so switching language keeps the stage and the twin stays the view's.
-(function () {
-  "use strict";
+function relink() {
   // The toy's example a page shows when its URL names no tokens is its language's (#42: "cat sat on the mat", "猫 坐
   // 在 垫子 上"; <meta name=lab-example>): the address names it, so what leaves the page (a class started or followed,
   // a link copied) shows the same numbers in any language; the language links leave it unnamed, so the other
@@ -172,14 +177,13 @@
   document.addEventListener("htmx:historyRestore", relink);
   document.addEventListener("htmx:afterSettle", relink);
   document.addEventListener("DOMContentLoaded", relink);  // "Start a class" names the example too
-})();
+}
 
 // ▶ Play (the generation page): from the current step (from the first when already at the last) one step every
 // 0.9 s, the button reading "Pause" meanwhile (aria-pressed); at the last step, or when anything else is clicked or
 // a key pressed, it stops and reads "Play" again. Each step is an htmx swap of #stage, the button included: the
 // state lives here, and every new button is drawn from it (and keeps the keyboard focus the old one had).
-(function () {
-  "use strict";
+function play() {
   var playing = false, timer = null, hadFocus = false;
   function draw() {
     document.querySelectorAll("[data-play]").forEach(function (b) {
@@ -256,48 +260,22 @@
   ["htmx:responseError", "htmx:sendError", "htmx:historyRestore"].forEach(function (name) {
     document.addEventListener(name, stop);
   });
-})();
+}
 
-// A request's progress key, as app/lab.py `progress_key` computes it: FNV-1a 64 (16 hex digits) of its path, "?"
-// and its parameters, each written as Python's quote_plus writes it (UTF-8; space as +; only A-Z a-z 0-9 _ . - ~
-// bare) and joined name=value, sorted as ASCII strings and joined by "&". The page polls by this key, never by the
-// URL: a long text's URL is 17 KB, past what a poll may send. FNV-1a rather than SHA-256: SubtleCrypto exists only
-// on secure contexts, and a class opens the lab over plain http on a LAN address. 16-bit limbs: no BigInt needed.
-window.labProgressKey = (function () {
-  "use strict";
-  function enc(s) {
-    return encodeURIComponent(s).replace(/[!'()*]/g, function (c) {
-      return "%" + c.charCodeAt(0).toString(16).toUpperCase();
-    }).replace(/%20/g, "+");
-  }
-  function fnv1a64(bytes) {
-    var h0 = 0x2325, h1 = 0x8422, h2 = 0x9ce4, h3 = 0xcbf2;  // offset basis 0xcbf29ce484222325, low limb first
-    for (var i = 0; i < bytes.length; i++) {
-      h0 ^= bytes[i];
-      // h * 0x100000001b3 = h * 0x1b3 + (h << 40), modulo 2^64
-      var t0 = h0 * 0x1b3, t1 = h1 * 0x1b3, t2 = h2 * 0x1b3 + (h0 << 8), t3 = h3 * 0x1b3 + (h1 << 8);
-      t1 += t0 >>> 16; t2 += t1 >>> 16; t3 += t2 >>> 16;
-      h0 = t0 & 0xffff; h1 = t1 & 0xffff; h2 = t2 & 0xffff; h3 = t3 & 0xffff;
-    }
-    return [h3, h2, h1, h0].map(function (x) { return ("000" + x.toString(16)).slice(-4); }).join("");
-  }
-  return function (url) {
-    var u = new URL(url, "http://lab.invalid");
-    var pairs = [];
-    u.searchParams.forEach(function (value, name) { pairs.push(enc(name) + "=" + enc(value)); });
-    pairs.sort();  // ASCII strings: code-unit order is byte order, as Python's sorted()
-    var path = u.pathname;
-    try { path = decodeURIComponent(path); } catch (e) { /* as sent */ }
-    return fnv1a64(new TextEncoder().encode(path + "?" + pairs.join("&")));
-  };
-})();
+// A request's progress key: 16 random hex digits an htmx request names itself by (its X-Progress-Key header, which
+// the server adopts: app/lab/keys.py), made before the request leaves, so the page polls while it waits.
+function newKey() {
+  var bytes = new Uint8Array(8);
+  crypto.getRandomValues(bytes);
+  return Array.prototype.map.call(bytes, function (b) { return ("0" + b.toString(16)).slice(-2); }).join("");
+}
 
 // Long work (the model view of a long text, a long context's first window, generation, a page's first load): while
 // a page or a panel is computed, poll /api/v1/progress for it, by its key, and show how far it has come, in the
 // server's words ("21 / 31 layers · 6.2 s", in the page's language), rather than a tab that seems frozen. The server
 // knows every page request it is serving (app/health.py `Served`), so a poll is answered for as long as the page
 // waits, and a 404 means the answer has come: the polling stops there, and the console logs no failed request.
-(function () {
+function progress() {
   var timer = null;
   var box = null;
   var asking = null;  // the poll in flight, aborted when the wait ends
@@ -326,16 +304,14 @@ window.labProgressKey = (function () {
   function isPage(path) {
     return !/^\/(api|static|vendor)\//.test(path) && !/\.(json|npz|csv|svg|png|zip)$/.test(path.split("?")[0]);
   }
-  function start(url) {
+  // `query`: the poll's query naming the request, "key=…" (an htmx request's own key) or "for=…" (a page's URL).
+  function start(query) {
     stop();
-    if (!url || !isPage(url)) return;
-    var key;
-    try { key = window.labProgressKey(url); } catch (e) { return; }
     var lang = (document.documentElement.lang || "en").slice(0, 2) === "zh" ? "zh" : "en";
     timer = setInterval(function () {
       if (asking) return;  // the last poll not answered yet
       var ask = asking = window.AbortController ? new AbortController() : null;
-      fetch("/api/v1/progress?key=" + key + "&lang=" + lang,
+      fetch("/api/v1/progress?" + query + "&lang=" + lang,
             { headers: { Accept: "application/json" }, signal: ask ? ask.signal : undefined })
         .then(function (res) { return res.ok ? res.json() : null; })
         .then(function (p) {
@@ -346,9 +322,15 @@ window.labProgressKey = (function () {
         .catch(function () { if (asking === ask) asking = null; });
     }, 600);
   }
-  document.addEventListener("htmx:beforeRequest", function (e) {
-    var info = e.detail && (e.detail.pathInfo || {});
-    start(info.finalRequestPath || (e.detail.requestConfig && e.detail.requestConfig.path));
+  // A full page load is known by its URL, which the poll sends when it is short enough (a long text's is not).
+  function startFor(url) {
+    if (isPage(url) && url.length <= 8000) start("for=" + encodeURIComponent(url)); else stop();
+  }
+  document.addEventListener("htmx:configRequest", function (e) {
+    if (!isPage(e.detail.path || "")) return stop();
+    var key = newKey();
+    e.detail.headers["X-Progress-Key"] = key;
+    start("key=" + key);
   });
   document.addEventListener("htmx:afterRequest", stop);
   // Full page loads: a GET form or a plain link; the old page polls until the new one arrives.
@@ -358,7 +340,7 @@ window.labProgressKey = (function () {
     if (form.target && form.target !== "_self") return;  // another tab: this page is not waiting for it
     var action = new URL(form.action, location.href);
     if (action.origin !== location.origin) return;
-    start(action.pathname + "?" + new URLSearchParams(new FormData(form)).toString());
+    startFor(action.pathname + "?" + new URLSearchParams(new FormData(form)).toString());
   });
   document.addEventListener("click", function (e) {
     var a = e.target.closest && e.target.closest("a[href]");
@@ -366,17 +348,17 @@ window.labProgressKey = (function () {
     if (a.target && a.target !== "_self") return;  // another tab: this page is not waiting for it
     if (a.hash && a.pathname === location.pathname && a.search === location.search) return;  // a place on this page
     if (a.closest("[hx-boost=true]") && a.getAttribute("hx-boost") !== "false") return;  // htmx's own request
-    start(a.pathname + a.search);
+    startFor(a.pathname + a.search);
   });
   // Back to a page that polled (restored from the back-forward cache); not the first load's own pageshow, which
   // would stop a page's first request (a deferred page's shell asks for its page by htmx as it loads, #42).
   window.addEventListener("pageshow", function (e) { if (e.persisted) stop(); });
-})();
+}
 
 // A lesson step's place on its page (the step's #fragment, e.g. /demos#scaling, as data-anchor on its panel): a
 // screen that reached the step without it — stepped by the teacher's remote, joined by the room's link (a room's
 // view has no fragment) — scrolls there as the step's own link would have.
-(function () {
+function toAnchor() {
   function toAnchor() {
     var panel = document.querySelector(".lesson-panel[data-anchor]");
     var place = panel && document.getElementById(panel.getAttribute("data-anchor"));
@@ -384,11 +366,11 @@ window.labProgressKey = (function () {
   }
   document.addEventListener("DOMContentLoaded", toAnchor);
   document.addEventListener("room:followed", toAnchor);
-})();
+}
 
 // Whenever the page's layout may have changed (loaded, fonts in, resized, a panel swapped, a class step followed),
 // run `fn`: the one list of those moments for the measuring code below.
-window.labOnLayout = function (fn) {
+function onLayout(fn) {
   document.addEventListener("DOMContentLoaded", fn);
   window.addEventListener("load", fn);
   if (document.fonts && document.fonts.ready) document.fonts.ready.then(fn); // the math font changes widths
@@ -400,14 +382,13 @@ window.labOnLayout = function (fn) {
   document.addEventListener("toggle", function (e) {
     if (e.target.matches && e.target.matches(".lesson-panel details.answer")) fn();
   }, true);
-};
+}
 
 // A deferred page's shell (templates/_deferred.html: /heads and /patch answer a browser's navigation at once and ask
 // for their numbers by htmx, the progress box counting meanwhile): once the page is swapped in, scroll to the place
 // its #fragment (or the lesson step's anchor) names, as a plain load would have; if it could not come (a busy
 // server, an error), say so beside the plain link to it.
-(function () {
-  "use strict";
+function deferredPage() {
   var arrived = false;
   function deferred(e) { var elt = e.detail && e.detail.elt; return !!(elt && elt.closest && elt.closest("[data-deferred]")); }
   document.addEventListener("htmx:beforeSwap", function (e) { if (deferred(e)) arrived = true; });
@@ -431,25 +412,24 @@ window.labOnLayout = function (fn) {
   }
   document.addEventListener("htmx:responseError", failed);
   document.addEventListener("htmx:sendError", failed);
-})();
+}
 
 // Presenter mode on /heads and /patch: the lesson's panel stays at the top of the screen (lab.css) while the page
 // scrolls to the step's figure, so the question is read beside it; the figures and the scroll's stop are sized to
 // the room it leaves (--lesson-h: its height, 0 when it does not stay).
-(function () {
-  "use strict";
+function stickyLesson() {
   function measure() {
     var beside = document.querySelector("body.present > .lesson-beside");
     var h = beside && getComputedStyle(beside).position === "sticky" ? beside.getBoundingClientRect().height : 0;
     document.documentElement.style.setProperty("--lesson-h", Math.ceil(h) + "px");
   }
-  window.labOnLayout(measure);
+  onLayout(measure);
   document.addEventListener("toggle", measure, true);  // the answer opened in the panel
-})();
+}
 
 // The class bar along the bottom arrives, and grows when a question opens or its reveal comes: one observer of it
-// tells every fitter above (labOnLayout's "room:resized"), at most once a frame, so the numbers make room for it.
-(function () {
+// tells every fitter above (onLayout's "room:resized"), at most once a frame, so the numbers make room for it.
+function barResized() {
   var watched = null, queued = false;
   function resized() { document.dispatchEvent(new CustomEvent("room:resized")); }
   document.addEventListener("room:bar", function () {
@@ -462,11 +442,11 @@ window.labOnLayout = function (fn) {
       window.requestAnimationFrame(function () { queued = false; resized(); });
     }).observe(room);
   });
-})();
+}
 
 // The largest whole size in lo…hi at which `fits()` holds once `set(size)` is applied (lo when none does), left
 // applied: the one search behind every "as large as the projector allows" below.
-window.labLargest = function (lo, hi, set, fits) {
+function largest(lo, hi, set, fits) {
   set(hi);
   if (fits()) return hi;
   while (hi - lo > 1) {
@@ -476,13 +456,12 @@ window.labLargest = function (lo, hi, set, fits) {
   }
   set(lo);
   return lo;
-};
+}
 
 // Presenter mode: size the numbers to the projector. The largest font (8–64 px) at which the stage's matrices fit
 // their column and the stage (matrices and the open cell's arithmetic included) ends above the bottom of the screen
 // (and above the class bar). Measured, not guessed: a 5 × 5 softmax gets big numbers, stage 1's three matrices less.
-(function () {
-  "use strict";
+function presenterNumbers() {
   function fit() {
     if (!document.body.classList.contains("present")) return;
     var stage = document.getElementById("stage");
@@ -509,7 +488,7 @@ window.labLargest = function (lo, hi, set, fits) {
       stage.style.setProperty("--fit", px + "px");
       stage.style.setProperty("--fit-arith", Math.min(30, Math.max(12, Math.round(px * 0.7))) + "px");
     }
-    function numbers() { return window.labLargest(8, 64, set, fits); }
+    function numbers() { return largest(8, 64, set, fits); }
     // The words' column (the class's QR and address, the lesson's question, what happens, what to notice) must end
     // on screen too. It takes width from the numbers (the stylesheet's share, then 1 : 1.5 … 1 : 0.8) while they keep
     // 24 px (or what they had) and their column ends on screen, then its type shrinks, to 14 px at the least: readable
@@ -546,14 +525,13 @@ window.labLargest = function (lo, hi, set, fits) {
     widen();
     shrink(14);
     stage.setAttribute("data-fit", String(px));
-    if (window.labSettleFormulas) window.labSettleFormulas();  // the arithmetic's new size: its lines fit again
+    settleFormulas();  // the arithmetic's new size: its lines fit again
   }
-  window.labOnLayout(fit);
-})();
+  onLayout(fit);
+}
 
 // The header's "More" menu (#42): a disclosure that closes as a menu does, on a click elsewhere or Escape.
-(function () {
-  "use strict";
+function moreMenu() {
   function close(except) {
     document.querySelectorAll("details[data-more-nav][open]").forEach(function (d) { if (d !== except) d.open = false; });
   }
@@ -565,14 +543,13 @@ window.labLargest = function (lo, hi, set, fits) {
     open.open = false;
     open.querySelector("summary").focus();
   });
-})();
+}
 
 // The open cell's arithmetic (#42): a number clicked, or a view loaded or followed with a cell open, scrolls the page
 // only as far as needed for its box (under the matrices) to be on screen, and never so far that the clicked number
 // leaves the top of the screen; once per cell opened, so a reader scrolling away is not pulled back. Runs after the
 // presenter-mode fitter above (registered before it), which sizes the numbers for the screen first.
-(function () {
-  "use strict";
+function arithmeticInView() {
   var shown = null;
   function reveal() {
     var box = document.getElementById("arithmetic");
@@ -591,35 +568,30 @@ window.labLargest = function (lo, hi, set, fits) {
     if (cell && top - by < margin) by = top - margin;  // the cell itself above the screen: bring it back
     if (Math.abs(by) >= 1) window.scrollBy(0, by);
   }
-  window.labOnLayout(reveal);
-})();
+  onLayout(reveal);
+}
 
 // A formula wider than its box is scaled down to fit rather than clipped; on the projector so is a line of the open
 // cell's arithmetic (its Σ line ended cut at the right, in a box that scrolls).
-(function () {
-  "use strict";
-  function settle() {
-    document.querySelectorAll(".explain .formula, body.present .stage-data > .arithmetic li").forEach(function (box) {
-      var m = box.querySelector("math");
-      if (!m) return;
-      m.style.removeProperty("font-size");
-      // A block formula's own box is as wide as its column, whatever it holds: what overflows is the column's scroll.
-      var w = Math.max(m.getBoundingClientRect().width, box.scrollWidth), room = box.clientWidth;
-      if (w > room && room > 0) {
-        var size = parseFloat(getComputedStyle(m).fontSize);
-        m.style.setProperty("font-size", Math.max(8, Math.floor(size * room / w * 0.98)) + "px");
-      }
-    });
-  }
-  window.labOnLayout(settle);
-  window.labSettleFormulas = settle;
-})();
+function formulas() { onLayout(settleFormulas); }
+function settleFormulas() {
+  document.querySelectorAll(".explain .formula, body.present .stage-data > .arithmetic li").forEach(function (box) {
+    var m = box.querySelector("math");
+    if (!m) return;
+    m.style.removeProperty("font-size");
+    // A block formula's own box is as wide as its column, whatever it holds: what overflows is the column's scroll.
+    var w = Math.max(m.getBoundingClientRect().width, box.scrollWidth), room = box.clientWidth;
+    if (w > room && room > 0) {
+      var size = parseFloat(getComputedStyle(m).fontSize);
+      m.style.setProperty("font-size", Math.max(8, Math.floor(size * room / w * 0.98)) + "px");
+    }
+  });
+}
 
 // Phones: the step tabs, the block's flow and /predict's table are one row that scrolls sideways; keep the current
 // step (the chosen position: a following student's phone shows the one the teacher picked) in view, after a load
 // and after each swap, without moving the page.
-(function () {
-  "use strict";
+function currentInView() {
   function reveal() {
     document.querySelectorAll("ol.flow, ol.tabs, .train-scroll").forEach(function (row) {
       var cur = row.querySelector("a[aria-current], td.chosen");
@@ -628,14 +600,13 @@ window.labLargest = function (lo, hi, set, fits) {
       row.scrollLeft += (r.left + r.width / 2) - (box.left + box.width / 2);
     });
   }
-  window.labOnLayout(reveal);
-})();
+  onLayout(reveal);
+}
 
 // The model view on the projector (templates/model.html, presenter mode): the largest type (8–48 px) at which its
 // grids ([data-fit-grids]: one grid, a tall one's two halves, or the two texts' grids) fit the page's width and end
 // above the bottom of the screen (and above a class bar). Measured, as the lab's numbers are above.
-(function () {
-  "use strict";
+function modelFit() {
   function fit() {
     var box = document.querySelector("body.present main.model-view [data-fit-grids]");
     if (!box) return;
@@ -651,20 +622,19 @@ window.labLargest = function (lo, hi, set, fits) {
       }
       return box.getBoundingClientRect().bottom + window.scrollY <= bottom;
     }
-    var px = window.labLargest(8, 48, function (v) { box.style.setProperty("--grid-fit", v + "px"); }, fits);
+    var px = largest(8, 48, function (v) { box.style.setProperty("--grid-fit", v + "px"); }, fits);
     box.setAttribute("data-fit", String(px));
   }
-  window.labOnLayout(fit);
+  onLayout(fit);
   document.addEventListener("toggle", function (e) {  // the form or the tokens unfolded above the grids
     if (e.target.closest && e.target.closest("main.model-view")) fit();
   }, true);
-})();
+}
 
 // Presenter mode's prediction tables (/predict: one column per position, the second prompt's too): the largest type
 // (10–32 px) at which a table needs no sideways scroll in its box and ends above the bottom of the screen (and the
 // class bar). The numbers take that size whole, the tokens a little less (lab.css).
-(function () {
-  "use strict";
+function predictFit() {
   function fit() {
     var boxes = document.querySelectorAll("body.present .train-scroll");
     var room = document.getElementById("room");
@@ -674,12 +644,17 @@ window.labLargest = function (lo, hi, set, fits) {
       function fits() {
         return box.scrollWidth <= box.clientWidth + 1 && box.getBoundingClientRect().bottom + window.scrollY <= bottom;
       }
-      var px = window.labLargest(10, 32, function (v) { box.style.setProperty("--table-fit", v + "px"); }, fits);
+      var px = largest(10, 32, function (v) { box.style.setProperty("--table-fit", v + "px"); }, fits);
       box.setAttribute("data-fit", String(px));
     });
   }
-  window.labOnLayout(fit);
+  onLayout(fit);
   document.addEventListener("toggle", function (e) {  // the form unfolded above the table
     if (e.target.closest && e.target.closest("main.predict-page")) fit();
   }, true);
+}
+
+window.lab = { onLayout: onLayout, largest: largest, settleFormulas: settleFormulas };
+[keyboard, relink, play, progress, toAnchor, deferredPage, stickyLesson, barResized, presenterNumbers, moreMenu,
+ arithmeticInView, formulas, currentInView, modelFit, predictFit].forEach(function (section) { section(); });
 })();

@@ -3,7 +3,7 @@
 // a following student's page fetches that view and swaps it in place, keeping the bar and the stream.
 (function () {
   "use strict";
-  var PERSONAL = { lang: 1, present: 1, room: 1 };
+  var kit = window.labRoomKit;
 
   function cookie(name) {
     var m = document.cookie.match(new RegExp("(?:^|; )" + name + "=([^;]*)"));
@@ -23,7 +23,7 @@
   var bar = document.createElement("div");
   bar.id = "room";
   var role = null;
-  var source = null;
+  var conn = null; // the room's event stream (static/room-kit.js)
   var latest = null; // the room's view, as last announced
   var poll = null; // the open (or last revealed) poll
   var seq = 0; // follow navigations: only the newest one may swap
@@ -33,16 +33,8 @@
   function text(sel, value) { var el = q(sel); if (el) el.textContent = value; }
 
   // The view of this page without what belongs to this screen alone (language, presenter mode).
-  function ownView() {
-    var params = new URLSearchParams(location.search);
-    Object.keys(PERSONAL).forEach(function (k) { params.delete(k); });
-    return { page: location.pathname, query: params.toString() };
-  }
-  function sameView(a, b) {
-    var pa = new URLSearchParams(a.query), pb = new URLSearchParams(b.query);
-    pa.sort(); pb.sort();
-    return a.page === b.page && pa.toString() === pb.toString();
-  }
+  function ownView() { return kit.asView(location.href); }
+  var sameView = kit.sameView;
 
   // ---- students: follow, explore, answer ----------------------------------------------------------------------
   function following() { return sessionStorage.getItem(modeKey) !== "exploring"; }
@@ -103,8 +95,7 @@
       if (bar.contains(links[i])) continue;
       var u = new URL(links[i].getAttribute("href"), location.href);
       if (u.origin !== location.origin || u.hash.length < 2) continue;
-      Object.keys(PERSONAL).forEach(function (k) { u.searchParams.delete(k); });
-      if (sameView({ page: u.pathname, query: u.searchParams.toString() }, view)) return decodeURIComponent(u.hash.slice(1));
+      if (sameView(kit.asView(u.href), view)) return decodeURIComponent(u.hash.slice(1));
     }
     return null;
   }
@@ -133,9 +124,7 @@
     var nick = q("[data-room-nickname]");
     var body = { student: studentId(), answer: answer };
     if (nick && nick.value.trim()) body.nickname = nick.value.trim();
-    fetch(api + "/polls/" + poll.id + "/answers", {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body)
-    }).then(function (res) { return res.ok ? res.json() : Promise.reject(res.status); })
+    kit.json(api + "/polls/" + poll.id + "/answers", "POST", body)
       .then(function (out) {
         sessionStorage.setItem("lab_answer_" + poll.id, out.answer);
         showMine(out.answer);
@@ -158,20 +147,7 @@
     // language (a toy's example tokens are the reader's); else those the asking page sent.
     var own = poll && poll.kind === "cell" ? matrixShape() : {};
     var mine = own.row_labels && own.rows === poll.rows && own.cols === poll.cols;
-    return tokensOf(value, mine ? own.row_labels : poll && poll.row_labels, mine ? own.col_labels : poll && poll.col_labels);
-  }
-  // A cell ("row,col") by its tokens, "猫→猫": the query's (its row), then the key's (its column), as the page
-  // labels its matrix; a token it shows twice says its place ("the (4)→the (0)"). "(0, 0)" without labels.
-  // (static/teach.js and app/rooms/store.py's Poll.cell_label say it the same way.)
-  function tokensOf(cell, rows, cols) {
-    var m = /^(\d+),(\d+)$/.exec(cell);
-    if (!m) return cell;
-    var i = Number(m[1]), j = Number(m[2]);
-    if (!rows || !cols || i >= rows.length || j >= cols.length) return "(" + i + ", " + j + ")";
-    var qt = rows[i], kt = cols[j];
-    if (rows.indexOf(qt) !== rows.lastIndexOf(qt)) qt += " (" + i + ")";
-    if (cols.indexOf(kt) !== cols.lastIndexOf(kt)) kt += " (" + j + ")";
-    return qt + "→" + kt;
+    return kit.tokensOf(value, mine ? own.row_labels : poll && poll.row_labels, mine ? own.col_labels : poll && poll.col_labels);
   }
   // A lesson's poll carries every language; a student reads their own (answers go by index, counted as one).
   function localPoll(p) {
@@ -181,29 +157,7 @@
   }
 
   function histogram(list, counts, key) {
-    if (!list) return;
-    list.replaceChildren();
-    var total = 0, top = 0;
-    Object.keys(counts || {}).forEach(function (k) { total += counts[k]; top = Math.max(top, counts[k]); });
-    var keys = poll && poll.kind === "choice" ? poll.options.slice() : Object.keys(counts || {});
-    keys.forEach(function (k) {
-      var n = (counts && counts[k]) || 0;
-      var li = document.createElement("li");
-      li.setAttribute("data-answer", k);
-      if (key != null && k === key) li.className = "key";
-      var label = document.createElement("span");
-      label.className = "label";
-      label.textContent = cellLabel(k);
-      var barEl = document.createElement("span");
-      barEl.className = "bar";
-      barEl.style.setProperty("--share", top ? String(n / top) : "0");
-      var num = document.createElement("span");
-      num.className = "n";
-      num.textContent = String(n);
-      li.append(label, barEl, num);
-      list.appendChild(li);
-    });
-    return total;
+    return kit.histogram(list, counts, poll && poll.kind === "choice" ? poll.options.slice() : null, key, cellLabel);
   }
 
   // Cell polls: every matrix cell shows how many chose it (teacher), or which one this student chose.
@@ -319,21 +273,8 @@
     go(state);
   }
 
-  // The matrix a cell question is about (the page's first), its shape and its rows' and columns' labels (the tokens),
-  // so every screen names the cells by their tokens. A window of a larger matrix (cells not from 0) sends no labels.
-  function matrixShape(doc) {
-    var table = (doc || document).querySelector("table[data-matrix]");
-    if (!table) return {};
-    var shape = { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
-    var first = table.querySelector("td[data-row][data-col]");
-    if (!first || first.getAttribute("data-row") !== "0" || first.getAttribute("data-col") !== "0") return shape;
-    var label = function (el) { return ((el && el.textContent) || "").trim().slice(0, 64); };
-    var heads = table.querySelectorAll("thead th[scope=col]");
-    if (heads.length !== shape.cols) return shape;
-    shape.row_labels = Array.prototype.map.call(table.querySelectorAll("tbody tr"), function (tr) { return label(tr.querySelector("th")); });
-    shape.col_labels = Array.prototype.map.call(heads, label);
-    return shape;
-  }
+  // The matrix a cell question is about, so every screen names the cells by their tokens (static/room-kit.js).
+  function matrixShape() { return kit.matrixShape(document.querySelector("table[data-matrix]")); }
   function askLesson(lesson, step) {
     var body = Object.assign({ lesson: lesson, step: Number(step), lang: lang }, matrixShape());
     fetch(api + "/polls/lesson", {
@@ -374,8 +315,7 @@
   }
   function refreshResults() {
     if (!poll) return;
-    fetch(api + "/polls/" + poll.id, { credentials: "same-origin" })
-      .then(function (res) { return res.ok ? res.json() : Promise.reject(res.status); })
+    kit.json(api + "/polls/" + poll.id)
       .then(function (r) {
         var closed = r.status === "closed";
         poll.counts = closed ? r.counts : null; // open: the cells show no counts on the projector either
@@ -386,10 +326,7 @@
       }).catch(function () {});
   }
   function refreshFollowers() {
-    fetch(api, { credentials: "same-origin" })
-      .then(function (res) { return res.ok ? res.json() : Promise.reject(res.status); })
-      .then(function (r) { text("[data-room-followers]", String(r.followers)); })
-      .catch(function () {});
+    kit.json(api).then(function (r) { text("[data-room-followers]", String(r.followers)); }).catch(function () {});
   }
 
   // Presenter mode's QR (the view's own address) becomes the room's: students scan it and follow.
@@ -430,13 +367,10 @@
         .then(function (res) { if (res.type === "opaqueredirect" || res.ok) ended(); else endForm.submit(); })
         .catch(function () { endForm.submit(); });
     });
-    q("[data-room-close]").addEventListener("click", function () {
-      if (!poll) return;
-      fetch(api + "/polls/" + poll.id + "/close", { method: "POST", credentials: "same-origin" });
-    });
-    q("[data-room-clear]").addEventListener("click", function () {
-      if (!poll) return;
-      fetch(api + "/polls/" + poll.id + "/clear", { method: "POST", credentials: "same-origin" });
+    ["close", "clear"].forEach(function (act) {
+      q("[data-room-" + act + "]").addEventListener("click", function () {
+        if (poll) kit.json(api + "/polls/" + poll.id + "/" + act, "POST").catch(function () {});
+      });
     });
     document.addEventListener("htmx:pushedIntoHistory", announce);
     // A step of the projector's own wins over a remote step that arrived before it.
@@ -462,7 +396,7 @@
     q("[data-room-explore]").addEventListener("click", function () { setMode("exploring"); });
     q("[data-room-back]").addEventListener("click", function () {
       setMode("following");
-      fetch(api).then(function (r) { return r.json(); }).then(go).catch(function () {});
+      kit.json(api).then(go).catch(function () {});
     });
     // A revealed result can leave this phone before the teacher clears it.
     q("[data-room-dismiss]").addEventListener("click", clearPoll);
@@ -584,49 +518,21 @@
   }
 
   // ---- staying in the class ---------------------------------------------------------------------------------
-  // A stream that ends (the server's `event: retry` when its room store went away, a restart, a proxy) is
-  // reconnected by the EventSource itself, with Last-Event-ID, after the server's `retry:` hint. A reconnect that is
-  // refused (503 while the store is away, 429) closes it for good: then this page tries again itself, with growing
-  // pauses (1 s, 2 s, 4 s … 30 s, jittered, never sooner than Retry-After), asking the room first (gone: the class
-  // has ended). Every reconnect, and a page that comes back after a pause (a hidden tab, a sleeping laptop, a
-  // frozen tab, a stream that went quiet), resyncs with the room as it is now: its view and its poll.
+  // The stream reconnects itself (static/room-kit.js `stream`); every reconnect, and a page that comes back after a
+  // pause (a hidden tab, a sleeping laptop, a frozen tab, a stream that went quiet), resyncs with the room as it is
+  // now: its view and its poll.
   var over = false; // ended, or left: no more reconnects
-  var attempts = 0; // refused reconnects in a row
-  var retryTimer = null;
-  var opened = false; // the stream was open once: a later open is a reconnect
-  var lastHeard = Date.now();
 
   function stop() {
     over = true;
-    if (retryTimer) clearTimeout(retryTimer);
-    retryTimer = null;
-    if (source) source.close();
+    if (conn) conn.stop();
   }
   function offline(down) {
     if (down) bar.setAttribute("data-room-offline", "");
     else bar.removeAttribute("data-room-offline");
   }
-  function backoff(minSeconds) {
-    var ms = Math.min(30000, 1000 * Math.pow(2, attempts++)) * (0.75 + Math.random() / 2);
-    return Math.max(ms, (minSeconds || 0) * 1000);
-  }
-  function reconnectLater(minSeconds) {
-    if (over || retryTimer) return;
-    if (source) source.close();
-    offline(true);
-    retryTimer = setTimeout(function () { retryTimer = null; reconnect(); }, backoff(minSeconds));
-  }
-  function reconnect() {
-    if (over) return;
-    fetch(api, { credentials: "same-origin" }).then(function (res) {
-      if (res.status === 404) return ended();
-      if (!res.ok) return reconnectLater(Number(res.headers.get("Retry-After")) || 0);
-      connect();
-    }).catch(function () { reconnectLater(); });
-  }
   function resync() {
     if (over) return;
-    lastHeard = Date.now();
     fetch(api, { credentials: "same-origin" }).then(function (res) {
       if (res.status === 404) { ended(); return null; }
       return res.ok ? res.json() : null;
@@ -636,20 +542,12 @@
       // A poll opened, or the open one closed (and revealed), while this page heard nothing.
       var id = r.poll || (poll && poll.status === "open" ? poll.id : null);
       if (id && !(poll && poll.id === id && poll.status === "open" && r.poll === id)) {
-        fetch(api + "/polls/" + id, { credentials: "same-origin" })
-          .then(function (res) { return res.ok ? res.json() : null; })
-          .then(function (p) { if (p && !over) applyPoll(p); })
-          .catch(function () {});
+        kit.json(api + "/polls/" + id).then(function (p) { if (!over) applyPoll(p); }).catch(function () {});
       }
       if (role === "teacher" && !announced) announce(); // a step this page made while the store was away
     }).catch(function () {});
   }
-  function wake() {
-    if (over || !role) return;
-    if (retryTimer) { clearTimeout(retryTimer); retryTimer = null; attempts = 0; reconnect(); return; }
-    if (source && source.readyState === EventSource.CLOSED) { reconnect(); return; }
-    resync();
-  }
+  function wake() { if (!over && conn) conn.wake(); }
   function watchdog() {
     var tick = Date.now();
     setInterval(function () {
@@ -657,45 +555,24 @@
       var frozen = now - tick > 30000; // this page's timers stood still: a frozen tab, a sleeping laptop
       tick = now;
       if (frozen) wake();
-      else if (now - lastHeard > 60000 && document.visibilityState === "visible") resync(); // a quiet stream
+      else if (conn && conn.quiet() > 60000 && document.visibilityState === "visible") conn.resync(); // a quiet stream
     }, 10000);
     document.addEventListener("visibilitychange", function () { if (document.visibilityState === "visible") wake(); });
     window.addEventListener("online", wake);
     window.addEventListener("pageshow", function (e) { if (e.persisted) wake(); });
   }
 
-  function connect() {
-    if (over) return;
-    source = new EventSource(api + "/events");
-    var heard = function () { lastHeard = Date.now(); };
-    source.addEventListener("open", function () {
-      heard();
-      attempts = 0;
-      offline(false);
-      if (opened) resync();
-      opened = true;
-    });
-    source.addEventListener("error", function () {
-      offline(true);
-      if (source.readyState === EventSource.CLOSED) reconnectLater(); // refused: the browser gave up, this page won't
-    });
-    source.addEventListener("retry", heard); // the store went away: the stream ends and the browser reconnects
-    source.addEventListener("state", function (e) { heard(); applyState(JSON.parse(e.data)); });
-    source.addEventListener("poll", function (e) { heard(); applyPoll(JSON.parse(e.data)); });
-    source.addEventListener("end", ended);
-  }
-
-  // The bar first: while the room store is away (503) or the network is, try again with the same pauses.
+  // The bar first: while the room store is away (503) or the network is, try again with growing pauses.
+  var tries = 0;
   function loadBar() {
     fetch("/r/" + code + "/bar?lang=" + lang, { credentials: "same-origin" })
       .then(function (res) {
         if (res.status === 404) { document.cookie = "lab_room=; Max-Age=0; path=/"; holdAnswers(); return null; }
-        if (!res.ok) { setTimeout(loadBar, backoff(Number(res.headers.get("Retry-After")) || 0)); return null; }
+        if (!res.ok) { setTimeout(loadBar, kit.backoff(tries++, Number(res.headers.get("Retry-After")) || 0)); return null; }
         return res.text();
       })
       .then(function (html) {
         if (!html) return;
-        attempts = 0;
         bar.innerHTML = html;
         var root = bar.querySelector("[data-room-role]");
         role = root.getAttribute("data-room-role");
@@ -703,11 +580,11 @@
         document.body.setAttribute("data-room", role);
         if (role === "teacher") teacherControls(); else studentControls();
         holdAnswers();
-        connect();
+        conn = kit.stream(api, { state: applyState, poll: applyPoll, end: ended, resync: resync, down: offline });
         watchdog();
         document.dispatchEvent(new CustomEvent("room:bar"));
       })
-      .catch(function () { setTimeout(loadBar, backoff()); });
+      .catch(function () { setTimeout(loadBar, kit.backoff(tries++)); });
   }
   loadBar();
 })();

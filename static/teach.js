@@ -8,41 +8,19 @@
   if (!root) return;
   var code = root.getAttribute("data-code"), lang = root.getAttribute("data-lang");
   var api = "/api/v1/rooms/" + code;
-  var PERSONAL = ["lang", "present", "room"];
+  var kit = window.labRoomKit, json = kit.json, asView = kit.asView;
   var state = null, poll = null, seq = 0, watching = null, targets = {}, prepared = null, shape = {};
   var cellTables = [], cellChosen = 0; // the lab's matrices whose cells open their arithmetic, and the one picked
 
   function $(sel) { return root.querySelector(sel); }
-  function json(url, method, body) {
-    return fetch(url, {
-      method: method || "GET", credentials: "same-origin",
-      headers: body ? { "Content-Type": "application/json" } : {}, body: body ? JSON.stringify(body) : undefined
-    }).then(function (res) { return res.ok ? (res.status === 204 ? null : res.json()) : Promise.reject(res.status); });
-  }
   function viewUrl(v) {
     var p = new URLSearchParams(v.query);
     p.set("lang", lang);
     return v.page + "?" + p.toString();
   }
-  function asView(href) {
-    var u = new URL(href, location.href);
-    PERSONAL.forEach(function (k) { u.searchParams.delete(k); });
-    return { page: u.pathname, query: u.searchParams.toString() };
-  }
-  // A cell ("row,col") by its tokens, "猫→猫" (the query's, then the key's): the labels the poll was asked with, or
-  // before it is asked, those of the matrix the class sees; as static/room.js says it (a token shown twice says its
-  // place, "the (4)→the (0)"; "(0, 0)" without labels).
-  function cellLabel(v, p) {
-    var m = /^(\d+),(\d+)$/.exec(v);
-    if (!m) return v;
-    var rows = (p || shape).row_labels, cols = (p || shape).col_labels;
-    var i = Number(m[1]), j = Number(m[2]);
-    if (!rows || !cols || i >= rows.length || j >= cols.length) return "(" + i + ", " + j + ")";
-    var qt = rows[i], kt = cols[j];
-    if (rows.indexOf(qt) !== rows.lastIndexOf(qt)) qt += " (" + i + ")";
-    if (cols.indexOf(kt) !== cols.lastIndexOf(kt)) kt += " (" + j + ")";
-    return qt + "→" + kt;
-  }
+  // A cell ("row,col") by its tokens (static/room-kit.js): the labels the poll was asked with, or before it is
+  // asked, those of the matrix the class sees.
+  function cellLabel(v, p) { return kit.tokensOf(v, (p || shape).row_labels, (p || shape).col_labels); }
 
   // ---- the current view, read from the page the class sees --------------------------------------------------
   function load(view) {
@@ -89,7 +67,7 @@
     var title = panel && panel.querySelector(".lesson-title");
     if (title) $("[data-lesson-title]").textContent = title.textContent.replace(/\s+/g, " ").trim();
     var table = doc.querySelector("table[data-matrix]");
-    shape = matrixShape(table);
+    shape = kit.matrixShape(table);
     keyMatrix(table);
     prepared = null;
     $("[data-prepared]").hidden = true;
@@ -257,18 +235,6 @@
     });
     $("[data-prepared-key]").textContent = p.answer == null ? "—" : cellLabel(p.answer);
   }
-  // The matrix a cell question is about (the page's first): its shape and its rows' and columns' labels (the
-  // tokens), sent with the question so that every screen names its cells by their tokens (as static/room.js does).
-  function matrixShape(table) {
-    if (!table) return {};
-    var out = { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
-    var first = table.querySelector("td[data-row][data-col]"), heads = table.querySelectorAll("thead th[scope=col]");
-    if (!first || first.getAttribute("data-row") !== "0" || first.getAttribute("data-col") !== "0" || heads.length !== out.cols) return out;
-    var label = function (el) { return ((el && el.textContent) || "").trim().slice(0, 64); };
-    out.row_labels = Array.prototype.map.call(table.querySelectorAll("tbody tr"), function (tr) { return label(tr.querySelector("th")); });
-    out.col_labels = Array.prototype.map.call(heads, label);
-    return out;
-  }
   // A cell poll's key is picked by clicking the cell, on a copy of the matrix the class sees (numbers only).
   function keyMatrix(table) {
     var box = $("[data-key-matrix]");
@@ -326,22 +292,8 @@
 
   // ---- answers, live (only here) --------------------------------------------------------------------------
   function histogram(counts, key) {
-    var list = $("[data-histogram]");
-    list.replaceChildren();
-    var top = 0;
-    Object.keys(counts).forEach(function (k) { top = Math.max(top, counts[k]); });
-    var keys = poll.kind === "choice" ? poll.options.slice() : Object.keys(counts);
-    keys.forEach(function (k) {
-      var n = counts[k] || 0, li = document.createElement("li");
-      li.setAttribute("data-answer", k);
-      if (key != null && k === key) li.className = "key";
-      var label = document.createElement("span"), bar = document.createElement("span"), num = document.createElement("span");
-      label.className = "label"; label.textContent = cellLabel(k, poll);
-      bar.className = "bar"; bar.style.setProperty("--share", top ? String(n / top) : "0");
-      num.className = "n"; num.textContent = String(n);
-      li.append(label, bar, num);
-      list.appendChild(li);
-    });
+    kit.histogram($("[data-histogram]"), counts, poll.kind === "choice" ? poll.options.slice() : null, key,
+                  function (k) { return cellLabel(k, poll); });
   }
   function refresh() {
     if (!poll) return;
@@ -405,35 +357,7 @@
   function followers() {
     json(api).then(function (r) { $("[data-followers]").textContent = String(r.followers); }).catch(function () {});
   }
-  // The stream reconnects itself (Last-Event-ID) when it ends; a refused reconnect (503 while the room store is
-  // away) closes it for good, so the remote tries again with growing pauses, and resyncs with the room when back.
-  var source = null, over = false, attempts = 0, opened = false, retryTimer = null;
-  function connect() {
-    if (over) return;
-    source = new EventSource(api + "/events");
-    source.addEventListener("open", function () {
-      attempts = 0;
-      if (opened) resync();
-      opened = true;
-    });
-    source.addEventListener("error", function () { if (source.readyState === EventSource.CLOSED) reconnectLater(0); });
-    source.addEventListener("state", function (e) { load(JSON.parse(e.data)); });
-    source.addEventListener("poll", function (e) { showPoll(JSON.parse(e.data)); });
-    source.addEventListener("end", showEnded);
-  }
-  function reconnectLater(minSeconds) {
-    if (over || retryTimer) return;
-    source.close();
-    var ms = Math.max(Math.min(30000, 1000 * Math.pow(2, attempts++)) * (0.75 + Math.random() / 2), minSeconds * 1000);
-    retryTimer = setTimeout(function () {
-      retryTimer = null;
-      fetch(api, { credentials: "same-origin" }).then(function (res) {
-        if (res.status === 404) return showEnded();
-        if (!res.ok) return reconnectLater(Number(res.headers.get("Retry-After")) || 0);
-        connect();
-      }).catch(function () { reconnectLater(0); });
-    }, ms);
-  }
+  // The room's stream (static/room-kit.js), resynced with the room after a reconnect or a pause.
   function resync() {
     json(api).then(function (r) {
       if (!state || r.version > (state.version || 0)) load({ page: r.page, query: r.query, version: r.version });
@@ -441,22 +365,16 @@
       if (id) json(api + "/polls/" + id).then(showPoll).catch(function () {});
     }).catch(function (status) { if (status === 404) showEnded(); });
   }
-  document.addEventListener("visibilitychange", function () {
-    if (document.visibilityState !== "visible" || over) return;
-    if (source && source.readyState === EventSource.CLOSED && !retryTimer) reconnectLater(0);
-    else resync();
-  });
+  var conn = kit.stream(api, { state: load, poll: showPoll, end: showEnded, resync: resync });
+  document.addEventListener("visibilitychange", function () { if (document.visibilityState === "visible") conn.wake(); });
   function showEnded() {
-    over = true;
-    if (retryTimer) clearTimeout(retryTimer);
-    source.close();
+    conn.stop();
     clearInterval(followersTimer);
     if (watching) clearInterval(watching);
     Array.prototype.forEach.call(root.children, function (el) { el.hidden = true; });
     $("[data-ended]").hidden = false;
     $("[data-summary-link]").hidden = false;  // the class's summary stays for its teacher after the end
   }
-  connect();
   followers();
   var followersTimer = setInterval(followers, 5000);
   kindShown();

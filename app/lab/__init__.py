@@ -4,7 +4,7 @@ reporting progress (`progress`) under a request's key (`keys`)."""
 
 from .admission import HEAVY, HeavyWork, LoopLimiter, QueuePlace
 from .cancel import CLIENT, Cancelled, Progress, WatchClient
-from .keys import ProgressKey, fnv1a64, get_key, progress_key, request_key
+from .keys import ProgressKey, get_key, progress_key, request_key, url_digest
 from .service import Lab, Work, get_lab
 
 __all__ = [
@@ -19,9 +19,9 @@ __all__ = [
     "QueuePlace",
     "WatchClient",
     "Work",
-    "fnv1a64",
     "get_key",
     "get_lab",
     "progress_key",
     "request_key",
+    "url_digest",
 ]

@@ -1,16 +1,16 @@
-"""Long texts in a real browser: the progress key the page computes is the server's, the long context's page shows
+"""Long texts in a real browser: a page's request names its own progress key, the long context's page shows
 its progress and then a heat map that picks the window of exact numbers, and the model view of a long text never
 scrolls sideways."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from app.lab import progress_key
 from engine.pretrained import SmolLM2
 
 pytestmark = [
@@ -29,21 +29,20 @@ PARAGRAPH = " ".join(" ".join(SENTENCES * 5).split()[:106])
 LONG = " ".join(SENTENCES * 60) + " 猫坐在垫子上，狗在门口看着它。"
 
 
-def test_the_progress_key_is_the_same_in_python_and_in_the_page(page: Page, live_server: str) -> None:
-    page.goto(f"{live_server}/?lang=en")
-    urls = [
-        "/",
-        "/?preset=smollm2&text=" + quote("猫坐在垫子上。 The cat's (mat) *is* ~ok~ 100% a+b=c & d!"),
-        "/model?text=%E7%8C%AB+sat&preset=smollm2&lang=zh",
-        "/model?lang=zh&preset=smollm2&text=%E7%8C%AB%20sat",  # the same request, written another way
-        "/?b=2&a=1&a=&c&%F0%9F%98%80=%EE%80%80&bad=%zz&half=%C3%28",
-        "/?preset=smollm2&layer=3&stage=softmax&text=" + quote(LONG),
-    ]
-    assert len(urls[-1]) > 17_000
-    got = page.evaluate("urls => urls.map(u => window.labProgressKey(u))", urls)
-    want = [progress_key(urlsplit(u).path, urlsplit(u).query) for u in urls]
-    assert got == want and got[2] == got[3] and len(set(got)) == len(got) - 1
-    assert all(len(k) == 16 for k in got)
+def test_a_pages_htmx_request_names_its_own_progress_key(page: Page, live_server: str) -> None:
+    """Every htmx request of a page carries a fresh key of 16 hex digits (X-Progress-Key), which the server knows
+    it by (app/lab/keys.py); the page never hashes a URL. A plain navigation sends none: its poll names its URL."""
+    page.goto(f"{live_server}/?lang=en&stage=1")
+    keys: list[str] = []
+    page.on(
+        "request", lambda r: keys.append(r.headers.get("x-progress-key", "")) if "hx-request" in r.headers else None
+    )
+    for _ in range(2):
+        before = page.url
+        page.click("a[data-action=next]")
+        page.wait_for_function("before => location.href !== before", arg=before)
+    assert len(keys) == 2 and all(re.fullmatch("[0-9a-f]{16}", k) for k in keys) and keys[0] != keys[1]
+    assert page.evaluate("typeof window.lab.progressKey") == "undefined"
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +68,9 @@ SHOWN = """() => {
 
 def test_a_long_text_shows_its_progress_then_a_map_that_picks_the_window(page: Page, small_server: str) -> None:
     page.goto(f"{small_server}/?preset=smollm2&stage=softmax&lang=en&text=The+cat+sat")
-    seen = []
+    seen, named = [], []
     page.on("response", lambda r: seen.append(r) if "/api/v1/progress?key=" in r.url else None)
+    page.on("request", lambda r: named.append(r.headers["x-progress-key"]) if "x-progress-key" in r.headers else None)
     page.fill("form#controls textarea[name=text]", " ".join(SENTENCES * 12))  # ~ 600 tokens
     page.fill("form#controls input[name=layer]", "20")
     # The bar may show for less than a second on a quiet machine, or only near the end on a loaded one: the page
@@ -80,6 +80,7 @@ def test_a_long_text_shows_its_progress_then_a_map_that_picks_the_window(page: P
     page.wait_for_function("() => window.progressShown.length > 0", timeout=120_000)  # the layers below, one by one
     expect(page.locator("#stage[data-view=long]")).to_be_visible(timeout=120_000)
     assert any(r.status == 200 for r in seen) and all(len(r.url) < 100 for r in seen)
+    assert {r.url.split("key=")[1].split("&")[0] for r in seen} <= set(named)  # polled by the key the request named
     expect(page.locator("#progress")).to_be_hidden()
     cells = page.locator("table[data-matrix=weights] td")
     expect(cells.first).to_have_attribute("data-row", "0")

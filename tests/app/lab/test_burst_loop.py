@@ -81,9 +81,9 @@ def test_a_full_queue_refuses_a_heavy_request_before_its_text_is_tokenised(
     with make_client(max_large_concurrent=1, max_large_queued=0, queue_wait_s=7) as client:
         lab: Lab = client.app.state.lab  # type: ignore[attr-defined]
         model: Any = lab.models["smollm2"]
-        tokenize, key = Calls(model.tokenize), Calls(app.lab.keys.fnv1a64)
+        tokenize, key = Calls(model.tokenize), Calls(app.lab.keys.url_digest)
         monkeypatch.setattr(model, "tokenize", tokenize)
-        monkeypatch.setattr(app.lab.keys, "fnv1a64", key)
+        monkeypatch.setattr(app.lab.keys, "url_digest", key)
         full(lab)
         r = client.request(method, path, **kw)
         assert r.status_code == 503
@@ -215,8 +215,8 @@ def test_a_progress_key_is_computed_only_when_work_begins_and_in_its_worker_thre
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     work = Lab(Settings(device="cpu", max_large_concurrent=1, max_large_queued=1, queue_wait_s=60))
-    calls = Calls(app.lab.keys.fnv1a64)
-    monkeypatch.setattr(app.lab.keys, "fnv1a64", calls)
+    calls = Calls(app.lab.keys.url_digest)
+    monkeypatch.setattr(app.lab.keys, "url_digest", calls)
     app.lab.keys._keys.clear()
     began = threading.Event()
     gate = threading.Event()
@@ -261,8 +261,8 @@ def test_work_offloaded_under_tracking_is_in_flight_as_it_begins(monkeypatch: py
     """As the model view runs (`tracking`, then `offload` of its pass): its entry appears, 0 of 0 done, when the pass
     begins in its worker thread, before its first layer reports; the key is computed there."""
     work = Lab(Settings(device="cpu"))
-    calls = Calls(app.lab.keys.fnv1a64)
-    monkeypatch.setattr(app.lab.keys, "fnv1a64", calls)
+    calls = Calls(app.lab.keys.url_digest)
+    monkeypatch.setattr(app.lab.keys, "url_digest", calls)
     app.lab.keys._keys.clear()
     seen: list[dict[str, Entry]] = []
 
@@ -283,8 +283,8 @@ def test_work_offloaded_under_tracking_is_in_flight_as_it_begins(monkeypatch: py
 def test_a_poll_finds_a_request_whose_work_has_not_begun(monkeypatch: pytest.MonkeyPatch) -> None:
     """A queued request's page polls for it: the poll (in its own thread) computes the pending keys, and finds it."""
     work = Lab(Settings(device="cpu"))
-    calls = Calls(app.lab.keys.fnv1a64)
-    monkeypatch.setattr(app.lab.keys, "fnv1a64", calls)
+    calls = Calls(app.lab.keys.url_digest)
+    monkeypatch.setattr(app.lab.keys, "url_digest", calls)
     app.lab.keys._keys.clear()
     key = lazy_key("/api/v1/model_view", "preset=smollm2&token_ids=1&token_ids=2")
     with work.tracking(key) as update:
@@ -298,8 +298,8 @@ def test_a_poll_finds_a_request_whose_work_has_not_begun(monkeypatch: pytest.Mon
 
 
 def test_progress_for_a_url_computes_its_key_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = Calls(app.lab.keys.fnv1a64)
-    monkeypatch.setattr(app.lab.keys, "fnv1a64", calls)
+    calls = Calls(app.lab.keys.url_digest)
+    monkeypatch.setattr(app.lab.keys, "url_digest", calls)
     app.lab.keys._keys.clear()
     with make_client() as client:
         loop_threads: set[int] = set()
@@ -326,8 +326,8 @@ def test_a_heavy_request_parses_its_query_once_and_its_key_reuses_that(
     parses = Calls(urllib.parse.parse_qsl)  # the server's parses (the test client has its own)
     for module in (starlette.datastructures, app.lab.keys, app.limits):
         monkeypatch.setattr(module, "parse_qsl", parses, raising=False)
-    keys = Calls(app.lab.keys.fnv1a64)
-    monkeypatch.setattr(app.lab.keys, "fnv1a64", keys)
+    keys = Calls(app.lab.keys.url_digest)
+    monkeypatch.setattr(app.lab.keys, "url_digest", keys)
     app.lab.keys._keys.clear()
     params = [("preset", "smollm2"), *(("token_ids", str(t)) for t in IDS)]
     with make_client() as client:

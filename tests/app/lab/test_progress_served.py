@@ -58,7 +58,7 @@ def test_a_page_is_known_to_a_poll_from_its_arrival_until_its_answer() -> None:
         def stream() -> StreamingResponse:
             return StreamingResponse(iter([b"data: 1\n\n"]), media_type="text/event-stream")
 
-        key = progress_key("/_slow", "x=%E7%8C%AB+1")  # as lab.js computes it, however the page wrote the query
+        key = progress_key("/_slow", "x=%E7%8C%AB+1")  # as the server names it, however the page wrote the query
         answer: list[httpx.Response] = []
         asked = threading.Thread(target=lambda: answer.append(client.get("/_slow?x=猫 1")))
         asked.start()
@@ -79,3 +79,27 @@ def test_a_page_is_known_to_a_poll_from_its_arrival_until_its_answer() -> None:
         assert client.get("/_stream").status_code == 200
         assert poll(client, progress_key("/_stream", "")).status_code == 404
         assert poll(client, progress_key("/api/v1/progress", "")).status_code == 404  # a poll is not a page
+
+
+def test_a_request_that_names_its_key_is_known_by_it() -> None:
+    """An htmx request names its own key (X-Progress-Key, static/lab.js), and a page polls by it while it is served;
+    a header that is no key (not 16 hex digits) is ignored: the request is known by its URL's key."""
+    gate = threading.Event()
+    with make_client() as client:
+
+        @client.app.get("/_named")  # type: ignore[attr-defined]
+        def named(x: str) -> str:
+            gate.wait(30)
+            return x
+
+        for header, key in (("0123456789abcdef", "0123456789abcdef"), ("NOT-A-KEY", progress_key("/_named", "x=1"))):
+            gate.clear()
+            asked = threading.Thread(target=lambda h=header: client.get("/_named?x=1", headers={"X-Progress-Key": h}))
+            asked.start()
+            deadline = time.monotonic() + 10
+            while (r := poll(client, key)).status_code == 404 and time.monotonic() < deadline:
+                time.sleep(0.02)  # polls for the state (served), as a page does
+            assert r.status_code == 200, (header, r.text)
+            gate.set()
+            asked.join(30)
+            assert poll(client, key).status_code == 404

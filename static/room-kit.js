@@ -1,0 +1,150 @@
+// What a class's screens (static/room.js) and the teacher's remote (static/teach.js) share: a view without what
+// belongs to one screen, a cell named by its tokens, the matrix a cell question is about, a histogram of the
+// answers, the rooms API's JSON, and the room's event stream, which reconnects itself.
+window.labRoomKit = (function () {
+  "use strict";
+  var PERSONAL = ["lang", "present", "room"];
+
+  // A link's view (path + query) without what belongs to one screen alone (its language, presenter mode).
+  function asView(href) {
+    var u = new URL(href, location.href);
+    PERSONAL.forEach(function (k) { u.searchParams.delete(k); });
+    return { page: u.pathname, query: u.searchParams.toString() };
+  }
+  function sameView(a, b) {
+    var pa = new URLSearchParams(a.query), pb = new URLSearchParams(b.query);
+    pa.sort(); pb.sort();
+    return a.page === b.page && pa.toString() === pb.toString();
+  }
+
+  // A cell ("row,col") by its tokens, "猫→猫": the query's (its row), then the key's (its column), as the page
+  // labels its matrix; a token it shows twice says its place ("the (4)→the (0)"). "(0, 0)" without labels.
+  // (app/rooms/store.py's Poll.cell_label says it the same way.)
+  function tokensOf(cell, rows, cols) {
+    var m = /^(\d+),(\d+)$/.exec(cell);
+    if (!m) return cell;
+    var i = Number(m[1]), j = Number(m[2]);
+    if (!rows || !cols || i >= rows.length || j >= cols.length) return "(" + i + ", " + j + ")";
+    var qt = rows[i], kt = cols[j];
+    if (rows.indexOf(qt) !== rows.lastIndexOf(qt)) qt += " (" + i + ")";
+    if (cols.indexOf(kt) !== cols.lastIndexOf(kt)) kt += " (" + j + ")";
+    return qt + "→" + kt;
+  }
+
+  // The matrix a cell question is about (the page's first): its shape and its rows' and columns' labels (the
+  // tokens), so that every screen names its cells by their tokens. A window of a larger matrix (cells not from 0)
+  // sends no labels.
+  function matrixShape(table) {
+    if (!table) return {};
+    var out = { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
+    var first = table.querySelector("td[data-row][data-col]"), heads = table.querySelectorAll("thead th[scope=col]");
+    if (!first || first.getAttribute("data-row") !== "0" || first.getAttribute("data-col") !== "0" || heads.length !== out.cols) return out;
+    var label = function (el) { return ((el && el.textContent) || "").trim().slice(0, 64); };
+    out.row_labels = Array.prototype.map.call(table.querySelectorAll("tbody tr"), function (tr) { return label(tr.querySelector("th")); });
+    out.col_labels = Array.prototype.map.call(heads, label);
+    return out;
+  }
+
+  // The answers as bars into `list` (each of `keys`, or else every answer given, labelled by `label`), the key
+  // marked; the number of answers.
+  function histogram(list, counts, keys, key, label) {
+    if (!list) return 0;
+    list.replaceChildren();
+    var total = 0, top = 0;
+    counts = counts || {};
+    Object.keys(counts).forEach(function (k) { total += counts[k]; top = Math.max(top, counts[k]); });
+    (keys || Object.keys(counts)).forEach(function (k) {
+      var n = counts[k] || 0, li = document.createElement("li");
+      li.setAttribute("data-answer", k);
+      if (key != null && k === key) li.className = "key";
+      var name = document.createElement("span"), bar = document.createElement("span"), num = document.createElement("span");
+      name.className = "label"; name.textContent = label(k);
+      bar.className = "bar"; bar.style.setProperty("--share", top ? String(n / top) : "0");
+      num.className = "n"; num.textContent = String(n);
+      li.append(name, bar, num);
+      list.appendChild(li);
+    });
+    return total;
+  }
+
+  function json(url, method, body) {
+    return fetch(url, {
+      method: method || "GET", credentials: "same-origin",
+      headers: body ? { "Content-Type": "application/json" } : {}, body: body ? JSON.stringify(body) : undefined
+    }).then(function (res) { return res.ok ? (res.status === 204 ? null : res.json()) : Promise.reject(res.status); });
+  }
+
+  // Growing pauses: 1 s, 2 s, 4 s … 30 s, jittered, never sooner than `minSeconds` (a Retry-After).
+  function backoff(attempt, minSeconds) {
+    var ms = Math.min(30000, 1000 * Math.pow(2, attempt)) * (0.75 + Math.random() / 2);
+    return Math.max(ms, (minSeconds || 0) * 1000);
+  }
+
+  // The room's events (`on.state`, `on.poll`: their data; `on.end`). A stream that ends (the server's `event:
+  // retry` when its room store went away, a restart, a proxy) is reconnected by the EventSource itself, with
+  // Last-Event-ID, after the server's `retry:` hint. A reconnect that is refused (503 while the store is away, 429)
+  // closes it for good: then this tries again itself, with growing pauses, asking the room first (gone: `on.end`).
+  // Every reconnect resyncs (`on.resync`); `on.down(bool)` says whether the stream is down. The answer: `stop()`,
+  // `wake()` (a page back after a pause: reconnect now, or resync), `resync()` and `quiet()` (the ms since the
+  // stream last spoke).
+  function stream(api, on) {
+    var source = null, over = false, attempts = 0, retryTimer = null, opened = false, heard = Date.now();
+    var down = on.down || function () {};
+    function listen() { heard = Date.now(); }
+    function later(minSeconds) {
+      if (over || retryTimer) return;
+      if (source) source.close();
+      down(true);
+      retryTimer = setTimeout(function () { retryTimer = null; reconnect(); }, backoff(attempts++, minSeconds));
+    }
+    function reconnect() {
+      if (over) return;
+      fetch(api, { credentials: "same-origin" }).then(function (res) {
+        if (res.status === 404) return on.end();
+        if (!res.ok) return later(Number(res.headers.get("Retry-After")) || 0);
+        connect();
+      }).catch(function () { later(); });
+    }
+    function connect() {
+      if (over) return;
+      source = new EventSource(api + "/events");
+      source.addEventListener("open", function () {
+        listen();
+        attempts = 0;
+        down(false);
+        if (opened) on.resync();
+        opened = true;
+      });
+      source.addEventListener("error", function () {
+        down(true);
+        if (source.readyState === EventSource.CLOSED) later(); // refused: the browser gave up, this page won't
+      });
+      source.addEventListener("retry", listen); // the store went away: the stream ends and the browser reconnects
+      ["state", "poll"].forEach(function (kind) {
+        source.addEventListener(kind, function (e) { listen(); on[kind](JSON.parse(e.data)); });
+      });
+      source.addEventListener("end", function () { on.end(); });
+    }
+    connect();
+    var self = {
+      stop: function () {
+        over = true;
+        if (retryTimer) clearTimeout(retryTimer);
+        retryTimer = null;
+        if (source) source.close();
+      },
+      wake: function () {
+        if (over) return;
+        if (retryTimer) { clearTimeout(retryTimer); retryTimer = null; attempts = 0; reconnect(); return; }
+        if (source && source.readyState === EventSource.CLOSED) { reconnect(); return; }
+        self.resync();
+      },
+      resync: function () { if (!over) { listen(); on.resync(); } },
+      quiet: function () { return Date.now() - heard; }
+    };
+    return self;
+  }
+
+  return { asView: asView, sameView: sameView, tokensOf: tokensOf, matrixShape: matrixShape, histogram: histogram,
+           json: json, backoff: backoff, stream: stream };
+})();
