@@ -5,8 +5,9 @@ their bound, fail saying which state never came (`what`)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -29,11 +30,16 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = ""
         time.sleep(interval)  # polling: the state is checked again, not assumed
 
 
-async def until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "", interval: float = 0.005) -> T:
-    """`wait_until` inside an event loop: yields to the loop's other tasks between polls."""
+async def until(
+    predicate: Callable[[], T | Awaitable[T]], timeout: float = 10.0, what: str = "", interval: float = 0.005
+) -> T:
+    """`wait_until` inside an event loop: yields to the loop's other tasks between polls; `predicate` may be a
+    coroutine function (a state read over HTTP or from a store)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if time.monotonic() >= deadline:
