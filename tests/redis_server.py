@@ -9,11 +9,11 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tests.servers import free_port
+from tests.wait import NeverHappened, wait_until
 
 
 def available() -> bool:
@@ -23,19 +23,23 @@ def available() -> bool:
 def _started(cmd: list[str], port: int) -> subprocess.Popen[bytes]:
     """redis-server, once it answers PING (loading its append-only file first, when it has one)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while True:
+
+    def pong() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError("redis-server exited")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
                 s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return proc
+                return s.recv(16).startswith(b"+PONG")
         except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"redis-server did not start on port {port}")
-        time.sleep(0.05)
+            return False
+
+    try:
+        wait_until(pong, 15, "redis-server answers PING", interval=0.05)
+    except (NeverHappened, RuntimeError):
+        proc.kill()
+        raise RuntimeError(f"redis-server did not start on port {port}") from None
+    return proc
 
 
 @contextmanager

@@ -16,6 +16,8 @@ from typing import IO
 
 import httpx
 
+from tests.wait import NeverHappened, wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -23,6 +25,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def healthy(base: str, timeout: float = 2) -> bool:
+    """Whether the server at `base` answers /healthz now (not while it starts, nor once it is gone)."""
+    try:
+        return httpx.get(base + "/healthz", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_healthy(base: str, proc: subprocess.Popen[bytes], wait_s: float = 90) -> None:
+    """Returns once the server at `base` answers /healthz; RuntimeError if its process `proc` ends first, or past
+    `wait_s` seconds."""
+    try:
+        wait_until(lambda: proc.poll() is not None or healthy(base), wait_s, f"{base} answers /healthz", 0.2)
+    except NeverHappened as exc:
+        raise RuntimeError(f"the server did not start: {exc}") from None
+    if proc.poll() is not None:
+        raise RuntimeError(f"the server did not start: it exited ({proc.returncode})")
 
 
 @dataclass(frozen=True)
@@ -54,16 +75,11 @@ def server(settings: dict[str, str], *args: str, wait_s: float = 90, stop_s: flo
         base = f"http://127.0.0.1:{port}"
         try:
             start = time.monotonic()
-            while True:
-                try:
-                    if httpx.get(base + "/healthz", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if proc.poll() is not None or time.monotonic() - start > wait_s:
-                    log.seek(0)
-                    raise RuntimeError("the server did not start: " + log.read().decode(errors="replace")[-2000:])
-                time.sleep(0.2)
+            try:
+                wait_healthy(base, proc, wait_s)
+            except RuntimeError as exc:
+                log.seek(0)
+                raise RuntimeError(f"{exc}: " + log.read().decode(errors="replace")[-2000:]) from None
             running = Server(base, port, proc, log, time.monotonic() - start)
             try:
                 yield running

@@ -361,7 +361,7 @@ def test_the_budget_never_holds_more_than_its_limit():
             with budget.reserve(40):
                 with lock:
                     peak[0] = max(peak[0], budget.in_use)
-                time.sleep(0.02)
+                time.sleep(0.02)  # the work, holding its reservation while others ask: contention under test
             done.append(i)
         except BaseException as exc:  # a thread's exception only warns: record it, so the test fails on it
             errors.append(exc)

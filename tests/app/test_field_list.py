@@ -7,10 +7,12 @@ the engine, and a new mask parameter is four edits (the `mask_param` fixture mak
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import fields, make_dataclass
 from types import SimpleNamespace
 
 import pytest
+from bs4 import BeautifulSoup
 from pydantic import Field, create_model
 
 from app import schemas, templating
@@ -27,6 +29,7 @@ from app.schemas import (
 )
 from app.schemas.fields import LabField
 from app.settings import LIMIT_SETTINGS, Settings
+from app.web.i18n import MESSAGES
 from app.web.state import DEPENDS, url_fields
 from engine import masks, reference
 from engine import spec as engine_spec
@@ -44,6 +47,7 @@ from engine.spec import (
     make_spec,
 )
 from engine.tracing import compute
+from tests.conftest import make_client
 
 
 def put_request_model(monkeypatch: pytest.MonkeyPatch, model: type[AttentionRequest]) -> None:
@@ -56,7 +60,7 @@ def put_request_model(monkeypatch: pytest.MonkeyPatch, model: type[AttentionRequ
 def fake(monkeypatch: pytest.MonkeyPatch) -> type[AttentionRequest]:
     """A new request field, `temperature`, added as the issue's three edits would: the field with its metadata in
     the request model (here a subclass put in its place), and the engine (make_spec takes it, the Spec keeps it).
-    The catalogues' label is the third edit; t() falls back to the key."""
+    The catalogues' label is the third edit (made where a page is rendered: a missing one is a KeyError)."""
     fake_model = create_model(
         "AttentionRequest",
         __base__=AttentionRequest,
@@ -88,19 +92,36 @@ def test_a_new_field_reaches_the_get_parser_the_openapi_query_and_the_summary(fa
     assert "temperature" in url_fields(fake)
 
 
-def test_a_new_field_reaches_the_form(fake: type[AttentionRequest]) -> None:
+def imported_with(monkeypatch: pytest.MonkeyPatch, model: type[AttentionRequest]) -> None:
+    """What importing the app with `model` as its request model would have made: every module's name for the model
+    and its URL fields (the pages' keys, read at import), and the templates' field globals."""
+    keys = url_fields(AttentionRequest)
+    for module in [m for name, m in sys.modules.items() if name.startswith("app.")]:
+        for name, value in list(vars(module).items()):
+            if value is AttentionRequest:
+                monkeypatch.setattr(module, name, model)
+            elif isinstance(value, tuple) and value == keys:
+                monkeypatch.setattr(module, name, url_fields(model))
+    monkeypatch.setitem(templating.TEMPLATES.env.globals, "field_kinds", templating.field_kinds())
+    monkeypatch.setitem(templating.TEMPLATES.env.globals, "form_fields", templating.form_fields())
+
+
+def test_a_new_field_reaches_the_form(fake: type[AttentionRequest], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lab page itself, as a browser gets it: the new field's input, its kind's type, the URL's value and its
+    label from each catalogue (the third edit: a missing label is a KeyError, not the key)."""
     kinds, groups = templating.field_kinds(), templating.form_fields()
     assert kinds["temperature"] == "number" and "temperature" in groups["more"]
-    html = templating.TEMPLATES.env.from_string(
-        '{% from "_controls.html" import group_fields with context %}{{ group_fields("more", spec) }}'
-    ).render(
-        state=SimpleNamespace(get=lambda k, d="": {"temperature": "0.5"}.get(k, d)),
-        spec=None,
-        t=lambda key, **kw: key,
-        field_kinds=kinds,
-        form_fields=groups,
-    )
-    assert '<input name="temperature" type="number" step="any" value="0.5">' in html
+    imported_with(monkeypatch, fake)
+    labels = {"en": "Temperature", "zh": "温度"}
+    for lang, label in labels.items():
+        monkeypatch.setitem(MESSAGES[lang], "temperature", label)
+    with make_client() as client:
+        for lang, label in labels.items():
+            page = client.get("/", params={"tokens": "a b c", "mask": "causal", "temperature": "0.5", "lang": lang})
+            assert page.status_code == 200, page.text[-2000:]
+            inputs = BeautifulSoup(page.text, "html.parser").select('form input[name="temperature"]')
+            assert [(i.get("type"), i.get("step"), i.get("value")) for i in inputs] == [("number", "any", "0.5")]
+            assert inputs[0].parent.name == "label" and inputs[0].parent.get_text(strip=True) == label
 
 
 def test_a_new_field_reaches_the_cli(fake: type[AttentionRequest], capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,20 +10,16 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import httpx
 import pytest
 
 from tests.servers import ROOT, free_port
+from tests.wait import wait_until
 
 
 def wait_for(predicate, bound_s: float) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + bound_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"still not so after {bound_s} s")
-        time.sleep(0.2)
+    wait_until(predicate, bound_s, getattr(predicate, "__name__", ""), interval=0.2)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

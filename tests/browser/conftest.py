@@ -10,12 +10,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests.servers import wait_healthy
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -59,16 +59,7 @@ def live_server() -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the lab server did not start")
-            time.sleep(0.2)
+        wait_healthy(url, proc, 60)
         yield url
     finally:
         proc.terminate()

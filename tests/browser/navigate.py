@@ -17,4 +17,5 @@ def goto_when_free(page: Page, url: str, timeout_s: float = 120) -> Response | N
             return response
         assert time.monotonic() < deadline, f"{url} still answered {response.status} after {timeout_s} s"
         retry = response.headers.get("retry-after", "1")
+        # The server's own Retry-After, as a patient reader waits it (behaviour under test), not synchronisation.
         page.wait_for_timeout(1000 * min(5.0, float(retry) if retry.isdigit() else 1.0))

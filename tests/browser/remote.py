@@ -4,12 +4,13 @@ fixed sleep, with a deadline generous enough for a loaded machine), the phone pa
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from urllib.parse import parse_qs, urlparse
 
 import httpx
 from playwright.sync_api import BrowserContext, Page, expect
+
+from tests.wait import NeverHappened, wait_until
 
 PHONE = {"width": 390, "height": 844}
 WAIT_S = 60  # the suite runs on a loaded machine: a state is polled for up to this long
@@ -22,10 +23,10 @@ def room_query(live_server: str, code: str) -> dict[str, list[str]]:
 
 def until(check: Callable[[], object], what: Callable[[], str]) -> None:
     """Polls `check` until it is true (up to WAIT_S); the failure says `what()` was there instead."""
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, what()
-        time.sleep(0.1)
+    try:
+        wait_until(check, WAIT_S, interval=0.1)
+    except NeverHappened:
+        raise AssertionError(what()) from None
 
 
 def reaches(live_server: str, code: str, key: str, value: str) -> None:

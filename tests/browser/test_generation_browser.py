@@ -37,7 +37,8 @@ def test_play_turns_into_pause_advances_and_stops_at_the_end(page: Page, live_se
     expect(play).to_have_attribute("aria-pressed", "false")
     expect(play).to_have_text("▶ Play")
     here = stage.get_attribute("data-index")
-    page.wait_for_timeout(2_000)  # more than two steps' worth: a paused page stays where it is
+    # The span observed, not synchronisation: more than two steps' worth, and a paused page stays where it is.
+    page.wait_for_timeout(2_000)
     assert stage.get_attribute("data-index") == here
 
 

@@ -84,7 +84,7 @@ def test_keyboard_shortcuts(page: Page, live_server: str):
     page.keyboard.press("ArrowRight")
     page.keyboard.press("m")
     page.wait_for_load_state("networkidle")
-    page.wait_for_timeout(300)
+    page.wait_for_function("() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')")
     expect(stage).to_have_attribute("data-index", "2")
     assert page.url == before
 

@@ -29,6 +29,24 @@ def fully(r: dict[str, float]) -> bool:
     return r["top"] >= 0 and r["bottom"] <= r["height"]
 
 
+# Resolves true once no htmx swap is under way and `selector`'s box and the page's scroll have not moved for five
+# animation frames (a smooth scroll moves them every frame): the layout has settled.
+STILL = """selector => new Promise(done => {
+  const where = () => { const r = document.querySelector(selector)?.getBoundingClientRect();
+    return JSON.stringify([r && [r.top, r.left, r.width, r.height], scrollX, scrollY]); };
+  const busy = () => document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling');
+  let last = where(), still = 0;
+  const tick = () => { const now = where(); still = now === last && !busy() ? still + 1 : 0; last = now;
+    if (still >= 5) done(true); else requestAnimationFrame(tick); };
+  requestAnimationFrame(tick);
+})"""
+
+
+def settled(page: Page, selector: str) -> None:
+    """Returns once the page's layout around `selector` has stopped moving (`STILL`)."""
+    page.wait_for_function(STILL, arg=selector)
+
+
 @pytest.mark.parametrize(
     ("width", "height", "present"), [(1280, 720, False), (1280, 720, True), (1920, 1080, True), (390, 844, False)]
 )
@@ -48,7 +66,7 @@ def test_a_clicked_number_shows_its_arithmetic_on_screen(
         box = page.locator("#arithmetic")
         expect(box.locator(".result strong")).to_have_text(value)
         page.wait_for_function("() => !document.querySelector('#loading.htmx-request')")
-        page.wait_for_timeout(300)  # the swap's layout settled (the fitter, the reveal)
+        settled(page, "#arithmetic")  # the swap's layout settled (the fitter, the reveal)
         r = on_screen(page, "#arithmetic")
         assert intersects(r) and fully(r), r
         assert fully(on_screen(page, "#stage td.selected")), "the clicked number left the screen"
@@ -100,12 +118,14 @@ def test_the_main_pages_load_without_a_failed_request(page: Page, live_server: s
     follow(page, "/?lang=en&stage=softmax")
     with page.expect_download():
         page.click("a[href*='attention.npz']")  # the .npz: a download, the page stays
-    page.wait_for_timeout(3_000)  # a reader looks at what came
+    page.wait_for_timeout(3_000)  # a reader looks at what came: the span in which a wrong poll would fail (not sync)
     page.click("[data-action=next]")
     expect(page.locator("#stage")).to_have_attribute("data-stage", "weighted_sum")
     page.click("table[data-matrix=output] td[data-row='1'][data-col='0'] a")
     expect(page.locator("#arithmetic")).to_be_visible()
-    page.wait_for_timeout(6_000)  # polls of the last load had time to fail (they stopped at 8 misses, 600 ms apart)
+    # Not synchronisation but the span observed: polls of the last load had time to fail (they stopped at 8 misses,
+    # 600 ms apart), and no page state says "no poll will come".
+    page.wait_for_timeout(6_000)
     assert not bad, bad
 
 

@@ -4,12 +4,13 @@ in Chinese, follows, answers a poll, explores on their own and comes back."""
 from __future__ import annotations
 
 import re
-import time
 from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, expect
+
+from tests.wait import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -74,11 +75,14 @@ def test_a_student_follows_the_teacher_answers_a_poll_and_explores(browser: Brow
         assert tp.locator("[data-toggle=present]").evaluate("e => getComputedStyle(e).display") != "none"
         sp.set_viewport_size({"width": 390, "height": 844})
         tp.click("[data-action=next]")
-        deadline = time.monotonic() + 10
-        while "stage=softmax" not in httpx.get(f"{live_server}/api/v1/rooms/{code}").json()["query"]:
-            assert time.monotonic() < deadline, "the teacher's step never reached the room"
-            time.sleep(0.1)
-        sp.wait_for_timeout(800)  # an event delivered now must not move an exploring student
+
+        def stepped() -> dict | bool:
+            r = httpx.get(f"{live_server}/api/v1/rooms/{code}").json()
+            return "stage=softmax" in r["query"] and r
+
+        room = wait_until(stepped, 10, "the teacher's step reached the room", 0.1)
+        # The event has reached the exploring student's page (its version applied) and has not moved it.
+        expect(sp.locator("#room")).to_have_attribute("data-room-version", str(room["version"]), timeout=10_000)
         expect(sp.locator("#stage")).to_have_attribute("data-stage", "mask")
         sp.click("[data-room-back]")
         expect(sp.locator("#stage")).to_have_attribute("data-stage", "softmax", timeout=10_000)
@@ -179,10 +183,7 @@ def test_the_remote_offers_what_the_projected_page_offers(browser: Browser, live
         room = f"{live_server}/api/v1/rooms/{code}"
 
         def wait_for(part: str) -> None:
-            deadline = time.monotonic() + 10
-            while part not in httpx.get(room).json()["query"]:
-                assert time.monotonic() < deadline, f"{part} never reached the room"
-                time.sleep(0.1)
+            wait_until(lambda: part in httpx.get(room).json()["query"], 10, f"{part} reached the room", 0.1)
 
         stages.nth(3).click()
         wait_for("stage=softmax")

@@ -6,13 +6,13 @@ sleeping a guessed time, and gives the waits a `wait_s` far longer than any test
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
 
 from engine.budget import WAKE_S, Busy, MemoryBudget
+from tests.wait import wait_until
 
 LONG = 600.0  # a wait_s no test reaches: a wait that ends did so because it was cancelled
 
@@ -22,10 +22,7 @@ class Stopping(Exception):
 
 
 def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, "the state never came"
-        time.sleep(0.005)
+    wait_until(condition, timeout, "the state the test needs", interval=0.005)
 
 
 @contextmanager

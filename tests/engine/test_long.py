@@ -137,7 +137,7 @@ def test_long_work_reports_its_progress_while_it_runs(server) -> None:
         r = httpx.get(f"{base}/api/v1/progress", params={"for": f"/api/v1/model_view?token_ids={ids}&preset=smollm2"})
         if r.status_code == 200:
             seen.append(r.json())
-        time.sleep(0.05)
+        time.sleep(0.05)  # the next of a page's polls, sampled until the answer comes: not synchronisation
     assert answer[0].status_code == 200
     steps = [p["done"] for p in seen if p["total"] == 30]
     assert steps and steps == sorted(steps) and 0 <= steps[0] <= steps[-1] <= 30, seen[:5]
@@ -253,7 +253,7 @@ def test_a_long_context_reports_its_progress_by_a_short_key_while_it_computes(se
         r = httpx.get(f"{base}/api/v1/progress", params={"key": key}, timeout=60)
         if r.status_code == 200:
             seen.append(r.json())
-        time.sleep(0.02)
+        time.sleep(0.02)  # the next of a page's polls, sampled until the answer comes: not synchronisation
     assert answer[0].status_code == 200 and 'data-view="long"' in answer[0].text
     steps = [p["done"] for p in seen if p["total"] == 15]
     assert steps and steps == sorted(steps) and 0 <= steps[0] <= steps[-1] <= 15, seen[:5]

@@ -4,13 +4,13 @@ blocks of the largest stage, within its bound, and the next large trace's stages
 from __future__ import annotations
 
 import gc
-import time
 
 import torch
 
 from engine import attention, sources
 from engine.arena import ARENA, MIN_BYTES, Arena, stage_bytes, warm_up
 from engine.spec import make_spec
+from tests.wait import wait_until
 
 BLOCK = 8 << 20
 
@@ -58,12 +58,7 @@ def test_warm_up_stocks_the_arena_and_the_next_large_trace_is_written_into_it() 
 
 
 def _until(condition, seconds: float = 30.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    return bool(wait_until(condition, seconds, "the arena's state", interval=0.02))  # fails naming it past the bound
 
 
 def test_a_stocked_arena_refills_after_traces_take_blocks_until_one_comes_back() -> None:

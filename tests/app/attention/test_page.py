@@ -259,7 +259,8 @@ def test_clicking_a_mask_cell_flips_it_into_a_custom_mask(client):
 def test_choosing_custom_in_the_form_starts_from_an_open_mask(client):
     r = client.get("/?stage=3&mask=custom&lang=en")
     assert r.status_code == 200
-    assert all(td["data-value"] == "0.0" for td in soup(r).select("table[data-matrix=mask] td"))
+    cells = soup(r).select("table[data-matrix=mask] td")
+    assert len(cells) == 5 * 5 and all(td["data-value"] == "0.0" for td in cells)  # the whole mask, every cell open
 
 
 def test_cross_attention_labels_keys_with_the_source_tokens(client):

@@ -25,6 +25,7 @@ import pytest
 from app.lab import CLIENT, Cancelled, Lab, progress_key
 from app.settings import Settings
 from tests.servers import ROOT, free_port, served
+from tests.wait import until, wait_until
 
 
 def run(coro_fn):  # type: ignore[no-untyped-def]
@@ -67,7 +68,7 @@ class Slow:
     def __call__(self, progress: Callable[[int, int], None] | None) -> Any:
         try:
             for i in range(self.steps):
-                time.sleep(self.step_s)
+                time.sleep(self.step_s)  # the slow computation itself (under test), not synchronisation
                 self.done = i + 1
                 if progress is not None:
                     progress(i + 1, self.steps)
@@ -94,7 +95,7 @@ def test_a_computation_stops_soon_after_its_client_goes_away() -> None:
     async def main() -> tuple[object, float]:
         client = Client()
         task = asyncio.create_task(asked(work, client, slow))
-        await asyncio.sleep(0.5)
+        await until(lambda: slow.done >= 1, what="the computation has done a step")
         client.leave()
         left = time.monotonic()
         result = await asyncio.gather(task, return_exceptions=True)
@@ -115,9 +116,9 @@ def test_a_computation_another_request_waits_for_runs_to_the_end() -> None:
     async def main() -> list[object]:
         first, second = Client(), Client()
         tasks = [asyncio.create_task(asked(work, first, slow))]
-        await asyncio.sleep(0.1)
+        await until(lambda: slow.done >= 1, what="the computation has begun")
         tasks.append(asyncio.create_task(asked(work, second, slow)))
-        await asyncio.sleep(0.1)
+        await until(lambda: [i.clients for i in work.interest.values()] == [2], what="both requests wait for it")
         first.leave()  # the second request still wants the same value
         return await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -134,9 +135,10 @@ def test_a_request_that_waited_for_a_cancelled_computation_computes_it_itself() 
     async def main() -> list[object]:
         first, second = Client(), Client()
         a = asyncio.create_task(asked(work, first, slow))
-        await asyncio.sleep(0.2)
+        await until(lambda: slow.done >= 1, what="the computation has begun")
+        (interest,) = work.interest.values()
         first.leave()  # the computation is cancelled...
-        await asyncio.sleep(0.01)
+        await until(lambda: interest.cancelled, what="the computation's last client left")
         b = asyncio.create_task(asked(work, second, slow))  # ...just as another request for it arrives
         return await asyncio.gather(a, b, return_exceptions=True)
 
@@ -151,11 +153,10 @@ def test_a_queued_request_whose_client_left_leaves_the_queue() -> None:
 
     async def main() -> tuple[object, float, int]:
         blocker = asyncio.create_task(work.offload(1, lambda: gate.wait(30), heavy=True))
-        await asyncio.sleep(0.1)
+        await until(lambda: work.large_running == 1, what="the blocker holds the one slot")
         client = Client()
         queued = asyncio.create_task(asked(work, client, Slow(steps=1), key="queued"))
-        await asyncio.sleep(0.2)
-        assert work.large_waiting == 1
+        await until(lambda: work.large_waiting == 1, what="the second request queues for the slot")
         client.leave()
         left = time.monotonic()
         result = (await asyncio.gather(queued, return_exceptions=True))[0]
@@ -175,9 +176,9 @@ def test_stopping_the_lab_stops_running_and_queued_work() -> None:
 
     async def main() -> list[object]:
         tasks = [asyncio.create_task(asked(work, None, running, key="a"))]
-        await asyncio.sleep(0.2)
+        await until(lambda: running.done >= 1, what="the first computation runs")
         tasks.append(asyncio.create_task(asked(work, None, queued, key="b")))
-        await asyncio.sleep(0.2)
+        await until(lambda: work.large_waiting == 1, what="the second queues for the slot")
         work.stop()
         return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
 
@@ -202,16 +203,6 @@ def progress(base: str, key: str) -> tuple[int, int] | None:
     """(done, total) of the computation the request with `key` started, or None when none runs."""
     r = httpx.get(base + "/api/v1/progress", params={"key": key}, timeout=30)
     return (r.json()["done"], r.json()["total"]) if r.status_code == 200 else None
-
-
-def wait_until(predicate: Callable[[], bool], bound_s: float) -> float:
-    """Seconds until `predicate()` held, polling; fails past `bound_s`."""
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > bound_s:
-            pytest.fail(f"still not so after {bound_s} s")
-        time.sleep(0.2)
-    return time.monotonic() - start
 
 
 def ask(base: str, path: str, params: dict[str, str]) -> tuple[socket.socket, str]:
@@ -241,18 +232,17 @@ def test_model_views_and_generations_whose_clients_left_stop_on_a_real_server() 
             states = [progress(base, k) for k in keys]
             return sum(p is not None and p[0] >= 1 for p in states) == 2 and (0, 0) in states
 
-        wait_until(two_running, 180)
+        wait_until(two_running, 180, "two views have done a layer, the third is queued", interval=0.2)
         for conn, _ in asked:
             conn.close()
         # Without the fix each view runs on for a minute or more (about 3,200 tokens, 30 layers); with it each stops
         # at its next layer (a second or two on a loaded CPU) or leaves the queue. A generous bound for a busy box.
-        stopped_in = wait_until(lambda: not any(progress(base, k) for k in keys), 30)
-        assert stopped_in < 30
+        wait_until(lambda: not any(progress(base, k) for k in keys), 30, "every abandoned view stopped", interval=0.2)
         # Generation too: stopped at its next token once its client leaves (1,000 tokens would take minutes).
         conn, key = ask(base, "/api/v1/generate", {"text": "Once upon a time", "max_new_tokens": "1000"})
-        wait_until(lambda: (p := progress(base, key)) is not None and p[0] >= 2, 120)
+        wait_until(lambda: (p := progress(base, key)) is not None and p[0] >= 2, 120, "two tokens generated", 0.2)
         conn.close()
-        wait_until(lambda: progress(base, key) is None, 30)
+        wait_until(lambda: progress(base, key) is None, 30, "the abandoned generation stopped", interval=0.2)
         assert httpx.get(base + "/healthz", timeout=10).status_code == 200
 
 
@@ -270,13 +260,14 @@ def test_sigterm_with_a_backlog_of_heavy_work_exits_within_ten_seconds() -> None
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: proc.poll() is None and _healthy(base), 90)
+        wait_until(lambda: proc.poll() is None and _healthy(base), 90, "the server answers /healthz", 0.2)
         asked = [model_view(base, i) for i in range(4)]  # one runs, three wait; their clients stay connected
         keys = [key for _, key in asked]
-        wait_until(lambda: any((p := progress(base, k)) is not None and p[0] >= 1 for k in keys), 180)  # one runs
+        wait_until(lambda: any((p := progress(base, k)) is not None and p[0] >= 1 for k in keys), 180,
+                   "one view has done a layer", interval=0.2)  # fmt: skip
         proc.send_signal(signal.SIGTERM)
-        stopped_in = wait_until(lambda: proc.poll() is not None, 10)  # uvicorn alone waited for the whole backlog
-        assert stopped_in < 10
+        # uvicorn alone waited for the whole backlog (minutes); a failure here names the bound.
+        wait_until(lambda: proc.poll() is not None, 10, "the server exited after SIGTERM", interval=0.05)
         for conn, _ in asked:
             conn.close()
     finally:

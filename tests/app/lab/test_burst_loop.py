@@ -27,6 +27,7 @@ from app.limits import query_names
 from app.settings import Settings
 from engine.budget import Busy
 from tests.conftest import make_client, run_async
+from tests.wait import until
 
 IDS = [(1000 + 31 * j) % 49_152 for j in range(12)]
 
@@ -135,7 +136,8 @@ def test_a_burst_takes_places_before_it_is_prepared_and_the_rest_is_refused_unpr
 
     async def main() -> list[object]:
         tasks = [asyncio.create_task(request(i)) for i in range(8)]
-        await asyncio.sleep(0.3)
+        # Every request has asked (three refused at once, five holding places) before the first is prepared.
+        await until(lambda: sum(t.done() for t in tasks) == 3 and work.large_waiting == 5, what="all eight asked")
         gate.set()
         return await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -234,11 +236,10 @@ def test_a_progress_key_is_computed_only_when_work_begins_and_in_its_worker_thre
     async def main() -> tuple[Any, ...]:
         loop_thread = threading.get_ident()
         first = asyncio.create_task(work.compute("x", 1, 1, long_work, heavy=True, progress=lazy_key("/m", "t=1")))
-        while not began.is_set():
-            await asyncio.sleep(0.01)
+        await until(began.is_set, what="the first work began")
         # One queued behind it (its client goes away before it begins), one refused past the full queue.
         queued = asyncio.create_task(work.compute("x", 2, 1, never, heavy=True, progress=lazy_key("/m", "t=2")))
-        await asyncio.sleep(0.1)
+        await until(lambda: work.large_waiting == 1, what="the second work queued")
         refused = await asyncio.gather(
             work.compute("x", 3, 1, never, heavy=True, progress=lazy_key("/m", "t=3")), return_exceptions=True
         )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlencode
@@ -20,6 +19,7 @@ from hypothesis import strategies as st
 from app.web.cache import single_flight
 from app.web.state import ViewState
 from tests.conftest import make_client, run_async
+from tests.wait import until, wait_until
 
 LARGE = {"preset": "gpt2-small", "tokens": " ".join(f"w{i}" for i in range(40)), "mask": "causal", "stage": "4"}
 
@@ -30,8 +30,12 @@ def _request() -> Any:
 
 def test_concurrent_misses_of_one_key_compute_once() -> None:
     async def main() -> None:
-        request, store, calls = _request(), {}, []
+        request, store, calls, looked = _request(), {}, [], []
         release = asyncio.Event()
+
+        def hit() -> Response | None:
+            looked.append(1)
+            return store.get("k")
 
         async def compute() -> Response:
             calls.append(1)
@@ -40,11 +44,9 @@ def test_concurrent_misses_of_one_key_compute_once() -> None:
             return store["k"]
 
         key = ("/x", "q=1")
-        runs = [asyncio.create_task(single_flight(request, key, lambda: store.get("k"), compute)) for _ in range(6)]
-        while not calls:  # the first one has started computing; the other five are waiting on it
-            await asyncio.sleep(0)
-        for _ in range(10):
-            await asyncio.sleep(0)
+        runs = [asyncio.create_task(single_flight(request, key, hit, compute)) for _ in range(6)]
+        # The first one has started computing; the other five looked in the store, found nothing and wait on it.
+        await until(lambda: calls and len(looked) == 6, what="one computing, five waiting")
         assert len(calls) == 1 and key in request.app.state.flights
         release.set()
         answers = await asyncio.gather(*runs)
@@ -56,8 +58,11 @@ def test_concurrent_misses_of_one_key_compute_once() -> None:
 
 def test_a_waiter_computes_itself_when_the_first_request_stored_nothing() -> None:
     async def main() -> None:
-        request, calls = _request(), []
+        request, calls, looked = _request(), [], []
         release = asyncio.Event()
+
+        def nothing() -> None:  # the store never has it
+            looked.append(1)
 
         async def refused() -> Response:  # e.g. a 503 or a cancelled request: nothing stored for the others
             calls.append("first")
@@ -69,11 +74,10 @@ def test_a_waiter_computes_itself_when_the_first_request_stored_nothing() -> Non
             return Response(b"own answer")
 
         key = ("/x", "")
-        first = asyncio.create_task(single_flight(request, key, lambda: None, refused))
-        while not calls:
-            await asyncio.sleep(0)
-        second = asyncio.create_task(single_flight(request, key, lambda: None, own))
-        await asyncio.sleep(0)
+        first = asyncio.create_task(single_flight(request, key, nothing, refused))
+        await until(lambda: calls, what="the first request computes")
+        second = asyncio.create_task(single_flight(request, key, nothing, own))
+        await until(lambda: len(looked) == 2, what="the second request waits for the first")
         release.set()
         with pytest.raises(RuntimeError):
             await first
@@ -83,12 +87,14 @@ def test_a_waiter_computes_itself_when_the_first_request_stored_nothing() -> Non
 
 
 def _wait_drawn(client: Any) -> dict[str, Any]:
-    deadline = time.monotonic() + 300  # generous: a state is polled, the bound only stops a hang
-    while True:
-        health = client.get("/healthz").json()
-        if health["drawing_ahead"] == 0 or time.monotonic() > deadline:
-            return health
-        time.sleep(0.05)
+    """/healthz once nothing is being drawn ahead (generous: a state is polled, the bound only stops a hang)."""
+    health: dict[str, Any] = wait_until(
+        lambda: (h := client.get("/healthz").json())["drawing_ahead"] == 0 and h,
+        300,
+        "every heat map drawn ahead",
+        0.05,
+    )
+    return health
 
 
 def test_a_large_trace_page_draws_every_stage_and_head_ahead_byte_for_byte() -> None:

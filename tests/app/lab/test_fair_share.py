@@ -11,6 +11,7 @@ import httpx
 
 from app.lab.admission import HeavyWork
 from tests.conftest import run_async
+from tests.wait import until
 
 
 def blocking_app() -> tuple[Any, asyncio.Event, list[str]]:
@@ -37,14 +38,12 @@ def test_one_address_gets_one_heavy_computation_at_a_time_and_a_shared_url_is_fr
         app = HeavyWork(inner, frozenset({"/api/v1/predict", "/api/v1/model_view"}), per_client=1)
         async with client(app, "10.0.0.1") as one, client(app, "10.0.0.2") as other:
             first = asyncio.create_task(one.get("/api/v1/predict?text=a"))
-            while not seen:
-                await asyncio.sleep(0.01)
+            await until(lambda: seen, what="the first request reached the app")
             refused = await one.get("/api/v1/model_view?text=b")  # a second computation from the same address
             same = asyncio.create_task(one.get("/api/v1/predict?text=a"))  # the URL in flight: it waits, free
             elsewhere = asyncio.create_task(other.get("/api/v1/model_view?text=b"))  # another address
             light = asyncio.create_task(one.get("/healthz"))  # not heavy: never counted
-            while len(seen) < 4:
-                await asyncio.sleep(0.01)
+            await until(lambda: len(seen) == 4, what="4 requests reached the app")
             release.set()
             done = [await t for t in (first, same, elsewhere, light)]
             after = await one.get("/api/v1/model_view?text=b")  # the address's computation ended: its turn again
@@ -65,8 +64,7 @@ def test_no_cap_when_the_setting_is_zero() -> None:
         app = HeavyWork(inner, frozenset({"/api/v1/predict"}), per_client=0)
         async with client(app, "10.0.0.1") as one:
             tasks = [asyncio.create_task(one.get(f"/api/v1/predict?text={i}")) for i in range(3)]
-            while len(seen) < 3:
-                await asyncio.sleep(0.01)
+            await until(lambda: len(seen) == 3, what="3 requests reached the app")
             release.set()
             return [(await t).status_code for t in tasks]
 
@@ -82,15 +80,13 @@ def test_a_class_on_one_address_shares_its_teachers_view_in_every_language_and_o
         app = HeavyWork(inner, frozenset({"/predict"}), per_client=1)
         async with client(app, "10.0.0.1") as nat:
             first = asyncio.create_task(nat.get("/predict?text=a&lesson=x&lang=en"))
-            while not seen:
-                await asyncio.sleep(0.01)
+            await until(lambda: seen, what="the first request reached the app")
             others = {
                 "zh": asyncio.create_task(nat.get("/predict?text=a&lesson=x&lang=zh")),
                 "projector": asyncio.create_task(nat.get("/predict?lesson=x&text=a&lang=en&present=1")),
             }
             refused = await nat.get("/predict?text=b&lesson=x&lang=zh")  # another view: the cap holds
-            while len(seen) < 3:
-                await asyncio.sleep(0.01)
+            await until(lambda: len(seen) == 3, what="3 requests reached the app")
             release.set()
             done = {k: (await t).status_code for k, t in others.items()}
             return done | {"first": (await first).status_code, "other view": refused.status_code}

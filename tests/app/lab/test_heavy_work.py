@@ -14,6 +14,7 @@ import pytest
 from app.lab import Lab
 from app.settings import Settings
 from engine.budget import Busy
+from tests.wait import until
 
 
 def run(coro_fn):  # type: ignore[no-untyped-def]
@@ -45,7 +46,8 @@ def test_heavy_work_runs_a_few_at_a_time_and_the_rest_wait_or_are_refused() -> N
 
     async def main() -> list[object]:
         tasks = [asyncio.create_task(work.offload(1, generate, heavy=True)) for _ in range(8)]
-        await asyncio.sleep(0.3)
+        await until(lambda: running == 2 and work.large_waiting == 3 and sum(t.done() for t in tasks) == 3,
+                    what="two running, three queued, three refused")  # fmt: skip
         small = await asyncio.wait_for(work.offload(1, lambda: "fast"), 5)  # small work is not queued behind
         gate.set()
         return [small, *await asyncio.gather(*tasks, return_exceptions=True)]
@@ -64,7 +66,7 @@ def test_a_wait_for_a_slot_has_a_deadline() -> None:
 
     async def main() -> tuple[object, float]:
         first = asyncio.create_task(work.offload(1, lambda: gate.wait(10), heavy=True))
-        await asyncio.sleep(0.1)
+        await until(lambda: work.large_running == 1, what="the first holds the one slot")
         start = time.monotonic()
         with pytest.raises(Busy):
             await work.offload(1, lambda: None, heavy=True)

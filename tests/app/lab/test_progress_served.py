@@ -5,7 +5,6 @@ for the pages whose computation counts nothing)."""
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 from fastapi.responses import RedirectResponse
@@ -13,6 +12,7 @@ from starlette.responses import StreamingResponse
 
 from app.lab import progress_key
 from tests.conftest import make_client
+from tests.wait import wait_until
 
 
 def poll(client, key: str, lang: str = "en") -> httpx.Response:  # type: ignore[no-untyped-def]
@@ -62,9 +62,7 @@ def test_a_page_is_known_to_a_poll_from_its_arrival_until_its_answer() -> None:
         answer: list[httpx.Response] = []
         asked = threading.Thread(target=lambda: answer.append(client.get("/_slow?x=猫 1")))
         asked.start()
-        deadline = time.monotonic() + 10
-        while (r := poll(client, key)).status_code == 404 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        r = wait_until(lambda: (r := poll(client, key)).status_code != 404 and r, what="the page known to a poll")
         assert r.status_code == 200, r.text
         p = r.json()
         assert (p["done"], p["total"]) == (0, 0) and p["text"] == f"working · {p['seconds']} s"

@@ -45,7 +45,7 @@ def test_healthz_answers_while_a_first_pretrained_request_loads_its_tokenizer(
         def slow_first_load(text: str) -> Any:  # the tokenizer's first load, slowed: blocking, like reading a file
             if not started.is_set():  # only the first call loads; a request may tokenize more than once
                 started.set()
-                time.sleep(SLOW_S)
+                time.sleep(SLOW_S)  # the slow load under test (a blocking read), not synchronisation
             return tokenize(text)
 
         model.tokenize = slow_first_load

@@ -219,7 +219,8 @@ def test_the_lens_shows_the_apis_numbers_in_both_languages(client, lang: str, ti
     for i, f in enumerate(doc["first_top1"]):
         assert "first" in cells[f].select("td")[i]["class"]
     # the last layer is the model's output: its top token is the final prediction
-    assert all("top1" in td["class"] for td in cells[-1].select("td"))
+    last = cells[-1].select("td")
+    assert len(last) == len(doc["first_top1"]) and all("top1" in td["class"] for td in last)
     chosen = shown.select("[data-cell='29.1'] tbody tr")  # position 1: column 2, after the BOS
     assert [tr.select("td")[1].text for tr in chosen] == [f"{c['p']:.4f}" for c in doc["layers"][29][2]["top"]]
     assert doc["layers"][29][2]["top"][0]["token"] in cells[29].select("td")[2]["title"].replace("␣", " ")

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,10 +28,11 @@ from starlette.types import Receive, Scope, Send
 from app.limits import SendTimeout
 from app.rooms.redis_store import RedisStore
 from app.rooms.store import LOG_BYTES, LOG_LENGTH, MemoryStore, Store
+from tests import wait
 from tests.app.rooms.test_rooms import SETTINGS, create, put
 from tests.redis_server import PersistentRedis, available
 from tests.rooms_client import Stream, run, stream
-from tests.servers import ROOT, free_port
+from tests.servers import ROOT, free_port, wait_healthy
 
 TRACEBACKS = ("Traceback", "Exception in ASGI application", "already started", "already completed")
 
@@ -64,16 +64,10 @@ def logged_server(settings: dict[str, str], *args: str) -> Iterator[tuple[str, i
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         base, log = f"http://127.0.0.1:{port}", Log(path)
         try:
-            deadline = time.monotonic() + 90
-            while True:
-                try:
-                    if httpx.get(base + "/healthz", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the server did not start: " + log.text()[-2000:])
-                time.sleep(0.2)
+            try:
+                wait_healthy(base, proc, 90)
+            except RuntimeError as exc:
+                raise RuntimeError(f"{exc}: " + log.text()[-2000:]) from None
             yield base, proc.pid, log
         finally:
             proc.terminate()
@@ -82,13 +76,7 @@ def logged_server(settings: dict[str, str], *args: str) -> Iterator[tuple[str, i
 
 async def until(what: str, check: object, timeout: float = 45) -> object:
     """Poll `check()` (a coroutine function) until it returns something truthy; fail with `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await check()  # type: ignore[operator]
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
+    return await wait.until(check, timeout, what, interval=0.2)  # type: ignore[arg-type]
 
 
 # ---- (3) a Redis restart mid-class --------------------------------------------------------------------------------
@@ -239,8 +227,7 @@ def test_a_burst_of_connections_never_counts_more_followers_than_the_limit(kind:
         async with httpx.AsyncClient(timeout=30, limits=limits) as client:
             gate, held = asyncio.Event(), asyncio.Event()
             tasks = [asyncio.create_task(one(client, gate, held)) for _ in range(40)]
-            await asyncio.sleep(0.2)
-            gate.set()
+            gate.set()  # all forty ask together once the loop next runs them
 
             async def answered() -> bool:
                 return sum(t.done() for t in tasks) == 40 - 5 and len(
@@ -309,10 +296,8 @@ def uvicorn_thread(app: object) -> Iterator[tuple[int, uvicorn.Server, list[logg
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-            time.sleep(0.05)
+        wait.wait_until(lambda: server.started or not thread.is_alive(), 30, "uvicorn started")
+        assert thread.is_alive(), "uvicorn did not start"
         yield port, server, records
     finally:
         server.should_exit = True
@@ -331,7 +316,7 @@ def test_a_stream_that_is_not_read_loses_its_socket_after_the_send_timeout() -> 
         async def chunks() -> AsyncIterator[bytes]:
             while True:
                 yield b"data: " + b"x" * 65536 + b"\n\n"
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # the stream's own pace (a chunk per loop turn), not synchronisation
 
         await StreamingResponse(chunks(), media_type="text/event-stream")(scope, receive, send)
 
@@ -341,13 +326,8 @@ def test_a_stream_that_is_not_read_loses_its_socket_after_the_send_timeout() -> 
         sock.connect(("127.0.0.1", port))
         try:
             sock.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            deadline = time.monotonic() + 30
-            while not _reset(sock):
-                assert time.monotonic() < deadline, "the server kept the socket of a client that reads nothing"
-                time.sleep(0.1)
-            while server.server_state.connections:
-                assert time.monotonic() < deadline, "the server still counts the connection"
-                time.sleep(0.1)
+            wait.wait_until(lambda: _reset(sock), 30, "the server reset the socket of a client that reads nothing")
+            wait.wait_until(lambda: not server.server_state.connections, 30, "the server forgot the connection")
         finally:
             sock.close()
         assert not [r for r in records if r.exc_info or r.levelno >= logging.ERROR], [r.getMessage() for r in records]

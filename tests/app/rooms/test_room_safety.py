@@ -187,7 +187,7 @@ def test_cookies_are_secure_over_https_only() -> None:
     assert r.status_code == 303 and len(cookies) == 2 and all("Secure" in c for c in cookies), cookies
     code = secure.cookies["lab_room"]
     joined = secure.get(f"/r/{code}", follow_redirects=False)
-    assert all("Secure" in c for c in set_cookies(joined))
+    assert set_cookies(joined) and all("Secure" in c for c in set_cookies(joined)), set_cookies(joined)
     ended = secure.post(f"/r/{code}/end", data={}, follow_redirects=False)
     assert ended.status_code == 303 and all("Secure" in c for c in set_cookies(ended))
     http = plain.post("/r/ZZZZZZ/end", data={}, follow_redirects=False)

@@ -18,6 +18,7 @@ from tests.app.web.test_kernel import LATIN_OK
 from tests.conftest import ROOM_SETTINGS
 from tests.rooms_client import run, stream
 from tests.servers import free_port, served
+from tests.wait import until, wait_until
 
 SETTINGS = ROOM_SETTINGS
 
@@ -112,10 +113,7 @@ def test_followers_get_the_state_on_connect_and_every_step(lab: str) -> None:
 
     run(main())
     # The streams are closed: they stop counting (keep-alive 0.5 s notices a gone client).
-    deadline = time.monotonic() + 10
-    while httpx.get(f"{lab}/api/v1/rooms/{code}").json()["followers"] and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert httpx.get(f"{lab}/api/v1/rooms/{code}").json()["followers"] == 0
+    wait_until(lambda: httpx.get(f"{lab}/api/v1/rooms/{code}").json()["followers"] == 0, 10, "no follower counted", 0.2)
 
 
 def test_a_reconnect_resumes_after_its_last_event_id(lab: str) -> None:
@@ -425,8 +423,12 @@ def test_idle_rooms_expire_in_redis(redis_url: str) -> None:
             await store.open_poll("QWERTY", poll)
             await store.answer("QWERTY", "p1", Answer("s", "a", None))
             assert await store.counts("QWERTY", "p1") == {"a": 1}
-            await asyncio.sleep(2.2)
-            assert await store.get("QWERTY") is None and await store.poll("QWERTY", "p1") is None
+            assert await store.get("QWERTY") is not None  # not gone at once: it expires once idle for 1 s
+
+            async def expired() -> bool:
+                return await store.get("QWERTY") is None and await store.poll("QWERTY", "p1") is None
+
+            await until(expired, 10, "the idle room expired", interval=0.1)
             assert await store.count() == 0
         finally:
             await store.close()
@@ -463,7 +465,7 @@ def test_progress_is_answered_by_every_worker_through_redis(redis_rooms_lab: str
             r = client.get(f"{base}/api/v1/progress", params={"for": path}, headers={"Connection": "close"})
             answers.append(r.status_code)
             counted.append(r.status_code == 200 and r.json()["total"] > 0)
-            time.sleep(0.05)
+            time.sleep(0.05)  # the next of a page's polls (sampled until the answer), not synchronisation
     # Before its work begins, only the worker serving the request knows it (0 of 0, how long it has waited); from
     # its first counted layer the shared entry answers on both.
     first = counted.index(True) if True in counted else len(answers)

@@ -31,6 +31,7 @@ from app.settings import Settings
 from app.train.queue import NAMESPACE, QUEUE
 from tests.redis_server import available, redis_server
 from tests.servers import served
+from tests.wait import wait_until
 
 from .test_api import TINY, events_until_end
 
@@ -42,13 +43,7 @@ LONG = TINY | {"steps": 3000, "eval_every": 100}
 
 def until(what: str, check: Callable[[], Any], timeout: float = 180) -> Any:
     """Poll `check` until it returns something true (a state reached); fail naming `what` past the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    return wait_until(check, timeout, what, interval=0.1)
 
 
 @contextmanager
