@@ -17,6 +17,7 @@ from starlette.routing import Match
 
 from engine import SpecError
 from engine.budget import Busy
+from engine.errors import Message
 
 from .lab import Cancelled
 from .render.payload import json_response
@@ -60,8 +61,15 @@ def clean(errors: Any, where: str) -> list[dict[str, Any]]:
             # Union members add their type name to the location (tokens.list[str].0); keep only the field.
             parts = [str(p) for p in raw_loc if p not in ("body", "query")]
             loc = [where, parts[0] if parts else "request", *parts[1:]]
-        out.append({"loc": loc, "msg": msg, "type": kind})
+        out.append({"loc": loc, "msg": coded(msg, kind, e.get("ctx")), "type": kind})
     return out
+
+
+def coded(msg: str, kind: str, ctx: dict[str, Any] | None) -> str:
+    """Pydantic's message keeping its type and the bounds it names (its ctx's numbers and words, never the input),
+    for a page to say it in its reader's language (app/web/i18n.py `error_message`)."""
+    params = {k: v for k, v in (ctx or {}).items() if isinstance(v, int | float | str) and k != "error"}
+    return Message.worded(msg, f"pydantic.{kind}", **params)
 
 
 def field_error(where: str, field: str, message: str, status: int = 422) -> Response:

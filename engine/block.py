@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from . import attention, positions, sources
 from .attention import Checks
 from .device import CPU, torch_dtype
+from .errors import Message
 from .memo import bytes_bounded, python_bytes, tensor_bytes
 from .sources import seed_of
 from .spec import Spec, SpecError
@@ -103,7 +104,7 @@ def make_block_spec(
         ("gelu", gelu, GELUS),
     ):
         if value not in choices:
-            raise SpecError(name, f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+            raise SpecError(name, Message("unknown_choice", kind=name, value=value, choices=", ".join(choices)))
     d_ff = d_ff or 0
     if not 0 <= d_ff <= max_d_ff:
         raise SpecError("d_ff", f"must be between 1 and {max_d_ff} (or 0 for 4·d_model), got {d_ff}")

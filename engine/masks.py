@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import SpecError
+from .errors import Message, SpecError
 
 if TYPE_CHECKING:
     import torch
@@ -70,14 +70,14 @@ def _pad_positions(value: Any, s: Sizes) -> tuple[int, ...]:
     pads = tuple(sorted(set(value or ())))
     for pos in pads:
         if not 0 <= pos < s.n_keys:
-            raise SpecError("pad_positions", f"position {pos} is outside 0..{s.n_keys - 1}")
+            raise SpecError("pad_positions", Message("position_outside", position=pos, last=s.n_keys - 1))
     return pads
 
 
 def _segment_ids(value: Any, s: Sizes) -> tuple[int, ...]:
     segs = tuple(value or ())
     if len(segs) != s.n_keys:
-        raise SpecError("segment_ids", f"needs one segment id per token: {len(segs)} given for {s.n_keys} tokens")
+        raise SpecError("segment_ids", Message("segment_count", given=len(segs), n=s.n_keys))
     if any(seg < 0 for seg in segs):
         raise SpecError("segment_ids", "segment ids must be non-negative integers")
     return segs
@@ -85,13 +85,13 @@ def _segment_ids(value: Any, s: Sizes) -> tuple[int, ...]:
 
 def _window(value: Any, s: Sizes) -> int:
     if value is None or not 1 <= int(value) <= s.max_tokens:
-        raise SpecError("window", "mask=sliding_window needs window ≥ 1: how many tokens back a query reads")
+        raise SpecError("window", Message("window_needed"))
     return int(value)
 
 
 def _prefix(value: Any, s: Sizes) -> int:
     if value is None or not 0 <= int(value) <= s.n:
-        raise SpecError("prefix", f"mask=prefix_lm needs prefix between 0 and {s.n}: the tokens read both ways")
+        raise SpecError("prefix", Message("prefix_range", n=s.n))
     return int(value)
 
 
@@ -149,7 +149,7 @@ def check(kind: str, given: Mapping[str, object], sizes: Sizes) -> dict[str, obj
             if name == kind:
                 out[p.name] = p.check(value, sizes)
             elif p.given(value):
-                raise SpecError(p.name, f"is only used with mask={name}")
+                raise SpecError(p.name, Message("mask_only", mask=name))
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from .errors import Message
 from .spec import SpecError
 
 
@@ -54,13 +55,13 @@ def validate(shape: ModelShape) -> ModelShape:
         value = getattr(shape, name)
         lo = 0 if name == "n_ctx" else 1
         if not lo <= value <= hi:
-            raise SpecError(name, f"must be between {lo} and {hi:,}, got {value}")
+            raise SpecError(name, Message("between", low=lo, high=f"{hi:,}", value=value))
     if shape.ffn not in ("gelu", "swiglu"):
         raise SpecError("ffn", f"unknown ffn {shape.ffn!r}; choose gelu or swiglu")
     if shape.norm not in ("layernorm", "rmsnorm"):
         raise SpecError("norm", f"unknown norm {shape.norm!r}; choose layernorm or rmsnorm")
     if shape.d_model % shape.n_heads:
-        raise SpecError("n_heads", f"d_model {shape.d_model} is not divisible by n_heads {shape.n_heads}")
+        raise SpecError("n_heads", Message("not_divisible", d_model=shape.d_model, n_heads=shape.n_heads))
     if not 0 <= shape.d_ff <= 10_000_000:
         raise SpecError("d_ff", f"must be between 0 (meaning 4·d_model) and 10,000,000, got {shape.d_ff}")
     if not 0 <= shape.n_kv_heads <= shape.n_heads or (shape.n_kv_heads and shape.n_heads % shape.n_kv_heads):
@@ -73,7 +74,7 @@ def shape_from(preset: str | None = None, **overrides: object) -> ModelShape:
     given = {k: v for k, v in overrides.items() if v is not None}
     if preset is not None:
         if preset not in MODELS:
-            raise SpecError("preset", f"unknown model {preset!r}; choose one of {', '.join(MODELS)}")
+            raise SpecError("preset", Message("unknown_choice", kind="model", value=preset, choices=", ".join(MODELS)))
         return validate(replace(MODELS[preset], **given))  # type: ignore[arg-type]
     missing = [f for f in ("n_layer", "d_model", "n_heads", "vocab") if f not in given]
     if missing:

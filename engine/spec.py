@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from . import masks
-from .errors import SpecError
+from .errors import Message, SpecError
 
 STAGES = ("projection", "scores", "mask", "softmax", "weighted_sum")
 STAGE_TENSORS: dict[str, tuple[str, ...]] = {
@@ -245,7 +245,7 @@ def _vector(name: str, value: object, length: int | None, limits: Limits, where:
 def _check_choices(mask: str, scale: str, dtype: str, device: str) -> None:
     for name, value, choices in (("mask", mask, MASKS), ("scale", scale, SCALES), ("dtype", dtype, DTYPES)):
         if value not in choices:
-            raise SpecError(name, f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+            raise SpecError(name, Message("unknown_choice", kind=name, value=value, choices=", ".join(choices)))
     if device not in ("cpu", "cuda"):
         raise SpecError("device", f"unknown device {device!r}; choose cpu or cuda")
     if dtype != "float32" and device != "cuda":
@@ -257,11 +257,8 @@ def _check_cost(seed: int, n: int, d_model: int, n_heads: int, dtype: str, limit
         raise SpecError("seed", "must be between 0 and 2^63 - 1")
     needed = estimate_bytes(n, d_model, n_heads, dtype)
     if needed > limits.memory_budget_bytes:
-        raise SpecError(
-            "tokens",
-            f"this trace needs about {needed / 2**20:.0f} MiB, over the server's budget of "
-            f"{limits.memory_budget_bytes / 2**20:.0f} MiB: use fewer tokens or heads",
-        )
+        mib, budget_mib = f"{needed / 2**20:.0f}", f"{limits.memory_budget_bytes / 2**20:.0f}"
+        raise SpecError("tokens", Message("over_budget", mib=mib, budget_mib=budget_mib))
 
 
 def _check_kv_heads(n_kv_heads: int | None, n_heads: int) -> int:
@@ -291,7 +288,8 @@ def _with_positions(spec: Spec, options: dict[str, Any]) -> Spec:
     n, n_keys = spec.n_tokens, len(spec.kv_tokens) or spec.n_tokens
     positions = options["positions"] or spec.positions
     if positions not in POSITIONS:
-        raise SpecError("positions", f"unknown positions {positions!r}; choose one of {', '.join(POSITIONS)}")
+        raise SpecError("positions", Message("unknown_choice", kind="positions", value=positions,
+                                                 choices=", ".join(POSITIONS)))  # fmt: skip
     pairing = options["rope_pairing"] or spec.rope_pairing
     if pairing not in PAIRINGS:
         raise SpecError("rope_pairing", f"unknown pairing {pairing!r}; choose adjacent or half")
@@ -300,7 +298,7 @@ def _with_positions(spec: Spec, options: dict[str, Any]) -> Spec:
         raise SpecError("rope_base", f"must be a number above 1 and at most 1e9, got {options['rope_base']}")
     if positions == "rope":
         if spec.d_k % 2:
-            raise SpecError("positions", f"RoPE rotates pairs of dimensions: d_k must be even, it is {spec.d_k}")
+            raise SpecError("positions", Message("rope_even", d_k=spec.d_k))
         if spec.kv_tokens:
             raise SpecError("positions", "RoPE is for self-attention here: cross-attention has no shared positions")
     n_ctx = spec.n_ctx if options["n_ctx"] is None else int(options["n_ctx"])
@@ -342,11 +340,11 @@ def _model_spec(
         raise SpecError(next(iter(given)), f"{info.name} brings its own x and weights; explicit ones are not used")
     for name, value, own in (("d_model", d_model, info.d_model), ("n_heads", n_heads, info.n_heads)):
         if value is not None and value != own:
-            raise SpecError(name, f"{info.name} has {name} {own}; it cannot be changed")
+            raise SpecError(name, Message("fixed_size", model=info.name, name=name, value=own))
     if tokens is not None:
-        raise SpecError("tokens", f"{info.name} tokenises with its own tokenizer: give text or token_ids")
+        raise SpecError("tokens", Message("own_tokenizer", model=info.name))
     if text is not None and token_ids is not None:
-        raise SpecError("text", "give either text or token_ids, not both")
+        raise SpecError("text", Message("text_or_ids"))
     if token_ids is not None:
         ids = list(token_ids)
         bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < info.vocab)]
@@ -357,21 +355,20 @@ def _model_spec(
             raise SpecError("text", f"{info.name} has no tokenizer.json: give token_ids")
         text = info.default_text if text is None else text
         if len(text) > limits.max_token_chars * 4:
-            raise SpecError("text", f"is {len(text)} characters long, over {limits.max_token_chars * 4}")
+            raise SpecError("text", Message("text_too_long", length=len(text), limit=limits.max_token_chars * 4))
         ids = model.tokenize(text)
     if not ids:
-        raise SpecError("token_ids" if token_ids is not None else "text", "gives no tokens")
+        raise SpecError("token_ids" if token_ids is not None else "text", Message("gives_no_tokens"))
     n = len(ids)
     max_n = min(limits.max_tokens, info.n_ctx)
     if n > max_n:
         longer = min(limits.max_long_tokens, info.n_ctx)
-        hint = (f"; up to {longer}, /api/v1/attention/window and heatmap.png compute the rows they show"
-                if longer > max_n else "")  # fmt: skip
+        code = "too_many_tokens_window" if longer > max_n else "too_many_tokens_whole"
         raise SpecError("token_ids" if token_ids is not None else "text",
-                        f"{n} tokens is more than the {max_n} this server traces whole for {info.name}{hint}")  # fmt: skip
+                        Message(code, n=n, limit=max_n, model=info.name, longer=longer))  # fmt: skip
     layer = 0 if layer is None else layer
     if not 0 <= layer < info.n_layer:
-        raise SpecError("layer", f"{info.name} has layers 0..{info.n_layer - 1}, not {layer}")
+        raise SpecError("layer", Message("model_layers", model=info.name, last=info.n_layer - 1, layer=layer))
     mask = mask or info.default_mask
     _check_choices(mask, scale, dtype, device)
     params = masks.check(mask, mask_params, masks.Sizes(n, n, limits.max_tokens))
@@ -450,14 +447,14 @@ def make_spec(
         raise SpecError("preset", f"{preset} needs a package this server does not have: {OPTIONAL_MODELS[preset]}")
     if preset not in PRESETS:
         names = ", ".join([*PRESETS, *models])
-        raise SpecError("preset", f"unknown preset {preset!r}; choose one of {names}")
+        raise SpecError("preset", Message("unknown_choice", kind="preset", value=preset, choices=names))
     p = PRESETS[preset]
     for name, value in (("token_ids", token_ids), ("layer", layer)):
         if value is not None:
             raise SpecError(name, f"is only used with a pretrained model preset, not {preset}")
     if text is not None:
         if tokens is not None:
-            raise SpecError("text", "give either tokens or text, not both")
+            raise SpecError("text", Message("tokens_or_text"))
         tokens = text
     mask = mask or ("none" if options["kv_tokens"] else p.default_mask)  # cross-attention has no "earlier"
     _check_choices(mask, scale, dtype, device)
@@ -474,11 +471,11 @@ def make_spec(
     if n_heads is None:
         n_heads = p.n_heads if d_model % p.n_heads == 0 else 1
     if not 1 <= d_model <= limits.max_d_model:
-        raise SpecError("d_model", f"must be between 1 and {limits.max_d_model}, got {d_model}")
+        raise SpecError("d_model", Message("between", low=1, high=limits.max_d_model, value=d_model))
     if not 1 <= n_heads <= limits.max_heads:
-        raise SpecError("n_heads", f"must be between 1 and {limits.max_heads}, got {n_heads}")
+        raise SpecError("n_heads", Message("between", low=1, high=limits.max_heads, value=n_heads))
     if d_model % n_heads:
-        raise SpecError("n_heads", f"d_model {d_model} is not divisible by n_heads {n_heads}")
+        raise SpecError("n_heads", Message("not_divisible", d_model=d_model, n_heads=n_heads))
     kv_heads = _check_kv_heads(options["n_kv_heads"], n_heads)  # type: ignore[arg-type]
     d_kv = kv_heads * (d_model // n_heads)
 
@@ -492,16 +489,16 @@ def make_spec(
         elif tokens is None:
             tokens = list(p.tokens)
         else:
-            raise SpecError("tokens", "needs at least one token")
+            raise SpecError("tokens", Message("no_tokens"))
     for i, t in enumerate(tokens):
         if not isinstance(t, str) or not t.strip():
-            raise SpecError("tokens", f"token {i} is empty or not a string")
+            raise SpecError("tokens", Message("empty_token", i=i))
         if len(t) > limits.max_token_chars:
             raise SpecError("tokens", f"token {i} is {len(t)} characters long, over {limits.max_token_chars}")
     n = len(tokens)
     max_n = min(limits.max_tokens, p.n_ctx)
     if n > max_n:
-        raise SpecError("tokens", f"{n} tokens is more than the {max_n} this server traces for {preset}")
+        raise SpecError("tokens", Message("too_many_tokens", n=n, limit=max_n, model=preset))
 
     if given:
         if d_model > limits.max_explicit_d_model:
@@ -560,9 +557,9 @@ def make_decode_spec(
     if spec.kv_tokens:
         raise SpecError("kv_tokens", "the KV cache here is a decoder's self-attention cache")
     if max_tokens is not None and spec.n_tokens > max_tokens:
-        raise SpecError("tokens", f"decoding step by step is offered up to {max_tokens} tokens")
+        raise SpecError("tokens", Message("decode_max", limit=max_tokens))
     if not 1 <= prefill <= spec.n_tokens:
-        raise SpecError("prefill", f"must be between 1 and the {spec.n_tokens} tokens")
+        raise SpecError("prefill", Message("prefill_range", n=spec.n_tokens))
     return replace(spec, mask=mask or "causal"), prefill
 
 

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from .block import BlockWeights, feed_forward, normalise
 from .device import CPU
-from .errors import SpecError
+from .errors import Message, SpecError
 from .positions import rotate
 from .sources import seed_of
 
@@ -97,7 +97,9 @@ def make_config(**given: Any) -> TrainConfig:
     c = TrainConfig(**given)
     for name, choices in (("task", TASKS), ("positions", POSITIONS), ("device", ("cpu", "cuda"))):
         if getattr(c, name) not in choices:
-            raise SpecError(name, f"unknown {name} {getattr(c, name)!r}; choose one of {', '.join(choices)}")
+            raise SpecError(
+                name, Message("unknown_choice", kind=name, value=getattr(c, name), choices=", ".join(choices))
+            )
     for name, (low, high) in LIMITS.items():
         value = getattr(c, name)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

@@ -119,7 +119,7 @@ async def create_room(request: Request, rooms: RoomsDep, body: ViewIn | None = N
     """Start a room on a view (default: the lab's start). The teacher token in the answer is never shown again."""
     body = body or ViewIn()
     page, query = rooms.view(body.page, body.query)  # a body the schema refuses: 422 whatever this address did before
-    rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
+    await rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
     await check_view(request.app, page, query)
     room, token = await rooms.create(page, query, client_address(request))
     out = {"code": room.code, "teacher_token": token, "join_url": join_url(request, room.code), "page": room.page,
@@ -231,7 +231,7 @@ async def events(
     every change, `poll` when a poll opens or closes, `end`; a comment every few seconds keeps proxies open. A
     `retry:` hint says when to reconnect; `retry` (no id) says the stream ends because the room store went away:
     reconnect with Last-Event-ID (a 503 with Retry-After while it is still away)."""
-    rooms.joins.check(client_address(request), "events", "joins from this address")
+    await rooms.joins.check(client_address(request), "events", "joins from this address")
     room = await rooms.room(code, request)
     after = last_event(last_event_id)
     await rooms.store.listening()  # Redis: not before this process receives the room's events again
@@ -319,7 +319,7 @@ async def _poll_of(rooms: Rooms, room: Room, poll_id: str, request: Request) -> 
     """The room's poll; a poll id not found costs what an unknown code does."""
     poll = await rooms.store.poll(room.code, poll_id[:16])
     if poll is None:
-        rooms.missed(request)
+        await rooms.missed(request)
         raise RoomError(404, "poll", f"no poll {poll_id[:16]!r} in room {room.code}")
     return poll
 
@@ -361,8 +361,8 @@ async def poll_results(code: str, poll_id: NotLesson, request: Request, rooms: R
     409: problem_doc("The poll is closed")})  # fmt: skip
 async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request, rooms: RoomsDep) -> Response:
     address = client_address(request)
-    rooms.address_answers.check(address, "answer", "answers from this address")
-    rooms.answers.check(f"{address}/{body.student}", "answer", "answers from this student")
+    await rooms.address_answers.check(address, "answer", "answers from this address")
+    await rooms.answers.check(f"{address}/{body.student}", "answer", "answers from this student")
     room = await rooms.room(code, request)
     poll = await _poll_of(rooms, room, poll_id, request)
     if poll.status != "open":

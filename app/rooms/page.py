@@ -128,7 +128,7 @@ def _refused_page(request: Request, rooms: Rooms, exc: RoomError, message: str |
 async def follow(code: str, request: Request, rooms: RoomsDep) -> Response:
     """A student joins: the browser remembers the room and opens the teacher's current view, following it."""
     try:
-        rooms.joins.check(client_address(request), "join", "joins from this address")
+        await rooms.joins.check(client_address(request), "join", "joins from this address")
         room = await rooms.room(code, request)
     except RoomError as exc:
         return _refused_page(request, rooms, exc)
@@ -153,7 +153,7 @@ async def join_confirmed(code: str, request: Request, rooms: RoomsDep) -> Respon
     form = await _form(request)
     try:
         check_same_origin(request)
-        rooms.joins.check(client_address(request), "join", "joins from this address")
+        await rooms.joins.check(client_address(request), "join", "joins from this address")
         room = await rooms.room(code, request)
     except RoomError as exc:
         return _refused_page(request, rooms, exc, str(exc) if exc.status == 403 else None)
@@ -210,7 +210,7 @@ async def start(request: Request, rooms: RoomsDep) -> Response:
             page, query = current.page, current.query
         return RedirectResponse(view_url(page, query, lang, _presenting(form.get("query", ""))), 303)
     try:
-        rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
+        await rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
         page, query = rooms.view(form.get("page", "/"), form.get("query", ""))
         await rooms.ready()  # rooms that are off say so before anything is rendered
         await check_view(request.app, page, query)  # a view the lab refuses is refused here too, as by the API
@@ -274,7 +274,7 @@ async def pair_take(code: str, secret: str, request: Request, rooms: RoomsDep) -
         check_same_origin(request)
         room = await rooms.room(code, request)
         if not await rooms.store.take_pairing(room.code, token_hash(secret[:64])):
-            rooms.missed(request)  # guessing pairing secrets costs what guessing codes does
+            await rooms.missed(request)  # guessing pairing secrets costs what guessing codes does
             raise RoomError(410, "pair", t("room.pair_used"))
         if len(room.devices) >= rooms.settings.room_max_devices:
             raise RoomError(409, "pair", t("room.pair_full", n=rooms.settings.room_max_devices))

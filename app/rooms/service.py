@@ -11,13 +11,15 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import unquote, unquote_plus
 
 from fastapi import Depends, Request
+from limits import RateLimitItemPerMinute
+from limits.aio.storage import MemoryStorage, RedisStorage, Storage
+from limits.aio.strategies import MovingWindowRateLimiter
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message
 
@@ -64,40 +66,38 @@ def store_errors() -> Iterator[None]:
 
 
 class RateLimit:
-    """A token bucket per key: `per_minute` events, in bursts of up to that many. Keys are bounded (the least
-    recently seen are forgotten first), so a flood of addresses cannot grow memory without end."""
+    """`per_minute` events per key in any minute (`limits`' moving window): counted in this process, or under
+    `--redis` in Redis, so that one limit holds across every worker and machine. A storage that fails is
+    `store_down`'s 503."""
 
-    def __init__(self, per_minute: int, max_keys: int = 50_000, clock: Any = time.monotonic) -> None:
-        self.rate = per_minute / 60.0
-        self.burst = float(per_minute)
-        self.max_keys = max_keys
-        self.clock = clock
-        self.buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+    def __init__(self, storage: Storage, name: str, per_minute: int) -> None:
+        self.limiter = MovingWindowRateLimiter(storage)
+        self.item = RateLimitItemPerMinute(per_minute, namespace=name)
 
-    def wait(self, key: str) -> float:
+    async def wait(self, key: str) -> float:
         """0 when allowed (and counted), else the seconds until it would be."""
-        now = self.clock()
-        tokens = self._tokens(key, now)
-        allowed = tokens >= 1
-        self.buckets.pop(key, None)  # put back last: the most recently seen
-        self.buckets[key] = (tokens - 1 if allowed else tokens, now)  # an event allowed spends a token
-        while len(self.buckets) > self.max_keys:
-            self.buckets.popitem(last=False)
-        return 0.0 if allowed else (1 - tokens) / self.rate
+        with store_errors():
+            return 0.0 if await self.limiter.hit(self.item, key) else await self.due(key)
 
-    def due(self, key: str) -> float:
+    async def due(self, key: str) -> float:
         """Like `wait`, without counting: 0 while the key has an event left, else the seconds until it will."""
-        tokens = self._tokens(key, self.clock())
-        allowed = tokens >= 1
-        return 0.0 if allowed else (1 - tokens) / self.rate
+        with store_errors():
+            if await self.limiter.test(self.item, key):
+                return 0.0
+            reset, _ = await self.limiter.get_window_stats(self.item, key)
+        return max(reset - time.time(), 0.001)
 
-    def _tokens(self, key: str, now: float) -> float:
-        """The key's tokens at `now`: its last count, refilled since at `rate` up to `burst`."""
-        tokens, last = self.buckets.get(key, (self.burst, now))
-        return min(self.burst, tokens + (now - last) * self.rate)
+    async def check(self, key: str, field: str, what: str) -> None:
+        refuse(await self.wait(key), field, what)
 
-    def check(self, key: str, field: str, what: str) -> None:
-        refuse(self.wait(key), field, what)
+
+def rate_storage(redis_url: str | None) -> Storage:
+    """Where rate limits count: this process's memory, or the lab's Redis (`serve --redis`), as `limits` names it."""
+    if not redis_url:
+        return MemoryStorage()
+    scheme, rest = redis_url.split("://", 1)
+    uri = f"async+{'redis+unix' if scheme == 'unix' else scheme}://{rest}"
+    return RedisStorage(uri, implementation="redispy", key_prefix="attention-lab:limits")
 
 
 def refuse(wait: float, field: str, what: str) -> None:
@@ -227,12 +227,13 @@ class Rooms:
                     "one worker's memory would be invisible to the others; start it with --redis redis://HOST:PORT/0 "
                     "or with one worker"
                 )
-        self.joins = RateLimit(settings.room_joins_per_minute)
-        self.answers = RateLimit(settings.room_answers_per_minute)
-        self.creates = RateLimit(settings.room_creates_per_minute)
-        self.address_answers = RateLimit(settings.room_answers_per_address_per_minute)
+        rates = rate_storage(settings.redis_url)
+        self.joins = RateLimit(rates, "room-joins", settings.room_joins_per_minute)
+        self.answers = RateLimit(rates, "room-answers", settings.room_answers_per_minute)
+        self.creates = RateLimit(rates, "room-creates", settings.room_creates_per_minute)
+        self.address_answers = RateLimit(rates, "room-address-answers", settings.room_answers_per_address_per_minute)
         # One budget per address for every lookup that finds nothing (a code, a poll): guessing codes is slow.
-        self.misses = RateLimit(settings.room_unknown_codes_per_minute)
+        self.misses = RateLimit(rates, "room-misses", settings.room_unknown_codes_per_minute)
         self.started = False
 
     def view(self, page: str, query: str) -> tuple[str, str]:
@@ -275,7 +276,7 @@ class Rooms:
         lookup that finds nothing counts against it (ROOM_UNKNOWN_CODES_PER_MINUTE); past it, every lookup from there
         is a 429 (found or not, so that the answers tell a guesser nothing) until the budget refills."""
         await self.ready()
-        refuse(self.misses.due(client_address(request)), "code", "lookups of class codes that do not exist from this "
+        refuse(await self.misses.due(client_address(request)), "code", "lookups of class codes that do not exist from this "
                "address")  # fmt: skip
         return normal_code(raw_code)
 
@@ -285,13 +286,13 @@ class Rooms:
         with store_errors():
             room = await self.store.get(code) if code else None
         if room is None:
-            self.missed(request)
+            await self.missed(request)
             raise RoomError(404, "code", f"no open room {raw_code[:12]!r}; check the code on the projector")
         return room
 
-    def missed(self, request: Request) -> None:
+    async def missed(self, request: Request) -> None:
         """Count a lookup that found nothing under a room (a poll id) against the same budget as codes."""
-        self.misses.wait(client_address(request))
+        await self.misses.wait(client_address(request))
 
     async def teacher(self, request: Request, raw_code: str) -> Room:
         """The room, when the request carries its teacher token (Authorization: Bearer, or the teacher's cookie)."""

@@ -4,18 +4,18 @@ Hugging Face directory (.zip). The page /train uses this API; so can scripts and
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, FastAPI, HTTPException, Path, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.train import LIMITS, TrainConfig, make_config
 
 from ..schemas import ERRORS, FieldError
+from ..web.sse import RESPONSES, EventSourceResponse, ServerSentEvent, event, stream
 from .presets import Presets
 from .runs import Busy, Job, Runs
 
@@ -134,51 +134,38 @@ async def state(request: Request, run_id: RunId) -> Response:
     return Response(orjson.dumps((await job_of(request, run_id)).state()), media_type="application/json")
 
 
-@router.get("/{run_id}/events", summary="Follow a training run as server-sent events", response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}})  # fmt: skip
-async def events(request: Request, run_id: RunId) -> StreamingResponse:
+@router.get("/{run_id}/events", summary="Follow a training run as server-sent events",
+            response_class=EventSourceResponse, responses=RESPONSES | {404: {"description": "no such run"}})  # fmt: skip
+async def events(request: Request, run_id: RunId) -> EventSourceResponse:
     """`event: state` (the run so far), then `step`, `eval`, `snapshot` (without the weights) as they happen and
-    `end`; a comment every few seconds while nothing happens. Each event has its number as its id: a client that
-    reconnects with `Last-Event-ID` (any web worker) gets the events after it, without the state again."""
+    `end`; a comment every few seconds. Each event has its number as its id: a client that reconnects with
+    `Last-Event-ID` (any web worker) gets the events after it, without the state again."""
     job = await job_of(request, run_id)
     after = request.headers.get("last-event-id", "")
     resume = int(after) if after.isdigit() and int(after) <= len(job.events) else None
-    return StreamingResponse(follow(request, job, resume), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})  # fmt: skip
+    return stream(follow(runs_of(request), job, resume), KEEPALIVE_S)
 
 
-def sse(kind: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return (head + f"event: {kind}\ndata: ").encode() + orjson.dumps(data) + b"\n\n"
-
-
-async def follow(request: Request, job: Job, resume: int | None = None) -> AsyncIterator[bytes]:
-    runs = runs_of(request)
+async def follow(runs: Runs | RedisRuns, job: Job, resume: int | None = None) -> AsyncIterator[ServerSentEvent]:
+    """The run's events from `resume` (None: its state first); ends with its `end`. A client that leaves cancels it
+    (the run goes on: a page that left does not stop it)."""
     if resume is None:
         sent = len(job.events)
-        yield sse("state", job.state(), sent)
+        yield event("state", job.state(), sent)
         if not job.live and sent == len(job.events):
-            yield sse("end", {"status": job.status, "step": job.run.step, "message": job.message})
+            yield event("end", {"status": job.status, "step": job.run.step, "message": job.message})
             return
     else:
         sent = resume
-    quiet = time.monotonic()
     while True:
-        if await request.is_disconnected():
-            return  # the run goes on: a page that left does not stop it
         new = job.events[sent:]
         for kind, data in new:
             sent += 1
-            yield sse(kind, data, sent)
+            yield event(kind, data, sent)
             if kind == "end":
                 return
-        if new:
-            quiet = time.monotonic()
-        else:
+        if not new:
             await runs.wait(job, sent, 1.0)
-            if time.monotonic() - quiet >= KEEPALIVE_S:
-                quiet = time.monotonic()
-                yield b": keep-alive\n\n"
 
 
 @router.post("/{run_id}/stop", summary="Stop a training run", responses={404: {"description": "no such run"}})

@@ -12,7 +12,6 @@ import json
 import re
 import string
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -69,16 +68,27 @@ def translator(lang: str) -> Callable[..., str]:
     return t
 
 
-@lru_cache(maxsize=1)
-def _error_patterns() -> dict[str, list[tuple[re.Pattern[str], str]]]:
-    raw = json.loads((LOCALES / "errors.json").read_text(encoding="utf-8"))
-    return {lang: [(re.compile(p), template) for p, template in rules] for lang, rules in raw.items()}
+ERRORS = json.loads((LOCALES / "errors.json").read_text(encoding="utf-8"))
+# A message by its code (engine.errors.Message; "pydantic.<type>" for validation errors, filled from their ctx).
+ERROR_CODES: dict[str, dict[str, str]] = {lang: ERRORS.get(lang, {}) for lang in LANGS}
+# The app's messages that carry no code yet, matched whole (their raise sites still write English).
+ERROR_PATTERNS: dict[str, list[tuple[re.Pattern[str], str]]] = {
+    lang: [(re.compile(p), template) for p, template in ERRORS.get(f"{lang}_by_english", [])] for lang in LANGS
+}
 
 
 def error_message(message: str, lang: str) -> str:
-    """An engine or validation message (always English at the source: the API's words) in the page's language,
-    by the first pattern of locales/errors.json that matches it whole; unmatched messages stay as they are."""
-    for pattern, template in _error_patterns().get(lang, []):
+    """An engine or validation message (always English at the source: the API's words) in the page's language: by
+    its code and parameters from locales/errors.json when it carries them (`engine.errors.Message`), else by the
+    first pattern of the app's uncoded messages that matches it whole; anything else stays as it is."""
+    code = getattr(message, "code", None)
+    template = ERROR_CODES.get(lang, {}).get(code) if code else None
+    if template is not None:
+        try:
+            return _PLURAL.format(template, **getattr(message, "params", {}))
+        except (KeyError, IndexError, ValueError):  # a validation error whose ctx lacks a parameter: its English
+            return message
+    for pattern, template in ERROR_PATTERNS.get(lang, []):
         m = pattern.fullmatch(message)
         if m:
             return template.format(*m.groups())

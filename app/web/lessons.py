@@ -9,130 +9,146 @@ Every step also holds a prepared classroom poll on its question, so a teacher ca
     "poll": {"kind": "choice", "en": ["…", "…"], "zh": ["…", "…"], "answer": 0}   the key: an index from 0
     "poll": {"kind": "cell", "answer": [row, col]}     students click a cell of the matrix the step shows
 
-A choice poll has 2 to 5 options, the same ones in the same order in both languages. A malformed poll stops the
-server at start (a ValueError naming the lesson and the step), never a broken poll in front of a class.
+A choice poll has 2 to 5 options, the same ones in the same order in both languages. The file is read by the
+pydantic models below (`Lesson`, `Step`, `ChoicePoll`, `CellPoll`); a malformed lesson stops the server at start (a
+ValueError naming the lesson, the step and the field), never a broken poll in front of a class.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, NamedTuple
 from urllib.parse import urlencode
 
-PARTS = ("look", "question", "answer")
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, model_validator
+
 LANGS = ("en", "zh")
-POLL_KINDS = ("choice", "cell")
 MIN_OPTIONS, MAX_OPTIONS = 2, 5
 MAX_OPTION_CHARS = 60  # the rooms API takes 80; a phone's button takes about this many
 MAX_PROMPT_CHARS = 300  # the rooms API's limit on a poll's prompt
 
+Index = Annotated[int, Field(ge=0)]  # a whole number from 0 (strict: JSON's true/false are not numbers here)
+Option = Annotated[str, StringConstraints(min_length=1, max_length=MAX_OPTION_CHARS, pattern=r"^\S(.*\S)?$")]
+Options = Annotated[list[Option], Field(min_length=MIN_OPTIONS, max_length=MAX_OPTIONS)]
 
-@dataclass(frozen=True)
-class LessonPoll:
-    """A step's question as a classroom poll: the options in each language (none for a cell poll) and the key."""
 
-    kind: str  # "choice" or "cell"
-    options: dict[str, tuple[str, ...]]  # language → options; empty for a cell poll
-    answer: int | tuple[int, int]  # the correct option's index, or the cell (row, col) from 0
+class Data(BaseModel):
+    """lessons.json's objects: exactly these fields, of exactly these types, read once and never changed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class ChoicePoll(Data):
+    """A step's question as a choice: the same options in the same order in both languages, and the key's index."""
+
+    kind: Literal["choice"]
+    en: Options
+    zh: Options
+    answer: Index
+
+    @model_validator(mode="after")
+    def _agree(self) -> ChoicePoll:
+        for lang, opts in self.options.items():
+            if len(set(opts)) != len(opts):
+                raise ValueError(f"{lang} options repeat: {opts}")
+        if len(self.en) != len(self.zh):
+            raise ValueError(f"the languages must have the same options, in the same order; counts {len(self.en)}, "
+                             f"{len(self.zh)}")  # fmt: skip
+        if self.answer >= len(self.en):
+            raise ValueError(f"answer must be an option's index, 0 to {len(self.en) - 1}, not {self.answer}")
+        return self
+
+    @property
+    def options(self) -> dict[str, list[str]]:
+        return {"en": self.en, "zh": self.zh}
 
     def for_lang(self, question: str, lang: str) -> dict[str, Any]:
-        """The body of POST /api/v1/rooms/<code>/polls: the question, the options in `lang`, and the key (the
-        option's text, or "row,col")."""
-        if self.kind == "cell":
-            assert isinstance(self.answer, tuple)
-            return {"prompt": question, "kind": "cell", "options": [], "answer": f"{self.answer[0]},{self.answer[1]}"}
-        assert isinstance(self.answer, int)
-        options = self.options.get(lang, self.options["en"])
+        """The body of POST /api/v1/rooms/<code>/polls: the question, the options in `lang`, and the key's text."""
+        options = self.options.get(lang, self.en)
         return {"prompt": question, "kind": "choice", "options": list(options), "answer": options[self.answer]}
 
 
-@dataclass(frozen=True)
-class Step:
+class CellPoll(Data):
+    """A step's question as a cell of the matrix it shows: the key is (row, col) from 0."""
+
+    kind: Literal["cell"]
+    answer: tuple[Index, Index]
+
+    @property
+    def options(self) -> dict[str, list[str]]:
+        return {}
+
+    def for_lang(self, question: str, lang: str) -> dict[str, Any]:
+        """The body of POST /api/v1/rooms/<code>/polls: the question and the key, "row,col"."""
+        return {"prompt": question, "kind": "cell", "options": [], "answer": f"{self.answer[0]},{self.answer[1]}"}
+
+
+LessonPoll = Annotated[ChoicePoll | CellPoll, Field(discriminator="kind")]
+
+
+class Texts(NamedTuple):
+    """A step in one language: what to look at, the question, the answer."""
+
+    look: str
+    question: str
+    answer: str
+
+
+class Step(Data):
     url: str  # a lab URL without `lang`; the page adds the reader's language
-    en: tuple[str, str, str]  # what to look at, the question, the answer
-    zh: tuple[str, str, str]
+    en: Texts
+    zh: Texts
     poll: LessonPoll | None = None
 
-    def text(self, lang: str) -> tuple[str, str, str]:
+    @model_validator(mode="after")
+    def _askable(self) -> Step:
+        """A poll's prompt is the step's question, so each language's must fit the rooms API."""
+        for lang in LANGS if self.poll else ():
+            question = self.text(lang).question
+            if not question.strip() or len(question) > MAX_PROMPT_CHARS:
+                raise ValueError(f"poll: the {lang} question is its prompt: 1 to {MAX_PROMPT_CHARS} characters")
+        return self
+
+    def text(self, lang: str) -> Texts:
         return self.zh if lang == "zh" else self.en
 
 
-@dataclass(frozen=True)
-class Lesson:
+class Lesson(Data):
     slug: str
     title: dict[str, str]
     steps: tuple[Step, ...]
 
 
 DATA = Path(__file__).with_name("lessons.json")
-
-
-def is_index(x: object) -> bool:
-    """A whole number from 0 (JSON's true/false are not numbers here)."""
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
-
-
-def parse_poll(raw: object, questions: dict[str, str]) -> LessonPoll:
-    """One step's "poll" object, checked; any fault is a ValueError saying what is wrong."""
-    if not isinstance(raw, dict):
-        raise ValueError("poll: must be an object")
-    kind = raw.get("kind")
-    if kind not in POLL_KINDS:
-        raise ValueError(f"poll: unknown kind {kind!r} (one of {', '.join(POLL_KINDS)})")
-    for lang, question in questions.items():
-        if not question.strip() or len(question) > MAX_PROMPT_CHARS:
-            raise ValueError(f"poll: the {lang} question is its prompt: 1 to {MAX_PROMPT_CHARS} characters")
-    answer = raw.get("answer")
-    if kind == "cell":
-        if extra := set(raw) - {"kind", "answer"}:
-            raise ValueError(f"poll: a cell poll has only kind and answer, not {sorted(extra)}")
-        if not (isinstance(answer, list) and len(answer) == 2 and all(is_index(a) for a in answer)):
-            raise ValueError(f"poll: a cell poll's answer is [row, col], two whole numbers from 0, not {answer!r}")
-        return LessonPoll("cell", {}, (answer[0], answer[1]))
-    if set(raw) != {"kind", "answer", *LANGS}:
-        raise ValueError(f"poll: a choice poll has kind, answer and options in {', '.join(LANGS)}; got {sorted(raw)}")
-    options: dict[str, tuple[str, ...]] = {}
-    for lang in LANGS:
-        opts = raw[lang]
-        if not (isinstance(opts, list) and all(isinstance(o, str) for o in opts)):
-            raise ValueError(f"poll: {lang} options must be a list of strings")
-        if not MIN_OPTIONS <= len(opts) <= MAX_OPTIONS:
-            raise ValueError(f"poll: {MIN_OPTIONS} to {MAX_OPTIONS} options, {lang} has {len(opts)}")
-        for o in opts:
-            if not o.strip() or o != o.strip() or len(o) > MAX_OPTION_CHARS:
-                raise ValueError(f"poll: {lang} option {o!r}: 1 to {MAX_OPTION_CHARS} characters, no outer spaces")
-        if len(set(opts)) != len(opts):
-            raise ValueError(f"poll: {lang} options repeat: {opts}")
-        options[lang] = tuple(opts)
-    lengths = {lang: len(o) for lang, o in options.items()}
-    if len(set(lengths.values())) != 1:
-        raise ValueError(f"poll: the languages must have the same options, in the same order; counts {lengths}")
-    if not (isinstance(answer, int) and is_index(answer) and answer < lengths["en"]):
-        raise ValueError(f"poll: answer must be an option's index, 0 to {lengths['en'] - 1}, not {answer!r}")
-    return LessonPoll("choice", options, answer)
-
-
-def parse_step(s: dict[str, Any]) -> Step:
-    en, zh = (tuple(s[lang][p] for p in PARTS) for lang in LANGS)
-    poll = parse_poll(s["poll"], {"en": en[1], "zh": zh[1]}) if "poll" in s else None
-    return Step(s["url"], en, zh, poll)
+LESSONS_JSON = TypeAdapter(tuple[Lesson, ...])
 
 
 def load(path: Path = DATA) -> tuple[Lesson, ...]:
-    """The lessons in `path`; a malformed step raises ValueError naming its lesson and step (from 1)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    lessons = []
-    for item in data:
-        steps = []
-        for k, s in enumerate(item["steps"], start=1):
-            try:
-                steps.append(parse_step(s))
-            except ValueError as exc:
-                raise ValueError(f"{path.name}: lesson {item['slug']!r}, step {k}: {exc}") from exc
-        lessons.append(Lesson(item["slug"], dict(item["title"]), tuple(steps)))
-    return tuple(lessons)
+    """The lessons in `path`; a malformed one raises ValueError naming each fault's lesson, step (from 1) and field."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        return LESSONS_JSON.validate_json(text)
+    except ValidationError as exc:
+        raw = TypeAdapter(Any).validate_json(text)
+        raise ValueError(f"{path.name}: " + "; ".join(fault(raw, e["loc"], e["msg"]) for e in exc.errors())) from None
+
+
+def fault(raw: Any, loc: tuple[int | str, ...], msg: str) -> str:
+    """One validation error as the lessons' author reads it: "lesson 'scale', step 2: poll.en[1]: <msg>"."""
+    where: list[str] = []
+    rest = list(loc)
+    if rest and isinstance(i := rest[0], int):
+        slug = raw[i].get("slug") if isinstance(raw[i], dict) else None
+        where.append(f"lesson {slug!r}" if isinstance(slug, str) else f"lesson {i + 1}")
+        rest = rest[1:]
+        if len(rest) > 1 and rest[0] == "steps" and isinstance(k := rest[1], int):
+            where.append(f"step {k + 1}")
+            rest = rest[2:]
+    if rest[:1] == ["poll"] and rest[1:2] in (["choice"], ["cell"]):
+        del rest[1]  # the poll's kind, which pydantic names as the union's member
+    field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in rest).lstrip(".")
+    return ", ".join(where) + (f": {field}" if field else "") + ": " + msg.removeprefix("Value error, ")
 
 
 LESSONS: tuple[Lesson, ...] = load()

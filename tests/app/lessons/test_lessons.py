@@ -199,32 +199,33 @@ def test_the_languages_ask_the_same_poll():
 # ---- a malformed poll stops the server at start, naming its lesson and step ------------------------------------
 
 GOOD = {"kind": "choice", "en": ["yes", "no"], "zh": ["是", "否"], "answer": 0}
-MALFORMED = {
-    "unknown kind": ({"kind": "slider", "answer": 0}, "unknown kind"),
-    "no kind": ({"en": ["yes", "no"], "zh": ["是", "否"], "answer": 0}, "unknown kind"),
-    "answer past the options": (GOOD | {"answer": 2}, "index"),
-    "negative answer": (GOOD | {"answer": -1}, "index"),
-    "answer as text": (GOOD | {"answer": "yes"}, "index"),
-    "answer as a bool": (GOOD | {"answer": True}, "index"),
-    "no answer": ({k: v for k, v in GOOD.items() if k != "answer"}, "kind, answer"),
-    "languages differ in length": (GOOD | {"zh": ["是", "否", "也许"]}, "same options"),
-    "a language missing": ({k: v for k, v in GOOD.items() if k != "zh"}, "kind, answer"),
-    "a misspelt field": (GOOD | {"anwser": 1}, "kind, answer"),
-    "duplicate options": (GOOD | {"en": ["yes", "yes"]}, "repeat"),
-    "one option": (GOOD | {"en": ["yes"], "zh": ["是"]}, "2 to 5"),
-    "six options": (GOOD | {"en": list("abcdef"), "zh": list("甲乙丙丁戊己")}, "2 to 5"),
-    "over-long option": (GOOD | {"en": ["yes", "n" + "o" * 60]}, "1 to 60"),
-    "empty option": (GOOD | {"zh": ["是", " "]}, "1 to 60"),
-    "options not a list": (GOOD | {"en": "yes, no"}, "list of strings"),
-    "cell answer of one number": ({"kind": "cell", "answer": [0]}, "two whole numbers"),
-    "cell answer negative": ({"kind": "cell", "answer": [-1, 0]}, "two whole numbers"),
-    "cell answer as text": ({"kind": "cell", "answer": "0,0"}, "two whole numbers"),
-    "cell answer of strings": ({"kind": "cell", "answer": ["0", "0"]}, "two whole numbers"),
-    "cell answer fractional": ({"kind": "cell", "answer": [0, 1.5]}, "two whole numbers"),
-    "cell answer bool": ({"kind": "cell", "answer": [True, 0]}, "two whole numbers"),
-    "cell poll with options": ({"kind": "cell", "answer": [0, 0], "en": ["a", "b"]}, "only kind and answer"),
-    "not an object": (["yes", "no"], "an object"),
-}
+MALFORMED = {  # each refused naming the field (pydantic's path from the step) and the rule it breaks
+    "unknown kind": ({"kind": "slider", "answer": 0}, "poll: Input tag 'slider' found using 'kind' does not match"),
+    "no kind": ({"en": ["yes", "no"], "zh": ["是", "否"], "answer": 0}, "poll: Unable to extract tag using discriminator"),
+    "answer past the options": (GOOD | {"answer": 2}, "poll: answer must be an option's index, 0 to 1, not 2"),
+    "negative answer": (GOOD | {"answer": -1}, "poll.answer: Input should be greater than or equal to 0"),
+    "answer as text": (GOOD | {"answer": "yes"}, "poll.answer: Input should be a valid integer"),
+    "answer as a bool": (GOOD | {"answer": True}, "poll.answer: Input should be a valid integer"),
+    "no answer": ({k: v for k, v in GOOD.items() if k != "answer"}, "poll.answer: Field required"),
+    "languages differ in length": (GOOD | {"zh": ["是", "否", "也许"]}, "poll: the languages must have the same options"),
+    "a language missing": ({k: v for k, v in GOOD.items() if k != "zh"}, "poll.zh: Field required"),
+    "a misspelt field": (GOOD | {"anwser": 1}, "poll.anwser: Extra inputs are not permitted"),
+    "duplicate options": (GOOD | {"en": ["yes", "yes"]}, "poll: en options repeat"),
+    "one option": (GOOD | {"en": ["yes"], "zh": ["是"]}, "poll.en: List should have at least 2 items"),
+    "six options": (GOOD | {"en": list("abcdef"), "zh": list("甲乙丙丁戊己")}, "poll.en: List should have at most 5"),
+    "over-long option": (GOOD | {"en": ["yes", "n" + "o" * 60]}, "poll.en[1]: String should have at most 60 characters"),
+    "empty option": (GOOD | {"zh": ["是", " "]}, "poll.zh[1]: String should match pattern"),
+    "an option with outer spaces": (GOOD | {"en": [" yes", "no"]}, "poll.en[0]: String should match pattern"),
+    "options not a list": (GOOD | {"en": "yes, no"}, "poll.en: Input should be a valid array"),
+    "cell answer of one number": ({"kind": "cell", "answer": [0]}, "poll.answer[1]: Field required"),
+    "cell answer negative": ({"kind": "cell", "answer": [-1, 0]}, "poll.answer[0]: Input should be greater than or"),
+    "cell answer as text": ({"kind": "cell", "answer": "0,0"}, "poll.answer: Input should be a valid array"),
+    "cell answer of strings": ({"kind": "cell", "answer": ["0", "0"]}, "poll.answer[0]: Input should be a valid integer"),
+    "cell answer fractional": ({"kind": "cell", "answer": [0, 1.5]}, "poll.answer[1]: Input should be a valid integer"),
+    "cell answer bool": ({"kind": "cell", "answer": [True, 0]}, "poll.answer[0]: Input should be a valid integer"),
+    "cell poll with options": ({"kind": "cell", "answer": [0, 0], "en": ["a", "b"]}, "poll.en: Extra inputs are not"),
+    "not an object": (["yes", "no"], "poll: Input should be an object"),
+}  # fmt: skip
 
 
 def _write_with_poll(tmp_path: Path, poll: object, question: str | None = None) -> Path:
@@ -256,9 +257,9 @@ def test_the_real_lessons_and_a_good_poll_load(tmp_path):
 def test_a_malformed_poll_is_refused_at_load(tmp_path, poll, says):
     from app.web.lessons import load
 
-    with pytest.raises(ValueError, match=r"lesson 'scale', step 2: poll") as refused:
+    with pytest.raises(ValueError, match=r"^lessons\.json: lesson 'scale', step 2: poll") as refused:
         load(_write_with_poll(tmp_path, poll))
-    assert says in str(refused.value)
+    assert f"lesson 'scale', step 2: {says}" in str(refused.value)
 
 
 def test_a_question_too_long_to_ask_is_refused_at_load(tmp_path):
