@@ -94,10 +94,7 @@ def test_a_request_that_names_its_key_is_known_by_it() -> None:
             gate.clear()
             asked = threading.Thread(target=lambda h=header: client.get("/_named?x=1", headers={"X-Progress-Key": h}))
             asked.start()
-            deadline = time.monotonic() + 10
-            while (r := poll(client, key)).status_code == 404 and time.monotonic() < deadline:
-                time.sleep(0.02)  # polls for the state (served), as a page does
-            assert r.status_code == 200, (header, r.text)
+            wait_until(lambda k=key: poll(client, k).status_code == 200, what=f"{header}'s request known by its key")
             gate.set()
             asked.join(30)
             assert poll(client, key).status_code == 404
