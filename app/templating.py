@@ -12,7 +12,8 @@ from .render.predicted import small
 from .schemas import BlockRequest, request_fields
 from .web.knockouts import heads_typed
 from .web.lessons import LESSONS
-from .web.share import FOLLOWABLE, label_svg
+from .web import registry
+from .web.share import label_svg
 from .web.state import Common, url_fields
 
 if TYPE_CHECKING:
@@ -21,7 +22,10 @@ if TYPE_CHECKING:
 TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).resolve().parent.parent / "templates"))
 TEMPLATES.env.globals["zip"] = zip
 # A page a class can follow: it offers "Start a class" (app/rooms).
-TEMPLATES.env.globals["followable"] = lambda path: FOLLOWABLE.fullmatch(path) is not None
+TEMPLATES.env.globals["followable"] = registry.followable
+# The header's menu (templates/_base.html): the registry's pages, each row in order, and the entry a page marks.
+TEMPLATES.env.globals["nav"] = registry.nav
+TEMPLATES.env.globals["nav_here"] = registry.here
 # Where a newcomer begins (the lab's "Start here" line, #42): the course's first lesson.
 TEMPLATES.env.globals["first_lesson"] = LESSONS[0]
 # `{{ kl | tiny }}`: a number that may be tiny, 3e-7 rather than 0.000.

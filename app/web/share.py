@@ -16,6 +16,8 @@ import struct
 from functools import lru_cache
 from urllib.parse import urlsplit
 
+from .registry import followable_pattern
+
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
 
@@ -110,7 +112,5 @@ def label_svg(svg: str, label: str) -> str:
     return svg[: opening.start()] + head + f"<title>{text}</title>" + rest
 
 
-# Pages a class can follow in a room (app/rooms): the lab and the pages built on it, not /embed, /docs or the API.
-FOLLOWABLE = re.compile(
-    r"^/(?:block|decode|lessons(?:/[a-z0-9-]{1,64})?|model|generate|predict|lens|sinks|tiles|demos|params|heads|patch|train)?$"
-)
+# Pages a class can follow in a room (app/rooms), from the page registry: the lab and the pages built on it.
+FOLLOWABLE = followable_pattern()
