@@ -18,7 +18,7 @@ from .schemas import BlockRequest, request_fields
 from .web.knockouts import heads_typed
 from .web.lessons import LESSONS
 from .web import registry
-from .web.share import label_svg
+from .web.share import QR
 from .web.state import Common, url_fields
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ TEMPLATES.env.filters["tiny"] = small
 # `{{ state.get('ablate') | heads_typed }}`: heads to knock out as the pages write them (L1 H0, not 1.0).
 TEMPLATES.env.filters["heads_typed"] = heads_typed
 # `{{ qr | qr_label(t('qr.label', url=…)) }}`: the QR code (app.web.share.qr_svg) named in the page's language.
-TEMPLATES.env.filters["qr_label"] = lambda svg, label: Markup(label_svg(str(svg), label))
+TEMPLATES.env.filters["qr_label"] = lambda qr, label: qr.svg(label) if isinstance(qr, QR) else qr
 
 
 def _carried(state: Any, lang: str) -> Markup:

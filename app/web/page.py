@@ -34,6 +34,7 @@ from ..lab import Lab, get_lab, request_key
 from ..limits import HttpMiddleware
 from ..render.payload import OPTIONS
 from ..schemas import FieldError
+from ..schemas.fields import Refused
 from ..templating import TEMPLATES
 from . import lessons
 from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
@@ -106,6 +107,8 @@ def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
     except SpecError as exc:
         ctx["error"] = [said(exc.field, exc.message)]
         ctx["status"] = 422
+        if isinstance(exc, Refused):  # what the page offers instead (a text too long: windows of it)
+            ctx.update(exc.shown)
     except Busy as exc:
         ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
         ctx["status"] = 503
