@@ -20,7 +20,7 @@ from engine.models import Model
 from ..lab import Lab
 from ..render.predicted import generators
 from ..schemas import FieldError, LabField, from_query
-from ..schemas.fields import Refused
+from ..web.page import Refused
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
 from ..web.sequence import DECODER, InputText, Preset, decoder
 from ..web.state import Params, ViewState, flag_on, integer, param, parse_int, show

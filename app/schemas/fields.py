@@ -21,15 +21,6 @@ from engine.spec import Limits, SpecError
 FieldError = SpecError
 
 
-class Refused(SpecError):
-    """A refused field and what the page offers instead, shown beside the error (`shown`: the names the template
-    draws, e.g. the windows of a text too long for the view)."""
-
-    def __init__(self, field: str, message: str, shown: dict[str, Any]) -> None:
-        super().__init__(field, message)
-        self.shown = shown
-
-
 def head_within(value: int, n_heads: int, name: str = "head") -> int:
     """`value`, a head of a trace with `n_heads` heads, or a FieldError naming `name`."""
     if not 0 <= value < n_heads:

@@ -34,7 +34,6 @@ from ..lab import Lab, get_lab, request_key
 from ..limits import HttpMiddleware
 from ..render.payload import OPTIONS
 from ..schemas import FieldError
-from ..schemas.fields import Refused
 from ..templating import TEMPLATES
 from . import lessons
 from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
@@ -48,6 +47,15 @@ VARY = "HX-Request, Accept-Language, Accept"
 Build = Callable[[dict[str, Any]], Awaitable["View | None"]]
 PageView = Callable[[ViewState, Lab, str, dict[str, Any]], Awaitable[View]]  # (state, lab, progress key, ctx)
 StateOf = Callable[[Request, str, tuple[str, ...], type[Params]], ViewState]
+
+
+class Refused(SpecError):
+    """A refused field and what the page offers instead, shown beside the error (`shown`: the names the template
+    draws, e.g. the windows of a text too long for the view)."""
+
+    def __init__(self, field: str, message: str, shown: dict[str, Any]) -> None:
+        super().__init__(field, message)
+        self.shown = shown
 
 
 class JsonTwin(HttpMiddleware):
