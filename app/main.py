@@ -54,6 +54,7 @@ MATH_FONT_FACE = (
     "font-display: swap; }\n"
 )
 
+
 class LabApp(FastAPI):
     """FastAPI with the security headers outermost: Starlette always puts its ServerErrorMiddleware outside the
     user middleware, so a 500 would otherwise leave without them."""

@@ -15,9 +15,9 @@ from markupsafe import Markup, escape
 
 from .render.predicted import small
 from .schemas import BlockRequest, request_fields
+from .web import registry
 from .web.knockouts import heads_typed
 from .web.lessons import LESSONS
-from .web import registry
 from .web.share import QR
 from .web.state import Common, url_fields
 

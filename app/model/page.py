@@ -165,8 +165,12 @@ def knocks(lab: Lab, state: ViewState) -> bool:
 def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
     """What /model draws whatever its View says (an error page keeps the form's fields): the models its form offers,
     the API's answer for its request, the heads knocked out as typed."""
-    return {"models": lab.models, "json_url": api_url(state), "can_knock": knocks(lab, state),
-            "heads_text": state.get("ablate")}
+    return {
+        "models": lab.models,
+        "json_url": api_url(state),
+        "can_knock": knocks(lab, state),
+        "heads_text": state.get("ablate"),
+    }
 
 
 page_route(router, "/model", "model.html", KEYS, ModelParams, model_page_view, form)

@@ -20,8 +20,8 @@ from engine.models import Model
 from ..lab import Lab
 from ..render.predicted import generators
 from ..schemas import FieldError, LabField, from_query
-from ..web.page import Refused
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
+from ..web.page import Refused
 from ..web.sequence import DECODER, InputText, Preset, decoder
 from ..web.state import Params, ViewState, flag_on, integer, param, parse_int, show
 

@@ -38,8 +38,11 @@ def twins(
 
     # This module's annotations are evaluated where they are written (no postponed annotations): FastAPI reads
     # each route's parameters from its signature, the request model among them.
-    async def post(request: Request, req: Annotated[model, Body()],  # type: ignore[valid-type]
-                   lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    async def post(
+        request: Request,
+        req: Annotated[model, Body()],  # type: ignore[valid-type]
+        lab: Annotated[Lab, Depends(get_lab)],
+    ) -> Response:
         if (twice := duplicate_key(await request.body())) is not None:  # a GET refuses a field given twice too
             raise FieldError(twice, "is given more than once")
         return await answer(request, req, lab)

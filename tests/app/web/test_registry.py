@@ -27,7 +27,7 @@ def fake_client(monkeypatch: pytest.MonkeyPatch) -> TestClient:
 def test_a_registered_page_is_routed_in_the_menu_and_followable(fake_client: TestClient) -> None:
     page = fake_client.get("/fake?lang=zh")
     assert page.status_code == 200
-    more = page.text.split('data-more-nav', 1)[1].split("</details>", 1)[0]
+    more = page.text.split("data-more-nav", 1)[1].split("</details>", 1)[0]
     assert re.search(r'<a href="/fake\?lang=zh" aria-current="page">假页面</a>', more)  # in the menu, marked current
     assert 'action="/r" class="start-class"' in page.text  # followable: it offers "Start a class"
     assert registry.followable("/fake") and not registry.followable("/fake/x")
@@ -39,7 +39,17 @@ def test_the_registry_states_what_the_hand_lists_said() -> None:
     """The menu, the followable pages and the heavy ones as they were listed by hand before the registry."""
     assert [p.path for p in registry.nav("first")] == ["/", "/lessons", "/block", "/decode", "/model"]
     assert [p.path for p in registry.nav("more")] == [
-        "/sinks", "/generate", "/predict", "/lens", "/heads", "/train", "/tiles", "/demos", "/params", "/models"]
+        "/sinks",
+        "/generate",
+        "/predict",
+        "/lens",
+        "/heads",
+        "/train",
+        "/tiles",
+        "/demos",
+        "/params",
+        "/models",
+    ]
     for path in ("/", "/block", "/lessons", "/lessons/five-stages", "/patch", "/train", "/tiles"):
         assert registry.followable(path), path
     for path in ("/embed", "/models", "/r", "/docs", "/api/v1/attention", "/lessons/", "/lessons/A"):
