@@ -21,42 +21,27 @@ from engine import TraceCache, arena
 
 from . import __version__, docs, errors, health
 from .attention import api as attention_api
-from .attention import page as attention_page
-from .attention import sinks as sinks_page
-from .attention import tiles as tiles_page
 from .attention.ahead import DrawAhead
 from .block import api as block_api
-from .block import page as block_page
 from .decode import api as decode_api
-from .decode import page as decode_page
 from .demos import api as demos_api
-from .demos import page as demos_page
 from .generate import api as generate_api
-from .generate import page as generate_page
 from .heads import api as heads_api
-from .heads import page as heads_page
 from .lab import HeavyWork, Lab, WatchClient
 from .lessons import page as lessons_page
 from .limits import BodyLimit, Head, QueryLimit, SecurityHeaders, SendTimeout
 from .metrics import Metrics, Observe
 from .metrics import router as metrics_router
 from .model import api as model_api
-from .model import page as model_page
 from .models import api as models_api
-from .models import page as models_page
 from .params import api as params_api
-from .params import page as params_page
 from .predict import api as predict_api
-from .predict import lens as lens_page
-from .predict import training as training_page
 from .rooms import api as rooms_api
-from .rooms import page as rooms_page
 from .rooms.service import Rooms
 from .schemas import LIST_FIELDS, Problem
 from .settings import Settings, get_settings
 from .train import api as train_api
-from .train import page as train_page
-from .web import cache
+from .web import cache, registry
 from .web.page import JsonTwin
 from .web.view import all_views, view_schema
 
@@ -69,15 +54,6 @@ MATH_FONT_FACE = (
     '@font-face { font-family: "Lab Math"; src: url("/vendor/math-font/' + MATH_FONT_FILE + '") format("woff2"); '
     "font-display: swap; }\n"
 )
-
-# The routes whose work is always heavy (a large-work slot whatever its size: generation, the model view, the
-# predictions), API and page, declared here only: each takes its place in the queue before it tokenises
-# (`HeavyWork`, `Lab.admit`), and whatever it computes (`Lab.compute`) takes a slot unless already cached.
-HEAVY_PATHS = frozenset({
-    "/api/v1/generate", "/api/v1/model_view", "/api/v1/predict", "/api/v1/logit_lens", "/api/v1/head_ranking",
-    "/api/v1/head_roles", "/api/v1/prune", "/api/v1/patch",
-    "/generate", "/model", "/predict", "/lens", "/heads", "/patch",
-})  # fmt: skip
 
 
 class LabApp(FastAPI):
@@ -151,8 +127,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     rooms_api.install(app)
     train_api.install(app)
-    app.add_middleware(HeavyWork, paths=HEAVY_PATHS, per_client=settings.max_heavy_per_client)  # inside ServeCached:
-    # a cached answer takes no queue place
+    # The heavy pages and API routes (app/web/registry.py) queue for a slot; inside ServeCached: a cached answer
+    # takes no queue place.
+    app.add_middleware(HeavyWork, paths=registry.heavy_paths(), per_client=settings.max_heavy_per_client)
     app.add_middleware(cache.ServeCached, store=app.state.responses)
     app.add_middleware(JsonTwin)  # outside ServeCached: a twin is a page, served by the page kernel
     app.add_middleware(health.Served, lab=app.state.lab)  # every page request known to /api/v1/progress while served
@@ -202,22 +179,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         health.router,
         metrics_router,
         docs.router,
-        tiles_page.router,  # before attention_page's: /tiles is served from app/attention/tiles.py
-        attention_page.router,
-        sinks_page.router,
-        block_page.router,
-        decode_page.router,
-        demos_page.router,
-        params_page.router,
-        lessons_page.router,
-        model_page.router,
-        models_page.router,
-        generate_page.router,
-        training_page.router,
-        lens_page.router,
-        heads_page.router,
-        train_page.router,
-        rooms_page.router,
+        *registry.routers(),  # the pages (app/web/registry.py)
     ):
         app.include_router(router)
     app.openapi = functools.partial(openapi_with_views, app)  # type: ignore[method-assign]

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode
 
+from jinja2 import pass_context
+from jinja2.runtime import Context
 from jinja2_fragments.fastapi import Jinja2Blocks
 from markupsafe import Markup, escape
 
 from .render.predicted import small
 from .schemas import BlockRequest, request_fields
+from .web import registry
 from .web.knockouts import heads_typed
 from .web.lessons import LESSONS
-from .web.share import FOLLOWABLE, label_svg
+from .web.share import QR
 from .web.state import Common, url_fields
 
 if TYPE_CHECKING:
@@ -21,7 +27,10 @@ if TYPE_CHECKING:
 TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).resolve().parent.parent / "templates"))
 TEMPLATES.env.globals["zip"] = zip
 # A page a class can follow: it offers "Start a class" (app/rooms).
-TEMPLATES.env.globals["followable"] = lambda path: FOLLOWABLE.fullmatch(path) is not None
+TEMPLATES.env.globals["followable"] = registry.followable
+# The header's menu (templates/_base.html): the registry's pages, each row in order, and the entry a page marks.
+TEMPLATES.env.globals["nav"] = registry.nav
+TEMPLATES.env.globals["nav_here"] = registry.here
 # Where a newcomer begins (the lab's "Start here" line, #42): the course's first lesson.
 TEMPLATES.env.globals["first_lesson"] = LESSONS[0]
 # `{{ kl | tiny }}`: a number that may be tiny, 3e-7 rather than 0.000.
@@ -29,7 +38,7 @@ TEMPLATES.env.filters["tiny"] = small
 # `{{ state.get('ablate') | heads_typed }}`: heads to knock out as the pages write them (L1 H0, not 1.0).
 TEMPLATES.env.filters["heads_typed"] = heads_typed
 # `{{ qr | qr_label(t('qr.label', url=…)) }}`: the QR code (app.web.share.qr_svg) named in the page's language.
-TEMPLATES.env.filters["qr_label"] = lambda svg, label: Markup(label_svg(str(svg), label))
+TEMPLATES.env.filters["qr_label"] = lambda qr, label: qr.svg(label) if isinstance(qr, QR) else qr
 
 
 def _carried(state: Any, lang: str) -> Markup:
@@ -40,6 +49,35 @@ def _carried(state: Any, lang: str) -> Markup:
 
 
 TEMPLATES.env.globals["carried"] = _carried
+
+# Paths that are not pages a projector walks through: files, the API and its docs, a room's own pages.
+KEEPS_OUT = re.compile(r"^/(?:api/|static/|vendor/|docs|openapi|redoc|r(?:/|$))|\.(?:json|npz|svg|csv|png)$")
+
+
+def kept_url(href: str, carry: Mapping[str, str]) -> str:
+    """`href` with each of `carry` it lacks added to its query (its fragment kept last), when it is one of the app's
+    pages; a file, the API, a room's own page or another site unchanged."""
+    rest, hash_, fragment = href.partition("#")
+    path, _, query = rest.partition("?")
+    if not carry or not href.startswith("/") or href.startswith("//") or KEEPS_OUT.search(path):
+        return href
+    have = {k for k, _ in parse_qsl(query, keep_blank_values=True)}
+    missing = [(k, v) for k, v in carry.items() if k not in have]
+    if not missing:
+        return href
+    return f"{path}?{'&'.join(p for p in (query, urlencode(missing)) if p)}{hash_}{fragment}"
+
+
+@pass_context
+def _url(ctx: Context, href: str) -> str:
+    """`{{ url(href) }}`: an internal link that keeps what the screen carries (`carry` in the page's context: in
+    presenter mode `present=1`, hints off and the language the URL named; app/web/page.py `screen_carry`), whoever
+    wrote it (#32: a teacher walking from the lessons to the lab lost the projector's layout on every click). The
+    switch out of presenter mode and downloads do not use it."""
+    return kept_url(str(href), ctx.get("carry") or {})
+
+
+TEMPLATES.env.globals["url"] = _url
 
 
 # Each choice field of the requests (a Literal) and its values, in the model's order: the forms' <select>s.

@@ -117,6 +117,7 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
     state = lab_state(
         request.query_params, "/embed" if embed else "/", API_KEYS, LabParams, lab.models, language(request)
     )
+    custom_mask_start(state)  # the state is final before the page is looked up or built
     present = state.present
     hide = {h for h in state.get("hide").split(",") if h in HIDEABLE} | ({"controls"} if present else set())
     if not state.hints:  # what to notice and the lesson's answer stay hidden until the teacher shows them
@@ -138,7 +139,6 @@ def custom_mask_start(state: ViewState) -> None:
 
 async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progress: str, ctx: dict[str, Any]) -> LabView:
     """What the lab shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
-    custom_mask_start(state)
     t = ctx["t"]
     p = state.read(LabParams)  # a malformed stage, head, cell or tile is the request's error, before any computing
     req = AttentionRequest.model_validate(from_query(state.api_params()))

@@ -24,6 +24,7 @@ from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, RowStats, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
 from ..render.page import CellSide, SideSpec
+from ..web.share import QR
 from ..web.state import ViewState
 from ..web.tensors import KEY_AXIS, colour_mode
 from ..web.view import HIDDEN, StageView, from_jsonable
@@ -215,7 +216,7 @@ class LabView(StageView):
     student_url: str | None = None
     student_host: str | None = None
     share_loopback: bool = False
-    qr: str | None = field(default=None, metadata=HIDDEN)
+    qr: QR | None = field(default=None, metadata=HIDDEN)
     # Links.
     json_url: str | None = None
     npz_url: str | None = None

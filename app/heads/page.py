@@ -114,14 +114,19 @@ def bos_as_page_reads_it(state: ViewState) -> dict[str, str]:
 
 
 def form(api: str) -> Callable[[Lab, ViewState, str], dict[str, Any]]:
-    """What a page of heads draws whatever its View says: the models its form offers, and `api`'s answer for its
-    request (the JSON twin)."""
-    return lambda lab, state, lang: {"models": lab.models, "json_url": f"{api}?{state.api_query()}"}
+    """What a page of heads draws whatever its View says: the models its form offers, `api`'s answer for its
+    request (the JSON twin) and the texts in its form (a first visit's in the page's language)."""
+    return lambda lab, state, lang: {
+        "models": lab.models,
+        "json_url": f"{api}?{state.api_query()}",
+        "text_value": state.get("text") or DEFAULT_TEXT[lang],
+        "clean_text": state.get("clean") or CLEAN,
+        "corrupted_text": state.get("corrupted") or CORRUPTED,
+    }
 
 
 async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> HeadsView:
     p = state.read(HeadsParams)
-    ctx["text_value"] = state.get("text") or DEFAULT_TEXT[ctx["lang"]]
     typed = state.spelled.get("ablate", "ablate")
     default = {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[ctx["lang"]]}
     req = form_request(state, RolesRequest, default | bos_as_page_reads_it(state))
@@ -222,8 +227,6 @@ class PatchView(View):
 
 async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> PatchView:
     p = state.read(PatchParams)
-    ctx["clean_text"] = state.get("clean") or CLEAN
-    ctx["corrupted_text"] = state.get("corrupted") or CORRUPTED
     req = form_request(state, PatchRequest, bos_as_page_reads_it(state))
     doc = await patch_of(req, lab, progress)
     kind = p.grid

@@ -50,14 +50,10 @@ def api_url(state: ViewState, ablate: list[list[int]] | None = None) -> str:
 
 async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> ModelView:
     """What /model shows for `state`: the page's View."""
-    # The form offers knocking heads out for a decoder read in one pass (set first: an error page keeps the field).
-    can_knock = bool(getattr(lab.models.get(state.get("preset") or "smollm2"), "one_pass_view", False))
-    ctx["can_knock"], ctx["heads_text"] = can_knock, state.get("ablate")
+    can_knock = knocks(lab, state)
     p = state.read(ModelParams)
     stat = p.stat
     req = form_request(state, ModelViewRequest)
-    ctx["heads_text"] = heads_text(req.ablate or []) or state.get("ablate")
-    ctx["json_url"] = api_url(state, req.ablate)
     try:
         spec, doc = await model_view_of(req, lab, progress)
     except FieldError as e:  # the field as the user spelled it
@@ -156,12 +152,25 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
         stat_urls=tuple((s, state.url(stat=s)) for s in STATS),
         json_url=api_url(state, req.ablate),
         present_url=state.url(present=None if present else "1"),
+        can_knock=can_knock,
+        heads_text=heads_text(req.ablate or []) or state.get("ablate"),
     )
 
 
+def knocks(lab: Lab, state: ViewState) -> bool:
+    """The form offers knocking heads out for a decoder read in one pass."""
+    return bool(getattr(lab.models.get(state.get("preset") or "smollm2"), "one_pass_view", False))
+
+
 def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
-    """What /model draws whatever its View says: the models its form offers, the API's answer for its request."""
-    return {"models": lab.models, "json_url": api_url(state)}
+    """What /model draws whatever its View says (an error page keeps the form's fields): the models its form offers,
+    the API's answer for its request, the heads knocked out as typed."""
+    return {
+        "models": lab.models,
+        "json_url": api_url(state),
+        "can_knock": knocks(lab, state),
+        "heads_text": state.get("ablate"),
+    }
 
 
 page_route(router, "/model", "model.html", KEYS, ModelParams, model_page_view, form)

@@ -85,6 +85,8 @@ class ModelView(View):
     compare_close_url: str | None = None
     json_url: str | None = None
     present_url: str | None = None  # presenter mode on, or off (`present=1`: the projector's layout)
+    can_knock: bool = False  # the form offers knocking heads out (a decoder read in one pass)
+    heads_text: str = ""  # the heads knocked out, as the pages write them (L1 H0)
 
 
 class ModelViewRequest(Knockouts):

@@ -21,6 +21,7 @@ from ..lab import Lab
 from ..render.predicted import generators
 from ..schemas import FieldError, LabField, from_query
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
+from ..web.page import Refused
 from ..web.sequence import DECODER, InputText, Preset, decoder
 from ..web.state import Params, ViewState, flag_on, integer, param, parse_int, show
 
@@ -170,8 +171,10 @@ def state_of(request: Request, path: str, keys: tuple[str, ...], view: type[Para
 
 
 def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
-    """What /predict and /lens draw whatever their View says: the models their form offers (every decoder)."""
-    return {"presets": generators(lab.models)}
+    """What /predict and /lens draw whatever their View says: the models their form offers (every decoder), and a
+    first visit's text in the page's language (the form's `prompt`)."""
+    named = state.get("text") or state.get("token_ids")
+    return {"presets": generators(lab.models), "prompt": "" if named else DEFAULT_TEXT[lang]}
 
 
 def token_of(model: Model, text: str) -> tuple[int, int]:
@@ -254,11 +257,11 @@ async def read_page(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any], m
                     compute: Callable[[Req, Lab, str], Awaitable[Run]]
                     ) -> tuple[Req, Run, dict[str, str], dict[str, Any]]:  # fmt: skip
     """What both prediction pages start with: the page's state as the API's request `model_cls` (a first visit's
-    text in the page's language, also the form's placeholder `ctx["prompt"]`), validated, and `compute`'s answer
-    to it; a refused field named as the form names it. Returns the request, the answer, the prompt used and what
-    the page says about how it read the form (`request_body`)."""
+    text in the page's language, as `form` writes it in the form), validated, and `compute`'s answer to it; a
+    refused field named as the form names it, and a text too long for the view refused with the windows of it the
+    page offers (the error's `shown`). Returns the request, the answer, the prompt used and what the page says about
+    how it read the form (`request_body`)."""
     prompt = {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[ctx["lang"]]}
-    ctx["prompt"] = prompt.get("text", "")
     with page_fields(state):
         body, said = await request_body(state, prompt, lab, model_cls)
         req = model_cls.model_validate(body)
@@ -266,8 +269,8 @@ async def read_page(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any], m
             return req, await compute(req, lab, key), prompt, said
         except FieldError as e:  # a text longer than the view reads: offer a window of it (first or last part)
             if (room := too_long(e)) is not None:
-                ctx["windows"] = await lab.off_loop(body.get("preset", "smollm2"), windows, state, req, lab, room,
-                                                    ctx["t"])  # fmt: skip
+                offer = await lab.off_loop(body.get("preset", "smollm2"), windows, state, req, lab, room, ctx["t"])
+                raise Refused(e.field, e.message, {"windows": offer}) from None
             raise
 
 

@@ -1,8 +1,6 @@
 """What every API route that answers with a trace shares: reading the GET twin's query, and serialising a trace
 (JSON under the size limit, or .npz) off the event loop, through the cache."""
 
-from __future__ import annotations
-
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -38,12 +36,18 @@ def twins(
     `get_name`)."""
     route.setdefault("description", inspect.cleandoc(answer.__doc__ or "").replace("\n", " ") or None)
 
-    async def post(request: Request, req: BaseModel, lab: Lab) -> Response:
+    # This module's annotations are evaluated where they are written (no postponed annotations): FastAPI reads
+    # each route's parameters from its signature, the request model among them.
+    async def post(
+        request: Request,
+        req: Annotated[model, Body()],  # type: ignore[valid-type]
+        lab: Annotated[Lab, Depends(get_lab)],
+    ) -> Response:
         if (twice := duplicate_key(await request.body())) is not None:  # a GET refuses a field given twice too
             raise FieldError(twice, "is given more than once")
         return await answer(request, req, lab)
 
-    async def get(request: Request, lab: Lab) -> Response:
+    async def get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
         # A key no view of the lab reads is refused, as the POST's body refuses it (a typo is named, never ignored);
         # a key another view reads rides along, so any page's or operation's query can be pasted onto this one.
         if unknown := [k for k in request.query_params if k not in view_keys(request.app)]:
@@ -51,21 +55,11 @@ def twins(
                              f"{', '.join(model.model_fields)}")  # fmt: skip
         return await answer(request, parse_query(request, model), lab)
 
-    # Signatures with the real objects, not strings: this module's annotations are postponed, and FastAPI reads
-    # a route's parameters from its signature.
-    lab_param = inspect.Parameter("lab", KEYWORD, annotation=Annotated[Lab, Depends(get_lab)])
-    request_param = inspect.Parameter("request", KEYWORD, annotation=Request)
-    body = inspect.Parameter("req", KEYWORD, annotation=Annotated[model, Body()])
-    post.__signature__ = inspect.Signature([request_param, body, lab_param], return_annotation=Response)  # type: ignore[attr-defined]
-    get.__signature__ = inspect.Signature([request_param, lab_param], return_annotation=Response)  # type: ignore[attr-defined]
     extra = route.pop("openapi_extra", {}) | {"parameters": query_parameters(model)}
     router.add_api_route(path, post, methods=["POST"], name=f"{name}_post", **route)
     router.add_api_route(
         path, cached_get(get), methods=["GET"], name=get_name or f"{name}_get", openapi_extra=extra, **route
     )
-
-
-KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
 
 def view_keys(app: Starlette) -> frozenset[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode
@@ -38,7 +38,6 @@ from ..templating import TEMPLATES
 from . import lessons
 from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
 from .i18n import LANGS, error_message, negotiate, translator
-from .keep import keep_screen, screen_carry
 from .knockouts import form_ablate, heads_text
 from .state import Params, ViewState, show, within
 from .view import View
@@ -48,6 +47,15 @@ VARY = "HX-Request, Accept-Language, Accept"
 Build = Callable[[dict[str, Any]], Awaitable["View | None"]]
 PageView = Callable[[ViewState, Lab, str, dict[str, Any]], Awaitable[View]]  # (state, lab, progress key, ctx)
 StateOf = Callable[[Request, str, tuple[str, ...], type[Params]], ViewState]
+
+
+class Refused(SpecError):
+    """A refused field and what the page offers instead, shown beside the error (`shown`: the names the template
+    draws, e.g. the windows of a text too long for the view)."""
+
+    def __init__(self, field: str, message: str, shown: dict[str, Any]) -> None:
+        super().__init__(field, message)
+        self.shown = shown
 
 
 class JsonTwin(HttpMiddleware):
@@ -107,6 +115,8 @@ def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
     except SpecError as exc:
         ctx["error"] = [said(exc.field, exc.message)]
         ctx["status"] = 422
+        if isinstance(exc, Refused):  # what the page offers instead (a text too long: windows of it)
+            ctx.update(exc.shown)
     except Busy as exc:
         ctx["error"] = [t("error.busy", seconds=exc.retry_after)]
         ctx["status"] = 503
@@ -203,6 +213,7 @@ async def serve(
             # page that does not place its own; every link and form of the page keeps it.
             "present": state.present,
             "present_url": state.url(present=None if state.present else "1"),
+            "carry": screen_carry(state.params, lang),  # what `url()` adds to every internal link (app/templating.py)
         } | extra
 
     async def compute(refused: dict[str, Any] | None = None) -> Response:  # once however many ask at the same time
@@ -241,9 +252,6 @@ async def serve(
             block_names=list(view.blocks if view is not None else blocks) if fragment else [],
             headers=headers,
         )
-        if carry := screen_carry(state.params, lang):  # presenter mode: every link to another page keeps it
-            response.body = keep_screen(bytes(response.body).decode(), carry).encode()
-            response.headers["content-length"] = str(len(response.body))
         return remember_page(request, key, response)
 
     if deferred and not as_json and navigating(request) and request.query_params.get(WAIT) != "1":
@@ -256,6 +264,19 @@ async def serve(
             return await compute(ctx)
         return shell(request, ctx, state, lang)
     return await single_flight(request, key, lambda: stored(store_of(request), key), compute)
+
+
+def screen_carry(params: Mapping[str, str], lang: str) -> dict[str, str]:
+    """What a screen's links keep (`url()` in the templates): in presenter mode, `present=1`, hints off when they
+    are, and the language when the URL names it (else the next page asks the browser again, as this one did)."""
+    if params.get("present") != "1":
+        return {}
+    carry = {"present": "1"}
+    if params.get("hints") == "off":
+        carry["hints"] = "off"
+    if params.get("lang"):
+        carry["lang"] = lang
+    return carry
 
 
 WAIT = "wait"  # `wait=1`: a deferred page computed before it answers (the shell's link for a browser without script)
@@ -276,11 +297,7 @@ def shell(request: Request, ctx: dict[str, Any], state: ViewState, lang: str) ->
     url = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     ctx |= {"deferred_url": url, "wait_url": url + ("&" if request.url.query else "?") + f"{WAIT}=1",
             "present_url": None}  # fmt: skip  # the shell's own switch stands in its <main>, as the page's does
-    response = TEMPLATES.TemplateResponse(request, "_deferred.html", ctx, headers={"Vary": VARY})
-    if carry := screen_carry(state.params, lang):
-        response.body = keep_screen(bytes(response.body).decode(), carry).encode()
-        response.headers["content-length"] = str(len(response.body))
-    return response
+    return TEMPLATES.TemplateResponse(request, "_deferred.html", ctx, headers={"Vary": VARY})
 
 
 def of_query(request: Request, path: str, keys: tuple[str, ...], params: type[Params]) -> ViewState:

@@ -10,11 +10,15 @@ from __future__ import annotations
 import html
 import io
 import ipaddress
-import re
 import socket
 import struct
+from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
+
+from markupsafe import Markup
+
+from .registry import followable_pattern
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
@@ -80,37 +84,32 @@ def public_base(request_base: str, configured: str | None) -> str:
 MAX_QR_CHARS = 1200  # beyond this a phone camera struggles anyway
 
 
-def qr_svg(url: str, label: str | None = None) -> str:
-    """The URL as a QR code, SVG with presentation attributes only (no inline style). It is an image with a name
-    (role="img", aria-label and <title>): `label`, by default "QR code: <url>"; a page relabels it in its own
-    language with the `qr_label` template filter."""
-    import segno
+@dataclass(frozen=True)
+class QR:
+    """A URL drawn as a QR code: an SVG image with a name (role="img", aria-label and segno's <title>), "QR code:
+    <url>" unless a page names it in its own language (the `qr_label` template filter: `label`)."""
 
-    buf = io.BytesIO()
-    segno.make(url, error="m").save(buf, kind="svg", scale=5, border=2, xmldecl=False, svgns=True, nl=False)
-    return label_svg(buf.getvalue().decode(), label or f"QR code: {url}")
+    url: str
 
+    def svg(self, label: str | None = None) -> Markup:
+        import segno
 
-_SVG_OPEN = re.compile(r"<svg\b[^>]*>")
-_SVG_NAME = re.compile(r'\s(?:role|aria-label)="[^"]*"')
-_SVG_TITLE = re.compile(r"\s*<title>.*?</title>", re.S)
+        text = html.escape(label or f"QR code: {self.url}", quote=True)
+        buf = io.BytesIO()
+        segno.make(self.url, error="m").save(buf, kind="svg", scale=5, border=2, xmldecl=False, svgns=True, nl=False,
+                                             title=label or f"QR code: {self.url}")  # fmt: skip
+        return Markup(buf.getvalue().decode().replace("<svg ", f'<svg role="img" aria-label="{text}" ', 1))
 
+    def __html__(self) -> str:
+        return self.svg()
 
-def label_svg(svg: str, label: str) -> str:
-    """The SVG as an image named `label`: role="img", aria-label and a <title>, replacing any name it had."""
-    opening = _SVG_OPEN.search(svg)
-    if opening is None:
-        return svg
-    text = html.escape(label, quote=True)
-    head = _SVG_NAME.sub("", opening.group(0))
-    rest = svg[opening.end() :]
-    title = _SVG_TITLE.match(rest)
-    rest = rest[title.end() :] if title else rest
-    head = head[:4] + f' role="img" aria-label="{text}"' + head[4:]
-    return svg[: opening.start()] + head + f"<title>{text}</title>" + rest
+    __str__ = __html__
 
 
-# Pages a class can follow in a room (app/rooms): the lab and the pages built on it, not /embed, /docs or the API.
-FOLLOWABLE = re.compile(
-    r"^/(?:block|decode|lessons(?:/[a-z0-9-]{1,64})?|model|generate|predict|lens|sinks|tiles|demos|params|heads|patch|train)?$"
-)
+def qr_svg(url: str) -> QR:
+    """The URL as a QR code, drawn (SVG, presentation attributes only) where a template shows it."""
+    return QR(url)
+
+
+# Pages a class can follow in a room (app/rooms), from the page registry: the lab and the pages built on it.
+FOLLOWABLE = followable_pattern()

@@ -15,7 +15,7 @@ from bs4 import BeautifulSoup
 
 from app.render.cells import SWATCHES, colour
 from app.render.page import SMALL_DIMS, SMALL_TOKENS, is_small
-from app.web.share import label_svg, qr_svg
+from app.web.share import qr_svg
 from engine import make_spec
 from engine.pretrained import MiniLM
 
@@ -208,10 +208,10 @@ def test_the_model_grid_has_a_caption(client, lang, caption):
 
 
 def test_the_qr_code_is_an_image_with_a_name():
-    svg = BeautifulSoup(qr_svg("http://10.0.0.2:8000/?stage=4&lang=zh"), "html.parser").svg
+    svg = BeautifulSoup(str(qr_svg("http://10.0.0.2:8000/?stage=4&lang=zh")), "html.parser").svg
     assert svg["role"] == "img" and svg["aria-label"] == "QR code: http://10.0.0.2:8000/?stage=4&lang=zh"
     assert svg.title.get_text() == svg["aria-label"]
-    relabelled = BeautifulSoup(label_svg(str(svg), "二维码：<x>"), "html.parser").svg
+    relabelled = BeautifulSoup(qr_svg("http://10.0.0.2:8000/").svg("二维码：<x>"), "html.parser").svg
     assert relabelled["aria-label"] == "二维码：<x>" and len(relabelled.select("title")) == 1
 
 

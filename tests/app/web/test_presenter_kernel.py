@@ -104,3 +104,16 @@ def test_leaving_presenter_mode_and_the_twins_are_the_only_links_that_drop_it(cl
     assert dropped <= {"/", "/index.json", "/docs"} | {u for u in dropped if NOT_KEPT.search(u)}, dropped
     leave = page.select("a[data-toggle=present]")
     assert len(leave) == 1 and "present" not in parse_qs(urlsplit(leave[0]["href"]).query)
+
+
+def test_url_adds_what_the_screen_carries_to_pages_only() -> None:
+    """The templates' `url()` (app/templating.py `kept_url`): a page's link gains what it lacks, its fragment last;
+    files, the API, a room's pages and other sites are left alone."""
+    from app.templating import kept_url
+
+    carry = {"present": "1", "hints": "off"}
+    assert kept_url("/block?layer=1#stage", carry) == "/block?layer=1&present=1&hints=off#stage"
+    assert kept_url("/?present=1&hints=on", carry) == "/?present=1&hints=on"  # what it names stays
+    assert kept_url("/lessons", {}) == "/lessons"
+    for url in ("/api/v1/attention?x=1", "/index.json", "/static/lab.css", "/r/ABCD", "/docs", "//x.org/", "#top"):
+        assert kept_url(url, carry) == url

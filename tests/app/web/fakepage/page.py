@@ -1,0 +1,25 @@
+"""A page as a new feature would add it: its folder, a router, a View (tests/app/web/test_registry.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, Response
+
+from app.lab import Lab, get_lab
+from app.models.view import ModelsView
+from app.web.page import serve
+from app.web.state import ViewState
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/fake", response_class=HTMLResponse)
+async def fake_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    state = ViewState.of(request.query_params, "/fake", ())
+
+    async def build(ctx: dict[str, Any]) -> ModelsView:
+        return ModelsView(models=())
+
+    return await serve(request, lab, "models.html", state, build, page="fake", blocks=())
