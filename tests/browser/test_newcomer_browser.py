@@ -227,3 +227,24 @@ def test_the_header_is_one_row_at_1280_with_presenter_mode_and_a_class(
             expect(link.first).to_be_visible()
     finally:
         page.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_more_names_a_first_page_only_while_it_is_under_more(browser: Browser, live_server: str, lang: str) -> None:
+    """On a phone the first pages (/block, /decode, /model) live under "More", which did not say the page shown was
+    one of them; on a laptop, where the page's own link is in the row, "More" names nothing."""
+    name = {"en": "Whole block", "zh": None}[lang]
+    for viewport, named in (({"width": 390, "height": 844}, True), ({"width": 1920, "height": 1080}, False)):
+        page = browser.new_page(viewport=viewport)
+        try:
+            page.goto(f"{live_server}/block?lang={lang}")
+            here = page.locator("details.more-nav > summary .more-here")
+            if named:
+                expect(here).to_be_visible()
+                if name:
+                    expect(here).to_contain_text(name)
+            else:
+                expect(here).to_be_hidden()
+                expect(page.locator("header.top nav.links > a[aria-current=page]")).to_be_visible()
+        finally:
+            page.close()
