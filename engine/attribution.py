@@ -424,6 +424,12 @@ def weight_effect(
     x = model.embed(ids)
     rot = model.rotation(torch.arange(len(ids), device=x.device), x)
     keys, values, streams = [], [], []
+    got: list[torch.Tensor] = []
+
+    def last_row(r0: int, w: torch.Tensor) -> None:
+        if r0 + w.shape[1] == len(ids):
+            got.append(w[:, -1])
+
     w_layer = v_layer = heads_layer = None
     for i in range(arch.n_layer):
         q, k, v = model.layer_qkv(i, x, rot)
@@ -431,9 +437,7 @@ def weight_effect(
         keys.append(k)
         values.append(v)
         if i == layer:
-            got: list[torch.Tensor] = []
-            heads_layer = model.attend(q, k, v, lambda r0, w: got.append(w[:, -1] if r0 + w.shape[1] == len(ids)
-                                                                         else w[:, :0]))  # fmt: skip
+            heads_layer = model.attend(q, k, v, last_row)
             w_layer = got[-1][head].float()  # (N,) the query's weights
             v_layer = v[head // (arch.n_heads // arch.n_kv_heads)]
             x = model.layer_rest(i, x, heads_layer)
