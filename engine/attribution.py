@@ -401,26 +401,40 @@ def one_row_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_row: 
     return out.reshape(h, r, dk)
 
 
-@torch.inference_mode()
 def weight_effect(
     model: Any, ids: Sequence[int], layer: int, head: int, position: int, target: int, contrast: int | None = None,
     max_tokens: int = MAX_TOKENS, max_rows: int = 256,
 ) -> WeightEffect:  # fmt: skip
     """Each source j ≤ `position` removed from `head` of `layer` at `position` alone (its value zeroed there); the
     change of the metric at `position` (the loss of `target`, or target − contrast). `max_rows` sources run at once."""
+    return weight_effects(model, ids, layer, [head], position, target, contrast, max_tokens, max_rows)[0]
+
+
+@torch.inference_mode()
+def weight_effects(
+    model: Any, ids: Sequence[int], layer: int, heads: Sequence[int] | None, position: int, target: int,
+    contrast: int | None = None, max_tokens: int = MAX_TOKENS, max_rows: int = 256, max_runs: int = 4096,
+) -> list[WeightEffect]:  # fmt: skip
+    """`weight_effect` for several heads of `layer` (None: every head) from one clean run: heads × sources rows,
+    `max_rows` at a time, `max_runs` rows in all."""
     check_pre_ln_decoder(model)
     ids = check_ids(model, ids, max_tokens)
     arch = model.arch
     check_index("layer", layer, arch.n_layer, "layer")
-    check_index("head", head, arch.n_heads, "head")
+    heads = list(range(arch.n_heads)) if heads is None else [int(h) for h in heads]
+    for h in heads:
+        check_index("head", h, arch.n_heads, "head")
     check_index("position", position, len(ids), "position of the text")
     check_token(model, "target", target)
     if contrast is not None:
         check_token(model, "contrast", contrast)
     if max_rows < 1:
         raise ValueError(f"max_rows: must be at least 1, got {max_rows}")
-    ids = ids[: position + 1]
     p = position
+    sources = [j for j in range(p + 1) if not (arch.window and j <= p - arch.window)]
+    if len(heads) * len(sources) > max_runs:
+        raise ValueError(f"heads: {len(heads)} heads × {len(sources)} sources is more than max_runs={max_runs} runs")
+    ids = ids[: p + 1]
     x = model.embed(ids)
     rot = model.rotation(torch.arange(len(ids), device=x.device), x)
     keys, values, streams = [], [], []
@@ -428,9 +442,9 @@ def weight_effect(
 
     def last_row(r0: int, w: torch.Tensor) -> None:
         if r0 + w.shape[1] == len(ids):
-            got.append(w[:, -1])
+            got.append(w[:, -1].float())  # (H, N) the query's weights
 
-    w_layer = v_layer = heads_layer = None
+    v_layer = heads_layer = None
     for i in range(arch.n_layer):
         q, k, v = model.layer_qkv(i, x, rot)
         streams.append(x)
@@ -438,34 +452,87 @@ def weight_effect(
         values.append(v)
         if i == layer:
             heads_layer = model.attend(q, k, v, last_row)
-            w_layer = got[-1][head].float()  # (N,) the query's weights
-            v_layer = v[head // (arch.n_heads // arch.n_kv_heads)]
+            v_layer = v.repeat_interleave(arch.n_heads // arch.n_kv_heads, 0)  # (H, N, d_k) per query head
             x = model.layer_rest(i, x, heads_layer)
         else:
             x = model.layer_rest(i, x, model.attend(q, k, v))
-    assert w_layer is not None and v_layer is not None and heads_layer is not None
+    assert v_layer is not None and heads_layer is not None and got
+    w_layer = got[-1]
     clean = float(metric_of(model.unembed(model.final(x[p : p + 1])), target, contrast)[0])
     d_k = arch.d_k
-    w_o = model.attention_weights(layer).w_o
-    moved = torch.linalg.vector_norm(v_layer.float() @ w_o[head * d_k : (head + 1) * d_k].float(), dim=-1)
-    sources = [j for j in range(p + 1) if not (arch.window and j <= p - arch.window)]
-    effects = torch.empty(len(sources))
-    for s0 in range(0, len(sources), max_rows):
-        chunk = sources[s0 : s0 + max_rows]
+    w_o = model.attention_weights(layer).w_o.float().reshape(arch.n_heads, d_k, -1)
+    moved = torch.linalg.vector_norm(torch.einsum("hnk,hkd->hnd", v_layer.float(), w_o), dim=-1)  # (H, N)
+    runs = [(h, j) for h in heads for j in sources]
+    effects = torch.empty(len(runs))
+    for s0 in range(0, len(runs), max_rows):
+        chunk = runs[s0 : s0 + max_rows]
         r = len(chunk)
-        heads = heads_layer[:, p : p + 1].repeat(1, r, 1)  # (H, R, d_k)
-        idx = torch.tensor(chunk, device=x.device)
-        heads[head] -= w_layer[idx].to(heads.dtype)[:, None] * v_layer[idx]
-        y = model.layer_rest(layer, streams[layer][p : p + 1].expand(r, -1), heads)
+        hs = torch.tensor([h for h, _ in chunk], device=x.device)
+        js = torch.tensor([j for _, j in chunk], device=x.device)
+        rows = torch.arange(r, device=x.device)
+        out = heads_layer[:, p : p + 1].repeat(1, r, 1)  # (H, R, d_k)
+        out[hs, rows] -= w_layer[hs, js].to(out.dtype)[:, None] * v_layer[hs, js]
+        y = model.layer_rest(layer, streams[layer][p : p + 1].expand(r, -1), out)
         one = model.rotation(torch.full((r,), p, device=x.device), y)
         for i in range(layer + 1, arch.n_layer):
             q, k, v = model.layer_qkv(i, y, one)
-            out = one_row_attention(q, keys[i][:, :p], values[i][:, :p], k, v, arch.window)
-            y = model.layer_rest(i, y, out)
+            y = model.layer_rest(i, y, one_row_attention(q, keys[i][:, :p], values[i][:, :p], k, v, arch.window))
         effects[s0 : s0 + r] = metric_of(model.unembed(model.final(y)), target, contrast).cpu() - clean
-    weights = w_layer[sources].cpu()
-    norms = (w_layer * moved)[sources].cpu()
-    return WeightEffect(
-        layer, head, position, "loss" if contrast is None else "logit_diff", clean, weights, norms, effects,
-        spearman(weights, effects.abs()), spearman(norms, effects.abs()),
-    )  # fmt: skip
+    metric = "loss" if contrast is None else "logit_diff"
+    answer, n = [], len(sources)
+    for a, h in enumerate(heads):
+        weights, norms = w_layer[h, sources].cpu(), (w_layer[h] * moved[h])[sources].cpu()
+        e = effects[a * n : (a + 1) * n]
+        answer.append(WeightEffect(layer, h, p, metric, clean, weights, norms, e, spearman(weights, e.abs()),
+                                   spearman(norms, e.abs())))  # fmt: skip
+    return answer
+
+
+# -- the sink head: big weight, small norm --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SinkContrast:
+    """For every head (L, H): the mean over queries i ≥ 1 of its weight on key 0 (engine/sinks.py's `sink_share`),
+    of key 0's share of the value-weighted norms ‖α_ij v_j W_O^h‖ of the row, and ‖v_0 W_O^h‖ over the mean of
+    ‖v_j W_O^h‖ for j ≥ 1 (below 1: the first token's vector is small: a big weight moving little); the strongest
+    sink head (the largest weight share)."""
+
+    weight_share: torch.Tensor
+    norm_share: torch.Tensor
+    value_ratio: torch.Tensor
+    layer: int
+    head: int
+
+
+@torch.inference_mode()
+def sink_contrast(model: Any, ids: Sequence[int], max_tokens: int = MAX_TOKENS) -> SinkContrast:
+    """How much of each head's weight goes to the first token, beside how much of what it moves comes from it."""
+    ids = check_ids(model, ids, max_tokens)
+    if len(ids) < 2:
+        raise ValueError("ids: a sink needs at least two tokens")
+    arch = model.arch
+    x = model.embed(ids)
+    rot = model.rotation(torch.arange(len(ids), device=x.device), x)
+    n, h, dk = len(ids), arch.n_heads, arch.d_k
+    weight_share, norm_share, ratio = (torch.zeros(arch.n_layer, h) for _ in range(3))
+    for i in range(arch.n_layer):
+        q, k, v = model.layer_qkv(i, x, rot)
+        share = torch.zeros(h, device=x.device)
+        moved_share = torch.zeros(h, device=x.device)
+        w_o = model.attention_weights(i).w_o.float().reshape(h, dk, -1)
+        vn = torch.linalg.vector_norm(torch.einsum("hnk,hkd->hnd", v.repeat_interleave(h // v.shape[0], 0).float(),
+                                                   w_o), dim=-1)  # fmt: skip
+
+        def seen(r0: int, w: torch.Tensor, share: torch.Tensor = share, moved: torch.Tensor = moved_share,
+                 vn: torch.Tensor = vn) -> None:  # fmt: skip
+            w = w.float()[:, max(0, 1 - r0) :]  # queries 1 …
+            norms = w * vn[:, None, : w.shape[-1]]
+            share.add_(w[..., 0].sum(-1))
+            moved.add_((norms[..., 0] / norms.sum(-1).clamp_min(1e-30)).sum(-1))
+
+        x = model.layer_rest(i, x, model.attend(q, k, v, seen))
+        weight_share[i], norm_share[i] = (share / (n - 1)).cpu(), (moved_share / (n - 1)).cpu()
+        ratio[i] = (vn[:, 0] / vn[:, 1:].mean(-1).clamp_min(1e-30)).cpu()
+    top = int(weight_share.argmax())
+    return SinkContrast(weight_share, norm_share, ratio, top // h, top % h)

@@ -380,6 +380,41 @@ def test_weight_against_effect_agrees_with_a_knock_out_by_transformers(built, ar
     assert diff.metric == "logit_diff" and diff.effects.shape == got.effects.shape
 
 
+def test_every_head_of_a_layer_at_once_gives_each_heads_own_answer(built) -> None:
+    model, _ = built["llama"]
+    ids = model.tokenize(TEXT)
+    every = A.weight_effects(model, ids, 0, None, POS, ids[POS + 1], contrast=3, max_rows=7)
+    assert [w.head for w in every] == list(range(model.arch.n_heads))
+    for w in every:
+        one = A.weight_effect(model, ids, 0, w.head, POS, ids[POS + 1], contrast=3)
+        torch.testing.assert_close(w.effects, one.effects, rtol=0, atol=1e-5)
+        torch.testing.assert_close(w.norms, one.norms)
+        assert w.spearman_weight == pytest.approx(one.spearman_weight, nan_ok=True)
+
+
+def test_the_sink_contrast_equals_transformers(built) -> None:
+    model, ref = built["qwen2"]
+    ids = model.tokenize(TEXT)
+    attentions, values, w_o = hf_attention(ref, ids)
+    got = A.sink_contrast(model, ids)
+    for layer, a in enumerate(attentions):
+        vn = torch.stack([torch.linalg.vector_norm(values[layer][h] @ w_o[layer][h], dim=-1) for h in range(4)])
+        norms = a[:, 1:] * vn[:, None, :]
+        torch.testing.assert_close(got.weight_share[layer], a[:, 1:, 0].mean(-1), rtol=0, atol=1e-4)
+        torch.testing.assert_close(got.norm_share[layer], (norms[..., 0] / norms.sum(-1)).mean(-1), rtol=0, atol=1e-4)
+        torch.testing.assert_close(got.value_ratio[layer], vn[:, 0] / vn[:, 1:].mean(-1), rtol=1e-4, atol=1e-4)
+    top = int(got.weight_share.argmax())
+    assert (got.layer, got.head) == divmod(top, model.arch.n_heads)
+
+
+def test_smollm2s_strongest_sink_head_moves_little_from_its_sink(smollm2) -> None:
+    """The point the page makes by itself: nearly all of the head's weight lands on the first token, whose vector
+    through W_O is a fraction of the others'."""
+    ids = smollm2.tokenize("When Mary and John went to the store, John gave a drink to Mary.")
+    got = A.sink_contrast(smollm2, ids)
+    assert got.weight_share[got.layer, got.head] > 0.9 and got.value_ratio[got.layer, got.head] < 0.5
+
+
 def test_spearman_gives_ties_their_average_rank() -> None:
     x, y = torch.tensor([1.0, 2.0, 2.0, 3.0, 5.0]), torch.tensor([1.0, 3.0, 2.0, 4.0, 4.0])
     rx, ry = np.array([1, 2.5, 2.5, 4, 5]), np.array([1, 3, 2, 4.5, 4.5])
@@ -406,6 +441,7 @@ def test_every_size_that_costs_compute_is_bounded_and_named(built) -> None:
         "key": lambda: A.score_split(model, ids, 0, 0, 0, -1),
         "max_rows": lambda: A.weight_effect(model, ids, 0, 0, 3, 1, max_rows=0),
         "max_tokens": lambda: A.rollout(model, ids, max_tokens=0),
+        "heads": lambda: A.weight_effects(model, ids, 0, None, POS, 1, max_runs=10),
     }
     for name, call in calls.items():
         with pytest.raises(ValueError, match=rf"^{name}: "):
