@@ -23,6 +23,13 @@ into query i's stream through head h, beside α_ij.
 Rollout (Abnar & Zuidema 2020): Â_l = ½ mean_h A_l + ½ I, rows renormalised; R_0 = Â_0, R_l = Â_l R_(l−1). Row i of
 R_l says how much of each input token reaches position i after layer l.
 
+Attention flow (the same paper): the maximum flow from a query after the last layer back to each input token through
+the layered graph whose edges carry Â_l's weights as capacities; one max-flow per input token (networkx), so the
+graph's size is bounded (`flow_edges`, max_edges) before anything runs.
+
+The sink contrast: per head, the share of its weight on the first token beside ‖v_0 W_O^h‖ over the other tokens'
+‖v_j W_O^h‖: a sink head puts nearly all its weight on a vector that moves little.
+
 Why this score: one cell QKᵀ/√d_k[h, i, j] = Σ_d q_d k_d / √d_k (q, k as the scores read them: after RoPE), and
 under RoPE per frequency pair, where pair f of the rotated vectors gives ⟨q_f, R((j − i)·θ_f) k_f⟩ / √d_k of the
 unrotated ones: the cell depends on the offset through each pair's rotation.
@@ -536,3 +543,50 @@ def sink_contrast(model: Any, ids: Sequence[int], max_tokens: int = MAX_TOKENS) 
         ratio[i] = (vn[:, 0] / vn[:, 1:].mean(-1).clamp_min(1e-30)).cpu()
     top = int(weight_share.argmax())
     return SinkContrast(weight_share, norm_share, ratio, top // h, top % h)
+
+
+# -- attention flow ---------------------------------------------------------------------------------------------------
+
+
+def flow_edges(n_layer: int, n: int, causal: bool) -> int:
+    """The edges of the flow network of `n_layer` layers over `n` tokens: the cost, said before it starts (each input
+    token is one max-flow over them)."""
+    return n_layer * (n * (n + 1) // 2 if causal else n * n)
+
+
+def flow_of(layers: torch.Tensor, query: int, max_edges: int = 20_000) -> torch.Tensor:
+    """Attention flow (Abnar & Zuidema 2020) from `query` after the last of `layers` (L, N, N: each layer's Â, rows
+    the queries) back to each input token (N,): the maximum flow through the layered graph whose edge from (l + 1, i)
+    to (l, j) has capacity Â_l[i, j]. `max_edges` bounds the graph."""
+    import networkx as nx
+
+    n_layer, n, _ = layers.shape
+    check_index("query", query, n, "position of the text")
+    a = layers.double().cpu().numpy()
+    edges = int((a > 0).sum())
+    if edges > max_edges:
+        raise ValueError(f"max_edges: the flow network has {edges:,} edges, more than max_edges={max_edges:,}")
+    g = nx.DiGraph()
+    for layer in range(n_layer):
+        rows, cols = a[layer].nonzero()
+        g.add_edges_from(((layer + 1, int(i)), (layer, int(j)), {"capacity": float(a[layer, i, j])})
+                         for i, j in zip(rows, cols, strict=True))  # fmt: skip
+    source = (n_layer, query)
+    out = torch.zeros(n, dtype=torch.float64)
+    for j in range(n):
+        if g.has_node((0, j)) and g.has_node(source):
+            out[j] = nx.maximum_flow_value(g, source, (0, j))
+    return out
+
+
+def attention_flow(
+    model: Any, ids: Sequence[int], query: int, max_tokens: int = MAX_TOKENS, max_edges: int = 20_000
+) -> torch.Tensor:
+    """Attention flow from `query` back to each input token of `ids` through every layer of `model` (N,); the graph
+    is bounded before any forward pass runs (`flow_edges`)."""
+    ids = check_ids(model, ids, max_tokens)
+    check_index("query", query, len(ids), "position of the text")
+    edges = flow_edges(model.arch.n_layer, len(ids), model.decoder)
+    if edges > max_edges:
+        raise ValueError(f"max_edges: the flow network has {edges:,} edges, more than max_edges={max_edges:,}")
+    return flow_of(rollout(model, ids, max_tokens).layers, query, max_edges)

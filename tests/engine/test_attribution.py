@@ -266,6 +266,27 @@ def test_rollout_equals_an_independent_computation_from_transformers(built, arch
         assert float(got.rollout.triu(1).abs().max()) == 0  # nothing flows back from a later token
 
 
+def test_attention_flow_is_the_max_flow_of_the_layered_graph(built) -> None:
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(2, 5, 5, generator=g).tril()
+    a = a / a.sum(-1, keepdim=True)
+    one = A.flow_of(a[:1], 3)
+    torch.testing.assert_close(one, a[0, 3].double(), rtol=0, atol=1e-6)  # one layer: the row itself
+    two = A.flow_of(a, 4)  # two layers: each path q → k → j alone, min(Â_1[q, k], Â_0[k, j]) summed over k
+    torch.testing.assert_close(two, torch.minimum(a[1, 4][:, None], a[0]).sum(0).double(), rtol=0, atol=1e-6)
+    model, _ = built["mistral"]
+    ids = model.tokenize(TEXT)[:10]
+    flow = A.attention_flow(model, ids, 9)
+    assert flow.shape == (10,) and float(flow.min()) >= 0 and float(flow.max()) <= 1 + 1e-9
+    assert A.flow_edges(3, 10, True) == 3 * 55
+    with pytest.raises(ValueError, match=r"^max_edges: "):
+        A.attention_flow(model, ids, 9, max_edges=100)
+    with pytest.raises(ValueError, match=r"^max_edges: "):
+        A.flow_of(a, 4, max_edges=10)
+    with pytest.raises(ValueError, match=r"^query: "):
+        A.attention_flow(model, ids, 10)
+
+
 # -- why this score ---------------------------------------------------------------------------------------------------
 
 
