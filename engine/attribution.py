@@ -352,6 +352,7 @@ class WeightEffect:
     head: int
     position: int
     metric: str  # "loss" (−log p(target)) or "logit_diff" (target − contrast)
+    mean: bool  # each source's value replaced by the head's mean value (False: zeroed)
     clean: float
     weights: torch.Tensor
     norms: torch.Tensor
@@ -410,17 +411,19 @@ def one_row_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_row: 
 
 def weight_effect(
     model: Any, ids: Sequence[int], layer: int, head: int, position: int, target: int, contrast: int | None = None,
-    max_tokens: int = MAX_TOKENS, max_rows: int = 256,
+    max_tokens: int = MAX_TOKENS, max_rows: int = 256, mean: bool = False,
 ) -> WeightEffect:  # fmt: skip
-    """Each source j ≤ `position` removed from `head` of `layer` at `position` alone (its value zeroed there); the
-    change of the metric at `position` (the loss of `target`, or target − contrast). `max_rows` sources run at once."""
-    return weight_effects(model, ids, layer, [head], position, target, contrast, max_tokens, max_rows)[0]
+    """Each source j ≤ `position` removed from `head` of `layer` at `position` alone (its value zeroed there, or with
+    `mean` replaced by the mean of the head's values over positions 0 … position); the change of the metric at
+    `position` (the loss of `target`, or target − contrast). `max_rows` sources run at once."""
+    return weight_effects(model, ids, layer, [head], position, target, contrast, max_tokens, max_rows, mean=mean)[0]
 
 
 @torch.inference_mode()
 def weight_effects(
     model: Any, ids: Sequence[int], layer: int, heads: Sequence[int] | None, position: int, target: int,
     contrast: int | None = None, max_tokens: int = MAX_TOKENS, max_rows: int = 256, max_runs: int = 4096,
+    mean: bool = False,
 ) -> list[WeightEffect]:  # fmt: skip
     """`weight_effect` for several heads of `layer` (None: every head) from one clean run: heads × sources rows,
     `max_rows` at a time, `max_runs` rows in all."""
@@ -478,7 +481,8 @@ def weight_effects(
         js = torch.tensor([j for _, j in chunk], device=x.device)
         rows = torch.arange(r, device=x.device)
         out = heads_layer[:, p : p + 1].repeat(1, r, 1)  # (H, R, d_k)
-        out[hs, rows] -= w_layer[hs, js].to(out.dtype)[:, None] * v_layer[hs, js]
+        removed = v_layer[hs, js] - (v_layer[hs].mean(1) if mean else 0)  # (R, d_k): zeroed, or the mean instead
+        out[hs, rows] -= w_layer[hs, js].to(out.dtype)[:, None] * removed
         y = model.layer_rest(layer, streams[layer][p : p + 1].expand(r, -1), out)
         one = model.rotation(torch.full((r,), p, device=x.device), y)
         for i in range(layer + 1, arch.n_layer):
@@ -490,7 +494,7 @@ def weight_effects(
     for a, h in enumerate(heads):
         weights, norms = w_layer[h, sources].cpu(), (w_layer[h] * moved[h])[sources].cpu()
         e = effects[a * n : (a + 1) * n]
-        answer.append(WeightEffect(layer, h, p, metric, clean, weights, norms, e, spearman(weights, e.abs()),
+        answer.append(WeightEffect(layer, h, p, metric, mean, clean, weights, norms, e, spearman(weights, e.abs()),
                                    spearman(norms, e.abs())))  # fmt: skip
     return answer
 

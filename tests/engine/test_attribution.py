@@ -349,7 +349,9 @@ def test_the_scores_of_a_row_give_transformers_eager_weights(built) -> None:
 # -- weight against effect --------------------------------------------------------------------------------------------
 
 
-def hf_effects(ref: Any, ids: list[int], layer: int, head: int, pos: int, target: int) -> list[float]:
+def hf_effects(
+    ref: Any, ids: list[int], layer: int, head: int, pos: int, target: int, mean: bool = False
+) -> list[float]:
     """Each source j ≤ pos removed from `head` at query `pos` alone, by a hook on the output projection's input:
     the head's slice at `pos` minus α_pj v_j (α from the eager attentions, v from a hook on the value projection);
     the change of the loss of `target` at `pos`."""
@@ -368,7 +370,8 @@ def hf_effects(ref: Any, ids: list[int], layer: int, head: int, pos: int, target
     clean = loss()
     out = []
     for j in range(pos + 1):
-        removed = attentions[layer][head, pos, j] * values[layer][head, j]
+        instead = values[layer][head, : pos + 1].mean(0) if mean else 0  # mean-ablated, or zeroed
+        removed = attentions[layer][head, pos, j] * (values[layer][head, j] - instead)
 
         def hook(m: Any, a: tuple[torch.Tensor, ...], removed: torch.Tensor = removed) -> tuple[torch.Tensor]:
             z = a[0].clone()
@@ -399,6 +402,10 @@ def test_weight_against_effect_agrees_with_a_knock_out_by_transformers(built, ar
     assert got.spearman_weight == pytest.approx(A.spearman(got.weights, got.effects.abs()))
     diff = A.weight_effect(model, ids, layer, head, POS, target, contrast=7)
     assert diff.metric == "logit_diff" and diff.effects.shape == got.effects.shape
+    mean = A.weight_effect(model, ids, layer, head, POS, target, mean=True)
+    want = hf_effects(ref, ids, layer, head, POS, target, mean=True)
+    torch.testing.assert_close(mean.effects, torch.tensor(want)[sources], rtol=0, atol=1e-4)
+    assert mean.mean and not got.mean
 
 
 def test_every_head_of_a_layer_at_once_gives_each_heads_own_answer(built) -> None:
