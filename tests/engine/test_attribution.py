@@ -290,7 +290,7 @@ def test_attention_flow_is_the_max_flow_of_the_layered_graph(built) -> None:
 # -- why this score ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2", "gemma"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2", "gemma", "bert"])
 def test_the_score_split_sums_to_the_traces_cell(built, arch: str) -> None:
     model, _ = built[arch]
     layer = 1
@@ -300,7 +300,7 @@ def test_the_score_split_sums_to_the_traces_cell(built, arch: str) -> None:
         s = A.score_split(model, ids, layer, head, query, key)
         cell = float(t.scores.scaled[head, query, key])
         assert s.score == pytest.approx(cell, abs=1e-4) and float(s.terms.sum()) == pytest.approx(s.score)
-        assert s.terms.shape == (model.arch.d_k,) and s.masked == (key > query)
+        assert s.terms.shape == (model.arch.d_k,) and s.masked == (model.decoder and key > query)
         if model.arch.positions == "rope":
             assert s.pairs is not None and s.unrotated is not None and s.angle is not None
             assert float(s.pairs.sum()) == pytest.approx(s.score, abs=1e-6)
@@ -334,6 +334,9 @@ def test_smollm2_score_split_sums_to_its_trace(smollm2) -> None:
     s = A.score_split(smollm2, ids, 3, 4, len(ids) - 1, 1)
     assert s.score == pytest.approx(float(t.scores.scaled[4, len(ids) - 1, 1]), abs=1e-3)
     assert s.pairs is not None and float(s.pairs.sum()) == pytest.approx(s.score, abs=1e-4)
+    same = A.score_split(smollm2, ids, 3, 4, len(ids) - 1, len(ids) - 1)  # llama.cpp's adjacent pairs, no offset
+    assert same.pairs is not None and same.unrotated is not None
+    torch.testing.assert_close(same.pairs, same.unrotated, rtol=0, atol=1e-5)
 
 
 def test_the_scores_of_a_row_give_transformers_eager_weights(built) -> None:
