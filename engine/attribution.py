@@ -218,18 +218,30 @@ class ValueNorms:
     norms: torch.Tensor
 
 
+def norms_of(weights: torch.Tensor, values: torch.Tensor, w_o: torch.Tensor, layer: int = 0) -> ValueNorms:
+    """Value-weighted norms from weights (H, N, N_kv), values (H or H_kv, N_kv, d_k) and W_O (H·d_k, d)."""
+    h, dk = weights.shape[0], values.shape[-1]
+    values = values.repeat_interleave(h // values.shape[0], 0) if values.shape[0] != h else values
+    moved = torch.einsum("hnk,hkd->hnd", values.float(), w_o.float().reshape(h, dk, -1))  # v_j W_O^h
+    vn = torch.linalg.vector_norm(moved, dim=-1)  # (H, N_kv)
+    weights = weights.float()
+    return ValueNorms(layer, weights.cpu(), vn.cpu(), (weights * vn[:, None, :]).cpu())
+
+
+def trace_value_norms(trace: Any) -> ValueNorms:
+    """Value-weighted norms of a lab trace (engine.tracing.compute: the toy block, the GPT-2 block, a model's layer)."""
+    return norms_of(trace.softmax.weights, trace.projection.v, trace.weights.w_o, trace.spec.layer)
+
+
 def value_weighted_norms(
     model: Any, ids: Sequence[int], layer: int, max_tokens: int = MAX_TOKENS, max_bytes: int = MAX_BYTES
 ) -> ValueNorms:
     """Every head of `layer`: ‖α_ij · v_j W_O^h‖ beside α_ij (Kobayashi et al. 2020)."""
     ids = check_ids(model, ids, max_tokens)
     check_index("layer", layer, model.arch.n_layer, "layer")
-    h, n, dk = model.arch.n_heads, len(ids), model.arch.d_k
+    h, n = model.arch.n_heads, len(ids)
     check_bytes("ids", 4 * 3 * h * n * n, max_bytes)
-    weights, values, w_o = layer_run(model, ids, layer)
-    moved = torch.einsum("hnk,hkd->hnd", values, w_o.reshape(h, dk, -1))  # v_j W_O^h
-    vn = torch.linalg.vector_norm(moved, dim=-1)  # (H, N)
-    return ValueNorms(layer, weights.cpu(), vn.cpu(), (weights * vn[:, None, :]).cpu())
+    return norms_of(*layer_run(model, ids, layer), layer=layer)
 
 
 # -- rollout ------------------------------------------------------------------------------------------------------
@@ -287,7 +299,8 @@ def rollout(model: Any, ids: Sequence[int], max_tokens: int = MAX_TOKENS, max_by
 
 @dataclass(frozen=True)
 class ScoreSplit:
-    """QKᵀ/√d_k[head, query, key] as per-dimension terms (d_k,) and, under RoPE, per frequency pair (d_k/2,)."""
+    """QKᵀ/√d_k[head, query, key] (or a trace's own scale) as per-dimension terms (d_k,) and, under RoPE, per
+    frequency pair (d_k/2,)."""
 
     layer: int
     head: int
@@ -300,6 +313,34 @@ class ScoreSplit:
     angle: torch.Tensor | None  # RoPE: (key − query)·θ_f, the rotation between the unrotated q_f and k_f
     unrotated: torch.Tensor | None  # RoPE: q_f · k_f / √d_k of the unrotated vectors (offset 0)
     masked: bool  # the cell is hidden by the model's own mask (causal, sliding window)
+
+
+def split_cell(
+    layer: int, head: int, query: int, key: int, q: torch.Tensor, k: torch.Tensor, scale: float, masked: bool,
+    rope: tuple[torch.Tensor, torch.Tensor, str, torch.Tensor] | None = None,
+) -> ScoreSplit:  # fmt: skip
+    """The split of q · k / scale (q, k: (d_k,) as the scores read them); `rope` = (the unrotated q and k, the
+    pairing, each pair's θ) adds the frequency pairs."""
+    terms = q.double().cpu() * k.double().cpu() / scale
+    pairs = theta = angle = unrotated = None
+    if rope is not None:
+        q0, k0, pairing, theta = rope
+
+        def by_pair(t: torch.Tensor) -> torch.Tensor:
+            half = t.shape[-1] // 2
+            return t.view(half, 2).sum(-1) if pairing == "adjacent" else t[:half] + t[half:]
+
+        pairs = by_pair(terms)
+        unrotated = by_pair(q0.double().cpu() * k0.double().cpu() / scale)
+        theta = theta.double().cpu()
+        angle = (key - query) * theta
+    return ScoreSplit(layer, head, query, key, float(terms.sum()), terms, pairs, theta, angle, unrotated, masked)
+
+
+def thetas(d_k: int, base: float, factors: Sequence[float] = ()) -> torch.Tensor:
+    """RoPE's θ_f = base^(−2f/d_k) per pair, each divided by its scaling factor where the model has them."""
+    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)
+    return theta / torch.tensor(list(factors), dtype=torch.float64) if factors else theta
 
 
 @torch.inference_mode()
@@ -317,27 +358,29 @@ def score_split(
     kv = head // (arch.n_heads // arch.n_kv_heads)
     where = torch.tensor([query, key], device=x.device)
     q, k, _ = model.layer_qkv(layer, x, model.rotation(where, x))
-    qv, kv_ = q[head, 0].double(), k[kv, 1].double()
-    s = math.sqrt(arch.d_k)
-    terms = qv * kv_ / s
-    pairs = theta = angle = unrotated = None
+    rope = None
     if arch.positions == "rope":
         q0, k0, _ = model.layer_qkv(layer, x, model.rotation(torch.zeros(2, dtype=torch.long, device=x.device), x))
-
-        def by_pair(t: torch.Tensor) -> torch.Tensor:
-            half = t.shape[-1] // 2
-            return t.view(half, 2).sum(-1) if arch.rope_pairing == "adjacent" else t[:half] + t[half:]
-
-        pairs = by_pair(terms)
-        unrotated = by_pair(q0[head, 0].double() * k0[kv, 1].double() / s)
-        theta = arch.rope_base ** (-torch.arange(0, arch.d_k, 2, dtype=torch.float64) / arch.d_k)
-        if model.factors:
-            theta = theta / torch.tensor(model.factors, dtype=torch.float64)
-        angle = (key - query) * theta
-        pairs, unrotated = pairs.cpu(), unrotated.cpu()
+        rope = (q0[head, 0], k0[kv, 1], arch.rope_pairing, thetas(arch.d_k, arch.rope_base, model.factors))
     masked = model.decoder and (key > query or bool(arch.window and key <= query - arch.window))
-    return ScoreSplit(layer, head, query, key, float(terms.sum()), terms.cpu(), pairs, theta, angle, unrotated,
-                      masked)  # fmt: skip
+    return split_cell(layer, head, query, key, q[head, 0], k[kv, 1], math.sqrt(arch.d_k), masked, rope)
+
+
+def trace_score_split(trace: Any, head: int, query: int, key: int) -> ScoreSplit:
+    """The same split of one cell of a lab trace's scaled scores (engine.tracing.compute: the toy block, the GPT-2
+    block, a model's layer), with the trace's own scale (√d_k, 1 or d_k) and positions."""
+    spec, p = trace.spec, trace.projection
+    h, n_q, n_k = p.query.shape[0], p.query.shape[1], p.key.shape[1]
+    check_index("head", head, h, "head")
+    check_index("query", query, n_q, "query position")
+    check_index("key", key, n_k, "key position")
+    kv = head // (h // p.key.shape[0])
+    rope = None
+    if p.q_rot is not None and p.k_rot is not None:
+        rope = (p.q[head, query], p.k[kv, key], spec.rope_pairing, thetas(spec.d_k, spec.rope_base, spec.rope_factors))
+    masked = bool(torch.isinf(trace.mask.masked[head, query, key]))
+    return split_cell(spec.layer, head, query, key, p.query[head, query], p.key[kv, key], spec.scale_value, masked,
+                      rope)  # fmt: skip
 
 
 # -- weight against effect ------------------------------------------------------------------------------------------

@@ -310,6 +310,43 @@ def test_the_score_split_sums_to_the_traces_cell(built, arch: str) -> None:
             assert s.pairs is None
 
 
+@pytest.mark.parametrize("scale", ["sqrt_dk", "dk"])
+def test_a_toy_traces_cells_split_into_their_terms(scale: str) -> None:
+    t = compute(make_spec("猫 坐 在 垫子 上 了", d_model=16, n_heads=4, n_kv_heads=2, positions="rope", mask="causal",
+                          scale=scale))  # fmt: skip
+    n = t.spec.n_tokens
+    for head in range(4):
+        for query in range(n):
+            for key in range(n):
+                s = A.trace_score_split(t, head, query, key)
+                assert s.score == pytest.approx(float(t.scores.scaled[head, query, key]), abs=1e-5)
+                assert s.masked == (key > query) and s.pairs is not None and s.unrotated is not None
+                assert float(s.pairs.sum()) == pytest.approx(s.score, abs=1e-6)
+                if key == query:
+                    torch.testing.assert_close(s.pairs, s.unrotated, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"^key: "):
+        A.trace_score_split(t, 0, 0, n)
+
+
+def test_a_traces_value_norms_and_split_equal_the_models(built) -> None:
+    model, _ = built["llama"]
+    t = compute(make_spec(text=TEXT, preset=model.name, layer=2, models={model.name: model}), model)
+    ids = list(t.spec.token_ids)
+    got, want = A.trace_value_norms(t), A.value_weighted_norms(model, ids, 2)
+    torch.testing.assert_close(got.norms, want.norms, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.value_norms, want.value_norms, rtol=1e-5, atol=1e-5)
+    a, b = A.trace_score_split(t, 3, POS, 5), A.score_split(model, ids, 2, 3, POS, 5)
+    torch.testing.assert_close(a.terms, b.terms, rtol=0, atol=1e-5)
+    assert a.pairs is not None and b.pairs is not None and a.angle is not None and b.angle is not None
+    torch.testing.assert_close(a.angle, b.angle)
+    toy = compute(make_spec("a b c d", d_model=8, n_heads=2, mask="causal"))
+    vn = A.trace_value_norms(toy)
+    w_o, v = toy.weights.w_o, toy.projection.v
+    for h in range(2):
+        moved = torch.linalg.vector_norm(v[h] @ w_o[h * 4 : (h + 1) * 4], dim=-1)
+        torch.testing.assert_close(vn.norms[h], toy.softmax.weights[h] * moved)
+
+
 def test_the_score_split_under_rope_rotates_each_pair_by_the_offset(built) -> None:
     """Pair f of the rotated q and k gives ⟨q_f, R((key − query)·θ_f) k_f⟩ of the unrotated ones: rebuilt here from
     the unrotated pair terms' two halves (dot and cross products) with the angle the split reports."""
