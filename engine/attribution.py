@@ -53,9 +53,18 @@ import torch
 
 from .attention import linear
 from .block import feed_forward, normalise
+from .memo import tensor_bytes
 
 MAX_TOKENS = 1024  # tokens a text may have
 MAX_BYTES = 256 << 20  # bytes of float32 results (norms, rollout) at most
+
+
+class Held:
+    """A result a cache may hold: `nbytes` is what it keeps (its tensors' storages, plus a little for the rest)."""
+
+    @property
+    def nbytes(self) -> int:
+        return tensor_bytes(self) + 256
 
 
 # -- shared checks ------------------------------------------------------------------------------------------------
@@ -103,7 +112,7 @@ def check_pre_ln_decoder(model: Any) -> None:
 
 
 @dataclass(frozen=True)
-class Attribution:
+class Attribution(Held):
     """Each part's direct contribution to the logit of `target` (minus that of `contrast`) at `position`."""
 
     position: int
@@ -118,9 +127,6 @@ class Attribution:
     total: float  # the sum of every part above except norm_bias
     logit: float  # the real logit (or logit difference) the model computes
     remainder: float  # logit − total: norm_bias, plus float rounding
-
-    def nbytes(self) -> int:
-        return 4 * (self.heads.numel() + self.mlps.numel() + self.attn_bias.numel()) + 200
 
 
 def direction(model: Any, target: int, contrast: int | None) -> torch.Tensor:
@@ -209,7 +215,7 @@ def layer_run(model: Any, ids: Sequence[int], layer: int) -> tuple[torch.Tensor,
 
 
 @dataclass(frozen=True)
-class ValueNorms:
+class ValueNorms(Held):
     """One layer: α (H, N, N), ‖v_j W_O^h‖ (H, N) and ‖α_ij v_j W_O^h‖ (H, N, N)."""
 
     layer: int
@@ -248,7 +254,7 @@ def value_weighted_norms(
 
 
 @dataclass(frozen=True)
-class Rollout:
+class Rollout(Held):
     """Â_l (L, N, N) per layer and the cumulative products R_l = Â_l ⋯ Â_0 (L, N, N); `rollout` is R_(L−1)."""
 
     layers: torch.Tensor
@@ -298,7 +304,7 @@ def rollout(model: Any, ids: Sequence[int], max_tokens: int = MAX_TOKENS, max_by
 
 
 @dataclass(frozen=True)
-class ScoreSplit:
+class ScoreSplit(Held):
     """QKᵀ/√d_k[head, query, key] (or a trace's own scale) as per-dimension terms (d_k,) and, under RoPE, per
     frequency pair (d_k/2,)."""
 
@@ -387,7 +393,7 @@ def trace_score_split(trace: Any, head: int, query: int, key: int) -> ScoreSplit
 
 
 @dataclass(frozen=True)
-class WeightEffect:
+class WeightEffect(Held):
     """For one head and query: each source's weight α (S,), its value-weighted norm (S,), and the metric's change
     when it is removed from that head at that query (S,), with the clean metric and the Spearman correlations."""
 
@@ -546,7 +552,7 @@ def weight_effects(
 
 
 @dataclass(frozen=True)
-class SinkContrast:
+class SinkContrast(Held):
     """For every head (L, H): the mean over queries i ≥ 1 of its weight on key 0 (engine/sinks.py's `sink_share`),
     of key 0's share of the value-weighted norms ‖α_ij v_j W_O^h‖ of the row, and ‖v_0 W_O^h‖ over the mean of
     ‖v_j W_O^h‖ for j ≥ 1 (below 1: the first token's vector is small: a big weight moving little); the strongest

@@ -255,6 +255,7 @@ def test_rollout_equals_an_independent_computation_from_transformers(built, arch
     r = np.eye(n)
     got = A.rollout(model, ids)
     assert got.layers.shape == got.cumulative.shape == (model.arch.n_layer, n, n)
+    assert got.nbytes >= 2 * 4 * model.arch.n_layer * n * n  # what a cache holding it counts
     for layer, a in enumerate(attentions):
         step = 0.5 * a.double().numpy().mean(0) + 0.5 * np.eye(n)
         step /= step.sum(1, keepdims=True)
