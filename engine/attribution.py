@@ -548,6 +548,17 @@ def weight_effects(
     return answer
 
 
+def pooled(effects: Sequence[WeightEffect]) -> tuple[float, float]:
+    """The rank correlation over every head of `effects` together (a layer's, from `weight_effects`): of the weights
+    with |effect|, and of the value-weighted norms with |effect|."""
+    if not effects:
+        raise ValueError("effects: none given")
+    weights = torch.cat([e.weights for e in effects])
+    norms = torch.cat([e.norms for e in effects])
+    moved = torch.cat([e.effects for e in effects]).abs()
+    return spearman(weights, moved), spearman(norms, moved)
+
+
 # -- the sink head: big weight, small norm --------------------------------------------------------------------------
 
 

@@ -459,6 +459,11 @@ def test_every_head_of_a_layer_at_once_gives_each_heads_own_answer(built) -> Non
         torch.testing.assert_close(w.effects, one.effects, rtol=0, atol=1e-5)
         torch.testing.assert_close(w.norms, one.norms)
         assert w.spearman_weight == pytest.approx(one.spearman_weight, nan_ok=True)
+    moved = torch.cat([w.effects for w in every]).abs()
+    assert A.pooled(every) == (
+        A.spearman(torch.cat([w.weights for w in every]), moved),
+        A.spearman(torch.cat([w.norms for w in every]), moved),
+    )
 
 
 def test_the_sink_contrast_equals_transformers(built) -> None:
