@@ -35,7 +35,8 @@ under RoPE per frequency pair, where pair f of the rotated vectors gives ⟨q_f,
 unrotated ones: the cell depends on the offset through each pair's rotation.
 
 Weight against effect: for layer l, head h and query position i, each source j ≤ i is removed from that head at
-that query alone (its value zeroed: the head's output at i loses α_ij v_j) and the model run on; the effect is the
+that query alone (its value zeroed: the head's output at i loses α_ij v_j; or mean-ablated: replaced by the head's
+mean value over positions 0 … i) and the model run on; the effect is the
 change of the metric at i (the loss of the target token, or the logit difference target − contrast). Only the
 query's row changes, so the run from layer l on is one row per source over the clean run's keys and values.
 
