@@ -437,6 +437,14 @@ class Model:
         buffer of the weights' dtype: a fresh (N, vocab) tensor costs its page faults every time)."""
         raise ModelError(f"{self.name} is an encoder: it has no output layer")
 
+    def final_norm(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The last norm's gain and shift (None for RMSNorm), as `final` applies them (read-only)."""
+        raise ModelError(f"{self.name} is an encoder: it has no output layer")
+
+    def unembedding(self, ids: Sequence[int]) -> torch.Tensor:
+        """The output projection's rows for token `ids` (len(ids), d): what `unembed` dots a stream with."""
+        raise ModelError(f"{self.name} is an encoder: it has no output layer")
+
     @torch.inference_mode()
     def logits(self, ids: Sequence[int]) -> torch.Tensor:
         """Every position's next-token logits (N, vocab)."""
@@ -515,6 +523,13 @@ class GPT2(Model):
 
     def unembed(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return torch.matmul(x, self._get("wte.weight" if self.arch.tied else "lm_head.weight").T, out=out)
+
+    def final_norm(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self._get("ln_f.weight"), self._get("ln_f.bias")
+
+    def unembedding(self, ids: Sequence[int]) -> torch.Tensor:
+        idx = torch.tensor(list(ids), dtype=torch.long, device=self.device)
+        return self._get("wte.weight" if self.arch.tied else "lm_head.weight")[idx]
 
 
 # A llama GGUF's names for the tensors, mapped to Hugging Face's (the family reads one naming).
@@ -609,6 +624,13 @@ class Llama(Model):
 
     def unembed(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return torch.matmul(x, self._get("embed_tokens.weight" if self.arch.tied else "lm_head.weight").T, out=out)
+
+    def final_norm(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self._get("norm.weight"), None
+
+    def unembedding(self, ids: Sequence[int]) -> torch.Tensor:
+        idx = torch.tensor(list(ids), dtype=torch.long, device=self.device)
+        return self._get("embed_tokens.weight" if self.arch.tied else "lm_head.weight")[idx]
 
 
 class Bert(Model):
