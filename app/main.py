@@ -22,6 +22,7 @@ from engine import TraceCache, arena
 from . import __version__, docs, errors, health
 from .attention import api as attention_api
 from .attention.ahead import DrawAhead
+from .attribution import api as attribution_api
 from .block import api as block_api
 from .decode import api as decode_api
 from .demos import api as demos_api
@@ -164,6 +165,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # the shared modules (app/lab/), never another feature: tests/app/web/test_kernel.py checks every module.
     for router in (
         attention_api.router,
+        attribution_api.router,
         block_api.router,
         decode_api.router,
         demos_api.router,

@@ -71,7 +71,7 @@ PAGES: tuple[Page, ...] = (
 # (`Lab.compute`) takes a slot unless already cached.
 HEAVY_API = frozenset({
     "/api/v1/generate", "/api/v1/model_view", "/api/v1/predict", "/api/v1/logit_lens", "/api/v1/head_ranking",
-    "/api/v1/head_roles", "/api/v1/prune", "/api/v1/patch",
+    "/api/v1/head_roles", "/api/v1/prune", "/api/v1/patch", "/api/v1/attribution",
 })  # fmt: skip
 
 
