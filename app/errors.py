@@ -6,6 +6,7 @@ handlers keep only the location, the message and the error type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -97,7 +98,9 @@ def refusal(status: int, message: str, *, msg: str, kind: str, headers: dict[str
     return json_response(body, status, headers)
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, html_404: Callable[[Request], Response | None] | None = None) -> None:
+    """The handlers; `html_404(request)` may answer a 404 as a page (a browser's navigation), else the JSON one."""
+
     @app.exception_handler(RequestValidationError)
     @app.exception_handler(ValidationError)
     async def _invalid(request: Request, exc: RequestValidationError | ValidationError) -> Response:
@@ -113,6 +116,8 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 400 and request.method in ("POST", "PUT", "PATCH"):
             # FastAPI's answer to a body that is not UTF-8 JSON at all: an invalid input like any other.
             return problem(422, [{"loc": ["body"], "msg": UNREADABLE, "type": "json_invalid"}])
+        if exc.status_code == 404 and html_404 is not None and (page := html_404(request)) is not None:
+            return page
         if exc.status_code == 405:
             # A path served by several routes (GET and POST twins): Allow lists them all, not the first one's.
             headers["Allow"] = ", ".join(allowed_methods(app, request.url.path))

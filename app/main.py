@@ -43,7 +43,7 @@ from .schemas import LIST_FIELDS, Problem
 from .settings import Settings, get_settings
 from .train import api as train_api
 from .web import cache, registry
-from .web.page import JsonTwin
+from .web.page import JsonTwin, not_found
 from .web.view import all_views, view_schema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,7 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.flights = {}  # the keys of answers being computed now (cache.single_flight)
     app.state.lab.ahead = DrawAhead(app.state.responses, app.state.flights, settings.draw_ahead_traces)
     app.state.rooms = Rooms(settings)
-    errors.install(app)
+    errors.install(app, html_404=not_found)  # a browser that navigates to no page gets a page saying so
     rooms_api.install(app)
     train_api.install(app)
     # The heavy pages and API routes (app/web/registry.py) queue for a slot; inside ServeCached: a cached answer

@@ -290,6 +290,19 @@ def navigating(request: Request) -> bool:
     return headers.get("sec-fetch-mode") == "navigate" and headers.get("sec-fetch-dest", "document") == "document"
 
 
+def not_found(request: Request) -> Response | None:
+    """A browser's own navigation to an address that is no page of the lab: a page in the reader's language that
+    says so and offers the lab and the lessons (a mistyped link in class), with the 404 status; None for any other
+    request, which keeps the JSON 404 (app/errors.py)."""
+    if not navigating(request) or request.method != "GET" or request.url.path.startswith("/api/"):
+        return None
+    lang = language(request)
+    ctx = {"page": "not_found", "t": translator(lang), "lang": lang, "langs": LANGS, "json_url": None, "error": ["404"],
+           "lang_urls": {code: f"/?lang={code}" for code in LANGS}, "status": 404, "fragment": False, "html": True,
+           "hints": True, "lesson_panel": None, "present": False, "present_url": None, "carry": {}}  # fmt: skip
+    return TEMPLATES.TemplateResponse(request, "not_found.html", ctx, status_code=404, headers={"Vary": VARY})
+
+
 def shell(request: Request, ctx: dict[str, Any], state: ViewState, lang: str) -> Response:
     """A deferred page's shell (templates/_deferred.html): the page's header, lesson and title, a "computing"
     status, and htmx asking for the page at its own URL as soon as the shell is loaded (so its progress key is the
