@@ -213,21 +213,17 @@ def error_of(e: Exception) -> dict[str, Any] | None:
     return None
 
 
-class RedisJobs:
-    """A web worker's side: each heavy computation submitted as a job (or joined, when the same one is queued, running
-    or done), then waited for on the event loop, its progress reported under the request's key as in-process work's
-    is, its result read back as the kind's result type."""
+class LoopRedis:
+    """An async Redis client for the running event loop, made on first use there (an app served again, as a test's,
+    runs in another loop, whose client is made anew), with its scripts registered."""
 
-    def __init__(self, url: str, settings: Settings) -> None:
-        self.url, self.settings = url, settings
-        self._client: Any = None  # made on first use, in the event loop that serves the app
+    def __init__(self, url: str, scripts: dict[str, str] | None = None) -> None:
+        self.url, self.sources = url, scripts or {}
+        self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._broker: Any = None
-        self._workers_seen = 0.0  # when a queue worker was last known to beat (monotonic)
+        self.scripts: dict[str, Any] = {}
 
-    @property
-    def redis(self) -> Any:
-        """The async client of the running event loop (an app served again, as a test's, runs in another)."""
+    def __call__(self) -> Any:
         import redis.asyncio as aioredis
 
         loop = asyncio.get_running_loop()
@@ -235,9 +231,40 @@ class RedisJobs:
             pool = aioredis.BlockingConnectionPool.from_url(self.url, max_connections=32, timeout=10, socket_timeout=5,
                                                             socket_connect_timeout=5)  # fmt: skip
             self._client, self._loop = aioredis.Redis(connection_pool=pool), loop
-            self._submit = self._client.register_script(lua(SUBMIT))
-            self._reap = self._client.register_script(lua(REAP))
+            self.scripts = {name: self._client.register_script(lua(src)) for name, src in self.sources.items()}
         return self._client
+
+    def script(self, name: str) -> Any:
+        self()
+        return self.scripts[name]
+
+    def add(self, name: str, source: str) -> None:
+        """One more script (registered with the next client, and now if there is one)."""
+        self.sources[name] = source
+        if self._client is not None:
+            self.scripts[name] = self._client.register_script(lua(source))
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+            await client.connection_pool.disconnect()
+
+
+class RedisJobs:
+    """A web worker's side: each heavy computation submitted as a job (or joined, when the same one is queued, running
+    or done), then waited for on the event loop, its progress reported under the request's key as in-process work's
+    is, its result read back as the kind's result type."""
+
+    def __init__(self, url: str, settings: Settings) -> None:
+        self.url, self.settings = url, settings
+        self.client = LoopRedis(url, {"submit": SUBMIT, "reap": REAP})  # the app's event loop's
+        self._broker: Any = None
+        self._workers_seen = 0.0  # when a queue worker was last known to beat (monotonic)
+
+    @property
+    def redis(self) -> Any:
+        return self.client()
 
     @property
     def cap(self) -> int:
@@ -258,8 +285,7 @@ class RedisJobs:
         return False
 
     async def reap(self) -> int:
-        self.redis  # noqa: B018 (the running loop's client and scripts)
-        return int(await self._reap(args=[lost_message(self.settings.train_lease_s), RESULT_TTL_S]))
+        return int(await self.client.script("reap")(args=[lost_message(self.settings.train_lease_s), RESULT_TTL_S]))
 
     async def run(self, lab: Lab, kind: JobKind[R], req: BaseModel, key: str | None, client: str = "") -> R:
         if not await self.workers():  # no queue worker: computed here, as without Redis
@@ -267,7 +293,11 @@ class RedisJobs:
         request = req.model_dump(mode="json")
         jid = job_id(kind.name, request)
         r = self.redis
-        got = _s(await self._submit(args=[jid, kind.name, orjson.dumps(request), client, self.cap, LIVE_TTL_S]))
+        got = _s(
+            await self.client.script("submit")(
+                args=[jid, kind.name, orjson.dumps(request), client, self.cap, LIVE_TTL_S]
+            )
+        )
         retry = max(1, round(self.settings.queue_wait_s))
         if got == "full":
             raise Busy(0, lab.budget.limit, retry)
@@ -317,9 +347,6 @@ class RedisJobs:
                     await asyncio.sleep(POLL_S)
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
-            await client.connection_pool.disconnect()
+        await self.client.aclose()
         if self._broker is not None:
             self._broker.close()

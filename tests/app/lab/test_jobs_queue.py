@@ -86,16 +86,16 @@ def queue_worker(url: str, models: str) -> Iterator[subprocess.Popen[bytes]]:
                 proc.wait()
 
 
-def web(url: str, models: str) -> Settings:
+def web(url: str, models: str, **overrides: Any) -> Settings:
     return Settings(device="cpu", pretrained=False, models=models, redis_url=url, workers=2, train_lease_s=LEASE_S,
-                    **LIMITS)  # type: ignore[arg-type]  # fmt: skip
+                    **LIMITS | overrides)  # type: ignore[arg-type]  # fmt: skip
 
 
 @contextmanager
-def two_web_workers(url: str, models: str) -> Iterator[tuple[TestClient, TestClient]]:
+def two_web_workers(url: str, models: str, **overrides: Any) -> Iterator[tuple[TestClient, TestClient]]:
     with ExitStack() as stack:
-        a = stack.enter_context(TestClient(create_app(web(url, models))))
-        b = stack.enter_context(TestClient(create_app(web(url, models))))
+        a = stack.enter_context(TestClient(create_app(web(url, models, **overrides))))
+        b = stack.enter_context(TestClient(create_app(web(url, models, **overrides))))
         yield a, b
 
 
@@ -177,6 +177,30 @@ def test_a_queue_worker_killed_mid_job_fails_it_with_a_message(models: str) -> N
             assert len(again.json()["order"]) == 24 * 16
         (job,) = jobs(r).values()
         assert job["status"] == "done"
+
+
+@pytest.mark.parametrize("per_client", [1, 0])
+def test_a_full_queue_and_one_clients_share_hold_across_web_workers(models: str, per_client: int) -> None:
+    """One job in flight at once in all (MAX_LARGE_CONCURRENT 1 + MAX_LARGE_QUEUED 0): a second computation asked of
+    the other web worker is a 503 with Retry-After; with MAX_HEAVY_PER_CLIENT 1 the same client (one address for both
+    test clients) is refused first, a 429 naming the setting, by the worker that does not hold its request."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    slow = {"preset": "slow", "text": TEXT}
+    with redis_server() as url, queue_worker(url, models), two_web_workers(url, models, max_large_concurrent=1,
+                                                                           max_large_queued=0,
+                                                                           max_heavy_per_client=per_client) as (a, b):  # fmt: skip
+        r = redis.Redis.from_url(url)
+        with ThreadPoolExecutor(1) as pool:
+            asked = pool.submit(a.get, "/api/v1/prune", params=slow)
+            until("the job to run", lambda: [j for j in jobs(r).values() if j["status"] == "running"])
+            other = b.get(*ASKED[0][1:2], params=ASKED[0][2])
+            if per_client:
+                assert other.status_code == 429 and "MAX_HEAVY_PER_CLIENT" in other.text, other.text
+            else:
+                assert other.status_code == 503 and int(other.headers["Retry-After"]) > 0, other.text
+            assert asked.result(timeout=300).status_code == 200
+        assert b.get(*ASKED[0][1:2], params=ASKED[0][2]).status_code == 200  # its turn now
 
 
 def test_without_a_queue_worker_the_web_worker_computes(models: str) -> None:
