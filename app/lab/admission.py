@@ -3,6 +3,7 @@ Retry-After) — heavy routes take their place in the queue before they tokenise
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import secrets
@@ -247,6 +248,7 @@ class Admission:
         self.large_bytes = int(settings.large_request_mb * 2**20)
         self.large_running = 0
         self.large_waiting = 0
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()  # requests waiting for a slot
 
     async def offload(
         self, cost: int, fn: Callable[..., T], *args: Any, heavy: bool | None = None, watch: Watch | None = None
@@ -273,22 +275,41 @@ class Admission:
         else:
             self.large_waiting += 1
         deadline = time.monotonic() + self.settings.queue_wait_s
-        try:  # wait for a slot on the event loop (no thread held; works under any loop the app is served by)
+        woken = asyncio.Event()  # set when a slot is given back, the server stops, or this request's client leaves
+        waiter = (asyncio.get_running_loop(), woken)
+        self._waiters.add(waiter)
+        if watch is not None:
+            watch.on_leave = woken.set
+        try:  # wait for a slot on the event loop (no thread held), woken rather than polling
             while True:  # checked before the slot is taken too: a slot freed by stopping work is not taken
+                woken.clear()
                 if self.stopping or (watch is not None and watch.left):
                     raise Cancelled(self.stopping)
                 if self.large_running < self.settings.max_large_concurrent:
                     break
-                if time.monotonic() >= deadline:  # a wait has a deadline: the client hears 503, not silence
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:  # a wait has a deadline: the client hears 503, not silence
                     raise Busy(cost, self.budget.limit, retry)
-                await anyio.sleep(0.02)
+                with anyio.move_on_after(remaining):
+                    await woken.wait()
             self.large_running += 1
         finally:
+            self._waiters.discard(waiter)
+            if watch is not None:
+                watch.on_leave = None
             self.large_waiting -= 1
         try:
             return await anyio.to_thread.run_sync(work)
         finally:
             self.large_running -= 1
+            self.wake()
+
+    def wake(self) -> None:
+        """Wake every request waiting for a slot (a slot was given back, or the server stops): each looks again. Safe
+        from any thread and from a signal handler (`call_soon_threadsafe`); a lab may serve several event loops."""
+        for loop, woken in list(self._waiters):
+            with suppress(RuntimeError):  # its loop has closed
+                loop.call_soon_threadsafe(woken.set)
 
     def _retry_after(self) -> int:
         return max(1, round(self.settings.queue_wait_s))

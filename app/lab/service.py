@@ -123,6 +123,11 @@ class Lab(Cancelling, Admission, Tracking):
             return await kind.here(req, self, key)
         return await self.jobs.run(self, kind, req, key)
 
+    def stop(self) -> None:
+        """The server is stopping (`Cancelling.stop`); the requests waiting for a slot hear it at once."""
+        Cancelling.stop(self)
+        self.wake()
+
     def add_model(self, model: Model) -> None:
         """Serve `model` as a preset from now on (a finished training run), as a model named at start-up is: on the
         lab's device, its bytes kept in the budget. The registry is replaced, never changed in place: a request

@@ -75,3 +75,42 @@ def test_a_wait_for_a_slot_has_a_deadline() -> None:
     done, waited = run(main)
     assert done is True
     assert 0.25 <= waited < 5  # refused after about queue_wait_s, not left waiting for ever
+
+
+def test_a_waiter_is_woken_when_a_slot_is_given_back_and_when_the_lab_stops() -> None:
+    """The wait for a slot sleeps until something changes (a slot given back, the server stopping: even from another
+    thread, as a signal handler's), not polling: the next in line starts as the first ends; a stop ends the wait."""
+    from app.lab import Cancelled
+
+    work = lab(max_large_concurrent=1, max_large_queued=5, queue_wait_s=60)
+    gate = threading.Event()
+    started: list[float] = []
+
+    async def main() -> tuple[float, object]:
+        first = asyncio.create_task(work.offload(1, lambda: gate.wait(10), heavy=True))
+        while work.large_running < 1:
+            await asyncio.sleep(0.01)
+        second = asyncio.create_task(work.offload(1, lambda: started.append(time.monotonic()), heavy=True))
+        third = asyncio.create_task(work.offload(1, lambda: gate.wait(10), heavy=True))
+        while work.large_waiting < 2:
+            await asyncio.sleep(0.01)
+        freed = time.monotonic()
+        gate.set()
+        await first
+        await second
+        lag = started[0] - freed
+        gate.clear()
+        while work.large_running < 1:  # the third holds the slot now; a fourth waits for it
+            await asyncio.sleep(0.01)
+        fourth = asyncio.create_task(work.offload(1, lambda: None, heavy=True))
+        while work.large_waiting < 1:
+            await asyncio.sleep(0.01)
+        threading.Thread(target=work.stop).start()  # as SIGTERM's handler does, off the loop
+        outcome = await asyncio.gather(fourth, return_exceptions=True)
+        gate.set()
+        await third
+        return lag, outcome[0]
+
+    lag, fourth = run(main)
+    assert lag < 1.0
+    assert isinstance(fourth, Cancelled) and fourth.stopping
