@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import orjson
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException
 
 from engine.budget import Busy
@@ -259,6 +260,7 @@ class RedisJobs:
     def __init__(self, url: str, settings: Settings) -> None:
         self.url, self.settings = url, settings
         self.client = LoopRedis(url, {"submit": SUBMIT, "reap": REAP})  # the app's event loop's
+        self.waiting: dict[str, int] = {}  # job id -> this worker's requests waiting for it
         self._broker: Any = None
         self._workers_seen = 0.0  # when a queue worker was last known to beat (monotonic)
 
@@ -288,7 +290,11 @@ class RedisJobs:
         return int(await self.client.script("reap")(args=[lost_message(self.settings.train_lease_s), RESULT_TTL_S]))
 
     async def run(self, lab: Lab, kind: JobKind[R], req: BaseModel, key: str | None, client: str = "") -> R:
-        if not await self.workers():  # no queue worker: computed here, as without Redis
+        try:
+            queued = await self.workers()
+        except RedisError:  # Redis away: computed here meanwhile
+            queued = False
+        if not queued:  # no queue worker: computed here, as without Redis
             return await kind.here(req, lab, key)
         request = req.model_dump(mode="json")
         jid = job_id(kind.name, request)
@@ -315,10 +321,20 @@ class RedisJobs:
         Retry-After and its message (asking again computes it again); still queued after QUEUE_WAIT_S, a 503 with
         Retry-After (the job stays queued: asking again later finds it, or its result). A client gone stops the
         wait (the job goes on: its result is kept for whoever asks)."""
+        self.waiting[jid] = self.waiting.get(jid, 0) + 1
+        try:
+            return await self._wait(lab, kind, jid, key)
+        finally:
+            self.waiting[jid] -= 1
+            if not self.waiting[jid]:
+                del self.waiting[jid]
+
+    async def _wait(self, lab: Lab, kind: JobKind[R], jid: str, key: str | None) -> R:
         deadline = time.monotonic() + self.settings.queue_wait_s
         retry = max(1, round(self.settings.queue_wait_s))
         async with lab.watching(None) as watch:
             with lab.tracking(key, kind.unit) as update:
+                seen = (-1, -1)
                 while True:
                     if watch.left or lab.stopping:
                         raise Cancelled(lab.stopping)
@@ -338,8 +354,10 @@ class RedisJobs:
                     if status == "failed":
                         raise HTTPException(503, message or "the job failed", headers={"Retry-After": "1"})
                     if status == "running":
-                        if update is not None:
-                            update(int(done or 0), int(total or 0))
+                        count = (int(done or 0), int(total or 0))
+                        if update is not None and count != seen:  # (its shared entry: one short SET, on a change)
+                            update(*count)
+                            seen = count
                         if float(lease or 0) < time.time() and await self.reap():
                             continue
                     elif time.monotonic() > deadline:

@@ -43,6 +43,7 @@ import orjson
 from engine.train import Run, TrainConfig, make_config, make_data
 
 from ..lab import jobs as J
+from ..lab.cancel import Cancelled
 from ..lab.jobs import JOB_ACTOR, JOBS_QUEUE, NAMESPACE, TRAIN_QUEUE, make_broker
 from ..lab.progress import JOB_PROGRESS
 from .runs import POLL_S, Busy, Job, per_client_busy, supervise
@@ -632,7 +633,9 @@ class QueueWorker:
             sink.end("done", "result", orjson.dumps(jsonable(result)))
         except Exception as e:  # reported, never left running
             error = J.error_of(e)
-            if error is not None:
+            if isinstance(e, Cancelled):  # this worker is shutting down (SIGTERM): asked again, another computes it
+                sink.end("failed", "message", "its queue worker was shut down mid-computation; ask again")
+            elif error is not None:
                 sink.end("done", "error", orjson.dumps(error))
             else:
                 LOG.exception("job %s failed", jid[:12])
@@ -688,6 +691,8 @@ class QueueWorker:
         LOG.info("attention-lab worker %s: %d run(s) at once from %s", self.name, self.concurrency, NAMESPACE)
         done.wait()
         self.stopping.set()  # the runs in hand end at their next step, reported as stopped
+        if self._lab is not None:
+            self._lab.stop()  # and the jobs in hand at theirs, reported failed (asking again computes them again)
         worker.stop(timeout=15_000)
         broker.close()
         return 0

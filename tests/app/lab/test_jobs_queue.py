@@ -179,6 +179,32 @@ def test_a_queue_worker_killed_mid_job_fails_it_with_a_message(models: str) -> N
         assert job["status"] == "done"
 
 
+def test_a_queue_worker_stopped_mid_job_ends_it_at_once_and_another_web_worker_joins_it(models: str) -> None:
+    """SIGTERM: the job in hand stops at its next step and is reported failed with a message (its client hears a
+    503 with Retry-After at once, not after the lease); a second web worker asking for the same computation
+    meanwhile (the same URL: free of its client's share) waits for the same job (one job in Redis), and hears the
+    same."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    params = {"preset": "slow", "text": TEXT}
+    with redis_server() as url, two_web_workers(url, models) as (a, b):
+        r = redis.Redis.from_url(url)
+        with queue_worker(url, models) as worker, ThreadPoolExecutor(2) as pool:
+            first = pool.submit(a.get, "/api/v1/prune", params=params)
+            until("the job to report progress", lambda: [j for j in jobs(r).values() if int(j.get("done", 0))])
+            second = pool.submit(b.get, "/api/v1/prune", params=params)  # the other worker: the same job
+            waiting = b.app.state.lab.jobs.waiting  # type: ignore[attr-defined]
+            until("the second worker to wait for the job", lambda: list(waiting.values()) == [1])
+            worker.terminate()
+            stopped = time.monotonic()
+            answers = [first.result(timeout=60), second.result(timeout=60)]
+            assert worker.wait(30) == 0
+        assert time.monotonic() - stopped < LEASE_S
+        for answer in answers:
+            assert answer.status_code == 503 and "shut down" in answer.json()["message"], answer.text
+        assert [j["status"] for j in jobs(r).values()] == ["failed"]
+
+
 @pytest.mark.parametrize("per_client", [1, 0])
 def test_a_full_queue_and_one_clients_share_hold_across_web_workers(models: str, per_client: int) -> None:
     """One job in flight at once in all (MAX_LARGE_CONCURRENT 1 + MAX_LARGE_QUEUED 0): a second computation asked of
