@@ -83,31 +83,30 @@ def test_a_waiter_is_woken_when_a_slot_is_given_back_and_when_the_lab_stops() ->
     from app.lab import Cancelled
 
     work = lab(max_large_concurrent=1, max_large_queued=5, queue_wait_s=60)
-    gate = threading.Event()
+    first_gate, third_gate = threading.Event(), threading.Event()
     started: list[float] = []
 
     async def main() -> tuple[float, object]:
-        first = asyncio.create_task(work.offload(1, lambda: gate.wait(10), heavy=True))
+        first = asyncio.create_task(work.offload(1, lambda: first_gate.wait(10), heavy=True))
         while work.large_running < 1:
             await asyncio.sleep(0.01)
         second = asyncio.create_task(work.offload(1, lambda: started.append(time.monotonic()), heavy=True))
-        third = asyncio.create_task(work.offload(1, lambda: gate.wait(10), heavy=True))
-        while work.large_waiting < 2:
+        while work.large_waiting < 1:
             await asyncio.sleep(0.01)
         freed = time.monotonic()
-        gate.set()
+        first_gate.set()
         await first
         await second
         lag = started[0] - freed
-        gate.clear()
-        while work.large_running < 1:  # the third holds the slot now; a fourth waits for it
+        third = asyncio.create_task(work.offload(1, lambda: third_gate.wait(10), heavy=True))
+        while work.large_running < 1:
             await asyncio.sleep(0.01)
         fourth = asyncio.create_task(work.offload(1, lambda: None, heavy=True))
         while work.large_waiting < 1:
             await asyncio.sleep(0.01)
         threading.Thread(target=work.stop).start()  # as SIGTERM's handler does, off the loop
         outcome = await asyncio.gather(fourth, return_exceptions=True)
-        gate.set()
+        third_gate.set()
         await third
         return lag, outcome[0]
 
