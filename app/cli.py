@@ -58,13 +58,16 @@ def _parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser(
         "worker",
-        help="train the runs queued in Redis (serve --redis): on any machine that reaches it",
-        description="A queue worker: takes training runs queued by `serve --redis URL` (any web worker, any machine) "
-        "and trains each in a process of its own, its state, events and weights in Redis for every web worker. Start "
-        "as many as you like, anywhere; settings (TRAIN_LEASE_S, MAX_MODEL_MB) from ATTENTION_LAB_* as serve's.",
+        help="train the runs and compute the heavy jobs queued in Redis (serve --redis): on any machine that reaches it",
+        description="A queue worker: takes training runs and heavy computations (pruning curves, patching grids, head "
+        "rankings) queued by `serve --redis URL` (any web worker, any machine); trains each run in a process of its "
+        "own, computes each job in a lab of its own (the same models as the web workers: the packaged ones, and "
+        "--model folders through ATTENTION_LAB_MODELS), its state, events, progress and result in Redis for every web "
+        "worker. Start as many as you like, anywhere; settings (TRAIN_LEASE_S, MAX_MODEL_MB, MODELS, ...) from "
+        "ATTENTION_LAB_* as serve's.",
     )
     w.add_argument("--redis", required=True, metavar="URL", help="the Redis the web workers use (redis://HOST:PORT/DB)")
-    w.add_argument("--concurrency", type=int, default=1, metavar="N", help="runs trained at once (default 1)")
+    w.add_argument("--concurrency", type=int, default=1, metavar="N", help="runs or jobs at once (default 1)")
 
     t = sub.add_parser(
         "trace",
@@ -393,6 +396,9 @@ def _worker(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         return _fail(*(f"{e['loc'][0] if e['loc'] else 'settings'}: {e['msg']}" for e in exc.errors()))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # The heavy computations' job kinds, declared by their features' modules (app/lab/jobs.py).
+    import app.heads.compute
+    import app.predict.compute  # noqa: F401
     from app.train.queue import QueueWorker
 
     return QueueWorker(args.redis, args.concurrency, settings).run()

@@ -33,8 +33,11 @@ docs/api-guide.md, the reference docs/api.md (`make docs` builds them into a sit
 TAGS = [
     {"name": "attention", "description": "The five stages of scaled dot-product attention, and its files."},
     {"name": "block", "description": "A whole transformer block: LayerNorm, attention, FFN and residuals."},
-    {"name": "attribution", "description": "What attention is worth: each head's, MLP's and the embedding's share of "
-     "a logit, attention rollout and value-weighted norms."},
+    {
+        "name": "attribution",
+        "description": "What attention is worth: each head's, MLP's and the embedding's share of "
+        "a logit, attention rollout and value-weighted norms.",
+    },
     {"name": "kv cache", "description": "Decoding with a KV cache against recomputing everything."},
     {"name": "demonstrations", "description": "The small experiments of /demos: scaling, RoPE, softmax, order."},
     {"name": "parameters", "description": "Parameter counts, exactly and by the 12·L·d² estimate."},

@@ -288,7 +288,8 @@ TINY_RUN = {"n_layer": 1, "n_heads": 2, "d_model": 32, "n_repeat": 4, "vocab": 8
 
 def train_on_both(c: Compose) -> None:
     """A training run started on lab-a is trained by the `worker` service and is everywhere: followed to its end on
-    lab-b, its status, page and export from both workers and the proxy, a preset of both."""
+    lab-b, its status, page and export from both workers and the proxy, a preset of both; a pruning curve on it is a
+    job the `worker` service computes, the same answer on both."""
     proxy, a, b = c.ports["proxy"], c.ports["lab-a"], c.ports["lab-b"]
     r = http(a, "/api/v1/train", method="POST", body=TINY_RUN)
     require(r.status == 202, f"POST /api/v1/train on lab-a: {r.status} {r.body[:200]!r}")
@@ -307,6 +308,13 @@ def train_on_both(c: Compose) -> None:
         names = [m["name"] for m in http(port, "/api/v1/models").json()["models"]]
         require(f"train-{run_id}" in names, f"the preset train-{run_id} on {port}: {names}")
     ok("its status, page and export answer on lab-a, lab-b and through the proxy; it is a preset of both workers")
+    # A pruning curve on the run's preset: a job of the queue, computed by the worker service from the run's weights
+    # in Redis, the same answer from either lab worker (the second from the job's result in Redis).
+    query = f"/api/v1/prune?preset=train-{run_id}&text=ABCABCAB"
+    curves = [http(port, query, timeout=300) for port in (a, b, proxy)]
+    require(all(r.status == 200 for r in curves), f"the pruning curve: {[r.status for r in curves]}")
+    require(all(r.json() == curves[0].json() for r in curves), "the pruning curve differs between workers")
+    ok("a pruning curve on its preset, computed by the worker service, answers the same on lab-a, lab-b and the proxy")
 
 
 def put_state(port: int, code: str, teacher: dict[str, str], query: str) -> int:

@@ -11,7 +11,7 @@ from engine import heads as E
 from engine import predict as P
 from engine.models import Model
 
-from ..lab import Lab
+from ..lab import Lab, job_kind
 from ..schemas import FieldError
 from ..web.knockouts import intervention
 from ..web.sequence import Text, decoder
@@ -171,6 +171,12 @@ class Pruned:
 
 
 async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> Pruned:
+    """The pruning curve, computed here or (--redis) by a queue worker (`Lab.job`)."""
+    return await lab.job(prune_job, req, key)
+
+
+@job_kind("prune", PruneRequest, Pruned)
+async def prune_job(req: PruneRequest, lab: Lab, key: str | None) -> Pruned:
     t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_prune_tokens, req.eos, "inputs")
     n = len(t.seq) - 1
     if req.loss_from >= n:
@@ -248,6 +254,12 @@ class Patched:
 
 
 async def patch_of(req: PatchRequest, lab: Lab, key: str | None) -> Patched:
+    """The patching grids, computed here or (--redis) by a queue worker (`Lab.job`)."""
+    return await lab.job(patch_job, req, key)
+
+
+@job_kind("patch", PatchRequest, Patched)
+async def patch_job(req: PatchRequest, lab: Lab, key: str | None) -> Patched:
     a, b = await lab.off_loop(req.preset, prompts_of, req, lab)
     compute_key = (req.preset, a.seq, b.seq, req.answer, req.wrong, req.metric)
     n, m = len(a.seq), a.model.arch

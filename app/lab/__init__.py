@@ -1,9 +1,11 @@
 """The lab: the server's compute service (`service`: `Lab.compute`, the one path of every computation), and what it
 is made of — cancelling abandoned work (`cancel`), admitting large and heavy work to a few slots (`admission`),
-reporting progress (`progress`) under a request's key (`keys`)."""
+reporting progress (`progress`) under a request's key (`keys`), and heavy computations as jobs of a queue with
+--redis (`jobs`)."""
 
 from .admission import HEAVY, HeavyWork, LoopLimiter, QueuePlace
 from .cancel import CLIENT, Cancelled, Progress, WatchClient
+from .jobs import JobKind, job_kind
 from .keys import ProgressKey, get_key, progress_key, request_key, url_digest
 from .service import Lab, Work, get_lab
 
@@ -12,6 +14,7 @@ __all__ = [
     "HEAVY",
     "Cancelled",
     "HeavyWork",
+    "JobKind",
     "Lab",
     "LoopLimiter",
     "Progress",
@@ -21,6 +24,7 @@ __all__ = [
     "Work",
     "get_key",
     "get_lab",
+    "job_kind",
     "progress_key",
     "request_key",
     "url_digest",

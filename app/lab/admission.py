@@ -3,14 +3,19 @@ Retry-After) — heavy routes take their place in the queue before they tokenise
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import hashlib
+import secrets
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from anyio.lowlevel import RunVar
+from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.budget import Busy, MemoryBudget
@@ -18,6 +23,7 @@ from engine.budget import Busy, MemoryBudget
 from ..limits import send_problem
 from ..settings import Settings
 from .cancel import Cancelled, Watch
+from .jobs import LoopRedis
 from .progress import begun
 
 if TYPE_CHECKING:
@@ -46,6 +52,65 @@ class QueuePlace:
 HEAVY: ContextVar[QueuePlace | None] = ContextVar("attention_lab_heavy", default=None)
 
 
+# ARGV: the client's key, the URL's ('': not a GET), the cap (0: none), this request's token, TTL seconds. 1: counted
+# against the client, 0: free (no cap, or the URL is in flight already), -1: refused (the client holds the cap).
+SHARE = """
+local t = now()
+local ck, uk, cap, token, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local free = false
+if uk ~= '' then
+  redis.call('ZREMRANGEBYSCORE', uk, '-inf', t)
+  free = redis.call('ZCARD', uk) > 0
+end
+local counted = cap > 0 and not free
+if counted then
+  redis.call('ZREMRANGEBYSCORE', ck, '-inf', t)
+  if redis.call('ZCARD', ck) >= cap then return -1 end
+  redis.call('ZADD', ck, t + ttl, token)
+  redis.call('EXPIRE', ck, math.ceil(ttl))
+end
+if uk ~= '' then
+  redis.call('ZADD', uk, t + ttl, token)
+  redis.call('EXPIRE', uk, math.ceil(ttl))
+end
+if counted then return 1 end
+return 0
+"""
+
+
+class SharedShares:
+    """MAX_HEAVY_PER_CLIENT counted in Redis (--redis), so that it holds across every web worker and machine: each
+    heavy request in flight is a member of its client's sorted set (and, a GET, of its URL's), scored by when it
+    lapses (TTL_S: a web worker that dies mid-request holds its share no longer than that), taken and checked by one
+    Lua script."""
+
+    PREFIX = "lab:heavy:"
+    TTL_S = 900  # longer than any heavy request is served (QUEUE_WAIT_S queued, then its computation)
+
+    def __init__(self, client: LoopRedis) -> None:
+        self.client = client
+        client.add("share", SHARE)
+
+    def keys(self, address: str, url: bytes | None) -> tuple[str, str]:
+        u = "" if url is None else self.PREFIX + "url:" + hashlib.sha256(url).hexdigest()[:32]
+        return self.PREFIX + "client:" + address, u
+
+    async def take(self, address: str, url: bytes | None, cap: int) -> tuple[int, str]:
+        """(1 counted, 0 free, -1 refused; the request's token)."""
+        token = secrets.token_hex(8)
+        ck, uk = self.keys(address, url)
+        got = int(await self.client.script("share")(args=[ck, uk, cap, token, self.TTL_S]))
+        return got, token
+
+    async def give_back(self, address: str, url: bytes | None, token: str) -> None:
+        ck, uk = self.keys(address, url)
+        async with self.client().pipeline(transaction=False) as p:
+            p.zrem(ck, token)
+            if uk:
+                p.zrem(uk, token)
+            await p.execute()
+
+
 class HeavyWork:
     """Marks the requests for heavy work by their path (`paths`: generation, the model view, the predictions: work
     that always takes a large-work slot), so that the lab takes their place in the queue before it tokenises their
@@ -53,16 +118,30 @@ class HeavyWork:
     when the request ends, if its work never took a slot. Inside the response cache's middleware: a cached answer
     never queues."""
 
-    def __init__(self, app: ASGIApp, paths: frozenset[str], per_client: int = 0) -> None:
+    def __init__(self, app: ASGIApp, paths: frozenset[str], per_client: int = 0,
+                 shared: SharedShares | None = None) -> None:  # fmt: skip
         self.app = app
         self.paths = paths
         # One client address holds at most `per_client` heavy requests at once (0: no cap), so that one address
         # cannot hold every large-work slot; a GET of a URL already being computed (for anyone) is free, since it
         # waits for that computation rather than starting one: a class on one NAT address following its teacher
-        # (each screen in its own language, the projector in presenter mode: `shared_key`).
+        # (each screen in its own language, the projector in presenter mode: `shared_key`). With --redis counted in
+        # Redis (`shared`: given, or the app's lab's when it has jobs), across every web worker; in this process
+        # otherwise, or while Redis does not answer.
         self.per_client = per_client
+        self.shared = shared
+        self._looked = shared is not None
         self.running: dict[str, int] = {}  # address -> heavy requests in flight that count against it
         self.urls: dict[bytes, int] = {}  # the GET URLs (path?query) of heavy requests in flight
+
+    def _shares(self, scope: Scope) -> SharedShares | None:
+        if not self._looked:
+            self._looked = True
+            app = scope.get("app")
+            jobs = getattr(getattr(getattr(app, "state", None), "lab", None), "jobs", None)
+            if jobs is not None:
+                self.shared = SharedShares(jobs.client)
+        return self.shared
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] not in self.paths:
@@ -70,6 +149,22 @@ class HeavyWork:
             return
         address = (scope.get("client") or ("?",))[0]
         url = shared_key(scope["path"], scope.get("query_string", b"")) if scope["method"] == "GET" else None
+        shares = self._shares(scope)
+        if shares is not None:
+            try:
+                got, token = await shares.take(address, url, self.per_client)
+            except RedisError:
+                pass  # counted here meanwhile
+            else:
+                if got < 0:
+                    await refuse_heavy(scope, send, self.per_client)
+                    return
+                try:
+                    await self._served(scope, receive, send)
+                finally:
+                    with suppress(RedisError):  # else its share lapses after TTL_S
+                        await shares.give_back(address, url, token)
+                return
         counted = self.per_client > 0 and not (url is not None and self.urls.get(url))
         if counted and self.running.get(address, 0) >= self.per_client:
             await refuse_heavy(scope, send, self.per_client)
@@ -78,6 +173,15 @@ class HeavyWork:
             self.running[address] = self.running.get(address, 0) + 1
         if url is not None:
             self.urls[url] = self.urls.get(url, 0) + 1
+        try:
+            await self._served(scope, receive, send)
+        finally:
+            if url is not None:
+                _forget(self.urls, url)
+            if counted:
+                _forget(self.running, address)
+
+    async def _served(self, scope: Scope, receive: Receive, send: Send) -> None:
         place = QueuePlace()
         token = HEAVY.set(place)
         try:
@@ -85,10 +189,6 @@ class HeavyWork:
         finally:
             HEAVY.reset(token)
             place.release()
-            if url is not None:
-                _forget(self.urls, url)
-            if counted:
-                _forget(self.running, address)
 
 
 # What belongs to one screen, not to the computation: the language it is shown in, presenter mode (as a room's
@@ -148,6 +248,7 @@ class Admission:
         self.large_bytes = int(settings.large_request_mb * 2**20)
         self.large_running = 0
         self.large_waiting = 0
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()  # requests waiting for a slot
 
     async def offload(
         self, cost: int, fn: Callable[..., T], *args: Any, heavy: bool | None = None, watch: Watch | None = None
@@ -174,22 +275,41 @@ class Admission:
         else:
             self.large_waiting += 1
         deadline = time.monotonic() + self.settings.queue_wait_s
-        try:  # wait for a slot on the event loop (no thread held; works under any loop the app is served by)
+        woken = asyncio.Event()  # set when a slot is given back, the server stops, or this request's client leaves
+        waiter = (asyncio.get_running_loop(), woken)
+        self._waiters.add(waiter)
+        if watch is not None:
+            watch.on_leave = woken.set
+        try:  # wait for a slot on the event loop (no thread held), woken rather than polling
             while True:  # checked before the slot is taken too: a slot freed by stopping work is not taken
+                woken.clear()
                 if self.stopping or (watch is not None and watch.left):
                     raise Cancelled(self.stopping)
                 if self.large_running < self.settings.max_large_concurrent:
                     break
-                if time.monotonic() >= deadline:  # a wait has a deadline: the client hears 503, not silence
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:  # a wait has a deadline: the client hears 503, not silence
                     raise Busy(cost, self.budget.limit, retry)
-                await anyio.sleep(0.02)
+                with anyio.move_on_after(remaining):
+                    await woken.wait()
             self.large_running += 1
         finally:
+            self._waiters.discard(waiter)
+            if watch is not None:
+                watch.on_leave = None
             self.large_waiting -= 1
         try:
             return await anyio.to_thread.run_sync(work)
         finally:
             self.large_running -= 1
+            self.wake()
+
+    def wake(self) -> None:
+        """Wake every request waiting for a slot (a slot was given back, or the server stops): each looks again. Safe
+        from any thread and from a signal handler (`call_soon_threadsafe`); a lab may serve several event loops."""
+        for loop, woken in list(self._waiters):
+            with suppress(RuntimeError):  # its loop has closed
+                loop.call_soon_threadsafe(woken.set)
 
     def _retry_after(self) -> int:
         return max(1, round(self.settings.queue_wait_s))

@@ -43,6 +43,7 @@ class Watch:
         self.interest = interest
         self.left = False  # its client went away
         self.released = False
+        self.on_leave: Callable[[], None] | None = None  # what its client leaving wakes (a wait for a slot)
         interest.clients += 1
 
     def leave(self, cancel: bool) -> None:
@@ -54,6 +55,8 @@ class Watch:
         self.interest.clients -= 1
         if cancel and self.interest.clients <= 0:
             self.interest.cancelled = True
+        if cancel and self.on_leave is not None:
+            self.on_leave()
 
 
 # The ASGI receive of the request being served (set by `WatchClient`), so a computation can notice its client leave.

@@ -60,6 +60,10 @@ class _Tracked:
         return key
 
 
+# Where a queue worker's job (app/lab/jobs.py) reports the progress of the computation it runs, which asks for no
+# request's key there: into the job's hash in Redis, for the web worker waiting for it.
+JOB_PROGRESS: ContextVar[Progress | None] = ContextVar("attention_lab_job_progress", default=None)
+
 # What marks the tracked work of the request being served as begun (set by `Lab.tracking`), for `Lab.offload`.
 BEGIN: ContextVar[Callable[[], None] | None] = ContextVar("attention_lab_begin", default=None)
 
@@ -115,7 +119,7 @@ class Tracking:
         if unit not in UNITS:
             raise ValueError(f"unit: one of {UNITS}, not {unit!r}")
         if key is None:
-            yield None
+            yield JOB_PROGRESS.get()
             return
         tracked = _Tracked(key, time.time(), unit)
         shared = self._shared_progress()

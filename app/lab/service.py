@@ -24,6 +24,7 @@ from engine.spec import DTYPE_BYTES, estimate_bytes
 from ..settings import Settings
 from .admission import Admission
 from .cancel import Cancelled, Cancelling, Interest, Progress
+from .jobs import JobKind, RedisJobs
 from .progress import Tracking
 
 if TYPE_CHECKING:
@@ -110,6 +111,22 @@ class Lab(Cancelling, Admission, Tracking):
         named = registry([*entries, *parse_entries(settings.models)], settings.max_model_mb, packaged=packaged)
         for model in named.values():
             self.add_model(model)
+        # --redis: heavy computations are jobs of the queue (`job`); a queue worker's own lab sets this to None.
+        self.jobs: RedisJobs | None = RedisJobs(settings.redis_url, settings) if settings.redis_url else None
+
+    async def job(self, kind: JobKind[T], req: Any, key: str | None = None) -> T:
+        """The one place that decides where a heavy computation (a `JobKind`: the pruning curve, a patching grid, the
+        head ranking) runs: here, `kind.here(req, self, key)`, as every computation without Redis; with --redis, a job
+        of the queue that any queue worker computes, every web worker seeing its progress (under `key`) and result
+        (app/lab/jobs.py)."""
+        if self.jobs is None:
+            return await kind.here(req, self, key)
+        return await self.jobs.run(self, kind, req, key)
+
+    def stop(self) -> None:
+        """The server is stopping (`Cancelling.stop`); the requests waiting for a slot hear it at once."""
+        Cancelling.stop(self)
+        self.wake()
 
     def add_model(self, model: Model) -> None:
         """Serve `model` as a preset from now on (a finished training run), as a model named at start-up is: on the

@@ -10,7 +10,7 @@ from typing import Any
 from engine import predict as P
 from engine.models import Model
 
-from ..lab import Lab
+from ..lab import Lab, job_kind
 from ..render.predicted import top_labels
 from ..schemas import FieldError
 from ..web.knockouts import intervention
@@ -378,6 +378,12 @@ class Ranked:
 
 
 async def ranking_of(req: RankRequest, lab: Lab, key: str | None) -> Ranked:
+    """The head ranking, computed here or (--redis) by a queue worker (`Lab.job`)."""
+    return await lab.job(ranking_job, req, key)
+
+
+@job_kind("head_ranking", RankRequest, Ranked)
+async def ranking_job(req: RankRequest, lab: Lab, key: str | None) -> Ranked:
     t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_rank_tokens, False)
     n = len(t.seq)
     position = n - 2 if req.position is None else req.position

@@ -42,6 +42,10 @@ import orjson
 
 from engine.train import Run, TrainConfig, make_config, make_data
 
+from ..lab import jobs as J
+from ..lab.cancel import Cancelled
+from ..lab.jobs import JOB_ACTOR, JOBS_QUEUE, NAMESPACE, TRAIN_QUEUE, make_broker
+from ..lab.progress import JOB_PROGRESS
 from .runs import POLL_S, Busy, Job, per_client_busy, supervise
 
 if TYPE_CHECKING:
@@ -52,15 +56,14 @@ if TYPE_CHECKING:
     from .presets import Presets
 
 LOG = logging.getLogger("attention_lab.train")
-NAMESPACE = "lab:queue"  # Dramatiq's keys: lab:queue:train (message ids), lab:queue:train.msgs (id -> JSON message)
-QUEUE = "train"
+QUEUE = TRAIN_QUEUE  # Dramatiq's keys (NAMESPACE): lab:queue:train (message ids), lab:queue:train.msgs (id -> JSON)
 ACTOR = "train_run"
 PREFIX = "lab:train:"
 RUNS = PREFIX + "runs"
 LIVE = PREFIX + "live"
 RUN_LOG = PREFIX + "log"
 LIVE_STATUSES = ("queued", "running")
-WORKERS = PREFIX + "workers"  # zset: queue worker -> its last beat (its reaper's, every second; not Dramatiq's, which
+WORKERS = J.WORKERS  # zset: queue worker -> its last beat (its reaper's, every second; not Dramatiq's, which
 # the web workers' own broker, enqueueing, writes to as well)
 NO_WORKER_S = 5.0  # a run queued this long, with no queue worker heard from, says so
 
@@ -173,18 +176,6 @@ def lost_message(lease_s: float) -> str:
 
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def make_broker(url: str) -> dramatiq.Broker:
-    """Dramatiq's Redis broker on `url`, JSON only, with no middleware of Dramatiq's own (no retries: a failed run is
-    reported, not trained again; no time limit: TRAIN_MAX_WALL_S bounds a run)."""
-    import dramatiq
-    from dramatiq.brokers.redis import RedisBroker
-
-    dramatiq.set_encoder(dramatiq.JSONEncoder())  # never PickleEncoder: Redis must not be a way to run code here
-    broker = RedisBroker(url=url, namespace=NAMESPACE, middleware=[], heartbeat_timeout=30_000)
-    broker.declare_queue(QUEUE)
-    return broker
 
 
 def message_for(run_id: str) -> dramatiq.Message[Any]:
@@ -367,6 +358,9 @@ class RedisRuns:
         await self.redis.connection_pool.disconnect()
         if self._broker is not None:
             self._broker.close()
+        lab = self.presets.lab if self.presets is not None else None
+        if lab is not None and lab.jobs is not None:  # the lab's heavy jobs' connections, closed with the runs'
+            await lab.jobs.aclose()
 
     async def weights(self, job: Job) -> bool:
         if job.run.params:
@@ -536,8 +530,34 @@ class RedisSink:
         return self.asked or self.lost
 
 
+class JobSink:
+    """A heavy job computed by a queue worker: its lease renewed and its progress written every LEASE_EVERY_S by a
+    thread of its own (the computation only notes its latest count), its end written once."""
+
+    def __init__(self, scripts: dict[str, Any], jid: str, owner: str, lease_s: float) -> None:
+        self.scripts, self.id, self.owner, self.lease_s = scripts, jid, owner, lease_s
+        self.done, self.total = 0, 0
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name=f"job-{jid[:8]}", daemon=True)
+        self._beat.start()
+
+    def progress(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(J.LEASE_EVERY_S):
+            with contextlib.suppress(Exception):  # Redis away a moment: past the lease the job is reported failed
+                self.scripts["job_renew"](args=[self.id, self.owner, self.lease_s, self.done, self.total])
+
+    def end(self, status: str, field: str, value: bytes | str) -> None:
+        self._stop.set()
+        self._beat.join(5)
+        self.scripts["job_finish"](args=[self.id, self.owner, status, field, value, J.RESULT_TTL_S])
+
+
 class QueueWorker:
-    """`attention-lab worker`: Dramatiq worker threads, each supervising one run at a time, and a reaper."""
+    """`attention-lab worker`: Dramatiq worker threads, each supervising one run or computing one heavy job at a time
+    (app/lab/jobs.py: the kinds its modules declared), and a reaper."""
 
     def __init__(self, url: str, concurrency: int, settings: Settings) -> None:
         import redis as syncredis
@@ -547,8 +567,80 @@ class QueueWorker:
         self.scripts = {name: self.r.register_script(lua(src))
                         for name, src in (("claim", CLAIM), ("append", APPEND), ("renew", RENEW), ("finish", FINISH),
                                           ("reap", REAP))}  # fmt: skip
+        for name, src in (("claim", J.CLAIM), ("renew", J.RENEW), ("finish", J.FINISH), ("reap", J.REAP)):
+            self.scripts[f"job_{name}"] = self.r.register_script(J.lua(src))
         self.stopping = threading.Event()
         self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self._lab: Any = None  # the lab heavy jobs are computed in, made on the first
+        self._lab_lock = threading.Lock()
+
+    def lab(self) -> Any:
+        """This worker's lab (its own models, caches and memory budget, as a web worker's), made once."""
+        with self._lab_lock:
+            if self._lab is None:
+                from ..lab import Lab
+
+                lab = Lab(self.settings)
+                lab.jobs = None  # computes here: a queue worker's job is no job of the queue again
+                from engine import TraceCache
+
+                from .presets import Presets
+
+                self._presets = Presets(lab, TraceCache(2**20), self.settings.max_model_mb)  # runs named by jobs
+                self._lab = lab
+            return self._lab
+
+    def _serve_run(self, lab: Any, preset: str) -> None:
+        """A finished training run named as a job's preset (`train-<id>`): served by this worker's lab from the run's
+        weights in Redis, as a web worker serves it (a 422 naming `preset` when there is no such run)."""
+        if not preset.startswith("train-") or preset in lab.models:
+            return
+        run_id = preset.removeprefix("train-")
+        blob = self.r.get(run_key(run_id, ":weights"))
+        raw = self.r.hgetall(run_key(run_id))
+        if blob is None or not raw:
+            return
+        run = run_of({_s(k): _s(v) for k, v in raw.items()})
+        run.params = load_weights(bytes(blob))  # type: ignore[arg-type]
+        with self._lab_lock:
+            if preset not in lab.models:
+                self._presets.add(run_id, run)
+
+    def job(self, jid: str) -> None:
+        """The heavy jobs' actor: claim the job (only a queued one), compute it with its kind's own `here` in this
+        worker's lab, write its result (JSON), a field's error (a 422 for its client) or its failure."""
+        owner = f"{self.name}:{secrets.token_hex(4)}"
+        lease = self.settings.train_lease_s
+        if not int(self.scripts["job_claim"](args=[jid, owner, lease])):
+            return
+        meta = {_s(k): _s(v) for k, v in self.r.hgetall(J.job_key(jid)).items()}
+        sink = JobSink(self.scripts, jid, owner, lease)
+        LOG.info("job %s: %s (%s)", jid[:12], meta.get("kind"), owner)
+        try:
+            from ..web.view import jsonable
+
+            kind = J.KINDS.get(meta.get("kind", ""))
+            if kind is None:
+                raise ValueError(f"no job kind {meta.get('kind')!r} in this worker")
+            req = kind.request.model_validate(orjson.loads(meta["request"]))
+            lab = self.lab()
+            self._serve_run(lab, str(getattr(req, "preset", "")))
+            token = JOB_PROGRESS.set(sink.progress)
+            try:
+                result: Any = asyncio.run(kind.here(req, lab, None))
+            finally:
+                JOB_PROGRESS.reset(token)
+            sink.end("done", "result", orjson.dumps(jsonable(result)))
+        except Exception as e:  # reported, never left running
+            error = J.error_of(e)
+            if isinstance(e, Cancelled):  # this worker is shutting down (SIGTERM): asked again, another computes it
+                sink.end("failed", "message", "its queue worker was shut down mid-computation; ask again")
+            elif error is not None:
+                sink.end("done", "error", orjson.dumps(error))
+            else:
+                LOG.exception("job %s failed", jid[:12])
+                sink.end("failed", "message", f"the queue worker failed to compute it: {type(e).__name__}: {e}")
+        LOG.info("job %s: ended", jid[:12])
 
     def train(self, run_id: str) -> None:
         """The actor: claim the run (only a queued one: one stopped, failed or taken is left alone), supervise it."""
@@ -575,13 +667,17 @@ class QueueWorker:
                 self.r.zremrangebyscore(WORKERS, "-inf", time.time() - 3600)
                 if n := int(self.scripts["reap"](args=[message])):
                     LOG.warning("%d run(s) lost their queue worker: reported failed", n)
+                if n := int(self.scripts["job_reap"](args=[J.lost_message(self.settings.train_lease_s),
+                                                           J.RESULT_TTL_S])):  # fmt: skip
+                    LOG.warning("%d job(s) lost their queue worker: reported failed", n)
 
     def run(self) -> int:
         import dramatiq
 
         broker = make_broker(self.url)
         dramatiq.Actor(self.train, broker=broker, actor_name=ACTOR, queue_name=QUEUE, priority=0, options={})
-        worker = dramatiq.Worker(broker, queues={QUEUE}, worker_threads=self.concurrency)
+        dramatiq.Actor(self.job, broker=broker, actor_name=JOB_ACTOR, queue_name=JOBS_QUEUE, priority=0, options={})
+        worker = dramatiq.Worker(broker, queues={QUEUE, JOBS_QUEUE}, worker_threads=self.concurrency)
         worker.queue_prefetch = self.concurrency  # hold no run that no thread of this worker is free to train
         done = threading.Event()
 
@@ -595,6 +691,8 @@ class QueueWorker:
         LOG.info("attention-lab worker %s: %d run(s) at once from %s", self.name, self.concurrency, NAMESPACE)
         done.wait()
         self.stopping.set()  # the runs in hand end at their next step, reported as stopped
+        if self._lab is not None:
+            self._lab.stop()  # and the jobs in hand at theirs, reported failed (asking again computes them again)
         worker.stop(timeout=15_000)
         broker.close()
         return 0

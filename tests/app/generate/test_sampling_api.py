@@ -43,7 +43,9 @@ def test_sampled_tokens_and_filters_equal_transformers(api: TestClient, smollm2,
         assert last["kept"] == int(torch.isfinite(scores[0]).sum())
         assert math.isclose(step["p"], float(probs[step["token_id"]]), abs_tol=1e-4)
     assert math.isclose(doc["logprob"], sum(s["logp"] for s in doc["generated"]), rel_tol=1e-9)
-    same = api.get("/api/v1/generate", params={k: str(v).lower() if isinstance(v, bool) else v for k, v in body.items()})
+    same = api.get(
+        "/api/v1/generate", params={k: str(v).lower() if isinstance(v, bool) else v for k, v in body.items()}
+    )
     assert [s["token_id"] for s in same.json()["generated"]] == theirs  # GET and POST alike
 
 

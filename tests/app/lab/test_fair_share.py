@@ -92,3 +92,45 @@ def test_a_class_on_one_address_shares_its_teachers_view_in_every_language_and_o
             return done | {"first": (await first).status_code, "other view": refused.status_code}
 
     assert run_async(main) == {"first": 200, "zh": 200, "projector": 200, "other view": 429}
+
+
+def test_with_redis_the_share_holds_across_web_workers() -> None:
+    """--redis: two web workers (two HeavyWork over one Redis) count one address's heavy requests together; a URL in
+    flight on one is free on the other; every share is given back (nothing left in Redis)."""
+    import pytest
+
+    from app.lab.admission import SharedShares
+    from app.lab.jobs import LoopRedis
+    from tests.redis_server import available, redis_server
+
+    if not available():
+        pytest.skip("redis-server is not installed")
+
+    async def main(url: str) -> dict[str, Any]:
+        inner, release, seen = blocking_app()
+        paths = frozenset({"/api/v1/predict", "/api/v1/model_view"})
+        a = HeavyWork(inner, paths, per_client=1, shared=SharedShares(LoopRedis(url)))
+        b = HeavyWork(inner, paths, per_client=1, shared=SharedShares(LoopRedis(url)))
+        async with client(a, "10.0.0.1") as on_a, client(b, "10.0.0.1") as on_b, client(b, "10.0.0.2") as other:
+            first = asyncio.create_task(on_a.get("/api/v1/predict?text=a"))
+            while not seen:
+                await asyncio.sleep(0.01)
+            refused = await on_b.get("/api/v1/model_view?text=b")  # the same address on the other worker
+            same = asyncio.create_task(on_b.get("/api/v1/predict?lang=zh&text=a"))  # the URL in flight: free
+            elsewhere = asyncio.create_task(other.get("/api/v1/model_view?text=b"))
+            while len(seen) < 3:
+                await asyncio.sleep(0.01)
+            release.set()
+            done = [(await t).status_code for t in (first, same, elsewhere)]
+            after = await on_b.get("/api/v1/model_view?text=b")
+            assert a.shared is not None
+            left = await a.shared.client().keys("lab:heavy:*")
+            return {"refused": refused, "done": done, "after": after.status_code, "left": left,
+                    "local": (a.running, b.running)}  # fmt: skip
+
+    with redis_server() as url:
+        out = run_async(lambda: main(url))
+    assert out["refused"].status_code == 429 and out["refused"].headers["retry-after"] == "5"
+    assert "MAX_HEAVY_PER_CLIENT" in out["refused"].json()["message"]
+    assert out["done"] == [200, 200, 200] and out["after"] == 200
+    assert out["left"] == [] and out["local"] == ({}, {})

@@ -77,3 +77,41 @@ def test_a_wait_for_a_slot_has_a_deadline() -> None:
     done, waited = run(main)
     assert done is True
     assert 0.25 <= waited < 5  # refused after about queue_wait_s, not left waiting for ever
+
+
+def test_a_waiter_is_woken_when_a_slot_is_given_back_and_when_the_lab_stops() -> None:
+    """The wait for a slot sleeps until something changes (a slot given back, the server stopping: even from another
+    thread, as a signal handler's), not polling: the next in line starts as the first ends; a stop ends the wait."""
+    from app.lab import Cancelled
+
+    work = lab(max_large_concurrent=1, max_large_queued=5, queue_wait_s=60)
+    first_gate, third_gate = threading.Event(), threading.Event()
+    started: list[float] = []
+
+    async def main() -> tuple[float, object]:
+        first = asyncio.create_task(work.offload(1, lambda: first_gate.wait(10), heavy=True))
+        while work.large_running < 1:
+            await asyncio.sleep(0.01)
+        second = asyncio.create_task(work.offload(1, lambda: started.append(time.monotonic()), heavy=True))
+        while work.large_waiting < 1:
+            await asyncio.sleep(0.01)
+        freed = time.monotonic()
+        first_gate.set()
+        await first
+        await second
+        lag = started[0] - freed
+        third = asyncio.create_task(work.offload(1, lambda: third_gate.wait(10), heavy=True))
+        while work.large_running < 1:
+            await asyncio.sleep(0.01)
+        fourth = asyncio.create_task(work.offload(1, lambda: None, heavy=True))
+        while work.large_waiting < 1:
+            await asyncio.sleep(0.01)
+        threading.Thread(target=work.stop).start()  # as SIGTERM's handler does, off the loop
+        outcome = await asyncio.gather(fourth, return_exceptions=True)
+        third_gate.set()
+        await third
+        return lag, outcome[0]
+
+    lag, fourth = run(main)
+    assert lag < 1.0
+    assert isinstance(fourth, Cancelled) and fourth.stopping

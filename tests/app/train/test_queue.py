@@ -141,7 +141,9 @@ def sse_kinds(url: str, headers: dict[str, str] | None = None) -> list[tuple[str
 
 def test_serve_two_workers_with_redis_from_fresh_connections() -> None:
     """`serve --workers 2 --redis` as an operator runs it (the issue's report: 404s, 422s, streams cut short), each
-    request on a connection of its own, so that either worker may answer it."""
+    request on a connection of its own, so that either worker may answer it: 100 requests for the run's status, page,
+    stream and export all succeed; its preset answers on every worker, and a pruning curve and a patching grid on it
+    are jobs a queue worker computes (loading the run's weights from Redis), the same answer from either worker."""
     with redis_server() as url, queue_worker(url), served({"PRETRAINED": "false", "TRAIN_LEASE_S": str(LEASE_S)},
                                                           "--workers", "2", "--redis", url) as (base, _):  # fmt: skip
         r = httpx.post(base + "/api/v1/train", json=TINY)
@@ -149,7 +151,7 @@ def test_serve_two_workers_with_redis_from_fresh_connections() -> None:
         run_id = r.json()["id"]
         assert sse_kinds(f"{base}/api/v1/train/{run_id}/events")[-1] == ("end", {"status": "done", "step": 20})
         failures = []
-        for i in range(40):
+        for i in range(100):
             kind = ("status", "page", "stream", "export")[i % 4]
             if kind == "status":
                 got = httpx.get(f"{base}/api/v1/train/{run_id}")
@@ -170,6 +172,15 @@ def test_serve_two_workers_with_redis_from_fresh_connections() -> None:
             assert f"train-{run_id}" in names
             got = httpx.get(base + "/api/v1/attention", params={"preset": f"train-{run_id}", "text": "ABCA"})
             assert got.status_code == 200, got.text
+        r = redis.Redis.from_url(url)
+        for path, params in (("/api/v1/prune", {"text": "ABCABCAB"}), ("/api/v1/patch", {"clean": "ABCA",
+                                                                                          "corrupted": "ABCB"})):  # fmt: skip
+            answers = [httpx.get(base + path, params={"preset": f"train-{run_id}", **params}, timeout=120)
+                       for _ in range(6)]  # fmt: skip
+            assert [a.status_code for a in answers] == [200] * 6, answers[0].text
+            assert all(a.json() == answers[0].json() for a in answers)
+        kinds = sorted(r.hget(k, "kind") for k in r.scan_iter("lab:job:*"))
+        assert kinds == [b"patch", b"prune"] and all(r.hget(k, "status") == b"done" for k in r.scan_iter("lab:job:*"))
 
 
 def test_a_dropped_run_leaves_every_worker() -> None:
