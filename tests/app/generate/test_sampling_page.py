@@ -84,7 +84,7 @@ def test_the_sampling_controls_redraw_by_htmx_and_keep_the_settings(api: TestCli
     html = page(api, f"lang=en&{QUERY}")
     box = html.select_one("[data-sampling]")
     assert box["hx-get"] == "/generate" and box["hx-trigger"] == "change" and box["hx-include"] == "#controls"
-    assert box["hx-push-url"] == "true"
+    assert box["hx-push-url"] == "true" and box["hx-vals"] == '{"step": "1"}'  # the same step redrawn
     assert box.select_one("input[name=do_sample]").has_attr("checked")
     assert not box.select_one("fieldset").has_attr("disabled")
     values = {i["name"]: i["value"] for i in box.select("fieldset input")}
