@@ -99,8 +99,9 @@ async def generate_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str
     )
 
 
-def choosing(state: ViewState, req: GenerateRequest, model: Any, ids: list[int], labels: list[str], g: Any,
-             step: int, t: Any) -> dict[str, Any]:
+def choosing(
+    state: ViewState, req: GenerateRequest, model: Any, ids: list[int], labels: list[str], g: Any, step: int, t: Any
+) -> dict[str, Any]:
     """How step `step`'s token was chosen, for the page (#45): nothing beyond the settings on a greedy page (it stays
     as it was); when drawing, or on a branch, the distribution after each filter over the most likely tokens, each
     survivor a link to the branch that takes it here, and the log-probabilities."""
@@ -109,15 +110,14 @@ def choosing(state: ViewState, req: GenerateRequest, model: Any, ids: list[int],
     if c is None or not (req.do_sample or req.branch):
         return {"sampling": g.sampling}
     settings = {"temperature": req.temperature, "top_k": req.top_k, "top_p": req.top_p, "min_p": req.min_p}
-    columns, before = [], None
-    for st in c.stages:
-        if before is None or st.name == "temperature":
-            cut = 0.0  # the logits cut nothing; a temperature reshapes
-        else:  # a filter only masks: the survivors renormalised by their mass before it, the top token always kept
-            cut = max(0.0, 1.0 - before.probs[0] / st.probs[0])
+    columns = []
+    for k, st in enumerate(c.stages):
+        # The logits cut nothing, a temperature reshapes; a filter only masks: its survivors renormalised by their mass
+        # before it (the top token always kept), so that mass is the top token's probability before over after.
+        before = c.stages[k - 1].probs[0] if k else 0.0
+        cut = max(0.0, 1.0 - before / st.probs[0]) if k and st.name != "temperature" else 0.0
         label = t(f"generate.filter.{st.name}", v=f"{settings[st.name]:g}" if st.name in settings else "")
         columns.append(FilterColumn(st.name, label, list(st.probs), st.rest, st.kept, cut))
-        before = st
     last = c.stages[-1]
     forced = req.forced()
     here = step - 1  # the branch's steps count from 0, the page's from 1

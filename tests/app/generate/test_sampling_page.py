@@ -92,8 +92,10 @@ def test_the_sampling_controls_redraw_by_htmx_and_keep_the_settings(api: TestCli
     fragment = api.get(f"/generate?lang=en&{QUERY}&temperature=1.5", headers={"HX-Request": "true"})
     assert fragment.status_code == 200
     part = BeautifulSoup(fragment.text, "html.parser")
-    assert part.select_one("#stage table[data-filters] th[data-filter=temperature]").get_text().startswith(
-        "Temperature 1.5"
+    assert (
+        part.select_one("#stage table[data-filters] th[data-filter=temperature]")
+        .get_text()
+        .startswith("Temperature 1.5")
     )
     assert part.select_one("form#controls")["hx-swap-oob"] == "true"
 
