@@ -14,7 +14,7 @@ from ..render.cells import matrix_view
 from ..schemas import from_query
 from ..web.page import page_route
 from ..web.state import Params, ViewState, integer, param, url_fields, within
-from .view import GenerateRequest, GenerateView, run, top_labels
+from .view import Candidate, FilterColumn, GenerateRequest, GenerateView, run, top_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(GenerateRequest)
@@ -90,12 +90,62 @@ async def generate_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str
         stopped_at_eos=g.stopped_at_eos,
         notice=t("generate.eos") if g.stopped_at_eos and step == n else None,
         attention=attention,
+        **choosing(state, req, model, ids, labels, g, step, t),
         json_url=twin(state, ctx["lang"]),
         first_url=state.url(step=1),
         prev_url=state.url(step=step - 1) if step > 1 else None,
         next_url=state.url(step=step + 1) if step < n else None,
         step_urls=[(i, state.url(step=i)) for i in range(1, n + 1)],
     )
+
+
+def choosing(
+    state: ViewState, req: GenerateRequest, model: Any, ids: list[int], labels: list[str], g: Any, step: int, t: Any
+) -> dict[str, Any]:
+    """How step `step`'s token was chosen, for the page (#45): nothing beyond the settings on a greedy page (it stays
+    as it was); when drawing, or on a branch, the distribution after each filter over the most likely tokens, each
+    survivor a link to the branch that takes it here, and the log-probabilities."""
+    s = g.steps[step - 1]
+    c = s.choice
+    if c is None or not (req.do_sample or req.branch):
+        return {"sampling": g.sampling}
+    settings = {"temperature": req.temperature, "top_k": req.top_k, "top_p": req.top_p, "min_p": req.min_p}
+    columns = []
+    for k, st in enumerate(c.stages):
+        # The logits cut nothing, a temperature reshapes; a filter only masks: its survivors renormalised by their mass
+        # before it (the top token always kept), so that mass is the top token's probability before over after.
+        before = c.stages[k - 1].probs[0] if k else 0.0
+        cut = max(0.0, 1.0 - before / st.probs[0]) if k and st.name != "temperature" else 0.0
+        label = t(f"generate.filter.{st.name}", v=f"{settings[st.name]:g}" if st.name in settings else "")
+        columns.append(FilterColumn(st.name, label, list(st.probs), st.rest, st.kept, cut))
+    last = c.stages[-1]
+    forced = req.forced()
+    here = step - 1  # the branch's steps count from 0, the page's from 1
+    keep = {k: v for k, v in forced.items() if k < here}  # a new branch here drops the choices after it
+
+    def branch_url(token: int) -> str:  # opens the branch at the step after the token taken (if there is one)
+        path = ",".join(f"{k}:{v}" for k, v in sorted((keep | {here: token}).items()))
+        ends = step == req.max_new_tokens or token in model.eos_ids
+        return state.url(branch=path, step=step if ends else step + 1)
+
+    names = top_labels(model, ids, labels, s.context, list(c.ids))
+    candidates = [
+        Candidate(name, i, p > 0, i == s.token_id, branch_url(i) if p > 0 and i != s.token_id else None)
+        for name, i, p in zip(names, c.ids, last.probs, strict=True)
+    ]
+    lp = [x.choice.logp for x in g.steps if x.choice is not None]
+    return {
+        "sampling": g.sampling,
+        "filters": columns,
+        "candidates": candidates,
+        "p": c.p,
+        "logp": c.logp,
+        "forced": s.forced,
+        "logprob": sum(lp[:step]),
+        "logprob_total": sum(lp),
+        "branch": [(k + 1, labels[len(g.prompt_ids) + k]) for k in sorted(forced) if k < len(g.steps)],
+        "trunk_url": state.url(branch=None) if forced else None,
+    }
 
 
 def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:

@@ -23,6 +23,33 @@ from ..web.view import View
 
 
 @dataclass(frozen=True)
+class FilterColumn:
+    """The step's distribution after one filter ("logits": before any), over the View's `candidates` in order
+    (`probs`, 0 where the filter removed one), `rest` the mass of every other survivor; how many tokens survive
+    (`kept`) and the mass the filter removed from the distribution it was given (`cut`: 0 for a temperature, which
+    reshapes without removing)."""
+
+    name: str
+    label: str
+    probs: list[float]
+    rest: float
+    kept: int
+    cut: float
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One of the step's most likely tokens: whether it survives every filter (`kept`), whether it is the token
+    taken (`drawn`), and the branch that takes it here instead (`url`: None for the token taken, or one cut)."""
+
+    token: str
+    token_id: int
+    kept: bool
+    drawn: bool
+    url: str | None
+
+
+@dataclass(frozen=True)
 class GenerateView(View):
     """Step `step` of a generation, as /generate shows it: the text so far (`prompt`, `generated`, labelled as the
     model's pieces; `written`, as a reader reads it), the token predicted there and from how much context (`title`), the five candidates it weighed
@@ -53,6 +80,19 @@ class GenerateView(View):
     stopped_at_eos: bool = False
     notice: str | None = None  # at the last step, when the model ended the text itself
     attention: MatrixView | None = None
+    # How the token was chosen (#45): the settings, and when drawing (or on a branch) the step's distribution filter
+    # by filter over its `candidates` (the most likely tokens, each a branch link), the drawn token's probability
+    # and the sequence's log-probability up to this step (`logprob`) and in all (`logprob_total`).
+    sampling: Sampling | None = None
+    filters: list[FilterColumn] | None = None
+    candidates: list[Candidate] | None = None
+    p: float | None = None
+    logp: float | None = None
+    forced: bool = False
+    logprob: float | None = None
+    logprob_total: float | None = None
+    branch: list[tuple[int, str]] | None = None  # the forced tokens of this branch: (step, 1 is the first; token)
+    trunk_url: str | None = None  # the same settings without the branch
     # Links.
     json_url: str | None = None
     first_url: str | None = None
