@@ -13,8 +13,8 @@ from fastapi.responses import HTMLResponse, Response
 from engine import demos
 
 from ..lab import Lab, get_lab
-from ..web.page import serve, wants_json
-from ..web.state import ViewState
+from ..web.page import language, serve, wants_json
+from ..web.state import EXAMPLES, ViewState
 from .view import DemosView, PermutationQuery, RopeQuery, SoftmaxQuery, run_demos, scaling_charts
 
 router = APIRouter(include_in_schema=False)
@@ -25,6 +25,8 @@ KEYS = tuple(dict.fromkeys((*PermutationQuery.model_fields, *RopeQuery.model_fie
 @router.get("/demos", response_class=HTMLResponse)
 async def demos_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
     state = ViewState.of(request.query_params, "/demos", KEYS)
+    if "tokens" not in state.params:  # the permutation's tokens: the reader's language's example, as the lab's toy
+        state.example = EXAMPLES.get(language(request))
     build = functools.partial(demos_view, state, wants_json(request))
     return await serve(request, lab, "demos.html", state, build, json_url="/api/v1/demo/all?" + state.api_query(),
                        blocks=(), values=state.params)  # fmt: skip
