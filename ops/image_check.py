@@ -110,6 +110,10 @@ def _check_running(eng: str, name: str, port: int, start: float) -> None:
     require(font.status == 200 and font.body[:4] == b"wOF2", f"{FONT}: {font.status} {font.body[:20]!r}")
     require(font.headers.get("content-type", "").startswith("font/woff2"), f"{FONT}: {font.headers}")
     ok(f"the math font is served: @font-face in /vendor/math-font.css, {FONT} ({len(font.body)} bytes of woff2)")
+    for script in ("/vendor/htmx/htmx.min.js", "/vendor/htmx-sse/sse.min.js"):  # from npm, as `make` installs them
+        js = http(port, script)
+        require(js.status == 200 and len(js.body) > 1000, f"{script}: {js.status}, {len(js.body)} bytes")
+    ok("htmx and its SSE extension are served from the image's node_modules")
 
     presets = http(port, "/api/v1/presets").json()["presets"]
     missing = [p for p in MAKE_RUN_PRESETS if p not in presets]
