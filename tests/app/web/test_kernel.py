@@ -310,6 +310,10 @@ LATIN_OK = set(
         "CPU",
         "Instruct",  # SmolLM2-135M-Instruct: the model's name
         "EOS",
+        # The sampling filters keep their names (top-k, top-p, min-p) in Chinese ML writing, as transformers' own
+        # parameters do (#45: the /generate page's settings).
+        "Top",
+        "Min",
     ]
 )
 ZH_PAGES = ["/?stage=1", "/?stage=3", "/?stage=4", "/?stage=5", "/?stage=2&present=1", "/block", "/decode?step=1",
