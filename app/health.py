@@ -30,7 +30,7 @@ async def healthz(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     "/api/v1/progress",
     summary="How far a long computation has come",
     responses={
-        404: {"description": "Nothing in progress for this request (done, or never asked)"},
+        404: {"description": "Nothing known of this request here (never asked, or answered a while ago)"},
         414: {"description": "The query is over MAX_QUERY_KB (a long text's URL, percent-encoded)"},
     },
 )
@@ -53,7 +53,8 @@ async def progress(
     `done` of `total` `unit` (`layers`: the layers of a model run so far, every pass's counted when the
     computation makes several; `tokens`: the tokens generated) and the seconds since it began, with `text`, the
     line a page shows (`21 / 31 layers · 6.2 s`) in `lang`. A page request whose computation counts nothing, or has
-    not begun, is 0 of 0 while the worker serving it works on it: its seconds are how long it has waited. Pages
+    not begun, is 0 of 0 while the worker serving it works on it: its seconds are how long it has waited. A page
+    request answered in the last few seconds is `answered: true` (a poll that crossed its answer stops there). Pages
     poll it while they wait, by `key`, which stays short however long the request's URL; a server with several
     workers and --redis answers a computation's progress from any of them (without --redis, only the computing
     worker knows)."""
@@ -68,8 +69,10 @@ async def progress(
             {"loc": ["query", name], "msg": "nothing in progress", "type": "not_found"}]}  # fmt: skip
         return json_response(body, 404)
     seconds = round(time.time() - entry.start, 1)
+    text = _TEXTS[lang]("progress.answered") if entry.answered else progress_text(
+        entry.done, entry.total, entry.unit, seconds, lang)  # fmt: skip
     return json_response({"done": entry.done, "total": entry.total, "unit": entry.unit, "seconds": seconds,
-                          "text": progress_text(entry.done, entry.total, entry.unit, seconds, lang)})  # fmt: skip
+                          "answered": entry.answered, "text": text})  # fmt: skip
 
 
 _TEXTS = {lang: translator(lang) for lang in LANGS}
@@ -111,7 +114,7 @@ class Served(HttpMiddleware):
             if message["type"] == "http.response.start":
                 redirect = 300 <= message["status"] < 400
                 if dict(message.get("headers", [])).get(b"content-type", b"").startswith(b"text/event-stream"):
-                    done()  # a stream the page follows, not an answer it waits for
+                    done(answered=False)  # a stream the page follows, not an answer it waits for
             elif message["type"] == "http.response.body" and not message.get("more_body", False) and not redirect:
                 done()  # before the last byte leaves: a client that has the answer finds nothing in progress
             await send(message)

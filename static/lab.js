@@ -274,7 +274,8 @@ function newKey() {
 // a page or a panel is computed, poll /api/v1/progress for it, by its key, and show how far it has come, in the
 // server's words ("21 / 31 layers · 6.2 s", in the page's language), rather than a tab that seems frozen. The server
 // knows every page request it is serving (app/health.py `Served`), so a poll is answered for as long as the page
-// waits, and a 404 means the answer has come: the polling stops there, and the console logs no failed request.
+// waits, and for a few seconds after its answer left (`answered`: a poll that crossed the answer stops there), so
+// the console logs no failed request.
 function progress() {
   var timer = null;
   var box = null;
@@ -317,7 +318,7 @@ function progress() {
         .then(function (p) {
           if (asking === ask) asking = null;
           if (!timer) return;
-          if (p) render(p); else stop();  // answered (or not served here): nothing more to wait for
+          if (p && !p.answered) render(p); else stop();  // answered (or not served here): nothing more to wait for
         })
         .catch(function () { if (asking === ask) asking = null; });
     }, 600);

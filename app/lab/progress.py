@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
@@ -21,6 +22,10 @@ from .keys import ProgressKey
 
 T = TypeVar("T")
 PROGRESS_TTL_S = 120  # a shared progress entry outlives a crashed worker by at most this
+# A page request stays known this long after its answer was sent, as answered: the page's poll that crossed the
+# answer on the wire is told "answered" (and stops), never a 404 the browser's console logs as a failure.
+ANSWERED_S = 15.0
+ANSWERED_MAX = 256  # the answered requests remembered at most (the oldest forgotten first)
 # What a computation's (done, total) count, as /api/v1/progress names it (`unit`) and its text writes it: the
 # layers of a model (a pass through them; a computation of several passes counts every pass's layers), or the
 # tokens a generation has written.
@@ -35,6 +40,7 @@ class Entry(NamedTuple):
     total: int
     start: float
     unit: str = "layers"
+    answered: bool = False  # a page request whose answer has been sent (`ANSWERED_S` ago at most)
 
 
 def _progress_name(key: str) -> str:
@@ -92,17 +98,31 @@ class Tracking:
         # Requests tracked whose work has not begun (queued, or waiting for another's): their keys are computed only
         # if a poll asks (`progress_of`), so a request refused or cancelled in the queue never hashes its URL.
         self.pending: set[_Tracked] = set()
+        # Page requests answered lately, oldest first (`serving`): a poll that crossed its answer finds it answered.
+        self.answered: deque[tuple[float, _Tracked]] = deque(maxlen=ANSWERED_MAX)
         self._redis: Any = None  # --redis: progress entries shared by every worker
 
-    def serving(self, key: str) -> Callable[[], None]:
+    def serving(self, key: str) -> Callable[..., None]:
         """A page request known to a poll while it is served: from now (its arrival, on the event loop: nothing is
         computed, its key is a `ProgressKey`) until the returned `done()` (its answer complete). A page polls for
         every page it waits for (static/lab.js), and most compute nothing that counts: a poll for one of them
         answers how long it has waited (0 of 0), never a 404 the browser logs as an error. This worker's only (a
-        poll on another worker, without the computation's shared entry, is a 404)."""
+        poll on another worker, without the computation's shared entry, is a 404). Once answered, the request stays
+        known `ANSWERED_S` as answered: a poll sent as the answer arrived is told so, not a 404."""
         tracked = _Tracked(key, time.time())
         self.pending.add(tracked)
-        return lambda: self.pending.discard(tracked)
+
+        def done(answered: bool = True) -> None:  # answered=False: no answer a page waits for (an event stream)
+            if tracked in self.pending:
+                self.pending.discard(tracked)
+                if not answered:
+                    return
+                now = time.monotonic()
+                while self.answered and now - self.answered[0][0] > ANSWERED_S:
+                    self.answered.popleft()
+                self.answered.append((now, tracked))
+
+        return done
 
     @contextmanager
     def tracking(self, key: str | None, unit: str = "layers") -> Iterator[Progress | None]:
@@ -160,6 +180,11 @@ class Tracking:
                 if tracked.name == key:
                     entry = self.progress.get(key) or Entry(0, 0, tracked.start, tracked.unit)
                     break
+        if entry is None:
+            now = time.monotonic()
+            for when, tracked in list(self.answered):  # newest last; the event loop appends meanwhile
+                if now - when <= ANSWERED_S and tracked.name == key:
+                    entry = Entry(0, 0, tracked.start, tracked.unit, answered=True)
         shared = self._shared_progress()
         if entry is not None or shared is None:
             return entry

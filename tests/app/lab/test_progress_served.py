@@ -11,6 +11,7 @@ from fastapi.responses import RedirectResponse
 from starlette.responses import StreamingResponse
 
 from app.lab import progress_key
+from app.lab.progress import ANSWERED_S
 from tests.conftest import make_client
 from tests.wait import wait_until
 
@@ -40,7 +41,8 @@ def test_a_count_says_what_it_counts_in_the_pages_language() -> None:
 
 def test_a_page_is_known_to_a_poll_from_its_arrival_until_its_answer() -> None:
     """A page whose computation counts nothing (or has not begun): 0 of 0 and the seconds it has waited while it is
-    served, a 404 once its answer has come; a redirect's page keeps waiting (for the page it is sent to); an event
+    served, `answered` for a while once its answer has come (a poll that crossed the answer on the wire is told so,
+    never a 404 the browser logs), then a 404; a redirect's page keeps waiting (for the page it is sent to); an event
     stream is no answer a page waits for."""
     gate = threading.Event()
     with make_client() as client:
@@ -70,7 +72,14 @@ def test_a_page_is_known_to_a_poll_from_its_arrival_until_its_answer() -> None:
         gate.set()
         asked.join(30)
         assert answer[0].json() == "猫 1"
-        assert poll(client, key).status_code == 404  # the answer has come: nothing to wait for
+        r = poll(client, key)  # the answer has come: nothing to wait for, and said so
+        assert r.status_code == 200 and r.json()["answered"] is True, r.text
+        assert (r.json()["text"], poll(client, key, "zh").json()["text"]) == ("answered", "已完成")
+        lab = client.app.state.lab
+        aged = [(t - ANSWERED_S - 1, tracked) for t, tracked in lab.answered]  # answered long ago…
+        lab.answered.clear()
+        lab.answered.extend(aged)
+        assert poll(client, key).status_code == 404  # …forgotten
 
         assert client.get("/_moved", follow_redirects=False).status_code == 303
         assert poll(client, progress_key("/_moved", "")).status_code == 200  # the page waits on, for where it goes
@@ -95,6 +104,7 @@ def test_a_request_that_names_its_key_is_known_by_it() -> None:
             asked = threading.Thread(target=lambda h=header: client.get("/_named?x=1", headers={"X-Progress-Key": h}))
             asked.start()
             wait_until(lambda k=key: poll(client, k).status_code == 200, what=f"{header}'s request known by its key")
+            assert poll(client, key).json()["answered"] is False
             gate.set()
             asked.join(30)
-            assert poll(client, key).status_code == 404
+            assert poll(client, key).json()["answered"] is True
