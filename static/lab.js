@@ -432,7 +432,11 @@ function stickyLesson() {
 // tells every fitter above (onLayout's "room:resized"), at most once a frame, so the numbers make room for it.
 function barResized() {
   var watched = null, queued = false;
-  function resized() { document.dispatchEvent(new CustomEvent("room:resized")); }
+  function resized() {  // its height also as --room-h: the page's end and a scrolled-to cell stay above it
+    var room = document.getElementById("room");
+    document.documentElement.style.setProperty("--room-h", (room ? Math.ceil(room.offsetHeight) : 0) + "px");
+    document.dispatchEvent(new CustomEvent("room:resized"));
+  }
   document.addEventListener("room:bar", function () {
     var room = document.getElementById("room");
     if (!room || watched === room || !window.ResizeObserver) return resized();
@@ -548,7 +552,8 @@ function moreMenu() {
 
 // The open cell's arithmetic (#42): a number clicked, or a view loaded or followed with a cell open, scrolls the page
 // only as far as needed for its box (under the matrices) to be on screen, and never so far that the clicked number
-// leaves the top of the screen; once per cell opened, so a reader scrolling away is not pulled back. Runs after the
+// leaves the top of the screen (outside presenter mode the box waits at the window's foot: the number is lifted
+// above it); once per cell opened, so a reader scrolling away is not pulled back. Runs after the
 // presenter-mode fitter above (registered before it), which sizes the numbers for the screen first.
 function arithmeticInView() {
   var shown = null;
@@ -564,7 +569,9 @@ function arithmeticInView() {
     var margin = 8, room = document.getElementById("room");
     var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - margin;
     var by = 0;
-    if (r.bottom > bottom) by = Math.min(r.bottom - bottom, top - margin);  // up to the box's end, keeping the cell
+    if (cell && getComputedStyle(box).position === "sticky") {  // the box waits at the window's foot: lift the cell
+      by = Math.max(0, cell.getBoundingClientRect().bottom - (r.top - margin));  // above it (lab.css)
+    } else if (r.bottom > bottom) by = Math.min(r.bottom - bottom, top - margin);  // up to the box's end, keeping the cell
     else if (r.top < margin) by = r.top - margin;
     if (cell && top - by < margin) by = top - margin;  // the cell itself above the screen: bring it back
     if (Math.abs(by) >= 1) window.scrollBy(0, by);

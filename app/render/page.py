@@ -183,12 +183,33 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
         label = tok[r] if name == "q" else key_tok[r]
         lines = _affine("x", r, name.upper(), col, x, w, bias, out)
         return Arithmetic(str(t("cell.projection", q=label, m=name.upper(), c=col)), lines, full(out))
+    if name == "x":
+        return _input_cell(trace, r, c, t)
     if name == "output":
         x = to_numpy(trace.weighted_sum.concat[r])
         out = float(to_numpy(trace.weighted_sum.output)[r, c])
         lines = _affine(r"\mathrm{concat}", r, "O", c, x, trace.weights.w_o, trace.weights.b_o, out)
         return Arithmetic(str(t("cell.final", q=tok[r], c=c)), lines, full(out))
     return None
+
+
+def _input_cell(trace: Trace, r: int, c: int, t: Any) -> Arithmetic:
+    """An input number: where it comes from (a real model's hidden state, the numbers the user gave, or a vector
+    drawn for the token's text), and the position added to it when the positions are a table."""
+    spec, p = trace.spec, trace.projection
+    out = float(to_numpy(p.x)[r, c])
+    lines = []
+    if spec.token_ids:  # a pretrained model: what its layer's attention reads
+        lines.append(Line(text=str(t("cell.input_model", layer=spec.layer))))
+    elif spec.x is not None:
+        lines.append(Line(text=str(t("cell.input_given"))))
+    else:
+        lines.append(Line(text=str(t("cell.input_seeded", tok=spec.tokens[r]))))
+    if p.embedding is not None and p.positions is not None:
+        e, pe = float(to_numpy(p.embedding)[r, c]), float(to_numpy(p.positions)[r, c])
+        lines.append(Line.of(rf"x_{{{r},{c}}} = e_{{{r},{c}}} + p_{{{r},{c}}} = {tex(e)} + ({tex(pe)}) = {tex(out)}"))
+        lines.append(Line(text=str(t("cell.input_position", kind=t(f"positions.{spec.positions}"), pos=r))))
+    return Arithmetic(str(t("cell.input", q=spec.tokens[r], c=c)), lines, full(out))
 
 
 def compared(trace: Trace, head: int, key: str) -> tuple[str, np.ndarray]:

@@ -109,6 +109,27 @@ def test_clicking_a_cell_shows_its_arithmetic(page: Page, live_server: str):
     expect(page.locator("#arithmetic")).to_contain_text("∑")
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_clicked_cells_arithmetic_is_in_view_beside_the_cell(page: Page, live_server: str, lang: str):
+    """At 1280×720 the box sat below every matrix of the stage, out of view when the clicked cell (Q's, or X's) was
+    high on the page: it now stays in the window, under the clicked cell, while the cell is in view."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.goto(f"{live_server}/?stage=1&lang={lang}")
+    for matrix in ("q", "x"):
+        cell = page.locator(f"table[data-matrix={matrix}] td[data-row='1'][data-col='2']")
+        cell.locator("a").click()
+        box = page.locator("#arithmetic")
+        expect(box).to_have_attribute("data-cell", f"{matrix}.0.1.2")
+        wait = page.wait_for_function  # the page scrolls to the clicked cell once swapped: poll for the state
+        wait(
+            "() => { const r = document.querySelector('#arithmetic').getBoundingClientRect();"
+            " return r.top >= 0 && r.bottom <= innerHeight; }"
+        )
+        at, shown = cell.bounding_box(), box.bounding_box()
+        assert at is not None and shown is not None
+        assert at["y"] >= 0 and at["y"] + at["height"] <= shown["y"], (matrix, at, shown)  # the cell is not covered
+
+
 def test_the_form_recomputes_and_errors_show_inline(page: Page, live_server: str):
     page.goto(f"{live_server}/?stage=4&lang=en")
     page.fill("input[name=tokens]", "we love small models")

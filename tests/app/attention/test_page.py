@@ -131,6 +131,22 @@ def test_cell_arithmetic_shows_the_terms(client):
     assert "exp" in weight.text and "∑" in weight.text and len(weight.select("li math")) == 3
 
 
+def test_an_input_cell_says_where_its_number_comes_from(client):
+    """X explained nothing when clicked: now its origin (a vector drawn for the token's text, or a real model's
+    hidden state), and with a position table the sum e + p that makes it, equal to the cell's value."""
+    page = soup(client.get("/?stage=1&cell=x.0.1.2&lang=en"))
+    box = page.select_one("#arithmetic")
+    value = page.select_one("table[data-matrix=x] td[data-row='1'][data-col='2']")["data-value"]
+    assert box.select_one(".result strong").text.replace("−", "-") == value
+    assert "N(0, 1)" in box.text and "“sat”" in box.text
+    page = soup(client.get("/?stage=1&cell=x.0.1.2&positions=sinusoidal&lang=zh"))
+    box = page.select_one("#arithmetic")
+    value = page.select_one("table[data-matrix=x] td[data-row='1'][data-col='2']")["data-value"]
+    sum_line = box.select("li math")[0]
+    assert "+" in sum_line.text and sum_line.select("mn")[-1].text.replace("−", "-") == value
+    assert "位置表（正弦（相加））" in box.text and "的输入，第 2 维" in box.text
+
+
 def test_compare_view_shows_both_sides_with_row_stats(client):
     page = soup(client.get("/?stage=4&compare=mask&lang=en"))
     sides = page.select(".compare-view .side")
