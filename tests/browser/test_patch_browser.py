@@ -31,6 +31,11 @@ def test_the_patching_grid_shows_its_progress_then_its_grid(page: Page, live_ser
     progress = page.locator("#progress")
     expect(progress).to_be_visible(timeout=SLOW)  # the grid is computed while the page stays, its bar showing
     expect(progress).to_contain_text(re.compile(r"\d+ s"), timeout=SLOW)
+    where = page.evaluate("""() => { const p = document.querySelector('#progress');
+        if (!p || p.hidden) return 'gone';  // the grid came first (a quick machine)
+        const h = document.querySelector('header.top').getBoundingClientRect();
+        return p.getBoundingClientRect().top >= h.bottom ? 'below' : 'over'; }""")
+    assert where != "over"  # it covered the header's "More"
     # Its result: the new grid swapped in, the URL pushed (the form's fields), the bar gone.
     expect(page).to_have_url(re.compile(r"[?&]corrupted=The(\+|%20)Colosseum(\+|%20)stands"), timeout=SLOW)
     expect(page.locator("table.patch-grid")).to_be_visible(timeout=SLOW)
