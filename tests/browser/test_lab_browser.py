@@ -130,6 +130,20 @@ def test_a_clicked_cells_arithmetic_is_in_view_beside_the_cell(page: Page, live_
         assert at["y"] >= 0 and at["y"] + at["height"] <= shown["y"], (matrix, at, shown)  # the cell is not covered
 
 
+def test_a_phone_reaches_the_form_below_the_stage_from_the_top(page: Page, live_server: str):
+    """On a phone the numbers come first and the form after them, where a student did not find it: a link under the
+    step bar goes there (a laptop shows the form above and no link)."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live_server}/?stage=2&lang=zh")
+    link = page.locator("#stage a.to-controls")
+    expect(link).to_be_visible()
+    assert link.bounding_box()["y"] < 844  # type: ignore[index]  # on the first screen
+    link.click()
+    expect(page.locator("form#controls input[name=tokens]")).to_be_in_viewport()
+    page.set_viewport_size({"width": 1280, "height": 720})
+    expect(link).to_be_hidden()
+
+
 def test_the_form_recomputes_and_errors_show_inline(page: Page, live_server: str):
     page.goto(f"{live_server}/?stage=4&lang=en")
     page.fill("input[name=tokens]", "we love small models")
