@@ -68,6 +68,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     w.add_argument("--redis", required=True, metavar="URL", help="the Redis the web workers use (redis://HOST:PORT/DB)")
     w.add_argument("--concurrency", type=int, default=1, metavar="N", help="runs or jobs at once (default 1)")
+    w.add_argument(
+        "--nice",
+        type=int,
+        default=10,
+        metavar="N",
+        help="the worker's niceness (default 10, as a training run's own process): on a machine it shares with web "
+        "workers, a page waits on no pruning curve; 0 keeps the priority it was started with",
+    )
 
     t = sub.add_parser(
         "trace",
@@ -391,6 +399,10 @@ def _worker(args: argparse.Namespace) -> int:
 
     if args.concurrency < 1:
         return _fail("--concurrency: at least 1")
+    if not 0 <= args.nice <= 19:
+        return _fail("--nice: from 0 to 19")
+    if args.nice:
+        os.nice(args.nice)  # its jobs and the runs it trains yield the cores to the pages served beside them
     try:
         settings = Settings(redis_url=args.redis)
     except ValidationError as exc:

@@ -129,6 +129,11 @@ def test_the_pruning_curve_is_a_chart_with_axes_titles_and_tick_numbers(tiny: Te
     can_go = int(soup.select_one(".prune-says")["data-can-go"])
     assert f"{can_go} heads can go" in texts and "the plain loss + 5 %" in texts
     assert chart.select_one("polyline[data-series='mean loss']") is not None
+    narrow = soup.select_one("#prune figure.prune-chart svg[data-chart=prune-narrow]")  # a phone's (lab.css)
+    assert narrow is not None and {t.text for t in narrow.select("text")} >= {t for t in texts if not t[0].isdigit()}
+    width = float(narrow["viewbox"].split()[2])  # html.parser lowers attribute names
+    smallest = min(float(t["font-size"]) for t in narrow.select("text"))
+    assert smallest * 350 / width >= 12  # drawn 350 px wide, its smallest text still 12 px (the page's was 6–7)
     zh = page(tiny, "/heads", preset="tiny", text="The cat sat on the mat.", probe_n="8", prune="1", lang="zh")
     assert "移除的头数（从最不重要的开始）" in [t.text for t in zh.select("#prune svg.chart text")]
     twin = tiny.get("/heads.json", params={"preset": "tiny", "text": "The cat sat on the mat.", "prune": "1"}).json()
