@@ -560,7 +560,11 @@ function arithmeticInView() {
   function reveal() {
     var box = document.getElementById("arithmetic");
     var key = box && (location.pathname + "#" + box.getAttribute("data-cell"));
-    if (!box || key === shown) { shown = key || null; return; }
+    var sticky = box && getComputedStyle(box).position === "sticky";
+    // Waiting at the window's foot (lab.css), the box may grow as the math font arrives: the number is lifted above
+    // it again then (never moved when it is clear of the box, so a reader scrolling away is not pulled back).
+    var again = key === shown;
+    if (!box || (again && !sticky)) { shown = key || null; return; }
     var r = box.getBoundingClientRect();
     if (!r.height) return;  // not laid out yet (a hidden panel): the next layout moment tries again
     shown = key;
@@ -569,8 +573,9 @@ function arithmeticInView() {
     var margin = 8, room = document.getElementById("room");
     var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - margin;
     var by = 0;
-    if (cell && getComputedStyle(box).position === "sticky") {  // the box waits at the window's foot: lift the cell
-      by = Math.max(0, cell.getBoundingClientRect().bottom - (r.top - margin));  // above it (lab.css)
+    if (cell && sticky) {  // the box waits at the window's foot: lift the cell above it, if it is on screen
+      var c = cell.getBoundingClientRect();
+      if (!again || (c.bottom > r.top - margin && c.top < r.top)) by = Math.max(0, c.bottom - (r.top - margin));
     } else if (r.bottom > bottom) by = Math.min(r.bottom - bottom, top - margin);  // up to the box's end, keeping the cell
     else if (r.top < margin) by = r.top - margin;
     if (cell && top - by < margin) by = top - margin;  // the cell itself above the screen: bring it back
@@ -579,11 +584,12 @@ function arithmeticInView() {
   onLayout(reveal);
 }
 
-// A formula wider than its box is scaled down to fit rather than clipped; on the projector so is a line of the open
-// cell's arithmetic (its Σ line ended cut at the right, in a box that scrolls).
+// A formula wider than its box is scaled down to fit rather than clipped; so is a line of the open cell's arithmetic
+// (its Σ line ended cut at the right, in a box that scrolls): on the projector as far as it takes, elsewhere to 70 %
+// of its size at most (a phone's line past that scrolls, rather than shrink out of reach of the eye).
 function formulas() { onLayout(settleFormulas); }
 function settleFormulas() {
-  document.querySelectorAll(".explain .formula, body.present .stage-data > .arithmetic li").forEach(function (box) {
+  document.querySelectorAll(".explain .formula, .stage-data > .arithmetic li").forEach(function (box) {
     var m = box.querySelector("math");
     if (!m) return;
     m.style.removeProperty("font-size");
@@ -591,7 +597,8 @@ function settleFormulas() {
     var w = Math.max(m.getBoundingClientRect().width, box.scrollWidth), room = box.clientWidth;
     if (w > room && room > 0) {
       var size = parseFloat(getComputedStyle(m).fontSize);
-      m.style.setProperty("font-size", Math.max(8, Math.floor(size * room / w * 0.98)) + "px");
+      var least = box.closest("body.present") || !box.closest(".arithmetic") ? 8 : Math.ceil(size * 0.7);
+      m.style.setProperty("font-size", Math.max(least, Math.floor(size * room / w * 0.98)) + "px");
     }
   });
 }

@@ -107,15 +107,32 @@ def tex(v: float, digits: int | None = None) -> str:
     return text.removeprefix("-") if float(text) == 0 else text  # no −0.000
 
 
+WRITTEN_TERMS = 8  # a sum of more terms is written as its first two, ⋯, its last (768 would fill screens)
+
+
+def _written(terms: list[str]) -> str:
+    """A sum's terms as written: all of them, or the first two and the last around ⋯ (`elided` says so)."""
+    if len(terms) <= WRITTEN_TERMS:
+        return " + ".join(terms)
+    return " + ".join(terms[:2]) + r" + \cdots + " + terms[-1]
+
+
+def elided(n: int, t: Any) -> list[Line]:
+    """The sentence under a sum of `n` terms written in part (none when every term is written)."""
+    return [Line(text=str(t("cell.terms_elided", n=n, hidden=n - 3)))] if n > WRITTEN_TERMS else []
+
+
 def _sum_terms(a: np.ndarray, b: np.ndarray) -> str:
-    return " + ".join(rf"({tex(float(x), 3)}) \cdot ({tex(float(y), 3)})" for x, y in zip(a, b, strict=True))
+    return _written([rf"({tex(float(x), 3)}) \cdot ({tex(float(y), 3)})" for x, y in zip(a, b, strict=True)])
 
 
-def _affine(x_name: str, r: int, mat: str, col: int, x: np.ndarray, w: Any, bias: Any, out: float) -> list[Line]:
+def _affine(
+    x_name: str, r: int, mat: str, col: int, x: np.ndarray, w: Any, bias: Any, out: float, t: Any
+) -> list[Line]:
     """Row `r` of x times column `col` of W_mat (plus its bias, if any), term by term, and the result `out`."""
     b, bv = ("", "") if bias is None else (rf" + b_{{{mat}}}[{col}]", rf" + ({tex(float(bias[col]), 3)})")
     total = rf"\sum_{{t}} {x_name}_{{{r},t}}\, W_{{{mat}}}[t, {col}]{b} = {_sum_terms(x, to_numpy(w[:, col]))}{bv}"
-    return [Line.of(total), Line.of(rf"= {tex(out)}")]
+    return [Line.of(total), *elided(len(x), t), Line.of(rf"= {tex(out)}")]
 
 
 def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Arithmetic | None:
@@ -137,6 +154,7 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
         scaled = float(to_numpy(trace.scores.scaled[head])[r, c])
         lines = [
             Line.of(rf"q_{{{r}}} \cdot k_{{{c}}} = \sum_{{t}} q_{{{r},t}}\, k_{{{c},t}} = {_sum_terms(q, k)}"),
+            *elided(len(q), t),
             Line.of(rf"= {tex(raw)}"),
             Line.of(rf"\div s = {tex(raw)} \div {spec.scale_value:g} = {tex(scaled)}"),
         ]
@@ -156,11 +174,12 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
         if not finite.any():
             return Arithmetic(title, [Line(text=str(t("cell.masked_row")))], "0")
         m = float(s[finite].max())
-        terms = " + ".join(rf"\exp({tex(float(v) - m, 3)})" for v in s[finite])
+        terms = _written([rf"\exp({tex(float(v) - m, 3)})" for v in s[finite]])
         denom = float(np.exp(s[finite].astype(np.float64) - m).sum())
         lines = [
             Line.of(rf"m = \max_{{j}} S'_{{{r},j}} = {tex(m, 4)}"),
             Line.of(rf"\sum_{{j}} \exp(S'_{{{r},j}} - m) = {terms} = {denom:.4f}"),
+            *elided(int(finite.sum()), t),
         ]
         if s[c] == -math.inf:
             lines.append(Line(text=str(t("cell.masked_entry"))))
@@ -171,7 +190,8 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
         a = to_numpy(trace.softmax.weights[head, r])
         v = to_numpy(trace.projection.v[kv_head(spec, head), :, c])
         out = float(to_numpy(trace.weighted_sum.heads[head])[r, c])
-        lines = [Line.of(rf"\sum_{{j}} a_{{{r},j}}\, v_{{j,{c}}} = {_sum_terms(a, v)}"), Line.of(rf"= {tex(out)}")]
+        lines = [Line.of(rf"\sum_{{j}} a_{{{r},j}}\, v_{{j,{c}}} = {_sum_terms(a, v)}"), *elided(len(a), t),
+                 Line.of(rf"= {tex(out)}")]  # fmt: skip
         return Arithmetic(str(t("cell.output", q=tok[r], c=c)), lines, full(out))
     if name in ("q", "k", "v"):
         p = trace.projection
@@ -181,14 +201,14 @@ def arithmetic(trace: Trace, name: str, head: int, r: int, c: int, t: Any) -> Ar
         out = float(to_numpy(getattr(p, name)[head])[r, c])
         w, bias = getattr(trace.weights, f"w_{name}"), getattr(trace.weights, f"b_{name}")
         label = tok[r] if name == "q" else key_tok[r]
-        lines = _affine("x", r, name.upper(), col, x, w, bias, out)
+        lines = _affine("x", r, name.upper(), col, x, w, bias, out, t)
         return Arithmetic(str(t("cell.projection", q=label, m=name.upper(), c=col)), lines, full(out))
     if name == "x":
         return _input_cell(trace, r, c, t)
     if name == "output":
         x = to_numpy(trace.weighted_sum.concat[r])
         out = float(to_numpy(trace.weighted_sum.output)[r, c])
-        lines = _affine(r"\mathrm{concat}", r, "O", c, x, trace.weights.w_o, trace.weights.b_o, out)
+        lines = _affine(r"\mathrm{concat}", r, "O", c, x, trace.weights.w_o, trace.weights.b_o, out, t)
         return Arithmetic(str(t("cell.final", q=tok[r], c=c)), lines, full(out))
     return None
 

@@ -131,6 +131,23 @@ def test_cell_arithmetic_shows_the_terms(client):
     assert "exp" in weight.text and "∑" in weight.text and len(weight.select("li math")) == 3
 
 
+def test_a_long_sum_is_written_in_part_and_says_so(client):
+    """GPT-2's q·k has 64 terms (and its projections 768): the line was a screenful that scrolled sideways. The first
+    two terms, ⋯, the last; a sentence says how many are left out; the result is still the whole sum's."""
+    for query, cell, n in (("preset=gpt2-small&stage=2", "scaled.0.1.0", 64), ("d_model=16&stage=1", "q.0.1.0", 16)):
+        r = client.get(f"/?{query}&tokens=a+b+c&cell={cell}&lang=en")
+        page = soup(r)
+        box = page.select_one("#arithmetic")
+        tensor, _, row, col = cell.split(".")
+        value = page.select_one(f"table[data-matrix={tensor}] td[data-row='{row}'][data-col='{col}']")["data-value"]
+        assert box.select_one(".result strong").text.replace("−", "-") == value
+        line = box.select("li math")[0]
+        assert "⋯" in line.text and line.text.count("·") == 3 + (n == 64)  # 3 terms written (and q·k's own dot)
+        assert f"The sum has {n} terms: {n - 3} of them are left out" in box.text
+    toy = soup(client.get("/?stage=2&cell=scaled.0.1.2&lang=en")).select_one("#arithmetic")
+    assert "⋯" not in toy.text and "left out" not in toy.text  # 4 terms: every one written
+
+
 def test_an_input_cell_says_where_its_number_comes_from(client):
     """X explained nothing when clicked: now its origin (a vector drawn for the token's text, or a real model's
     hidden state), and with a position table the sum e + p that makes it, equal to the cell's value."""
