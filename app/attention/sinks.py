@@ -21,7 +21,7 @@ from ..render.cells import SWATCHES, MatrixView, matrix_view
 from ..schemas import AttentionRequest, FieldError, from_query
 from ..web.page import serve
 from ..web.state import ViewState, head_within, url_fields
-from ..web.view import View
+from ..web.view import DataView as View
 from .params import SinksParams
 from .view import COLOR_TICKS, axis_labels
 

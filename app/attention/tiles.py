@@ -20,7 +20,7 @@ from ..render.arrays import Traced, to_numpy
 from ..schemas import FieldError, TilesRequest, from_query
 from ..web.page import language, serve
 from ..web.state import ViewState, lab_state, url_fields, within
-from ..web.view import View
+from ..web.view import DataView as View
 from .params import TilesParams
 
 router = APIRouter(include_in_schema=False)

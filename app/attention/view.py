@@ -27,7 +27,9 @@ from ..render.page import CellSide, SideSpec
 from ..web.share import QR
 from ..web.state import ViewState
 from ..web.tensors import KEY_AXIS, colour_mode
-from ..web.view import HIDDEN, StageView, from_jsonable
+from ..web.view import OLD_HIDDEN as HIDDEN
+from ..web.view import DataStageView as StageView
+from ..web.view import from_jsonable
 from .params import LabParams
 
 TILE = 16

@@ -12,7 +12,8 @@ from engine.block import BlockSpec
 from engine.spec import Spec
 
 from ..render.cells import MatrixView
-from ..web.view import HIDDEN, StageView
+from ..web.view import OLD_HIDDEN as HIDDEN
+from ..web.view import DataStageView as StageView
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from engine.spec import Spec
 
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
-from ..web.view import HIDDEN, View
+from ..web.view import OLD_HIDDEN as HIDDEN
+from ..web.view import DataView as View
 
 GPT2_BYTES = 2 * 768 * 2 * 12  # K and V of one token across GPT-2 small's 12 layers in fp16: the page's comparison
 

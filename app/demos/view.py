@@ -15,7 +15,8 @@ from engine import demos
 from ..errors import clean
 from ..render.charts import Series, line_chart
 from ..schemas import ASCII_NUMBER, FieldError
-from ..web.view import HIDDEN, View
+from ..web.view import OLD_HIDDEN as HIDDEN
+from ..web.view import DataView as View
 
 Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
 

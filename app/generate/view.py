@@ -19,7 +19,7 @@ from ..render.arrays import to_numpy
 from ..render.cells import MatrixView
 from ..render.predicted import generators, top_labels
 from ..schemas import RETURNED, FieldError, LabField
-from ..web.view import View
+from ..web.view import DataView as View
 
 
 @dataclass(frozen=True)

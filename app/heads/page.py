@@ -19,7 +19,8 @@ from ..schemas import FieldError
 from ..web.knockouts import form_request
 from ..web.page import lab_url, page_route
 from ..web.state import ViewState, within
-from ..web.view import HIDDEN, View
+from ..web.view import OLD_HIDDEN as HIDDEN
+from ..web.view import DataView as View
 from .compute import (
     Ablated,
     Grid,

@@ -16,7 +16,8 @@ from engine.spec import Spec, make_spec
 from ..lab import Lab, Progress
 from ..schemas import FieldError
 from ..web.knockouts import Knockouts, intervention
-from ..web.view import HIDDEN, View
+from ..web.view import OLD_HIDDEN as HIDDEN
+from ..web.view import DataView as View
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from ..render.predicted import top_labels
 from ..schemas import FieldError
 from ..web.knockouts import intervention
 from ..web.sequence import Text, text_of
-from ..web.view import OPTIONAL
+from ..web.view import OLD_OPTIONAL as OPTIONAL
 from .request import LensRequest, PredictRequest, RankRequest
 
 

@@ -18,7 +18,8 @@ from ..lab import Lab
 from ..render.heatmap import colourise, data_uri
 from ..web.page import page_route
 from ..web.state import ViewState, within
-from ..web.view import HIDDEN, View
+from ..web.view import OLD_HIDDEN as HIDDEN
+from ..web.view import DataView as View
 from .compute import Switched, lens_document, lens_of
 from .request import LENS_KEYS, PREDICT_KEYS, LensParams, LensRequest, api_url, form, read_page, state_of
 from .shown import Candidate, bos_first, candidates, index_of, label, switched_words, twin, with_tokens

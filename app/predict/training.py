@@ -21,7 +21,8 @@ from ..schemas import FieldError
 from ..web.knockouts import head_name
 from ..web.page import page_route
 from ..web.state import ViewState
-from ..web.view import HIDDEN, View
+from ..web.view import OLD_HIDDEN as HIDDEN
+from ..web.view import DataView as View
 from .compute import (
     HeadLoss,
     Predicted,

@@ -24,7 +24,8 @@ from ..schemas import FieldError
 from ..web.origin import foreign
 from ..web.page import serve
 from ..web.state import Common, Params, ViewState, integer, param
-from ..web.view import HIDDEN, View
+from ..web.view import OLD_HIDDEN as HIDDEN
+from ..web.view import DataView as View
 from .api import TrainIn, busy, runs_of, start_run
 from .runs import Busy, Job
 

@@ -24,16 +24,19 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Annotated, Any, ClassVar, Self, TypeVar
 
 import numpy as np
+import orjson
 from markupsafe import Markup
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, TypeAdapter, WithJsonSchema
+from pydantic.json_schema import models_json_schema
 
 # The metadata of a View field the template needs but the JSON face leaves out (it repeats another field, e.g. a
 # parsed `Spec` kept beside its summary, or a QR code drawn from an address): `field(default=None, metadata=HIDDEN)`.
-HIDDEN = {"json": False}
+OLD_HIDDEN = {"json": False}
 # The metadata of a field the JSON face leaves out while it is None (a run compared with none has no `before`).
-OPTIONAL = {"optional": True}
+OLD_OPTIONAL = {"optional": True}
 T = TypeVar("T")
 
 
@@ -109,8 +112,110 @@ def _field_from_jsonable(f: dataclasses.Field[Any], tp: Any, data: Any) -> Any:
     return decode(data) if decode is not None and data is not None else from_jsonable(tp, data)
 
 
+def _none(value: Any) -> bool:
+    return value is None
+
+
+# A View field the template needs but the JSON face leaves out (it repeats another field, e.g. a parsed `Spec` kept
+# beside its summary, or a QR code drawn from an address): `qr: Annotated[QR | None, HIDDEN] = None`.
+HIDDEN = Field(exclude=True)
+# A field the JSON face leaves out while it is None (a run compared with none has no `before`).
+OPTIONAL = Field(exclude_if=_none)
+
+
+def _as_array(value: Any) -> np.ndarray:
+    return value if isinstance(value, np.ndarray) else np.asarray(value, dtype=np.float64)
+
+
+# A NumPy array a View holds (a tile's running statistics): written as (nested) lists of floats, read back as one.
+Array = Annotated[
+    np.ndarray,
+    PlainValidator(_as_array, json_schema_input_type=list[Any]),
+    PlainSerializer(lambda a: a.tolist(), return_type=list[Any]),
+    WithJsonSchema({"type": "array", "items": {"anyOf": [{"type": "number"}, {"type": "null"},
+                                                         {"type": "array", "items": {"type": ["number", "null"]}}]}}),
+]  # fmt: skip
+
+
+def _schema_extra(schema: dict[str, Any], cls: type) -> None:
+    """A View's JSON Schema: its `view` (which page) first and the `lang` the page adds, described by its
+    docstring's first paragraph."""
+    if issubclass(cls, View):
+        schema["properties"] = {"view": {"const": cls.kind, "type": "string"}, **schema.get("properties", {}),
+                                "lang": {"type": "string"}}  # fmt: skip
+        schema["description"] = (cls.__doc__ or "").strip().split("\n\n")[0]
+
+
+class View(BaseModel):
+    """Base of every page's view. A subclass names its template and the blocks an htmx request swaps."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=False, extra="forbid",
+                              json_schema_extra=_schema_extra)  # fmt: skip
+
+    template: ClassVar[str]
+    blocks: ClassVar[tuple[str, ...]] = ("stage", "controls")
+    kind: ClassVar[str] = "view"  # the JSON face's "view": which page this is
+    # The page draws its own presenter-mode switch beside its other toggles (else the header holds the kernel's).
+    own_present_toggle: ClassVar[bool] = False
+
+    def context(self) -> dict[str, Any]:
+        """The template's names: every field (shallow: matrices stay objects for the template's macros)."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+    def to_json(self) -> dict[str, Any]:
+        """The page's JSON face: `model_dump(mode="json")` after the page's kind (−∞ written as null)."""
+        return {"view": self.kind, **orjson.loads(self.model_dump_json())}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        """The View again from its page's JSON face (`to_json`, and the `lang` the page adds): `model_validate`,
+        so a client of the page (`attention_lab.Client`) draws what the page draws."""
+        if data.get("view", cls.kind) != cls.kind:
+            raise TypeError(f"the JSON of a {data['view']} view is not a {cls.kind} view")
+        return cls.model_validate({k: v for k, v in data.items() if k not in ("view", "lang")})
+
+    def _repr_json_(self) -> dict[str, Any]:
+        return self.to_json()
+
+    def _repr_html_(self) -> str:
+        from .notebook import render
+
+        return render(self)
+
+
+class StageView(View):
+    """A page that steps through a trace's stages (the lab, the block): the request's summary, the tokens, the
+    stage on screen (its key and 1-based index), the head, and whether its numbers are shown cell by cell."""
+
+    summary: dict[str, Any] | None = None
+    tokens: tuple[str, ...] = ()
+    key: str = ""
+    index: int = 0
+    head: int = 0
+    small: bool = False
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def plain(value: Any) -> Any:
+    """`value` (a dataclass an API answers with) as JSON-ready data, by pydantic (its type's TypeAdapter)."""
+    kind = type(value)
+    if kind not in _ADAPTERS:
+        _ADAPTERS[kind] = TypeAdapter(kind)
+    return _ADAPTERS[kind].dump_python(value, mode="json")
+
+
+def read(kind: Any, data: Any) -> Any:
+    """`plain`'s inverse: `data` (JSON) read back as type `kind`."""
+    if kind not in _ADAPTERS:
+        _ADAPTERS[kind] = TypeAdapter(kind)
+    return _ADAPTERS[kind].validate_python(data)
+
+
+
 @dataclass(frozen=True)
-class View:
+class DataView:
     """Base of every page's view. A subclass names its template and the blocks an htmx request swaps."""
 
     template: ClassVar[str]
@@ -147,7 +252,7 @@ class View:
 
 
 @dataclass(frozen=True)
-class StageView(View):
+class DataStageView(DataView):
     """A page that steps through a trace's stages (the lab, the block): the request's summary, the tokens, the
     stage on screen (its key and 1-based index), the head, and whether its numbers are shown cell by cell."""
 
@@ -164,12 +269,23 @@ def subclasses(cls: type[T]) -> list[type[T]]:
     return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
 
 
-def all_views() -> list[type[View]]:
+def all_views() -> list[type[Any]]:
     """Every View class the imported pages define, by kind."""
-    return sorted(subclasses(View), key=lambda c: (c.kind, c.__name__))
+    return sorted([*subclasses(View), *subclasses(DataView)], key=lambda c: (c.kind, c.__name__))
 
 
-def view_schema(cls: type[View]) -> dict[str, Any]:
+def view_schemas(ref_template: str = "#/components/schemas/{model}") -> dict[str, Any]:
+    """Every page's JSON face as a JSON Schema, with the types it nests (for /openapi.json's components)."""
+    models = [c for c in all_views() if issubclass(c, View)]
+    _, top = models_json_schema([(c, "serialization") for c in models], ref_template=ref_template)
+    schemas: dict[str, Any] = top.get("$defs", {})
+    for cls in all_views():
+        if not issubclass(cls, View):
+            schemas.setdefault(cls.__name__, view_schema(cls))
+    return schemas
+
+
+def view_schema(cls: type[DataView]) -> dict[str, Any]:
     """A View's JSON face as a JSON Schema (for /openapi.json): its fields but the template-only ones, typed
     loosely where a field holds nested presentation data (a matrix is `{name, label, rows, cols, values, …}`)."""
     from pydantic import ConfigDict, TypeAdapter, create_model

@@ -260,6 +260,6 @@ SERVE_EXTRAS: dict[type[View], set[str]] = {
 
 @pytest.mark.parametrize("view", [ModelView, ParamsView, DemosView, LessonsView, LessonView])
 def test_no_view_field_shadows_the_kernels_names(view: type[View]) -> None:
-    names = {f.name for f in dataclasses.fields(view)}
+    names = set(view.model_fields) if hasattr(view, "model_fields") else {f.name for f in dataclasses.fields(view)}
     assert not names & (KERNEL_NAMES | BASE_TEMPLATE_NAMES | SERVE_EXTRAS.get(view, set()))
     assert view.blocks == () and view.kind

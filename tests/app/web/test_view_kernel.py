@@ -111,7 +111,10 @@ def test_openapi_describes_every_view(client: TestClient) -> None:
     for cls in all_views():
         schema = schemas[cls.__name__]
         assert schema["properties"]["view"]["const"] == cls.kind
-        hidden = {f for f, m in cls.__dataclass_fields__.items() if m.metadata.get("json") is False}
+        if hasattr(cls, "model_fields"):
+            hidden = {name for name, f in cls.model_fields.items() if f.exclude}
+        else:
+            hidden = {f for f, m in cls.__dataclass_fields__.items() if m.metadata.get("json") is False}
         assert not hidden & set(schema["properties"]), cls.__name__
     lab = schemas["LabView"]["properties"]
     assert {"matrices", "notice", "formula", "checks", "stage_urls"} <= set(lab)
