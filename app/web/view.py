@@ -213,7 +213,6 @@ def read(kind: Any, data: Any) -> Any:
     return _ADAPTERS[kind].validate_python(data)
 
 
-
 @dataclass(frozen=True)
 class DataView:
     """Base of every page's view. A subclass names its template and the blocks an htmx request swaps."""
