@@ -19,7 +19,7 @@ from ..render.arrays import to_numpy
 from ..render.cells import MatrixView
 from ..render.predicted import generators, top_labels
 from ..schemas import RETURNED, FieldError, LabField
-from ..web.view import DataView as View
+from ..web.view import View
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,6 @@ class Candidate:
     url: str | None
 
 
-@dataclass(frozen=True)
 class GenerateView(View):
     """Step `step` of a generation, as /generate shows it: the text so far (`prompt`, `generated`, labelled as the
     model's pieces; `written`, as a reader reads it), the token predicted there and from how much context (`title`), the five candidates it weighed

@@ -347,9 +347,9 @@ class RedisJobs:
                     if status == "done":
                         if error is not None:
                             raise_error(orjson.loads(error))
-                        from ..web.view import from_jsonable
+                        from ..web.view import read
 
-                        value: R = from_jsonable(kind.result, orjson.loads(result or "null"))
+                        value: R = read(kind.result, orjson.loads(result or "null"))
                         return value
                     if status == "failed":
                         raise HTTPException(503, message or "the job failed", headers={"Retry-After": "1"})

@@ -4,8 +4,8 @@ one prediction (/api/v1/head_ranking). The engine is engine/predict.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from engine import predict as P
 from engine.models import Model
@@ -15,7 +15,7 @@ from ..render.predicted import top_labels
 from ..schemas import FieldError
 from ..web.knockouts import intervention
 from ..web.sequence import Text, text_of
-from ..web.view import OLD_OPTIONAL as OPTIONAL
+from ..web.view import OPTIONAL
 from .request import LensRequest, PredictRequest, RankRequest
 
 
@@ -108,8 +108,8 @@ class Compared:
     rank: int
     top: tuple[Top, ...]
     # Its own target, where a replaced token changed this position's (else the same, and not written).
-    target: str | None = field(default=None, metadata=OPTIONAL)
-    target_id: int | None = field(default=None, metadata=OPTIONAL)
+    target: Annotated[str | None, OPTIONAL] = None
+    target_id: Annotated[int | None, OPTIONAL] = None
 
 
 @dataclass(frozen=True)
@@ -128,9 +128,9 @@ class Row:
     rank: int
     top: tuple[Top, ...]
     # A run compared with none has no before, kl or max_abs_diff.
-    before: Compared | None = field(default=None, metadata=OPTIONAL)
-    kl: float | None = field(default=None, metadata=OPTIONAL)
-    max_abs_diff: float | None = field(default=None, metadata=OPTIONAL)
+    before: Annotated[Compared | None, OPTIONAL] = None
+    kl: Annotated[float | None, OPTIONAL] = None
+    max_abs_diff: Annotated[float | None, OPTIONAL] = None
 
 
 @dataclass(frozen=True)

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter
 from markupsafe import Markup, escape
+from pydantic import Field, InstanceOf
 
 from ..lab import Lab
 from ..schemas import FieldError
 from ..web.knockouts import head_name
 from ..web.page import page_route
 from ..web.state import ViewState
-from ..web.view import OLD_HIDDEN as HIDDEN
-from ..web.view import DataView as View
+from ..web.view import HIDDEN, View
 from .compute import (
     HeadLoss,
     Predicted,
@@ -90,8 +90,8 @@ class Column:
     kl: float | None = None
     max_abs_diff: float | None = None
     changed: bool | None = None  # max |Δ| > 1e-5
-    delta_cls: str = field(default="", metadata=HIDDEN)
-    kl_cls: str = field(default="", metadata=HIDDEN)
+    delta_cls: Annotated[str, HIDDEN] = ""
+    kl_cls: Annotated[str, HIDDEN] = ""
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class Chosen:
     title: str
     top: tuple[Candidate, ...]
     before: tuple[Candidate, ...] | None = None
-    title_html: Markup | None = field(default=None, metadata=HIDDEN)
+    title_html: Annotated[InstanceOf[Markup] | None, HIDDEN] = None
 
 
 @dataclass(frozen=True)
@@ -137,10 +137,9 @@ class Ranking:
     n_heads: int
     title: str
     heads: tuple[HeadEffect, ...]
-    title_html: Markup | None = field(default=None, metadata=HIDDEN)
+    title_html: Annotated[InstanceOf[Markup] | None, HIDDEN] = None
 
 
-@dataclass(frozen=True)
 class PredictView(View):
     """The training view: the text as inputs over targets (shifted by one), each position's target probability,
     loss and rank, the mean loss over the scored positions and the perplexity; with switches or a replaced token,
@@ -171,10 +170,10 @@ class PredictView(View):
     changed: tuple[int | None, ...] = ()  # positions whose prediction changed (max |Δ| > 1e-5); None: the BOS
     unchanged: tuple[int | None, ...] = ()
     verdict: str | None = None  # which positions changed and why, in words
-    verdict_html: Markup | None = field(default=None, metadata=HIDDEN)
+    verdict_html: InstanceOf[Markup] | None = Field(None, exclude=True)
     notices: tuple[str, ...] = ()
     pos: int | None = 0  # the chosen position's number (None: the BOS)
-    index: int = field(default=0, metadata=HIDDEN)  # its column
+    index: int = Field(0, exclude=True)  # its column
     chosen: Chosen | None = None
     ranking: Ranking | None = None
     ranking_error: str | None = None
@@ -324,21 +323,22 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
             ranking = await rank(req, text, view.index, lab, key, state, t)
         except FieldError as e:
             ranking_error = t("error.field", field=e.field, message=e.message)
-    return dataclasses.replace(
-        view,
-        text=state.get("text") or prompt.get("text", ""),
-        ranking=ranking,
-        ranking_error=ranking_error,
-        rank_cost=cost,
-        rank_cost_text=cost_words(cost, view.index, first, t, done=ranking is not None),
-        second=second,
-        compare_close_url=state.url(compare_text=None) if second else "",
-        json_url=api_url("/api/v1/predict", req),
-        twin_url=twin(state),
-        rank_url=state.url(pos=named(view.index, first), rank=1),
-        lens_url=lens_link(state),
-        present_url=state.url(present=None if state.present else "1"),
-        present=state.present,
+    return view.model_copy(
+        update=dict(
+            text=state.get("text") or prompt.get("text", ""),
+            ranking=ranking,
+            ranking_error=ranking_error,
+            rank_cost=cost,
+            rank_cost_text=cost_words(cost, view.index, first, t, done=ranking is not None),
+            second=second,
+            compare_close_url=state.url(compare_text=None) if second else "",
+            json_url=api_url("/api/v1/predict", req),
+            twin_url=twin(state),
+            rank_url=state.url(pos=named(view.index, first), rank=1),
+            lens_url=lens_link(state),
+            present_url=state.url(present=None if state.present else "1"),
+            present=state.present,
+        )
     )
 
 
