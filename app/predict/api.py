@@ -37,7 +37,7 @@ async def logit_lens(request: Request, req: LensRequest, lab: Lab) -> Response:
     t, iv, lens = await lens_of(req, lab, get_key(request))
     # orjson writes the answer as it is (tuples as lists, a non-finite number as null), where a serializer would
     # walk a long text's 100,000 tops in Python once more.
-    return json_response(lens_document(t, iv, lens).__json__())
+    return json_response(lens_document(t, iv, lens).as_json())
 
 
 async def head_ranking(request: Request, req: RankRequest, lab: Lab) -> Response:

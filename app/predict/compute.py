@@ -261,7 +261,7 @@ class LensRead:
             for top_ids, top_p, p_final in zip(self.top_ids, self.top_probs, self.p_final, strict=True)
         ]
 
-    def __json__(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, Any]:
         return {"final": self.final, "final_ids": self.final_ids, "first_top1": self.first_top1,
                 "layers": self.layers()}  # fmt: skip
 
@@ -281,11 +281,11 @@ class Lensed:
     changed: tuple[int, ...]
     text_start: int = 0  # where the text begins in `tokens` (1: after the BOS the lens put before it), as predict's
 
-    def __json__(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, Any]:
         """Plain data but `switches` (a dataclass): orjson writes it whole, fast (see api.py)."""
-        before = None if self.before is None else self.before.__json__()
+        before = None if self.before is None else self.before.as_json()
         return {"preset": self.preset, "tokens": self.tokens, "token_ids": self.token_ids,
-                "text_start": self.text_start, **self.read.__json__(),
+                "text_start": self.text_start, **self.read.as_json(),
                 "switches": self.switches, "before": before, "changed": self.changed}  # fmt: skip
 
 

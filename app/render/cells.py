@@ -95,8 +95,6 @@ class MatrixView:
             out["cell_urls"] = self.cell_urls
         return out
 
-    __json__ = face  # the old DataView pages' (until they move)
-
     @classmethod
     def from_json(cls, data: Matrix) -> MatrixView:
         """The matrix again from its JSON face (a client of the lab's API draws what the page draws)."""
