@@ -38,7 +38,7 @@ class FilterColumn:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class StepCandidate:
     """One of the step's most likely tokens: whether it survives every filter (`kept`), whether it is the token
     taken (`drawn`), and the branch that takes it here instead (`url`: None for the token taken, or one cut)."""
 
@@ -84,7 +84,7 @@ class GenerateView(View):
     # and the sequence's log-probability up to this step (`logprob`) and in all (`logprob_total`).
     sampling: Sampling | None = None
     filters: list[FilterColumn] | None = None
-    candidates: list[Candidate] | None = None
+    candidates: list[StepCandidate] | None = None
     p: float | None = None
     logp: float | None = None
     forced: bool = False

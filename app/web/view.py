@@ -24,7 +24,9 @@ dataclass answers (and the job queue's results).
 from __future__ import annotations
 
 import functools
+import json
 import math
+import re
 from typing import Annotated, Any, ClassVar, Self, TypeVar
 
 import numpy as np
@@ -150,6 +152,13 @@ def all_views() -> list[type[View]]:
 
 def view_schemas(ref_template: str = "#/components/schemas/{model}") -> dict[str, Any]:
     """Every page's JSON face as a JSON Schema, with the types it nests (for /openapi.json's components)."""
-    _, top = models_json_schema([(c, "serialization") for c in all_views()], ref_template=ref_template)
-    schemas: dict[str, Any] = top.get("$defs", {})
-    return schemas
+    views = all_views()
+    _, top = models_json_schema([(c, "serialization") for c in views], ref_template=ref_template)
+    defs: dict[str, Any] = top.get("$defs", {})
+    # Only what a JSON face holds (a hidden field's type, e.g. the parsed Spec, is defined but never written).
+    prefix, todo, shown = ref_template.split("{model}")[0], [c.__name__ for c in views], {}
+    while todo:
+        if (name := todo.pop()) not in shown:
+            shown[name] = defs[name]
+            todo += [ref.removeprefix(prefix) for ref in re.findall(r'"\$ref": "([^"]+)"', json.dumps(defs[name]))]
+    return dict(sorted(shown.items()))
