@@ -8,11 +8,12 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import astuple, dataclass
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, NotRequired, Self
 from urllib.parse import urlencode
 
 import numpy as np
 from pydantic import Discriminator, Field, InstanceOf, Tag
+from typing_extensions import TypedDict
 
 from engine.attention import Trace
 from engine.long import LongTrace
@@ -33,6 +34,15 @@ from ..web.view import HIDDEN, StageView
 from .params import LabParams
 
 TILE = 16
+
+
+class Checks(TypedDict):
+    """The trace's own checks (engine `check_values`): its five stages against fused SDPA, head by head, and whether
+    every row of the weights sums to one; a block's also against the reference implementation."""
+
+    max_abs_diff_vs_sdpa: float
+    rows_sum_to_one: bool
+    max_abs_diff_vs_reference: NotRequired[float]
 
 
 @dataclass(frozen=True)
@@ -202,7 +212,7 @@ class LabView(StageView):
     formula: str = ""  # MathML
     explain: str = ""
     notice: str = ""
-    checks: dict[str, Any] | None = None
+    checks: Checks | None = None
     unknown_tokens: int = 0
     ids_text: str | None = None  # a view given token ids (a head opened from /model): the text they spell
     random_weights: bool = False

@@ -12,6 +12,7 @@ from engine import STAGES
 from engine.block import BlockSpec
 from engine.spec import Spec
 
+from ..attention.view import Checks
 from ..render.cells import MatrixView
 from ..web.view import StageView
 
@@ -32,7 +33,7 @@ class BlockView(StageView):
     formula: str = ""  # MathML
     explain: str = ""
     notice: str = ""
-    checks: dict[str, Any] | None = None
+    checks: Checks | None = None
     matrices: list[MatrixView] | None = None
     heatmaps: list[tuple[str, str]] | None = None  # (tensor, its heat map's URL)
     shapes: dict[str, tuple[int, ...]] | None = None

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter
 from markupsafe import Markup, escape
 from pydantic import Field, InstanceOf
+from typing_extensions import TypedDict
 
 from ..lab import Lab
 from ..schemas import FieldError
@@ -140,6 +141,14 @@ class Ranking:
     title_html: Annotated[InstanceOf[Markup] | None, HIDDEN] = None
 
 
+class ReplacedAt(TypedDict):
+    """The token replaced: its position (as the page numbers it: None for the BOS), its id and its text."""
+
+    position: int | None
+    token_id: int
+    token: str
+
+
 class PredictView(View):
     """The training view: the text as inputs over targets (shifted by one), each position's target probability,
     loss and rank, the mean loss over the scored positions and the perplexity; with switches or a replaced token,
@@ -163,7 +172,7 @@ class PredictView(View):
     perplexity: float = 0.0
     switches: Switched | None = None  # the API's switches (ablate, ablate_mode, mask_off_layers, …)
     switched: tuple[str, ...] = ()  # the switches in words
-    replace: dict[str, Any] | None = None  # position (as the page numbers it: None for the BOS), token_id, token
+    replace: ReplacedAt | None = None
     compared: str | None = None  # what the "before" run is, in words
     before_mean_loss: float | None = None
     before_perplexity: float | None = None
