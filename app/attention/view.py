@@ -8,12 +8,11 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import astuple, dataclass
-from typing import Annotated, Any, NotRequired, Self
+from typing import Annotated, Any, Self
 from urllib.parse import urlencode
 
 import numpy as np
 from pydantic import Discriminator, Field, InstanceOf, Tag
-from typing_extensions import TypedDict
 
 from engine.attention import Trace
 from engine.long import LongTrace
@@ -25,7 +24,7 @@ from ..render import stages
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, RowStats, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
-from ..render.page import Arithmetic, CellSide, SideSpec
+from ..render.page import Arithmetic, CellSide, Checks, SideSpec
 from ..web.lessons import Panel
 from ..web.share import QR
 from ..web.state import ViewState
@@ -34,15 +33,6 @@ from ..web.view import HIDDEN, StageView
 from .params import LabParams
 
 TILE = 16
-
-
-class Checks(TypedDict):
-    """The trace's own checks (engine `check_values`): its five stages against fused SDPA, head by head, and whether
-    every row of the weights sums to one; a block's also against the reference implementation."""
-
-    max_abs_diff_vs_sdpa: float
-    rows_sum_to_one: bool
-    max_abs_diff_vs_reference: NotRequired[float]
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from engine import STAGES
 from engine.block import BlockSpec
 from engine.spec import Spec
 
-from ..attention.view import Checks
 from ..render.cells import MatrixView
+from ..render.page import Checks
 from ..web.view import StageView
 
 
