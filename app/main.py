@@ -44,7 +44,7 @@ from .settings import Settings, get_settings
 from .train import api as train_api
 from .web import cache, registry
 from .web.page import JsonTwin, not_found
-from .web.view import all_views, view_schema
+from .web.view import view_schemas
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "static"
@@ -211,8 +211,8 @@ def openapi_with_views(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema is None:
         schema = FastAPI.openapi(app)  # stores it in app.openapi_schema
         views = schema.setdefault("components", {}).setdefault("schemas", {})
-        for cls in all_views():
-            views.setdefault(cls.__name__, view_schema(cls))
+        for name, view in view_schemas().items():
+            views.setdefault(name, view)
         body_limit(schema, app.state.settings.body_limit_mb)
         rooms_api.view_limits(schema, app.state.settings)
         return schema

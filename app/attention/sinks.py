@@ -5,7 +5,6 @@ the layer's output does when that sink is dropped (key 0 masked for every query 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
@@ -30,7 +29,6 @@ API_KEYS = url_fields(AttentionRequest)
 CELLS_UP_TO = 24  # tokens: past this the weights are heat maps, not numbers
 
 
-@dataclass(frozen=True)
 class SinksView(View):
     """Attention sinks in one layer of a trained model, as /sinks shows it: each head's share of weight on key 0
     (`shares`), one head's weights as heat maps on a log and a linear scale (and cell by cell for a short text:

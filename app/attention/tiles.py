@@ -20,7 +20,7 @@ from ..render.arrays import Traced, to_numpy
 from ..schemas import FieldError, TilesRequest, from_query
 from ..web.page import language, serve
 from ..web.state import ViewState, lab_state, url_fields, within
-from ..web.view import View
+from ..web.view import Array, View
 from .params import TilesParams
 
 router = APIRouter(include_in_schema=False)
@@ -35,10 +35,10 @@ class TileStep:
     k_block: int
     cols: tuple[int, int]
     skipped: bool
-    m: np.ndarray
-    l: np.ndarray  # noqa: E741
-    rescale: np.ndarray
-    acc: np.ndarray
+    m: Array
+    l: Array  # noqa: E741
+    rescale: Array
+    acc: Array
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,16 @@ class TileBlock:
     q_block: int
     rows: tuple[int, int]
     steps: tuple[TileStep, ...]
-    output: np.ndarray
+    output: Array
+
+
+@dataclass(frozen=True)
+class TileOutput:
+    """What /tiles shows of a query block: its index, its query positions [start, end) and its output acc / l."""
+
+    q_block: int
+    rows: tuple[int, int]
+    output: Array
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,6 @@ class Schedule:
     memory_bytes: dict[str, int]
 
 
-@dataclass(frozen=True)
 class TilesView(View):
     """One step of FlashAttention's schedule, as /tiles shows it: query block `qb` (`block`: its rows and, after its
     last key block, its output) against key block `kb` (`step`: its columns, whether it was skipped, and the running
@@ -88,7 +96,7 @@ class TilesView(View):
     qb: int = 0
     kb: int = 0
     n_steps: int = 0  # key blocks of this query block
-    block: dict[str, Any] | None = None  # the query block's q_block, rows and output
+    block: TileOutput | None = None  # the query block's q_block, rows and output
     step: TileStep | None = None
     title: str = ""
     memory_bytes: dict[str, int] | None = None  # staged and tiled, for one head
@@ -173,7 +181,7 @@ async def tiles_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> TilesVi
         qb=qb,
         kb=kb,
         n_steps=len(steps),
-        block={"q_block": block.q_block, "rows": block.rows, "output": block.output},
+        block=TileOutput(block.q_block, block.rows, block.output),
         step=step,
         title=t("tiles.step", r0=r0, r1=r1 - 1, c0=c0, c1=c1 - 1),
         memory_bytes=memory,

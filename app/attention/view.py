@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import astuple, dataclass, field
-from typing import Any, Self
+from dataclasses import astuple, dataclass
+from typing import Annotated, Any, Self
 from urllib.parse import urlencode
 
 import numpy as np
+from pydantic import Discriminator, Field, InstanceOf, Tag
 
 from engine.attention import Trace
 from engine.long import LongTrace
@@ -23,11 +24,12 @@ from ..render import stages
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, RowStats, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
-from ..render.page import CellSide, SideSpec
+from ..render.page import Arithmetic, CellSide, Checks, SideSpec
+from ..web.lessons import Panel
 from ..web.share import QR
 from ..web.state import ViewState
 from ..web.tensors import KEY_AXIS, colour_mode
-from ..web.view import HIDDEN, StageView, from_jsonable
+from ..web.view import HIDDEN, StageView
 from .params import LabParams
 
 TILE = 16
@@ -126,17 +128,21 @@ class ComparedMaps(Compared):
     sides: tuple[HeatSide, HeatSide]
     difference: DifferenceMap
     large: bool = True
-    diff_src: str = field(default="", metadata=HIDDEN)
+    diff_src: Annotated[str, HIDDEN] = ""
 
 
-Comparison = CompareAsk | ComparedCells | ComparedMaps
+def comparison_kind(data: Any) -> str:
+    """Which comparison `data` is (read from its JSON face, or as it is): asking for the second prompt, as heat maps,
+    or cell by cell."""
+    if isinstance(data, dict):
+        return "ask" if data.get("ask") else "maps" if data.get("large") else "cells"
+    return "ask" if isinstance(data, CompareAsk) else "maps" if isinstance(data, ComparedMaps) else "cells"
 
 
-def comparison_from_json(data: dict[str, Any]) -> Comparison:
-    """A comparison again from its JSON face: asking for the second prompt, as heat maps, or cell by cell."""
-    kind = CompareAsk if data.get("ask") else ComparedMaps if data.get("large") else ComparedCells
-    comparison: Comparison = from_jsonable(kind, data)
-    return comparison
+Comparison = Annotated[
+    Annotated[CompareAsk, Tag("ask")] | Annotated[ComparedCells, Tag("cells")] | Annotated[ComparedMaps, Tag("maps")],
+    Discriminator(comparison_kind),
+]
 
 
 @dataclass(frozen=True)
@@ -183,7 +189,6 @@ class LongView:
     model_url: str | None
 
 
-@dataclass(frozen=True)
 class LabView(StageView):
     """One stage of one trace, as the lab shows it. Small traces carry their matrices cell by cell (`matrices`,
     `weight_matrices`, `stats`, `arithmetic`, `compare`); large ones a heat map with a window (`large`); a long
@@ -193,30 +198,30 @@ class LabView(StageView):
     kind = "lab"
     own_present_toggle = True
 
-    spec: Spec | None = field(default=None, metadata=HIDDEN)  # the template's; the JSON face has its `summary`
+    spec: InstanceOf[Spec] | None = Field(None, exclude=True)  # the template's; the JSON face has its `summary`
     formula: str = ""  # MathML
     explain: str = ""
     notice: str = ""
-    checks: dict[str, Any] | None = None
+    checks: Checks | None = None
     unknown_tokens: int = 0
     ids_text: str | None = None  # a view given token ids (a head opened from /model): the text they spell
     random_weights: bool = False
     matrices: list[MatrixView] | None = None
     weight_matrices: list[MatrixView] | None = None
     stats: list[RowStats] | None = None
-    arithmetic: Any = None
+    arithmetic: Arithmetic | None = None
     selected: tuple[str, int, int, int] | None = None
-    compare: Comparison | None = field(default=None, metadata={"from_json": comparison_from_json})
+    compare: Comparison | None = None
     large: LargeView | None = None
     long: LongView | None = None
-    lesson: Any = None
+    lesson: Panel | None = None
     hints: bool = True
     mask_on: bool = False
     # Presenter mode: the address students open (its QR code is drawn from it).
     student_url: str | None = None
     student_host: str | None = None
     share_loopback: bool = False
-    qr: QR | None = field(default=None, metadata=HIDDEN)
+    qr: InstanceOf[QR] | None = Field(None, exclude=True)
     # Links.
     json_url: str | None = None
     npz_url: str | None = None

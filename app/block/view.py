@@ -4,18 +4,19 @@ presented exactly as on the lab page, on the block's own attention trace)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import Field, InstanceOf
 
 from engine import STAGES
 from engine.block import BlockSpec
 from engine.spec import Spec
 
 from ..render.cells import MatrixView
-from ..web.view import HIDDEN, StageView
+from ..render.page import Checks
+from ..web.view import StageView
 
 
-@dataclass(frozen=True)
 class BlockView(StageView):
     """One stage of one transformer block, as /block shows it: the flow of its stages, the stage's formula, what it
     does and what to notice, and its matrices cell by cell (`matrices`) or, for a large block, one heat-map strip
@@ -25,14 +26,14 @@ class BlockView(StageView):
     template = "block.html"
     kind = "block"
 
-    spec: BlockSpec | None = field(default=None, metadata=HIDDEN)  # the form's; the JSON face has its `summary`
-    attn_spec: Spec | None = field(default=None, metadata=HIDDEN)
+    spec: InstanceOf[BlockSpec] | None = Field(None, exclude=True)  # the form's; the JSON face has its `summary`
+    attn_spec: InstanceOf[Spec] | None = Field(None, exclude=True)
     in_attention: bool = False
     stage_labels: dict[str, str] | None = None  # every stage's name in the page's language
     formula: str = ""  # MathML
     explain: str = ""
     notice: str = ""
-    checks: dict[str, Any] | None = None
+    checks: Checks | None = None
     matrices: list[MatrixView] | None = None
     heatmaps: list[tuple[str, str]] | None = None  # (tensor, its heat map's URL)
     shapes: dict[str, tuple[int, ...]] | None = None

@@ -4,11 +4,11 @@ face is the page's `.json` twin."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from pydantic import Field, InstanceOf
 
 from engine.decode import DecodeStep, DecodeTrace
 from engine.device import close
@@ -16,12 +16,11 @@ from engine.spec import Spec
 
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView, dims, matrix_view
-from ..web.view import HIDDEN, View
+from ..web.view import View
 
 GPT2_BYTES = 2 * 768 * 2 * 12  # K and V of one token across GPT-2 small's 12 layers in fp16: the page's comparison
 
 
-@dataclass(frozen=True)
 class DecodeView(View):
     """Step `step` of a decode (0 is the prefill): what it does (`title`, `explain`), whether its output row equals
     the full computation's (`notice`, `full_equal`, `diff`; steps only), the cache's size (`size` says it in words),
@@ -30,7 +29,7 @@ class DecodeView(View):
     template = "decode.html"
     kind = "decode"
 
-    spec: Spec | None = field(default=None, metadata=HIDDEN)  # the form's; the JSON face has its `summary`
+    spec: InstanceOf[Spec] | None = Field(None, exclude=True)  # the form's; the JSON face has its `summary`
     summary: dict[str, Any] | None = None
     tokens: tuple[str, ...] = ()
     step: int = 0

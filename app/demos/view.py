@@ -5,7 +5,6 @@ shows (its JSON face is the page's `.json` twin)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
@@ -15,12 +14,11 @@ from engine import demos
 from ..errors import clean
 from ..render.charts import Series, line_chart
 from ..schemas import ASCII_NUMBER, FieldError
-from ..web.view import HIDDEN, View
+from ..web.view import View
 
 Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
 
 
-@dataclass(frozen=True)
 class DemosView(View):
     """Each demonstration's answer (as its /api/v1/demo route gives it), or its error in words; the √d_k data and
     charts; the page's sentences about each, in the reader's language."""
@@ -32,13 +30,13 @@ class DemosView(View):
     permutation: dict[str, Any] | None = None
     rope: dict[str, Any] | None = None
     softmax: dict[str, Any] | None = None
-    scaling: dict[str, Any] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)  # demonstration → its error, in words
-    texts: dict[str, str] = field(default_factory=dict)  # demonstration → what the page says above its numbers
-    notices: dict[str, str] = field(default_factory=dict)  # demonstration → what to notice
-    charts: dict[str, str] = field(default_factory=dict, metadata=HIDDEN)  # SVG, drawn from `scaling`
+    scaling: dict[str, Any] = Field(default_factory=dict)
+    errors: dict[str, str] = Field(default_factory=dict)  # demonstration → its error, in words
+    texts: dict[str, str] = Field(default_factory=dict)  # demonstration → what the page says above its numbers
+    notices: dict[str, str] = Field(default_factory=dict)  # demonstration → what to notice
+    charts: dict[str, str] = Field(default_factory=dict, exclude=True)  # SVG, drawn from `scaling`
     json_url: str | None = None
-    api_urls: dict[str, str] = field(default_factory=dict)  # demonstration → its JSON route
+    api_urls: dict[str, str] = Field(default_factory=dict)  # demonstration → its JSON route
 
 
 class PermutationQuery(BaseModel):

@@ -14,7 +14,7 @@ from ..render.cells import matrix_view
 from ..schemas import from_query
 from ..web.page import page_route
 from ..web.state import Params, ViewState, integer, param, url_fields, within
-from .view import Candidate, FilterColumn, GenerateRequest, GenerateView, run, top_labels
+from .view import FilterColumn, GenerateRequest, GenerateView, StepCandidate, run, top_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(GenerateRequest)
@@ -130,7 +130,7 @@ def choosing(
 
     names = top_labels(model, ids, labels, s.context, list(c.ids))
     candidates = [
-        Candidate(name, i, p > 0, i == s.token_id, branch_url(i) if p > 0 and i != s.token_id else None)
+        StepCandidate(name, i, p > 0, i == s.token_id, branch_url(i) if p > 0 and i != s.token_id else None)
         for name, i, p in zip(names, c.ids, last.probs, strict=True)
     ]
     lp = [x.choice.logp for x in g.steps if x.choice is not None]

@@ -38,7 +38,7 @@ class FilterColumn:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class StepCandidate:
     """One of the step's most likely tokens: whether it survives every filter (`kept`), whether it is the token
     taken (`drawn`), and the branch that takes it here instead (`url`: None for the token taken, or one cut)."""
 
@@ -49,7 +49,6 @@ class Candidate:
     url: str | None
 
 
-@dataclass(frozen=True)
 class GenerateView(View):
     """Step `step` of a generation, as /generate shows it: the text so far (`prompt`, `generated`, labelled as the
     model's pieces; `written`, as a reader reads it), the token predicted there and from how much context (`title`), the five candidates it weighed
@@ -85,7 +84,7 @@ class GenerateView(View):
     # and the sequence's log-probability up to this step (`logprob`) and in all (`logprob_total`).
     sampling: Sampling | None = None
     filters: list[FilterColumn] | None = None
-    candidates: list[Candidate] | None = None
+    candidates: list[StepCandidate] | None = None
     p: float | None = None
     logp: float | None = None
     forced: bool = False

@@ -9,7 +9,7 @@ from ..lab import Lab, get_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
-from ..web.view import jsonable
+from ..web.view import plain
 from .compute import patch_of, prune_of, roles_document, roles_of
 from .request import PatchRequest, PruneRequest, RolesRequest
 
@@ -25,7 +25,7 @@ async def head_roles(request: Request, req: RolesRequest, lab: Lab) -> Response:
     and the second (predictable by copying). With ablate, `ablated` has the probe's loss with those heads knocked
     out (the scores are the plain model's). Progress under /api/v1/progress for a GET."""
     t, iv, roles = await roles_of(req, lab, get_key(request))
-    return json_response(jsonable(roles_document(t, iv, roles, req.top)))
+    return json_response(plain(roles_document(t, iv, roles, req.top)))
 
 
 async def prune(request: Request, req: PruneRequest, lab: Lab) -> Response:
@@ -34,7 +34,7 @@ async def prune(request: Request, req: PruneRequest, lab: Lab) -> Response:
     knocked out together (k = 0 … layers × heads). can_go: the most heads that can go before the loss rises by
     more than `rise` (a fraction of the plain loss); fraction = can_go / all heads. Progress under
     /api/v1/progress for a GET."""
-    return json_response(jsonable(await prune_of(req, lab, get_key(request))))
+    return json_response(plain(await prune_of(req, lab, get_key(request))))
 
 
 async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
@@ -44,7 +44,7 @@ async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
     stream entering the layer, the layer's attention output after W_O, its MLP output), grids.head is layer × head
     (the head's output at every position). The prompts must have the same number of tokens (a 422 shows both
     tokenisations). Progress under /api/v1/progress for a GET."""
-    return json_response(jsonable(await patch_of(req, lab, get_key(request))))
+    return json_response(plain(await patch_of(req, lab, get_key(request))))
 
 
 twins(

@@ -1,5 +1,5 @@
 """The head views computed through the lab's compute service, and their answers as typed results (Roled, Pruned,
-Patched: what the API writes, through `jsonable`, and what the pages read): head roles (/api/v1/head_roles), the
+Patched: what the API writes, by pydantic, and what the pages read): head roles (/api/v1/head_roles), the
 pruning curve (/api/v1/prune) and activation patching (/api/v1/patch). The engine is engine/heads.py."""
 
 from __future__ import annotations

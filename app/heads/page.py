@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from fastapi import APIRouter
+from pydantic import Field
 
 from engine import heads as E
 
@@ -61,10 +62,9 @@ class Curve:
     can_go: int
     fraction: float
     rise: float
-    chart: str = field(default="", metadata=HIDDEN)  # SVG: the lab's line chart of `mean_loss`, axes and all
+    chart: Annotated[str, HIDDEN] = ""  # SVG: the lab's line chart of `mean_loss`, axes and all
 
 
-@dataclass(frozen=True)
 class HeadsView(View):
     """/heads: every head's score for a role (`grid`) and the top heads, the induction probe and its loss per
     position (with the top induction heads knocked out: `ablated`), the chosen head's weights on the probe
@@ -89,8 +89,8 @@ class HeadsView(View):
     chosen: tuple[int, int] = (0, 0)
     weights: tuple[tuple[float, ...], ...] = ()  # the chosen head's weights on the probe (stage 4)
     offset: int = 0  # the induction diagonal: key i − n + 1
-    pattern_svg: str = field(default="", metadata=HIDDEN)  # SVG: `weights` drawn with their axes and the diagonal
-    bars_svg: str = field(default="", metadata=HIDDEN)  # SVG: the probe's loss per position, with its axes
+    pattern_svg: str = Field("", exclude=True)  # SVG: `weights` drawn with their axes and the diagonal
+    bars_svg: str = Field("", exclude=True)  # SVG: the probe's loss per position, with its axes
     knock_urls: tuple[tuple[int, str], ...] = ()  # knock the top k induction heads out
     unknock_url: str = ""
     curve: Curve | None = None
@@ -194,7 +194,6 @@ def curve_of(p: Pruned, t: Callable[..., str]) -> Curve:
 # -- /patch ------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class PatchView(View):
     template = "patch.html"
     blocks = ()
@@ -215,10 +214,10 @@ class PatchView(View):
     kind_urls: tuple[tuple[str, str], ...] = ()
     columns: tuple[str, ...] = ()  # positions (their clean/corrupted tokens) or heads
     grid: tuple[tuple[Cell, ...], ...] = ()
-    grids: dict[str, Grid] = field(default_factory=dict)
+    grids: dict[str, Grid] = Field(default_factory=dict)
     strongest: tuple[Cell, ...] = ()
     cell: tuple[int, int] | None = None
-    cell_values: dict[str, float | None] = field(default_factory=dict)
+    cell_values: dict[str, float | None] = Field(default_factory=dict)
     clean_lab: str = ""
     corrupted_lab: str = ""
     json_url: str | None = None

@@ -6,7 +6,7 @@ process exactly as before; with it, a job of the queue that any `attention-lab w
 worker:
 
     lab:job:<id>      hash: kind, request (JSON), status (queued, running, done, failed), done and total (progress),
-                      result (JSON, `jsonable`'s) or error (a field's 422, JSON), message (why it failed), client,
+                      result (JSON, pydantic's) or error (a field's 422, JSON), message (why it failed), client,
                       owner and lease (the queue worker computing it), created/started/finished
     lab:jobs:live     set of the queued and running jobs (MAX_LARGE_CONCURRENT + MAX_LARGE_QUEUED of them in all,
                       across every web worker: past that, 503 with Retry-After)
@@ -59,8 +59,8 @@ LEASE_EVERY_S = 0.5  # a queue worker renews its job's lease (and writes its pro
 @dataclass(frozen=True)
 class JobKind(Generic[R]):
     """One kind of heavy computation: its request (a pydantic model, JSON on the wire), its result (a dataclass,
-    `jsonable` on the wire, read back by `from_jsonable`), and `here(req, lab, progress_key)`, how it is computed in a
-    lab: a web worker's without Redis, a queue worker's with it."""
+    written on the wire and read back by pydantic: app/web/view.py `plain`, `read`), and `here(req, lab,
+    progress_key)`, how it is computed in a lab: a web worker's without Redis, a queue worker's with it."""
 
     name: str
     request: type[BaseModel]
@@ -347,9 +347,9 @@ class RedisJobs:
                     if status == "done":
                         if error is not None:
                             raise_error(orjson.loads(error))
-                        from ..web.view import from_jsonable
+                        from ..web.view import read
 
-                        value: R = from_jsonable(kind.result, orjson.loads(result or "null"))
+                        value: R = read(kind.result, orjson.loads(result or "null"))
                         return value
                     if status == "failed":
                         raise HTTPException(503, message or "the job failed", headers={"Retry-After": "1"})

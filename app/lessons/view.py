@@ -16,7 +16,6 @@ class LessonLink:
     steps: int = 0  # how many steps it has
 
 
-@dataclass(frozen=True)
 class LessonsView(View):
     """Every guided lesson, in order, with a link to each."""
 
@@ -40,7 +39,6 @@ class LessonStep:
     answer: str | None
 
 
-@dataclass(frozen=True)
 class LessonView(View):
     """One lesson's steps, and the way on to the next lesson."""
 

@@ -8,7 +8,7 @@ from ..lab import Lab, get_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
-from ..web.view import jsonable
+from ..web.view import plain
 from .view import ModelViewRequest, model_view_of
 
 router = APIRouter(prefix="/api/v1", tags=["model view"], responses=ERRORS)
@@ -23,7 +23,7 @@ NOTE = (
 
 async def answer(request: Request, req: ModelViewRequest, lab: Lab) -> Response:
     _, summarised = await model_view_of(req, lab, get_key(request))
-    return json_response(jsonable(summarised))
+    return json_response(plain(summarised))
 
 
 twins(

@@ -1,13 +1,14 @@
 """The model view's request, its computation (every layer and head of a pretrained model, summarised) as a typed
-result (`Summarised`: what /api/v1/model_view writes, through `jsonable`, and what the page reads) and `ModelView`,
+result (`Summarised`: what /api/v1/model_view writes, by pydantic, and what the page reads) and `ModelView`,
 what the /model page shows (its JSON face is the page's `.json` twin)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, InstanceOf, SerializerFunctionWrapHandler, model_serializer
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from engine.model_view import one_pass_stats, traced_stats
 from engine.predict import NONE
@@ -16,7 +17,7 @@ from engine.spec import Spec, make_spec
 from ..lab import Lab, Progress
 from ..schemas import FieldError
 from ..web.knockouts import Knockouts, intervention
-from ..web.view import HIDDEN, View
+from ..web.view import View
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,6 @@ class ModelCompare:
     knocked_mode: str = ""  # zero or mean
 
 
-@dataclass(frozen=True)
 class ModelView(View):
     """Every layer × head of a pretrained model, one statistic at a time: the grid, the heads ranked by it, and the
     heads most like a chosen one. Links are URLs of this page with one thing changed, or into the lab."""
@@ -69,7 +69,7 @@ class ModelView(View):
     kind = "model"
     own_present_toggle = True
 
-    spec: Spec | None = field(default=None, metadata=HIDDEN)  # the footer's device
+    spec: InstanceOf[Spec] | None = Field(None, exclude=True)  # the footer's device
     preset: str = ""
     tokens: tuple[str, ...] = ()
     layers: int = 0
@@ -122,7 +122,7 @@ def view_spec(req: ModelViewRequest, lab: Lab) -> Spec:
 Stats = dict[str, float]  # one head's four statistics by name (engine/model_view.py STATS)
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True)
 class Summarised:
     """/api/v1/model_view's answer, and what /model draws: the four statistics of every head (`stats[layer][head]`,
     engine/model_view.py), with the heads knocked out of the pass (`ablate`, named in the JSON only when there are)."""
@@ -135,9 +135,11 @@ class Summarised:
     ablate: tuple[tuple[int, int], ...] = ()
     ablate_mode: str = "zero"
 
-    def __json__(self) -> dict[str, Any]:  # a pass with nothing knocked out has no ablate and no ablate_mode
-        unnamed = () if self.ablate else ("ablate", "ablate_mode")
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in unnamed}
+    @model_serializer(mode="wrap")
+    def _named(self, write: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A pass with nothing knocked out has no ablate and no ablate_mode in its JSON."""
+        data: dict[str, Any] = write(self)
+        return data if self.ablate else {k: v for k, v in data.items() if k not in ("ablate", "ablate_mode")}
 
     def grid(self, stat: str) -> tuple[tuple[float, ...], ...]:
         """One statistic of every head, [layer][head]."""

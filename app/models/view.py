@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ..lab import Lab
@@ -23,7 +22,6 @@ def api_document(lab: Lab) -> dict[str, Any]:
     return {"models": [{k: s[k] for k in API_FIELDS} | s for s in models_of(lab)]}
 
 
-@dataclass(frozen=True)
 class ModelsView(View):
     """The table of loaded models; each row links into every page that takes it."""
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,7 +12,6 @@ from engine.params import count, shape_from
 from ..web.view import View
 
 
-@dataclass(frozen=True)
 class ParamsView(View):
     """A model's parameters, broken down (`counts`: exactly what GET /api/v1/params answers), the sums the table
     adds up, and what the 12·L·d² estimate misses, in words."""
@@ -22,7 +20,7 @@ class ParamsView(View):
     blocks = ()
     kind = "params"
 
-    counts: dict[str, Any] = field(default_factory=dict)  # as the API gives them
+    counts: dict[str, Any] = Field(default_factory=dict)  # as the API gives them
     attention: int = 0  # one block's attention parameters
     ffn: int = 0  # one block's feed-forward parameters
     twelve_d2: int = 0  # 12·d², the estimate of one block

@@ -9,7 +9,7 @@ from ..lab import Lab, get_key
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
-from ..web.view import jsonable
+from ..web.view import plain
 from .compute import lens_document, lens_of, predict_document, predict_of, ranking_of
 from .request import LensRequest, PredictRequest, RankRequest
 
@@ -26,7 +26,7 @@ async def predict(request: Request, req: PredictRequest, lab: Lab) -> Response:
     max_abs_diff (max |Δ log p| over the vocabulary): with the causal mask, replacing token i changes no position
     before i (≤ 1e-5)."""
     t, iv, pred = await predict_of(req, lab, get_key(request))
-    return json_response(jsonable(predict_document(t, iv, pred)))
+    return json_response(plain(predict_document(t, iv, pred)))
 
 
 async def logit_lens(request: Request, req: LensRequest, lab: Lab) -> Response:
@@ -35,9 +35,9 @@ async def logit_lens(request: Request, req: LensRequest, lab: Lab) -> Response:
     the model's final prediction, final[i]); the last entry of layers is the model's output. first_top1[i]: the
     first layer from which final[i] stays the most likely token."""
     t, iv, lens = await lens_of(req, lab, get_key(request))
-    # orjson writes the answer as it is (the same JSON as `jsonable`'s: tuples as lists, a non-finite number as
-    # null), where jsonable would walk a long text's 100,000 tops in Python once more.
-    return json_response(lens_document(t, iv, lens).__json__())
+    # orjson writes the answer as it is (tuples as lists, a non-finite number as null), where a serializer would
+    # walk a long text's 100,000 tops in Python once more.
+    return json_response(lens_document(t, iv, lens).as_json())
 
 
 async def head_ranking(request: Request, req: RankRequest, lab: Lab) -> Response:
@@ -47,7 +47,7 @@ async def head_ranking(request: Request, req: RankRequest, lab: Lab) -> Response
     (up to the position) × cost.per_token (L + H·L(L+1)/2: the clean run, and each head's copy from its layer up);
     over cost.limit (the server's MAX_RANK_COST) it is refused before computing, a 422 naming position (or the
     text) with the cost and the limit. Progress under /api/v1/progress for a GET."""
-    return json_response(jsonable(await ranking_of(req, lab, get_key(request))))
+    return json_response(plain(await ranking_of(req, lab, get_key(request))))
 
 
 twins(

@@ -4,8 +4,8 @@ one prediction (/api/v1/head_ranking). The engine is engine/predict.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from engine import predict as P
 from engine.models import Model
@@ -108,8 +108,8 @@ class Compared:
     rank: int
     top: tuple[Top, ...]
     # Its own target, where a replaced token changed this position's (else the same, and not written).
-    target: str | None = field(default=None, metadata=OPTIONAL)
-    target_id: int | None = field(default=None, metadata=OPTIONAL)
+    target: Annotated[str | None, OPTIONAL] = None
+    target_id: Annotated[int | None, OPTIONAL] = None
 
 
 @dataclass(frozen=True)
@@ -128,9 +128,9 @@ class Row:
     rank: int
     top: tuple[Top, ...]
     # A run compared with none has no before, kl or max_abs_diff.
-    before: Compared | None = field(default=None, metadata=OPTIONAL)
-    kl: float | None = field(default=None, metadata=OPTIONAL)
-    max_abs_diff: float | None = field(default=None, metadata=OPTIONAL)
+    before: Annotated[Compared | None, OPTIONAL] = None
+    kl: Annotated[float | None, OPTIONAL] = None
+    max_abs_diff: Annotated[float | None, OPTIONAL] = None
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,7 @@ class LensRead:
             for top_ids, top_p, p_final in zip(self.top_ids, self.top_probs, self.p_final, strict=True)
         ]
 
-    def __json__(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, Any]:
         return {"final": self.final, "final_ids": self.final_ids, "first_top1": self.first_top1,
                 "layers": self.layers()}  # fmt: skip
 
@@ -281,11 +281,11 @@ class Lensed:
     changed: tuple[int, ...]
     text_start: int = 0  # where the text begins in `tokens` (1: after the BOS the lens put before it), as predict's
 
-    def __json__(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, Any]:
         """Plain data but `switches` (a dataclass): orjson writes it whole, fast (see api.py)."""
-        before = None if self.before is None else self.before.__json__()
+        before = None if self.before is None else self.before.as_json()
         return {"preset": self.preset, "tokens": self.tokens, "token_ids": self.token_ids,
-                "text_start": self.text_start, **self.read.__json__(),
+                "text_start": self.text_start, **self.read.as_json(),
                 "switches": self.switches, "before": before, "changed": self.changed}  # fmt: skip
 
 

@@ -5,14 +5,15 @@ however long the text. It computes through the API's own `lens_of` and its docum
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 import numpy as np
 from fastapi import APIRouter
 from markupsafe import Markup
 from PIL import Image
+from pydantic import Field, InstanceOf
 
 from ..lab import Lab
 from ..render.heatmap import colourise, data_uri
@@ -38,8 +39,8 @@ class LensCell:
     top: tuple[Candidate, ...]
     first: bool = False  # the layer from which the final prediction stays top-1
     top1: bool = False  # the final prediction is top-1 at this layer
-    cls: str = field(default="", metadata=HIDDEN)
-    title: str = field(default="", metadata=HIDDEN)  # written for the cells of the page's window only
+    cls: Annotated[str, HIDDEN] = ""
+    title: Annotated[str, HIDDEN] = ""  # written for the cells of the page's window only
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,6 @@ class LensWindow:
 FormFields = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
 
 
-@dataclass(frozen=True)
 class LensView(View):
     """The logit lens: each layer's residual stream through the final norm and the unembedding; `rows[l][i]` is
     layer l at position i (the probability there of the model's final prediction, and the top tokens); `final`
@@ -85,7 +85,7 @@ class LensView(View):
     changed_note: str = ""
     cell: tuple[int, int] | None = None  # (layer, position) chosen
     cell_title: str = ""
-    cell_title_html: Markup | None = field(default=None, metadata=HIDDEN)
+    cell_title_html: InstanceOf[Markup] | None = Field(None, exclude=True)
     cell_top: tuple[Candidate, ...] = ()
     summary: str = ""
     # The window of positions drawn as cells, and the links to the ones before and after it.
@@ -95,10 +95,10 @@ class LensView(View):
     window_size: int = LENS_WINDOW
     prev_url: str | None = None
     next_url: str | None = None
-    windows: tuple[LensWindow, ...] = field(default=(), metadata=HIDDEN)  # the overview's, when there are several
-    overview: str = field(default="", metadata=HIDDEN)  # every layer and position as one picture (a PNG data URI)
-    cell_form: FormFields = field(default=((), ()), metadata=HIDDEN)  # the state around `cell`
-    start_form: FormFields = field(default=((), ()), metadata=HIDDEN)  # the state around `start`
+    windows: tuple[LensWindow, ...] = Field((), exclude=True)  # the overview's, when there are several
+    overview: str = Field("", exclude=True)  # every layer and position as one picture (a PNG data URI)
+    cell_form: FormFields = Field(((), ()), exclude=True)  # the state around `cell`
+    start_form: FormFields = Field(((), ()), exclude=True)  # the state around `start`
     json_url: str = ""
     twin_url: str = ""
     predict_url: str = ""

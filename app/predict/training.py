@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter
 from markupsafe import Markup, escape
+from pydantic import Field, InstanceOf
+from typing_extensions import TypedDict
 
 from ..lab import Lab
 from ..schemas import FieldError
@@ -89,8 +91,8 @@ class Column:
     kl: float | None = None
     max_abs_diff: float | None = None
     changed: bool | None = None  # max |Δ| > 1e-5
-    delta_cls: str = field(default="", metadata=HIDDEN)
-    kl_cls: str = field(default="", metadata=HIDDEN)
+    delta_cls: Annotated[str, HIDDEN] = ""
+    kl_cls: Annotated[str, HIDDEN] = ""
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ class Chosen:
     title: str
     top: tuple[Candidate, ...]
     before: tuple[Candidate, ...] | None = None
-    title_html: Markup | None = field(default=None, metadata=HIDDEN)
+    title_html: Annotated[InstanceOf[Markup] | None, HIDDEN] = None
 
 
 @dataclass(frozen=True)
@@ -136,10 +138,17 @@ class Ranking:
     n_heads: int
     title: str
     heads: tuple[HeadEffect, ...]
-    title_html: Markup | None = field(default=None, metadata=HIDDEN)
+    title_html: Annotated[InstanceOf[Markup] | None, HIDDEN] = None
 
 
-@dataclass(frozen=True)
+class ReplacedAt(TypedDict):
+    """The token replaced: its position (as the page numbers it: None for the BOS), its id and its text."""
+
+    position: int | None
+    token_id: int
+    token: str
+
+
 class PredictView(View):
     """The training view: the text as inputs over targets (shifted by one), each position's target probability,
     loss and rank, the mean loss over the scored positions and the perplexity; with switches or a replaced token,
@@ -163,17 +172,17 @@ class PredictView(View):
     perplexity: float = 0.0
     switches: Switched | None = None  # the API's switches (ablate, ablate_mode, mask_off_layers, …)
     switched: tuple[str, ...] = ()  # the switches in words
-    replace: dict[str, Any] | None = None  # position (as the page numbers it: None for the BOS), token_id, token
+    replace: ReplacedAt | None = None
     compared: str | None = None  # what the "before" run is, in words
     before_mean_loss: float | None = None
     before_perplexity: float | None = None
     changed: tuple[int | None, ...] = ()  # positions whose prediction changed (max |Δ| > 1e-5); None: the BOS
     unchanged: tuple[int | None, ...] = ()
     verdict: str | None = None  # which positions changed and why, in words
-    verdict_html: Markup | None = field(default=None, metadata=HIDDEN)
+    verdict_html: InstanceOf[Markup] | None = Field(None, exclude=True)
     notices: tuple[str, ...] = ()
     pos: int | None = 0  # the chosen position's number (None: the BOS)
-    index: int = field(default=0, metadata=HIDDEN)  # its column
+    index: int = Field(0, exclude=True)  # its column
     chosen: Chosen | None = None
     ranking: Ranking | None = None
     ranking_error: str | None = None
@@ -323,21 +332,22 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
             ranking = await rank(req, text, view.index, lab, key, state, t)
         except FieldError as e:
             ranking_error = t("error.field", field=e.field, message=e.message)
-    return dataclasses.replace(
-        view,
-        text=state.get("text") or prompt.get("text", ""),
-        ranking=ranking,
-        ranking_error=ranking_error,
-        rank_cost=cost,
-        rank_cost_text=cost_words(cost, view.index, first, t, done=ranking is not None),
-        second=second,
-        compare_close_url=state.url(compare_text=None) if second else "",
-        json_url=api_url("/api/v1/predict", req),
-        twin_url=twin(state),
-        rank_url=state.url(pos=named(view.index, first), rank=1),
-        lens_url=lens_link(state),
-        present_url=state.url(present=None if state.present else "1"),
-        present=state.present,
+    return view.model_copy(
+        update=dict(
+            text=state.get("text") or prompt.get("text", ""),
+            ranking=ranking,
+            ranking_error=ranking_error,
+            rank_cost=cost,
+            rank_cost_text=cost_words(cost, view.index, first, t, done=ranking is not None),
+            second=second,
+            compare_close_url=state.url(compare_text=None) if second else "",
+            json_url=api_url("/api/v1/predict", req),
+            twin_url=twin(state),
+            rank_url=state.url(pos=named(view.index, first), rank=1),
+            lens_url=lens_link(state),
+            present_url=state.url(present=None if state.present else "1"),
+            present=state.present,
+        )
     )
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired
 
 import numpy as np
 from markupsafe import Markup, escape
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
+from typing_extensions import TypedDict
 
 DENSE_COLS = 16  # a matrix wider than this gets narrower cells (CSS: table[data-matrix].dense)
 # The colour classes of each scale, low to high (the colour bar draws them in order).
@@ -26,6 +29,24 @@ class Cell:
     text: str  # two decimals, or −∞
     value: str  # the full float32 value, or -inf (data-value)
     cls: str  # colour class
+
+
+class Matrix(TypedDict):
+    """A matrix in a page's JSON face: its labels and float values (−∞, a masked score, as null, as in the API);
+    `bound` on a diverging scale (it runs from −bound to +bound), `masked` where the mask removed an entry,
+    `cell_urls` where each cell links somewhere of its own (the editable mask)."""
+
+    name: str
+    label: str
+    head: int | None
+    shape: str
+    scale: str
+    rows: list[str]
+    cols: list[str]
+    values: list[list[float | None]]
+    bound: NotRequired[float]
+    masked: NotRequired[list[list[bool]]]
+    cell_urls: NotRequired[list[list[str]]]
 
 
 @dataclass
@@ -43,9 +64,20 @@ class MatrixView:
     cell_urls: list[list[str]] | None = None  # per-cell links instead of the arithmetic (the editable mask)
     bound: float = 0.0  # the diverging scale runs from −bound to +bound
 
-    def __json__(self) -> dict[str, object]:
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        """In a View: written as its `Matrix` (`face`), read back from one (`from_json`) or taken as it is."""
+        face = handler.generate_schema(Matrix)
+        from_face = core_schema.no_info_after_validator_function(cls.from_json, face)
+        return core_schema.json_or_python_schema(
+            json_schema=from_face,
+            python_schema=core_schema.union_schema([core_schema.is_instance_schema(cls), from_face]),
+            serialization=core_schema.plain_serializer_function_ser_schema(lambda m: m.face(), return_schema=face),
+        )
+
+    def face(self) -> Matrix:
         """The JSON face of a View: labels and float values (−∞ becomes null there, as in the API)."""
-        out: dict[str, object] = {
+        out: Matrix = {
             "name": self.name,
             "label": self.label,
             "head": self.head,
@@ -64,7 +96,7 @@ class MatrixView:
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> MatrixView:
+    def from_json(cls, data: Matrix) -> MatrixView:
         """The matrix again from its JSON face (a client of the lab's API draws what the page draws)."""
         values = np.array([[-math.inf if v is None else v for v in row] for row in data["values"]], dtype=np.float64)
         masked = np.array(data["masked"], dtype=bool) if "masked" in data else None

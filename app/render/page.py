@@ -11,10 +11,11 @@ import math
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any
+from typing import Any, NotRequired
 
 import numpy as np
 from latex2mathml.converter import convert
+from typing_extensions import TypedDict
 
 from engine.attention import Trace
 from engine.spec import STAGES
@@ -73,6 +74,15 @@ def typeset(text: str) -> str:
 
 
 SIGNED = re.compile(r"<mo>&#x02212;</mo><mn>([^<]*)</mn>")
+
+
+class Checks(TypedDict):
+    """The trace's own checks (engine `check_values`): its five stages against fused SDPA, head by head, and whether
+    every row of the weights sums to one; a block's also against the reference implementation."""
+
+    max_abs_diff_vs_sdpa: float
+    rows_sum_to_one: bool
+    max_abs_diff_vs_reference: NotRequired[float]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ cheat). Drawn by the server; static/train.js follows the run's events and asks f
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -47,7 +47,7 @@ class HeadMap:
     layer: int
     head: int
     induction: float
-    image: str = field(default="", metadata=HIDDEN)  # a PNG data URI of its weights on the probe
+    image: Annotated[str, HIDDEN] = ""  # a PNG data URI of its weights on the probe
 
 
 @dataclass(frozen=True)
@@ -73,11 +73,10 @@ class RunPanel:
     export_url: str | None
     preset: str | None  # the finished run served as a preset of this server (app/train/presets.py)
     lab_url: str | None  # the lab on that preset: the probe, the layer and head with the best induction score
-    loss_chart: str = field(default="", metadata=HIDDEN)
-    induction_chart: str = field(default="", metadata=HIDDEN)
+    loss_chart: Annotated[str, HIDDEN] = ""
+    induction_chart: Annotated[str, HIDDEN] = ""
 
 
-@dataclass(frozen=True)
 class TrainView(View):
     template = "train.html"
     blocks = ("live",)

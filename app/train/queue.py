@@ -617,7 +617,7 @@ class QueueWorker:
         sink = JobSink(self.scripts, jid, owner, lease)
         LOG.info("job %s: %s (%s)", jid[:12], meta.get("kind"), owner)
         try:
-            from ..web.view import jsonable
+            from ..web.view import plain
 
             kind = J.KINDS.get(meta.get("kind", ""))
             if kind is None:
@@ -630,7 +630,7 @@ class QueueWorker:
                 result: Any = asyncio.run(kind.here(req, lab, None))
             finally:
                 JOB_PROGRESS.reset(token)
-            sink.end("done", "result", orjson.dumps(jsonable(result)))
+            sink.end("done", "result", orjson.dumps(plain(result)))
         except Exception as e:  # reported, never left running
             error = J.error_of(e)
             if isinstance(e, Cancelled):  # this worker is shutting down (SIGTERM): asked again, another computes it

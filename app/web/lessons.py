@@ -16,12 +16,14 @@ ValueError naming the lesson, the step and the field), never a broken poll in fr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 from urllib.parse import urlencode
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, model_validator
+
+from .view import HIDDEN
 
 LANGS = ("en", "zh")
 MIN_OPTIONS, MAX_OPTIONS = 2, 5
@@ -186,15 +188,15 @@ class Panel:
     next_url: str | None
     lesson_url: str
     # The key is in the poll: a View's JSON face (anyone can read it) leaves it out.
-    poll: dict[str, Any] | None = field(default=None, metadata={"json": False})
+    poll: Annotated[dict[str, Any] | None, HIDDEN] = None
     next_lesson_url: str | None = None  # at the last step: the next lesson's first step (keeping presenter mode)
     # The step's place on its page (its URL's #fragment, e.g. /demos#scaling): a screen that reached the step without
     # it (stepped by the teacher's remote, joined by the room's link: a room's view has no fragment) scrolls there.
-    anchor: str | None = field(default=None, metadata={"json": False})
+    anchor: Annotated[str | None, HIDDEN] = None
     # The page's knocked-out heads differ from the step's own (#32: the teacher knocked out another head): the step's
     # heads and the page's as the pages write them ("L1 H0", "" for none) and the step's own view, to go back to.
-    knocked: tuple[str, str] | None = field(default=None, metadata={"json": False})
-    own_url: str | None = field(default=None, metadata={"json": False})
+    knocked: Annotated[tuple[str, str] | None, HIDDEN] = None
+    own_url: Annotated[str | None, HIDDEN] = None
 
 
 def panel(slug: str, step: int, lang: str, carry: dict[str, str] | None = None) -> Panel | None:

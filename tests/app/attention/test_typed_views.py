@@ -1,5 +1,5 @@
 """The lab's comparison, large and long views are typed (#31): the JSON twin is written from them, and
-`LabView.from_json` (app/web/view.py `from_jsonable`, led by the annotations) rebuilds the same types, so a view read
+`LabView.from_json` (pydantic's `model_validate`, led by the annotations) rebuilds the same types, so a view read
 back writes the same JSON and reads back equal."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from app.attention.view import (
     CompareAsk,
@@ -78,7 +79,7 @@ def test_a_small_view_has_no_large_or_long_part(client: Any, params: dict[str, s
 
 def test_json_the_view_does_not_hold_is_refused_not_skipped(client: Any) -> None:
     data = client.get("/.json").json()
-    with pytest.raises(TypeError, match="colour"):
+    with pytest.raises(ValidationError, match="colour"):
         LabView.from_json(data | {"colour": "red"})  # a misspelt or newer field is not silently dropped
     with pytest.raises(TypeError, match="block"):
         LabView.from_json(data | {"view": "block"})

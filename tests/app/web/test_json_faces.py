@@ -4,7 +4,6 @@ what it was; a bad field is an inline error there and the API's 422 on the JSON 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -260,6 +259,6 @@ SERVE_EXTRAS: dict[type[View], set[str]] = {
 
 @pytest.mark.parametrize("view", [ModelView, ParamsView, DemosView, LessonsView, LessonView])
 def test_no_view_field_shadows_the_kernels_names(view: type[View]) -> None:
-    names = {f.name for f in dataclasses.fields(view)}
+    names = set(view.model_fields)
     assert not names & (KERNEL_NAMES | BASE_TEMPLATE_NAMES | SERVE_EXTRAS.get(view, set()))
     assert view.blocks == () and view.kind

@@ -3,7 +3,6 @@ holds every number, notice and link the page shows, and a bad field is the same 
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import math
 from typing import Any
@@ -179,9 +178,9 @@ ROUTES = [block_page.block_page, page_route, tiles.tiles_page, sinks.sinks_page]
 
 @pytest.mark.parametrize("view", VIEWS)
 def test_a_view_is_frozen_and_shadows_no_kernel_name(view) -> None:
-    names = {f.name for f in dataclasses.fields(view)}
+    names = set(view.model_fields)
     assert not names & BASE
-    assert view.__dataclass_params__.frozen
+    assert view.model_config.get("frozen")
     assert view.kind != "view"
 
 

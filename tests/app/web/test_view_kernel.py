@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
+from pydantic import PydanticSchemaGenerationError, create_model
 
-from app.params.view import ParamsQuery, params_view
+from app.params.view import ParamsQuery, ParamsView, params_view
 from app.web.i18n import translator
-from app.web.view import View, all_views, jsonable
+from app.web.view import View, all_views
 from tests.app.web.test_json_faces import walk
 
 GPT2_LONG = " ".join(["the", "cat", "sat", "on", "a", "mat"] * 6)
@@ -111,7 +112,7 @@ def test_openapi_describes_every_view(client: TestClient) -> None:
     for cls in all_views():
         schema = schemas[cls.__name__]
         assert schema["properties"]["view"]["const"] == cls.kind
-        hidden = {f for f, m in cls.__dataclass_fields__.items() if m.metadata.get("json") is False}
+        hidden = {name for name, f in cls.model_fields.items() if f.exclude}
         assert not hidden & set(schema["properties"]), cls.__name__
     lab = schemas["LabView"]["properties"]
     assert {"matrices", "notice", "formula", "checks", "stage_urls"} <= set(lab)
@@ -119,9 +120,39 @@ def test_openapi_describes_every_view(client: TestClient) -> None:
 
 
 def test_views_hold_data_only() -> None:
-    with pytest.raises(TypeError, match="data only"):
-        jsonable(object())
-    assert jsonable({"a": float("-inf"), "b": (1, 2.5)}) == {"a": None, "b": [1, 2.5]}
+    with pytest.raises(PydanticSchemaGenerationError):  # a field pydantic cannot write is refused where declared
+        create_model("Holding", __config__=View.model_config, thing=(np.ndarray, None))
+    view = ParamsView(total_millions=float("-inf"), misses=("a", "b"))
+    assert view.to_json()["total_millions"] is None and view.to_json()["misses"] == ["a", "b"]  # −∞ as null
+
+
+def test_every_nested_type_of_a_view_is_typed_in_openapi(client: TestClient) -> None:
+    """No `Any` in a View's schema: each nested type (a matrix, a cell, a link, a lesson panel) has its own."""
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    seen: set[str] = set()
+    todo = [cls.__name__ for cls in all_views()]
+
+    def visit(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            assert node != {}, f"an untyped value at {where}"
+            for k, v in node.items():
+                if k == "$ref":
+                    todo.append(v.rsplit("/", 1)[1])
+                else:
+                    visit(v, f"{where}.{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                visit(v, f"{where}[{i}]")
+
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            visit(schemas[name], name)
+    assert {"Matrix", "Panel", "Arithmetic", "LessonLink", "HeadLink", "ComparedCells", "RowStats"} <= seen
+    lab = schemas["LabView"]["properties"]
+    assert lab["matrices"]["anyOf"][0]["items"] == {"$ref": "#/components/schemas/Matrix"}
+    assert schemas["Matrix"]["properties"]["values"]["items"]["items"]["anyOf"][1] == {"type": "null"}
 
 
 def test_any_view_renders_in_a_notebook_from_its_own_template() -> None:
