@@ -18,7 +18,7 @@ from ..render.arrays import Traced
 from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_json, to_npz
 from ..schemas import FieldError, Selection, from_query, query_parameters
 from .cache import cached_get
-from .state import Params, show
+from .state import PageQuery, Params, show
 from .view import subclasses
 
 M = TypeVar("M", bound=BaseModel)
@@ -88,6 +88,8 @@ def view_keys(app: Starlette) -> frozenset[str]:
                         keys.add(param.alias)
         for params in subclasses(Params):  # (Params itself declares no key)
             keys |= params.keys()
+        for query in subclasses(PageQuery):
+            keys |= query.keys()
         known = app.state.view_keys = frozenset(keys)
     return known
 

@@ -39,14 +39,15 @@ from . import lessons
 from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
 from .i18n import LANGS, error_message, negotiate, translator
 from .knockouts import form_ablate, heads_text
-from .state import Params, ViewState, show, within
+from .state import PageQuery, ViewState, show, within
 from .view import View
 
 VARY = "HX-Request, Accept-Language, Accept"
 
 Build = Callable[[dict[str, Any]], Awaitable["View | None"]]
-PageView = Callable[[ViewState, Lab, str, dict[str, Any]], Awaitable[View]]  # (state, lab, progress key, ctx)
-StateOf = Callable[[Request, str, tuple[str, ...], type[Params]], ViewState]
+State = ViewState | PageQuery
+PageView = Callable[[Any, Lab, str, dict[str, Any]], Awaitable[View]]  # (query, lab, progress key, ctx)
+StateOf = Callable[[Request, str, tuple[str, ...], Any], Any]
 
 
 class Refused(SpecError):
@@ -123,7 +124,7 @@ def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
         ctx["retry_after"] = exc.retry_after  # sent as Retry-After too, as the API's 503 is
 
 
-def lesson_panel(state: ViewState, lang: str) -> lessons.Panel | None:
+def lesson_panel(state: State, lang: str) -> lessons.Panel | None:
     """The lesson step the URL names (`lesson=slug&lesson_step=k`, as the lessons' step links write it), shown with
     the page — the lab places it beside the stage, any other page above itself — so a class following the teacher
     keeps the question in view and the teacher's remote finds the step. Hints off (presenter mode's switch) leave
@@ -148,7 +149,7 @@ def lesson_panel(state: ViewState, lang: str) -> lessons.Panel | None:
     return panel if common.hints else dataclasses.replace(panel, answer=None)
 
 
-def differing_knockouts(step: str, state: ViewState) -> tuple[str, str] | None:
+def differing_knockouts(step: str, state: State) -> tuple[str, str] | None:
     """The step's knocked-out heads and the page's ("L1 H0, L2 H3"; "" for none), when the page is the step's page
     and they differ: the step's text speaks of its own heads, the page shows others (#32). None when they agree, or
     when either cannot be read (the page says its own error)."""
@@ -170,7 +171,7 @@ async def serve(
     request: Request,
     lab: Lab,
     template: str,
-    state: ViewState,
+    state: State,
     build: Build,
     *,
     page: str | None = None,
@@ -221,6 +222,7 @@ async def serve(
         fragment = is_fragment(request) and bool(blocks)
         ctx = refused or base(fragment)  # `refused`: a shell's context whose lesson was refused (nothing to build)
         if as_json:  # errors are the API's: the exception handlers answer with the field named
+            state.check()
             ctx["lesson_panel"] = lesson_panel(state, lang)
             view = await build(ctx)
             if view is None:
@@ -231,6 +233,7 @@ async def serve(
         view = None
         with inline_errors(ctx, t):
             if refused is None:
+                state.check()
                 ctx["lesson_panel"] = lesson_panel(state, lang)
                 view = await build(ctx)
             if view is not None:
@@ -259,6 +262,7 @@ async def serve(
             return found
         ctx = base(False)
         with inline_errors(ctx, t):
+            state.check()
             ctx["lesson_panel"] = lesson_panel(state, lang)
         if ctx["error"]:  # a refused lesson: the page says so at once (nothing is computed)
             return await compute(ctx)
@@ -303,7 +307,7 @@ def not_found(request: Request) -> Response | None:
     return TEMPLATES.TemplateResponse(request, "not_found.html", ctx, status_code=404, headers={"Vary": VARY})
 
 
-def shell(request: Request, ctx: dict[str, Any], state: ViewState, lang: str) -> Response:
+def shell(request: Request, ctx: dict[str, Any], state: State, lang: str) -> Response:
     """A deferred page's shell (templates/_deferred.html): the page's header, lesson and title, a "computing"
     status, and htmx asking for the page at its own URL as soon as the shell is loaded (so its progress key is the
     page's, which the corner's box polls); the link for a browser without script adds `wait=1`. Never stored."""
@@ -313,8 +317,10 @@ def shell(request: Request, ctx: dict[str, Any], state: ViewState, lang: str) ->
     return TEMPLATES.TemplateResponse(request, "_deferred.html", ctx, headers={"Vary": VARY})
 
 
-def of_query(request: Request, path: str, keys: tuple[str, ...], params: type[Params]) -> ViewState:
-    """A page's state read from its query alone (a page_route's, unless it reads more of the request)."""
+def of_query(request: Request, path: str, keys: tuple[str, ...], params: Any) -> Any:
+    """A page's query read from the URL alone (a page_route's, unless it reads more of the request)."""
+    if isinstance(params, type) and issubclass(params, PageQuery):
+        return params.of(request.query_params, path, keys)
     return ViewState.of(request.query_params, path, keys, params)
 
 
@@ -323,9 +329,9 @@ def page_route(
     path: str,
     template: str,
     keys: tuple[str, ...],
-    params: type[Params],
+    params: Any,
     view: PageView,
-    form: Callable[[Lab, ViewState, str], dict[str, Any]],
+    form: Callable[[Lab, Any, str], dict[str, Any]],
     blocks: tuple[str, ...] = (),
     state_of: StateOf = of_query,
     deferred: bool = False,
@@ -338,10 +344,13 @@ def page_route(
     navigation with its shell at once and its View by htmx (`serve`); it draws its own presenter-mode switch."""
     assert not (deferred and blocks), "a deferred page swaps its whole <main>, not blocks"
 
-    async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-        state = state_of(request, path, keys, params)
+    def query(request: Request) -> Any:  # the page's query model, validated once (errors raised in the page)
+        return state_of(request, path, keys, params)
+
+    async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Any) -> Response:
         build = functools.partial(view, state, lab, request_key(request))
         return await serve(request, lab, template, state, build, blocks=blocks, deferred=deferred,
                            **form(lab, state, language(request)))  # fmt: skip
 
+    route.__annotations__["state"] = Annotated[params, Depends(query)]  # a local: no name for the annotation's text
     router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)

@@ -11,14 +11,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 from urllib.parse import urlencode
 
-from pydantic import BaseModel
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError
+from pydantic_core import PydanticCustomError
 
 from engine.spec import PRESETS
 
-from ..schemas import ASCII_INT, BlockRequest, FieldError, head_within, request_fields
+from ..schemas import ASCII_INT, BlockRequest, FieldError, from_query, head_within, request_fields
 
 
 def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, hi: int | None = None) -> int:
@@ -197,6 +198,9 @@ class ViewState:
 
     def get(self, key: str, default: str = "") -> str:
         return self.params.get(key, default)
+
+    def check(self) -> None:
+        """Nothing to check: a `Params` is read, and refused, where the page asks for it."""
 
     def _encode(self, pairs: list[tuple[str, str]]) -> str:
         """urlencode(pairs), each pair encoded once per state: a page of a long text writes dozens of links, each
@@ -385,3 +389,257 @@ def parse_heads(raw: str, name: str = "heads") -> list[list[int]]:
     if len(out) > 4096:
         raise FieldError(name, f"at most 4096 heads, got {len(out)}")
     return out
+
+
+# --- A page's query, a pydantic model ------------------------------------------------------------------------
+
+
+def _fail(message: str) -> PydanticCustomError:
+    """A field's refusal in the English words the catalogues translate (locales/errors.json), its loc the key typed."""
+    return PydanticCustomError("value_error", message)
+
+
+def bounds_message(value: int, lo: int | None, hi: int | None) -> str | None:
+    """What `within` says of `value` outside [lo, hi]; None inside."""
+    if (lo is None or value >= lo) and (hi is None or value <= hi):
+        return None
+    if lo is not None and hi is not None:
+        return f"has no valid value here, got {value}" if hi < lo else f"must be between {lo} and {hi}, got {value}"
+    return f"must be at least {lo}, got {value}" if lo is not None else f"must be at most {hi}"
+
+
+def Digits(lo: int | None = 0, hi: int | None = None) -> Any:
+    """An integer written with the digits 0-9 (`²` and `١` refused, as `int()` would take them), in [lo, hi]."""
+
+    def read(raw: Any) -> int:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            value = raw
+        elif isinstance(raw, str) and ASCII_INT.fullmatch(raw):
+            value = int(raw)
+        else:
+            raise _fail(f"must be an integer written with the digits 0-9, got {show(str(raw))}")
+        if (said := bounds_message(value, lo, hi)) is not None:
+            raise _fail(said)
+        return value
+
+    return Annotated[int, BeforeValidator(read)]
+
+
+def Stage(order: Sequence[str]) -> Any:
+    """A stage by key or by its 1-based place in `order`."""
+
+    def read(raw: Any) -> str:
+        try:
+            return parse_stage(str(raw), order)
+        except FieldError as e:
+            raise _fail(e.message) from None
+
+    return Annotated[str, BeforeValidator(read)]
+
+
+def Choice(choices: Sequence[str]) -> Any:
+    """One of `choices`, written as it is."""
+
+    def read(raw: Any) -> str:
+        if raw not in choices:
+            raise _fail(f"one of {', '.join(choices)}")
+        return str(raw)
+
+    return Annotated[str, BeforeValidator(read)]
+
+
+def _cell(raw: Any) -> Cell | None:
+    try:
+        return parse_cell(str(raw)) if isinstance(raw, str) else raw
+    except FieldError as e:
+        raise _fail(e.message) from None
+
+
+def _tile(raw: Any) -> tuple[int, int]:
+    if not isinstance(raw, str):
+        return tuple(raw)
+    try:
+        return parse_tile(raw)
+    except FieldError as e:
+        raise _fail(e.message) from None
+
+
+CellField = Annotated[Cell | None, BeforeValidator(_cell)]
+TileField = Annotated[tuple[int, int], BeforeValidator(_tile)]
+Flag = Annotated[bool, BeforeValidator(lambda raw: raw is True or raw == "1")]  # `present=1`
+Unless = Annotated[bool, BeforeValidator(lambda raw: raw is not False and raw != "off")]  # `hints=off`
+
+
+class PageQuery(BaseModel):
+    """A page's URL query as a pydantic model: what every page shares (presenter mode, hints, a lesson step beside
+    the page, the language), each page's own fields added by its subclass (older spellings as pydantic aliases,
+    `Field(validation_alias=AliasChoices(key, old))`), and the request fields it carries as their text (`API_KEYS`,
+    made into the request by its model, once). `of` reads a query once: stripped, empty values left out, unknown
+    keys dropped; a bad field's error names the key the user typed (`check` raises it, inside the page). The text
+    the user gave stays for the links (`url`), the form and the JSON twin's query (`api_query`)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", arbitrary_types_allowed=True, populate_by_name=True)
+
+    FORM: ClassVar[tuple[str, ...]] = ()  # the request fields its form writes in words of its own (Params.FORM)
+
+    present: Flag = False
+    hints: Unless = True
+    lesson: str = ""
+    lesson_step: Digits(1) | None = None  # type: ignore[valid-type]
+    lang: str = ""
+
+    _path: str = PrivateAttr("/")
+    _api_keys: tuple[str, ...] = PrivateAttr(())
+    _text: dict[str, str] = PrivateAttr(default_factory=dict)
+    _spelled: dict[str, str] = PrivateAttr(default_factory=dict)
+    _error: FieldError | None = PrivateAttr(None)
+    _encoded: dict[tuple[str, str], str] = PrivateAttr(default_factory=dict)
+    # The toy's example the page shows when its URL names no tokens (`lab_like`): the page computes it (and its
+    # links to the API name it), its links leave it unnamed (another language shows its own), and what leaves the
+    # page for other screens (the students' QR code, the address a class follows: `pinned`) names it.
+    _example: str | None = PrivateAttr(None)
+
+    @classmethod
+    def aliases(cls) -> dict[str, tuple[str, ...]]:
+        """Each field's spellings, its own key first."""
+        out = {}
+        for name, f in cls.model_fields.items():
+            alias = f.validation_alias
+            out[name] = tuple(str(a) for a in alias.choices) if isinstance(alias, AliasChoices) else (name,)
+        return out
+
+    @classmethod
+    def keys(cls) -> frozenset[str]:
+        """Every key this page's URL may spell a parameter of its own with: its names, aliases and form words."""
+        return frozenset({*(k for names in cls.aliases().values() for k in names), *cls.FORM})
+
+    @classmethod
+    def of(cls: type[Q], query: Mapping[str, str], path: str, api_keys: tuple[str, ...] = ()) -> Q:
+        """The query of a page at `path` whose request fields are `api_keys`, read once; never raises (`check`)."""
+        text, spelled, given = {}, {}, {}
+        for key in api_keys:
+            if value := query.get(key, "").strip():
+                text[key] = value
+        for key, names in cls.aliases().items():
+            for name in names:
+                if value := query.get(name, "").strip():
+                    text[key], given[name] = value, value
+                    if name != key:
+                        spelled[key] = name
+                    break
+        try:
+            done = cls.model_validate(given)
+            error = None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            error = FieldError(str(first["loc"][0]), first["msg"])
+            bad = {str(e["loc"][0]) for e in exc.errors()}
+            done = cls.model_validate({k: v for k, v in given.items() if k not in bad})  # the rest, for the links
+        done._path, done._api_keys, done._spelled, done._error = path, api_keys, spelled, error
+        done._text = drop_unused(text)
+        return done
+
+    def check(self) -> None:
+        """The query's first bad field, as the request's error naming the key typed (raised inside the page)."""
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def params(self) -> dict[str, str]:
+        """The text of every key given (its own spelling), as the links write it."""
+        return self._text
+
+    @property
+    def spelled(self) -> dict[str, str]:
+        return self._spelled
+
+    @property
+    def example(self) -> str | None:
+        return self._example
+
+    @property
+    def common(self) -> PageQuery:
+        return self
+
+    @property
+    def page_keys(self) -> tuple[str, ...]:
+        """Every key of the page's links, in their order: the request's fields, the page's own, the shared ones,
+        `lang` last."""
+        shared = tuple(PageQuery.aliases())
+        own = tuple(k for k in type(self).aliases() if k not in shared)
+        return (*self._api_keys, *own, *(k for k in shared if k != "lang"), "lang")
+
+    def get(self, key: str, default: str = "") -> str:
+        return self._text.get(key, default)
+
+    def _encode(self, pairs: list[tuple[str, str]]) -> str:
+        """urlencode(pairs), each pair encoded once per query: a page of a long text writes dozens of links, each
+        carrying the whole text, and percent-encoding it again for each one cost more than drawing the page."""
+        out = []
+        for pair in pairs:
+            if (done := self._encoded.get(pair)) is None:
+                done = self._encoded[pair] = urlencode((pair,))
+            out.append(done)
+        return "&".join(out)
+
+    def url(self, **changes: object) -> str:
+        """The page's link with `changes` (None drops a key), less the fields their switch no longer uses."""
+        p = changed(self._text, changes)
+        ordered = [(k, p[k]) for k in self.page_keys if k in p]
+        return f"{self._path}?{self._encode(ordered)}" if ordered else self._path
+
+    def api_params(self) -> dict[str, str]:
+        """The request the page computes: its fields, and the example it shows when it names no tokens (the API's
+        own default is the Chinese one: named when it is another)."""
+        p = {k: self._text[k] for k in self._api_keys if k in self._text}
+        if self.example is not None and self.example != API_EXAMPLE and "tokens" not in p:
+            p = {"tokens": self.example, **p}
+        return p
+
+    def api_query(self, **changes: object) -> str:
+        """The JSON twin's query, with some fields changed or added (None drops one): each field once."""
+        p = changed(self.api_params(), changes)
+        order = (*self._api_keys, *(k for k in changes if k not in self._api_keys))
+        return self._encode([(k, p[k]) for k in order if k in p])
+
+    def pinned(self, **changes: object) -> str:
+        """`url(**changes)` naming the example the page shows, for a screen in another language (a student's phone,
+        a class's followers): the same numbers there."""
+        if self.example is not None and "tokens" not in self._text and "tokens" not in changes:
+            changes = {"tokens": self.example, **changes}
+        return self.url(**changes)
+
+    def request(self, model: type[M]) -> M:
+        """The request model of the page's fields: the query's text made into the body a POST would carry, once."""
+        return model.model_validate(from_query(self.api_params(), None, model))
+
+
+Q = TypeVar("Q", bound=PageQuery)
+M = TypeVar("M", bound=BaseModel)
+
+
+def lab_like(q: Q, models: Mapping[str, object] | None = None, lang: str | None = None) -> Q:
+    """A lab-like page's query (lab, embed, block, decode, tiles). The form keeps its fields when the preset
+    changes, so the sequence is carried across: `tokens` for built-in presets, `text` for pretrained models. The
+    toy with no tokens shows the example of the page's language `lang` (`example`)."""
+    params = q._text
+    if params.get("preset") in (models or {}):
+        if "token_ids" in params:  # ids typed into the form replace the text beside them
+            params.pop("text", None)
+        if "tokens" in params and "text" not in params and "token_ids" not in params:
+            params["text"] = params.pop("tokens")
+        for k in ("tokens", "d_model", "n_heads"):
+            params.pop(k, None)
+    else:
+        for k in ("layer", "token_ids"):
+            params.pop(k, None)
+        if "text" in params and "tokens" not in params:
+            params["tokens"] = params.pop("text")
+        params.pop("text", None)
+        if lang in EXAMPLES and "tokens" not in params and params.get("preset", "toy") == "toy":
+            q._example = EXAMPLES[lang]
+    return q

@@ -94,6 +94,14 @@ def test_every_key_a_page_reads_is_a_view_key(client: Any, monkeypatch: pytest.M
         raise Seen  # nothing computed: the keys are all this test reads
 
     monkeypatch.setattr(state.ViewState, "of", classmethod(recording))
+    query_of = state.PageQuery.of.__func__  # type: ignore[attr-defined]
+
+    def recording_query(cls: Any, query: Any, path: str, api_keys: tuple[str, ...] = ()) -> Any:
+        done = query_of(cls, query, path, api_keys)
+        asked[path] = {*done.page_keys, *cls.keys()}
+        raise Seen
+
+    monkeypatch.setattr(state.PageQuery, "of", classmethod(recording_query))
     pages = [c.original_route.path for c in iter_route_contexts(client.app.routes)
              if isinstance(c.original_route, APIRoute) and not c.original_route.path.startswith("/api/")
              and "GET" in c.original_route.methods and "{" not in c.original_route.path]  # fmt: skip
