@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from engine import STAGES
 
-from ..web.state import Cell, Params, integer, param, parse_cell, parse_tile, stage_of
+from ..web.state import Cell, Digits, PageQuery, Params, integer, param, parse_cell, parse_tile, stage_of
 
 
 @dataclass(frozen=True)
@@ -29,17 +29,15 @@ class LabParams(Params):
     hide: str = param("")
 
 
-@dataclass(frozen=True)
-class SinksParams(Params):
+class SinksQuery(PageQuery):
     """/sinks: the head whose sink share is drawn."""
 
-    head: int = param(0, integer(None))
+    head: Digits(None) = 0  # type: ignore[valid-type]
 
 
-@dataclass(frozen=True)
-class TilesParams(Params):
+class TilesQuery(PageQuery):
     """/tiles: the query block and the key block of the walk-through (the key block's default is the first that
     does something, known once the schedule is computed)."""
 
-    qb: int = param(0, integer(None))
-    kb: int | None = param(None, integer(None))
+    qb: Digits(None) = 0  # type: ignore[valid-type]
+    kb: Digits(None) | None = None  # type: ignore[valid-type]

@@ -39,7 +39,7 @@ from . import lessons
 from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
 from .i18n import LANGS, error_message, negotiate, translator
 from .knockouts import form_ablate, heads_text
-from .state import PageQuery, ViewState, show, within
+from .state import PageQuery, Q, ViewState, show, within
 from .view import View
 
 VARY = "HX-Request, Accept-Language, Accept"
@@ -315,6 +315,15 @@ def shell(request: Request, ctx: dict[str, Any], state: State, lang: str) -> Res
     ctx |= {"deferred_url": url, "wait_url": url + ("&" if request.url.query else "?") + f"{WAIT}=1",
             "present_url": None}  # fmt: skip  # the shell's own switch stands in its <main>, as the page's does
     return TEMPLATES.TemplateResponse(request, "_deferred.html", ctx, headers={"Vary": VARY})
+
+
+def query_of(model: type[Q], path: str, keys: tuple[str, ...] = ()) -> Callable[[Request], Q]:
+    """A FastAPI dependency: the page's query `model` read from the URL once (its errors raised in the page)."""
+
+    def query(request: Request) -> Q:
+        return model.of(request.query_params, path, keys)
+
+    return query
 
 
 def of_query(request: Request, path: str, keys: tuple[str, ...], params: Any) -> Any:

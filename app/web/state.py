@@ -394,7 +394,7 @@ def parse_heads(raw: str, name: str = "heads") -> list[list[int]]:
 # --- A page's query, a pydantic model ------------------------------------------------------------------------
 
 
-def _fail(message: str) -> PydanticCustomError:
+def refused(message: str) -> PydanticCustomError:
     """A field's refusal in the English words the catalogues translate (locales/errors.json), its loc the key typed."""
     return PydanticCustomError("value_error", message)
 
@@ -411,18 +411,20 @@ def bounds_message(value: int, lo: int | None, hi: int | None) -> str | None:
 def Digits(lo: int | None = 0, hi: int | None = None) -> Any:
     """An integer written with the digits 0-9 (`²` and `١` refused, as `int()` would take them), in [lo, hi]."""
 
-    def read(raw: Any) -> int:
-        if isinstance(raw, int) and not isinstance(raw, bool):
-            value = raw
-        elif isinstance(raw, str) and ASCII_INT.fullmatch(raw):
-            value = int(raw)
-        else:
-            raise _fail(f"must be an integer written with the digits 0-9, got {show(str(raw))}")
-        if (said := bounds_message(value, lo, hi)) is not None:
-            raise _fail(said)
-        return value
+    return Annotated[int, BeforeValidator(lambda raw: digits(raw, lo, hi))]
 
-    return Annotated[int, BeforeValidator(read)]
+
+def digits(raw: Any, lo: int | None = 0, hi: int | None = None) -> int:
+    """`raw` as an integer written with the digits 0-9, in [lo, hi], or a field's refusal in the words of `within`."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and ASCII_INT.fullmatch(raw):
+        value = int(raw)
+    else:
+        raise refused(f"must be an integer written with the digits 0-9, got {show(str(raw))}")
+    if (said := bounds_message(value, lo, hi)) is not None:
+        raise refused(said)
+    return value
 
 
 def Stage(order: Sequence[str]) -> Any:
@@ -432,7 +434,7 @@ def Stage(order: Sequence[str]) -> Any:
         try:
             return parse_stage(str(raw), order)
         except FieldError as e:
-            raise _fail(e.message) from None
+            raise refused(e.message) from None
 
     return Annotated[str, BeforeValidator(read)]
 
@@ -442,7 +444,7 @@ def Choice(choices: Sequence[str]) -> Any:
 
     def read(raw: Any) -> str:
         if raw not in choices:
-            raise _fail(f"one of {', '.join(choices)}")
+            raise refused(f"one of {', '.join(choices)}")
         return str(raw)
 
     return Annotated[str, BeforeValidator(read)]
@@ -452,7 +454,7 @@ def _cell(raw: Any) -> Cell | None:
     try:
         return parse_cell(str(raw)) if isinstance(raw, str) else raw
     except FieldError as e:
-        raise _fail(e.message) from None
+        raise refused(e.message) from None
 
 
 def _tile(raw: Any) -> tuple[int, int]:
@@ -461,7 +463,7 @@ def _tile(raw: Any) -> tuple[int, int]:
     try:
         return parse_tile(raw)
     except FieldError as e:
-        raise _fail(e.message) from None
+        raise refused(e.message) from None
 
 
 CellField = Annotated[Cell | None, BeforeValidator(_cell)]
@@ -481,6 +483,7 @@ class PageQuery(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", arbitrary_types_allowed=True, populate_by_name=True)
 
     FORM: ClassVar[tuple[str, ...]] = ()  # the request fields its form writes in words of its own (Params.FORM)
+    ALIASES: ClassVar[dict[str, str]] = {}  # older spellings of a request field it carries as text: old -> key
 
     present: Flag = False
     hints: Unless = True
@@ -511,15 +514,19 @@ class PageQuery(BaseModel):
     @classmethod
     def keys(cls) -> frozenset[str]:
         """Every key this page's URL may spell a parameter of its own with: its names, aliases and form words."""
-        return frozenset({*(k for names in cls.aliases().values() for k in names), *cls.FORM})
+        return frozenset({*(k for names in cls.aliases().values() for k in names), *cls.ALIASES, *cls.FORM})
 
     @classmethod
     def of(cls: type[Q], query: Mapping[str, str], path: str, api_keys: tuple[str, ...] = ()) -> Q:
         """The query of a page at `path` whose request fields are `api_keys`, read once; never raises (`check`)."""
         text, spelled, given = {}, {}, {}
         for key in api_keys:
-            if value := query.get(key, "").strip():
-                text[key] = value
+            for name in (key, *(a for a, k in cls.ALIASES.items() if k == key)):
+                if value := query.get(name, "").strip():
+                    text[key] = value
+                    if name != key:
+                        spelled[key] = name
+                    break
         for key, names in cls.aliases().items():
             for name in names:
                 if value := query.get(name, "").strip():
@@ -561,6 +568,10 @@ class PageQuery(BaseModel):
     def example(self) -> str | None:
         return self._example
 
+    def shows(self, example: str | None) -> None:
+        """The page shows `example` (its URL names no tokens)."""
+        self._example = example
+
     @property
     def common(self) -> PageQuery:
         return self
@@ -570,7 +581,7 @@ class PageQuery(BaseModel):
         """Every key of the page's links, in their order: the request's fields, the page's own, the shared ones,
         `lang` last."""
         shared = tuple(PageQuery.aliases())
-        own = tuple(k for k in type(self).aliases() if k not in shared)
+        own = tuple(k for k in type(self).aliases() if k not in shared and k not in self._api_keys)
         return (*self._api_keys, *own, *(k for k in shared if k != "lang"), "lang")
 
     def get(self, key: str, default: str = "") -> str:
@@ -613,9 +624,10 @@ class PageQuery(BaseModel):
             changes = {"tokens": self.example, **changes}
         return self.url(**changes)
 
-    def request(self, model: type[M]) -> M:
-        """The request model of the page's fields: the query's text made into the body a POST would carry, once."""
-        return model.model_validate(from_query(self.api_params(), None, model))
+    def request(self, model: type[M], **extra: str) -> M:
+        """The request model of the page's fields (and `extra` text): their text made into the body a POST would
+        carry, once."""
+        return model.model_validate(from_query(self.api_params() | extra, None, model))
 
 
 Q = TypeVar("Q", bound=PageQuery)
@@ -641,5 +653,5 @@ def lab_like(q: Q, models: Mapping[str, object] | None = None, lang: str | None 
             params["tokens"] = params.pop("text")
         params.pop("text", None)
         if lang in EXAMPLES and "tokens" not in params and params.get("preset", "toy") == "toy":
-            q._example = EXAMPLES[lang]
+            q.shows(EXAMPLES[lang])
     return q
