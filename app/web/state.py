@@ -631,6 +631,7 @@ class PageQuery(BaseModel):
 
 
 Q = TypeVar("Q", bound=PageQuery)
+SHARED = tuple(k for k in PageQuery.model_fields if k != "lang")  # what every page's links keep but the language
 M = TypeVar("M", bound=BaseModel)
 
 
