@@ -1,32 +1,29 @@
 """The view parameters of the attention pages (the lab and /embed, /sinks, /tiles): what each page's URL carries
-besides the request's fields, typed and read once (app/web/state.py `Params`)."""
+besides the request's fields, typed and read once (app/web/state.py `PageQuery`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from pydantic import AliasChoices, Field
 
 from engine import STAGES
 
-from ..web.state import Cell, Digits, PageQuery, Params, integer, param, parse_cell, parse_tile, stage_of
+from ..web.state import CellField, Digits, PageQuery, Stage, TileField
 
 
-@dataclass(frozen=True)
-class LabParams(Params):
+class LabQuery(PageQuery):
     """The lab's view: the stage on screen, the head, an open cell (`tensor.head.row.col`), the large view's tile
     (`row,col`), a comparison (`compare=mask|scale|leak|text`, the second prompt in `compare_text`), the heat
     maps' colour mode and the parts of an embedded view to hide. `step` is an older spelling of `lesson_step`."""
 
-    ALIASES: ClassVar[dict[str, str]] = {"step": "lesson_step"}
-
-    stage: str = param(STAGES[0], stage_of(STAGES))
-    head: int = param(0, integer(None))  # checked against the trace's heads once it is known
-    compare: str = param("")
-    compare_text: str = param("")
-    cell: Cell | None = param(None, lambda key, raw: parse_cell(raw))
-    tile: tuple[int, int] = param((0, 0), lambda key, raw: parse_tile(raw))
-    color: str = param("")
-    hide: str = param("")
+    stage: Stage(STAGES) = STAGES[0]  # type: ignore[valid-type]
+    head: Digits(None) = 0  # type: ignore[valid-type]  # checked against the trace's heads once it is known
+    compare: str = ""
+    compare_text: str = ""
+    cell: CellField = None
+    tile: TileField = (0, 0)
+    color: str = ""
+    hide: str = ""
+    lesson_step: Digits(1) | None = Field(None, validation_alias=AliasChoices("lesson_step", "step"))  # type: ignore[valid-type]
 
 
 class SinksQuery(PageQuery):
