@@ -19,7 +19,7 @@ from .web import registry
 from .web.knockouts import heads_typed
 from .web.lessons import LESSONS
 from .web.share import QR
-from .web.state import Common, url_fields
+from .web.state import SHARED, url_fields
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -44,7 +44,7 @@ TEMPLATES.env.filters["qr_label"] = lambda qr, label: qr.svg(label) if isinstanc
 def _carried(state: Any, lang: str) -> Markup:
     """`{{ carried(state, lang) }}` in a page's GET form: the hidden fields that belong to the screen, not to the
     form (the language, presenter mode, hints, the lesson and its step), so that submitting it keeps them."""
-    pairs = [("lang", lang), *((k, state.params[k]) for k in Common.names() if k in getattr(state, "params", {}))]
+    pairs = [("lang", lang), *((k, state.params[k]) for k in SHARED if k in getattr(state, "params", {}))]
     return Markup("".join(f'<input type="hidden" name="{k}" value="{escape(v)}">' for k, v in pairs))
 
 

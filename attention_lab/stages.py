@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from app.attention.params import LabQuery
 from app.attention.view import LabView, stage_fields
 from app.render.payload import OPTIONS
 from app.schemas import AttentionRequest
 from app.web.i18n import translator
 from app.web.notebook import render_views
-from app.web.state import ViewState
 from engine.spec import STAGES, Limits
 
 
@@ -60,7 +60,7 @@ def trace(tokens: str | list[str] | None = None, *, head: int = 0, lang: str = "
     req = AttentionRequest.model_validate({"tokens": tokens, **fields} if tokens is not None else fields)
     spec = req.to_spec(limits or Limits(), device)
     computed = compute(spec)
-    state = ViewState("/", {}, (), ())
+    state = LabQuery.of({}, "/")
     t = translator(lang)
     views = tuple(LabView(**stage_fields(computed, key, head, state, t)) for key in STAGES)
     return Stages(views, lang, computed)

@@ -25,8 +25,8 @@ from engine.spec import MAIN_TENSOR, STAGES
 
 from ..render.arrays import to_numpy
 from ..web.cache import keep
-from ..web.state import ViewState
 from ..web.tensors import drawn, hatched
+from .params import LabQuery
 from .view import HEATMAP_PATH, THUMB, heat_mode, heatmap_query, zoom_size
 
 SEEN = 256  # traces remembered as drawn ahead (a trace's API query), so a page view schedules nothing twice
@@ -35,7 +35,7 @@ SEEN = 256  # traces remembered as drawn ahead (a trace's API query), so a page 
 @dataclass
 class Job:
     trace: Any
-    state: ViewState
+    state: LabQuery
     first: str  # the stage on screen: drawn first
 
 
@@ -55,7 +55,7 @@ class DrawAhead:
         task = self.task
         return len(self.jobs) + (task is not None and not task.done() and not task.get_loop().is_closed())
 
-    def schedule(self, trace: Any, state: ViewState, stage: str) -> None:
+    def schedule(self, trace: Any, state: LabQuery, stage: str) -> None:
         """Draw this trace's heat maps soon (called on the event loop, after its page was built)."""
         key = state.api_query()
         if self.max_traces <= 0 or self.store.max_bytes <= 0 or key in self.seen or key in self.jobs:

@@ -27,11 +27,11 @@ from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES
 from ..render.heatmap import data_uri
 from ..render.page import SideSpec
-from ..schemas import AttentionRequest, FieldError, from_query
+from ..schemas import AttentionRequest, FieldError
 from ..web.page import language, serve
 from ..web.share import MAX_QR_CHARS, public_base, qr_svg, unreachable
-from ..web.state import DEPENDS, ViewState, head_within, lab_state, url_fields
-from .params import LabParams
+from ..web.state import DEPENDS, head_within, lab_like, url_fields
+from .params import LabQuery
 from .view import (
     ColourBar,
     CompareAsk,
@@ -67,7 +67,7 @@ COMPARE_PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 
 
 async def long_view(
-    req: AttentionRequest, state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]
+    req: AttentionRequest, state: LabQuery, lab: Lab, progress: str, ctx: dict[str, Any]
 ) -> LabView | None:
     """A pretrained model's text past a whole trace's length, within MAX_LONG_TOKENS: the large view of its lazy
     trace (engine/long.py), which computes what the page shows and no more (the layers below once, then one head's
@@ -77,7 +77,7 @@ async def long_view(
     spec = await lab.spec(req, lab.long_limits)  # past MAX_LONG_TOKENS too: says so
     if spec.n_tokens <= lab.limits.max_tokens:
         return None
-    p = state.read(LabParams)
+    p = state
     key, head = p.stage, head_within(p.head, spec.n_heads)
     lt, _ = await lab.compute(
         *lab.long_work(spec), progress=progress
@@ -88,7 +88,7 @@ async def long_view(
     return LabView(**shown, lesson=ctx["lesson_panel"], **switches(state, spec))
 
 
-def switches(state: ViewState, spec: Spec) -> dict[str, Any]:
+def switches(state: LabQuery, spec: Spec) -> dict[str, Any]:
     """The lab's switches under the step bar, the same for a whole trace and a long text's lazy one: the causal mask
     on or off and the scale cycled (each closes an open cell), hints, presenter mode."""
     mask_on = spec.mask == "causal"
@@ -102,22 +102,30 @@ def switches(state: ViewState, spec: Spec) -> dict[str, Any]:
     }
 
 
+def lab_query(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> LabQuery:
+    """The lab's query (the same at /embed): a lab-like page's, its custom mask started (`custom_mask_start`)."""
+    path = request.url.path
+    state = lab_like(LabQuery.of(request.query_params, path, API_KEYS), lab.models, language(request))
+    custom_mask_start(state)  # the query is final before the page is looked up or built
+    return state
+
+
 @router.get("/embed", response_class=HTMLResponse)
-async def embed_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+async def embed_page(
+    request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[LabQuery, Depends(lab_query)]
+) -> Response:
     """One view without the page's chrome, for course pages: the same parameters, plus `hide=`."""
-    return await render_lab(request, lab, embed=True)
+    return await render_lab(request, lab, state, embed=True)
 
 
 @router.get("/", response_class=HTMLResponse)
-async def lab_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    return await render_lab(request, lab, embed=False)
+async def lab_page(
+    request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[LabQuery, Depends(lab_query)]
+) -> Response:
+    return await render_lab(request, lab, state, embed=False)
 
 
-async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
-    state = lab_state(
-        request.query_params, "/embed" if embed else "/", API_KEYS, LabParams, lab.models, language(request)
-    )
-    custom_mask_start(state)  # the state is final before the page is looked up or built
+async def render_lab(request: Request, lab: Lab, state: LabQuery, embed: bool) -> Response:
     present = state.present
     hide = {h for h in state.get("hide").split(",") if h in HIDEABLE} | ({"controls"} if present else set())
     if not state.hints:  # what to notice and the lesson's answer stay hidden until the teacher shows them
@@ -130,18 +138,18 @@ async def render_lab(request: Request, lab: Lab, embed: bool) -> Response:
                        svg_base="/api/v1/attention/heatmap.svg")  # fmt: skip
 
 
-def custom_mask_start(state: ViewState) -> None:
+def custom_mask_start(state: LabQuery) -> None:
     """Choosing "custom" in the form starts from a mask that hides nothing, ready to be edited cell by cell."""
     if state.get("mask") == "custom" and not state.get("mask_matrix") and state.get("preset", "toy") in PRESETS:
         n = len(state.get("tokens").split()) or len(PRESETS[state.get("preset", "toy")].tokens)
         state.params["mask_matrix"] = json.dumps([[1] * n] * n, separators=(",", ":"))
 
 
-async def lab_view(state: ViewState, lab: Lab, student_base: str | None, progress: str, ctx: dict[str, Any]) -> LabView:
+async def lab_view(state: LabQuery, lab: Lab, student_base: str | None, progress: str, ctx: dict[str, Any]) -> LabView:
     """What the lab shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
     t = ctx["t"]
-    p = state.read(LabParams)  # a malformed stage, head, cell or tile is the request's error, before any computing
-    req = AttentionRequest.model_validate(from_query(state.api_params()))
+    p = state  # a malformed stage, head, cell or tile was the request's error, before any computing (`check`)
+    req = state.request(AttentionRequest)
     try:
         spec = await lab.spec(req)  # a model's tokenizer off the event loop (its first use loads it)
     except SpecError:
@@ -183,7 +191,7 @@ def ids_text(lab: Lab, spec: Spec) -> str:
     return str(model.tokenizer().decode(list(spec.token_ids))) if model.has_tokenizer else ""
 
 
-def share(state: ViewState, student_base: str, lab: Lab) -> dict[str, Any]:
+def share(state: LabQuery, student_base: str, lab: Lab) -> dict[str, Any]:
     """Presenter mode's address for students: the view itself, without presenter mode. A QR code holds ~2,300
     bytes at this error level; past a bound the screen shows the address alone. Under the code the screen prints
     the server's short address (the whole view is in the QR, not on the wall)."""
@@ -198,16 +206,16 @@ def share(state: ViewState, student_base: str, lab: Lab) -> dict[str, Any]:
 
 
 async def compare_view(
-    state: ViewState, req: AttentionRequest, spec: Any, lab: Lab, head: int, key: str
+    state: LabQuery, req: AttentionRequest, spec: Any, lab: Lab, head: int, key: str
 ) -> Comparison | None:
     """Compare: one trace under two settings (mask, scale, document boundaries), or two prompts under the same
     settings (`compare=text`, the second in `compare_text`), side by side with the cells that differ outlined. A
     short text compares cell by cell; a longer one as two heat maps and a map of where they differ."""
-    kind = state.read(LabParams).compare
+    kind = state.compare
     if kind not in (*COMPARE_PAIRS, "text") or (kind == "leak" and spec.mask != "document"):
         return None
     if kind == "text":
-        other_text = state.read(LabParams).compare_text
+        other_text = state.compare_text
         if not other_text:
             return CompareAsk(kind)  # the page asks for the second prompt
         sequence = "text" if req.preset in lab.models else "tokens"
@@ -234,7 +242,7 @@ async def compare_view(
         traces.append((await lab.trace(other_spec))[0])
         url_change = {k: (None if v in ([], None) else v) for k, v in (unused | change).items()}
         queries.append(state.api_query(**url_change))
-    return await run_in_threadpool(compared_view, kind, traces, queries, head, key, state.read(LabParams).color)
+    return await run_in_threadpool(compared_view, kind, traces, queries, head, key, state.color)
 
 
 AXIS_LABELS = 16  # labels along each axis of a comparison's heat maps, at most (they are 384 px or less)

@@ -1,45 +1,40 @@
 """The view parameters of the attention pages (the lab and /embed, /sinks, /tiles): what each page's URL carries
-besides the request's fields, typed and read once (app/web/state.py `Params`)."""
+besides the request's fields, typed and read once (app/web/state.py `PageQuery`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from pydantic import AliasChoices, Field
 
 from engine import STAGES
 
-from ..web.state import Cell, Params, integer, param, parse_cell, parse_tile, stage_of
+from ..web.state import CellField, Digits, PageQuery, Stage, TileField
 
 
-@dataclass(frozen=True)
-class LabParams(Params):
+class LabQuery(PageQuery):
     """The lab's view: the stage on screen, the head, an open cell (`tensor.head.row.col`), the large view's tile
     (`row,col`), a comparison (`compare=mask|scale|leak|text`, the second prompt in `compare_text`), the heat
     maps' colour mode and the parts of an embedded view to hide. `step` is an older spelling of `lesson_step`."""
 
-    ALIASES: ClassVar[dict[str, str]] = {"step": "lesson_step"}
+    stage: Stage(STAGES) = STAGES[0]  # type: ignore[valid-type]
+    head: Digits(None) = 0  # type: ignore[valid-type]  # checked against the trace's heads once it is known
+    compare: str = ""
+    compare_text: str = ""
+    cell: CellField = None
+    tile: TileField = (0, 0)
+    color: str = ""
+    hide: str = ""
+    lesson_step: Digits(1) | None = Field(None, validation_alias=AliasChoices("lesson_step", "step"))  # type: ignore[valid-type]
 
-    stage: str = param(STAGES[0], stage_of(STAGES))
-    head: int = param(0, integer(None))  # checked against the trace's heads once it is known
-    compare: str = param("")
-    compare_text: str = param("")
-    cell: Cell | None = param(None, lambda key, raw: parse_cell(raw))
-    tile: tuple[int, int] = param((0, 0), lambda key, raw: parse_tile(raw))
-    color: str = param("")
-    hide: str = param("")
 
-
-@dataclass(frozen=True)
-class SinksParams(Params):
+class SinksQuery(PageQuery):
     """/sinks: the head whose sink share is drawn."""
 
-    head: int = param(0, integer(None))
+    head: Digits(None) = 0  # type: ignore[valid-type]
 
 
-@dataclass(frozen=True)
-class TilesParams(Params):
+class TilesQuery(PageQuery):
     """/tiles: the query block and the key block of the walk-through (the key block's default is the first that
     does something, known once the schedule is computed)."""
 
-    qb: int = param(0, integer(None))
-    kb: int | None = param(None, integer(None))
+    qb: Digits(None) = 0  # type: ignore[valid-type]
+    kb: Digits(None) | None = None  # type: ignore[valid-type]

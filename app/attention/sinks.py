@@ -17,11 +17,11 @@ from engine.sinks import SinkDrop, drop_sink
 from ..lab import Lab, get_lab
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, matrix_view
-from ..schemas import AttentionRequest, FieldError, from_query
+from ..schemas import AttentionRequest, FieldError
 from ..web.page import serve
-from ..web.state import ViewState, head_within, url_fields
+from ..web.state import head_within, url_fields
 from ..web.view import View
-from .params import SinksParams
+from .params import SinksQuery
 from .view import COLOR_TICKS, axis_labels
 
 router = APIRouter(include_in_schema=False)
@@ -56,8 +56,9 @@ class SinksView(View):
 
 
 @router.get("/sinks", response_class=HTMLResponse)
-async def sinks_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = sinks_state(request, lab)
+async def sinks_page(
+    request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[SinksQuery, Depends(sinks_query)]
+) -> Response:
     build = functools.partial(sinks_view, state, lab)
     # The page has no htmx-swapped blocks (no #stage, no #controls): an htmx request (a room checking a shared
     # view, a boosted link) gets the whole page, as /tiles and /model do.
@@ -65,30 +66,30 @@ async def sinks_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
                        swatches=SWATCHES["sequential"])  # fmt: skip
 
 
-def sinks_state(request: Request, lab: Lab) -> ViewState:
+def sinks_query(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> SinksQuery:
     """A trained model by default (random weights have no sinks), and a middle layer (the sinks are plain there;
-    layer 0 barely has them): in the state, so every link and image keeps them."""
-    state = ViewState.of(request.query_params, "/sinks", API_KEYS, SinksParams)
+    layer 0 barely has them): in the query, so every link and image keeps them."""
+    state = SinksQuery.of(request.query_params, "/sinks", API_KEYS)
     state.params.setdefault("preset", "smollm2" if "smollm2" in lab.models else next(iter(lab.models), "toy"))
     if state.params["preset"] in lab.models:
         state.params.setdefault("layer", str(lab.models[state.params["preset"]].info.n_layer // 2))
     return state
 
 
-def api_url(state: ViewState) -> str:
+def api_url(state: SinksQuery) -> str:
     """The API's sink numbers for the page's request."""
     return "/api/v1/attention/sink?" + state.api_query()
 
 
-async def sinks_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> SinksView:
+async def sinks_view(state: SinksQuery, lab: Lab, ctx: dict[str, Any]) -> SinksView:
     """What /sinks shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
-    req = AttentionRequest.model_validate(from_query(state.api_params(), None, AttentionRequest))
+    req = state.request(AttentionRequest)
     if req.preset not in lab.models:
         raise FieldError("preset", "attention sinks are a trained model's habit: choose " +
                          (", ".join(lab.models) or "a pretrained model (none on this server)"))  # fmt: skip
     spec = await lab.spec(req)  # the model's tokenizer off the event loop
     trace, _ = await lab.trace(spec)
-    head = head_within(state.read(SinksParams).head, spec.n_heads)
+    head = head_within(state.head, spec.n_heads)
     d = drop_sink(trace)
     share = to_numpy(d.share)
     tokens = list(spec.tokens)

@@ -17,11 +17,11 @@ from engine.spec import DTYPE_BYTES
 
 from ..lab import Lab, get_lab
 from ..render.arrays import Traced, to_numpy
-from ..schemas import FieldError, TilesRequest, from_query
+from ..schemas import FieldError, TilesRequest
 from ..web.page import language, serve
-from ..web.state import ViewState, lab_state, url_fields, within
+from ..web.state import lab_like, url_fields, within
 from ..web.view import Array, View
-from .params import TilesParams
+from .params import TilesQuery
 
 router = APIRouter(include_in_schema=False)
 TILE_KEYS = url_fields(TilesRequest)
@@ -141,30 +141,35 @@ def first_step(steps: tuple[TileStep, ...]) -> int:
     return next((j for j, s in enumerate(steps) if not s.skipped), 0)
 
 
+def tiles_query(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> TilesQuery:
+    return lab_like(TilesQuery.of(request.query_params, "/tiles", TILE_KEYS), lab.models, language(request))
+
+
 @router.get("/tiles", response_class=HTMLResponse)
-async def tiles_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+async def tiles_page(
+    request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[TilesQuery, Depends(tiles_query)]
+) -> Response:
     """FlashAttention, walked through: one query block at a time, each key block updating m, l and the accumulator;
     it opens on the first query block's first key block that does something."""
-    state = lab_state(request.query_params, "/tiles", TILE_KEYS, TilesParams, lab.models, language(request))
     build = functools.partial(tiles_view, state, lab)
     return await serve(request, lab, "tiles.html", state, build, json_url=api_url(state), blocks=())
 
 
-def api_url(state: ViewState) -> str:
+def api_url(state: TilesQuery) -> str:
     """The API's schedule for the page's request."""
     return "/api/v1/attention/tiles?" + state.api_query()
 
 
-async def tiles_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> TilesView:
+async def tiles_view(state: TilesQuery, lab: Lab, ctx: dict[str, Any]) -> TilesView:
     """What /tiles shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
     t = ctx["t"]
-    req = TilesRequest.model_validate(from_query(state.api_params(), None, TilesRequest))
+    req = state.request(TilesRequest)
     spec = await lab.off_loop(req.preset, req.to_tiles_spec, lab.limits, lab.device, lab.models)
     if spec.n_tokens > 64:
         raise FieldError("tokens", "the walk-through prints every running value: at most 64 tokens here")
     trace, _ = await lab.trace(spec)
     doc = await run_in_threadpool(tiles_document, trace, req)
-    p = state.read(TilesParams)
+    p = state
     qb = within("qb", p.qb, 0, len(doc.blocks) - 1)
     block = doc.blocks[qb]
     steps = block.steps

@@ -27,10 +27,9 @@ from ..render.heatmap import COLOR_MODES
 from ..render.page import Arithmetic, CellSide, Checks, SideSpec
 from ..web.lessons import Panel
 from ..web.share import QR
-from ..web.state import ViewState
 from ..web.tensors import KEY_AXIS, colour_mode
 from ..web.view import HIDDEN, StageView
-from .params import LabParams
+from .params import LabQuery
 
 TILE = 16
 
@@ -247,14 +246,14 @@ class LabView(StageView):
         return view
 
 
-def edit_url(state: ViewState, allow: np.ndarray, r: int, c: int) -> str:
+def edit_url(state: LabQuery, allow: np.ndarray, r: int, c: int) -> str:
     """The lab URL with cell (r, c) of the mask flipped: the mask becomes custom."""
     flipped = allow.copy()
     flipped[r, c] = 1 - flipped[r, c]
     return state.url(mask="custom", mask_matrix=json.dumps(flipped.tolist(), separators=(",", ":")), cell=None)
 
 
-def small_context(trace: Trace, key: str, head: int, state: ViewState, t: Any) -> dict[str, Any]:
+def small_context(trace: Trace, key: str, head: int, state: LabQuery, t: Any) -> dict[str, Any]:
     ctx: dict[str, Any] = {
         "matrices": stages.matrices(trace, key, head),
         "weight_matrices": view.weight_matrices(trace, key),
@@ -269,14 +268,14 @@ def small_context(trace: Trace, key: str, head: int, state: ViewState, t: Any) -
                 m.cell_urls = [
                     [edit_url(state, allow, r, c) for c in range(allow.shape[1])] for r in range(allow.shape[0])
                 ]
-    cell = state.read(LabParams).cell
+    cell = state.cell
     if cell:
         ctx["arithmetic"] = view.arithmetic(trace, cell.tensor, cell.head, cell.row, cell.col, t)
         ctx["selected"] = astuple(cell)
     return ctx
 
 
-def stage_fields(trace: Trace, key: str, head: int, state: ViewState, t: Any) -> dict[str, Any]:
+def stage_fields(trace: Trace, key: str, head: int, state: LabQuery, t: Any) -> dict[str, Any]:
     """What one stage of a whole trace shows, links aside: the LabView's fields that come from the numbers. The
     page adds its links and switches; a notebook (`attention_lab.trace`) shows these alone."""
     spec = trace.spec
@@ -302,7 +301,7 @@ def on_screen(spec: Spec, key: str, head: int) -> dict[str, Any]:
             "index": STAGES.index(key) + 1, "head": head}  # fmt: skip
 
 
-def step_links(state: ViewState, key: str, n_heads: int, drop: tuple[str, ...] = ()) -> dict[str, Any]:
+def step_links(state: LabQuery, key: str, n_heads: int, drop: tuple[str, ...] = ()) -> dict[str, Any]:
     """The step bar's links: the stage before and after `key`, every stage and every head. A link to another stage
     or to a head also drops the parameters named in `drop` (the lab's open cell)."""
     close = dict.fromkeys(drop)
@@ -399,7 +398,7 @@ def zoom_size(n_rows: int) -> int:
     return min(768, max(256, n_rows))
 
 
-def heatmap_query(state: ViewState, key: str, head: int, size: int, mode: str) -> str:
+def heatmap_query(state: LabQuery, key: str, head: int, size: int, mode: str) -> str:
     """The query of one heat map of this trace: the same string for the page's <img> and the server's drawing
     ahead (app/attention/ahead.py), so what was drawn ahead is what the browser asks for."""
     return state.api_query(stage=key, head=head, size=size, color=mode)
@@ -413,7 +412,7 @@ def window_tile(tile: MatrixView, tile_range: tuple[int, int, int, int]) -> Matr
     return tile
 
 
-def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewState, a: Any = None) -> LargeView:
+def large_context(trace: Trace | LongTrace, key: str, head: int, state: LabQuery, a: Any = None) -> LargeView:
     """The heat map of one head's matrix of stage `key` and a 16 × 16 window of it (templates/_heat.html). `a` is
     that matrix when the caller computed it (a long context's lazy trace); by default it is read from the trace."""
     spec = trace.spec
@@ -425,7 +424,7 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     finite = a[np.isfinite(a)]
     bound = float(np.abs(finite).max()) if finite.size else 0.0
     n_rows, n_cols = a.shape
-    r0, c0 = state.read(LabParams).tile
+    r0, c0 = state.tile
     row0 = min(r0, max(0, n_rows - TILE))
     col0 = min(c0, max(0, n_cols - TILE))
     tok = list(spec.tokens)
@@ -476,7 +475,7 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: ViewStat
     )
 
 
-def long_context(lt: LongTrace, key: str, head: int, state: ViewState, a: Any, model: Model, max_tokens: int,
+def long_context(lt: LongTrace, key: str, head: int, state: LabQuery, a: Any, model: Model, max_tokens: int,
                  lang: str, t: Any) -> dict[str, Any]:  # fmt: skip
     """The lab's view of a pretrained model's text past a whole trace's length (templates/_long.html): the large
     view of one head of stage `key` from the lazy trace, whose matrix `a` the caller computed, with the stage, head

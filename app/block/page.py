@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -15,9 +14,9 @@ from engine.block import BlockTrace
 from ..lab import Lab, get_lab
 from ..render import page as view
 from ..render import stages
-from ..schemas import BlockRequest, from_query
+from ..schemas import BlockRequest
 from ..web.page import language, serve
-from ..web.state import Params, ViewState, head_within, integer, lab_state, param, parse_stage, url_fields
+from ..web.state import Digits, PageQuery, head_within, lab_like, parse_stage, url_fields
 from .view import BlockView, stage_label, strip_box
 
 router = APIRouter(include_in_schema=False)
@@ -25,36 +24,40 @@ router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(BlockRequest)
 
 
-@dataclass(frozen=True)
-class BlockParams(Params):
-    """/block's view: the stage on screen (a key of the block's order, or its 1-based place) and the head."""
+class BlockQuery(PageQuery):
+    """/block's view: the stage on screen (a key of the block's order, or its 1-based place: read once the order is
+    known) and the head."""
 
-    stage: str = param("")
-    head: int = param(0, integer(None))
+    stage: str = ""
+    head: Digits(None) = 0  # type: ignore[valid-type]
+
+
+def block_query(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> BlockQuery:
+    return lab_like(BlockQuery.of(request.query_params, "/block", API_KEYS), lab.models, language(request))
 
 
 @router.get("/block", response_class=HTMLResponse)
-async def block_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = lab_state(request.query_params, "/block", API_KEYS, BlockParams, lab.models, language(request))
+async def block_page(
+    request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[BlockQuery, Depends(block_query)]
+) -> Response:
     build = functools.partial(block_view, state, lab)
     return await serve(request, lab, "block.html", state, build, json_url=api_url(state),
                        presets=["toy", "gpt2-small", *lab.models], models=lab.models)  # fmt: skip
 
 
-def api_url(state: ViewState, npz: bool = False) -> str:
+def api_url(state: BlockQuery, npz: bool = False) -> str:
     """The API's answer for the page's request (its numbers as JSON, or as NumPy arrays)."""
     return "/api/v1/block" + (".npz" if npz else "") + "?" + state.api_query()
 
 
-async def block_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> BlockView:
+async def block_view(state: BlockQuery, lab: Lab, ctx: dict[str, Any]) -> BlockView:
     """What /block shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
     t = ctx["t"]
-    req = BlockRequest.model_validate(from_query(state.api_params(), None, BlockRequest))
+    req = state.request(BlockRequest)
     spec = req.to_block_spec(lab.limits, lab.device, lab.models)
     order = spec.order
-    p = state.read(BlockParams)
-    stage = parse_stage(p.stage, order)  # the block's own order of stages, known from the request
-    head = head_within(p.head, spec.attn.n_heads)
+    stage = parse_stage(state.stage, order)  # the block's own order of stages, known from the request
+    head = head_within(state.head, spec.attn.n_heads)
     trace, _ = await lab.block(spec)
     i = order.index(stage)
     small = spec.attn.n_tokens <= view.SMALL_TOKENS and spec.attn.d_model <= view.SMALL_DIMS
@@ -84,7 +87,7 @@ async def block_view(state: ViewState, lab: Lab, ctx: dict[str, Any]) -> BlockVi
     )
 
 
-def strips(trace: BlockTrace, stage: str, head: int, state: ViewState) -> dict[str, Any]:
+def strips(trace: BlockTrace, stage: str, head: int, state: BlockQuery) -> dict[str, Any]:
     """A large block's stage: one heat-map strip per tensor, its shape and its size on the page."""
     tensors = trace.stage(stage)
     query = {n: state.api_query(stage=stage, tensor=n, head=head, size=768) for n in tensors}

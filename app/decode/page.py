@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -10,20 +9,19 @@ from fastapi import APIRouter, Request
 from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.page import SMALL_DIMS, SMALL_TOKENS, kv_head
-from ..schemas import DecodeRequest, from_query, request_fields
+from ..schemas import DecodeRequest, request_fields
 from ..web.page import language, page_route
-from ..web.state import DEPENDS, Params, ViewState, head_within, integer, lab_state, param, url_fields, within
+from ..web.state import DEPENDS, Digits, PageQuery, head_within, lab_like, url_fields, within
 from .view import GPT2_BYTES, DecodeView, cache_matrices, equals_full, row_matrices
 
 router = APIRouter(include_in_schema=False)
 
 
-@dataclass(frozen=True)
-class DecodeParams(Params):
-    """/decode's view: the decoding step on screen (0 is the prefill) and the head."""
+class DecodeQuery(PageQuery):
+    """/decode's view: the decoding step on screen (0 is the prefill) and the head (each checked once known)."""
 
-    step: int = param(0, integer(None))
-    head: int = param(0, integer(None))
+    step: Digits(None) = 0  # type: ignore[valid-type]
+    head: Digits(None) = 0  # type: ignore[valid-type]
 
 
 # A decode is self-attention over built-in presets, causal (or none, to see the cache go stale): the fields that
@@ -38,21 +36,20 @@ API_KEYS = url_fields(
 )
 
 
-def api_url(state: ViewState) -> str:
+def api_url(state: DecodeQuery) -> str:
     """The API's answer for the page's request."""
     return "/api/v1/decode?" + state.api_query()
 
 
-async def decode_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> DecodeView:
+async def decode_view(state: DecodeQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> DecodeView:
     """What /decode shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
     t = ctx["t"]
-    req = DecodeRequest.model_validate(from_query(state.api_params(), None, DecodeRequest))
+    req = state.request(DecodeRequest)
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
     trace, _ = await lab.compute(*lab.decode_work(spec, prefill))
     n_steps = len(trace.steps)
-    p = state.read(DecodeParams)
-    step = within("step", p.step, 0, n_steps)
-    head = head_within(p.head, spec.n_heads)
+    step = within("step", state.step, 0, n_steps)
+    head = head_within(state.head, spec.n_heads)
     g = kv_head(spec, head)
     small = spec.d_model <= SMALL_DIMS and spec.n_tokens <= SMALL_TOKENS
     per_token = trace.bytes_per_token
@@ -112,14 +109,14 @@ async def decode_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, 
     )
 
 
-def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
+def form(lab: Lab, state: DecodeQuery, lang: str) -> dict[str, Any]:
     """What /decode draws whatever its View says: the presets its form offers, the API's answer for its request."""
     return {"presets": ["toy", "gpt2-small"], "json_url": api_url(state)}
 
 
-def decode_state(request: Request, path: str, keys: tuple[str, ...], params: type[Params]) -> ViewState:
-    """/decode's state: a lab-like page's (the toy with no tokens shows its language's example)."""
-    return lab_state(request.query_params, path, keys, params, None, language(request))
+def decode_query(request: Request, path: str, keys: tuple[str, ...], query: type[DecodeQuery]) -> DecodeQuery:
+    """/decode's query: a lab-like page's (the toy with no tokens shows its language's example)."""
+    return lab_like(query.of(request.query_params, path, keys), None, language(request))
 
 
-page_route(router, "/decode", "decode.html", API_KEYS, DecodeParams, decode_view, form, DecodeView.blocks, decode_state)
+page_route(router, "/decode", "decode.html", API_KEYS, DecodeQuery, decode_view, form, DecodeView.blocks, decode_query)

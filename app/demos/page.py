@@ -13,8 +13,8 @@ from fastapi.responses import HTMLResponse, Response
 from engine import demos
 
 from ..lab import Lab, get_lab
-from ..web.page import language, serve, wants_json
-from ..web.state import EXAMPLES, ViewState
+from ..web.page import language, query_of, serve, wants_json
+from ..web.state import EXAMPLES, PageQuery
 from .view import DemosView, PermutationQuery, RopeQuery, SoftmaxQuery, run_demos, scaling_charts
 
 router = APIRouter(include_in_schema=False)
@@ -23,16 +23,19 @@ KEYS = tuple(dict.fromkeys((*PermutationQuery.model_fields, *RopeQuery.model_fie
 
 
 @router.get("/demos", response_class=HTMLResponse)
-async def demos_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/demos", KEYS)
+async def demos_page(
+    request: Request,
+    lab: Annotated[Lab, Depends(get_lab)],
+    state: Annotated[PageQuery, Depends(query_of(PageQuery, "/demos", KEYS))],
+) -> Response:
     if "tokens" not in state.params:  # the permutation's tokens: the reader's language's example, as the lab's toy
-        state.example = EXAMPLES.get(language(request))
+        state.shows(EXAMPLES.get(language(request)))
     build = functools.partial(demos_view, state, wants_json(request))
     return await serve(request, lab, "demos.html", state, build, json_url="/api/v1/demo/all?" + state.api_query(),
                        blocks=(), values=state.params)  # fmt: skip
 
 
-async def demos_view(state: ViewState, as_json: bool, ctx: dict[str, Any]) -> DemosView:
+async def demos_view(state: PageQuery, as_json: bool, ctx: dict[str, Any]) -> DemosView:
     """What /demos shows for `state`: every demonstration that its parameters allow, the others' errors in words
     (with a 422). On the JSON face an error is the API's 422, every bad field named, as /api/v1/demo/all says."""
     t = ctx["t"]

@@ -3,7 +3,6 @@ the five it weighed, the cache it grew and where every head of one layer looked 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter
@@ -11,20 +10,18 @@ from fastapi import APIRouter
 from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.cells import matrix_view
-from ..schemas import from_query
 from ..web.page import page_route
-from ..web.state import Params, ViewState, integer, param, url_fields, within
+from ..web.state import Digits, PageQuery, url_fields, within
 from .view import FilterColumn, GenerateRequest, GenerateView, StepCandidate, run, top_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(GenerateRequest)
 
 
-@dataclass(frozen=True)
-class GenerateParams(Params):
+class GenerateQuery(PageQuery):
     """/generate's view: the generated token on screen (1 is the first)."""
 
-    step: int = param(1, integer(None))
+    step: Digits(None) = 1  # type: ignore[valid-type]
 
 
 DEFAULT_TEXT = {"en": "The cat sat on the mat. The dog", "zh": "猫坐在垫子上，然后"}
@@ -40,26 +37,26 @@ def written(model: Any, ids: list[int], prompt_n: int) -> list[tuple[str, int, i
     return out
 
 
-def default_prompt(state: ViewState, lang: str) -> dict[str, str]:
+def default_prompt(state: GenerateQuery, lang: str) -> dict[str, str]:
     """The prompt of a first visit (no text, no token ids), in the page's language; none otherwise."""
     given = "text" in state.params or "token_ids" in state.params
     return {} if given else {"text": DEFAULT_TEXT[lang]}
 
 
-def twin(state: ViewState, lang: str) -> str:
+def twin(state: GenerateQuery, lang: str) -> str:
     """The API's URL for the generation the page shows (the default prompt of a first visit included)."""
     return "/api/v1/generate?" + state.api_query(**default_prompt(state, lang))
 
 
-async def generate_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> GenerateView:
+async def generate_view(state: GenerateQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> GenerateView:
     """What /generate shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
     t = ctx["t"]
     prompt = default_prompt(state, ctx["lang"])
-    req = GenerateRequest.model_validate(from_query(state.api_params() | prompt, None, GenerateRequest))
+    req = state.request(GenerateRequest, **prompt)
     spec, layer, g = await run(lab, req, progress)
     model = lab.models[spec.preset]
     n = len(g.steps)
-    step = within("step", state.read(GenerateParams).step, 1, n)  # a first visit opens on the first token generated
+    step = within("step", state.step, 1, n)  # a first visit opens on the first token generated
     s = g.steps[step - 1]
     assert s.attention is not None  # a layer is always watched here
     ids = list(g.prompt_ids) + [x.token_id for x in g.steps]
@@ -100,7 +97,7 @@ async def generate_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str
 
 
 def choosing(
-    state: ViewState, req: GenerateRequest, model: Any, ids: list[int], labels: list[str], g: Any, step: int, t: Any
+    state: GenerateQuery, req: GenerateRequest, model: Any, ids: list[int], labels: list[str], g: Any, step: int, t: Any
 ) -> dict[str, Any]:
     """How step `step`'s token was chosen, for the page (#45): nothing beyond the settings on a greedy page (it stays
     as it was); when drawing, or on a branch, the distribution after each filter over the most likely tokens, each
@@ -148,9 +145,9 @@ def choosing(
     }
 
 
-def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
+def form(lab: Lab, state: GenerateQuery, lang: str) -> dict[str, Any]:
     """What /generate draws whatever its View says: the API's answer for its request (the JSON twin)."""
     return {"json_url": twin(state, lang)}
 
 
-page_route(router, "/generate", "generate.html", API_KEYS, GenerateParams, generate_view, form, GenerateView.blocks)
+page_route(router, "/generate", "generate.html", API_KEYS, GenerateQuery, generate_view, form, GenerateView.blocks)

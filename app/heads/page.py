@@ -19,7 +19,7 @@ from ..render import cells
 from ..schemas import FieldError
 from ..web.knockouts import form_request
 from ..web.page import lab_url, page_route
-from ..web.state import ViewState, within
+from ..web.state import PageQuery, within
 from ..web.view import HIDDEN, View
 from .compute import (
     Ablated,
@@ -34,7 +34,7 @@ from .compute import (
     roles_of,
 )
 from .figures import loss_bars, probe_pattern, pruning_chart
-from .request import CLEAN, CORRUPTED, HeadsParams, PatchParams, PatchRequest, PruneRequest, RolesRequest
+from .request import CLEAN, CORRUPTED, HeadsQuery, PatchQuery, PatchRequest, PruneRequest, RolesRequest
 
 router = APIRouter(include_in_schema=False)
 ROLE_KEYS = tuple(RolesRequest.model_fields)
@@ -107,13 +107,13 @@ def colour(value: float | None, scale: str) -> str:
     return "" if value is None or math.isnan(value) else cells.colour(value, scale, 1.0)
 
 
-def bos_as_page_reads_it(state: ViewState) -> dict[str, str]:
+def bos_as_page_reads_it(state: PageQuery) -> dict[str, str]:
     """The form's `bos` where the query would leave it text: on unless 0, false or off."""
     raw = state.get("bos")
     return {"bos": "0" if raw.lower() in ("0", "false", "off") else "1"} if raw else {}
 
 
-def form(api: str) -> Callable[[Lab, ViewState, str], dict[str, Any]]:
+def form(api: str) -> Callable[[Lab, PageQuery, str], dict[str, Any]]:
     """What a page of heads draws whatever its View says: the models its form offers, `api`'s answer for its
     request (the JSON twin) and the texts in its form (a first visit's in the page's language)."""
     return lambda lab, state, lang: {
@@ -125,8 +125,8 @@ def form(api: str) -> Callable[[Lab, ViewState, str], dict[str, Any]]:
     }
 
 
-async def heads_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> HeadsView:
-    p = state.read(HeadsParams)
+async def heads_view(state: HeadsQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> HeadsView:
+    p = state
     typed = state.spelled.get("ablate", "ablate")
     default = {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[ctx["lang"]]}
     req = form_request(state, RolesRequest, default | bos_as_page_reads_it(state))
@@ -224,8 +224,8 @@ class PatchView(View):
     present_url: str | None = None
 
 
-async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> PatchView:
-    p = state.read(PatchParams)
+async def patch_view(state: PatchQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> PatchView:
+    p = state
     req = form_request(state, PatchRequest, bos_as_page_reads_it(state))
     doc = await patch_of(req, lab, progress)
     kind = p.grid
@@ -265,7 +265,7 @@ async def patch_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, A
 
 # Both are heavy work on a real model (a first load took 10-14 s): a browser's navigation gets the page's shell at
 # once, which asks for the page by htmx and shows its progress meanwhile (`deferred`, app/web/page.py).
-page_route(router, "/heads", "heads.html", ROLE_KEYS, HeadsParams, heads_view, form("/api/v1/head_roles"),
+page_route(router, "/heads", "heads.html", ROLE_KEYS, HeadsQuery, heads_view, form("/api/v1/head_roles"),
            deferred=True)  # fmt: skip
-page_route(router, "/patch", "patch.html", PATCH_KEYS, PatchParams, patch_view, form("/api/v1/patch"),
+page_route(router, "/patch", "patch.html", PATCH_KEYS, PatchQuery, patch_view, form("/api/v1/patch"),
            deferred=True)  # fmt: skip

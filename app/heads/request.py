@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from engine.heads import KINDS, METRICS, ROLES
 
-from ..schemas import FieldError
 from ..web.knockouts import Knockouts
 from ..web.sequence import DECODER, InputText, Preset
-from ..web.state import Params, integer, one_of, param, parse_int, show
+from ..web.state import Choice, Digits, PageQuery, digits, refused, show
 
 IDS = Field(None, max_length=4096, description="The text as token ids instead.")
 BOS = Field(True, description="Begin the text with the model's BOS token (when it defines one).")
@@ -79,28 +77,31 @@ class PatchRequest(BaseModel):
 # -- the pages' own view parameters ------------------------------------------------------------------------------
 
 
-def head_cell(key: str, raw: str) -> tuple[int, int]:
+def head_cell(raw: Any) -> tuple[int, int]:
     """`layer.head` (checked against the model's once known)."""
+    if not isinstance(raw, str):
+        return raw
     layer, dot, head = raw.partition(".")
     if not dot:
-        raise FieldError(key, f"must be layer.head, e.g. 3.0; got {show(raw, 30)}")
-    return parse_int(key, layer, 0, None), parse_int(key, head, 0, None)
+        raise refused(f"must be layer.head, e.g. 3.0; got {show(raw, 30)}")
+    return digits(layer, 0), digits(head, 0)
 
 
-@dataclass(frozen=True)
-class HeadsParams(Params):
+HeadCell = Annotated[tuple[int, int], BeforeValidator(head_cell)]
+
+
+class HeadsQuery(PageQuery):
     """/heads's view: the role shown on the grid, the head whose probe weights are drawn (layer.head), the
     pruning curve asked for (`prune=1`), the number of top induction heads knocked out (`knock`)."""
 
-    role: str = param("induction", one_of(ROLES))
-    head: tuple[int, int] | None = param(None, head_cell)
-    knock: int | None = param(None, integer(None))
-    prune: str = param("")
+    role: Choice(ROLES) = "induction"  # type: ignore[valid-type]
+    head: HeadCell | None = None
+    knock: Digits(None) | None = None  # type: ignore[valid-type]
+    prune: str = ""
 
 
-@dataclass(frozen=True)
-class PatchParams(Params):
+class PatchQuery(PageQuery):
     """/patch's view: the grid shown and the chosen cell (layer.position, or layer.head on the head grid)."""
 
-    grid: str = param("resid_pre", one_of((*KINDS, "head")))
-    cell: tuple[int, int] | None = param(None, head_cell)
+    grid: Choice((*KINDS, "head")) = "resid_pre"  # type: ignore[valid-type]
+    cell: HeadCell | None = None

@@ -12,8 +12,8 @@ from fastapi.responses import HTMLResponse, Response
 from ..lab import Lab, get_lab
 from ..schemas import ERRORS, Problem
 from ..web.lessons import BY_SLUG, LESSONS, Lesson, step_url, with_query
-from ..web.page import serve
-from ..web.state import ViewState, show
+from ..web.page import query_of, serve
+from ..web.state import PageQuery, show
 from .view import LessonLink, LessonStep, LessonsView, LessonView
 
 router = APIRouter(include_in_schema=False)
@@ -53,12 +53,15 @@ async def lessons_view(ctx: dict[str, Any]) -> LessonsView:
 
 
 @router.get("/lessons", response_class=HTMLResponse)
-async def lessons_index(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/lessons", ())
+async def lessons_index(
+    request: Request,
+    lab: Annotated[Lab, Depends(get_lab)],
+    state: Annotated[PageQuery, Depends(query_of(PageQuery, "/lessons"))],
+) -> Response:
     return await serve(request, lab, "lessons.html", state, lessons_view, blocks=())
 
 
-async def lesson_view(lesson: Lesson, state: ViewState, ctx: dict[str, Any]) -> LessonView:
+async def lesson_view(lesson: Lesson, state: PageQuery, ctx: dict[str, Any]) -> LessonView:
     """What /lessons/<slug> shows: the steps, each a link into the lab. With hints off (`hints=off`, as in the
     lab) the answers stay hidden, and the steps' links carry the switch into the lab."""
     lang, hints = ctx["lang"], state.hints
@@ -82,7 +85,7 @@ async def lesson_view(lesson: Lesson, state: ViewState, ctx: dict[str, Any]) -> 
 
 @router.get("/lessons/{slug}", response_class=HTMLResponse)
 async def lesson_page(request: Request, slug: str, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, f"/lessons/{slug}", ())
+    state = PageQuery.of(request.query_params, f"/lessons/{slug}")  # its path is the lesson's
     build = functools.partial(lesson_view, lesson_of(slug), state)
     return await serve(request, lab, "lesson.html", state, build, page="lessons", blocks=())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, ClassVar
 from urllib.parse import urlencode
 
@@ -18,40 +18,39 @@ from ..lab import Lab
 from ..schemas import FieldError
 from ..web.knockouts import form_request, head_name, heads_text
 from ..web.page import lab_url, page_route
-from ..web.state import Params, ViewState, integer, one_of, param, within
+from ..web.state import Choice, Digits, PageQuery, within
 from .view import ChosenHead, HeadLink, ModelCompare, ModelView, ModelViewRequest, model_view_of
 
 router = APIRouter(include_in_schema=False)
 KEYS = tuple(ModelViewRequest.model_fields)
 
 
-@dataclass(frozen=True)
-class ModelParams(Params):
+class ModelQuery(PageQuery):
     """/model's view: the statistic drawn, a chosen layer and head (their similar heads marked), a second text
     beside the first. The heads to knock out are the request's `ablate`, which the form writes as `L3 H1, L5 H2`
     (once `3.1, 5.2`, still read), once spelled `heads`."""
 
     ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
 
-    stat: str = param("entropy", one_of(STATS))
-    layer: int | None = param(None, integer(None))
-    head: int | None = param(None, integer(None))
-    compare_text: str = param("")
+    stat: Choice(STATS) = "entropy"  # type: ignore[valid-type]
+    layer: Digits(None) | None = None  # type: ignore[valid-type]
+    head: Digits(None) | None = None  # type: ignore[valid-type]
+    compare_text: str = ""
 
 
 CHANGED = 0.1  # a head's statistic moved by a tenth of its colour scale (ln N for entropy, 1 for the shares)
 
 
-def api_url(state: ViewState, ablate: list[list[int]] | None = None) -> str:
+def api_url(state: ModelQuery, ablate: list[list[int]] | None = None) -> str:
     """/api/v1/model_view for the page's request, the heads knocked out written as the API's JSON pairs."""
     written = json.dumps(ablate, separators=(",", ":")) if ablate else None
     return "/api/v1/model_view?" + state.api_query(ablate=written)
 
 
-async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> ModelView:
+async def model_page_view(state: ModelQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> ModelView:
     """What /model shows for `state`: the page's View."""
     can_knock = knocks(lab, state)
-    p = state.read(ModelParams)
+    p = state
     stat = p.stat
     req = form_request(state, ModelViewRequest)
     try:
@@ -157,12 +156,12 @@ async def model_page_view(state: ViewState, lab: Lab, progress: str, ctx: dict[s
     )
 
 
-def knocks(lab: Lab, state: ViewState) -> bool:
+def knocks(lab: Lab, state: ModelQuery) -> bool:
     """The form offers knocking heads out for a decoder read in one pass."""
     return bool(getattr(lab.models.get(state.get("preset") or "smollm2"), "one_pass_view", False))
 
 
-def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
+def form(lab: Lab, state: ModelQuery, lang: str) -> dict[str, Any]:
     """What /model draws whatever its View says (an error page keeps the form's fields): the models its form offers,
     the API's answer for its request, the heads knocked out as typed."""
     return {
@@ -173,4 +172,4 @@ def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
     }
 
 
-page_route(router, "/model", "model.html", KEYS, ModelParams, model_page_view, form)
+page_route(router, "/model", "model.html", KEYS, ModelQuery, model_page_view, form)

@@ -8,16 +8,19 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
 from ..lab import Lab, get_lab
-from ..web.page import serve
-from ..web.state import ViewState
+from ..web.page import query_of, serve
+from ..web.state import PageQuery
 from .view import ModelsView, models_of
 
 router = APIRouter(include_in_schema=False)
 
 
 @router.get("/models", response_class=HTMLResponse)
-async def models_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/models", ())
+async def models_page(
+    request: Request,
+    lab: Annotated[Lab, Depends(get_lab)],
+    state: Annotated[PageQuery, Depends(query_of(PageQuery, "/models"))],
+) -> Response:
     # What is loaded changes as models load on first use: the page is never served from the page cache.
     shows = ",".join(f"{m.name}:{int(m.loaded)}" for m in lab.models.values())
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
@@ -10,8 +11,8 @@ from fastapi.responses import HTMLResponse, Response
 from engine.params import MODELS
 
 from ..lab import Lab, get_lab
-from ..web.page import serve
-from ..web.state import ViewState
+from ..web.page import query_of, serve
+from ..web.state import PageQuery
 from .view import ParamsQuery, ParamsView, params_view
 
 router = APIRouter(include_in_schema=False)
@@ -19,10 +20,13 @@ KEYS = tuple(ParamsQuery.model_fields)
 
 
 @router.get("/params", response_class=HTMLResponse)
-async def params_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/params", KEYS)
+async def params_page(
+    request: Request,
+    lab: Annotated[Lab, Depends(get_lab)],
+    state: Annotated[PageQuery, Depends(query_of(PageQuery, "/params", KEYS))],
+) -> Response:
     raw = form_values(state)
-    json_url = "/api/v1/params?" + ViewState("/api/v1/params", raw, KEYS, KEYS).api_query()
+    json_url = "/api/v1/params?" + urlencode([(k, raw[k]) for k in KEYS if k in raw])
 
     async def build(ctx: dict[str, Any]) -> ParamsView:
         return params_view(ParamsQuery.model_validate(raw), ctx["t"], json_url)
@@ -31,7 +35,7 @@ async def params_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -
                        values=raw)  # fmt: skip
 
 
-def form_values(state: ViewState) -> dict[str, str]:
+def form_values(state: PageQuery) -> dict[str, str]:
     """The form's fields: GPT-2 small when nothing is given; "custom" means no preset (every field given)."""
     raw = dict(state.params)
     if not any(k in raw for k in KEYS):

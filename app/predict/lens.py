@@ -18,10 +18,10 @@ from pydantic import Field, InstanceOf
 from ..lab import Lab
 from ..render.heatmap import colourise, data_uri
 from ..web.page import page_route
-from ..web.state import ViewState, within
+from ..web.state import within
 from ..web.view import HIDDEN, View
 from .compute import Switched, lens_document, lens_of
-from .request import LENS_KEYS, PREDICT_KEYS, LensParams, LensRequest, api_url, form, read_page, state_of
+from .request import LENS_KEYS, PREDICT_KEYS, LensQuery, LensRequest, api_url, form, read_page, state_of
 from .shown import Candidate, bos_first, candidates, index_of, label, switched_words, twin, with_tokens
 
 router = APIRouter(include_in_schema=False)
@@ -113,19 +113,19 @@ def top_words(top: tuple[Candidate, ...]) -> str:
     return ", ".join(f"{c.token!r} {c.p:.2f}" for c in top)
 
 
-def lens_window(state: ViewState, n: int, chosen: tuple[int, int] | None, first: int = 0) -> tuple[int, int, int]:
+def lens_window(state: LensQuery, n: int, chosen: tuple[int, int] | None, first: int = 0) -> tuple[int, int, int]:
     """The window of columns the page draws: from `start` (a parameter: the number of its first position, 0 …; 0
     takes the BOS before it too, `first` = 1), else the window of the chosen cell, else the first; one past its
     last column, and its size (`LENS_WINDOW`, `LENS_WINDOW_PRESENT` in presenter mode)."""
     size = LENS_WINDOW_PRESENT if state.present else LENS_WINDOW
-    given = state.read(LensParams).start
+    given = state.start
     start = -1 if given is None else within("start", given, 0, n - 1 - first) + (first if given else 0)
     if start < 0:
         start = chosen[1] // size * size if chosen is not None else 0
     return start, min(n, start + size), size
 
 
-def form_fields(state: ViewState, name: str) -> FormFields:
+def form_fields(state: LensQuery, name: str) -> FormFields:
     """The page's state as the hidden fields of a GET form whose control `name` changes one parameter: the fields
     the URL writes before `name` (to go before the control) and those after it, so that the form goes to
     `state.url(name=value)` itself. A form carries a long text once, where a link per cell carried it in each."""
@@ -146,7 +146,7 @@ def overview_png(p_final: np.ndarray, width: int) -> str:
     return data_uri(buf.getvalue())
 
 
-async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) -> LensView:
+async def build_lens(state: LensQuery, lab: Lab, key: str, ctx: dict[str, Any]) -> LensView:
     """What /lens shows for `state` (its JSON face is the page's `.json` twin): every layer and position as data,
     the cells of one window of positions on the page."""
     t = ctx["t"]
@@ -157,7 +157,7 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
     n_layer, n = len(layers), len(doc.tokens)
     first = read.first_top1
     at0 = bos_first(text.model.bos_id, text.seq)  # the column of position 0: the BOS is shown, not numbered
-    cell = state.read(LensParams).cell
+    cell = state.cell
     chosen = None if cell is None else (within("cell", cell[0], 0, n_layer - 1), index_of("cell", cell[1], at0, n))
     start, stop, size = lens_window(state, n, chosen, at0)
     rows = []
@@ -228,4 +228,4 @@ async def build_lens(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) 
     )
 
 
-page_route(router, "/lens", "lens.html", LENS_KEYS, LensParams, build_lens, form, state_of=state_of)
+page_route(router, "/lens", "lens.html", LENS_KEYS, LensQuery, build_lens, form, state_of=state_of)

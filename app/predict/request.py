@@ -8,12 +8,11 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import Request
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from engine.models import Model
 
@@ -23,7 +22,7 @@ from ..schemas import FieldError, LabField, from_query
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
 from ..web.page import Refused
 from ..web.sequence import DECODER, InputText, Preset, decoder
-from ..web.state import Params, ViewState, flag_on, integer, param, parse_int, show
+from ..web.state import Digits, Flag, PageQuery, Q, digits, refused, show
 
 IDS = Field(None, max_length=65_536, description="The text as token ids instead (a view's own limit applies: "
             "MAX_PREDICT_TOKENS, MAX_RANK_TOKENS).")  # fmt: skip
@@ -102,22 +101,23 @@ SWITCH_KEYS = ("ablate", "ablate_mode", "mask_off_layers", "drop_sink_layers")
 LENS_KEYS = ("preset", "text", "token_ids", "bos", *SWITCH_KEYS)
 
 
-def position(key: str, raw: str) -> int:
+def position(raw: Any) -> int:
     """A position's number (the text's tokens count from 0), or `bos` (-1): the BOS, before position 0."""
-    return -1 if raw.strip().lower() == "bos" else parse_int(key, raw, 0, 0, None)
+    return -1 if str(raw).strip().lower() == "bos" else digits(raw, 0)
 
 
-def lens_cell(key: str, raw: str) -> tuple[int, int]:
+def lens_cell(raw: Any) -> tuple[int, int]:
     """`layer.position` (`29.bos`: the BOS; each checked against the lens's layers and positions once they are
     known)."""
+    if not isinstance(raw, str):
+        return raw
     layer, dot, where = raw.partition(".")
     if not dot:
-        raise FieldError(key, f"must be layer.position, e.g. 29.3; got {show(raw, 30)}")
-    return parse_int(key, layer, 0, None), position(key, where)
+        raise refused(f"must be layer.position, e.g. 29.3; got {show(raw, 30)}")
+    return digits(layer, 0), position(where)
 
 
-@dataclass(frozen=True)
-class PredictParams(Params):
+class PredictQuery(PageQuery):
     """/predict's view: the position looked at (default: where a replaced token enters, the largest change, or the
     last), the head ranking asked for (`rank=1`), a second prompt beside the first. `form=1` marks a submitted form
     (an unticked box sends nothing, so there an absent bos/eos means "off"). The form's heads to knock out are
@@ -126,25 +126,26 @@ class PredictParams(Params):
     ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
     FORM: ClassVar[tuple[str, ...]] = ("replace_at", "replace_id", "replace_token")  # the API's `replace`
 
-    pos: int | None = param(None, position)  # -1: the BOS
-    rank: bool = param(False, flag_on)
-    form: str = param("")
-    compare_text: str = param("")
+    pos: Annotated[int, BeforeValidator(position)] | None = None  # -1: the BOS
+    rank: Flag = False
+    form: str = ""
+    compare_text: str = ""
+    replace_at: Digits(0, 1_000_000) | None = None  # type: ignore[valid-type]
+    replace_id: Digits(0, 10_000_000) | None = None  # type: ignore[valid-type]
 
 
-PREDICT_KEYS = ("preset", "text", "token_ids", "bos", "eos", "loss_from", *SWITCH_KEYS, *PredictParams.FORM)
+PREDICT_KEYS = ("preset", "text", "token_ids", "bos", "eos", "loss_from", *SWITCH_KEYS, *PredictQuery.FORM)
 
 
-@dataclass(frozen=True)
-class LensParams(Params):
+class LensQuery(PageQuery):
     """/lens's view: the first position of the window drawn (default: the chosen cell's window, else the first),
     the chosen cell (`layer.position`), and `form=1` as on /predict."""
 
     ALIASES: ClassVar[dict[str, str]] = {"heads": "ablate"}
 
-    start: int | None = param(None, integer(None))
-    cell: tuple[int, int] | None = param(None, lens_cell)
-    form: str = param("")
+    start: Digits(None) | None = None  # type: ignore[valid-type]
+    cell: Annotated[tuple[int, int], BeforeValidator(lens_cell)] | None = None
+    form: str = ""
 
 
 # -- the form's words as the API's fields -------------------------------------------------------------------------
@@ -158,9 +159,9 @@ def parse_flag(name: str, raw: str) -> bool:
     return FLAGS[raw.lower()]
 
 
-def state_of(request: Request, path: str, keys: tuple[str, ...], view: type[Params]) -> ViewState:
-    """The page's view state; a submitted form's unticked boxes become explicit `0`s (and `form` is dropped)."""
-    state = ViewState.of(request.query_params, path, keys, view)
+def state_of(request: Request, path: str, keys: tuple[str, ...], query: type[Q]) -> Q:
+    """The page's query; a submitted form's unticked boxes become explicit `0`s (and `form` is dropped)."""
+    state = query.of(request.query_params, path, keys)
     if "replace_token" in state.params:  # a token's own spaces count (" dog" is not "dog"): kept as typed
         state.params["replace_token"] = request.query_params["replace_token"]
     if state.params.pop("form", None) is not None:
@@ -170,7 +171,7 @@ def state_of(request: Request, path: str, keys: tuple[str, ...], view: type[Para
     return state
 
 
-def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
+def form(lab: Lab, state: PageQuery, lang: str) -> dict[str, Any]:
     """What /predict and /lens draw whatever their View says: the models their form offers (every decoder), and a
     first visit's text in the page's language (the form's `prompt`)."""
     named = state.get("text") or state.get("token_ids")
@@ -188,7 +189,7 @@ def token_of(model: Model, text: str) -> tuple[int, int]:
 
 
 async def request_body(
-    state: ViewState, prompt: Mapping[str, str], lab: Lab, model_cls: type[BaseModel]
+    state: PageQuery, prompt: Mapping[str, str], lab: Lab, model_cls: type[BaseModel]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The API request body of the page's state, and what the page says about how it read it (`replaced_by`: a
     token given by text)."""
@@ -204,18 +205,18 @@ async def request_body(
     said: dict[str, Any] = {}
     if body.get("loss_from"):  # the page's number; the API counts the sequence (the BOS first, when there is one)
         body["loss_from"] += bos_offset(lab, body)
-    if "replace" not in model_cls.model_fields:
+    if "replace" not in model_cls.model_fields or not isinstance(state, PredictQuery):
         return body, said
     at, by_id, by_text = state.get("replace_at"), state.get("replace_id"), state.get("replace_token")
     if not (at or by_id or by_text):
         return body, said
     if not at:
         raise FieldError("replace_at", "give the input position whose token is replaced")
-    where = parse_int("replace_at", at, 0, 0, 1_000_000)
+    where = state.replace_at or 0  # given (`at`), so read
     if by_id and by_text:
         raise FieldError("replace_token", "give the new token by its id or by its text, not both")
     if by_id:
-        token = parse_int("replace_id", by_id, 0, 0, 10_000_000)
+        token = state.replace_id
     elif by_text:
         model = decoder(lab, str(body.get("preset", "smollm2")))
         token, n = await lab.off_loop(model.name if model.name in lab.models else None, token_of, model, by_text)
@@ -235,7 +236,7 @@ def bos_offset(lab: Lab, body: Mapping[str, Any]) -> int:
 
 
 @contextmanager
-def page_fields(state: ViewState) -> Iterator[None]:
+def page_fields(state: PageQuery) -> Iterator[None]:
     """The API's field names as the form's: `ablate` as the user spelled it, `replace` as replace_at/replace_id."""
     try:
         yield
@@ -253,7 +254,7 @@ Req = TypeVar("Req", bound=BaseModel)
 Run = TypeVar("Run")
 
 
-async def read_page(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any], model_cls: type[Req],
+async def read_page(state: PageQuery, lab: Lab, key: str, ctx: dict[str, Any], model_cls: type[Req],
                     compute: Callable[[Req, Lab, str], Awaitable[Run]]
                     ) -> tuple[Req, Run, dict[str, str], dict[str, Any]]:  # fmt: skip
     """What both prediction pages start with: the page's state as the API's request `model_cls` (a first visit's
@@ -283,7 +284,7 @@ def too_long(e: FieldError) -> int | None:
 WINDOW_MARGIN = 8  # tokens kept free of the limit: BOS and EOS, and a text cut mid-word that tokenises a little longer
 
 
-def windows(state: ViewState, req: Any, lab: Lab, room: int, t: Any) -> dict[str, Any]:
+def windows(state: PageQuery, req: Any, lab: Lab, room: int, t: Any) -> dict[str, Any]:
     """Links to the first and the last part of a text too long for the view, each within its limit, and what each
     leaves out: the text cut at token boundaries (decoded, or the ids themselves when the view was given ids)."""
     model = decoder(lab, req.preset)

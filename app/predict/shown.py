@@ -11,7 +11,7 @@ from markupsafe import Markup, escape
 
 from ..schemas import FieldError
 from ..web.knockouts import heads_text
-from ..web.state import ViewState, within
+from ..web.state import PageQuery, within
 from .compute import Switched, Top
 
 SAME = 1e-5  # max |Δ| at or below which a position counts as unchanged (the leakage proof's tolerance)
@@ -95,7 +95,7 @@ def with_tokens(t: Any, key: str, tokens: Mapping[str, str], **values: Any) -> t
     return t(key, **values, **tokens), Markup(html)
 
 
-def twin(state: ViewState) -> str:
+def twin(state: PageQuery) -> str:
     """The page's `.json` twin: the same view as data."""
     path, _, query = state.url().partition("?")
     return f"{path}.json" + (f"?{query}" if query else "")

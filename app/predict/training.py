@@ -22,7 +22,6 @@ from ..lab import Lab
 from ..schemas import FieldError
 from ..web.knockouts import head_name
 from ..web.page import page_route
-from ..web.state import ViewState
 from ..web.view import HIDDEN, View
 from .compute import (
     HeadLoss,
@@ -38,7 +37,7 @@ from .compute import (
 from .request import (
     LENS_KEYS,
     PREDICT_KEYS,
-    PredictParams,
+    PredictQuery,
     PredictRequest,
     RankRequest,
     api_url,
@@ -229,14 +228,14 @@ def verdict(doc: Predicted, changed: list[int], unchanged: list[int], t: Any, fi
     return joined([same, moved, why[0]]), Markup(joined([str(escape(same)), str(escape(moved)), str(why[1])]))
 
 
-def predict_view(doc: Predicted, t: Any, state: ViewState, labels: tuple[str, ...], said: dict[str, Any],
+def predict_view(doc: Predicted, t: Any, state: PredictQuery, labels: tuple[str, ...], said: dict[str, Any],
                  n_layer: int, first: int = 0) -> PredictView:  # fmt: skip
     """The View of an /api/v1/predict answer (`labels`: the training sequence's own labels, for the targets;
     `first`: the column of the text's position 0, 1 after a BOS). `pos` (-1: the BOS) and the numbers shown count
     the text's tokens; the answer's positions, the sequence's."""
     rows = doc.positions
     n = len(rows)
-    chosen_pos = state.read(PredictParams).pos
+    chosen_pos = state.pos
     pos = -1 if chosen_pos is None else index_of("pos", chosen_pos, first, n)
     compare = doc.before is not None
     replaced = doc.replace
@@ -314,14 +313,14 @@ def predict_view(doc: Predicted, t: Any, state: ViewState, labels: tuple[str, ..
     )  # fmt: skip
 
 
-async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any]) -> PredictView:
+async def build_predict(state: PredictQuery, lab: Lab, key: str, ctx: dict[str, Any]) -> PredictView:
     """What /predict shows for `state` (its JSON face is the page's `.json` twin)."""
     t = ctx["t"]
     req, (text, iv, pred), prompt, said = await read_page(state, lab, key, ctx, PredictRequest, predict_of)
     first = bos_first(text.model.bos_id, text.seq)
     view = predict_view(predict_document(text, iv, pred), t, state, text.labels, said, text.model.arch.n_layer, first)
     cost = rank_cost(text.model, view.index + 1, lab.settings.max_rank_cost)
-    p = state.read(PredictParams)
+    p = state
     second = await second_prompt(req, state, lab, key, t) if p.compare_text else None
     ranking, ranking_error = None, None
     if p.rank and not cost.allowed:
@@ -351,9 +350,9 @@ async def build_predict(state: ViewState, lab: Lab, key: str, ctx: dict[str, Any
     )
 
 
-async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: str, t: Any) -> SecondPrompt:
+async def second_prompt(req: PredictRequest, state: PredictQuery, lab: Lab, key: str, t: Any) -> SecondPrompt:
     """The second prompt's table under the same switches, each position compared with the first text's."""
-    second = state.read(PredictParams).compare_text
+    second = state.compare_text
     text_a, text_b, pair = await pair_of(req, second, lab, key)
     run, ids, labels = pair.b, list(text_b.seq), list(text_b.labels)
     first = bos_first(text_b.model.bos_id, text_b.seq)
@@ -386,7 +385,7 @@ async def second_prompt(req: PredictRequest, state: ViewState, lab: Lab, key: st
                         verdict)  # fmt: skip
 
 
-def lens_link(state: ViewState) -> str:
+def lens_link(state: PredictQuery) -> str:
     params = {k: state.get(k) for k in (*LENS_KEYS, "lang") if state.get(k)}
     return "/lens?" + urlencode(params) if params else "/lens"
 
@@ -404,7 +403,7 @@ def cost_words(cost: RankCost, index: int, first: int, t: Any, done: bool = Fals
     return t("predict.rank.too_costly", **n, last=label(cost.max_tokens - 1, first))
 
 
-async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, state: ViewState, t: Any) -> Ranking:
+async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, state: PredictQuery, t: Any) -> Ranking:
     """Every head ranked by its effect on the chosen prediction: the text as written, no switches."""
     target = text.seq[pos + 1]
     rq = RankRequest(preset=req.preset, text=req.text, token_ids=req.token_ids, bos=req.bos, position=pos,
@@ -425,4 +424,4 @@ async def rank(req: PredictRequest, text: Any, pos: int, lab: Lab, key: str, sta
                    html)  # fmt: skip
 
 
-page_route(router, "/predict", "predict.html", PREDICT_KEYS, PredictParams, build_predict, form, state_of=state_of)
+page_route(router, "/predict", "predict.html", PREDICT_KEYS, PredictQuery, build_predict, form, state_of=state_of)

@@ -22,8 +22,8 @@ from ..render.charts import Series, line_chart
 from ..render.heatmap import data_uri, png
 from ..schemas import FieldError
 from ..web.origin import foreign
-from ..web.page import serve
-from ..web.state import Common, Params, ViewState, integer, param
+from ..web.page import query_of, serve
+from ..web.state import SHARED, Digits, PageQuery
 from ..web.view import HIDDEN, View
 from .api import TrainIn, busy, runs_of, start_run
 from .runs import Busy, Job
@@ -32,14 +32,13 @@ router = APIRouter(include_in_schema=False)
 CURVE_POINTS = 200  # the training loss drawn as at most this many points (every step stays in the JSON)
 
 
-@dataclass(frozen=True)
-class TrainParams(Params):
+class TrainQuery(PageQuery):
     """/train's view: the run shown, a second run beside it (the mask-off cheat), the snapshot whose heads are
     drawn (its index; the last by default)."""
 
-    run: str = param("")
-    compare: str = param("")
-    snap: int | None = param(None, integer(0))
+    run: str = ""
+    compare: str = ""
+    snap: Digits(0) | None = None  # type: ignore[valid-type]
 
 
 @dataclass(frozen=True)
@@ -192,9 +191,12 @@ async def find(request: Request, key: str, run_id: str) -> Job | None:
 
 
 @router.get("/train", response_class=HTMLResponse)
-async def train_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/train", (), TrainParams)
-    p = state.read(TrainParams)
+async def train_page(
+    request: Request,
+    lab: Annotated[Lab, Depends(get_lab)],
+    state: Annotated[TrainQuery, Depends(query_of(TrainQuery, "/train"))],
+) -> Response:
+    p = state
     chosen = [await resolved(request, run_id) for run_id in (p.run, p.compare)]
     jobs = [j for j in chosen if j is not None]
     shows = "|".join(f"{j.id}:{len(j.events)}:{j.status}:{bool(j.run.params)}:{j.preset}" for j in jobs)
@@ -204,9 +206,9 @@ async def train_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     return await serve(request, lab, "train.html", state, build, json_url=json_url, shows=shows, blocks=("live",))
 
 
-async def train_view(request: Request, state: ViewState, ctx: dict[str, Any]) -> TrainView:
+async def train_view(request: Request, state: TrainQuery, ctx: dict[str, Any]) -> TrainView:
     t = ctx["t"]
-    p = state.read(TrainParams)
+    p = state
     shown = await find(request, "run", p.run)
     compared = await find(request, "compare", p.compare)
     a = panel(shown, p.snap, t, ctx["lang"]) if shown else None
@@ -238,6 +240,6 @@ async def train_form(request: Request) -> Response:
         raise FieldError(str(e.errors()[0]["loc"][0]), e.errors()[0]["msg"]) from None
     except Busy as e:
         return busy(e)
-    carry = "".join(f"&{k}={quote(form[k])}" for k in Common.names() if form.get(k))  # presenter mode, the lesson
+    carry = "".join(f"&{k}={quote(form[k])}" for k in SHARED if form.get(k))  # presenter mode, the lesson
     url = f"/train?run={first.id}" + (f"&compare={second.id}" if second else "") + carry + f"&lang={lang}"
     return RedirectResponse(url, status_code=303)

@@ -18,7 +18,7 @@ from ..render.arrays import Traced
 from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_json, to_npz
 from ..schemas import FieldError, Selection, from_query, query_parameters
 from .cache import cached_get
-from .state import Params, show
+from .state import PageQuery, show
 from .view import subclasses
 
 M = TypeVar("M", bound=BaseModel)
@@ -65,8 +65,8 @@ def twins(
 def view_keys(app: Starlette) -> frozenset[str]:
     """Every query key some page or API operation of `app` reads, from what they declare (computed once per app):
     each route's query parameters (FastAPI's, a query model's fields, the twins' query documented from their
-    request models), each page's own parameters, their older spellings and form words (every `Params`: `Common`
-    and each page's; a page's request fields are an operation's) and `lang`."""
+    request models), each page's own parameters, their older spellings and form words (every `PageQuery`: the
+    common one and each page's; a page's request fields are an operation's) and `lang`."""
     known: frozenset[str] | None = getattr(app.state, "view_keys", None)
     if known is None:
         keys = {"lang"}
@@ -86,8 +86,9 @@ def view_keys(app: Starlette) -> frozenset[str]:
                         keys.update(f.alias or n for n, f in shape.model_fields.items())
                     else:
                         keys.add(param.alias)
-        for params in subclasses(Params):  # (Params itself declares no key)
-            keys |= params.keys()
+        queries: list[type[PageQuery]] = [PageQuery, *subclasses(PageQuery)]
+        for query in queries:
+            keys |= query.keys()
         known = app.state.view_keys = frozenset(keys)
     return known
 

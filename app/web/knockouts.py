@@ -15,7 +15,7 @@ from engine import predict as P
 from engine.models.families import Model
 
 from ..schemas import FieldError, LabField, from_query
-from .state import ViewState, parse_heads
+from .state import PageQuery, parse_heads
 
 LAYERS = 'A list of layers (0 is the first), or "all".'
 
@@ -117,7 +117,7 @@ def form_ablate(raw: str, name: str = "ablate") -> list[list[int]]:
 Req = TypeVar("Req", bound=BaseModel)
 
 
-def form_request(state: ViewState, model: type[Req], given: Mapping[str, str] | None = None) -> Req:
+def form_request(state: PageQuery, model: type[Req], given: Mapping[str, str] | None = None) -> Req:
     """The page's state as the API's request `model`: the query's fields (`given` over them), the heads to knock
     out as the form writes them (`form_ablate`, an error naming the key typed)."""
     raw = state.get("ablate")

@@ -23,7 +23,7 @@ from markupsafe import escape
 
 from ..templating import TEMPLATES
 from .i18n import translator
-from .state import ViewState
+from .state import PageQuery
 
 STATIC = Path(__file__).resolve().parent.parent.parent / "static"
 _ids = itertools.count(1)
@@ -66,7 +66,7 @@ def render_views(views: Sequence[Any], lang: str = "en", title: str = "") -> str
     template = TEMPLATES.env.get_template("notebook.html")
     return template.render(
         views=panels, uid=uid, css=scoped_css(), title=title, lang=lang, t=translator(lang),
-        state=ViewState("/", {}, (), ()), svg_base=None,
+        state=PageQuery.of({}, "/"), svg_base=None,
     )  # fmt: skip
 
 
@@ -79,7 +79,7 @@ def render(view: Any, lang: str = "en") -> str:
     template = TEMPLATES.env.get_template(view.template)
     block = "stage" if "stage" in template.blocks else "main"
     ctx = {
-        "t": translator(lang), "lang": lang, "langs": (), "lang_urls": {}, "state": ViewState("/", {}, (), ()),
+        "t": translator(lang), "lang": lang, "langs": (), "lang_urls": {}, "state": PageQuery.of({}, "/"),
         "error": None, "status": 200, "fragment": True, "hide": set(), "present": False, "embed": False,
         "models": {}, "presets": [], "svg_base": None, "json_url": None, "page": view.kind, "request": None,
     } | {k: unlinked(v) for k, v in view.context().items()}  # fmt: skip

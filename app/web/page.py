@@ -39,14 +39,14 @@ from . import lessons
 from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
 from .i18n import LANGS, error_message, negotiate, translator
 from .knockouts import form_ablate, heads_text
-from .state import Params, ViewState, show, within
+from .state import PageQuery, Q, show, within
 from .view import View
 
 VARY = "HX-Request, Accept-Language, Accept"
 
 Build = Callable[[dict[str, Any]], Awaitable["View | None"]]
-PageView = Callable[[ViewState, Lab, str, dict[str, Any]], Awaitable[View]]  # (state, lab, progress key, ctx)
-StateOf = Callable[[Request, str, tuple[str, ...], type[Params]], ViewState]
+PageView = Callable[[Any, Lab, str, dict[str, Any]], Awaitable[View]]  # (query, lab, progress key, ctx)
+StateOf = Callable[[Request, str, tuple[str, ...], Any], PageQuery]
 
 
 class Refused(SpecError):
@@ -123,21 +123,20 @@ def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
         ctx["retry_after"] = exc.retry_after  # sent as Retry-After too, as the API's 503 is
 
 
-def lesson_panel(state: ViewState, lang: str) -> lessons.Panel | None:
+def lesson_panel(state: PageQuery, lang: str) -> lessons.Panel | None:
     """The lesson step the URL names (`lesson=slug&lesson_step=k`, as the lessons' step links write it), shown with
     the page — the lab places it beside the stage, any other page above itself — so a class following the teacher
     keeps the question in view and the teacher's remote finds the step. Hints off (presenter mode's switch) leave
     the answer out, of the page and of its JSON face. An unknown lesson or step is the request's error."""
-    common = state.common
-    if not common.lesson:
+    if not state.lesson:
         return None
-    lesson = lessons.BY_SLUG.get(common.lesson)
+    lesson = lessons.BY_SLUG.get(state.lesson)
     if lesson is None:  # said once, bounded, and dropped from the page's links and forms
         typed = state.spelled.get("lesson", "lesson")
         state.params.pop("lesson", None)
         state.params.pop("lesson_step", None)
-        raise FieldError(typed, f"no lesson {show(common.lesson, 30)}; see /lessons")
-    k = within(state.spelled.get("lesson_step", "lesson_step"), common.lesson_step or 1, 1, len(lesson.steps))
+        raise FieldError(typed, f"no lesson {show(state.lesson, 30)}; see /lessons")
+    k = within(state.spelled.get("lesson_step", "lesson_step"), state.lesson_step or 1, 1, len(lesson.steps))
     carry = {name: state.params[name] for name in ("present", "hints") if state.params.get(name)}
     panel = lessons.panel(lesson.slug, k, lang, carry)
     if panel is None:
@@ -145,10 +144,10 @@ def lesson_panel(state: ViewState, lang: str) -> lessons.Panel | None:
     knocked = differing_knockouts(lesson.steps[k - 1].url, state)
     if knocked is not None:
         panel = dataclasses.replace(panel, knocked=knocked, own_url=lessons.step_url(lesson, k, lang, carry))
-    return panel if common.hints else dataclasses.replace(panel, answer=None)
+    return panel if state.hints else dataclasses.replace(panel, answer=None)
 
 
-def differing_knockouts(step: str, state: ViewState) -> tuple[str, str] | None:
+def differing_knockouts(step: str, state: PageQuery) -> tuple[str, str] | None:
     """The step's knocked-out heads and the page's ("L1 H0, L2 H3"; "" for none), when the page is the step's page
     and they differ: the step's text speaks of its own heads, the page shows others (#32). None when they agree, or
     when either cannot be read (the page says its own error)."""
@@ -170,7 +169,7 @@ async def serve(
     request: Request,
     lab: Lab,
     template: str,
-    state: ViewState,
+    state: PageQuery,
     build: Build,
     *,
     page: str | None = None,
@@ -221,6 +220,7 @@ async def serve(
         fragment = is_fragment(request) and bool(blocks)
         ctx = refused or base(fragment)  # `refused`: a shell's context whose lesson was refused (nothing to build)
         if as_json:  # errors are the API's: the exception handlers answer with the field named
+            state.check()
             ctx["lesson_panel"] = lesson_panel(state, lang)
             view = await build(ctx)
             if view is None:
@@ -231,6 +231,7 @@ async def serve(
         view = None
         with inline_errors(ctx, t):
             if refused is None:
+                state.check()
                 ctx["lesson_panel"] = lesson_panel(state, lang)
                 view = await build(ctx)
             if view is not None:
@@ -259,6 +260,7 @@ async def serve(
             return found
         ctx = base(False)
         with inline_errors(ctx, t):
+            state.check()
             ctx["lesson_panel"] = lesson_panel(state, lang)
         if ctx["error"]:  # a refused lesson: the page says so at once (nothing is computed)
             return await compute(ctx)
@@ -303,7 +305,7 @@ def not_found(request: Request) -> Response | None:
     return TEMPLATES.TemplateResponse(request, "not_found.html", ctx, status_code=404, headers={"Vary": VARY})
 
 
-def shell(request: Request, ctx: dict[str, Any], state: ViewState, lang: str) -> Response:
+def shell(request: Request, ctx: dict[str, Any], state: PageQuery, lang: str) -> Response:
     """A deferred page's shell (templates/_deferred.html): the page's header, lesson and title, a "computing"
     status, and htmx asking for the page at its own URL as soon as the shell is loaded (so its progress key is the
     page's, which the corner's box polls); the link for a browser without script adds `wait=1`. Never stored."""
@@ -313,9 +315,18 @@ def shell(request: Request, ctx: dict[str, Any], state: ViewState, lang: str) ->
     return TEMPLATES.TemplateResponse(request, "_deferred.html", ctx, headers={"Vary": VARY})
 
 
-def of_query(request: Request, path: str, keys: tuple[str, ...], params: type[Params]) -> ViewState:
-    """A page's state read from its query alone (a page_route's, unless it reads more of the request)."""
-    return ViewState.of(request.query_params, path, keys, params)
+def query_of(model: type[Q], path: str, keys: tuple[str, ...] = ()) -> Callable[[Request], Q]:
+    """A FastAPI dependency: the page's query `model` read from the URL once (its errors raised in the page)."""
+
+    def query(request: Request) -> Q:
+        return model.of(request.query_params, path, keys)
+
+    return query
+
+
+def of_query(request: Request, path: str, keys: tuple[str, ...], query: type[Q]) -> Q:
+    """A page's query read from the URL alone (a page_route's, unless it reads more of the request)."""
+    return query.of(request.query_params, path, keys)
 
 
 def page_route(
@@ -323,25 +334,28 @@ def page_route(
     path: str,
     template: str,
     keys: tuple[str, ...],
-    params: type[Params],
+    model: type[PageQuery],
     view: PageView,
-    form: Callable[[Lab, ViewState, str], dict[str, Any]],
+    form: Callable[[Lab, Any, str], dict[str, Any]],
     blocks: tuple[str, ...] = (),
     state_of: StateOf = of_query,
     deferred: bool = False,
 ) -> None:
-    """The page at `path`, named `<template>_page`: its state (`state_of` the request, the page's request `keys`
-    and own `params`), its View built by `view(state, lab, progress key, ctx)`, the `blocks` an htmx request swaps
+    """The page at `path`, named `<template>_page`: its query (`state_of` the request, the page's request `keys`
+    and its query `model`: a FastAPI dependency), its View built by `view(state, lab, progress key, ctx)`, the `blocks` an htmx request swaps
     (none: the whole page). `form(lab, state, lang)` is what the page draws whatever its View says, even a refusal
     (an unknown lesson, a field out of range): its form's choices (`models`, `presets`) and its JSON twin
     (`json_url`), given to `serve` before anything can fail. A `deferred` page (heavy work) answers a browser's
     navigation with its shell at once and its View by htmx (`serve`); it draws its own presenter-mode switch."""
     assert not (deferred and blocks), "a deferred page swaps its whole <main>, not blocks"
 
-    async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-        state = state_of(request, path, keys, params)
+    def query(request: Request) -> PageQuery:  # the page's query model, validated once (errors raised in the page)
+        return state_of(request, path, keys, model)
+
+    async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)], state: PageQuery) -> Response:
         build = functools.partial(view, state, lab, request_key(request))
         return await serve(request, lab, template, state, build, blocks=blocks, deferred=deferred,
                            **form(lab, state, language(request)))  # fmt: skip
 
+    route.__annotations__["state"] = Annotated[model, Depends(query)]  # a local: no name for the annotation's text
     router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)

@@ -1,24 +1,26 @@
-"""One parser for the view parameters that are not request fields: `stage`, `head`, `cell`, `tile`, `step` and
-the integer knobs of the image and window routes.
+"""A page's query as a pydantic model (`PageQuery`: what every page shares, each page's own fields in its
+subclass), and the parsers of the view parameters that are not request fields (`stage`, `head`, `cell`, `tile` and
+the integer knobs of the image and window routes), as pydantic validators (`Digits`, `Stage`, `Choice`, …).
 
 Every integer is ASCII digits only (`²`, `٣` and `1_1` are refused, though Python's `int()` would take some of
-them), range-checked, and reported as a `FieldError` naming its parameter: a 422 in the API, an inline error on
-a page. Nothing here knows about HTTP beyond a mapping of query parameters.
+them), range-checked, and reported naming the key the user typed: a 422 in the API, an inline error on a page, in
+the English words the catalogues translate. Nothing here knows about HTTP beyond a mapping of query parameters.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, TypeVar
 from urllib.parse import urlencode
 
-from pydantic import BaseModel
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError
+from pydantic_core import PydanticCustomError
 
 from engine.spec import PRESETS
 
-from ..schemas import ASCII_INT, BlockRequest, FieldError, head_within, request_fields
+from ..schemas import ASCII_INT, BlockRequest, FieldError, from_query, head_within, request_fields
 
 
 def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, hi: int | None = None) -> int:
@@ -63,33 +65,13 @@ class Cell:
 CELL = re.compile(r"([a-z_]{1,32})\.([0-9]{1,9})\.([0-9]{1,9})\.([0-9]{1,9})")  # tensor.head.row.col
 
 
-def parse_cell(raw: str | None) -> Cell | None:
-    text = (raw or "").strip()
-    if not text:
-        return None
-    if (m := CELL.fullmatch(text)) is None:
-        raise FieldError(
-            "cell", f"must be tensor.head.row.col with 0-based indices, e.g. weights.0.2.1; got {show(text)}"
-        )
-    return Cell(m[1], int(m[2]), int(m[3]), int(m[4]))
-
-
-def parse_tile(raw: str | None) -> tuple[int, int]:
-    """The top-left corner `row,col` of the tile inspector (each clamped by the caller to the matrix)."""
-    text = (raw or "").strip()
-    if not text:
-        return 0, 0
-    r, _, c = text.partition(",")
-    return parse_int("tile", r, 0, 0), parse_int("tile", c, 0, 0)
-
-
 def show(text: str, limit: int = 40) -> str:
     """A bounded, printable echo of a bad value."""
     shown = text if len(text) <= limit else text[:limit] + "…"
     return ascii(shown) if not shown.isprintable() else repr(shown)
 
 
-# --- The view state: the URL query of a page, normalised once ------------------------------------------------
+# --- The request fields a page's URL carries --------------------------------------------------------------------
 
 # A field that only one choice of another field uses; left over from another choice, the page drops it. Derived
 # from the request models' field metadata (app/schemas/fields.py `LabField`): nothing to edit here.
@@ -125,247 +107,13 @@ EXAMPLES = {"en": "cat sat on the mat", "zh": " ".join(PRESETS["toy"].tokens)}
 API_EXAMPLE = EXAMPLES["zh"]
 
 
-class ViewState:
-    """A page's query parameters, normalised, and URLs for every change of them.
-
-    `api_keys` are the request fields (they make the JSON twin's query); `page_keys` add the page's own view
-    parameters (its `Params`: stage, head, cell, …), those every page shares (`Common`: presenter mode, hints, the
-    lesson beside it) and `lang`. Unknown parameters are dropped; a declared alias (an older spelling) is read as
-    the key it stands for, and URLs are written with the key itself. `spelled` remembers the key the user typed,
-    so an error names it.
-    """
-
-    def __init__(self, path: str, params: dict[str, str], api_keys: tuple[str, ...], page_keys: tuple[str, ...],
-                 view: type[Params] | None = None, spelled: dict[str, str] | None = None):  # fmt: skip
-        self.path = path
-        self.api_keys = api_keys
-        self.page_keys = page_keys
-        self.params = drop_unused(params)
-        self.view_type = view
-        self.spelled = spelled or {}
-        self._encoded: dict[tuple[str, str], str] = {}
-        self._read: dict[type[Params], Params] = {}
-        # The toy's example the page shows when its URL names no tokens (`lab_state`): the page computes it (and its
-        # links to the API name it), its links leave it unnamed (another language shows its own), and what leaves
-        # the page for other screens (the students' QR code, the address a class follows: `pinned`) names it.
-        self.example: str | None = None
-
-    @classmethod
-    def of(cls, query: Mapping[str, str], path: str, api_keys: tuple[str, ...],
-           view: type[Params] | None = None) -> ViewState:  # fmt: skip
-        """The state of `query` for a page whose request fields are `api_keys` and whose own parameters `view`."""
-        own = view.names() if view is not None else ()
-        page_keys = (*api_keys, *own, *(k for k in Common.names() if k not in own), "lang")
-        aliases = {**Common.ALIASES, **(view.ALIASES if view is not None else {})}
-        params, spelled = {}, {}
-        for key in page_keys:
-            for name in (key, *(a for a, k in aliases.items() if k == key)):
-                value = query.get(name, "").strip()
-                if value:
-                    params[key] = value
-                    if name != key:
-                        spelled[key] = name
-                    break
-        return cls(path, params, api_keys, page_keys, view, spelled)
-
-    def read(self, params: type[P]) -> P:
-        """The page's parameters of type `params`, read from the URL once (an error names the key typed)."""
-        if (done := self._read.get(params)) is None:
-            done = self._read[params] = params.read(self)
-        return done  # type: ignore[return-value]
-
-    @property
-    def view(self) -> Params:
-        """The page's own parameters (its `Params`), read once."""
-        assert self.view_type is not None, "this page declares no parameters of its own"
-        return self.read(self.view_type)
-
-    @property
-    def common(self) -> Common:
-        """What every page's URL may carry besides its own fields, read once."""
-        return self.read(Common)
-
-    @property
-    def present(self) -> bool:
-        """Presenter mode: a layout of the whole page for a projector, kept by every link."""
-        return self.params.get("present") == "1"
-
-    @property
-    def hints(self) -> bool:
-        """What to notice and a lesson's answer are shown (`hints=off` keeps them hidden until the teacher asks)."""
-        return self.params.get("hints") != "off"
-
-    def get(self, key: str, default: str = "") -> str:
-        return self.params.get(key, default)
-
-    def _encode(self, pairs: list[tuple[str, str]]) -> str:
-        """urlencode(pairs), each pair encoded once per state: a page of a long text writes dozens of links, each
-        carrying the whole text, and percent-encoding it again for each one cost more than drawing the page."""
-        out = []
-        for pair in pairs:
-            if (done := self._encoded.get(pair)) is None:
-                done = self._encoded[pair] = urlencode((pair,))
-            out.append(done)
-        return "&".join(out)
-
-    def url(self, **changes: object) -> str:
-        p = changed(self.params, changes)
-        ordered = [(k, p[k]) for k in self.page_keys if k in p]
-        return f"{self.path}?{self._encode(ordered)}" if ordered else self.path
-
-    def api_query(self, **changes: object) -> str:
-        """The JSON twin's query, with some fields changed or added (None drops one): each field once."""
-        p = changed(self.api_params(), changes)
-        order = (*self.api_keys, *(k for k in changes if k not in self.api_keys))
-        return self._encode([(k, p[k]) for k in order if k in p])
-
-    def api_params(self) -> dict[str, str]:
-        """The request the page computes: its fields, and the example it shows when it names no tokens (the API's
-        own default is the Chinese one: named when it is another)."""
-        p = {k: self.params[k] for k in self.api_keys if k in self.params}
-        if self.example is not None and self.example != API_EXAMPLE and "tokens" not in p:
-            p = {"tokens": self.example, **p}
-        return p
-
-    def pinned(self, **changes: object) -> str:
-        """`url(**changes)` naming the example the page shows, for a screen in another language (a student's phone,
-        a class's followers): the same numbers there."""
-        if self.example is not None and "tokens" not in self.params and "tokens" not in changes:
-            changes = {"tokens": self.example, **changes}
-        return self.url(**changes)
-
-
-def lab_state(
-    query: Mapping[str, str],
-    path: str,
-    api_keys: tuple[str, ...],
-    view: type[Params] | None,
-    models: Mapping[str, object] | None = None,
-    lang: str | None = None,
-) -> ViewState:
-    """The state of a lab-like page (lab, embed, block, decode). The form keeps its fields when the preset
-    changes, so the sequence is carried across: `tokens` for built-in presets, `text` for pretrained models. The
-    toy with no tokens shows the example of the page's language `lang` (`ViewState.example`)."""
-    state = ViewState.of(query, path, api_keys, view)
-    params = state.params
-    if params.get("preset") in (models or {}):
-        if "token_ids" in params:  # ids typed into the form replace the text beside them
-            params.pop("text", None)
-        if "tokens" in params and "text" not in params and "token_ids" not in params:
-            params["text"] = params.pop("tokens")
-        for k in ("tokens", "d_model", "n_heads"):
-            params.pop(k, None)
-    else:
-        for k in ("layer", "token_ids"):
-            params.pop(k, None)
-        if "text" in params and "tokens" not in params:
-            params["tokens"] = params.pop("text")
-        params.pop("text", None)
-        if lang in EXAMPLES and "tokens" not in params and params.get("preset", "toy") == "toy":
-            state.example = EXAMPLES[lang]
-    return state
-
-
-# --- A page's own parameters, typed --------------------------------------------------------------------------
-
-P = TypeVar("P", bound="Params")
-Reader = Callable[[str, str], Any]  # (the key as typed, its non-empty text) -> the value, or a FieldError naming it
-
-
-def param(default: Any = None, read: Reader | None = None) -> Any:
-    """A field of a `Params` dataclass: its value when the URL leaves it out, and how its text is read (kept as
-    text when `read` is None)."""
-    return field(default=default, metadata={"read": read})
-
-
-@dataclass(frozen=True)
-class Params:
-    """A page's own view parameters: a frozen dataclass whose fields are the URL's keys (in the order its links
-    write them), each read once from the text (`param(default, read)`). `ALIASES` maps an older or another page's
-    spelling to a key; an error names the key the user typed. `FORM` names the request fields the page's form
-    writes in words of its own (/predict's `replace` as `replace_at`, `replace_id`, `replace_token`): with the
-    names, the aliases and every API operation's parameters, they are the keys some view of the lab reads
-    (`app/web/answer.py` `view_keys`)."""
-
-    ALIASES: ClassVar[dict[str, str]] = {}
-    FORM: ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def keys(cls) -> frozenset[str]:
-        """Every key this page's URL may spell a parameter of its own with: its names, aliases and form words."""
-        return frozenset({*cls.names(), *cls.ALIASES, *cls.FORM})
-
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
-
-    @classmethod
-    def read(cls: type[P], state: ViewState) -> P:
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = state.params.get(f.name, "")
-            reader = f.metadata.get("read")
-            if raw == "" or reader is None:
-                values[f.name] = raw if raw != "" else f.default
-                continue
-            typed = state.spelled.get(f.name, f.name)
-            try:
-                values[f.name] = reader(typed, raw)
-            except FieldError as e:
-                raise FieldError(typed if e.field == f.name else e.field, e.message) from None
-        return cls(**values)
-
-
-def integer(lo: int | None = 0, hi: int | None = None) -> Reader:
-    """An integer written with the digits 0-9, in [lo, hi]."""
-    return lambda key, raw: parse_int(key, raw, 0, lo, hi)
-
-
-def stage_of(order: Sequence[str]) -> Reader:
-    return lambda key, raw: parse_stage(raw, order)
-
-
-def one_of(choices: Sequence[str]) -> Reader:
-    """One of `choices`, written as it is."""
-
-    def read(key: str, raw: str) -> str:
-        if raw not in choices:
-            raise FieldError(key, f"one of {', '.join(choices)}")
-        return raw
-
-    return read
-
-
-def flag_on(key: str, raw: str) -> bool:
-    return raw == "1"
-
-
-def unless_off(key: str, raw: str) -> bool:
-    return raw != "off"
-
-
-@dataclass(frozen=True)
-class Common(Params):
-    """What any page's URL may carry besides its own fields: presenter mode (`present=1`), hints (`hints=off` hides
-    what to notice and a lesson's answer) and a lesson step beside the page (`lesson=slug&lesson_step=k`)."""
-
-    present: bool = param(False, flag_on)
-    hints: bool = param(True, unless_off)
-    lesson: str = param("")
-    lesson_step: int | None = param(None, integer(1))
-
-
 def within(name: str, value: int, lo: int | None, hi: int | None) -> int:
     """`value` in [lo, hi] (either bound may be None), or a FieldError naming `name` and the bounds: the one range
     check of `parse_int`, and of the bounds a page knows only once it has computed (a trace's heads, a
     generation's steps)."""
-    if (lo is None or value >= lo) and (hi is None or value <= hi):
-        return value
-    if lo is not None and hi is not None:
-        if hi < lo:
-            raise FieldError(name, f"has no valid value here, got {value}")
-        raise FieldError(name, f"must be between {lo} and {hi}, got {value}")
-    raise FieldError(name, f"must be at least {lo}, got {value}" if lo is not None else f"must be at most {hi}")
+    if (said := bounds_message(value, lo, hi)) is not None:
+        raise FieldError(name, said)
+    return value
 
 
 HEAD = re.compile(r"([0-9]{1,5})[.:]([0-9]{1,5})")  # 1:0, and 1.0 as links and forms once wrote it
@@ -385,3 +133,260 @@ def parse_heads(raw: str, name: str = "heads") -> list[list[int]]:
     if len(out) > 4096:
         raise FieldError(name, f"at most 4096 heads, got {len(out)}")
     return out
+
+
+# --- A page's query, a pydantic model ------------------------------------------------------------------------
+
+
+def refused(message: str) -> PydanticCustomError:
+    """A field's refusal in the English words the catalogues translate (locales/errors.json), its loc the key typed."""
+    return PydanticCustomError("value_error", message)
+
+
+def bounds_message(value: int, lo: int | None, hi: int | None) -> str | None:
+    """What `within` says of `value` outside [lo, hi]; None inside."""
+    if (lo is None or value >= lo) and (hi is None or value <= hi):
+        return None
+    if lo is not None and hi is not None:
+        return f"has no valid value here, got {value}" if hi < lo else f"must be between {lo} and {hi}, got {value}"
+    return f"must be at least {lo}, got {value}" if lo is not None else f"must be at most {hi}"
+
+
+def Digits(lo: int | None = 0, hi: int | None = None) -> Any:
+    """An integer written with the digits 0-9 (`²` and `١` refused, as `int()` would take them), in [lo, hi]."""
+
+    return Annotated[int, BeforeValidator(lambda raw: digits(raw, lo, hi))]
+
+
+def digits(raw: Any, lo: int | None = 0, hi: int | None = None) -> int:
+    """`raw` as an integer written with the digits 0-9, in [lo, hi], or a field's refusal in `parse_int`'s words."""
+    try:
+        return within("", raw, lo, hi) if type(raw) is int else parse_int("", str(raw), 0, lo, hi)
+    except FieldError as e:
+        raise refused(e.message) from None
+
+
+def Stage(order: Sequence[str]) -> Any:
+    """A stage by key or by its 1-based place in `order`."""
+
+    def read(raw: Any) -> str:
+        try:
+            return parse_stage(str(raw), order)
+        except FieldError as e:
+            raise refused(e.message) from None
+
+    return Annotated[str, BeforeValidator(read)]
+
+
+def Choice(choices: Sequence[str]) -> Any:
+    """One of `choices`, written as it is."""
+
+    def read(raw: Any) -> str:
+        if raw not in choices:
+            raise refused(f"one of {', '.join(choices)}")
+        return str(raw)
+
+    return Annotated[str, BeforeValidator(read)]
+
+
+def _cell(raw: Any) -> Cell | None:
+    """`tensor.head.row.col`, every index 0-based."""
+    if not isinstance(raw, str):
+        return raw
+    if (m := CELL.fullmatch(raw)) is None:
+        raise refused(f"must be tensor.head.row.col with 0-based indices, e.g. weights.0.2.1; got {show(raw)}")
+    return Cell(m[1], int(m[2]), int(m[3]), int(m[4]))
+
+
+def _tile(raw: Any) -> tuple[int, int]:
+    """The top-left corner `row,col` of the tile inspector (each clamped by the caller to the matrix)."""
+    if not isinstance(raw, str):
+        return tuple(raw)
+    r, _, c = raw.partition(",")
+    return digits(r or "0"), digits(c or "0")
+
+
+CellField = Annotated[Cell | None, BeforeValidator(_cell)]
+TileField = Annotated[tuple[int, int], BeforeValidator(_tile)]
+Flag = Annotated[bool, BeforeValidator(lambda raw: raw is True or raw == "1")]  # `present=1`
+Unless = Annotated[bool, BeforeValidator(lambda raw: raw is not False and raw != "off")]  # `hints=off`
+
+
+class PageQuery(BaseModel):
+    """A page's URL query as a pydantic model: what every page shares (presenter mode, hints, a lesson step beside
+    the page, the language), each page's own fields added by its subclass (older spellings as pydantic aliases,
+    `Field(validation_alias=AliasChoices(key, old))`), and the request fields it carries as their text (`API_KEYS`,
+    made into the request by its model, once). `of` reads a query once: stripped, empty values left out, unknown
+    keys dropped; a bad field's error names the key the user typed (`check` raises it, inside the page). The text
+    the user gave stays for the links (`url`), the form and the JSON twin's query (`api_query`)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", arbitrary_types_allowed=True, populate_by_name=True)
+
+    FORM: ClassVar[tuple[str, ...]] = ()  # request fields its form writes in its own words (/predict's replace_at)
+    ALIASES: ClassVar[dict[str, str]] = {}  # older spellings of a request field it carries as text: old -> key
+
+    present: Flag = False
+    hints: Unless = True
+    lesson: str = ""
+    lesson_step: Digits(1) | None = None  # type: ignore[valid-type]
+    lang: str = ""
+
+    _path: str = PrivateAttr("/")
+    _api_keys: tuple[str, ...] = PrivateAttr(())
+    _text: dict[str, str] = PrivateAttr(default_factory=dict)
+    _spelled: dict[str, str] = PrivateAttr(default_factory=dict)
+    _error: FieldError | None = PrivateAttr(None)
+    _encoded: dict[tuple[str, str], str] = PrivateAttr(default_factory=dict)
+    # The toy's example the page shows when its URL names no tokens (`lab_like`): the page computes it (and its
+    # links to the API name it), its links leave it unnamed (another language shows its own), and what leaves the
+    # page for other screens (the students' QR code, the address a class follows: `pinned`) names it.
+    _example: str | None = PrivateAttr(None)
+
+    @classmethod
+    def aliases(cls) -> dict[str, tuple[str, ...]]:
+        """Each field's spellings, its own key first."""
+        out = {}
+        for name, f in cls.model_fields.items():
+            alias = f.validation_alias
+            out[name] = tuple(str(a) for a in alias.choices) if isinstance(alias, AliasChoices) else (name,)
+        return out
+
+    @classmethod
+    def keys(cls) -> frozenset[str]:
+        """Every key this page's URL may spell a parameter of its own with: its names, aliases and form words."""
+        return frozenset({*(k for names in cls.aliases().values() for k in names), *cls.ALIASES, *cls.FORM})
+
+    @classmethod
+    def of(cls: type[Q], query: Mapping[str, str], path: str, api_keys: tuple[str, ...] = ()) -> Q:
+        """The query of a page at `path` whose request fields are `api_keys`, read once; never raises (`check`)."""
+        text: dict[str, str] = {}
+        spelled: dict[str, str] = {}
+        given: dict[str, str] = {}
+        fields = cls.aliases()
+        spellings = {k: (k, *(old for old, new in cls.ALIASES.items() if new == k)) for k in api_keys} | fields
+        for key, names in spellings.items():
+            if (name := next((n for n in names if query.get(n, "").strip()), None)) is None:
+                continue
+            text[key] = query[name].strip()
+            if name != key:
+                spelled[key] = name
+            if key in fields:
+                given[name] = text[key]
+        try:
+            done = cls.model_validate(given)
+            error = None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            error = FieldError(str(first["loc"][0]), first["msg"])
+            bad = {str(e["loc"][0]) for e in exc.errors()}
+            done = cls.model_validate({k: v for k, v in given.items() if k not in bad})  # the rest, for the links
+        done._path, done._api_keys, done._spelled, done._error = path, api_keys, spelled, error
+        done._text = drop_unused(text)
+        return done
+
+    def check(self) -> None:
+        """The query's first bad field, as the request's error naming the key typed (raised inside the page)."""
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def params(self) -> dict[str, str]:
+        """The text of every key given (its own spelling), as the links write it."""
+        return self._text
+
+    @property
+    def spelled(self) -> dict[str, str]:
+        return self._spelled
+
+    @property
+    def example(self) -> str | None:
+        return self._example
+
+    def shows(self, example: str | None) -> None:
+        """The page shows `example` (its URL names no tokens)."""
+        self._example = example
+
+    @property
+    def page_keys(self) -> tuple[str, ...]:
+        """Every key of the page's links, in their order: the request's fields, the page's own, the shared ones,
+        `lang` last."""
+        shared = tuple(PageQuery.aliases())
+        own = tuple(k for k in type(self).aliases() if k not in shared and k not in self._api_keys)
+        return (*self._api_keys, *own, *(k for k in shared if k != "lang"), "lang")
+
+    def get(self, key: str, default: str = "") -> str:
+        return self._text.get(key, default)
+
+    def _encode(self, pairs: list[tuple[str, str]]) -> str:
+        """urlencode(pairs), each pair encoded once per query: a page of a long text writes dozens of links, each
+        carrying the whole text, and percent-encoding it again for each one cost more than drawing the page."""
+        out = []
+        for pair in pairs:
+            if (done := self._encoded.get(pair)) is None:
+                done = self._encoded[pair] = urlencode((pair,))
+            out.append(done)
+        return "&".join(out)
+
+    def url(self, **changes: object) -> str:
+        """The page's link with `changes` (None drops a key), less the fields their switch no longer uses."""
+        p = changed(self._text, changes)
+        ordered = [(k, p[k]) for k in self.page_keys if k in p]
+        return f"{self._path}?{self._encode(ordered)}" if ordered else self._path
+
+    def api_params(self) -> dict[str, str]:
+        """The request the page computes: its fields, and the example it shows when it names no tokens (the API's
+        own default is the Chinese one: named when it is another)."""
+        p = {k: self._text[k] for k in self._api_keys if k in self._text}
+        if self.example is not None and self.example != API_EXAMPLE and "tokens" not in p:
+            p = {"tokens": self.example, **p}
+        return p
+
+    def api_query(self, **changes: object) -> str:
+        """The JSON twin's query, with some fields changed or added (None drops one): each field once."""
+        p = changed(self.api_params(), changes)
+        order = (*self._api_keys, *(k for k in changes if k not in self._api_keys))
+        return self._encode([(k, p[k]) for k in order if k in p])
+
+    def pinned(self, **changes: object) -> str:
+        """`url(**changes)` naming the example the page shows, for a screen in another language (a student's phone,
+        a class's followers): the same numbers there."""
+        if self.example is not None and "tokens" not in self._text and "tokens" not in changes:
+            changes = {"tokens": self.example, **changes}
+        return self.url(**changes)
+
+    def request(self, model: type[M], **extra: str) -> M:
+        """The request model of the page's fields (and `extra` text): their text made into the body a POST would
+        carry, once."""
+        return model.model_validate(from_query(self.api_params() | extra, None, model))
+
+
+Q = TypeVar("Q", bound=PageQuery)
+SHARED = tuple(k for k in PageQuery.model_fields if k != "lang")  # what every page's links keep but the language
+M = TypeVar("M", bound=BaseModel)
+
+
+def lab_like(q: Q, models: Mapping[str, object] | None = None, lang: str | None = None) -> Q:
+    """A lab-like page's query (lab, embed, block, decode, tiles). The form keeps its fields when the preset
+    changes, so the sequence is carried across: `tokens` for built-in presets, `text` for pretrained models. The
+    toy with no tokens shows the example of the page's language `lang` (`example`)."""
+    params = q._text
+    if params.get("preset") in (models or {}):
+        if "token_ids" in params:  # ids typed into the form replace the text beside them
+            params.pop("text", None)
+        if "tokens" in params and "text" not in params and "token_ids" not in params:
+            params["text"] = params.pop("tokens")
+        for k in ("tokens", "d_model", "n_heads"):
+            params.pop(k, None)
+    else:
+        for k in ("layer", "token_ids"):
+            params.pop(k, None)
+        if "text" in params and "tokens" not in params:
+            params["tokens"] = params.pop("text")
+        params.pop("text", None)
+        if lang in EXAMPLES and "tokens" not in params and params.get("preset", "toy") == "toy":
+            q.shows(EXAMPLES[lang])
+    return q

@@ -82,18 +82,18 @@ def test_every_key_a_page_reads_is_a_view_key(client: Any, monkeypatch: pytest.M
     from app.web.answer import view_keys
 
     asked: dict[str, set[str]] = {}
-    of = state.ViewState.of.__func__  # type: ignore[attr-defined]
 
     class Seen(Exception):
         pass
 
-    def recording(cls: Any, query: Any, path: str, api_keys: tuple[str, ...], view: Any = None) -> Any:
-        done = of(cls, query, path, api_keys, view)
-        aliases = {**state.Common.ALIASES, **(view.ALIASES if view is not None else {})}
-        asked[path] = {*done.page_keys, *aliases}
-        raise Seen  # nothing computed: the keys are all this test reads
+    query_of = state.PageQuery.of.__func__  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(state.ViewState, "of", classmethod(recording))
+    def recording_query(cls: Any, query: Any, path: str, api_keys: tuple[str, ...] = ()) -> Any:
+        done = query_of(cls, query, path, api_keys)
+        asked[path] = {*done.page_keys, *cls.keys()}
+        raise Seen
+
+    monkeypatch.setattr(state.PageQuery, "of", classmethod(recording_query))
     pages = [c.original_route.path for c in iter_route_contexts(client.app.routes)
              if isinstance(c.original_route, APIRoute) and not c.original_route.path.startswith("/api/")
              and "GET" in c.original_route.methods and "{" not in c.original_route.path]  # fmt: skip

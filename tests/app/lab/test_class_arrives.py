@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.web.cache import single_flight
-from app.web.state import ViewState
+from app.web.state import PageQuery
 from tests.conftest import make_client, run_async
 from tests.wait import until, wait_until
 
@@ -149,10 +149,14 @@ def test_the_window_table_marks_the_chosen_cell_and_escapes_its_labels() -> None
                 assert float(values[(str(i), str(j))]) == v  # the same float32 text as the JSON
 
 
+class Headed(PageQuery):
+    head: str = ""
+
+
 @given(st.dictionaries(st.sampled_from(["tokens", "mask", "seed"]), st.text(max_size=30), max_size=3),
        st.text(max_size=20))  # fmt: skip
 def test_links_encode_as_urlencode_does(params: dict[str, str], head: str) -> None:
-    state = ViewState("/", dict(params), ("tokens", "mask", "seed"), ("tokens", "mask", "seed", "head"))
+    state = Headed.of(params, "/", ("tokens", "mask", "seed"))
     for _ in range(2):  # the second time from the state's memo
         p = dict(state.params) | ({"head": head} if head else {})
         ordered = [(k, p[k]) for k in ("tokens", "mask", "seed", "head") if k in p]

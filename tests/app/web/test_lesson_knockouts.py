@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from app.web.page import differing_knockouts
-from app.web.state import ViewState
+from app.web.state import PageQuery
 
 STEP = "/predict?text=我喜欢苹果&ablate=L1+H0"
 
 
-def state(path: str, **params: str) -> ViewState:
-    return ViewState.of(params, path, ("text", "ablate"))
+def state(path: str, **params: str) -> PageQuery:
+    return PageQuery.of(params, path, ("text", "ablate"))
 
 
 @pytest.mark.parametrize(

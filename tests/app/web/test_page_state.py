@@ -1,65 +1,69 @@
-"""The page state (app/web/state.py): the URL read once into what every page shares (`Common`) and each page's own
-typed parameters (`Params`); one spelling of a key in the links, its older spellings read as aliases, and an error
-that names the key the user typed."""
+"""The page query (app/web/state.py `PageQuery`): the URL read once into a pydantic model holding what every page
+shares (presenter mode, hints, the lesson beside it, the language) and each page's own typed fields; one spelling
+of a key in the links, its older spellings read as aliases, and an error that names the key the user typed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import pytest
 from bs4 import BeautifulSoup
+from pydantic import AliasChoices, BeforeValidator, Field
 
-from app.attention.params import LabParams
+from app.attention.params import LabQuery
 from app.schemas import FieldError
-from app.web.state import Cell, Common, Params, ViewState, head_within, integer, param, within
+from app.web.state import Cell, PageQuery, digits, head_within, within
 
 
-@dataclass(frozen=True)
-class Counted(Params):
-    ALIASES: ClassVar[dict[str, str]] = {"old": "n"}
+class Counted(PageQuery):
     reads: ClassVar[list[str]] = []
 
-    n: int = param(3, lambda key, raw: Counted.reads.append(raw) or int(integer()(key, raw)))
-    word: str = param("")
+    n: Annotated[int, BeforeValidator(lambda raw: Counted.reads.append(raw) or digits(raw))] = Field(
+        3, validation_alias=AliasChoices("n", "old")
+    )
+    word: str = ""
 
 
-def state(query: dict[str, str], view: type[Params] | None = Counted) -> ViewState:
-    return ViewState.of(query, "/x", ("preset",), view)
+def state(query: dict[str, str]) -> Counted:
+    return Counted.of(query, "/x", ("preset",))
 
 
 def test_a_pages_parameters_are_read_once_and_typed() -> None:
     Counted.reads.clear()
     s = state({"n": " 7 ", "word": "cat", "unknown": "dropped"})
-    assert s.read(Counted) is s.read(Counted) and s.read(Counted) == Counted(7, "cat")
-    assert Counted.reads == ["7"]  # stripped, read once however many builders ask
+    assert (s.n, s.word) == (7, "cat")
+    assert Counted.reads == ["7"]  # stripped, read once
     assert "unknown" not in s.params
-    assert state({}).read(Counted) == Counted(3, "")  # a missing key is the field's default
+    assert (state({}).n, state({}).word) == (3, "")  # a missing key is the field's default
 
 
 def test_an_alias_is_read_as_its_key_and_links_write_the_key() -> None:
     s = state({"old": "5", "lang": "zh"})
-    assert s.read(Counted).n == 5 and s.spelled == {"n": "old"}
+    assert s.n == 5 and s.spelled == {"n": "old"}
     assert s.url(word="x") == "/x?n=5&word=x&lang=zh"
     both = state({"old": "5", "n": "6"})  # the key itself wins over an alias
-    assert both.read(Counted).n == 6 and both.spelled == {}
+    assert both.n == 6 and both.spelled == {}
 
 
 def test_an_error_names_the_key_the_user_typed() -> None:
     with pytest.raises(FieldError) as e:
-        state({"old": "x"}).read(Counted)
+        state({"old": "x"}).check()
     assert e.value.field == "old" and "digits 0-9" in e.value.message
     with pytest.raises(FieldError) as e:
-        state({"n": "-1"}).read(Counted)
+        state({"n": "-1"}).check()
     assert e.value.field == "n" and e.value.message == "must be at least 0, got -1"
+    with pytest.raises(FieldError, match="digits 0-9"):
+        state({"n": "²"}).check()  # int() would take it
+    kept = state({"n": "x", "present": "1"})
+    assert kept.present and kept.url() == "/x?n=x&present=1"  # the rest read, the text kept for the links
 
 
 def test_common_parameters_every_page_shares() -> None:
     s = state({"present": "1", "hints": "off", "lesson": "five-stages", "lesson_step": "2"})
     assert s.present and not s.hints
-    assert s.common == Common(present=True, hints=False, lesson="five-stages", lesson_step=2)
+    assert (s.lesson, s.lesson_step) == ("five-stages", 2)
     plain = state({"present": "yes"})
-    assert not plain.present and plain.hints and plain.common.lesson == "" and plain.common.lesson_step is None
+    assert not plain.present and plain.hints and plain.lesson == "" and plain.lesson_step is None
     # the shared keys come after the page's own, `lang` last: every page's links are written in one order
     assert state({}).page_keys == ("preset", "n", "word", "present", "hints", "lesson", "lesson_step", "lang")
 
@@ -73,10 +77,10 @@ def test_bounds_known_after_computing_say_what_parse_int_says() -> None:
 
 
 def test_the_labs_parameters() -> None:
-    p = ViewState.of({"stage": "4", "head": "1", "cell": "weights.1.2.0", "tile": "16,32", "step": "2"}, "/", (),
-                     LabParams).read(LabParams)  # fmt: skip
-    assert (p.stage, p.head, p.tile) == ("softmax", 1, (16, 32))
+    p = LabQuery.of({"stage": "4", "head": "1", "cell": "weights.1.2.0", "tile": "16,32", "step": "2"}, "/")
+    assert (p.stage, p.head, p.tile, p.lesson_step) == ("softmax", 1, (16, 32), 2)
     assert p.cell == Cell("weights", 1, 2, 0)
+    assert p.url() == "/?stage=4&head=1&cell=weights.1.2.0&tile=16%2C32&lesson_step=2"  # as typed, in one spelling
 
 
 def soup(client: Any, url: str) -> BeautifulSoup:

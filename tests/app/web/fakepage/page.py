@@ -10,14 +10,14 @@ from fastapi.responses import HTMLResponse, Response
 from app.lab import Lab, get_lab
 from app.models.view import ModelsView
 from app.web.page import serve
-from app.web.state import ViewState
+from app.web.state import PageQuery
 
 router = APIRouter(include_in_schema=False)
 
 
 @router.get("/fake", response_class=HTMLResponse)
 async def fake_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = ViewState.of(request.query_params, "/fake", ())
+    state = PageQuery.of(request.query_params, "/fake")
 
     async def build(ctx: dict[str, Any]) -> ModelsView:
         return ModelsView(models=())
