@@ -67,6 +67,11 @@ window.labRoomKit = (function () {
     return total;
   }
 
+  // A server-rendered histogram's bars (templates/_room_poll.html) take their length from `data-share`.
+  function bars(root) {
+    root.querySelectorAll("[data-share]").forEach(function (el) { el.style.setProperty("--share", el.getAttribute("data-share")); });
+  }
+
   function json(url, method, body) {
     return fetch(url, {
       method: method || "GET", credentials: "same-origin",
@@ -146,5 +151,5 @@ window.labRoomKit = (function () {
   }
 
   return { asView: asView, sameView: sameView, tokensOf: tokensOf, matrixShape: matrixShape, histogram: histogram,
-           json: json, backoff: backoff, stream: stream };
+           bars: bars, json: json, backoff: backoff, stream: stream };
 })();
