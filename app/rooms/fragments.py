@@ -38,9 +38,9 @@ def step_of(page: str, query: str) -> str:
 
 def labels(poll: Poll, lang: str) -> tuple[str, list[str]]:
     """The poll's prompt and options in `lang` (a lesson's poll carries every language; answers go by index)."""
-    mine = poll.languages.get(lang) or {}
-    if mine.get("options") and len(mine["options"]) == len(poll.options):
-        return mine.get("prompt", poll.prompt), list(mine["options"])
+    mine = poll.languages.get(lang)
+    if mine and len(mine.get("options") or ()) == len(poll.options):
+        return mine.get("prompt", poll.prompt), list(mine.get("options") or ())
     return poll.prompt, list(poll.options)
 
 

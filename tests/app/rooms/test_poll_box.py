@@ -27,6 +27,10 @@ def test_a_students_box_is_in_their_language_with_their_answer_and_no_key_before
         "data-poll-answer", ""
     )
     assert shown.select_one("[data-poll]")["data-poll-counts"] == "{}"  # nobody steers the vote by the counts
+    cell = Poll("p2", "Which cell?", "cell", (), 2, 2, languages={"zh": {"prompt": "哪个单元格？", "options": []}})
+    assert (
+        box(render(cell, "student", "zh", {}, None, "ABCDEF")).select_one("[data-room-prompt]").text == "哪个单元格？"
+    )
 
 
 def test_a_revealed_box_shows_the_key_and_the_histogram_on_every_screen() -> None:
