@@ -2,6 +2,7 @@
 // Next / Previous / lesson step / hints links, read from the page itself, so every followable page works), asks a
 // lesson's prepared question or the teacher's own, shows the live histogram and the key (which the projector does
 // not), reveals and ends. The projector follows the room's state like a student's phone does (static/room.js).
+// The room's events come over htmx's SSE extension (templates/room_teach.html); the followers, by hx-get.
 (function () {
   "use strict";
   var root = document.querySelector("[data-teach]");
@@ -354,28 +355,24 @@
       .then(showEnded).catch(function () {});
   });
 
-  function followers() {
-    json(api).then(function (r) { $("[data-followers]").textContent = String(r.followers); }).catch(function () {});
-  }
-  // The room's stream (static/room-kit.js), resynced with the room after a reconnect or a pause.
-  function resync() {
-    json(api).then(function (r) {
-      if (!state || r.version > (state.version || 0)) load({ page: r.page, query: r.query, version: r.version });
-      var id = r.poll || (poll && poll.status === "open" ? poll.id : null);
-      if (id) json(api + "/polls/" + id).then(showPoll).catch(function () {});
-    }).catch(function (status) { if (status === 404) showEnded(); });
-  }
-  var conn = kit.stream(api, { state: load, poll: showPoll, end: showEnded, resync: resync });
-  document.addEventListener("visibilitychange", function () { if (document.visibilityState === "visible") conn.wake(); });
+  // The room's events (htmx's SSE extension on <main data-teach>): a stream that reconnects starts with the room as
+  // it is then (its view, its open poll); one that fails on a room that is gone has ended.
+  document.addEventListener("htmx:sseMessage", function (e) {
+    var type = e.detail.type;
+    if (type === "state") { var v = JSON.parse(e.detail.data); if (!state || v.version > (state.version || 0)) load(v); }
+    else if (type === "poll") showPoll(JSON.parse(e.detail.data));
+    else if (type === "end") showEnded();
+  });
+  document.addEventListener("htmx:sseError", function () {
+    json(api).catch(function (status) { if (status === 404) showEnded(); });
+  });
   function showEnded() {
-    conn.stop();
-    clearInterval(followersTimer);
+    root.removeAttribute("sse-connect"); // no reconnects: the SSE extension closes the stream it cleans up
+    window.htmx.trigger(root, "htmx:beforeCleanupElement");
     if (watching) clearInterval(watching);
     Array.prototype.forEach.call(root.children, function (el) { el.hidden = true; });
     $("[data-ended]").hidden = false;
     $("[data-summary-link]").hidden = false;  // the class's summary stays for its teacher after the end
   }
-  followers();
-  var followersTimer = setInterval(followers, 5000);
   kindShown();
 })();
