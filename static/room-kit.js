@@ -1,6 +1,6 @@
 // What a class's screens (static/room.js) and the teacher's remote (static/teach.js) share: a view without what
-// belongs to one screen, a cell named by its tokens, the matrix a cell question is about, a histogram of the
-// answers, the rooms API's JSON and growing pauses. The room's event stream is htmx's SSE extension's.
+// belongs to one screen, a cell named by its tokens, the matrix a cell question is about, the length of a
+// histogram's bars, the rooms API's JSON and growing pauses. The room's event stream is htmx's SSE extension's.
 window.labRoomKit = (function () {
   "use strict";
   var PERSONAL = ["lang", "present", "room"];
@@ -45,28 +45,6 @@ window.labRoomKit = (function () {
     return out;
   }
 
-  // The answers as bars into `list` (each of `keys`, or else every answer given, labelled by `label`), the key
-  // marked; the number of answers.
-  function histogram(list, counts, keys, key, label) {
-    if (!list) return 0;
-    list.replaceChildren();
-    var total = 0, top = 0;
-    counts = counts || {};
-    Object.keys(counts).forEach(function (k) { total += counts[k]; top = Math.max(top, counts[k]); });
-    (keys || Object.keys(counts)).forEach(function (k) {
-      var n = counts[k] || 0, li = document.createElement("li");
-      li.setAttribute("data-answer", k);
-      if (key != null && k === key) li.className = "key";
-      var name = document.createElement("span"), bar = document.createElement("span"), num = document.createElement("span");
-      name.className = "label"; name.textContent = label(k);
-      bar.className = "bar"; bar.style.setProperty("--share", top ? String(n / top) : "0");
-      num.className = "n"; num.textContent = String(n);
-      li.append(name, bar, num);
-      list.appendChild(li);
-    });
-    return total;
-  }
-
   // A server-rendered histogram's bars (templates/_room_poll.html) take their length from `data-share`.
   function bars(root) {
     root.querySelectorAll("[data-share]").forEach(function (el) { el.style.setProperty("--share", el.getAttribute("data-share")); });
@@ -85,6 +63,6 @@ window.labRoomKit = (function () {
     return Math.max(ms, (minSeconds || 0) * 1000);
   }
 
-  return { asView: asView, sameView: sameView, tokensOf: tokensOf, matrixShape: matrixShape, histogram: histogram,
+  return { asView: asView, sameView: sameView, tokensOf: tokensOf, matrixShape: matrixShape,
            bars: bars, json: json, backoff: backoff };
 })();

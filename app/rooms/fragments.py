@@ -13,7 +13,7 @@ from ..templating import TEMPLATES
 from ..web.i18n import translator
 from .store import Poll, Store
 
-Role = Literal["teacher", "student"]
+Role = Literal["teacher", "student", "remote"]  # the projector's bar, a student's, the teacher's remote (live)
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,11 @@ def render(poll: Poll | None, role: Role, lang: str, counts: dict[str, int], min
         return poll.cell_label(value)
 
     closed = poll.status == "closed"
-    shown = counts if closed else {}
+    live = closed or role == "remote"  # the counts and the key: once revealed, or on the teacher's own remote
+    shown = counts if live else {}
     top = max(shown.values(), default=0)
     keys = list(poll.options) if poll.kind == "choice" else list(shown)
-    bars = [Bar(k, label(k), n := shown.get(k, 0), n / top if top else 0.0, closed and k == poll.answer) for k in keys]
+    bars = [Bar(k, label(k), n := shown.get(k, 0), n / top if top else 0.0, live and k == poll.answer) for k in keys]
     ctx: dict[str, Any] = {"t": translator(lang), "lang": lang, "poll": poll, "role": role, "prompt": prompt,
                            "options": options, "closed": closed, "bars": bars, "total": sum(counts.values()),
                            "key": label(poll.answer) if closed else None, "mine": mine, "mine_label": label(mine) if mine else None,

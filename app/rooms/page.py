@@ -203,6 +203,21 @@ async def poll_total(code: str, poll_id: str, request: Request, rooms: RoomsDep)
     return HTMLResponse(str(sum((await rooms.store.counts(room.code, poll_id[:64])).values())), headers=NO_STORE)
 
 
+@router.get("/r/{code}/poll/{poll_id}/live", response_class=HTMLResponse)
+async def poll_live(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
+    """The teacher's remote's results (templates/_room_poll.html): the histogram with the key, live while open."""
+    try:
+        room = await rooms.teacher(request, code)
+        found = await rooms.store.poll(room.code, poll_id[:64])
+    except RoomError as exc:
+        return Response(status_code=exc.status if exc.status in (429, 503) else 204, headers=exc.headers)
+    if found is None:
+        return Response(status_code=204)
+    return HTMLResponse(
+        await poll_box(rooms.store, room.code, found, "remote", language(request), None), headers=NO_STORE
+    )
+
+
 @router.get("/r/{code}/poll/{poll_id}", response_class=HTMLResponse)
 async def poll(code: str, poll_id: str, request: Request, rooms: RoomsDep, student: str | None = None) -> Response:
     """The poll box of this browser's bar (templates/_room_poll.html), with a student's own answer after they gave

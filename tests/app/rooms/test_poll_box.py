@@ -47,6 +47,8 @@ def test_a_revealed_box_shows_the_key_and_the_histogram_on_every_screen() -> Non
         "hidden"
     )
     assert box(render(None, "student", "en", {}, None, "ABCDEF")).select_one("[data-room-poll]").has_attr("hidden")
+    remote = box(render(LESSON, "remote", "en", {"yes": 2, "no": 1}, None, "ABCDEF"))  # open: live, on the remote
+    assert remote.select_one("[data-histogram] li.key .n").text == "2" and remote.select_one("[data-total]").text == "3"
 
 
 def test_a_screen_shows_a_revealed_poll_until_it_is_cleared_or_the_class_moves_on() -> None:
