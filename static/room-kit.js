@@ -1,6 +1,6 @@
 // What a class's screens (static/room.js) and the teacher's remote (static/teach.js) share: a view without what
-// belongs to one screen, a cell named by its tokens, the matrix a cell question is about, a histogram of the
-// answers, the rooms API's JSON, and the room's event stream, which reconnects itself.
+// belongs to one screen, a cell named by its tokens, the matrix a cell question is about, the length of a
+// histogram's bars, the rooms API's JSON and growing pauses. The room's event stream is htmx's SSE extension's.
 window.labRoomKit = (function () {
   "use strict";
   var PERSONAL = ["lang", "present", "room"];
@@ -45,26 +45,9 @@ window.labRoomKit = (function () {
     return out;
   }
 
-  // The answers as bars into `list` (each of `keys`, or else every answer given, labelled by `label`), the key
-  // marked; the number of answers.
-  function histogram(list, counts, keys, key, label) {
-    if (!list) return 0;
-    list.replaceChildren();
-    var total = 0, top = 0;
-    counts = counts || {};
-    Object.keys(counts).forEach(function (k) { total += counts[k]; top = Math.max(top, counts[k]); });
-    (keys || Object.keys(counts)).forEach(function (k) {
-      var n = counts[k] || 0, li = document.createElement("li");
-      li.setAttribute("data-answer", k);
-      if (key != null && k === key) li.className = "key";
-      var name = document.createElement("span"), bar = document.createElement("span"), num = document.createElement("span");
-      name.className = "label"; name.textContent = label(k);
-      bar.className = "bar"; bar.style.setProperty("--share", top ? String(n / top) : "0");
-      num.className = "n"; num.textContent = String(n);
-      li.append(name, bar, num);
-      list.appendChild(li);
-    });
-    return total;
+  // A server-rendered histogram's bars (templates/_room_poll.html) take their length from `data-share`.
+  function bars(root) {
+    root.querySelectorAll("[data-share]").forEach(function (el) { el.style.setProperty("--share", el.getAttribute("data-share")); });
   }
 
   function json(url, method, body) {
@@ -80,71 +63,6 @@ window.labRoomKit = (function () {
     return Math.max(ms, (minSeconds || 0) * 1000);
   }
 
-  // The room's events (`on.state`, `on.poll`: their data; `on.end`). A stream that ends (the server's `event:
-  // retry` when its room store went away, a restart, a proxy) is reconnected by the EventSource itself, with
-  // Last-Event-ID, after the server's `retry:` hint. A reconnect that is refused (503 while the store is away, 429)
-  // closes it for good: then this tries again itself, with growing pauses, asking the room first (gone: `on.end`).
-  // Every reconnect resyncs (`on.resync`); `on.down(bool)` says whether the stream is down. The answer: `stop()`,
-  // `wake()` (a page back after a pause: reconnect now, or resync), `resync()` and `quiet()` (the ms since the
-  // stream last spoke).
-  function stream(api, on) {
-    var source = null, over = false, attempts = 0, retryTimer = null, opened = false, heard = Date.now();
-    var down = on.down || function () {};
-    function listen() { heard = Date.now(); }
-    function later(minSeconds) {
-      if (over || retryTimer) return;
-      if (source) source.close();
-      down(true);
-      retryTimer = setTimeout(function () { retryTimer = null; reconnect(); }, backoff(attempts++, minSeconds));
-    }
-    function reconnect() {
-      if (over) return;
-      fetch(api, { credentials: "same-origin" }).then(function (res) {
-        if (res.status === 404) return on.end();
-        if (!res.ok) return later(Number(res.headers.get("Retry-After")) || 0);
-        connect();
-      }).catch(function () { later(); });
-    }
-    function connect() {
-      if (over) return;
-      source = new EventSource(api + "/events");
-      source.addEventListener("open", function () {
-        listen();
-        attempts = 0;
-        down(false);
-        if (opened) on.resync();
-        opened = true;
-      });
-      source.addEventListener("error", function () {
-        down(true);
-        if (source.readyState === EventSource.CLOSED) later(); // refused: the browser gave up, this page won't
-      });
-      source.addEventListener("retry", listen); // the store went away: the stream ends and the browser reconnects
-      ["state", "poll"].forEach(function (kind) {
-        source.addEventListener(kind, function (e) { listen(); on[kind](JSON.parse(e.data)); });
-      });
-      source.addEventListener("end", function () { on.end(); });
-    }
-    connect();
-    var self = {
-      stop: function () {
-        over = true;
-        if (retryTimer) clearTimeout(retryTimer);
-        retryTimer = null;
-        if (source) source.close();
-      },
-      wake: function () {
-        if (over) return;
-        if (retryTimer) { clearTimeout(retryTimer); retryTimer = null; attempts = 0; reconnect(); return; }
-        if (source && source.readyState === EventSource.CLOSED) { reconnect(); return; }
-        self.resync();
-      },
-      resync: function () { if (!over) { listen(); on.resync(); } },
-      quiet: function () { return Date.now() - heard; }
-    };
-    return self;
-  }
-
-  return { asView: asView, sameView: sameView, tokensOf: tokensOf, matrixShape: matrixShape, histogram: histogram,
-           json: json, backoff: backoff, stream: stream };
+  return { asView: asView, sameView: sameView, tokensOf: tokensOf, matrixShape: matrixShape,
+           bars: bars, json: json, backoff: backoff };
 })();

@@ -2,6 +2,7 @@
 // Next / Previous / lesson step / hints links, read from the page itself, so every followable page works), asks a
 // lesson's prepared question or the teacher's own, shows the live histogram and the key (which the projector does
 // not), reveals and ends. The projector follows the room's state like a student's phone does (static/room.js).
+// The room's events come over htmx's SSE extension (templates/room_teach.html); the followers, by hx-get.
 (function () {
   "use strict";
   var root = document.querySelector("[data-teach]");
@@ -9,7 +10,7 @@
   var code = root.getAttribute("data-code"), lang = root.getAttribute("data-lang");
   var api = "/api/v1/rooms/" + code;
   var kit = window.labRoomKit, json = kit.json, asView = kit.asView;
-  var state = null, poll = null, seq = 0, watching = null, targets = {}, prepared = null, shape = {};
+  var state = null, poll = null, seq = 0, targets = {}, prepared = null, shape = {};
   var cellTables = [], cellChosen = 0; // the lab's matrices whose cells open their arithmetic, and the one picked
 
   function $(sel) { return root.querySelector(sel); }
@@ -291,17 +292,18 @@
   });
 
   // ---- answers, live (only here) --------------------------------------------------------------------------
-  function histogram(counts, key) {
-    kit.histogram($("[data-histogram]"), counts, poll.kind === "choice" ? poll.options.slice() : null, key,
-                  function (k) { return cellLabel(k, poll); });
+  // The live results, rendered by the server (templates/_room_poll.html): every second while the poll is open, once
+  // when it closes; nothing once it is gone. A fresh element each time (the one before stops with its node).
+  function results(p) {
+    var live = $("[data-live]"), fresh = live.cloneNode(false);
+    if (p) {
+      fresh.setAttribute("hx-get", "/r/" + code + "/poll/" + p.id + "/live?lang=" + lang);
+      fresh.setAttribute("hx-trigger", p.status === "open" ? "load, every 1s" : "load");
+    }
+    live.replaceWith(fresh);
+    if (p) window.htmx.process(fresh);
   }
-  function refresh() {
-    if (!poll) return;
-    json(api + "/polls/" + poll.id).then(function (r) {
-      histogram(r.counts, r.answer); // the teacher's request gets the key of an open poll too
-      $("[data-total]").textContent = String(r.total);
-    }).catch(function () {});
-  }
+  document.addEventListener("htmx:afterSettle", function () { kit.bars(root); });
   // While a poll is open, "Ask the class" says so instead of asking again (which would close it and start over).
   function askable(open) {
     var b = $("[data-ask]");
@@ -317,8 +319,7 @@
       // answers stay in the class summary), as from the projector and the phones.
       if (poll && poll.id === p.id && (p.reason === "page" || p.reason === "stage")) {
         $("[data-results]").hidden = true;
-        if (watching) clearInterval(watching);
-        watching = null;
+        results(null);
         poll = null;
       }
       return;
@@ -330,9 +331,7 @@
     $("[data-reveal]").hidden = p.status !== "open";
     $("[data-clear]").hidden = p.status !== "closed";
     $("[data-csv]").href = api + "/polls/" + p.id + "/answers.csv";
-    refresh();
-    if (watching) clearInterval(watching);
-    watching = p.status === "open" ? setInterval(refresh, 1000) : null;
+    results(p);
   }
   $("[data-reveal]").addEventListener("click", function () {
     if (poll) json(api + "/polls/" + poll.id + "/close", "POST").catch(function () {});
@@ -354,28 +353,24 @@
       .then(showEnded).catch(function () {});
   });
 
-  function followers() {
-    json(api).then(function (r) { $("[data-followers]").textContent = String(r.followers); }).catch(function () {});
-  }
-  // The room's stream (static/room-kit.js), resynced with the room after a reconnect or a pause.
-  function resync() {
-    json(api).then(function (r) {
-      if (!state || r.version > (state.version || 0)) load({ page: r.page, query: r.query, version: r.version });
-      var id = r.poll || (poll && poll.status === "open" ? poll.id : null);
-      if (id) json(api + "/polls/" + id).then(showPoll).catch(function () {});
-    }).catch(function (status) { if (status === 404) showEnded(); });
-  }
-  var conn = kit.stream(api, { state: load, poll: showPoll, end: showEnded, resync: resync });
-  document.addEventListener("visibilitychange", function () { if (document.visibilityState === "visible") conn.wake(); });
+  // The room's events (htmx's SSE extension on <main data-teach>): a stream that reconnects starts with the room as
+  // it is then (its view, its open poll); one that fails on a room that is gone has ended.
+  document.addEventListener("htmx:sseMessage", function (e) {
+    var type = e.detail.type;
+    if (type === "state") { var v = JSON.parse(e.detail.data); if (!state || v.version > (state.version || 0)) load(v); }
+    else if (type === "poll") showPoll(JSON.parse(e.detail.data));
+    else if (type === "end") showEnded();
+  });
+  document.addEventListener("htmx:sseError", function () {
+    json(api).catch(function (status) { if (status === 404) showEnded(); });
+  });
   function showEnded() {
-    conn.stop();
-    clearInterval(followersTimer);
-    if (watching) clearInterval(watching);
+    root.removeAttribute("sse-connect"); // no reconnects: the SSE extension closes the stream it cleans up
+    window.htmx.trigger(root, "htmx:beforeCleanupElement");
+    if (poll) results(null);
     Array.prototype.forEach.call(root.children, function (el) { el.hidden = true; });
     $("[data-ended]").hidden = false;
     $("[data-summary-link]").hidden = false;  // the class's summary stays for its teacher after the end
   }
-  followers();
-  var followersTimer = setInterval(followers, 5000);
   kindShown();
 })();

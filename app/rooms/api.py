@@ -15,8 +15,7 @@ import time
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, parse_qsl, urlencode
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Path, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 from starlette.background import BackgroundTask
@@ -25,7 +24,8 @@ from engine import STAGES
 
 from ..render.payload import json_response
 from ..schemas import FieldError, Problem
-from ..web import lessons
+from ..web import lessons, sse
+from ..web.i18n import LANGS
 from ..web.state import parse_stage, show
 from .bodies import (
     AnswerIn,
@@ -42,6 +42,7 @@ from .bodies import (
     cell_key,
     view_limits,
 )
+from .fragments import poll_box
 from .service import (
     RoomError,
     Rooms,
@@ -103,7 +104,7 @@ def install(app: FastAPI) -> None:
 
 WHERE = {"code": "path", "poll": "path", "authorization": "header", "last-event-id": "header",
          "sec-fetch-site": "header", "origin": "header", "content-type": "header",
-         "query": "body", "page": "body", "answer": "body"}  # fmt: skip
+         "query": "body", "page": "body", "answer": "body", "lang": "query"}  # fmt: skip
 
 
 def refused(exc: RoomError) -> Response:
@@ -218,19 +219,25 @@ async def end_room(code: str, request: Request, rooms: RoomsDep) -> Response:
 @router.get(
     "/{code}/events",
     summary="Follow a room: its views and polls as server-sent events",
-    responses=REFUSALS | {200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}},
-    response_class=StreamingResponse,
+    responses=REFUSALS | sse.RESPONSES,
+    response_class=sse.EventSourceResponse,
 )
 async def events(
     code: str,
     request: Request,
     rooms: RoomsDep,
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+    lang: Annotated[str | None, Query(description="a screen of the lab: its language, for `poll-html`")] = None,
+    student: Annotated[str | None, Query(max_length=64, description="a student's screen: whose answer to show")] = None,
 ) -> Response:
     """The room as server-sent events: `state` (`{"page", "query", "version"}`, id = version) on connect and on
     every change, `poll` when a poll opens or closes, `end`; a comment every few seconds keeps proxies open. A
     `retry:` hint says when to reconnect; `retry` (no id) says the stream ends because the room store went away:
-    reconnect with Last-Event-ID (a 503 with Retry-After while it is still away)."""
+    reconnect with Last-Event-ID (a 503 with Retry-After while it is still away). With `lang` (the lab's own
+    screens), also `poll-html`: the screen's poll box, rendered for its role and language, on connect and whenever
+    the poll it shows changes."""
+    if lang is not None and lang not in LANGS:
+        raise RoomError(422, "lang", f"must be one of {', '.join(LANGS)}")
     await rooms.joins.check(client_address(request), "events", "joins from this address")
     room = await rooms.room(code, request)
     after = last_event(last_event_id)
@@ -241,11 +248,17 @@ async def events(
     if follower and not await rooms.store.follow(room.code, follower, rooms.settings.max_followers):
         raise RoomError(503, "events", f"this room has its limit of {rooms.settings.max_followers} followers",
                         {"Retry-After": "30"})  # fmt: skip
-    follow = Follow(rooms.store, room.code, room.version, follower, after, rooms.settings.room_keepalive_s)
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}  # no proxy may buffer the stream
+    render = None
+    if lang is not None:
+        role: Literal["teacher", "student"] = "student" if follower else "teacher"
+
+        async def render(poll: Poll | None) -> str:
+            return await poll_box(rooms.store, room.code, poll, role, lang, student)
+
+    keepalive = rooms.settings.room_keepalive_s
+    follow = Follow(rooms.store, room.code, room.version, follower, after, keepalive, render)
     # `unfollow` also runs when the stream never started (its client left at once): it is idempotent.
-    return StreamingResponse(follow.stream(), media_type="text/event-stream", headers=headers,
-                             background=BackgroundTask(follow.unfollow))  # fmt: skip
+    return sse.stream(follow.stream(), keepalive, background=BackgroundTask(follow.unfollow))
 
 
 @router.post(

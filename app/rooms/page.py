@@ -22,6 +22,7 @@ from ..web.i18n import LANGS, translator
 from ..web.lessons import LESSONS, with_query
 from ..web.page import language
 from ..web.share import MAX_QR_CHARS, qr_svg, unreachable
+from .fragments import Role, poll_box
 from .service import (
     ROOM_COOKIE,
     TEACHER_COOKIE,
@@ -161,9 +162,10 @@ async def join_confirmed(code: str, request: Request, rooms: RoomsDep) -> Respon
 
 
 @router.get("/r/{code}/bar", response_class=HTMLResponse)
-async def bar(code: str, request: Request, rooms: RoomsDep) -> Response:
+async def bar(code: str, request: Request, rooms: RoomsDep, student: str | None = None) -> Response:
     """The room bar for this browser: the teacher's (code, QR, followers, polls) or a student's (follow / explore,
-    the open poll). 404 with an empty body when the room is gone, so the page drops its bar."""
+    the open poll; `student`, the id this browser answers with, so that its poll box shows its own answer). 404
+    with an empty body when the room is gone, so the page drops its bar."""
     try:
         room = await rooms.room(code, request)
     except RoomError as exc:
@@ -174,10 +176,62 @@ async def bar(code: str, request: Request, rooms: RoomsDep) -> Response:
     lang = language(request)
     url = join_url(request, room.code)
     ctx = {"t": translator(lang), "lang": lang, "room": room, "teacher": teacher, "join_url": url,
+           "student": (student or "")[:64],
            "qr": qr_svg(url) if teacher and len(url) <= MAX_QR_CHARS else None,
            "loopback": teacher and unreachable(urlsplit(url).hostname or "", rooms.settings.bind_host,
                                                rooms.settings.public_url)}  # fmt: skip
     return TEMPLATES.TemplateResponse(request, "room_bar.html", ctx, headers={"Cache-Control": "no-store"})
+
+
+@router.get("/r/{code}/followers", response_class=HTMLResponse)
+async def followers(code: str, request: Request, rooms: RoomsDep) -> Response:
+    """How many screens follow the class, for the teacher's bar (every few seconds); 204 when the room is gone."""
+    try:
+        room = await rooms.room(code, request)
+    except RoomError as exc:
+        return Response(status_code=exc.status if exc.status in (429, 503) else 204, headers=exc.headers)
+    return HTMLResponse(str(await rooms.store.followers(room.code)), headers=NO_STORE)
+
+
+@router.get("/r/{code}/poll/{poll_id}/total", response_class=HTMLResponse)
+async def poll_total(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
+    """How many answered so far, for the teacher's bar while the poll is open (the count, never the histogram)."""
+    try:
+        room = await rooms.teacher(request, code)
+    except RoomError as exc:
+        return Response(status_code=exc.status if exc.status in (429, 503) else 204, headers=exc.headers)
+    return HTMLResponse(str(sum((await rooms.store.counts(room.code, poll_id[:64])).values())), headers=NO_STORE)
+
+
+@router.get("/r/{code}/poll/{poll_id}/live", response_class=HTMLResponse)
+async def poll_live(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
+    """The teacher's remote's results (templates/_room_poll.html): the histogram with the key, live while open."""
+    try:
+        room = await rooms.teacher(request, code)
+        found = await rooms.store.poll(room.code, poll_id[:64])
+    except RoomError as exc:
+        return Response(status_code=exc.status if exc.status in (429, 503) else 204, headers=exc.headers)
+    if found is None:
+        return Response(status_code=204)
+    return HTMLResponse(
+        await poll_box(rooms.store, room.code, found, "remote", language(request), None), headers=NO_STORE
+    )
+
+
+@router.get("/r/{code}/poll/{poll_id}", response_class=HTMLResponse)
+async def poll(code: str, poll_id: str, request: Request, rooms: RoomsDep, student: str | None = None) -> Response:
+    """The poll box of this browser's bar (templates/_room_poll.html), with a student's own answer after they gave
+    it. Empty (204) when the room or the poll is gone."""
+    try:
+        room = await rooms.room(code, request)
+        found = await rooms.store.poll(room.code, poll_id[:64])
+    except RoomError as exc:
+        return Response(status_code=exc.status if exc.status in (429, 503) else 204, headers=exc.headers)
+    if found is None:
+        return Response(status_code=204)
+    role: Role = "teacher" if await rooms.is_teacher(request, room) else "student"
+    html = await poll_box(rooms.store, room.code, found, role, language(request), (student or "")[:64])
+    return HTMLResponse(html, headers=NO_STORE)
 
 
 FORM_FIELDS = 8  # the lab's forms send three (page, query, lang); any past the first 8 are ignored

@@ -61,11 +61,6 @@ class Event:
     kind: Kind
     data: dict[str, Any]
 
-    def sse(self, with_id: bool = True) -> bytes:
-        data = self.data | {"version": self.id} if self.kind == "state" else self.data
-        head = f"id: {self.id}\n" if with_id else ""
-        return (head + f"event: {self.kind}\ndata: ").encode() + orjson.dumps(data) + b"\n\n"
-
     def dumps(self) -> bytes:
         return orjson.dumps({"id": self.id, "kind": self.kind, "data": self.data})
 

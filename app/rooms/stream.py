@@ -1,9 +1,15 @@
 """One follower's server-sent event stream of a room: what it missed (or the room's current view), then every
-change as it happens, a comment every few seconds to keep proxies open, and the end.
+change as it happens, a comment every few seconds to keep proxies open, and the end. Framed by sse-starlette
+(app/web/sse.py), as the training stream is.
 
 The stream listens to the process's hub before it reads the snapshot, so no change falls in between; an event it
 has already sent (its id at or below the last one) is skipped. A store that fails mid-stream ends it with `event:
-retry`, so the client reconnects with Last-Event-ID and catches up."""
+retry`, so the client reconnects with Last-Event-ID and catches up.
+
+A screen of the lab (its bar, static/room.js) asks for its own language (`render`): on connect, and whenever the
+poll it shows changes, it also gets `poll-html`, the bar's poll box rendered for its role and language, which htmx's
+SSE extension swaps in (`sse-swap`). The stream knows which poll its screen shows: the one last opened or revealed,
+until it is cleared or (revealed) the class moves on to another step."""
 
 from __future__ import annotations
 
@@ -11,16 +17,20 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
 from redis.exceptions import RedisError
 
+from ..web.sse import ServerSentEvent, event, keepalive
+from .fragments import step_of
 from .service import RoomError
-from .store import RETRY, RETRY_MS, Event, Store
+from .store import RETRY, RETRY_MS, Event, Poll, Store
 
 LOG = logging.getLogger("attention_lab.rooms")
+
+Render = Callable[[Poll | None], Awaitable[str]]  # the poll box of this stream's screen (app/rooms/fragments.py)
 
 
 def last_event(header: str | None) -> int | None:
@@ -32,16 +42,24 @@ def last_event(header: str | None) -> int | None:
     return int(header)
 
 
-def retry_event(retry_ms: int) -> bytes:
+def sse(change: Event, with_id: bool = True) -> ServerSentEvent:
+    """A change as its event: a state event's data gains the version (its id)."""
+    data = change.data | {"version": change.id} if change.kind == "state" else change.data
+    return event(change.kind, data, change.id if with_id else None)
+
+
+def retry_event(retry_ms: int) -> ServerSentEvent:
     """`event: retry` (no id: the client's Last-Event-ID stays its last event), with the reconnect delay."""
-    return f"retry: {retry_ms}\n".encode() + RETRY.sse(with_id=False)
+    out = sse(RETRY, with_id=False)
+    out.retry = retry_ms
+    return out
 
 
 @dataclass
 class Follow:
     """A stream of room `code` (at `version` when the client connected) from `store` for one client: a counted
     `follower` (None for the teacher's own page, which listens for polls but follows no one), after version
-    `after` if it reconnects."""
+    `after` if it reconnects; `render` when the client is a screen of the lab that swaps its poll box in."""
 
     store: Store
     code: str
@@ -49,8 +67,14 @@ class Follow:
     follower: str | None
     after: int | None
     keepalive: float
+    render: Render | None = None
     retry_ms: int = field(default_factory=lambda: random.randint(*RETRY_MS))
     sent: int = 0  # the last version this stream sent
+    step: str = ""  # the class's step (app/rooms/fragments.py step_of)
+    shown: str | None = None  # the poll the screen shows, the step it was asked on, whether it is still open
+    shown_step: str = ""
+    shown_open: bool = False
+    dirty: bool = True  # the screen's poll box is not the one shown: render it
 
     async def unfollow(self) -> None:
         """Stop counting the follower (idempotent: also run when the stream never started)."""
@@ -58,60 +82,89 @@ class Follow:
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):  # Redis may be the reason
                 await self.store.unfollow(self.code, self.follower)
 
-    async def stream(self) -> AsyncIterator[bytes]:
+    async def stream(self) -> AsyncIterator[ServerSentEvent]:
         with self.store.hub.listen(self.code) as queue:  # listening before the snapshot: nothing falls in between
             try:
-                yield f"retry: {self.retry_ms}\n: following room {self.code}\n\n".encode()
-                async for chunk in self.catch_up():
-                    yield chunk
+                yield ServerSentEvent(comment=f"following room {self.code}", retry=self.retry_ms, sep="\n")
+                async for out in self.catch_up():
+                    yield out
                 if self.sent >= 0:
-                    async for chunk in self.live(queue):
-                        yield chunk
+                    async for out in self.live(queue):
+                        yield out
             except (RedisError, OSError) as exc:  # the store went away: say so and end; the client reconnects
                 LOG.info("rooms: a stream of %s ends: the store failed (%s)", self.code, type(exc).__name__)
                 yield retry_event(self.retry_ms)
             finally:
                 await self.unfollow()
 
-    async def catch_up(self) -> AsyncIterator[bytes]:
+    def track(self, change: Event) -> None:
+        """Which poll the screen shows after `change`."""
+        if change.kind == "state":
+            self.step = step_of(change.data["page"], change.data["query"])
+            if self.shown and not self.shown_open and self.step != self.shown_step:
+                self.shown, self.dirty = None, True  # a revealed poll stays with its step
+        elif change.kind == "poll":
+            if change.data["status"] != "cleared":
+                self.shown, self.shown_step = change.data["id"], self.step
+                self.shown_open, self.dirty = change.data["status"] == "open", True
+            elif self.shown == change.data["id"]:
+                self.shown, self.dirty = None, True
+
+    async def rendered(self) -> AsyncIterator[ServerSentEvent]:
+        if self.render is not None and self.dirty:
+            self.dirty = False
+            poll = await self.store.poll(self.code, self.shown) if self.shown else None
+            yield event("poll-html", await self.render(poll))
+
+    async def catch_up(self) -> AsyncIterator[ServerSentEvent]:
         """What a reconnecting client missed; else (a first connection, one that missed more than the log holds,
         or a version the room never had) the room's view and its open poll. `sent` becomes -1 when the room is
         gone: the stream then ends."""
         missed = await self.store.events_after(self.code, self.after) if self.after is not None else None
         if missed is not None:
             for old in missed:
-                yield old.sse()
+                yield sse(old)
+                self.track(old)
                 self.sent = old.id
             self.sent = max(self.sent, self.after or 0)
-            return
-        current = await self.store.get(self.code)
-        if current is None:
-            yield Event(self.version + 1, "end", {}).sse()
-            self.sent = -1
-            return
-        yield Event(current.version, "state", {"page": current.page, "query": current.query}).sse()
-        self.sent = current.version
-        if current.poll and (poll := await self.store.poll(self.code, current.poll)) is not None:
-            yield Event(current.version, "poll", poll.public()).sse(with_id=False)
+        else:
+            current = await self.store.get(self.code)
+            if current is None:
+                yield sse(Event(self.version + 1, "end", {}))
+                self.sent = -1
+                return
+            view = Event(current.version, "state", {"page": current.page, "query": current.query})
+            yield sse(view)
+            self.track(view)
+            self.sent = current.version
+            if current.poll and (poll := await self.store.poll(self.code, current.poll)) is not None:
+                opened = Event(current.version, "poll", poll.public())
+                yield sse(opened, with_id=False)
+                self.track(opened)
+        async for out in self.rendered():
+            yield out
 
-    async def live(self, queue: asyncio.Queue[Event | None]) -> AsyncIterator[bytes]:
+    async def live(self, queue: asyncio.Queue[Event | None]) -> AsyncIterator[ServerSentEvent]:
         """Every change after `sent`, until the room ends, the hub closes or the store asks the client to retry."""
         while True:
             try:
-                event = await asyncio.wait_for(queue.get(), self.keepalive)
+                change = await asyncio.wait_for(queue.get(), self.keepalive)
             except TimeoutError:
-                yield b": keep-alive\n\n"
+                yield keepalive()
                 if self.follower:
                     await self.store.follow(self.code, self.follower)  # the heartbeat that keeps it counted
                 continue
-            if event is None:
+            if change is None:
                 return
-            if event is RETRY:
+            if change is RETRY:
                 yield retry_event(self.retry_ms)
                 return
-            if event.id <= self.sent:
+            if change.id <= self.sent:
                 continue
-            yield event.sse()
-            self.sent = event.id
-            if event.kind == "end":
+            yield sse(change)
+            self.track(change)
+            self.sent = change.id
+            if change.kind == "end":
                 return
+            async for out in self.rendered():
+                yield out

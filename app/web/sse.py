@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.background import BackgroundTask
 
 __all__ = ["RESPONSES", "EventSourceResponse", "ServerSentEvent", "event", "stream"]
 
@@ -34,8 +35,13 @@ def keepalive() -> ServerSentEvent:
 
 
 def stream(
-    events: AsyncIterable[ServerSentEvent], keepalive_s: float, headers: Mapping[str, str] | None = None
+    events: AsyncIterable[ServerSentEvent],
+    keepalive_s: float,
+    headers: Mapping[str, str] | None = None,
+    background: BackgroundTask | None = None,
 ) -> EventSourceResponse:
     """The events as a response: `Cache-Control: no-store` and `X-Accel-Buffering: no` (no proxy buffers it), a
-    `: keep-alive` comment every `keepalive_s` (which also finds a client that left), lines ended by LF."""
-    return EventSourceResponse(events, headers=headers, ping=keepalive_s, ping_message_factory=keepalive, sep="\n")
+    `: keep-alive` comment every `keepalive_s` (which also finds a client that left), lines ended by LF; then
+    `background` (also when the stream never started)."""
+    return EventSourceResponse(events, headers=headers, ping=keepalive_s, ping_message_factory=keepalive, sep="\n",
+                               background=background)  # fmt: skip

@@ -166,9 +166,20 @@ def test_the_projected_bar_has_no_poll_form_and_no_open_histogram() -> None:
     code = start(teacher)
     bar = BeautifulSoup(teacher.get(f"/r/{code}/bar?lang=en").text, "html.parser")
     assert bar.select_one("form[data-room-poll-form]") is None  # written on the remote, not on the wall
-    assert bar.select_one("[data-room-histogram]").has_attr("hidden")
     assert bar.select_one("a[data-room-remote]")["href"] == f"/r/{code}/teach?lang=en"
     assert bar.select_one("form[data-room-end-form]")["data-confirm"]
+    # The poll box the server renders for the projector (templates/_room_poll.html): an open poll's count, its
+    # histogram hidden and no key, even with an answer in.
+    body = {"prompt": "Which?", "kind": "choice", "options": ["A", "B"], "answer": "A"}
+    pid = teacher.post(f"/api/v1/rooms/{code}/polls", json=body, headers={"Origin": str(teacher.base_url)}).json()["id"]
+    assert (
+        teacher.post(f"/api/v1/rooms/{code}/polls/{pid}/answers", json={"student": "s1", "answer": 1}).status_code
+        == 200
+    )
+    box = BeautifulSoup(teacher.get(f"/r/{code}/poll/{pid}?lang=en").text, "html.parser")
+    assert box.select_one("[data-room-histogram]").has_attr("hidden") and box.select_one("li.key") is None
+    assert box.select_one("[data-room-prompt]").text == "Which?" and "data-poll-answer" not in str(box)
+    assert teacher.get(f"/r/{code}/poll/{pid}/total").text == "1"
 
 
 @pytest.mark.parametrize(("lang", "label", "warns"), [("en", "Remote", "shows the answers"), ("zh", "遥控器", "作答")])
