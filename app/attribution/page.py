@@ -1,0 +1,44 @@
+"""The page `/attribution`: is a big attention weight an important one? Its query (the API's request fields and the
+page's own `head` and `sort`), its View (app/attribution/view.py) and its template; htmx redraws the page's body
+(`blocks`), and a head chosen on the grid swaps that head's section alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter
+
+from ..heads.request import head_cell
+from ..lab import Lab
+from ..render.predicted import generators
+from ..web.page import page_route
+from ..web.state import Params, ViewState, one_of, param
+from .api import AttributionRequest
+from .view import DEFAULT_TEXT, SORTS, AttributionView, attribution_view
+
+router = APIRouter(include_in_schema=False)
+API_KEYS = ("preset", "text", "token_ids", "bos", "position", "target", "contrast")
+assert set(API_KEYS) <= set(AttributionRequest.model_fields)
+
+
+@dataclass(frozen=True)
+class AttributionParams(Params):
+    """/attribution's view: the head whose row is shown (layer.head; default: the largest |attribution|) and the
+    order of the top heads' list."""
+
+    head: tuple[int, int] | None = param(None, head_cell)
+    sort: str = param("abs", one_of(SORTS))
+
+
+async def view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -> AttributionView:
+    p = state.read(AttributionParams)
+    return await attribution_view(state, lab, progress, ctx, p.head, p.sort)
+
+
+def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
+    """What the page draws whatever its View says: the models its form offers (every decoder)."""
+    return {"presets": generators(lab.models), "default_text": DEFAULT_TEXT}
+
+
+page_route(router, "/attribution", "attribution.html", API_KEYS, AttributionParams, view, form, AttributionView.blocks)
