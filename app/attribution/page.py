@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from ..heads.request import head_cell
 from ..lab import Lab
@@ -36,9 +36,19 @@ async def view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any]) -
     return await attribution_view(state, lab, progress, ctx, p.head, p.sort)
 
 
+def state_of(request: Request, path: str, keys: tuple[str, ...], params: type[Params]) -> ViewState:
+    """The page's state; a token's own spaces count (" London" is not "London"): kept as typed."""
+    state = ViewState.of(request.query_params, path, keys, params)
+    for name in ("target", "contrast"):
+        if name in state.params:
+            state.params[name] = request.query_params[name]
+    return state
+
+
 def form(lab: Lab, state: ViewState, lang: str) -> dict[str, Any]:
     """What the page draws whatever its View says: the models its form offers (every decoder)."""
     return {"presets": generators(lab.models), "default_text": DEFAULT_TEXT}
 
 
-page_route(router, "/attribution", "attribution.html", API_KEYS, AttributionParams, view, form, AttributionView.blocks)
+page_route(router, "/attribution", "attribution.html", API_KEYS, AttributionParams, view, form, AttributionView.blocks,
+           state_of)  # fmt: skip
