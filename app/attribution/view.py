@@ -210,8 +210,7 @@ class Detail(A.Held):
     norms: A.ValueNorms
     sink_norms: A.ValueNorms
     sink_effect: A.WeightEffect
-    effects: tuple[A.WeightEffect, ...]
-    chosen: int  # the index of the chosen head in `effects`
+    effects: tuple[A.WeightEffect, ...]  # the chosen head's among them
 
 
 MAX_RUNS = 4096  # the engine's own bound on a layer's weight-against-effect runs (heads × sources)
@@ -263,7 +262,7 @@ async def attribution_view(state: ViewState, lab: Lab, progress: str, ctx: dict[
         effects = A.weight_effects(model, seq, layer, None if all_heads else [head], p, target, contrast,
                                    max_tokens=limit, max_runs=MAX_RUNS)  # fmt: skip
         sink_effect = A.weight_effect(model, seq, sinks.layer, sinks.head, p, target, contrast, max_tokens=limit)
-        return Detail(norms, sink_norms, sink_effect, tuple(effects), head if all_heads else 0)
+        return Detail(norms, sink_norms, sink_effect, tuple(effects))
 
     key = (text.preset, text.seq, p, target, contrast, layer, None if all_heads else head)
     got, _ = await lab.compute("attribution_head", key, cost * (n_heads if all_heads else 1), detail,
@@ -322,7 +321,7 @@ def build(state: ViewState, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
         )  # fmt: skip
 
     layer, head = chosen
-    effect = got.effects[got.chosen]
+    effect = next(e for e in got.effects if e.head == head)  # the layer's runs are cached for every head
     corr = A.pooled(got.effects) if len(got.effects) > 1 else None
     sinks = extra.sink
     sl, sh = sinks.layer, sinks.head

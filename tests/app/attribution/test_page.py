@@ -69,17 +69,19 @@ def test_the_numbers_are_the_apis(tiny: TestClient, params: dict[str, str]) -> N
     assert close([s["norm"] for s in shown], norms["value_weighted"][head])
 
 
-def test_the_weight_against_effect_and_the_sink_are_the_engines(tiny: TestClient) -> None:
-    v = twin(tiny, head="1.2")
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_weight_against_effect_and_the_sink_are_the_engines(tiny: TestClient, lang: str) -> None:
     model = tiny.app.state.lab.models["tiny"]  # type: ignore[attr-defined]
-    ids, p = v["token_ids"], v["position"]
-    target = v["target"]["token_id"]
-    e = A.weight_effect(model, ids, 1, 2, p, target)
-    row = v["chosen"]
-    assert (row["layer"], row["head"], row["metric"]) == (1, 2, "loss") and close(row["clean"], e.clean)
-    assert close([s["effect"] for s in row["sources"]], e.effects.tolist(), 1e-5)
-    assert close([s["weight"] for s in row["sources"]], e.weights.tolist(), 1e-5)
-    assert close(row["spearman_weight"], e.spearman_weight) and close(row["spearman_norm"], e.spearman_norm)
+    for h in (2, 0):  # two heads of one layer, one after the other: the layer's runs are computed once
+        v = twin(tiny, head=f"1.{h}", lang=lang)
+        ids, p = v["token_ids"], v["position"]
+        target = v["target"]["token_id"]
+        e = A.weight_effect(model, ids, 1, h, p, target)
+        row = v["chosen"]
+        assert (row["layer"], row["head"], row["metric"]) == (1, h, "loss") and close(row["clean"], e.clean)
+        assert close([s["effect"] for s in row["sources"]], e.effects.tolist(), 1e-5)
+        assert close([s["weight"] for s in row["sources"]], e.weights.tolist(), 1e-5)
+        assert close(row["spearman_weight"], e.spearman_weight) and close(row["spearman_norm"], e.spearman_norm)
     every = A.weight_effects(model, ids, 1, None, p, target)
     assert close([row["layer_weight"], row["layer_norm"]], list(A.pooled(every)))
     s = A.sink_contrast(model, ids)
@@ -87,6 +89,8 @@ def test_the_weight_against_effect_and_the_sink_are_the_engines(tiny: TestClient
     assert (sink["layer"], sink["head"]) == (s.layer, s.head)
     assert close(sink["weight_share"], float(s.weight_share[s.layer, s.head]))
     assert close(sink["value_ratio"], float(s.value_ratio[s.layer, s.head]))
+    gone = A.weight_effect(model, ids, s.layer, s.head, p, target)
+    assert close([x["effect"] for x in sink["row"]["sources"]], gone.effects.tolist(), 1e-5)
     r = A.rollout(model, ids[: p + 1])
     assert close(v["rollout"]["product"], r.cumulative[:, p, : p + 1].tolist())
 
