@@ -283,8 +283,8 @@ def build(state: ViewState, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
     part_bound = max([abs(v) for v in (*mlps, float(doc["embed"])) if math.isfinite(v)], default=0.0) or 1.0
     typed_text = state.get("text") if state.get("text") or state.get("token_ids") else DEFAULT_TEXT
 
-    def lab_link(layer: int, head: int) -> str:
-        return lab_url(text.preset, ids, layer, head, lang, present, typed_text if typed_text else None)
+    def lab_link(layer: int, head: int) -> str:  # the page's ids (its BOS too): the lab shows the same weights
+        return lab_url(text.preset, ids, layer, head, lang, present)
 
     def knock_link(layer: int, head: int) -> str:
         """The text on /predict with the head knocked out, looking at the same position (numbered as /predict
