@@ -298,33 +298,32 @@ def build(state: ViewState, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
     order = {"abs": lambda x: -abs(x[0]), "pos": lambda x: -x[0], "neg": lambda x: x[0]}[sort]
     top = tuple(TopHead(li, h, v, lab_link(li, h), knock_link(li, h)) for v, li, h in sorted(ranked, key=order)[:TOP])
 
-    def row_of(norms: A.ValueNorms, layer: int, head: int, effect: A.WeightEffect | None,
-               layer_corr: tuple[float, float] | None) -> HeadRow:  # fmt: skip
-        w, m = norms.weights[head, p, : p + 1], norms.norms[head, p, : p + 1]
-        wmax = float(w.max()) or 1.0
-        mmax = float(m.max()) or 1.0
-        eff = effect.effects if effect is not None else None
-        emax = (float(eff.abs().max()) or 1.0) if eff is not None else 1.0
-        shown = tuple(
-            Source(j, labels[j], float(w[j]), float(m[j]), None if eff is None else float(eff[j]),
-                   shade(float(w[j]) / wmax, "sequential", 1.0), shade(float(m[j]) / mmax, "sequential", 1.0),
-                   "" if eff is None else shade(float(eff[j]), "diverging", emax))
-            for j in range(p + 1)
-        )  # fmt: skip
-        return HeadRow(
-            layer, head, shown,
-            metric=effect.metric if effect else None, clean=effect.clean if effect else None,
-            spearman_weight=effect.spearman_weight if effect else None,
-            spearman_norm=effect.spearman_norm if effect else None,
-            layer_weight=layer_corr[0] if layer_corr else None, layer_norm=layer_corr[1] if layer_corr else None,
-            lab_url=lab_link(layer, head), knock_url=knock_link(layer, head),
-        )  # fmt: skip
-
     layer, head = chosen
     effect = next(e for e in got.effects if e.head == head)  # the layer's runs are cached for every head
     corr = A.pooled(got.effects) if len(got.effects) > 1 else None
     sinks = extra.sink
     sl, sh = sinks.layer, sinks.head
+    # The chosen head's row and the sink head's share their colour scales (a weight's is 0 … 1 already): the sink's
+    # big weight shows bright, the small norm and effect it makes dark, beside the chosen head's.
+    rows = ((got.norms, layer, head, effect), (got.sink_norms, sl, sh, got.sink_effect))
+    nbound = max(float(n.norms[h, p, : p + 1].max()) for n, _, h, _ in rows) or 1.0
+    ebound = max(float(e.effects.abs().max()) for *_, e in rows) or 1.0
+
+    def row_of(norms: A.ValueNorms, layer: int, head: int, effect: A.WeightEffect,
+               layer_corr: tuple[float, float] | None) -> HeadRow:  # fmt: skip
+        w, m, eff = norms.weights[head, p, : p + 1], norms.norms[head, p, : p + 1], effect.effects
+        shown = tuple(
+            Source(j, labels[j], float(w[j]), float(m[j]), float(eff[j]), shade(float(w[j]), "sequential", 1.0),
+                   shade(float(m[j]) / nbound, "sequential", 1.0), shade(float(eff[j]), "diverging", ebound))
+            for j in range(p + 1)
+        )  # fmt: skip
+        return HeadRow(
+            layer, head, shown, metric=effect.metric, clean=effect.clean, spearman_weight=effect.spearman_weight,
+            spearman_norm=effect.spearman_norm, layer_weight=layer_corr[0] if layer_corr else None,
+            layer_norm=layer_corr[1] if layer_corr else None, lab_url=lab_link(layer, head),
+            knock_url=knock_link(layer, head),
+        )  # fmt: skip
+
     sink = Sink(sl, sh, float(sinks.weight_share[sl, sh]), float(sinks.norm_share[sl, sh]),
                 float(sinks.value_ratio[sl, sh]), row_of(got.sink_norms, sl, sh, got.sink_effect, None))  # fmt: skip
     r = extra.rollout
