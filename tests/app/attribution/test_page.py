@@ -163,3 +163,37 @@ def test_a_head_chosen_by_htmx_swaps_its_section(tiny: TestClient) -> None:
     row = head.select_one("table.attr-row")
     assert (row["data-layer"], row["data-head"]) == ("2", "3")
     assert part.select_one("td.chosen")["data-layer"] == "2" and part.select_one("#dla-grid") is not None
+
+
+def test_the_chinese_page_holds_no_english_ui_strings(tiny: TestClient) -> None:
+    """As tests/app/web/test_kernel.py holds the other pages: past the model's own tokens, the names of people and
+    the terms Chinese ML writing keeps in Latin letters (MLP, logit, rms, rollout, sink, Spearman), no English."""
+    import re
+
+    from tests.app.web.test_kernel import LATIN_OK
+
+    v = twin(tiny, lang="zh")
+    soup = page(tiny, lang="zh", head="1.2")
+    for el in soup.select("script, style, code, textarea"):  # the text the model reads
+        el.decompose()
+    words = set(re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", soup.get_text(" ")))
+    tokens = {w for tok in v["tokens"] for w in re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", tok)}
+    kept = {"Abnar", "Zuidema", "Kobayashi", "Spearman", "MLP", "logit", "rms", "rollout", "sink", "R_l", "tiny"}
+    left = {w for w in words - LATIN_OK - tokens - kept if not re.fullmatch(r"[LR]\d+", w)}
+    assert not left, sorted(left)
+
+
+def test_presenter_mode_is_kept_by_every_link_and_form(tiny: TestClient) -> None:
+    soup = page(tiny, present="1", hints="off", lesson="big-weight", lesson_step="2", lang="en")
+    assert "present" in soup.body["class"] and len(soup.select("a[data-toggle=present]")) == 1
+    leave = soup.select_one("a[data-toggle=present]")["href"]
+    assert "present=" not in leave and "lesson_step=2" in leave
+    for a in soup.select("main a[href]"):
+        href = a["href"]
+        if href.startswith(("/attribution?", "/?", "/predict?")) and not a.has_attr("data-toggle"):
+            assert "present=1" in href, href
+    forms = soup.select("main form[method=get]")
+    assert forms
+    for form in forms:
+        fields = {i.get("name"): i.get("value") for i in form.select("input[type=hidden]")}
+        assert fields.get("present") == "1" and fields.get("hints") == "off" and fields.get("lesson_step") == "2"
