@@ -20,9 +20,10 @@ from engine import attribution as A
 
 from ..lab import Lab
 from ..render import cells
+from ..render.predicted import generators
 from ..schemas import FieldError, from_query
 from ..web.page import lab_url, twin_url
-from ..web.sequence import Text, text_of
+from ..web.sequence import DECODER, Text, text_of
 from ..web.state import ViewState, within
 from ..web.view import HIDDEN, View
 from .api import Answer, AttributionRequest, compute
@@ -219,6 +220,9 @@ MAX_RUNS = 4096  # the engine's own bound on a layer's weight-against-effect run
 async def attribution_view(state: ViewState, lab: Lab, progress: str, ctx: dict[str, Any],
                            chosen_head: tuple[int, int] | None, sort: str) -> AttributionView:  # fmt: skip
     """What /attribution shows for `state` (its JSON face is the page's `.json` twin)."""
+    decoders = generators(lab.models)
+    if "preset" not in state.params and DECODER not in decoders and decoders:  # a server without SmolLM2
+        state.params["preset"] = decoders[0]
     req = page_request(state)
     limit = lab.settings.max_predict_tokens
     text: Text = await lab.off_loop(req.preset, text_of, req, lab, limit, False, "tokens", 1, "attributions", True)

@@ -197,3 +197,9 @@ def test_presenter_mode_is_kept_by_every_link_and_form(tiny: TestClient) -> None
     for form in forms:
         fields = {i.get("name"): i.get("value") for i in form.select("input[type=hidden]")}
         assert fields.get("present") == "1" and fields.get("hints") == "off" and fields.get("lesson_step") == "2"
+
+
+def test_a_server_without_smollm2_shows_its_own_decoder(tiny: TestClient) -> None:
+    r = tiny.get("/attribution.json")
+    assert r.status_code == 200, r.text
+    assert r.json()["preset"] == "tiny"
