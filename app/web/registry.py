@@ -58,6 +58,7 @@ PAGES: tuple[Page, ...] = (
     Page("lens", "/lens", "app.predict.lens", "lens.html", nav="more", heavy=True),
     Page("heads", "/heads", "app.heads.page", "heads.html", nav="more", heavy=True),
     Page("patch", "/patch", "app.heads.page", "patch.html", heavy=True, here="heads"),
+    Page("attribution", "/attribution", "app.attribution.page", "attribution.html", nav="more", heavy=True),
     Page("train", "/train", "app.train.page", "train.html", nav="more"),
     Page("tiles", "/tiles", "app.attention.tiles", "tiles.html", nav="more"),
     Page("demos", "/demos", "app.demos.page", "demos.html", nav="more"),

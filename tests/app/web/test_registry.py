@@ -44,6 +44,7 @@ def test_the_registry_states_what_the_hand_lists_said() -> None:
         "/predict",
         "/lens",
         "/heads",
+        "/attribution",
         "/train",
         "/tiles",
         "/demos",

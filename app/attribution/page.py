@@ -1,0 +1,51 @@
+"""The page `/attribution`: is a big attention weight an important one? Its query (the API's request fields and the
+page's own `head` and `sort`), its View (app/attribution/view.py) and its template; htmx redraws the page's body
+(`blocks`), and a head chosen on the grid swaps that head's section alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from ..heads.request import HeadCell
+from ..lab import Lab
+from ..render.predicted import generators
+from ..web.page import page_route
+from ..web.state import Choice, PageQuery
+from .api import AttributionRequest
+from .view import DEFAULT_TEXT, SORTS, AttributionView, attribution_view
+
+router = APIRouter(include_in_schema=False)
+API_KEYS = ("preset", "text", "token_ids", "bos", "position", "target", "contrast")
+assert set(API_KEYS) <= set(AttributionRequest.model_fields)
+
+
+class AttributionQuery(PageQuery):
+    """/attribution's view: the head whose row is shown (layer.head; default: the largest |attribution|) and the
+    order of the top heads' list."""
+
+    head: HeadCell | None = None
+    sort: Choice(SORTS) = "abs"  # type: ignore[valid-type]
+
+
+async def view(state: AttributionQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> AttributionView:
+    return await attribution_view(state, lab, progress, ctx, state.head, state.sort)
+
+
+def state_of(request: Request, path: str, keys: tuple[str, ...], query: type[AttributionQuery]) -> AttributionQuery:
+    """The page's query; a token's own spaces count (" London" is not "London"): kept as typed."""
+    state = query.of(request.query_params, path, keys)
+    for name in ("target", "contrast"):
+        if name in state.params:
+            state.params[name] = request.query_params[name]
+    return state
+
+
+def form(lab: Lab, state: AttributionQuery, lang: str) -> dict[str, Any]:
+    """What the page draws whatever its View says: the models its form offers (every decoder)."""
+    return {"presets": generators(lab.models), "default_text": DEFAULT_TEXT}
+
+
+page_route(router, "/attribution", "attribution.html", API_KEYS, AttributionQuery, view, form, AttributionView.blocks,
+           state_of)  # fmt: skip

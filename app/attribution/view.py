@@ -1,0 +1,369 @@
+"""The page /attribution's View: what attention is worth at one query position of a real decoder. Direct logit
+attribution as a layer × head grid (with the MLPs, the embedding and their sum beside the real logit), one head's
+weights beside the norms they move and the effect of removing each source, the model's strongest sink head, and
+attention rollout step by step. Every number is the engine's (engine/attribution.py); the direct logit attribution
+is the API's own answer (`/api/v1/attribution`, the same cache entry). `AttributionView` is what the page shows; its
+JSON face is the page's `.json` twin."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import orjson
+import torch
+
+from engine import attribution as A
+
+from ..lab import Lab
+from ..render import cells
+from ..render.predicted import generators
+from ..schemas import FieldError, from_query
+from ..web.page import lab_url, twin_url
+from ..web.sequence import DECODER, Text, text_of
+from ..web.state import PageQuery, within
+from ..web.view import HIDDEN, View
+from .api import Answer, AttributionRequest, compute
+
+# The page's sentence when its URL names none, in both languages: SmolLM2 reads English, and a class in either
+# language sees the same numbers (the lesson's polls are checked against them).
+DEFAULT_TEXT = "The capital of France is Paris, and the capital of England is"
+SORTS = ("abs", "pos", "neg")  # the top heads by |value|, the most positive first, the most negative first
+TOP = 10  # heads listed beside the grid
+CELLS_UP_TO = 24  # sources: past this the rollout's strips carry no numbers (each still has its title)
+HiddenFields = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Token:
+    token_id: int
+    token: str
+
+
+@dataclass(frozen=True)
+class TopHead:
+    """A head of the grid, with its links: its pattern in the lab and the text with it knocked out (/predict)."""
+
+    layer: int
+    head: int
+    value: float
+    lab_url: str
+    knock_url: str
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source position j of the query's row for a head: its weight α_pj, the norm it moves ‖α_pj v_j W_O‖,
+    and (the chosen head only) the metric's change when it is removed from that head at that query."""
+
+    position: int
+    token: str
+    weight: float
+    norm: float
+    effect: float | None = None
+    weight_cls: Annotated[str, HIDDEN] = ""
+    norm_cls: Annotated[str, HIDDEN] = ""
+    effect_cls: Annotated[str, HIDDEN] = ""
+
+
+@dataclass(frozen=True)
+class HeadRow:
+    """One head at the query position: every source (`sources`), the metric (`loss` of the target, or the
+    `logit_diff`), its clean value, Spearman's rank correlation of the weights and of the norms with |effect|, and
+    over every head of the layer together (`layer_weight`, `layer_norm`; None when the layer's runs exceed the
+    bound and only this head was run)."""
+
+    layer: int
+    head: int
+    sources: tuple[Source, ...]
+    metric: str | None = None
+    clean: float | None = None
+    spearman_weight: float | None = None
+    spearman_norm: float | None = None
+    layer_weight: float | None = None
+    layer_norm: float | None = None
+    lab_url: str = ""
+    knock_url: str = ""
+
+
+@dataclass(frozen=True)
+class Sink:
+    """The model's strongest sink head on this text (the largest mean weight on the first token): that share, the
+    first token's share of the norms the head moves, and ‖v_0 W_O‖ over the other tokens' mean; `row` its query
+    row at the page's position."""
+
+    layer: int
+    head: int
+    weight_share: float
+    norm_share: float
+    value_ratio: float
+    row: HeadRow
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Attention rollout from the query position back to the tokens: `steps[l]` the row of layer l's own
+    Â_l = ½ mean_h A_l + ½ I, `product[l]` the row of R_l = Â_l ⋯ Â_0; `product[-1]` is the rollout."""
+
+    steps: tuple[tuple[float, ...], ...]
+    product: tuple[tuple[float, ...], ...]
+    product_cls: Annotated[tuple[tuple[str, ...], ...], HIDDEN] = ()
+    steps_cls: Annotated[tuple[tuple[str, ...], ...], HIDDEN] = ()
+
+
+class AttributionView(View):
+    """Direct logit attribution at `position`: each head's (`heads`, layers × heads), each MLP's, each attention
+    output bias's and the embedding's contribution to the target's logit (or target − contrast), `total` their sum
+    beside the real `logit` (`remainder` = logit − total: the final norm's shift `norm_bias`, plus rounding), the
+    final norm's scale frozen at the real stream (`scale`); the chosen head's row (`chosen`), the strongest sink
+    head's (`sink`) and the rollout (`rollout`)."""
+
+    template = "attribution.html"
+    blocks = ("body",)
+    kind = "attribution"
+    own_present_toggle = True
+
+    preset: str = ""
+    tokens: tuple[str, ...] = ()
+    token_ids: tuple[int, ...] = ()
+    text_start: int = 0
+    position: int = 0
+    target: Token | None = None
+    contrast: Token | None = None
+    norm: str = ""
+    scale: float = 0.0
+    layers: int = 0
+    n_heads: int = 0
+    heads: tuple[tuple[float, ...], ...] = ()
+    mlps: tuple[float, ...] = ()
+    attn_bias: tuple[float, ...] = ()
+    embed: float = 0.0
+    total: float = 0.0
+    logit: float = 0.0
+    remainder: float = 0.0
+    norm_bias: float = 0.0
+    frozen: str = ""  # the convention, in words
+    sum_said: str = ""  # the sum of the parts beside the real value, in words
+    sort: str = "abs"
+    top: tuple[TopHead, ...] = ()
+    chosen: HeadRow | None = None
+    sink: Sink | None = None
+    rollout: Rollout | None = None
+    # What the template draws the numbers with (left out of the JSON face).
+    grid_cls: Annotated[tuple[tuple[str, ...], ...], HIDDEN] = ()
+    mlp_cls: Annotated[tuple[str, ...], HIDDEN] = ()
+    embed_cls: Annotated[str, HIDDEN] = ""
+    bound: Annotated[float, HIDDEN] = 0.0
+    head_form: Annotated[HiddenFields, HIDDEN] = ()  # the state around `head`
+    position_form: Annotated[HiddenFields, HIDDEN] = ()  # the state around `position`
+    sort_urls: Annotated[tuple[tuple[str, str], ...], HIDDEN] = ()
+    cells: Annotated[bool, HIDDEN] = True  # the rollout's strips carry their numbers
+    # Links.
+    json_url: str = ""
+    twin_url: str = ""
+    present_url: str = ""
+
+
+def fields_around(state: PageQuery, name: str) -> HiddenFields:
+    """The page's state as the hidden fields of a GET form whose buttons set `name`: the text is written once, not
+    once per button (a position per token, a head per cell of the grid)."""
+    return tuple((k, state.params[k]) for k in state.page_keys if k in state.params and k != name)
+
+
+def api_params(state: PageQuery) -> dict[str, str]:
+    """The page's state as the API's query (the default sentence when the URL names no text)."""
+    raw = dict(state.api_params())
+    if not raw.get("text") and not raw.get("token_ids"):
+        raw = {"text": DEFAULT_TEXT, **raw}
+    return raw
+
+
+def page_request(state: PageQuery) -> AttributionRequest:
+    return AttributionRequest.model_validate(from_query(api_params(state), None, AttributionRequest))
+
+
+def shade(value: float, scale: str, bound: float) -> str:
+    return cells.colour(value, scale, bound) if math.isfinite(value) else "nonfinite"
+
+
+def floats(t: torch.Tensor) -> tuple[float, ...]:
+    return tuple(float(x) for x in t.detach().float().cpu().tolist())
+
+
+@dataclass(frozen=True)
+class Computed(A.Held):
+    """What the page computes past the API's answer for one position: rollout and the sink head (the head's own
+    work is `Detail`)."""
+
+    rollout: A.Rollout
+    sink: A.SinkContrast
+
+
+@dataclass(frozen=True)
+class Detail(A.Held):
+    """One head's layer at one position: the layer's value-weighted norms, the sink head's layer's, and the
+    weight against effect of the head (every head of the layer when the runs fit the bound)."""
+
+    norms: A.ValueNorms
+    sink_norms: A.ValueNorms
+    sink_effect: A.WeightEffect
+    effects: tuple[A.WeightEffect, ...]  # the chosen head's among them
+
+
+MAX_RUNS = 4096  # the engine's own bound on a layer's weight-against-effect runs (heads × sources)
+
+
+async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any],
+                           chosen_head: tuple[int, int] | None, sort: str) -> AttributionView:  # fmt: skip
+    """What /attribution shows for `state` (its JSON face is the page's `.json` twin)."""
+    decoders = generators(lab.models)
+    if "preset" not in state.params and DECODER not in decoders and decoders:  # a server without SmolLM2
+        state.params["preset"] = decoders[0]
+    req = page_request(state)
+    limit = lab.settings.max_predict_tokens
+    text: Text = await lab.off_loop(req.preset, text_of, req, lab, limit, False, "tokens", 1, "attributions", True)
+    model, seq = text.model, list(text.seq)
+    info = text.model.info
+    n = len(seq)
+    if n < 2:  # the sink contrast compares the first token with the others
+        raise FieldError("token_ids" if req.token_ids is not None else "text", "give at least two tokens")
+    cost = 4 * n * (info.d_model * 8 + n * info.n_heads) * info.n_layer
+
+    def work(_: Any) -> Answer:  # the API's own answer to the same request: one cache entry for both
+        return Answer(orjson.dumps(compute(text, req, limit), option=orjson.OPT_SERIALIZE_NUMPY))
+
+    done, _ = await lab.compute("attribution", (text.preset, text.seq, req.model_dump_json()), cost, work,
+                                progress=progress)  # fmt: skip
+    doc = orjson.loads(done.body)
+    p = int(doc["position"])
+    target, contrast = int(doc["target"]["token_id"]), doc["contrast"] and int(doc["contrast"]["token_id"])
+    heads = tuple(tuple(float(x) for x in row) for row in doc["heads"])
+    n_layer, n_heads = len(heads), len(heads[0])
+
+    def more(_: Any) -> Computed:
+        ids = seq[: p + 1]
+        return Computed(A.rollout(model, ids, max_tokens=limit), A.sink_contrast(model, seq, max_tokens=limit))
+
+    extra, _ = await lab.compute("attribution_rollout", (text.preset, text.seq, p), cost, more, progress=progress)
+    sinks = extra.sink
+    if chosen_head is None:  # the head that adds (or takes) the most
+        flat = max(((abs(v), li, h) for li, row in enumerate(heads) for h, v in enumerate(row)))
+        chosen_head = (flat[1], flat[2])
+    layer = within("head", chosen_head[0], 0, n_layer - 1)
+    head = within("head", chosen_head[1], 0, n_heads - 1)
+    sources = p + 1  # every source of the query's row (a sliding window's hidden ones are not run)
+    all_heads = n_heads * sources <= MAX_RUNS
+
+    def detail(_: Any) -> Detail:
+        ids = seq[: p + 1]
+        norms = A.value_weighted_norms(model, ids, layer, max_tokens=limit)
+        sink_norms = norms if sinks.layer == layer else A.value_weighted_norms(model, ids, sinks.layer,
+                                                                               max_tokens=limit)  # fmt: skip
+        effects = A.weight_effects(model, seq, layer, None if all_heads else [head], p, target, contrast,
+                                   max_tokens=limit, max_runs=MAX_RUNS)  # fmt: skip
+        sink_effect = A.weight_effect(model, seq, sinks.layer, sinks.head, p, target, contrast, max_tokens=limit)
+        return Detail(norms, sink_norms, sink_effect, tuple(effects))
+
+    key = (text.preset, text.seq, p, target, contrast, layer, None if all_heads else head)
+    got, _ = await lab.compute("attribution_head", key, cost * (n_heads if all_heads else 1), detail,
+                               progress=progress)  # fmt: skip
+    return build(state, ctx, text, doc, extra, got, (layer, head), sort)
+
+
+def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any], extra: Computed, got: Detail,
+          chosen: tuple[int, int], sort: str) -> AttributionView:  # fmt: skip
+    """The View from the computed numbers (no computing here)."""
+    t: Callable[..., str] = ctx["t"]
+    lang, present = ctx["lang"], state.present
+    p, labels, ids = int(doc["position"]), tuple(doc["tokens"]), tuple(doc["token_ids"])
+    heads = tuple(tuple(float(x) for x in row) for row in doc["heads"])
+    mlps = tuple(float(x) for x in doc["mlps"])
+    n_layer, n_heads = len(heads), len(heads[0])
+    bound = max((abs(v) for row in heads for v in row if math.isfinite(v)), default=0.0) or 1.0
+    part_bound = max([abs(v) for v in (*mlps, float(doc["embed"])) if math.isfinite(v)], default=0.0) or 1.0
+    typed_text = state.get("text") if state.get("text") or state.get("token_ids") else DEFAULT_TEXT
+
+    def lab_link(layer: int, head: int) -> str:  # the page's ids (its BOS too): the lab shows the same weights
+        return lab_url(text.preset, ids, layer, head, lang, present)
+
+    def knock_link(layer: int, head: int) -> str:
+        """The text on /predict with the head knocked out, looking at the same position (numbered as /predict
+        numbers it: the text's tokens from 0, the BOS before them)."""
+        seq = {"text": typed_text} if typed_text else {"token_ids": state.get("token_ids")}
+        pos = "bos" if p < text.text_start else str(p - text.text_start)
+        query = {"preset": text.preset, **seq, "ablate": f"L{layer} H{head}", "pos": pos, "lang": lang}
+        return "/predict?" + urlencode(query | ({"present": "1"} if present else {}))
+
+    ranked = [(v, li, h) for li, row in enumerate(heads) for h, v in enumerate(row)]
+    order = {"abs": lambda x: -abs(x[0]), "pos": lambda x: -x[0], "neg": lambda x: x[0]}[sort]
+    top = tuple(TopHead(li, h, v, lab_link(li, h), knock_link(li, h)) for v, li, h in sorted(ranked, key=order)[:TOP])
+
+    layer, head = chosen
+    effect = next(e for e in got.effects if e.head == head)  # the layer's runs are cached for every head
+    corr = A.pooled(got.effects) if len(got.effects) > 1 else None
+    sinks = extra.sink
+    sl, sh = sinks.layer, sinks.head
+    # The chosen head's row and the sink head's share their colour scales (a weight's is 0 … 1 already): the sink's
+    # big weight shows bright, the small norm and effect it makes dark, beside the chosen head's.
+    rows = ((got.norms, layer, head, effect), (got.sink_norms, sl, sh, got.sink_effect))
+    nbound = max(float(n.norms[h, p, : p + 1].max()) for n, _, h, _ in rows) or 1.0
+    ebound = max(float(e.effects.abs().max()) for *_, e in rows) or 1.0
+
+    def row_of(norms: A.ValueNorms, layer: int, head: int, effect: A.WeightEffect,
+               layer_corr: tuple[float, float] | None) -> HeadRow:  # fmt: skip
+        w, m, eff = norms.weights[head, p, : p + 1], norms.norms[head, p, : p + 1], effect.effects
+        shown = tuple(
+            Source(j, labels[j], float(w[j]), float(m[j]), float(eff[j]), shade(float(w[j]), "sequential", 1.0),
+                   shade(float(m[j]) / nbound, "sequential", 1.0), shade(float(eff[j]), "diverging", ebound))
+            for j in range(p + 1)
+        )  # fmt: skip
+        return HeadRow(
+            layer, head, shown, metric=effect.metric, clean=effect.clean, spearman_weight=effect.spearman_weight,
+            spearman_norm=effect.spearman_norm, layer_weight=layer_corr[0] if layer_corr else None,
+            layer_norm=layer_corr[1] if layer_corr else None, lab_url=lab_link(layer, head),
+            knock_url=knock_link(layer, head),
+        )  # fmt: skip
+
+    sink = Sink(sl, sh, float(sinks.weight_share[sl, sh]), float(sinks.norm_share[sl, sh]),
+                float(sinks.value_ratio[sl, sh]), row_of(got.sink_norms, sl, sh, got.sink_effect, None))  # fmt: skip
+    r = extra.rollout
+    steps = tuple(floats(r.layers[li, p, : p + 1]) for li in range(n_layer))
+    product = tuple(floats(r.cumulative[li, p, : p + 1]) for li in range(n_layer))
+
+    def strip(rows: tuple[tuple[float, ...], ...]) -> tuple[tuple[str, ...], ...]:
+        return tuple(tuple(shade(v / (max(row) or 1.0), "sequential", 1.0) for v in row) for row in rows)
+
+    contrast = doc["contrast"]
+    target = Token(int(doc["target"]["token_id"]), str(doc["target"]["token"]))
+    what = (t("attribution.diff", target=target.token, contrast=contrast["token"]) if contrast
+            else t("attribution.logit_of", target=target.token))  # fmt: skip
+    total, logit, remainder = float(doc["total"]), float(doc["logit"]), float(doc["remainder"])
+    return AttributionView(
+        preset=text.preset, tokens=labels, token_ids=ids, text_start=int(doc["text_start"]), position=p,
+        target=target, contrast=Token(int(contrast["token_id"]), str(contrast["token"])) if contrast else None,
+        norm=str(doc["norm"]), scale=float(doc["scale"]), layers=n_layer, n_heads=n_heads, heads=heads, mlps=mlps,
+        attn_bias=tuple(float(x) for x in doc["attn_bias"]), embed=float(doc["embed"]), total=total, logit=logit,
+        remainder=remainder, norm_bias=float(doc["norm_bias"]),
+        frozen=t("attribution.frozen." + ("rms" if doc["norm"] == "rmsnorm" else "ln"), scale=f"{float(doc['scale']):.4g}"),
+        sum_said=t("attribution.sum", what=what, total=f"{total:.3f}", logit=f"{logit:.3f}",
+                   remainder=f"{remainder:.1e}", bias=f"{float(doc['norm_bias']):.3f}"),
+        sort=sort,
+        top=top,
+        chosen=row_of(got.norms, layer, head, effect, corr),
+        sink=sink,
+        rollout=Rollout(steps, product, strip(product), strip(steps)),
+        grid_cls=tuple(tuple(shade(v, "diverging", bound) for v in row) for row in heads),
+        mlp_cls=tuple(shade(v, "diverging", part_bound) for v in mlps),
+        embed_cls=shade(float(doc["embed"]), "diverging", part_bound),
+        bound=bound,
+        head_form=fields_around(state, "head"),
+        position_form=fields_around(state, "position"),
+        sort_urls=tuple((s, state.url(sort=None if s == "abs" else s)) for s in SORTS),
+        cells=p + 1 <= CELLS_UP_TO,
+        json_url="/api/v1/attribution?" + urlencode(api_params(state)),
+        twin_url=twin_url("/attribution", state.url().partition("?")[2]),
+        present_url=state.url(present=None if present else "1"),
+    )  # fmt: skip

@@ -1,0 +1,205 @@
+"""The page /attribution (#44) on a tiny decoder built here: its numbers are the API's and the engine's for the same
+request (the grid, the sum, the rollout, a head's norms, the weight against effect, the sink head), in both
+languages and on its JSON twin; a bad field is an inline 422 naming it; a head chosen by htmx swaps its section."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from bs4 import BeautifulSoup
+from fastapi.testclient import TestClient
+
+from engine import attribution as A
+from tests.conftest import make_client
+
+TEXT = "The cat sat on the mat. The cat"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    pytest.importorskip("transformers")
+    from tests.own_models import build
+
+    path, _ = build("llama", tmp_path_factory.mktemp("attribution-page") / "tiny", seed=6)
+    with make_client(models=f"tiny={path}", pretrained=False) as c:
+        yield c
+
+
+def twin(c: TestClient, **params: str) -> dict[str, Any]:
+    r = c.get("/attribution.json", params={"preset": "tiny", "text": TEXT} | params)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def page(c: TestClient, status: int = 200, **params: str) -> BeautifulSoup:
+    r = c.get("/attribution", params={"preset": "tiny", "text": TEXT} | params)
+    assert r.status_code == status, r.headers.get("x-lab-error")
+    return BeautifulSoup(r.text, "html.parser")
+
+
+def close(a: Any, b: Any, tol: float = 1e-6) -> bool:
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(close(x, y, tol) for x, y in zip(a, b, strict=True))
+    return math.isclose(float(a), float(b), abs_tol=tol)
+
+
+@pytest.mark.parametrize("params", [{}, {"position": "5", "target": " sat", "contrast": " cat"}])
+def test_the_numbers_are_the_apis(tiny: TestClient, params: dict[str, str]) -> None:
+    v = twin(tiny, **params)
+    api = tiny.get("/api/v1/attribution", params={"preset": "tiny", "text": TEXT, "rollout": "true"} | params).json()
+    assert v["view"] == "attribution" and v["token_ids"] == api["token_ids"] and v["position"] == api["position"]
+    for key in ("heads", "mlps", "attn_bias", "embed", "total", "logit", "remainder", "norm_bias", "scale"):
+        assert close(v[key], api[key]), key
+    assert v["target"] == api["target"] and v["contrast"] == api["contrast"]
+    assert close(v["total"] + v["remainder"], v["logit"])  # the sum beside the real value
+    assert close(v["rollout"]["steps"], api["rollout"]["layers"], 1e-6)
+    assert close(v["rollout"]["product"][-1], api["rollout"]["final"], 1e-6)
+    assert all(math.isclose(sum(row), 1.0, abs_tol=1e-5) for row in v["rollout"]["product"])
+    # the chosen head (the largest |attribution| by default): its row is the API's norms of that layer
+    layer, head = v["chosen"]["layer"], v["chosen"]["head"]
+    flat = [abs(x) for row in api["heads"] for x in row]
+    assert flat.index(max(flat)) == layer * len(api["heads"][0]) + head
+    norms = tiny.get("/api/v1/attribution", params={"preset": "tiny", "text": TEXT, "norms_layer": str(layer)}
+                     | params).json()["norms"]  # fmt: skip
+    shown = v["chosen"]["sources"]
+    assert close([s["weight"] for s in shown], norms["weights"][head])
+    assert close([s["norm"] for s in shown], norms["value_weighted"][head])
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_weight_against_effect_and_the_sink_are_the_engines(tiny: TestClient, lang: str) -> None:
+    model = tiny.app.state.lab.models["tiny"]  # type: ignore[attr-defined]
+    for h in (2, 0):  # two heads of one layer, one after the other: the layer's runs are computed once
+        v = twin(tiny, head=f"1.{h}", lang=lang)
+        ids, p = v["token_ids"], v["position"]
+        target = v["target"]["token_id"]
+        e = A.weight_effect(model, ids, 1, h, p, target)
+        row = v["chosen"]
+        assert (row["layer"], row["head"], row["metric"]) == (1, h, "loss") and close(row["clean"], e.clean)
+        assert close([s["effect"] for s in row["sources"]], e.effects.tolist(), 1e-5)
+        assert close([s["weight"] for s in row["sources"]], e.weights.tolist(), 1e-5)
+        assert close(row["spearman_weight"], e.spearman_weight) and close(row["spearman_norm"], e.spearman_norm)
+    every = A.weight_effects(model, ids, 1, None, p, target)
+    assert close([row["layer_weight"], row["layer_norm"]], list(A.pooled(every)))
+    s = A.sink_contrast(model, ids)
+    sink = v["sink"]
+    assert (sink["layer"], sink["head"]) == (s.layer, s.head)
+    assert close(sink["weight_share"], float(s.weight_share[s.layer, s.head]))
+    assert close(sink["value_ratio"], float(s.value_ratio[s.layer, s.head]))
+    gone = A.weight_effect(model, ids, s.layer, s.head, p, target)
+    assert close([x["effect"] for x in sink["row"]["sources"]], gone.effects.tolist(), 1e-5)
+    r = A.rollout(model, ids[: p + 1])
+    assert close(v["rollout"]["product"], r.cumulative[:, p, : p + 1].tolist())
+
+
+@pytest.mark.parametrize(("lang", "title"), [("en", "What attention is worth"), ("zh", "注意力的分量")])
+def test_the_page_draws_the_numbers_in_both_languages(tiny: TestClient, lang: str, title: str) -> None:
+    v = twin(tiny, lang=lang)
+    soup = page(tiny, lang=lang)
+    assert soup.h2.text.startswith(title)
+    cells = soup.select("table.attr-grid td[data-head]")
+    assert len(cells) == v["layers"] * v["n_heads"] == 3 * 4
+    assert [float(c["data-value"]) for c in cells] == [x for row in v["heads"] for x in row]
+    assert [float(c["data-value"]) for c in soup.select("td[data-mlp]")] == v["mlps"]
+    said = soup.select_one(".attr-sum")
+    assert float(said["data-total"]) == v["total"] and float(said["data-logit"]) == v["logit"]
+    assert f"{v['logit']:.3f}" in said.text and soup.select_one("[data-frozen]").text.strip()
+    top = soup.select("ol.attr-top li")
+    assert [float(li["data-value"]) for li in top] == sorted(
+        (x for row in v["heads"] for x in row), key=abs, reverse=True)[:10]  # fmt: skip
+    first = top[0]
+    layer, head = first["data-head"].split(".")
+    assert f"layer={layer}" in first.select_one('a[data-link="pattern"]')["href"]
+    assert f"head={head}" in first.select_one('a[data-link="pattern"]')["href"]
+    assert "ablate=L" in first.select_one('a[data-link="knock"]')["href"]
+    assert len(soup.select("#head table.attr-row tbody tr")) == v["position"] + 1
+    assert soup.select_one("#sink table.attr-row") is not None
+    assert len(soup.select("#rollout table[data-rollout=product] tbody tr")) == 3
+    other = BeautifulSoup(tiny.get("/attribution", params={"preset": "tiny", "text": TEXT,
+                                                           "lang": "zh" if lang == "en" else "en"}).text,
+                          "html.parser")  # fmt: skip
+    assert other.select_one("[data-frozen]").text != soup.select_one("[data-frozen]").text
+
+
+def test_the_list_sorts_and_the_knock_out_opens(tiny: TestClient) -> None:
+    v = twin(tiny, sort="neg")
+    assert [h["value"] for h in v["top"]] == sorted(x for row in v["heads"] for x in row)[:10]
+    pos = twin(tiny, sort="pos")
+    assert [h["value"] for h in pos["top"]] == sorted((x for row in v["heads"] for x in row), reverse=True)[:10]
+    knock = v["top"][0]["knock_url"]
+    assert tiny.get(knock).status_code == 200 and tiny.get(v["top"][0]["lab_url"]).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [({"head": "9.0"}, "head"), ({"head": "x"}, "head"), ({"position": "99"}, "position"),
+     ({"sort": "up"}, "sort"), ({"preset": "nope"}, "preset"),
+     ({"text": "x" * 9000}, "text")],
+)  # fmt: skip
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_bad_field_is_an_inline_422_naming_it(tiny: TestClient, params: dict[str, str], field: str,
+                                                lang: str) -> None:  # fmt: skip
+    r = tiny.get("/attribution", params={"preset": "tiny", "text": TEXT, "lang": lang} | params)
+    assert r.status_code == 422
+    soup = BeautifulSoup(r.text, "html.parser")
+    said = soup.select_one(".error[role=alert]").text
+    assert field in said and ("错误" in said or "有误" in said or "问题" in said) == (lang == "zh"), said
+    assert soup.select_one("#attribution-body form") is not None  # the form stays, to correct the field
+    assert tiny.get("/attribution.json", params={"preset": "tiny", "text": TEXT} | params).status_code == 422
+
+
+def test_a_head_chosen_by_htmx_swaps_its_section(tiny: TestClient) -> None:
+    soup = page(tiny)
+    form = soup.select_one('form[hx-target="#head"]')
+    assert form["hx-select"] == "#head" and form.select('button[name="head"]')
+    sent = {i["name"]: i["value"] for i in form.select("input[type=hidden]")}
+    r = tiny.get("/attribution", params=sent | {"head": "2.3"}, headers={"HX-Request": "true"})
+    assert r.status_code == 200 and "<body" not in r.text
+    part = BeautifulSoup(r.text, "html.parser")
+    head = part.select_one("#head")
+    row = head.select_one("table.attr-row")
+    assert (row["data-layer"], row["data-head"]) == ("2", "3")
+    assert part.select_one("td.chosen")["data-layer"] == "2" and part.select_one("#dla-grid") is not None
+
+
+def test_the_chinese_page_holds_no_english_ui_strings(tiny: TestClient) -> None:
+    """As tests/app/web/test_kernel.py holds the other pages: past the model's own tokens, the names of people and
+    the terms Chinese ML writing keeps in Latin letters (MLP, logit, rms, rollout, sink, Spearman), no English."""
+    import re
+
+    from tests.app.web.test_kernel import LATIN_OK
+
+    v = twin(tiny, lang="zh")
+    soup = page(tiny, lang="zh", head="1.2")
+    for el in soup.select("script, style, code, textarea"):  # the text the model reads
+        el.decompose()
+    words = set(re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", soup.get_text(" ")))
+    tokens = {w for tok in v["tokens"] for w in re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", tok)}
+    kept = {"Abnar", "Zuidema", "Kobayashi", "Spearman", "MLP", "logit", "rms", "rollout", "sink", "R_l", "tiny"}
+    left = {w for w in words - LATIN_OK - tokens - kept if not re.fullmatch(r"[LR]\d+", w)}
+    assert not left, sorted(left)
+
+
+def test_presenter_mode_is_kept_by_every_link_and_form(tiny: TestClient) -> None:
+    soup = page(tiny, present="1", hints="off", lesson="big-weight", lesson_step="2", lang="en")
+    assert "present" in soup.body["class"] and len(soup.select("a[data-toggle=present]")) == 1
+    leave = soup.select_one("a[data-toggle=present]")["href"]
+    assert "present=" not in leave and "lesson_step=2" in leave
+    for a in soup.select("main a[href]"):
+        href = a["href"]
+        if href.startswith(("/attribution?", "/?", "/predict?")) and not a.has_attr("data-toggle"):
+            assert "present=1" in href, href
+    forms = soup.select("main form[method=get]")
+    assert forms
+    for form in forms:
+        fields = {i.get("name"): i.get("value") for i in form.select("input[type=hidden]")}
+        assert fields.get("present") == "1" and fields.get("hints") == "off" and fields.get("lesson_step") == "2"
+
+
+def test_a_server_without_smollm2_shows_its_own_decoder(tiny: TestClient) -> None:
+    r = tiny.get("/attribution.json")
+    assert r.status_code == 200, r.text
+    assert r.json()["preset"] == "tiny"

@@ -1,0 +1,120 @@
+"""The lesson "Is a big attention weight an important one?" (#44): every poll's key, and the numbers its answer
+states, agree with what /attribution and the lab compute on SmolLM2 at that step."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+from bs4 import BeautifulSoup
+from fastapi.testclient import TestClient
+
+from app.web.lessons import BY_SLUG
+
+SLUG = "big-weight"
+CHECKED = {(SLUG, k) for k in range(1, len(BY_SLUG[SLUG].steps) + 1)}  # test_lessons.py counts these as checked
+
+
+@pytest.fixture(scope="module")
+def client(smollm2: Any) -> TestClient:  # type: ignore[misc]
+    from tests.conftest import make_client
+
+    with make_client() as c:
+        yield c
+
+
+def key(k: int) -> str:
+    step = BY_SLUG[SLUG].steps[k - 1]
+    assert step.poll is not None
+    return str(step.poll.for_lang(step.text("en")[1], "en")["answer"])
+
+
+def twin(client: TestClient, k: int) -> dict[str, Any]:
+    """The step's page as JSON (its own URL, the page's `.json` twin)."""
+    url = urlsplit(BY_SLUG[SLUG].steps[k - 1].url)
+    assert url.path == "/attribution"
+    r = client.get(f"/attribution.json?{url.query}")
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def source(row: dict[str, Any], token: str) -> dict[str, Any]:
+    (found,) = [s for s in row["sources"] if s["token"] == token]
+    return found
+
+
+def test_every_step_opens_the_page_it_names(client: TestClient) -> None:
+    for k, step in enumerate(BY_SLUG[SLUG].steps, start=1):
+        for lang in ("en", "zh"):
+            r = client.get(step.url.partition("#")[0] + f"&lang={lang}&lesson={SLUG}&lesson_step={k}")
+            assert r.status_code == 200, (k, r.headers.get("x-lab-error"))
+            panel = BeautifulSoup(r.text, "html.parser").select_one(f'.lesson-panel[data-lesson="{SLUG}"]')
+            assert panel is not None and step.text(lang).question in panel.get_text()
+
+
+def test_the_parts_sum_and_head_23_4_adds_the_most(client: TestClient) -> None:  # step 1
+    v = twin(client, 1)
+    assert v["target"]["token"] == " London" and v["contrast"]["token"] == " Paris" and v["logit"] > 5
+    assert abs(v["total"] - v["logit"]) < 1e-4
+    heads, mlps = np.array(v["heads"]), np.array(v["mlps"])
+    assert np.unravel_index(heads.argmax(), heads.shape) == (23, 4) and round(heads[23, 4], 1) == 2.1
+    assert heads.max() > max(mlps.max(), v["embed"]) and round(mlps.max(), 1) == 1.9 and mlps.argmax() == 27
+    assert round(mlps[29], 1) == -4.3 and heads.shape == (30, 9)
+    assert key(1) == "Head 4 of layer 23"
+
+
+def test_removing_england_from_head_23_4_costs_six_logits(client: TestClient) -> None:  # step 2
+    row = twin(client, 2)["chosen"]
+    assert (row["layer"], row["head"], row["metric"]) == (23, 4, "logit_diff")
+    england = source(row, " England")
+    assert round(england["weight"], 2) == 0.78 and round(england["effect"], 1) == -6.4
+    assert england["weight"] == max(s["weight"] for s in row["sources"])
+    assert round(row["spearman_weight"], 1) == 0.9
+    assert key(2) == "It drops by about 6 logits"
+
+
+def test_the_sink_head_reads_a_small_vector(client: TestClient) -> None:  # step 3
+    sink = twin(client, 3)["sink"]
+    assert sink["weight_share"] > 0.99 and sink["value_ratio"] < 0.1 and round(sink["value_ratio"], 2) == 0.07
+    assert key(3) == "Under a tenth of their size"
+
+
+def test_removing_the_first_token_from_the_sink_moves_little(client: TestClient) -> None:  # step 4
+    row = twin(client, 4)["sink"]["row"]
+    first = row["sources"][0]
+    assert first["weight"] > 0.99 and abs(first["effect"]) < 0.1 and round(abs(first["effect"]), 2) == 0.01
+    assert key(4) == "Less than 0.1 logit"
+
+
+def test_the_lab_shows_head_23_3_weighing_the_first_token_most(client: TestClient) -> None:  # step 5
+    url = urlsplit(BY_SLUG[SLUG].steps[4].url)
+    assert url.path == "/"
+    query = dict(p.split("=", 1) for p in url.query.split("&"))
+    doc = client.get("/api/v1/attention", params={"preset": "smollm2", "token_ids": query["token_ids"],
+                                                  "layer": query["layer"]}).json()  # fmt: skip
+    (w,) = [np.array(s["tensors"]["weights"]) for s in doc["stages"] if "weights" in s["tensors"]]
+    last = w[int(query["head"]), -1]
+    page = twin(client, 6)
+    assert [int(i) for i in query["token_ids"].split(",")] == page["token_ids"]  # the page's tokens, BOS and all
+    assert last.argmax() == 0 and [round(last[j], 2) for j in (0, 6, 4)] == [0.41, 0.28, 0.13]
+    assert key(5) == "The first token <|im_start|>"
+
+
+def test_a_smaller_weight_of_head_23_3_matters_more(client: TestClient) -> None:  # step 6
+    row = twin(client, 6)["chosen"]
+    assert (row["layer"], row["head"]) == (23, 3)
+    first, france, paris = row["sources"][0], source(row, " France"), source(row, " Paris")
+    assert first["weight"] > france["weight"] and abs(france["effect"]) > abs(first["effect"])
+    assert (round(first["weight"], 2), round(france["weight"], 2)) == (0.41, 0.13)
+    assert (round(france["effect"], 2), round(first["effect"], 2), round(paris["effect"], 1)) == (-0.86, 0.14, -2.9)
+    assert (round(france["norm"], 1), round(first["norm"], 1)) == (16.8, 4.3)
+    assert key(6) == "Removing “ France”"
+
+
+def test_rollout_ends_on_the_first_token(client: TestClient) -> None:  # step 7
+    v = twin(client, 7)
+    final = v["rollout"]["product"][-1]
+    assert len(v["rollout"]["product"]) == 30 and int(np.argmax(final)) == 0 and round(final[0], 2) == 1.0
+    assert key(7) == "The first token <|im_start|>"
