@@ -1,0 +1,81 @@
+"""The export API: any page's figure (SVG, PDF, PNG), its code (the lab's client or plain torch), its notebook and
+its citation, each from the page's URL (`page=<path and query>`), read from the page's JSON twin (app/export/twin.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from ..errors import field_error
+from ..schemas import ERRORS
+from . import twin
+from .figure import FORMATS, NoFigure, TooLarge, draw, panels
+
+TAG = {"name": "export", "description": "Take a page with you: its figures, code, notebook and citation."}
+router = APIRouter(prefix="/api/v1", tags=["export"], responses=ERRORS)
+
+PageParam = Annotated[
+    str,
+    Query(max_length=16384, description="A lab page's path and query, e.g. `/?tokens=cat+sat+on&stage=4`",
+          examples=["/?tokens=cat+sat+on&stage=4"]),
+]  # fmt: skip
+
+
+def install(app: FastAPI) -> None:
+    """The export routes and their tag (main.py includes them with this one call)."""
+    app.openapi_tags = [*(app.openapi_tags or []), TAG]
+    app.include_router(router)
+
+
+async def page_of(request: Request, page: str, paths: tuple[str, ...] = twin.PAGE_PATHS) -> twin.Page | Response:
+    try:
+        return await twin.fetch(request.app, page, paths)
+    except twin.BadPage as e:
+        return field_error("query", "page", str(e), e.status)
+
+
+def caption(p: twin.Page) -> str:
+    """The page's settings, for a figure's caption: what the user chose (the URL) and what the page ran."""
+    summary = p.summary
+    keys = ("preset", "mask", "scale", "positions", "layer", "seed")
+    ran = [f"{k}={summary[k]}" for k in keys if summary.get(k) not in (None, "", [])]
+    chosen = [f"{k}={v}" for k, v in p.query if k not in ("tokens", "text", "lang") and f"{k}={v}" not in ran]
+    for key, name in (("key", "stage"), ("head", "head")):
+        if p.twin.get(key) is not None and not any(c.startswith(f"{name}=") for c in chosen):
+            chosen.append(f"{name}={p.twin[key]}")
+    return " · ".join(["Attention Lab", p.path, *ran, *chosen])
+
+
+@router.get(
+    "/figure",
+    summary="A page's figure(s) as SVG, PDF or PNG, drawn by matplotlib",
+    response_class=Response,
+    responses={200: {"content": {m: {} for m in FORMATS.values()}}},
+)
+async def figure(request: Request, page: PageParam, format: Literal["svg", "pdf", "png"] = "svg") -> Response:
+    """The heat maps, head grids and curves of the page at `page` (its JSON twin's numbers), with a title, token
+    labels, a colour bar and the page's settings as the caption: viridis for weights, RdBu centred at 0 for scores,
+    −∞ hatched. Bounded by FIGURE_MAX_CELLS (a larger heat map is averaged over blocks), FIGURE_MAX_PANELS and
+    FIGURE_MAX_LABELS."""
+    p = await page_of(request, page)
+    if isinstance(p, Response):
+        return p
+    try:
+        spec = panels(p.twin)
+    except NoFigure as e:
+        return field_error("query", "page", str(e))
+    settings = request.app.state.settings
+    try:
+        body = await run_in_threadpool(
+            draw, spec, format, caption(p), p.lang, max_cells=settings.figure_max_cells,
+            max_panels=settings.figure_max_panels, max_labels=settings.figure_max_labels,
+            metadata={"permalink": p.url},
+        )  # fmt: skip
+    except TooLarge as e:
+        return field_error("query", "page", f"{e} ({e.setting.upper()})")
+    name = "attention-lab-" + (p.path.strip("/") or "lab") + "." + format
+    headers = {"Content-Disposition": f'inline; filename="{name}"'}
+    return Response(body, media_type=FORMATS[format], headers=headers)
