@@ -4,13 +4,17 @@ its citation, each from the page's URL (`page=<path and query>`), read from the 
 
 from __future__ import annotations
 
+from html import escape
+from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from ..errors import field_error
 from ..schemas import ERRORS
+from . import code as snippets
 from . import twin
 from .figure import FORMATS, NoFigure, TooLarge, draw, panels
 
@@ -79,3 +83,41 @@ async def figure(request: Request, page: PageParam, format: Literal["svg", "pdf"
     name = "attention-lab-" + (p.path.strip("/") or "lab") + "." + format
     headers = {"Content-Disposition": f'inline; filename="{name}"'}
     return Response(body, media_type=FORMATS[format], headers=headers)
+
+
+CodeKind = Literal["lab", "torch"]
+
+
+def model_files(request: Request, preset: str) -> tuple[str, str | None] | None:
+    """A real model's files as transformers reads them: (directory, None) or (directory, the GGUF file's name)."""
+    model = request.app.state.lab.models.get(preset)
+    if model is None:
+        return None
+    path = Path(model.path)
+    return (str(path.parent), path.name) if path.is_file() else (str(path), None)
+
+
+@router.get(
+    "/code",
+    summary="Python that prints a page's numbers: the lab's client, or plain torch",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/x-python": {}}}},
+)
+async def code(request: Request, page: PageParam, kind: CodeKind = "lab") -> Response:
+    """A short runnable snippet generated from the page's state (its JSON twin): `kind=lab` with the lab's package
+    (`attention_lab`), `kind=torch` recomputing the page's numbers with plain torch (and transformers for a real
+    model). It prints every matrix the page shows. Asked by htmx (the page's "Show code" panel), it comes as
+    escaped HTML."""
+    p = await page_of(request, page)
+    if isinstance(p, Response):
+        return p
+    try:
+        if kind == "lab":
+            text = snippets.lab_snippet(p, str(request.base_url).rstrip("/"))
+        else:
+            text = snippets.torch_snippet(p, model_files(request, str(p.summary.get("preset", ""))))
+    except snippets.NoCode as e:
+        return field_error("query", "kind" if kind == "torch" and p.path in ("/", "/embed") else "page", str(e))
+    if request.headers.get("hx-request"):
+        return HTMLResponse(f'<code class="language-python">{escape(text)}</code>')
+    return Response(text, media_type="text/x-python; charset=utf-8")
