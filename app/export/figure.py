@@ -28,9 +28,13 @@ CJK_FAMILIES = ("WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans SC", "Sour
 
 WORDS = {  # the axes' words in the page's language
     "en": {"query": "query", "key": "key", "layer": "layer", "head": "head", "position": "position",
-           "feature": "dimension", "p": "probability", "loss": "loss (nats)", "hatched": "hatched: −∞ (masked)"},
+           "feature": "dimension", "p": "probability", "loss": "loss (nats)", "hatched": "hatched: −∞ (masked)",
+           "per_position": "loss per position", "grid": "layer × head", "lens": "p(final prediction) · layer × position",
+           "lens_curves": "p(final prediction) by layer", "p_target": "p(target)", "loss_title": "loss"},
     "zh": {"query": "查询", "key": "键", "layer": "层", "head": "头", "position": "位置",
-           "feature": "维度", "p": "概率", "loss": "损失（nats）", "hatched": "斜线：−∞（被遮蔽）"},
+           "feature": "维度", "p": "概率", "loss": "损失（nats）", "hatched": "斜线：−∞（被遮蔽）",
+           "per_position": "每个位置的损失", "grid": "层 × 头", "lens": "最终预测的概率 · 层 × 位置",
+           "lens_curves": "最终预测的概率（逐层）", "p_target": "目标词元的概率", "loss_title": "损失"},
 }  # fmt: skip
 
 
@@ -108,6 +112,7 @@ def _title(m: dict[str, Any]) -> str:
 def panels(twin: dict[str, Any]) -> Figure:
     """The figure(s) a page shows, read from its JSON twin alone."""
     view = str(twin.get("view", ""))
+    words = WORDS.get(str(twin.get("lang") or "en"), WORDS["en"])
     fig = Figure(_figure_title(twin))
     mats = twin.get("matrices")
     if isinstance(mats, list):
@@ -116,7 +121,7 @@ def panels(twin: dict[str, Any]) -> Figure:
     if not fig.panels and isinstance(large, dict) and _is_matrix(large.get("tile")):
         fig.panels.append(_matrix(large["tile"], _title(large["tile"])))
     if view in ("heads", "model") and isinstance(twin.get("grid"), list):
-        fig.panels.append(_grid(twin))
+        fig.panels.append(_grid(twin, words))
     if view == "heads" and isinstance(twin.get("weights"), list) and twin.get("chosen"):
         probe = (twin.get("probe") or {}).get("tokens") or []
         layer, head = twin["chosen"]
@@ -126,14 +131,16 @@ def panels(twin: dict[str, Any]) -> Figure:
         fig.panels.append(_matrix(m, f"A · layer {layer} · head {head}"))
     if view == "heads" and isinstance(twin.get("probe_loss"), dict):
         ys = twin["probe_loss"].get("positions") or []
-        fig.panels.append(Curves("loss per position", [str(i) for i in range(len(ys))], [("loss", ys)], ylabel="loss"))
+        fig.panels.append(
+            Curves(words["per_position"], [str(i) for i in range(len(ys))], [("loss", ys)], ylabel="loss")
+        )
     if view == "lens" and isinstance(twin.get("rows"), list) and twin["rows"]:
-        fig.panels += _lens(twin)
+        fig.panels += _lens(twin, words)
     if view == "predict" and isinstance(twin.get("columns"), list):
         cols = [c for c in twin["columns"] if c.get("scored")]
         x = [f"{c['input']}→{c['target']}" for c in cols]
-        fig.panels.append(Curves("loss", x, [("loss", [float(c["loss"]) for c in cols])], ylabel="loss"))
-        fig.panels.append(Curves("p(target)", x, [("p", [float(c["p_target"]) for c in cols])], log=True))
+        fig.panels.append(Curves(words["loss_title"], x, [("loss", [float(c["loss"]) for c in cols])], ylabel="loss"))
+        fig.panels.append(Curves(words["p_target"], x, [("p", [float(c["p_target"]) for c in cols])], log=True))
     if not fig.panels:
         raise NoFigure(f"the page {view or '?'} shows no heat map, grid or curve")
     return fig
@@ -148,19 +155,19 @@ def _figure_title(twin: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def _grid(twin: dict[str, Any]) -> Heat:
+def _grid(twin: dict[str, Any], words: dict[str, str]) -> Heat:
     grid = twin["grid"]
     values = [[float(c["value"]) if isinstance(c, dict) else float(c) for c in row] for row in grid]
     n_heads = max((len(r) for r in values), default=0)
     title = str(twin.get("role") or twin.get("stat") or "heads")
     m = {"rows": [str(i) for i in range(len(values))], "cols": [str(j) for j in range(n_heads)], "values": values,
          "scale": "sequential"}  # fmt: skip
-    heat = _matrix(m, f"{title} · layer × head", ylabel="layer", xlabel="head")
+    heat = _matrix(m, f"{title} · {words['grid']}", ylabel="layer", xlabel="head")
     heat.vmax = None
     return heat
 
 
-def _lens(twin: dict[str, Any]) -> list[Heat | Curves]:
+def _lens(twin: dict[str, Any], words: dict[str, str]) -> list[Heat | Curves]:
     rows = twin["rows"]
     tokens = [str(t) for t in twin.get("tokens") or []]
     start = int(twin.get("start") or 0)
@@ -168,9 +175,9 @@ def _lens(twin: dict[str, Any]) -> list[Heat | Curves]:
     cols = tokens[start : start + n_pos] if len(tokens) >= start + n_pos else [str(i) for i in range(n_pos)]
     values = [[float(cell["p_final"]) for cell in row] for row in rows]
     m = {"rows": [str(i) for i in range(len(rows))], "cols": cols, "values": values, "scale": "sequential"}
-    heat = _matrix(m, "p(final prediction) · layer × position", ylabel="layer", xlabel="position")
+    heat = _matrix(m, words["lens"], ylabel="layer", xlabel="position")
     series = [(cols[j], [values[i][j] for i in range(len(rows))]) for j in range(n_pos)]
-    return [heat, Curves("p(final prediction) by layer", [str(i) for i in range(len(rows))], series, xlabel="layer")]
+    return [heat, Curves(words["lens_curves"], [str(i) for i in range(len(rows))], series, xlabel="layer")]
 
 
 # ---------------------------------------------------------------------------------------------------- drawing
@@ -355,7 +362,7 @@ def _curves(ax: Any, c: Curves, words: dict[str, str], max_labels: int) -> None:
         ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, label=name)
     if c.log:
         ax.set_yscale("log")
-    xi, xl = _ticks(c.x, min(max_labels, 24))
+    xi, xl = _ticks(c.x, min(max_labels, 16))
     ax.set_xticks(xi, xl, rotation=60 if max(map(len, xl), default=0) > 3 else 0, ha="right", rotation_mode="anchor")
     ax.set_title(c.title)
     ax.set_xlabel(words.get(c.xlabel, c.xlabel))

@@ -127,3 +127,25 @@ def test_a_1024_token_trace_draws_quickly() -> None:
         r = c.get("/api/v1/figure", params={"page": f"/?preset=gpt2-small&tokens={tokens}&stage=4", "format": "png"})
         assert r.status_code == 200, r.text
         assert time.perf_counter() - t < 60
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_real_models_pages_as_svg_and_pdf(client: TestClient, smollm2, lang: str) -> None:  # type: ignore[no-untyped-def]
+    """/heads (the head grid, the chosen head's pattern, the probe's loss), /model, /lens and /predict (curves)."""
+    expect = {
+        "/heads?preset=smollm2&text=The+cat+sat": ["A · layer 18 · head 6"],
+        "/model?preset=smollm2&text=The+cat+sat": ["entropy · " + ("层 × 头" if lang == "zh" else "layer × head")],
+        "/lens?preset=smollm2&text=The+cat+sat": [
+            " cat",
+            "最终预测的概率（逐层）" if lang == "zh" else "p(final prediction) by layer",
+        ],
+        "/predict?preset=smollm2&text=The+cat+sat": ["The→ cat", "损失" if lang == "zh" else "loss"],
+    }
+    for page, texts in expect.items():
+        r = client.get("/api/v1/figure", params={"page": f"{page}&lang={lang}"})
+        assert r.status_code == 200, (page, r.text)
+        shown = svg_texts(r.content)
+        for t in texts:
+            assert t in shown, (page, t)
+        pdf = client.get("/api/v1/figure", params={"page": f"{page}&lang={lang}", "format": "pdf"})
+        assert pdf_pages(pdf.content) == 1
