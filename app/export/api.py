@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse
 
 from ..errors import field_error
 from ..schemas import ERRORS
@@ -115,7 +115,7 @@ def model_files(request: Request, preset: str) -> tuple[str, str | None] | None:
 @router.get(
     "/code",
     summary="Python that prints a page's numbers: the lab's client, or plain torch",
-    response_class=PlainTextResponse,
+    response_class=Response,
     responses={200: {"content": {"text/x-python": {}}}},
 )
 async def code(request: Request, page: PageParam, kind: CodeKind = "lab") -> Response:

@@ -16,6 +16,7 @@ import io
 import logging
 import math
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,12 +208,9 @@ def _reduce(h: Heat, max_cells: int) -> Heat:
     hat = np.ones((pn, pm), dtype=bool)
     hat[:n, :m] = h.hatched
     blocks = v.reshape(pn // k, k, pm // k, k)
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(blocks, axis=(1, 3))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(blocks, axis=(1, 3))
     hatched = hat.reshape(pn // k, k, pm // k, k).all(axis=(1, 3))
     return Heat(f"{h.title} (mean of {k}×{k} blocks)", h.rows[::k], h.cols[::k], mean, hatched | np.isnan(mean),
                 h.scale, h.bound, h.ylabel, h.xlabel, h.vmax)  # fmt: skip
@@ -226,7 +224,8 @@ def draw(fig_spec: Figure, fmt: str, caption: str, lang: str = "en", *, max_cell
         raise ValueError(f"format must be one of {', '.join(FORMATS)}")
     if len(fig_spec.panels) > max_panels:
         raise TooLarge("figure_max_panels", f"the page shows {len(fig_spec.panels)} figures; the bound is {max_panels}")
-    with _LOCK:
+    with _LOCK, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")  # a control character: a box
         return _draw(fig_spec, fmt, caption, lang, max_cells, max_labels, metadata or {})
 
 
