@@ -26,6 +26,7 @@ from .attribution import api as attribution_api
 from .block import api as block_api
 from .decode import api as decode_api
 from .demos import api as demos_api
+from .export import api as export_api
 from .generate import api as generate_api
 from .heads import api as heads_api
 from .lab import HeavyWork, Lab, WatchClient
@@ -128,6 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app, html_404=not_found)  # a browser that navigates to no page gets a page saying so
     rooms_api.install(app)
     train_api.install(app)
+    export_api.install(app)  # figures, code, notebooks and citations of any page (app/export)
     # The heavy pages and API routes (app/web/registry.py) queue for a slot; inside ServeCached: a cached answer
     # takes no queue place.
     app.add_middleware(HeavyWork, paths=registry.heavy_paths(), per_client=settings.max_heavy_per_client)

@@ -97,6 +97,12 @@ class Settings(LimitSettings):
     # With --redis, runs train in queue workers (`attention-lab worker`): one that has not renewed a run's lease for
     # this long (it died, or lost Redis) has the run reported failed, with a message.
     train_lease_s: float = Field(15, gt=0)
+    # app/export: a page's figures (GET /api/v1/figure). A heat map past this many cells is averaged over k × k blocks;
+    # a page with more figures than figure_max_panels is refused (422 naming `page`); at most figure_max_labels labels
+    # per axis (every k-th beyond).
+    figure_max_cells: int = Field(65536, ge=16)
+    figure_max_panels: int = Field(12, ge=1)
+    figure_max_labels: int = Field(64, ge=2)
 
     def limits(self) -> Limits:
         """The engine's Limits: every one that is a setting, and the memory budget in bytes."""

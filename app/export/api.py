@@ -1,0 +1,219 @@
+"""The export API: any page's figure (SVG, PDF, PNG), its code (the lab's client or plain torch), its notebook and
+its citation, each from the page's URL (`page=<path and query>`), read from the page's JSON twin (app/export/twin.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from html import escape
+from pathlib import Path
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse
+
+from ..errors import field_error
+from ..schemas import ERRORS
+from . import cite, twin
+from . import code as snippets
+from . import notebook as notebooks
+from .figure import FORMATS, NoFigure, TooLarge, draw, panels
+
+TAG = {"name": "export", "description": "Take a page with you: its figures, code, notebook and citation."}
+router = APIRouter(prefix="/api/v1", tags=["export"], responses=ERRORS)
+
+# Every page has a permalink to cite; figures, code and notebooks cover the pages with numbers (twin.PAGE_PATHS).
+ALL_PAGES = (*twin.PAGE_PATHS, "/decode", "/generate", "/tiles", "/demos", "/params", "/patch", "/models", "/lessons",
+             "/train")  # fmt: skip
+
+PageParam = Annotated[
+    str,
+    Query(max_length=16384, description="A lab page's path and query, e.g. `/?tokens=cat+sat+on&stage=4`",
+          examples=["/?tokens=cat+sat+on&stage=4"]),
+]  # fmt: skip
+
+
+def install(app: FastAPI) -> None:
+    """The export routes and their tag (main.py includes them with this one call)."""
+    app.openapi_tags = [*(app.openapi_tags or []), TAG]
+    app.include_router(router)
+
+
+async def page_of(request: Request, page: str, paths: tuple[str, ...] = twin.PAGE_PATHS) -> twin.Page | Response:
+    try:
+        return await twin.fetch(request.app, page, paths)
+    except twin.BadPage as e:
+        return field_error("query", "page", str(e), e.status)
+
+
+def caption(p: twin.Page) -> str:
+    """The page's settings, for a figure's caption: what the user chose (the URL) and what the page ran."""
+    summary = p.summary
+    keys = ("preset", "mask", "scale", "positions", "layer", "seed")
+    ran = [f"{k}={summary[k]}" for k in keys if summary.get(k) not in (None, "", [])]
+    chosen = [f"{k}={v}" for k, v in p.query if k not in ("tokens", "text", "lang") and f"{k}={v}" not in ran]
+    for key, name in (("key", "stage"), ("head", "head")):
+        if p.twin.get(key) is not None and not any(c.startswith(f"{name}=") for c in chosen):
+            chosen.append(f"{name}={p.twin[key]}")
+    return " · ".join(["Attention Lab", p.path, *ran, *chosen])
+
+
+def _flat(block: dict[str, object]) -> dict[str, str]:
+    """The provenance block as text fields, for a figure's metadata."""
+    out = {k: str(v) for k, v in block.items() if k != "files"}
+    for f in block.get("files", []) or []:  # type: ignore[attr-defined]
+        out[f"sha256 {f['name']}"] = f["sha256"]
+    return out
+
+
+@router.get(
+    "/figure",
+    summary="A page's figure(s) as SVG, PDF or PNG, drawn by matplotlib",
+    response_class=Response,
+    responses={200: {"content": {m: {} for m in FORMATS.values()}}},
+)
+async def figure(request: Request, page: PageParam, format: Literal["svg", "pdf", "png"] = "svg") -> Response:
+    """The heat maps, head grids and curves of the page at `page` (its JSON twin's numbers), with a title, token
+    labels, a colour bar and the page's settings as the caption: viridis for weights, RdBu centred at 0 for scores,
+    −∞ hatched. Bounded by FIGURE_MAX_CELLS (a larger heat map is averaged over blocks), FIGURE_MAX_PANELS and
+    FIGURE_MAX_LABELS."""
+    p = await page_of(request, page)
+    if isinstance(p, Response):
+        return p
+    try:
+        spec = panels(p.twin)
+    except NoFigure as e:
+        return field_error("query", "page", str(e))
+    settings = request.app.state.settings
+    try:
+        body = await run_in_threadpool(
+            draw, spec, format, caption(p), p.lang, max_cells=settings.figure_max_cells,
+            max_panels=settings.figure_max_panels, max_labels=settings.figure_max_labels,
+            metadata=_flat(await provenance_of(request, p)),
+        )  # fmt: skip
+    except TooLarge as e:
+        return field_error("query", "page", f"{e} ({e.setting.upper()})")
+    name = "attention-lab-" + (p.path.strip("/") or "lab") + "." + format
+    headers = {"Content-Disposition": f'inline; filename="{name}"'}
+    return Response(body, media_type=FORMATS[format], headers=headers)
+
+
+CodeKind = Literal["lab", "torch"]
+
+
+def model_files(request: Request, preset: str) -> tuple[str, str | None] | None:
+    """A real model's files as transformers reads them: (directory, None) or (directory, the GGUF file's name)."""
+    model = request.app.state.lab.models.get(preset)
+    if model is None:
+        return None
+    path = Path(model.path)
+    return (str(path.parent), path.name) if path.is_file() else (str(path), None)
+
+
+@router.get(
+    "/code",
+    summary="Python that prints a page's numbers: the lab's client, or plain torch",
+    response_class=Response,
+    responses={200: {"content": {"text/x-python": {}}}},
+)
+async def code(request: Request, page: PageParam, kind: CodeKind = "lab") -> Response:
+    """A short runnable snippet generated from the page's state (its JSON twin): `kind=lab` with the lab's package
+    (`attention_lab`), `kind=torch` recomputing the page's numbers with plain torch (and transformers for a real
+    model). It prints every matrix the page shows. Asked by htmx (the page's "Show code" panel), it comes as
+    escaped HTML."""
+    p = await page_of(request, page)
+    if isinstance(p, Response):
+        return p
+    try:
+        if kind == "lab":
+            text = snippets.lab_snippet(p, str(request.base_url).rstrip("/"))
+        else:
+            text = snippets.torch_snippet(p, model_files(request, str(p.summary.get("preset", ""))))
+    except snippets.NoCode as e:
+        return field_error("query", "kind" if kind == "torch" and p.path in ("/", "/embed") else "page", str(e))
+    if request.headers.get("hx-request"):
+        return HTMLResponse(f'<code class="language-python">{escape(text)}</code>')
+    return Response(text, media_type="text/x-python; charset=utf-8")
+
+
+def base_url(request: Request) -> str:
+    public = request.app.state.settings.public_url
+    return (public or str(request.base_url)).rstrip("/")
+
+
+def model_path(request: Request, p: twin.Page) -> Path | None:
+    """A real model's path (its .gguf file or its directory), None for a random preset."""
+    preset = str(p.summary.get("preset") or p.twin.get("preset") or p.params.get("preset") or "")
+    model = request.app.state.lab.models.get(preset)
+    return None if model is None else Path(model.path)
+
+
+async def provenance_of(request: Request, p: twin.Page) -> dict[str, object]:
+    path = model_path(request, p)
+    return await run_in_threadpool(cite.provenance, p, base_url(request) + p.url, path)
+
+
+CITE_TYPES = {"bibtex": "application/x-bibtex", "csl": "application/vnd.citationstyles.csl+json",
+              "json": "application/json", "html": "text/html"}  # fmt: skip
+
+
+@router.get(
+    "/cite",
+    summary="Cite a page: its permalink and provenance as BibTeX, CSL-JSON or JSON",
+    response_class=Response,
+    responses={200: {"content": {m: {} for m in CITE_TYPES.values()}}},
+)
+async def cite_page(
+    request: Request, page: PageParam, format: Literal["bibtex", "csl", "json", "html"] = "bibtex"
+) -> Response:
+    """The page's permalink plus provenance: the lab's version, the model's name and the sha256 of its weights files
+    (computed once per file), the date. `json` is the provenance block itself; `html` the page's "Cite" panel."""
+    p = await page_of(request, page, ALL_PAGES)
+    if isinstance(p, Response):
+        return p
+    block = await provenance_of(request, p)
+    text = {"bibtex": cite.bibtex, "csl": cite.csl, "html": cite.html, "json": lambda b: json.dumps(b, indent=2)}[
+        format
+    ](block)
+    return Response(text, media_type=CITE_TYPES[format] + ("; charset=utf-8" if format != "json" else ""))
+
+
+@router.get(
+    "/notebook",
+    summary="A page as a Jupyter notebook: its settings, code, numbers and figure",
+    response_class=Response,
+    responses={200: {"content": {"application/x-ipynb+json": {}}}},
+)
+async def notebook(request: Request, page: PageParam) -> Response:
+    """The page as an `.ipynb` (nbformat 4, validated): its settings, the code that prints its numbers (the lab's
+    package and plain torch, where the page has them) with the numbers as their output, its figure and its
+    provenance."""
+    p = await page_of(request, page)
+    if isinstance(p, Response):
+        return p
+
+    def maybe(fn: Callable[[], str]) -> str | None:
+        try:
+            return fn()
+        except snippets.NoCode:
+            return None
+
+    lab_code = maybe(lambda: snippets.lab_snippet(p, base_url(request)))
+    torch_code = maybe(lambda: snippets.torch_snippet(p, model_files(request, str(p.summary.get("preset", "")))))
+    settings = request.app.state.settings
+    try:
+        png: bytes | None = await run_in_threadpool(
+            draw, panels(p.twin), "png", caption(p), p.lang, max_cells=settings.figure_max_cells,
+            max_panels=settings.figure_max_panels, max_labels=settings.figure_max_labels,
+        )  # fmt: skip
+    except (NoFigure, TooLarge):
+        png = None
+    block = await provenance_of(request, p)
+    nb = await run_in_threadpool(notebooks.build, p, base_url(request) + p.url, lab_code, torch_code, png, block)
+    import nbformat
+
+    name = "attention-lab-" + (p.path.strip("/") or "lab") + ".ipynb"
+    return Response(nbformat.writes(nb), media_type="application/x-ipynb+json",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip

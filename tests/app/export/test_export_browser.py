@@ -1,0 +1,70 @@
+"""In Chromium: the download links of three pages give an SVG with the page's tokens and a one-page PDF, and the
+lab's "Show code" and "Cite" panels fill in when opened (htmx), in English and Chinese."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.servers import served
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="no /usr/bin/chromium: apt-get install -y chromium"),
+]
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[str]:
+    with served({}) as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def page(base: str):  # type: ignore[no-untyped-def]
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        context = browser.new_context(accept_downloads=True)
+        yield context.new_page()
+        browser.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "token"),
+    [
+        ("/?tokens=cat+sat+on+the+mat&stage=4", "mat"),
+        ("/block?tokens=cat+sat+on&stage=softmax", "sat"),
+        ("/?tokens=猫+坐+在+垫子+上&stage=3&lang=zh", "垫子"),
+    ],
+)
+def test_pressing_download_gives_the_figure(base: str, page, path: str, token: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(base + path, wait_until="networkidle")
+    for fmt in ("svg", "pdf"):
+        with page.expect_download() as info:
+            page.locator(f"[data-figure={fmt}]").first.click()
+        body = Path(info.value.path()).read_bytes()
+        if fmt == "svg":
+            assert body.startswith(b"<?xml") and f">{token}<".encode() in body
+        else:
+            assert body.startswith(b"%PDF") and len(re.findall(rb"/Type\s*/Page[^s]", body)) == 1
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_show_code_and_cite_fill_in_when_opened(base: str, page, lang: str) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{base}/?tokens=cat+sat+on&stage=4&lang={lang}", wait_until="networkidle")
+    page.locator("[data-show-code] > summary").click()
+    page.locator("[data-code-text=lab] code").wait_for()
+    page.locator("[data-code-text=torch] code").wait_for()
+    assert "from attention_lab import trace" in page.locator("[data-code-text=lab]").inner_text()
+    assert "torch.softmax" in page.locator("[data-code-text=torch]").inner_text()
+    page.locator("[data-cite] > summary").click()
+    page.locator("[data-cite-text] [data-provenance]").wait_for()
+    assert "tokens=cat+sat+on" in page.locator("[data-cite-text]").inner_text()
+    assert page.url.startswith(f"{base}/?tokens=cat+sat+on")  # the panels pushed no URL

@@ -1,0 +1,151 @@
+"""GET /api/v1/figure: a page's figures drawn by matplotlib from its JSON twin, as SVG (text kept), PDF and PNG."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import make_client
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with make_client() as c:
+        yield c
+
+
+def svg_texts(body: bytes) -> list[str]:
+    root = ET.fromstring(body)
+    return ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
+
+
+def pdf_pages(body: bytes) -> int:
+    return len(re.findall(rb"/Type\s*/Page[^s]", body))
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3, 4, 5])
+def test_every_stage_of_the_lab_as_svg_with_its_tokens_title_and_settings(client: TestClient, stage: int) -> None:
+    page = f"/?tokens=cat+sat+on+the+mat&stage={stage}&mask=causal"
+    twin = client.get(page, headers={"Accept": "application/json"}).json()
+    r = client.get("/api/v1/figure", params={"page": page, "format": "svg"})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("image/svg+xml")
+    texts = svg_texts(r.content)
+    for token in ("cat", "sat", "on", "the", "mat"):
+        assert token in texts
+    assert f"lab · toy · {twin['key']}" in texts  # the title
+    for m in twin["matrices"]:  # each matrix is a panel, titled by its label
+        assert any(t.startswith(m["label"]) for t in texts), m["label"]
+    caption = next(t for t in texts if t.startswith("Attention Lab"))
+    assert "mask=causal" in caption and "preset=toy" in caption and "scale=sqrt_dk" in caption
+    if stage == 3:
+        assert "−∞" in texts  # masked cells say so, and are hatched
+        assert b"<pattern" in r.content or b"hatch" in r.content.lower()
+
+
+def test_pdf_is_one_page_and_png_is_drawn_at_twice_the_resolution(client: TestClient) -> None:
+    page = "/?tokens=cat+sat+on&stage=4"
+    pdf = client.get("/api/v1/figure", params={"page": page, "format": "pdf"})
+    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
+    assert pdf_pages(pdf.content) == 1
+    png = client.get("/api/v1/figure", params={"page": page, "format": "png"})
+    assert png.content.startswith(b"\x89PNG")
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png.content))
+    assert image.info.get("dpi", (0, 0))[0] == pytest.approx(200, abs=1)
+    assert image.width >= 800
+
+
+def test_chinese_labels_render_with_a_cjk_font(client: TestClient) -> None:
+    from app.export.figure import cjk_font
+
+    page = "/?tokens=猫+坐+在+垫子+上&stage=4&lang=zh"
+    r = client.get("/api/v1/figure", params={"page": page, "format": "svg"})
+    texts = svg_texts(r.content)
+    assert "垫子" in texts and "查询" in texts and "键" in texts
+    if cjk_font() is None:
+        pytest.skip("no CJK font installed (apt-get install fonts-wqy-microhei)")
+    assert cjk_font().encode() in r.content  # named in the SVG's font-family
+    pdf = client.get("/api/v1/figure", params={"page": page, "format": "pdf"})
+    assert (pdf_pages(pdf.content) == 1 and b"WenQuanYi" in pdf.content) or b"CJK" in pdf.content
+
+
+@pytest.mark.parametrize(
+    ("page", "expect"),
+    [
+        ("/block?tokens=cat+sat+on&stage=softmax", ["cat", "A (weights) · head 0 · (N, N) = (3, 3)"]),
+        ("/embed?tokens=cat+sat&stage=2", ["cat", "sat"]),
+    ],
+)
+def test_other_pages(client: TestClient, page: str, expect: list[str]) -> None:
+    r = client.get("/api/v1/figure", params={"page": page})
+    assert r.status_code == 200, r.text
+    texts = svg_texts(r.content)
+    for e in expect:
+        assert e in texts
+
+
+def test_a_page_without_a_figure_or_an_unknown_page_is_a_422_naming_page(client: TestClient) -> None:
+    for page in ("/nowhere", "https://example.com/", "/lessons", "/?tokens=a&mask=zzz"):
+        r = client.get("/api/v1/figure", params={"page": page})
+        assert r.status_code == 422, page
+        assert r.json()["detail"][0]["loc"] == ["query", "page"]
+    assert client.get("/api/v1/figure", params={"page": "/", "format": "gif"}).status_code == 422
+
+
+def test_figures_are_bounded() -> None:
+    """A heat map past FIGURE_MAX_CELLS is averaged over blocks; more panels than FIGURE_MAX_PANELS is refused."""
+    import time
+
+    tokens = "+".join(f"w{i}" for i in range(20))
+    with make_client(figure_max_cells=256, figure_max_panels=2) as c:
+        t = time.perf_counter()
+        r = c.get("/api/v1/figure", params={"page": f"/?tokens={tokens}&stage=4", "format": "png"})
+        assert r.status_code == 200
+        assert time.perf_counter() - t < 30
+        svg = c.get("/api/v1/figure", params={"page": f"/?tokens={tokens}&stage=4"})
+        assert any("mean of 2×2 blocks" in t for t in svg_texts(svg.content))
+        r = c.get("/api/v1/figure", params={"page": "/?tokens=a+b&stage=1"})  # four panels
+        assert r.status_code == 422 and "FIGURE_MAX_PANELS" in r.json()["message"]
+
+
+def test_a_1024_token_trace_draws_quickly() -> None:
+    import time
+
+    tokens = "+".join(f"w{i}" for i in range(1024))
+    with make_client() as c:
+        t = time.perf_counter()
+        r = c.get("/api/v1/figure", params={"page": f"/?preset=gpt2-small&tokens={tokens}&stage=4", "format": "png"})
+        assert r.status_code == 200, r.text
+        assert time.perf_counter() - t < 60
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_real_models_pages_as_svg_and_pdf(client: TestClient, smollm2, lang: str) -> None:  # type: ignore[no-untyped-def]
+    """/heads (the head grid, the chosen head's pattern, the probe's loss), /model, /lens and /predict (curves)."""
+    expect = {
+        "/heads?preset=smollm2&text=The+cat+sat": ["A · layer 18 · head 6"],
+        "/model?preset=smollm2&text=The+cat+sat": ["entropy · " + ("层 × 头" if lang == "zh" else "layer × head")],
+        "/lens?preset=smollm2&text=The+cat+sat": [
+            " cat",
+            "最终预测的概率（逐层）" if lang == "zh" else "p(final prediction) by layer",
+        ],
+        "/predict?preset=smollm2&text=The+cat+sat": ["The→ cat", "损失" if lang == "zh" else "loss"],
+    }
+    for page, texts in expect.items():
+        r = client.get("/api/v1/figure", params={"page": f"{page}&lang={lang}"})
+        assert r.status_code == 200, (page, r.text)
+        shown = svg_texts(r.content)
+        for t in texts:
+            assert t in shown, (page, t)
+        pdf = client.get("/api/v1/figure", params={"page": f"{page}&lang={lang}", "format": "pdf"})
+        assert pdf_pages(pdf.content) == 1
