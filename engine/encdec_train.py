@@ -9,15 +9,17 @@ the mean weight a decoder position puts on the mirrored source position (decoder
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from .encdec import EncDecConfig, Kept, forward, greedy, init_params, loss_of
-from .encdec_tasks import EOS, PAD, Task, make_task
+from .encdec import EPS, EncDecConfig, Kept, forward, greedy, init_params, loss_of
+from .encdec_tasks import BOS, EOS, PAD, Task, make_task
 from .sources import seed_of
 from .train import snapshot_steps
 
@@ -183,3 +185,24 @@ def train(c: EncDecConfig, on_event: Event | None = None, cancel: threading.Even
         tell_all("end", {"status": "done", "step": run.step})
     run.params = {k: v.detach().cpu() for k, v in p.items()}
     return run
+
+
+# -- the export ---------------------------------------------------------------------------------------------------
+def export(run: EncDecRun, directory: str | Path) -> Path:
+    """The run as a folder: model.safetensors (the `transformer.*` tensors are torch's own `nn.Transformer` state
+    dict, norm_first=True, batch_first=True, GELU, no dropout; beside them the embeddings, the learned positions and
+    the output head) and config.json (the run's config, the vocabulary, and nn.Transformer's arguments)."""
+    from safetensors.torch import save_file
+
+    c = run.config
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    layout = {"d_model": c.d_model, "nhead": c.n_heads, "num_encoder_layers": c.n_layer,
+              "num_decoder_layers": c.n_layer, "dim_feedforward": 4 * c.d_model, "dropout": 0.0,
+              "activation": "gelu", "batch_first": True, "norm_first": True, "layer_norm_eps": EPS}  # fmt: skip
+    config = {"architecture": "torch.nn.Transformer", "nn_transformer": layout, "vocab": run.labels,
+              "pad_id": PAD, "bos_id": BOS, "eos_id": EOS, "attention_lab_train": asdict(c)}  # fmt: skip
+    (out / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    tensors = {k: v.detach().cpu().float().contiguous() for k, v in sorted(run.params.items())}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out

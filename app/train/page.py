@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
-from engine.train import TrainConfig
+from engine.train import Run, TrainConfig
 
 from ..errors import field_error
 from ..lab import Lab, get_lab
@@ -93,6 +93,7 @@ class TrainView(View):
 
 def loss_chart(job: Job, t: Any) -> str:
     r = job.run
+    assert isinstance(r, Run)
     every = max(1, len(r.loss) // CURVE_POINTS)
     steps = list(range(1, len(r.loss) + 1, every))
     series = [Series(t("train.series.train"), steps, [r.loss[s - 1] for s in steps])]
@@ -110,6 +111,7 @@ def loss_chart(job: Job, t: Any) -> str:
 
 
 def induction_chart(job: Job, t: Any) -> str:
+    assert isinstance(job.run, Run)
     snaps = [s for s in job.run.snapshots if s.step > 0]  # log-spaced steps, drawn on a log axis
     if len(snaps) < 2:
         return ""
@@ -122,7 +124,7 @@ def induction_chart(job: Job, t: Any) -> str:
 def lab_url(job: Job, lang: str) -> str | None:
     """The lab's softmax stage on the run's preset, reading its probe (n tokens twice), at its best induction head."""
     r = job.run
-    if job.preset is None:
+    if job.preset is None or not isinstance(r, Run):
         return None
     query = {"preset": job.preset, "text": "".join(r.labels[i] for i in r.probe), "stage": "softmax"}
     if r.snapshots:
@@ -135,6 +137,7 @@ def lab_url(job: Job, lang: str) -> str | None:
 
 def panel(job: Job, snap: int | None, t: Any, lang: str = "en") -> RunPanel:
     r = job.run
+    assert isinstance(r, Run), "find() gives /train the GPT's runs only"
     snaps = r.snapshots
     pick = None if not snaps else min(snap, len(snaps) - 1) if snap is not None else len(snaps) - 1
     heads = []
@@ -185,10 +188,12 @@ async def find(request: Request, key: str, run_id: str) -> Job | None:
         return None
     if run_id in LATEST:
         jobs = reversed(await runs_of(request).all())
-        return next((j for j in jobs if j.run.config.causal == LATEST[run_id]), None)
+        return next((j for j in jobs if isinstance(j.run, Run) and j.run.config.causal == LATEST[run_id]), None)
     job = await runs_of(request).get(run_id)
     if job is None:
         raise FieldError(key, f"no training run {run_id!r} (finished runs are kept while newer ones allow)")
+    if not isinstance(job.run, Run):
+        raise FieldError(key, f"run {run_id!r} trains an encoder–decoder: /cross?run={run_id} shows it")
     return job
 
 
@@ -213,7 +218,8 @@ async def train_view(request: Request, state: ViewState, ctx: dict[str, Any]) ->
     a = panel(shown, p.snap, t, ctx["lang"]) if shown else None
     b = panel(compared, p.snap, t, ctx["lang"]) if compared else None
     runs = [{"id": j.id, "status": j.status, "task": j.run.config.task, "causal": j.run.config.causal,
-             "step": j.run.step, "steps": j.run.config.steps} for j in reversed(await runs_of(request).all())]  # fmt: skip
+             "step": j.run.step, "steps": j.run.config.steps} for j in reversed(await runs_of(request).all())
+            if isinstance(j.run, Run)]  # fmt: skip
     return TrainView(runs=runs, shown=a, compared=b, cheat=cheat_words(a, b, t) if a and b else None,
                      defaults=TrainIn().model_dump(), live=any(j.live for j in (shown, compared) if j))  # fmt: skip
 
@@ -225,7 +231,7 @@ async def train_form(request: Request) -> Response:
         return field_error("header", refused[0], refused[1], status=403)
     raw = (await request.body()).decode("utf-8", "replace")
     form = dict(parse_qsl("&".join(raw.split("&", 64)[:64])))  # urlencoded; past 64 fields the rest is ignored
-    given: dict[str, Any] = {k: v for k, v in form.items() if k in TrainIn.model_fields and v != ""}
+    given: dict[str, Any] = {k: v for k, v in form.items() if k in TrainIn.model_fields and v != "" and k != "arch"}
     for flag in ("mlp", "causal"):
         given[flag] = form.get(flag) == "1"
     lang = form.get("lang") or "en"
