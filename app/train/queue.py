@@ -312,8 +312,8 @@ class RedisRuns:
         job.preset = meta.get("preset") or None
         if job.status == "queued" and not job.message and time.time() - job.created > NO_WORKER_S:
             job.message = await self._no_worker()
-        if not job.live and job.preset and not job.run.params:
-            await self.weights(job)
+        if not job.live and (job.preset or arch.is_encdec(job.run.config)) and not job.run.params:
+            await self.weights(job)  # an encoder–decoder is no preset, but its state says whether it exports
         if job.preset and job.preset not in self._loaded:
             await self._serve(run_id)
         return job

@@ -113,3 +113,22 @@ def test_numbers_runs_in_its_own_words(client: TestClient) -> None:
     assert events_until_end(client, run_id)[-1][1]["status"] == "done"
     state = client.get(f"/api/v1/train/{run_id}").json()
     assert "百" in state["probe"] and "hundred" in state["target"] and state["snapshots"][-1]["alignment"] is None
+
+
+def test_a_run_through_the_queue_is_seen_by_every_web_worker() -> None:
+    from tests.redis_server import available, redis_server
+
+    from .test_queue import queue_worker, two_web_workers
+
+    if not available():
+        pytest.skip("redis-server is not installed")
+    with redis_server() as url, queue_worker(url), two_web_workers(url) as (a, b):
+        r = a.post("/api/v1/train", json=TINY)
+        assert r.status_code == 202, r.text
+        run_id = r.json()["id"]
+        assert events_until_end(b, run_id)[-1][1]["status"] == "done"
+        state = b.get(f"/api/v1/train/{run_id}").json()
+        assert state["status"] == "done" and state["preset"] is None and state["exportable"]
+        assert torch.tensor(state["snapshots"][-1]["cross"]).shape == (1, 2, len(state["probe"]) + 1, 5)
+        z = zipfile.ZipFile(io.BytesIO(a.get(f"/api/v1/train/{run_id}/export").content))
+        assert {n.split("/")[-1] for n in z.namelist()} == {"config.json", "model.safetensors"}
