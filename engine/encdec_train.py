@@ -121,7 +121,8 @@ def read_probe(c: EncDecConfig, p: dict[str, torch.Tensor], task: Task) -> dict[
     cross = [k["weights"][0].float().cpu() for k in kept.cross]
     out = _strip(greedy(c, p, src, task.n_tgt - 1)[0].tolist())
     stages = {name: listed(kept.cross[-1][name]) for name in STAGES}
-    stages["mask"] = [[0.0 if m == 0 else None for m in row] for row in stages["mask"][0]]  # −∞ as null in JSON
+    # the source's padding mask, the same for every decoder row: 0, or −∞ (null in JSON) on a <pad> column
+    stages["mask"] = [0.0 if m == 0 else None for m in stages["mask"][0][0]]
     stages["masked"] = [[[None if m == float("-inf") else m for m in row] for row in h] for h in stages["masked"]]
     return {
         "alignment": mirror_scores(cross, len(src_tokens)) if c.task == "reverse" else None,

@@ -29,6 +29,7 @@ from .api import TrainIn, busy, runs_of, start_run
 from .runs import Busy, Job
 
 router = APIRouter(include_in_schema=False)
+ENCDEC_FORM = {"task", "steps", "seed", "n_layer", "n_heads", "d_model", "direction", "length"}  # /cross's form
 CURVE_POINTS = 200  # the training loss drawn as at most this many points (every step stays in the JSON)
 
 
@@ -226,25 +227,35 @@ async def train_view(request: Request, state: ViewState, ctx: dict[str, Any]) ->
 
 @router.post("/train")
 async def train_form(request: Request) -> Response:
-    """The page's form: start a run (with `cheat=1`, two: the mask on and off, same seed) and show it."""
+    """The page's form: start a run (with `cheat=1`, two: the mask on and off, same seed) and show it. /cross's form
+    (`arch=encoder-decoder`) starts an encoder–decoder here too, and is sent back to /cross."""
     if (refused := foreign(request, "start a training run")) is not None:  # another site's form starts nothing here
         return field_error("header", refused[0], refused[1], status=403)
     raw = (await request.body()).decode("utf-8", "replace")
     form = dict(parse_qsl("&".join(raw.split("&", 64)[:64])))  # urlencoded; past 64 fields the rest is ignored
-    given: dict[str, Any] = {k: v for k, v in form.items() if k in TrainIn.model_fields and v != "" and k != "arch"}
-    for flag in ("mlp", "causal"):
-        given[flag] = form.get(flag) == "1"
+    encdec = form.get("arch") == "encoder-decoder"
+    fields = ENCDEC_FORM if encdec else set(TrainIn.model_fields) - {"arch"}
+    given: dict[str, Any] = {k: v for k, v in form.items() if k in fields and v != ""}
+    if encdec:
+        given = {k: v for k, v in given.items() if k != ("length" if given.get("task") == "numbers" else "direction")}
+        given["arch"] = "encoder-decoder"
+    else:
+        for flag in ("mlp", "causal"):
+            given[flag] = form.get(flag) == "1"
     lang = form.get("lang") or "en"
     try:
         body = TrainIn.model_validate(given)
         first = await start_run(request, body)
         second = (
-            await start_run(request, body.model_copy(update={"causal": not body.causal})) if form.get("cheat") else None
+            await start_run(request, body.model_copy(update={"causal": not body.causal}))
+            if form.get("cheat") and not encdec
+            else None
         )
     except ValidationError as e:
         raise FieldError(str(e.errors()[0]["loc"][0]), e.errors()[0]["msg"]) from None
     except Busy as e:
         return busy(e)
     carry = "".join(f"&{k}={quote(form[k])}" for k in Common.names() if form.get(k))  # presenter mode, the lesson
-    url = f"/train?run={first.id}" + (f"&compare={second.id}" if second else "") + carry + f"&lang={lang}"
+    page = "/cross" if encdec else "/train"
+    url = f"{page}?run={first.id}" + (f"&compare={second.id}" if second else "") + carry + f"&lang={lang}"
     return RedirectResponse(url, status_code=303)

@@ -59,6 +59,7 @@ PAGES: tuple[Page, ...] = (
     Page("heads", "/heads", "app.heads.page", "heads.html", nav="more", heavy=True),
     Page("patch", "/patch", "app.heads.page", "patch.html", heavy=True, here="heads"),
     Page("train", "/train", "app.train.page", "train.html", nav="more"),
+    Page("cross", "/cross", "app.cross.page", "cross.html", nav="more"),
     Page("tiles", "/tiles", "app.attention.tiles", "tiles.html", nav="more"),
     Page("demos", "/demos", "app.demos.page", "demos.html", nav="more"),
     Page("params", "/params", "app.params.page", "params.html", nav="more"),

@@ -155,7 +155,7 @@ def test_reverse_learns_the_anti_diagonal() -> None:
     rows = torch.tensor(last.weights["cross"][-1])[0, :n]  # (n, N_enc): the rows that write a symbol
     assert rows.argmax(-1).tolist() == list(range(n - 1, -1, -1))  # row i reads source n − 1 − i
     assert last.alignment is not None and last.alignment[0][0] > 0.5 > run.snapshots[0].alignment[0][0]  # type: ignore[index]
-    assert len(last.weights["stages"]["q"]) == 1 and last.weights["stages"]["mask"][0][n] is None  # pads: −∞
+    assert len(last.weights["stages"]["q"]) == 1 and last.weights["stages"]["mask"][n] is None  # pads: −∞
 
 
 def test_cancel_stops_between_steps() -> None:

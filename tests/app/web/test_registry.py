@@ -45,6 +45,7 @@ def test_the_registry_states_what_the_hand_lists_said() -> None:
         "/lens",
         "/heads",
         "/train",
+        "/cross",
         "/tiles",
         "/demos",
         "/params",
