@@ -89,8 +89,9 @@ class CrossView(View):
     steps: int
     message: str
     source: list[str]  # the encoder's tokens, its padding included (the columns)
-    reads: list[str]  # what each decoder position reads: <bos> and the target so far (the rows)
+    reads: list[str]  # what each decoder position reads: <bos> and the target so far
     writes: list[str]  # what each decoder position should write: the target and <eos>
+    rows: list[str]  # the rows' labels: reads → writes
     n_real: int  # real source tokens (the rest is padding)
     d_k: int
     layer: int  # the decoder layer shown (the last)
@@ -159,7 +160,7 @@ def cross_view(q: CrossQuery, r: EncDecRun, runs: list[RunLink], t: Any, lang: s
     writes = [*r.target, "<eos>"]
     stages = Stages(q=st["q"][head], k=st["k"][head], v=st["v"][head], scores=st["scaled"][head], mask=st["mask"],
                     masked=st["masked"][head], weights=st["weights"][head], out=st["heads"][head])  # fmt: skip
-    rows = [f"{i}:{w}" for i, w in enumerate(reads)]
+    rows = [f"{r}→{w}" for r, w in zip(reads, writes, strict=True)]  # what each decoder position reads → writes
     cols = [f"{j}:{w}" for j, w in enumerate(source)]
     film = []
     for i, snap in enumerate(snaps):
@@ -167,16 +168,16 @@ def cross_view(q: CrossQuery, r: EncDecRun, runs: list[RunLink], t: Any, lang: s
         align = snap.alignment[-1][head] if snap.alignment else None
         title = t("cross.film.step", step=snap.step)
         film.append(SnapLink(i, snap.step, snap.accuracy, align, " ".join(snap.output), href(q.run, i, head, lang),
-                             picture(w, reads, source, "sequential", title, 16)))  # fmt: skip
+                             picture(w, [f"→{x}" for x in writes], source, "sequential", title, 16)))  # fmt: skip
     pictures = {
         "masked": picture(stages.masked, rows, cols, "diverging", t("cross.stage.mask")),
         "weights": picture(stages.weights, rows, cols, "sequential", t("cross.stage.softmax")),
-        "self": picture(s.weights["decoder"][-1][head], rows, rows, "sequential", t("cross.self.title")),
+        "self": picture(s.weights["decoder"][-1][head], rows, reads, "sequential", t("cross.self.title")),
         "encoder": picture(s.weights["encoder"][-1][head], cols, cols, "sequential", t("cross.encoder.title")),
     }
     return CrossView(
         runs=runs, run=q.run, task=c.task, run_status=r.status, step=r.step, steps=c.steps, message=message,
-        source=source, reads=reads, writes=writes, n_real=n_real, d_k=c.d_k, layer=c.n_layer - 1, head=head,
+        source=source, reads=reads, writes=writes, rows=rows, n_real=n_real, d_k=c.d_k, layer=c.n_layer - 1, head=head,
         heads=[(h, href(q.run, q.snap, h, lang)) for h in range(c.n_heads)], snap=pick, snaps=film,
         accuracy=s.accuracy, output=" ".join(s.output), stages=stages,
         small=len(reads) <= SMALL_ROWS and c.d_k <= SMALL_DK, live=live,
