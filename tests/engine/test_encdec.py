@@ -170,3 +170,11 @@ def test_cancel_stops_between_steps() -> None:
 
     run = train(make_config(steps=50, n_snapshots=2), hear, stop)
     assert run.status == "cancelled" and seen == [1, 2, 3]
+
+
+def test_the_default_reversal_run_aligns() -> None:
+    """The issue's bar: by the end of the default run (seed 0), most of each decoder position's weight is on the
+    mirrored source position, and every held-out pair is reversed exactly (about 6 s on one core)."""
+    run = train(make_config())
+    last = run.snapshots[-1]
+    assert last.alignment is not None and max(last.alignment[-1]) > 0.5 and last.accuracy == 1.0
