@@ -8,11 +8,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ..heads.request import HeadCell
 from ..lab import Lab
 from ..render.predicted import generators
 from ..web.page import page_route
-from ..web.state import Choice, PageQuery
+from ..web.state import Choice, HeadCell, PageQuery
 from .api import AttributionRequest
 from .view import DEFAULT_TEXT, SORTS, AttributionView, attribution_view
 

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.heads import KINDS, METRICS, ROLES
 
 from ..web.knockouts import Knockouts
 from ..web.sequence import DECODER, InputText, Preset
-from ..web.state import Choice, Digits, PageQuery, digits, refused, show
+from ..web.state import Choice, Digits, HeadCell, PageQuery
 
 IDS = Field(None, max_length=4096, description="The text as token ids instead.")
 BOS = Field(True, description="Begin the text with the model's BOS token (when it defines one).")
@@ -75,19 +75,6 @@ class PatchRequest(BaseModel):
 
 
 # -- the pages' own view parameters ------------------------------------------------------------------------------
-
-
-def head_cell(raw: Any) -> tuple[int, int]:
-    """`layer.head` (checked against the model's once known)."""
-    if not isinstance(raw, str):
-        return raw
-    layer, dot, head = raw.partition(".")
-    if not dot:
-        raise refused(f"must be layer.head, e.g. 3.0; got {show(raw, 30)}")
-    return digits(layer, 0), digits(head, 0)
-
-
-HeadCell = Annotated[tuple[int, int], BeforeValidator(head_cell)]
 
 
 class HeadsQuery(PageQuery):

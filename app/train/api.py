@@ -12,10 +12,12 @@ from fastapi import APIRouter, FastAPI, HTTPException, Path, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine import encdec
 from engine.train import LIMITS, TrainConfig, make_config
 
 from ..schemas import ERRORS, FieldError
 from ..web.sse import RESPONSES, EventSourceResponse, ServerSentEvent, event, stream
+from . import arch
 from .presets import Presets
 from .runs import Busy, Job, Runs
 
@@ -32,12 +34,22 @@ def _bounded(name: str, description: str) -> Any:
     return Field(getattr(TrainConfig, name), ge=low, le=high, description=description)
 
 
+def _encdec(name: str, description: str) -> Any:
+    low, high = encdec.LIMITS[name]
+    return Field(getattr(encdec.EncDecConfig, name), ge=low, le=high, description=description)
+
+
 class TrainIn(BaseModel):
-    """A training run: the task, the model's sizes and choices, and the optimiser's. Every field has a default."""
+    """A training run: the task, the model's sizes and choices, and the optimiser's. Every field has a default.
+    `arch` picks the model: the decoder-only GPT (tasks repeat, text) or the encoder–decoder (tasks reverse,
+    numbers; the fields it does not set take its own defaults, engine/encdec.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    task: Literal["repeat", "text"] = "repeat"
+    arch: Literal["gpt", "encoder-decoder"] = Field("gpt", description="gpt (decoder-only) | encoder-decoder")
+    task: Literal["repeat", "text", "reverse", "numbers"] = Field(
+        "repeat", description="gpt: repeat | text; encoder-decoder: reverse | numbers"
+    )
     n_layer: int = _bounded("n_layer", "decoder blocks")
     n_heads: int = _bounded("n_heads", "heads per block")
     d_model: int = _bounded("d_model", "width of the residual stream (a multiple of n_heads; of 2·n_heads with RoPE)")
@@ -55,6 +67,35 @@ class TrainIn(BaseModel):
     eval_every: int = _bounded("eval_every", "steps between held-out losses")
     n_snapshots: int = _bounded("n_snapshots", "log-spaced steps at which the heads are read")
     sample_chars: int = _bounded("sample_chars", "text: characters written at each snapshot")
+    length: int = _encdec("length", "encoder-decoder, reverse: the longest sequence")
+    symbols: int = _encdec("symbols", "encoder-decoder, reverse: kinds of symbol")
+    max_number: int = _encdec("max_number", "encoder-decoder, numbers: 1 … max_number, a tenth held out")
+    direction: Literal["en-zh", "zh-en"] = Field("en-zh", description="encoder-decoder, numbers: which way")
+
+
+GPT_TASKS, ENCDEC_TASKS = ("repeat", "text"), ("reverse", "numbers")
+ENCDEC_ONLY = frozenset({"length", "symbols", "max_number", "direction"})
+GPT_ONLY = frozenset({"mlp", "positions", "causal", "n_repeat", "vocab", "context", "sample_chars"})
+
+
+def config_of(body: TrainIn) -> arch.AnyConfig:
+    """The engine's config of a request: the GPT's from every field (as before), the encoder–decoder's from the
+    fields the request sets (its own defaults for the rest); a field of the other model is a 422 naming it."""
+    given = body.model_fields_set - {"arch"}
+    if body.arch == "gpt":
+        if body.task not in GPT_TASKS:
+            raise FieldError(
+                "task", f"the GPT trains {' or '.join(GPT_TASKS)} ({body.task!r} is the encoder-decoder's)"
+            )
+        if wrong := sorted(given & ENCDEC_ONLY):
+            raise FieldError(wrong[0], 'is a setting of "arch": "encoder-decoder"')
+        return make_config(**body.model_dump(exclude=set(ENCDEC_ONLY | {"arch"})))
+    if "task" in given and body.task not in ENCDEC_TASKS:
+        raise FieldError("task", f"the encoder-decoder trains {' or '.join(ENCDEC_TASKS)}, not {body.task!r}")
+    if wrong := sorted(given & GPT_ONLY):
+        raise FieldError(wrong[0], 'is a setting of the GPT ("arch": "gpt")')
+    task = body.task if "task" in given else "reverse"
+    return encdec.make_config(**{k: getattr(body, k) for k in given - {"task"}}, task=task)
 
 
 class Started(BaseModel):
@@ -80,10 +121,11 @@ async def job_of(request: Request, run_id: str) -> Job:
 async def start_run(request: Request, body: TrainIn) -> Job:
     """Check the body against the server's bounds and queue it (FieldError names the field; Busy is 503)."""
     limit = request.app.state.settings.train_max_steps
-    if body.steps > limit:
+    config = config_of(body)
+    if config.steps > limit:
         raise FieldError("steps", f"must be at most {limit} on this server (TRAIN_MAX_STEPS)")
     client = (request.client.host if request.client else "") or "?"
-    return await runs_of(request).start(make_config(**body.model_dump()), client=client)
+    return await runs_of(request).start(config, client=client)
 
 
 def busy(exc: Busy) -> JSONResponse:
@@ -93,7 +135,7 @@ def busy(exc: Busy) -> JSONResponse:
 
 @router.post(
     "",
-    summary="Start training a small GPT",
+    summary="Start training a small GPT or encoder-decoder",
     status_code=202,
     response_model=Started,
     responses={422: ERRORS[422], 503: {"description": "busy"}},
@@ -105,8 +147,9 @@ async def start(request: Request, body: TrainIn) -> Any:
     except Busy as e:
         return busy(e)
     base = f"/api/v1/train/{job.id}"
+    page = "cross" if arch.is_encdec(job.run.config) else "train"
     return JSONResponse(
-        {"id": job.id, "status_url": base, "events_url": base + "/events", "page_url": f"/train?run={job.id}"},
+        {"id": job.id, "status_url": base, "events_url": base + "/events", "page_url": f"/{page}?run={job.id}"},
         status_code=202,
         headers={"Location": base},
     )
@@ -119,7 +162,7 @@ async def runs(request: Request) -> dict[str, Any]:
     for job in await runs_of(request).all():
         r = job.run
         out.append({"id": job.id, "status": r.status, "step": r.step, "steps": r.config.steps, "task": r.config.task,
-                    "causal": r.config.causal, "loss": r.loss[-1] if r.loss else None,
+                    "causal": getattr(r.config, "causal", None), "arch": arch.arch_of(r.config), "loss": r.loss[-1] if r.loss else None,
                     "eval_loss": r.eval_loss[-1] if r.eval_loss else None, "preset": job.preset})  # fmt: skip
     return {"runs": out}
 

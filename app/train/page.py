@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
-from engine.train import TrainConfig
+from engine.train import Run, TrainConfig
 
 from ..errors import field_error
 from ..lab import Lab, get_lab
@@ -29,6 +29,7 @@ from .api import TrainIn, busy, runs_of, start_run
 from .runs import Busy, Job
 
 router = APIRouter(include_in_schema=False)
+ENCDEC_FORM = {"task", "steps", "seed", "n_layer", "n_heads", "d_model", "direction", "length"}  # /cross's form
 CURVE_POINTS = 200  # the training loss drawn as at most this many points (every step stays in the JSON)
 
 
@@ -91,6 +92,7 @@ class TrainView(View):
 
 def loss_chart(job: Job, t: Any) -> str:
     r = job.run
+    assert isinstance(r, Run)
     every = max(1, len(r.loss) // CURVE_POINTS)
     steps = list(range(1, len(r.loss) + 1, every))
     series = [Series(t("train.series.train"), steps, [r.loss[s - 1] for s in steps])]
@@ -108,6 +110,7 @@ def loss_chart(job: Job, t: Any) -> str:
 
 
 def induction_chart(job: Job, t: Any) -> str:
+    assert isinstance(job.run, Run)
     snaps = [s for s in job.run.snapshots if s.step > 0]  # log-spaced steps, drawn on a log axis
     if len(snaps) < 2:
         return ""
@@ -120,7 +123,7 @@ def induction_chart(job: Job, t: Any) -> str:
 def lab_url(job: Job, lang: str) -> str | None:
     """The lab's softmax stage on the run's preset, reading its probe (n tokens twice), at its best induction head."""
     r = job.run
-    if job.preset is None:
+    if job.preset is None or not isinstance(r, Run):
         return None
     query = {"preset": job.preset, "text": "".join(r.labels[i] for i in r.probe), "stage": "softmax"}
     if r.snapshots:
@@ -133,6 +136,7 @@ def lab_url(job: Job, lang: str) -> str | None:
 
 def panel(job: Job, snap: int | None, t: Any, lang: str = "en") -> RunPanel:
     r = job.run
+    assert isinstance(r, Run), "find() gives /train the GPT's runs only"
     snaps = r.snapshots
     pick = None if not snaps else min(snap, len(snaps) - 1) if snap is not None else len(snaps) - 1
     heads = []
@@ -183,10 +187,12 @@ async def find(request: Request, key: str, run_id: str) -> Job | None:
         return None
     if run_id in LATEST:
         jobs = reversed(await runs_of(request).all())
-        return next((j for j in jobs if j.run.config.causal == LATEST[run_id]), None)
+        return next((j for j in jobs if isinstance(j.run, Run) and j.run.config.causal == LATEST[run_id]), None)
     job = await runs_of(request).get(run_id)
     if job is None:
         raise FieldError(key, f"no training run {run_id!r} (finished runs are kept while newer ones allow)")
+    if not isinstance(job.run, Run):
+        raise FieldError(key, f"run {run_id!r} trains an encoder–decoder: /cross?run={run_id} shows it")
     return job
 
 
@@ -214,32 +220,43 @@ async def train_view(request: Request, state: TrainQuery, ctx: dict[str, Any]) -
     a = panel(shown, p.snap, t, ctx["lang"]) if shown else None
     b = panel(compared, p.snap, t, ctx["lang"]) if compared else None
     runs = [{"id": j.id, "status": j.status, "task": j.run.config.task, "causal": j.run.config.causal,
-             "step": j.run.step, "steps": j.run.config.steps} for j in reversed(await runs_of(request).all())]  # fmt: skip
+             "step": j.run.step, "steps": j.run.config.steps} for j in reversed(await runs_of(request).all())
+            if isinstance(j.run, Run)]  # fmt: skip
     return TrainView(runs=runs, shown=a, compared=b, cheat=cheat_words(a, b, t) if a and b else None,
                      defaults=TrainIn().model_dump(), live=any(j.live for j in (shown, compared) if j))  # fmt: skip
 
 
 @router.post("/train")
 async def train_form(request: Request) -> Response:
-    """The page's form: start a run (with `cheat=1`, two: the mask on and off, same seed) and show it."""
+    """The page's form: start a run (with `cheat=1`, two: the mask on and off, same seed) and show it. /cross's form
+    (`arch=encoder-decoder`) starts an encoder–decoder here too, and is sent back to /cross."""
     if (refused := foreign(request, "start a training run")) is not None:  # another site's form starts nothing here
         return field_error("header", refused[0], refused[1], status=403)
     raw = (await request.body()).decode("utf-8", "replace")
     form = dict(parse_qsl("&".join(raw.split("&", 64)[:64])))  # urlencoded; past 64 fields the rest is ignored
-    given: dict[str, Any] = {k: v for k, v in form.items() if k in TrainIn.model_fields and v != ""}
-    for flag in ("mlp", "causal"):
-        given[flag] = form.get(flag) == "1"
+    encdec = form.get("arch") == "encoder-decoder"
+    fields = ENCDEC_FORM if encdec else set(TrainIn.model_fields) - {"arch"}
+    given: dict[str, Any] = {k: v for k, v in form.items() if k in fields and v != ""}
+    if encdec:
+        given = {k: v for k, v in given.items() if k != ("length" if given.get("task") == "numbers" else "direction")}
+        given["arch"] = "encoder-decoder"
+    else:
+        for flag in ("mlp", "causal"):
+            given[flag] = form.get(flag) == "1"
     lang = form.get("lang") or "en"
     try:
         body = TrainIn.model_validate(given)
         first = await start_run(request, body)
         second = (
-            await start_run(request, body.model_copy(update={"causal": not body.causal})) if form.get("cheat") else None
+            await start_run(request, body.model_copy(update={"causal": not body.causal}))
+            if form.get("cheat") and not encdec
+            else None
         )
     except ValidationError as e:
         raise FieldError(str(e.errors()[0]["loc"][0]), e.errors()[0]["msg"]) from None
     except Busy as e:
         return busy(e)
     carry = "".join(f"&{k}={quote(form[k])}" for k in SHARED if form.get(k))  # presenter mode, the lesson
-    url = f"/train?run={first.id}" + (f"&compare={second.id}" if second else "") + carry + f"&lang={lang}"
+    page = "/cross" if encdec else "/train"
+    url = f"{page}?run={first.id}" + (f"&compare={second.id}" if second else "") + carry + f"&lang={lang}"
     return RedirectResponse(url, status_code=303)

@@ -40,12 +40,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from engine.train import Run, TrainConfig, make_config, make_data
+from engine.train import Run
 
 from ..lab import jobs as J
 from ..lab.cancel import Cancelled
 from ..lab.jobs import JOB_ACTOR, JOBS_QUEUE, NAMESPACE, TRAIN_QUEUE, make_broker
 from ..lab.progress import JOB_PROGRESS
+from . import arch
 from .runs import POLL_S, Busy, Job, per_client_busy, supervise
 
 if TYPE_CHECKING:
@@ -200,10 +201,10 @@ def load_weights(blob: bytes) -> dict[str, Any]:
     return load(blob)
 
 
-def run_of(meta: dict[str, str]) -> Run:
+def run_of(meta: dict[str, str]) -> arch.AnyRun:
     """A run's numbers as its hash has them, before its events: config, labels, probe, status."""
-    config = make_config(**orjson.loads(meta["config"]))
-    return Run(config, orjson.loads(meta["labels"]), orjson.loads(meta["probe"]), status=meta["status"])
+    return arch.run_of(orjson.loads(meta["config"]), orjson.loads(meta["labels"]), orjson.loads(meta["probe"]),
+                       meta["status"])  # fmt: skip
 
 
 # -- the web side -------------------------------------------------------------------------------------------------
@@ -236,14 +237,14 @@ class RedisRuns:
             self._broker = make_broker(self.url)
         self._broker.enqueue(message_for(run_id))
 
-    async def start(self, config: TrainConfig, text: str | None = None, client: str = "") -> Job:
-        data = make_data(config, text)  # the task's own errors (a text too short) before anything is queued
+    async def start(self, config: arch.AnyConfig, text: str | None = None, client: str = "") -> Job:
+        new = arch.new_run(config, "queued", text)  # the task's own errors (a text too short) before it is queued
         if text is not None:
             raise ValueError("a queued run trains on its task's own data")
         await self.reap()
         run_id = secrets.token_urlsafe(8)
-        fields: dict[str, bytes | str | int | float] = {"config": orjson.dumps(asdict(config)), "labels": orjson.dumps(data.labels()),
-                  "probe": orjson.dumps(data.probe()[0].tolist()), "status": "queued", "message": "", "preset": "",
+        fields: dict[str, bytes | str | int | float] = {"config": orjson.dumps(asdict(config)), "labels": orjson.dumps(new.labels),
+                  "probe": orjson.dumps(new.probe), "status": "queued", "message": "", "preset": "",
                   "events": 0, "step": 0, "client": client, "max_wall_s": self.max_wall_s}  # fmt: skip
         flat: list[bytes | str | int | float] = [x for kv in fields.items() for x in kv]
         got = int(await self._start(args=[run_id, self.max_running + self.max_queued, self.max_per_client, client,
@@ -311,8 +312,8 @@ class RedisRuns:
         job.preset = meta.get("preset") or None
         if job.status == "queued" and not job.message and time.time() - job.created > NO_WORKER_S:
             job.message = await self._no_worker()
-        if not job.live and job.preset and not job.run.params:
-            await self.weights(job)
+        if not job.live and (job.preset or arch.is_encdec(job.run.config)) and not job.run.params:
+            await self.weights(job)  # an encoder–decoder is no preset, but its state says whether it exports
         if job.preset and job.preset not in self._loaded:
             await self._serve(run_id)
         return job
@@ -385,7 +386,7 @@ class RedisRuns:
         async with self._serve_lock:
             if job.preset in self._loaded or not await self.weights(job):
                 return
-            if job.preset not in self.presets.lab.models:
+            if job.preset not in self.presets.lab.models and isinstance(job.run, Run):
                 name, why = await asyncio.to_thread(self.presets.add, run_id, job.run)
                 if name is None:
                     LOG.warning("attention-lab: run %s is not served here: %s", run_id, why)
@@ -501,6 +502,8 @@ class RedisSink:
         self.r.set(run_key(self.id, ":weights"), save_weights(params))
         meta = {_s(k): _s(v) for k, v in self.r.hgetall(run_key(self.id)).items()}
         run = run_of(meta)
+        if not isinstance(run, Run):  # an encoder–decoder is no family the lab loads: its weights only
+            return
         run.params = {k: torch.from_numpy(v) for k, v in params.items()}
         name = f"train-{self.id}"
         with tempfile.TemporaryDirectory() as tmp:
@@ -601,6 +604,8 @@ class QueueWorker:
         if blob is None or not raw:
             return
         run = run_of({_s(k): _s(v) for k, v in raw.items()})
+        if not isinstance(run, Run):
+            return
         run.params = load_weights(bytes(blob))  # type: ignore[arg-type]
         with self._lab_lock:
             if preset not in lab.models:

@@ -33,8 +33,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine.train import Run, TrainConfig, export, make_data
+from engine.encdec_train import export as export_encdec
+from engine.train import Run, export
 
+from . import arch
 from .presets import Presets
 
 # The run's process yields the cores to the server's own (nice 10): a request to any page waits on no training step.
@@ -46,11 +48,9 @@ def _child(config: dict[str, Any], conn: Any, cancel: Any) -> None:
     """In the run's own process: train and send every event, then the weights."""
     import torch
 
-    from engine.train import make_config, train
-
     torch.set_num_threads(1)  # tiny matrices: one thread is faster than two fighting the server for the cores
     try:
-        run = train(make_config(**config), lambda kind, data: conn.send((kind, data)), cancel)
+        run = arch.train(config, lambda kind, data: conn.send((kind, data)), cancel)
         conn.send(("params", {k: v.numpy() for k, v in run.params.items()}))
     except Exception as e:  # reported to the page, not lost in a child's stderr
         conn.send(("failed", {"message": f"{type(e).__name__}: {e}"}))
@@ -133,7 +133,7 @@ def supervise(config: dict[str, Any], sink: Sink, max_wall_s: float, cancel: Any
 @dataclass
 class Job:
     id: str
-    run: Run
+    run: arch.AnyRun
     created: float = field(default_factory=time.time)
     started: float | None = None
     finished: float | None = None
@@ -161,11 +161,14 @@ class Job:
     def state(self) -> dict[str, Any]:
         """The run as GET /api/v1/train/{id} answers it."""
         r = self.run
-        snaps = [{"step": s.step, "induction": s.induction, "eval_loss": s.eval_loss, "sample": s.sample}
-                 for s in r.snapshots]  # fmt: skip
-        return {"id": self.id, **r.summary(), "labels": r.labels, "probe": r.probe, "snapshots": snaps,
-                "samples": [s.sample for s in r.snapshots if s.sample], "message": self.message,
-                "exportable": bool(r.params), "preset": self.preset, "events": len(self.events)}  # fmt: skip
+        snaps = arch.snapshots_state(r)
+        if isinstance(r, Run):
+            return {"id": self.id, **r.summary(), "labels": r.labels, "probe": r.probe, "snapshots": snaps,
+                    "samples": [s.sample for s in r.snapshots if s.sample], "message": self.message,
+                    "exportable": bool(r.params), "preset": self.preset, "events": len(self.events)}  # fmt: skip
+        return {"id": self.id, **r.summary(), "labels": r.labels, "probe": r.probe, "target": r.target,
+                "snapshots": snaps, "message": self.message, "exportable": bool(r.params), "preset": None,
+                "events": len(self.events)}  # fmt: skip
 
 
 class Busy(Exception):
@@ -194,7 +197,7 @@ class LocalSink:
 
         job = self.job
         job.run.params = {k: torch.from_numpy(v) for k, v in params.items()}
-        if self.presets is not None:
+        if self.presets is not None and isinstance(job.run, Run):  # an encoder–decoder is no family the lab loads
             job.preset, why = self.presets.add(job.id, job.run)
             if why:
                 job.message = f"not served as a preset: {why}"
@@ -235,17 +238,16 @@ class Runs:
         self._ctx = mp.get_context("spawn")  # never fork a server that holds threads and sockets
         self._threads: set[threading.Thread] = set()  # the runs' threads (queued or training), for `close`
 
-    async def start(self, config: TrainConfig, text: str | None = None, client: str = "") -> Job:
+    async def start(self, config: arch.AnyConfig, text: str | None = None, client: str = "") -> Job:
         """Queue a run (Busy when the queue is full); its thread waits for a slot, then trains in a child."""
-        data = make_data(config, text)  # the task's own errors (a text too short) before anything is queued
+        run = arch.new_run(config, "queued", text)  # the task's own errors (a text too short) before it is queued
         with self._lock:
             live = [j for j in self.jobs.values() if j.live]
             if len(live) >= self.max_running + self.max_queued:
                 raise Busy(30)
             if self.max_per_client and sum(j.client == client for j in live) >= self.max_per_client:
                 raise per_client_busy(self.max_per_client)
-            job = Job(secrets.token_urlsafe(8), Run(config, data.labels(), data.probe()[0].tolist(), status="queued"),
-                      client=client)  # fmt: skip
+            job = Job(secrets.token_urlsafe(8), run, client=client)
             job.cancel = self._ctx.Event()
             self.jobs[job.id] = job
             self._drop_old()
@@ -330,7 +332,8 @@ def export_zip(job: Job) -> bytes:
     """The run as a Hugging Face directory (config.json, model.safetensors, tokenizer.json), zipped."""
     buf = io.BytesIO()
     with tempfile.TemporaryDirectory() as tmp:
-        path = export(job.run, Path(tmp) / job.id)
+        run, folder = job.run, Path(tmp) / job.id
+        path = export(run, folder) if isinstance(run, Run) else export_encdec(run, folder)
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
             for f in sorted(path.iterdir()):
                 z.write(f, f"train-{job.id}/{f.name}")

@@ -60,6 +60,8 @@ PAGES: tuple[Page, ...] = (
     Page("patch", "/patch", "app.heads.page", "patch.html", heavy=True, here="heads"),
     Page("attribution", "/attribution", "app.attribution.page", "attribution.html", nav="more", heavy=True),
     Page("train", "/train", "app.train.page", "train.html", nav="more"),
+    Page("cross", "/cross", "app.cross.page", "cross.html", nav="more"),
+    Page("architectures", "/architectures", "app.architectures.page", "architectures.html", nav="more"),
     Page("tiles", "/tiles", "app.attention.tiles", "tiles.html", nav="more"),
     Page("demos", "/demos", "app.demos.page", "demos.html", nav="more"),
     Page("params", "/params", "app.params.page", "params.html", nav="more"),

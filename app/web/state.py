@@ -212,6 +212,19 @@ Flag = Annotated[bool, BeforeValidator(lambda raw: raw is True or raw == "1")]  
 Unless = Annotated[bool, BeforeValidator(lambda raw: raw is not False and raw != "off")]  # `hints=off`
 
 
+def head_cell(raw: Any) -> tuple[int, int]:
+    """A page's `layer.head` (/heads, /attribution; checked against the model's once known)."""
+    if not isinstance(raw, str):
+        return raw
+    layer, dot, head = raw.partition(".")
+    if not dot:
+        raise refused(f"must be layer.head, e.g. 3.0; got {show(raw, 30)}")
+    return digits(layer, 0), digits(head, 0)
+
+
+HeadCell = Annotated[tuple[int, int], BeforeValidator(head_cell)]
+
+
 class PageQuery(BaseModel):
     """A page's URL query as a pydantic model: what every page shares (presenter mode, hints, a lesson step beside
     the page, the language), each page's own fields added by its subclass (older spellings as pydantic aliases,

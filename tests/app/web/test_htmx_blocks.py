@@ -129,7 +129,14 @@ def lab_js(page: BeautifulSoup, url: str) -> list[Ask]:
 
 def room_js(page: BeautifulSoup, url: str) -> list[Ask]:
     """static/room.js fetches whole pages (no HX-Request: a follower's screen takes the teacher's next view whole)
-    and the room's bar; it asks for no block."""
+    and the room's bar, and a poll's box (/r/{code}/poll/{id}: a fragment of its own, swapped whole); it asks for
+    no block."""
+    return []
+
+
+def teach_js(page: BeautifulSoup, url: str) -> list[Ask]:
+    """static/teach.js: the open poll's live results (/r/{code}/poll/{id}/live, a fragment of its own swapped whole
+    into the remote's [data-live]); no block of a page."""
     return []
 
 
@@ -138,6 +145,7 @@ SCRIPTS: dict[str, Callable[[BeautifulSoup, str], list[Ask]]] = {
     "/static/train.js": train_js,
     "/static/lab.js": lab_js,
     "/static/room.js": room_js,
+    "/static/teach.js": teach_js,
 }
 
 
@@ -297,7 +305,7 @@ def filled(path: str, lab: Lab) -> list[str]:
     """A route's path with its parameters filled in: every lesson, the class's room, a pairing link."""
     if "{slug}" in path:
         return [path.replace("{slug}", lesson.slug) for lesson in LESSONS]
-    values = {"code": lab.room, "secret": "x" * 22}
+    values = {"code": lab.room, "secret": "x" * 22, "poll_id": "none"}  # a poll the room never had: its empty box
     names = re.findall(r"{(\w+)}", path)
     assert set(names) <= set(values), f"{path}: say here how to fill in {set(names) - set(values)}"
     for name in names:

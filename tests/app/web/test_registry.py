@@ -46,6 +46,8 @@ def test_the_registry_states_what_the_hand_lists_said() -> None:
         "/heads",
         "/attribution",
         "/train",
+        "/cross",
+        "/architectures",
         "/tiles",
         "/demos",
         "/params",

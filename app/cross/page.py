@@ -1,0 +1,57 @@
+"""The page /cross: cross-attention through its five stages on a held-out pair of the encoder–decoder the class
+trains (`"arch": "encoder-decoder"` runs of /api/v1/train), and its alignment forming over the run's snapshots.
+The View is built in app/cross/view.py; the runs are the app's (`app.state.train`); the form posts to /train's
+form handler, which starts the run and sends the page back here; static/train.js follows a live run and redraws the
+live block."""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, Response
+
+from engine.encdec_train import EncDecRun
+
+from ..lab import Lab, get_lab
+from ..schemas import FieldError
+from ..web.page import serve
+from ..web.state import PageQuery
+from .view import CrossQuery, CrossView, RunLink, cross_view, href, preview
+
+router = APIRouter(include_in_schema=False)
+KEYS = tuple(CrossQuery.model_fields)
+
+
+@router.get("/cross", response_class=HTMLResponse)
+async def cross_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    state = PageQuery.of(request.query_params, "/cross", KEYS)
+    runs = request.app.state.train  # app/train's runs: in this process, or in Redis
+    jobs = [j for j in await runs.all() if isinstance(j.run, EncDecRun)]
+    run_id = state.params.get("run", "")
+    job = await runs.get(run_id) if run_id else None
+    shows = f"{job.id}:{len(job.events)}:{job.status}:{bool(job.run.params)}" if job else ""
+    shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in jobs)
+    json_url = f"/api/v1/train/{run_id}" if job else None
+    build = functools.partial(cross_build, state, job, jobs)
+    return await serve(request, lab, "cross.html", state, build, json_url=json_url, shows=shows, blocks=("live",))
+
+
+async def cross_build(state: PageQuery, job: Any, jobs: list[Any], ctx: dict[str, Any]) -> CrossView:
+    q = CrossQuery.model_validate({k: v for k, v in state.params.items() if k in KEYS})
+    if q.run and job is None:
+        raise FieldError("run", f"no training run {q.run!r} (finished runs are kept while newer ones allow)")
+    if job is not None and not isinstance(job.run, EncDecRun):
+        raise FieldError("run", f"run {q.run!r} trains a GPT: /train?run={q.run} shows it")
+    lang = ctx["lang"]
+    links = [RunLink(j.id, j.run.config.task, j.status, j.run.step, j.run.config.steps,
+                     href(j.id, None, 0, lang)) for j in reversed(jobs)]  # fmt: skip
+    if job is None or not job.run.snapshots:
+        shown = preview()  # until the run's first snapshot: the default model as initialised
+        if job is not None:
+            shown.status = job.status
+        message = "" if job is None else job.message
+        return cross_view(q.model_copy(update={"snap": None}), shown, links, ctx["t"], lang, message,
+                          live=job is not None and job.live)  # fmt: skip
+    return cross_view(q, job.run, links, ctx["t"], lang, job.message, job.live)

@@ -1,0 +1,187 @@
+"""What /cross shows, as data: cross-attention through its five stages for one held-out pair of a trained (or
+untrained) encoder–decoder, and the alignment forming over the run's snapshots.
+
+The numbers come from the run's snapshots (engine/encdec_train.py `read_probe`): the last decoder layer's
+cross-attention on the probe, Q from the decoder, K and V from the encoder, the N_dec × N_enc scores, the source's
+padding mask, the softmax and the weighted sum. With no run chosen, the page reads the same probe through the default
+config's initial weights (step 0, nothing trained), so there is always something to look at before a class trains."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.encdec import EncDecConfig, init_params
+from engine.encdec_train import EncDecRun, EncDecSnapshot, new_run, read_probe, task_of
+
+from ..render.charts import Series, line_chart
+from ..render.heatmap import svg
+from ..web.view import HIDDEN, View
+
+SMALL_ROWS, SMALL_DK = 10, 16  # every number on screen up to this many decoder rows and this head width
+
+
+class CrossQuery(BaseModel):
+    """/cross's URL: the run shown (none: the untrained model), the snapshot (its index; the last by default), the
+    cross-attention head (of the last decoder layer)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    run: str = Field("", pattern=r"^[A-Za-z0-9_-]{0,32}$", description="an encoder-decoder run's id")
+    snap: int | None = Field(None, ge=0, le=100, description="the snapshot's index")
+    head: int = Field(0, ge=0, le=7, description="the cross-attention head")
+
+
+@dataclass(frozen=True)
+class RunLink:
+    id: str
+    task: str
+    status: str
+    step: int
+    steps: int
+    href: str
+
+
+@dataclass(frozen=True)
+class SnapLink:
+    index: int
+    step: int
+    accuracy: float
+    alignment: float | None  # reverse: this head's mean weight on the mirrored source position
+    output: str  # what the model wrote for the probe at that step
+    href: str
+    picture: Annotated[str, HIDDEN] = ""  # this head's cross-attention at that step, an SVG
+
+
+@dataclass(frozen=True)
+class Stages:
+    """One head's cross-attention on the probe, stage by stage (rows: decoder positions; columns: source ones)."""
+
+    q: list[list[float]]  # (N_dec, d_k)  from the decoder
+    k: list[list[float]]  # (N_enc, d_k)  from the encoder's output
+    v: list[list[float]]  # (N_enc, d_k)
+    scores: list[list[float]]  # (N_dec, N_enc)  QKᵀ / √d_k
+    mask: list[float | None]  # (N_enc,)  0, or None (−∞) on the source's padding: the same for every row
+    masked: list[list[float | None]]  # (N_dec, N_enc)  scores + mask
+    weights: list[list[float]]  # (N_dec, N_enc)  softmax over the source; each row sums to 1
+    out: list[list[float]]  # (N_dec, d_k)  the weighted sum of V's rows
+
+
+class CrossView(View):
+    """/cross: one head of the last decoder layer's cross-attention on the run's probe pair at one snapshot, stage by
+    stage, the snapshots' alignment, and the runs to choose from."""
+
+    template = "cross.html"
+    blocks = ("live",)
+    kind = "cross"
+
+    runs: list[RunLink]
+    run: str  # "" for the untrained model
+    task: str
+    run_status: str  # queued, running, done, cancelled, failed, untrained
+    step: int
+    steps: int
+    message: str
+    source: list[str]  # the encoder's tokens, its padding included (the columns)
+    reads: list[str]  # what each decoder position reads: <bos> and the target so far
+    writes: list[str]  # what each decoder position should write: the target and <eos>
+    rows: list[str]  # the rows' labels: reads → writes
+    n_real: int  # real source tokens (the rest is padding)
+    d_k: int
+    layer: int  # the decoder layer shown (the last)
+    head: int
+    heads: list[tuple[int, str]]  # each head and its link
+    snap: int
+    snaps: list[SnapLink]
+    accuracy: float  # held-out exact match at this snapshot
+    output: str  # what the model writes for the probe at this snapshot
+    stages: Stages
+    small: bool  # every number on screen (else heat maps)
+    live: bool
+    events_url: str
+    stop_url: str
+    export_url: str | None
+    config: dict[str, Any]
+    pictures: Annotated[dict[str, str], HIDDEN] = Field(default_factory=dict)  # scores, weights, self, encoder: SVGs
+    loss_chart: Annotated[str, HIDDEN] = ""
+
+
+def href(run: str, snap: int | None, head: int, lang: str) -> str:
+    query = {"run": run, "snap": "" if snap is None else str(snap), "head": str(head) if head else "", "lang": lang}
+    return "/cross?" + urlencode({k: v for k, v in query.items() if v})
+
+
+def preview() -> EncDecRun:
+    """The default config's model as initialised: one snapshot at step 0 (no training: a few milliseconds)."""
+    c = EncDecConfig()
+    task = task_of(c)
+    run = new_run(c, "untrained")
+    d = read_probe(c, init_params(c, len(task.vocab), task.n_src, task.n_tgt), task)
+    run.snapshots.append(EncDecSnapshot(0, float("nan"), 0.0, d["alignment"], d["output"], d["weights"]))
+    return run
+
+
+def picture(a: Sequence[Sequence[float | None]], rows: list[str], cols: list[str], scale: str, title: str,
+            cell: int = 28) -> str:  # fmt: skip
+    m = np.array([[float("-inf") if x is None else x for x in row] for row in a], dtype=np.float64)
+    return svg(m, rows, cols, scale, title, cell)
+
+
+def loss_chart(r: EncDecRun, t: Any) -> str:
+    if not r.loss:
+        return ""
+    every = max(1, len(r.loss) // 200)
+    steps = list(range(1, len(r.loss) + 1, every))
+    series = [Series(t("cross.series.train"), steps, [r.loss[s - 1] for s in steps])]
+    if r.eval_steps:
+        series.append(Series(t("cross.series.eval"), r.eval_steps, r.eval_loss, dashed=True))
+    return line_chart(series, t("cross.chart.loss"), t("cross.chart.step"), t("cross.chart.nats"), chart_id="loss",
+                      x_range=(0, r.config.steps), width=480, height=260)  # fmt: skip
+
+
+def cross_view(q: CrossQuery, r: EncDecRun, runs: list[RunLink], t: Any, lang: str, message: str = "",
+               live: bool = False) -> CrossView:  # fmt: skip
+    c = r.config
+    snaps = r.snapshots
+    pick = len(snaps) - 1 if q.snap is None else min(q.snap, len(snaps) - 1)
+    s = snaps[pick]
+    task = task_of(c)
+    head = min(q.head, c.n_heads - 1)
+    st = s.weights["stages"]
+    n_real = len(r.probe)
+    source = r.probe + ["<pad>"] * (task.n_src - n_real)
+    reads = ["<bos>", *r.target]
+    writes = [*r.target, "<eos>"]
+    stages = Stages(q=st["q"][head], k=st["k"][head], v=st["v"][head], scores=st["scaled"][head], mask=st["mask"],
+                    masked=st["masked"][head], weights=st["weights"][head], out=st["heads"][head])  # fmt: skip
+    rows = [f"{r}→{w}" for r, w in zip(reads, writes, strict=True)]  # what each decoder position reads → writes
+    cols = [f"{j}:{w}" for j, w in enumerate(source)]
+    film = []
+    for i, snap in enumerate(snaps):
+        w = snap.weights["cross"][-1][head]
+        align = snap.alignment[-1][head] if snap.alignment else None
+        title = t("cross.film.step", step=snap.step)
+        film.append(SnapLink(i, snap.step, snap.accuracy, align, " ".join(snap.output), href(q.run, i, head, lang),
+                             picture(w, [f"→{x}" for x in writes], source, "sequential", title, 16)))  # fmt: skip
+    pictures = {
+        "masked": picture(stages.masked, rows, cols, "diverging", t("cross.stage.mask")),
+        "weights": picture(stages.weights, rows, cols, "sequential", t("cross.stage.softmax")),
+        "self": picture(s.weights["decoder"][-1][head], rows, reads, "sequential", t("cross.self.title")),
+        "encoder": picture(s.weights["encoder"][-1][head], cols, cols, "sequential", t("cross.encoder.title")),
+    }
+    return CrossView(
+        runs=runs, run=q.run, task=c.task, run_status=r.status, step=r.step, steps=c.steps, message=message,
+        source=source, reads=reads, writes=writes, rows=rows, n_real=n_real, d_k=c.d_k, layer=c.n_layer - 1, head=head,
+        heads=[(h, href(q.run, q.snap, h, lang)) for h in range(c.n_heads)], snap=pick, snaps=film,
+        accuracy=s.accuracy, output=" ".join(s.output), stages=stages,
+        small=len(reads) <= SMALL_ROWS and c.d_k <= SMALL_DK, live=live,
+        events_url=f"/api/v1/train/{q.run}/events" if q.run else "",
+        stop_url=f"/api/v1/train/{q.run}/stop" if q.run else "",
+        export_url=f"/api/v1/train/{q.run}/export" if q.run and r.params else None, config=c.__dict__.copy(),
+        pictures=pictures, loss_chart=loss_chart(r, t),
+    )  # fmt: skip

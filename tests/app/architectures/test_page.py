@@ -1,0 +1,55 @@
+"""/architectures: the three families' masks on one input, checked against their definitions: the encoder reads
+every real token both ways, the decoder-only model only the tokens up to itself, the encoder–decoder's cross-attention
+every real source token from every target row (N_tgt × N_src, no causal mask); padding never read; en and zh."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from bs4 import BeautifulSoup
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def client():
+    with TestClient(create_app(Settings(pretrained=False))) as c:
+        yield c
+
+
+def test_the_three_families_masks(client: TestClient) -> None:
+    view = client.get("/architectures.json?text=a+b+c+d&pad=2&pos=1").json()
+    assert view["view"] == "architectures" and view["tokens"] == ["a", "b", "c", "d", "<pad>", "<pad>"]
+    enc, dec, ed = (f["masks"] for f in view["families"])
+    real = np.array([True] * 4 + [False] * 2)
+    bi = np.array(enc[0]["visible"])
+    assert (bi == real[None, :]).all()  # every row reads every real token, no pad
+    causal = np.array(dec[0]["visible"])
+    assert (causal == (np.tril(np.ones((6, 6), dtype=bool)) & real[None, :])).all()
+    assert enc[0]["reads"] == ["0:a", "1:b", "2:c", "3:d"] and dec[0]["reads"] == ["0:a", "1:b"]
+    names = [m["name"] for m in ed]
+    assert names == ["encoder", "decoder", "cross"]
+    cross = np.array(ed[2]["visible"])
+    assert cross.shape == (5, 6) and (cross == real[None, :]).all()  # <bos> and 4 target rows × 6 source columns
+    assert (np.array(ed[1]["visible"]) == np.tril(np.ones((5, 5), dtype=bool))).all()
+    assert ed[1]["rows"][1] == "1:d"  # the target: the input reversed
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_page_in_both_languages(client: TestClient, lang: str) -> None:
+    r = client.get(f"/architectures?lang={lang}")
+    assert r.status_code == 200
+    soup = BeautifulSoup(r.text, "html.parser")
+    ids = [s["id"] for s in soup.select(".arch-family")]
+    assert ids == ["family-encoder_only", "family-decoder_only", "family-encoder_decoder"]
+    assert len(soup.select(".arch-mask svg")) == 5
+    assert soup.select_one("[data-mask='cross']")["data-rows"] != soup.select_one("[data-mask='cross']")["data-cols"]
+    if lang == "zh":
+        assert "猫" in soup.select_one("input[name='text']")["value"] and "因果" in soup.text
+
+
+def test_bad_input_is_422_naming_the_field(client: TestClient) -> None:
+    r = client.get("/architectures?pad=9")
+    assert r.status_code == 422 and "pad" in r.headers["X-Lab-Error"]

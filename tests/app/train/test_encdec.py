@@ -1,0 +1,134 @@
+"""/api/v1/train with "arch": "encoder-decoder": a tiny seeded run on `reverse` started, followed over SSE to its end,
+its snapshots holding the held-out pair's cross-attention; its export loads into torch's nn.Transformer with the same
+logits; fields of the other model refused by name; stopped; the GPT's runs untouched by it."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from safetensors.torch import load
+
+from app.main import create_app
+from app.settings import Settings
+from engine.encdec import forward, make_config
+from engine.encdec_tasks import PAD
+from engine.encdec_train import task_of
+
+TINY = {"arch": "encoder-decoder", "task": "reverse", "steps": 40, "length": 5, "symbols": 6, "batch": 16,
+        "eval_every": 10, "n_snapshots": 3}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def client():
+    app = create_app(Settings(pretrained=False, train_max_queued=2, train_max_steps=3000))
+    with TestClient(app) as c:
+        yield c
+
+
+def events_until_end(client: TestClient, run_id: str) -> list[tuple[str, dict]]:
+    out, kind = [], None
+    with client.stream("GET", f"/api/v1/train/{run_id}/events") as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                out.append((kind, json.loads(line[6:])))
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor")
+def test_a_run_trains_streams_and_holds_the_cross_attention(client: TestClient) -> None:
+    r = client.post("/api/v1/train", json=TINY)
+    assert r.status_code == 202, r.text
+    run_id = r.json()["id"]
+    assert r.json()["page_url"] == f"/cross?run={run_id}"
+    seen = events_until_end(client, run_id)
+    kinds = [k for k, _ in seen]
+    assert kinds[0] == "state" and kinds[-1] == "end" and seen[-1][1]["status"] == "done"
+    assert "snapshot" in kinds and all("weights" not in d for k, d in seen if k == "snapshot")  # the log stays light
+    state = client.get(f"/api/v1/train/{run_id}").json()
+    assert state["config"]["arch"] == "encoder-decoder" and state["config"]["d_model"] == 32  # its own defaults
+    assert state["status"] == "done" and state["step"] == 40 and len(state["loss"]) == 40
+    assert [s["step"] for s in state["snapshots"]] == [0, 6, 40]
+    n = len(state["probe"])
+    assert state["target"] == state["probe"][::-1] and state["labels"][:3] == ["<pad>", "<bos>", "<eos>"]
+    for s in state["snapshots"]:  # per layer (H, N_dec, N_enc): the probe's n symbols and <eos>, over 5 source slots
+        cross = torch.tensor(s["cross"])
+        assert cross.shape == (1, 2, n + 1, 5) and float(cross[..., n:].abs().max()) == 0.0  # its padding: 0
+        assert torch.allclose(cross.sum(-1), torch.ones(1, 2, n + 1), atol=1e-3)
+        assert 0 <= s["accuracy"] <= 1 and len(s["alignment"][0]) == 2
+    listed = {x["id"]: x for x in client.get("/api/v1/train").json()["runs"]}
+    assert listed[run_id]["arch"] == "encoder-decoder" and listed[run_id]["causal"] is None
+    # the export: nn.Transformer's state dict and the run's config; loaded there, the same logits as the engine's
+    z = zipfile.ZipFile(io.BytesIO(client.get(f"/api/v1/train/{run_id}/export").content))
+    files = {n.split("/")[-1]: z.read(n) for n in z.namelist()}
+    assert set(files) == {"config.json", "model.safetensors"}
+    config, p = json.loads(files["config.json"]), load(files["model.safetensors"])
+    assert config["architecture"] == "torch.nn.Transformer" and config["vocab"] == state["labels"]
+    net = torch.nn.Transformer(**config["nn_transformer"])
+    net.load_state_dict({k.removeprefix("transformer."): v for k, v in p.items() if k.startswith("transformer.")})
+    net.eval()
+    c = make_config(**config["attention_lab_train"])
+    src, tgt = task_of(c).batch(torch.Generator().manual_seed(3), 4)
+    y_in = tgt[:, :-1]
+    with torch.no_grad():
+        x = p["src_embed.weight"][src] + p["src_pos.weight"][: src.shape[1]]
+        y = p["tgt_embed.weight"][y_in] + p["tgt_pos.weight"][: y_in.shape[1]]
+        h = net(x, y, tgt_mask=net.generate_square_subsequent_mask(y_in.shape[1]), src_key_padding_mask=src == PAD,
+                memory_key_padding_mask=src == PAD, tgt_is_causal=True)  # fmt: skip
+        assert torch.allclose(forward(c, p, src, y_in), h @ p["lm_head.weight"].T, atol=1e-4)
+    assert client.get(f"/train?run={run_id}").status_code == 422  # /train shows the GPT's runs: it says where to look
+
+
+@pytest.mark.parametrize(("body", "field"), [({"task": "repeat"}, "task"), ({"causal": False}, "causal"),
+                                             ({"length": 40}, "length"), ({"direction": "fr"}, "direction"),
+                                             ({"steps": 4000}, "steps"), ({"arch": "rnn"}, "arch")])  # fmt: skip
+def test_a_bad_body_is_422_naming_the_field(client: TestClient, body: dict, field: str) -> None:
+    r = client.post("/api/v1/train", json=TINY | body)
+    assert r.status_code == 422
+    assert any(field in d["loc"] for d in r.json()["detail"]), r.json()
+
+
+@pytest.mark.parametrize(("body", "field"), [({"task": "reverse"}, "task"), ({"length": 5}, "length")])
+def test_the_gpt_refuses_the_encoder_decoders_fields(client: TestClient, body: dict, field: str) -> None:
+    r = client.post("/api/v1/train", json={"steps": 5} | body)
+    assert r.status_code == 422 and any(field in d["loc"] for d in r.json()["detail"]), r.json()
+
+
+def test_a_run_stops(client: TestClient) -> None:
+    run_id = client.post("/api/v1/train", json=TINY | {"steps": 3000, "eval_every": 500}).json()["id"]
+    assert client.post(f"/api/v1/train/{run_id}/stop").status_code == 200
+    assert events_until_end(client, run_id)[-1][1]["status"] == "cancelled"
+
+
+def test_numbers_runs_in_its_own_words(client: TestClient) -> None:
+    body = {"arch": "encoder-decoder", "task": "numbers", "steps": 2, "n_snapshots": 2, "direction": "zh-en"}
+    run_id = client.post("/api/v1/train", json=body).json()["id"]
+    assert events_until_end(client, run_id)[-1][1]["status"] == "done"
+    state = client.get(f"/api/v1/train/{run_id}").json()
+    assert "百" in state["probe"] and "hundred" in state["target"] and state["snapshots"][-1]["alignment"] is None
+
+
+def test_a_run_through_the_queue_is_seen_by_every_web_worker() -> None:
+    from tests.redis_server import available, redis_server
+
+    from .test_queue import queue_worker, two_web_workers
+
+    if not available():
+        pytest.skip("redis-server is not installed")
+    with redis_server() as url, queue_worker(url), two_web_workers(url) as (a, b):
+        r = a.post("/api/v1/train", json=TINY)
+        assert r.status_code == 202, r.text
+        run_id = r.json()["id"]
+        assert events_until_end(b, run_id)[-1][1]["status"] == "done"
+        state = b.get(f"/api/v1/train/{run_id}").json()
+        assert state["status"] == "done" and state["preset"] is None and state["exportable"]
+        assert torch.tensor(state["snapshots"][-1]["cross"]).shape == (1, 2, len(state["probe"]) + 1, 5)
+        z = zipfile.ZipFile(io.BytesIO(a.get(f"/api/v1/train/{run_id}/export").content))
+        assert {n.split("/")[-1] for n in z.namelist()} == {"config.json", "model.safetensors"}
