@@ -47,7 +47,8 @@ def test_the_samples_are_the_apis_for_the_same_setting(api: TestClient, lang: st
     assert [s["seed"] for s in doc["samples"]] == list(range(4, 12))
     rows = section.select("li[data-sample]")
     assert [int(li["data-seed"]) for li in rows] == [s["seed"] for s in doc["samples"]]
-    assert [li.select_one(".gen").get_text() for li in rows] == [s["text"] for s in doc["samples"]]
+    shown = [s["text"].replace("\n", "↵") for s in doc["samples"]]  # a new line shown as the step view shows it
+    assert [li.select_one(".gen").get_text() for li in rows] == shown
     assert [float(li["data-logprob"]) for li in rows] == pytest.approx([s["logprob"] for s in doc["samples"]])
     assert int(section["data-n"]) == 8 and int(section["data-distinct"]) == doc["distinct"]
     assert str(doc["distinct"]) in section.select_one("[data-distinct-line]").get_text()
@@ -72,7 +73,7 @@ def test_a_temperature_near_zero_draws_one_text_and_a_hot_one_many(api: TestClie
     rows = cold.select("li[data-sample]")
     assert cold.select_one("[data-samples]")["data-distinct"] == "1" and len(rows) == 4
     assert [li.get("data-same-as") for li in rows] == [None, "1", "1", "1"]
-    assert "1 different text among 4 samples" in cold.get_text()
+    assert "drawn 4 times: 1 different text" in cold.get_text()
     hot = soup(api.get(f"/generate/samples?lang=en&{QUERY}&temperature=1.5&samples=4", headers={"HX-Request": "1"}))
     assert hot.select_one("[data-samples]")["data-distinct"] == "4"
 
