@@ -30,7 +30,7 @@ def key(k: int) -> str:
 
 def view(client: TestClient, k: int, page: str = "/generate") -> dict[str, Any]:
     """The step's page as JSON: the step view (`/generate.json`) or its samples block (`/generate/samples.json`)."""
-    path, _, query = BY_SLUG[SLUG].steps[k - 1].url.partition("?")
+    path, _, query = BY_SLUG[SLUG].steps[k - 1].url.partition("#")[0].partition("?")
     assert path == "/generate"
     r = client.get(f"{page}.json", params={k: v[0] for k, v in parse_qs(query).items()})
     assert r.status_code == 200, r.text
@@ -123,9 +123,12 @@ def test_each_step_shows_its_lesson_and_the_samples_block(client: TestClient, la
     from app.web.lessons import step_url
 
     lesson = BY_SLUG[SLUG]
+    assert [k for k, step in enumerate(lesson.steps, 1) if "#" in step.url] == [5, 6]
     for k, step in enumerate(lesson.steps, start=1):
-        page = BeautifulSoup(client.get(step_url(lesson, k, lang)).text, "html.parser")
+        page = BeautifulSoup(client.get(step_url(lesson, k, lang).partition("#")[0]).text, "html.parser")
         panel = page.select_one(f'.lesson-panel[data-lesson="{SLUG}"][data-step="{k}"]')
         assert panel is not None and step.text(lang).question in panel.get_text()
         slot = page.select_one("[data-samples-slot]")
         assert slot is not None and "lesson" not in slot["hx-get"]  # one block for the page, whatever the lesson
+        anchor = step.url.partition("#")[2]  # the steps about the samples open at them
+        assert not anchor or page.select_one(f"#{anchor} [data-samples-slot]") is not None
