@@ -54,14 +54,15 @@ PAGES: tuple[Page, ...] = (
     Page("model", "/model", "app.model.page", "model.html", nav="first", heavy=True),
     Page("sinks", "/sinks", "app.attention.sinks", "sinks.html", nav="more"),
     Page("generate", "/generate", "app.generate.page", "generate.html", nav="more", heavy=True),
+    # Not heavy: asked for beside /generate's step, it must not hold the client's one heavy place while a setting
+    # changes (its work still takes a large-work slot by its cost).
     Page(
         "generate_samples",
         "/generate/samples",
         "app.generate.page",
         "generate_samples.html",
-        followable=False,
-        heavy=True,
         here="generate",
+        followable=False,
     ),
     Page("predict", "/predict", "app.predict.training", "predict.html", nav="more", heavy=True),
     Page("lens", "/lens", "app.predict.lens", "lens.html", nav="more", heavy=True),
