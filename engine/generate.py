@@ -36,6 +36,7 @@ class Step:
     context: int  # tokens in the cache when this token was predicted (prompt + earlier generated tokens)
     choice: Choice | None = None  # how it was chosen: the distribution after each filter, its probability there
     forced: bool = False  # a branch's token, chosen by the user rather than drawn
+    logits: torch.Tensor | None = None  # (V,) float32, kept only when asked (`keep_logits`: the .npz's distributions)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class Generation:
 
     @property
     def nbytes(self) -> int:
-        return sum(s.attention.numel() * 4 for s in self.steps if s.attention is not None) + 64 * len(self.steps)
+        kept = (t for s in self.steps for t in (s.attention, s.logits) if t is not None)
+        return sum(t.numel() * 4 for t in kept) + 64 * len(self.steps) + sum(g.nbytes for g in self.others)
 
 
 @torch.inference_mode()
@@ -72,10 +74,12 @@ def generate(
     progress: Callable[[int, int], None] | None = None,
     sampling: Sampling = GREEDY,
     forced: dict[int, int] | None = None,
+    keep_logits: bool = False,
 ) -> Generation:
     """Up to `max_new_tokens` after `prompt_ids`, chosen as `sampling` says (greedy by default); `forced` maps a step
-    (0-based) to the token taken there instead (a branch: no draw is made at that step). Stops after an end-of-text
-    token."""
+    (0-based) to the token taken there instead (a branch: no draw is made at that step); `keep_logits` keeps each
+    step's logits (V floats a step: every filter's whole distribution can then be recomputed, `sampling.distributions`).
+    Stops after an end-of-text token."""
     info = model.info
     dev = model.device
     n_layer, h = info.n_layer, info.n_heads
@@ -130,7 +134,7 @@ def generate(
         choice = choose(logits, sampling, generator, forced.get(i))
         token = choice.token_id
         steps.append(Step(token, tuple(int(i) for i in top.indices), tuple(float(p) for p in top.values),
-                          seen, context, choice, i in forced))  # fmt: skip
+                          seen, context, choice, i in forced, logits.float().clone() if keep_logits else None))  # fmt: skip
         if progress is not None:
             progress(len(steps), max_new_tokens)
         if token in stops:

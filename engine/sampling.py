@@ -137,3 +137,18 @@ def choose(
         token = int(torch.argmax(scores))
     logp = torch.log_softmax(scores[0].double(), dim=-1)[token]
     return Choice(token, float(logp.exp()), float(logp), tuple(int(i) for i in ids), tuple(stages))
+
+
+def distributions(logits: torch.Tensor, s: Sampling) -> tuple[tuple[str, ...], torch.Tensor, torch.Tensor]:
+    """The whole vocabulary's distribution after each filter that runs ("logits": before any), from (V,) logits:
+    the names, (F, V) float64 probabilities (0 where a filter removed a token, or where a token survives with a
+    probability under float64's smallest, as at temperature 0.01) and (F,) the tokens surviving each filter. The same
+    filters and arithmetic as `choose`, whose `Stage`s keep only the most likely tokens of these rows."""
+    scores = logits.float().reshape(1, -1)
+    names, rows, kept = ["logits"], [torch.softmax(scores[0].double(), dim=-1)], [int(torch.isfinite(scores).sum())]
+    for name in s.active():
+        scores = apply(name, scores, s)
+        names.append(name)
+        rows.append(torch.softmax(scores[0].double(), dim=-1))
+        kept.append(int(torch.isfinite(scores).sum()))
+    return tuple(names), torch.stack(rows), torch.tensor(kept)  # (F, V), (F,)

@@ -1,8 +1,10 @@
 """The generation page `/generate`: SmolLM2 writes token by token through its KV cache; each step shows the token,
-the five it weighed, the cache it grew and where every head of one layer looked when predicting it."""
+the five it weighed (or, drawing, every filter's cut), the cache it grew and where every head of one layer looked when
+predicting it. Drawing, a block below asks `/generate/samples` by htmx for N continuations of the same setting."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from fastapi import APIRouter
@@ -12,7 +14,7 @@ from ..render.arrays import to_numpy
 from ..render.cells import matrix_view
 from ..web.page import page_route
 from ..web.state import Digits, PageQuery, url_fields, within
-from .view import FilterColumn, GenerateRequest, GenerateView, StepCandidate, run, top_labels
+from .view import FilterColumn, GenerateRequest, GenerateView, SamplesView, StepCandidate, run, samples_view, top_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(GenerateRequest)
@@ -25,6 +27,7 @@ class GenerateQuery(PageQuery):
 
 
 DEFAULT_TEXT = {"en": "The cat sat on the mat. The dog", "zh": "猫坐在垫子上，然后"}
+SAMPLES = 8  # the samples block's continuations when the URL names none (the server's MAX_SAMPLES caps it)
 
 
 def written(model: Any, ids: list[int], prompt_n: int) -> list[tuple[str, int, int]]:
@@ -53,7 +56,7 @@ async def generate_view(state: GenerateQuery, lab: Lab, progress: str, ctx: dict
     t = ctx["t"]
     prompt = default_prompt(state, ctx["lang"])
     req = state.request(GenerateRequest, **prompt)
-    spec, layer, g = await run(lab, req, progress)
+    spec, layer, g = await run(lab, req.model_copy(update={"samples": 1}), progress)  # the samples: their own block
     model = lab.models[spec.preset]
     n = len(g.steps)
     step = within("step", state.step, 1, n)  # a first visit opens on the first token generated
@@ -93,7 +96,42 @@ async def generate_view(state: GenerateQuery, lab: Lab, progress: str, ctx: dict
         prev_url=state.url(step=step - 1) if step > 1 else None,
         next_url=state.url(step=step + 1) if step < n else None,
         step_urls=[(i, state.url(step=i)) for i in range(1, n + 1)],
+        **samples_slot(state, lab) if req.do_sample else {},
     )
+
+
+def on(path: str, state: GenerateQuery, **changes: object) -> str:
+    """`state.url(**changes)` on another page of the same state (/generate and /generate/samples)."""
+    return path + state.url(**changes).removeprefix(state.path)
+
+
+def samples_slot(state: GenerateQuery, lab: Lab) -> dict[str, Any]:
+    """Where the samples block loads from (the step and the lesson left out: one block for every step), and the
+    block's id, which names its setting: htmx keeps a loaded block while the steps change (hx-preserve) and asks
+    again when a setting does."""
+    url = on("/generate/samples", state, step=None, lesson=None, lesson_step=None, samples=samples(state, lab))
+    return {"samples_url": url, "samples_id": "samples-" + hashlib.sha1(url.encode()).hexdigest()[:12]}
+
+
+async def samples_page(state: GenerateQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> SamplesView:
+    """What /generate/samples shows: N continuations of the page's setting, seeds seed, seed + 1, …"""
+    n = samples(state, lab)
+    req = state.request(GenerateRequest, **default_prompt(state, ctx["lang"]), samples=n)
+    spec, _, g = await run(lab, req, progress)
+    view = samples_view(req, lab.models[spec.preset], g, lambda seed: on("/generate", state, seed=seed),
+                        ctx["t"], req.seed)  # fmt: skip
+    return view.model_copy(update={"generate_url": on("/generate", state),
+                                   "json_url": samples_twin(state, lab, ctx["lang"])})  # fmt: skip
+
+
+def samples(state: GenerateQuery, lab: Lab) -> str:
+    """How many continuations the samples block draws: the URL's `samples`, else SAMPLES (capped by the server's)."""
+    return state.get("samples") or str(min(SAMPLES, lab.settings.max_samples))
+
+
+def samples_twin(state: GenerateQuery, lab: Lab, lang: str) -> str:
+    """The API's URL for the samples block's continuations."""
+    return "/api/v1/generate?" + state.api_query(**default_prompt(state, lang), samples=samples(state, lab))
 
 
 def choosing(
@@ -147,7 +185,13 @@ def choosing(
 
 def form(lab: Lab, state: GenerateQuery, lang: str) -> dict[str, Any]:
     """What /generate draws whatever its View says: the API's answer for its request (the JSON twin)."""
-    return {"json_url": twin(state, lang)}
+    return {"json_url": twin(state, lang), "max_samples": lab.settings.max_samples, "samples_default": SAMPLES}
+
+
+def samples_form(lab: Lab, state: GenerateQuery, lang: str) -> dict[str, Any]:
+    return {"json_url": samples_twin(state, lab, lang)}
 
 
 page_route(router, "/generate", "generate.html", API_KEYS, GenerateQuery, generate_view, form, GenerateView.blocks)
+page_route(router, "/generate/samples", "generate_samples.html", API_KEYS, GenerateQuery, samples_page, samples_form,
+           SamplesView.blocks)  # fmt: skip

@@ -3,15 +3,17 @@ per (model, prompt, length, layer) and kept in a byte-bounded memo, and its JSON
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.generate import Generation, generate
 from engine.models import Model
-from engine.sampling import Sampling
+from engine.sampling import Sampling, distributions
 from engine.spec import Limits, Spec, make_spec
 
 from ..lab import Lab
@@ -98,6 +100,44 @@ class GenerateView(View):
     prev_url: str | None = None
     next_url: str | None = None
     step_urls: list[tuple[int, str]] | None = None
+    # Drawing: the samples block below the step, asked for on its own (/generate/samples), and its id (its setting).
+    samples_url: str | None = None
+    samples_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One continuation of the samples block: drawn with `seed`, its text (the prompt left out), its tokens, its
+    log-probability under the distributions it was drawn from, the earlier sample it repeats (`same_as`, 1 is the
+    first; None for the first of its text), and the step view of this seed (`url`)."""
+
+    index: int
+    seed: int
+    text: str
+    n_tokens: int
+    logprob: float
+    same_as: int | None
+    url: str
+    shown: bool = False  # the continuation the step view above shows (the page's own seed)
+
+
+class SamplesView(View):
+    """N continuations of one prompt under one setting, sample i drawn with seed + i (as /api/v1/generate's
+    `samples`): each one's text and log-probability, and how many of them are different (`distinct`). The block
+    below /generate's step view, asked for by htmx on its own so the step view stays fast."""
+
+    template = "generate_samples.html"
+    blocks = ("samples",)
+    kind = "generate_samples"
+
+    prompt: str = ""
+    settings: str = ""  # the setting, in words ("temperature 0.7, top-p 0.9")
+    n: int = 0
+    distinct: int = 0
+    title: str = ""  # "5 different texts among 8 samples"
+    samples: list[Sample] | None = None
+    generate_url: str | None = None  # the step view of the same setting
+    json_url: str | None = None  # the API's answer for the same samples
 
 
 class GenerateRequest(BaseModel):
@@ -165,6 +205,30 @@ class GenerateRequest(BaseModel):
         return {int(s): int(t) for s, t in (pair.split(":") for pair in self.branch.split(","))} if self.branch else {}
 
 
+def samples_view(
+    req: GenerateRequest, model: Any, g: Generation, step_url: Any, t: Any, shown_seed: int
+) -> SamplesView:
+    """The samples block for `g` (drawn with req.samples > 1): `step_url(seed)` is the step view of one seed."""
+    tok = model.tokenizer()
+    first: dict[tuple[int, ...], int] = {}
+    rows = []
+    for i, d in enumerate((g, *g.others), start=1):
+        seed = d.sampling.seed
+        rows.append(Sample(i, seed, tok.decode(list(d.token_ids)), len(d.steps), d.logprob, first.get(d.token_ids),
+                           step_url(seed), seed == shown_seed))  # fmt: skip
+        first.setdefault(d.token_ids, i)
+    s = g.sampling
+    said = [t(f"generate.filter.{name}", v=f"{getattr(s, name):g}") for name in s.active()]
+    return SamplesView(
+        prompt=req.text if req.text is not None else tok.decode(list(g.prompt_ids)),
+        settings=", ".join(said) if said else t("generate.samples.plain"),
+        n=len(rows),
+        distinct=len(first),
+        title=t("generate.samples.title", d=len(first), n=len(rows)),
+        samples=rows,
+    )
+
+
 def generation_spec(req: GenerateRequest, limits: Limits, device: str, models: Mapping[str, Any],
                     max_new: int, caps: tuple[int, int] = (8, 1000)) -> tuple[Spec, int]:  # fmt: skip
     """The prompt as a Spec (its tokens, ids and limits checked by make_spec) and the layer to watch."""
@@ -212,9 +276,10 @@ def cost(spec: Spec, max_new: int, info: Any) -> int:
     return kv + 3 * info.n_heads * spec.n_tokens * n * 4 + 8 * info.d_model * info.d_ff * 4
 
 
-async def run(lab: Lab, req: GenerateRequest, key: str | None) -> tuple[Spec, int, Generation]:
+async def run(lab: Lab, req: GenerateRequest, key: str | None, logits: bool = False) -> tuple[Spec, int, Generation]:
     """The request's prompt as a Spec (the tokenizer off the event loop), the layer watched, and the generation
-    (from the server's cache when it ran before), token by token for /api/v1/progress."""
+    (from the server's cache when it ran before), token by token for /api/v1/progress; `logits` keeps each step's
+    logits (the .npz's whole distributions: a generation of its own in the cache)."""
     spec, layer = await lab.off_loop(req.preset, generation_spec, req, lab.limits, lab.device, lab.models,
                                      lab.settings.max_new_tokens,
                                      (lab.settings.max_samples, lab.settings.max_top_k))  # fmt: skip
@@ -225,14 +290,15 @@ async def run(lab: Lab, req: GenerateRequest, key: str | None) -> tuple[Spec, in
         def part(i: int) -> Any:  # sample i's tokens as a share of every sample's
             return None if progress is None else (lambda done, total: progress(i * n + done, req.samples * n))
 
-        first = generate(model, spec.token_ids, n, layer, part(0), req.sampling(), forced)
+        first = generate(model, spec.token_ids, n, layer, part(0), req.sampling(), forced, logits)
         others = tuple(generate(model, spec.token_ids, n, None, part(i), req.sampling(req.seed + i), forced)
                        for i in range(1, req.samples))  # fmt: skip
         return replace(first, others=others)
 
     done = (spec.preset, spec.token_ids, n, layer, req.sampling() if req.do_sample else None, req.samples,
-            tuple(sorted(forced.items())))  # fmt: skip
-    result, _ = await lab.compute("generate", done, cost(spec, n, model.info), work, progress=key, unit="tokens")
+            tuple(sorted(forced.items())), logits)  # fmt: skip
+    size = cost(spec, n, model.info) + (4 * n * model.info.vocab if logits else 0)
+    result, _ = await lab.compute("generate", done, size, work, progress=key, unit="tokens")
     return spec, layer, result
 
 
@@ -279,6 +345,65 @@ def document(model: Model, spec: Spec, g: Generation, decimals: int | None) -> d
             for i, s in enumerate(g.steps)
         ],
     }
+
+
+def npz(model: Model, spec: Spec, g: Generation) -> bytes:
+    """The generation as a NumPy archive: what `document` says in JSON, plus every filter's distribution over the whole
+    vocabulary (recomputed from each step's logits with the filters' own code: `g` must keep them). The names:
+
+    - `prompt_ids` (n,), `prompt_tokens` (n,) and `text_start`; `token_ids` (T,) and `tokens` (T,): the generated ones;
+    - `filters` (F,): "logits" and the filters that ran, in order; `probs` (T, F, V) float32: each step's
+      distribution after each filter (0 where it removed a token); `kept` (T, F): the tokens surviving;
+    - `candidates` (T, 12) and `candidate_probs` (T, F, 12) float64: the JSON's `candidates` and `filters[].probs`;
+    - `p`, `logp` (T,): the token taken, under the distribution it came from; `forced` (T,); `logprob` ();
+    - `top_ids`, `top_probs` (T, 5); `context` (T,); `attention` (T, H, n + T − 1) float32 at `layer`, NaN past each
+      step's context (absent when no layer is watched);
+    - `samples_seed`, `samples_logprob` (S,); `samples_token_ids` (S, T) with −1 after a sample ended; `distinct` ()."""
+    if any(s.logits is None for s in g.steps):  # (a generation cached without them)
+        raise ValueError("the .npz needs a generation that kept its logits (run(..., logits=True))")
+    ids = list(g.prompt_ids) + [s.token_id for s in g.steps]
+    labels = model.labels(ids)
+    n, steps = len(g.prompt_ids), g.steps
+    names = ("logits", *g.sampling.active())
+    each = [distributions(s.logits, g.sampling) for s in steps if s.logits is not None]
+    probs = np.stack([p.float().numpy() for _, p, _ in each])  # (T, F, V)
+    runs = (g, *g.others)
+    longest = max(len(d.steps) for d in runs)
+    sample_ids = np.full((len(runs), longest), -1, dtype=np.int64)
+    for row, d in zip(sample_ids, runs, strict=True):
+        row[: len(d.steps)] = d.token_ids
+    arrays: dict[str, np.ndarray] = {
+        "prompt_ids": np.array(g.prompt_ids, dtype=np.int64),
+        "prompt_tokens": np.array(labels[:n]),
+        "text_start": np.array(spec.text_start),
+        "token_ids": np.array([s.token_id for s in steps], dtype=np.int64),
+        "tokens": np.array(labels[n:]),
+        "filters": np.array(names),
+        "probs": probs,
+        "kept": np.stack([k.numpy() for _, _, k in each]),
+        "candidates": np.array([s.choice.ids for s in steps if s.choice is not None], dtype=np.int64),
+        "candidate_probs": np.array([[st.probs for st in s.choice.stages] for s in steps if s.choice is not None]),
+        "p": np.array([s.choice.p for s in steps if s.choice is not None]),
+        "logp": np.array([s.choice.logp for s in steps if s.choice is not None]),
+        "forced": np.array([s.forced for s in steps]),
+        "logprob": np.array(g.logprob),
+        "top_ids": np.array([s.top_ids for s in steps], dtype=np.int64),
+        "top_probs": np.array([s.top_probs for s in steps]),
+        "context": np.array([s.context for s in steps], dtype=np.int64),
+        "samples_seed": np.array([d.sampling.seed for d in runs], dtype=np.int64),
+        "samples_logprob": np.array([d.logprob for d in runs]),
+        "samples_token_ids": sample_ids,
+        "distinct": np.array(len({d.token_ids for d in runs})),
+    }
+    rows = [s.attention for s in steps if s.attention is not None]
+    if len(rows) == len(steps):
+        attention = np.full((len(steps), model.info.n_heads, n + len(steps) - 1), np.nan, dtype=np.float32)
+        for a, seen in zip(attention, rows, strict=True):
+            a[:, : seen.shape[-1]] = to_numpy(seen)
+        arrays["attention"] = attention
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
+    return buf.getvalue()
 
 
 def sampling_settings(g: Generation) -> dict[str, Any]:

@@ -54,6 +54,16 @@ PAGES: tuple[Page, ...] = (
     Page("model", "/model", "app.model.page", "model.html", nav="first", heavy=True),
     Page("sinks", "/sinks", "app.attention.sinks", "sinks.html", nav="more"),
     Page("generate", "/generate", "app.generate.page", "generate.html", nav="more", heavy=True),
+    # Not heavy: asked for beside /generate's step, it must not hold the client's one heavy place while a setting
+    # changes (its work still takes a large-work slot by its cost).
+    Page(
+        "generate_samples",
+        "/generate/samples",
+        "app.generate.page",
+        "generate_samples.html",
+        here="generate",
+        followable=False,
+    ),
     Page("predict", "/predict", "app.predict.training", "predict.html", nav="more", heavy=True),
     Page("lens", "/lens", "app.predict.lens", "lens.html", nav="more", heavy=True),
     Page("heads", "/heads", "app.heads.page", "heads.html", nav="more", heavy=True),
@@ -74,7 +84,7 @@ PAGES: tuple[Page, ...] = (
 # (`Lab.compute`) takes a slot unless already cached.
 HEAVY_API = frozenset({
     "/api/v1/generate", "/api/v1/model_view", "/api/v1/predict", "/api/v1/logit_lens", "/api/v1/head_ranking",
-    "/api/v1/head_roles", "/api/v1/prune", "/api/v1/patch", "/api/v1/attribution",
+    "/api/v1/head_roles", "/api/v1/generate.npz", "/api/v1/prune", "/api/v1/patch", "/api/v1/attribution",
 })  # fmt: skip
 
 

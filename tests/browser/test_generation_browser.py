@@ -96,3 +96,42 @@ def test_the_sinks_maps_label_their_axes_on_a_phone(page: Page, live_server: str
     assert rows["x"] + rows["width"] <= img["x"] + 1  # the token labels sit left of the map, not over it
     assert abs(rows["height"] - img["height"]) < 2  # one label per row of the map
     assert bar["y"] > img["y"] + img["height"] and img["x"] + img["width"] <= 390
+
+
+SAMPLED = "text=The+capital+of+France+is&max_new_tokens=3&layer=2&do_sample=true&temperature=0.7&seed=0"
+
+
+@needs_smollm2
+@pytest.mark.parametrize(
+    ("lang", "size", "present"), [("en", (1280, 720), True), ("zh", (1280, 720), True), ("en", (390, 844), False),
+                                  ("zh", (390, 844), False)],
+)  # fmt: skip
+def test_the_samples_block_loads_on_its_own_stays_across_steps_and_follows_a_setting(
+    page: Page, live_server: str, lang: str, size: tuple[int, int], present: bool
+) -> None:
+    """Drawing, the block below the step asks for its 8 samples by itself; stepping keeps it (no new request), a new
+    temperature asks again: at 0.7 four of the eight texts differ, at 1.5 all eight (the lesson's numbers)."""
+    page.set_default_timeout(SLOW)
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/generate/samples" in r.url else None)
+    page.goto(f"{live_server}/generate?lang={lang}&{SAMPLED}" + ("&present=1" if present else ""))
+    block = page.locator("section[data-samples]")
+    expect(block).to_have_attribute("data-n", "8")
+    expect(block).to_have_attribute("data-distinct", "4")
+    expect(block.locator("li[data-sample]")).to_have_count(8)
+    expect(block.locator("li[data-same-as]")).to_have_count(4)
+    assert len(asked) == 1
+    page.evaluate("window.__same_document = true")
+    page.locator("nav.steps a[data-action=next]").click()
+    expect(page.locator("#stage")).to_have_attribute("data-index", "2")
+    expect(block).to_have_attribute("data-distinct", "4")  # kept as it was (hx-preserve), not asked for again
+    assert len(asked) == 1
+    box = page.locator("[data-sampling] input[name=temperature]")
+    box.fill("1.5")
+    box.press("Tab")
+    expect(page.locator("section[data-samples]")).to_have_attribute("data-distinct", "8")
+    assert len(asked) == 2 and "temperature=1.5" in asked[-1]
+    assert page.evaluate("window.__same_document") is True  # all of it without a reload
+    page.locator("section[data-samples]").scroll_into_view_if_needed()
+    assert page.evaluate("document.documentElement.scrollWidth") <= size[0]

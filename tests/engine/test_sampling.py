@@ -12,7 +12,7 @@ import torch
 
 from engine.generate import generate
 from engine.models import load
-from engine.sampling import Sampling, apply, choose
+from engine.sampling import Sampling, apply, choose, distributions
 from tests.own_models import build
 
 tf = pytest.importorskip("transformers")
@@ -53,6 +53,25 @@ def test_each_filter_equals_transformers_logits_processor(s: Sampling, seed: int
         theirs = warper(None, theirs)  # type: ignore[operator]
         assert torch.equal(torch.isinf(ours), torch.isinf(theirs)), name  # the same tokens survive
         torch.testing.assert_close(ours.softmax(-1), theirs.softmax(-1), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("s", SETTINGS, ids=str)
+def test_the_whole_distributions_are_transformers_and_hold_the_stages(s: Sampling) -> None:
+    """`distributions` (the .npz's): each filter's whole distribution equals transformers' warpers applied in turn,
+    and its most likely tokens are the ones `choose` keeps for the page."""
+    logits = torch.randn(500, generator=torch.Generator().manual_seed(5)) * 3
+    names, probs, kept = distributions(logits, s)
+    assert names == ("logits", *s.active()) and probs.shape == (len(names), 500) and kept[0] == 500
+    theirs = logits.reshape(1, -1).clone()
+    torch.testing.assert_close(probs[0], torch.softmax(logits.double(), -1), rtol=0, atol=1e-12)
+    for row, n, (_, warper) in zip(probs[1:], kept[1:], warpers(s), strict=True):
+        theirs = warper(None, theirs)  # type: ignore[operator]
+        torch.testing.assert_close(row.float(), theirs.softmax(-1)[0], rtol=0, atol=1e-6)
+        assert n == int(torch.isfinite(theirs).sum())
+    c = choose(logits, s, torch.Generator().manual_seed(0))
+    for st, row, n in zip(c.stages, probs, kept, strict=True):
+        assert st.kept == n
+        torch.testing.assert_close(torch.tensor(st.probs, dtype=torch.float64), row[list(c.ids)], rtol=0, atol=1e-12)
 
 
 def test_the_stages_say_what_each_filter_keeps() -> None:

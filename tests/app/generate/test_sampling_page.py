@@ -88,7 +88,7 @@ def test_the_sampling_controls_redraw_by_htmx_and_keep_the_settings(api: TestCli
     assert box.select_one("input[name=do_sample]").has_attr("checked")
     assert not box.select_one("fieldset").has_attr("disabled")
     values = {i["name"]: i["value"] for i in box.select("fieldset input")}
-    assert values == {"temperature": "0.8", "top_k": "20", "top_p": "0.9", "min_p": "0.02", "seed": "7"}
+    assert values == {"temperature": "0.8", "top_k": "20", "top_p": "0.9", "min_p": "0.02", "seed": "7", "samples": ""}
     fragment = api.get(f"/generate?lang=en&{QUERY}&temperature=1.5", headers={"HX-Request": "true"})
     assert fragment.status_code == 200
     part = BeautifulSoup(fragment.text, "html.parser")

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from app.web.lessons import LESSONS, Step
 from engine import STAGES
 
+from ..generate.test_sampling_lesson import CHECKED as SAMPLING_LESSON
 from .test_attribution_lesson import CHECKED as ATTRIBUTION_LESSON
 from .test_train_lesson import CHECKED as TRAIN_LESSON
 
@@ -652,8 +653,10 @@ CHECKS = {
     ("heads-jobs", 6): check_where_the_answer_lives,
 }
 NOT_NUMERIC = {("five-stages", 1)}  # which matrices q comes from: a formula, not a number
-TRAINED = TRAIN_LESSON  # "Train your own GPT": checked against the class's run in test_train_lesson.py
-TRAINED |= ATTRIBUTION_LESSON  # "Is a big attention weight an important one?": test_attribution_lesson.py
+# "Train your own GPT" (checked against the class's run in test_train_lesson.py), "Why the same prompt gives
+# different answers" (against SmolLM2's samples in tests/app/generate/test_sampling_lesson.py) and "Is a big
+# attention weight an important one?" (test_attribution_lesson.py): checked in their files.
+TRAINED = TRAIN_LESSON | SAMPLING_LESSON | ATTRIBUTION_LESSON
 
 
 def test_every_poll_key_is_checked_against_the_lab_or_is_not_about_numbers():
