@@ -14,7 +14,7 @@ from ..web.state import PageQuery
 from .view import ArchitecturesQuery, ArchitecturesView, architectures_view
 
 router = APIRouter(include_in_schema=False)
-KEYS = tuple(ArchitecturesQuery.model_fields)
+KEYS = tuple(k for k in ArchitecturesQuery.model_fields if k not in PageQuery.model_fields)  # its own
 EXAMPLES = {"en": "the cat sat on the mat", "zh": "猫 坐 在 垫子 上"}
 
 

@@ -12,17 +12,18 @@ from typing import Annotated, Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from engine.encdec import causal_mask, padding_mask
 
 from ..render.heatmap import svg
+from ..web.state import PageQuery
 from ..web.view import HIDDEN, View
 
 PAD = "<pad>"
 
 
-class ArchitecturesQuery(BaseModel):
+class ArchitecturesQuery(PageQuery):
     """The input (words split on spaces, at most 8), the padding added to fill a batch, the position whose reading
     is listed."""
 

@@ -21,7 +21,7 @@ from ..web.state import PageQuery
 from .view import CrossQuery, CrossView, RunLink, cross_view, href, preview
 
 router = APIRouter(include_in_schema=False)
-KEYS = tuple(CrossQuery.model_fields)
+KEYS = tuple(k for k in CrossQuery.model_fields if k not in PageQuery.model_fields)  # its own
 
 
 @router.get("/cross", response_class=HTMLResponse)

@@ -14,19 +14,20 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from engine.encdec import EncDecConfig, init_params
 from engine.encdec_train import EncDecRun, EncDecSnapshot, new_run, read_probe, task_of
 
 from ..render.charts import Series, line_chart
 from ..render.heatmap import svg
+from ..web.state import PageQuery
 from ..web.view import HIDDEN, View
 
 SMALL_ROWS, SMALL_DK = 10, 16  # every number on screen up to this many decoder rows and this head width
 
 
-class CrossQuery(BaseModel):
+class CrossQuery(PageQuery):
     """/cross's URL: the run shown (none: the untrained model), the snapshot (its index; the last by default), the
     cross-attention head (of the last decoder layer)."""
 

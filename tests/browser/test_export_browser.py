@@ -25,15 +25,12 @@ def base() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="module")
-def page(base: str):  # type: ignore[no-untyped-def]
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        context = browser.new_context(accept_downloads=True)
-        yield context.new_page()
-        browser.close()
+@pytest.fixture
+def page(browser):  # type: ignore[no-untyped-def]
+    """pytest-playwright's browser (its own event loop, as every browser test here), a context that downloads."""
+    context = browser.new_context(accept_downloads=True)
+    yield context.new_page()
+    context.close()
 
 
 @pytest.mark.parametrize(
