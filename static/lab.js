@@ -262,6 +262,29 @@ function play() {
   });
 }
 
+// A request htmx sent that the server turned away for now (429: this reader's share of the heavy work is taken;
+// 503: the server is full): say so, in the page's language, with the wait the server named (Retry-After), rather
+// than leave the page showing the answer to an earlier setting as if it were this one's.
+function refusedRequests() {
+  var box = null, timer = null;
+  document.addEventListener("htmx:responseError", function (e) {
+    var xhr = e.detail.xhr;
+    if (!xhr || (xhr.status !== 429 && xhr.status !== 503)) return;
+    var wait = parseInt(xhr.getResponseHeader("Retry-After") || "1", 10) || 1;
+    if (!box) {
+      box = document.createElement("div");
+      box.id = "refused";
+      box.setAttribute("role", "alert");
+      document.body.appendChild(box);
+    }
+    box.textContent = (document.body.getAttribute("data-busy-text") || "{s}").replace("{s}", String(wait));
+    box.hidden = false;
+    if (timer) clearTimeout(timer);
+    timer = setTimeout(function () { box.hidden = true; }, Math.max(4, wait + 2) * 1000);
+  });
+  document.addEventListener("htmx:afterSwap", function () { if (box) box.hidden = true; });
+}
+
 // A request's progress key: 16 random hex digits an htmx request names itself by (its X-Progress-Key header, which
 // the server adopts: app/lab/keys.py), made before the request leaves, so the page polls while it waits.
 function newKey() {
@@ -670,6 +693,6 @@ function predictFit() {
 }
 
 window.lab = { onLayout: onLayout, largest: largest, settleFormulas: settleFormulas };
-[keyboard, relink, play, progress, toAnchor, deferredPage, stickyLesson, barResized, presenterNumbers, moreMenu,
+[keyboard, relink, play, progress, refusedRequests, toAnchor, deferredPage, stickyLesson, barResized, presenterNumbers, moreMenu,
  arithmeticInView, formulas, currentInView, modelFit, predictFit].forEach(function (section) { section(); });
 })();

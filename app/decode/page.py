@@ -100,7 +100,7 @@ async def decode_view(state: DecodeQuery, lab: Lab, progress: str, ctx: dict[str
             gpt2=GPT2_BYTES,
         ),
         row=None if cur is None else row_matrices(cur, spec, head, cached, small),
-        cache=cache_matrices(to_numpy(k[g]), to_numpy(v[g]), cached, spec.d_k, g) if small else None,
+        cache=cache_matrices(to_numpy(k[g]), to_numpy(v[g]), cached, spec.d_k, g, t) if small else None,
         json_url=api_url(state),
         prev_url=state.url(step=step - 1) if step > 0 else None,
         next_url=state.url(step=step + 1) if step < n_steps else None,

@@ -4,6 +4,7 @@ face is the page's `.json` twin."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -66,9 +67,11 @@ def _fixed(views: list[MatrixView]) -> list[MatrixView]:
     return views
 
 
-def cache_matrices(k: np.ndarray, v: np.ndarray, rows: list[str], d_k: int, g: int) -> list[MatrixView]:
-    """The K and V cache of K/V head `g`, one row per cached token."""
-    cache = (("k_cache", "K cache", k), ("v_cache", "V cache", v))
+def cache_matrices(
+    k: np.ndarray, v: np.ndarray, rows: list[str], d_k: int, g: int, t: Callable[..., str]
+) -> list[MatrixView]:
+    """The K and V cache of K/V head `g`, one row per cached token, titled in the page's language."""
+    cache = (("k_cache", t("decode.k_cache"), k), ("v_cache", t("decode.v_cache"), v))
     return _fixed(
         [matrix_view(name, label, a, rows, dims(d_k), "(t + 1, d_k)", "diverging", g) for name, label, a in cache]
     )

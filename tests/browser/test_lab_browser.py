@@ -144,6 +144,23 @@ def test_a_phone_reaches_the_form_below_the_stage_from_the_top(page: Page, live_
     expect(link).to_be_hidden()
 
 
+@pytest.mark.parametrize(("lang", "said"), [("en", "Try again in 3 s"), ("zh", "请 3 秒后再试")])
+def test_a_request_turned_away_says_so_and_when_to_try_again(page: Page, live_server: str, lang: str, said: str):
+    """/generate's filters, typed quickly, were refused (429) while the page kept the last answer as if it were the
+    new setting's, saying nothing: a refused htmx request now says so, with the server's Retry-After."""
+    page.goto(f"{live_server}/?lang={lang}")
+
+    def refuse(route):  # type: ignore[no-untyped-def]
+        if route.request.headers.get("hx-request"):
+            return route.fulfill(status=429, headers={"Retry-After": "3"}, body='{"message": "busy"}')
+        return route.continue_()
+
+    page.route("**/*", refuse)
+    page.click("[data-action=next]")
+    expect(page.locator("#refused")).to_contain_text(said)
+    expect(page.locator("#stage")).to_have_attribute("data-index", "1")  # the view it had, not swapped
+
+
 def test_the_form_recomputes_and_errors_show_inline(page: Page, live_server: str):
     page.goto(f"{live_server}/?stage=4&lang=en")
     page.fill("input[name=tokens]", "we love small models")

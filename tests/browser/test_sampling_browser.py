@@ -57,3 +57,21 @@ def test_a_changed_temperature_redraws_the_bars_without_a_reload(
     expect(page.locator("table[data-top]")).to_be_visible()
     expect(page.locator("table[data-filters]")).to_have_count(0)
     assert page.evaluate("window.__same_document") is True
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_branch_clicked_is_in_the_address_a_class_follows(page: Page, live_server: str, lang: str) -> None:
+    """A class walk read the page saying the branch is kept in the URL while the address bar seemed to lack it: a
+    survivor clicked is a pushed URL naming the branch (step:token), its path drawn on the page, and the address
+    reloads to the same branch."""
+    page.set_default_timeout(SLOW)
+    page.goto(f"{live_server}/generate?lang={lang}&{QUERY}&step=2")
+    page.evaluate("window.__same_document = true")
+    survivor = page.locator("table[data-filters] a[data-branch]").first
+    token = survivor.get_attribute("data-branch")
+    survivor.click()
+    expect(page.locator("[data-branch-path]")).to_be_visible()
+    expect(page).to_have_url(re.compile(rf"branch=1(%3A|:){token}&"))  # the 2nd token (0-based 1) forced
+    assert page.evaluate("window.__same_document") is True  # swapped in place, the address pushed
+    page.reload()
+    expect(page.locator("[data-branch-path]")).to_be_visible()

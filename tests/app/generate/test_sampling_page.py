@@ -89,6 +89,16 @@ def test_the_sampling_controls_redraw_by_htmx_and_keep_the_settings(api: TestCli
     assert not box.select_one("fieldset").has_attr("disabled")
     values = {i["name"]: i["value"] for i in box.select("fieldset input")}
     assert values == {"temperature": "0.8", "top_k": "20", "top_p": "0.9", "min_p": "0.02", "seed": "7", "samples": ""}
+    assert box["hx-sync"] == "this:replace"  # a setting changed again replaces the request in flight (no 429 pile)
+    # The browser accepts the usual settings (a step from min refused 1, 0.7 and 0.9: the form would not send).
+    for name, typed in (
+        ("temperature", ("0.7", "1", "1.3", "2")),
+        ("top_p", ("0.9", "0.95", "1")),
+        ("min_p", ("0.1",)),
+    ):
+        field = box.select_one(f"input[name={name}]")
+        lo, step = float(field.get("min", 0)), float(field["step"])
+        assert all(abs((float(v) - lo) / step - round((float(v) - lo) / step)) < 1e-6 for v in typed), (name, step)
     fragment = api.get(f"/generate?lang=en&{QUERY}&temperature=1.5", headers={"HX-Request": "true"})
     assert fragment.status_code == 200
     part = BeautifulSoup(fragment.text, "html.parser")
