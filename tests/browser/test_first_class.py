@@ -97,8 +97,12 @@ def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
         for sp in (se, sz):
             follows(sp, "mask", lesson="mask-toggle")
             fits_the_phone(sp)
-            # The numbers first: the matrix starts on the first screen, under the step bar.
-            assert sp.locator(".stage-data table[data-matrix]").first.bounding_box()["y"] < PHONE["height"] / 2  # type: ignore[index]
+            # The lesson's question first, then the numbers it asks about, both on the first screen (a class walk:
+            # the question sat under every matrix, 850–1,600 px down).
+            asked = sp.locator("#stage .lesson-panel").bounding_box()
+            first = sp.locator(".stage-data table[data-matrix]").first.bounding_box()
+            assert asked is not None and first is not None
+            assert asked["y"] < first["y"] < PHONE["height"] * 0.75, (asked, first)
         expect(tp.locator("[data-room-followers]")).to_have_text("2", timeout=15_000)
 
         remote = teacher.new_page()

@@ -161,6 +161,21 @@ def test_a_request_turned_away_says_so_and_when_to_try_again(page: Page, live_se
     expect(page.locator("#stage")).to_have_attribute("data-index", "1")  # the view it had, not swapped
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_on_a_phone_a_lesson_step_comes_before_the_numbers(page: Page, live_server: str, lang: str):
+    """A class walk: on a phone a lesson step's question sat 850–1,600 px down, under every matrix; it now comes
+    first, on the first screen, and the matrices follow it."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live_server}/?lesson=five-stages&lesson_step=2&lang={lang}")
+    panel = page.locator("#stage .lesson-panel")
+    expect(panel).to_be_visible()
+    top = panel.bounding_box()
+    first = page.locator("#stage table[data-matrix]").first.bounding_box()
+    assert top is not None and first is not None
+    assert top["y"] < 844 and top["y"] < first["y"], (top, first)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
 def test_the_form_recomputes_and_errors_show_inline(page: Page, live_server: str):
     page.goto(f"{live_server}/?stage=4&lang=en")
     page.fill("input[name=tokens]", "we love small models")
