@@ -120,6 +120,14 @@ def check(got: dict[str, Any], where: str, height: int, sel: str | None, *, clas
         assert all(got["words"]), (where, got)  # keep 24 px, and what happens may end under the bar
 
 
+def joined(page: Page) -> None:
+    """Wait until the class's address is on the wall: room.js fetches the bar after the page loads, then turns
+    presenter mode's QR into the class's (a measure taken before that finds no address; CI once did)."""
+    expect(
+        page.locator("aside.qr[data-room-join] code:visible, #room .room-bar [data-room-join]:visible")
+    ).not_to_have_count(0)
+
+
 def present(page: Page, url: str) -> None:
     """Open `url` and press its presenter switch (a full page load), as the teacher does."""
     page.goto(url)
@@ -205,6 +213,7 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
         # note says so, and the comparison's numbers under it keep 14 px at 1280×720 above the bar
         page.goto(f"{live_server}{KNOCKED_STEP}&ablate=L1+H5&present=1&lang={lang}")
         expect(page.locator(".lesson-panel [data-lesson-differs]")).to_be_visible()
+        joined(page)
         for width, height in SIZES:
             page.set_viewport_size({"width": width, "height": height})
             got = measure(page, KNOCKED)
@@ -213,6 +222,7 @@ def test_a_class_on_the_projector_reads_from_the_back(browser: Browser, live_ser
         page.set_viewport_size({"width": 1280, "height": 720})
         page.goto(f"{live_server}/model?preset=smollm2&stat=previous&text=The+cat+sat.&present=1&lang={lang}")
         expect(page.locator("#room .room-bar")).to_be_visible()
+        joined(page)
         for width, height in SIZES:
             page.set_viewport_size({"width": width, "height": height})
             check(measure(page, "table.model-grid td"), f"model in a class {lang} {width}", height,
