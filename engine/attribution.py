@@ -18,7 +18,8 @@ to the norm's shift β · u (LayerNorm only) and float rounding: `Attribution` r
 the remainder (real − sum) explicitly, beside β · u.
 
 Value-weighted norms (Kobayashi et al. 2020): ‖α_ij · v_j W_O^h‖ = α_ij ‖v_j W_O^h‖, what source j actually moves
-into query i's stream through head h, beside α_ij.
+into query i's stream through head h, beside α_ij; and per head, the norm of all it writes at one position
+‖Σ_j α_pj v_j W_O^h‖ (`head_output_norms`: an encoder, with no unembedding, has this grid instead of the logit's).
 
 Rollout (Abnar & Zuidema 2020): Â_l = ½ mean_h A_l + ½ I, rows renormalised; R_0 = Â_0, R_l = Â_l R_(l−1). Row i of
 R_l says how much of each input token reaches position i after layer l.
@@ -249,6 +250,30 @@ def value_weighted_norms(
     h, n = model.arch.n_heads, len(ids)
     check_bytes("ids", 4 * 3 * h * n * n, max_bytes)
     return norms_of(*layer_run(model, ids, layer), layer=layer)
+
+
+@torch.inference_mode()
+def head_output_norms(model: Any, ids: Sequence[int], position: int, max_tokens: int = MAX_TOKENS) -> torch.Tensor:
+    """Every head's output norm at `position` (L, H): ‖Σ_j α_pj v_j W_O^h‖ = ‖z_h[p] W_O^h‖, what the head writes
+    into the position's stream (Kobayashi et al. 2020's per-head norm, before the bias b_O). Needs no unembedding:
+    an encoder's stand-in for the direct-logit grid. A decoder runs only up to `position`; an encoder reads every
+    token."""
+    ids = check_ids(model, ids, max_tokens)
+    check_index("position", position, len(ids), "position of the text")
+    if model.decoder:
+        ids = ids[: position + 1]
+    arch = model.arch
+    h, dk = arch.n_heads, arch.d_k
+    x = model.embed(ids)
+    rot = model.rotation(torch.arange(len(ids), device=x.device), x)
+    out = torch.zeros(arch.n_layer, h)
+    for i in range(arch.n_layer):
+        q, k, v = model.layer_qkv(i, x, rot)
+        heads = model.attend(q, k, v)
+        w_o = model.attention_weights(i).w_o.float().reshape(h, dk, -1)
+        out[i] = torch.linalg.vector_norm(torch.einsum("hk,hkd->hd", heads[:, position].float(), w_o), dim=-1).cpu()
+        x = model.layer_rest(i, x, heads)
+    return out
 
 
 # -- rollout ------------------------------------------------------------------------------------------------------

@@ -288,6 +288,35 @@ def test_attention_flow_is_the_max_flow_of_the_layered_graph(built) -> None:
         A.attention_flow(model, ids, 10)
 
 
+def test_attention_flow_of_a_hand_made_graph_is_held_by_its_bottleneck() -> None:
+    """Three layers over two tokens: the query splits its flow ½ ½ over both tokens, layer 1 sends both to token 0,
+    and token 0's only way down has capacity 0.4 (0.6 to token 1). The max flow to input 0 is 0.4, not the 0.8 a
+    sum over paths would count (both paths share the edge (1, 0) → (0, 0)); to input 1, 0.6."""
+    a = torch.tensor([
+        [[0.4, 0.6], [0.0, 1.0]],  # Â_0: token 0 reads 0.4 of input 0, 0.6 of input 1
+        [[1.0, 0.0], [1.0, 0.0]],  # Â_1: both tokens read token 0 alone
+        [[1.0, 0.0], [0.5, 0.5]],  # Â_2: the query (token 1) reads both
+    ], dtype=torch.float64)  # fmt: skip
+    torch.testing.assert_close(A.flow_of(a, 1), torch.tensor([0.4, 0.6], dtype=torch.float64), rtol=0, atol=1e-9)
+    paths = sum(min(a[2, 1, k], a[1, k, 0], a[0, 0, 0]) for k in range(2))  # what a sum over paths would say
+    assert float(paths) == pytest.approx(0.8)
+    b = a.clone()
+    b[0, 0] = torch.tensor([0.9, 0.1], dtype=torch.float64)  # a wider way down: 0.9 of the 1.0 reaching token 0 goes on to input 0
+    torch.testing.assert_close(A.flow_of(b, 1), torch.tensor([0.9, 0.1], dtype=torch.float64), rtol=0, atol=1e-9)
+
+
+def test_an_encoders_flow_reads_every_token(built) -> None:
+    model, _ = built["bert"]
+    ids = model.tokenize(TEXT)[:8]
+    assert A.flow_edges(model.arch.n_layer, 8, model.decoder) == model.arch.n_layer * 64
+    r = A.rollout(model, ids)
+    flow = A.attention_flow(model, ids, 0)
+    torch.testing.assert_close(flow, A.flow_of(r.layers, 0))
+    assert float(flow[1:].min()) > 0  # the first token's flow reaches later tokens: both directions
+    one = A.flow_of(r.layers[:1], 0)  # one layer: the row itself
+    torch.testing.assert_close(one, r.layers[0, 0].double(), rtol=0, atol=1e-6)
+
+
 # -- why this score ---------------------------------------------------------------------------------------------------
 
 
@@ -466,13 +495,54 @@ def test_every_head_of_a_layer_at_once_gives_each_heads_own_answer(built) -> Non
     )
 
 
-def test_the_sink_contrast_equals_transformers(built) -> None:
-    model, ref = built["qwen2"]
+def head_outputs(ref: Any, ids: list[int], pos: int) -> torch.Tensor:
+    """(L, H): each head's output at `pos` through its rows of W_O, from a forward pre-hook on transformers' output
+    projection (BERT's attention.output.dense, GPT-2's c_proj, LLaMA's o_proj): the context slice of the head
+    times W_O's slice, its norm."""
+    cfg = ref.config
+    kind = cfg.model_type
+    layers = ref.transformer.h if kind == "gpt2" else ref.encoder.layer if kind == "bert" else ref.model.layers
+    seen: dict[int, torch.Tensor] = {}
+    hooks = []
+    for i, layer in enumerate(layers):
+        proj = layer.attn.c_proj if kind == "gpt2" else layer.attention.output.dense if kind == "bert" else \
+            layer.self_attn.o_proj  # fmt: skip
+        hooks.append(proj.register_forward_pre_hook(lambda m, a, i=i: seen.__setitem__(i, a[0][0, pos])))
+    try:
+        with torch.no_grad():
+            ref(torch.tensor([ids]))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    _, _, w_o = hf_attention(ref, ids)
+    h, dk = w_o[0].shape[0], w_o[0].shape[1]
+    return torch.stack([
+        torch.stack([torch.linalg.vector_norm(seen[i][j * dk : (j + 1) * dk] @ w_o[i][j]) for j in range(h)])
+        for i in range(len(layers))
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize("arch", ["bert", "llama", "gpt2"])
+def test_head_output_norms_equal_transformers_with_hooks(built, arch: str) -> None:
+    model, ref = built[arch]
+    ids = model.tokenize(TEXT)
+    for pos in (0, 5, len(ids) - 1):
+        got = A.head_output_norms(model, ids, pos)
+        assert got.shape == (model.arch.n_layer, model.arch.n_heads)
+        torch.testing.assert_close(got, head_outputs(ref, ids, pos), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"^position: "):
+        A.head_output_norms(model, ids, len(ids))
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "bert"])
+def test_the_sink_contrast_equals_transformers(built, arch: str) -> None:
+    model, ref = built[arch]
     ids = model.tokenize(TEXT)
     attentions, values, w_o = hf_attention(ref, ids)
     got = A.sink_contrast(model, ids)
+    h = model.arch.n_heads
     for layer, a in enumerate(attentions):
-        vn = torch.stack([torch.linalg.vector_norm(values[layer][h] @ w_o[layer][h], dim=-1) for h in range(4)])
+        vn = torch.stack([torch.linalg.vector_norm(values[layer][j] @ w_o[layer][j], dim=-1) for j in range(h)])
         norms = a[:, 1:] * vn[:, None, :]
         torch.testing.assert_close(got.weight_share[layer], a[:, 1:, 0].mean(-1), rtol=0, atol=1e-4)
         torch.testing.assert_close(got.norm_share[layer], (norms[..., 0] / norms.sum(-1)).mean(-1), rtol=0, atol=1e-4)
