@@ -12,11 +12,11 @@ from ..lab import Lab
 from ..render.predicted import generators
 from ..web.page import page_route
 from ..web.state import Choice, HeadCell, PageQuery
-from .api import AttributionRequest
+from .api import AttributionRequest, encoders
 from .view import DEFAULT_TEXT, SORTS, AttributionView, attribution_view
 
 router = APIRouter(include_in_schema=False)
-API_KEYS = ("preset", "text", "token_ids", "bos", "position", "target", "contrast")
+API_KEYS = ("preset", "text", "token_ids", "bos", "position", "target", "contrast", "flow")
 assert set(API_KEYS) <= set(AttributionRequest.model_fields)
 
 
@@ -42,8 +42,9 @@ def state_of(request: Request, path: str, keys: tuple[str, ...], query: type[Att
 
 
 def form(lab: Lab, state: AttributionQuery, lang: str) -> dict[str, Any]:
-    """What the page draws whatever its View says: the models its form offers (every decoder)."""
-    return {"presets": generators(lab.models), "default_text": DEFAULT_TEXT}
+    """What the page draws whatever its View says: the models its form offers (every decoder, then the encoders:
+    MiniLM has no logit to split, but its norms and rollout)."""
+    return {"presets": [*generators(lab.models), *encoders(lab)], "default_text": DEFAULT_TEXT}
 
 
 page_route(router, "/attribution", "attribution.html", API_KEYS, AttributionQuery, view, form, AttributionView.blocks,

@@ -1,8 +1,10 @@
 """The page /attribution's View: what attention is worth at one query position of a real decoder. Direct logit
 attribution as a layer × head grid (with the MLPs, the embedding and their sum beside the real logit), one head's
 weights beside the norms they move and the effect of removing each source, the model's strongest sink head, and
-attention rollout step by step. Every number is the engine's (engine/attribution.py); the direct logit attribution
-is the API's own answer (`/api/v1/attribution`, the same cache entry). `AttributionView` is what the page shows; its
+attention rollout step by step, and attention flow beside it when asked for a short text. An encoder (MiniLM) has
+no next-token logit: its grid is each head's output norm at the position, its rows have no effect column, and the
+page says why. Every number is the engine's (engine/attribution.py); the grid is the API's own answer
+(`/api/v1/attribution`, the same cache entry). `AttributionView` is what the page shows; its
 JSON face is the page's `.json` twin."""
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from ..render import cells
 from ..render.predicted import generators
 from ..schemas import FieldError, from_query
 from ..web.page import lab_url, twin_url
-from ..web.sequence import DECODER, Text, text_of
+from ..web.sequence import DECODER, Text
 from ..web.state import PageQuery, within
 from ..web.view import HIDDEN, View
-from .api import Answer, AttributionRequest, compute
+from .api import Answer, AttributionRequest, compute, encoders, text_for
 
 # The page's sentence when its URL names none, in both languages: SmolLM2 reads English, and a class in either
 # language sees the same numbers (the lesson's polls are checked against them).
@@ -104,6 +106,17 @@ class Sink:
 
 
 @dataclass(frozen=True)
+class Flow:
+    """Attention flow from the query position back to each token (`values`; each token's own max flow, so they do
+    not sum to 1), through a graph of `edges` edges, one max-flow per token (`tokens`)."""
+
+    values: tuple[float, ...]
+    edges: int
+    tokens: int
+    values_cls: Annotated[tuple[str, ...], HIDDEN] = ()
+
+
+@dataclass(frozen=True)
 class Rollout:
     """Attention rollout from the query position back to the tokens: `steps[l]` the row of layer l's own
     Â_l = ½ mean_h A_l + ½ I, `product[l]` the row of R_l = Â_l ⋯ Â_0; `product[-1]` is the rollout."""
@@ -134,17 +147,17 @@ class AttributionView(View):
     target: Token | None = None
     contrast: Token | None = None
     norm: str = ""
-    scale: float = 0.0
+    scale: float | None = None  # None (and the direct-logit fields below): an encoder, no logit
     layers: int = 0
     n_heads: int = 0
     heads: tuple[tuple[float, ...], ...] = ()
     mlps: tuple[float, ...] = ()
     attn_bias: tuple[float, ...] = ()
-    embed: float = 0.0
-    total: float = 0.0
-    logit: float = 0.0
-    remainder: float = 0.0
-    norm_bias: float = 0.0
+    embed: float | None = None
+    total: float | None = None
+    logit: float | None = None
+    remainder: float | None = None
+    norm_bias: float | None = None
     frozen: str = ""  # the convention, in words
     sum_said: str = ""  # the sum of the parts beside the real value, in words
     sort: str = "abs"
@@ -152,6 +165,16 @@ class AttributionView(View):
     chosen: HeadRow | None = None
     sink: Sink | None = None
     rollout: Rollout | None = None
+    # An encoder (MiniLM): no next-token logit, so no direct logit attribution (`no_dla` says why, and the DLA
+    # fields above stay empty); `head_norms` (layers × heads) is each head's output norm at the position.
+    decoder: bool = True
+    no_dla: str = ""
+    head_norms: tuple[tuple[float, ...], ...] = ()
+    span: int = 0  # the sources a query row reads: up to the position (a decoder), every token (an encoder)
+    flow: Flow | None = None
+    flow_edges: int = 0  # what flow would cost here: its graph's edges, one max-flow per token
+    flow_tokens: int = 0  # the tokens it would read
+    flow_limit: int = 0  # MAX_FLOW_TOKENS
     # What the template draws the numbers with (left out of the JSON face).
     grid_cls: Annotated[tuple[tuple[str, ...], ...], HIDDEN] = ()
     mlp_cls: Annotated[tuple[str, ...], HIDDEN] = ()
@@ -165,6 +188,7 @@ class AttributionView(View):
     json_url: str = ""
     twin_url: str = ""
     present_url: str = ""
+    flow_url: str = ""
 
 
 def fields_around(state: PageQuery, name: str) -> HiddenFields:
@@ -200,6 +224,7 @@ class Computed(A.Held):
 
     rollout: A.Rollout
     sink: A.SinkContrast
+    head_norms: torch.Tensor | None = None  # an encoder's grid (the API's answer has it; kept for the key's sake)
 
 
 @dataclass(frozen=True)
@@ -209,8 +234,8 @@ class Detail(A.Held):
 
     norms: A.ValueNorms
     sink_norms: A.ValueNorms
-    sink_effect: A.WeightEffect
-    effects: tuple[A.WeightEffect, ...]  # the chosen head's among them
+    sink_effect: A.WeightEffect | None  # None: an encoder (no logit, no effect)
+    effects: tuple[A.WeightEffect, ...]  # the chosen head's among them (none for an encoder)
 
 
 MAX_RUNS = 4096  # the engine's own bound on a layer's weight-against-effect runs (heads × sources)
@@ -219,13 +244,14 @@ MAX_RUNS = 4096  # the engine's own bound on a layer's weight-against-effect run
 async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any],
                            chosen_head: tuple[int, int] | None, sort: str) -> AttributionView:  # fmt: skip
     """What /attribution shows for `state` (its JSON face is the page's `.json` twin)."""
-    decoders = generators(lab.models)
+    decoders = [*generators(lab.models), *encoders(lab)]
     if "preset" not in state.params and DECODER not in decoders and decoders:  # a server without SmolLM2
         state.params["preset"] = decoders[0]
     req = page_request(state)
     limit = lab.settings.max_predict_tokens
-    text: Text = await lab.off_loop(req.preset, text_of, req, lab, limit, False, "tokens", 1, "attributions", True)
+    text: Text = await lab.off_loop(req.preset, text_for, req, lab, limit)
     model, seq = text.model, list(text.seq)
+    flow_tokens = lab.settings.max_flow_tokens
     info = text.model.info
     n = len(seq)
     if n < 2:  # the sink contrast compares the first token with the others
@@ -233,12 +259,15 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     cost = 4 * n * (info.d_model * 8 + n * info.n_heads) * info.n_layer
 
     def work(_: Any) -> Answer:  # the API's own answer to the same request: one cache entry for both
-        return Answer(orjson.dumps(compute(text, req, limit), option=orjson.OPT_SERIALIZE_NUMPY))
+        return Answer(orjson.dumps(compute(text, req, limit, flow_tokens), option=orjson.OPT_SERIALIZE_NUMPY))
 
     done, _ = await lab.compute("attribution", (text.preset, text.seq, req.model_dump_json()), cost, work,
                                 progress=progress)  # fmt: skip
     doc = orjson.loads(done.body)
     p = int(doc["position"])
+    dec = bool(doc["decoder"])
+    if not dec:
+        return await encoder_view(state, lab, progress, ctx, chosen_head, text, doc, cost)
     target, contrast = int(doc["target"]["token_id"]), doc["contrast"] and int(doc["contrast"]["token_id"])
     heads = tuple(tuple(float(x) for x in row) for row in doc["heads"])
     n_layer, n_heads = len(heads), len(heads[0])
@@ -270,20 +299,54 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     key = (text.preset, text.seq, p, target, contrast, layer, None if all_heads else head)
     got, _ = await lab.compute("attribution_head", key, cost * (n_heads if all_heads else 1), detail,
                                progress=progress)  # fmt: skip
-    return build(state, ctx, text, doc, extra, got, (layer, head), sort)
+    return build(state, ctx, text, doc, extra, got, (layer, head), sort, flow_tokens)
+
+
+async def encoder_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any],
+                       chosen_head: tuple[int, int] | None, text: Text, doc: dict[str, Any],
+                       cost: int) -> AttributionView:  # fmt: skip
+    """An encoder's page: no logit (the API's answer says why); each head's output norm as the grid, the chosen
+    head's and the sink head's rows (weights and norms over every token), rollout over every token."""
+    model, seq, limit = text.model, list(text.seq), lab.settings.max_predict_tokens
+    p = int(doc["position"])
+    grid = tuple(tuple(float(x) for x in row) for row in doc["head_norms"])
+    n_layer, n_heads = len(grid), len(grid[0])
+
+    def more(_: Any) -> Computed:  # an encoder's query reads every token, before and after it
+        return Computed(A.rollout(model, seq, max_tokens=limit), A.sink_contrast(model, seq, max_tokens=limit))
+
+    extra, _ = await lab.compute("attribution_rollout", (text.preset, text.seq, p), cost, more, progress=progress)
+    sinks = extra.sink
+    if chosen_head is None:  # the head that writes the most at the position
+        flat = max((v, li, h) for li, row in enumerate(grid) for h, v in enumerate(row))
+        chosen_head = (flat[1], flat[2])
+    layer = within("head", chosen_head[0], 0, n_layer - 1)
+    head = within("head", chosen_head[1], 0, n_heads - 1)
+
+    def detail(_: Any) -> Detail:
+        norms = A.value_weighted_norms(model, seq, layer, max_tokens=limit)
+        sink_norms = norms if sinks.layer == layer else A.value_weighted_norms(model, seq, sinks.layer,
+                                                                               max_tokens=limit)  # fmt: skip
+        return Detail(norms, sink_norms, None, ())
+
+    got, _ = await lab.compute("attribution_head", (text.preset, text.seq, p, layer), cost, detail,
+                               progress=progress)  # fmt: skip
+    return build(state, ctx, text, doc, extra, got, (layer, head), "abs", lab.settings.max_flow_tokens)
 
 
 def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any], extra: Computed, got: Detail,
-          chosen: tuple[int, int], sort: str) -> AttributionView:  # fmt: skip
+          chosen: tuple[int, int], sort: str, flow_limit: int = 24) -> AttributionView:  # fmt: skip
     """The View from the computed numbers (no computing here)."""
     t: Callable[..., str] = ctx["t"]
     lang, present = ctx["lang"], state.present
     p, labels, ids = int(doc["position"]), tuple(doc["tokens"]), tuple(doc["token_ids"])
-    heads = tuple(tuple(float(x) for x in row) for row in doc["heads"])
-    mlps = tuple(float(x) for x in doc["mlps"])
+    dec = bool(doc["decoder"])
+    span = p + 1 if dec else len(ids)  # the sources a query row reads
+    heads = tuple(tuple(float(x) for x in row) for row in (doc["heads"] if dec else doc["head_norms"]))
+    mlps = tuple(float(x) for x in doc["mlps"]) if dec else ()
     n_layer, n_heads = len(heads), len(heads[0])
     bound = max((abs(v) for row in heads for v in row if math.isfinite(v)), default=0.0) or 1.0
-    part_bound = max([abs(v) for v in (*mlps, float(doc["embed"])) if math.isfinite(v)], default=0.0) or 1.0
+    part_bound = max([abs(v) for v in (*mlps, float(doc["embed"] or 0.0)) if math.isfinite(v)], default=0.0) or 1.0
     typed_text = state.get("text") if state.get("text") or state.get("token_ids") else DEFAULT_TEXT
 
     def lab_link(layer: int, head: int) -> str:  # the page's ids (its BOS too): the lab shows the same weights
@@ -295,31 +358,35 @@ def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
         seq = {"text": typed_text} if typed_text else {"token_ids": state.get("token_ids")}
         pos = "bos" if p < text.text_start else str(p - text.text_start)
         query = {"preset": text.preset, **seq, "ablate": f"L{layer} H{head}", "pos": pos, "lang": lang}
-        return "/predict?" + urlencode(query | ({"present": "1"} if present else {}))
+        return "/predict?" + urlencode(query | ({"present": "1"} if present else {})) if dec else ""
 
     ranked = [(v, li, h) for li, row in enumerate(heads) for h, v in enumerate(row)]
     order = {"abs": lambda x: -abs(x[0]), "pos": lambda x: -x[0], "neg": lambda x: x[0]}[sort]
     top = tuple(TopHead(li, h, v, lab_link(li, h), knock_link(li, h)) for v, li, h in sorted(ranked, key=order)[:TOP])
 
     layer, head = chosen
-    effect = next(e for e in got.effects if e.head == head)  # the layer's runs are cached for every head
+    effect = next((e for e in got.effects if e.head == head), None)  # the layer's runs are cached for every head
     corr = A.pooled(got.effects) if len(got.effects) > 1 else None
     sinks = extra.sink
     sl, sh = sinks.layer, sinks.head
     # The chosen head's row and the sink head's share their colour scales (a weight's is 0 … 1 already): the sink's
     # big weight shows bright, the small norm and effect it makes dark, beside the chosen head's.
     rows = ((got.norms, layer, head, effect), (got.sink_norms, sl, sh, got.sink_effect))
-    nbound = max(float(n.norms[h, p, : p + 1].max()) for n, _, h, _ in rows) or 1.0
-    ebound = max(float(e.effects.abs().max()) for *_, e in rows) or 1.0
+    nbound = max(float(n.norms[h, p, :span].max()) for n, _, h, _ in rows) or 1.0
+    ebound = max((float(e.effects.abs().max()) for *_, e in rows if e is not None), default=0.0) or 1.0
 
-    def row_of(norms: A.ValueNorms, layer: int, head: int, effect: A.WeightEffect,
+    def row_of(norms: A.ValueNorms, layer: int, head: int, effect: A.WeightEffect | None,
                layer_corr: tuple[float, float] | None) -> HeadRow:  # fmt: skip
-        w, m, eff = norms.weights[head, p, : p + 1], norms.norms[head, p, : p + 1], effect.effects
+        w, m = norms.weights[head, p, :span], norms.norms[head, p, :span]
+        eff = [None] * span if effect is None else [float(x) for x in effect.effects]
         shown = tuple(
-            Source(j, labels[j], float(w[j]), float(m[j]), float(eff[j]), shade(float(w[j]), "sequential", 1.0),
-                   shade(float(m[j]) / nbound, "sequential", 1.0), shade(float(eff[j]), "diverging", ebound))
-            for j in range(p + 1)
+            Source(j, labels[j], float(w[j]), float(m[j]), eff[j], shade(float(w[j]), "sequential", 1.0),
+                   shade(float(m[j]) / nbound, "sequential", 1.0),
+                   "" if eff[j] is None else shade(eff[j], "diverging", ebound))
+            for j in range(span)
         )  # fmt: skip
+        if effect is None:  # an encoder: weights and norms only
+            return HeadRow(layer, head, shown, lab_url=lab_link(layer, head))
         return HeadRow(
             layer, head, shown, metric=effect.metric, clean=effect.clean, spearman_weight=effect.spearman_weight,
             spearman_norm=effect.spearman_norm, layer_weight=layer_corr[0] if layer_corr else None,
@@ -330,40 +397,50 @@ def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
     sink = Sink(sl, sh, float(sinks.weight_share[sl, sh]), float(sinks.norm_share[sl, sh]),
                 float(sinks.value_ratio[sl, sh]), row_of(got.sink_norms, sl, sh, got.sink_effect, None))  # fmt: skip
     r = extra.rollout
-    steps = tuple(floats(r.layers[li, p, : p + 1]) for li in range(n_layer))
-    product = tuple(floats(r.cumulative[li, p, : p + 1]) for li in range(n_layer))
+    steps = tuple(floats(r.layers[li, p, :span]) for li in range(n_layer))
+    product = tuple(floats(r.cumulative[li, p, :span]) for li in range(n_layer))
 
     def strip(rows: tuple[tuple[float, ...], ...]) -> tuple[tuple[str, ...], ...]:
         return tuple(tuple(shade(v / (max(row) or 1.0), "sequential", 1.0) for v in row) for row in rows)
 
+    flow = None
+    if doc.get("flow"):
+        fv = tuple(float(x) for x in doc["flow"]["values"])
+        flow = Flow(fv, int(doc["flow"]["edges"]), int(doc["flow"]["tokens"]),
+                    tuple(shade(v / (max(fv) or 1.0), "sequential", 1.0) for v in fv))  # fmt: skip
+    common = dict(
+        preset=text.preset, tokens=labels, token_ids=ids, text_start=int(doc["text_start"]), position=p,
+        norm=str(doc["norm"]), layers=n_layer, n_heads=n_heads, sort=sort, top=top,
+        chosen=row_of(got.norms, layer, head, effect, corr), sink=sink,
+        rollout=Rollout(steps, product, strip(product), strip(steps)),
+        bound=bound, head_form=fields_around(state, "head"), position_form=fields_around(state, "position"),
+        cells=span <= CELLS_UP_TO, json_url="/api/v1/attribution?" + urlencode(api_params(state)),
+        twin_url=twin_url("/attribution", state.url().partition("?")[2]),
+        present_url=state.url(present=None if present else "1"),
+        decoder=dec, span=span, flow=flow, flow_edges=A.flow_edges(n_layer, span, dec), flow_tokens=span,
+        flow_limit=flow_limit, flow_url="" if flow is not None or span > flow_limit else state.url(flow="true"),
+    )  # fmt: skip
+    if not dec:
+        return AttributionView(
+            **common, no_dla=t("attribution.no_dla", model=text.preset), head_norms=heads,
+            grid_cls=tuple(tuple(shade(v / bound, "sequential", 1.0) for v in row) for row in heads),
+        )  # fmt: skip
     contrast = doc["contrast"]
     target = Token(int(doc["target"]["token_id"]), str(doc["target"]["token"]))
     what = (t("attribution.diff", target=target.token, contrast=contrast["token"]) if contrast
             else t("attribution.logit_of", target=target.token))  # fmt: skip
     total, logit, remainder = float(doc["total"]), float(doc["logit"]), float(doc["remainder"])
     return AttributionView(
-        preset=text.preset, tokens=labels, token_ids=ids, text_start=int(doc["text_start"]), position=p,
-        target=target, contrast=Token(int(contrast["token_id"]), str(contrast["token"])) if contrast else None,
-        norm=str(doc["norm"]), scale=float(doc["scale"]), layers=n_layer, n_heads=n_heads, heads=heads, mlps=mlps,
+        **common, target=target,
+        contrast=Token(int(contrast["token_id"]), str(contrast["token"])) if contrast else None,
+        scale=float(doc["scale"]), heads=heads, mlps=mlps,
         attn_bias=tuple(float(x) for x in doc["attn_bias"]), embed=float(doc["embed"]), total=total, logit=logit,
         remainder=remainder, norm_bias=float(doc["norm_bias"]),
         frozen=t("attribution.frozen." + ("rms" if doc["norm"] == "rmsnorm" else "ln"), scale=f"{float(doc['scale']):.4g}"),
         sum_said=t("attribution.sum", what=what, total=f"{total:.3f}", logit=f"{logit:.3f}",
                    remainder=f"{remainder:.1e}", bias=f"{float(doc['norm_bias']):.3f}"),
-        sort=sort,
-        top=top,
-        chosen=row_of(got.norms, layer, head, effect, corr),
-        sink=sink,
-        rollout=Rollout(steps, product, strip(product), strip(steps)),
         grid_cls=tuple(tuple(shade(v, "diverging", bound) for v in row) for row in heads),
         mlp_cls=tuple(shade(v, "diverging", part_bound) for v in mlps),
         embed_cls=shade(float(doc["embed"]), "diverging", part_bound),
-        bound=bound,
-        head_form=fields_around(state, "head"),
-        position_form=fields_around(state, "position"),
         sort_urls=tuple((s, state.url(sort=None if s == "abs" else s)) for s in SORTS),
-        cells=p + 1 <= CELLS_UP_TO,
-        json_url="/api/v1/attribution?" + urlencode(api_params(state)),
-        twin_url=twin_url("/attribution", state.url().partition("?")[2]),
-        present_url=state.url(present=None if present else "1"),
     )  # fmt: skip

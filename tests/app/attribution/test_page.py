@@ -1,10 +1,13 @@
 """The page /attribution (#44) on a tiny decoder built here: its numbers are the API's and the engine's for the same
 request (the grid, the sum, the rollout, a head's norms, the weight against effect, the sink head), in both
-languages and on its JSON twin; a bad field is an inline 422 naming it; a head chosen by htmx swaps its section."""
+languages and on its JSON twin; a bad field is an inline 422 naming it; a head chosen by htmx swaps its section. A tiny
+BERT (an encoder: no next-token logit) gets head norms, rows, rollout and flow over every token, the page saying why
+there is no direct logit attribution; attention flow is asked for with its cost stated, and bounded."""
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,8 +26,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     pytest.importorskip("transformers")
     from tests.own_models import build
 
-    path, _ = build("llama", tmp_path_factory.mktemp("attribution-page") / "tiny", seed=6)
-    with make_client(models=f"tiny={path}", pretrained=False) as c:
+    root = tmp_path_factory.mktemp("attribution-page")
+    path, _ = build("llama", root / "tiny", seed=6)
+    bert, _ = build("bert", root / "tinybert", seed=7)
+    with make_client(models=f"tiny={path}{os.pathsep}tinybert={bert}", pretrained=False) as c:
         yield c
 
 
@@ -178,7 +183,8 @@ def test_the_chinese_page_holds_no_english_ui_strings(tiny: TestClient) -> None:
         el.decompose()
     words = set(re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", soup.get_text(" ")))
     tokens = {w for tok in v["tokens"] for w in re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", tok)}
-    kept = {"Abnar", "Zuidema", "Kobayashi", "Spearman", "MLP", "logit", "rms", "rollout", "sink", "R_l", "tiny"}
+    kept = {"Abnar", "Zuidema", "Kobayashi", "Spearman", "MLP", "logit", "rms", "rollout", "sink", "R_l", "tiny",
+            "tinybert", "MAX_FLOW_TOKENS"}  # fmt: skip
     left = {w for w in words - LATIN_OK - tokens - kept if not re.fullmatch(r"[LR]\d+", w)}
     assert not left, sorted(left)
 
@@ -203,3 +209,99 @@ def test_a_server_without_smollm2_shows_its_own_decoder(tiny: TestClient) -> Non
     r = tiny.get("/attribution.json")
     assert r.status_code == 200, r.text
     assert r.json()["preset"] == "tiny"
+
+
+# -- an encoder, and attention flow ---------------------------------------------------------------------------------
+
+
+def enc_twin(c: TestClient, **params: str) -> dict[str, Any]:
+    return twin(c, preset="tinybert", **params)
+
+
+@pytest.mark.parametrize("position", ["3", None])
+def test_an_encoder_gets_norms_and_rollout_over_every_token(tiny: TestClient, position: str | None) -> None:
+    model = tiny.app.state.lab.models["tinybert"]  # type: ignore[attr-defined]
+    v = enc_twin(tiny, **({"position": position} if position else {}))
+    ids, p, n = v["token_ids"], v["position"], len(v["token_ids"])
+    assert v["decoder"] is False and v["span"] == n and "no next-token logit" in v["no_dla"]
+    assert v["heads"] == [] and v["logit"] is None and v["target"] is None and v["scale"] is None
+    api = tiny.get("/api/v1/attribution", params={"preset": "tinybert", "text": TEXT}
+                   | ({"position": position} if position else {})).json()  # fmt: skip
+    assert close(v["head_norms"], api["head_norms"]) and api["heads"] is None
+    assert close(v["head_norms"], A.head_output_norms(model, ids, p).tolist())
+    layer, head = v["chosen"]["layer"], v["chosen"]["head"]  # the head that writes the most, by default
+    flat = [x for row in v["head_norms"] for x in row]
+    assert flat.index(max(flat)) == layer * v["n_heads"] + head
+    norms = A.value_weighted_norms(model, ids, layer)
+    shown = v["chosen"]["sources"]
+    assert len(shown) == n and all(s["effect"] is None for s in shown)  # later tokens too; no effect to measure
+    assert close([s["weight"] for s in shown], norms.weights[head, p].tolist())
+    assert close([s["norm"] for s in shown], norms.norms[head, p].tolist())
+    r = A.rollout(model, ids)
+    assert close(v["rollout"]["product"], r.cumulative[:, p].tolist()) and len(v["rollout"]["product"][0]) == n
+    s = A.sink_contrast(model, ids)
+    assert (v["sink"]["layer"], v["sink"]["head"]) == (s.layer, s.head)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_encoders_page_says_why_there_is_no_logit(tiny: TestClient, lang: str) -> None:
+    v = enc_twin(tiny, lang=lang, position="2")
+    soup = page(tiny, preset="tinybert", lang=lang, position="2")
+    note = soup.select_one("[data-no-dla]")
+    assert note is not None and note.text.strip() == v["no_dla"]
+    assert ("编码器" in note.text and "logit" in note.text) if lang == "zh" else "encoder" in note.text
+    assert soup.select_one(".attr-sum") is None and soup.select_one("td[data-mlp]") is None
+    assert soup.select_one("input[name=target]") is None and soup.select_one('a[data-link="knock"]') is None
+    cells = soup.select("table.attr-grid td[data-head]")
+    assert [float(c["data-value"]) for c in cells] == [x for row in v["head_norms"] for x in row]
+    assert not soup.select(".attr-tokens button.after")  # an encoder reads the tokens after the position too
+    assert len(soup.select("#head table.attr-row tbody tr")) == len(v["tokens"])
+    assert soup.select_one("#head table.attr-row").select("thead th")[-1].text.startswith("‖")  # no effect column
+    other = page(tiny, preset="tinybert", lang="en" if lang == "zh" else "zh")
+    assert other.select_one("[data-no-dla]").text != note.text
+
+
+def test_the_chinese_encoder_page_holds_no_english_ui_strings(tiny: TestClient) -> None:
+    import re
+
+    from tests.app.web.test_kernel import LATIN_OK
+
+    v = enc_twin(tiny, lang="zh")
+    soup = page(tiny, preset="tinybert", lang="zh", flow="true")
+    for el in soup.select("script, style, code, textarea"):
+        el.decompose()
+    words = set(re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", soup.get_text(" ")))
+    tokens = {w for tok in v["tokens"] for w in re.findall(r"[A-Za-z][A-Za-z_0-9]{2,}", tok)}
+    kept = {"Abnar", "Zuidema", "Kobayashi", "MLP", "logit", "rollout", "sink", "R_l", "tiny", "tinybert",
+            "MAX_FLOW_TOKENS"}  # fmt: skip
+    left = {w for w in words - LATIN_OK - tokens - kept if not re.fullmatch(r"[LR]\d+", w)}
+    assert not left, sorted(left)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tinybert"])
+def test_attention_flow_is_asked_for_with_its_cost_and_is_the_engines(tiny: TestClient, preset: str) -> None:
+    model = tiny.app.state.lab.models[preset]  # type: ignore[attr-defined]
+    soup = page(tiny, preset=preset, position="5")
+    ask = soup.select_one('#flow a[data-link="flow"]')
+    v = twin(tiny, preset=preset, position="5")
+    span, layers = v["span"], v["layers"]
+    edges = layers * (span * (span + 1) // 2 if v["decoder"] else span * span)
+    assert v["flow"] is None and v["flow_edges"] == edges and f"{edges:,}" in ask.text and str(span) in ask.text
+    assert "flow=true" in ask["href"] and ask["hx-get"]
+    got = twin(tiny, preset=preset, position="5", flow="true")
+    ids = got["token_ids"] if not got["decoder"] else got["token_ids"][:6]
+    want = A.attention_flow(model, ids, 5)
+    assert close(got["flow"]["values"], want.tolist(), 1e-5) and got["flow"]["edges"] == edges
+    drawn = page(tiny, preset=preset, position="5", flow="true")
+    assert [float(td["data-value"]) for td in drawn.select("table[data-flow] tbody tr")[0].select("td")] == \
+        got["flow"]["values"]  # fmt: skip
+    assert drawn.select_one('#flow a[data-link="flow"]') is None
+
+
+def test_attention_flow_past_its_bound_is_said_and_refused(tiny: TestClient) -> None:
+    long = " ".join(["the cat sat on the mat"] * 6)
+    soup = page(tiny, text=long)
+    assert soup.select_one("#flow [data-too-long]") is not None and soup.select_one('#flow a[data-link="flow"]') is None
+    r = tiny.get("/attribution", params={"preset": "tiny", "text": long, "flow": "true"})
+    said = BeautifulSoup(r.text, "html.parser").select_one(".error[role=alert]").text
+    assert r.status_code == 422 and "text" in said and "MAX_FLOW_TOKENS" in said, said
