@@ -132,7 +132,9 @@ class AttributionView(View):
     output bias's and the embedding's contribution to the target's logit (or target − contrast), `total` their sum
     beside the real `logit` (`remainder` = logit − total: the final norm's shift `norm_bias`, plus rounding), the
     final norm's scale frozen at the real stream (`scale`); the chosen head's row (`chosen`), the strongest sink
-    head's (`sink`) and the rollout (`rollout`)."""
+    head's (`sink`), the rollout (`rollout`) and, when asked for, attention flow (`flow`; its cost `flow_edges`
+    said before). An encoder (`decoder` false) has no logit: those fields are empty or null, `no_dla` says why,
+    and `head_norms` (each head's output norm at the position) is its grid."""
 
     template = "attribution.html"
     blocks = ("body",)
