@@ -1,6 +1,8 @@
 """In a real browser (#44): /attribution on a tiny decoder built here, in both languages. A click on a head of the grid
 redraws that head's section (and the grid's mark) by htmx, without a full reload, and the address follows; a click on
-a token redraws the page's body for that query position; the grid's numbers are the page's JSON twin's."""
+a token redraws the page's body for that query position; the grid's numbers are the page's JSON twin's. On a tiny
+BERT (an encoder) the page says why there is no logit, and attention flow, asked for by its link, is drawn beside
+rollout without a reload; both fit a phone and the projector."""
 
 from __future__ import annotations
 
@@ -24,18 +26,21 @@ TEXT = "The+cat+sat+on+the+mat.+The+cat"
 
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A server of the tiny decoder alone (no SmolLM2 to load): the page's work is milliseconds."""
+    """A server of the tiny decoder and a tiny encoder alone (no SmolLM2 to load): the page's work is milliseconds."""
     pytest.importorskip("transformers")
     from tests.own_models import build
 
-    path, _ = build("llama", tmp_path_factory.mktemp("attribution-browser") / "tiny", seed=6)
+    root_dir = tmp_path_factory.mktemp("attribution-browser")
+    path, _ = build("llama", root_dir / "tiny", seed=6)
+    bert, _ = build("bert", root_dir / "tinybert", seed=7)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = os.environ | {"ATTENTION_LAB_DEVICE": "cpu", "ATTENTION_LAB_PRETRAINED": "0"}
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--model", str(path)],
+        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--model", str(path),
+         "--model", str(bert), "--name", "tinybert"],
         cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -82,5 +87,34 @@ def test_the_page_fits_a_phone_and_the_projector(page: Page, tiny_server: str) -
     for size, extra in (({"width": 390, "height": 844}, "&lang=zh"), ({"width": 1280, "height": 720}, "&present=1")):
         page.set_viewport_size(size)
         page.goto(f"{tiny_server}/attribution?preset=tiny&text={TEXT}{extra}")
+        expect(page.locator("#head table.attr-row")).to_be_visible()
+        assert page.evaluate("document.documentElement.scrollWidth") <= size["width"]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_an_encoders_flow_is_asked_for_and_drawn_without_a_reload(page: Page, tiny_server: str, lang: str) -> None:
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(f"{tiny_server}/attribution?preset=tinybert&text={TEXT}&position=3&lang={lang}")
+    expect(page.locator("[data-no-dla]")).to_be_visible()
+    assert ("编码器" if lang == "zh" else "encoder") in page.locator("[data-no-dla]").inner_text()
+    page.evaluate("window.__kept = 1")  # gone if the page reloads
+    ask = page.locator('#flow a[data-link="flow"]')
+    edges = int(page.locator("#flow").get_attribute("data-edges") or 0)
+    assert f"{edges:,}" in ask.inner_text()
+    ask.click()
+    expect(page.locator("table[data-flow]")).to_be_visible()
+    assert page.evaluate("window.__kept") == 1 and "flow=true" in page.url
+    shown = [float(v) for v in page.locator("table[data-flow] tbody tr").first.locator("td").evaluate_all(
+        "tds => tds.map(td => td.dataset.value)")]  # fmt: skip
+    twin = json.loads(urllib.request.urlopen(f"{tiny_server}/attribution.json?preset=tinybert&text={TEXT}&position=3"
+                                             "&flow=true", timeout=30).read())  # fmt: skip
+    assert shown == twin["flow"]["values"] and len(shown) == len(twin["tokens"])
+
+
+def test_the_encoders_page_fits_a_phone_and_the_projector(page: Page, tiny_server: str) -> None:
+    for size, extra in (({"width": 390, "height": 844}, "&lang=zh"), ({"width": 1280, "height": 720}, "&present=1")):
+        page.set_viewport_size(size)
+        page.goto(f"{tiny_server}/attribution?preset=tinybert&text={TEXT}&flow=true{extra}")
+        expect(page.locator("table[data-flow]")).to_be_attached()
         expect(page.locator("#head table.attr-row")).to_be_visible()
         assert page.evaluate("document.documentElement.scrollWidth") <= size["width"]
