@@ -380,11 +380,14 @@ def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
     def row_of(norms: A.ValueNorms, layer: int, head: int, effect: A.WeightEffect | None,
                layer_corr: tuple[float, float] | None) -> HeadRow:  # fmt: skip
         w, m = norms.weights[head, p, :span], norms.norms[head, p, :span]
-        eff = [None] * span if effect is None else [float(x) for x in effect.effects]
+        eff: list[float | None] = [None] * span if effect is None else [float(x) for x in effect.effects]
+
+        def effect_cls(e: float | None) -> str:
+            return "" if e is None else shade(e, "diverging", ebound)
+
         shown = tuple(
             Source(j, labels[j], float(w[j]), float(m[j]), eff[j], shade(float(w[j]), "sequential", 1.0),
-                   shade(float(m[j]) / nbound, "sequential", 1.0),
-                   "" if eff[j] is None else shade(eff[j], "diverging", ebound))
+                   shade(float(m[j]) / nbound, "sequential", 1.0), effect_cls(eff[j]))
             for j in range(span)
         )  # fmt: skip
         if effect is None:  # an encoder: weights and norms only
