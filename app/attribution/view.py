@@ -28,7 +28,7 @@ from ..web.page import lab_url, twin_url
 from ..web.sequence import DECODER, Text
 from ..web.state import PageQuery, within
 from ..web.view import HIDDEN, View
-from .api import Answer, AttributionRequest, compute, encoders, text_for
+from .api import Answer, AttributionRequest, compute, encoder, encoders, text_for
 
 # The page's sentence when its URL names none, in both languages: SmolLM2 reads English, and a class in either
 # language sees the same numbers (the lesson's polls are checked against them).
@@ -249,6 +249,9 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     decoders = [*generators(lab.models), *encoders(lab)]
     if "preset" not in state.params and DECODER not in decoders and decoders:  # a server without SmolLM2
         state.params["preset"] = decoders[0]
+    if encoder(lab, state.params.get("preset", "")) is not None:  # a form switched to MiniLM: no target to take
+        for name in ("target", "contrast"):
+            state.params.pop(name, None)
     req = page_request(state)
     limit = lab.settings.max_predict_tokens
     text: Text = await lab.off_loop(req.preset, text_for, req, lab, limit)

@@ -259,6 +259,8 @@ def test_the_encoders_page_says_why_there_is_no_logit(tiny: TestClient, lang: st
     assert soup.select_one("#head table.attr-row").select("thead th")[-1].text.startswith("‖")  # no effect column
     other = page(tiny, preset="tinybert", lang="en" if lang == "zh" else "zh")
     assert other.select_one("[data-no-dla]").text != note.text
+    switched = page(tiny, preset="tinybert", lang=lang, target=" cat", contrast=" dog")  # a form left them typed
+    assert switched.select_one("[data-no-dla]") is not None
 
 
 def test_the_chinese_encoder_page_holds_no_english_ui_strings(tiny: TestClient) -> None:
