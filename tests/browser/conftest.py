@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.servers import wait_healthy
 
@@ -27,6 +28,13 @@ FLAGS = [
     "--no-first-run",
     "--disable-quic",
 ]
+# Playwright's `expect` waits 5 s by default (a page's set_default_timeout does not reach it): on CI's loaded 2-core
+# machine a room bar fetched after the load, an SSE event or an htmx swap can take longer, and a check that would
+# have passed a moment later failed. Every `expect` polls for its state up to a minute unless it names its own
+# bound; one that holds returns at once, so this costs a passing test nothing, and a state that never comes still
+# fails.
+EXPECT_MS = 60_000
+expect.set_options(timeout=EXPECT_MS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
