@@ -67,7 +67,7 @@ def live_server() -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc, 60)
+        wait_healthy(url, proc)
         yield url
     finally:
         proc.terminate()

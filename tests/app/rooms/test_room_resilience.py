@@ -65,7 +65,7 @@ def logged_server(settings: dict[str, str], *args: str) -> Iterator[tuple[str, i
         base, log = f"http://127.0.0.1:{port}", Log(path)
         try:
             try:
-                wait_healthy(base, proc, 90)
+                wait_healthy(base, proc)
             except RuntimeError as exc:
                 raise RuntimeError(f"{exc}: " + log.text()[-2000:]) from None
             yield base, proc.pid, log
