@@ -185,6 +185,7 @@ function relink() {
 // state lives here, and every new button is drawn from it (and keeps the keyboard focus the old one had).
 function play() {
   var playing = false, timer = null, hadFocus = false;
+  var stepping = null, asked = null;  // the link Play followed, and its step's request while on its way
   function draw() {
     document.querySelectorAll("[data-play]").forEach(function (b) {
       b.setAttribute("aria-pressed", playing ? "true" : "false");
@@ -194,10 +195,14 @@ function play() {
   }
   function stop() {
     if (timer) { clearTimeout(timer); timer = null; }
+    // A step asked for just before Pause (a slow server) would still arrive and move the paused page on: dropped.
+    if (asked) asked.abort();
+    stepping = asked = null;
     if (playing) { playing = false; draw(); }
   }
   function follow(a) {  // a step as a panel swap, like the keyboard's (htmx may not have boosted a new link yet)
     if (window.htmx) window.htmx.process(a);
+    stepping = a;
     a.click();
   }
   function nextLink() { return document.querySelector("a[data-action=next][href]"); }
@@ -256,6 +261,12 @@ function play() {
     if (!playing) return;
     if (!nextLink()) return stop();  // the last step: done, the button reads "Play" again
     schedule();
+  });
+  document.addEventListener("htmx:beforeSend", function (e) {
+    if (e.detail && stepping && e.detail.elt === stepping) asked = e.detail.xhr;
+  });
+  document.addEventListener("htmx:afterRequest", function (e) {
+    if (e.detail && e.detail.elt === stepping) stepping = asked = null;
   });
   ["htmx:responseError", "htmx:sendError", "htmx:historyRestore"].forEach(function (name) {
     document.addEventListener(name, stop);

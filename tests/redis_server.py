@@ -35,7 +35,7 @@ def _started(cmd: list[str], port: int) -> subprocess.Popen[bytes]:
             return False
 
     try:
-        wait_until(pong, 15, "redis-server answers PING", interval=0.05)
+        wait_until(pong, 60, "redis-server answers PING", interval=0.05)
     except (NeverHappened, RuntimeError):
         proc.kill()
         raise RuntimeError(f"redis-server did not start on port {port}") from None

@@ -19,6 +19,11 @@ import httpx
 from tests.wait import NeverHappened, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
+# How long a server may take to answer /healthz: it imports torch and the app, seconds on a quiet machine, past a
+# minute on CI's loaded 2-core one beside the other worker's tests and browsers (a browser test's session server once
+# failed to start within 60 s there). A server that dies says so at once (its process ended); this bounds the wait
+# only, under pytest-timeout's 300 s for the test whose fixture starts it.
+START_S = 150.0
 
 
 def free_port() -> int:
@@ -35,7 +40,7 @@ def healthy(base: str, timeout: float = 2) -> bool:
         return False
 
 
-def wait_healthy(base: str, proc: subprocess.Popen[bytes], wait_s: float = 90) -> None:
+def wait_healthy(base: str, proc: subprocess.Popen[bytes], wait_s: float = START_S) -> None:
     """Returns once the server at `base` answers /healthz; RuntimeError if its process `proc` ends first, or past
     `wait_s` seconds."""
     try:
@@ -62,7 +67,7 @@ class Server:
 
 
 @contextmanager
-def server(settings: dict[str, str], *args: str, wait_s: float = 90, stop_s: float = 30) -> Iterator[Server]:
+def server(settings: dict[str, str], *args: str, wait_s: float = START_S, stop_s: float = 30) -> Iterator[Server]:
     """The server with `settings` (ATTENTION_LAB_* without the prefix; DEVICE is cpu unless given) and extra CLI
     `args`, on a free port, once /healthz answers; its log (stderr) printed when the block fails. Afterwards it is
     stopped: SIGTERM, then killed if it is still there after `stop_s`."""
@@ -97,7 +102,7 @@ def server(settings: dict[str, str], *args: str, wait_s: float = 90, stop_s: flo
 
 
 @contextmanager
-def served(settings: dict[str, str], *args: str, wait_s: float = 90) -> Iterator[tuple[str, int]]:
+def served(settings: dict[str, str], *args: str, wait_s: float = START_S) -> Iterator[tuple[str, int]]:
     """`server`, as (base URL, pid)."""
     with server(settings, *args, wait_s=wait_s) as running:
         yield running.base, running.proc.pid

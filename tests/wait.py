@@ -11,13 +11,17 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+# The default bound: a state that comes in a moment on a quiet machine can take tens of seconds on CI's loaded 2-core
+# one (a server's keep-alive, a room's event, a worker's step all wait for a core). A state that holds returns at
+# once whatever the bound; one that never comes still fails, later.
+BOUND_S = 60.0
 
 
 class NeverHappened(AssertionError):
     """The state waited for did not come within the bound."""
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "", interval: float = 0.02) -> T:
+def wait_until(predicate: Callable[[], T], timeout: float = BOUND_S, what: str = "", interval: float = 0.02) -> T:
     """Polls `predicate()` until it returns something true, and returns that; fails past `timeout` seconds naming
     `what` was waited for (and the last value seen)."""
     deadline = time.monotonic() + timeout
@@ -31,7 +35,7 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = ""
 
 
 async def until(
-    predicate: Callable[[], T | Awaitable[T]], timeout: float = 10.0, what: str = "", interval: float = 0.005
+    predicate: Callable[[], T | Awaitable[T]], timeout: float = BOUND_S, what: str = "", interval: float = 0.005
 ) -> T:
     """`wait_until` inside an event loop: yields to the loop's other tasks between polls; `predicate` may be a
     coroutine function (a state read over HTTP or from a store)."""

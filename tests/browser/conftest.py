@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.servers import wait_healthy
 
@@ -27,15 +28,31 @@ FLAGS = [
     "--no-first-run",
     "--disable-quic",
 ]
+# Playwright's `expect` waits 5 s by default (a page's set_default_timeout does not reach it): on CI's loaded 2-core
+# machine a room bar fetched after the load, an SSE event or an htmx swap can take longer, and a check that would
+# have passed a moment later failed. Every `expect` polls for its state up to a minute unless it names its own
+# bound; one that holds returns at once, so this costs a passing test nothing, and a state that never comes still
+# fails.
+EXPECT_MS = 60_000
+expect.set_options(timeout=EXPECT_MS)
+
+
+# pytest-timeout's 300 s (pyproject.toml) counts a test's fixtures too: a class played whole in four browsers took
+# 226 s under load, after 46 s starting the session's server (its file runs first on a worker), 272 s in all. A
+# browser test gets twice that; one that hangs is still stopped.
+TIMEOUT_S = 600
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    browser = [item for item in items if "tests/browser" in str(item.path)]
+    for item in browser:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TIMEOUT_S))
     if os.path.exists(CHROMIUM):
         return
     skip = pytest.mark.skip(reason="no /usr/bin/chromium: apt-get install -y chromium fonts-wqy-microhei")
-    for item in items:
-        if "tests/browser" in str(item.path):
-            item.add_marker(skip)
+    for item in browser:
+        item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +76,7 @@ def live_server() -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc, 60)
+        wait_healthy(url, proc)
         yield url
     finally:
         proc.terminate()

@@ -35,6 +35,18 @@ def reaches(live_server: str, code: str, key: str, value: str) -> None:
           lambda: f"the class never reached {key}={value}: {room_query(live_server, code)}")  # fmt: skip
 
 
+def remote_shows(remote: Page, **params: str) -> None:
+    """Polls until the teacher's remote has rendered the class's view with `params` (its "Now" link names the view
+    it fetched): its buttons are the links of the page it shows, so a press before that acts on the view before (a
+    loaded machine's remote lags the room's state by the page's fetch)."""
+
+    def shown() -> dict[str, list[str]]:
+        return parse_qs(urlparse(remote.locator("[data-now-link]").get_attribute("href") or "").query)
+
+    until(lambda: all(shown().get(k) == [v] for k, v in params.items()),
+          lambda: f"the remote never showed {params}: {shown()}")  # fmt: skip
+
+
 def fits_the_phone(page: Page) -> None:
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"], page.url
 

@@ -45,7 +45,7 @@ def tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc, 60)
+        wait_healthy(url, proc)
         yield url
     finally:
         proc.terminate()

@@ -46,7 +46,7 @@ def projector(tp: Page, *, numbers: bool = True) -> None:
         f"() => {{ const g = ({FITS})(); return g.parts.length > 0 && g.parts.every(p => p[3] <= g.bottom + 1); }}"
     )
     with contextlib.suppress(PlaywrightTimeout):
-        tp.wait_for_function(settled, timeout=10_000)
+        tp.wait_for_function(settled)
     got = tp.evaluate(FITS)
     assert got["parts"], "the stage shows its matrices"
     for left, top, right, bottom in got["parts"]:
@@ -69,9 +69,9 @@ def fits_the_phone(sp: Page) -> None:
 
 
 def follows(sp: Page, stage: str, **params: str) -> None:
-    expect(sp.locator("#stage")).to_have_attribute("data-stage", stage, timeout=15_000)
+    expect(sp.locator("#stage")).to_have_attribute("data-stage", stage)
     for k, v in params.items():
-        expect(sp).to_have_url(re.compile(rf"[?&]{k}={re.escape(quote(v))}(?:&|$)"), timeout=15_000)
+        expect(sp).to_have_url(re.compile(rf"[?&]{k}={re.escape(quote(v))}(?:&|$)"))
 
 
 def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
@@ -103,7 +103,7 @@ def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
             first = sp.locator(".stage-data table[data-matrix]").first.bounding_box()
             assert asked is not None and first is not None
             assert asked["y"] < first["y"] < PHONE["height"] * 0.75, (asked, first)
-        expect(tp.locator("[data-room-followers]")).to_have_text("2", timeout=15_000)
+        expect(tp.locator("[data-room-followers]")).to_have_text("2")
 
         remote = teacher.new_page()
         remote.set_viewport_size(PHONE)
@@ -111,25 +111,25 @@ def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
         fits_the_phone(remote)
 
         # Experiment ①, the causal mask: the lesson's prepared question, asked from the remote.
-        expect(remote.locator("[data-prepared]")).to_be_visible(timeout=15_000)
+        expect(remote.locator("[data-prepared]")).to_be_visible()
         key = remote.locator("[data-prepared-key]").inner_text()
         remote.click("[data-ask]")
         for sp in (se, sz):
-            expect(sp.locator("[data-room-question]")).to_be_visible(timeout=15_000)
+            expect(sp.locator("[data-room-question]")).to_be_visible()
             fits_the_phone(sp)
         se.click(f"[data-room-options] button[value='{key}']")
         # The Chinese phone reads the lesson's question in Chinese (the remote asked it in English).
         expect(sz.locator("[data-room-question] .room-prompt")).to_contain_text("对角线")
         sz.locator(f"[data-room-options] button:not([value='{key}'])").first.click()
-        expect(remote.locator("[data-total]")).to_have_text("2", timeout=15_000)
+        expect(remote.locator("[data-total]")).to_have_text("2")
         expect(remote.locator("[data-histogram] li.key .n")).to_have_text("1")  # the teacher sees it live
-        expect(tp.locator("[data-room-total]")).to_have_text("2", timeout=15_000)
+        expect(tp.locator("[data-room-total]")).to_have_text("2")
         nothing_secret_on(tp, key)
         remote.click("[data-reveal]")
-        expect(tp.locator("#room [data-room-histogram]")).to_be_visible(timeout=15_000)
+        expect(tp.locator("#room [data-room-histogram]")).to_be_visible()
         expect(tp.locator("#room [data-room-histogram] li.key .label")).to_have_text(key)
-        expect(se.locator("[data-room-key]")).to_have_text(key, timeout=15_000)
-        expect(sz.locator("[data-room-key]")).to_have_text("对角线以上：词元可以读自己", timeout=15_000)  # in Chinese
+        expect(se.locator("[data-room-key]")).to_have_text(key)
+        expect(sz.locator("[data-room-key]")).to_have_text("对角线以上：词元可以读自己")  # in Chinese
 
         # The lesson's next step, pressed on the projector: presenter mode holds; the students follow.
         tp.click("a[data-lesson-step=next]")
@@ -158,23 +158,23 @@ def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
             follows(sp, "softmax", lesson="row-one")
         key00 = "{}→{}".format(*(tp.locator(f"table[data-matrix=weights] {s}").first.inner_text().strip()
                                  for s in ("tbody th", "thead th[scope=col]")))  # fmt: skip
-        expect(remote.locator("[data-prepared-key]")).to_have_text(key00, timeout=15_000)  # the tokens (#42)
+        expect(remote.locator("[data-prepared-key]")).to_have_text(key00)  # the tokens (#42)
         remote.click("[data-ask]")
-        expect(se.locator("[data-room-cell-hint]")).to_be_visible(timeout=15_000)
-        expect(sz.locator("[data-room-cell-hint]")).to_be_visible(timeout=15_000)
+        expect(se.locator("[data-room-cell-hint]")).to_be_visible()
+        expect(sz.locator("[data-room-cell-hint]")).to_be_visible()
         se.locator("table[data-matrix=weights] td[data-row='0'][data-col='0']").tap()
         sz.locator("table[data-matrix=weights] td[data-row='1'][data-col='1']").tap()
-        expect(remote.locator("[data-total]")).to_have_text("2", timeout=15_000)
+        expect(remote.locator("[data-total]")).to_have_text("2")
         expect(remote.locator("[data-histogram] li[data-answer='0,0'] .n")).to_have_text("1")
         nothing_secret_on(tp, None)
         projector(tp)  # the open poll's bar does not push the numbers off the projector
         remote.click("[data-reveal]")
-        expect(tp.locator("td.poll-key[data-row='0'][data-col='0']")).to_have_count(1, timeout=15_000)
-        expect(se.locator("[data-room-key]")).to_have_text(key00, timeout=15_000)
+        expect(tp.locator("td.poll-key[data-row='0'][data-col='0']")).to_have_count(1)
+        expect(se.locator("[data-room-key]")).to_have_text(key00)
 
         # Hints off from the remote: "what to notice" leaves every screen.
         remote.click("[data-go=hints]")
-        expect(tp).to_have_url(re.compile(r"[?&]hints=off(?:&|$)"), timeout=15_000)
+        expect(tp).to_have_url(re.compile(r"[?&]hints=off(?:&|$)"))
         expect(tp.locator(".explain .notice")).to_have_count(0)
         assert query(tp).get("present") == ["1"]
         for sp in (se, sz):
@@ -182,7 +182,7 @@ def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
             expect(sp.locator(".explain .notice")).to_have_count(0)
         # ... and a step from the remote: the projector follows, still in presenter mode.
         remote.click("[data-go=next]")
-        expect(tp.locator("#stage")).to_have_attribute("data-stage", "weighted_sum", timeout=15_000)
+        expect(tp.locator("#stage")).to_have_attribute("data-stage", "weighted_sum")
         projector(tp)
         for sp in (se, sz):
             follows(sp, "weighted_sum")
@@ -193,7 +193,7 @@ def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
         remote.once("dialog", lambda d: d.accept())
         remote.click("[data-end] button")
         for page in (tp, se, sz):
-            expect(page.locator("[data-room-ended]")).to_be_visible(timeout=15_000)
+            expect(page.locator("[data-room-ended]")).to_be_visible()
             pressable = page.locator("#room button:visible, #room a:visible, #room input:visible")
             if page is tp:
                 expect(pressable).to_have_count(1)
@@ -203,9 +203,9 @@ def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
             assert page.locator("td.pollable").count() == 0
         assert httpx.get(f"{live_server}/api/v1/rooms/{code}").status_code == 404
         # ... and the remote is no dead end: the class summary (#32 item 8), the teacher's alone, kept after the end.
-        expect(remote.locator("[data-ended]")).to_be_visible(timeout=15_000)
+        expect(remote.locator("[data-ended]")).to_be_visible()
         remote.click("[data-summary-link] a")
-        expect(remote.locator("[data-summary]")).to_have_attribute("data-ended", "true", timeout=15_000)
+        expect(remote.locator("[data-summary]")).to_have_attribute("data-ended", "true")
         fits_the_phone(remote)
         assert [p.get_attribute("data-total") for p in remote.locator("[data-poll]").all()] == ["2", "2"]
         table = remote.request.get(f"{live_server}/api/v1/rooms/{code}/summary.csv")  # the teacher's cookie

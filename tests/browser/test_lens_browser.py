@@ -35,6 +35,7 @@ def test_presenter_mode_on_a_projector(page: Page, live_server: str, size: tuple
     assert page.locator("table[data-lens] tbody tr").first.locator("td").count() == LENS_WINDOW
     page.locator("[data-toggle=present]").click()
     page.wait_for_selector("body.present")
+    page.wait_for_load_state("load")  # the whole new page: its <body> comes first, its table may still be parsing
     table = page.locator("table[data-lens]")
     # the window stays where the teacher was: position 40 is column 41 (the BOS, unnumbered, is column 0)
     assert table.get_attribute("data-start") == "41"

@@ -45,9 +45,9 @@ def test_a_students_page_reconnects_after_503s_and_follows_again(browser: Browse
         expect(sp.locator("#room [data-room-role=student]")).to_be_visible()
 
         # The browser's own reconnect meets a 503: a bare EventSource stops here for good.
-        with sp.expect_response(refused, timeout=30_000):
+        with sp.expect_response(refused, timeout=60_000):
             redis.kill()
-            expect(sp.locator("#room")).to_have_attribute("data-room-offline", "", timeout=20_000)
+            expect(sp.locator("#room")).to_have_attribute("data-room-offline", "")
 
         redis.start()
 
@@ -56,8 +56,8 @@ def test_a_students_page_reconnects_after_503s_and_follows_again(browser: Browse
             assert r.status_code in (200, 503), r.text
             return r.status_code == 200
 
-        wait_until(stepped, 30, "the room store is back", interval=0.3)
-        expect(sp.locator("#stage")).to_have_attribute("data-stage", "mask", timeout=45_000)
-        expect(sp.locator("#room")).not_to_have_attribute("data-room-offline", "", timeout=10_000)
+        wait_until(stepped, 60, "the room store is back", interval=0.3)
+        expect(sp.locator("#stage")).to_have_attribute("data-stage", "mask")
+        expect(sp.locator("#room")).not_to_have_attribute("data-room-offline", "")
     finally:
         student.close()

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from playwright.sync_api import Browser, expect
 
-from .remote import PHONE, WAIT_MS, fits_the_phone, no_poll_on, pair_phone, reaches, room_query, until
+from .remote import PHONE, WAIT_MS, fits_the_phone, no_poll_on, pair_phone, reaches, remote_shows, room_query, until
 
 pytestmark = pytest.mark.browser
 
@@ -62,6 +62,7 @@ def test_a_class_run_from_the_teachers_phone(browser: Browser, live_server: str)
         expect(tp.locator("#stage")).to_have_attribute("data-stage", "softmax", timeout=WAIT_MS)
         assert parse_qs(urlparse(tp.url).query).get("present") == ["1"]
         no_poll_on(tp, (se, sz))
+        remote_shows(ph, lesson_step="2")  # the phone's switches are step 2's (step 1's has a mask switch too)
 
         # The mask switch, pressed on the phone: the projector and the students follow.
         switches = ph.locator("[data-controls=switches] button")

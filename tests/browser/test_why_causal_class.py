@@ -20,7 +20,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from app.web.lessons import BY_SLUG, LESSONS
 
-from .remote import PHONE, WAIT_MS, fits_the_phone, no_poll_on, pair_phone, reaches, room_query, until
+from .remote import PHONE, WAIT_MS, fits_the_phone, no_poll_on, pair_phone, reaches, remote_shows, room_query, until
 
 pytestmark = pytest.mark.browser
 
@@ -129,13 +129,15 @@ def press(c: Class, group: str, label: str | re.Pattern[str]) -> None:
 
 
 def projector_has(c: Class, **params: str) -> None:
-    """The room, the projector and both students have moved to `params` (presenter mode kept on the projector)."""
+    """The room, the projector and both students have moved to `params` (presenter mode kept on the projector), and
+    so has the phone's remote: its next press is one of the new view's buttons, not the view before's."""
     for key, value in params.items():
         reaches(c.live_server, c.code, key, value)
     for screen in (c.tp, *c.students):
         until(lambda s=screen: all(view(s)[1].get(k) == [v] for k, v in params.items()),  # type: ignore[misc]
               lambda s=screen: f"{params} not on {s.url}")  # fmt: skip
     assert view(c.tp)[1].get("present") == ["1"]
+    remote_shows(c.ph, **params)
 
 
 # An element wholly inside the viewport, above the class bar at its foot.

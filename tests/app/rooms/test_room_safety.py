@@ -348,11 +348,11 @@ def test_a_last_event_id_the_room_never_reached_gets_the_room_as_it_is(lab: str)
 
     async def main() -> None:
         async with httpx.AsyncClient(timeout=30) as client, stream(client, lab, code, last_id="1000") as s:
-            m = await asyncio.wait_for(s.next(), 10)  # before: nothing, and every later event skipped too
+            m = await asyncio.wait_for(s.next(), 60)  # before: nothing, and every later event skipped too
             assert (m.event, m.id, m.data["query"]) == ("state", "2", "stage=mask")
             assert (await client.put(f"{lab}/api/v1/rooms/{code}/state", json={"query": "stage=softmax"},
                                      headers=auth)).json() == {"version": 3}  # fmt: skip
-            m = await asyncio.wait_for(s.next(), 10)
+            m = await asyncio.wait_for(s.next(), 60)
             assert (m.event, m.id, m.data["query"]) == ("state", "3", "stage=softmax")
 
     run(main())
@@ -374,15 +374,15 @@ def test_a_reconnect_replays_each_missed_event_not_a_snapshot(lab: str) -> None:
             async with stream(client, lab, code, last_id="2") as s:  # saw version 2, the logged "stage=mask"
                 missed = [("state", "3", "stage=softmax"), ("poll", "4", None), ("state", "5", "stage=weighted_sum")]
                 for want in missed:
-                    m = await asyncio.wait_for(s.next(), 10)
+                    m = await asyncio.wait_for(s.next(), 60)
                     got = (m.event, m.id, m.data.get("query"))
                     assert got == want, f"{got}: the room as it is now (a snapshot), not the missed event {want}"
                     assert m.event != "poll" or m.data["prompt"] == "Row 2?"
                 assert put(lab, code, auth, "stage=mask&seed=1").json() == {"version": 6}
-                m = await asyncio.wait_for(s.next(), 10)
+                m = await asyncio.wait_for(s.next(), 60)
                 assert (m.event, m.id) == ("state", "6")  # then live, nothing repeated
             async with stream(client, lab, code, last_id="4") as s:
-                got = [await asyncio.wait_for(s.next(), 10) for _ in range(2)]
+                got = [await asyncio.wait_for(s.next(), 60) for _ in range(2)]
                 assert [(m.event, m.id) for m in got] == [("state", "5"), ("state", "6")]
 
     run(main())
