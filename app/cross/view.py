@@ -14,9 +14,8 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 import numpy as np
-from pydantic import ConfigDict, Field
-
 import torch
+from pydantic import ConfigDict, Field
 
 from engine.encdec import EncDecConfig, init_params, nonlinearity
 from engine.encdec_train import EncDecRun, EncDecSnapshot, new_run, read_probe, task_of

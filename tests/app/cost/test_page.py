@@ -75,7 +75,8 @@ def test_the_crossover() -> None:
 
 def test_the_measured_crossover_interpolates() -> None:
     assert grid(100) == [16, 32, 64, 100] and grid(64) == [16, 32, 64]
-    assert measured_crossover([10, 100], [1.0, 4.0], [2.0, 3.0]) == pytest.approx(10 * math.sqrt(10))  # half-way on log N
+    halfway = 10 * math.sqrt(10)  # the differences −1 and +1: half-way between 10 and 100 on log N
+    assert measured_crossover([10, 100], [1.0, 4.0], [2.0, 3.0]) == pytest.approx(halfway)
     assert measured_crossover([10, 100], [1.0, 2.0], [2.0, 3.0]) is None
 
 
