@@ -26,4 +26,4 @@ async def cost_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> 
         q = CostQuery.model_validate({k: v for k, v in state.params.items() if k in KEYS})
         return await asyncio.to_thread(cost_view, q, ctx["t"], ctx["lang"])  # the timing: off the event loop
 
-    return await serve(request, lab, "cost.html", state, build, blocks=())
+    return await serve(request, lab, "cost.html", state, build, blocks=(), deferred=True)  # timing takes seconds
