@@ -260,3 +260,61 @@ def cross_stages(kept: Kept, layer: int, row: int = 0) -> dict[str, Any]:
         "softmax": attention.Softmax(weights=k["weights"]),
         "weighted_sum": attention.WeightedSum(heads=k["heads"], concat=k["concat"], output=k["output"]),
     }
+
+
+# -- attention is nonlinear ---------------------------------------------------------------------------------------
+def head_map(p: dict[str, torch.Tensor], pre: str, heads: int, head: int, x: torch.Tensor, source: torch.Tensor,
+             mask: torch.Tensor, held: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """One head as a map of its inputs, its biases left out (so every projection is linear): queries from `x`
+    (N_q, d), keys and values from `source` (N_kv, d), an additive `mask` (N_kv,) or (N_q, N_kv). The output
+    (N_q, d_k) and the weights (N_q, N_kv); with `held`, those weights are used instead of the softmax's."""
+    d = x.shape[-1]
+    dk = d // heads
+    w = p[pre + "in_proj_weight"].double()
+    wq, wk, wv = (w[j * d + head * dk : j * d + (head + 1) * dk] for j in range(3))  # (d_k, d) each
+    x, source = x.double(), source.double()
+    weights = held if held is not None else torch.softmax((x @ wq.T) @ (source @ wk.T).T / math.sqrt(dk) + mask, -1)
+    return weights @ (source @ wv.T), weights
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """‖a − b‖ / ‖b‖ (Frobenius)."""
+    return float((a - b).norm() / b.norm())
+
+
+def nonlinearity(c: EncDecConfig, p: dict[str, torch.Tensor], src: torch.Tensor, tgt_in: torch.Tensor,
+                 head: int) -> dict[str, Any]:  # fmt: skip
+    """The last decoder layer's cross-attention head `head` on one pair (src (1, N_enc), tgt_in (1, N_dec)), as a
+    function A(X, M) of its query input X (the normed decoder states) and its key/value input M (the encoder's
+    output), biases left out: A(2X, 2M) against 2·A(X, M) (homogeneity), and A(X+Y, M+N) against A(X, M) + A(Y, N)
+    for Y, N the same states in reverse order (additivity; the source's padding stays where it is). A linear map would meet both exactly; the same comparisons
+    with the weights held (not recomputed by the softmax) do, so the whole difference is the softmax's."""
+    kept = Kept([], [], [])
+    with torch.no_grad():
+        forward(c, p, src, tgt_in, kept)
+    k = kept.cross[-1]
+    x, m = k["x"][0].double(), k["source"][0].double()
+    mask = padding_mask(src)[0, 0, 0].double()
+    pre = f"{T}decoder.layers.{c.n_layer - 1}.multihead_attn."
+    real = [j for j in range(m.shape[0]) if src[0, j] != PAD]
+    y = x.flip(0)  # another input of the same size: the same states in reverse order
+    n = m.clone()
+    n[real] = m[real].flip(0)  # the real source positions reversed, the padding where it was
+
+    def a(q: torch.Tensor, s: torch.Tensor, held: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return head_map(p, pre, c.n_heads, head, q, s, mask, held)
+
+    ax, px = a(x, m)
+    a2x, p2x = a(2 * x, 2 * m)
+    held2x, _ = a(2 * x, 2 * m, px)  # the weights of X kept: what a linear attention would give
+    ay, py = a(y, n)
+    axy, pxy = a(x + y, m + n)
+    held_sum = a(x, m, pxy)[0] + a(y, n, pxy)[0]  # the sum's weights kept for both parts
+    return {
+        "layer": c.n_layer - 1, "head": head,
+        "scale": {"a2x": a2x[0].tolist(), "two_ax": (2 * ax)[0].tolist(), "diff": _rel(a2x, 2 * ax),
+                  "held_diff": _rel(held2x, 2 * ax), "wx": px[0, real].tolist(), "w2x": p2x[0, real].tolist()},
+        "sum": {"axy": axy[0].tolist(), "ax_ay": (ax + ay)[0].tolist(), "diff": _rel(axy, ax + ay),
+                "held_diff": _rel(axy, held_sum), "wx": px[0, real].tolist(), "wy": py[0, real].tolist(),
+                "wxy": pxy[0, real].tolist()},
+    }  # fmt: skip

@@ -21,6 +21,9 @@ from ..web.state import PageQuery
 from .view import CrossQuery, CrossView, RunLink, cross_view, href, preview
 
 router = APIRouter(include_in_schema=False)
+# A lesson's step links to the class's run before it exists: these names stand for the newest kept encoder–decoder
+# run (of any task, or of the task named); with none yet the page shows the untrained model, not an error.
+LATEST = {"latest": None, "latest-reverse": "reverse", "latest-numbers": "numbers"}
 KEYS = tuple(k for k in CrossQuery.model_fields if k not in PageQuery.model_fields)  # its own
 
 
@@ -30,16 +33,23 @@ async def cross_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     runs = request.app.state.train  # app/train's runs: in this process, or in Redis
     jobs = [j for j in await runs.all() if isinstance(j.run, EncDecRun)]
     run_id = state.params.get("run", "")
-    job = await runs.get(run_id) if run_id else None
+    job = latest(jobs, run_id) if run_id in LATEST else await runs.get(run_id) if run_id else None
     shows = f"{job.id}:{len(job.events)}:{job.status}:{bool(job.run.params)}" if job else ""
     shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in jobs)
-    json_url = f"/api/v1/train/{run_id}" if job else None
+    json_url = f"/api/v1/train/{job.id}" if job else None
     build = functools.partial(cross_build, state, job, jobs)
     return await serve(request, lab, "cross.html", state, build, json_url=json_url, shows=shows, blocks=("live",))
 
 
+def latest(jobs: list[Any], name: str) -> Any:
+    task = LATEST[name]
+    return next((j for j in reversed(jobs) if task in (None, j.run.config.task)), None)
+
+
 async def cross_build(state: PageQuery, job: Any, jobs: list[Any], ctx: dict[str, Any]) -> CrossView:
     q = CrossQuery.model_validate({k: v for k, v in state.params.items() if k in KEYS})
+    if q.run in LATEST:  # the newest run of its kind, shown by its own id (its links, its events); none yet: untrained
+        q = q.model_copy(update={"run": job.id if job is not None else ""})
     if q.run and job is None:
         raise FieldError("run", f"no training run {q.run!r} (finished runs are kept while newer ones allow)")
     if job is not None and not isinstance(job.run, EncDecRun):

@@ -14,9 +14,10 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 import numpy as np
+import torch
 from pydantic import ConfigDict, Field
 
-from engine.encdec import EncDecConfig, init_params
+from engine.encdec import EncDecConfig, init_params, nonlinearity
 from engine.encdec_train import EncDecRun, EncDecSnapshot, new_run, read_probe, task_of
 
 from ..render.charts import Series, line_chart
@@ -25,6 +26,7 @@ from ..web.state import PageQuery
 from ..web.view import HIDDEN, View
 
 SMALL_ROWS, SMALL_DK = 10, 16  # every number on screen up to this many decoder rows and this head width
+NL_SHOWN = 8  # the nonlinearity panel prints this many of a row's d_k numbers (two tables side by side)
 
 
 class CrossQuery(PageQuery):
@@ -73,6 +75,23 @@ class Stages:
     out: list[list[float]]  # (N_dec, d_k)  the weighted sum of V's rows
 
 
+@dataclass(frozen=True)
+class Nonlinear:
+    """One cross-attention head of the last decoder layer as a map of its inputs (biases left out), on the probe:
+    A(2X, 2M) against 2·A(X, M) and A(X+Y, M+N) against A(X, M) + A(Y, N) (engine/encdec.py `nonlinearity`): the
+    first decoder row of each side, their relative difference, the same with the weights held (a linear map's: 0),
+    and the first row's weights over the real source tokens for each input."""
+
+    step: int  # the weights' step: the run's last (or 0, untrained)
+    layer: int
+    head: int
+    row: str  # the first decoder row's label
+    cols: list[str]  # the real source tokens
+    shown: int  # how many of the d_k output numbers are printed
+    scale: dict[str, Any]  # a2x, two_ax (d_k), diff, held_diff, wx, w2x (N_real)
+    sum: dict[str, Any]  # axy, ax_ay (d_k), diff, held_diff, wx, wy, wxy (N_real)
+
+
 class CrossView(View):
     """/cross: one head of the last decoder layer's cross-attention on the run's probe pair at one snapshot, stage by
     stage, the snapshots' alignment, and the runs to choose from."""
@@ -108,6 +127,7 @@ class CrossView(View):
     stop_url: str
     export_url: str | None
     config: dict[str, Any]
+    nonlinear: Nonlinear | None = None  # on the run's final weights (or the untrained ones); none while it trains
     pictures: Annotated[dict[str, str], HIDDEN] = Field(default_factory=dict)  # scores, weights, self, encoder: SVGs
     loss_chart: Annotated[str, HIDDEN] = ""
 
@@ -143,6 +163,22 @@ def loss_chart(r: EncDecRun, t: Any) -> str:
         series.append(Series(t("cross.series.eval"), r.eval_steps, r.eval_loss, dashed=True))
     return line_chart(series, t("cross.chart.loss"), t("cross.chart.step"), t("cross.chart.nats"), chart_id="loss",
                       x_range=(0, r.config.steps), width=480, height=260)  # fmt: skip
+
+
+def nonlinear(r: EncDecRun, head: int, row: str) -> Nonlinear | None:
+    """The nonlinearity panel on the run's final weights, the untrained model's initial ones, or None (training)."""
+    c = r.config
+    task = task_of(c)
+    if r.params:
+        p, step = r.params, r.step
+    elif r.status == "untrained":
+        p, step = init_params(c, len(task.vocab), task.n_src, task.n_tgt), 0
+    else:
+        return None
+    src, tgt = task.encode([(r.probe, r.target)])
+    with torch.no_grad():
+        d = nonlinearity(c, {k: v.cpu() for k, v in p.items()}, src, tgt[:, : len(r.target) + 1], head)
+    return Nonlinear(step, d["layer"], head, row, r.probe, min(c.d_k, NL_SHOWN), d["scale"], d["sum"])
 
 
 def cross_view(q: CrossQuery, r: EncDecRun, runs: list[RunLink], t: Any, lang: str, message: str = "",
@@ -184,5 +220,5 @@ def cross_view(q: CrossQuery, r: EncDecRun, runs: list[RunLink], t: Any, lang: s
         events_url=f"/api/v1/train/{q.run}/events" if q.run else "",
         stop_url=f"/api/v1/train/{q.run}/stop" if q.run else "",
         export_url=f"/api/v1/train/{q.run}/export" if q.run and r.params else None, config=c.__dict__.copy(),
-        pictures=pictures, loss_chart=loss_chart(r, t),
+        nonlinear=nonlinear(r, head, rows[0]), pictures=pictures, loss_chart=loss_chart(r, t),
     )  # fmt: skip

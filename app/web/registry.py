@@ -72,6 +72,7 @@ PAGES: tuple[Page, ...] = (
     Page("train", "/train", "app.train.page", "train.html", nav="more"),
     Page("cross", "/cross", "app.cross.page", "cross.html", nav="more"),
     Page("architectures", "/architectures", "app.architectures.page", "architectures.html", nav="more"),
+    Page("cost", "/cost", "app.cost.page", "cost.html", nav="more", heavy=True),
     Page("tiles", "/tiles", "app.attention.tiles", "tiles.html", nav="more"),
     Page("demos", "/demos", "app.demos.page", "demos.html", nav="more"),
     Page("params", "/params", "app.params.page", "params.html", nav="more"),

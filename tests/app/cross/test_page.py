@@ -6,6 +6,7 @@ a 422 naming the field; the form starting a run."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -95,3 +96,118 @@ def test_the_form_starts_a_run(client: TestClient) -> None:
     assert state["config"]["steps"] == 3 and state["config"]["seed"] == 1
     bad = client.post("/train", data=form | {"steps": "0"}, follow_redirects=False)
     assert bad.status_code == 422
+
+
+# -- attention is nonlinear ---------------------------------------------------------------------------------------
+def independent_nonlinearity(p: dict, c: dict, source: list[str], target: list[str], head: int) -> dict:
+    """The panel's numbers recomputed another way: the inputs X and M of the last decoder layer's cross-attention
+    taken by a hook from torch's own nn.Transformer loaded with the run's weights, the head in numpy (its own
+    softmax), Y and N the same states reversed (the source's padding left in place)."""
+    import torch
+
+    from engine.encdec_tasks import make_task
+
+    task = make_task(c["task"], c["seed"], c["length"], c["symbols"], c["max_number"], c["direction"])
+    src, tgt = task.encode([(source, target)])
+    tgt_in = tgt[:, : len(target) + 1]
+    d, h, layers = c["d_model"], c["n_heads"], c["n_layer"]
+    net = torch.nn.Transformer(d_model=d, nhead=h, num_encoder_layers=layers, num_decoder_layers=layers,
+                               dim_feedforward=4 * d, dropout=0.0, activation="gelu", batch_first=True,
+                               norm_first=True, layer_norm_eps=1e-5)  # fmt: skip
+    net.load_state_dict({k.removeprefix("transformer."): v for k, v in p.items() if k.startswith("transformer.")})
+    net.eval()
+    seen = {}
+    net.decoder.layers[-1].multihead_attn.register_forward_pre_hook(lambda mod, args: seen.setdefault("in", args))
+    n = tgt_in.shape[1]
+    with torch.no_grad():
+        net(p["src_embed.weight"][src] + p["src_pos.weight"][: src.shape[1]],
+            p["tgt_embed.weight"][tgt_in] + p["tgt_pos.weight"][:n], tgt_mask=net.generate_square_subsequent_mask(n),
+            src_key_padding_mask=src == 0, memory_key_padding_mask=src == 0, tgt_is_causal=True)  # fmt: skip
+    x, m = (t[0].double().numpy() for t in seen["in"][:2])
+    w = p[f"transformer.decoder.layers.{layers - 1}.multihead_attn.in_proj_weight"].double().numpy()
+    dk = d // h
+    wq, wk, wv = (w[j * d + head * dk : j * d + (head + 1) * dk] for j in range(3))
+    real = [j for j, s in enumerate(src[0].tolist()) if s != 0]
+
+    def attend(q, s):
+        scores = (q @ wq.T) @ (s @ wk.T).T / math.sqrt(dk)
+        scores[:, [j for j in range(s.shape[0]) if j not in real]] = -np.inf
+        e = np.exp(scores - scores.max(1, keepdims=True))
+        weights = e / e.sum(1, keepdims=True)
+        return weights @ (s @ wv.T), weights
+
+    y, nn_ = x[::-1].copy(), m.copy()
+    nn_[real] = m[real][::-1]
+    ax, px = attend(x, m)
+    a2x, p2x = attend(2 * x, 2 * m)
+    ay, py = attend(y, nn_)
+    axy, pxy = attend(x + y, m + nn_)
+
+    def rel(a, b):
+        return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+    return {"scale": {"a2x": a2x[0], "two_ax": 2 * ax[0], "diff": rel(a2x, 2 * ax), "wx": px[0, real],
+                      "w2x": p2x[0, real]},
+            "sum": {"axy": axy[0], "ax_ay": (ax + ay)[0], "diff": rel(axy, ax + ay), "wx": px[0, real],
+                    "wy": py[0, real], "wxy": pxy[0, real]}}  # fmt: skip
+
+
+def check_nonlinear(view: dict, p: dict, source: list[str], target: list[str]) -> dict:
+    nl = view["nonlinear"]
+    theirs = independent_nonlinearity(p, view["config"], source, target, nl["head"])
+    for part in ("scale", "sum"):
+        for name, value in theirs[part].items():
+            assert np.allclose(nl[part][name], value, atol=1e-4), (part, name)
+        assert nl[part]["held_diff"] < 1e-9  # the weights held: a linear map, met exactly
+    return nl
+
+
+def test_the_nonlinearity_panel_untrained_against_nn_transformer(client: TestClient) -> None:
+    from engine.encdec import EncDecConfig, init_params
+    from engine.encdec_train import task_of
+
+    v = client.get("/cross.json?head=1").json()
+    c = EncDecConfig()
+    task = task_of(c)
+    p = init_params(c, len(task.vocab), task.n_src, task.n_tgt)
+    nl = check_nonlinear(v, p, v["source"][: v["n_real"]], v["writes"][:-1])
+    assert nl["head"] == 1 and nl["step"] == 0 and 0 < nl["scale"]["diff"] < 0.1  # near-even weights: nearly linear
+    soup = BeautifulSoup(client.get("/cross?lang=zh").text, "html.parser")
+    panel = soup.select_one("#cross-nonlinear")
+    assert panel is not None and "非线性" in panel.text and len(panel.select("table")) == 4
+    shown = float(panel.select_one("#nl-scale .nl-diff")["data-diff"])
+    assert abs(shown - client.get("/cross.json").json()["nonlinear"]["scale"]["diff"]) < 1e-9
+
+
+def test_the_nonlinearity_panel_of_a_trained_run(client: TestClient) -> None:
+    import io
+    import zipfile
+
+    from safetensors.torch import load
+
+    body = TINY | {"steps": 150, "lr": 0.01}
+    run_id = client.post("/api/v1/train", json=body).json()["id"]
+    assert events_until_end(client, run_id)[-1][1]["status"] == "done"
+    v = client.get(f"/cross.json?run={run_id}").json()
+    with zipfile.ZipFile(io.BytesIO(client.get(f"/api/v1/train/{run_id}/export").content)) as z:
+        (name,) = [n for n in z.namelist() if n.endswith("model.safetensors")]
+        p = load(z.read(name))
+    nl = check_nonlinear(v, p, v["source"][: v["n_real"]], v["writes"][:-1])
+    untrained = client.get("/cross.json").json()["nonlinear"]
+    assert nl["step"] == 150 and nl["scale"]["diff"] > 3 * untrained["scale"]["diff"]  # sharp weights: far from linear
+    assert BeautifulSoup(client.get(f"/cross?run={run_id}").text, "html.parser").select_one("#cross-nonlinear")
+
+
+def test_no_nonlinearity_panel_while_a_run_trains(client: TestClient) -> None:
+    run_id = client.post("/api/v1/train", json=TINY | {"steps": 3000, "eval_every": 500}).json()["id"]
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # polled until its first snapshot is there
+            v = client.get(f"/cross.json?run={run_id}").json()
+            if v["snaps"] and v["run_status"] == "running":
+                break
+            time.sleep(0.05)
+        assert v["run_status"] == "running" and v["nonlinear"] is None
+    finally:
+        client.post(f"/api/v1/train/{run_id}/stop")
+    events_until_end(client, run_id)

@@ -17,6 +17,7 @@ from engine import STAGES
 
 from ..generate.test_sampling_lesson import CHECKED as SAMPLING_LESSON
 from .test_attribution_lesson import CHECKED as ATTRIBUTION_LESSON
+from .test_cross_lesson import CHECKED as CROSS_LESSON
 from .test_train_lesson import CHECKED as TRAIN_LESSON
 
 
@@ -656,7 +657,7 @@ NOT_NUMERIC = {("five-stages", 1)}  # which matrices q comes from: a formula, no
 # "Train your own GPT" (checked against the class's run in test_train_lesson.py), "Why the same prompt gives
 # different answers" (against SmolLM2's samples in tests/app/generate/test_sampling_lesson.py) and "Is a big
 # attention weight an important one?" (test_attribution_lesson.py): checked in their files.
-TRAINED = TRAIN_LESSON | SAMPLING_LESSON | ATTRIBUTION_LESSON
+TRAINED = TRAIN_LESSON | SAMPLING_LESSON | ATTRIBUTION_LESSON | CROSS_LESSON  # and /cross's: test_cross_lesson.py
 
 
 def test_every_poll_key_is_checked_against_the_lab_or_is_not_about_numbers():

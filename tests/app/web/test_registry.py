@@ -48,6 +48,7 @@ def test_the_registry_states_what_the_hand_lists_said() -> None:
         "/train",
         "/cross",
         "/architectures",
+        "/cost",
         "/tiles",
         "/demos",
         "/params",
