@@ -120,4 +120,3 @@ class Provenance(HttpMiddleware):
         else:
             block = cite.block(preset, None, link, seed)
         return splice(body, block)
-

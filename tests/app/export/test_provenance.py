@@ -4,6 +4,7 @@ the same block in their SVG and PDF metadata."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import zlib
@@ -116,10 +117,8 @@ def pdf_text(body: bytes) -> bytes:
     """The PDF's info dictionary and its streams, inflated: where its metadata's text lies."""
     out = [body]
     for m in re.finditer(rb"stream\r?\n(.*?)endstream", body, re.S):
-        try:
+        with contextlib.suppress(zlib.error):
             out.append(zlib.decompress(m.group(1)))
-        except zlib.error:
-            pass
     return b"\n".join(out)
 
 
