@@ -97,8 +97,8 @@ class Provenance(HttpMiddleware):
                 return
             body = b"".join(chunks)
             body = await self.stamp(scope, body, api) or body
-            headers = [(k, v) for k, v in started.get("headers", []) if k != b"content-length"]
-            await send({**started, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+            kept = [(k, v) for k, v in started.get("headers", []) if k != b"content-length"]
+            await send({**started, "headers": [*kept, (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
 
         await self.app(scope, receive, stamped)
