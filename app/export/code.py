@@ -82,7 +82,8 @@ def printed(view: dict[str, Any]) -> dict[str, list[list[float | None]]]:
     if isinstance(view.get("large"), dict):
         tile = view["large"]["tile"]
         return {tile["name"]: tile["values"]}
-    return {name: eval(expr, {}, {"view": view}) for name, expr in PRINTS.get(str(view.get("view")), ())}  # noqa: S307
+    # The same expressions the snippet prints (constants of this module): what the page shows, read from its View.
+    return {name: eval(expr, {}, {"view": view}) for name, expr in PRINTS.get(str(view.get("view")), ())}
 
 
 def _prints(p: Page) -> str:
@@ -181,14 +182,19 @@ def _torch_random(p: Page, names: list[str], block: bool = False) -> str:
     return _header(p, "torch", how) + (
         "\nimport torch\n\n"
         + ("from engine.block import random_block_weights\n" if block else "")
-        + "from engine.sources import embed, random_weights\n\n" + SHOW + "\n\n"
+        + "from engine.sources import embed, random_weights\n\n"
+        + SHOW
+        + "\n\n"
         f"tokens = {tokens!r}\n"
         f"seed, d_model, n_heads, n_kv_heads = {int(s['seed'])}, {int(s['d_model'])}, {n_heads}, {n_kv}\n"
         f"init_std, bias, head = {float(s['init_std'])!r}, {bool(s['bias'])}, {head}\n"
         "n, d_k = len(tokens), d_model // n_heads\n"
         "head_kv = head // (n_heads // n_kv_heads)  # grouped-query attention: the K/V head this query head reads\n"
-        + (_BLOCK_IN.format(d_ff=int(s.get("d_ff") or 0), norm=s.get("norm"), eps=float(s.get("eps") or 1e-5))
-           if block else "x = embed(tokens, seed, d_model)  # (N, d_model): each token's seeded N(0, 1) vector\n")
+        + (
+            _BLOCK_IN.format(d_ff=int(s.get("d_ff") or 0), norm=s.get("norm"), eps=float(s.get("eps") or 1e-5))
+            if block
+            else "x = embed(tokens, seed, d_model)  # (N, d_model): each token's seeded N(0, 1) vector\n"
+        )
         + "w = random_weights(seed, d_model, init_std, bias, n_kv_heads * d_k)  # W_Q, W_K, W_V, W_O (and biases)\n\n\n"
         "def split(t, h):  # (N, h·d_k) -> (h, N, d_k)\n"
         "    return t.view(n, h, d_k).transpose(0, 1)\n\n\n"
