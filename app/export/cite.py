@@ -47,7 +47,7 @@ def weights_files(path: Path) -> list[Path]:
     return sorted(path.glob("*.safetensors"))
 
 
-def block(model: str | None, model_path: Path | None, permalink: str, seed: object = None,
+def block(model: str | None, model_path: Path | None, permalink: str | None, seed: object = None,
           today: dt.date | None = None) -> dict[str, Any]:  # fmt: skip
     """THE provenance block (every export, every page's JSON twin and every API answer about a real model carry
     it, built here and nowhere else): where (the permalink), what computed it (the lab's version), with which model
@@ -55,7 +55,7 @@ def block(model: str | None, model_path: Path | None, permalink: str, seed: obje
     out: dict[str, Any] = {
         "lab": TITLE,
         "version": __version__,
-        "permalink": permalink,
+        **({"permalink": permalink} if permalink is not None else {}),  # a page's; an API answer is what was sent
         "model": model,
         "date": (today or dt.datetime.now(dt.UTC).date()).isoformat(),
     }

@@ -112,8 +112,8 @@ class Provenance(HttpMiddleware):
         model = app.state.lab.models.get(preset) if preset else None
         if api and model is None:  # an API answer about a random preset or no model: as it was
             return None
-        public = app.state.settings.public_url
-        link = permalink(scope, public)
+        # A page's twin names the page; an API answer none (its GET and its POST give the same answer, block and all).
+        link = None if api else permalink(scope, app.state.settings.public_url)
         path = Path(model.path) if model is not None else None
         if path is not None:  # the weights' sha256: read once per file, off the event loop
             block = await anyio.to_thread.run_sync(lambda: cite.block(preset, path, link))
