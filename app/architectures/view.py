@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field
 
 from engine.encdec import causal_mask, padding_mask
 
-from ..render.heatmap import svg
+from ..render.heatmap import inline_svg as svg
 from ..web.state import PageQuery
 from ..web.view import HIDDEN, View
 

@@ -20,6 +20,7 @@ from . import cite, twin
 from . import code as snippets
 from . import notebook as notebooks
 from .figure import FORMATS, NoFigure, TooLarge, draw, panels
+from .provenance import Provenance as Provenance  # main.py adds it outside the response cache
 
 TAG = {"name": "export", "description": "Take a page with you: its figures, code, notebook and citation."}
 router = APIRouter(prefix="/api/v1", tags=["export"], responses=ERRORS)
@@ -112,6 +113,24 @@ def model_files(request: Request, preset: str) -> tuple[str, str | None] | None:
     return (str(path.parent), path.name) if path.is_file() else (str(path), None)
 
 
+def preset_of(p: twin.Page) -> str:
+    return str(p.summary.get("preset") or p.twin.get("preset") or p.params.get("preset") or "")
+
+
+async def ids_of(request: Request, p: twin.Page) -> list[int] | None:
+    """A logit lens page's token ids as the lab tokenised them (its View shows the tokens, not their ids): asked
+    of the lab's own /api/v1/logit_lens with the page's sequence."""
+    if p.path != "/lens":
+        return None
+    keys = ("preset", "text", "token_ids", "bos")
+    try:
+        answer = await twin.fetch_json(request.app, "/api/v1/logit_lens", [(k, v) for k, v in p.query if k in keys])
+    except twin.BadPage:
+        return None
+    ids = answer.get("token_ids")
+    return [int(i) for i in ids] if isinstance(ids, list) else None
+
+
 @router.get(
     "/code",
     summary="Python that prints a page's numbers: the lab's client, or plain torch",
@@ -130,7 +149,7 @@ async def code(request: Request, page: PageParam, kind: CodeKind = "lab") -> Res
         if kind == "lab":
             text = snippets.lab_snippet(p, str(request.base_url).rstrip("/"))
         else:
-            text = snippets.torch_snippet(p, model_files(request, str(p.summary.get("preset", ""))))
+            text = snippets.torch_snippet(p, model_files(request, preset_of(p)), await ids_of(request, p))
     except snippets.NoCode as e:
         return field_error("query", "kind" if kind == "torch" and p.path in ("/", "/embed") else "page", str(e))
     if request.headers.get("hx-request"):
@@ -145,8 +164,7 @@ def base_url(request: Request) -> str:
 
 def model_path(request: Request, p: twin.Page) -> Path | None:
     """A real model's path (its .gguf file or its directory), None for a random preset."""
-    preset = str(p.summary.get("preset") or p.twin.get("preset") or p.params.get("preset") or "")
-    model = request.app.state.lab.models.get(preset)
+    model = request.app.state.lab.models.get(preset_of(p))
     return None if model is None else Path(model.path)
 
 
@@ -201,7 +219,8 @@ async def notebook(request: Request, page: PageParam) -> Response:
             return None
 
     lab_code = maybe(lambda: snippets.lab_snippet(p, base_url(request)))
-    torch_code = maybe(lambda: snippets.torch_snippet(p, model_files(request, str(p.summary.get("preset", "")))))
+    ids = await ids_of(request, p)
+    torch_code = maybe(lambda: snippets.torch_snippet(p, model_files(request, preset_of(p)), ids))
     settings = request.app.state.settings
     try:
         png: bytes | None = await run_in_threadpool(

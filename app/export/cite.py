@@ -47,25 +47,32 @@ def weights_files(path: Path) -> list[Path]:
     return sorted(path.glob("*.safetensors"))
 
 
-def provenance(p: Page, permalink: str, model_path: Path | None, today: dt.date | None = None) -> dict[str, Any]:
-    """The block that pins what the page showed: where (the permalink), what computed it (the lab's version),
-    with which model (its name; a real model's weights files and their sha256; a random preset's seed) and when."""
-    summary = p.summary
-    preset = str(summary.get("preset") or p.twin.get("preset") or p.params.get("preset") or "toy")
-    block: dict[str, Any] = {
+def block(model: str | None, model_path: Path | None, permalink: str | None, seed: object = None,
+          today: dt.date | None = None) -> dict[str, Any]:  # fmt: skip
+    """THE provenance block (every export, every page's JSON twin and every API answer about a real model carry
+    it, built here and nowhere else): where (the permalink), what computed it (the lab's version), with which model
+    (its name; a real model's weights files and their sha256; a random preset's seed) and when."""
+    out: dict[str, Any] = {
         "lab": TITLE,
         "version": __version__,
-        "permalink": permalink,
-        "model": preset,
+        **({"permalink": permalink} if permalink is not None else {}),  # a page's; an API answer is what was sent
+        "model": model,
         "date": (today or dt.datetime.now(dt.UTC).date()).isoformat(),
     }
     if model_path is not None:
-        block["files"] = [
+        out["files"] = [
             {"name": f.name, "bytes": f.stat().st_size, "sha256": sha256(f)} for f in weights_files(model_path)
         ]
-    else:
-        block["weights"] = f"seeded random weights (seed {summary.get('seed', p.params.get('seed', 0))})"
-    return block
+    elif model is not None:
+        out["weights"] = "seeded random weights" + (f" (seed {seed})" if seed is not None else "")
+    return out
+
+
+def provenance(p: Page, permalink: str, model_path: Path | None, today: dt.date | None = None) -> dict[str, Any]:
+    """A page's block (its preset and seed read from its twin: the page's summary, else its query)."""
+    summary = p.summary
+    preset = str(summary.get("preset") or p.twin.get("preset") or p.params.get("preset") or "toy")
+    return block(preset, model_path, permalink, summary.get("seed", p.params.get("seed", 0)), today)
 
 
 def _note(block: dict[str, Any]) -> str:

@@ -63,55 +63,100 @@ def _random(p: Page) -> bool:
     return bool(p.twin.get("random_weights")) or p.summary.get("preset") in ("toy", "gpt2-small")
 
 
+# What each page prints: its main numbers, as (name, a Python expression over `view`, the page's View as JSON).
+# The lab's pages (/, /embed, /block, /sinks) print every matrix they show; the others the numbers they plot.
+PRINTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "lens": (("p_final", "[[cell['p_final'] for cell in row] for row in view['rows']]"),),
+    "predict": (("loss", "[[c['loss'] for c in view['columns'] if c['scored']]]"),
+                ("p_target", "[[c['p_target'] for c in view['columns'] if c['scored']]]")),
+    "heads": (("weights", "view['weights']"),),
+    "model": (("grid", "[[c['value'] if isinstance(c, dict) else c for c in row] for row in view['grid']]"),),
+}  # fmt: skip
+MATRICES = 'for m in view["matrices"]:\n    show(m["name"], m["values"])\n'
+
+
+def printed(view: dict[str, Any]) -> dict[str, list[list[float | None]]]:
+    """What a page's snippets print, read from its View (its JSON twin): the tests' and the notebook's numbers."""
+    if isinstance(view.get("matrices"), list):
+        return {m["name"]: m["values"] for m in view["matrices"]}
+    if isinstance(view.get("large"), dict):
+        tile = view["large"]["tile"]
+        return {tile["name"]: tile["values"]}
+    # The same expressions the snippet prints (constants of this module): what the page shows, read from its View.
+    return {name: eval(expr, {}, {"view": view}) for name, expr in PRINTS.get(str(view.get("view")), ())}
+
+
+def _prints(p: Page) -> str:
+    if isinstance(p.twin.get("matrices"), list):
+        return MATRICES
+    if isinstance(p.twin.get("large"), dict):
+        return 'tile = view["large"]["tile"]  # a large trace: the page\'s 16 × 16 window\nshow(tile["name"], tile["values"])\n'
+    lines = PRINTS.get(str(p.twin.get("view")))
+    if not lines:
+        raise NoCode(f"the page {p.path} shows no numbers a snippet prints")
+    return "".join(f"show({name!r}, {expr})\n" for name, expr in lines)
+
+
 def lab_snippet(p: Page, base_url: str) -> str:
-    if p.path not in ("/", "/embed") or not p.twin.get("key"):
-        raise NoCode("kind=lab covers the lab's pages (/ and /embed)")
-    key, head = p.twin["key"], int(p.twin.get("head") or 0)
-    matrices = "large" if p.twin.get("large") else "matrices"
-    if _random(p):
+    if p.path in ("/", "/embed") and not p.twin.get("key"):
+        raise NoCode("kind=lab needs the lab's stage (its page shows one)")
+    head = int(p.twin.get("head") or 0)
+    if p.path in ("/", "/embed") and _random(p):
+        key = p.twin["key"]
         tokens = list(p.twin.get("tokens") or [])
         fields = _request_fields(p)
         args = ", ".join(f"{k}={v!r}" for k, v in fields.items())
         body = (
             "from attention_lab import trace\n\n" + SHOW + "\n\n"
             f"stages = trace({tokens!r}, head={head}{', ' + args if args else ''})  # computed here, no server\n"
-            f"view = stages[{key!r}]  # the View the page renders\n"
+            f"view = stages[{key!r}].to_json()  # the View the page renders\n"
         )
         how = "The lab's own package, in-process: `attention_lab.trace` computes the page's trace here."
     else:
         params = {k: v for k, v in p.query if k != "lang"}
-        params.setdefault("stage", key)
+        if p.twin.get("key"):
+            params.setdefault("stage", p.twin["key"])
         body = (
             "from attention_lab import Client\n\n" + SHOW + "\n\n"
-            f"lab = Client({base_url!r})  # a running lab serving the model (attention-lab serve)\n"
-            f"view = lab.stage(**{params!r})  # the View the page renders\n"
+            f"lab = Client({base_url!r})  # a running lab (attention-lab serve)\n"
+            f"view = lab.view({p.path!r}, **{params!r})  # the View the page renders, as JSON\n"
         )
         how = "The lab's own package against a running lab: `attention_lab.Client` reads the page's View."
-    if matrices == "large":
-        body += 'tile = view.to_json()["large"]["tile"]  # a large trace: the page\'s 16 × 16 window\nshow(tile["name"], tile["values"])\n'
-    else:
-        body += 'for m in view.to_json()["matrices"]:\n    show(m["name"], m["values"])\n'
-    return _header(p, "lab", how) + "\n" + body
+    return _header(p, "lab", how) + "\n" + body + _prints(p)
 
 
-def torch_snippet(p: Page, model_files: tuple[str, str | None] | None) -> str:
-    if p.path not in ("/", "/embed") or not p.twin.get("key"):
-        raise NoCode("kind=torch covers the lab's pages (/ and /embed)")
+def torch_snippet(p: Page, model_files: tuple[str, str | None] | None, ids: list[int] | None = None) -> str:
+    """`ids`: the page's token ids as the lab tokenised them (a real model's page that names none in its View)."""
+    real = None if _random(p) else model_files
+    if not _random(p) and model_files is None:
+        raise NoCode(f"kind=torch knows no files for the model {p.summary.get('preset') or p.twin.get('preset')!r}")
+    if p.path == "/lens" and real:
+        return _torch_lens(p, real, ids or [])
+    if p.path == "/predict" and real:
+        return _torch_predict(p, real)
+    if p.path not in ("/", "/embed", "/block") or not p.twin.get("key"):
+        raise NoCode("kind=torch covers the lab's pages (/, /embed), /block, /lens and /predict")
     mats = p.twin.get("matrices")
     if not isinstance(mats, list) or not mats:
         raise NoCode("kind=torch prints the matrices of a page that shows them (a trace small enough for numbers)")
+    if p.path == "/block":
+        if real:
+            raise NoCode("kind=torch covers /block's random presets")
+        return _torch_random(p, [m["name"] for m in mats], block=True)
     if _random(p):
         return _torch_random(p, [m["name"] for m in mats])
-    if model_files is None:
-        raise NoCode(f"kind=torch knows no files for the model {p.summary.get('preset')!r}")
-    return _torch_real(p, model_files)
+    assert real is not None
+    return _torch_real(p, real)
 
 
-def _torch_random(p: Page, names: list[str]) -> str:
+def _torch_random(p: Page, names: list[str], block: bool = False) -> str:
     s = p.summary
     if s.get("positions", "none") != "none" or s.get("kv_tokens") or s.get("explicit"):
         raise NoCode("kind=torch covers random presets without positions, cross-attention or explicit numbers")
-    unknown = [n for n in names if n not in TORCH_NAMES]
+    if block and (s.get("placement") != "pre" or s.get("ffn") != "gelu"):
+        raise NoCode("kind=torch covers /block's pre-norm GELU block (GPT-2's)")
+    known = (*TORCH_NAMES, *BLOCK_NAMES) if block else TORCH_NAMES
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise NoCode(f"kind=torch does not recompute {', '.join(unknown)}")
     tokens = tuple(p.twin.get("tokens") or ())
@@ -124,20 +169,33 @@ def _torch_random(p: Page, names: list[str]) -> str:
         "mask": "mask", "masked": "masked[head]", "weights": "weights[head]", "heads": "per_head[head]",
         "concat": "concat", "output": "output",
     }  # fmt: skip
+    if block:
+        shown |= {"input": "x_in", "ln1": "ln1", "residual1": "residual1", "ln2": "ln2", "pre_activation": "pre",
+                  "ffn_hidden": "ffn_hidden", "ffn_out": "ffn_out"}  # fmt: skip
+        if p.twin.get("key") == "output":
+            shown["output"] = "block_output"
     prints = "".join(f"show({n!r}, {shown[n]}.tolist())\n" for n in names)
     how = (
         "Plain torch, independently of the lab's stages: the engine only draws the inputs (the tokens' seeded\n"
         "vectors and the seeded weights); every stage is recomputed below."
     )
     return _header(p, "torch", how) + (
-        "\nimport torch\n\nfrom engine.sources import embed, random_weights\n\n" + SHOW + "\n\n"
+        "\nimport torch\n\n"
+        + ("from engine.block import random_block_weights\n" if block else "")
+        + "from engine.sources import embed, random_weights\n\n"
+        + SHOW
+        + "\n\n"
         f"tokens = {tokens!r}\n"
         f"seed, d_model, n_heads, n_kv_heads = {int(s['seed'])}, {int(s['d_model'])}, {n_heads}, {n_kv}\n"
         f"init_std, bias, head = {float(s['init_std'])!r}, {bool(s['bias'])}, {head}\n"
         "n, d_k = len(tokens), d_model // n_heads\n"
         "head_kv = head // (n_heads // n_kv_heads)  # grouped-query attention: the K/V head this query head reads\n"
-        "x = embed(tokens, seed, d_model)  # (N, d_model): each token's seeded N(0, 1) vector\n"
-        "w = random_weights(seed, d_model, init_std, bias, n_kv_heads * d_k)  # W_Q, W_K, W_V, W_O (and biases)\n\n\n"
+        + (
+            _BLOCK_IN.format(d_ff=int(s.get("d_ff") or 0), norm=s.get("norm"), eps=float(s.get("eps") or 1e-5))
+            if block
+            else "x = embed(tokens, seed, d_model)  # (N, d_model): each token's seeded N(0, 1) vector\n"
+        )
+        + "w = random_weights(seed, d_model, init_std, bias, n_kv_heads * d_k)  # W_Q, W_K, W_V, W_O (and biases)\n\n\n"
         "def split(t, h):  # (N, h·d_k) -> (h, N, d_k)\n"
         "    return t.view(n, h, d_k).transpose(0, 1)\n\n\n"
         "def linear(t, weight, b):  # row vectors: t W + b\n"
@@ -156,8 +214,36 @@ def _torch_random(p: Page, names: list[str]) -> str:
         "weights = torch.softmax(masked, dim=-1).nan_to_num(0.0)  # a fully masked row: zero weights\n"
         "per_head = weights @ v_all  # A V, (H, N, d_k)\n"
         "concat = per_head.transpose(0, 1).reshape(n, d_model)\n"
-        "output = linear(concat, w.w_o, w.b_o)  # W_O\n\n" + prints
+        "output = linear(concat, w.w_o, w.b_o)  # W_O\n\n"
+        + (_BLOCK_OUT.format(gelu="tanh" if s.get("gelu") == "tanh" else "none") if block else "")
+        + prints
     )
+
+
+BLOCK_NAMES = ("input", "ln1", "residual1", "ln2", "pre_activation", "ffn_hidden", "ffn_out")
+_BLOCK_IN = """x_in = embed(tokens, seed, d_model)  # (N, d_model): each token's seeded N(0, 1) vector
+b = random_block_weights(seed, d_model, {d_ff}, {norm!r}, 'gelu', bias, init_std)  # norms' gains, FFN matrices
+eps = {eps!r}
+
+
+def norm(t, gain, shift):  # {norm}, over each row
+    if shift is None:  # RMSNorm
+        return t / torch.sqrt((t * t).mean(-1, keepdim=True) + eps) * gain
+    mu = t.mean(-1, keepdim=True)
+    return (t - mu) / torch.sqrt(((t - mu) ** 2).mean(-1, keepdim=True) + eps) * gain + shift
+
+
+ln1 = norm(x_in, b.ln1_w, b.ln1_b)  # pre-norm: attention reads the normalised stream
+x = ln1
+"""
+_BLOCK_OUT = """residual1 = x_in + output  # the residual stream after attention
+ln2 = norm(residual1, b.ln2_w, b.ln2_b)
+pre = linear(ln2, b.w_up, b.b_up)  # (N, d_ff)
+ffn_hidden = torch.nn.functional.gelu(pre, approximate={gelu!r})
+ffn_out = linear(ffn_hidden, b.w_down, b.b_down)
+block_output = residual1 + ffn_out
+
+"""
 
 
 def _mask_rule(kind: str, s: dict[str, Any]) -> str:
@@ -199,3 +285,97 @@ def _torch_real(p: Page, files: tuple[str, str | None]) -> str:
         "    out = model(ids, output_attentions=True)\n"
         f"show('weights', out.attentions[{layer}][0, {head}].tolist())\n"
     )
+
+
+def _loader(files: tuple[str, str | None]) -> str:
+    path, gguf = files
+    where = f"{path!r}, gguf_file={gguf!r}, " if gguf else f"{path!r}, "
+    return (
+        "from transformers import AutoModelForCausalLM\n\n" + SHOW + "\n\n"
+        f"model = AutoModelForCausalLM.from_pretrained({where}attn_implementation='eager', dtype=torch.float32).eval()\n"
+        "layers = model.model.layers\n"
+    )
+
+
+def _switches(p: Page) -> tuple[list[list[int]], bool]:
+    sw = p.twin.get("switches") or {}
+    if sw.get("mask_off_layers") or sw.get("drop_sink_layers"):
+        raise NoCode("kind=torch covers knock-outs (ablate), not the mask or sink switches")
+    return [list(map(int, pair)) for pair in sw.get("ablate") or []], sw.get("ablate_mode") == "mean"
+
+
+KNOCK = """knocked = {knocked!r}  # (layer, head) pairs knocked out before W_O{how}
+d_head = model.config.hidden_size // model.config.num_attention_heads
+
+
+def knock_out(layer):
+    def hook(module, args):  # o_proj's input: the heads' outputs side by side, (1, N, H·d_head)
+        x = args[0].clone()
+        for l, h in knocked:
+            if l == layer:
+                part = x[..., h * d_head:(h + 1) * d_head]
+                x[..., h * d_head:(h + 1) * d_head] = {replace}
+        return (x,)
+    return hook
+
+
+for i, block in enumerate(layers):
+    block.self_attn.o_proj.register_forward_pre_hook(knock_out(i))
+"""
+MEAN = "part.cumsum(-2) / torch.arange(1, part.shape[-2] + 1).unsqueeze(-1)"
+
+
+def _knock(knocked: list[list[int]], mean: bool) -> str:
+    if not knocked:
+        return ""
+    how = ": each replaced by its running mean over positions 0…t" if mean else ": each zeroed"
+    return KNOCK.format(knocked=knocked, how=how, replace=MEAN if mean else "0.0") + "\n"
+
+
+def _torch_lens(p: Page, files: tuple[str, str | None], ids: list[int]) -> str:
+    if not ids:
+        raise NoCode("kind=torch needs the page's token ids")
+    knocked, mean = _switches(p)
+    start = int(p.twin.get("start") or 0)
+    n_pos = len((p.twin.get("rows") or [[]])[0])
+    how = (
+        "Plain torch and transformers, independently of the lab: the logit lens. Each layer's residual stream\n"
+        "through the model's final norm and unembedding; printed: the probability of the final prediction\n"
+        "(the last layer's top-1) at each layer (rows) and position (columns)."
+    )
+    return _header(p, "torch", how) + (
+        "\nimport torch\n" + _loader(files) + _knock(knocked, mean) +
+        "streams = []  # the residual stream after each layer\n"
+        "for block in layers:\n"
+        "    block.register_forward_hook(lambda m, a, out: streams.append(out[0] if isinstance(out, tuple) else out))\n"
+        f"ids = torch.tensor([{ids!r}])\n"
+        "with torch.no_grad():\n"
+        "    model(ids)\n"
+        "    probs = [torch.softmax(model.lm_head(model.model.norm(x[0])).double(), -1) for x in streams]\n"
+        "final = probs[-1].argmax(-1)  # the model's prediction at each position\n"
+        f"p_final = [p.gather(1, final[:, None])[:, 0][{start}:{start + n_pos}].tolist() for p in probs]\n"
+        "show('p_final', p_final)\n"
+    )  # fmt: skip
+
+
+def _torch_predict(p: Page, files: tuple[str, str | None]) -> str:
+    cols = [c for c in p.twin.get("columns") or [] if c.get("scored")]
+    every = p.twin.get("columns") or []
+    if not cols or any(c.get("replaced_from") is not None for c in every):
+        raise NoCode("kind=torch covers /predict's scored positions without replaced tokens")
+    knocked, mean = _switches(p)
+    inputs = [int(c["input_id"]) for c in every]
+    scored = [(i, int(c["target_id"])) for i, c in enumerate(every) if c.get("scored")]
+    how = (
+        "Plain torch and transformers, independently of the lab: each position's loss, −log p(target), and\n"
+        "p(target)" + (", with the page's heads knocked out" if knocked else "") + "."
+    )
+    return _header(p, "torch", how) + (
+        "\nimport torch\n" + _loader(files) + _knock(knocked, mean) +
+        f"ids = torch.tensor([{inputs!r}])\n"
+        f"scored = {scored!r}  # (position, target id)\n"
+        "with torch.no_grad():\n"
+        "    logp = torch.log_softmax(model(ids).logits[0].double(), -1)\n"
+        "show('loss', [[-logp[i, t].item() for i, t in scored]])\n"
+        "show('p_target', [[logp[i, t].exp().item() for i, t in scored]])\n"
+    )  # fmt: skip

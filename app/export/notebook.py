@@ -6,20 +6,16 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from .code import printed
 from .twin import Page
 
 
 def numbers(twin: dict[str, Any]) -> str:
-    """The page's matrices as the snippets print them: a name line, then one line per row (-inf where masked)."""
-    mats = twin.get("matrices")
-    if not isinstance(mats, list) and isinstance(twin.get("large"), dict):
-        mats = [twin["large"].get("tile")]
+    """The page's numbers as the snippets print them: a name line, then one line per row (-inf where masked)."""
     lines: list[str] = []
-    for m in mats or []:
-        if not isinstance(m, dict) or "values" not in m:
-            continue
-        lines.append(str(m["name"]))
-        lines += [" ".join("-inf" if v is None else f"{v:.6f}" for v in row) for row in m["values"]]
+    for name, rows in printed(twin).items():
+        lines.append(str(name))
+        lines += [" ".join("-inf" if v is None else f"{v:.6f}" for v in row) for row in rows]
     return "\n".join(lines) + ("\n" if lines else "")
 
 

@@ -155,8 +155,18 @@ def data_uri(png_bytes: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png_bytes).decode()
 
 
-def svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str, cell: int = 28) -> str:
-    """A labelled vector heat map: one rect per cell, its value in a <title>; −∞ drawn grey."""
+def svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str) -> str:
+    """A labelled vector heat map to download (slides, papers): drawn by matplotlib (app/render/figure.py), as
+    every figure the lab gives away is: a colour bar, −∞ hatched, the numbers in the cells of a small one."""
+    from .figure import heat_svg
+
+    return heat_svg(a, rows, cols, scale, title)
+
+
+def inline_svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str, cell: int = 28) -> str:
+    """A small labelled heat map drawn inside a page (/architectures' masks): one rect per cell, its value in a
+    <title>; −∞ drawn grey. Hand-written, as the page's own pictures are: sized in the page's pixels, in its
+    font, and drawn in microseconds (matplotlib's figure would bring its own margins, fonts and colour bar)."""
     from html import escape
 
     rgb = colourise(a, scale)

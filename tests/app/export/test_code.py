@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from app.export.code import printed
 from tests.conftest import make_client
+from tests.servers import served
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -24,14 +26,28 @@ def client() -> Iterator[TestClient]:
         yield c
 
 
-def run(*codes: str) -> list[dict[str, list[list[float]]]]:
+# Snippets of one run that load the same model get a fresh copy of it, loaded once (transformers de-quantizes a GGUF
+# file for a minute on a busy machine): each snippet still hooks and runs a model of its own.
+LOAD_ONCE = """import copy
+import transformers
+for cls in (transformers.AutoModel, transformers.AutoModelForCausalLM):
+    def cached(*a, _load=cls.from_pretrained, _kept={}, **k):
+        key = repr((a, sorted(k.items(), key=str)))
+        if key not in _kept:
+            _kept[key] = _load(*a, **k)
+        return copy.deepcopy(_kept[key])
+    cls.from_pretrained = cached
+"""
+
+
+def run(*codes: str, timeout: float = 240) -> list[dict[str, list[list[float]]]]:
     """Run snippets as a user would (python, from the repository, offline; each in a namespace of its own, all in
     one process so that torch is imported once) and read the matrices each prints."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    program = "".join(f"print('=== snippet {i}')\nexec(compile({c!r}, 'snippet{i}.py', 'exec'), {{'__name__': '__main__'}})\n"
+    program = (LOAD_ONCE if any("transformers" in c for c in codes) else "") + "".join(f"print('=== snippet {i}')\nexec(compile({c!r}, 'snippet{i}.py', 'exec'), {{'__name__': '__main__'}})\n"
                       for i, c in enumerate(codes))  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-c", program], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+        [sys.executable, "-c", program], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out: list[dict[str, list[list[float]]]] = []
@@ -59,7 +75,9 @@ def close(printed: list[list[float]], shown: list[list[float | None]]) -> None:
                 assert a == pytest.approx(b, abs=1e-4)
 
 
-def check(client: TestClient, pages: list[str], kinds: tuple[str, ...] = ("lab", "torch")) -> None:
+def check(
+    client: TestClient, pages: list[str], kinds: tuple[str, ...] = ("lab", "torch"), timeout: float = 240
+) -> None:
     codes, expected = [], []
     for page in pages:
         twin = client.get(page, headers={"Accept": "application/json"}).json()
@@ -68,11 +86,12 @@ def check(client: TestClient, pages: list[str], kinds: tuple[str, ...] = ("lab",
             assert r.status_code == 200, r.text
             assert r.headers["content-type"].startswith("text/x-python")
             codes.append(r.text)
-            expected.append((page, kind, {m["name"]: m["values"] for m in twin["matrices"]}))
-    for printed, (page, kind, shown) in zip(run(*codes), expected, strict=True):
-        assert set(printed) == set(shown), (page, kind)
+            expected.append((page, kind, printed(twin)))
+    assert all(shown for _, _, shown in expected)
+    for got, (page, kind, shown) in zip(run(*codes, timeout=timeout), expected, strict=True):
+        assert set(got) == set(shown), (page, kind)
         for name, values in shown.items():
-            close(printed[name], values)
+            close(got[name], values)
 
 
 TOY = [
@@ -95,13 +114,50 @@ def test_the_toy_labs_snippets_print_its_numbers(client: TestClient) -> None:
     check(client, ["/?" + q for q in TOY])
 
 
-def test_a_real_models_torch_snippet_is_transformers_own_weights(client: TestClient, smollm2) -> None:  # type: ignore[no-untyped-def]
+BLOCK = [f"/block?tokens=cat+sat+on+the+mat&stage={stage}" for stage in (
+    "ln1", "projection", "scores", "mask", "softmax", "weighted_sum", "residual1", "ln2", "ffn_hidden", "ffn_out",
+    "output")] + ["/block?tokens=a+b+c+d&stage=output&mask=none&seed=3&d_model=8&n_heads=2&head=1&bias=true"]  # fmt: skip
+
+
+def test_the_gpt2_blocks_snippets_print_its_numbers(client: TestClient) -> None:
+    """/block (GPT-2's block: pre-norm LayerNorm, attention, GELU-tanh MLP, residuals), every stage, both kinds:
+    the lab's `Client` against a running lab, plain torch from the engine's seeded inputs alone."""
+    with served({}) as (base, _):
+        check(client, BLOCK, kinds=("torch",))
+        check_lab(client, base, BLOCK[-3:])
+
+
+def check_lab(client: TestClient, base: str, pages: list[str]) -> None:
+    """kind=lab against the running lab at `base`: the snippet names it, and prints the page's numbers."""
+    codes, expected = [], []
+    for page in pages:
+        twin = client.get(page, headers={"Accept": "application/json"}).json()
+        code = client.get("/api/v1/code", params={"page": page, "kind": "lab"}).text
+        assert "Client('http://testserver')" in code
+        codes.append(code.replace("http://testserver", base))
+        expected.append(printed(twin))
+    for got, shown in zip(run(*codes), expected, strict=True):
+        assert set(got) == set(shown)
+        for name, values in shown.items():
+            close(got[name], values)
+
+
+REAL = [
+    "/?preset=smollm2&text=The+cat+sat+on+the+mat&layer=3&head=4&stage=4",  # a chosen layer and head
+    "/lens?text=The+cat+sat&ablate=L1+H0,L3+H2",  # the logit lens, two heads knocked out
+    "/predict?text=The+cat+sat+on&ablate=L0+H1&ablate_mode=mean",  # a knock-out: the loss per position
+]
+
+
+@pytest.mark.timeout(1200)
+def test_a_real_models_snippets_are_transformers_own_numbers(client: TestClient, smollm2) -> None:  # type: ignore[no-untyped-def]
+    """SmolLM2 at a chosen layer and head, its logit lens and knock-outs: kind=torch with transformers' own model
+    (eager attention, float32), kind=lab against a running lab serving it."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    check(client, ["/?preset=smollm2&text=The+cat+sat+on+the+mat&layer=3&head=4&stage=4"], kinds=("torch",))
-    lab = client.get("/api/v1/code", params={"page": "/?preset=smollm2&text=The+cat&stage=4", "kind": "lab"})
-    assert "Client(" in lab.text and "'preset': 'smollm2'" in lab.text
-    compile(lab.text, "lab.py", "exec")
+    check(client, REAL, kinds=("torch",), timeout=600)  # transformers de-quantizes the GGUF file once a snippet
+    with served({}) as (base, _):
+        check_lab(client, base, REAL)
 
 
 def test_htmx_gets_the_snippet_as_escaped_html(client: TestClient) -> None:
@@ -113,5 +169,5 @@ def test_htmx_gets_the_snippet_as_escaped_html(client: TestClient) -> None:
 def test_pages_without_a_snippet_are_a_422_naming_the_field(client: TestClient) -> None:
     r = client.get("/api/v1/code", params={"page": "/?tokens=a+b&positions=rope&stage=4", "kind": "torch"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "kind"]
-    r = client.get("/api/v1/code", params={"page": "/lens?text=a", "kind": "lab"})
+    r = client.get("/api/v1/code", params={"page": "/block?tokens=a+b&stage=4&ffn=swiglu", "kind": "torch"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "page"]

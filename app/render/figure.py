@@ -1,0 +1,270 @@
+"""Figures drawn by matplotlib, for print and slides: heat maps (a title, token labels, a colour bar, the page's
+colour scales: viridis for weights, ColorBrewer's RdBu centred at 0 for scores, −∞ hatched grey) and curves, laid out
+in one figure with a caption, as SVG (text kept as text), PDF (TrueType embedded: Chinese too) or PNG at 2×.
+
+What a page shows is read into `Heat` and `Curves` panels by app/export/figure.py (from its JSON twin); a single
+matrix downloaded from the API (/api/v1/attention/heatmap.svg) is one `Heat` (`heat_svg`). matplotlib is imported
+inside `draw` only (the Agg backend, no pyplot): the server starts without it.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+FORMATS = {"svg": "image/svg+xml", "pdf": "application/pdf", "png": "image/png"}
+PNG_DPI = 200  # 2× matplotlib's default 100 dpi: slides
+ANNOTATE_CELLS = 100  # matrices of at most this many cells get their numbers printed in the cells
+CJK_FAMILIES = ("WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "AR PL UMing CN")
+
+WORDS = {  # the axes' words in the page's language
+    "en": {"query": "query", "key": "key", "layer": "layer", "head": "head", "position": "position",
+           "feature": "dimension", "p": "probability", "loss": "loss (nats)", "hatched": "hatched: −∞ (masked)",
+           "per_position": "loss per position", "grid": "layer × head", "lens": "p(final prediction) · layer × position",
+           "lens_curves": "p(final prediction) by layer", "p_target": "p(target)", "loss_title": "loss"},
+    "zh": {"query": "查询", "key": "键", "layer": "层", "head": "头", "position": "位置",
+           "feature": "维度", "p": "概率", "loss": "损失（nats）", "hatched": "斜线：−∞（被遮蔽）",
+           "per_position": "每个位置的损失", "grid": "层 × 头", "lens": "最终预测的概率 · 层 × 位置",
+           "lens_curves": "最终预测的概率（逐层）", "p_target": "目标词元的概率", "loss_title": "损失"},
+}  # fmt: skip
+
+
+class TooLarge(ValueError):
+    """A figure past one of the configured bounds; `setting` names the bound."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+@dataclass
+class Heat:
+    title: str
+    rows: list[str]
+    cols: list[str]
+    values: np.ndarray  # float64, NaN where the twin says −∞ (null)
+    hatched: np.ndarray  # bool: −∞, or a weight the mask set to 0
+    scale: str  # "sequential" (viridis), "diverging" (RdBu at 0) or "plain" (a mask: 0 / −∞)
+    bound: float | None = None
+    ylabel: str = "query"
+    xlabel: str = "key"
+    vmax: float | None = None
+
+
+@dataclass
+class Curves:
+    title: str
+    x: list[str]
+    series: list[tuple[str, list[float]]]
+    xlabel: str = "position"
+    ylabel: str = "p"
+    log: bool = False
+
+
+@dataclass
+class Figure:
+    title: str
+    panels: list[Heat | Curves] = field(default_factory=list)
+
+
+_LOCK = threading.Lock()  # matplotlib's font cache and rc state are process-wide: one figure at a time
+
+
+def cjk_font() -> str | None:
+    """A CJK font a system package installed (fonts-wqy-microhei, Noto CJK…), as matplotlib's font manager knows
+    it; None when there is none (Chinese labels then show as boxes, nothing fails)."""
+    from matplotlib import font_manager
+
+    names = {f.name for f in font_manager.fontManager.ttflist}
+    return next((n for n in CJK_FAMILIES if n in names), None)
+
+
+def _reduce(h: Heat, max_cells: int) -> Heat:
+    """A heat map past `max_cells` cells averaged over blocks of k × k cells (hatched where any cell is), its labels
+    every k-th: the same picture at a bounded cost."""
+    n, m = h.values.shape
+    if n * m <= max_cells:
+        return h
+    k = math.ceil(math.sqrt(n * m / max_cells))
+    pn, pm = math.ceil(n / k) * k, math.ceil(m / k) * k
+    v = np.full((pn, pm), np.nan)
+    v[:n, :m] = np.where(h.hatched, np.nan, h.values)
+    hat = np.ones((pn, pm), dtype=bool)
+    hat[:n, :m] = h.hatched
+    blocks = v.reshape(pn // k, k, pm // k, k)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(blocks, axis=(1, 3))
+    hatched = hat.reshape(pn // k, k, pm // k, k).all(axis=(1, 3))
+    return Heat(f"{h.title} (mean of {k}×{k} blocks)", h.rows[::k], h.cols[::k], mean, hatched | np.isnan(mean),
+                h.scale, h.bound, h.ylabel, h.xlabel, h.vmax)  # fmt: skip
+
+
+def draw(fig_spec: Figure, fmt: str, caption: str, lang: str = "en", *, max_cells: int = 65536,
+         max_panels: int = 12, max_labels: int = 64, metadata: dict[str, str] | None = None) -> bytes:  # fmt: skip
+    """The figure as `fmt` bytes (svg, pdf or png). Bounded: at most `max_panels` panels, each heat map reduced to
+    at most `max_cells` cells, at most `max_labels` labels per axis (every k-th beyond)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}")
+    if len(fig_spec.panels) > max_panels:
+        raise TooLarge("figure_max_panels", f"the page shows {len(fig_spec.panels)} figures; the bound is {max_panels}")
+    with _LOCK, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")  # a control character: a box
+        return _draw(fig_spec, fmt, caption, lang, max_cells, max_labels, metadata or {})
+
+
+def _draw(spec: Figure, fmt: str, caption: str, lang: str, max_cells: int, max_labels: int,
+          metadata: dict[str, str]) -> bytes:  # fmt: skip
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib import rc_context
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)  # "no bold CJK face": the regular one is used
+    words = WORDS.get(lang, WORDS["en"])
+    cjk = cjk_font()
+    rc: dict[str, Any] = {
+        "font.family": ["DejaVu Sans", *([cjk] if cjk else [])],  # matplotlib falls back glyph by glyph
+        "svg.fonttype": "none",  # text stays text: the labels are searchable and selectable
+        "pdf.fonttype": 42,  # TrueType embedded (Type 3 cannot hold CJK well)
+        "hatch.color": "#8a8a8a",
+        "hatch.linewidth": 0.6,
+        "axes.titlesize": 10,
+        "font.size": 8,
+    }
+    with rc_context(rc):  # type: ignore[arg-type]
+        panels = [_reduce(p, max_cells) if isinstance(p, Heat) else p for p in spec.panels]
+        n = len(panels)
+        ncols = 1 if n == 1 else 2 if n in (2, 4) else 3
+        nrows = math.ceil(n / ncols)
+        width = 4.2 * ncols + 0.4
+        height = 3.9 * nrows + 0.9
+        fig = MplFigure(figsize=(width, height), layout="constrained")
+        FigureCanvasAgg(fig)
+        fig.suptitle(spec.title, fontsize=12, fontweight="bold")
+        for i, p in enumerate(panels):
+            ax = fig.add_subplot(nrows, ncols, i + 1)
+            if isinstance(p, Heat):
+                _heat(fig, ax, p, words, max_labels)
+            else:
+                _curves(ax, p, words, max_labels)
+        if any(isinstance(p, Heat) and p.hatched.any() for p in panels):
+            caption = f"{caption} · {words['hatched']}"
+        fig.text(0.5, 0.0, caption, ha="center", va="bottom", fontsize=7, color="#444444", wrap=True)
+        fig.get_layout_engine().set(h_pad=0.08, rect=(0, 0.05, 1, 0.95))  # type: ignore[union-attr, call-arg]
+        buf = io.BytesIO()
+        meta = _metadata(fmt, spec.title, caption, metadata)
+        fig.savefig(buf, format=fmt, dpi=PNG_DPI if fmt == "png" else 100, metadata=meta)
+        return buf.getvalue()
+
+
+def _metadata(fmt: str, title: str, caption: str, extra: dict[str, str]) -> dict[str, Any]:
+    if fmt == "pdf":
+        return {"Title": title, "Subject": caption, "Creator": "Attention Lab (matplotlib)",
+                "Keywords": "; ".join(f"{k}={v}" for k, v in extra.items())}  # fmt: skip
+    if fmt == "svg":
+        return {"Title": title, "Description": caption + "\n" + "\n".join(f"{k}: {v}" for k, v in extra.items()),
+                "Creator": "Attention Lab (matplotlib)"}  # fmt: skip
+    return {"Title": title, "Description": caption, "Software": "Attention Lab (matplotlib)", **extra}
+
+
+def _ticks(labels: list[str], max_labels: int) -> tuple[list[int], list[str]]:
+    step = max(1, math.ceil(len(labels) / max_labels))
+    idx = list(range(0, len(labels), step))
+    return idx, [labels[i] for i in idx]
+
+
+def _heat(fig: Any, ax: Any, h: Heat, words: dict[str, str], max_labels: int) -> None:
+    import matplotlib as mpl
+    from matplotlib.colors import Colormap, ListedColormap, Normalize, TwoSlopeNorm
+    from matplotlib.patches import Rectangle
+
+    n, m = h.values.shape
+    data = np.ma.masked_array(h.values, mask=h.hatched | np.isnan(h.values))
+    cmap: Colormap
+    if h.scale == "sequential":
+        cmap = mpl.colormaps["viridis"]
+        finite = data.compressed()
+        top = (
+            h.vmax if h.vmax is not None else (1.0 if finite.size and finite.max() <= 1 and finite.min() >= 0 else None)
+        )
+        norm: Normalize = Normalize(vmin=0.0 if top == 1.0 else None, vmax=top)
+        if top is None and finite.size:
+            norm = Normalize(vmin=float(finite.min()), vmax=float(finite.max()) or 1.0)
+    elif h.scale == "plain":  # a mask: 0 where attention may look, −∞ (hatched) where it may not
+        cmap = ListedColormap(["#f7f7f7"])
+        norm = Normalize(vmin=-1, vmax=1)
+    else:
+        cmap = mpl.colormaps["RdBu_r"]  # ColorBrewer RdBu, negative blue and positive red as the page
+        finite = data.compressed()
+        bound = float(h.bound) if h.bound else float(np.abs(finite).max()) if finite.size else 1.0
+        bound = bound or 1.0
+        norm = TwoSlopeNorm(vcenter=0.0, vmin=-bound, vmax=bound)
+    cmap = cmap.with_extremes(bad=(0, 0, 0, 0))  # transparent: the hatched rectangle beneath shows through
+    ax.add_patch(Rectangle((-0.5, -0.5), m, n, facecolor="#e3e3e3", hatch="///", edgecolor="#8a8a8a", lw=0,
+                           zorder=0))  # fmt: skip
+    if n * m <= 64 * 64:  # vector cells
+        mesh = ax.pcolormesh(np.arange(m + 1) - 0.5, np.arange(n + 1) - 0.5, data, cmap=cmap, norm=norm,
+                             edgecolors="white" if n * m <= ANNOTATE_CELLS else "face", linewidth=0.5, zorder=1)  # fmt: skip
+    else:
+        mesh = ax.imshow(data, cmap=cmap, norm=norm, interpolation="nearest", aspect="auto", zorder=1)
+    ax.set_xlim(-0.5, m - 0.5)
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_title(h.title)
+    xi, xl = _ticks(h.cols, max_labels)
+    yi, yl = _ticks(h.rows, max_labels)
+    ax.set_xticks(xi, xl, rotation=60 if max(map(len, xl), default=0) > 2 else 0, ha="right" if xl else "center",
+                  rotation_mode="anchor")  # fmt: skip
+    ax.set_yticks(yi, yl)
+    ax.set_xlabel(words.get(h.xlabel, h.xlabel))
+    ax.set_ylabel(words.get(h.ylabel, h.ylabel))
+    ax.tick_params(length=0)
+    if n * m <= ANNOTATE_CELLS:
+        for i in range(n):
+            for j in range(m):
+                v = h.values[i, j]
+                if np.isnan(v):
+                    text, colour = "−∞", "#333333"
+                else:
+                    text = f"{v:.2f}"
+                    r, g, b, _ = cmap(norm(v))
+                    colour = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
+                if h.hatched[i, j] and not np.isnan(v):
+                    colour = "#333333"
+                ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour, zorder=2)
+    if h.scale != "plain":
+        bar = fig.colorbar(mesh, ax=ax, shrink=0.85)
+        bar.ax.tick_params(labelsize=7)
+
+
+def _curves(ax: Any, c: Curves, words: dict[str, str], max_labels: int) -> None:
+    xs = np.arange(len(c.x))
+    for name, ys in c.series[:12]:
+        ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, label=name)
+    if c.log:
+        ax.set_yscale("log")
+    xi, xl = _ticks(c.x, min(max_labels, 16))
+    ax.set_xticks(xi, xl, rotation=60 if max(map(len, xl), default=0) > 3 else 0, ha="right", rotation_mode="anchor")
+    ax.set_title(c.title)
+    ax.set_xlabel(words.get(c.xlabel, c.xlabel))
+    ax.set_ylabel(words.get(c.ylabel, c.ylabel))
+    ax.grid(alpha=0.3)
+    if len(c.series) > 1:
+        ax.legend(fontsize=6, ncols=2 if len(c.series) > 6 else 1)
+
+
+def heat_svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str) -> str:
+    """One matrix as a labelled SVG heat map drawn by matplotlib (−∞ hatched, its numbers in the cells when small),
+    its title the caption too."""
+    values = np.where(np.isneginf(a), np.nan, a).astype(np.float64)
+    heat = Heat(title, rows, cols, values, np.isnan(values), scale)
+    return draw(Figure(title, [heat]), "svg", f"Attention Lab · {title}").decode()
