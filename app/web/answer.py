@@ -3,7 +3,7 @@
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
 import orjson
@@ -63,10 +63,8 @@ def twins(
 
     extra = route.pop("openapi_extra", {}) | {"parameters": query_parameters(model)}
     router.add_api_route(path, post, methods=["POST"], name=f"{name}_post", route_class_override=OnceRoute, **route)
-    router.add_api_route(
-        path, cached_get(get), methods=["GET"], name=get_name or f"{name}_get", openapi_extra=extra,
-        dependencies=[Depends(known)], **route,
-    )
+    router.add_api_route(path, cached_get(get), methods=["GET"], name=get_name or f"{name}_get", openapi_extra=extra,
+                         dependencies=[Depends(known)], **route)  # fmt: skip
 
 
 class OnceRequest(Request):
@@ -91,7 +89,7 @@ class OnceRequest(Request):
 class OnceRoute(APIRoute):
     """A route that reads its body as `OnceRequest` (FastAPI's custom request class)."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def once(request: Request) -> Response:
