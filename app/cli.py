@@ -206,7 +206,7 @@ def _trace(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from app.render.payload import OPTIONS, document
-    from app.schemas import AttentionRequest, from_query
+    from app.schemas import AttentionRequest, query_model
     from app.settings import Settings
     from engine import PRESETS, SpecError, compute
     from engine.device import resolve
@@ -216,7 +216,7 @@ def _trace(args: argparse.Namespace) -> int:
     settings = Settings(device=args.device, **({"checkpoint": args.checkpoint} if args.checkpoint else {}))
     query = request_query(args) | {"stages": stage} | ({"tokens": args.tokens} if args.tokens is not None else {})
     try:
-        req = AttentionRequest.model_validate(from_query(query, None, AttentionRequest))
+        req = query_model(AttentionRequest).model_validate(query)
         models: dict[str, Model] = {}
         if req.preset not in PRESETS:  # a pretrained model: found as the server finds them, loaded on first use
             from app.lab import Lab

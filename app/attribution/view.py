@@ -23,7 +23,7 @@ from engine import attribution as A
 from ..lab import Lab
 from ..render import cells
 from ..render.predicted import generators
-from ..schemas import FieldError, from_query
+from ..schemas import FieldError, query_model
 from ..web.page import lab_url, twin_url
 from ..web.sequence import DECODER, Text
 from ..web.state import PageQuery, within
@@ -208,7 +208,7 @@ def api_params(state: PageQuery) -> dict[str, str]:
 
 
 def page_request(state: PageQuery) -> AttributionRequest:
-    return AttributionRequest.model_validate(from_query(api_params(state), None, AttributionRequest))
+    return query_model(AttributionRequest).model_validate(api_params(state))
 
 
 def shade(value: float, scale: str, bound: float) -> str:

@@ -18,7 +18,7 @@ from engine.models import Model
 
 from ..lab import Lab
 from ..render.predicted import generators
-from ..schemas import FieldError, LabField, from_query
+from ..schemas import FieldError, LabField, query_model
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
 from ..web.page import Refused
 from ..web.sequence import DECODER, InputText, Preset, decoder
@@ -196,7 +196,7 @@ async def request_body(
     names = [n for n in ("preset", "text", "token_ids", "loss_from", "ablate_mode", "mask_off_layers",
                          "drop_sink_layers") if n in model_cls.model_fields]  # fmt: skip
     raw = {n: state.get(n) for n in names if state.get(n)} | dict(prompt)
-    body = from_query(raw, None, model_cls)
+    body = query_model(model_cls).model_validate(raw).model_dump(exclude_unset=True)  # the text read, once
     if heads := form_ablate(state.get("ablate"), state.spelled.get("ablate", "ablate")):
         body["ablate"] = heads
     for name in ("bos", "eos"):

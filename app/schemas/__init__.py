@@ -11,8 +11,8 @@
   limits, raising `SpecError` (alias `FieldError`, the one error type) naming the field at fault, so every bad
   input becomes a 422 that names it.
 - `query`: a GET request carries the same fields as query parameters (`tokens` as one space-separated string,
-  lists as repeated or comma-separated values, explicit matrices as JSON text): `from_query`, and the OpenAPI
-  description of those parameters (`query_parameters`).
+  lists as repeated or comma-separated values, explicit matrices as JSON text): `query_model(Model)` reads them
+  (FastAPI's query model of a GET twin, a page's request), `query_parameters` describes them for OpenAPI.
 - `responses`: the answers' models for /docs (`Problem`, `ERRORS`, `AttentionResponse`).
 
 Everything is importable from `app.schemas`.
@@ -21,12 +21,12 @@ Everything is importable from `app.schemas`.
 from __future__ import annotations
 
 from .fields import FieldError, LabField, head_within, request_fields
-from .query import ASCII_INT, ASCII_NUMBER, LIST_FIELDS, from_query, int_or_empty, query_parameters
+from .query import ASCII_INT, ASCII_NUMBER, LIST_FIELDS, int_or_empty, query_model, query_parameters
 from .request_models import RETURNED, AttentionRequest, BlockRequest, DecodeRequest, Selection, TilesRequest
 from .responses import ERRORS, AttentionResponse, Problem
 
 __all__ = [
     "ASCII_INT", "ASCII_NUMBER", "ERRORS", "LIST_FIELDS", "RETURNED", "AttentionRequest", "AttentionResponse",
-    "BlockRequest", "DecodeRequest", "FieldError", "LabField", "Problem", "Selection", "TilesRequest", "from_query",
-    "head_within", "int_or_empty", "query_parameters", "request_fields",
+    "BlockRequest", "DecodeRequest", "FieldError", "LabField", "Problem", "Selection", "TilesRequest", "head_within",
+    "int_or_empty", "query_model", "query_parameters", "request_fields",
 ]  # fmt: skip

@@ -1,18 +1,23 @@
-"""A request's fields as a GET query: `from_query` turns query text into the body a POST would carry (lists
-repeated or comma-separated, matrices as JSON text, numbers as ASCII numerals), and `query_parameters` describes
-the same fields as a GET route's OpenAPI query parameters, with the bounds the body model enforces."""
+"""A request's fields as a GET query: `query_model(Model)` is `Model` reading query text (lists repeated or
+comma-separated, matrices as JSON text, numbers as ASCII numerals, an empty value "not given"), the model a GET
+twin takes from FastAPI (`Annotated[query_model(Model), Query()]`) and a page makes its request with; and
+`query_parameters` describes the same fields as a GET route's OpenAPI query parameters, with the bounds the body
+model enforces."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from typing import Any
+from functools import cache
+from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-from .fields import FieldError, request_fields
+from .fields import request_fields
 from .request_models import AttentionRequest, BlockRequest, DecodeRequest, TilesRequest
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def _union(kind: str) -> tuple[str, ...]:
@@ -34,7 +39,7 @@ ASCII_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]{1
 BOOLEANS = {"true": True, "1": True, "on": True, "false": False, "0": False, "off": False}
 
 
-def _query_value(text: str, kind: str | None) -> Any:
+def _value(text: str, kind: str | None) -> Any:
     """Query text as the JSON value a POST would carry: plain ASCII numerals become numbers; anything else stays
     text, for the strict model to refuse with a message naming the field."""
     if kind == "integer" and ASCII_INT.fullmatch(text):
@@ -46,32 +51,60 @@ def _query_value(text: str, kind: str | None) -> Any:
     return text
 
 
-def from_query(
-    params: Mapping[str, Any], getlist: Any = None, model: type[BaseModel] = AttentionRequest
-) -> dict[str, Any]:
-    """Turn query parameters into the body a POST would carry. Unknown parameters (the page's own `stage`,
-    `head`, `lang`) are left out, so a lab URL works unchanged as its JSON twin."""
-    out: dict[str, Any] = {}
-    for name, field in request_fields(model).items():
-        if name not in params:
-            continue
-        if field.kind == "list":
-            values = getlist(name) if getlist else [params[name]]
-            items = [part.strip() for v in values for part in str(v).replace(" ", ",").split(",")]
-            out[name] = [_query_value(i, field.item) for i in items if i]
-        elif field.kind == "json":
-            text = params[name]
-            if text == "":
-                continue  # an empty field means "not given", as for every other field
-            try:
-                out[name] = json.loads(text)
-            except (ValueError, RecursionError):  # malformed, or nested deeper than any matrix
-                raise FieldError(name, "must be JSON text, e.g. [[1, 0], [0, 1]]") from None
-        else:
-            value = params[name]
-            if value != "" or name == "tokens":  # an empty form field means "the default"
-                out[name] = _query_value(value, field.item)
-    return out
+def _texts(value: Any) -> list[str] | None:
+    """A field's query values (FastAPI gives a list-typed field every repetition), or None when it is no text."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value
+    return None
+
+
+@cache
+def query_model(model: type[M]) -> type[M]:
+    """`model` reading a GET query: the same fields, checks and errors, its query text read once into the values a
+    JSON body carries. Keys that are no field of it (a page's own `stage`, `lang`) are left out, so a lab URL works
+    unchanged as its JSON twin; an empty value means "not given" (an untouched form field), but for `tokens`. Values
+    already typed (a page's own reading of a field) pass as they are. Its instances are `model`'s."""
+    fields = request_fields(model)
+
+    class Query(model):  # type: ignore[valid-type, misc]
+        @model_validator(mode="before")
+        @classmethod
+        def _given(cls, data: Any) -> Any:
+            if not isinstance(data, dict):
+                return data
+            out = {}
+            for name, field in fields.items():
+                if name not in data:
+                    continue
+                value, texts = data[name], _texts(data[name])
+                if texts is not None and field.kind != "list":
+                    value = texts[-1]  # the last of a repeated key, as a query's own reading keeps
+                    if value == "" and name != "tokens":
+                        continue
+                out[name] = value
+            return out
+
+        @field_validator("*", mode="before")
+        @classmethod
+        def _typed(cls, value: Any, info: ValidationInfo) -> Any:
+            field = fields[str(info.field_name)]
+            if field.kind == "list" and (texts := _texts(value)) is not None:
+                items = [part.strip() for v in texts for part in v.replace(" ", ",").split(",")]
+                return [_value(i, field.item) for i in items if i]
+            if not isinstance(value, str):
+                return value
+            if field.kind == "json":
+                try:
+                    return json.loads(value)
+                except (ValueError, RecursionError):  # malformed, or nested deeper than any matrix
+                    raise PydanticCustomError("value_error", "must be JSON text, e.g. [[1, 0], [0, 1]]") from None
+            return _value(value, field.item)
+
+    Query.__name__ = Query.__qualname__ = f"{model.__name__}Query"
+    Query.__doc__ = model.__doc__
+    return Query
 
 
 def int_or_empty(minimum: int | None = None, maximum: int | None = None, **bounds: Any) -> dict[str, Any]:

@@ -56,7 +56,7 @@ class AttentionRequest(BaseModel):
     """One attention trace. Every field is optional; the preset fills the rest.
 
     Strict: a JSON body's numbers are numbers ("seed": "1" and strings inside `x` are refused, as booleans are);
-    the GET twin's query text is turned into numbers by `from_query` before validation.
+    a GET query's text is read into numbers by `query_model(AttentionRequest)` (app/schemas/query.py).
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=mask_parameters)

@@ -1,13 +1,13 @@
-"""What every API route that answers with a trace shares: reading the GET twin's query, and serialising a trace
+"""What every API route that answers with a trace shares: its GET and POST twins, and serialising a trace
 (JSON under the size limit, or .npz) off the event loop, through the cache."""
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
 import orjson
-from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel
 from starlette.applications import Starlette
@@ -16,7 +16,7 @@ from ..errors import field_error, where_of
 from ..lab import Lab, Work, get_lab
 from ..render.arrays import Traced
 from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_json, to_npz
-from ..schemas import FieldError, Selection, from_query, query_parameters
+from ..schemas import FieldError, Selection, query_model, query_parameters
 from .cache import cached_get
 from .state import PageQuery, show
 from .view import subclasses
@@ -30,10 +30,10 @@ def twins(
     router: APIRouter, path: str, model: type[BaseModel], answer: Answer, name: str, get_name: str = "", **route: Any
 ) -> None:
     """The GET/POST twins of one API operation: `POST path` takes the request model as a JSON body, `GET path` the
-    same fields as query parameters (documented in OpenAPI from the same model, its answers cached by URL); both
-    answer with `answer(request, req, lab)`, whose docstring is the operation's description unless `description`
-    is given. `name` keeps each route's name (and so its OpenAPI operationId): `{name}_post` and `{name}_get` (or
-    `get_name`)."""
+    same fields as query parameters (its query model, `query_model(model)`, documented in OpenAPI as the query text
+    it reads, its answers cached by URL); both answer with `answer(request, req, lab)`, whose docstring is the
+    operation's description unless `description` is given. `name` keeps each route's name (and so its OpenAPI
+    operationId): `{name}_post` and `{name}_get` (or `get_name`)."""
     route.setdefault("description", inspect.cleandoc(answer.__doc__ or "").replace("\n", " ") or None)
 
     # This module's annotations are evaluated where they are written (no postponed annotations): FastAPI reads
@@ -43,23 +43,59 @@ def twins(
         req: Annotated[model, Body()],  # type: ignore[valid-type]
         lab: Annotated[Lab, Depends(get_lab)],
     ) -> Response:
-        if (twice := duplicate_key(await request.body())) is not None:  # a GET refuses a field given twice too
-            raise FieldError(twice, "is given more than once")
+        if (twice := getattr(request, "twice", None)) is not None:  # a GET refuses a field given twice too
+            raise FieldError(field_name(twice), "is given more than once")
         return await answer(request, req, lab)
 
-    async def get(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+    def known(request: Request) -> None:
         # A key no view of the lab reads is refused, as the POST's body refuses it (a typo is named, never ignored);
         # a key another view reads rides along, so any page's or operation's query can be pasted onto this one.
         if unknown := [k for k in request.query_params if k not in view_keys(request.app)]:
             raise FieldError(field_name(unknown[0]), f"is no field of any view of the lab; this operation takes "
                              f"{', '.join(model.model_fields)}")  # fmt: skip
-        return await answer(request, parse_query(request, model), lab)
+
+    async def get(
+        request: Request,
+        lab: Annotated[Lab, Depends(get_lab)],
+        req: Annotated[query_model(model), Query(include_in_schema=False)],  # type: ignore[valid-type]
+    ) -> Response:
+        return await answer(request, req, lab)
 
     extra = route.pop("openapi_extra", {}) | {"parameters": query_parameters(model)}
-    router.add_api_route(path, post, methods=["POST"], name=f"{name}_post", **route)
-    router.add_api_route(
-        path, cached_get(get), methods=["GET"], name=get_name or f"{name}_get", openapi_extra=extra, **route
-    )
+    router.add_api_route(path, post, methods=["POST"], name=f"{name}_post", route_class_override=OnceRoute, **route)
+    router.add_api_route(path, cached_get(get), methods=["GET"], name=get_name or f"{name}_get", openapi_extra=extra,
+                         dependencies=[Depends(known)], **route)  # fmt: skip
+
+
+class OnceRequest(Request):
+    """A request whose JSON body is parsed once, noting the first key an object gives twice (`twice`: JSON parsers
+    keep the last silently, and this API names it)."""
+
+    twice: str | None = None
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = json.loads(await self.body(), object_pairs_hook=self._pairs)
+        return self._json
+
+    def _pairs(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(pairs)
+        if self.twice is None and len(out) < len(pairs):
+            seen: set[str] = set()
+            self.twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        return out
+
+
+class OnceRoute(APIRoute):
+    """A route that reads its body as `OnceRequest` (FastAPI's custom request class)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def once(request: Request) -> Response:
+            return await handler(OnceRequest(request.scope, request.receive))
+
+        return once
 
 
 def view_keys(app: Starlette) -> frozenset[str]:
@@ -93,38 +129,16 @@ def view_keys(app: Starlette) -> frozenset[str]:
     return known
 
 
-class _Twice(Exception):
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in seen:
-            raise _Twice(k)
-        seen[k] = v
-    return seen
-
-
 def field_name(key: str) -> str:
     """A key the user sent, as an error names it: itself, or a bounded printable echo of a long or odd one."""
     return key if 0 < len(key) <= 30 and key.isprintable() else show(key, 30)
 
 
-def duplicate_key(body: bytes) -> str | None:
-    """The first key a JSON body gives twice in one object (JSON parsers keep the last silently), or None."""
-    try:
-        json.loads(body, object_pairs_hook=_once)
-    except _Twice as twice:
-        return field_name(twice.key)
-    except (ValueError, RecursionError):  # not JSON this API reads: the body's own parser says so
-        return None
-    return None
-
-
 def parse_query(request: Request, model: type[M]) -> M:
-    return model.model_validate(from_query(request.query_params, request.query_params.getlist, model))
+    """`model` of a route's query (a route that takes its own parameters beside the request's: /window, the images),
+    read once by its query model."""
+    params = request.query_params
+    return query_model(model).model_validate({k: params.getlist(k) for k in params})
 
 
 def mib(n: int) -> str:

@@ -15,7 +15,7 @@ import functools
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -114,12 +114,12 @@ def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awa
     configuration, so this is safe for every idempotent route here."""
 
     @functools.wraps(handler)
-    async def wrapper(request: Request, lab: Lab) -> Response:
+    async def wrapper(request: Request, lab: Lab, **given: Any) -> Response:
         store = store_of(request)
         key = (request.url.path, request.url.query)
 
         async def compute() -> Response:
-            response = await handler(request, lab)
+            response = await handler(request, lab, **given)
             keep(store, key, response)
             return response
 

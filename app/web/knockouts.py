@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine import predict as P
 from engine.models.families import Model
 
-from ..schemas import FieldError, LabField, from_query
+from ..schemas import FieldError, LabField, query_model
 from .state import PageQuery, parse_heads
 
 LAYERS = 'A list of layers (0 is the first), or "all".'
@@ -123,4 +123,4 @@ def form_request(state: PageQuery, model: type[Req], given: Mapping[str, str] | 
     raw = state.get("ablate")
     ablate = form_ablate(raw, state.spelled.get("ablate", "ablate")) if raw else None
     fields = {k: v for k, v in state.api_params().items() if k != "ablate"} | dict(given or {})
-    return model.model_validate(from_query(fields, None, model) | ({"ablate": ablate} if ablate else {}))
+    return query_model(model).model_validate(fields | ({"ablate": ablate} if ablate else {}))

@@ -20,7 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from engine.spec import PRESETS
 
-from ..schemas import ASCII_INT, BlockRequest, FieldError, from_query, head_within, request_fields
+from ..schemas import ASCII_INT, BlockRequest, FieldError, head_within, query_model, request_fields
 
 
 def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, hi: int | None = None) -> int:
@@ -372,9 +372,8 @@ class PageQuery(BaseModel):
         return self.url(**changes)
 
     def request(self, model: type[M], **extra: str) -> M:
-        """The request model of the page's fields (and `extra` text): their text made into the body a POST would
-        carry, once."""
-        return model.model_validate(from_query(self.api_params() | extra, None, model))
+        """The request model of the page's fields (and `extra` text), their text read once by its query model."""
+        return query_model(model).model_validate(self.api_params() | extra)
 
 
 Q = TypeVar("Q", bound=PageQuery)

@@ -22,7 +22,7 @@ from app.schemas import (
     BlockRequest,
     DecodeRequest,
     FieldError,
-    from_query,
+    query_model,
     query_parameters,
     request_fields,
     request_models,
@@ -82,9 +82,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> type[AttentionRequest]:
 
 
 def test_a_new_field_reaches_the_get_parser_the_openapi_query_and_the_summary(fake: type[AttentionRequest]) -> None:
-    body = from_query({"tokens": "a b c", "temperature": "0.5", "mask": "causal"}, None, fake)
-    assert body["temperature"] == 0.5  # a number, as a POST would carry it
-    spec = fake.model_validate(body).to_spec(Limits(), "cpu")
+    req = query_model(fake).model_validate({"tokens": "a b c", "temperature": "0.5", "mask": "causal"})
+    assert req.temperature == 0.5 and isinstance(req, fake)  # a number, as a POST would carry it
+    spec = req.to_spec(Limits(), "cpu")
     assert spec.summary()["temperature"] == 0.5
     assert "temperature" in [p["name"] for p in query_parameters(fake)]
     f = request_fields(fake)["temperature"]
@@ -254,9 +254,10 @@ def mask_param(monkeypatch: pytest.MonkeyPatch) -> type[AttentionRequest]:
 
 
 def test_a_new_mask_parameter_is_checked_and_traced_by_the_engine(mask_param: type[AttentionRequest]) -> None:
-    body = from_query({"tokens": "a b c d e", "mask": "sliding_window", "window": "1", "sinks": "1"}, None, mask_param)
-    assert body["sinks"] == 1  # an integer, as a POST would carry it
-    spec = mask_param.model_validate(body).to_spec(Limits(), "cpu")
+    query = {"tokens": "a b c d e", "mask": "sliding_window", "window": "1", "sinks": "1"}
+    req = query_model(mask_param).model_validate(query)
+    assert req.sinks == 1  # an integer, as a POST would carry it
+    spec = req.to_spec(Limits(), "cpu")
     assert spec.summary()["sinks"] == 1
     t = compute(spec)
     weights = t.softmax.weights[0]  # (N, N): query i reads itself and the first token only
