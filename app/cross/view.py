@@ -21,7 +21,7 @@ from engine.encdec import EncDecConfig, init_params, nonlinearity
 from engine.encdec_train import EncDecRun, EncDecSnapshot, new_run, read_probe, task_of
 
 from ..render.charts import Series, line_chart
-from ..render.heatmap import svg
+from ..render.heatmap import inline_svg as svg
 from ..web.state import PageQuery
 from ..web.view import HIDDEN, View
 
