@@ -107,7 +107,8 @@ def test_a_revealed_poll_fits_a_phone(browser: Browser, live_server: str, lang: 
         assert got["page"] <= PHONE["width"] and got["bar"] <= 0 and not got["off"], got
         # the answers read whole: each label's bar and count beside it on screen
         rows = sp.locator("[data-room-reveal] ol.histogram li").evaluate_all(
-            "ls => ls.map(l => [...l.children].map(c => c.getBoundingClientRect().right))")
+            "ls => ls.map(l => [...l.children].map(c => c.getBoundingClientRect().right))"
+        )
         assert len(rows) == 3 and all(right <= PHONE["width"] for row in rows for right in row), rows
     finally:
         teacher.close()
