@@ -703,7 +703,36 @@ function predictFit() {
   }, true);
 }
 
+// A token the model predicts may be a byte piece that only begins a character (⟨e7⟩: the engine's labels,
+// engine/models/labels.py, name no character it does not finish): wherever one is shown, on every page, it says so
+// in the reader's language (a dotted underline and a tooltip; a tooltip that already names it gets the sentence).
+function bytePieces() {
+  var piece = /⟨[0-9a-f]{2}⟩(?:⟨[0-9a-f]{2}⟩)*/;
+  function explain() {
+    var say = document.body.getAttribute("data-byte-piece");
+    if (!say || document.body.textContent.indexOf("⟨") < 0 && !document.querySelector("[title*='⟨']")) return;
+    var walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT), node, seen = [];
+    while ((node = walk.nextNode())) {
+      var el = node.parentElement, m = piece.exec(node.nodeValue);
+      if (m && el && !el.closest("script, style, textarea")) seen.push([el, m[0]]);
+    }
+    document.querySelectorAll("[title*='⟨']:not([data-piece])").forEach(function (el) {
+      var m = piece.exec(el.getAttribute("title"));
+      if (m) seen.push([el, m[0]]);
+    });
+    seen.forEach(function (found) {
+      var el = found[0], line = say.replace("{piece}", found[1]), title = el.getAttribute("title");
+      if (el.hasAttribute("data-piece")) return;
+      el.setAttribute("data-piece", found[1]);
+      el.setAttribute("title", title ? title + "\n" + line : line);
+    });
+  }
+  document.addEventListener("DOMContentLoaded", explain);
+  document.addEventListener("htmx:afterSettle", explain);
+  document.addEventListener("room:followed", explain);
+}
+
 window.lab = { onLayout: onLayout, largest: largest, settleFormulas: settleFormulas };
 [keyboard, relink, play, progress, refusedRequests, toAnchor, deferredPage, stickyLesson, barResized, presenterNumbers, moreMenu,
- arithmeticInView, formulas, currentInView, modelFit, predictFit].forEach(function (section) { section(); });
+ arithmeticInView, formulas, currentInView, modelFit, predictFit, bytePieces].forEach(function (section) { section(); });
 })();
