@@ -217,6 +217,7 @@ LATIN_OK = set(
         "url",  # the command lines of the loopback warning
         "MAX_RANK_COST",  # the setting the ranking's stated cost is held to, by its name
         "NumPy",
+        "Python",  # the language of the "Show code" snippets, by its name
         "npz",
         "Softmax",
         "softmax",
