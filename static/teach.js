@@ -361,12 +361,9 @@
     else if (type === "poll") showPoll(JSON.parse(e.detail.data));
     else if (type === "end") showEnded();
   });
-  document.addEventListener("htmx:sseError", function () {
-    json(api).catch(function (status) { if (status === 404) showEnded(); });
-  });
+  document.addEventListener("htmx:sseError", function () { kit.ifGone(api, showEnded); });
   function showEnded() {
-    root.removeAttribute("sse-connect"); // no reconnects: the SSE extension closes the stream it cleans up
-    window.htmx.trigger(root, "htmx:beforeCleanupElement");
+    kit.close(root);
     if (poll) results(null);
     Array.prototype.forEach.call(root.children, function (el) { el.hidden = true; });
     $("[data-ended]").hidden = false;
