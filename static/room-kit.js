@@ -68,6 +68,13 @@ window.labRoomKit = (function () {
     json(api).catch(function (status) { if (status === 404) then(); });
   }
 
+  // A button that changes the room (reveal, clear: templates/_room_poll.html, _room_results.html) posts to the
+  // rooms API, whose bodies are JSON (it refuses a form's POST).
+  document.addEventListener("click", function (e) {
+    var b = e.target.closest && e.target.closest("button[data-room-post]");
+    if (b) json(b.getAttribute("data-room-post"), "POST").catch(function () {});
+  });
+
   // Growing pauses: 1 s, 2 s, 4 s … 30 s, jittered, never sooner than `minSeconds` (a Retry-After).
   function backoff(attempt, minSeconds) {
     var ms = Math.min(30000, 1000 * Math.pow(2, attempt)) * (0.75 + Math.random() / 2);

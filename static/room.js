@@ -141,7 +141,6 @@
     var b = e.target.closest("button"), p = poll();
     if (!b || !p) return;
     if (b.closest("[data-room-options]")) send(Number(b.getAttribute("data-index")));
-    if (b.hasAttribute("data-room-act")) kit.json(api + "/polls/" + p.id + "/" + b.getAttribute("data-room-act"), "POST").catch(function () {});
     if (b.hasAttribute("data-room-dismiss")) { dismiss(); pollChanged(); } // a revealed result leaves this phone
   });
   function dismiss() {
