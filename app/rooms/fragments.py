@@ -89,9 +89,10 @@ async def poll_box(store: Store, code: str, poll: Poll | None, role: Role, lang:
 async def results_card(store: Store, code: str, poll: Poll | None, lang: str, cleared: bool) -> str:
     """The remote's results card (templates/_room_results.html): the question and its live histogram with the key,
     reveal and clear, the CSV; hidden without a poll. A poll `cleared` off the class's screens stays on the card."""
-    if poll is None:
-        return TEMPLATES.get_template("_room_results.html").render(t=translator(lang), lang=lang, code=code, poll=None)
-    live = await poll_box(store, code, poll, "remote", lang, None)
-    return TEMPLATES.get_template("_room_results.html").render(
-        t=translator(lang), lang=lang, code=code, poll=poll, prompt=labels(poll, lang)[0], live=Markup(live), cleared=cleared
-    )
+    ctx: dict[str, Any] = {"t": translator(lang), "lang": lang, "code": code, "poll": poll, "cleared": cleared}
+    if poll is not None:
+        ctx |= {
+            "prompt": labels(poll, lang)[0],
+            "live": Markup(await poll_box(store, code, poll, "remote", lang, None)),
+        }
+    return TEMPLATES.get_template("_room_results.html").render(ctx)
