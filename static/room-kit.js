@@ -1,6 +1,6 @@
 // What a class's screens (static/room.js) and the teacher's remote (static/teach.js) share: a view without what
 // belongs to one screen, a cell named by its tokens, the matrix a cell question is about, the length of a
-// histogram's bars, the rooms API's JSON and growing pauses. The room's event stream is htmx's SSE extension's.
+// histogram's bars, the rooms API's JSON, the end of the room's stream and growing pauses. The room's event stream is htmx's SSE extension's.
 window.labRoomKit = (function () {
   "use strict";
   var PERSONAL = ["lang", "present", "room"];
@@ -57,6 +57,24 @@ window.labRoomKit = (function () {
     }).then(function (res) { return res.ok ? (res.status === 204 ? null : res.json()) : Promise.reject(res.status); });
   }
 
+  // The room's event stream on `el` (htmx's SSE extension) closed for good: no reconnects, as the class has ended.
+  function close(el) {
+    if (!el || !window.htmx) return;
+    el.removeAttribute("sse-connect");
+    window.htmx.trigger(el, "htmx:beforeCleanupElement"); // the extension closes the stream of an element it cleans up
+  }
+  // A stream that failed: `then()` when the room is gone (it has ended), nothing while it is only unreachable.
+  function ifGone(api, then) {
+    json(api).catch(function (status) { if (status === 404) then(); });
+  }
+
+  // A button that changes the room (reveal, clear: templates/_room_poll.html, _room_results.html) posts to the
+  // rooms API, whose bodies are JSON (it refuses a form's POST).
+  document.addEventListener("click", function (e) {
+    var b = e.target.closest && e.target.closest("button[data-room-post]");
+    if (b) json(b.getAttribute("data-room-post"), "POST").catch(function () {});
+  });
+
   // Growing pauses: 1 s, 2 s, 4 s … 30 s, jittered, never sooner than `minSeconds` (a Retry-After).
   function backoff(attempt, minSeconds) {
     var ms = Math.min(30000, 1000 * Math.pow(2, attempt)) * (0.75 + Math.random() / 2);
@@ -64,5 +82,6 @@ window.labRoomKit = (function () {
   }
 
   return { asView: asView, sameView: sameView, tokensOf: tokensOf, matrixShape: matrixShape,
-           bars: bars, json: json, backoff: backoff };
+           bars: bars, json: json, backoff: backoff,
+           close: close, ifGone: ifGone };
 })();

@@ -141,7 +141,6 @@
     var b = e.target.closest("button"), p = poll();
     if (!b || !p) return;
     if (b.closest("[data-room-options]")) send(Number(b.getAttribute("data-index")));
-    if (b.hasAttribute("data-room-act")) kit.json(api + "/polls/" + p.id + "/" + b.getAttribute("data-room-act"), "POST").catch(function () {});
     if (b.hasAttribute("data-room-dismiss")) { dismiss(); pollChanged(); } // a revealed result leaves this phone
   });
   function dismiss() {
@@ -182,37 +181,28 @@
     remoteState = null;
     if (state.version > ownVersion && !(announced && kit.sameView(state, announced))) go(state);
   }
-  // "Ask the class" on a lesson step: the question, its options and its key come from the lesson on the server.
+  // "Ask the class" on a lesson step (the bar's button, templates/room_bar.html): the question, its options and its
+  // key come from the lesson on the server.
   function addAsk() {
-    var panel = document.querySelector(".lesson-panel[data-lesson]"), label = q("[data-room-ask-label]");
+    var panel = document.querySelector(".lesson-panel[data-lesson]");
     if (role !== "teacher" || over || !panel || panel.querySelector("[data-room-ask]")) return;
-    var b = document.createElement("button");
-    b.type = "button";
-    b.className = "btn";
-    b.setAttribute("data-room-ask", "");
-    b.textContent = label.textContent;
-    b.title = label.getAttribute("title");
-    b.addEventListener("click", function () {
-      var body = Object.assign({ lesson: panel.getAttribute("data-lesson"), step: Number(panel.getAttribute("data-step")), lang: lang },
-                               kit.matrixShape(document.querySelector("table[data-matrix]")));
-      kit.json(api + "/polls/lesson", "POST", body).then(function () { bar.classList.remove("refused"); })
-        .catch(function () { bar.classList.add("refused"); });
-    });
-    (panel.querySelector(".question") || panel).appendChild(b);
+    (panel.querySelector(".question") || panel).appendChild(q("template[data-room-ask-button]").content.cloneNode(true));
   }
-  // Presenter mode's QR (the view's own address) becomes the room's: students scan it and follow.
+  document.addEventListener("click", function (e) {
+    var panel = e.target.closest && e.target.closest("[data-room-ask]") && e.target.closest(".lesson-panel[data-lesson]");
+    if (!panel || over) return;
+    var body = Object.assign({ lesson: panel.getAttribute("data-lesson"), step: Number(panel.getAttribute("data-step")), lang: lang },
+                             kit.matrixShape(document.querySelector("table[data-matrix]")));
+    kit.json(api + "/polls/lesson", "POST", body).then(function () { bar.classList.remove("refused"); })
+      .catch(function () { bar.classList.add("refused"); });
+  });
+  // Presenter mode's QR (the view's own address) becomes the room's, as the bar renders it: students scan it and
+  // follow (and when phones cannot reach this server, the wall says so).
   function presentRoom() {
-    var aside = document.querySelector("aside.qr"), svg = q("[data-room-qr] svg");
-    if (!aside || aside.hasAttribute("data-room-join") || !svg || over) return;
+    var aside = document.querySelector("aside.qr"), wall = q("template[data-room-wall]");
+    if (!aside || aside.hasAttribute("data-room-join") || !wall || over) return;
     aside.setAttribute("data-room-join", code);
-    var big = document.createElement("p"), link = document.createElement("code");
-    big.className = "room-code";
-    big.textContent = code;
-    link.setAttribute("data-share-url", "");
-    link.textContent = q("[data-room-join]").textContent.replace(/^https?:\/\//, ""); // short: host/r/CODE
-    aside.replaceChildren(svg.cloneNode(true), big, link);
-    var warning = q("[data-warning=loopback]"); // phones cannot reach this server: say so on the wall
-    if (warning) aside.appendChild(warning.cloneNode(true));
+    aside.replaceChildren(wall.content.cloneNode(true));
   }
   function teacherControls() {
     presentRoom();
@@ -222,11 +212,7 @@
     endForm.addEventListener("submit", function (e) {
       e.preventDefault();
       if (!window.confirm(endForm.getAttribute("data-confirm"))) return;
-      if (new URLSearchParams(location.search).get("present") === "1" && !endForm.querySelector("[name=present]")) {
-        var keep = document.createElement("input"); // the plain form's redirect keeps presenter mode too
-        keep.type = "hidden"; keep.name = "present"; keep.value = "1";
-        endForm.appendChild(keep);
-      }
+      endForm.elements.present.value = new URLSearchParams(location.search).get("present") || ""; // kept on redirect
       // The projector stays on its page and says the class has ended, as when the phone ends it.
       fetch(endForm.action, { method: "POST", credentials: "same-origin", redirect: "manual", body: new URLSearchParams(new FormData(endForm)) })
         .then(function (res) { if (res.type === "opaqueredirect" || res.ok) ended(); else endForm.submit(); })
@@ -265,11 +251,7 @@
   }
 
   // ---- the end ------------------------------------------------------------------------------------------------
-  function stop() { // no more reconnects: the SSE extension closes the stream of an element it cleans up
-    over = true;
-    var root = q("[sse-connect]");
-    if (root && window.htmx) { root.removeAttribute("sse-connect"); window.htmx.trigger(root, "htmx:beforeCleanupElement"); }
-  }
+  function stop() { over = true; kit.close(q("[sse-connect]")); }
   function ended() {
     stop();
     // One message, nothing to press: every control of the bar goes, and so does a poll nobody can answer now.
@@ -321,11 +303,8 @@
     answer.hidden = held;
     var note = box.querySelector("[data-answer-held]");
     if (!note && held) {
-      note = document.createElement("p");
-      note.className = "hint";
-      note.setAttribute("data-answer-held", "");
-      note.textContent = q("[data-room-answer-held]").textContent;
-      answer.after(note);
+      answer.after(q("template[data-room-answer-held]").content.cloneNode(true));
+      note = box.querySelector("[data-answer-held]");
     }
     if (note) note.hidden = !held;
   }
@@ -350,7 +329,7 @@
   // A stream that fails: offline until it is back; a room that is gone has ended.
   document.addEventListener("htmx:sseError", function () {
     bar.setAttribute("data-room-offline", "");
-    if (!over) fetch(api, { credentials: "same-origin" }).then(function (res) { if (res.status === 404) ended(); }).catch(function () {});
+    if (!over) kit.ifGone(api, ended);
   });
 
   // The bar first: while the room store is away (503) or the network is, try again with growing pauses.

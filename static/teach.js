@@ -10,7 +10,7 @@
   var code = root.getAttribute("data-code"), lang = root.getAttribute("data-lang");
   var api = "/api/v1/rooms/" + code;
   var kit = window.labRoomKit, json = kit.json, asView = kit.asView;
-  var state = null, poll = null, seq = 0, targets = {}, prepared = null, shape = {};
+  var state = null, pollId = null, seq = 0, targets = {}, prepared = null, shape = {};
   var cellTables = [], cellChosen = 0; // the lab's matrices whose cells open their arithmetic, and the one picked
 
   function $(sel) { return root.querySelector(sel); }
@@ -292,53 +292,16 @@
   });
 
   // ---- answers, live (only here) --------------------------------------------------------------------------
-  // The live results, rendered by the server (templates/_room_poll.html): every second while the poll is open, once
-  // when it closes; nothing once it is gone. A fresh element each time (the one before stops with its node).
-  function results(p) {
-    var live = $("[data-live]"), fresh = live.cloneNode(false);
-    if (p) {
-      fresh.setAttribute("hx-get", "/r/" + code + "/poll/" + p.id + "/live?lang=" + lang);
-      fresh.setAttribute("hx-trigger", p.status === "open" ? "load, every 1s" : "load");
-    }
-    live.replaceWith(fresh);
-    if (p) window.htmx.process(fresh);
-  }
+  // The results card comes rendered by the server (templates/_room_results.html, the stream's `poll-html`).
   document.addEventListener("htmx:afterSettle", function () { kit.bars(root); });
   // While a poll is open, "Ask the class" says so instead of asking again (which would close it and start over).
-  function askable(open) {
-    var b = $("[data-ask]");
-    b.disabled = open;
-    b.textContent = b.getAttribute(open ? "data-label-open" : "data-label");
-  }
   function showPoll(p) {
-    if (p.status !== "cleared" || (poll && poll.id === p.id)) askable(p.status === "open");
-    if (p.status === "cleared") {
-      // Off every screen of the class; the remote keeps the results (and their CSV) until the next poll.
-      if (poll && poll.id === p.id) { $("[data-clear]").hidden = true; $("[data-results]").setAttribute("data-cleared", ""); }
-      // Closed by the server because the class left the poll's page or its stage: gone from the remote too (its
-      // answers stay in the class summary), as from the projector and the phones.
-      if (poll && poll.id === p.id && (p.reason === "page" || p.reason === "stage")) {
-        $("[data-results]").hidden = true;
-        results(null);
-        poll = null;
-      }
-      return;
-    }
-    poll = p;
-    $("[data-results]").hidden = false;
-    $("[data-results]").removeAttribute("data-cleared");
-    $("[data-results-prompt]").textContent = p.prompt;
-    $("[data-reveal]").hidden = p.status !== "open";
-    $("[data-clear]").hidden = p.status !== "closed";
-    $("[data-csv]").href = api + "/polls/" + p.id + "/answers.csv";
-    results(p);
+    if (p.status === "cleared" && p.id !== pollId) return;
+    pollId = p.id;
+    var b = $("[data-ask]");
+    b.disabled = p.status === "open";
+    b.textContent = b.getAttribute(b.disabled ? "data-label-open" : "data-label");
   }
-  $("[data-reveal]").addEventListener("click", function () {
-    if (poll) json(api + "/polls/" + poll.id + "/close", "POST").catch(function () {});
-  });
-  $("[data-clear]").addEventListener("click", function () {
-    if (poll) json(api + "/polls/" + poll.id + "/clear", "POST").catch(function () {});
-  });
   // Unpairing asks first (on a paired phone it is this phone's role too); the server then says so on that phone.
   var unpair = $("[data-unpair-form]");
   if (unpair) unpair.addEventListener("submit", function (e) {
@@ -361,13 +324,11 @@
     else if (type === "poll") showPoll(JSON.parse(e.detail.data));
     else if (type === "end") showEnded();
   });
-  document.addEventListener("htmx:sseError", function () {
-    json(api).catch(function (status) { if (status === 404) showEnded(); });
-  });
+  document.addEventListener("htmx:sseError", function () { kit.ifGone(api, showEnded); });
   function showEnded() {
-    root.removeAttribute("sse-connect"); // no reconnects: the SSE extension closes the stream it cleans up
-    window.htmx.trigger(root, "htmx:beforeCleanupElement");
-    if (poll) results(null);
+    kit.close(root);
+    var card = $("[data-results]");
+    card.replaceWith(card.cloneNode(false)); // its live results stop asking
     Array.prototype.forEach.call(root.children, function (el) { el.hidden = true; });
     $("[data-ended]").hidden = false;
     $("[data-summary-link]").hidden = false;  // the class's summary stays for its teacher after the end

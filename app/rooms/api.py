@@ -42,7 +42,7 @@ from .bodies import (
     cell_key,
     view_limits,
 )
-from .fragments import poll_box
+from .fragments import poll_box, results_card
 from .service import (
     RoomError,
     Rooms,
@@ -229,6 +229,7 @@ async def events(
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
     lang: Annotated[str | None, Query(description="a screen of the lab: its language, for `poll-html`")] = None,
     student: Annotated[str | None, Query(max_length=64, description="a student's screen: whose answer to show")] = None,
+    remote: Annotated[bool, Query(description="the teacher's remote: `poll-html` is its results card")] = False,
 ) -> Response:
     """The room as server-sent events: `state` (`{"page", "query", "version"}`, id = version) on connect and on
     every change, `poll` when a poll opens or closes, `end`; a comment every few seconds keeps proxies open. A
@@ -249,14 +250,17 @@ async def events(
         raise RoomError(503, "events", f"this room has its limit of {rooms.settings.max_followers} followers",
                         {"Retry-After": "30"})  # fmt: skip
     render = None
+    remote = remote and follower is None
     if lang is not None:
         role: Literal["teacher", "student"] = "student" if follower else "teacher"
 
-        async def render(poll: Poll | None) -> str:
+        async def render(poll: Poll | None, cleared: bool) -> str:
+            if remote:
+                return await results_card(rooms.store, room.code, poll, lang, cleared)
             return await poll_box(rooms.store, room.code, poll, role, lang, student)
 
     keepalive = rooms.settings.room_keepalive_s
-    follow = Follow(rooms.store, room.code, room.version, follower, after, keepalive, render)
+    follow = Follow(rooms.store, room.code, room.version, follower, after, keepalive, render, remote)
     # `unfollow` also runs when the stream never started (its client left at once): it is idempotent.
     return sse.stream(follow.stream(), keepalive, background=BackgroundTask(follow.unfollow))
 

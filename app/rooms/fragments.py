@@ -1,4 +1,4 @@
-"""The poll box of a class's screens, rendered here for the screen's role and language (templates/_room_poll.html)
+"""The poll box of a class's screens (and the teacher's remote's results card), rendered here for the screen's role and language (templates/_room_poll.html)
 and swapped in by htmx: sent on the room's event stream as `poll-html` (app/rooms/stream.py), and fetched from
 /r/<code>/poll/<id> every second while a poll is open on the projector (its count), or after a student answers
 (their answer). The screens hold no poll of their own: what they show is what the server rendered."""
@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qs
+
+from markupsafe import Markup
 
 from ..templating import TEMPLATES
 from ..web.i18n import translator
@@ -82,3 +84,15 @@ async def poll_box(store: Store, code: str, poll: Poll | None, role: Role, lang:
     if role == "student" and student:
         mine = next((a.answer for a in await store.answers(code, poll.id) if a.student == student), None)
     return render(poll, role, lang, counts, mine, code)
+
+
+async def results_card(store: Store, code: str, poll: Poll | None, lang: str, cleared: bool) -> str:
+    """The remote's results card (templates/_room_results.html): the question and its live histogram with the key,
+    reveal and clear, the CSV; hidden without a poll. A poll `cleared` off the class's screens stays on the card."""
+    ctx: dict[str, Any] = {"t": translator(lang), "lang": lang, "code": code, "poll": poll, "cleared": cleared}
+    if poll is not None:
+        ctx |= {
+            "prompt": labels(poll, lang)[0],
+            "live": Markup(await poll_box(store, code, poll, "remote", lang, None)),
+        }
+    return TEMPLATES.get_template("_room_results.html").render(ctx)

@@ -9,7 +9,9 @@ retry`, so the client reconnects with Last-Event-ID and catches up.
 A screen of the lab (its bar, static/room.js) asks for its own language (`render`): on connect, and whenever the
 poll it shows changes, it also gets `poll-html`, the bar's poll box rendered for its role and language, which htmx's
 SSE extension swaps in (`sse-swap`). The stream knows which poll its screen shows: the one last opened or revealed,
-until it is cleared or (revealed) the class moves on to another step."""
+until it is cleared or (revealed) the class moves on to another step. The teacher's remote (`remote`) gets its
+results card instead, which keeps a revealed poll whatever the step, and a cleared one (marked so) until the next,
+unless the server cleared it because the class left the poll's page or stage."""
 
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from .store import RETRY, RETRY_MS, Event, Poll, Store
 
 LOG = logging.getLogger("attention_lab.rooms")
 
-Render = Callable[[Poll | None], Awaitable[str]]  # the poll box of this stream's screen (app/rooms/fragments.py)
+# The poll box of this stream's screen (app/rooms/fragments.py), or the remote's results card: (poll, cleared)
+Render = Callable[[Poll | None, bool], Awaitable[str]]
 
 
 def last_event(header: str | None) -> int | None:
@@ -59,7 +62,8 @@ def retry_event(retry_ms: int) -> ServerSentEvent:
 class Follow:
     """A stream of room `code` (at `version` when the client connected) from `store` for one client: a counted
     `follower` (None for the teacher's own page, which listens for polls but follows no one), after version
-    `after` if it reconnects; `render` when the client is a screen of the lab that swaps its poll box in."""
+    `after` if it reconnects; `render` when the client is a screen of the lab that swaps its poll box in (`remote`:
+    the teacher's remote's results card)."""
 
     store: Store
     code: str
@@ -68,12 +72,14 @@ class Follow:
     after: int | None
     keepalive: float
     render: Render | None = None
+    remote: bool = False
     retry_ms: int = field(default_factory=lambda: random.randint(*RETRY_MS))
     sent: int = 0  # the last version this stream sent
     step: str = ""  # the class's step (app/rooms/fragments.py step_of)
     shown: str | None = None  # the poll the screen shows, the step it was asked on, whether it is still open
     shown_step: str = ""
     shown_open: bool = False
+    shown_cleared: bool = False  # the remote's: cleared off the class's screens, kept on the remote
     dirty: bool = True  # the screen's poll box is not the one shown: render it
 
     async def unfollow(self) -> None:
@@ -101,20 +107,23 @@ class Follow:
         """Which poll the screen shows after `change`."""
         if change.kind == "state":
             self.step = step_of(change.data["page"], change.data["query"])
-            if self.shown and not self.shown_open and self.step != self.shown_step:
+            if self.shown and not self.shown_open and self.step != self.shown_step and not self.remote:
                 self.shown, self.dirty = None, True  # a revealed poll stays with its step
         elif change.kind == "poll":
             if change.data["status"] != "cleared":
                 self.shown, self.shown_step = change.data["id"], self.step
-                self.shown_open, self.dirty = change.data["status"] == "open", True
+                self.shown_open, self.shown_cleared, self.dirty = change.data["status"] == "open", False, True
             elif self.shown == change.data["id"]:
-                self.shown, self.dirty = None, True
+                if self.remote and change.data.get("reason") not in ("page", "stage"):
+                    self.shown_cleared, self.dirty = True, True
+                else:
+                    self.shown, self.dirty = None, True
 
     async def rendered(self) -> AsyncIterator[ServerSentEvent]:
         if self.render is not None and self.dirty:
             self.dirty = False
             poll = await self.store.poll(self.code, self.shown) if self.shown else None
-            yield event("poll-html", await self.render(poll))
+            yield event("poll-html", await self.render(poll, self.shown_cleared))
 
     async def catch_up(self) -> AsyncIterator[ServerSentEvent]:
         """What a reconnecting client missed; else (a first connection, one that missed more than the log holds,
