@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine import attribution as A
 from engine import predict as P
 from engine.spec import SpecError, make_spec
+from engine.tracing import compute as compute_trace
 
 from ..lab import Lab, get_key
 from ..render.predicted import generators
@@ -50,6 +51,11 @@ class AttributionRequest(BaseModel):
     flow: bool = Field(False, description="Add attention flow (Abnar & Zuidema 2020): the max flow from the position "
                        "back to each token through every layer, one max-flow per token: at most MAX_FLOW_TOKENS "
                        "tokens (a decoder's up to the position).")  # fmt: skip
+    score_layer: int | None = Field(None, ge=0, le=4096, description="With score_head and score_key: add why one "
+                                    "cell of this layer's QKᵀ/√d_k scores is what it is (`score_split`).")  # fmt: skip
+    score_head: int | None = Field(None, ge=0, le=4096, description="The head of the score split.")
+    score_key: int | None = Field(None, ge=0, le=1_000_000, description="The key position of the score split (the "
+                                  "query is `position`; a decoder's key at most the position).")  # fmt: skip
     decimals: int | None = Field(None, ge=0, le=8, description="Round the returned numbers.")
 
 
@@ -118,6 +124,67 @@ def text_for(req: Any, lab: Lab, max_tokens: int) -> Text:
     return Text(req.preset, model, tuple(seq), tuple(model.labels(list(seq))), model.specials_first(seq))
 
 
+class ScoreSplitPart(BaseModel):
+    """One cell of a head's QKᵀ/√d_k (query `query`, key `key`) as its per-dimension terms q_d k_d / √d_k (after
+    RoPE) and, under RoPE, per frequency pair (each pair's θ_f, the rotation (key − query)·θ_f between the unrotated
+    q_f and k_f, and the pair's term at offset 0); `score` is their sum, `cell` the same cell of the lab's trace's
+    scores matrix (engine.tracing), computed apart."""
+
+    layer: int
+    head: int
+    query: int
+    key: int
+    score: float
+    cell: float
+    masked: bool
+    terms: list[float]
+    pairs: list[float] | None = None
+    theta: list[float] | None = None
+    angle: list[float] | None = None
+    unrotated: list[float] | None = None
+
+
+def score_split(text: Text, ids: list[int], layer: int, head: int, query: int, key: int, max_tokens: int,
+                device: str = "cpu", limits: Any = None) -> tuple[A.ScoreSplit, float]:  # fmt: skip
+    """The split of one cell (engine.attribution.score_split) and the same cell of the layer's trace (its scores
+    matrix), each computed on its own: the page and the API show them side by side."""
+    model = text.model
+    split = A.score_split(model, ids, layer, head, query, key, max_tokens=max_tokens)
+    spec = make_spec(token_ids=ids, preset=text.preset, layer=layer, models={text.preset: model}, device=device,
+                     limits=limits)  # fmt: skip
+    return split, float(compute_trace(spec, model).scores.scaled[head, query, key])
+
+
+def split_part(split: A.ScoreSplit, cell: float, decimals: int | None) -> dict[str, Any]:
+    def some(t: torch.Tensor | None) -> Any:
+        return None if t is None else rounded(t, decimals)
+
+    return ScoreSplitPart(
+        layer=split.layer, head=split.head, query=split.query, key=split.key, score=split.score, cell=cell,
+        masked=split.masked, terms=rounded(split.terms, decimals), pairs=some(split.pairs), theta=some(split.theta),
+        angle=some(split.angle), unrotated=some(split.unrotated),
+    ).model_dump()  # fmt: skip
+
+
+def check_split(text: Text, req: AttributionRequest, position: int) -> tuple[int, int, int] | None:
+    """The score split asked for (layer, head, key), each a 422 naming its field when out of range."""
+    asked = (req.score_layer, req.score_head, req.score_key)
+    if all(a is None for a in asked):
+        return None
+    for name, value in zip(("score_layer", "score_head", "score_key"), asked, strict=True):
+        if value is None:
+            raise FieldError(name, "the score split takes score_layer, score_head and score_key together")
+    arch = text.model.arch
+    span = position + 1 if text.model.decoder else len(text.seq)
+    if req.score_layer >= arch.n_layer:  # type: ignore[operator]
+        raise FieldError("score_layer", f"{text.preset} has layers 0..{arch.n_layer - 1}")
+    if req.score_head >= arch.n_heads:  # type: ignore[operator]
+        raise FieldError("score_head", f"{text.preset} has heads 0..{arch.n_heads - 1}")
+    if req.score_key >= span:  # type: ignore[operator]
+        raise FieldError("score_key", f"the query at position {position} reads keys 0..{span - 1}")
+    return asked  # type: ignore[return-value]
+
+
 def rounded(t: torch.Tensor | float, decimals: int | None) -> Any:
     if isinstance(t, float):
         return t if decimals is None else round(t, decimals)
@@ -150,7 +217,8 @@ def check_flow(text: Text, req: AttributionRequest, position: int, flow_tokens: 
                          f"{', pick an earlier position' if text.model.decoder else ''} or leave flow off")  # fmt: skip
 
 
-def compute_encoder(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: int) -> dict[str, Any]:
+def compute_encoder(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: int, device: str = "cpu",
+                    limits: Any = None) -> dict[str, Any]:  # fmt: skip
     """An encoder's answer: no logit to split (the DLA fields are null, `no_dla` says why); each head's output norm
     at the position (`head_norms`), and rollout, flow and one layer's norms as asked, over every token (both
     directions)."""
@@ -164,8 +232,12 @@ def compute_encoder(text: Text, req: AttributionRequest, max_tokens: int, flow_t
     if req.norms_layer is not None and req.norms_layer >= model.arch.n_layer:
         raise FieldError("norms_layer", f"{text.preset} has layers 0..{model.arch.n_layer - 1}")
     check_flow(text, req, position, flow_tokens)
+    asked = check_split(text, req, position)
     try:
         extra: dict[str, Any] = {}
+        if asked is not None:
+            extra["score_split"] = split_part(*score_split(text, ids, *asked[:2], position, asked[2], max_tokens,
+                                                           device, limits), req.decimals)  # fmt: skip
         head_norms = A.head_output_norms(model, ids, position, max_tokens=max_tokens)
         if req.rollout or req.flow:
             r = A.rollout(model, ids, max_tokens=max_tokens)
@@ -190,10 +262,11 @@ def compute_encoder(text: Text, req: AttributionRequest, max_tokens: int, flow_t
     }  # fmt: skip
 
 
-def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: int = 24) -> dict[str, Any]:
+def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: int = 24, device: str = "cpu",
+            limits: Any = None) -> dict[str, Any]:  # fmt: skip
     """The attribution (and the parts asked for) of the request's text: runs in the lab's worker thread."""
     if not text.model.decoder:
-        return compute_encoder(text, req, max_tokens, flow_tokens)
+        return compute_encoder(text, req, max_tokens, flow_tokens, device, limits)
     model, ids = text.model, list(text.seq)
     position = len(ids) - 1 if req.position is None else req.position
     if position >= len(ids):
@@ -205,9 +278,13 @@ def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: i
         target = ids[position + 1] if position + 1 < len(ids) else int(model.logits(ids[: position + 1])[-1].argmax())
     if req.norms_layer is not None and req.norms_layer >= model.arch.n_layer:
         raise FieldError("norms_layer", f"{text.preset} has layers 0..{model.arch.n_layer - 1}")
+    asked = check_split(text, req, position)
     try:
         a = A.direct_logit_attribution(model, ids, position, target, contrast, max_tokens=max_tokens)
         extra: dict[str, Any] = {}
+        if asked is not None:
+            extra["score_split"] = split_part(*score_split(text, ids[: position + 1], *asked[:2], position, asked[2],
+                                                           max_tokens, device, limits), req.decimals)  # fmt: skip
         if req.rollout or req.flow:
             r = A.rollout(model, ids[: position + 1], max_tokens=max_tokens)
             if req.rollout:
@@ -257,7 +334,9 @@ async def answer(request: Request, req: AttributionRequest, lab: Lab) -> Respons
     the product through every layer; with `norms_layer`: that layer's weights α and value-weighted norms ‖α v W_O‖
     for the position's row, head by head; with `flow`: attention flow from the position back to each token (one
     max-flow per token through the layered graph of rollout's matrices; at most MAX_FLOW_TOKENS tokens, else a 422
-    naming `text`). An encoder (minilm) has no next-token logit: its direct-logit fields are null, `no_dla` says
+    naming `text`); with `score_layer`, `score_head` and `score_key`: `score_split`, one cell of that head's
+    QKᵀ/√d_k at the query `position` split into its per-dimension terms (and, under RoPE, per frequency pair with
+    its θ_f), their sum `score` beside the `cell` of the layer's scores matrix (ScoreSplitPart). An encoder (minilm) has no next-token logit: its direct-logit fields are null, `no_dla` says
     why, and `head_norms` (layers × heads) gives each head's output norm ‖Σ_j α_pj v_j W_O‖ at the position; its
     rollout, flow and norms read every token, both directions."""
     limit = lab.settings.max_predict_tokens
@@ -265,7 +344,8 @@ async def answer(request: Request, req: AttributionRequest, lab: Lab) -> Respons
     flow_tokens = lab.settings.max_flow_tokens
 
     def work(progress: Any) -> Answer:
-        return Answer(orjson.dumps(compute(text, req, limit, flow_tokens), option=orjson.OPT_SERIALIZE_NUMPY))
+        return Answer(orjson.dumps(compute(text, req, limit, flow_tokens, lab.device, lab.long_limits),
+                                   option=orjson.OPT_SERIALIZE_NUMPY))  # fmt: skip
 
     info = text.model.info
     cost = 4 * len(text.seq) * (info.d_model * 8 + len(text.seq) * info.n_heads) * info.n_layer

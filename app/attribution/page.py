@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from ..lab import Lab
 from ..render.predicted import generators
 from ..web.page import page_route
-from ..web.state import Choice, HeadCell, PageQuery
+from ..web.state import Choice, Digits, HeadCell, PageQuery
 from .api import AttributionRequest, encoders
 from .view import DEFAULT_TEXT, SORTS, AttributionView, attribution_view
 
@@ -22,14 +22,16 @@ assert set(API_KEYS) <= set(AttributionRequest.model_fields)
 
 class AttributionQuery(PageQuery):
     """/attribution's view: the head whose row is shown (layer.head; default: the largest |attribution|) and the
-    order of the top heads' list."""
+    order of the top heads' list; `key`, the key position of the chosen head's score split (default: the key it
+    weights most)."""
 
     head: HeadCell | None = None
     sort: Choice(SORTS) = "abs"  # type: ignore[valid-type]
+    key: Digits(0, 1_000_000) | None = None  # type: ignore[valid-type]
 
 
 async def view(state: AttributionQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> AttributionView:
-    return await attribution_view(state, lab, progress, ctx, state.head, state.sort)
+    return await attribution_view(state, lab, progress, ctx, state.head, state.sort, state.key)
 
 
 def state_of(request: Request, path: str, keys: tuple[str, ...], query: type[AttributionQuery]) -> AttributionQuery:

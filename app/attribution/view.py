@@ -28,7 +28,7 @@ from ..web.page import lab_url, twin_url
 from ..web.sequence import DECODER, Text
 from ..web.state import PageQuery, within
 from ..web.view import HIDDEN, View
-from .api import Answer, AttributionRequest, compute, encoder, encoders, text_for
+from .api import Answer, AttributionRequest, compute, encoder, encoders, score_split, text_for
 
 # The page's sentence when its URL names none, in both languages: SmolLM2 reads English, and a class in either
 # language sees the same numbers (the lesson's polls are checked against them).
@@ -89,6 +89,39 @@ class HeadRow:
     layer_norm: float | None = None
     lab_url: str = ""
     knock_url: str = ""
+
+
+@dataclass(frozen=True)
+class Term:
+    """One term of a score split: a dimension d's q_d k_d / √d_k, or (RoPE) a frequency pair f's two terms together,
+    with its θ_f and the rotation (key − query)·θ_f between its unrotated q_f and k_f."""
+
+    index: int
+    value: float
+    theta: float | None = None
+    angle: float | None = None
+    value_cls: Annotated[str, HIDDEN] = ""
+
+
+@dataclass(frozen=True)
+class WhyScore:
+    """Why the chosen head's score at (query, key) is what it is: the cell of QKᵀ/√d_k split into its `count` terms
+    (per dimension, or per RoPE frequency pair: `by`), the largest by size (`terms`), the others summed (`rest`),
+    their sum `score` beside the `cell` of the layer's scores matrix (computed apart), and the key's weight α."""
+
+    layer: int
+    head: int
+    query: int
+    key: int
+    key_token: str
+    weight: float
+    by: str  # "dim" or "pair"
+    count: int
+    terms: tuple[Term, ...]
+    rest: float
+    score: float
+    cell: float
+    masked: bool = False
 
 
 @dataclass(frozen=True)
@@ -165,6 +198,7 @@ class AttributionView(View):
     sort: str = "abs"
     top: tuple[TopHead, ...] = ()
     chosen: HeadRow | None = None
+    why: WhyScore | None = None  # the chosen head's score at the position and one key, split
     sink: Sink | None = None
     rollout: Rollout | None = None
     # An encoder (MiniLM): no next-token logit, so no direct logit attribution (`no_dla` says why, and the DLA
@@ -184,6 +218,7 @@ class AttributionView(View):
     bound: Annotated[float, HIDDEN] = 0.0
     head_form: Annotated[HiddenFields, HIDDEN] = ()  # the state around `head`
     position_form: Annotated[HiddenFields, HIDDEN] = ()  # the state around `position`
+    key_form: Annotated[HiddenFields, HIDDEN] = ()  # the state around `key`
     sort_urls: Annotated[tuple[tuple[str, str], ...], HIDDEN] = ()
     cells: Annotated[bool, HIDDEN] = True  # the rollout's strips carry their numbers
     # Links.
@@ -240,11 +275,14 @@ class Detail(A.Held):
     effects: tuple[A.WeightEffect, ...]  # the chosen head's among them (none for an encoder)
 
 
+TERMS = 8  # the score split's largest terms shown; the others summed
+
 MAX_RUNS = 4096  # the engine's own bound on a layer's weight-against-effect runs (heads × sources)
 
 
 async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any],
-                           chosen_head: tuple[int, int] | None, sort: str) -> AttributionView:  # fmt: skip
+                           chosen_head: tuple[int, int] | None, sort: str,
+                           key: int | None = None) -> AttributionView:  # fmt: skip
     """What /attribution shows for `state` (its JSON face is the page's `.json` twin)."""
     decoders = [*generators(lab.models), *encoders(lab)]
     if "preset" not in state.params and DECODER not in decoders and decoders:  # a server without SmolLM2
@@ -264,7 +302,8 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     cost = 4 * n * (info.d_model * 8 + n * info.n_heads) * info.n_layer
 
     def work(_: Any) -> Answer:  # the API's own answer to the same request: one cache entry for both
-        return Answer(orjson.dumps(compute(text, req, limit, flow_tokens), option=orjson.OPT_SERIALIZE_NUMPY))
+        return Answer(orjson.dumps(compute(text, req, limit, flow_tokens, lab.device, lab.long_limits),
+                                   option=orjson.OPT_SERIALIZE_NUMPY))  # fmt: skip
 
     done, _ = await lab.compute("attribution", (text.preset, text.seq, req.model_dump_json()), cost, work,
                                 progress=progress)  # fmt: skip
@@ -272,7 +311,7 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     p = int(doc["position"])
     dec = bool(doc["decoder"])
     if not dec:
-        return await encoder_view(state, lab, progress, ctx, chosen_head, text, doc, cost)
+        return await encoder_view(state, lab, progress, ctx, chosen_head, text, doc, cost, key)
     target, contrast = int(doc["target"]["token_id"]), doc["contrast"] and int(doc["contrast"]["token_id"])
     heads = tuple(tuple(float(x) for x in row) for row in doc["heads"])
     n_layer, n_heads = len(heads), len(heads[0])
@@ -301,15 +340,16 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
         sink_effect = A.weight_effect(model, seq, sinks.layer, sinks.head, p, target, contrast, max_tokens=limit)
         return Detail(norms, sink_norms, sink_effect, tuple(effects))
 
-    key = (text.preset, text.seq, p, target, contrast, layer, None if all_heads else head)
-    got, _ = await lab.compute("attribution_head", key, cost * (n_heads if all_heads else 1), detail,
+    key_of = (text.preset, text.seq, p, target, contrast, layer, None if all_heads else head)
+    got, _ = await lab.compute("attribution_head", key_of, cost * (n_heads if all_heads else 1), detail,
                                progress=progress)  # fmt: skip
-    return build(state, ctx, text, doc, extra, got, (layer, head), sort, flow_tokens)
+    why = await why_score(lab, text, seq[: p + 1], layer, head, p, key, got.norms, progress, cost)
+    return build(state, ctx, text, doc, extra, got, (layer, head), sort, flow_tokens, why)
 
 
 async def encoder_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any],
                        chosen_head: tuple[int, int] | None, text: Text, doc: dict[str, Any],
-                       cost: int) -> AttributionView:  # fmt: skip
+                       cost: int, key: int | None = None) -> AttributionView:  # fmt: skip
     """An encoder's page: no logit (the API's answer says why); each head's output norm as the grid, the chosen
     head's and the sink head's rows (weights and norms over every token), rollout over every token."""
     model, seq, limit = text.model, list(text.seq), lab.settings.max_predict_tokens
@@ -336,11 +376,37 @@ async def encoder_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str,
 
     got, _ = await lab.compute("attribution_head", (text.preset, text.seq, p, layer), cost, detail,
                                progress=progress)  # fmt: skip
-    return build(state, ctx, text, doc, extra, got, (layer, head), "abs", lab.settings.max_flow_tokens)
+    why = await why_score(lab, text, seq, layer, head, p, key, got.norms, progress, cost)
+    return build(state, ctx, text, doc, extra, got, (layer, head), "abs", lab.settings.max_flow_tokens, why)
+
+
+@dataclass(frozen=True)
+class Why(A.Held):
+    split: A.ScoreSplit
+    cell: float  # the same cell of the layer's trace
+
+
+async def why_score(lab: Lab, text: Text, ids: list[int], layer: int, head: int, p: int, key: int | None,
+                    norms: A.ValueNorms, progress: str, cost: int) -> tuple[Why, float]:  # fmt: skip
+    """The chosen head's score at (p, key) split (default key: the one it weights most), a 422 naming `key` past
+    the keys the query reads; with the key's weight α."""
+    weights = norms.weights[head, p, : len(ids)]
+    if key is None:
+        key = int(weights.argmax())
+    within("key", key, 0, len(ids) - 1)
+    limit = lab.settings.max_predict_tokens
+
+    def work(_: Any) -> Why:
+        return Why(*score_split(text, ids, layer, head, p, key, limit, lab.device, lab.long_limits))
+
+    got, _ = await lab.compute("attribution_score", (text.preset, tuple(ids), layer, head, p, key), cost, work,
+                               progress=progress)  # fmt: skip
+    return got, float(weights[key])
 
 
 def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any], extra: Computed, got: Detail,
-          chosen: tuple[int, int], sort: str, flow_limit: int = 24) -> AttributionView:  # fmt: skip
+          chosen: tuple[int, int], sort: str, flow_limit: int = 24,
+          why: tuple[Why, float] | None = None) -> AttributionView:  # fmt: skip
     """The View from the computed numbers (no computing here)."""
     t: Callable[..., str] = ctx["t"]
     lang, present = ctx["lang"], state.present
@@ -420,7 +486,8 @@ def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
         preset=text.preset, tokens=labels, token_ids=ids, text_start=int(doc["text_start"]), position=p,
         norm=str(doc["norm"]), layers=n_layer, n_heads=n_heads, sort=sort, top=top,
         chosen=row_of(got.norms, layer, head, effect, corr), sink=sink,
-        rollout=Rollout(steps, product, strip(product), strip(steps)),
+        rollout=Rollout(steps, product, strip(product), strip(steps)), why=why_of(why, labels),
+        key_form=fields_around(state, "key"),
         bound=bound, head_form=fields_around(state, "head"), position_form=fields_around(state, "position"),
         cells=span <= CELLS_UP_TO, json_url="/api/v1/attribution?" + urlencode(api_params(state)),
         twin_url=twin_url("/attribution", state.url().partition("?")[2]),
@@ -451,4 +518,28 @@ def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
         mlp_cls=tuple(shade(v, "diverging", part_bound) for v in mlps),
         embed_cls=shade(float(doc["embed"]), "diverging", part_bound),
         sort_urls=tuple((s, state.url(sort=None if s == "abs" else s)) for s in SORTS),
+    )  # fmt: skip
+
+
+def why_of(why: tuple[Why, float] | None, labels: tuple[str, ...]) -> WhyScore | None:
+    """The score split as the page shows it: the TERMS largest terms by size, the others summed."""
+    if why is None:
+        return None
+    got, weight = why
+    s = got.split
+    parts = s.pairs if s.pairs is not None else s.terms
+    values = [float(x) for x in parts.tolist()]
+    order = sorted(range(len(values)), key=lambda i: -abs(values[i]))
+    bound = max((abs(v) for v in values), default=0.0) or 1.0
+
+    def term(i: int) -> Term:
+        rope = s.theta is not None and s.angle is not None
+        return Term(i, values[i], float(s.theta[i]) if rope else None, float(s.angle[i]) if rope else None,
+                    shade(values[i], "diverging", bound))  # type: ignore[index]  # fmt: skip
+
+    shown = order[:TERMS]
+    return WhyScore(
+        s.layer, s.head, s.query, s.key, labels[s.key], weight, "pair" if s.pairs is not None else "dim",
+        len(values), tuple(term(i) for i in shown), sum(values[i] for i in order[TERMS:]), s.score, got.cell,
+        s.masked,
     )  # fmt: skip
