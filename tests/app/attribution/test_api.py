@@ -180,3 +180,63 @@ def test_the_flow_bound_is_a_setting() -> None:
         assert r.status_code == 422 and r.json()["message"].startswith("text") and "at most 4" in r.json()["message"]
         ok = c.post("/api/v1/attribution", json={"text": TEXT, "position": 3, "flow": True})
         assert ok.status_code == 200 and len(ok.json()["flow"]["values"]) == 4
+
+
+def hf_score(llama, ids: list[int], layer: int, head: int, query: int, key: int) -> float:  # type: ignore[no-untyped-def]
+    """One cell of QKᵀ/√d_k from transformers' eager LLaMA: q and k caught by hooks on the layer's projections,
+    rotated by transformers' own RoPE."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    cfg = llama.config
+    h, kv, n = cfg.num_attention_heads, cfg.num_key_value_heads, len(ids)
+    dk = getattr(cfg, "head_dim", None) or cfg.hidden_size // h
+    attn = llama.model.layers[layer].self_attn
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [attn.q_proj.register_forward_hook(lambda m, a, o: seen.__setitem__("q", o[0])),
+             attn.k_proj.register_forward_hook(lambda m, a, o: seen.__setitem__("k", o[0]))]  # fmt: skip
+    try:
+        with torch.no_grad():
+            out = llama(torch.tensor([ids]), output_attentions=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    q = seen["q"].view(n, h, dk).transpose(0, 1)[None]
+    k = seen["k"].view(n, kv, dk).transpose(0, 1)[None]
+    cos, sin = llama.model.rotary_emb(q, torch.arange(n)[None])
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    row = (q[0, head, query] @ k[0, head // (h // kv)].T) / math.sqrt(dk)
+    row = row.masked_fill(torch.arange(n) > query, float("-inf"))  # the causal mask
+    # the row of scores is transformers' own: its softmax is the eager attention's row
+    torch.testing.assert_close(torch.softmax(row, 0), out.attentions[layer][0, head, query], rtol=0, atol=1e-4)
+    return float(row[key])
+
+
+def test_the_score_split_sums_to_transformers_score(api: TestClient, llama) -> None:  # type: ignore[no-untyped-def]
+    body = {"text": TEXT, "position": 6, "score_layer": 3, "score_head": 4, "score_key": 2}
+    doc = api.post("/api/v1/attribution", json=body).json()
+    s = doc["score_split"]
+    assert (s["layer"], s["head"], s["query"], s["key"]) == (3, 4, 6, 2) and not s["masked"]
+    assert len(s["terms"]) == 64 and len(s["pairs"]) == len(s["theta"]) == len(s["angle"]) == 32
+    assert math.isclose(sum(s["terms"]), s["score"], abs_tol=1e-5) and math.isclose(sum(s["pairs"]), s["score"],
+                                                                                    abs_tol=1e-5)  # fmt: skip
+    assert math.isclose(s["score"], s["cell"], abs_tol=1e-4)  # the lab's own scores matrix
+    theirs = hf_score(llama, doc["token_ids"][:7], 3, 4, 6, 2)
+    assert math.isclose(sum(s["terms"]), theirs, abs_tol=1e-4), (s["score"], theirs)
+    assert all(math.isclose(a, (2 - 6) * t, rel_tol=1e-6) for a, t in zip(s["angle"], s["theta"], strict=True))  # float32
+    assert api.get("/api/v1/attribution", params=body).json()["score_split"] == s
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"score_layer": 99, "score_head": 0, "score_key": 0}, "score_layer"),
+        ({"score_layer": 0, "score_head": 99, "score_key": 0}, "score_head"),
+        ({"score_layer": 0, "score_head": 0, "score_key": 5}, "score_key"),  # after the query: a decoder reads none
+        ({"score_layer": 0, "score_key": 1}, "score_head"),
+        ({"score_layer": 0, "score_head": 0, "score_key": -1}, "score_key"),
+    ],
+)
+def test_a_bad_score_split_is_a_422_naming_its_field(api: TestClient, body: dict[str, object], field: str) -> None:
+    r = api.post("/api/v1/attribution", json={"text": TEXT, "position": 3} | body)
+    assert r.status_code == 422, r.text
+    assert r.json()["message"].startswith(field), r.text
