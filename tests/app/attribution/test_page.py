@@ -307,3 +307,43 @@ def test_attention_flow_past_its_bound_is_said_and_refused(tiny: TestClient) -> 
     r = tiny.get("/attribution", params={"preset": "tiny", "text": long, "flow": "true"})
     said = BeautifulSoup(r.text, "html.parser").select_one(".error[role=alert]").text
     assert r.status_code == 422 and "text" in said and "MAX_FLOW_TOKENS" in said, said
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_why_this_score_splits_the_chosen_heads_cell(tiny: TestClient, lang: str) -> None:
+    model = tiny.app.state.lab.models["tiny"]  # type: ignore[attr-defined]
+    v = twin(tiny, head="1.2", lang=lang)
+    w, p, ids = v["why"], v["position"], v["token_ids"]
+    weights = [s["weight"] for s in v["chosen"]["sources"]]
+    assert (w["layer"], w["head"], w["query"]) == (1, 2, p) and w["key"] == weights.index(max(weights))
+    s = A.score_split(model, ids[: p + 1], 1, 2, p, w["key"])
+    assert w["by"] == "pair" and w["count"] == model.arch.d_k // 2 and len(w["terms"]) == min(8, w["count"])
+    assert math.isclose(sum(t["value"] for t in w["terms"]) + w["rest"], w["score"], abs_tol=1e-9)
+    assert math.isclose(w["score"], s.score, abs_tol=1e-9) and math.isclose(w["cell"], s.score, abs_tol=1e-4)
+    sizes = [abs(t["value"]) for t in w["terms"]]
+    assert sizes == sorted(sizes, reverse=True) and math.isclose(w["weight"], max(weights), abs_tol=1e-9)
+    other = twin(tiny, head="1.2", key="1")["why"]
+    assert other["key"] == 1 and math.isclose(other["score"], A.score_split(model, ids[: p + 1], 1, 2, p, 1).score,
+                                              abs_tol=1e-9)  # fmt: skip
+    soup = page(tiny, head="1.2", key="1", lang=lang)
+    table = soup.select_one("#head #why")
+    assert table is not None and table["data-key"] == "1" and table.select_one("select[name=key] option[selected]")
+    assert table.select_one("[data-total]").text == "%+.4f" % other["score"]
+
+
+def test_an_encoders_score_splits_per_dimension(tiny: TestClient) -> None:
+    model = tiny.app.state.lab.models["tinybert"]  # type: ignore[attr-defined]
+    v = twin(tiny, preset="tinybert", position="2", key="6")
+    w, ids = v["why"], v["token_ids"]
+    assert w["by"] == "dim" and w["count"] == model.arch.d_k and w["key"] == 6  # a key after the query: both ways
+    s = A.score_split(model, ids, w["layer"], w["head"], 2, 6)
+    assert math.isclose(w["score"], s.score, abs_tol=1e-9) and math.isclose(w["cell"], s.score, abs_tol=1e-4)
+    assert all(t["theta"] is None for t in w["terms"])
+
+
+@pytest.mark.parametrize("key", ["99", "x", "8"])
+def test_a_bad_key_is_a_422_naming_it(tiny: TestClient, key: str) -> None:
+    r = tiny.get("/attribution.json", params={"preset": "tiny", "text": TEXT, "position": "7", "key": key})
+    assert r.status_code == 422 and "key" in r.text, r.text
+    soup = page(tiny, 422, position="7", key=key)
+    assert "key" in soup.select_one(".error[role=alert]").text
