@@ -144,6 +144,42 @@ class ScoreSplitPart(BaseModel):
     unrotated: list[float] | None = None
 
 
+class TokenOut(BaseModel):
+    token_id: int
+    token: str
+
+
+class AttributionAnswer(BaseModel):
+    """The answer (documentation: the route returns its cached JSON bytes as they are). Direct-logit fields are
+    null for an encoder (`no_dla` says why; `head_norms` instead); `rollout`, `flow`, `norms` and `score_split` are
+    there only when asked for."""
+
+    preset: str
+    decoder: bool
+    no_dla: str | None
+    tokens: list[str]
+    token_ids: list[int]
+    text_start: int
+    position: int
+    target: TokenOut | None
+    contrast: TokenOut | None
+    norm: str
+    scale: float | None
+    heads: list[list[float]] | None
+    mlps: list[float] | None
+    attn_bias: list[float] | None
+    embed: float | None
+    total: float | None
+    norm_bias: float | None
+    logit: float | None
+    remainder: float | None
+    head_norms: list[list[float]] | None = None
+    rollout: dict[str, Any] | None = Field(None, description="`layers` (each layer's row) and `final` (the product's)")
+    flow: dict[str, Any] | None = Field(None, description="`values`, `tokens`, `edges`, `max_flows`")
+    norms: dict[str, Any] | None = Field(None, description="`layer`, `weights` and `value_weighted`, head by head")
+    score_split: ScoreSplitPart | None = None
+
+
 def score_split(text: Text, ids: list[int], layer: int, head: int, query: int, key: int, max_tokens: int,
                 device: str = "cpu", limits: Any = None) -> tuple[A.ScoreSplit, float]:  # fmt: skip
     """The split of one cell (engine.attribution.score_split) and the same cell of the layer's trace (its scores
@@ -355,4 +391,5 @@ async def answer(request: Request, req: AttributionRequest, lab: Lab) -> Respons
 
 
 twins(router, "/attribution", AttributionRequest, answer, "attribution",
-      summary="Split one logit into what each head, MLP and the embedding add")  # fmt: skip
+      summary="Split one logit into what each head, MLP and the embedding add",
+      response_model=AttributionAnswer)  # fmt: skip
