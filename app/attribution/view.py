@@ -532,10 +532,13 @@ def why_of(why: tuple[Why, float] | None, labels: tuple[str, ...]) -> WhyScore |
     order = sorted(range(len(values)), key=lambda i: -abs(values[i]))
     bound = max((abs(v) for v in values), default=0.0) or 1.0
 
+    theta, angle = s.theta, s.angle
+
     def term(i: int) -> Term:
-        rope = s.theta is not None and s.angle is not None
-        return Term(i, values[i], float(s.theta[i]) if rope else None, float(s.angle[i]) if rope else None,
-                    shade(values[i], "diverging", bound))  # type: ignore[index]  # fmt: skip
+        rope = theta is not None and angle is not None
+        return Term(i, values[i], float(theta[i]) if theta is not None and rope else None,
+                    float(angle[i]) if angle is not None and rope else None,
+                    shade(values[i], "diverging", bound))  # fmt: skip
 
     shown = order[:TERMS]
     return WhyScore(

@@ -47,7 +47,7 @@ def twins(
             raise FieldError(field_name(twice), "is given more than once")
         return await answer(request, req, lab)
 
-    def known(request: Request) -> None:
+    async def known(request: Request) -> None:  # async: a check this cheap takes no worker thread
         # A key no view of the lab reads is refused, as the POST's body refuses it (a typo is named, never ignored);
         # a key another view reads rides along, so any page's or operation's query can be pasted onto this one.
         if unknown := [k for k in request.query_params if k not in view_keys(request.app)]:

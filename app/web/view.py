@@ -80,6 +80,32 @@ def _schema_extra(schema: dict[str, Any], cls: type) -> None:
         schema["description"] = (cls.__doc__ or "").strip().split("\n\n")[0]
 
 
+class WeightsFile(BaseModel):
+    """One weights file of a real model, as the citation block names it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    bytes: int
+    sha256: str
+
+
+class Provenance(BaseModel):
+    """The citation block every page's JSON face carries (`app/export/cite.py` builds it; the `Provenance`
+    middleware adds it to the face): the lab and its version, the page's permalink, the model, its weights files
+    and their sha256 (or a random preset's seed), the date."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lab: str
+    version: str
+    permalink: Annotated[str | None, OPTIONAL] = None
+    model: str | None
+    date: str
+    files: Annotated[tuple[WeightsFile, ...] | None, OPTIONAL] = None
+    weights: Annotated[str | None, OPTIONAL] = None
+
+
 class View(BaseModel):
     """Base of every page's view. A subclass names its template and the blocks an htmx request swaps."""
 
@@ -91,6 +117,9 @@ class View(BaseModel):
     kind: ClassVar[str] = "view"  # the JSON face's "view": which page this is
     # The page draws its own presenter-mode switch beside its other toggles (else the header holds the kernel's).
     own_present_toggle: ClassVar[bool] = False
+
+    # Added to the JSON face after the View is written (outside the page cache), read back and written with it.
+    provenance: Annotated[Provenance | None, OPTIONAL] = None
 
     def context(self) -> dict[str, Any]:
         """The template's names: every field (shallow: matrices stay objects for the template's macros)."""

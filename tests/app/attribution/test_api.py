@@ -222,7 +222,9 @@ def test_the_score_split_sums_to_transformers_score(api: TestClient, llama) -> N
     assert math.isclose(s["score"], s["cell"], abs_tol=1e-4)  # the lab's own scores matrix
     theirs = hf_score(llama, doc["token_ids"][:7], 3, 4, 6, 2)
     assert math.isclose(sum(s["terms"]), theirs, abs_tol=1e-4), (s["score"], theirs)
-    assert all(math.isclose(a, (2 - 6) * t, rel_tol=1e-6) for a, t in zip(s["angle"], s["theta"], strict=True))  # float32
+    assert all(
+        math.isclose(a, (2 - 6) * t, rel_tol=1e-6) for a, t in zip(s["angle"], s["theta"], strict=True)
+    )  # float32
     assert api.get("/api/v1/attribution", params=body).json()["score_split"] == s
 
 

@@ -328,7 +328,7 @@ def test_why_this_score_splits_the_chosen_heads_cell(tiny: TestClient, lang: str
     soup = page(tiny, head="1.2", key="1", lang=lang)
     table = soup.select_one("#head #why")
     assert table is not None and table["data-key"] == "1" and table.select_one("select[name=key] option[selected]")
-    assert table.select_one("[data-total]").text == "%+.4f" % other["score"]
+    assert table.select_one("[data-total]").text == f"{other['score']:+.4f}"
 
 
 def test_an_encoders_score_splits_per_dimension(tiny: TestClient) -> None:
