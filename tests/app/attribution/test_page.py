@@ -347,3 +347,12 @@ def test_a_bad_key_is_a_422_naming_it(tiny: TestClient, key: str) -> None:
     assert r.status_code == 422 and "key" in r.text, r.text
     soup = page(tiny, 422, position="7", key=key)
     assert "key" in soup.select_one(".error[role=alert]").text
+
+
+def test_the_page_keeps_the_sites_header_whatever_its_numbers(tiny: TestClient) -> None:
+    """A View's field named like a kernel switch (the embedding's share of the logit, `embed`) once turned the page
+    into the header-less embed mode: the decoder's page keeps its menu, language switch and footer."""
+    soup = page(tiny)
+    assert soup.select_one("[data-embed]") is not None  # the embedding's row is drawn, with a non-zero value
+    assert "embed" not in soup.body.get("class", [])
+    assert soup.select_one("header nav") is not None and soup.select_one("footer") is not None
