@@ -388,11 +388,14 @@ class Why(A.Held):
 
 async def why_score(lab: Lab, text: Text, ids: list[int], layer: int, head: int, p: int, key: int | None,
                     norms: A.ValueNorms, progress: str, cost: int) -> tuple[Why, float]:  # fmt: skip
-    """The chosen head's score at (p, key) split (default key: the one it weights most), a 422 naming `key` past
-    the keys the query reads; with the key's weight α."""
+    """The chosen head's score at (p, key) split (default key: the one it weights most besides the query itself,
+    whose offset 0 would leave every RoPE pair unrotated), a 422 naming `key` past the keys the query reads; with
+    the key's weight α."""
     weights = norms.weights[head, p, : len(ids)]
     if key is None:
-        key = int(weights.argmax())
+        others = weights.clone()
+        others[p] = -1.0
+        key = int(others.argmax()) if float(others.max()) > 0 else p  # (a decoder's first position reads only itself)
     within("key", key, 0, len(ids) - 1)
     limit = lab.settings.max_predict_tokens
 

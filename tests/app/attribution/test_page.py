@@ -315,13 +315,14 @@ def test_why_this_score_splits_the_chosen_heads_cell(tiny: TestClient, lang: str
     v = twin(tiny, head="1.2", lang=lang)
     w, p, ids = v["why"], v["position"], v["token_ids"]
     weights = [s["weight"] for s in v["chosen"]["sources"]]
-    assert (w["layer"], w["head"], w["query"]) == (1, 2, p) and w["key"] == weights.index(max(weights))
+    besides = [x if j != p else -1.0 for j, x in enumerate(weights)]  # the query itself: offset 0, no rotation
+    assert (w["layer"], w["head"], w["query"]) == (1, 2, p) and w["key"] == besides.index(max(besides))
     s = A.score_split(model, ids[: p + 1], 1, 2, p, w["key"])
     assert w["by"] == "pair" and w["count"] == model.arch.d_k // 2 and len(w["terms"]) == min(8, w["count"])
     assert math.isclose(sum(t["value"] for t in w["terms"]) + w["rest"], w["score"], abs_tol=1e-9)
     assert math.isclose(w["score"], s.score, abs_tol=1e-9) and math.isclose(w["cell"], s.score, abs_tol=1e-4)
     sizes = [abs(t["value"]) for t in w["terms"]]
-    assert sizes == sorted(sizes, reverse=True) and math.isclose(w["weight"], max(weights), abs_tol=1e-9)
+    assert sizes == sorted(sizes, reverse=True) and math.isclose(w["weight"], max(besides), abs_tol=1e-9)
     other = twin(tiny, head="1.2", key="1")["why"]
     assert other["key"] == 1 and math.isclose(other["score"], A.score_split(model, ids[: p + 1], 1, 2, p, 1).score,
                                               abs_tol=1e-9)  # fmt: skip
@@ -356,3 +357,9 @@ def test_the_page_keeps_the_sites_header_whatever_its_numbers(tiny: TestClient) 
     assert soup.select_one("[data-embed]") is not None  # the embedding's row is drawn, with a non-zero value
     assert "embed" not in soup.body.get("class", [])
     assert soup.select_one("header nav") is not None and soup.select_one("footer") is not None
+
+
+def test_the_first_positions_score_splits_its_only_key(tiny: TestClient) -> None:
+    """A decoder's first position reads only itself: the split's default key is 0, never a later (masked) one."""
+    w = twin(tiny, position="0")["why"]
+    assert w["query"] == 0 and w["key"] == 0 and math.isclose(w["weight"], 1.0, abs_tol=1e-6)
