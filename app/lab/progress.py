@@ -166,9 +166,9 @@ class Tracking:
             if tracked.named:  # an entry can exist only under a key that was computed
                 name = tracked.name
                 self.progress.pop(name, None)
-                if shared is not None:
-                    with suppress(RedisError):
-                        shared.delete(_progress_name(name))
+                if shared is not None:  # every worker says "answered" a while, as this one does (`serving`): a
+                    with suppress(RedisError):  # poll reaching another worker as the answer leaves is no 404
+                        shared.set(_progress_name(name), f"0,0,{tracked.start},{unit},answered", ex=int(ANSWERED_S))
 
     def progress_of(self, key: str) -> Entry | None:
         """This worker's entry for `key` (a request whose work has not begun, or a page served that counts nothing:
@@ -194,8 +194,10 @@ class Tracking:
             return None
         if raw is None:
             return None
-        done, total, start, *unit = raw.decode().split(",")
-        return Entry(int(done), int(total), float(start), *unit)
+        parts = raw.decode().split(",")
+        answered = parts[-1] == "answered"
+        done, total, start, *unit = parts[:-1] if answered else parts
+        return Entry(int(done), int(total), float(start), *unit, answered=answered)
 
     def _shared_progress(self) -> Any:
         """A plain (blocking) Redis client for progress entries, made on first use; None without --redis."""

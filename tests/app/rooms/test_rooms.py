@@ -476,3 +476,9 @@ def test_progress_is_answered_by_every_worker_through_redis(redis_rooms_lab: str
     first = counted.index(True) if True in counted else len(answers)
     middle = answers[first:-2]  # the last polls may land after the end
     assert len(middle) >= 5 and all(code == 200 for code in middle), answers
+    # Answered, every worker says so a while (the shared entry stays, marked answered): a poll that crossed the answer
+    # on the wire, whichever worker it reaches, is told "answered", never a 404.
+    with httpx.Client(timeout=30) as client:
+        after = [client.get(f"{base}/api/v1/progress", params={"for": path}, headers={"Connection": "close"})
+                 for _ in range(8)]  # fmt: skip
+    assert all(r.status_code == 200 and r.json()["answered"] for r in after), [r.status_code for r in after]
