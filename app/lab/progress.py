@@ -197,7 +197,7 @@ class Tracking:
         parts = raw.decode().split(",")
         answered = parts[-1] == "answered"
         done, total, start, *unit = parts[:-1] if answered else parts
-        return Entry(int(done), int(total), float(start), *unit, answered=answered)
+        return Entry(int(done), int(total), float(start), unit[0] if unit else "layers", answered)
 
     def _shared_progress(self) -> Any:
         """A plain (blocking) Redis client for progress entries, made on first use; None without --redis."""
