@@ -500,7 +500,7 @@ def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
     )  # fmt: skip
     if not dec:
         return AttributionView(
-            **common, no_dla=t("attribution.no_dla", model=text.preset), head_norms=heads,
+            **common, no_dla=t("attribution.no_dla", model=t("preset." + text.preset)), head_norms=heads,
             grid_cls=tuple(tuple(shade(v / bound, "sequential", 1.0) for v in row) for row in heads),
         )  # fmt: skip
     contrast = doc["contrast"]
