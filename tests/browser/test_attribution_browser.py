@@ -2,12 +2,15 @@
 redraws that head's section (and the grid's mark) by htmx, without a full reload, and the address follows; a click on
 a token redraws the page's body for that query position; the grid's numbers are the page's JSON twin's. On a tiny
 BERT (an encoder) the page says why there is no logit, and attention flow, asked for by its link, is drawn beside
-rollout without a reload; both fit a phone and the projector."""
+rollout without a reload; both fit a phone and the projector. A head, a key and a sort chosen by htmx are kept by
+every later click (the flow link once dropped the key); the grids' headings stay on one line; the lesson big-weight
+is clicked through on SmolLM2 and MiniLM in presenter mode (1280×720, 1920×1080) and on a phone, en and zh."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -118,3 +121,95 @@ def test_the_encoders_page_fits_a_phone_and_the_projector(page: Page, tiny_serve
         expect(page.locator("table[data-flow]")).to_be_attached()
         expect(page.locator("#head table.attr-row")).to_be_visible()
         assert page.evaluate("document.documentElement.scrollWidth") <= size["width"]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_head_and_key_chosen_by_htmx_are_kept_by_every_later_click(page: Page, tiny_server: str, lang: str) -> None:
+    """A new user's walk (#44): a head from the grid, a key from "Why this score", then "Compute attention flow" — the
+    flow link, outside the swapped section, once dropped the key. Every later click keeps what the swaps chose."""
+    page.goto(f"{tiny_server}/attribution?preset=tiny&text={TEXT}&lang={lang}")
+    page.evaluate("window.__kept = 1")  # gone if the page reloads
+    page.locator('td[data-layer="1"][data-head="2"] button').click()
+    expect(page.locator("#head table.attr-row")).to_have_attribute("data-head", "2")
+    page.locator("#why select[name=key]").select_option("1")
+    page.locator("#why button[type=submit]").click()
+    expect(page.locator("#why")).to_have_attribute("data-key", "1")
+    ask = page.locator('#flow a[data-link="flow"]')
+    expect(ask).to_have_attribute("href", re.compile(r"(?=.*head=1\.2)(?=.*key=1\b)"))
+    ask.click()
+    expect(page.locator("table[data-flow]")).to_be_visible()
+    expect(page.locator("#why")).to_have_attribute("data-key", "1")  # the key the user chose, not the default
+    expect(page.locator("#head table.attr-row")).to_have_attribute("data-head", "2")
+    page.locator("#dla-top a[data-sort=neg]").click()
+    expect(page.locator("#dla-top a[data-sort=neg]")).to_have_attribute("aria-current", "true")
+    expect(page.locator('a[data-twin="json"]')).to_have_attribute("href", re.compile(r"sort=neg"))
+    page.locator('td[data-layer="0"][data-head="1"] button').click()  # the grid's fields now carry flow and sort
+    expect(page.locator("#head table.attr-row")).to_have_attribute("data-layer", "0")
+    expect(page.locator("table[data-flow]")).to_be_visible()
+    expect(page.locator("#dla-top a[data-sort=neg]")).to_have_attribute("aria-current", "true")
+    assert page.evaluate("window.__kept") == 1
+    assert all(s in page.url for s in ("head=0.1", "sort=neg", "flow=true", "key=1"))
+
+
+LINES = """() => [...document.querySelectorAll(`table.attr-grid thead th:first-child, table.attr-grid tfoot th,
+  table.attr-rollout thead th:first-child`)].map(th => {
+    const r = document.createRange(); r.selectNodeContents(th);
+    return [th.textContent.trim(), new Set([...r.getClientRects()].map(x => Math.round(x.top))).size]; })"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_grids_headings_stay_on_one_line(page: Page, tiny_server: str, lang: str) -> None:
+    """The corner cell ("层 \\ 头") once broke into a column of characters on a phone, the embedding's row name too."""
+    for size, present in (((390, 844), False), ((1280, 720), True), ((1920, 1080), True)):
+        page.set_viewport_size({"width": size[0], "height": size[1]})
+        page.goto(f"{tiny_server}/attribution?preset=tiny&text={TEXT}&lang={lang}")
+        if present:  # reached as a teacher does: the page's own button
+            page.locator("a[data-toggle=present]:visible").first.click()
+            expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
+        expect(page.locator("table.attr-grid").first).to_be_visible()
+        got = page.evaluate(LINES)
+        assert got and all(lines == 1 for _, lines in got), (size, got)
+        assert page.evaluate("document.documentElement.scrollWidth") <= size[0]
+
+
+# -- the lesson "Is a big attention weight an important one?", clicked through on SmolLM2 and MiniLM ---------------
+
+SCREENS = [("en", (1280, 720), True), ("zh", (1920, 1080), True), ("en", (390, 844), False), ("zh", (390, 844), False)]
+
+
+@pytest.mark.parametrize(("lang", "size", "present"), SCREENS)
+def test_the_lesson_clicked_through(page: Page, live_server: str, lang: str, size: tuple[int, int],
+                                    present: bool) -> None:  # fmt: skip
+    """Every step of big-weight, by its own "next" button: the panel's question on screen, the step's section drawn,
+    nothing scrolling sideways, the answer revealed by its button; presenter mode reached by pressing the page's
+    switch, and kept by every step's link."""
+    from app.web.lessons import BY_SLUG
+
+    steps = BY_SLUG["big-weight"].steps
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    page.goto(f"{live_server}{steps[0].url}&lesson=big-weight&lesson_step=1&lang={lang}")
+    if present:
+        page.locator("a[data-toggle=present]:visible").first.click()
+        expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
+    for k, step in enumerate(steps, start=1):
+        panel = page.locator(".lesson-panel")
+        expect(panel).to_have_attribute("data-step", str(k), timeout=180_000)  # SmolLM2's first page is computed
+        expect(panel.locator(".question")).to_contain_text(step.text(lang).question[:12])
+        if present:
+            expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
+        anchor = step.url.partition("#")[2]
+        if step.url.startswith("/attribution"):
+            expect(page.locator("#attribution-body")).to_be_visible()
+            if anchor:
+                expect(page.locator(f"#{anchor}")).to_be_attached()
+        if "flow=true" in step.url:
+            expect(page.locator("table[data-flow]")).to_be_visible()
+        if "preset=minilm" in step.url:
+            expect(page.locator("[data-no-dla]")).to_contain_text("MiniLM-L6")
+            expect(page.locator(".model-intro[data-intro=encoder]")).to_be_attached()
+        assert page.evaluate("document.documentElement.scrollWidth") <= size[0], (k, lang, size)
+        panel.locator("details.answer summary").click()
+        expect(panel.locator("details.answer p")).to_be_visible()
+        if k < len(steps):
+            panel.locator("a[data-lesson-step=next]").click()
+    expect(page.locator(".lesson-panel a[data-lesson-step=next]")).to_have_count(0)
