@@ -740,3 +740,20 @@ def test_a_step_with_a_place_on_its_page_names_it_on_its_panel(client):
         panel = BeautifulSoup(client.get(url).text, "html.parser").select_one(".lesson-panel")
         assert panel is not None, url
         assert panel.get("data-anchor") == (urlsplit(lesson.steps[k - 1].url).fragment or None), url
+
+
+# translator-reads: reordered at merge by the lead (its author, encdec3, is editing that lesson on another branch).
+SPREAD_AT_MERGE = {"translator-reads": "reordered at merge by the lead"}
+
+
+@pytest.mark.parametrize("lesson", [
+    pytest.param(le, marks=pytest.mark.skip(reason=SPREAD_AT_MERGE[le.slug])) if le.slug in SPREAD_AT_MERGE else le
+    for le in LESSONS
+], ids=lambda le: le.slug)  # fmt: skip
+def test_a_lessons_choice_polls_do_not_all_keep_their_answer_in_one_place(lesson):
+    """Students who learn that the answer is the first button tap the first button: a lesson with three or more
+    choice polls (app/web/lessons.json) puts their answers at more than one option index."""
+    from app.web.lessons import ChoicePoll
+
+    answers = [s.poll.answer for s in lesson.steps if isinstance(s.poll, ChoicePoll)]
+    assert len(answers) < 3 or len(set(answers)) > 1, (lesson.slug, answers)
