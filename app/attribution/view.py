@@ -420,7 +420,7 @@ def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
     mlps = tuple(float(x) for x in doc["mlps"]) if dec else ()
     n_layer, n_heads = len(heads), len(heads[0])
     bound = max((abs(v) for row in heads for v in row if math.isfinite(v)), default=0.0) or 1.0
-    part_bound = max([abs(v) for v in (*mlps, float(doc["embed"] or 0.0)) if math.isfinite(v)], default=0.0) or 1.0
+    part_bound = bound = max([bound, *(abs(v) for v in (*mlps, float(doc["embed"] or 0.0)) if math.isfinite(v))])
     typed_text = state.get("text") if state.get("text") or state.get("token_ids") else DEFAULT_TEXT
 
     def lab_link(layer: int, head: int) -> str:  # the page's ids (its BOS too): the lab shows the same weights

@@ -15,6 +15,7 @@ import pytest
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
+from app.render.cells import colour
 from engine import attribution as A
 from tests.conftest import make_client
 
@@ -109,6 +110,11 @@ def test_the_page_draws_the_numbers_in_both_languages(tiny: TestClient, lang: st
     assert len(cells) == v["layers"] * v["n_heads"] == 3 * 4
     assert [float(c["data-value"]) for c in cells] == [x for row in v["heads"] for x in row]
     assert [float(c["data-value"]) for c in soup.select("td[data-mlp]")] == v["mlps"]
+    # one colour scale for every part: a head and an MLP of the same value are the same shade
+    bound = max(abs(x) for x in (*(x for row in v["heads"] for x in row), *v["mlps"], v["embed"]))
+    for cell in [*cells, *soup.select("td[data-mlp]")]:
+        assert colour(float(cell["data-value"]), "diverging", bound) in cell["class"], cell
+    assert colour(v["embed"], "diverging", bound) in soup.select_one("td[data-embed]")["class"]
     said = soup.select_one(".attr-sum")
     assert float(said["data-total"]) == v["total"] and float(said["data-logit"]) == v["logit"]
     assert f"{v['logit']:.3f}" in said.text and soup.select_one("[data-frozen]").text.strip()

@@ -60,8 +60,14 @@ def test_the_parts_sum_and_head_23_4_adds_the_most(client: TestClient) -> None: 
     assert abs(v["total"] - v["logit"]) < 1e-4
     heads, mlps = np.array(v["heads"]), np.array(v["mlps"])
     assert np.unravel_index(heads.argmax(), heads.shape) == (23, 4) and round(heads[23, 4], 1) == 2.1
-    assert heads.max() > max(mlps.max(), v["embed"]) and round(mlps.max(), 1) == 1.9 and mlps.argmax() == 27
-    assert round(mlps[29], 1) == -4.3 and heads.shape == (30, 9)
+    parts = [(float(heads[li, h]), f"head {h} of layer {li}") for li, h in np.ndindex(heads.shape)]
+    parts += [(float(m), f"layer {li}'s MLP") for li, m in enumerate(mlps)] + [(float(v["embed"]), "embedding")]
+    ranked = [(name, f"{x:+.2f}") for x, name in sorted(parts, reverse=True)[:4]]
+    assert ranked == [("head 4 of layer 23", "+2.08"), ("head 1 of layer 29", "+1.93"), ("layer 27's MLP", "+1.92"),
+                      ("head 3 of layer 23", "+1.91")]  # fmt: skip
+    said = BY_SLUG[SLUG].steps[0].text("en").answer
+    assert all(f"{name} ({x})" in said.replace("Head 4", "head 4") for name, x in ranked), said
+    assert round(mlps[29], 1) == -4.3 and mlps.argmin() == 29 and heads.shape == (30, 9)
     assert key(1) == "Head 4 of layer 23"
 
 
