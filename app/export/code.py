@@ -137,7 +137,9 @@ def torch_snippet(p: Page, model_files: tuple[str, str | None] | None, ids: list
     if p.path in ATTENTIONS and real:
         return ATTENTIONS[p.path](p, real, ids or [])
     if p.path not in ("/", "/embed", "/block") or not p.twin.get("key"):
-        raise NoCode("kind=torch covers the lab's pages (/, /embed), /block, /sinks, /heads, /model, /lens and /predict")
+        raise NoCode(
+            "kind=torch covers the lab's pages (/, /embed), /block, /sinks, /heads, /model, /lens and /predict"
+        )
     mats = p.twin.get("matrices")
     if not isinstance(mats, list) or not mats:
         raise NoCode("kind=torch prints the matrices of a page that shows them (a trace small enough for numbers)")
@@ -394,8 +396,7 @@ def _attentions(p: Page, files: tuple[str, str | None], ids: list[int], how: str
         f"model = AutoModel.from_pretrained({loader}attn_implementation='eager', dtype=torch.float32).eval()\n"
         f"ids = torch.tensor([{ids!r}])\n"
         "with torch.no_grad():\n"
-        "    attentions = model(ids, output_attentions=True).attentions  # per layer: (1, heads, N, N)\n"
-        + then
+        "    attentions = model(ids, output_attentions=True).attentions  # per layer: (1, heads, N, N)\n" + then
     )
 
 
