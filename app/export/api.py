@@ -20,7 +20,6 @@ from . import cite, twin
 from . import code as snippets
 from . import notebook as notebooks
 from .figure import FORMATS, NoFigure, TooLarge, draw, panels
-from .provenance import Provenance as Provenance  # main.py adds it outside the response cache
 
 TAG = {"name": "export", "description": "Take a page with you: its figures, code, notebook and citation."}
 router = APIRouter(prefix="/api/v1", tags=["export"], responses=ERRORS)
