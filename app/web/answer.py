@@ -97,10 +97,13 @@ async def cited(lab: Lab, preset: str | None, response: Response) -> Response:
     when `preset` is a real model (the request model's field, with its default: no answer is read for its model).
     An operation writes its answer as bytes (orjson, under the JSON size limit), so the block's bytes go before the
     object's closing brace; anything else (a refusal, an archive, an answer about a random preset) is as it was."""
+    written = getattr(response, "body", None)  # a streamed answer has none (no twin streams JSON)
     if response.status_code != 200 or response.media_type != "application/json" or preset not in lab.models:
         return response
+    if not isinstance(written, bytes | memoryview):
+        return response
     block = await run_in_threadpool(provenance.answer_block, lab, preset)
-    body = bytes(response.body).rstrip()
+    body = bytes(written).rstrip()
     if block is None or not body.endswith(b"}"):
         return response
     stamp = b'"provenance":' + orjson.dumps(block)
