@@ -391,7 +391,7 @@ def _attentions(p: Page, files: tuple[str, str | None], ids: list[int], how: str
         raise NoCode("kind=torch needs the page's token ids")
     path, gguf = files
     loader = f"{path!r}, gguf_file={gguf!r}, " if gguf else f"{path!r}, "
-    return _header(p, "torch", "Plain torch and transformers, independently of the lab: " + how) + (
+    return _header(p, "torch", "Plain torch and transformers, independently of the lab:\n" + how) + (
         "\nimport torch\nfrom transformers import AutoModel\n\n" + SHOW + "\n\n"
         f"model = AutoModel.from_pretrained({loader}attn_implementation='eager', dtype=torch.float32).eval()\n"
         f"ids = torch.tensor([{ids!r}])\n"
@@ -408,7 +408,7 @@ def _torch_heads(p: Page, files: tuple[str, str | None], _ids: list[int]) -> str
         raise NoCode("kind=torch prints /heads' chosen head on the probe (the page shows none)")
     layer, head = (int(x) for x in chosen)
     how = (
-        f"the model's own weights on the page's probe\n(a random sequence of {probe.get('n')} tokens, repeated); "
+        f"the model's own weights on the page's probe (a random sequence of {probe.get('n')} tokens, repeated);\n"
         f"printed: layer {layer}, head {head}, A (queries × keys)."
     )
     return _attentions(p, files, list(probe.get("token_ids") or []), how,
@@ -429,8 +429,8 @@ def _torch_model(p: Page, files: tuple[str, str | None], ids: list[int]) -> str:
     if stat not in STAT or not p.twin.get("grid"):
         raise NoCode(f"kind=torch prints /model's grid of {', '.join(STAT)}")
     how = (
-        f"every layer's attention weights from the model's own implementation;\nprinted: the {stat} of every head, "
-        "one row per layer."
+        f"every layer's attention weights from the model's own implementation (eager attention, float32);\n"
+        f"printed: the {stat} of every head, one row per layer."
     )
     then = (
         "n = ids.shape[1]\ngrid = []\nfor layer in attentions:\n    a = layer[0].double()\n"
@@ -446,8 +446,9 @@ def _torch_sinks(p: Page, files: tuple[str, str | None], _ids: list[int]) -> str
         raise NoCode("kind=torch prints /sinks' weights with and without the sink (a text short enough for numbers)")
     layer, head = int(p.summary.get("layer") or p.twin.get("layer") or 0), int(p.twin.get("head") or 0)
     how = (
-        f"layer {layer}'s attention weights from the model's own implementation;\nprinted: head {head}'s A, and A′ "
-        "with the sink dropped (key 0 removed for every query but the first, each row renormalised)."
+        f"layer {layer}'s attention weights from the model's own implementation (eager attention, float32);\n"
+        f"printed: head {head}'s A, and A′ with the sink dropped (key 0 removed for every query but the first,\n"
+        "each row renormalised)."
     )
     then = (
         f"a = attentions[{layer}][0, {head}].double()\n"

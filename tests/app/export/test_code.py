@@ -197,3 +197,10 @@ def test_a_real_blocks_page_has_no_numbers_to_print(client: TestClient, smollm2)
     page = "/block?preset=smollm2&text=The+cat&stage=softmax"
     r = client.get("/api/v1/code", params={"page": page, "kind": "torch"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "page"]
+
+
+@pytest.mark.parametrize("page", ["/sinks?text=The+cat", "/model?text=The+cat", "/heads?text=The+cat"])
+def test_the_show_code_panel_offers_the_torch_snippet(client: TestClient, smollm2, page: str) -> None:  # type: ignore[no-untyped-def]
+    """/heads, /model and /sinks now have both snippets: their "Show code" panel links and loads kind=torch."""
+    html = client.get(page).text
+    assert 'data-code="torch"' in html and 'data-code-text="torch"' in html
