@@ -134,7 +134,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # takes no queue place.
     app.add_middleware(HeavyWork, paths=registry.heavy_paths(), per_client=settings.max_heavy_per_client)
     app.add_middleware(cache.ServeCached, store=app.state.responses)
-    app.add_middleware(export_api.Provenance)  # outside ServeCached: a cached answer is stamped too
     app.add_middleware(JsonTwin)  # outside ServeCached: a twin is a page, served by the page kernel
     app.add_middleware(health.Served, lab=app.state.lab)  # every page request known to /api/v1/progress while served
     app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))

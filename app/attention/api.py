@@ -25,7 +25,7 @@ from ..schemas import (
     TilesRequest,
     query_parameters,
 )
-from ..web.answer import answer_document, parse_query, respond, twins
+from ..web.answer import CitedAnswer, answer_document, cited, parse_query, respond, twins
 from ..web.cache import cached_get
 from ..web.state import parse_head, parse_stage, query_int
 from ..web.tensors import (
@@ -169,6 +169,7 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Re
 @router.get(
     "/attention/window",
     summary="Exact numbers of a rectangle of one matrix",
+    response_model=CitedAnswer,  # documents the provenance a real model's window carries (`cited`)
     openapi_extra={"parameters": query_parameters(AttentionRequest, WINDOW_EXTRA)},
 )
 @cached_get
@@ -177,9 +178,11 @@ async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Res
     corner), `rows`, `cols` (at most 65,536 numbers). −∞ is null."""
     source = await attention_source(request, lab)
     if isinstance(source, LongTrace):  # only the window's rows are computed, each from its whole row
-        return await run_in_threadpool(long_window, request, source)
-    tensor, a = matrix_of(request, source)
-    return window_response(request, source, tensor, a)
+        answer = await run_in_threadpool(long_window, request, source)
+    else:
+        tensor, a = matrix_of(request, source)
+        answer = window_response(request, source, tensor, a)
+    return await cited(lab, parse_query(request, AttentionRequest).preset, answer)  # a real model's provenance
 
 
 def file_route(media_type: str, description: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from engine.block import BlockTrace
 
 from ..lab import Lab, get_lab
 from ..schemas import ERRORS, BlockRequest, query_parameters
-from ..web.answer import parse_query, respond, twins
+from ..web.answer import CitedAnswer, cited, parse_query, respond, twins
 from ..web.cache import cached_get
 from ..web.state import query_int
 from ..web.tensors import (
@@ -78,6 +78,7 @@ async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)])
 @router.get(
     "/block/window",
     summary="Exact numbers of a rectangle of one block tensor",
+    response_model=CitedAnswer,  # documents the provenance a real model's window carries (`cited`)
     openapi_extra={"parameters": query_parameters(BlockRequest, WINDOW_EXTRA)},
 )
 @cached_get
@@ -85,4 +86,5 @@ async def block_window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) 
     """Exact numbers of a rectangle of one block tensor (see /api/v1/attention/window)."""
     trace = await _block_trace(request, lab)
     tensor, a = matrix_of(request, trace, default_stage="output")
-    return window_response(request, trace, tensor, a)
+    answer = window_response(request, trace, tensor, a)
+    return await cited(lab, parse_query(request, BlockRequest).preset, answer)  # a real model's provenance

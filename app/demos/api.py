@@ -11,10 +11,11 @@ from fastapi.responses import Response
 from engine import demos
 
 from ..errors import problem
+from ..render.figure import chart_figure
 from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.i18n import translator
-from .view import PermutationQuery, RopeQuery, SoftmaxQuery, logits_of, permutation_of, run_demos, scaling_charts
+from .view import PermutationQuery, RopeQuery, SoftmaxQuery, logits_of, permutation_of, run_demos, scaling_specs
 
 router = APIRouter(prefix="/api/v1/demo", tags=["demonstrations"], responses=ERRORS)
 
@@ -43,8 +44,13 @@ async def scaling() -> dict[str, Any]:
 async def scaling_svg(
     chart: Literal["variance", "max", "entropy"] = "variance", lang: Literal["en", "zh"] = "en"
 ) -> Response:
+    """One of /demos' three √d_k charts, drawn by matplotlib as the page's figures are (app/render/figure.py: text
+    kept as text, Chinese in a system CJK font): the same data and words as the page's inline chart."""
     data = await run_in_threadpool(demos.scaling)
-    return Response(scaling_charts(data, translator(lang))[chart], media_type="image/svg+xml")
+    spec = scaling_specs(data, translator(lang))[chart]
+    caption = f"Attention Lab · /demos · {data['samples']} samples, {data['n_keys']} keys"
+    body = await run_in_threadpool(chart_figure, spec, "svg", caption, lang)
+    return Response(body, media_type="image/svg+xml")
 
 
 @router.get("/softmax", summary="Softmax in float16 without and with the row maximum subtracted")

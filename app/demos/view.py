@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, ValidationError
 from engine import demos
 
 from ..errors import clean
-from ..render.charts import Series, line_chart
+from ..render.charts import Chart, Series
 from ..schemas import ASCII_NUMBER, FieldError
 from ..web.view import View
 
@@ -82,25 +82,32 @@ def logits_of(q: SoftmaxQuery) -> list[float]:
     return values
 
 
-def scaling_charts(data: dict[str, Any], t: Any) -> dict[str, str]:
+def scaling_specs(data: dict[str, Any], t: Any) -> dict[str, Chart]:
+    """The √d_k demonstration's three charts (their data and words), drawn inline on /demos and by matplotlib at
+    /api/v1/demo/scaling.svg."""
     rows = data["rows"]
     d = [r["d_k"] for r in rows]
     labels = {"none": t("scale.none"), "sqrt_dk": t("scale.sqrt_dk"), "dk": t("scale.dk")}
     return {
-        "variance": line_chart(
+        "variance": Chart(
             [Series(t("demo.sampled"), d, [r["var"] for r in rows]), Series("d_k", d, d, dashed=True)],
             t("demo.var_title"), "d_k", "Var(q·k)", x_log=True, y_log=True, chart_id="variance",
         ),
-        "max": line_chart(
+        "max": Chart(
             [Series(labels[k], d, [r[f"max_{k}"] for r in rows]) for k in labels],
             t("demo.max_title", n=data["n_keys"]), "d_k", t("max_weight"), x_log=True, chart_id="max",
         ),
-        "entropy": line_chart(
+        "entropy": Chart(
             [Series(labels[k], d, [r[f"entropy_{k}"] for r in rows]) for k in labels]
             + [Series(t("demo.uniform"), d, [data["uniform_entropy"]] * len(d), dashed=True)],
             t("demo.entropy_title", n=data["n_keys"]), "d_k", t("entropy"), x_log=True, chart_id="entropy",
         ),
     }  # fmt: skip
+
+
+def scaling_charts(data: dict[str, Any], t: Any) -> dict[str, str]:
+    """The three charts as the page draws them inline."""
+    return {name: chart.svg() for name, chart in scaling_specs(data, t).items()}
 
 
 DEMOS: tuple[tuple[str, type[BaseModel], Callable[[Any], dict[str, Any]]], ...] = (

@@ -20,7 +20,6 @@ from . import cite, twin
 from . import code as snippets
 from . import notebook as notebooks
 from .figure import FORMATS, NoFigure, TooLarge, draw, panels
-from .provenance import Provenance as Provenance  # main.py adds it outside the response cache
 
 TAG = {"name": "export", "description": "Take a page with you: its figures, code, notebook and citation."}
 router = APIRouter(prefix="/api/v1", tags=["export"], responses=ERRORS)
@@ -119,7 +118,10 @@ def preset_of(p: twin.Page) -> str:
 
 async def ids_of(request: Request, p: twin.Page) -> list[int] | None:
     """A logit lens page's token ids as the lab tokenised them (its View shows the tokens, not their ids): asked
-    of the lab's own /api/v1/logit_lens with the page's sequence."""
+    of the lab's own /api/v1/logit_lens with the page's sequence. /model's: its text through the model's own
+    tokenizer, as the page's request reads it (`make_spec`)."""
+    if p.path == "/model":
+        return await run_in_threadpool(model_ids, request, p)
     if p.path != "/lens":
         return None
     keys = ("preset", "text", "token_ids", "bos")
@@ -129,6 +131,19 @@ async def ids_of(request: Request, p: twin.Page) -> list[int] | None:
         return None
     ids = answer.get("token_ids")
     return [int(i) for i in ids] if isinstance(ids, list) else None
+
+
+def model_ids(request: Request, p: twin.Page) -> list[int] | None:
+    from engine.spec import make_spec
+
+    params = p.params
+    try:
+        ids = json.loads("[" + params["token_ids"].strip("[]") + "]") if params.get("token_ids") else None
+        spec = make_spec(text=params.get("text") if ids is None else None, token_ids=ids, preset=preset_of(p),
+                         layer=0, models=request.app.state.lab.models)  # fmt: skip
+    except ValueError:  # a SpecError too: the page itself would have refused it
+        return None
+    return list(spec.token_ids or ())
 
 
 @router.get(

@@ -1,71 +1,21 @@
 """Cite this: a page's permalink plus provenance (the lab's version, the model and the sha256 of its weights files,
-the date), as a block of data and as BibTeX or CSL-JSON. The hashes are computed once per file (keyed by its path,
-size and modification time) and kept for the process."""
+the date), as a block of data and as BibTeX or CSL-JSON. The block itself is the kernel's (app/web/provenance.py:
+every page's JSON face and every API answer about a real model carry the same one)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
-import threading
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from ..web.provenance import TITLE, block, sha256, weights_files
 from .twin import Page
 
-TITLE = "Attention Lab"
+__all__ = ["TITLE", "bibtex", "block", "csl", "html", "provenance", "sha256", "weights_files"]
+
 AUTHOR = "The Attention Lab contributors"  # as CITATION.cff names them
-
-_hashes: dict[tuple[str, int, int], str] = {}
-_lock = threading.Lock()
-
-
-def sha256(path: Path) -> str:
-    """The file's sha256 (hex), computed once per (path, size, mtime) in this process."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    with _lock:
-        known = _hashes.get(key)
-    if known:
-        return known
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
-    with _lock:
-        _hashes[key] = digest
-    return digest
-
-
-def weights_files(path: Path) -> list[Path]:
-    """A model's weights files: the .gguf file itself, or a directory's safetensors (one file or its shards)."""
-    if path.is_file():
-        return [path]
-    return sorted(path.glob("*.safetensors"))
-
-
-def block(model: str | None, model_path: Path | None, permalink: str | None, seed: object = None,
-          today: dt.date | None = None) -> dict[str, Any]:  # fmt: skip
-    """THE provenance block (every export, every page's JSON twin and every API answer about a real model carry
-    it, built here and nowhere else): where (the permalink), what computed it (the lab's version), with which model
-    (its name; a real model's weights files and their sha256; a random preset's seed) and when."""
-    out: dict[str, Any] = {
-        "lab": TITLE,
-        "version": __version__,
-        **({"permalink": permalink} if permalink is not None else {}),  # a page's; an API answer is what was sent
-        "model": model,
-        "date": (today or dt.datetime.now(dt.UTC).date()).isoformat(),
-    }
-    if model_path is not None:
-        out["files"] = [
-            {"name": f.name, "bytes": f.stat().st_size, "sha256": sha256(f)} for f in weights_files(model_path)
-        ]
-    elif model is not None:
-        out["weights"] = "seeded random weights" + (f" (seed {seed})" if seed is not None else "")
-    return out
 
 
 def provenance(p: Page, permalink: str, model_path: Path | None, today: dt.date | None = None) -> dict[str, Any]:

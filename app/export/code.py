@@ -134,13 +134,17 @@ def torch_snippet(p: Page, model_files: tuple[str, str | None] | None, ids: list
         return _torch_lens(p, real, ids or [])
     if p.path == "/predict" and real:
         return _torch_predict(p, real)
+    if p.path in ATTENTIONS and real:
+        return ATTENTIONS[p.path](p, real, ids or [])
     if p.path not in ("/", "/embed", "/block") or not p.twin.get("key"):
-        raise NoCode("kind=torch covers the lab's pages (/, /embed), /block, /lens and /predict")
+        raise NoCode(
+            "kind=torch covers the lab's pages (/, /embed), /block, /sinks, /heads, /model, /lens and /predict"
+        )
     mats = p.twin.get("matrices")
     if not isinstance(mats, list) or not mats:
         raise NoCode("kind=torch prints the matrices of a page that shows them (a trace small enough for numbers)")
     if p.path == "/block":
-        if real:
+        if real:  # a real model's block shows heat maps, no numbers (`small` is false): nothing to print
             raise NoCode("kind=torch covers /block's random presets")
         return _torch_random(p, [m["name"] for m in mats], block=True)
     if _random(p):
@@ -379,3 +383,81 @@ def _torch_predict(p: Page, files: tuple[str, str | None]) -> str:
         "show('loss', [[-logp[i, t].item() for i, t in scored]])\n"
         "show('p_target', [[logp[i, t].exp().item() for i, t in scored]])\n"
     )  # fmt: skip
+
+
+def _attentions(p: Page, files: tuple[str, str | None], ids: list[int], how: str, then: str) -> str:
+    """transformers' own attention weights of every layer (eager attention, float32) for `ids`, then `then`."""
+    if not ids:
+        raise NoCode("kind=torch needs the page's token ids")
+    path, gguf = files
+    loader = f"{path!r}, gguf_file={gguf!r}, " if gguf else f"{path!r}, "
+    return _header(p, "torch", "Plain torch and transformers, independently of the lab:\n" + how) + (
+        "\nimport torch\nfrom transformers import AutoModel\n\n" + SHOW + "\n\n"
+        f"model = AutoModel.from_pretrained({loader}attn_implementation='eager', dtype=torch.float32).eval()\n"
+        f"ids = torch.tensor([{ids!r}])\n"
+        "with torch.no_grad():\n"
+        "    attentions = model(ids, output_attentions=True).attentions  # per layer: (1, heads, N, N)\n" + then
+    )
+
+
+def _torch_heads(p: Page, files: tuple[str, str | None], _ids: list[int]) -> str:
+    """/heads: the chosen head's weights on the page's induction probe (the page rounds them to 4 decimals)."""
+    probe = p.twin.get("probe") or {}
+    chosen = p.twin.get("chosen")
+    if not chosen or not p.twin.get("weights"):
+        raise NoCode("kind=torch prints /heads' chosen head on the probe (the page shows none)")
+    layer, head = (int(x) for x in chosen)
+    how = (
+        f"the model's own weights on the page's probe (a random sequence of {probe.get('n')} tokens, repeated);\n"
+        f"printed: layer {layer}, head {head}, A (queries × keys)."
+    )
+    return _attentions(p, files, list(probe.get("token_ids") or []), how,
+                       f"show('weights', attentions[{layer}][0, {head}].tolist())\n")  # fmt: skip
+
+
+STAT = {  # /model's statistics (engine/model_view.py), over a layer's weights `a` (heads, N, N) in float64
+    "entropy": ("-(a * torch.where(a > 0, a.log(), torch.zeros_like(a))).sum(-1).mean(-1)", "mean row entropy (nats)"),
+    "sink": ("a[:, 1:, 0].mean(-1) if n > 1 else torch.zeros(len(a))", "mean weight on key 0, rows from 1"),
+    "previous": ("a.diagonal(-1, -2, -1).mean(-1) if n > 1 else torch.zeros(len(a))", "mean weight on key i − 1"),
+    "self": ("a.diagonal(0, -2, -1).mean(-1)", "mean weight on key i"),
+}
+
+
+def _torch_model(p: Page, files: tuple[str, str | None], ids: list[int]) -> str:
+    """/model: one statistic of every layer and head (the clean run: knock-outs show beside it, not in it)."""
+    stat = str(p.twin.get("stat") or "entropy")
+    if stat not in STAT or not p.twin.get("grid"):
+        raise NoCode(f"kind=torch prints /model's grid of {', '.join(STAT)}")
+    how = (
+        f"every layer's attention weights from the model's own implementation (eager attention, float32);\n"
+        f"printed: the {stat} of every head, one row per layer."
+    )
+    then = (
+        "n = ids.shape[1]\ngrid = []\nfor layer in attentions:\n    a = layer[0].double()\n"
+        f"    values = {STAT[stat][0]}  # {STAT[stat][1]}\n    grid.append(values.tolist())\nshow('grid', grid)\n"
+    )
+    return _attentions(p, files, ids, how, then)
+
+
+def _torch_sinks(p: Page, files: tuple[str, str | None], _ids: list[int]) -> str:
+    """/sinks: the layer's head weights A, and A′ without the sink (key 0 dropped for queries 1…, renormalised)."""
+    names = [m["name"] for m in p.twin.get("matrices") or []]
+    if not names or set(names) - {"weights", "dropped"}:
+        raise NoCode("kind=torch prints /sinks' weights with and without the sink (a text short enough for numbers)")
+    layer, head = int(p.summary.get("layer") or p.twin.get("layer") or 0), int(p.twin.get("head") or 0)
+    how = (
+        f"layer {layer}'s attention weights from the model's own implementation (eager attention, float32);\n"
+        f"printed: head {head}'s A, and A′ with the sink dropped (key 0 removed for every query but the first,\n"
+        "each row renormalised)."
+    )
+    then = (
+        f"a = attentions[{layer}][0, {head}].double()\n"
+        "dropped = a.clone()\ndropped[1:, 0] = 0.0  # query 0 can only read key 0 under a causal mask: it keeps it\n"
+        "total = dropped.sum(-1, keepdim=True)\n"
+        "dropped = dropped / torch.where(total > 0, total, torch.ones_like(total))  # an all-sink row stays zero\n"
+        + "".join(f"show({n!r}, {'a' if n == 'weights' else 'dropped'}.tolist())\n" for n in names)
+    )
+    return _attentions(p, files, list(p.summary.get("token_ids") or []), how, then)
+
+
+ATTENTIONS = {"/heads": _torch_heads, "/model": _torch_model, "/sinks": _torch_sinks}  # a real model's weights

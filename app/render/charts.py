@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
+from typing import Any
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9")
 INK = "#1b1f24"
@@ -29,6 +30,24 @@ class Series:
     xs: Sequence[float]
     ys: Sequence[float]
     dashed: bool = False
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One line chart's data and words: drawn inline by `line_chart` (`svg`), or for print by matplotlib
+    (app/render/figure.py `chart_figure`) from the same object."""
+
+    series: Sequence[Series]
+    title: str
+    x_label: str
+    y_label: str
+    x_log: bool = False
+    y_log: bool = False
+    chart_id: str = ""
+
+    def svg(self, **size: Any) -> str:
+        return line_chart(self.series, self.title, self.x_label, self.y_label, self.x_log, self.y_log,
+                          chart_id=self.chart_id, **size)  # fmt: skip
 
 
 def _ticks(lo: float, hi: float, log: bool) -> list[float]:

@@ -69,9 +69,22 @@ class Curves:
 
 
 @dataclass
+class Lines:
+    """A line chart over a numeric x axis (`charts.Chart`'s data): each series its own xs, log axes in powers of
+    two, dashed series dashed, a legend."""
+
+    title: str
+    series: list[tuple[str, list[float], list[float], bool]]  # label, xs, ys, dashed
+    xlabel: str
+    ylabel: str
+    xlog: bool = False
+    ylog: bool = False
+
+
+@dataclass
 class Figure:
     title: str
-    panels: list[Heat | Curves] = field(default_factory=list)
+    panels: list[Heat | Curves | Lines] = field(default_factory=list)
 
 
 _LOCK = threading.Lock()  # matplotlib's font cache and rc state are process-wide: one figure at a time
@@ -155,6 +168,8 @@ def _draw(spec: Figure, fmt: str, caption: str, lang: str, max_cells: int, max_l
             ax = fig.add_subplot(nrows, ncols, i + 1)
             if isinstance(p, Heat):
                 _heat(fig, ax, p, words, max_labels)
+            elif isinstance(p, Lines):
+                _lines(ax, p)
             else:
                 _curves(ax, p, words, max_labels)
         if any(isinstance(p, Heat) and p.hatched.any() for p in panels):
@@ -260,6 +275,42 @@ def _curves(ax: Any, c: Curves, words: dict[str, str], max_labels: int) -> None:
     ax.grid(alpha=0.3)
     if len(c.series) > 1:
         ax.legend(fontsize=6, ncols=2 if len(c.series) > 6 else 1)
+
+
+MARKERS_UP_TO = 60  # as the inline charts: a long series is its line alone
+
+
+def _lines(ax: Any, c: Lines) -> None:
+    from .charts import OKABE_ITO  # the inline charts' colour-blind-safe palette, in the same order
+
+    for i, (name, xs, ys, dashed) in enumerate(c.series[:12]):
+        shown = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(y) and (not c.xlog or x > 0)]
+        marker = "o" if len(shown) <= MARKERS_UP_TO else ""
+        ax.plot([x for x, _ in shown], [y for _, y in shown], linestyle="--" if dashed else "-", marker=marker,
+                markersize=3, linewidth=1.4, label=name, color=OKABE_ITO[i % len(OKABE_ITO)])  # fmt: skip
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}")  # 16, not 2⁴: text as text
+    if c.xlog:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(plain)
+    if c.ylog:
+        ax.set_yscale("log", base=2)
+        ax.yaxis.set_major_formatter(plain)
+    if c.title:
+        ax.set_title(c.title)
+    ax.set_xlabel(c.xlabel)
+    ax.set_ylabel(c.ylabel)
+    ax.grid(alpha=0.3)
+    if len(c.series) > 1:
+        ax.legend(fontsize=7)
+
+
+def chart_figure(chart: Any, fmt: str, caption: str, lang: str = "en") -> bytes:
+    """A `charts.Chart` (the data and words of a chart a page draws inline) drawn by matplotlib as `fmt`."""
+    series = [(s.label, [float(x) for x in s.xs], [float(y) for y in s.ys], s.dashed) for s in chart.series]
+    lines = Lines("", series, chart.x_label, chart.y_label, chart.x_log, chart.y_log)  # the figure's title is its
+    return draw(Figure(chart.title, [lines]), fmt, caption, lang)
 
 
 def heat_svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str) -> str:

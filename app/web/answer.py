@@ -8,8 +8,9 @@ from typing import Annotated, Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute, iter_route_contexts
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, create_model
 from starlette.applications import Starlette
 
 from ..errors import field_error, where_of
@@ -17,9 +18,10 @@ from ..lab import Lab, Work, get_lab
 from ..render.arrays import Traced
 from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_json, to_npz
 from ..schemas import FieldError, Selection, query_model, query_parameters
+from . import provenance
 from .cache import cached_get
 from .state import PageQuery, show
-from .view import subclasses
+from .view import OPTIONAL, Provenance, subclasses
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -45,7 +47,7 @@ def twins(
     ) -> Response:
         if (twice := getattr(request, "twice", None)) is not None:  # a GET refuses a field given twice too
             raise FieldError(field_name(twice), "is given more than once")
-        return await answer(request, req, lab)
+        return await cited(lab, getattr(req, "preset", None), await answer(request, req, lab))
 
     async def known(request: Request) -> None:  # async: a check this cheap takes no worker thread
         # A key no view of the lab reads is refused, as the POST's body refuses it (a typo is named, never ignored);
@@ -59,12 +61,55 @@ def twins(
         lab: Annotated[Lab, Depends(get_lab)],
         req: Annotated[query_model(model), Query(include_in_schema=False)],  # type: ignore[valid-type]
     ) -> Response:
-        return await answer(request, req, lab)
+        return await cited(lab, getattr(req, "preset", None), await answer(request, req, lab))
 
+    if "response_class" not in route:  # a JSON answer: its schema shows the provenance it may carry
+        route["response_model"] = with_provenance(route.get("response_model"))
     extra = route.pop("openapi_extra", {}) | {"parameters": query_parameters(model)}
     router.add_api_route(path, post, methods=["POST"], name=f"{name}_post", route_class_override=OnceRoute, **route)
     router.add_api_route(path, cached_get(get), methods=["GET"], name=get_name or f"{name}_get", openapi_extra=extra,
                          dependencies=[Depends(known)], **route)  # fmt: skip
+
+
+class CitedAnswer(BaseModel):
+    """An answer about a model: the operation's own fields (its description names them) and, about a real model
+    (a preset this server loaded from files), `provenance`: the lab's version, the model, its weights files' sha256
+    and the date."""
+
+    model_config = ConfigDict(extra="allow")
+
+    provenance: Annotated[Provenance | None, OPTIONAL] = None
+
+
+def with_provenance(answer: type[BaseModel] | None) -> type[BaseModel]:
+    """The documented answer of a twin: its own model with `provenance` added (same name, so its schema keeps its
+    place in /openapi.json), or `CitedAnswer` for an operation that documents no model."""
+    if answer is None:
+        return CitedAnswer
+    if "provenance" in answer.model_fields:
+        return answer
+    return create_model(answer.__name__, __base__=answer, __module__=answer.__module__, __doc__=answer.__doc__,
+                        provenance=(Annotated[Provenance | None, OPTIONAL], None))  # fmt: skip
+
+
+async def cited(lab: Lab, preset: str | None, response: Response) -> Response:
+    """`response`, a JSON object an operation just wrote about `preset`, with the provenance block as its last key
+    when `preset` is a real model (the request model's field, with its default: no answer is read for its model).
+    An operation writes its answer as bytes (orjson, under the JSON size limit), so the block's bytes go before the
+    object's closing brace; anything else (a refusal, an archive, an answer about a random preset) is as it was."""
+    written = getattr(response, "body", None)  # a streamed answer has none (no twin streams JSON)
+    if response.status_code != 200 or response.media_type != "application/json" or preset not in lab.models:
+        return response
+    if not isinstance(written, bytes | memoryview):
+        return response
+    block = await run_in_threadpool(provenance.answer_block, lab, preset)
+    body = bytes(written).rstrip()
+    if block is None or not body.endswith(b"}"):
+        return response
+    stamp = b'"provenance":' + orjson.dumps(block)
+    body = body[:-1] + (stamp if body[1:-1].strip() == b"" else b"," + stamp) + b"}"
+    headers = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
+    return Response(body, media_type="application/json", headers=headers)
 
 
 class OnceRequest(Request):

@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
@@ -35,7 +36,7 @@ from ..limits import HttpMiddleware
 from ..render.payload import OPTIONS
 from ..schemas import FieldError
 from ..templating import TEMPLATES
-from . import lessons
+from . import lessons, provenance
 from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
 from .i18n import LANGS, error_message, negotiate, translator
 from .knockouts import form_ablate, heads_text
@@ -225,7 +226,10 @@ async def serve(
             view = await build(ctx)
             if view is None:
                 raise FieldError("format", "this page has no JSON face yet")
-            body = orjson.dumps(view.to_json() | {"lang": lang}, option=OPTIONS)
+            # The face's provenance, from the model its View shows (app/web/provenance.py): the weights' sha256 is
+            # read once per file, off the event loop.
+            cited = await run_in_threadpool(provenance.page_block, request, view, state.get("preset") or None)
+            body = orjson.dumps(view.to_json() | {"lang": lang, "provenance": cited}, option=OPTIONS)
             response: Response = Response(body, media_type="application/json", headers={"Vary": VARY})
             return remember_page(request, key, response, "application/json")
         view = None

@@ -91,9 +91,9 @@ class WeightsFile(BaseModel):
 
 
 class Provenance(BaseModel):
-    """The citation block every page's JSON face carries (`app/export/cite.py` builds it; the `Provenance`
-    middleware adds it to the face): the lab and its version, the page's permalink, the model, its weights files
-    and their sha256 (or a random preset's seed), the date."""
+    """The citation block every page's JSON face and every API answer about a real model carry, built by
+    `app/web/provenance.py` where the answer is written: the lab and its version, the page's permalink, the model,
+    its weights files and their sha256 (or a random preset's seed), the date."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -118,7 +118,7 @@ class View(BaseModel):
     # The page draws its own presenter-mode switch beside its other toggles (else the header holds the kernel's).
     own_present_toggle: ClassVar[bool] = False
 
-    # Added to the JSON face after the View is written (outside the page cache), read back and written with it.
+    # Added to the JSON face by the page kernel as it writes the View (`serve`), read back and written with it.
     provenance: Annotated[Provenance | None, OPTIONAL] = None
 
     def context(self) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from xml.etree import ElementTree
 
 import pytest
 from bs4 import BeautifulSoup
@@ -39,12 +40,36 @@ def test_float16_softmax_overflows_without_the_max_subtracted():
     assert demos.softmax_stability([1.0, 2.0, 3.0])["naive_ok"]
 
 
+def svg_texts(body: bytes) -> list[str]:
+    """Every text an SVG holds (matplotlib keeps text as text: `svg.fonttype = none`)."""
+    root = ElementTree.fromstring(body)
+    return ["".join(e.itertext()).strip() for e in root.iter("{http://www.w3.org/2000/svg}text")]
+
+
 def test_demo_api_and_svg(client):
     assert client.get("/api/v1/demo/permutation", params={"perm": "4,3,2,1,0"}).json()["cases"][0]["equivariant"]
-    svg = client.get("/api/v1/demo/scaling.svg", params={"chart": "entropy", "lang": "zh"})
-    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
-    assert "<polyline" in svg.text and "熵" in svg.text
     assert client.get("/api/v1/demo/rope", params={"m": 2, "n": 9}).json()["equal"]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("chart", ["variance", "max", "entropy"])
+def test_the_scaling_svg_is_matplotlibs_with_the_pages_title_and_labels(client, chart, lang):
+    """/api/v1/demo/scaling.svg is drawn by matplotlib from the page's own chart (the same data and words): its
+    title, axis titles and legend are the inline chart's, in the page's language."""
+    from app.demos.view import scaling_specs
+    from app.web.i18n import translator
+
+    svg = client.get("/api/v1/demo/scaling.svg", params={"chart": chart, "lang": lang})
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    assert b"Attention Lab (matplotlib)" in svg.content and b"<polyline" not in svg.content  # not hand-drawn
+    spec = scaling_specs(demos.scaling(), translator(lang))[chart]
+    texts = svg_texts(svg.content)
+    assert spec.title in texts and spec.x_label in texts and spec.y_label in texts
+    assert {"16", "256"} <= set(texts)  # d_k's ticks as plain numbers, as text
+    if len(spec.series) > 1:
+        assert {s.label for s in spec.series} <= set(texts)
+    if chart == "entropy" and lang == "zh":
+        assert any("熵" in t for t in texts)
 
 
 @pytest.mark.parametrize(("path", "params", "field"), [

@@ -171,3 +171,36 @@ def test_pages_without_a_snippet_are_a_422_naming_the_field(client: TestClient) 
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "kind"]
     r = client.get("/api/v1/code", params={"page": "/block?tokens=a+b&stage=4&ffn=swiglu", "kind": "torch"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "page"]
+
+
+ATTENTION_PAGES = [
+    "/heads?text=The+cat+sat&head=18.6",  # the chosen head's pattern on the induction probe
+    "/model?text=The+cat+sat+on+the+mat",  # the entropy of every head
+    "/model?text=The+cat+sat+on+the+mat&stat=sink&ablate=L1+H0",  # the clean grid beside a knock-out
+    "/model?text=The+cat+sat&stat=previous",
+    "/model?text=The+cat+sat&stat=self",
+    "/sinks?text=The+cat+sat+on+the+mat&layer=3&head=2",  # A and A′ without the sink
+]
+
+
+@pytest.mark.timeout(1200)
+def test_heads_model_and_sinks_torch_snippets_are_transformers_own_numbers(client: TestClient, smollm2) -> None:  # type: ignore[no-untyped-def]
+    """/heads (the chosen head on the probe), /model (one statistic of every head, recomputed from transformers'
+    attention weights) and /sinks (the weights with and without key 0), kind=torch, held to the page's twin."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    check(client, ATTENTION_PAGES, kinds=("torch",), timeout=600)
+
+
+def test_a_real_blocks_page_has_no_numbers_to_print(client: TestClient, smollm2) -> None:  # type: ignore[no-untyped-def]
+    """A real model's /block shows heat maps, no numbers: kind=torch says so, naming the page."""
+    page = "/block?preset=smollm2&text=The+cat&stage=softmax"
+    r = client.get("/api/v1/code", params={"page": page, "kind": "torch"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "page"]
+
+
+@pytest.mark.parametrize("page", ["/sinks?text=The+cat", "/model?text=The+cat", "/heads?text=The+cat"])
+def test_the_show_code_panel_offers_the_torch_snippet(client: TestClient, smollm2, page: str) -> None:  # type: ignore[no-untyped-def]
+    """/heads, /model and /sinks now have both snippets: their "Show code" panel links and loads kind=torch."""
+    html = client.get(page).text
+    assert 'data-code="torch"' in html and 'data-code-text="torch"' in html

@@ -1,6 +1,6 @@
-"""The provenance block (app/export/provenance.py, built by cite.block): on every page's JSON twin and on every
-/api/v1 answer about a real model, cached or not, GET or POST; its sha256 is the served file's; the figures carry
-the same block in their SVG and PDF metadata."""
+"""The provenance block (app/web/provenance.py, written into each answer where it is built, no middleware): on every
+page's JSON twin and on every /api/v1 answer about a real model, cached or not, GET or POST; its sha256 is the
+served file's; the figures carry the same block in their SVG and PDF metadata; the OpenAPI schema shows it."""
 
 from __future__ import annotations
 
@@ -136,3 +136,24 @@ def test_the_figures_metadata_carries_the_hash(client: TestClient, smollm2: Any)
     pdf = client.get("/api/v1/figure", params={"page": page, "format": "pdf"})
     info = pdf_text(pdf.content)
     assert sha.encode() in info and b"smollm2" in info
+
+
+def test_no_layer_reads_an_answer_for_it_and_the_schema_shows_it(client: TestClient) -> None:
+    """The block is written where each answer is built: no ASGI layer holds answers back to stamp them, and every
+    operation that may carry it documents it (its answer's schema has `provenance`, a `Provenance`)."""
+    layer, names = client.app.middleware_stack, []  # type: ignore[attr-defined]
+    while layer is not None:
+        names.append(type(layer).__name__)
+        layer = getattr(layer, "app", None)
+    assert "JsonTwin" in names and "ServeCached" in names and "Provenance" not in names
+    spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    for path in REAL:
+        for method in ("get", "post"):
+            if method not in spec["paths"][path]:
+                continue
+            content = spec["paths"][path][method]["responses"]["200"]["content"]["application/json"]
+            answer = schemas[content["schema"]["$ref"].rsplit("/", 1)[-1]]
+            assert "Provenance" in str(answer["properties"]["provenance"]), (path, method)
+    assert "provenance" in schemas["AttentionResponse"]["properties"]  # an answer's own model keeps its name
+    assert "provenance" in schemas["LabView"]["properties"]
