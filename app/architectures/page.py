@@ -2,7 +2,9 @@
 the same attentions in real weights, what a position reads, their objectives). The View is built in
 app/architectures/view.py; the real models are the lab's (`lab.models`: MiniLM, SmolLM2) and the newest finished
 encoder–decoder run of /train (`app.state.train`). Deferred, as /heads is: SmolLM2's first use reads and
-dequantises its weights (seconds), so a browser gets the page's shell at once and its progress meanwhile."""
+dequantises its weights, so a browser gets the page's shell at once and its progress meanwhile. Measured on the
+2-core dev machine: the shell 0.07 s, the first page of a fresh server 5.0 s (SmolLM2's weights), then 0.02-0.11 s
+for any other input or head (SmolLM2 at layer 29 included), a page asked for again 0.002 s (the page cache)."""
 
 from __future__ import annotations
 
