@@ -13,11 +13,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
+from pydantic import ValidationError
 
 from engine.encdec_train import EncDecRun
 
+from ..errors import clean
 from ..lab import Lab, get_lab
 from ..lab.keys import request_key
+from ..schemas import FieldError
 from ..web.page import lab_url, serve
 from ..web.state import PageQuery
 from .view import (
@@ -34,6 +37,9 @@ from .view import (
 router = APIRouter(include_in_schema=False)
 KEYS = tuple(k for k in ArchitecturesQuery.model_fields if k not in PageQuery.model_fields)  # its own
 EXAMPLES = {"en": "the cat sat on the mat", "zh": "猫 坐 在 垫子 上"}
+LABELS = {"text": "architectures.text", "pad": "architectures.pad", "pos": "architectures.pos"} | {
+    k: f"architectures.head.{k}" for k in ("minilm", "smollm2", "encdec")
+}  # each field's label in the form
 
 
 async def newest_run(request: Request) -> Any:
@@ -54,6 +60,20 @@ async def architectures_page(request: Request, lab: Annotated[Lab, Depends(get_l
     progress = request_key(request)
 
     async def build(ctx: dict[str, Any]) -> ArchitecturesView:
+        """The View; a refused field named on the page by the label the user sees and its URL key (the JSON
+        face's 422 by the key alone, as the API's)."""
+        try:
+            return await computed(ctx)
+        except ValidationError as exc:
+            e = clean(exc.errors(), "query")[0]
+            field, message = str(e["loc"][1]), e["msg"]
+        except FieldError as exc:
+            field, message = exc.field, exc.message
+        label = ctx["t"](LABELS[field]) if field in LABELS else None
+        shown = ctx["t"]("architectures.field", label=label, name=field) if label and ctx["html"] else field
+        raise FieldError(shown, message) from None
+
+    async def computed(ctx: dict[str, Any]) -> ArchitecturesView:
         t, lang = ctx["t"], ctx["lang"]
         given = {k: v for k, v in state.params.items() if k in KEYS}
         given.setdefault("text", EXAMPLES.get(lang, EXAMPLES["en"]))  # the page's language's own words
