@@ -21,7 +21,7 @@ from ..errors import clean
 from ..lab import Lab, get_lab
 from ..lab.keys import request_key
 from ..schemas import FieldError
-from ..web.page import lab_url, serve
+from ..web.page import lab_url, language, serve
 from ..web.state import PageQuery
 from .view import (
     REAL,
@@ -87,7 +87,7 @@ async def architectures_page(request: Request, lab: Annotated[Lab, Depends(get_l
             if model is None:
                 family.missing = t("architectures.real.not_loaded", model=family.model)
                 continue
-            at = head_at(name, getattr(q, name), model.arch.n_layer, model.arch.n_heads)
+            at = head_at(name, getattr(q, name), model.arch.n_layer, model.arch.n_heads, t)
             n = len(text.split()) * 4 + 4  # a bound on its tokens, for the cost
             cost = 4 * n * n * model.arch.n_heads * 2 + 6 * n * max(model.arch.d_ff, model.arch.d_model) * 4
 
@@ -103,7 +103,7 @@ async def architectures_page(request: Request, lab: Annotated[Lab, Depends(get_l
             ed.missing = t("architectures.real.no_run")
         else:
             c = job.run.config
-            at = head_at("encdec", q.encdec, c.n_layer, c.n_heads)
+            at = head_at("encdec", q.encdec, c.n_layer, c.n_heads, t)
 
             def encdec(_: Any) -> Any:
                 return encdec_patterns(job, words, at, q.pos, t)
@@ -120,4 +120,6 @@ async def architectures_page(request: Request, lab: Annotated[Lab, Depends(get_l
                                  run=job.id if job is not None else None)  # fmt: skip
 
     shows = f"run:{job.id if job is not None else ''}|models:{','.join(sorted(lab.models))}"
-    return await serve(request, lab, "architectures.html", state, build, blocks=(), deferred=True, shows=shows)
+    example = EXAMPLES.get(language(request), EXAMPLES["en"])  # the form's text when the URL names none
+    return await serve(request, lab, "architectures.html", state, build, blocks=(), deferred=True, shows=shows,
+                       example=example)  # fmt: skip

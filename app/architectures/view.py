@@ -152,10 +152,10 @@ def numbered(tokens: list[str]) -> list[str]:
     return [f"{i}:{w}" for i, w in enumerate(tokens)]
 
 
-def head_at(key: str, at: tuple[int, int], layers: int, heads: int) -> tuple[int, int]:
-    """`layer.head` checked against the model's sizes: a 422 naming the key otherwise."""
+def head_at(key: str, at: tuple[int, int], layers: int, heads: int, t: Any) -> tuple[int, int]:
+    """`layer.head` checked against the model's sizes: a 422 naming the key otherwise (in the page's language)."""
     if not (0 <= at[0] < layers and 0 <= at[1] < heads):
-        raise FieldError(key, f"no head {at[0]}.{at[1]}: layers 0..{layers - 1}, heads 0..{heads - 1}")
+        raise FieldError(key, t("architectures.no_head", head=f"{at[0]}.{at[1]}", layer=layers - 1, last=heads - 1))
     return at
 
 
