@@ -83,18 +83,36 @@ def cost_view(q: CostQuery, t: Any, lang: str) -> CostView:
     proj_t = [timed["projections"][i] + timed["output"][i] for i in range(len(ns))]
     xs = [float(n) for n in ns]
     cs = [float(r.n) for r in rows]
-    flops_chart = line_chart(  # per token: the projections' is flat, attention's grows with N
-        [Series(t("cost.series.attention"), cs, [r.attention / r.n / 1e6 for r in rows]),
-         Series(t("cost.series.projections"), cs, [r.projections / r.n / 1e6 for r in rows]),
-         Series(t("cost.series.ffn"), cs, [r.flops["ffn"] / r.n / 1e6 for r in rows], dashed=True)],
-        t("cost.chart.flops", n=round(n1)), "N", t("cost.chart.mflops"), x_log=True, chart_id="flops",
-    )  # fmt: skip
-    time_chart = line_chart(
-        [Series(t("cost.series.attention"), xs, [x * 1e3 for x in att_t]),
-         Series(t("cost.series.projections"), xs, [x * 1e3 for x in proj_t]),
-         Series(t("cost.series.ffn"), xs, [x * 1e3 for x in timed["ffn"]], dashed=True)],
-        t("cost.chart.time"), "N", "ms", x_log=True, y_log=True, chart_id="time",
-    )  # fmt: skip
+    per_token = [r.attention / r.n / 1e6 for r in rows], [r.projections / r.n / 1e6 for r in rows]
+    ffn = [r.flops["ffn"] / r.n / 1e6 for r in rows]
+    low, high = min(*per_token[0], *per_token[1], *ffn), max(*per_token[0], *per_token[1], *ffn)
+    # Both axes log: per token, the projections' line is flat and attention's a straight rise (4·N·d), so they meet
+    # at N* whatever the shapes; on a linear axis the toy's projections (0.008 MFLOPs a token) lie on the floor
+    # under attention's 2 MFLOPs at N = 16384 and its crossover at N = 64 cannot be seen. The crossover is also
+    # drawn as a vertical line, named in the legend.
+    flops_series = [
+        Series(t("cost.series.attention"), cs, per_token[0]),
+        Series(t("cost.series.projections"), cs, per_token[1]),
+        Series(t("cost.series.ffn"), cs, ffn, dashed=True),
+        Series(t("cost.series.crossover", n=round(n1)), [n1, n1], [low, high], dashed=True),
+    ]
+    time_series = [
+        Series(t("cost.series.attention"), xs, [x * 1e3 for x in att_t]),
+        Series(t("cost.series.projections"), xs, [x * 1e3 for x in proj_t]),
+        Series(t("cost.series.ffn"), xs, [x * 1e3 for x in timed["ffn"]], dashed=True),
+    ]
+
+    # Two drawings of each (the page's CSS shows one): the page's 560 units wide, and a phone's 340, whose 13-unit
+    # texts stay about 13 px on a 390 px screen instead of shrinking to 8 (its title shorter: 340 units hold ~35
+    # characters).
+    def drawn(series: list[Series], title: str, y_label: str, name: str) -> str:
+        return line_chart(series, title, "N", y_label, x_log=True, y_log=True, chart_id=name) + line_chart(
+            series, t(f"cost.chart.{name}.short"), "N", y_label, x_log=True, y_log=True, width=340, height=340,
+            chart_id=name + "-narrow",
+        )  # fmt: skip
+
+    flops_chart = drawn(flops_series, t("cost.chart.flops", n=round(n1)), t("cost.chart.mflops"), "flops")
+    time_chart = drawn(time_series, t("cost.chart.time"), "ms", "time")
     return CostView(
         model=q.model, d=s.d, heads=s.heads, kv_heads=s.kv_heads, d_k=s.d_k, d_ff=s.d_ff, gated=s.gated,
         n_max=q.n_max, n_counted=N_COUNTED, rows=rows, crossover=n1, crossover_ffn=n2,

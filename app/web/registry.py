@@ -71,7 +71,7 @@ PAGES: tuple[Page, ...] = (
     Page("attribution", "/attribution", "app.attribution.page", "attribution.html", nav="more", heavy=True),
     Page("train", "/train", "app.train.page", "train.html", nav="more"),
     Page("cross", "/cross", "app.cross.page", "cross.html", nav="more"),
-    Page("architectures", "/architectures", "app.architectures.page", "architectures.html", nav="more"),
+    Page("architectures", "/architectures", "app.architectures.page", "architectures.html", nav="more", heavy=True),
     Page("cost", "/cost", "app.cost.page", "cost.html", nav="more", heavy=True),
     Page("tiles", "/tiles", "app.attention.tiles", "tiles.html", nav="more"),
     Page("demos", "/demos", "app.demos.page", "demos.html", nav="more"),

@@ -44,6 +44,7 @@ def test_a_pages_controls_are_read_from_the_back(browser: Browser, live_server: 
         for path in PAGES:
             page.goto(f"{live_server}{path}{'&' if '?' in path else '?'}present=1&lang={lang}")
             expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
+            expect(page.locator("main[data-deferred]")).to_have_count(0)  # a deferred page's shell: its page came
             got = page.evaluate(CONTROLS)
             assert got["n"] > 0 and not got["small"], (path, lang, got)
             assert got["width"] <= 1920, (path, lang, got)

@@ -53,3 +53,21 @@ def test_the_page_in_both_languages(client: TestClient, lang: str) -> None:
 def test_bad_input_is_422_naming_the_field(client: TestClient) -> None:
     r = client.get("/architectures?pad=9")
     assert r.status_code == 422 and "pad" in r.headers["X-Lab-Error"]
+
+
+@pytest.mark.parametrize(("lang", "query", "named"), [
+    ("en", "pad=9", "Padding after it (pad)"), ("zh", "pad=9", "后面补的 padding 数（pad）"),
+    ("en", "minilm=x", "MiniLM head (layer.head) (minilm)"), ("zh", "pos=-1", "查看第几个位置（pos）"),
+])  # fmt: skip
+def test_a_refused_field_is_named_by_its_label_and_key(client: TestClient, lang: str, query: str, named: str) -> None:
+    from urllib.parse import unquote
+
+    r = client.get(f"/architectures?{query}&text=a+b+c&lang={lang}")
+    assert r.status_code == 422 and named in unquote(r.headers["X-Lab-Error"])
+    soup = BeautifulSoup(r.text, "html.parser")
+    assert named in soup.select_one("[role=alert]").text
+    assert soup.select_one("input[name=text]")["value"] == "a b c"  # the form as typed
+    key = query.split("=")[0]
+    assert soup.select_one(f"input[name={key}]")["value"] == query.split("=")[1]
+    j = client.get(f"/architectures.json?{query}")
+    assert j.status_code == 422 and j.json()["detail"][0]["loc"][-1] == key

@@ -5,6 +5,7 @@ projections; the timed grid; en and zh; bad input a 422 naming the field."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -104,3 +105,68 @@ def test_bad_input_is_422_naming_the_field(client: TestClient, query: str, field
     r = client.get(f"/cost?{query}")
     assert r.status_code == 422 and field in r.headers.get("X-Lab-Error", "")
     assert client.get(f"/cost.json?{query}").status_code == 422
+
+
+def lines(svg) -> dict[str, list[tuple[float, float]]]:  # type: ignore[no-untyped-def]
+    """Each polyline of a drawn chart, by its series' label: its points in the drawing's units."""
+    return {p["data-series"]: [tuple(map(float, xy.split(","))) for xy in p["points"].split()]
+            for p in svg.select("polyline")}  # fmt: skip
+
+
+def y_at(points: list[tuple[float, float]], x: float) -> float:
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x0 <= x <= x1:
+            return y0 + (x - x0) / (x1 - x0) * (y1 - y0)
+    raise AssertionError(f"x = {x} is off the line")
+
+
+@pytest.mark.parametrize("model", list(SHAPES))
+@pytest.mark.parametrize("chart", ["flops", "flops-narrow"])
+def test_the_crossover_is_seen_where_the_lines_meet(client: TestClient, model: str, chart: str) -> None:
+    """Both axes log: the toy's projections (0.008 MFLOPs a token) are not flattened onto the floor under attention's
+    2 MFLOPs at N = 16384; the crossover's vertical line stands where attention's line meets the projections', well
+    clear of the plot's edges, and the projections' line stands clear of the floor (a linear axis put the toy's
+    within a pixel of it)."""
+    soup = BeautifulSoup(client.get(f"/cost?model={model}&n_max=64").text, "html.parser")
+    svg = soup.select_one(f"svg[data-chart='{chart}']")
+    drawn = lines(svg)
+    attention, projections = drawn["attention (QKᵀ + PV)"], drawn["projections (Q, K, V, W_O)"]
+    n1 = round(crossover(SHAPES[model])[0])
+    (x, low), (_, high) = drawn[f"crossover, N = {n1}"]  # from the lowest number drawn to the highest
+    assert abs(y_at(attention, x) - y_at(projections, x)) < 1.0  # the lines meet on the marker
+    left, right = attention[0][0], attention[-1][0]
+    assert left + 0.05 * (right - left) < x < right - 0.05 * (right - left)
+    floor = max(y for _, y in attention)  # N = 16: attention's per-token cost is the lowest number drawn
+    assert floor - projections[0][1] > 0.1 * (low - high)  # (SVG's y grows downwards)
+
+
+def test_phone_and_page_drawings(client: TestClient) -> None:
+    soup = BeautifulSoup(client.get("/cost?model=toy&n_max=64").text, "html.parser")
+    for name in ("flops", "time"):
+        wide, narrow = (soup.select_one(f"svg[data-chart='{c}']") for c in (name, name + "-narrow"))
+        assert wide["viewbox"].split()[2] == "560" and narrow["viewbox"].split()[2] == "340"
+        assert narrow.select_one("text.tick")["font-size"] == wide.select_one("text.tick")["font-size"]
+
+
+@pytest.mark.parametrize(("lang", "query", "label", "typed"), [
+    ("en", "model=toy&n_max=5000", "Time up to N (n_max)", {"n_max": "5000", "model": "toy"}),
+    ("zh", "model=smollm2&n_max=5000", "计时到 N（n_max）", {"n_max": "5000", "model": "smollm2"}),
+    ("en", "model=bert&n_max=128", "Shapes (model)", {"n_max": "128", "model": "gpt2"}),
+    ("zh", "model=toy&n_max=x", "计时到 N（n_max）", {"n_max": "x", "model": "toy"}),
+])  # fmt: skip
+def test_a_bad_value_keeps_the_form_and_says_its_label(client: TestClient, lang: str, query: str, label: str,
+                                                      typed: dict[str, str]) -> None:  # fmt: skip
+    """The form stays as typed (not reset to its defaults), the refused field says why beside itself, and the error
+    names the field by the label the user sees and by its URL key, in the page's language."""
+    r = client.get(f"/cost?{query}&lang={lang}")
+    assert r.status_code == 422
+    soup = BeautifulSoup(r.text, "html.parser")
+    assert label in soup.select_one("[role=alert]").text
+    assert soup.select_one("input[name=n_max]")["value"] == typed["n_max"]
+    assert soup.select_one("select[name=model] option[selected]")["value"] == typed["model"]
+    key = label.split("(")[-1].split("（")[-1].strip(")）")
+    beside = soup.select_one(f"[data-field-error='{key}']")
+    assert beside is not None and beside.find_parent("label").select_one(f"[name={key}]")["aria-invalid"] == "true"
+    if lang == "zh":
+        assert "2048" in beside.text or "整数" in beside.text  # the message in Chinese too
+    assert len(soup.select("[data-field-error]")) == 1

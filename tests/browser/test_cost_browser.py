@@ -1,0 +1,118 @@
+"""In a real browser (#47): /cost in both languages. Presenter mode reached by pressing its switch at 1280×720 shows
+the crossover and both charts whole; on a 390×844 phone the charts are their narrow drawings, their numbers at least
+10 px, nothing wider than the screen; a setting changed in the form brings the new crossover (polled for, no sleeps);
+a bad value keeps the form as typed and says why beside the field, naming it by its label."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from app.cost.flops import SHAPES, crossover
+from tests.servers import wait_healthy
+
+pytestmark = pytest.mark.browser
+LEAVE = {"en": "Leave presenter mode", "zh": "退出演示模式"}
+LABEL = {"en": "Time up to N (n_max)", "zh": "计时到 N（n_max）"}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """A server with no pretrained model to load: /cost needs only the shapes and this machine's matmuls."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = os.environ | {"ATTENTION_LAB_DEVICE": "cpu", "ATTENTION_LAB_PRETRAINED": "0"}
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+                            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def crossing(model: str) -> str:
+    return str(crossover(SHAPES[model])[0])  # as the page writes it in data-crossover
+
+
+def overflow(page: Page) -> int:
+    """How far the page is wider than the window (0: nothing to scroll sideways)."""
+    return int(page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth"))
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_presenter_mode_by_its_switch(page: Page, server: str, lang: str) -> None:
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.goto(f"{server}/cost?model=toy&n_max=64&lang={lang}")
+    expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("toy"))
+    page.locator("main [data-toggle=present]").click()
+    expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
+    expect(page).to_have_url(re.compile(r"present=1"))
+    crossover_line = page.locator(".cost-crossover")
+    expect(crossover_line).to_have_attribute("data-crossover", crossing("toy"))
+    expect(crossover_line).to_be_visible()
+    for name in ("flops", "time"):
+        chart = page.locator(f"svg[data-chart='{name}']")
+        expect(chart).to_be_visible()
+        box = chart.bounding_box()
+        assert box is not None and box["width"] <= 1280 and box["x"] >= 0
+        expect(page.locator(f"svg[data-chart='{name}-narrow']")).to_be_hidden()
+    assert overflow(page) == 0
+    expect(page.locator("main [data-toggle=present]")).to_have_text(LEAVE[lang])
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_phone_reads_the_charts(page: Page, server: str, lang: str) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{server}/cost?model=smollm2&n_max=64&lang={lang}")
+    expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("smollm2"))
+    for name in ("flops", "time"):
+        expect(page.locator(f"svg[data-chart='{name}']")).to_be_hidden()
+        narrow = page.locator(f"svg[data-chart='{name}-narrow']")
+        expect(narrow).to_be_visible()
+        box = narrow.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
+        sizes = narrow.locator("text").evaluate_all(
+            "ts => ts.map(t => parseFloat(getComputedStyle(t).fontSize) * t.ownerSVGElement.getScreenCTM().a)"
+        )
+        assert min(sizes) >= 10, sizes  # the smallest text as drawn on the screen, in CSS pixels
+    assert overflow(page) == 0
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_changed_setting_brings_its_crossover(page: Page, server: str, lang: str) -> None:
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.goto(f"{server}/cost?model=toy&n_max=64&lang={lang}")
+    shown = page.locator(".cost-crossover")
+    expect(shown).to_have_attribute("data-crossover", crossing("toy"))
+    page.locator("select[name=model]").select_option("gpt2")
+    page.locator("form.arch-form button[type=submit]").click()
+    expect(shown).to_have_attribute("data-crossover", crossing("gpt2"))  # polled until the new page is in
+    expect(shown).to_contain_text("1536")
+    expect(page.locator("select[name=model]")).to_have_value("gpt2")
+    expect(page.locator("input[name=n_max]")).to_have_value("64")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_bad_value_keeps_the_form(page: Page, server: str, lang: str) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{server}/cost?model=smollm2&n_max=5000&lang={lang}")
+    expect(page.locator("[role=alert]")).to_contain_text(LABEL[lang])
+    expect(page.locator("select[name=model]")).to_have_value("smollm2")  # not reset to the first choice
+    expect(page.locator("input[name=n_max]")).to_have_value("5000")
+    beside = page.locator("[data-field-error=n_max]")
+    expect(beside).to_be_visible()
+    expect(beside).to_contain_text("2048")
+    assert overflow(page) == 0
