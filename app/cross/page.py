@@ -32,12 +32,15 @@ async def cross_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     state = PageQuery.of(request.query_params, "/cross", KEYS)
     runs = request.app.state.train  # app/train's runs: in this process, or in Redis
     jobs = [j for j in await runs.all() if isinstance(j.run, EncDecRun)]
-    run_id = state.params.get("run", "")
+    run_id, preset = state.params.get("run", ""), state.params.get("preset", "")
+    served = presets.encdec.get(preset) if preset and (presets := getattr(runs, "presets", None)) else None
+    if served is not None and not run_id:  # a preset names its run (`train-<id>`); its weights are the export's
+        run_id = preset.removeprefix("train-")
     job = latest(jobs, run_id) if run_id in LATEST else await runs.get(run_id) if run_id else None
     shows = f"{job.id}:{len(job.events)}:{job.status}:{bool(job.run.params)}" if job else ""
     shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in jobs)
     json_url = f"/api/v1/train/{job.id}" if job else None
-    build = functools.partial(cross_build, state, job, jobs, lab)
+    build = functools.partial(cross_build, state, job, jobs, lab, served)
     return await serve(request, lab, "cross.html", state, build, json_url=json_url, shows=shows, blocks=("live",))
 
 
@@ -59,8 +62,15 @@ async def real_nonlinear(lab: Lab, q: CrossQuery) -> Nonlinear:
     return got
 
 
-async def cross_build(state: PageQuery, job: Any, jobs: list[Any], lab: Lab, ctx: dict[str, Any]) -> CrossView:
+async def cross_build(state: PageQuery, job: Any, jobs: list[Any], lab: Lab, served: EncDecRun | None,
+                      ctx: dict[str, Any]) -> CrossView:  # fmt: skip
     q = CrossQuery.model_validate({k: v for k, v in state.params.items() if k in KEYS})
+    if q.preset and served is None:
+        raise FieldError("preset", f"no encoder-decoder preset {q.preset!r} (GET /api/v1/presets lists them)")
+    if served is not None and not q.run:
+        if job is None:
+            raise FieldError("preset", f"preset {q.preset!r}: its run is gone")
+        q = q.model_copy(update={"run": job.id})
     real = await real_nonlinear(lab, q) if q.nl == "smollm2" else None
     if q.run in LATEST:  # the newest run of its kind, shown by its own id (its links, its events); none yet: untrained
         q = q.model_copy(update={"run": job.id if job is not None else ""})
@@ -69,8 +79,9 @@ async def cross_build(state: PageQuery, job: Any, jobs: list[Any], lab: Lab, ctx
     if job is not None and not isinstance(job.run, EncDecRun):
         raise FieldError("run", f"run {q.run!r} trains a GPT: /train?run={q.run} shows it")
     lang = ctx["lang"]
-    links = [RunLink(j.id, j.run.config.task, j.status, j.run.step, j.run.config.steps,
-                     href(j.id, None, 0, lang)) for j in reversed(jobs)]  # fmt: skip
+    links = [RunLink(j.id, j.run.config.task, j.status, j.run.step, j.run.config.steps, href(j.id, None, 0, lang),
+                     j.preset, f"/cross?preset={j.preset}&lang={lang}" if j.preset else None)
+             for j in reversed(jobs)]  # fmt: skip
     if job is None or not job.run.snapshots:
         shown = preview()  # until the run's first snapshot: the default model as initialised
         if job is not None:
@@ -78,4 +89,4 @@ async def cross_build(state: PageQuery, job: Any, jobs: list[Any], lab: Lab, ctx
         message = "" if job is None else job.message
         return cross_view(q.model_copy(update={"snap": None}), shown, links, ctx["t"], lang, message,
                           live=job is not None and job.live, real=real)  # fmt: skip
-    return cross_view(q, job.run, links, ctx["t"], lang, job.message, job.live, real)
+    return cross_view(q, job.run, links, ctx["t"], lang, job.message, job.live, real, served, q.preset or None)

@@ -39,6 +39,11 @@ class CrossQuery(PageQuery):
     model_config = ConfigDict(extra="ignore")
 
     run: str = Field("", pattern=r"^[A-Za-z0-9_-]{0,32}$", description="an encoder-decoder run's id")
+    preset: str = Field(
+        "",
+        pattern=r"^(train-[A-Za-z0-9_-]{1,32})?$",
+        description="a finished encoder-decoder run served as a preset (GET /api/v1/presets)",
+    )
     snap: int | None = Field(None, ge=0, le=100, description="the snapshot's index")
     head: int = Field(0, ge=0, le=7, description="the cross-attention head")
     nl: Literal["toy", "smollm2"] = Field("toy", description="the nonlinearity panel's model: the run's, or SmolLM2")
@@ -55,6 +60,8 @@ class RunLink:
     step: int
     steps: int
     href: str
+    preset: str | None = None  # the name it is served as, once finished (app/train/presets.py)
+    preset_href: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,9 @@ class CrossView(View):
 
     runs: list[RunLink]
     run: str  # "" for the untrained model
+    preset: str | None = (
+        None  # the preset shown (its weights, loaded back from its export, feed the nonlinearity panel)
+    )
     task: str
     run_status: str  # queued, running, done, cancelled, failed, untrained
     step: int
@@ -229,7 +239,8 @@ def smollm2_nonlinear(model: Any, q: CrossQuery) -> Nonlinear:
 
 
 def cross_view(q: CrossQuery, r: EncDecRun, runs: list[RunLink], t: Any, lang: str, message: str = "",
-               live: bool = False, real: Nonlinear | None = None) -> CrossView:  # fmt: skip
+               live: bool = False, real: Nonlinear | None = None, served: EncDecRun | None = None,
+               preset: str | None = None) -> CrossView:  # fmt: skip
     c = r.config
     snaps = r.snapshots
     pick = len(snaps) - 1 if q.snap is None else min(q.snap, len(snaps) - 1)
@@ -267,6 +278,6 @@ def cross_view(q: CrossQuery, r: EncDecRun, runs: list[RunLink], t: Any, lang: s
         events_url=f"/api/v1/train/{q.run}/events" if q.run else "",
         stop_url=f"/api/v1/train/{q.run}/stop" if q.run else "",
         export_url=f"/api/v1/train/{q.run}/export" if q.run and r.params else None, config=c.__dict__.copy(),
-        nonlinear=real if q.nl == "smollm2" else nonlinear(r, head, rows[0]), nl_model=q.nl,
+        nonlinear=real if q.nl == "smollm2" else nonlinear(served or r, head, rows[0]), nl_model=q.nl, preset=preset,
         nl_links={m: nl_href(q, m, lang) for m in ("toy", "smollm2")}, pictures=pictures, loss_chart=loss_chart(r, t),
     )  # fmt: skip
