@@ -46,8 +46,8 @@ def test_every_step_lands_with_its_question_in_view(browser: Browser, live_serve
                 where = (k, lang, width, question, nav, place)
                 if anchor.startswith("stage-"):  # the step jumped far down to its stage …
                     assert page.evaluate("scrollY") > 1500, where
-                assert 0 <= question["top"] and question["bottom"] <= height, where  # … its question in view
-                assert 0 <= nav["top"] and nav["bottom"] <= min(height, beside["bottom"] + 1), where  # and Next
+                assert question["top"] >= 0 and question["bottom"] <= height, where  # … its question in view
+                assert nav["top"] >= 0 and nav["bottom"] <= min(height, beside["bottom"] + 1), where  # and Next
                 assert beside["bottom"] - 2 <= place["top"] < height - 100, where  # the stage just under the panel
     finally:
         page.close()
