@@ -94,7 +94,9 @@ class Nonlinear:
     """One cross-attention head of the last decoder layer as a map of its inputs (biases left out), on the probe:
     A(2X, 2M) against 2·A(X, M) and A(X+Y, M+N) against A(X, M) + A(Y, N) (engine/encdec.py `nonlinearity`): the
     first decoder row of each side, their relative difference, the same with the weights held (a linear map's: 0),
-    and the first row's weights over the real source tokens for each input."""
+    the softmax's share of the difference, and the first row's weights over the real source tokens for each input.
+    With nl=smollm2, one head of a layer of SmolLM2 on its real residual after the layer's norm, A(2X) against 2·A(X)
+    and A(X+Y) against A(X) + A(Y), on the last token's row (engine/nonlinear.py)."""
 
     step: int  # the weights' step: the run's last (or 0, untrained); SmolLM2: 0
     layer: int
