@@ -164,3 +164,19 @@ def test_a_run_through_the_queue_is_seen_by_every_web_worker() -> None:
             v = c.get(f"/cross.json?preset={name}")
             assert v.status_code == 200, v.text
             assert v.json()["preset"] == name and v.json()["run"] == run_id and v.json()["nonlinear"]["step"] == 40
+
+
+def test_a_dropped_run_takes_its_preset_with_it() -> None:
+    """TRAIN_MAX_KEPT = 1: the next run drops the first, and its preset leaves /api/v1/presets and /cross (a 422
+    naming `preset`), as a GPT run's does."""
+    with TestClient(create_app(Settings(pretrained=False, train_max_kept=1))) as c:
+        first = c.post("/api/v1/train", json=TINY).json()["id"]
+        assert events_until_end(c, first)[-1][1]["status"] == "done"
+        assert f"train-{first}" in c.get("/api/v1/presets").json()["encoder_decoder"]
+        second = c.post("/api/v1/train", json=TINY | {"seed": 1}).json()["id"]
+        assert events_until_end(c, second)[-1][1]["status"] == "done"
+        listed = c.get("/api/v1/presets").json()["encoder_decoder"]
+        assert list(listed) == [f"train-{second}"]
+        r = c.get(f"/cross.json?preset=train-{first}")
+        assert r.status_code == 422 and "preset" in r.text
+        assert c.get(f"/cross.json?preset=train-{second}").json()["run"] == second
