@@ -310,7 +310,7 @@ def nonlinearity(c: EncDecConfig, p: dict[str, torch.Tensor], src: torch.Tensor,
     ay, py = a(y, n)
     axy, pxy = a(x + y, m + n)
     held_sum = a(x, m, pxy)[0] + a(y, n, pxy)[0]  # the sum's weights kept for both parts
-    return {
+    out: dict[str, Any] = {
         "layer": c.n_layer - 1, "head": head,
         "scale": {"a2x": a2x[0].tolist(), "two_ax": (2 * ax)[0].tolist(), "diff": _rel(a2x, 2 * ax),
                   "held_diff": _rel(held2x, 2 * ax), "wx": px[0, real].tolist(), "w2x": p2x[0, real].tolist()},
@@ -318,3 +318,6 @@ def nonlinearity(c: EncDecConfig, p: dict[str, torch.Tensor], src: torch.Tensor,
                 "held_diff": _rel(axy, held_sum), "wx": px[0, real].tolist(), "wy": py[0, real].tolist(),
                 "wxy": pxy[0, real].tolist()},
     }  # fmt: skip
+    for part in (out["scale"], out["sum"]):  # the softmax's share of the difference (engine/nonlinear.py `share`)
+        part["share"] = 1.0 - part["held_diff"] / part["diff"] if part["diff"] > 0 else 0.0
+    return out

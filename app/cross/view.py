@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
 import numpy as np
@@ -27,6 +27,9 @@ from ..web.view import HIDDEN, View
 
 SMALL_ROWS, SMALL_DK = 10, 16  # every number on screen up to this many decoder rows and this head width
 NL_SHOWN = 8  # the nonlinearity panel prints this many of a row's d_k numbers (two tables side by side)
+NL_LAYER, NL_HEAD = 3, 4  # SmolLM2's head shown by default (layer 3 runs in well under a second on a laptop)
+NL_TEXT = "The cat sat on the mat, and the dog sat on the log."
+NL_CHARS = 400  # the text's characters; its tokens are bounded by engine/nonlinear.py's MAX_TOKENS
 
 
 class CrossQuery(PageQuery):
@@ -36,8 +39,17 @@ class CrossQuery(PageQuery):
     model_config = ConfigDict(extra="ignore")
 
     run: str = Field("", pattern=r"^[A-Za-z0-9_-]{0,32}$", description="an encoder-decoder run's id")
+    preset: str = Field(
+        "",
+        pattern=r"^(train-[A-Za-z0-9_-]{1,32})?$",
+        description="a finished encoder-decoder run served as a preset (GET /api/v1/presets)",
+    )
     snap: int | None = Field(None, ge=0, le=100, description="the snapshot's index")
     head: int = Field(0, ge=0, le=7, description="the cross-attention head")
+    nl: Literal["toy", "smollm2"] = Field("toy", description="the nonlinearity panel's model: the run's, or SmolLM2")
+    nl_layer: int = Field(NL_LAYER, ge=0, le=63, description="SmolLM2's layer in the nonlinearity panel")
+    nl_head: int = Field(NL_HEAD, ge=0, le=63, description="SmolLM2's query head in the nonlinearity panel")
+    nl_text: str = Field(NL_TEXT, min_length=1, max_length=NL_CHARS, description="the text SmolLM2 reads there")
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,8 @@ class RunLink:
     step: int
     steps: int
     href: str
+    preset: str | None = None  # the name it is served as, once finished (app/train/presets.py)
+    preset_href: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,16 +94,28 @@ class Nonlinear:
     """One cross-attention head of the last decoder layer as a map of its inputs (biases left out), on the probe:
     A(2X, 2M) against 2·A(X, M) and A(X+Y, M+N) against A(X, M) + A(Y, N) (engine/encdec.py `nonlinearity`): the
     first decoder row of each side, their relative difference, the same with the weights held (a linear map's: 0),
-    and the first row's weights over the real source tokens for each input."""
+    the softmax's share of the difference, and the first row's weights over the real source tokens for each input.
+    With nl=smollm2, one head of a layer of SmolLM2 on its real residual after the layer's norm, A(2X) against 2·A(X)
+    and A(X+Y) against A(X) + A(Y), on the last token's row (engine/nonlinear.py)."""
 
-    step: int  # the weights' step: the run's last (or 0, untrained)
+    step: int  # the weights' step: the run's last (or 0, untrained); SmolLM2: 0
     layer: int
     head: int
-    row: str  # the first decoder row's label
-    cols: list[str]  # the real source tokens
+    row: str  # the row shown: the toy's first decoder row, SmolLM2's last token
+    cols: list[str]  # the keys of that row: the real source tokens, or SmolLM2's text's tokens
     shown: int  # how many of the d_k output numbers are printed
-    scale: dict[str, Any]  # a2x, two_ax (d_k), diff, held_diff, wx, w2x (N_real)
-    sum: dict[str, Any]  # axy, ax_ay (d_k), diff, held_diff, wx, wy, wxy (N_real)
+    scale: dict[str, Any]  # a2x, two_ax (d_k), diff, held_diff, share, wx, w2x (N_real)
+    sum: dict[str, Any]  # axy, ax_ay (d_k), diff, held_diff, share, wx, wy, wxy (N_real)
+    model: str = "toy"  # toy | smollm2
+    kv: int | None = None  # SmolLM2: the K/V head this query head shares (GQA)
+    n_layer: int = 0  # SmolLM2: its layers and query heads (the form's bounds)
+    n_heads: int = 0
+    text: str = ""  # SmolLM2: the text it reads
+
+    @property
+    def nbytes(self) -> int:  # what the lab's cache counts it as (its numbers, as Python floats, and its labels)
+        numbers = sum(len(v) for part in (self.scale, self.sum) for v in part.values() if isinstance(v, list))
+        return 32 * numbers + 64 * len(self.cols) + 2 * len(self.text) + 512
 
 
 class CrossView(View):
@@ -102,6 +128,9 @@ class CrossView(View):
 
     runs: list[RunLink]
     run: str  # "" for the untrained model
+    preset: str | None = (
+        None  # the preset shown (its weights, loaded back from its export, feed the nonlinearity panel)
+    )
     task: str
     run_status: str  # queued, running, done, cancelled, failed, untrained
     step: int
@@ -127,7 +156,10 @@ class CrossView(View):
     stop_url: str
     export_url: str | None
     config: dict[str, Any]
-    nonlinear: Nonlinear | None = None  # on the run's final weights (or the untrained ones); none while it trains
+    nonlinear: Nonlinear | None = None  # on the run's final weights (or the untrained ones; none while it trains), or
+    # on SmolLM2's (nl=smollm2)
+    nl_model: str = "toy"  # the panel's model: toy | smollm2
+    nl_links: dict[str, str] = Field(default_factory=dict)  # the panel's switch: each model's link
     pictures: Annotated[dict[str, str], HIDDEN] = Field(default_factory=dict)  # scores, weights, self, encoder: SVGs
     loss_chart: Annotated[str, HIDDEN] = ""
 
@@ -135,6 +167,15 @@ class CrossView(View):
 def href(run: str, snap: int | None, head: int, lang: str) -> str:
     query = {"run": run, "snap": "" if snap is None else str(snap), "head": str(head) if head else "", "lang": lang}
     return "/cross?" + urlencode({k: v for k, v in query.items() if v})
+
+
+def nl_href(q: CrossQuery, model: str, lang: str) -> str:
+    """This page with the nonlinearity panel on `model`, at the panel."""
+    query = {"run": q.run, "snap": "" if q.snap is None else str(q.snap), "head": str(q.head) if q.head else "",
+             "nl": "" if model == "toy" else model, "lang": lang}  # fmt: skip
+    if model == "smollm2":
+        query |= {"nl_layer": str(q.nl_layer), "nl_head": str(q.nl_head), "nl_text": q.nl_text}
+    return "/cross?" + urlencode({k: v for k, v in query.items() if v}) + "#cross-nonlinear"
 
 
 def preview() -> EncDecRun:
@@ -181,8 +222,27 @@ def nonlinear(r: EncDecRun, head: int, row: str) -> Nonlinear | None:
     return Nonlinear(step, d["layer"], head, row, r.probe, min(c.d_k, NL_SHOWN), d["scale"], d["sum"])
 
 
+def smollm2_nonlinear(model: Any, q: CrossQuery) -> Nonlinear:
+    """The nonlinearity panel on SmolLM2's head `nl_head` of layer `nl_layer` over `nl_text` (engine/nonlinear.py);
+    a size out of bounds is a SpecError naming the URL's field (nl_text, nl_layer, nl_head)."""
+    from engine import nonlinear as NL
+    from engine.errors import SpecError
+
+    ids = model.tokenize(q.nl_text)
+    try:
+        d = NL.nonlinearity(model, ids, q.nl_layer, q.nl_head)
+    except SpecError as e:
+        raise SpecError(f"nl_{e.field}" if e.field in ("text", "layer", "head") else e.field, e.message) from None
+    labels = model.labels(ids)
+    scale = {k: v for k, v in d["scale"].items()}
+    add = {k: v for k, v in d["sum"].items()}
+    return Nonlinear(0, q.nl_layer, q.nl_head, labels[-1], labels, min(model.arch.d_k, NL_SHOWN), scale, add,
+                     "smollm2", d["kv"], model.arch.n_layer, model.arch.n_heads, q.nl_text)  # fmt: skip
+
+
 def cross_view(q: CrossQuery, r: EncDecRun, runs: list[RunLink], t: Any, lang: str, message: str = "",
-               live: bool = False) -> CrossView:  # fmt: skip
+               live: bool = False, real: Nonlinear | None = None, served: EncDecRun | None = None,
+               preset: str | None = None) -> CrossView:  # fmt: skip
     c = r.config
     snaps = r.snapshots
     pick = len(snaps) - 1 if q.snap is None else min(q.snap, len(snaps) - 1)
@@ -220,5 +280,6 @@ def cross_view(q: CrossQuery, r: EncDecRun, runs: list[RunLink], t: Any, lang: s
         events_url=f"/api/v1/train/{q.run}/events" if q.run else "",
         stop_url=f"/api/v1/train/{q.run}/stop" if q.run else "",
         export_url=f"/api/v1/train/{q.run}/export" if q.run and r.params else None, config=c.__dict__.copy(),
-        nonlinear=nonlinear(r, head, rows[0]), pictures=pictures, loss_chart=loss_chart(r, t),
+        nonlinear=real if q.nl == "smollm2" else nonlinear(served or r, head, rows[0]), nl_model=q.nl, preset=preset,
+        nl_links={m: nl_href(q, m, lang) for m in ("toy", "smollm2")}, pictures=pictures, loss_chart=loss_chart(r, t),
     )  # fmt: skip

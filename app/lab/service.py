@@ -107,6 +107,7 @@ class Lab(Cancelling, Admission, Tracking):
 
         entries = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
         self.models: dict[str, Model] = {}
+        self.encdec_presets: dict[str, dict[str, Any]] = {}  # finished encoder–decoder runs (app/train/presets.py)
         packaged = installed() if settings.pretrained else None
         named = registry([*entries, *parse_entries(settings.models)], settings.max_model_mb, packaged=packaged)
         for model in named.values():

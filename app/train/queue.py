@@ -386,7 +386,7 @@ class RedisRuns:
         async with self._serve_lock:
             if job.preset in self._loaded or not await self.weights(job):
                 return
-            if job.preset not in self.presets.lab.models and isinstance(job.run, Run):
+            if job.preset not in self.presets.lab.models and job.preset not in self.presets.encdec:
                 name, why = await asyncio.to_thread(self.presets.add, run_id, job.run)
                 if name is None:
                     LOG.warning("attention-lab: run %s is not served here: %s", run_id, why)
@@ -496,19 +496,22 @@ class RedisSink:
         """Stored once, as safetensors; served as a preset if it loads as `serve --model` would load its export."""
         import torch
 
+        from engine.encdec_train import export as export_encdec
+        from engine.encdec_train import load_export
         from engine.models import ModelError, load
         from engine.train import export
 
         self.r.set(run_key(self.id, ":weights"), save_weights(params))
         meta = {_s(k): _s(v) for k, v in self.r.hgetall(run_key(self.id)).items()}
         run = run_of(meta)
-        if not isinstance(run, Run):  # an encoder–decoder is no family the lab loads: its weights only
-            return
         run.params = {k: torch.from_numpy(v) for k, v in params.items()}
         name = f"train-{self.id}"
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                load(export(run, Path(tmp) / name), name, self.max_model_mb)
+                if isinstance(run, Run):
+                    load(export(run, Path(tmp) / name), name, self.max_model_mb)
+                else:  # an encoder–decoder: its export read back as every web worker will (app/train/presets.py)
+                    load_export(export_encdec(run, Path(tmp) / name), self.max_model_mb)
                 self.preset = name
             except (ModelError, ValueError, OSError) as e:
                 self.message = f"not served as a preset: {e}"

@@ -167,7 +167,7 @@ class Job:
                     "samples": [s.sample for s in r.snapshots if s.sample], "message": self.message,
                     "exportable": bool(r.params), "preset": self.preset, "events": len(self.events)}  # fmt: skip
         return {"id": self.id, **r.summary(), "labels": r.labels, "probe": r.probe, "target": r.target,
-                "snapshots": snaps, "message": self.message, "exportable": bool(r.params), "preset": None,
+                "snapshots": snaps, "message": self.message, "exportable": bool(r.params), "preset": self.preset,
                 "events": len(self.events)}  # fmt: skip
 
 
@@ -197,7 +197,7 @@ class LocalSink:
 
         job = self.job
         job.run.params = {k: torch.from_numpy(v) for k, v in params.items()}
-        if self.presets is not None and isinstance(job.run, Run):  # an encoder–decoder is no family the lab loads
+        if self.presets is not None:  # a GPT to the lab's models, an encoder–decoder to /cross (app/train/presets.py)
             job.preset, why = self.presets.add(job.id, job.run)
             if why:
                 job.message = f"not served as a preset: {why}"

@@ -178,3 +178,62 @@ def test_the_default_reversal_run_aligns() -> None:
     run = train(make_config())
     last = run.snapshots[-1]
     assert last.alignment is not None and max(last.alignment[-1]) > 0.5 and last.accuracy == 1.0
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor")
+def test_an_export_loads_back_with_the_same_logits_as_nn_transformer(tmp_path) -> None:
+    """export → load_export: the folder read back gives the run's config, vocabulary and weights, and its logits
+    equal torch.nn.Transformer built from the folder's own config.json and loaded with its tensors (1e-4)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from engine.encdec_train import export, load_export
+
+    run = train(make_config(**SMALL | {"task": "numbers", "steps": 30, "eval_every": 10}))
+    folder = export(run, tmp_path / "run")
+    back = load_export(folder)
+    assert back.config == run.config and back.labels == run.labels and back.status == "done"
+    assert all(torch.equal(back.params[k], run.params[k]) for k in run.params)
+    meta = json.loads((folder / "config.json").read_text())
+    tensors = load_file(str(folder / "model.safetensors"))
+    net = torch.nn.Transformer(**meta["nn_transformer"])
+    net.load_state_dict({k.removeprefix("transformer."): v for k, v in tensors.items() if k.startswith("transformer.")})
+    net.eval()
+    src, tgt = task_of(back.config).batch(torch.Generator().manual_seed(7), 6)
+    y_in = tgt[:, :-1]
+    with torch.no_grad():
+        x = tensors["src_embed.weight"][src] + tensors["src_pos.weight"][: src.shape[1]]
+        y = tensors["tgt_embed.weight"][y_in] + tensors["tgt_pos.weight"][: y_in.shape[1]]
+        h = net(x, y, tgt_mask=net.generate_square_subsequent_mask(y_in.shape[1]), src_key_padding_mask=src == PAD,
+                memory_key_padding_mask=src == PAD, tgt_is_causal=True)  # fmt: skip
+        theirs = h @ tensors["lm_head.weight"].T
+        assert torch.allclose(forward(back.config, back.params, src, y_in), theirs, atol=1e-4)
+        assert float(theirs.abs().max()) > 0.1  # trained logits, not all near zero
+
+
+def test_a_broken_export_is_refused_by_name(tmp_path) -> None:
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from engine.encdec_train import export, load_export
+
+    run = train(make_config(**SMALL | {"steps": 2}))
+    folder = export(run, tmp_path / "ok")
+    tensors = load_file(str(folder / "model.safetensors"))
+    save_file({k: v for k, v in tensors.items() if k != "lm_head.weight"}, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"missing.*lm_head"):
+        load_export(folder)
+    save_file(
+        tensors | {"lm_head.weight": tensors["lm_head.weight"][:, :4].contiguous()}, str(folder / "model.safetensors")
+    )
+    with pytest.raises(ValueError, match=r"lm_head\.weight is"):
+        load_export(folder)
+    meta = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(meta | {"attention_lab_train": {"d_model": 7}}))
+    with pytest.raises(ValueError, match=r"config\.json"):
+        load_export(folder)
+    (folder / "config.json").unlink()
+    with pytest.raises(ValueError, match=r"no config\.json"):
+        load_export(folder)

@@ -86,6 +86,30 @@ def test_a_run_trains_streams_and_holds_the_cross_attention(client: TestClient) 
     assert client.get(f"/train?run={run_id}").status_code == 422  # /train shows the GPT's runs: it says where to look
 
 
+def test_a_finished_run_is_a_preset_of_the_server(client: TestClient) -> None:
+    """Served by name as /train's GPT runs are: in the runs' list and state, in /api/v1/presets, on /cross and its
+    JSON twin (the nonlinearity panel on the weights loaded back from the export: the run's own, exactly)."""
+    run_id = client.post("/api/v1/train", json=TINY).json()["id"]
+    assert events_until_end(client, run_id)[-1][1]["status"] == "done"
+    name = f"train-{run_id}"
+    assert client.get(f"/api/v1/train/{run_id}").json()["preset"] == name
+    assert {x["id"]: x["preset"] for x in client.get("/api/v1/train").json()["runs"]}[run_id] == name
+    listed = client.get("/api/v1/presets").json()
+    assert name not in listed["presets"]  # no model of the lab's stages: the encoder–decoder's page is /cross
+    assert listed["encoder_decoder"][name] | {"page": ""} == {
+        "arch": "encoder-decoder", "task": "reverse", "direction": None, "d_model": 32, "n_heads": 2, "d_k": 16,
+        "n_layer": 1, "vocab": 9, "steps": 40, "page": ""}  # fmt: skip
+    by_name, by_run = client.get(f"/cross.json?preset={name}").json(), client.get(f"/cross.json?run={run_id}").json()
+    assert by_name["preset"] == name and by_name["run"] == run_id and by_run["preset"] is None
+    assert by_name["nonlinear"] == by_run["nonlinear"]  # the export loaded back: the same weights, the same numbers
+    page = client.get(f"/cross?preset={name}&lang=zh")
+    assert page.status_code == 200 and f'data-preset="{name}"' in page.text and "预设" in page.text
+    assert f'href="/cross?preset={name}&amp;lang=en"' in client.get("/cross?lang=en").text  # each run's preset link
+    for bad in ("train-nope", "gpt2", "train-"):
+        r = client.get(f"/cross.json?preset={bad}")
+        assert r.status_code == 422 and "preset" in r.text, (bad, r.text)
+
+
 @pytest.mark.parametrize(("body", "field"), [({"task": "repeat"}, "task"), ({"causal": False}, "causal"),
                                              ({"length": 40}, "length"), ({"direction": "fr"}, "direction"),
                                              ({"steps": 4000}, "steps"), ({"arch": "rnn"}, "arch")])  # fmt: skip
@@ -128,7 +152,31 @@ def test_a_run_through_the_queue_is_seen_by_every_web_worker() -> None:
         run_id = r.json()["id"]
         assert events_until_end(b, run_id)[-1][1]["status"] == "done"
         state = b.get(f"/api/v1/train/{run_id}").json()
-        assert state["status"] == "done" and state["preset"] is None and state["exportable"]
+        assert state["status"] == "done" and state["preset"] == f"train-{run_id}" and state["exportable"]
         assert torch.tensor(state["snapshots"][-1]["cross"]).shape == (1, 2, len(state["probe"]) + 1, 5)
         z = zipfile.ZipFile(io.BytesIO(a.get(f"/api/v1/train/{run_id}/export").content))
         assert {n.split("/")[-1] for n in z.namelist()} == {"config.json", "model.safetensors"}
+        # a preset on both web workers: listed, and /cross (and its twin) shows it by name, its export's weights
+        name = f"train-{run_id}"
+        for c in (a, b):
+            listed = c.get("/api/v1/presets").json()["encoder_decoder"]
+            assert listed[name]["arch"] == "encoder-decoder" and listed[name]["page"] == f"/cross?preset={name}"
+            v = c.get(f"/cross.json?preset={name}")
+            assert v.status_code == 200, v.text
+            assert v.json()["preset"] == name and v.json()["run"] == run_id and v.json()["nonlinear"]["step"] == 40
+
+
+def test_a_dropped_run_takes_its_preset_with_it() -> None:
+    """TRAIN_MAX_KEPT = 1: the next run drops the first, and its preset leaves /api/v1/presets and /cross (a 422
+    naming `preset`), as a GPT run's does."""
+    with TestClient(create_app(Settings(pretrained=False, train_max_kept=1))) as c:
+        first = c.post("/api/v1/train", json=TINY).json()["id"]
+        assert events_until_end(c, first)[-1][1]["status"] == "done"
+        assert f"train-{first}" in c.get("/api/v1/presets").json()["encoder_decoder"]
+        second = c.post("/api/v1/train", json=TINY | {"seed": 1}).json()["id"]
+        assert events_until_end(c, second)[-1][1]["status"] == "done"
+        listed = c.get("/api/v1/presets").json()["encoder_decoder"]
+        assert list(listed) == [f"train-{second}"]
+        r = c.get(f"/cross.json?preset=train-{first}")
+        assert r.status_code == 422 and "preset" in r.text
+        assert c.get(f"/cross.json?preset=train-{second}").json()["run"] == second
