@@ -241,6 +241,36 @@ def trace_value_norms(trace: Any) -> ValueNorms:
     return norms_of(trace.softmax.weights, trace.projection.v, trace.weights.w_o, trace.spec.layer)
 
 
+def trace_head_norms(trace: Any, position: int) -> torch.Tensor:
+    """Each head's output norm at `position` of a lab trace (1, H): ‖z_h[p] W_O^h‖, its d_k slice of the heads side
+    by side times its rows of W_O (before the bias): what `head_output_norms` gives a model, for the one attention
+    layer of the toy block or the GPT-2 block, which have no unembedding."""
+    heads = trace.weighted_sum.heads  # (H, N, d_k)
+    h, n, dk = heads.shape
+    check_index("position", position, n, "position of the text")
+    w_o = trace.weights.w_o.float().reshape(h, dk, -1)
+    return torch.linalg.vector_norm(torch.einsum("hk,hkd->hd", heads[:, position].float(), w_o), dim=-1)[None].cpu()
+
+
+def trace_rollout(trace: Any) -> Rollout:
+    """Rollout of a lab trace's one layer: Â = ½ mean_h A + ½ I, rows renormalised (R_0 = Â_0)."""
+    return rollout_of([trace.softmax.weights])
+
+
+def trace_sink_contrast(trace: Any) -> SinkContrast:
+    """`sink_contrast` of a lab trace's one layer (1, H): each head's mean weight on key 0 over the queries 1 …,
+    key 0's share of the moved norms, and ‖v_0 W_O^h‖ over the other keys' mean."""
+    norms = trace_value_norms(trace)
+    w, moved, vn = norms.weights, norms.norms, norms.value_norms  # (H, N, N), (H, N, N), (H, N)
+    if w.shape[1] < 2:
+        raise ValueError("ids: a sink needs at least two tokens")
+    weight_share = w[:, 1:, 0].mean(-1)
+    norm_share = (moved[:, 1:, 0] / moved[:, 1:].sum(-1).clamp_min(1e-30)).mean(-1)
+    ratio = vn[:, 0] / vn[:, 1:].mean(-1).clamp_min(1e-30)
+    top = int(weight_share.argmax())
+    return SinkContrast(weight_share[None], norm_share[None], ratio[None], 0, top)
+
+
 def value_weighted_norms(
     model: Any, ids: Sequence[int], layer: int, max_tokens: int = MAX_TOKENS, max_bytes: int = MAX_BYTES
 ) -> ValueNorms:
