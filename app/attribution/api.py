@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine import attribution as A
 from engine import predict as P
 from engine.block import make_block_spec
+from engine.errors import Message
 from engine.spec import PRESETS, SpecError, make_spec
 from engine.tracing import compute as compute_trace
 
@@ -55,11 +56,12 @@ class AttributionRequest(BaseModel):
     bos: bool = Field(True, description="Put the model's BOS before the text (as /api/v1/predict does).")
     position: int | None = Field(None, ge=0, le=1_000_000, description="The position whose logit is split, counted "
                                  "in `tokens` (text_start says where the text begins); default: the last.")  # fmt: skip
-    target: str | None = Field(None, max_length=200, description="The token whose logit is split, as text (its first "
-                               "token); default: the next token of the text, or at the last position the model's "
-                               "most likely one.")  # fmt: skip
+    target: str | None = Field(None, max_length=200, description="The token whose logit is split, as text (one "
+                               "token: a text of several is a 422 naming its pieces); default: the next token of the "
+                               "text, or at the last position the model's most likely one.")  # fmt: skip
     target_id: int | None = Field(None, ge=0, description="The target as a token id instead.")
-    contrast: str | None = Field(None, max_length=200, description="A second token: split target − contrast.")
+    contrast: str | None = Field(None, max_length=200, description="A second token: split target − contrast (one "
+                                 "token, as `target`).")  # fmt: skip
     contrast_id: int | None = Field(None, ge=0, description="The contrast as a token id instead.")
     rollout: bool = Field(False, description="Add attention rollout through every layer (Abnar & Zuidema 2020).")
     norms_layer: int | None = Field(None, ge=0, le=4096, description="Add this layer's value-weighted norms "
@@ -99,6 +101,12 @@ def token_of(text: Text, raw: str | None, given: int | None, field: str) -> int 
     ids = ids[text.model.specials_first(ids) :]
     if not ids:
         raise FieldError(field, "the tokenizer gives no token for it")
+    if len(ids) > 1:  # a word of two pieces, or two words: which logit is meant is the user's to say, not ours
+        pieces = " + ".join(f"“{p}”" for p in text.model.labels(ids))
+        english = (f"“{raw}” is {len(ids)} tokens for {text.preset}: {pieces}; an attribution splits one token's "
+                   f"logit: give one of them, or its id as {field}_id")  # fmt: skip
+        raise FieldError(field, Message.worded(english, "attribution.multi_token", text=raw, model=text.preset,
+                                                n=len(ids), pieces=pieces, field=field))  # fmt: skip
     return ids[0]
 
 
