@@ -55,7 +55,8 @@ class AttributionRequest(BaseModel):
     token_ids: list[int] | None = Field(None, max_length=4096, description="The text as token ids instead.")
     bos: bool = Field(True, description="Put the model's BOS before the text (as /api/v1/predict does).")
     position: int | None = Field(None, ge=0, le=1_000_000, description="The position whose logit is split, counted "
-                                 "in `tokens` (text_start says where the text begins); default: the last.")  # fmt: skip
+                                 "in `tokens` (text_start says where the text begins); default: the last (an "
+                                 "encoder's: the last before the [SEP] its tokenizer appends).")  # fmt: skip
     target: str | None = Field(None, max_length=200, description="The token whose logit is split, as text (one "
                                "token: a text of several is a 422 naming its pieces); default: the next token of the "
                                "text, or at the last position the model's most likely one.")  # fmt: skip
@@ -283,13 +284,31 @@ def check_flow(text: Text, req: AttributionRequest, position: int, flow_tokens: 
                          f"{', pick an earlier position' if text.model.decoder else ''} or leave flow off")  # fmt: skip
 
 
+def last_word(model: Any, ids: list[int]) -> int:
+    """An encoder's default query position: the text's last token, not the separator its tokenizer appends ([SEP]
+    for BERT). Every BERT text ends with [SEP]: its row is the same separator whatever the text says, and many heads
+    use it as a place to put weight that is not needed (Clark et al. 2019, "What does BERT look at?"), so it tells
+    little about the text; the last word's row does. The separator is what the tokenizer puts after any text: of
+    what it adds to an empty text ([CLS] [SEP]), the part past what it puts before one word ([CLS]); ids that do
+    not end with it (token_ids given without it) keep their last position."""
+    try:
+        added, word = list(model.tokenize("")), list(model.tokenize("a"))
+    except Exception:  # a model folder without a tokenizer: token ids alone, nothing appended
+        return len(ids) - 1
+    head = next((i for i, (a, b) in enumerate(zip(added, word, strict=False)) if a != b), len(added))
+    tail = added[head:]
+    if tail and len(ids) > len(tail) and ids[len(ids) - len(tail) :] == tail:
+        return len(ids) - len(tail) - 1
+    return len(ids) - 1
+
+
 def compute_encoder(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: int, device: str = "cpu",
                     limits: Any = None) -> dict[str, Any]:  # fmt: skip
     """An encoder's answer: no logit to split (the DLA fields are null, `no_dla` says why); each head's output norm
     at the position (`head_norms`), and rollout, flow and one layer's norms as asked, over every token (both
     directions)."""
     model, ids = text.model, list(text.seq)
-    position = len(ids) - 1 if req.position is None else req.position
+    position = last_word(model, ids) if req.position is None else req.position
     if position >= len(ids):
         raise FieldError("position", f"the text has positions 0..{len(ids) - 1}, not {position}")
     for name in ("target", "target_id", "contrast", "contrast_id"):

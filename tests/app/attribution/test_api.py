@@ -265,3 +265,21 @@ def test_a_target_of_several_tokens_is_a_422_listing_its_pieces(
         assert said in error and f"“{pieces[1]}”" in error and field in error, error
     one = api.post("/api/v1/attribution", json={"text": TEXT, "target": " cat"} | {field: " dog"})
     assert one.status_code == 200 and one.json()[field]["token"] == " dog"
+
+
+@needs_minilm
+def test_minilms_default_position_is_the_last_word_not_sep(api: TestClient) -> None:
+    """[SEP] ends every BERT text whatever it says: the default query is the text's last token before it."""
+    doc = api.post("/api/v1/attribution", json={"preset": "minilm", "text": "The capital of France is Paris"}).json()
+    assert doc["tokens"][-1] == "[SEP]" and doc["position"] == len(doc["tokens"]) - 2
+    assert doc["tokens"][doc["position"]] == "paris"
+    asked = api.post("/api/v1/attribution", json={"preset": "minilm", "text": "The capital of France is Paris",
+                                                  "position": len(doc["tokens"]) - 1}).json()  # fmt: skip
+    assert asked["position"] == len(doc["tokens"]) - 1 and asked["head_norms"] != doc["head_norms"]
+    unk = api.post("/api/v1/attribution", json={"preset": "minilm", "text": "Paris 🙂"}).json()
+    assert unk["tokens"][-2:] == ["[UNK]", "[SEP]"] and unk["position"] == len(unk["tokens"]) - 2  # a word, unknown
+    bare = doc["token_ids"][:-1]  # token ids without the separator: their last is the default
+    got = api.post("/api/v1/attribution", json={"preset": "minilm", "text": None, "token_ids": bare}).json()
+    assert got["position"] == len(got["token_ids"]) - 1 and got["tokens"][-1] == "paris"
+    page = api.get("/attribution.json", params={"preset": "minilm", "text": "The capital of France is Paris"}).json()
+    assert page["position"] == doc["position"]
