@@ -359,13 +359,14 @@ def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: i
     check_flow(text, req, position, flow_tokens)
     target = token_of(text, req.target, req.target_id, "target")
     contrast = token_of(text, req.contrast, req.contrast_id, "contrast")
-    if target is None:
-        target = ids[position + 1] if position + 1 < len(ids) else int(model.logits(ids[: position + 1])[-1].argmax())
+    if target is None and position + 1 < len(ids):  # the text's next token; at its end, the model's most likely
+        target = ids[position + 1]  # (read by the attribution from its own run: `target` None)
     if req.norms_layer is not None and req.norms_layer >= model.arch.n_layer:
         raise FieldError("norms_layer", f"{text.preset} has layers 0..{model.arch.n_layer - 1}")
     asked = check_split(text, req, position)
     try:
         a = A.direct_logit_attribution(model, ids, position, target, contrast, max_tokens=max_tokens)
+        target = a.target
         extra: dict[str, Any] = {}
         if asked is not None:
             extra["score_split"] = split_part(*score_split(text, ids[: position + 1], *asked[:2], position, asked[2],

@@ -337,8 +337,11 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     n_layer, n_heads = len(heads), len(heads[0])
 
     def more(_: Any) -> Computed:
-        ids = seq[: p + 1]
-        return Computed(A.rollout(model, ids, max_tokens=limit), A.sink_contrast(model, seq, max_tokens=limit))
+        if p + 1 == len(seq):  # the last position (the page's default): one forward pass gives both
+            sink, both = A.sinks_and_rollout(model, seq, max_tokens=limit)
+            assert both is not None
+            return Computed(both, sink)
+        return Computed(A.rollout(model, seq[: p + 1], max_tokens=limit), A.sink_contrast(model, seq, max_tokens=limit))
 
     extra, _ = await lab.compute("attribution_rollout", (text.preset, text.seq, p), cost, more, progress=progress)
     sinks = extra.sink
@@ -350,15 +353,12 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     sources = p + 1  # every source of the query's row (a sliding window's hidden ones are not run)
     all_heads = n_heads * sources <= MAX_RUNS
 
-    def detail(_: Any) -> Detail:
-        ids = seq[: p + 1]
-        norms = A.value_weighted_norms(model, ids, layer, max_tokens=limit)
-        sink_norms = norms if sinks.layer == layer else A.value_weighted_norms(model, ids, sinks.layer,
-                                                                               max_tokens=limit)  # fmt: skip
-        effects = A.weight_effects(model, seq, layer, None if all_heads else [head], p, target, contrast,
-                                   max_tokens=limit, max_runs=MAX_RUNS)  # fmt: skip
-        sink_effect = A.weight_effect(model, seq, sinks.layer, sinks.head, p, target, contrast, max_tokens=limit)
-        return Detail(norms, sink_norms, sink_effect, tuple(effects))
+    def detail(_: Any) -> Detail:  # one clean run: the head's layer (every head) and the sink head, with their norms
+        (effects, norms), (sink, sink_norms) = A.head_effects(
+            model, seq, [(layer, None if all_heads else [head]), (sinks.layer, [sinks.head])], p, target, contrast,
+            max_tokens=limit, max_runs=MAX_RUNS,
+        )  # fmt: skip
+        return Detail(norms, sink_norms, sink[0], tuple(effects))
 
     key_of = (text.preset, text.seq, p, target, contrast, layer, None if all_heads else head)
     got, _ = await lab.compute("attribution_head", key_of, cost * (n_heads if all_heads else 1), detail,
@@ -377,8 +377,10 @@ async def encoder_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str,
     grid = tuple(tuple(float(x) for x in row) for row in doc["head_norms"])
     n_layer, n_heads = len(grid), len(grid[0])
 
-    def more(_: Any) -> Computed:  # an encoder's query reads every token, before and after it
-        return Computed(A.rollout(model, seq, max_tokens=limit), A.sink_contrast(model, seq, max_tokens=limit))
+    def more(_: Any) -> Computed:  # an encoder's query reads every token, before and after it: one pass for both
+        sink, both = A.sinks_and_rollout(model, seq, max_tokens=limit)
+        assert both is not None
+        return Computed(both, sink)
 
     extra, _ = await lab.compute("attribution_rollout", (text.preset, text.seq, p), cost, more, progress=progress)
     sinks = extra.sink
