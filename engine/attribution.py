@@ -610,6 +610,7 @@ def head_effects(
         runs_from[layer] = (norms, heads_layer, v_layer, full[:, -1].clone(), keys, values, clean)
     metric = "loss" if contrast is None else "logit_diff"
     answers = []
+    buffer: torch.Tensor | None = None
     for layer, heads in asked:
         norms, heads_layer, v_layer, w_layer, keys, values, clean = runs_from[layer]  # w_layer: (H, N) row p
         w_o = model.attention_weights(layer).w_o.float().reshape(h_all, d_k, -1)
@@ -630,7 +631,11 @@ def head_effects(
             for i in range(layer + 1, arch.n_layer):
                 q, k, v = model.layer_qkv(i, y, one)
                 y = model.layer_rest(i, y, one_row_attention(q, keys[i][:, :p], values[i][:, :p], k, v, arch.window))
-            effects[s0 : s0 + r] = metric_of(model.unembed(model.final(y)), target, contrast).cpu() - clean
+            if buffer is None:  # the rows' logits (R, vocab), written into one buffer: a fresh one faults its pages
+                most = min(max_rows, max(len(chosen) for _, chosen in asked) * len(sources))  # every ask's chunks
+                buffer = torch.empty(most, arch.vocab, dtype=y.dtype, device=y.device)
+            logits = model.unembed(model.final(y), out=buffer[:r])
+            effects[s0 : s0 + r] = metric_of(logits, target, contrast).cpu() - clean
         answer, m = [], len(sources)
         for a, h in enumerate(heads):
             weights, moved_h = w_layer[h, sources].cpu(), (w_layer[h] * moved[h])[sources].cpu()
