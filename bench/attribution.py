@@ -6,8 +6,10 @@ Times, each once on a fresh in-process app (`make_client`, the model already loa
 default (as the engine's own timings are taken): the API's grid alone (`/api/v1/attribution`: direct logit
 attribution at the last position), the page's first view (the grid, rollout, the sink head, the default head's
 weight against effect, its score split), another head in a layer not yet run (that layer's weight against effect),
-and the engine's parts one by one. The model is warmed first (one attribution of a short text: a fresh process's
-first forward pass pays for reading the weights once). The text is a list of capitals ("The capital of France is
+and the engine's parts one by one. The process is warmed first, as a server that has answered anything has been:
+one attribution of a short text (a fresh process's first forward pass pays for reading the weights once) and one
+toy trace (a process's first trace imports sympy, through torch.broadcast_shapes in engine/attention.py's mask
+stage: about 1.3 s, once). The text is a list of capitals ("The capital of France is
 Paris. …") ending "the capital of Japan is", cut to exactly --tokens tokens with the BOS. `--profile OUT` writes
 cProfile's statistics of what the first view computes, run in this thread (the server runs it in a worker thread,
 which cProfile does not follow): read them with `python -m pstats OUT`. The load average before each run is printed
@@ -28,6 +30,7 @@ import torch
 
 from engine import attribution as A
 from engine.pretrained import SmolLM2
+from engine.tracing import trace
 
 CAPITALS = (("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Egypt", "Cairo"),
             ("Canada", "Ottawa"), ("Kenya", "Nairobi"), ("Peru", "Lima"), ("Greece", "Athens"),
@@ -78,6 +81,7 @@ def main() -> None:
 
     text = text_of(model, args.tokens)
     A.direct_logit_attribution(model, model.tokenize("The capital of France is"), 4, None)  # the weights read once
+    trace("猫 坐")  # torch.broadcast_shapes' first call imports sympy: once a process
     rows: list[tuple[str, float, float]] = []
 
     def row(name: str, fn: Callable[[], Any]) -> Any:
