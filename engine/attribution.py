@@ -151,14 +151,16 @@ def project(parts: torch.Tensor, x: torch.Tensor, gain: torch.Tensor, u: torch.T
 
 @torch.inference_mode()
 def direct_logit_attribution(
-    model: Any, ids: Sequence[int], position: int, target: int, contrast: int | None = None,
+    model: Any, ids: Sequence[int], position: int, target: int | None, contrast: int | None = None,
     max_tokens: int = MAX_TOKENS,
 ) -> Attribution:  # fmt: skip
-    """Direct logit attribution of token `target` (minus `contrast`) at `position` of `ids` (see the module)."""
+    """Direct logit attribution of token `target` (minus `contrast`) at `position` of `ids` (see the module); with
+    `target` None, the model's most likely token there, read from this same run's logits (no second forward)."""
     check_pre_ln_decoder(model)
     ids = check_ids(model, ids, max_tokens)
     check_index("position", position, len(ids), "position of the text")
-    check_token(model, "target", target)
+    if target is not None:
+        check_token(model, "target", target)
     if contrast is not None:
         check_token(model, "contrast", contrast)
     ids = ids[: position + 1]  # a causal model's stream at `position` reads nothing after it
@@ -181,10 +183,12 @@ def direct_logit_attribution(
         mlp_parts.append(mlp[position])
         bias_parts.append(w.b_o if w.b_o is not None else torch.zeros_like(embed))
     gain, shift = model.final_norm()
+    logits = model.unembed(model.final(x[position : position + 1])).float()[0]
+    if target is None:
+        target = int(logits.argmax())
     u = direction(model, target, contrast)
     parts = torch.cat([embed[None], torch.cat(head_parts), torch.stack(bias_parts), torch.stack(mlp_parts)])
     got, scale = project(parts, x[position], gain.float(), u, arch.norm, arch.eps)
-    logits = model.unembed(model.final(x[position : position + 1])).float()[0]
     real = float(logits[target] - (logits[contrast] if contrast is not None else 0.0))
     norm_bias = float(shift.double() @ u.double()) if shift is not None else 0.0
     total = float(got.sum())
@@ -239,6 +243,36 @@ def norms_of(weights: torch.Tensor, values: torch.Tensor, w_o: torch.Tensor, lay
 def trace_value_norms(trace: Any) -> ValueNorms:
     """Value-weighted norms of a lab trace (engine.tracing.compute: the toy block, the GPT-2 block, a model's layer)."""
     return norms_of(trace.softmax.weights, trace.projection.v, trace.weights.w_o, trace.spec.layer)
+
+
+def trace_head_norms(trace: Any, position: int) -> torch.Tensor:
+    """Each head's output norm at `position` of a lab trace (1, H): ‖z_h[p] W_O^h‖, its d_k slice of the heads side
+    by side times its rows of W_O (before the bias): what `head_output_norms` gives a model, for the one attention
+    layer of the toy block or the GPT-2 block, which have no unembedding."""
+    heads = trace.weighted_sum.heads  # (H, N, d_k)
+    h, n, dk = heads.shape
+    check_index("position", position, n, "position of the text")
+    w_o = trace.weights.w_o.float().reshape(h, dk, -1)
+    return torch.linalg.vector_norm(torch.einsum("hk,hkd->hd", heads[:, position].float(), w_o), dim=-1)[None].cpu()
+
+
+def trace_rollout(trace: Any) -> Rollout:
+    """Rollout of a lab trace's one layer: Â = ½ mean_h A + ½ I, rows renormalised (R_0 = Â_0)."""
+    return rollout_of([trace.softmax.weights])
+
+
+def trace_sink_contrast(trace: Any) -> SinkContrast:
+    """`sink_contrast` of a lab trace's one layer (1, H): each head's mean weight on key 0 over the queries 1 …,
+    key 0's share of the moved norms, and ‖v_0 W_O^h‖ over the other keys' mean."""
+    norms = trace_value_norms(trace)
+    w, moved, vn = norms.weights, norms.norms, norms.value_norms  # (H, N, N), (H, N, N), (H, N)
+    if w.shape[1] < 2:
+        raise ValueError("ids: a sink needs at least two tokens")
+    weight_share = w[:, 1:, 0].mean(-1)
+    norm_share = (moved[:, 1:, 0] / moved[:, 1:].sum(-1).clamp_min(1e-30)).mean(-1)
+    ratio = vn[:, 0] / vn[:, 1:].mean(-1).clamp_min(1e-30)
+    top = int(weight_share.argmax())
+    return SinkContrast(weight_share[None], norm_share[None], ratio[None], 0, top)
 
 
 def value_weighted_norms(
@@ -502,13 +536,32 @@ def weight_effects(
 ) -> list[WeightEffect]:  # fmt: skip
     """`weight_effect` for several heads of `layer` (None: every head) from one clean run: heads × sources rows,
     `max_rows` at a time, `max_runs` rows in all."""
+    return head_effects(model, ids, [(layer, heads)], position, target, contrast, max_tokens, max_rows, max_runs,
+                        mean)[0][0]  # fmt: skip
+
+
+@torch.inference_mode()
+def head_effects(
+    model: Any, ids: Sequence[int], asks: Sequence[tuple[int, Sequence[int] | None]], position: int, target: int,
+    contrast: int | None = None, max_tokens: int = MAX_TOKENS, max_rows: int = 256, max_runs: int = 4096,
+    mean: bool = False, max_bytes: int = MAX_BYTES,
+) -> list[tuple[list[WeightEffect], ValueNorms]]:  # fmt: skip
+    """`weight_effects` for each (layer, heads) of `asks` with each asked layer's value-weighted norms
+    (`value_weighted_norms` of ids[: position + 1]), sharing the run up to the asked layers: what a page asks for
+    one head's layer and the model's sink head runs the layers below the deepest one once, each asked layer with
+    its weights seen and the layers above it (the run on from that layer's output), not four whole forward passes.
+    Each ask runs as `weight_effects` runs it alone (the stream up to the layer as `hidden` computes it, the same
+    chunks of `max_rows`), so the numbers are the same, bit for bit; `max_runs` bounds each ask's rows."""
     check_pre_ln_decoder(model)
     ids = check_ids(model, ids, max_tokens)
     arch = model.arch
-    check_index("layer", layer, arch.n_layer, "layer")
-    heads = list(range(arch.n_heads)) if heads is None else [int(h) for h in heads]
-    for h in heads:
-        check_index("head", h, arch.n_heads, "head")
+    asked: list[tuple[int, list[int]]] = []
+    for layer, given in asks:
+        check_index("layer", layer, arch.n_layer, "layer")
+        chosen = list(range(arch.n_heads)) if given is None else [int(h) for h in given]
+        for h in chosen:
+            check_index("head", h, arch.n_heads, "head")
+        asked.append((layer, chosen))
     check_index("position", position, len(ids), "position of the text")
     check_token(model, "target", target)
     if contrast is not None:
@@ -517,61 +570,80 @@ def weight_effects(
         raise ValueError(f"max_rows: must be at least 1, got {max_rows}")
     p = position
     sources = [j for j in range(p + 1) if not (arch.window and j <= p - arch.window)]
-    if len(heads) * len(sources) > max_runs:
-        raise ValueError(f"heads: {len(heads)} heads × {len(sources)} sources is more than max_runs={max_runs} runs")
+    for _, chosen in asked:
+        if len(chosen) * len(sources) > max_runs:
+            raise ValueError(f"heads: {len(chosen)} heads × {len(sources)} sources is more than max_runs={max_runs} "
+                             "runs")  # fmt: skip
     ids = ids[: p + 1]
+    n, h_all = len(ids), arch.n_heads
+    layers = sorted({layer for layer, _ in asked})
+    check_bytes("ids", 4 * 3 * h_all * n * n * len(layers), max_bytes)
     x = model.embed(ids)
-    rot = model.rotation(torch.arange(len(ids), device=x.device), x)
-    keys, values, streams = [], [], []
-    got: list[torch.Tensor] = []
-
-    def last_row(r0: int, w: torch.Tensor) -> None:
-        if r0 + w.shape[1] == len(ids):
-            got.append(w[:, -1].float())  # (H, N) the query's weights
-
-    v_layer = heads_layer = None
-    for i in range(arch.n_layer):
-        q, k, v = model.layer_qkv(i, x, rot)
+    rot = model.rotation(torch.arange(n, device=x.device), x)
+    streams = []  # the stream entering each layer up to the deepest asked one, run as `hidden` runs it
+    for i in range(max(layers)):
         streams.append(x)
-        keys.append(k)
-        values.append(v)
-        if i == layer:
-            heads_layer = model.attend(q, k, v, last_row)
-            v_layer = v.repeat_interleave(arch.n_heads // arch.n_kv_heads, 0)  # (H, N, d_k) per query head
-            x = model.layer_rest(i, x, heads_layer)
-        else:
-            x = model.layer_rest(i, x, model.attend(q, k, v))
-    assert v_layer is not None and heads_layer is not None and got
-    w_layer = got[-1]
-    clean = float(metric_of(model.unembed(model.final(x[p : p + 1])), target, contrast)[0])
+        q, k, v = model.layer_qkv(i, x, rot)
+        x = model.layer_rest(i, x, model.attend(q, k, v))
+    streams.append(x)
     d_k = arch.d_k
-    w_o = model.attention_weights(layer).w_o.float().reshape(arch.n_heads, d_k, -1)
-    moved = torch.linalg.vector_norm(torch.einsum("hnk,hkd->hnd", v_layer.float(), w_o), dim=-1)  # (H, N)
-    runs = [(h, j) for h in heads for j in sources]
-    effects = torch.empty(len(runs))
-    for s0 in range(0, len(runs), max_rows):
-        chunk = runs[s0 : s0 + max_rows]
-        r = len(chunk)
-        hs = torch.tensor([h for h, _ in chunk], device=x.device)
-        js = torch.tensor([j for _, j in chunk], device=x.device)
-        rows = torch.arange(r, device=x.device)
-        out = heads_layer[:, p : p + 1].repeat(1, r, 1)  # (H, R, d_k)
-        removed = v_layer[hs, js] - (v_layer[hs].mean(1) if mean else 0)  # (R, d_k): zeroed, or the mean instead
-        out[hs, rows] -= w_layer[hs, js].to(out.dtype)[:, None] * removed
-        y = model.layer_rest(layer, streams[layer][p : p + 1].expand(r, -1), out)
-        one = model.rotation(torch.full((r,), p, device=x.device), y)
+    runs_from: dict[int, tuple[ValueNorms, torch.Tensor, torch.Tensor, torch.Tensor, list[Any], list[Any], float]] = {}
+    for layer in layers:  # each asked layer's weights seen, and the run on from it, as `weight_effects` runs alone
+        x = streams[layer]
+        q, k, v = model.layer_qkv(layer, x, rot)
+        full = torch.zeros(h_all, n, n, device=x.device)  # the layer's weights (H, N, N), as `layer_run` keeps them
+
+        def seen(r0: int, w: torch.Tensor, full: torch.Tensor = full) -> None:
+            full[:, r0 : r0 + w.shape[1], : w.shape[2]] = w.float()
+
+        heads_layer = model.attend(q, k, v, seen)
+        v_layer = v.repeat_interleave(h_all // arch.n_kv_heads, 0)  # (H, N, d_k) per query head
+        norms = norms_of(full, v, model.attention_weights(layer).w_o.float(), layer=layer)
+        keys: list[Any] = [None] * arch.n_layer
+        values: list[Any] = [None] * arch.n_layer
+        x = model.layer_rest(layer, x, heads_layer)
         for i in range(layer + 1, arch.n_layer):
-            q, k, v = model.layer_qkv(i, y, one)
-            y = model.layer_rest(i, y, one_row_attention(q, keys[i][:, :p], values[i][:, :p], k, v, arch.window))
-        effects[s0 : s0 + r] = metric_of(model.unembed(model.final(y)), target, contrast).cpu() - clean
+            q, k, v = model.layer_qkv(i, x, rot)
+            keys[i], values[i] = k, v
+            x = model.layer_rest(i, x, model.attend(q, k, v))
+        clean = float(metric_of(model.unembed(model.final(x[p : p + 1])), target, contrast)[0])
+        runs_from[layer] = (norms, heads_layer, v_layer, full[:, -1].clone(), keys, values, clean)
     metric = "loss" if contrast is None else "logit_diff"
-    answer, n = [], len(sources)
-    for a, h in enumerate(heads):
-        weights, norms = w_layer[h, sources].cpu(), (w_layer[h] * moved[h])[sources].cpu()
-        e = effects[a * n : (a + 1) * n]
-        answer.append(WeightEffect(layer, h, p, metric, mean, clean, weights, norms, e, spearman(weights, e.abs()),
-                                   spearman(norms, e.abs())))  # fmt: skip
-    return answer
+    answers = []
+    buffer: torch.Tensor | None = None
+    for layer, heads in asked:
+        norms, heads_layer, v_layer, w_layer, keys, values, clean = runs_from[layer]  # w_layer: (H, N) row p
+        w_o = model.attention_weights(layer).w_o.float().reshape(h_all, d_k, -1)
+        moved = torch.linalg.vector_norm(torch.einsum("hnk,hkd->hnd", v_layer.float(), w_o), dim=-1)  # (H, N)
+        runs = [(h, j) for h in heads for j in sources]
+        effects = torch.empty(len(runs))
+        for s0 in range(0, len(runs), max_rows):
+            chunk = runs[s0 : s0 + max_rows]
+            r = len(chunk)
+            hs = torch.tensor([h for h, _ in chunk], device=x.device)
+            js = torch.tensor([j for _, j in chunk], device=x.device)
+            rows = torch.arange(r, device=x.device)
+            out = heads_layer[:, p : p + 1].repeat(1, r, 1)  # (H, R, d_k)
+            removed = v_layer[hs, js] - (v_layer[hs].mean(1) if mean else 0)  # (R, d_k): zeroed, or the mean instead
+            out[hs, rows] -= w_layer[hs, js].to(out.dtype)[:, None] * removed
+            y = model.layer_rest(layer, streams[layer][p : p + 1].expand(r, -1), out)
+            one = model.rotation(torch.full((r,), p, device=x.device), y)
+            for i in range(layer + 1, arch.n_layer):
+                q, k, v = model.layer_qkv(i, y, one)
+                y = model.layer_rest(i, y, one_row_attention(q, keys[i][:, :p], values[i][:, :p], k, v, arch.window))
+            if buffer is None:  # the rows' logits (R, vocab), written into one buffer: a fresh one faults its pages
+                most = min(max_rows, max(len(chosen) for _, chosen in asked) * len(sources))  # every ask's chunks
+                buffer = torch.empty(most, arch.vocab, dtype=y.dtype, device=y.device)
+            logits = model.unembed(model.final(y), out=buffer[:r])
+            effects[s0 : s0 + r] = metric_of(logits, target, contrast).cpu() - clean
+        answer, m = [], len(sources)
+        for a, h in enumerate(heads):
+            weights, moved_h = w_layer[h, sources].cpu(), (w_layer[h] * moved[h])[sources].cpu()
+            e = effects[a * m : (a + 1) * m]
+            answer.append(WeightEffect(layer, h, p, metric, mean, clean, weights, moved_h, e,
+                                       spearman(weights, e.abs()), spearman(moved_h, e.abs())))  # fmt: skip
+        answers.append((answer, norms))
+    return answers
 
 
 def pooled(effects: Sequence[WeightEffect]) -> tuple[float, float]:
@@ -605,14 +677,27 @@ class SinkContrast(Held):
 @torch.inference_mode()
 def sink_contrast(model: Any, ids: Sequence[int], max_tokens: int = MAX_TOKENS) -> SinkContrast:
     """How much of each head's weight goes to the first token, beside how much of what it moves comes from it."""
+    return sinks_and_rollout(model, ids, max_tokens, rollout=False)[0]
+
+
+@torch.inference_mode()
+def sinks_and_rollout(
+    model: Any, ids: Sequence[int], max_tokens: int = MAX_TOKENS, max_bytes: int = MAX_BYTES, rollout: bool = True
+) -> tuple[SinkContrast, Rollout | None]:
+    """`sink_contrast` and (with `rollout`) `rollout` of the same `ids` from ONE forward pass: each layer's weights,
+    seen a block of query rows at a time, feed both (each head's mean over the heads as `rollout` takes it, the
+    same numbers)."""
     ids = check_ids(model, ids, max_tokens)
     if len(ids) < 2:
         raise ValueError("ids: a sink needs at least two tokens")
     arch = model.arch
-    x = model.embed(ids)
-    rot = model.rotation(torch.arange(len(ids), device=x.device), x)
     n, h, dk = len(ids), arch.n_heads, arch.d_k
+    if rollout:
+        check_bytes("ids", 4 * n * n * (2 * arch.n_layer + h), max_bytes)
+    x = model.embed(ids)
+    rot = model.rotation(torch.arange(n, device=x.device), x)
     weight_share, norm_share, ratio = (torch.zeros(arch.n_layer, h) for _ in range(3))
+    means: list[torch.Tensor] = []
     for i in range(arch.n_layer):
         q, k, v = model.layer_qkv(i, x, rot)
         share = torch.zeros(h, device=x.device)
@@ -620,19 +705,24 @@ def sink_contrast(model: Any, ids: Sequence[int], max_tokens: int = MAX_TOKENS) 
         w_o = model.attention_weights(i).w_o.float().reshape(h, dk, -1)
         vn = torch.linalg.vector_norm(torch.einsum("hnk,hkd->hnd", v.repeat_interleave(h // v.shape[0], 0).float(),
                                                    w_o), dim=-1)  # fmt: skip
+        current = torch.zeros(h, n, n, device=x.device) if rollout else None
 
         def seen(r0: int, w: torch.Tensor, share: torch.Tensor = share, moved: torch.Tensor = moved_share,
-                 vn: torch.Tensor = vn) -> None:  # fmt: skip
+                 vn: torch.Tensor = vn, current: torch.Tensor | None = current) -> None:  # fmt: skip
+            if current is not None:
+                current[:, r0 : r0 + w.shape[1], : w.shape[2]] = w.float()
             w = w.float()[:, max(0, 1 - r0) :]  # queries 1 …
             norms = w * vn[:, None, : w.shape[-1]]
             share.add_(w[..., 0].sum(-1))
             moved.add_((norms[..., 0] / norms.sum(-1).clamp_min(1e-30)).sum(-1))
 
         x = model.layer_rest(i, x, model.attend(q, k, v, seen))
+        if current is not None:
+            means.append(current.mean(0, keepdim=True))
         weight_share[i], norm_share[i] = (share / (n - 1)).cpu(), (moved_share / (n - 1)).cpu()
         ratio[i] = (vn[:, 0] / vn[:, 1:].mean(-1).clamp_min(1e-30)).cpu()
     top = int(weight_share.argmax())
-    return SinkContrast(weight_share, norm_share, ratio, top // h, top % h)
+    return SinkContrast(weight_share, norm_share, ratio, top // h, top % h), rollout_of(means) if rollout else None
 
 
 # -- attention flow ---------------------------------------------------------------------------------------------------

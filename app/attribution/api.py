@@ -1,11 +1,14 @@
 """GET/POST /api/v1/attribution: what each head, MLP and the embedding add to one logit (direct logit attribution,
 engine/attribution.py), with attention rollout, attention flow and one layer's value-weighted norms when asked. An
-encoder (MiniLM) has no next-token logit: it gets each head's output norm, the norms, rollout and flow instead."""
+encoder (MiniLM) has no next-token logit: it gets each head's output norm, the norms, rollout and flow instead; so
+do the lab's built-in presets, the toy block of `/` and the random GPT-2-sized block of `/block` (one attention
+layer each, no unembedding), read from the lab's own trace of them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 import torch
@@ -14,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine import attribution as A
 from engine import predict as P
-from engine.spec import SpecError, make_spec
+from engine.block import make_block_spec
+from engine.errors import Message
+from engine.spec import PRESETS, SpecError, make_spec
 from engine.tracing import compute as compute_trace
 
 from ..lab import Lab, get_key
@@ -33,17 +38,31 @@ class AttributionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     preset: str = Field("smollm2", max_length=64, description="A Pre-LN causal language model this server "
-                        "loaded, or an encoder (minilm: no logit to split; head norms, rollout and flow).")  # fmt: skip
-    text: str | None = Field(None, max_length=8000, description="The text, for the model's own tokenizer.")
+                        "loaded, or an encoder (minilm: no logit to split; head norms, rollout and flow), or one of "
+                        "the lab's built-in presets as /api/v1/attention and /api/v1/block name them: toy (d_model "
+                        "4, 1 head) or gpt2-small (768, 12 heads): one attention layer, no unembedding (head norms, "
+                        "value-weighted norms, rollout, flow and the score split).")  # fmt: skip
+    text: str | None = Field(None, max_length=8000, description="The text, for the model's own tokenizer (toy and "
+                             "gpt2-small: the tokens, split on whitespace, as `tokens`).")  # fmt: skip
+    tokens: list[str] | str | None = Field(None, description="toy and gpt2-small: the sequence, as "
+                                           "/api/v1/attention takes it (a list, or one string split on whitespace); "
+                                           "default: the preset's own.")  # fmt: skip
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="toy and gpt2-small: the seed of their generated embeddings "
+                      "and weights (as /api/v1/attention's).")  # fmt: skip
+    block: bool | None = Field(None, description="toy and gpt2-small: read the attention inside /block's whole block "
+                               "(after its first LayerNorm; true) or the lab's attention on x as `/` traces it "
+                               "(false). Default: the toy as the lab of `/`, gpt2-small as /block.")  # fmt: skip
     token_ids: list[int] | None = Field(None, max_length=4096, description="The text as token ids instead.")
     bos: bool = Field(True, description="Put the model's BOS before the text (as /api/v1/predict does).")
     position: int | None = Field(None, ge=0, le=1_000_000, description="The position whose logit is split, counted "
-                                 "in `tokens` (text_start says where the text begins); default: the last.")  # fmt: skip
-    target: str | None = Field(None, max_length=200, description="The token whose logit is split, as text (its first "
-                               "token); default: the next token of the text, or at the last position the model's "
-                               "most likely one.")  # fmt: skip
+                                 "in `tokens` (text_start says where the text begins); default: the last (an "
+                                 "encoder's: the last before the [SEP] its tokenizer appends).")  # fmt: skip
+    target: str | None = Field(None, max_length=200, description="The token whose logit is split, as text (one "
+                               "token: a text of several is a 422 naming its pieces); default: the next token of the "
+                               "text, or at the last position the model's most likely one.")  # fmt: skip
     target_id: int | None = Field(None, ge=0, description="The target as a token id instead.")
-    contrast: str | None = Field(None, max_length=200, description="A second token: split target − contrast.")
+    contrast: str | None = Field(None, max_length=200, description="A second token: split target − contrast (one "
+                                 "token, as `target`).")  # fmt: skip
     contrast_id: int | None = Field(None, ge=0, description="The contrast as a token id instead.")
     rollout: bool = Field(False, description="Add attention rollout through every layer (Abnar & Zuidema 2020).")
     norms_layer: int | None = Field(None, ge=0, le=4096, description="Add this layer's value-weighted norms "
@@ -83,6 +102,12 @@ def token_of(text: Text, raw: str | None, given: int | None, field: str) -> int 
     ids = ids[text.model.specials_first(ids) :]
     if not ids:
         raise FieldError(field, "the tokenizer gives no token for it")
+    if len(ids) > 1:  # a word of two pieces, or two words: which logit is meant is the user's to say, not ours
+        pieces = " + ".join(f"“{p}”" for p in text.model.labels(ids))
+        english = (f"“{raw}” is {len(ids)} tokens for {text.preset}: {pieces}; an attribution splits one token's "
+                   f"logit: give one of them, or its id as {field}_id")  # fmt: skip
+        raise FieldError(field, Message.worded(english, "attribution.multi_token", text=raw, model=text.preset,
+                                                n=len(ids), pieces=pieces, field=field))  # fmt: skip
     return ids[0]
 
 
@@ -102,7 +127,7 @@ def text_for(req: Any, lab: Lab, max_tokens: int) -> Text:
     model = encoder(lab, req.preset)
     if model is None:
         if req.preset not in lab.models:
-            names = ", ".join([*generators(lab.models), *encoders(lab)]) or "none on this server"
+            names = ", ".join([*generators(lab.models), *encoders(lab), *BUILTIN])
             raise FieldError("preset", f"attributions read a loaded model: {names}")
         return text_of(req, lab, max_tokens, False, "tokens", 1, "attributions", True)
     if req.text is None and req.token_ids is None:
@@ -158,7 +183,8 @@ class AttributionAnswer(BaseModel):
     decoder: bool
     no_dla: str | None
     tokens: list[str]
-    token_ids: list[int]
+    token_ids: list[int] | None = Field(description="null for toy and gpt2-small: their tokens are words the lab "
+                                        "embeds by seed, not a vocabulary's ids")  # fmt: skip
     text_start: int
     position: int
     target: TokenOut | None
@@ -178,6 +204,11 @@ class AttributionAnswer(BaseModel):
     flow: dict[str, Any] | None = Field(None, description="`values`, `tokens`, `edges`, `max_flows`")
     norms: dict[str, Any] | None = Field(None, description="`layer`, `weights` and `value_weighted`, head by head")
     score_split: ScoreSplitPart | None = None
+    causal: bool | None = Field(None, description="toy and gpt2-small: a query reads only the keys up to itself")
+    trace: str | None = Field(None, description="toy and gpt2-small: `attention` (the lab of `/`) or `block` (the "
+                              "attention inside /block's block, after its first LayerNorm)")  # fmt: skip
+    trace_url: str | None = Field(None, description="toy and gpt2-small: the lab's own answer for the same trace "
+                                  "(/api/v1/attention or /api/v1/block): its scores and weights are these")  # fmt: skip
 
 
 def score_split(text: Text, ids: list[int], layer: int, head: int, query: int, key: int, max_tokens: int,
@@ -253,13 +284,31 @@ def check_flow(text: Text, req: AttributionRequest, position: int, flow_tokens: 
                          f"{', pick an earlier position' if text.model.decoder else ''} or leave flow off")  # fmt: skip
 
 
+def last_word(model: Any, ids: list[int]) -> int:
+    """An encoder's default query position: the text's last token, not the separator its tokenizer appends ([SEP]
+    for BERT). Every BERT text ends with [SEP]: its row is the same separator whatever the text says, and many heads
+    use it as a place to put weight that is not needed (Clark et al. 2019, "What does BERT look at?"), so it tells
+    little about the text; the last word's row does. The separator is what the tokenizer puts after any text: of
+    what it adds to an empty text ([CLS] [SEP]), the part past what it puts before one word ([CLS]); ids that do
+    not end with it (token_ids given without it) keep their last position."""
+    try:
+        added, word = list(model.tokenize("")), list(model.tokenize("a"))
+    except Exception:  # a model folder without a tokenizer: token ids alone, nothing appended
+        return len(ids) - 1
+    head = next((i for i, (a, b) in enumerate(zip(added, word, strict=False)) if a != b), len(added))
+    tail = added[head:]
+    if tail and len(ids) > len(tail) and ids[len(ids) - len(tail) :] == tail:
+        return len(ids) - len(tail) - 1
+    return len(ids) - 1
+
+
 def compute_encoder(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: int, device: str = "cpu",
                     limits: Any = None) -> dict[str, Any]:  # fmt: skip
     """An encoder's answer: no logit to split (the DLA fields are null, `no_dla` says why); each head's output norm
     at the position (`head_norms`), and rollout, flow and one layer's norms as asked, over every token (both
     directions)."""
     model, ids = text.model, list(text.seq)
-    position = len(ids) - 1 if req.position is None else req.position
+    position = last_word(model, ids) if req.position is None else req.position
     if position >= len(ids):
         raise FieldError("position", f"the text has positions 0..{len(ids) - 1}, not {position}")
     for name in ("target", "target_id", "contrast", "contrast_id"):
@@ -310,13 +359,14 @@ def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: i
     check_flow(text, req, position, flow_tokens)
     target = token_of(text, req.target, req.target_id, "target")
     contrast = token_of(text, req.contrast, req.contrast_id, "contrast")
-    if target is None:
-        target = ids[position + 1] if position + 1 < len(ids) else int(model.logits(ids[: position + 1])[-1].argmax())
+    if target is None and position + 1 < len(ids):  # the text's next token; at its end, the model's most likely
+        target = ids[position + 1]  # (read by the attribution from its own run: `target` None)
     if req.norms_layer is not None and req.norms_layer >= model.arch.n_layer:
         raise FieldError("norms_layer", f"{text.preset} has layers 0..{model.arch.n_layer - 1}")
     asked = check_split(text, req, position)
     try:
         a = A.direct_logit_attribution(model, ids, position, target, contrast, max_tokens=max_tokens)
+        target = a.target
         extra: dict[str, Any] = {}
         if asked is not None:
             extra["score_split"] = split_part(*score_split(text, ids[: position + 1], *asked[:2], position, asked[2],
@@ -360,6 +410,126 @@ def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: i
     }
 
 
+# -- the lab's built-in presets: the toy block of `/` and the random GPT-2-sized block of /block ------------------
+
+BUILTIN = tuple(PRESETS)  # toy, gpt2-small: one attention layer of generated weights, no unembedding
+NO_UNEMBEDDING = ("{preset} is one attention layer with generated weights ({where}): it has no unembedding, so no "
+                  "logit to split; direct logit attribution does not apply. Each head's output norm, the "
+                  "value-weighted norms, rollout (one layer: ½A + ½I), flow and the score split need none.")  # fmt: skip
+WHERE = {False: "the lab of `/`, attention on x", True: "the attention inside /block's block, after its first norm"}
+
+
+def builtin_spec(req: AttributionRequest, lab: Lab) -> tuple[Any, bool]:
+    """The toy's or gpt2-small's trace as the lab makes it: the attention Spec of `/` (/api/v1/attention), or with
+    `block` the BlockSpec of /block (/api/v1/block), from `tokens` (or `text`, split on whitespace) and `seed`.
+    A target, a contrast or token ids are 422s naming them: there is no unembedding and no tokenizer."""
+    for name in ("target", "target_id", "contrast", "contrast_id"):
+        if getattr(req, name) is not None:
+            raise FieldError(name, f"{req.preset} has no unembedding: there is no logit to split; leave it out")
+    if req.token_ids is not None:
+        raise FieldError("token_ids", f"{req.preset} has no tokenizer: give tokens (or text, split on whitespace)")
+    if req.text is not None and req.tokens is not None:
+        raise FieldError("tokens", "give tokens or text, not both")
+    field = "text" if req.text is not None else "tokens"
+    block = req.preset != "toy" if req.block is None else req.block
+    limits = lab.limits
+    try:
+        attn = make_spec(tokens=req.text if req.text is not None else req.tokens, preset=req.preset, seed=req.seed,
+                         device=lab.device, limits=limits)  # fmt: skip
+        if not block:
+            return attn, False
+        return make_block_spec(attn, max_d_ff=4 * limits.max_d_model,
+                               memory_budget_bytes=limits.memory_budget_bytes), True  # fmt: skip
+    except SpecError as e:  # the tokens were given as `text`: name that field
+        if e.field == "tokens" and field == "text":
+            raise FieldError("text", e.message) from None
+        raise
+
+
+async def builtin_trace(req: AttributionRequest, lab: Lab) -> tuple[Any, bool, Any]:
+    """The spec, whether it is /block's, and the attention trace the lab's own pages show for it (the same cache
+    entry as /api/v1/attention's or /api/v1/block's)."""
+    spec, block = builtin_spec(req, lab)
+    if block:
+        return spec, True, (await lab.block(spec))[0].attention
+    return spec, False, (await lab.trace(spec))[0]
+
+
+def trace_url(spec: Any, block: bool) -> str:
+    attn = spec.attn if block else spec
+    query = {"preset": attn.preset, "tokens": " ".join(attn.tokens)} | ({"seed": attn.seed} if attn.seed else {})
+    return ("/api/v1/block?" if block else "/api/v1/attention?") + urlencode(query)
+
+
+def compute_builtin(req: AttributionRequest, spec: Any, block: bool, trace: Any, flow_tokens: int) -> dict[str, Any]:
+    """The toy's or gpt2-small's answer from the lab's trace of it: no logit (the DLA fields null, `no_dla` says
+    why); each head's output norm at the position, and rollout, flow, the norms and the score split as asked, over
+    the keys the position reads (up to it under the causal mask)."""
+    attn = spec.attn if block else spec
+    n, h = attn.n_tokens, attn.n_heads
+    field = "text" if req.text is not None else "tokens"
+    position = n - 1 if req.position is None else req.position
+    if position >= n:
+        raise FieldError("position", f"the text has positions 0..{n - 1}, not {position}")
+    causal = attn.mask == "causal"
+    span = position + 1 if causal else n
+    if req.norms_layer not in (None, 0):
+        raise FieldError("norms_layer", f"{attn.preset} has one layer: 0")
+    if req.flow and span > flow_tokens:
+        raise FieldError(field, f"attention flow reads at most {flow_tokens} tokens (MAX_FLOW_TOKENS); this text has "
+                                f"{span}: shorten it or leave flow off")  # fmt: skip
+    asked = (req.score_layer, req.score_head, req.score_key)
+    extra: dict[str, Any] = {}
+    if any(a is not None for a in asked):
+        for name, value in zip(("score_layer", "score_head", "score_key"), asked, strict=True):
+            if value is None:
+                raise FieldError(name, "the score split takes score_layer, score_head and score_key together")
+        if req.score_layer != 0:
+            raise FieldError("score_layer", f"{attn.preset} has one layer: 0")
+        if req.score_head >= h:
+            raise FieldError("score_head", f"{attn.preset} has heads 0..{h - 1}")
+        if req.score_key >= span:  # type: ignore[operator]
+            raise FieldError("score_key", f"the query at position {position} reads keys 0..{span - 1}")
+        head, key = int(req.score_head), int(req.score_key)  # type: ignore[arg-type]
+        split = A.trace_score_split(trace, head, position, key)
+        extra["score_split"] = split_part(split, float(trace.scores.scaled[head, position, key]), req.decimals)
+    if req.rollout or req.flow:
+        r = A.trace_rollout(trace)
+        if req.rollout:
+            extra["rollout"] = {"layers": rounded(r.layers[:, position, :span], req.decimals),
+                                "final": rounded(r.cumulative[-1, position, :span], req.decimals)}  # fmt: skip
+        if req.flow:
+            edges = A.flow_edges(1, span, causal)
+            values = A.flow_of(r.layers[:, :span, :span], position, max_edges=edges)
+            extra["flow"] = {"values": rounded(values, req.decimals), "tokens": span, "edges": edges, "max_flows": span}
+    if req.norms_layer is not None:
+        v = A.trace_value_norms(trace)
+        extra["norms"] = {"layer": 0, "weights": rounded(v.weights[:, position, :span], req.decimals),
+                          "value_weighted": rounded(v.norms[:, position, :span], req.decimals)}  # fmt: skip
+    return {
+        "preset": attn.preset, "decoder": False, "no_dla": NO_UNEMBEDDING.format(preset=attn.preset,
+                                                                                 where=WHERE[block]),
+        "tokens": list(attn.tokens), "token_ids": None, "text_start": 0, "position": position, "target": None,
+        "contrast": None, "norm": spec.norm if block else "none", "scale": None, "heads": None, "mlps": None,
+        "attn_bias": None, "embed": None, "total": None, "norm_bias": None, "logit": None, "remainder": None,
+        "head_norms": rounded(A.trace_head_norms(trace, position), req.decimals), **extra, "causal": causal,
+        "trace": "block" if block else "attention", "trace_url": trace_url(spec, block),
+    }  # fmt: skip
+
+
+async def builtin_answer(req: AttributionRequest, lab: Lab, progress: str | None) -> Answer:
+    """The built-in preset's answer (one cache entry for the API and the page)."""
+    spec, block, trace = await builtin_trace(req, lab)
+    flow_tokens = lab.settings.max_flow_tokens
+
+    def work(_: Any) -> Answer:
+        return Answer(orjson.dumps(compute_builtin(req, spec, block, trace, flow_tokens)))
+
+    done, _ = await lab.compute("attribution", ("builtin", spec, req.model_dump_json()), lab.cost(spec), work,
+                                progress=progress)  # fmt: skip
+    return done
+
+
 async def answer(request: Request, req: AttributionRequest, lab: Lab) -> Response:
     """Direct logit attribution at `position`: each head's output after W_O (`heads`, layers × heads), each MLP's
     (`mlps`), each layer's attention output bias (`attn_bias`) and the embedding (`embed`), projected through the
@@ -374,7 +544,16 @@ async def answer(request: Request, req: AttributionRequest, lab: Lab) -> Respons
     QKᵀ/√d_k at the query `position` split into its per-dimension terms (and, under RoPE, per frequency pair with
     its θ_f), their sum `score` beside the `cell` of the layer's scores matrix (ScoreSplitPart). An encoder (minilm) has no next-token logit: its direct-logit fields are null, `no_dla` says
     why, and `head_norms` (layers × heads) gives each head's output norm ‖Σ_j α_pj v_j W_O‖ at the position; its
-    rollout, flow and norms read every token, both directions."""
+    rollout, flow and norms read every token, both directions. The lab's built-in presets (toy: the lab of `/`;
+    gpt2-small: the block of /block; `block` switches) take `tokens` and `seed` as /api/v1/attention does, have no
+    unembedding and are answered as an encoder is (`head_norms` of their one layer, `trace_url` the lab's own answer
+    whose scores and weights these are); a target, a contrast or token ids are 422s naming them."""
+    if req.preset in BUILTIN:
+        done = await builtin_answer(req, lab, get_key(request))
+        return Response(done.body, media_type="application/json")
+    if req.tokens is not None or req.block is not None or req.seed:
+        name = "tokens" if req.tokens is not None else "block" if req.block is not None else "seed"
+        raise FieldError(name, f"is for the built-in presets ({', '.join(BUILTIN)}); {req.preset} reads text")
     limit = lab.settings.max_predict_tokens
     text = await lab.off_loop(req.preset, text_for, req, lab, limit)
     flow_tokens = lab.settings.max_flow_tokens

@@ -8,11 +8,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from engine.spec import PRESETS
+
 from ..lab import Lab
 from ..render.predicted import generators
 from ..web.page import page_route
 from ..web.state import Choice, Digits, HeadCell, PageQuery
-from .api import AttributionRequest, encoders
+from .api import BUILTIN, AttributionRequest, encoders
 from .view import DEFAULT_TEXT, SORTS, AttributionView, attribution_view
 
 router = APIRouter(include_in_schema=False)
@@ -46,7 +48,9 @@ def state_of(request: Request, path: str, keys: tuple[str, ...], query: type[Att
 def form(lab: Lab, state: AttributionQuery, lang: str) -> dict[str, Any]:
     """What the page draws whatever its View says: the models its form offers (every decoder, then the encoders:
     MiniLM has no logit to split, but its norms and rollout)."""
-    return {"presets": [*generators(lab.models), *encoders(lab)], "default_text": DEFAULT_TEXT}
+    preset = state.params.get("preset", "")  # the toy's and gpt2-small's text: their own tokens
+    return {"presets": [*generators(lab.models), *encoders(lab), *BUILTIN],
+            "default_text": " ".join(PRESETS[preset].tokens) if preset in BUILTIN else DEFAULT_TEXT}  # fmt: skip
 
 
 page_route(router, "/attribution", "attribution.html", API_KEYS, AttributionQuery, view, form, AttributionView.blocks,

@@ -19,6 +19,7 @@ import orjson
 import torch
 
 from engine import attribution as A
+from engine.spec import PRESETS
 
 from ..lab import Lab
 from ..render import cells
@@ -28,7 +29,18 @@ from ..web.page import lab_url, twin_url
 from ..web.sequence import DECODER, Text
 from ..web.state import PageQuery, within
 from ..web.view import HIDDEN, View
-from .api import Answer, AttributionRequest, compute, encoder, encoders, score_split, text_for
+from .api import (
+    BUILTIN,
+    Answer,
+    AttributionRequest,
+    builtin_answer,
+    builtin_trace,
+    compute,
+    encoder,
+    encoders,
+    score_split,
+    text_for,
+)
 
 # The page's sentence when its URL names none, in both languages: SmolLM2 reads English, and a class in either
 # language sees the same numbers (the lesson's polls are checked against them).
@@ -206,6 +218,10 @@ class AttributionView(View):
     decoder: bool = True
     no_dla: str = ""
     head_norms: tuple[tuple[float, ...], ...] = ()
+    # The lab's built-in presets (the toy of `/`, the GPT-2-sized block of /block): one attention layer, no
+    # unembedding; `trace` says which of the lab's traces (`attention` or `block`), empty for a model.
+    trace: str = ""
+    head_explain: Annotated[str, HIDDEN] = ""  # the chosen head's explanation (its catalogue key) when no logit
     span: int = 0  # the sources a query row reads: up to the position (a decoder), every token (an encoder)
     flow: Flow | None = None
     flow_edges: int = 0  # what flow would cost here: its graph's edges, one max-flow per token
@@ -238,7 +254,8 @@ def api_params(state: PageQuery) -> dict[str, str]:
     """The page's state as the API's query (the default sentence when the URL names no text)."""
     raw = dict(state.api_params())
     if not raw.get("text") and not raw.get("token_ids"):
-        raw = {"text": DEFAULT_TEXT, **raw}
+        preset = raw.get("preset", "")
+        raw = {"text": " ".join(PRESETS[preset].tokens) if preset in BUILTIN else DEFAULT_TEXT, **raw}
     return raw
 
 
@@ -287,9 +304,12 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     decoders = [*generators(lab.models), *encoders(lab)]
     if "preset" not in state.params and DECODER not in decoders and decoders:  # a server without SmolLM2
         state.params["preset"] = decoders[0]
-    if encoder(lab, state.params.get("preset", "")) is not None:  # a form switched to MiniLM: no target to take
+    preset = state.params.get("preset", "")
+    if encoder(lab, preset) is not None or preset in BUILTIN:  # a form switched to MiniLM or the toy: no target
         for name in ("target", "contrast"):
             state.params.pop(name, None)
+    if preset in BUILTIN:
+        return await builtin_view(state, lab, progress, ctx, chosen_head, key)
     req = page_request(state)
     limit = lab.settings.max_predict_tokens
     text: Text = await lab.off_loop(req.preset, text_for, req, lab, limit)
@@ -317,8 +337,11 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     n_layer, n_heads = len(heads), len(heads[0])
 
     def more(_: Any) -> Computed:
-        ids = seq[: p + 1]
-        return Computed(A.rollout(model, ids, max_tokens=limit), A.sink_contrast(model, seq, max_tokens=limit))
+        if p + 1 == len(seq):  # the last position (the page's default): one forward pass gives both
+            sink, both = A.sinks_and_rollout(model, seq, max_tokens=limit)
+            assert both is not None
+            return Computed(both, sink)
+        return Computed(A.rollout(model, seq[: p + 1], max_tokens=limit), A.sink_contrast(model, seq, max_tokens=limit))
 
     extra, _ = await lab.compute("attribution_rollout", (text.preset, text.seq, p), cost, more, progress=progress)
     sinks = extra.sink
@@ -330,15 +353,12 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     sources = p + 1  # every source of the query's row (a sliding window's hidden ones are not run)
     all_heads = n_heads * sources <= MAX_RUNS
 
-    def detail(_: Any) -> Detail:
-        ids = seq[: p + 1]
-        norms = A.value_weighted_norms(model, ids, layer, max_tokens=limit)
-        sink_norms = norms if sinks.layer == layer else A.value_weighted_norms(model, ids, sinks.layer,
-                                                                               max_tokens=limit)  # fmt: skip
-        effects = A.weight_effects(model, seq, layer, None if all_heads else [head], p, target, contrast,
-                                   max_tokens=limit, max_runs=MAX_RUNS)  # fmt: skip
-        sink_effect = A.weight_effect(model, seq, sinks.layer, sinks.head, p, target, contrast, max_tokens=limit)
-        return Detail(norms, sink_norms, sink_effect, tuple(effects))
+    def detail(_: Any) -> Detail:  # one clean run: the head's layer (every head) and the sink head, with their norms
+        (effects, norms), (sink, sink_norms) = A.head_effects(
+            model, seq, [(layer, None if all_heads else [head]), (sinks.layer, [sinks.head])], p, target, contrast,
+            max_tokens=limit, max_runs=MAX_RUNS,
+        )  # fmt: skip
+        return Detail(norms, sink_norms, sink[0], tuple(effects))
 
     key_of = (text.preset, text.seq, p, target, contrast, layer, None if all_heads else head)
     got, _ = await lab.compute("attribution_head", key_of, cost * (n_heads if all_heads else 1), detail,
@@ -357,8 +377,10 @@ async def encoder_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str,
     grid = tuple(tuple(float(x) for x in row) for row in doc["head_norms"])
     n_layer, n_heads = len(grid), len(grid[0])
 
-    def more(_: Any) -> Computed:  # an encoder's query reads every token, before and after it
-        return Computed(A.rollout(model, seq, max_tokens=limit), A.sink_contrast(model, seq, max_tokens=limit))
+    def more(_: Any) -> Computed:  # an encoder's query reads every token, before and after it: one pass for both
+        sink, both = A.sinks_and_rollout(model, seq, max_tokens=limit)
+        assert both is not None
+        return Computed(both, sink)
 
     extra, _ = await lab.compute("attribution_rollout", (text.preset, text.seq, p), cost, more, progress=progress)
     sinks = extra.sink
@@ -378,6 +400,78 @@ async def encoder_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str,
                                progress=progress)  # fmt: skip
     why = await why_score(lab, text, seq, layer, head, p, key, got.norms, progress, cost)
     return build(state, ctx, text, doc, extra, got, (layer, head), "abs", lab.settings.max_flow_tokens, why)
+
+
+@dataclass(frozen=True)
+class Named:
+    """What `build` reads of a text besides the answer: its preset and where the text begins."""
+
+    preset: str
+    text_start: int = 0
+
+
+def builtin_link(preset: str, tokens: tuple[str, ...], block: bool, lang: str, present: bool) -> Callable[..., str]:
+    """A head's pattern where the lab shows this trace: `/` (the toy's attention) or /block, the softmax stage."""
+
+    def link(layer: int, head: int) -> str:
+        query = {"preset": preset, "tokens": " ".join(tokens), "head": head, "lang": lang,
+                 "stage": "softmax" if block else 4} | ({"present": 1} if present else {})  # fmt: skip
+        return ("/block?" if block else "/?") + urlencode(query)
+
+    return link
+
+
+async def builtin_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any],
+                       chosen_head: tuple[int, int] | None, key: int | None) -> AttributionView:  # fmt: skip
+    """The toy's or gpt2-small's page: no unembedding (the answer says why); each head's output norm of the one
+    layer as the grid, the chosen head's and the sink head's rows, the one layer's rollout (½A + ½I) and its score
+    split, all from the lab's own trace (the same cache entry as `/`'s or /block's)."""
+    req = page_request(state)
+    done = await builtin_answer(req, lab, progress)
+    doc = orjson.loads(done.body)
+    spec, block, trace = await builtin_trace(req, lab)
+    if len(doc["tokens"]) < 2:  # the sink contrast compares the first token with the others
+        raise FieldError("text", "give at least two tokens")
+    p, causal = int(doc["position"]), bool(doc["causal"])
+    span = p + 1 if causal else len(doc["tokens"])
+    grid = tuple(tuple(float(x) for x in row) for row in doc["head_norms"])
+    if chosen_head is None:  # the head that writes the most at the position
+        chosen_head = (0, max(range(len(grid[0])), key=lambda h: grid[0][h]))
+    within("head", chosen_head[0], 0, 0)
+    head = within("head", chosen_head[1], 0, len(grid[0]) - 1)
+    if key is not None:
+        within("key", key, 0, span - 1)
+
+    def work(_: Any) -> Held3:
+        norms = A.trace_value_norms(trace)
+        weights = norms.weights[head, p, :span]
+        k = key
+        if k is None:  # the key it weights most besides the query itself, as a model's page opens
+            others = weights.clone()
+            others[p] = -1.0
+            k = int(others.argmax()) if float(others.max()) > 0 else p
+        split = A.trace_score_split(trace, head, p, k)
+        why = Why(split, float(trace.scores.scaled[head, p, k]))
+        return Held3((Computed(A.trace_rollout(trace), A.trace_sink_contrast(trace)), Detail(norms, norms, None, ()),
+                      (why, float(weights[k]))))  # fmt: skip
+
+    got, _ = await lab.compute("attribution_builtin", (spec, p, head, key), lab.cost(spec), work,
+                               progress=progress)  # fmt: skip
+    extra, detail, why = got.parts
+    t = ctx["t"]
+    link = builtin_link(str(doc["preset"]), tuple(doc["tokens"]), block, ctx["lang"], state.present)
+    view = build(state, ctx, Named(str(doc["preset"])), doc, extra, detail, (0, head), "abs",
+                 lab.settings.max_flow_tokens, why, link=link)  # fmt: skip
+    said = t(f"attribution.no_dla.{doc['trace']}", model=doc["preset"])
+    return view.model_copy(update={"no_dla": said, "trace": str(doc["trace"]),
+                                   "head_explain": "attribution.head.explain.trace"})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Held3(A.Held):
+    """A built-in preset's page work, as the lab's cache keeps it."""
+
+    parts: tuple[Any, Any, Any]
 
 
 @dataclass(frozen=True)
@@ -407,15 +501,17 @@ async def why_score(lab: Lab, text: Text, ids: list[int], layer: int, head: int,
     return got, float(weights[key])
 
 
-def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any], extra: Computed, got: Detail,
-          chosen: tuple[int, int], sort: str, flow_limit: int = 24,
-          why: tuple[Why, float] | None = None) -> AttributionView:  # fmt: skip
-    """The View from the computed numbers (no computing here)."""
+def build(state: PageQuery, ctx: dict[str, Any], text: Text | Named, doc: dict[str, Any], extra: Computed,
+          got: Detail, chosen: tuple[int, int], sort: str, flow_limit: int = 24, why: tuple[Why, float] | None = None,
+          link: Callable[[int, int], str] | None = None) -> AttributionView:  # fmt: skip
+    """The View from the computed numbers (no computing here); `link(layer, head)` a head's pattern in the lab
+    (default: the lab on the model's layer)."""
     t: Callable[..., str] = ctx["t"]
     lang, present = ctx["lang"], state.present
-    p, labels, ids = int(doc["position"]), tuple(doc["tokens"]), tuple(doc["token_ids"])
+    p, labels, ids = int(doc["position"]), tuple(doc["tokens"]), tuple(doc["token_ids"] or ())
     dec = bool(doc["decoder"])
-    span = p + 1 if dec else len(ids)  # the sources a query row reads
+    causal = dec or bool(doc.get("causal"))  # a decoder, or a built-in preset under its causal mask
+    span = p + 1 if causal else len(labels)  # the sources a query row reads
     heads = tuple(tuple(float(x) for x in row) for row in (doc["heads"] if dec else doc["head_norms"]))
     mlps = tuple(float(x) for x in doc["mlps"]) if dec else ()
     n_layer, n_heads = len(heads), len(heads[0])
@@ -424,7 +520,7 @@ def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
     typed_text = state.get("text") if state.get("text") or state.get("token_ids") else DEFAULT_TEXT
 
     def lab_link(layer: int, head: int) -> str:  # the page's ids (its BOS too): the lab shows the same weights
-        return lab_url(text.preset, ids, layer, head, lang, present)
+        return link(layer, head) if link is not None else lab_url(text.preset, ids, layer, head, lang, present)
 
     def knock_link(layer: int, head: int) -> str:
         """The text on /predict with the head knocked out, looking at the same position (numbered as /predict
@@ -495,7 +591,7 @@ def build(state: PageQuery, ctx: dict[str, Any], text: Text, doc: dict[str, Any]
         cells=span <= CELLS_UP_TO, json_url="/api/v1/attribution?" + urlencode(api_params(state)),
         twin_url=twin_url("/attribution", state.url().partition("?")[2]),
         present_url=state.url(present=None if present else "1"),
-        decoder=dec, span=span, flow=flow, flow_edges=A.flow_edges(n_layer, span, dec), flow_tokens=span,
+        decoder=dec, span=span, flow=flow, flow_edges=A.flow_edges(n_layer, span, causal), flow_tokens=span,
         flow_limit=flow_limit, flow_url="" if flow is not None or span > flow_limit else state.url(flow="true"),
     )  # fmt: skip
     if not dec:

@@ -596,3 +596,31 @@ def test_every_size_that_costs_compute_is_bounded_and_named(built) -> None:
         A.value_weighted_norms(model, ids, 0, max_bytes=1000)
     with pytest.raises(ValueError, match=r"^ids: "):
         A.rollout(model, [])
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_what_a_page_asks_at_once_is_what_each_function_gives_alone(built, arch: str) -> None:
+    """The page's shared runs give the same numbers, bit for bit, as the functions run one by one: the attribution's
+    own most likely target is `logits`' argmax; the sink contrast and rollout of one pass are `rollout`'s; two
+    layers' weight against effect with their norms are each `weight_effect`'s alone and `value_weighted_norms`'."""
+    model, _ = built[arch]
+    ids = model.tokenize(TEXT)
+    p = len(ids) - 1
+    a = A.direct_logit_attribution(model, ids, p, None)
+    assert a.target == int(model.logits(ids)[-1].argmax())
+    assert torch.equal(a.heads, A.direct_logit_attribution(model, ids, p, a.target).heads)
+    _, both = A.sinks_and_rollout(model, ids)
+    alone = A.rollout(model, ids)
+    assert both is not None and torch.equal(both.layers, alone.layers) and torch.equal(both.cumulative,
+                                                                                       alone.cumulative)  # fmt: skip
+    assert A.sinks_and_rollout(model, ids, rollout=False)[1] is None
+    asks = [(1, None), (0, [1]), (1, [0])]  # a layer's every head, the sink head of another layer, and of the same
+    got = A.head_effects(model, ids, asks, POS, ids[POS + 1], contrast=3, max_rows=5)
+    for (layer, heads), (effects, norms) in zip(asks, got, strict=True):
+        want = A.value_weighted_norms(model, ids[: POS + 1], layer)
+        assert all(torch.equal(getattr(norms, k), getattr(want, k)) for k in ("weights", "value_norms", "norms"))
+        for e in effects:
+            one = A.weight_effect(model, ids, layer, e.head, POS, ids[POS + 1], contrast=3, max_rows=5)
+            assert torch.equal(e.weights, one.weights) and torch.equal(e.norms, one.norms) and e.clean == one.clean
+            torch.testing.assert_close(e.effects, one.effects, rtol=0, atol=1e-6)
+        assert [e.head for e in effects] == (list(range(model.arch.n_heads)) if heads is None else heads)

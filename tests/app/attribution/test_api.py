@@ -242,3 +242,44 @@ def test_a_bad_score_split_is_a_422_naming_its_field(api: TestClient, body: dict
     r = api.post("/api/v1/attribution", json={"text": TEXT, "position": 3} | body)
     assert r.status_code == 422, r.text
     assert r.json()["message"].startswith(field), r.text
+
+
+@pytest.mark.parametrize(("field", "word"), [("target", " Paris London"), ("contrast", " Reykjavik")])
+def test_a_target_of_several_tokens_is_a_422_listing_its_pieces(
+    api: TestClient, smollm2, field: str, word: str
+) -> None:  # type: ignore[no-untyped-def]
+    """A target (or contrast) the tokenizer splits is refused, naming the field and the pieces it became: cutting it
+    to its first token would split a logit nobody asked for."""
+    pieces = smollm2.labels(smollm2.tokenize(word))
+    assert len(pieces) >= 2
+    body = {"text": TEXT, "target": " cat"} | {field: word}
+    for r in (api.post("/api/v1/attribution", json=body), api.get("/api/v1/attribution", params=body)):
+        assert r.status_code == 422, r.text
+        message = r.json()["message"]
+        assert message.startswith(f"{field}: ") and f"is {len(pieces)} tokens" in message, message
+        assert " + ".join(f"“{p}”" for p in pieces) in message and f"{field}_id" in message
+    for lang, said in (("en", f"is {len(pieces)} tokens"), ("zh", f"是 {len(pieces)} 个词元")):
+        page = api.get("/attribution", params=body | {"lang": lang})
+        assert page.status_code == 422
+        error = page.text.split('role="alert"', 1)[1].split("</div>", 1)[0]
+        assert said in error and f"“{pieces[1]}”" in error and field in error, error
+    one = api.post("/api/v1/attribution", json={"text": TEXT, "target": " cat"} | {field: " dog"})
+    assert one.status_code == 200 and one.json()[field]["token"] == " dog"
+
+
+@needs_minilm
+def test_minilms_default_position_is_the_last_word_not_sep(api: TestClient) -> None:
+    """[SEP] ends every BERT text whatever it says: the default query is the text's last token before it."""
+    doc = api.post("/api/v1/attribution", json={"preset": "minilm", "text": "The capital of France is Paris"}).json()
+    assert doc["tokens"][-1] == "[SEP]" and doc["position"] == len(doc["tokens"]) - 2
+    assert doc["tokens"][doc["position"]] == "paris"
+    asked = api.post("/api/v1/attribution", json={"preset": "minilm", "text": "The capital of France is Paris",
+                                                  "position": len(doc["tokens"]) - 1}).json()  # fmt: skip
+    assert asked["position"] == len(doc["tokens"]) - 1 and asked["head_norms"] != doc["head_norms"]
+    unk = api.post("/api/v1/attribution", json={"preset": "minilm", "text": "Paris 🙂"}).json()
+    assert unk["tokens"][-2:] == ["[UNK]", "[SEP]"] and unk["position"] == len(unk["tokens"]) - 2  # a word, unknown
+    bare = doc["token_ids"][:-1]  # token ids without the separator: their last is the default
+    got = api.post("/api/v1/attribution", json={"preset": "minilm", "text": None, "token_ids": bare}).json()
+    assert got["position"] == len(got["token_ids"]) - 1 and got["tokens"][-1] == "paris"
+    page = api.get("/attribution.json", params={"preset": "minilm", "text": "The capital of France is Paris"}).json()
+    assert page["position"] == doc["position"]

@@ -52,7 +52,7 @@ def close(a: Any, b: Any, tol: float = 1e-6) -> bool:
     return math.isclose(float(a), float(b), abs_tol=tol)
 
 
-@pytest.mark.parametrize("params", [{}, {"position": "5", "target": " sat", "contrast": " cat"}])
+@pytest.mark.parametrize("params", [{}, {"position": "5", "target": "t", "contrast": "c"}])
 def test_the_numbers_are_the_apis(tiny: TestClient, params: dict[str, str]) -> None:
     v = twin(tiny, **params)
     api = tiny.get("/api/v1/attribution", params={"preset": "tiny", "text": TEXT, "rollout": "true"} | params).json()
