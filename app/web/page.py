@@ -36,7 +36,7 @@ from ..limits import HttpMiddleware
 from ..render.payload import OPTIONS
 from ..schemas import FieldError
 from ..templating import TEMPLATES
-from . import lessons, provenance
+from . import lessons, provenance, remote
 from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
 from .i18n import LANGS, error_message, negotiate, translator
 from .knockouts import form_ablate, heads_text
@@ -191,8 +191,10 @@ async def serve(
     lang = language(request)
     t = translator(lang)
     as_json = wants_json(request)
+    controls = not as_json and remote.wanted(request)  # the teacher's remote asks for the page's controls
     # A deferred page renders the same whole page for htmx as for a navigation: one stored page serves both.
-    key = page_key(request, lang, "json:" if as_json else "", shows, fragment=False if deferred else None)
+    face = "json:" if as_json else "remote:" if controls else ""
+    key = page_key(request, lang, face, shows, fragment=False if deferred or controls else None)
 
     def base(fragment: bool) -> dict[str, Any]:
         return {
@@ -218,7 +220,7 @@ async def serve(
 
     async def compute(refused: dict[str, Any] | None = None) -> Response:  # once however many ask at the same time
         name = template
-        fragment = is_fragment(request) and bool(blocks)
+        fragment = is_fragment(request) and bool(blocks) and not controls
         ctx = refused or base(fragment)  # `refused`: a shell's context whose lesson was refused (nothing to build)
         if as_json:  # errors are the API's: the exception handlers answer with the field named
             state.check()
@@ -249,6 +251,12 @@ async def serve(
             headers["X-Lab-Error"] = quote("; ".join(ctx["error"]), safe=" :;,.()'=-_")
         if ctx.get("retry_after") is not None:
             headers["Retry-After"] = str(max(1, round(ctx["retry_after"])))
+        if controls and ctx["status"] != 503:  # the page drawn, its `remote` macro calls recorded (app/web/remote.py)
+            ctx |= {"request": request, "remote_controls": []}
+            TEMPLATES.get_template(name).render(ctx)
+            ctx |= {"remote": remote.controls(ctx["remote_controls"], state.path), "title": remote.title(TEMPLATES.env, name, ctx),
+                    "status": 200, "view_url": request.url.path + "?" + request.url.query}  # fmt: skip
+            name = "_remote.html"
         response = TEMPLATES.TemplateResponse(
             request,
             name,

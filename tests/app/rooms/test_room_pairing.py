@@ -164,7 +164,10 @@ def test_the_remote_puts_a_lessons_steps_first_and_names_the_stages(
     cell picker (#32 A) is there for the lab's matrices."""
     code = start_class(laptop)
     page = laptop.get(f"/r/{code}/teach?lang={lang}").text
-    assert f'data-label-next="{lesson_next}"' in page and f'data-label-stage="{stage_next}"' in page
     assert page.index("data-lesson-nav") < page.index('data-go="lesson-next"') < page.index('data-go="next"')
+    # The labels come with the page the class sees, rendered for the remote (app/web/remote.py).
+    shown = laptop.get(f"/?stage=4&lesson=five-stages&lesson_step=3&lang={lang}", headers={"X-Lab-Remote": "1"}).text
+    assert 'data-go="lesson-next" data-page' in shown and f">{lesson_next}</button>" in shown
+    assert f">{stage_next}</button>" in shown and "data-lesson-nav hidden" not in shown
     assert "data-cells hidden" in page and f'<span class="teach-label">{cell}:</span>' in page
     assert 'name="row" type="number"' in page and 'name="col" type="number"' in page
