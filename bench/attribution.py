@@ -9,11 +9,12 @@ weight against effect, its score split), another head in a layer not yet run (th
 and the engine's parts one by one. The process is warmed first, as a server that has answered anything has been:
 one attribution of a short text (a fresh process's first forward pass pays for reading the weights once) and one
 toy trace (a process's first trace imports sympy, through torch.broadcast_shapes in engine/attention.py's mask
-stage: about 1.3 s, once). The text is a list of capitals ("The capital of France is
-Paris. …") ending "the capital of Japan is", cut to exactly --tokens tokens with the BOS. `--profile OUT` writes
-cProfile's statistics of what the first view computes, run in this thread (the server runs it in a worker thread,
-which cProfile does not follow): read them with `python -m pstats OUT`. The load average before each run is printed
-beside it: the machine may be shared, so read a time with its load.
+stage: about 1.3 s, once). The text is a list of capitals ("The capital of France is Paris. …") ending "the
+capital of Japan is", cut to exactly --tokens tokens with the BOS. `--profile OUT` writes cProfile's statistics of
+what the first view computes, run in this thread (the server runs it in a worker thread, which cProfile does not
+follow): read them with `python -m pstats OUT`. Each row says its wall time, this process's CPU seconds (every
+thread's: with one torch thread, about what the wall time would be on a quiet core) and the load average before
+it: the machine may be shared, so read a time with its load.
 """
 
 from __future__ import annotations
@@ -59,11 +60,12 @@ def text_of(model: Any, n: int) -> str:
     return text
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+def timed(fn: Callable[[], Any]) -> tuple[float, float, float, Any]:
+    """Wall seconds, this process's CPU seconds (every thread: the server's workers too) and the load before."""
     load = os.getloadavg()[0]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
-    return time.perf_counter() - t0, load, out
+    return time.perf_counter() - t0, time.process_time() - c0, load, out
 
 
 def main() -> None:
@@ -82,11 +84,11 @@ def main() -> None:
     text = text_of(model, args.tokens)
     A.direct_logit_attribution(model, model.tokenize("The capital of France is"), 4, None)  # the weights read once
     trace("猫 坐")  # torch.broadcast_shapes' first call imports sympy: once a process
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, float, float, float]] = []
 
     def row(name: str, fn: Callable[[], Any]) -> Any:
-        t, load, out = timed(fn)
-        rows.append((name, t, load))
+        t, cpu, load, out = timed(fn)
+        rows.append((name, t, cpu, load))
         return out
 
     def ok(r: Any) -> Any:
@@ -129,11 +131,12 @@ def main() -> None:
     row("engine: one score split", lambda: A.score_split(model, ids, 18, 8, p, 3))
     if args.json:
         print(orjson.dumps({"tokens": args.tokens, "threads": args.threads,
-                            "rows": [{"what": n, "seconds": t, "load": la} for n, t, la in rows]}).decode())  # fmt: skip
+                            "rows": [{"what": n, "seconds": t, "cpu_seconds": c, "load": la}
+                                     for n, t, c, la in rows]}).decode())  # fmt: skip
         return
-    print(f"SmolLM2, {args.tokens} tokens, {args.threads} torch thread(s)")
-    for name, t, load in rows:
-        print(f"{t:8.2f} s  (load {load:4.1f})  {name}")
+    print(f"SmolLM2, {args.tokens} tokens, {args.threads} torch thread(s): wall s, CPU s, load average before")
+    for name, t, cpu, load in rows:
+        print(f"{t:8.2f} s {cpu:6.2f} cpu  (load {load:4.1f})  {name}")
 
 
 if __name__ == "__main__":
