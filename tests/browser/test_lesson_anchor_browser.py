@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Error, Page, expect
+from playwright.sync_api import Browser, Error, Page, expect
 
 from app.web.lessons import BY_SLUG, step_url
 
@@ -60,3 +60,27 @@ def test_a_step_on_a_place_keeps_its_question_beside_it(page: Page, live_server:
     panel.locator("details.answer summary").click()
     expect(panel.locator("details.answer p")).to_be_in_viewport()
     assert page.evaluate("document.documentElement.scrollWidth") <= size[0]
+
+
+def test_a_student_joining_a_class_on_such_a_step_is_taken_to_its_place(browser: Browser, live_server: str) -> None:
+    """A class's link (/r/CODE, which lands on the teacher's page with its own #follow, no place of the page) takes
+    a student's phone to the step's place under the question, as the step's own link would (joined mid-lesson, the
+    phone once stayed at the page's top), en and zh."""
+    lesson = BY_SLUG["big-weight"]
+    teacher = browser.new_page(viewport={"width": 1280, "height": 720})
+    teacher.goto(f"{live_server}{step_url(lesson, 3, 'en')}", timeout=300_000)  # /attribution#sink
+    teacher.click("[data-room-start] button")
+    expect(teacher.locator("#room [data-room-role=teacher]")).to_be_visible()
+    code = teacher.locator("[data-room-code-text]").inner_text().strip()
+    for lang in ("en", "zh"):
+        phone = browser.new_page(viewport={"width": 390, "height": 844})
+        phone.goto(f"{live_server}/r/{code}?lang={lang}")
+        expect(phone.locator(".lesson-panel[data-anchor=sink] .question")).to_contain_text(
+            lesson.steps[2].text(lang).question[:12]
+        )
+        try:
+            phone.wait_for_function(BOXES, timeout=60_000)
+        except Error as e:
+            raise AssertionError((lang, phone.url, phone.evaluate("window.__boxes"))) from e
+        phone.close()
+    teacher.close()
