@@ -397,7 +397,10 @@ function toAnchor() {
   function toAnchor() {
     var panel = document.querySelector(".lesson-panel[data-anchor]");
     var place = panel && document.getElementById(panel.getAttribute("data-anchor"));
-    if (place && !location.hash) place.scrollIntoView();
+    var own = location.hash && document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    if (!place || own) return;  // the address's own place (not a room's #follow) is the browser's to scroll to
+    place.scrollIntoView();
+    window.requestAnimationFrame(function () { place.scrollIntoView(); });  // under the lesson's panel, once measured
   }
   document.addEventListener("DOMContentLoaded", toAnchor);
   document.addEventListener("room:followed", toAnchor);
@@ -449,14 +452,32 @@ function deferredPage() {
   document.addEventListener("htmx:sendError", failed);
 }
 
-// Presenter mode on /heads and /patch: the lesson's panel stays at the top of the screen (lab.css) while the page
-// scrolls to the step's figure, so the question is read beside it; the figures and the scroll's stop are sized to
-// the room it leaves (--lesson-h: its height, 0 when it does not stay).
+// Presenter mode on /heads and /patch, and a step that lands on a place on any page: the lesson's panel stays at the
+// top of the screen (lab.css) while the page scrolls to the step's figure, so the question is read beside it; the
+// figures and the scroll's stop are sized to the room it leaves (--lesson-h: the height on screen, 0 when it does not
+// stay; a phone's panel keeps only its question and buttons there, --lesson-fold: the height above them). Until the
+// reader scrolls, the page stays at the step's place as the layout settles (the panel measured after the step's
+// scroll, a class's bar and a follower's page swapped in, fonts).
 function stickyLesson() {
+  var held = true;
+  ["wheel", "touchstart", "keydown", "mousedown"].forEach(function (e) {
+    window.addEventListener(e, function () { held = false; }, { passive: true });
+  });
+  document.addEventListener("room:followed", function () { held = true; });
   function measure() {
-    var beside = document.querySelector("body.present > .lesson-beside");
-    var h = beside && getComputedStyle(beside).position === "sticky" ? beside.getBoundingClientRect().height : 0;
-    document.documentElement.style.setProperty("--lesson-h", Math.ceil(h) + "px");
+    var beside = document.querySelector("body > .lesson-beside"), root = document.documentElement.style;
+    var box = beside && beside.getBoundingClientRect(), question = beside && beside.querySelector(".question");
+    var fold = question ? question.getBoundingClientRect().top - box.top - 4 : 0;
+    root.setProperty("--lesson-fold", Math.max(0, Math.floor(fold)) + "px");
+    var style = beside && getComputedStyle(beside);  // its top: 0, or minus the fold on a phone
+    var h = style && style.position === "sticky" ? box.height + Math.min(0, parseFloat(style.top) || 0) : 0;
+    root.setProperty("--lesson-h", Math.ceil(h) + "px");
+    var anchor = question && question.closest(".lesson-panel").getAttribute("data-anchor");
+    var place = h && anchor && document.getElementById(anchor), hash = decodeURIComponent(location.hash.slice(1));
+    if (!held || !place || (hash !== anchor && document.getElementById(hash))) return;
+    if (Math.abs(place.getBoundingClientRect().top - parseFloat(getComputedStyle(place).scrollMarginTop)) > 2) {
+      place.scrollIntoView();
+    }
   }
   onLayout(measure);
   document.addEventListener("toggle", measure, true);  // the answer opened in the panel
