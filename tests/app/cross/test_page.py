@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from tests.app.train.test_encdec import TINY, events_until_end
+from tests.wait import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +79,25 @@ def test_a_trained_run_shows_its_snapshots(client: TestClient) -> None:
     assert check_stages(first) == (5, 5)  # TINY: 4 symbols and <eos> … over 5 source slots
     assert soup.select_one("svg[data-chart='loss']")
     assert run_id in [a.text.split(" · ")[0] for a in soup.select(".cross-runs a")]
+
+
+def test_the_runs_line_follows_the_run_as_its_card_does(client: TestClient) -> None:
+    """The runs line is redrawn with the run's card (the live block that static/train.js asks for with HX-Request),
+    so when the card says the run is done, so does the line: no more "0/40 · training" beside "step 40 of 40"."""
+    run_id = client.post("/api/v1/train", json=TINY).json()["id"]
+    first = client.get(f"/cross?run={run_id}").text  # the page as first drawn, while the run is queued or trains
+    assert BeautifulSoup(first, "html.parser").select_one("#train-live .cross-runs")
+
+    def both() -> tuple[dict, str] | None:  # the fragment, as the page's script asks for it: the card and the line
+        soup = BeautifulSoup(client.get(f"/cross?run={run_id}", headers={"HX-Request": "true"}).text, "html.parser")
+        card = soup.select_one("#cross-run")
+        line = next(a.text for a in soup.select(".cross-runs a") if a.text.startswith(run_id))
+        assert line.split(" · ")[2] == f"{card['data-step']}/40", line  # the same step as the card, each redraw
+        return (card, line) if card["data-status"] == "done" else None
+
+    card, line = wait_until(both, 120, "the run's card done")
+    assert "step 40 of 40" in card.text
+    assert line == f"{run_id} · reverse a sequence · 40/40 · done"
 
 
 @pytest.mark.parametrize(("query", "field"), [("run=nope", "run"), ("head=9", "head"), ("snap=-1", "snap")])
