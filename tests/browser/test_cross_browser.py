@@ -135,3 +135,21 @@ def test_presenter_mode_fits_the_tables_and_grows_the_snapshots(browser: Browser
         finally:
             page.close()
     assert min(widths[1920]) >= 1.15 * max(widths[1280]) and min(widths[1920]) >= 240, widths
+
+
+@pytest.mark.parametrize("script", [True, False])
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_direction_is_offered_for_number_words_alone(browser: Browser, live_server: str, lang: str,
+                                                         script: bool) -> None:  # fmt: skip
+    context = browser.new_context(viewport={"width": 1280, "height": 720}, java_script_enabled=script)
+    page = context.new_page()
+    try:
+        page.goto(f"{live_server}/cross?lang={lang}")
+        direction = page.locator(".train-form select[name=direction]")
+        expect(direction).to_be_hidden()  # reversing a sequence, chosen by default: no direction
+        page.select_option(".train-form select[name=task]", "numbers")
+        expect(direction).to_be_visible()
+        page.select_option(".train-form select[name=task]", "reverse")
+        expect(direction).to_be_hidden()
+    finally:
+        context.close()

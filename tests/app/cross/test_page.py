@@ -106,6 +106,26 @@ def test_bad_input_is_422_naming_the_field(client: TestClient, query: str, field
     assert r.status_code == 422 and field in r.headers.get("X-Lab-Error", "")
 
 
+def test_the_direction_is_offered_for_number_words_alone(client: TestClient) -> None:
+    """The form's "Numbers: direction" select is drawn hidden unless the task chosen is number words (the task of the
+    run shown; reversing by default): the server decides, cross.css follows a change of task without a script."""
+
+    def form(query: str) -> tuple[str, bool, str]:
+        soup = BeautifulSoup(client.get(f"/cross?{query}").text, "html.parser")
+        direction = soup.select_one(".train-form label.cross-direction")
+        chosen = soup.select_one("select[name=task] option[selected]")["value"]
+        return chosen, "off" in direction["class"], direction.select_one("option[selected]")["value"]
+
+    assert form("lang=zh") == ("reverse", True, "en-zh")  # hidden
+    body = {"arch": "encoder-decoder", "task": "numbers", "steps": 2, "n_snapshots": 2, "direction": "zh-en"}
+    run_id = client.post("/api/v1/train", json=body).json()["id"]
+    assert events_until_end(client, run_id)[-1][1]["status"] == "done"
+    assert form(f"run={run_id}") == ("numbers", False, "zh-en")  # shown, as the run was trained
+    reverse = client.post("/api/v1/train", json=TINY).json()["id"]
+    assert events_until_end(client, reverse)[-1][1]["status"] == "done"
+    assert form(f"run={reverse}")[:2] == ("reverse", True)
+
+
 def test_the_form_starts_a_run(client: TestClient) -> None:
     form = {"arch": "encoder-decoder", "task": "reverse", "steps": "3", "seed": "1", "lang": "zh", "causal": "1"}
     r = client.post("/train", data=form, follow_redirects=False, headers={"Sec-Fetch-Site": "same-origin"})
