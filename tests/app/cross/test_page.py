@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from tests.app.train.test_encdec import TINY, events_until_end
+from tests.wait import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +81,49 @@ def test_a_trained_run_shows_its_snapshots(client: TestClient) -> None:
     assert run_id in [a.text.split(" · ")[0] for a in soup.select(".cross-runs a")]
 
 
+def test_the_runs_line_follows_the_run_as_its_card_does(client: TestClient) -> None:
+    """The runs line is redrawn with the run's card (the live block that static/train.js asks for with HX-Request),
+    so when the card says the run is done, so does the line: no more "0/40 · training" beside "step 40 of 40"."""
+    run_id = client.post("/api/v1/train", json=TINY).json()["id"]
+    first = client.get(f"/cross?run={run_id}").text  # the page as first drawn, while the run is queued or trains
+    assert BeautifulSoup(first, "html.parser").select_one("#train-live .cross-runs")
+
+    def both() -> tuple[dict, str] | None:  # the fragment, as the page's script asks for it: the card and the line
+        soup = BeautifulSoup(client.get(f"/cross?run={run_id}", headers={"HX-Request": "true"}).text, "html.parser")
+        card = soup.select_one("#cross-run")
+        line = next(a.text for a in soup.select(".cross-runs a") if a.text.startswith(run_id))
+        assert line.split(" · ")[2] == f"{card['data-step']}/40", line  # the same step as the card, each redraw
+        return (card, line) if card["data-status"] == "done" else None
+
+    card, line = wait_until(both, 120, "the run's card done")
+    assert "step 40 of 40" in card.text
+    assert line == f"{run_id} · reverse a sequence · 40/40 · done"
+
+
 @pytest.mark.parametrize(("query", "field"), [("run=nope", "run"), ("head=9", "head"), ("snap=-1", "snap")])
 def test_bad_input_is_422_naming_the_field(client: TestClient, query: str, field: str) -> None:
     r = client.get(f"/cross?{query}")
     assert r.status_code == 422 and field in r.headers.get("X-Lab-Error", "")
+
+
+def test_the_direction_is_offered_for_number_words_alone(client: TestClient) -> None:
+    """The form's "Numbers: direction" select is drawn hidden unless the task chosen is number words (the task of the
+    run shown; reversing by default): the server decides, cross.css follows a change of task without a script."""
+
+    def form(query: str) -> tuple[str, bool, str]:
+        soup = BeautifulSoup(client.get(f"/cross?{query}").text, "html.parser")
+        direction = soup.select_one(".train-form label.cross-direction")
+        chosen = soup.select_one("select[name=task] option[selected]")["value"]
+        return chosen, "off" in direction["class"], direction.select_one("option[selected]")["value"]
+
+    assert form("lang=zh") == ("reverse", True, "en-zh")  # hidden
+    body = {"arch": "encoder-decoder", "task": "numbers", "steps": 2, "n_snapshots": 2, "direction": "zh-en"}
+    run_id = client.post("/api/v1/train", json=body).json()["id"]
+    assert events_until_end(client, run_id)[-1][1]["status"] == "done"
+    assert form(f"run={run_id}") == ("numbers", False, "zh-en")  # shown, as the run was trained
+    reverse = client.post("/api/v1/train", json=TINY).json()["id"]
+    assert events_until_end(client, reverse)[-1][1]["status"] == "done"
+    assert form(f"run={reverse}")[:2] == ("reverse", True)
 
 
 def test_the_form_starts_a_run(client: TestClient) -> None:

@@ -65,6 +65,15 @@ def test_every_step_opens_its_page_with_the_panel(client: TestClient) -> None:
             assert soup.select_one(f"#{anchor}") is not None, (k, anchor)
 
 
+def test_the_keys_sit_at_varied_places() -> None:
+    """A class cannot guess by place (#47, a new-user walk: steps 1–3 had the key first): the keys lie at several
+    indices, and each step's options are the same in en and zh, one for one (the same count, the key at one index)."""
+    polls = [step.poll for step in BY_SLUG[SLUG].steps]
+    assert all(p is not None and len(p.options["en"]) == len(p.options["zh"]) for p in polls)
+    places = [p.answer for p in polls if p is not None]
+    assert len(set(places)) >= 3 and places[:3] != [0, 0, 0], places
+
+
 def test_latest_names_no_run_on_a_fresh_server() -> None:
     """Before the class trains, the later steps show the untrained model, not an error."""
     with TestClient(create_app(Settings(pretrained=False))) as c:
