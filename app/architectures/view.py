@@ -130,7 +130,7 @@ def panel(name: str, mask: torch.Tensor, rows: list[str], cols: list[str], pos: 
     visible = (m == 0).tolist()
     row = min(pos, len(rows) - 1)
     reads = [c for c, ok in zip(cols, visible[row], strict=True) if ok]
-    picture = svg(np.where(m == 0, 1.0, -np.inf), rows, cols, "sequential", "", 22)
+    picture = svg(np.where(m == 0, 1.0, -np.inf), rows, cols, "sequential", "", 22, em=True)
     return MaskPanel(name, title, rows, cols, visible, reads, picture)
 
 
@@ -143,7 +143,7 @@ def pattern(name: str, model: str, w: torch.Tensor, at: tuple[int, int], size: t
     reads = [(cols[j], float(a[row, j])) for j in order[:READS_SHOWN] if a[row, j] > 0]
     above = float(np.triu(a, 1).max()) if a.shape[0] == a.shape[1] and a.shape[0] > 1 else 0.0
     cell = 22 if max(a.shape) <= 12 else 16
-    picture = svg(a, rows, cols, "sequential", "", cell)  # its title is the figure's heading
+    picture = svg(a, rows, cols, "sequential", "", cell, em=True)  # its title is the figure's heading
     return Pattern(name, model, title, at[0], at[1], size[0], size[1], rows, cols, a.tolist(), row, reads,
                    int((a[row] == 0).sum()), above, lab_url, picture)  # fmt: skip
 

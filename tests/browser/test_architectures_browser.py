@@ -78,15 +78,34 @@ def test_real_patterns_beside_their_masks(page: Page, server: str, lang: str) ->
     expect(page.locator("input[name=minilm]")).to_have_value("9.0")
 
 
+# Each matrix's labels as drawn on the screen (CSS pixels), and its width: [[smallest label, width], …]
+LABELS = """() => [...document.querySelectorAll('.arch-pair svg')].map(s => [
+  Math.min(...[...s.querySelectorAll('text')].filter(t => t.textContent.trim())
+    .map(t => parseFloat(getComputedStyle(t).fontSize) * s.getScreenCTM().a)),
+  s.getBoundingClientRect().width])"""
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_presenter_mode_and_a_phone(page: Page, server: str, lang: str) -> None:
-    page.set_viewport_size({"width": 1280, "height": 720})
+    """By its switch at 1920×1080 the matrices grow with the screen, their labels ≥ 20 px (#47's walk: 340 px wide,
+    labels ~11 px); at 1280×720 smaller, nothing to scroll sideways; a phone's fit its screen."""
+    page.set_viewport_size({"width": 1920, "height": 1080})
     page.goto(f"{server}/architectures?lang={lang}")
     expect(real(page, "decoder", "smollm2").locator("svg")).to_be_visible()
+    normal = page.evaluate(LABELS)
     page.locator("main [data-toggle=present]").click()
     expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     expect(page.locator("main [data-toggle=present]")).to_have_text(LEAVE[lang])
     expect(real(page, "decoder", "smollm2").locator("svg")).to_be_visible()
+    big = page.evaluate(LABELS)
+    assert len(big) == len(normal) >= 7, big  # 5 masks, MiniLM's and SmolLM2's patterns at least
+    assert min(px for px, _ in big) >= 20, big  # every matrix's labels, read from the back of the room
+    assert all(w > w0 for (_, w), (_, w0) in zip(big, normal, strict=True)), (big, normal)  # the figures grew
+    assert overflow(page) == 0
+    page.set_viewport_size({"width": 1280, "height": 720})
+    small = page.evaluate(LABELS)
+    assert all(w < w1 for (_, w), (_, w1) in zip(small, big, strict=True)), (small, big)  # with the screen
+    assert min(px for px, _ in small) >= 14, small
     assert overflow(page) == 0
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(f"{server}/architectures?lang={lang}")
