@@ -117,6 +117,40 @@ def test_presenter_mode_and_a_phone(page: Page, server: str, lang: str) -> None:
     assert overflow(page) == 0
 
 
+# Each matrix's framed row: its data-row, and the row label the frame lies across (found by where both are drawn)
+FRAMED = """() => [...document.querySelectorAll('.arch-pair svg')].map(s => {
+  const frame = s.querySelector('rect.chosen-row');
+  if (!frame) return {label: s.getAttribute('aria-label')};
+  const f = frame.getBoundingClientRect();
+  const across = [...s.querySelectorAll('text[text-anchor=end]')].filter(t => {
+    const r = t.getBoundingClientRect(), y = (r.top + r.bottom) / 2;
+    return f.top < y && y < f.bottom && r.right <= f.left + 2; });
+  return {row: frame.dataset.row, labels: across.map(t => t.textContent), bold: across.map(t => getComputedStyle(t).fontWeight),
+          rows: s.querySelectorAll('text[text-anchor=end]').length, label: s.getAttribute('aria-label')};
+})"""
+
+
+@pytest.mark.parametrize(("lang", "pos"), [("en", 3), ("zh", 11)])
+def test_the_chosen_row_is_framed(page: Page, server: str, lang: str, pos: int) -> None:
+    """In every mask and every real pattern the chosen position's row is framed in the picture itself, its label in
+    bold (a position past a matrix's rows: its last row, as the caption reads); each picture is named (#47's walk:
+    aria-label="" and an empty title leaving a blank band above every matrix)."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.goto(f"{server}/architectures?pos={pos}&lang={lang}")
+    expect(real(page, "decoder", "smollm2").locator("svg")).to_be_visible()
+    framed = page.evaluate(FRAMED)
+    assert len(framed) >= 7, framed
+    for f in framed:
+        chosen = min(pos, f["rows"] - 1)
+        assert f["row"] == str(chosen), f
+        assert f["labels"] == [f["labels"][0]] and f["labels"][0].startswith(f"{chosen}:"), f  # one row, that one
+        assert int(f["bold"][0]) >= 700, f
+        assert f["label"] and f["labels"][0] in f["label"], f  # named, the framed row said
+    expect(page.locator(".arch-pair svg > text").filter(has_text=re.compile(r"^$"))).to_have_count(0)
+    captions = page.locator(".arch-mask figcaption")  # the caption's row is the framed one
+    expect(captions.first).to_contain_text(framed[0]["labels"][0])
+
+
 def test_a_finished_run_is_drawn(page: Page, server: str) -> None:
     body = json.dumps(TINY | {"steps": 60}).encode()
     ask = urllib.request.Request(f"{server}/api/v1/train", body, {"Content-Type": "application/json"})
