@@ -52,14 +52,25 @@ def overflow(page: Page) -> int:
     return int(page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth"))
 
 
+def beside_the_title(page: Page) -> bool:
+    """The presenter switch on the title's line (as the page's shell and /heads and /patch place it), not under it."""
+    return bool(page.evaluate("""() => {
+      const h = document.querySelector('main h2').getBoundingClientRect();
+      const s = document.querySelector('main [data-toggle=present]').getBoundingClientRect();
+      const y = (s.top + s.bottom) / 2;
+      return h.top < y && y < h.bottom && s.left > h.right; }"""))
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_presenter_mode_by_its_switch(page: Page, server: str, lang: str) -> None:
     page.set_viewport_size({"width": 1280, "height": 720})
     page.goto(f"{server}/cost?model=toy&n_max=64&lang={lang}")
     expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("toy"))
+    assert beside_the_title(page)
     page.locator("main [data-toggle=present]").click()
     expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     expect(page).to_have_url(re.compile(r"present=1"))
+    assert beside_the_title(page)
     crossover_line = page.locator(".cost-crossover")
     expect(crossover_line).to_have_attribute("data-crossover", crossing("toy"))
     expect(crossover_line).to_be_visible()
