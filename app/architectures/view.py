@@ -124,28 +124,31 @@ class ArchitecturesView(View):
     run: str | None  # the encoder–decoder run whose weights are drawn
 
 
-def panel(name: str, mask: torch.Tensor, rows: list[str], cols: list[str], pos: int, title: str) -> MaskPanel:
-    """A panel from an additive mask (0 or −∞, (rows, cols))."""
+def panel(name: str, mask: torch.Tensor, rows: list[str], cols: list[str], pos: int, title: str,
+          label: str) -> MaskPanel:  # fmt: skip
+    """A panel from an additive mask (0 or −∞, (rows, cols)); `label` names its picture (the heading says `title`);
+    the chosen row is framed in it."""
     m = mask.numpy().astype(np.float64)
     visible = (m == 0).tolist()
     row = min(pos, len(rows) - 1)
     reads = [c for c, ok in zip(cols, visible[row], strict=True) if ok]
-    picture = svg(np.where(m == 0, 1.0, -np.inf), rows, cols, "sequential", "", 22)
+    picture = svg(np.where(m == 0, 1.0, -np.inf), rows, cols, "sequential", label, 22, em=True, shown=False, row=row)
     return MaskPanel(name, title, rows, cols, visible, reads, picture)
 
 
 def pattern(name: str, model: str, w: torch.Tensor, at: tuple[int, int], size: tuple[int, int], rows: list[str],
-            cols: list[str], pos: int, title: str, lab_url: str | None = None) -> Pattern:  # fmt: skip
-    """A Pattern from one head's weights w (rows, cols)."""
+            cols: list[str], pos: int, title: str, t: Any) -> Pattern:  # fmt: skip
+    """A Pattern from one head's weights w (rows, cols), its chosen row framed in its picture."""
     a = w.double().numpy()
     row = min(pos, len(rows) - 1)
     order = sorted(range(len(cols)), key=lambda j: -a[row, j])
     reads = [(cols[j], float(a[row, j])) for j in order[:READS_SHOWN] if a[row, j] > 0]
     above = float(np.triu(a, 1).max()) if a.shape[0] == a.shape[1] and a.shape[0] > 1 else 0.0
     cell = 22 if max(a.shape) <= 12 else 16
-    picture = svg(a, rows, cols, "sequential", "", cell)  # its title is the figure's heading
+    label = t("architectures.svg.real", title=title, chosen=t("architectures.chosen", row=rows[row]))
+    picture = svg(a, rows, cols, "sequential", label, cell, em=True, shown=False, row=row)  # the figure's heading
     return Pattern(name, model, title, at[0], at[1], size[0], size[1], rows, cols, a.tolist(), row, reads,
-                   int((a[row] == 0).sum()), above, lab_url, picture)  # fmt: skip
+                   int((a[row] == 0).sum()), above, None, picture)  # fmt: skip
 
 
 def numbered(tokens: list[str]) -> list[str]:
@@ -168,7 +171,7 @@ def real_pattern(model: Any, text: str, at: tuple[int, int], pos: int, t: Any) -
     title = t("architectures.real.title", model=model.name, layer=at[0], head=at[1])
     labels = numbered(model.labels(ids))
     shown = pattern("decoder" if a.decoder else "encoder", model.name, w, at, (a.n_layer, a.n_heads), labels, labels,
-                    pos, title)  # fmt: skip
+                    pos, title, t)  # fmt: skip
     return Computed([shown], ids)
 
 
@@ -200,7 +203,7 @@ def encdec_patterns(job: Any, words: list[str], at: tuple[int, int], pos: int, t
     def one(kind: str, rows: list[str], cols: list[str]) -> Pattern:
         w = getattr(kept, kind)[layer]["weights"][0, head]
         title = t(f"architectures.real.{kind}", layer=layer, head=head)
-        return pattern(kind, name, w, at, size, rows, cols, pos, title)
+        return pattern(kind, name, w, at, size, rows, cols, pos, title, t)
 
     patterns = [one("encoder", src_labels, src_labels), one("decoder", tgt_labels, tgt_labels),
                 one("cross", tgt_labels, src_labels)]  # fmt: skip
@@ -219,16 +222,22 @@ def mask_families(q: ArchitecturesQuery, words: list[str], t: Any) -> tuple[list
     m = len(target)
     tlabels = numbered(target)
     pos = q.pos
-    enc = panel("encoder", pad, labels, labels, pos, t("architectures.mask.bidirectional"))
-    dec = panel("decoder", causal, labels, labels, pos, t("architectures.mask.causal"))
+
+    def one(family: str, name: str, mask: torch.Tensor, rows: list[str], cols: list[str], title: str) -> MaskPanel:
+        chosen = t("architectures.chosen", row=rows[min(pos, len(rows) - 1)])
+        label = t("architectures.svg.mask", family=t(f"architectures.family.{family}"),
+                  title=t(f"architectures.mask.{title}"), chosen=chosen)  # fmt: skip
+        return panel(name, mask, rows, cols, pos, t("architectures.mask." + title), label)
+
     families = [
-        Family("encoder_only", "MiniLM", [enc], t("architectures.objective.encoder_only")),
-        Family("decoder_only", "SmolLM2", [dec], t("architectures.objective.decoder_only")),
+        Family("encoder_only", "MiniLM", [one("encoder_only", "encoder", pad, labels, labels, "bidirectional")],
+               t("architectures.objective.encoder_only")),
+        Family("decoder_only", "SmolLM2", [one("decoder_only", "decoder", causal, labels, labels, "causal")],
+               t("architectures.objective.decoder_only")),
         Family("encoder_decoder", t("architectures.model.encoder_decoder"), [
-            panel("encoder", pad, labels, labels, pos, t("architectures.mask.encoder")),
-            panel("decoder", causal_mask(m), tlabels, tlabels, pos, t("architectures.mask.decoder")),
-            panel("cross", padding_mask(src)[0, 0, 0].expand(m, n), tlabels, labels, pos,
-                  t("architectures.mask.cross")),
+            one("encoder_decoder", "encoder", pad, labels, labels, "encoder"),
+            one("encoder_decoder", "decoder", causal_mask(m), tlabels, tlabels, "decoder"),
+            one("encoder_decoder", "cross", padding_mask(src)[0, 0, 0].expand(m, n), tlabels, labels, "cross"),
         ], t("architectures.objective.encoder_decoder")),
     ]  # fmt: skip
     return tokens, target, families

@@ -163,27 +163,42 @@ def svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str)
     return heat_svg(a, rows, cols, scale, title)
 
 
-def inline_svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str, cell: int = 28) -> str:
-    """A small labelled heat map drawn inside a page (/architectures' masks): one rect per cell, its value in a
-    <title>; −∞ drawn grey. Hand-written, as the page's own pictures are: sized in the page's pixels, in its
-    font, and drawn in microseconds (matplotlib's figure would bring its own margins, fonts and colour bar)."""
+LABEL = 11  # the inline heat map's row and column labels, in its drawing's units
+CHOSEN = "#D55E00"  # the frame of a chosen row: Okabe and Ito's vermillion, seen on viridis and on the masks' grey
+
+
+def inline_svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str, cell: int = 28,
+               *, em: bool = False, shown: bool = True, row: int | None = None) -> str:  # fmt: skip
+    """A small labelled heat map drawn inside a page (/architectures' masks, /cross): one rect per cell, its value
+    in a <title>; −∞ drawn grey. Hand-written, as the page's own pictures are: sized in the page's pixels, in its
+    font, and drawn in microseconds (matplotlib's figure would bring its own margins, fonts and colour bar).
+    `title` names the picture (aria-label) and is drawn above the cells unless not `shown` (a figure whose heading
+    says it: then no room is kept for it). With `em` its size is given in em of the labels (width="23.1em"):
+    drawn at its CSS font-size, its labels are that size on screen whatever the matrix's size, so a page sizes
+    every picture's labels at once (presenter mode: from the screen). `row`: a row framed over its cells and its
+    label in bold (a chosen query position), drawn in the picture itself."""
     from html import escape
 
     rgb = colourise(a, scale)
     left = 12 + 8 * max((len(r) for r in rows), default=1)
-    top = 40 + 8 * max((len(c) for c in cols), default=1)
-    w, h = left + cell * a.shape[1] + 10, top + cell * a.shape[0] + 10
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-           f'aria-label="{escape(title)}"><text x="{left}" y="18" font-size="14" font-weight="600">{escape(title)}</text>']  # fmt: skip
+    top = (40 if shown else 14) + 8 * max((len(c) for c in cols), default=1)
+    right = max(10, 4 * len(cols[-1]) if cols else 0)  # the last column's label leans right, past its cell
+    w, h = left + cell * a.shape[1] + right, top + cell * a.shape[0] + 10
+    size = f'width="{w / LABEL:.3f}em" height="{h / LABEL:.3f}em"' if em else f'width="{w}" height="{h}"'
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" {size} role="img" '
+           f'aria-label="{escape(title)}">']  # fmt: skip
+    if shown:
+        out.append(f'<text x="{left}" y="18" font-size="14" font-weight="600">{escape(title)}</text>')
     for j, c in enumerate(cols):
         x = left + j * cell + cell / 2
         out.append(
-            f'<text x="{x:.1f}" y="{top - 6}" font-size="11" transform="rotate(-60 {x:.1f} {top - 6})">{escape(c)}</text>'
+            f'<text x="{x:.1f}" y="{top - 6}" font-size="{LABEL}" transform="rotate(-60 {x:.1f} {top - 6})">{escape(c)}</text>'
         )
     for i, r in enumerate(rows):
         y = top + i * cell
+        bold = ' font-weight="700" class="chosen-label"' if i == row else ""
         out.append(
-            f'<text x="{left - 6}" y="{y + cell / 2 + 4:.1f}" font-size="11" text-anchor="end">{escape(r)}</text>'
+            f'<text x="{left - 6}" y="{y + cell / 2 + 4:.1f}" font-size="{LABEL}" text-anchor="end"{bold}>{escape(r)}</text>'
         )
         for j in range(a.shape[1]):
             v = float(a[i, j])
@@ -191,5 +206,9 @@ def inline_svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, titl
             label = "−∞" if v == float("-inf") else f"{v:.4g}"
             out.append(f'<rect x="{left + j * cell}" y="{y}" width="{cell}" height="{cell}" fill="{fill}" '
                        f'stroke="#ffffff"><title>{escape(r)} → {escape(cols[j])}: {label}</title></rect>')  # fmt: skip
+    if row is not None and 0 <= row < a.shape[0]:  # over the cells, so no cell's white stroke covers it
+        out.append(f'<rect class="chosen-row" data-row="{row}" x="{left - 1.5}" y="{top + row * cell - 1.5}" '
+                   f'width="{cell * a.shape[1] + 3}" height="{cell + 3}" fill="none" stroke="{CHOSEN}" '
+                   f'stroke-width="3"/>')  # fmt: skip
     out.append("</svg>")
     return "".join(out)

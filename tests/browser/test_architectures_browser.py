@@ -78,15 +78,45 @@ def test_real_patterns_beside_their_masks(page: Page, server: str, lang: str) ->
     expect(page.locator("input[name=minilm]")).to_have_value("9.0")
 
 
+def beside_the_title(page: Page) -> bool:
+    """The presenter switch on the title's line (as the page's shell and /heads and /patch place it), not under it."""
+    return bool(page.evaluate("""() => {
+      const h = document.querySelector('main h2').getBoundingClientRect();
+      const s = document.querySelector('main [data-toggle=present]').getBoundingClientRect();
+      const y = (s.top + s.bottom) / 2;
+      return h.top < y && y < h.bottom && s.left > h.right; }"""))
+
+
+# Each matrix's labels as drawn on the screen (CSS pixels), and its width: [[smallest label, width], …]
+LABELS = """() => [...document.querySelectorAll('.arch-pair svg')].map(s => [
+  Math.min(...[...s.querySelectorAll('text')].filter(t => t.textContent.trim())
+    .map(t => parseFloat(getComputedStyle(t).fontSize) * s.getScreenCTM().a)),
+  s.getBoundingClientRect().width])"""
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_presenter_mode_and_a_phone(page: Page, server: str, lang: str) -> None:
-    page.set_viewport_size({"width": 1280, "height": 720})
+    """By its switch at 1920×1080 the matrices grow with the screen, their labels ≥ 20 px (#47's walk: 340 px wide,
+    labels ~11 px); at 1280×720 smaller, nothing to scroll sideways; a phone's fit its screen."""
+    page.set_viewport_size({"width": 1920, "height": 1080})
     page.goto(f"{server}/architectures?lang={lang}")
     expect(real(page, "decoder", "smollm2").locator("svg")).to_be_visible()
+    normal = page.evaluate(LABELS)
+    assert beside_the_title(page)
     page.locator("main [data-toggle=present]").click()
     expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     expect(page.locator("main [data-toggle=present]")).to_have_text(LEAVE[lang])
     expect(real(page, "decoder", "smollm2").locator("svg")).to_be_visible()
+    big = page.evaluate(LABELS)
+    assert beside_the_title(page)
+    assert len(big) == len(normal) >= 7, big  # 5 masks, MiniLM's and SmolLM2's patterns at least
+    assert min(px for px, _ in big) >= 20, big  # every matrix's labels, read from the back of the room
+    assert all(w > w0 for (_, w), (_, w0) in zip(big, normal, strict=True)), (big, normal)  # the figures grew
+    assert overflow(page) == 0
+    page.set_viewport_size({"width": 1280, "height": 720})
+    small = page.evaluate(LABELS)
+    assert all(w < w1 for (_, w), (_, w1) in zip(small, big, strict=True)), (small, big)  # with the screen
+    assert min(px for px, _ in small) >= 14, small
     assert overflow(page) == 0
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(f"{server}/architectures?lang={lang}")
@@ -96,6 +126,40 @@ def test_presenter_mode_and_a_phone(page: Page, server: str, lang: str) -> None:
         box = svg.bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
     assert overflow(page) == 0
+
+
+# Each matrix's framed row: its data-row, and the row label the frame lies across (found by where both are drawn)
+FRAMED = """() => [...document.querySelectorAll('.arch-pair svg')].map(s => {
+  const frame = s.querySelector('rect.chosen-row');
+  if (!frame) return {label: s.getAttribute('aria-label')};
+  const f = frame.getBoundingClientRect();
+  const across = [...s.querySelectorAll('text[text-anchor=end]')].filter(t => {
+    const r = t.getBoundingClientRect(), y = (r.top + r.bottom) / 2;
+    return f.top < y && y < f.bottom && r.right <= f.left + 2; });
+  return {row: frame.dataset.row, labels: across.map(t => t.textContent), bold: across.map(t => getComputedStyle(t).fontWeight),
+          rows: s.querySelectorAll('text[text-anchor=end]').length, label: s.getAttribute('aria-label')};
+})"""
+
+
+@pytest.mark.parametrize(("lang", "pos"), [("en", 3), ("zh", 11)])
+def test_the_chosen_row_is_framed(page: Page, server: str, lang: str, pos: int) -> None:
+    """In every mask and every real pattern the chosen position's row is framed in the picture itself, its label in
+    bold (a position past a matrix's rows: its last row, as the caption reads); each picture is named (#47's walk:
+    aria-label="" and an empty title leaving a blank band above every matrix)."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.goto(f"{server}/architectures?pos={pos}&lang={lang}")
+    expect(real(page, "decoder", "smollm2").locator("svg")).to_be_visible()
+    framed = page.evaluate(FRAMED)
+    assert len(framed) >= 7, framed
+    for f in framed:
+        chosen = min(pos, f["rows"] - 1)
+        assert f["row"] == str(chosen), f
+        assert f["labels"] == [f["labels"][0]] and f["labels"][0].startswith(f"{chosen}:"), f  # one row, that one
+        assert int(f["bold"][0]) >= 700, f
+        assert f["label"] and f["labels"][0] in f["label"], f  # named, the framed row said
+    expect(page.locator(".arch-pair svg > text").filter(has_text=re.compile(r"^$"))).to_have_count(0)
+    captions = page.locator(".arch-mask figcaption")  # the caption's row is the framed one
+    expect(captions.first).to_contain_text(framed[0]["labels"][0])
 
 
 def test_a_finished_run_is_drawn(page: Page, server: str) -> None:

@@ -52,14 +52,25 @@ def overflow(page: Page) -> int:
     return int(page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth"))
 
 
+def beside_the_title(page: Page) -> bool:
+    """The presenter switch on the title's line (as the page's shell and /heads and /patch place it), not under it."""
+    return bool(page.evaluate("""() => {
+      const h = document.querySelector('main h2').getBoundingClientRect();
+      const s = document.querySelector('main [data-toggle=present]').getBoundingClientRect();
+      const y = (s.top + s.bottom) / 2;
+      return h.top < y && y < h.bottom && s.left > h.right; }"""))
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_presenter_mode_by_its_switch(page: Page, server: str, lang: str) -> None:
     page.set_viewport_size({"width": 1280, "height": 720})
     page.goto(f"{server}/cost?model=toy&n_max=64&lang={lang}")
     expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("toy"))
+    assert beside_the_title(page)
     page.locator("main [data-toggle=present]").click()
     expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     expect(page).to_have_url(re.compile(r"present=1"))
+    assert beside_the_title(page)
     crossover_line = page.locator(".cost-crossover")
     expect(crossover_line).to_have_attribute("data-crossover", crossing("toy"))
     expect(crossover_line).to_be_visible()
@@ -71,6 +82,34 @@ def test_presenter_mode_by_its_switch(page: Page, server: str, lang: str) -> Non
         expect(page.locator(f"svg[data-chart='{name}-narrow']")).to_be_hidden()
     assert overflow(page) == 0
     expect(page.locator("main [data-toggle=present]")).to_have_text(LEAVE[lang])
+
+
+TICKS = """() => Object.fromEntries(['flops', 'time'].map(name => {
+  const s = document.querySelector(`svg[data-chart='${name}']`);
+  const ticks = [...s.querySelectorAll('text.tick')].map(t => parseFloat(getComputedStyle(t).fontSize) * s.getScreenCTM().a);
+  const r = s.getBoundingClientRect();
+  return [name, {n: ticks.length, least: Math.min(...ticks), width: r.width, right: r.right}];
+}))"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_charts_grow_with_the_projector(page: Page, server: str, lang: str) -> None:
+    """Presenter mode by its switch at 1920×1080: both charts wider than the page's 560 px, their tick numbers at
+    least 21 px on the screen (#47's walk: 560×320, ~11 px), on the screen; at 1280×720 nothing scrolls sideways."""
+    page.set_viewport_size({"width": 1920, "height": 1080})
+    page.goto(f"{server}/cost?model=toy&n_max=64&lang={lang}")
+    expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("toy"))
+    page.locator("main [data-toggle=present]").click()
+    expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
+    expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("toy"))
+    for name, c in page.evaluate(TICKS).items():
+        assert c["n"] >= 6 and c["least"] >= 21, (name, c)
+        assert 560 < c["width"] and c["right"] <= 1920, (name, c)
+    assert overflow(page) == 0
+    page.set_viewport_size({"width": 1280, "height": 720})
+    for name, c in page.evaluate(TICKS).items():
+        assert c["least"] >= 13 and c["right"] <= 1280, (name, c)
+    assert overflow(page) == 0
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

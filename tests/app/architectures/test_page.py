@@ -50,6 +50,21 @@ def test_the_page_in_both_languages(client: TestClient, lang: str) -> None:
         assert "猫" in soup.select_one("input[name='text']")["value"] and "因果" in soup.text
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_each_mask_is_named_and_frames_the_chosen_row(client: TestClient, lang: str) -> None:
+    soup = BeautifulSoup(client.get(f"/architectures?text=a+b+c+d&pad=2&pos=1&lang={lang}").text, "html.parser")
+    for figure in soup.select(".arch-mask"):
+        svg = figure.select_one("svg")
+        assert svg["aria-label"].strip() and figure.select_one("h4").text in svg["aria-label"]
+        assert not [x for x in svg.find_all("text") if not x.text.strip()]  # no empty title keeping a blank band
+        frame = svg.select("rect.chosen-row")
+        assert len(frame) == 1 and frame[0]["data-row"] == "1"
+        y, height = float(frame[0]["y"]), float(frame[0]["height"])
+        across = [x.text for x in svg.select("text[text-anchor=end]") if y < float(x["y"]) < y + height]
+        assert across == [svg.select_one("text.chosen-label").text] and across[0].startswith("1:"), across
+        assert across[0] in svg["aria-label"]
+
+
 def test_bad_input_is_422_naming_the_field(client: TestClient) -> None:
     r = client.get("/architectures?pad=9")
     assert r.status_code == 422 and "pad" in r.headers["X-Lab-Error"]
