@@ -7,16 +7,22 @@ a colour bar and the page's settings in a caption. Colour scales are the page's:
 ColorBrewer's RdBu for scores centred at 0 (negative blue, positive red, as app/render/heatmap.py draws), −∞ (a
 masked score, or a weight the mask set to 0) hatched grey.
 
+Every title is in the page's language, from the catalogue (app/web/locales): the page's name (`nav.<view>`), the
+model (`preset.<name>`), the stage (`stage.<key>`, the block's `bstage.<key>`), each matrix's name
+(`export.fig.name.<name>`), the head, the role or statistic of a head grid.
+
 The drawing is app/render/figure.py's (matplotlib, imported only when a figure is drawn).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..render.figure import FORMATS, WORDS, Curves, Figure, Heat, TooLarge, cjk_font, draw
+from ..web.i18n import LANGS, MESSAGES, translator
 
 __all__ = ["FORMATS", "NoFigure", "TooLarge", "cjk_font", "draw", "panels"]
 
@@ -42,12 +48,31 @@ def _is_matrix(m: Any) -> bool:
     return isinstance(m, dict) and all(k in m for k in ("rows", "cols", "values")) and isinstance(m["values"], list)
 
 
-def _title(m: dict[str, Any]) -> str:
+class Say:
+    """The catalogue of the page's language, with what a title falls back to where it has no entry."""
+
+    def __init__(self, lang: str) -> None:
+        self.lang = lang if lang in LANGS else "en"
+        self.t: Callable[..., str] = translator(self.lang)
+
+    def __call__(self, key: str, default: str, **values: object) -> str:
+        return self.t(key, **values) if key in MESSAGES[self.lang] else default
+
+    def name(self, name: str) -> str:
+        """A matrix's name (`weights`, `ffn_hidden`) in words: its own entry, else the block stage it is."""
+        return self(f"export.fig.name.{name}", self(f"bstage.{name}", name))
+
+
+def _title(m: dict[str, Any], say: Say) -> str:
     label, name = str(m.get("label") or ""), str(m.get("name") or "")
     head = m.get("head")
-    parts = [label if label == name or not name else f"{label} ({name})"]
+    named = say.name(name) if name else ""
+    if label == name or not label:
+        parts = [named]
+    else:
+        parts = [say.t("matrix.named", label=label, name=named) if named else label]
     if head is not None:
-        parts.append(f"head {head}")
+        parts.append(say.t("export.fig.head", head=head))
     shape = m.get("shape")
     if shape:
         parts.append(str(shape))
@@ -57,23 +82,24 @@ def _title(m: dict[str, Any]) -> str:
 def panels(twin: dict[str, Any]) -> Figure:
     """The figure(s) a page shows, read from its JSON twin alone."""
     view = str(twin.get("view", ""))
-    words = WORDS.get(str(twin.get("lang") or "en"), WORDS["en"])
-    fig = Figure(_figure_title(twin))
+    say = Say(str(twin.get("lang") or "en"))
+    words = WORDS[say.lang]
+    fig = Figure(_figure_title(twin, say))
     mats = twin.get("matrices")
     if isinstance(mats, list):
-        fig.panels += [_matrix(m, _title(m)) for m in mats if _is_matrix(m)]
+        fig.panels += [_matrix(m, _title(m, say)) for m in mats if _is_matrix(m)]
     large = twin.get("large")
     if not fig.panels and isinstance(large, dict) and _is_matrix(large.get("tile")):
-        fig.panels.append(_matrix(large["tile"], _title(large["tile"])))
+        fig.panels.append(_matrix(large["tile"], _title(large["tile"], say)))
     if view in ("heads", "model") and isinstance(twin.get("grid"), list):
-        fig.panels.append(_grid(twin, words))
+        fig.panels.append(_grid(twin, words, say))
     if view == "heads" and isinstance(twin.get("weights"), list) and twin.get("chosen"):
         probe = (twin.get("probe") or {}).get("tokens") or []
         layer, head = twin["chosen"]
         w = twin["weights"]
         labels = [str(t) for t in probe] if len(probe) == len(w) else [str(i) for i in range(len(w))]
         m = {"rows": labels, "cols": labels, "values": w, "scale": "sequential"}
-        fig.panels.append(_matrix(m, f"A · layer {layer} · head {head}"))
+        fig.panels.append(_matrix(m, say.t("export.fig.layer_head", layer=layer, head=head)))
     if view == "heads" and isinstance(twin.get("probe_loss"), dict):
         ys = twin["probe_loss"].get("positions") or []
         fig.panels.append(
@@ -91,20 +117,23 @@ def panels(twin: dict[str, Any]) -> Figure:
     return fig
 
 
-def _figure_title(twin: dict[str, Any]) -> str:
+def _figure_title(twin: dict[str, Any], say: Say) -> str:
+    """The page's name, its model and its stage, in the page's language: "Lab · toy (d = 4, 1 head) · Softmax"."""
     view = str(twin.get("view", ""))
     summary: dict[str, Any] = twin["summary"] if isinstance(twin.get("summary"), dict) else {}
-    preset = summary.get("preset") or twin.get("preset") or ""
-    stage = twin.get("key")
-    parts = [p for p in (view, str(preset), str(stage) if stage else "") if p]
-    return " · ".join(parts)
+    preset = str(summary.get("preset") or twin.get("preset") or "")
+    stage = str(twin.get("key") or "")
+    stage_name = say(f"stage.{stage}", say(f"bstage.{stage}", stage)) if stage else ""
+    parts = [say(f"nav.{view}", view) if view else "", say(f"preset.{preset}", preset) if preset else "", stage_name]
+    return " · ".join(p for p in parts if p)
 
 
-def _grid(twin: dict[str, Any], words: dict[str, str]) -> Heat:
+def _grid(twin: dict[str, Any], words: dict[str, str], say: Say) -> Heat:
     grid = twin["grid"]
     values = [[float(c["value"]) if isinstance(c, dict) else float(c) for c in row] for row in grid]
     n_heads = max((len(r) for r in values), default=0)
-    title = str(twin.get("role") or twin.get("stat") or "heads")
+    role, stat = twin.get("role"), twin.get("stat")
+    title = say(f"heads.role.{role}", str(role)) if role else say(f"model.stat.{stat}", str(stat)) if stat else "heads"
     m = {"rows": [str(i) for i in range(len(values))], "cols": [str(j) for j in range(n_heads)], "values": values,
          "scale": "sequential"}  # fmt: skip
     heat = _matrix(m, f"{title} · {words['grid']}", ylabel="layer", xlabel="head")

@@ -28,11 +28,13 @@ WORDS = {  # the axes' words in the page's language
     "en": {"query": "query", "key": "key", "layer": "layer", "head": "head", "position": "position",
            "feature": "dimension", "p": "probability", "loss": "loss (nats)", "hatched": "hatched: −∞ (masked)",
            "per_position": "loss per position", "grid": "layer × head", "lens": "p(final prediction) · layer × position",
-           "lens_curves": "p(final prediction) by layer", "p_target": "p(target)", "loss_title": "loss"},
+           "lens_curves": "p(final prediction) by layer", "p_target": "p(target)", "loss_title": "loss",
+           "blocks": "mean of {k}×{k} blocks"},
     "zh": {"query": "查询", "key": "键", "layer": "层", "head": "头", "position": "位置",
            "feature": "维度", "p": "概率", "loss": "损失（nats）", "hatched": "斜线：−∞（被遮蔽）",
            "per_position": "每个位置的损失", "grid": "层 × 头", "lens": "最终预测的概率 · 层 × 位置",
-           "lens_curves": "最终预测的概率（逐层）", "p_target": "目标词元的概率", "loss_title": "损失"},
+           "lens_curves": "最终预测的概率（逐层）", "p_target": "目标词元的概率", "loss_title": "损失",
+           "blocks": "{k}×{k} 块的平均"},
 }  # fmt: skip
 
 
@@ -99,7 +101,7 @@ def cjk_font() -> str | None:
     return next((n for n in CJK_FAMILIES if n in names), None)
 
 
-def _reduce(h: Heat, max_cells: int) -> Heat:
+def _reduce(h: Heat, max_cells: int, words: dict[str, str] = WORDS["en"]) -> Heat:
     """A heat map past `max_cells` cells averaged over blocks of k × k cells (hatched where any cell is), its labels
     every k-th: the same picture at a bounded cost."""
     n, m = h.values.shape
@@ -116,7 +118,7 @@ def _reduce(h: Heat, max_cells: int) -> Heat:
         warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(blocks, axis=(1, 3))
     hatched = hat.reshape(pn // k, k, pm // k, k).all(axis=(1, 3))
-    return Heat(f"{h.title} (mean of {k}×{k} blocks)", h.rows[::k], h.cols[::k], mean, hatched | np.isnan(mean),
+    return Heat(f"{h.title} ({words['blocks'].format(k=k)})", h.rows[::k], h.cols[::k], mean, hatched | np.isnan(mean),
                 h.scale, h.bound, h.ylabel, h.xlabel, h.vmax)  # fmt: skip
 
 
@@ -155,7 +157,7 @@ def _draw(spec: Figure, fmt: str, caption: str, lang: str, max_cells: int, max_l
         "font.size": 8,
     }
     with rc_context(rc):  # type: ignore[arg-type]
-        panels = [_reduce(p, max_cells) if isinstance(p, Heat) else p for p in spec.panels]
+        panels = [_reduce(p, max_cells, words) if isinstance(p, Heat) else p for p in spec.panels]
         n = len(panels)
         ncols = 1 if n == 1 else 2 if n in (2, 4) else 3
         nrows = math.ceil(n / ncols)

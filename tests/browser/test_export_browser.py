@@ -65,3 +65,30 @@ def test_show_code_and_cite_fill_in_when_opened(base: str, page, lang: str) -> N
     page.locator("[data-cite-text] [data-provenance]").wait_for()
     assert "tokens=cat+sat+on" in page.locator("[data-cite-text]").inner_text()
     assert page.url.startswith(f"{base}/?tokens=cat+sat+on")  # the panels pushed no URL
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_copy_puts_the_snippet_on_the_clipboard_and_the_panel_spans_the_lab(base: str, browser, lang: str) -> None:  # type: ignore[no-untyped-def]
+    """Each snippet's Copy button (the Clipboard API) copies its text; on "/" at 1280 px the panel is under both
+    columns, as wide as the page, so no line of a snippet is clipped."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
+    page = context.new_page()
+    page.goto(f"{base}/?tokens=cat+sat+on&stage=4&lang={lang}", wait_until="networkidle")
+    page.locator("[data-show-code] > summary").click()
+    for kind in ("lab", "torch"):
+        page.locator(f"[data-code-text={kind}] code").wait_for()
+        button = page.locator(f"button[data-copy-code={kind}]")
+        label = button.inner_text()
+        assert label == {"en": "Copy", "zh": "复制"}[lang]
+        button.click()
+        page.locator(f"button[data-copy-code={kind}]", has_text={"en": "Copied", "zh": "已复制"}[lang]).wait_for()
+        copied = page.evaluate("navigator.clipboard.readText()")
+        assert copied == page.locator(f"[data-code-text={kind}]").text_content() and "print" in copied
+    panel = page.locator("[data-export-panel]").bounding_box()
+    stage = page.locator(".lab-body").bounding_box()
+    assert panel and stage and panel["width"] >= stage["width"] - 1  # the page's width, not the right column's
+    for kind in ("lab", "torch"):
+        clipped = page.locator(f"[data-code-text={kind}]").evaluate("p => p.scrollWidth - p.clientWidth")
+        assert clipped <= 0, (kind, clipped)
+    context.close()

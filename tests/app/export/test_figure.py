@@ -12,6 +12,9 @@ from fastapi.testclient import TestClient
 from tests.conftest import make_client
 
 SVG = "{http://www.w3.org/2000/svg}"
+STAGE_NAMES = {"projection": "Projection", "scores": "Scores", "mask": "Mask", "softmax": "Softmax",
+               "weighted_sum": "Weighted sum"}  # fmt: skip
+CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +42,7 @@ def test_every_stage_of_the_lab_as_svg_with_its_tokens_title_and_settings(client
     texts = svg_texts(r.content)
     for token in ("cat", "sat", "on", "the", "mat"):
         assert token in texts
-    assert f"lab · toy · {twin['key']}" in texts  # the title
+    assert f"Lab · toy (d = 4, 1 head) · {STAGE_NAMES[twin['key']]}" in texts  # the title
     for m in twin["matrices"]:  # each matrix is a panel, titled by its label
         assert any(t.startswith(m["label"]) for t in texts), m["label"]
     caption = next(t for t in texts if t.startswith("Attention Lab"))
@@ -133,8 +136,8 @@ def test_a_1024_token_trace_draws_quickly() -> None:
 def test_a_real_models_pages_as_svg_and_pdf(client: TestClient, smollm2, lang: str) -> None:  # type: ignore[no-untyped-def]
     """/heads (the head grid, the chosen head's pattern, the probe's loss), /model, /lens and /predict (curves)."""
     expect = {
-        "/heads?preset=smollm2&text=The+cat+sat": ["A · layer 18 · head 6"],
-        "/model?preset=smollm2&text=The+cat+sat": ["entropy · " + ("层 × 头" if lang == "zh" else "layer × head")],
+        "/heads?preset=smollm2&text=The+cat+sat": ["A · 第 18 层 · 头 6" if lang == "zh" else "A · layer 18 · head 6"],
+        "/model?preset=smollm2&text=The+cat+sat": ["熵 · 层 × 头" if lang == "zh" else "entropy · layer × head"],
         "/lens?preset=smollm2&text=The+cat+sat": [
             " cat",
             "最终预测的概率（逐层）" if lang == "zh" else "p(final prediction) by layer",
@@ -149,3 +152,33 @@ def test_a_real_models_pages_as_svg_and_pdf(client: TestClient, smollm2, lang: s
             assert t in shown, (page, t)
         pdf = client.get("/api/v1/figure", params={"page": f"{page}&lang={lang}", "format": "pdf"})
         assert pdf_pages(pdf.content) == 1
+
+
+@pytest.mark.parametrize(
+    ("page", "titles"),
+    [
+        ("/?tokens=cat+sat+on&stage=4", {"en": ["Lab · toy (d = 4, 1 head) · Softmax", "A (weights) · head 0 · (N, N) = (3, 3)"],
+                                         "zh": ["实验室 · 玩具（d = 4，1 个头） · Softmax", "A（权重） · 头 0 · (N, N) = (3, 3)"]}),
+        ("/?tokens=cat+sat+on&stage=1", {"en": ["Lab · toy (d = 4, 1 head) · Projection", "X (inputs) · (N, d_model) = (3, 4)"],
+                                         "zh": ["实验室 · 玩具（d = 4，1 个头） · 投影", "X（输入） · (N, d_model) = (3, 4)"]}),
+        ("/block?tokens=cat+sat+on&stage=9", {"en": ["Whole block · toy (d = 4, 1 head) · FFN hidden",
+                                                     "FFN hidden · (N, d_ff) = (3, 16)"],
+                                              "zh": ["完整的块 · 玩具（d = 4，1 个头） · FFN 隐藏层", "FFN 隐藏层 · (N, d_ff) = (3, 16)"]}),
+    ],
+)  # fmt: skip
+def test_titles_are_in_the_pages_language(client: TestClient, page: str, titles: dict[str, list[str]]) -> None:
+    """The figure's title and each panel's are the catalogue's words in the page's language: Chinese in zh (no
+    English name such as "weights" left), English in en (no Chinese)."""
+    for lang, expected in titles.items():
+        r = client.get("/api/v1/figure", params={"page": f"{page}&lang={lang}", "format": "svg"})
+        assert r.status_code == 200, r.text
+        texts = svg_texts(r.content)
+        for title in expected:
+            assert title in texts, (title, [t for t in texts if "·" in t])
+        shown = [t for t in texts if "·" in t and not re.search(r"\w=\w", t)]  # the titles, not the caption's settings
+        assert len(shown) >= len(expected)
+        if lang == "zh":
+            assert all(CJK.search(t) for t in shown), shown
+            assert not any(w in t for t in shown for w in ("weights", "head", "layer", "hidden", "Lab")), shown
+        else:
+            assert not any(CJK.search(t) for t in shown), shown
