@@ -1,7 +1,7 @@
 // Attention Lab: live rooms. In a room (cookie lab_room) every page gets the room bar from /r/<code>/bar, which
 // follows the room's events with htmx's SSE extension (templates/room_bar.html): the poll box is rendered by the
 // server for this screen and swapped in by htmx (`poll-html`, templates/_room_poll.html); here, `state` moves a
-// following screen to the teacher's view (fetched and swapped in place, keeping the bar) and `end` closes the class.
+// following screen to the teacher's view (fetched and swapped in by htmx, the bar kept out of the swap) and `end` closes the class.
 // Also here: exploring, answering, a cell poll's cells, the teacher's announcing, a lesson's held answers.
 (function () {
   "use strict";
