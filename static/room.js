@@ -1,7 +1,7 @@
 // Attention Lab: live rooms. In a room (cookie lab_room) every page gets the room bar from /r/<code>/bar, which
 // follows the room's events with htmx's SSE extension (templates/room_bar.html): the poll box is rendered by the
 // server for this screen and swapped in by htmx (`poll-html`, templates/_room_poll.html); here, `state` moves a
-// following screen to the teacher's view (fetched and swapped in place, keeping the bar) and `end` closes the class.
+// following screen to the teacher's view (fetched and swapped in by htmx, the bar kept out of the swap) and `end` closes the class.
 // Also here: exploring, answering, a cell poll's cells, the teacher's announcing, a lesson's held answers.
 (function () {
   "use strict";
@@ -45,15 +45,14 @@
       })
       .then(function (html) {
         if (html === null || mine !== seq || (role === "student" && !following())) return; // newer, or exploring
-        var doc = new DOMParser().parseFromString(html, "text/html"), nodes = Array.prototype.slice.call(doc.body.childNodes);
-        document.title = doc.title;
-        document.body.className = doc.body.className;
-        document.body.replaceChildren.apply(document.body, nodes.concat([bar]));
-        document.body.setAttribute("data-room", role);
+        // htmx swaps the page in (its title too) and processes it; the bar, and with it the room's event stream, is
+        // kept out of the swap, which would clean it up.
+        bar.remove();
+        window.htmx.swap(document.body, html, { swapStyle: "innerHTML" });
+        document.body.appendChild(bar);
         if (role === "student") document.body.setAttribute("data-room-following", "1");
         if (role === "teacher") { announced = view; addAsk(); presentRoom(); }
         history.replaceState(null, "", url);
-        nodes.forEach(function (n) { if (n.nodeType === 1 && window.htmx) window.htmx.process(n); });
         pollChanged();
         document.dispatchEvent(new CustomEvent("room:followed", { detail: view }));
         toPlace(place);
@@ -79,12 +78,9 @@
   }
 
   function studentId() {
-    var id = localStorage.getItem("lab_student");
-    if (!id) {
-      var bytes = crypto.getRandomValues(new Uint8Array(12));
-      id = Array.prototype.map.call(bytes, function (b) { return ("0" + b.toString(16)).slice(-2); }).join("");
-      localStorage.setItem("lab_student", id);
-    }
+    var id = localStorage.getItem("lab_student") ||
+      Array.from(crypto.getRandomValues(new Uint8Array(12)), function (b) { return (b + 256).toString(16).slice(1); }).join("");
+    localStorage.setItem("lab_student", id);
     return id;
   }
   // The poll this screen shows, as the server rendered it into the bar (templates/_room_poll.html).
@@ -162,15 +158,9 @@
     if (role !== "teacher" || (announced && kit.sameView(view, announced))) return;
     announced = view;
     pending++;
-    fetch(api + "/state", { method: "PUT", credentials: "same-origin", headers: { "Content-Type": "application/json" },
-                            body: JSON.stringify(view) })
-      .then(function (res) {
-        bar.classList.toggle("refused", !res.ok);
-        if (!res.ok) { announced = null; return null; }
-        return res.json();
-      })
-      .then(function (out) { if (out && out.version > ownVersion) ownVersion = out.version; })
-      .catch(function () { announced = null; })
+    kit.json(api + "/state", "PUT", view)
+      .then(function (out) { bar.classList.remove("refused"); if (out && out.version > ownVersion) ownVersion = out.version; })
+      .catch(function (status) { announced = null; if (typeof status === "number") bar.classList.add("refused"); })
       .then(function () { pending--; tryFollow(); });
   }
   // The remote (/r/<code>/teach) may step the class: the projector follows it like a student would, unless the

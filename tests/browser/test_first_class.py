@@ -38,7 +38,7 @@ def query(page: Page) -> dict[str, list[str]]:
 def projector(tp: Page, *, numbers: bool = True) -> None:
     """Presenter mode held, and the stage's numbers (and the open cell's arithmetic) fully on screen, ≥ 24 px."""
     assert query(tp).get("present") == ["1"], tp.url
-    expect(tp.locator("body")).to_have_class("present ")
+    expect(tp.locator("body")).to_have_class(re.compile(r"(^|\s)present(\s|$)"))
     tp.wait_for_selector("#stage[data-fit]", state="attached")  # lab.js has sized the numbers for this panel
     # The class's bar can appear after that sizing (a class just started): lab.js sizes again on the new layout, so
     # poll for the fitted state (a loaded machine lags), then assert on it.
@@ -82,7 +82,7 @@ def test_a_whole_first_class(browser: Browser, live_server: str) -> None:
         tp = teacher.new_page()
         tp.goto(f"{live_server}/?stage=3&mask=causal&lesson=mask-toggle&step=1&lang=en")
         tp.click("[data-toggle=present]")  # a full page load: the whole layout changes
-        expect(tp.locator("body")).to_have_class("present ")
+        expect(tp.locator("body")).to_have_class(re.compile(r"(^|\s)present(\s|$)"))
         expect(tp.locator("form#controls")).to_be_hidden()
         tp.click("[data-room-start] button")
         expect(tp.locator("#room [data-room-role=teacher]")).to_be_visible()

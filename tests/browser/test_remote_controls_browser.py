@@ -97,6 +97,10 @@ def test_the_phone_chooses_cells_heads_and_runs_a_lesson_first(browser: Browser,
         ph.click(".teach-custom summary")
         ph.fill("[data-poll-form] input[name=prompt]", "Which cell is largest?")
         ph.select_option("[data-poll-form] select[name=kind]", "cell")
+        # Its key, picked on a copy of the matrix the class sees (rendered with the remote's controls).
+        expect(ph.locator("[data-key-matrix] table[data-matrix=weights] td[data-row]")).to_have_count(100)
+        ph.click("[data-key-matrix] td[data-row='2'][data-col='1']")
+        expect(ph.locator("[data-poll-form] [name=answer]")).to_have_value("2,1")
         ph.click("[data-poll-form] button[type=submit]")
         expect(se.locator("[data-room-prompt]")).to_have_text("Which cell is largest?", timeout=WAIT_MS)
         expect(ph.locator("[data-results]")).to_be_visible(timeout=WAIT_MS)
