@@ -230,9 +230,19 @@ def scores(p: Projection, scale: float) -> Scores:
 def mask(s: Scores, additive: torch.Tensor) -> Mask:
     """Stage 3: add M (0 or −∞) to every head's scaled scores."""
     sc = s.scaled
-    shape = torch.broadcast_shapes(sc.shape, additive.shape)
+    shape = broadcast(tuple(sc.shape), tuple(additive.shape))
     out = ARENA.empty(shape, sc.device, torch.promote_types(sc.dtype, additive.dtype))
     return Mask(mask=additive, masked=torch.add(sc, additive, out=out))
+
+
+def broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape two shapes broadcast to (numpy's rule). Not torch.broadcast_shapes: its first call imports sympy
+    (about 1 s, once per process, on a page's first trace)."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b, strict=True)):
+        raise ValueError(f"shapes {a} and {b} do not broadcast")
+    return tuple(y if x == 1 else x for x, y in zip(a, b, strict=True))
 
 
 def softmax(m: Mask) -> Softmax:

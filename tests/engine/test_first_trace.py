@@ -69,3 +69,24 @@ def test_an_answer_checks_the_heads_it_shows_and_a_page_every_head():
     assert trace.checks == whole
     per_head = [trace.verify([h]).max_abs_diff_vs_sdpa for h in range(12)]
     assert whole.max_abs_diff_vs_sdpa == max(per_head)
+
+
+def test_the_mask_stage_broadcasts_as_numpy_does_without_importing_sympy():
+    """torch.broadcast_shapes imports sympy on its first call (about a second of a process's first trace)."""
+    import subprocess
+    import sys
+
+    for a, b in (((2, 3, 3), (3, 3)), ((1, 5, 5), (4, 1, 5)), ((3,), (2, 1)), ((0, 3), (1, 3)), ((), (2,))):
+        assert attention.broadcast(a, b) == np.broadcast_shapes(a, b)
+    try:
+        attention.broadcast((2, 3), (3, 3))
+        raise AssertionError("(2, 3) and (3, 3) broadcast")
+    except ValueError as e:
+        assert "do not broadcast" in str(e)
+    code = (
+        "import sys, torch; from engine import trace\n"
+        "trace('the cat sat', mask='causal')\n"
+        "print('sympy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
