@@ -187,3 +187,21 @@ def test_the_page_shows_the_toy_and_the_block_without_a_logit(api: TestClient, p
     assert api.get(link).status_code == 200
     bad = api.get("/attribution", params={"preset": preset, "head": "1.0"})
     assert bad.status_code == 422
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_sink_sentence_says_small_vector_only_when_it_is_small(api: TestClient, lang: str) -> None:
+    """The strongest sink head's sentence follows its own ratio: "a big weight on a small vector" only below 1."""
+    from bs4 import BeautifulSoup
+
+    seen = set()
+    for preset in ("toy", "gpt2-small", "smollm2"):
+        v = api.get("/attribution.json", params={"preset": preset, "lang": lang}).json()
+        if not v.get("sink"):
+            continue
+        soup = BeautifulSoup(api.get("/attribution", params={"preset": preset, "lang": lang}).text, "html.parser")
+        said = soup.select_one(".attr-sink").text
+        small = v["sink"]["value_ratio"] < 1
+        seen.add(small)
+        assert (("很小的向量" in said) if lang == "zh" else ("a small vector" in said)) == small, (preset, said)
+    assert seen, "no preset has a sink head"
