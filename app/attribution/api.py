@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 import orjson
 import torch
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine import attribution as A
 from engine import predict as P
@@ -76,6 +76,16 @@ class AttributionRequest(BaseModel):
     score_key: int | None = Field(None, ge=0, le=1_000_000, description="The key position of the score split (the "
                                   "query is `position`; a decoder's key at most the position).")  # fmt: skip
     decimals: int | None = Field(None, ge=0, le=8, description="Round the returned numbers.")
+
+    @field_validator("text", "tokens", "target", "contrast", mode="before")
+    @classmethod
+    def _text(cls, v: Any) -> Any:
+        """A lone UTF-16 surrogate (JSON's "\\ud800") is not text: the toy cannot seed a vector from it, nor a
+        tokenizer read it (as /api/v1/attention refuses it)."""
+        if isinstance(v, list | str) and any(isinstance(t, str) and any("\ud800" <= ch <= "\udfff" for ch in t)
+                                             for t in (v if isinstance(v, list) else [v])):  # fmt: skip
+            raise ValueError("contains a lone UTF-16 surrogate (e.g. \\ud800), which is not text")
+        return v
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,8 @@ def test_the_toy_is_the_labs_and_the_tokens_and_seed_are_its_own(api: TestClient
         ({"tokens": []}, "tokens"),
         ({"text": " "}, "text"),
         ({"flow": True, "tokens": ["w"] * 30}, "tokens"),
+        ({"tokens": ["猫", "\ud800"]}, "tokens"),  # a lone surrogate is not text: no vector can be seeded from it
+        ({"text": "猫 \udfff"}, "text"),
     ],
 )
 def test_the_toys_bad_fields_are_422s_naming_them(api: TestClient, body: dict[str, object], field: str) -> None:
