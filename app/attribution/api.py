@@ -114,10 +114,8 @@ def token_of(text: Text, raw: str | None, given: int | None, field: str) -> int 
         raise FieldError(field, "the tokenizer gives no token for it")
     if len(ids) > 1:  # a word of two pieces, or two words: which logit is meant is the user's to say, not ours
         pieces = " + ".join(f"“{p}”" for p in text.model.labels(ids))
-        english = (f"“{raw}” is {len(ids)} tokens for {text.preset}: {pieces}; an attribution splits one token's "
-                   f"logit: give one of them, or its id as {field}_id")  # fmt: skip
-        raise FieldError(field, Message.worded(english, "attribution.multi_token", text=raw, model=text.preset,
-                                                n=len(ids), pieces=pieces, field=field))  # fmt: skip
+        raise FieldError(field, Message("multi_token", text=raw, model=text.preset, n=len(ids), pieces=pieces,
+                                        field=field))  # fmt: skip
     return ids[0]
 
 
