@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 import orjson
 import torch
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine import attribution as A
 from engine import predict as P
@@ -77,6 +77,16 @@ class AttributionRequest(BaseModel):
                                   "query is `position`; a decoder's key at most the position).")  # fmt: skip
     decimals: int | None = Field(None, ge=0, le=8, description="Round the returned numbers.")
 
+    @field_validator("text", "tokens", "target", "contrast", mode="before")
+    @classmethod
+    def _text(cls, v: Any) -> Any:
+        """A lone UTF-16 surrogate (JSON's "\\ud800") is not text: the toy cannot seed a vector from it, nor a
+        tokenizer read it (as /api/v1/attention refuses it)."""
+        if isinstance(v, list | str) and any(isinstance(t, str) and any("\ud800" <= ch <= "\udfff" for ch in t)
+                                             for t in (v if isinstance(v, list) else [v])):  # fmt: skip
+            raise ValueError("contains a lone UTF-16 surrogate (e.g. \\ud800), which is not text")
+        return v
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -104,10 +114,8 @@ def token_of(text: Text, raw: str | None, given: int | None, field: str) -> int 
         raise FieldError(field, "the tokenizer gives no token for it")
     if len(ids) > 1:  # a word of two pieces, or two words: which logit is meant is the user's to say, not ours
         pieces = " + ".join(f"“{p}”" for p in text.model.labels(ids))
-        english = (f"“{raw}” is {len(ids)} tokens for {text.preset}: {pieces}; an attribution splits one token's "
-                   f"logit: give one of them, or its id as {field}_id")  # fmt: skip
-        raise FieldError(field, Message.worded(english, "attribution.multi_token", text=raw, model=text.preset,
-                                                n=len(ids), pieces=pieces, field=field))  # fmt: skip
+        raise FieldError(field, Message("multi_token", text=raw, model=text.preset, n=len(ids), pieces=pieces,
+                                        field=field))  # fmt: skip
     return ids[0]
 
 

@@ -7,6 +7,7 @@ weights against the lab's own answer for the same trace (/api/v1/attention, /api
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -143,10 +144,13 @@ def test_the_toy_is_the_labs_and_the_tokens_and_seed_are_its_own(api: TestClient
         ({"tokens": []}, "tokens"),
         ({"text": " "}, "text"),
         ({"flow": True, "tokens": ["w"] * 30}, "tokens"),
+        ({"tokens": ["猫", "\ud800"]}, "tokens"),  # a lone surrogate is not text: no vector can be seeded from it
+        ({"text": "猫 \udfff"}, "text"),
     ],
 )
 def test_the_toys_bad_fields_are_422s_naming_them(api: TestClient, body: dict[str, object], field: str) -> None:
-    r = api.post("/api/v1/attribution", json={"preset": "toy"} | body)
+    sent = json.dumps({"preset": "toy"} | body)  # ASCII: a lone surrogate travels as JSON's \ud800
+    r = api.post("/api/v1/attribution", content=sent, headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text
     assert r.json()["message"].startswith(field), r.text
 
