@@ -1,5 +1,6 @@
 """What /models and /api/v1/models show: every model this server loaded (the packaged ones, --checkpoint, each
---model), with its architecture, sizes, positions, parameters, bytes and the file it came from."""
+--model), with its architecture, sizes, positions, parameters, bytes and the file it came from; and, apart, the
+encoder–decoder runs served as presets (app/train/presets.py): a model of another kind, served to /cross alone."""
 
 from __future__ import annotations
 
@@ -18,8 +19,14 @@ def models_of(lab: Lab) -> list[dict[str, Any]]:
     return [m.summary() for m in lab.models.values()]
 
 
+def encdec_of(lab: Lab) -> list[dict[str, Any]]:
+    """The finished encoder–decoder runs served as presets, by name: not one of `models` (no lab page but /cross reads
+    them), so listed apart, each saying where it is served."""
+    return [{"name": name} | p | {"serves": ["/cross"]} for name, p in lab.encdec_presets.items()]
+
+
 def api_document(lab: Lab) -> dict[str, Any]:
-    return {"models": [{k: s[k] for k in API_FIELDS} | s for s in models_of(lab)]}
+    return {"models": [{k: s[k] for k in API_FIELDS} | s for s in models_of(lab)], "encoder_decoder": encdec_of(lab)}
 
 
 class ModelsView(View):
@@ -30,4 +37,5 @@ class ModelsView(View):
     kind = "models"
 
     models: tuple[dict[str, Any], ...] = ()
+    encoder_decoder: tuple[dict[str, Any], ...] = ()  # served to /cross alone
     json_url: str = "/api/v1/models"

@@ -100,10 +100,15 @@ def test_the_runs_line_follows_the_run_as_its_card_does(client: TestClient) -> N
     assert line == f"{run_id} · reverse a sequence · 40/40 · done"
 
 
-@pytest.mark.parametrize(("query", "field"), [("run=nope", "run"), ("head=9", "head"), ("snap=-1", "snap")])
+@pytest.mark.parametrize(("query", "field"), [("run=nope", "run"), ("head=9", "head"), ("snap=-1", "snap"),
+                                             ("preset=train-nope", "preset")])  # fmt: skip
 def test_bad_input_is_422_naming_the_field(client: TestClient, query: str, field: str) -> None:
     r = client.get(f"/cross?{query}")
     assert r.status_code == 422 and field in r.headers.get("X-Lab-Error", "")
+    # the live block alone, as static/train.js and htmx ask for it: the error in its place, not a 500
+    r = client.get(f"/cross?{query}", headers={"HX-Request": "true"})
+    assert r.status_code == 422 and field in r.headers.get("X-Lab-Error", "")
+    assert field in BeautifulSoup(r.text, "html.parser").select_one("#train-live .error").text
 
 
 def test_the_direction_is_offered_for_number_words_alone(client: TestClient) -> None:

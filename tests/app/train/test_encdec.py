@@ -10,6 +10,7 @@ import zipfile
 
 import pytest
 import torch
+from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 from safetensors.torch import load
 
@@ -108,6 +109,24 @@ def test_a_finished_run_is_a_preset_of_the_server(client: TestClient) -> None:
     for bad in ("train-nope", "gpt2", "train-"):
         r = client.get(f"/cross.json?preset={bad}")
         assert r.status_code == 422 and "preset" in r.text, (bad, r.text)
+
+
+def test_the_models_list_names_the_encoder_decoder_presets_apart(client: TestClient) -> None:
+    """/api/v1/models and /models, where the lab's models are listed, list a finished run's preset too, apart from the
+    models every page takes and saying it serves /cross alone (#47, a second walk)."""
+    run_id = client.post("/api/v1/train", json=TINY | {"seed": 2}).json()["id"]
+    assert events_until_end(client, run_id)[-1][1]["status"] == "done"
+    name = f"train-{run_id}"
+    listed = client.get("/api/v1/models").json()
+    assert name not in [m["name"] for m in listed["models"]]
+    mine = {m["name"]: m for m in listed["encoder_decoder"]}[name]
+    assert mine["serves"] == ["/cross"] and mine["page"] == f"/cross?preset={name}" and mine["d_k"] == 16
+    for lang, words in (("en", "served to /cross alone"), ("zh", "只用于 /cross")):
+        soup = BeautifulSoup(client.get(f"/models?lang={lang}").text, "html.parser")
+        row = soup.select_one(f'#encoder-decoder tr[data-encdec="{name}"]')
+        assert words in soup.select_one("#encoder-decoder h3").text and row is not None
+        assert row.select_one("a")["href"] == f"/cross?preset={name}&lang={lang}"
+        assert not soup.select(f'table.models tr[data-model="{name}"]')  # not among the models every page takes
 
 
 @pytest.mark.parametrize(("body", "field"), [({"task": "repeat"}, "task"), ({"causal": False}, "causal"),
