@@ -80,11 +80,13 @@ def test_real_patterns_beside_their_masks(page: Page, server: str, lang: str) ->
 
 def beside_the_title(page: Page) -> bool:
     """The presenter switch on the title's line (as the page's shell and /heads and /patch place it), not under it."""
-    return bool(page.evaluate("""() => {
+    return bool(
+        page.evaluate("""() => {
       const h = document.querySelector('main h2').getBoundingClientRect();
       const s = document.querySelector('main [data-toggle=present]').getBoundingClientRect();
       const y = (s.top + s.bottom) / 2;
-      return h.top < y && y < h.bottom && s.left > h.right; }"""))
+      return h.top < y && y < h.bottom && s.left > h.right; }""")
+    )
 
 
 # Each matrix's labels as drawn on the screen (CSS pixels), and its width: [[smallest label, width], …]
