@@ -10,10 +10,12 @@ inside `draw` only (the Agg backend, no pyplot): the server starts without it.
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import math
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,20 +125,22 @@ def _reduce(h: Heat, max_cells: int, words: dict[str, str] = WORDS["en"]) -> Hea
 
 
 def draw(fig_spec: Figure, fmt: str, caption: str, lang: str = "en", *, max_cells: int = 65536,
-         max_panels: int = 12, max_labels: int = 64, metadata: dict[str, str] | None = None) -> bytes:  # fmt: skip
+         max_panels: int = 12, max_labels: int = 64, metadata: dict[str, str] | None = None,
+         inspect: Callable[[Any], None] | None = None) -> bytes:  # fmt: skip
     """The figure as `fmt` bytes (svg, pdf or png). Bounded: at most `max_panels` panels, each heat map reduced to
-    at most `max_cells` cells, at most `max_labels` labels per axis (every k-th beyond)."""
+    at most `max_cells` cells, at most `max_labels` labels per axis (every k-th beyond, fewer where they would
+    overlap). `inspect`, when given, sees the laid-out matplotlib figure before it is written (the tests)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}")
     if len(fig_spec.panels) > max_panels:
         raise TooLarge("figure_max_panels", f"the page shows {len(fig_spec.panels)} figures; the bound is {max_panels}")
     with _LOCK, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")  # a control character: a box
-        return _draw(fig_spec, fmt, caption, lang, max_cells, max_labels, metadata or {})
+        return _draw(fig_spec, fmt, caption, lang, max_cells, max_labels, metadata or {}, inspect)
 
 
 def _draw(spec: Figure, fmt: str, caption: str, lang: str, max_cells: int, max_labels: int,
-          metadata: dict[str, str]) -> bytes:  # fmt: skip
+          metadata: dict[str, str], inspect: Callable[[Any], None] | None = None) -> bytes:  # fmt: skip
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -166,18 +170,24 @@ def _draw(spec: Figure, fmt: str, caption: str, lang: str, max_cells: int, max_l
         fig = MplFigure(figsize=(width, height), layout="constrained")
         FigureCanvasAgg(fig)
         fig.suptitle(spec.title, fontsize=12, fontweight="bold")
+        labelled: list[tuple[Any, str, list[str]]] = []  # the axes whose tick labels are tokens or positions
         for i, p in enumerate(panels):
             ax = fig.add_subplot(nrows, ncols, i + 1)
             if isinstance(p, Heat):
                 _heat(fig, ax, p, words, max_labels)
+                labelled += [(ax, "x", p.cols), (ax, "y", p.rows)]
             elif isinstance(p, Lines):
                 _lines(ax, p)
             else:
                 _curves(ax, p, words, max_labels)
+                labelled.append((ax, "x", p.x))
         if any(isinstance(p, Heat) and p.hatched.any() for p in panels):
             caption = f"{caption} · {words['hatched']}"
         fig.text(0.5, 0.0, caption, ha="center", va="bottom", fontsize=7, color="#444444", wrap=True)
         fig.get_layout_engine().set(h_pad=0.08, rect=(0, 0.05, 1, 0.95))  # type: ignore[union-attr, call-arg]
+        _declutter(fig, labelled)
+        if inspect is not None:
+            inspect(fig)
         buf = io.BytesIO()
         meta = _metadata(fmt, spec.title, caption, metadata)
         fig.savefig(buf, format=fmt, dpi=PNG_DPI if fmt == "png" else 100, metadata=meta)
@@ -192,6 +202,52 @@ def _metadata(fmt: str, title: str, caption: str, extra: dict[str, str]) -> dict
         return {"Title": title, "Description": caption + "\n" + "\n".join(f"{k}: {v}" for k, v in extra.items()),
                 "Creator": "Attention Lab (matplotlib)"}  # fmt: skip
     return {"Title": title, "Description": caption, "Software": "Attention Lab (matplotlib)", **extra}
+
+
+LABEL_GAP_PX = 1.0  # the least room between two neighbouring tick labels' boxes, as drawn
+DECLUTTER_ROUNDS = 4
+
+
+def _declutter(fig: Any, labelled: list[tuple[Any, str, list[str]]]) -> None:
+    """Thin the token labels of each axis (every k-th), and turn a crowded key axis's labels upright, until no two
+    neighbours' boxes, as matplotlib lays them out, come within LABEL_GAP_PX: a long probe's 65 keys no longer print
+    over each other, a short sentence keeps every label. Each round lays the figure out again (the labels' room
+    changes the axes' size)."""
+    for _ in range(DECLUTTER_ROUNDS):
+        fig.draw_without_rendering()
+        renderer = fig.canvas.get_renderer()
+        crowded = False
+        for ax, which, labels in labelled:
+            texts = [t for t in (ax.get_xticklabels() if which == "x" else ax.get_yticklabels()) if t.get_text()]
+            if len(texts) < 2:
+                continue
+            boxes = [t.get_window_extent(renderer) for t in texts]
+            lo, hi = ("x0", "x1") if which == "x" else ("y0", "y1")
+            boxes.sort(key=lambda b: getattr(b, lo))
+            pitch = (getattr(boxes[-1], lo) - getattr(boxes[0], lo)) / (len(boxes) - 1)
+            need = max(getattr(b, hi) - getattr(b, lo) for b in boxes) + LABEL_GAP_PX
+            if all(getattr(b, lo) - getattr(a, hi) >= LABEL_GAP_PX for a, b in itertools.pairwise(boxes)):
+                continue
+            crowded = True
+            step = math.ceil(len(labels) / len(texts))
+            rotation = texts[0].get_rotation()
+            if which == "x" and rotation not in (0, 90):  # upright first: a 60° label's box is wider than its line
+                _set_ticks(ax, which, labels, step, 90)
+                continue
+            _set_ticks(ax, which, labels, max(step + 1, math.ceil(step * need / max(pitch, 1e-6))), rotation)
+        if not crowded:
+            return
+
+
+def _set_ticks(ax: Any, which: str, labels: list[str], step: int, rotation: float = 0) -> None:
+    idx = list(range(0, len(labels), step))
+    shown = [labels[i] for i in idx]
+    if which == "y":
+        ax.set_yticks(idx, shown)
+    elif rotation in (0, 90):
+        ax.set_xticks(idx, shown, rotation=rotation, ha="center", rotation_mode="default")
+    else:
+        ax.set_xticks(idx, shown, rotation=rotation, ha="right", rotation_mode="anchor")
 
 
 def _ticks(labels: list[str], max_labels: int) -> tuple[list[int], list[str]]:

@@ -182,3 +182,52 @@ def test_titles_are_in_the_pages_language(client: TestClient, page: str, titles:
             assert not any(w in t for t in shown for w in ("weights", "head", "layer", "hidden", "Lab")), shown
         else:
             assert not any(CJK.search(t) for t in shown), shown
+
+
+def _overlapping(fig) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """Every pair of one axis' tick labels whose boxes, as matplotlib lays them out, intersect."""
+    renderer = fig.canvas.get_renderer()
+    pairs = []
+    for ax in fig.axes:
+        for texts in (ax.get_xticklabels(), ax.get_yticklabels()):
+            shown = [(t.get_text(), t.get_window_extent(renderer)) for t in texts if t.get_text() and t.get_visible()]
+            for i, (a, box_a) in enumerate(shown):
+                pairs += [(a, b) for b, box_b in shown[i + 1 :] if box_a.overlaps(box_b)]
+    return pairs
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_long_probes_token_labels_do_not_overlap(lang: str) -> None:
+    """/heads' figure for an induction probe of 65 tokens (two runs of 32 words and a BOS): the key axis' labels
+    were printed over each other. Thinned (and upright) until no two labels' boxes intersect; a short sentence
+    keeps every label."""
+    import numpy as np
+
+    from app.render.figure import Curves, Figure, Heat, draw
+
+    words = ["Henri", "units", "(c2)", "spe", "Bever", "habitation", "elective", "Apples", "geared", "speculate",
+             "urgent", "worlds", "orns", "ributes", "Timmy", "Allies", "neuropsych", "Chapel", "secure", "attic",
+             "Micro", "Eric", "otti", "rites", "borrowing", "posable", "fren", "pattern", "这个", "词元", "长长的词", "x"]  # fmt: skip
+    probe = ["<|im_start|>", *words, *words]
+    n = len(probe)
+    weights = np.tril(np.random.default_rng(0).random((n, n)))
+    grid = Heat("induction · layer × head", [str(i) for i in range(30)], [str(j) for j in range(9)],
+                np.random.default_rng(1).random((30, 9)), np.zeros((30, 9), bool), "sequential", ylabel="layer",
+                xlabel="head")  # fmt: skip
+    pattern = Heat("A · layer 18 · head 6", probe, probe, weights, weights == 0, "sequential")
+    loss = Curves("loss per position", [str(i) for i in range(n - 1)], [("loss", list(np.linspace(18, 0, n - 1)))])
+    seen: dict[str, list[str]] = {}
+
+    def check(fig) -> None:  # type: ignore[no-untyped-def]
+        seen["overlaps"] = [f"{a} / {b}" for a, b in _overlapping(fig)]
+        weights = next(ax for ax in fig.axes if ax.get_title().startswith("A"))
+        seen["keys"] = [t.get_text() for t in weights.get_xticklabels() if t.get_text()]
+
+    for fmt in ("svg", "pdf"):
+        draw(Figure("heads · smollm2", [grid, pattern, loss]), fmt, "Attention Lab · /heads", lang, inspect=check)
+        assert seen["overlaps"] == [], seen["overlaps"][:5]
+        assert 8 <= len(seen["keys"]) < n  # thinned, not emptied
+    short = Heat("A", ["cat", "sat", "on", "the", "mat"], ["cat", "sat", "on", "the", "mat"], np.eye(5),
+                 np.zeros((5, 5), bool), "sequential")  # fmt: skip
+    draw(Figure("lab", [short]), "svg", "Attention Lab · /", lang, inspect=check)
+    assert seen["overlaps"] == [] and seen["keys"] == ["cat", "sat", "on", "the", "mat"]
