@@ -60,21 +60,26 @@
       .catch(function () { /* the next event (or "back to the teacher") tries again */ });
   }
   // The place the remote's press is about: the link to this view on the page shown now names it by its #fragment
-  // (e.g. "Rank the heads" → #ranking). A followed screen scrolls there, after the page's own layout has run.
+  // (e.g. "Rank the heads" → #ranking). A followed screen scrolls there, after the page's own layout has run. A
+  // link that names no sentence matches the view with the class's kept one (rooms/api.py kept_sentence).
   function placeOf(view) {
-    var links = document.querySelectorAll("a[href*='#']");
+    var links = document.querySelectorAll("a[href*='#']"), kept = new URLSearchParams(view.query);
+    kept.delete("tokens");
     for (var i = 0; i < links.length; i++) {
-      var u = new URL(links[i].getAttribute("href"), location.href);
+      var u = new URL(links[i].getAttribute("href"), location.href), own = kit.asView(u.href);
       if (bar.contains(links[i]) || u.origin !== location.origin || u.hash.length < 2) continue;
-      if (kit.sameView(kit.asView(u.href), view)) return decodeURIComponent(u.hash.slice(1));
+      if (kit.sameView(own, new URLSearchParams(own.query).has("tokens") ? view : { page: view.page, query: kept.toString() }))
+        return decodeURIComponent(u.hash.slice(1));
     }
     return null;
   }
+  // A followed page lands as a navigation would: at its place if it has one, else at its top (the swap keeps the
+  // scroll of the page before, which left a phone at the foot of the new page, its lesson panel off screen above).
   function toPlace(id) {
     var el = id && document.getElementById(id);
-    if (!el) return;
-    el.scrollIntoView({ block: "start" });
-    requestAnimationFrame(function () { el.scrollIntoView({ block: "start" }); });
+    var land = el ? function () { el.scrollIntoView({ block: "start" }); } : function () { window.scrollTo(0, 0); };
+    land();
+    requestAnimationFrame(land);
   }
 
   function studentId() {

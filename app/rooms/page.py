@@ -177,6 +177,8 @@ async def bar(code: str, request: Request, rooms: RoomsDep, student: str | None 
     url = join_url(request, room.code)
     ctx = {"t": translator(lang), "lang": lang, "room": room, "teacher": teacher, "join_url": url,
            "student": (student or "")[:64],
+           # the count as the bar arrives: a teacher's new page read "0" until its first refresh came back
+           "followers": await rooms.store.followers(room.code) if teacher else 0,
            "qr": qr_svg(url) if teacher and len(url) <= MAX_QR_CHARS else None,
            "loopback": teacher and unreachable(urlsplit(url).hostname or "", rooms.settings.bind_host,
                                                rooms.settings.public_url)}  # fmt: skip

@@ -9,6 +9,7 @@ behind a proxy or with --public-url) — before the class starts and once it has
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -63,5 +64,18 @@ def test_the_loopback_warning_shows_only_where_phones_cannot_reach(
             assert ("192.0.2.10" in join) is not warned, join  # the public address where one is configured
             expect(page.locator(WARNING)).to_have_count(1 if warned else 0)
             expect(page.locator("#room [data-warning=loopback]")).to_have_count(1 if warned else 0)
+            if warned:  # the projector's slim bar says so too, in its short form (#43: it said nothing)
+                bar = page.locator("#room [data-warning=loopback]")
+                expect(bar.locator(".warning-short")).to_be_visible()
+                expect(bar.locator(".warning-short")).to_contain_text("0.0.0.0")
+                expect(bar.locator(".warning-long")).to_be_hidden()
+                line = page.evaluate("parseFloat(getComputedStyle(document.querySelector('#room .room-bar')).fontSize)")
+                assert bar.bounding_box()["height"] < 4 * line, bar.bounding_box()  # compact: one line or two
+                page.locator("#room").screenshot(path=f"/tmp/js43_present_bar_{lang}.png")
+                page.locator("a[data-toggle=present]:visible").first.click()  # the normal bar: the whole warning
+                expect(page.locator("body")).not_to_have_class(re.compile(r"\bpresent\b"))
+                expect(bar.locator(".warning-long")).to_be_visible()
+                expect(bar.locator(".warning-short")).to_be_hidden()
+                page.locator("#room").screenshot(path=f"/tmp/js43_normal_bar_{lang}.png")
         finally:
             ctx.close()
