@@ -742,14 +742,7 @@ def test_a_step_with_a_place_on_its_page_names_it_on_its_panel(client):
         assert panel.get("data-anchor") == (urlsplit(lesson.steps[k - 1].url).fragment or None), url
 
 
-# translator-reads: reordered at merge by the lead (its author, encdec3, is editing that lesson on another branch).
-SPREAD_AT_MERGE = {"translator-reads": "reordered at merge by the lead"}
-
-
-@pytest.mark.parametrize("lesson", [
-    pytest.param(le, marks=pytest.mark.skip(reason=SPREAD_AT_MERGE[le.slug])) if le.slug in SPREAD_AT_MERGE else le
-    for le in LESSONS
-], ids=lambda le: le.slug)  # fmt: skip
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda le: le.slug)
 def test_a_lessons_choice_polls_do_not_all_keep_their_answer_in_one_place(lesson):
     """Students who learn that the answer is the first button tap the first button: a lesson with three or more
     choice polls (app/web/lessons.json) puts their answers at more than one option index."""

@@ -82,7 +82,9 @@ def test_the_remote_lists_the_controls_the_page_shows(lab: TestClient, url: str)
             links.setdefault(view(a["href"], path), "" if a.has_attr("data-head-choice") else text(a))
         buttons = remote.select(f"[data-controls={group}] button")
         assert [announced(b, path) for b in buttons] == list(links), group
-        assert [text(b) if label else "" for b, label in zip(buttons, links.values(), strict=True)] == list(links.values())
+        assert [text(b) if label else "" for b, label in zip(buttons, links.values(), strict=True)] == list(
+            links.values()
+        )
         shown += len(buttons)
     for go, selector in GO.items():
         a, b = (
