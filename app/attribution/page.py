@@ -4,6 +4,7 @@ page's own `head` and `sort`), its View (app/attribution/view.py) and its templa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -36,12 +37,22 @@ async def view(state: AttributionQuery, lab: Lab, progress: str, ctx: dict[str, 
     return await attribution_view(state, lab, progress, ctx, state.head, state.sort, state.key)
 
 
+# What names a place in one model's tokens, heads or vocabulary: meaningless in another's.
+MODEL_BOUND = ("head", "key", "position", "target", "contrast", "token_ids")
+
+
 def state_of(request: Request, path: str, keys: tuple[str, ...], query: type[AttributionQuery]) -> AttributionQuery:
-    """The page's query; a token's own spaces count (" London" is not "London"): kept as typed."""
-    state = query.of(request.query_params, path, keys)
+    """The page's query; a token's own spaces count (" London" is not "London"): kept as typed. The form sends the
+    model it was drawn for (`was`): when its model menu changed, the head, key, position and tokens it carries from
+    the old model are dropped (layer 23 of SmolLM2 is no head of the toy), and the new model opens on its defaults."""
+    params: Mapping[str, str] = request.query_params
+    was = params.get("was", "")
+    if was and was != params.get("preset", ""):
+        params = {k: v for k, v in params.items() if k not in MODEL_BOUND}
+    state = query.of(params, path, keys)
     for name in ("target", "contrast"):
         if name in state.params:
-            state.params[name] = request.query_params[name]
+            state.params[name] = params[name]
     return state
 
 

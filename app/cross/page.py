@@ -79,14 +79,21 @@ async def cross_build(state: PageQuery, job: Any, jobs: list[Any], lab: Lab, ser
     if job is not None and not isinstance(job.run, EncDecRun):
         raise FieldError("run", f"run {q.run!r} trains a GPT: /train?run={q.run} shows it")
     lang = ctx["lang"]
-    links = [RunLink(j.id, j.run.config.task, j.status, j.run.step, j.run.config.steps, href(j.id, None, 0, lang),
-                     j.preset, f"/cross?preset={j.preset}&lang={lang}" if j.preset else None)
-             for j in reversed(jobs)]  # fmt: skip
     if job is None or not job.run.snapshots:
         shown = preview()  # until the run's first snapshot: the default model as initialised
         if job is not None:
             shown.status = job.status
         message = "" if job is None else job.message
-        return cross_view(q.model_copy(update={"snap": None}), shown, links, ctx["t"], lang, message,
+        view = cross_view(q.model_copy(update={"snap": None}), shown, [], ctx["t"], lang, message,
                           live=job is not None and job.live, real=real)  # fmt: skip
-    return cross_view(q, job.run, links, ctx["t"], lang, job.message, job.live, real, served, q.preset or None)
+    else:
+        view = cross_view(q, job.run, [], ctx["t"], lang, job.message, job.live, real, served, q.preset or None)
+
+    # The runs line, after the card: a run trains on meanwhile, so the shown run's step and status are the card's own
+    # (read once), never a step the card has not reached yet.
+    def link(j: Any) -> RunLink:
+        status, step = (view.run_status, view.step) if j is job else (j.status, j.run.step)
+        return RunLink(j.id, j.run.config.task, status, step, j.run.config.steps, href(j.id, None, 0, lang), j.preset,
+                       f"/cross?preset={j.preset}&lang={lang}" if j.preset else None)  # fmt: skip
+
+    return view.model_copy(update={"runs": [link(j) for j in reversed(jobs)]})

@@ -174,6 +174,8 @@ def test_the_page_shows_the_toy_and_the_block_without_a_logit(api: TestClient, p
     note = soup.select_one("[data-no-dla]")
     assert note is not None and note.text.strip() == v["no_dla"]
     assert ("反嵌入" in note.text) if lang == "zh" else ("no unembedding" in note.text)
+    intro = soup.select_one(".model-intro").text  # generated weights: neither "reads both sides" nor a real logit
+    assert ("种子生成" in intro) if lang == "zh" else ("generated from a seed" in intro and "both sides" not in intro)
     assert soup.select_one("input[name=target]") is None and soup.select_one(".attr-sum") is None
     assert soup.select_one("textarea[name=text]").text == " ".join(doc["tokens"])  # the preset's own tokens
     cells = soup.select("table.attr-grid td[data-head]")
@@ -209,3 +211,24 @@ def test_the_sink_sentence_says_small_vector_only_when_it_is_small(api: TestClie
         seen.add(small)
         assert (("很小的向量" in said) if lang == "zh" else ("a small vector" in said)) == small, (preset, said)
     assert seen, "no preset has a sink head"
+
+
+@pytest.mark.parametrize("preset", ["toy", "gpt2-small", "minilm"])
+def test_changing_the_forms_model_drops_the_old_models_head_key_and_position(api: TestClient, preset: str) -> None:
+    """A head, key and position chosen on SmolLM2 (layer 23, position 13) name nothing in the toy: the form says which
+    model it was drawn for, and a changed model opens on its own defaults instead of a 422. A URL that names a head
+    the model lacks, without the form, is still a 422 naming `head`."""
+    from bs4 import BeautifulSoup
+
+    page = api.get("/attribution", params={"preset": "smollm2", "head": "23.4", "key": "4", "position": "13"})
+    form = BeautifulSoup(page.text, "html.parser").select_one("form#attr-form")
+    sent = {i["name"]: i.get("value", "") for i in form.select("input[name]")}
+    sent |= {t["name"]: t.text for t in form.select("textarea[name]")}
+    assert sent["was"] == "smollm2" and sent["head"] == "23.4"
+    sent["preset"] = preset  # the model menu changed, the rest of the form as it was
+    r = api.get("/attribution", params=sent)
+    assert r.status_code == 200, r.headers.get("x-lab-error")
+    v = api.get("/attribution.json", params=sent).json()
+    assert v["chosen"]["layer"] < (6 if preset == "minilm" else 1)
+    bad = api.get("/attribution", params={"preset": preset, "head": "23.4"})
+    assert bad.status_code == 422 and "head" in bad.headers["x-lab-error"]
