@@ -462,7 +462,7 @@ async def builtin_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str,
     link = builtin_link(str(doc["preset"]), tuple(doc["tokens"]), block, ctx["lang"], state.present)
     view = build(state, ctx, Named(str(doc["preset"])), doc, extra, detail, (0, head), "abs",
                  lab.settings.max_flow_tokens, why, link=link)  # fmt: skip
-    said = t(f"attribution.no_dla.{doc['trace']}", model=doc["preset"])
+    said = t(f"attribution.no_dla.{doc['trace']}", model=t("preset." + doc["preset"]))
     return view.model_copy(update={"no_dla": said, "trace": str(doc["trace"]),
                                    "head_explain": "attribution.head.explain.trace"})  # fmt: skip
 
