@@ -15,7 +15,8 @@ PAGES = {
     "/generate?text=The+capital+of+France+is&max_new_tokens=3&do_sample=true&seed=0&temperature=0.7&top_k=20&top_p=0.9&"
     "min_p=0.01": ".filters-scroll",
     "/lens?text=The+cat+sat+on+the+mat.": ".scroll.lens-scroll",
-    "/models": ".scroll:has(> table.models)",
+    # the table of the lab's models (a second, of encoder–decoders, follows once a run has trained in this server)
+    "/models": "main.models-page > .scroll:has(> table.models)",
 }
 # the box's overflow and its fade: the right edge's alpha under the mask (read from the computed --more-right)
 CUE = """sel => { const box = document.querySelector(sel); const s = getComputedStyle(box);
