@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from app.lab.admission import HeavyWork
+from app.web.cache import refuse_heavy
 from tests.conftest import run_async
 from tests.wait import until
 
@@ -28,6 +29,18 @@ def blocking_app() -> tuple[Any, asyncio.Event, list[str]]:
     return app, release, seen
 
 
+def served(inner: Any, heavy: HeavyWork) -> Any:
+    """`inner` behind `heavy`'s shares, as the page kernel's layer serves a heavy path (app/web/cache.py `Kernel`)."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] in heavy.paths:
+            await heavy.serve(inner, scope, receive, send, refuse_heavy)
+        else:
+            await inner(scope, receive, send)
+
+    return app
+
+
 def client(app: Any, address: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(address, 1234)), base_url="http://lab")
 
@@ -35,7 +48,8 @@ def client(app: Any, address: str) -> httpx.AsyncClient:
 def test_one_address_gets_one_heavy_computation_at_a_time_and_a_shared_url_is_free() -> None:
     async def main() -> dict[str, Any]:
         inner, release, seen = blocking_app()
-        app = HeavyWork(inner, frozenset({"/api/v1/predict", "/api/v1/model_view"}), per_client=1)
+        heavy = HeavyWork(frozenset({"/api/v1/predict", "/api/v1/model_view"}), per_client=1)
+        app = served(inner, heavy)
         async with client(app, "10.0.0.1") as one, client(app, "10.0.0.2") as other:
             first = asyncio.create_task(one.get("/api/v1/predict?text=a"))
             await until(lambda: seen, what="the first request reached the app")
@@ -47,7 +61,7 @@ def test_one_address_gets_one_heavy_computation_at_a_time_and_a_shared_url_is_fr
             release.set()
             done = [await t for t in (first, same, elsewhere, light)]
             after = await one.get("/api/v1/model_view?text=b")  # the address's computation ended: its turn again
-            return {"refused": refused, "done": done, "after": after, "left": (dict(app.running), dict(app.urls))}
+            return {"refused": refused, "done": done, "after": after, "left": (dict(heavy.running), dict(heavy.urls))}
 
     out = run_async(main)
     refused = out["refused"]
@@ -61,7 +75,7 @@ def test_one_address_gets_one_heavy_computation_at_a_time_and_a_shared_url_is_fr
 def test_no_cap_when_the_setting_is_zero() -> None:
     async def main() -> list[int]:
         inner, release, seen = blocking_app()
-        app = HeavyWork(inner, frozenset({"/api/v1/predict"}), per_client=0)
+        app = served(inner, HeavyWork(frozenset({"/api/v1/predict"}), per_client=0))
         async with client(app, "10.0.0.1") as one:
             tasks = [asyncio.create_task(one.get(f"/api/v1/predict?text={i}")) for i in range(3)]
             await until(lambda: len(seen) == 3, what="3 requests reached the app")
@@ -77,7 +91,7 @@ def test_a_class_on_one_address_shares_its_teachers_view_in_every_language_and_o
 
     async def main() -> dict[str, int]:
         inner, release, seen = blocking_app()
-        app = HeavyWork(inner, frozenset({"/predict"}), per_client=1)
+        app = served(inner, HeavyWork(frozenset({"/predict"}), per_client=1))
         async with client(app, "10.0.0.1") as nat:
             first = asyncio.create_task(nat.get("/predict?text=a&lesson=x&lang=en"))
             await until(lambda: seen, what="the first request reached the app")
@@ -109,9 +123,14 @@ def test_with_redis_the_share_holds_across_web_workers() -> None:
     async def main(url: str) -> dict[str, Any]:
         inner, release, seen = blocking_app()
         paths = frozenset({"/api/v1/predict", "/api/v1/model_view"})
-        a = HeavyWork(inner, paths, per_client=1, shared=SharedShares(LoopRedis(url)))
-        b = HeavyWork(inner, paths, per_client=1, shared=SharedShares(LoopRedis(url)))
-        async with client(a, "10.0.0.1") as on_a, client(b, "10.0.0.1") as on_b, client(b, "10.0.0.2") as other:
+        a = HeavyWork(paths, per_client=1, shared=SharedShares(LoopRedis(url)))
+        b = HeavyWork(paths, per_client=1, shared=SharedShares(LoopRedis(url)))
+        on = served(inner, a), served(inner, b)
+        async with (
+            client(on[0], "10.0.0.1") as on_a,
+            client(on[1], "10.0.0.1") as on_b,
+            client(on[1], "10.0.0.2") as other,
+        ):
             first = asyncio.create_task(on_a.get("/api/v1/predict?text=a"))
             while not seen:
                 await asyncio.sleep(0.01)
