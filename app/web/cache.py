@@ -16,6 +16,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from fastapi import Request, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -233,8 +234,10 @@ async def refuse_heavy(scope: Scope, receive: Receive, send: Send, cap: int) -> 
     lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
     t = translator(lang)
     url = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "lang"]
+    lang_urls = {code: f"{request.url.path}?{urlencode([*kept, ('lang', code)])}" for code in LANGS}  # this page
     ctx = {"page": "refused", "t": t, "lang": lang, "langs": LANGS, "json_url": None, "error": ["429"],
-           "lang_urls": {code: f"/?lang={code}" for code in LANGS}, "status": 429, "fragment": False, "html": True,
+           "lang_urls": lang_urls, "status": 429, "fragment": False, "html": True,
            "hints": True, "lesson_panel": None, "present": False, "present_url": None, "carry": {},
            "message": t("refused.heavy", cap=cap, seconds=int(HEAVY_RETRY)), "retry_url": url}  # fmt: skip
     headers = {"Retry-After": HEAVY_RETRY.decode(), "Vary": "Accept, Accept-Language"}

@@ -153,3 +153,46 @@ def test_with_redis_the_share_holds_across_web_workers() -> None:
     assert "MAX_HEAVY_PER_CLIENT" in out["refused"].json()["message"]
     assert out["done"] == [200, 200, 200] and out["after"] == 200
     assert out["left"] == [] and out["local"] == ({}, {})
+
+
+def test_a_page_load_refused_is_a_page_in_its_language_and_the_api_a_json_problem() -> None:
+    """A browser's page load (`Accept: text/html`) met by the cap is answered with a page in the page's language (the
+    lab's header, why, and the same page to try again), still a 429 with Retry-After; the API, a `.json` twin's
+    `Accept: application/json` and htmx's requests keep the JSON problem."""
+
+    async def main() -> dict[str, httpx.Response]:
+        inner, release, seen = blocking_app()
+        app = served(inner, HeavyWork(frozenset({"/predict", "/api/v1/predict"}), per_client=1))
+        html = {"accept": "text/html,application/xhtml+xml,*/*;q=0.8", "accept-language": "en"}
+        async with client(app, "10.0.0.1") as one:
+            first = asyncio.create_task(one.get("/predict?text=a"))
+            await until(lambda: seen, what="the first request reached the app")
+            out = {
+                "zh": await one.get("/predict?text=b&lang=zh", headers=html),
+                "en": await one.get("/predict?text=b", headers=html),
+                "api": await one.get("/api/v1/predict?text=b", headers=html),
+                "json": await one.get("/predict?text=b", headers={"accept": "application/json"}),
+                "htmx": await one.get("/predict?text=b", headers=html | {"hx-request": "true"}),
+            }
+            release.set()
+            await first
+            return out
+
+    out = run_async(main)
+    zh, en = out["zh"], out["en"]
+    for page in (zh, en):
+        assert page.status_code == 429 and page.headers["retry-after"] == "5"
+        assert page.headers["content-type"].startswith("text/html")
+        assert 'data-view="refused"' in page.text and 'href="/predict?text=b' in page.text
+        assert 'href="/predict?text=b&amp;lang=zh"' in page.text  # the same page in the other language
+    assert '<html lang="zh-CN">' in zh.text and "同时进行的计算太多" in zh.text and "5 秒" in zh.text
+    assert (
+        '<html lang="en">' in en.text
+        and "Too many computations at once" in en.text
+        and "1 heavy computation " in en.text
+    )
+    for name in ("api", "json", "htmx"):
+        r = out[name]
+        assert r.status_code == 429 and r.headers["retry-after"] == "5", name
+        assert r.headers["content-type"] == "application/json", name
+        assert "MAX_HEAVY_PER_CLIENT" in r.json()["message"] and r.json()["detail"][0]["type"] == "too_many_heavy"
