@@ -164,11 +164,12 @@ class Kernel:
             await self.app(scope, receive, send)
             return
         path, get = scope["path"], scope["method"] == "GET"  # a HEAD is its GET here (`Edge`)
+        query = scope["query_string"].decode("latin-1")  # as Starlette's `request.url.query` has it
         if not get or path.startswith(self.QUIET) or self.lab is None:
-            await self.answer(scope, receive, send)
+            await self.answer(scope, receive, send, query)
             return
         named = next((v.decode("latin-1") for k, v in scope["headers"] if k == HEADER_BYTES), None)
-        done = self.lab.serving(ProgressKey(path, scope["query_string"].decode("latin-1"), named=named))
+        done = self.lab.serving(ProgressKey(path, query, named=named))
         redirect = False
 
         async def sent(message: Message) -> None:
@@ -182,14 +183,14 @@ class Kernel:
             await send(message)
 
         try:
-            await self.answer(scope, receive, sent)
+            await self.answer(scope, receive, sent, query)
         finally:
             if redirect:  # the page waits on, for the page it is sent to (a class joined by its code): a while
                 asyncio.get_running_loop().call_later(REDIRECT_GRACE_S, done)
             else:
                 done()
 
-    async def answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def answer(self, scope: Scope, receive: Receive, send: Send, query: str) -> None:
         path = scope["path"]
         if path.endswith(".json") and scope["method"] == "GET" and not path.startswith(self.TWINLESS):
             page = path.removesuffix(".json")
@@ -197,7 +198,7 @@ class Kernel:
             headers = [(k, v) for k, v in scope["headers"] if k not in (b"accept", b"hx-request")]
             scope = dict(scope, path=page, raw_path=page.encode(), headers=[*headers, (b"accept", b"application/json")])
         if scope["method"] == "GET" and self.store.max_bytes:
-            hit = self.store.get((scope["path"], scope["query_string"].decode("latin-1")))
+            hit = self.store.get((scope["path"], query))
             if hit is not None:
                 headers = [
                     (b"content-type", hit.media_type.encode()),
