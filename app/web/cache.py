@@ -26,6 +26,7 @@ from engine import TraceCache
 from ..lab import ProgressKey
 from ..lab.keys import HEADER
 from ..limits import send_problem
+from ..templating import TEMPLATES
 from .i18n import LANGS, negotiate, translator
 
 if TYPE_CHECKING:
@@ -230,8 +231,6 @@ async def refuse_heavy(scope: Scope, receive: Receive, send: Send, cap: int) -> 
                    "(MAX_HEAVY_PER_CLIENT); retry when it is done")  # fmt: skip
         await send_problem(send, 429, "request", message, "too_many_heavy", extra=((b"retry-after", HEAVY_RETRY),))
         return
-    from ..templating import TEMPLATES  # the page face only: templating imports the kernel's own modules
-
     lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
     t = translator(lang)
     url = request.url.path + (f"?{request.url.query}" if request.url.query else "")
