@@ -86,7 +86,7 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH")
 
 def allowed_methods(app: FastAPI, path: str) -> list[str]:
     """The methods some route serves `path` with (asked of each route by method: included routers keep theirs
-    inside); HEAD wherever GET is (app/limits.py `Head` answers it)."""
+    inside); HEAD wherever GET is (app/limits.py `Edge` runs it as its GET)."""
     allowed = {m for m in METHODS if any(r.matches({"type": "http", "path": path, "method": m})[0] == Match.FULL
                                         for r in app.router.routes)}  # fmt: skip
     return sorted(allowed | ({"HEAD"} if "GET" in allowed else set()))

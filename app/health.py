@@ -1,19 +1,16 @@
 """`/healthz`: cheap, never computes, answers while large requests wait for the memory budget. `/api/v1/progress`:
-how far the request a page waits for has come, and `Served`, which makes every page request known to it."""
+how far the request a page waits for has come (every page request is known to it while served: app/web/cache.py
+`Kernel`)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Response
 from fastapi.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .lab import Lab, ProgressKey, get_lab, progress_key
-from .lab.keys import HEADER
-from .limits import HttpMiddleware
+from .lab import Lab, get_lab, progress_key
 from .render.payload import json_response
 from .web.i18n import LANGS, translator
 
@@ -85,47 +82,6 @@ def progress_text(done: int, total: int, unit: str, seconds: float, lang: str) -
     if total > 0:
         return t("progress.count." + unit, done=done, total=total, s=seconds)
     return t("progress.waiting", s=seconds)
-
-
-REDIRECT_GRACE_S = 10  # a redirected page request stays known this long: the page waits for where it was sent
-
-
-class Served(HttpMiddleware):
-    """Every page request (a GET, but not a poll, a static file or an event stream) is known to /api/v1/progress
-    from its arrival until its answer's last byte leaves (`Lab.serving`): a page polls for whatever it waits for,
-    and a poll for a page that computes nothing it counts (or has not begun) is answered, 0 of 0 with the seconds
-    waited, never a 404 logged in the browser's console. Outside JsonTwin: known by the URL the browser asked for."""
-
-    QUIET = ("/api/v1/progress", "/static/", "/vendor/", "/healthz", "/metrics")
-
-    def __init__(self, app: ASGIApp, lab: Lab) -> None:
-        super().__init__(app)
-        self.lab = lab
-
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "GET" or scope["path"].startswith(self.QUIET):
-            return await self.app(scope, receive, send)
-        request = Request(scope)  # its query parsed only if a poll asks for a key while it is served
-        done = self.lab.serving(ProgressKey(request.url.path, request.url.query, named=request.headers.get(HEADER)))
-        redirect = False
-
-        async def sent(message: Message) -> None:
-            nonlocal redirect
-            if message["type"] == "http.response.start":
-                redirect = 300 <= message["status"] < 400
-                if dict(message.get("headers", [])).get(b"content-type", b"").startswith(b"text/event-stream"):
-                    done(answered=False)  # a stream the page follows, not an answer it waits for
-            elif message["type"] == "http.response.body" and not message.get("more_body", False) and not redirect:
-                done()  # before the last byte leaves: a client that has the answer finds nothing in progress
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sent)
-        finally:
-            if redirect:  # the page waits on, for the page it is sent to (a class joined by its code): a while
-                asyncio.get_running_loop().call_later(REDIRECT_GRACE_S, done)
-            else:
-                done()
 
 
 def url_key(url: str) -> str:

@@ -1,5 +1,11 @@
-"""Limits and headers every response gets: a request body size limit, enforced before FastAPI reads (and parses)
-the body, and the security headers."""
+"""The lab's outer ASGI layer (`Edge`): what every HTTP request gets before the app and every answer on its way out.
+
+In, in this order: a HEAD runs as its GET; a query over MAX_QUERY_KB is a 414, a single-valued API parameter given
+twice a 422, a body over BODY_LIMIT_MB a 413 (declared or streamed, before FastAPI reads and parses it), each naming
+the field; the client's `receive` is kept for a computation to see it leave (`CLIENT`, app/lab/cancel.py). Out: the
+security headers, HEAD's body dropped, a client that stops reading dropped after SEND_TIMEOUT_S, and the request
+counted, timed and logged (app/metrics.py). One layer, outside Starlette's ServerErrorMiddleware, so a 500 gets the
+headers and is counted too."""
 
 from __future__ import annotations
 
@@ -7,30 +13,22 @@ import contextlib
 import logging
 import socket
 import struct
+import time
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import anyio
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .lab.cancel import CLIENT
+
+if TYPE_CHECKING:
+    from .lab import Lab
+    from .metrics import Metrics
+
 LOG = logging.getLogger("attention_lab")
 Headers = tuple[tuple[bytes, bytes], ...]
-
-
-class HttpMiddleware:
-    """ASGI middleware that acts on HTTP requests (`http`); anything else (the lifespan) passes through untouched."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            await self.http(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
-
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.app(scope, receive, send)
 
 
 def problem_body(loc: list[str], msg: str, kind: str) -> bytes:
@@ -47,84 +45,6 @@ async def send_problem(
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra]})
     await send({"type": "http.response.body", "body": body})
-
-
-class BodyLimit(HttpMiddleware):
-    """413 for a body longer than `max_bytes`, whether it declares its length or streams it."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        super().__init__(app)
-        self.max_bytes = max_bytes
-
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send)
-            return
-        seen = 0
-        over = started = False
-
-        async def counted() -> Message:
-            nonlocal seen, over
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    over = True
-                    raise _TooLong
-            return message
-
-        async def tracked(message: Message) -> None:
-            # The app may turn the interrupted read into its own error (FastAPI: 400); answer 413 instead.
-            nonlocal started
-            if over:
-                if message["type"] == "http.response.start" and not started:
-                    started = True
-                    await self._refuse(send)
-                return
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counted, tracked)
-        except _TooLong:
-            if not started:
-                await self._refuse(send)
-
-    async def _refuse(self, send: Send) -> None:
-        mib = self.max_bytes / 2**20
-        await send_problem(send, 413, "body", f"over the {mib:g} MiB limit", "too_large")
-
-
-class _TooLong(Exception):
-    pass
-
-
-class QueryLimit(HttpMiddleware):
-    """414 for a URL query longer than `max_bytes`, with a message that names it (uvicorn's own refusal, past
-    ~64 KB, is a bare 400); 422 for a single-valued parameter given twice (`seed=1&seed=2` would otherwise
-    silently mean the last one), naming it. Parameters in `repeatable` are lists and may repeat."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int, repeatable: frozenset[str] = frozenset()) -> None:
-        super().__init__(app)
-        self.max_bytes = max_bytes
-        self.repeatable = repeatable
-
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if len(scope.get("query_string", b"")) > self.max_bytes:
-            kib = self.max_bytes / 1024
-            msg = f"over the {kib:g} KiB limit; send large inputs as a POST body"
-            await send_problem(send, 414, "query", msg, "too_long")
-            return
-        if scope.get("query_string") and scope["path"].startswith("/api/"):
-            seen: set[str] = set()
-            for name in query_names(scope["query_string"].decode("latin-1")):
-                if name in seen and name not in self.repeatable:
-                    shown = name if len(name) <= 40 and name.isprintable() else ascii(name[:40])
-                    await send_problem(send, 422, "query", "is given more than once", "duplicate", shown)
-                    return
-                seen.add(name)
-        await self.app(scope, receive, send)
 
 
 def query_names(query: str) -> list[str]:
@@ -145,47 +65,72 @@ CSP_DOCS = CSP.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
 CSP_EMBED = CSP.replace("frame-ancestors 'self'", "frame-ancestors *")
 
 
-class SecurityHeaders(HttpMiddleware):
-    """A Content-Security-Policy with no inline script anywhere, nosniff and a strict referrer policy."""
+class _TooLong(Exception):
+    """A streamed body went past the limit (raised from the app's `receive`)."""
 
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+
+class Edge:
+    """The one ASGI layer around the whole app (see the module's docstring). Each part is off when its setting is
+    None: `send_timeout_s`, `max_query_bytes` (`repeatable`: the list parameters, which may repeat),
+    `max_body_bytes`, `metrics` (with `lab`, whose gauges are published after each request with several workers)."""
+
+    def __init__(self, app: ASGIApp, *, send_timeout_s: float | None = None, max_query_bytes: int | None = None,
+                 repeatable: frozenset[str] = frozenset(), max_body_bytes: int | None = None,
+                 metrics: Metrics | None = None, lab: Lab | None = None) -> None:  # fmt: skip
+        self.app = app
+        self.send_timeout_s = send_timeout_s
+        self.max_query_bytes = max_query_bytes
+        self.repeatable = repeatable
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+        self.lab = lab
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        head = scope["method"] == "HEAD"  # wherever GET is: runs as its GET, answered without the body
+        if head:
+            scope = dict(scope, method="GET")
         path = scope["path"]
         csp = (CSP_DOCS if path == "/docs" else CSP_EMBED if path == "/embed" else CSP).encode()
+        status, cache, ended, dropped = 500, "", False, False
 
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
+        async def out(message: Message) -> None:
+            nonlocal status, cache, ended, dropped
+            if ended or dropped:  # HEAD's answer is whole; or the connection is gone (the app learns it from receive)
+                return
+            kind = message["type"]
+            if kind == "http.response.start":
                 headers = list(message.get("headers", []))
+                status, cache = message["status"], dict(headers).get(b"x-cache", b"").decode()
                 headers += [(b"content-security-policy", csp), (b"x-content-type-options", b"nosniff")]
                 if not any(k.lower() == b"referrer-policy" for k, _ in headers):  # a page may ask for a stricter one
                     headers.append((b"referrer-policy", b"same-origin"))
                 message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
-
-
-class SendTimeout(HttpMiddleware):
-    """Drop a client that stops reading: each chunk of an answer must be taken within `seconds`, or the connection
-    is closed and the answer's memory freed (a client that never reads would otherwise hold it for good).
-
-    Closed means aborted, at once and with a reset: a transport's ordinary close waits to flush what the client never
-    reads, so the socket stayed open. Under uvicorn the send callable is its request cycle's, whose `transport` it
-    aborts; the answer then ends as after any disconnect (a stream's generator is cancelled), with one log line
-    instead of a traceback. Under another server the timeout is raised as before."""
-
-    def __init__(self, app: ASGIApp, seconds: float) -> None:
-        super().__init__(app)
-        self.seconds = seconds
-
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        dropped = False
+                await timed(message)
+                types = [v for k, v in headers if k.lower() == b"content-type"]
+                if head and types and types[0].startswith(b"text/event-stream"):  # a stream never ends by itself
+                    ended = True
+                    await timed({"type": "http.response.body", "body": b"", "more_body": False})
+            elif not head:
+                await timed(message)
+            elif kind == "http.response.body" and not message.get("more_body", False):
+                ended = True
+                await timed({"type": "http.response.body", "body": b"", "more_body": False})
 
         async def timed(message: Message) -> None:
+            """Drop a client that stops reading: each chunk must be taken within `send_timeout_s`, or the connection
+            is aborted at once, with a reset (an ordinary close waits to flush what the client never reads, so the
+            socket stayed open), and the answer's memory freed. Under uvicorn the send callable is its request
+            cycle's, whose `transport` it aborts; under another server the timeout is raised."""
             nonlocal dropped
-            if dropped:
-                return  # the connection is gone; the app learns it from receive() (http.disconnect)
+            if self.send_timeout_s is None:
+                await send(message)
+                return
             try:
-                with anyio.fail_after(self.seconds):
+                with anyio.fail_after(self.send_timeout_s):
                     await send(message)
             except TimeoutError:
                 transport = getattr(getattr(send, "__self__", None), "transport", None)
@@ -193,37 +138,76 @@ class SendTimeout(HttpMiddleware):
                     raise
                 dropped = True
                 client = scope.get("client") or ("?", 0)
-                LOG.info("dropped %s:%s: it took nothing of its answer for %g s", *client, self.seconds)
+                LOG.info("dropped %s:%s: it took nothing of its answer for %g s", *client, self.send_timeout_s)
                 sock = transport.get_extra_info("socket")
                 with contextlib.suppress(Exception):  # a reset, not a FIN queued behind unread data
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 transport.abort()
 
-        await self.app(scope, receive, timed)
+        token = CLIENT.set(receive)  # the server's own receive, for `Lab.watching` to see http.disconnect
+        try:
+            if (refused := self.refusal(scope)) is not None:
+                await send_problem(out, *refused)
+            else:
+                await self.limited(scope, receive, out)
+        finally:
+            CLIENT.reset(token)
+            if self.metrics is not None:
+                self.metrics.observe(scope, status, cache, time.perf_counter() - start, self.lab)
 
+    def refusal(self, scope: Scope) -> tuple[int, str, str, str, str | None] | None:
+        """A request refused before the app reads it: (status, where, message, kind, field), or None."""
+        query: bytes = scope.get("query_string", b"")
+        if self.max_query_bytes is not None:
+            if len(query) > self.max_query_bytes:  # uvicorn's own refusal, past ~64 KB: app/protocol.py
+                kib = self.max_query_bytes / 1024
+                return 414, "query", f"over the {kib:g} KiB limit; send large inputs as a POST body", "too_long", None
+            if query and scope["path"].startswith("/api/"):  # `seed=1&seed=2` would silently mean the last one
+                seen: set[str] = set()
+                for name in query_names(query.decode("latin-1")):
+                    if name in seen and name not in self.repeatable:
+                        shown = name if len(name) <= 40 and name.isprintable() else ascii(name[:40])
+                        return 422, "query", "is given more than once", "duplicate", shown
+                    seen.add(name)
+        if self.max_body_bytes is not None:
+            declared = dict(scope["headers"]).get(b"content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+                return 413, "body", self._over_body(), "too_large", None
+        return None
 
-class Head(HttpMiddleware):
-    """HEAD wherever GET is: the request runs as its GET and the answer leaves without a body (its status and
-    headers, Content-Length included, are GET's). An event stream is answered with its headers and ended at once."""
+    def _over_body(self) -> str:
+        return f"over the {(self.max_body_bytes or 0) / 2**20:g} MiB limit"
 
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] != "HEAD":
+    async def limited(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app, its body counted as it streams: past `max_body_bytes` the read fails and the answer is a 413,
+        whatever the app made of the interrupted read (FastAPI: a 400)."""
+        if self.max_body_bytes is None:
             await self.app(scope, receive, send)
             return
-        ended = False
+        limit, seen, over, started = self.max_body_bytes, 0, False, False
 
-        async def headless(message: Message) -> None:
-            nonlocal ended
-            if ended:
+        async def counted() -> Message:
+            nonlocal seen, over
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    over = True
+                    raise _TooLong
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if over:
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await send_problem(send, 413, "body", self._over_body(), "too_large")
                 return
-            if message["type"] == "http.response.start":
-                await send(message)
-                types = [v for k, v in message.get("headers", []) if k.lower() == b"content-type"]
-                if types and types[0].startswith(b"text/event-stream"):  # a stream never ends by itself
-                    ended = True
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                ended = True
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            started = started or message["type"] == "http.response.start"
+            await send(message)
 
-        await self.app(dict(scope, method="GET"), receive, headless)
+        try:
+            await self.app(scope, counted, tracked)
+        except _TooLong:
+            if not started:
+                await send_problem(send, 413, "body", self._over_body(), "too_large")

@@ -29,10 +29,10 @@ from .demos import api as demos_api
 from .export import api as export_api
 from .generate import api as generate_api
 from .heads import api as heads_api
-from .lab import HeavyWork, Lab, WatchClient
+from .lab import HeavyWork, Lab
 from .lessons import page as lessons_page
-from .limits import BodyLimit, Head, QueryLimit, SecurityHeaders, SendTimeout
-from .metrics import Metrics, Observe
+from .limits import Edge
+from .metrics import Metrics
 from .metrics import router as metrics_router
 from .model import api as model_api
 from .models import api as models_api
@@ -44,7 +44,7 @@ from .schemas import LIST_FIELDS, Problem
 from .settings import Settings, get_settings
 from .train import api as train_api
 from .web import cache, registry
-from .web.page import JsonTwin, not_found
+from .web.page import not_found
 from .web.view import view_schemas
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,13 +59,14 @@ MATH_FONT_FACE = (
 
 
 class LabApp(FastAPI):
-    """FastAPI with the security headers outermost: Starlette always puts its ServerErrorMiddleware outside the
-    user middleware, so a 500 would otherwise leave without them."""
+    """FastAPI with the lab's `Edge` (app/limits.py) outermost: Starlette always puts its ServerErrorMiddleware
+    outside the user middleware, so a 500 would otherwise leave without the security headers, uncounted."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        # WatchClient innermost of these: it keeps the server's own `receive`, for computations to see a disconnect.
-        stack = WatchClient(super().build_middleware_stack())
-        return SendTimeout(SecurityHeaders(stack), self.state.settings.send_timeout_s)
+        s = self.state.settings
+        return Edge(super().build_middleware_stack(), send_timeout_s=s.send_timeout_s,
+                    max_query_bytes=int(s.max_query_kb * 1024), repeatable=frozenset(LIST_FIELDS),
+                    max_body_bytes=int(s.body_limit_mb * 2**20), metrics=self.state.metrics, lab=self.state.lab)  # fmt: skip
 
 
 def _stop_on_signals(lab: Lab) -> None:
@@ -130,17 +131,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     rooms_api.install(app)
     train_api.install(app)
     export_api.install(app)  # figures, code, notebooks and citations of any page (app/export)
-    # The heavy pages and API routes (app/web/registry.py) queue for a slot; inside ServeCached: a cached answer
-    # takes no queue place.
-    app.add_middleware(HeavyWork, paths=registry.heavy_paths(), per_client=settings.max_heavy_per_client)
-    app.add_middleware(cache.ServeCached, store=app.state.responses)
-    app.add_middleware(JsonTwin)  # outside ServeCached: a twin is a page, served by the page kernel
-    app.add_middleware(health.Served, lab=app.state.lab)  # every page request known to /api/v1/progress while served
-    app.add_middleware(BodyLimit, max_bytes=int(settings.body_limit_mb * 2**20))
-    app.add_middleware(QueryLimit, max_bytes=int(settings.max_query_kb * 1024), repeatable=frozenset(LIST_FIELDS))
+    # The page kernel's layer: page requests known to /api/v1/progress, `.json` twins, stored answers, and the heavy
+    # pages and API routes (app/web/registry.py) queued for a slot after the store (a cached answer takes no place).
+    heavy = HeavyWork(registry.heavy_paths(), per_client=settings.max_heavy_per_client)
+    app.add_middleware(cache.Kernel, store=app.state.responses, lab=app.state.lab, heavy=heavy)
     train_api.catch_up(app)  # with Redis: the runs finished on any worker are presets here before a cached answer
-    app.add_middleware(Observe, metrics=app.state.metrics, lab=app.state.lab)
-    app.add_middleware(Head)  # outermost: a HEAD is its GET, cached and counted as one, without the body
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     # htmx and its SSE extension, installed by `make` from npm (package.json) beside the math font.
     app.mount("/vendor/htmx", StaticFiles(directory=NODE / "htmx.org" / "dist", check_dir=False), name="htmx")
@@ -191,7 +186,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def body_limit(schema: dict[str, Any], mib: float) -> None:
-    """Every operation that takes a body documents BodyLimit's 413 (app/limits.py), which answers before any route."""
+    """Every operation that takes a body documents the body limit's 413 (app/limits.py `Edge`), which answers before
+    any route."""
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     if "Problem" not in components:
         problem = Problem.model_json_schema(ref_template="#/components/schemas/{model}")

@@ -5,7 +5,8 @@ a fresh directory, where each worker process writes its samples, and a scrape (a
 them. With one process, the samples live in this app's own registry. The caches and the memory budget are
 per-process state, published as gauges after each request and summed over live workers.
 
-The access log is one JSON object per request on the `attention_lab.access` logger (no user text in it).
+The access log is one JSON object per request on the `attention_lab.access` logger (no user text in it), written by
+`Metrics.observe` as app/limits.py `Edge` sees each request end.
 """
 
 from __future__ import annotations
@@ -28,9 +29,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.multiprocess import MultiProcessCollector
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from .limits import HttpMiddleware
+from starlette.types import Scope
 
 if TYPE_CHECKING:
     from .lab import Lab
@@ -89,41 +88,20 @@ class Metrics:
             self.cache_bytes.labels("response").set(responses.nbytes)
         self.budget.set(lab.budget.in_use)
 
-
-class Observe(HttpMiddleware):
-    """ASGI middleware: count and time every request by its route template, and write the access log."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics, lab: Lab | None = None) -> None:
-        super().__init__(app)
-        self.metrics = metrics
-        self.lab = lab
-
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        start = time.perf_counter()
-        status = [500]
-        cache = [""]
-
-        async def seen(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-                cache[0] = dict(message.get("headers", [])).get(b"x-cache", b"").decode()
-            await send(message)
-
-        try:
-            await self.app(scope, receive, seen)
-        finally:
-            seconds = time.perf_counter() - start
-            route = getattr(scope.get("route"), "path", None) or (scope["path"] if cache[0] else "unmatched")
-            self.metrics.request(route, scope["method"], status[0], seconds)
-            if self.lab is not None and multiprocess():  # other workers' scrapes read this process's gauges
-                self.metrics.publish(self.lab)
-            if ACCESS.isEnabledFor(logging.INFO):
-                client = scope.get("client") or ("", 0)
-                ACCESS.info(orjson.dumps({
-                    "ts": round(time.time(), 3), "client": client[0], "method": scope["method"],
-                    "path": scope["path"], "query_bytes": len(scope.get("query_string", b"")),
-                    "status": status[0], "ms": round(seconds * 1e3, 3), "cache": cache[0] or None,
-                }).decode())  # fmt: skip
+    def observe(self, scope: Scope, status: int, cache: str, seconds: float, lab: Lab | None = None) -> None:
+        """One request answered (app/limits.py `Edge`): counted and timed by its route template (a stored answer,
+        `cache` its X-Cache, by its path; anything else no route matched, "unmatched"), and the access log's line."""
+        route = getattr(scope.get("route"), "path", None) or (scope["path"] if cache else "unmatched")
+        self.request(route, scope["method"], status, seconds)
+        if lab is not None and multiprocess():  # other workers' scrapes read this process's gauges
+            self.publish(lab)
+        if ACCESS.isEnabledFor(logging.INFO):
+            client = scope.get("client") or ("", 0)
+            ACCESS.info(orjson.dumps({
+                "ts": round(time.time(), 3), "client": client[0], "method": scope["method"], "path": scope["path"],
+                "query_bytes": len(scope.get("query_string", b"")), "status": status, "ms": round(seconds * 1e3, 3),
+                "cache": cache or None,
+            }).decode())  # fmt: skip
 
 
 router = APIRouter(include_in_schema=False)

@@ -1,7 +1,7 @@
 """uvicorn's httptools protocol, with its own refusals answered as the lab's JSON problems.
 
 httptools indexes a URL with 16-bit offsets, so a request line past 64 KiB cannot be parsed: uvicorn answered it
-with a bare text 400 ("Invalid HTTP request received.") before the app (and app/limits.py's QueryLimit, which
+with a bare text 400 ("Invalid HTTP request received.") before the app (and app/limits.py's Edge, which
 answers 414 for a query over MAX_QUERY_KB) ever saw it. Here that is a JSON 414 naming the query (or the path), and
 any other unparseable request a JSON 400, in the shape of every other 4xx (message, detail[].loc).
 """

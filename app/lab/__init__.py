@@ -4,7 +4,7 @@ reporting progress (`progress`) under a request's key (`keys`), and heavy comput
 --redis (`jobs`)."""
 
 from .admission import HEAVY, HeavyWork, LoopLimiter, QueuePlace
-from .cancel import CLIENT, Cancelled, Progress, WatchClient
+from .cancel import CLIENT, Cancelled, Progress
 from .jobs import JobKind, job_kind
 from .keys import ProgressKey, get_key, progress_key, request_key, url_digest
 from .service import Lab, Work, get_lab
@@ -20,7 +20,6 @@ __all__ = [
     "Progress",
     "ProgressKey",
     "QueuePlace",
-    "WatchClient",
     "Work",
     "get_key",
     "get_lab",

@@ -8,7 +8,7 @@ import functools
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,7 +20,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.budget import Busy, MemoryBudget
 
-from ..limits import send_problem
 from ..settings import Settings
 from .cancel import Cancelled, Watch
 from .jobs import LoopRedis
@@ -30,6 +29,8 @@ if TYPE_CHECKING:
     from engine.models import Model
 
 T = TypeVar("T")
+# A refused heavy request's answer: (scope, receive, send, the cap).
+Refuse = Callable[[Scope, Receive, Send, int], Awaitable[None]]
 
 
 class QueuePlace:
@@ -112,22 +113,21 @@ class SharedShares:
 
 
 class HeavyWork:
-    """Marks the requests for heavy work by their path (`paths`: generation, the model view, the predictions: work
-    that always takes a large-work slot), so that the lab takes their place in the queue before it tokenises their
-    text (`Lab.off_loop`), and their work takes a slot whatever its size (`Lab.offload`); and gives the place back
-    when the request ends, if its work never took a slot. Inside the response cache's middleware: a cached answer
-    never queues."""
+    """The requests for heavy work, by their path (`paths`: generation, the model view, the predictions: work that
+    always takes a large-work slot): `serve` marks each, so that the lab takes its place in the queue before it
+    tokenises its text (`Lab.off_loop`), and its work takes a slot whatever its size (`Lab.offload`); and gives the
+    place back when the request ends, if its work never took a slot. No layer of its own: the page kernel's
+    (app/web/cache.py `Kernel`) calls it, after the response cache, so a cached answer never queues.
 
-    def __init__(self, app: ASGIApp, paths: frozenset[str], per_client: int = 0,
-                 shared: SharedShares | None = None) -> None:  # fmt: skip
-        self.app = app
+    One client address holds at most `per_client` heavy requests at once (0: no cap), so that one address cannot
+    hold every large-work slot; a GET of a URL already being computed (for anyone) is free, since it waits for that
+    computation rather than starting one: a class on one NAT address following its teacher (each screen in its own
+    language, the projector in presenter mode: `shared_key`). With --redis counted in Redis (`shared`: given, or the
+    app's lab's when it has jobs), across every web worker; in this process otherwise, or while Redis does not
+    answer."""
+
+    def __init__(self, paths: frozenset[str], per_client: int = 0, shared: SharedShares | None = None) -> None:
         self.paths = paths
-        # One client address holds at most `per_client` heavy requests at once (0: no cap), so that one address
-        # cannot hold every large-work slot; a GET of a URL already being computed (for anyone) is free, since it
-        # waits for that computation rather than starting one: a class on one NAT address following its teacher
-        # (each screen in its own language, the projector in presenter mode: `shared_key`). With --redis counted in
-        # Redis (`shared`: given, or the app's lab's when it has jobs), across every web worker; in this process
-        # otherwise, or while Redis does not answer.
         self.per_client = per_client
         self.shared = shared
         self._looked = shared is not None
@@ -143,10 +143,8 @@ class HeavyWork:
                 self.shared = SharedShares(jobs.client)
         return self.shared
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in self.paths:
-            await self.app(scope, receive, send)
-            return
+    async def serve(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, refuse: Refuse) -> None:
+        """`app` serves the heavy request within its client's share, or `refuse(scope, receive, send, per_client)` answers."""
         address = (scope.get("client") or ("?",))[0]
         url = shared_key(scope["path"], scope.get("query_string", b"")) if scope["method"] == "GET" else None
         shares = self._shares(scope)
@@ -157,38 +155,40 @@ class HeavyWork:
                 pass  # counted here meanwhile
             else:
                 if got < 0:
-                    await refuse_heavy(scope, send, self.per_client)
+                    await refuse(scope, receive, send, self.per_client)
                     return
                 try:
-                    await self._served(scope, receive, send)
+                    await _placed(app, scope, receive, send)
                 finally:
                     with suppress(RedisError):  # else its share lapses after TTL_S
                         await shares.give_back(address, url, token)
                 return
         counted = self.per_client > 0 and not (url is not None and self.urls.get(url))
         if counted and self.running.get(address, 0) >= self.per_client:
-            await refuse_heavy(scope, send, self.per_client)
+            await refuse(scope, receive, send, self.per_client)
             return
         if counted:
             self.running[address] = self.running.get(address, 0) + 1
         if url is not None:
             self.urls[url] = self.urls.get(url, 0) + 1
         try:
-            await self._served(scope, receive, send)
+            await _placed(app, scope, receive, send)
         finally:
             if url is not None:
                 _forget(self.urls, url)
             if counted:
                 _forget(self.running, address)
 
-    async def _served(self, scope: Scope, receive: Receive, send: Send) -> None:
-        place = QueuePlace()
-        token = HEAVY.set(place)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            HEAVY.reset(token)
-            place.release()
+
+async def _placed(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """The heavy request served with its queue place (`HEAVY`), given back at its end if its work took none."""
+    place = QueuePlace()
+    token = HEAVY.set(place)
+    try:
+        await app(scope, receive, send)
+    finally:
+        HEAVY.reset(token)
+        place.release()
 
 
 # What belongs to one screen, not to the computation: the language it is shown in, presenter mode (as a room's
@@ -208,13 +208,6 @@ def _forget(counts: dict[Any, int], key: Any) -> None:
     counts[key] -= 1
     if not counts[key]:
         del counts[key]
-
-
-async def refuse_heavy(scope: Scope, send: Send, cap: int) -> None:
-    """A 429 naming the cap (MAX_HEAVY_PER_CLIENT) and when to retry, as a JSON problem (the API's shape)."""
-    message = (f"this address already runs {cap} heavy computation{'s' if cap != 1 else ''} at once "
-               "(MAX_HEAVY_PER_CLIENT); retry when it is done")  # fmt: skip
-    await send_problem(send, 429, "request", message, "too_many_heavy", extra=((b"retry-after", b"5"),))
 
 
 class LoopLimiter:

@@ -1,5 +1,5 @@
-"""Abandoned work stops: who still waits for each computation (`Watch`, `Interest`), the ASGI middleware that lets a
-computation see its client leave (`WatchClient`), and the progress callback that then raises `Cancelled` in the
+"""Abandoned work stops: who still waits for each computation (`Watch`, `Interest`), the request's `receive` that lets a
+computation see its client leave (`CLIENT`), and the progress callback that then raises `Cancelled` in the
 worker thread, at the computation's next step."""
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from starlette.types import Receive, Scope, Send
-
-from ..limits import HttpMiddleware
+from starlette.types import Receive
 
 Progress = Callable[[int, int], None]  # (done, total): how a long computation reports, for /api/v1/progress
 
@@ -59,20 +57,8 @@ class Watch:
             self.on_leave()
 
 
-# The ASGI receive of the request being served (set by `WatchClient`), so a computation can notice its client leave.
+# The ASGI receive of the request being served (set by app/limits.py `Edge`), so a computation can notice its client leave.
 CLIENT: ContextVar[Receive | None] = ContextVar("attention_lab_client", default=None)
-
-
-class WatchClient(HttpMiddleware):
-    """Remembers each HTTP request's `receive` for `Lab.watching` (which reads it for `http.disconnect` while the
-    request waits for a computation: its body is read by then)."""
-
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        token = CLIENT.set(receive)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            CLIENT.reset(token)
 
 
 async def _gone(receive: Receive) -> None:
@@ -98,7 +84,7 @@ class Cancelling:
     @asynccontextmanager
     async def watching(self, key: Hashable | None = None) -> AsyncIterator[Watch]:
         """This request's wait for the computation cached under `key` (None: one nobody shares), while its client
-        is watched for leaving (`CLIENT`, set by WatchClient; without one, as from the CLI, only `stop` cancels).
+        is watched for leaving (`CLIENT`, set by app/limits.py `Edge`; without one, as from the CLI, only `stop` cancels).
         The computation is cancelled when its last waiting client leaves: another request for the same key keeps
         it running."""
         interest = self.interest.get(key) if key is not None else None

@@ -1,8 +1,8 @@
 """The kernel's response caches: a finished GET answer (an API route's or a page's) is kept by its URL, so a class
 asking for the same few views again and again gets the same bytes without parsing, computing or rendering again.
 
-The store (`app.state.responses`) is byte-bounded like the trace cache; `ServeCached` answers API hits before
-routing, `cached_get` fills it, and the page kernel (app/web/page.py) keys pages by URL, language, face (whole page,
+The store (`app.state.responses`) is byte-bounded like the trace cache; `Kernel`, the kernel's ASGI layer, answers
+API hits before routing, `cached_get` fills it, and the page kernel (app/web/page.py) keys pages by URL, language, face (whole page,
 htmx panel, JSON) and whatever else they show. A class reaches a new view together (thirty students press the same
 step, their browsers ask for the same twelve heat maps): `single_flight` computes a missing answer once and the
 others wait for it, instead of each computing it again on the one worker.
@@ -16,14 +16,21 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from fastapi import Request, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import TraceCache
 
+from ..lab import ProgressKey
+from ..lab.keys import HEADER
+from ..limits import send_problem
+from ..templating import TEMPLATES
+from .i18n import LANGS, negotiate, translator
+
 if TYPE_CHECKING:
-    from ..lab import Lab
+    from ..lab import HeavyWork, Lab
 
 
 def store_of(request: Request) -> TraceCache[tuple[str, str], CachedResponse]:
@@ -128,18 +135,71 @@ def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awa
     return wrapper
 
 
-class ServeCached:
-    """ASGI middleware: a GET whose answer `cached_get` already stored is sent straight from the response store,
-    before routing, validation and dependency injection. Everything else passes through untouched."""
+class Kernel:
+    """The page kernel's ASGI layer, inside the app's limits (app/limits.py `Edge`), before routing:
 
-    def __init__(self, app: ASGIApp, store: TraceCache[tuple[str, str], CachedResponse]) -> None:
+    - every page request (a GET, not a poll, a static file or an event stream) is known to /api/v1/progress from its
+      arrival until its answer's last byte leaves (`Lab.serving`), by the URL the browser asked for: a page polls
+      for whatever it waits for, and a poll for a page that computes nothing it counts (or has not begun) is
+      answered, 0 of 0 with the seconds waited, never a 404 logged in the browser's console;
+    - a page's `.json` twin URL (`/block.json?…`, and `/index.json` for `/`) is the page itself asked for with
+      `Accept: application/json`, so every page's JSON face has an address one can link to;
+    - a GET whose answer `cached_get` stored is sent straight from the store, before routing, validation and
+      dependency injection;
+    - a heavy request (`heavy.paths`) takes its client's fair share and its queue place (app/lab/admission.py
+      `HeavyWork`), after the store: a cached answer never queues. Refused, it is a 429 with Retry-After: a page
+      in its reader's language for a browser's page load, the API's JSON problem for anything else."""
+
+    QUIET = ("/api/v1/progress", "/static/", "/vendor/", "/healthz", "/metrics")  # known to no poll
+    TWINLESS = ("/api/", "/static/", "/vendor/", "/openapi.json")  # a `.json` there is itself
+
+    def __init__(self, app: ASGIApp, store: TraceCache[tuple[str, str], CachedResponse], lab: Lab | None = None,
+                 heavy: HeavyWork | None = None) -> None:  # fmt: skip
         self.app = app
         self.store = store
+        self.lab = lab
+        self.heavy = heavy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and self.store.max_bytes:
-            key = (scope["path"], scope["query_string"].decode("latin-1"))
-            hit = self.store.get(key)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path, get = scope["path"], scope["method"] == "GET"  # a HEAD is its GET here (`Edge`)
+        query = scope["query_string"].decode("latin-1")  # as Starlette's `request.url.query` has it
+        if not get or path.startswith(self.QUIET) or self.lab is None:
+            await self.answer(scope, receive, send, query)
+            return
+        named = next((v.decode("latin-1") for k, v in scope["headers"] if k == HEADER_BYTES), None)
+        done = self.lab.serving(ProgressKey(path, query, named=named))
+        redirect = False
+
+        async def sent(message: Message) -> None:
+            nonlocal redirect
+            if message["type"] == "http.response.start":
+                redirect = 300 <= message["status"] < 400
+                if dict(message.get("headers", [])).get(b"content-type", b"").startswith(b"text/event-stream"):
+                    done(answered=False)  # a stream the page follows, not an answer it waits for
+            elif message["type"] == "http.response.body" and not message.get("more_body", False) and not redirect:
+                done()  # before the last byte leaves: a client that has the answer finds nothing in progress
+            await send(message)
+
+        try:
+            await self.answer(scope, receive, sent, query)
+        finally:
+            if redirect:  # the page waits on, for the page it is sent to (a class joined by its code): a while
+                asyncio.get_running_loop().call_later(REDIRECT_GRACE_S, done)
+            else:
+                done()
+
+    async def answer(self, scope: Scope, receive: Receive, send: Send, query: str) -> None:
+        path = scope["path"]
+        if path.endswith(".json") and scope["method"] == "GET" and not path.startswith(self.TWINLESS):
+            page = path.removesuffix(".json")
+            page = "/" if page == "/index" else page
+            headers = [(k, v) for k, v in scope["headers"] if k not in (b"accept", b"hx-request")]
+            scope = dict(scope, path=page, raw_path=page.encode(), headers=[*headers, (b"accept", b"application/json")])
+        if scope["method"] == "GET" and self.store.max_bytes:
+            hit = self.store.get((scope["path"], query))
             if hit is not None:
                 headers = [
                     (b"content-type", hit.media_type.encode()),
@@ -150,7 +210,42 @@ class ServeCached:
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
                 await send({"type": "http.response.body", "body": hit.body})
                 return
-        await self.app(scope, receive, send)
+        if self.heavy is not None and scope["path"] in self.heavy.paths:
+            await self.heavy.serve(self.app, scope, receive, send, refuse_heavy)
+        else:
+            await self.app(scope, receive, send)
+
+
+REDIRECT_GRACE_S = 10  # a redirected page request stays known this long: the page waits for where it was sent
+HEADER_BYTES = HEADER.encode()
+
+
+async def refuse_heavy(scope: Scope, receive: Receive, send: Send, cap: int) -> None:
+    """A 429 naming the cap (MAX_HEAVY_PER_CLIENT) and when to retry: for a browser's page load (a GET of a page,
+    `Accept: text/html`, not htmx's) a page in the reader's language that offers to try again; else a JSON problem
+    (the API's shape)."""
+    request = Request(scope, receive)
+    accept = request.headers.get("accept", "")
+    if scope["path"].startswith("/api/") or "text/html" not in accept or "hx-request" in request.headers:
+        message = (f"this address already runs {cap} heavy computation{'s' if cap != 1 else ''} at once "
+                   "(MAX_HEAVY_PER_CLIENT); retry when it is done")  # fmt: skip
+        await send_problem(send, 429, "request", message, "too_many_heavy", extra=((b"retry-after", HEAVY_RETRY),))
+        return
+    lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
+    t = translator(lang)
+    url = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "lang"]
+    lang_urls = {code: f"{request.url.path}?{urlencode([*kept, ('lang', code)])}" for code in LANGS}  # this page
+    ctx = {"page": "refused", "t": t, "lang": lang, "langs": LANGS, "json_url": None, "error": ["429"],
+           "lang_urls": lang_urls, "status": 429, "fragment": False, "html": True,
+           "hints": True, "lesson_panel": None, "present": False, "present_url": None, "carry": {},
+           "message": t("refused.heavy", cap=cap, seconds=int(HEAVY_RETRY)), "retry_url": url}  # fmt: skip
+    headers = {"Retry-After": HEAVY_RETRY.decode(), "Vary": "Accept, Accept-Language"}
+    page = TEMPLATES.TemplateResponse(request, "refused.html", ctx, status_code=429, headers=headers)
+    await page(scope, receive, send)
+
+
+HEAVY_RETRY = b"5"  # seconds: a heavy computation's share comes back within a few
 
 
 def is_fragment(request: Request) -> bool:

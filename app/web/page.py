@@ -7,7 +7,7 @@ rendering: the whole page, or for an htmx request only the blocks it swaps, with
 
 A page module is then a view state and a `build(ctx) -> View` (app/web/view.py): the View is what the page shows,
 and the kernel picks its face — the template (or its htmx blocks), or the same View as JSON when the client asks
-for `application/json` (the page's `.json` twin URL sets that header: see `JsonTwin`). On the JSON face a bad input
+for `application/json` (the page's `.json` twin URL sets that header: see app/web/cache.py `Kernel`). On the JSON face a bad input
 is the API's own 4xx (the exception handlers of app/errors.py), not a page.
 """
 
@@ -25,14 +25,12 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
-from starlette.types import Receive, Scope, Send
 
 from engine import SpecError
 from engine.budget import Busy
 
 from ..errors import clean
 from ..lab import Lab, get_lab, request_key
-from ..limits import HttpMiddleware
 from ..render.payload import OPTIONS
 from ..schemas import FieldError
 from ..templating import TEMPLATES
@@ -57,22 +55,6 @@ class Refused(SpecError):
     def __init__(self, field: str, message: str, shown: dict[str, Any]) -> None:
         super().__init__(field, message)
         self.shown = shown
-
-
-class JsonTwin(HttpMiddleware):
-    """ASGI middleware: a page's `.json` twin URL (`/block.json?…`, and `/index.json` for `/`) is the page itself
-    asked for with `Accept: application/json`, so every page's JSON face has an address one can link to."""
-
-    SKIP = ("/api/", "/static/", "/vendor/", "/openapi.json")
-
-    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"]
-        if path.endswith(".json") and scope["method"] in ("GET", "HEAD") and not path.startswith(self.SKIP):
-            page = path.removesuffix(".json")
-            page = "/" if page == "/index" else page
-            headers = [(k, v) for k, v in scope["headers"] if k not in (b"accept", b"hx-request")]
-            scope = dict(scope, path=page, raw_path=page.encode(), headers=[*headers, (b"accept", b"application/json")])
-        await self.app(scope, receive, send)
 
 
 def twin_url(path: str, query: str) -> str:

@@ -3,7 +3,7 @@ follow it and whether its work is heavy.
 
 A new page is its own folder (`app/<name>/page.py` with a `router`, its template, its catalogue keys) plus one line
 in `PAGES`: app/main.py includes its router, the header's menu (templates/_base.html, `nav`) lists it, a room
-follows it (`FOLLOWABLE`) and the HeavyWork middleware queues it (`HEAVY_PATHS`) from this table alone.
+follows it (`FOLLOWABLE`) and the page kernel's layer queues it (`HEAVY_PATHS`) from this table alone.
 """
 
 from __future__ import annotations

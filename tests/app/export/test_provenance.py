@@ -145,7 +145,7 @@ def test_no_layer_reads_an_answer_for_it_and_the_schema_shows_it(client: TestCli
     while layer is not None:
         names.append(type(layer).__name__)
         layer = getattr(layer, "app", None)
-    assert "JsonTwin" in names and "ServeCached" in names and "Provenance" not in names
+    assert "Edge" in names and "Kernel" in names and "Provenance" not in names
     spec = client.get("/openapi.json").json()
     schemas = spec["components"]["schemas"]
     for path in REAL:

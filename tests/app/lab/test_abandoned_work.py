@@ -83,7 +83,7 @@ class Value:
 
 
 async def asked(work: Lab, client: Client | None, fn: Slow, key: object = "k") -> Any:
-    """`work.compute` as a request from `client` would call it (WatchClient sets CLIENT for each request)."""
+    """`work.compute` as a request from `client` would call it (app/limits.py `Edge` sets CLIENT for each request)."""
     CLIENT.set(client)
     return await work.compute("slow", key, 1, fn, heavy=True)
 

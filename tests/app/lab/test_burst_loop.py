@@ -335,7 +335,7 @@ def test_a_heavy_request_parses_its_query_once_and_its_key_reuses_that(
     with make_client() as client:
         r = client.get(path, params=params)
         assert r.status_code == 200
-        assert parses.n == 1  # Starlette's, for the route; QueryLimit reads the names only, the key reuses it
+        assert parses.n == 1  # Starlette's, for the route; the Edge reads the names only, the key reuses it
         assert keys.n == 1  # the key: computed as the work began
     assert app.lab.keys._keys  # and it is the key of this URL
     (url_path, query), key = next(iter(app.lab.keys._keys.items()))

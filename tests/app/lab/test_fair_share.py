@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from app.lab.admission import HeavyWork
+from app.web.cache import refuse_heavy
 from tests.conftest import run_async
 from tests.wait import until
 
@@ -28,6 +29,18 @@ def blocking_app() -> tuple[Any, asyncio.Event, list[str]]:
     return app, release, seen
 
 
+def served(inner: Any, heavy: HeavyWork) -> Any:
+    """`inner` behind `heavy`'s shares, as the page kernel's layer serves a heavy path (app/web/cache.py `Kernel`)."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] in heavy.paths:
+            await heavy.serve(inner, scope, receive, send, refuse_heavy)
+        else:
+            await inner(scope, receive, send)
+
+    return app
+
+
 def client(app: Any, address: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(address, 1234)), base_url="http://lab")
 
@@ -35,7 +48,8 @@ def client(app: Any, address: str) -> httpx.AsyncClient:
 def test_one_address_gets_one_heavy_computation_at_a_time_and_a_shared_url_is_free() -> None:
     async def main() -> dict[str, Any]:
         inner, release, seen = blocking_app()
-        app = HeavyWork(inner, frozenset({"/api/v1/predict", "/api/v1/model_view"}), per_client=1)
+        heavy = HeavyWork(frozenset({"/api/v1/predict", "/api/v1/model_view"}), per_client=1)
+        app = served(inner, heavy)
         async with client(app, "10.0.0.1") as one, client(app, "10.0.0.2") as other:
             first = asyncio.create_task(one.get("/api/v1/predict?text=a"))
             await until(lambda: seen, what="the first request reached the app")
@@ -47,7 +61,7 @@ def test_one_address_gets_one_heavy_computation_at_a_time_and_a_shared_url_is_fr
             release.set()
             done = [await t for t in (first, same, elsewhere, light)]
             after = await one.get("/api/v1/model_view?text=b")  # the address's computation ended: its turn again
-            return {"refused": refused, "done": done, "after": after, "left": (dict(app.running), dict(app.urls))}
+            return {"refused": refused, "done": done, "after": after, "left": (dict(heavy.running), dict(heavy.urls))}
 
     out = run_async(main)
     refused = out["refused"]
@@ -61,7 +75,7 @@ def test_one_address_gets_one_heavy_computation_at_a_time_and_a_shared_url_is_fr
 def test_no_cap_when_the_setting_is_zero() -> None:
     async def main() -> list[int]:
         inner, release, seen = blocking_app()
-        app = HeavyWork(inner, frozenset({"/api/v1/predict"}), per_client=0)
+        app = served(inner, HeavyWork(frozenset({"/api/v1/predict"}), per_client=0))
         async with client(app, "10.0.0.1") as one:
             tasks = [asyncio.create_task(one.get(f"/api/v1/predict?text={i}")) for i in range(3)]
             await until(lambda: len(seen) == 3, what="3 requests reached the app")
@@ -77,7 +91,7 @@ def test_a_class_on_one_address_shares_its_teachers_view_in_every_language_and_o
 
     async def main() -> dict[str, int]:
         inner, release, seen = blocking_app()
-        app = HeavyWork(inner, frozenset({"/predict"}), per_client=1)
+        app = served(inner, HeavyWork(frozenset({"/predict"}), per_client=1))
         async with client(app, "10.0.0.1") as nat:
             first = asyncio.create_task(nat.get("/predict?text=a&lesson=x&lang=en"))
             await until(lambda: seen, what="the first request reached the app")
@@ -109,9 +123,14 @@ def test_with_redis_the_share_holds_across_web_workers() -> None:
     async def main(url: str) -> dict[str, Any]:
         inner, release, seen = blocking_app()
         paths = frozenset({"/api/v1/predict", "/api/v1/model_view"})
-        a = HeavyWork(inner, paths, per_client=1, shared=SharedShares(LoopRedis(url)))
-        b = HeavyWork(inner, paths, per_client=1, shared=SharedShares(LoopRedis(url)))
-        async with client(a, "10.0.0.1") as on_a, client(b, "10.0.0.1") as on_b, client(b, "10.0.0.2") as other:
+        a = HeavyWork(paths, per_client=1, shared=SharedShares(LoopRedis(url)))
+        b = HeavyWork(paths, per_client=1, shared=SharedShares(LoopRedis(url)))
+        on = served(inner, a), served(inner, b)
+        async with (
+            client(on[0], "10.0.0.1") as on_a,
+            client(on[1], "10.0.0.1") as on_b,
+            client(on[1], "10.0.0.2") as other,
+        ):
             first = asyncio.create_task(on_a.get("/api/v1/predict?text=a"))
             while not seen:
                 await asyncio.sleep(0.01)
@@ -134,3 +153,46 @@ def test_with_redis_the_share_holds_across_web_workers() -> None:
     assert "MAX_HEAVY_PER_CLIENT" in out["refused"].json()["message"]
     assert out["done"] == [200, 200, 200] and out["after"] == 200
     assert out["left"] == [] and out["local"] == ({}, {})
+
+
+def test_a_page_load_refused_is_a_page_in_its_language_and_the_api_a_json_problem() -> None:
+    """A browser's page load (`Accept: text/html`) met by the cap is answered with a page in the page's language (the
+    lab's header, why, and the same page to try again), still a 429 with Retry-After; the API, a `.json` twin's
+    `Accept: application/json` and htmx's requests keep the JSON problem."""
+
+    async def main() -> dict[str, httpx.Response]:
+        inner, release, seen = blocking_app()
+        app = served(inner, HeavyWork(frozenset({"/predict", "/api/v1/predict"}), per_client=1))
+        html = {"accept": "text/html,application/xhtml+xml,*/*;q=0.8", "accept-language": "en"}
+        async with client(app, "10.0.0.1") as one:
+            first = asyncio.create_task(one.get("/predict?text=a"))
+            await until(lambda: seen, what="the first request reached the app")
+            out = {
+                "zh": await one.get("/predict?text=b&lang=zh", headers=html),
+                "en": await one.get("/predict?text=b", headers=html),
+                "api": await one.get("/api/v1/predict?text=b", headers=html),
+                "json": await one.get("/predict?text=b", headers={"accept": "application/json"}),
+                "htmx": await one.get("/predict?text=b", headers=html | {"hx-request": "true"}),
+            }
+            release.set()
+            await first
+            return out
+
+    out = run_async(main)
+    zh, en = out["zh"], out["en"]
+    for page in (zh, en):
+        assert page.status_code == 429 and page.headers["retry-after"] == "5"
+        assert page.headers["content-type"].startswith("text/html")
+        assert 'data-view="refused"' in page.text and 'href="/predict?text=b' in page.text
+        assert 'href="/predict?text=b&amp;lang=zh"' in page.text  # the same page in the other language
+    assert '<html lang="zh-CN">' in zh.text and "同时进行的计算太多" in zh.text and "5 秒" in zh.text
+    assert (
+        '<html lang="en">' in en.text
+        and "Too many computations at once" in en.text
+        and "1 heavy computation " in en.text
+    )
+    for name in ("api", "json", "htmx"):
+        r = out[name]
+        assert r.status_code == 429 and r.headers["retry-after"] == "5", name
+        assert r.headers["content-type"] == "application/json", name
+        assert "MAX_HEAVY_PER_CLIENT" in r.json()["message"] and r.json()["detail"][0]["type"] == "too_many_heavy"

@@ -25,7 +25,7 @@ import uvicorn
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.limits import SendTimeout
+from app.limits import Edge
 from app.rooms.redis_store import RedisStore
 from app.rooms.store import LOG_BYTES, LOG_LENGTH, MemoryStore, Store
 from tests import wait
@@ -320,7 +320,7 @@ def test_a_stream_that_is_not_read_loses_its_socket_after_the_send_timeout() -> 
 
         await StreamingResponse(chunks(), media_type="text/event-stream")(scope, receive, send)
 
-    with uvicorn_thread(SendTimeout(endless, 1.0)) as (port, server, records):
+    with uvicorn_thread(Edge(endless, send_timeout_s=1.0)) as (port, server, records):
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect(("127.0.0.1", port))
