@@ -280,7 +280,7 @@ function refusedRequests() {
   var box = null, timer = null;
   document.addEventListener("htmx:responseError", function (e) {
     var xhr = e.detail.xhr;
-    if (!xhr || (xhr.status !== 429 && xhr.status !== 503)) return;
+    if (!xhr || (xhr.status !== 429 && xhr.status !== 503) || e.detail.elt.closest("[data-quiet]")) return;
     var wait = parseInt(xhr.getResponseHeader("Retry-After") || "1", 10) || 1;
     if (!box) {
       box = document.createElement("div");
@@ -362,12 +362,13 @@ function progress() {
     if (isPage(url) && url.length <= 8000) start("for=" + encodeURIComponent(url)); else stop();
   }
   document.addEventListener("htmx:configRequest", function (e) {
+    if (e.detail.elt.closest("[data-quiet]")) return;  // a live run's redraw (_train.html): never waited for
     if (!isPage(e.detail.path || "")) return stop();
     var key = newKey();
     e.detail.headers["X-Progress-Key"] = key;
     start("key=" + key);
   });
-  document.addEventListener("htmx:afterRequest", stop);
+  document.addEventListener("htmx:afterRequest", function (e) { if (!e.detail.elt.closest("[data-quiet]")) stop(); });
   // Full page loads: a GET form or a plain link; the old page polls until the new one arrives.
   document.addEventListener("submit", function (e) {
     var form = e.target;
