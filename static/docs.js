@@ -1,6 +1,5 @@
 // Starts Swagger UI on /docs from a file, so the page needs no inline script.
-window.addEventListener("DOMContentLoaded", function () {
-  "use strict";
-  var root = document.getElementById("swagger-ui");
+addEventListener("DOMContentLoaded", () => {
+  const root = document.getElementById("swagger-ui");
   window.ui = SwaggerUIBundle({ url: root.dataset.openapi, dom_id: "#swagger-ui", deepLinking: true });
 });

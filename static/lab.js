@@ -1,516 +1,385 @@
-// Attention Lab's page behaviour, one module: each section below is a function that binds its listeners, run in
-// order at the end (the presenter fitter before the arithmetic's scroll, which measures what it sized). Exports
-// window.lab: `onLayout(fn)`, `largest(lo, hi, set, fits)` and `settleFormulas()`.
-// Everything else is links, forms and htmx.
-(function () {
-"use strict";
+// Attention Lab's page behaviour (a module, so its names stay its own): each section binds its listeners, run in
+// order at the end (the presenter fitters before the arithmetic's scroll, which measures what they sized).
+// Everything else is links, forms, htmx and CSS.
 
-// Keyboard shortcuts and the heat-map readout (hover or tap).
+// Listen for each of the space-separated event `names` on `target`.
+const on = (names, fn, target = document, options = false) => {
+  for (const name of names.split(" ")) target.addEventListener(name, fn, options);
+};
+const byId = (id) => document.getElementById(id);
+
+// Follow a link as a panel swap (htmx may not have boosted a link drawn just now).
+function follow(a) {
+  htmx.process(a);
+  a.click();
+}
+
+// A hidden link in `parent`, so a swap asked by script takes the htmx attributes the page's own links have there.
+function hiddenLink(href, parent) {
+  const a = Object.assign(document.createElement("a"), { href, hidden: true });
+  a.setAttribute("data-hidden-link", "");
+  (parent || document.body).append(a);
+  return a;
+}
+
+// This page's address with its query edited by `edit(params)`.
+function here(edit) {
+  const url = new URL(location.href);
+  edit(url.searchParams);
+  return url.pathname + url.search + url.hash;
+}
+
+// Where the screen ends for the page: above the class bar along the bottom, `margin` px more.
+const screenBottom = (margin) => innerHeight - (byId("room")?.getBoundingClientRect().height || 0) - margin;
+
+// A place on the page, scrolled to now and once more after the next frame, when the fitters have sized the page.
+function scrollToPlace(place) {
+  place.scrollIntoView();
+  requestAnimationFrame(() => place.scrollIntoView());
+}
+const hashTarget = () => location.hash && byId(decodeURIComponent(location.hash.slice(1)));
+const anchorOf = () => document.querySelector(".lesson-panel[data-anchor]")?.getAttribute("data-anchor") ?? "";
+
+// Run `fn` whenever the layout may have changed: the one list of those moments for the measuring code below.
+function onLayout(fn) {
+  on("DOMContentLoaded htmx:afterSettle room:followed room:resized", fn);
+  on("load resize", fn, window);
+  document.fonts.ready.then(fn);  // the math font changes widths
+  on("toggle", fn, document, true);  // a disclosure opened or shut (a lesson's answer, a form)
+}
+
+// Keys (← → step, m and s toggle: the page's own links; Ctrl+Enter applies a text box) and the heat map's readout.
 function keyboard() {
-
-  var KEYS = {
-    ArrowRight: "[data-action=next]",
-    ArrowLeft: "[data-action=prev]",
-    m: "[data-toggle=mask]",
-    s: "[data-toggle=scale]",
-  };
-
-  document.addEventListener("keydown", function (e) {
-    if (e.ctrlKey || e.metaKey || e.altKey) return;
-    var t = e.target;
-    if (t && t.closest && t.closest("input, select, textarea, [contenteditable]")) return;
-    var selector = KEYS[e.key];
-    if (!selector) return;
-    var el = document.querySelector(selector);
-    if (el && el.getAttribute("href")) {
-      e.preventDefault();
-      // A key can arrive right after a swap, before htmx has boosted the new link: process it first, so the
-      // step is a panel swap and never a full page load.
-      if (window.htmx) window.htmx.process(el);
-      el.click();
-    }
-  });
-
-  // A text box that keeps line breaks (a textarea): Enter starts a new line, Ctrl+Enter (⌘+Enter) applies the form.
-  document.addEventListener("keydown", function (e) {
-    if (e.key !== "Enter" || !(e.ctrlKey || e.metaKey)) return;
-    var box = e.target && e.target.closest && e.target.closest("textarea[data-apply-keys]");
-    if (!box || !box.form) return;
+  const KEYS = { ArrowRight: "[data-action=next]", ArrowLeft: "[data-action=prev]", m: "[data-toggle=mask]",
+                 s: "[data-toggle=scale]" };
+  on("keydown", (e) => {
+    if (e.ctrlKey || e.metaKey || e.altKey || !KEYS[e.key]) return;
+    if (e.target.closest?.("input, select, textarea, [contenteditable]")) return;
+    const el = document.querySelector(KEYS[e.key]);
+    if (!el?.getAttribute("href")) return;
     e.preventDefault();
-    if (box.form.requestSubmit) box.form.requestSubmit(); else box.form.submit();
+    follow(el);
   });
-
-  // A view given token ids (a head opened from /model) shows what they spell in the text box: editing the text
-  // empties the ids, so the form computes the text typed (the server lets ids win over a text sent beside them).
-  document.addEventListener("input", function (e) {
-    var box = e.target;
-    if (!box || !box.form || box.name !== "text") return;
-    var ids = box.form.querySelector("input[name=token_ids]");
-    if (!ids || !ids.value) return;
+  // A text box keeps line breaks: Enter starts a new line, Ctrl+Enter (⌘+Enter) applies the form.
+  on("keydown", (e) => {
+    const box = e.key === "Enter" && (e.ctrlKey || e.metaKey) && e.target.closest?.("textarea[data-apply-keys]");
+    if (!box?.form) return;
+    e.preventDefault();
+    box.form.requestSubmit();
+  });
+  // A view given token ids shows their text: editing it empties the ids (which the server lets win over a text).
+  on("input", (e) => {
+    const ids = e.target.name === "text" && e.target.form?.querySelector("input[name=token_ids]");
+    if (!ids?.value) return;
     ids.value = "";
-    var said = box.form.querySelector("[data-ids-shown]");
-    if (said && said.dataset.replaced) said.textContent = said.dataset.replaced;
+    const said = e.target.form.querySelector("[data-ids-shown]");
+    if (said?.dataset.replaced) said.textContent = said.dataset.replaced;
   });
 
-  // Large traces: the zoomed heat map reads (query, key, value) under the pointer, one row fetched at a time.
-  var rowCache = {};
-
-  function readout(img, e) {
-    var box = img.getBoundingClientRect();
-    readoutAt(img, (e.clientX - box.left) / box.width, (e.clientY - box.top) / box.height);
-  }
-
-  // The readout for the point (fx, fy) of the map, as fractions of its width and height: a pointer over it, or a
-  // tap (touch screens have no hover), also after the tap's tile swap has redrawn the panel.
-  function readoutAt(img, fx, fy) {
-    var out = document.getElementById("hover-readout");
+  const rows = {};  // a window's rows of values, by "window#row"
+  let tapped = null, pending = null;
+  const fraction = (img, e) => {  // the point as fractions of the map's width and height
+    const box = img.getBoundingClientRect();
+    return [(e.clientX - box.left) / box.width, (e.clientY - box.top) / box.height];
+  };
+  function readout(img, [fx, fy]) {
+    const out = byId("hover-readout"), d = img.dataset, box = img.getBoundingClientRect();
     if (!out) return;
-    var box = img.getBoundingClientRect();
-    var rows = +img.dataset.rows, cols = +img.dataset.cols;
-    var r = Math.min(rows - 1, Math.max(0, Math.floor(fy * rows)));
-    var c = Math.min(cols - 1, Math.max(0, Math.floor(fx * cols)));
-    var place = function () {
-      // Beside the point, kept inside the map on a narrow screen (CSSOM, not an inline style attribute: the CSP
-      // allows it).
-      var x = fx * box.width + 14, y = fy * box.height + 14;
-      out.style.left = Math.max(0, Math.min(x, box.width - out.offsetWidth)) + "px";
-      out.style.top = Math.max(0, Math.min(y, box.height - out.offsetHeight)) + "px";
+    const r = Math.min(d.rows - 1, Math.max(0, Math.floor(fy * d.rows)));
+    const c = Math.min(d.cols - 1, Math.max(0, Math.floor(fx * d.cols)));
+    const key = `${d.window}#${r}`, rowLabel = JSON.parse(d.rowLabels)[r], colLabel = JSON.parse(d.colLabels)[c];
+    const label = `(${r}: ${rowLabel}, ${c}: ${colLabel})`;
+    const show = (values) => {
+      out.textContent = label + (values ? " = " + (values[c] === null ? "−∞" : values[c]) : " …");
+      // Beside the point, kept inside the map (CSSOM, not a style attribute: the CSP allows it).
+      out.style.left = Math.max(0, Math.min(fx * box.width + 14, box.width - out.offsetWidth)) + "px";
+      out.style.top = Math.max(0, Math.min(fy * box.height + 14, box.height - out.offsetHeight)) + "px";
     };
-    var rowLabels = JSON.parse(img.dataset.rowLabels), colLabels = JSON.parse(img.dataset.colLabels);
-    var key = img.dataset.window + "#" + r;
-    var show = function (values) {
-      var v = values[c];
-      out.textContent = "(" + r + ": " + rowLabels[r] + ", " + c + ": " + colLabels[c] + ") = " +
-        (v === null ? "−∞" : v);
-      place();
-    };
-    if (rowCache[key]) return show(rowCache[key]);
-    out.textContent = "(" + r + ": " + rowLabels[r] + ", " + c + ": " + colLabels[c] + ") …";
-    place();
-    fetch(img.dataset.window + "&row=" + r + "&col=0&rows=1&cols=" + cols)
-      .then(function (res) { return res.ok ? res.json() : Promise.reject(res.status); })
-      .then(function (body) { rowCache[key] = body.values[0]; if (out.isConnected) show(rowCache[key]); })
-      .catch(function () { /* the readout keeps the labels */ });
+    show(rows[key]);
+    if (rows[key]) return;
+    fetch(`${d.window}&row=${r}&col=0&rows=1&cols=${d.cols}`)
+      .then((res) => (res.ok ? res.json() : Promise.reject(res.status)))
+      .then((body) => { rows[key] = body.values[0]; if (out.isConnected) show(rows[key]); })
+      .catch(() => { /* the readout keeps the labels */ });
   }
-
-  // A tap (or click) on the map shows its readout too: now, and again once the tile swap has redrawn the panel.
-  var tapped = null;
-  document.addEventListener("htmx:afterSettle", function () {
-    var img = document.getElementById("zoom");
-    var at = tapped;
-    tapped = null;
-    if (!img || !at || img.dataset.window !== at.window) return;
-    if (img.complete && img.naturalWidth) return readoutAt(img, at.fx, at.fy);
-    img.addEventListener("load", function () { readoutAt(img, at.fx, at.fy); }, { once: true });
+  on("mousemove", (e) => {
+    const img = e.target;
+    if (img.id !== "zoom" || pending) return;
+    pending = requestAnimationFrame(() => { pending = null; readout(img, fraction(img, e)); });
   });
-
-  // Clicking the map opens the 16 × 16 window of exact numbers around the clicked cell (an htmx swap, URL pushed).
-  document.addEventListener("click", function (e) {
-    var img = e.target;
-    if (!img || img.id !== "zoom" || !img.dataset.tileUrl) return;
-    var box = img.getBoundingClientRect();
-    var rows = +img.dataset.rows, cols = +img.dataset.cols;
-    var r = Math.floor((e.clientY - box.top) / box.height * rows);
-    var c = Math.floor((e.clientX - box.left) / box.width * cols);
-    var r0 = Math.max(0, Math.min(rows - 16, r - 8)), c0 = Math.max(0, Math.min(cols - 16, c - 8));
-    readout(img, e);
-    tapped = { window: img.dataset.window, fx: (e.clientX - box.left) / box.width, fy: (e.clientY - box.top) / box.height };
-    var a = document.createElement("a");
-    a.href = img.dataset.tileUrl.replace("ROW%2CCOL", r0 + "%2C" + c0).replace("ROW,COL", r0 + "," + c0);
-    a.hidden = true;
-    img.closest("main").appendChild(a);
-    if (window.htmx) window.htmx.process(a);
-    a.click();
+  // A click or tap (no hover on touch) shows the readout and opens the 16 × 16 window around the cell, a swap after
+  // which the readout is shown again on the redrawn map.
+  on("click", (e) => {
+    const img = e.target, d = img.dataset;
+    if (img.id !== "zoom" || !d.tileUrl) return;
+    const f = fraction(img, e);
+    const r0 = Math.max(0, Math.min(d.rows - 16, Math.floor(f[1] * d.rows) - 8));
+    const c0 = Math.max(0, Math.min(d.cols - 16, Math.floor(f[0] * d.cols) - 8));
+    readout(img, f);
+    tapped = { window: d.window, f };
+    const a = hiddenLink(d.tileUrl.replace("ROW%2CCOL", `${r0}%2C${c0}`).replace("ROW,COL", `${r0},${c0}`),
+                         img.closest("main"));
+    follow(a);
     a.remove();
   });
-
-  var pending = null;
-  document.addEventListener("mousemove", function (e) {
-    var img = e.target;
-    if (!img || img.id !== "zoom") return;
-    if (pending) return;
-    pending = window.requestAnimationFrame(function () { pending = null; readout(img, e); });
+  on("htmx:afterSettle", () => {
+    const img = byId("zoom"), at = tapped;
+    tapped = null;
+    if (!img || !at || img.dataset.window !== at.window) return;
+    if (img.complete && img.naturalWidth) return readout(img, at.f);
+    img.addEventListener("load", () => readout(img, at.f), { once: true });
   });
 }
 
-// The language links, the JSON twin in <head> and "Start a class" sit outside the swapped panel: after htmx pushes a
-// new URL, point them at it, so switching language keeps the stage and the twin stays the view's.
+// What sits outside the swapped panel (language links, JSON twin, "Start a class", presenter switch) follows the URL
+// htmx pushes. The toy's example (#42, <meta name=lab-example>) is named in the address, so a class or a copied link
+// shows the same numbers in any language, and left out of the language links, so each shows its own.
 function relink() {
-  // The toy's example a page shows when its URL names no tokens is its language's (#42: "cat sat on the mat", "猫 坐
-  // 在 垫子 上"; <meta name=lab-example>): the address names it, so what leaves the page (a class started or followed,
-  // a link copied) shows the same numbers in any language; the language links leave it unnamed, so the other
-  // language shows its own example.
-  var meta = document.querySelector('meta[name="lab-example"]');
-  var example = meta && meta.getAttribute("content");
-  function unnamed(q) {
-    return !q.get("tokens") && !q.get("text") && !q.get("token_ids") && (q.get("preset") || "toy") === "toy";
-  }
+  const example = document.querySelector('meta[name="lab-example"]')?.getAttribute("content");
   function pin() {
-    var url = new URL(window.location.href);
-    if (!example || !unnamed(url.searchParams)) return;
-    url.searchParams.set("tokens", example);
-    history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+    const q = new URL(location.href).searchParams;
+    const named = ["tokens", "text", "token_ids"].some((k) => q.get(k)) || (q.get("preset") || "toy") !== "toy";
+    if (!example || named) return;
+    history.replaceState(history.state, "", here((p) => p.set("tokens", example)));
   }
   pin();  // now, before room.js announces this view to a class
-  function relink() {
+  on("htmx:pushedIntoHistory htmx:historyRestore htmx:afterSettle DOMContentLoaded", () => {
     pin();
-    var twin = document.querySelector("a[data-twin=json]");
-    var alt = document.querySelector('link[rel=alternate][type="application/json"]');
+    const twin = document.querySelector("a[data-twin=json]");
+    const alt = document.querySelector('link[rel=alternate][type="application/json"]');
     if (twin && alt) alt.setAttribute("href", twin.getAttribute("href"));
-    document.querySelectorAll("a[data-lang]").forEach(function (a) {
-      var url = new URL(window.location.href);
-      url.searchParams.set("lang", a.dataset.lang);
-      if (example && url.searchParams.get("tokens") === example) url.searchParams.delete("tokens");
-      a.setAttribute("href", url.pathname + url.search + url.hash);
-    });
-    // "Start a class" starts it on the view now shown, not on the one the page was loaded with.
-    var start = document.querySelector("form[data-room-start] input[name=query]");
-    if (start) start.value = window.location.search.replace(/^\?/, "");
-    document.querySelectorAll("a[data-toggle=present][data-kernel]").forEach(function (a) {
-      var url = new URL(window.location.href);
-      if (url.searchParams.get("present") === "1") url.searchParams.delete("present");
-      else url.searchParams.set("present", "1");
-      a.setAttribute("href", url.pathname + url.search + url.hash);
-    });
-  }
-  document.addEventListener("htmx:pushedIntoHistory", relink);
-  document.addEventListener("htmx:historyRestore", relink);
-  document.addEventListener("htmx:afterSettle", relink);
-  document.addEventListener("DOMContentLoaded", relink);  // "Start a class" names the example too
+    for (const a of document.querySelectorAll("a[data-lang]")) {
+      a.setAttribute("href", here((p) => {
+        p.set("lang", a.dataset.lang);
+        if (example && p.get("tokens") === example) p.delete("tokens");
+      }));
+    }
+    const start = document.querySelector("form[data-room-start] input[name=query]");
+    if (start) start.value = location.search.replace(/^\?/, "");
+    for (const a of document.querySelectorAll("a[data-toggle=present][data-kernel]")) {
+      a.setAttribute("href", here((p) => (p.get("present") === "1" ? p.delete("present") : p.set("present", "1"))));
+    }
+  });
 }
 
-// ▶ Play (the generation page): from the current step (from the first when already at the last) one step every
-// 0.9 s, the button reading "Pause" meanwhile (aria-pressed); at the last step, or when anything else is clicked or
-// a key pressed, it stops and reads "Play" again. Each step is an htmx swap of #stage, the button included: the
-// state lives here, and every new button is drawn from it (and keeps the keyboard focus the old one had).
+// ▶ Play (/generate): a step every 0.9 s from here (from the first at the last), "Pause" meanwhile, until the last
+// step, a click elsewhere or a key. Each step swaps #stage, the button too: the state lives here, each new button is
+// drawn from it and keeps the old one's focus.
 function play() {
-  var playing = false, timer = null, hadFocus = false;
-  var stepping = null, asked = null;  // the link Play followed, and its step's request while on its way
+  let playing = false, timer = null, hadFocus = false, stepping = null;  // stepping: the link Play followed
+  const nextLink = () => document.querySelector("a[data-action=next][href]");
   function draw() {
-    document.querySelectorAll("[data-play]").forEach(function (b) {
-      b.setAttribute("aria-pressed", playing ? "true" : "false");
-      var label = playing ? b.dataset.labelPause : b.dataset.labelPlay;
+    for (const b of document.querySelectorAll("[data-play]")) {
+      b.setAttribute("aria-pressed", String(playing));
+      const label = playing ? b.dataset.labelPause : b.dataset.labelPlay;
       if (label && b.textContent !== label) b.textContent = label;
-    });
+    }
   }
   function stop() {
-    if (timer) { clearTimeout(timer); timer = null; }
-    // A step asked for just before Pause (a slow server) would still arrive and move the paused page on: dropped.
-    if (asked) asked.abort();
-    stepping = asked = null;
+    clearTimeout(timer);
+    timer = null;
+    if (stepping) htmx.trigger(stepping, "htmx:abort");  // a step on its way would move the paused page on
+    stepping = null;
     if (playing) { playing = false; draw(); }
   }
-  function follow(a) {  // a step as a panel swap, like the keyboard's (htmx may not have boosted a new link yet)
-    if (window.htmx) window.htmx.process(a);
-    stepping = a;
-    a.click();
-  }
-  function nextLink() { return document.querySelector("a[data-action=next][href]"); }
+  function step(a) { stepping = a; follow(a); }
   function schedule() {
     if (timer || !playing) return;
-    timer = setTimeout(function () {
+    timer = setTimeout(() => {
       timer = null;
-      var next = nextLink();
-      if (!playing) return;
-      if (!next) return stop();
-      follow(next);
+      if (playing && nextLink()) step(nextLink()); else if (playing) stop();
     }, 900);
   }
   function start(button) {
     playing = true;
     draw();
     if (nextLink()) return schedule();
-    var first = button.dataset.first;  // at the last step: start again from the first
+    const first = button.dataset.first;  // at the last step: start again from the first
     if (!first) return stop();
-    // The first token's own link when the text shows it; else a link made for it, kept until the swap is done
-    // (htmx needs the element that asked to be in the page when the answer arrives).
-    var a = Array.prototype.find.call(document.querySelectorAll("#stage a[href]"), function (link) {
-      return link.getAttribute("href") === first;
-    });
-    if (!a) {
-      a = document.createElement("a");
-      a.href = first;
-      a.hidden = true;
-      a.setAttribute("data-play-link", "");
-      (button.closest("main") || document.body).appendChild(a);
-    }
-    follow(a);
+    // The first token's link, or a hidden one kept until the swap is done (htmx needs the element that asked).
+    step([...document.querySelectorAll("#stage a[href]")].find((a) => a.getAttribute("href") === first)
+         || hiddenLink(first, button.closest("main")));
   }
-  document.addEventListener("click", function (e) {
-    var play = e.target.closest && e.target.closest("[data-play]");
-    if (!play) { if (e.isTrusted) stop(); return; }
+  on("click", (e) => {
+    const button = e.target.closest?.("[data-play]");
+    if (!button) { if (e.isTrusted) stop(); return; }
     e.preventDefault();
-    if (playing) stop(); else start(play);
+    if (playing) stop(); else start(button);
   });
-  document.addEventListener("keydown", function (e) {
-    if (e.target && e.target.closest && e.target.closest("[data-play]")) return;  // Enter or Space: the click toggles
-    stop();
-  });
-  document.addEventListener("htmx:beforeSwap", function () {
-    var active = document.activeElement;
-    hadFocus = !!(active && active.matches && active.matches("[data-play]"));
-  });
-  document.addEventListener("htmx:afterSettle", function () {
-    document.querySelectorAll("a[data-play-link]").forEach(function (a) { a.remove(); });
+  on("keydown", (e) => { if (!e.target.closest?.("[data-play]")) stop(); });  // Enter or Space on it: the click toggles
+  on("htmx:beforeSwap", () => { hadFocus = !!document.activeElement?.matches("[data-play]"); });
+  on("htmx:afterSettle", () => {
+    for (const a of document.querySelectorAll("a[data-hidden-link]")) a.remove();
     draw();
-    if (hadFocus) {
-      var b = document.querySelector("[data-play]");
-      if (b) b.focus();
-      hadFocus = false;
-    }
-    if (!playing) return;
-    if (!nextLink()) return stop();  // the last step: done, the button reads "Play" again
-    schedule();
+    if (hadFocus) document.querySelector("[data-play]")?.focus();
+    hadFocus = false;
+    if (playing && !nextLink()) stop(); else schedule();  // the last step: done, the button reads "Play" again
   });
-  document.addEventListener("htmx:beforeSend", function (e) {
-    if (e.detail && stepping && e.detail.elt === stepping) asked = e.detail.xhr;
-  });
-  document.addEventListener("htmx:afterRequest", function (e) {
-    if (e.detail && e.detail.elt === stepping) stepping = asked = null;
-  });
-  ["htmx:responseError", "htmx:sendError", "htmx:historyRestore"].forEach(function (name) {
-    document.addEventListener(name, stop);
-  });
+  on("htmx:responseError htmx:sendError htmx:historyRestore", stop);
 }
 
-// A request htmx sent that the server turned away for now (429: this reader's share of the heavy work is taken;
-// 503: the server is full): say so, in the page's language, with the wait the server named (Retry-After), rather
-// than leave the page showing the answer to an earlier setting as if it were this one's.
+// A request that is not waited for: a live run's redraw (templates/_train.html), every second.
+const quiet = (e) => e.detail.elt.closest("[data-quiet]");
+
+// A request the server turned away for now (429: this reader's share is taken; 503: full) says so, with its
+// Retry-After, rather than leave an earlier setting's answer standing as if it were this one's.
 function refusedRequests() {
-  var box = null, timer = null;
-  document.addEventListener("htmx:responseError", function (e) {
-    var xhr = e.detail.xhr;
-    if (!xhr || (xhr.status !== 429 && xhr.status !== 503)) return;
-    var wait = parseInt(xhr.getResponseHeader("Retry-After") || "1", 10) || 1;
-    if (!box) {
-      box = document.createElement("div");
-      box.id = "refused";
-      box.setAttribute("role", "alert");
-      document.body.appendChild(box);
-    }
+  let timer = null;
+  on("htmx:responseError", (e) => {
+    const status = e.detail.xhr?.status, box = byId("refused");
+    if (!box || (status !== 429 && status !== 503) || quiet(e)) return;
+    const wait = parseInt(e.detail.xhr.getResponseHeader("Retry-After") || "1", 10) || 1;
     box.textContent = (document.body.getAttribute("data-busy-text") || "{s}").replace("{s}", String(wait));
     box.hidden = false;
-    if (timer) clearTimeout(timer);
-    timer = setTimeout(function () { box.hidden = true; }, Math.max(4, wait + 2) * 1000);
+    clearTimeout(timer);
+    timer = setTimeout(() => { box.hidden = true; }, Math.max(4, wait + 2) * 1000);
   });
-  document.addEventListener("htmx:afterSwap", function () { if (box) box.hidden = true; });
+  on("htmx:afterSwap", () => { if (byId("refused")) byId("refused").hidden = true; });
 }
 
-// A request's progress key: 16 random hex digits an htmx request names itself by (its X-Progress-Key header, which
-// the server adopts: app/lab/keys.py), made before the request leaves, so the page polls while it waits.
-function newKey() {
-  var bytes = new Uint8Array(8);
-  crypto.getRandomValues(bytes);
-  return Array.prototype.map.call(bytes, function (b) { return ("0" + b.toString(16)).slice(-2); }).join("");
-}
-
-// Long work (the model view of a long text, a long context's first window, generation, a page's first load): while
-// a page or a panel is computed, poll /api/v1/progress for it, by its key, and show how far it has come, in the
-// server's words ("21 / 31 layers · 6.2 s", in the page's language), rather than a tab that seems frozen. The server
-// knows every page request it is serving (app/health.py `Served`), so a poll is answered for as long as the page
-// waits, and for a few seconds after its answer left (`answered`: a poll that crossed the answer stops there), so
-// the console logs no failed request.
+// Long work: while a page or a panel is computed, poll /api/v1/progress and show how far it has come in the server's
+// words ("21 / 31 layers · 6.2 s"). An htmx request names itself by a random key (X-Progress-Key, adopted by the
+// server: app/lab/keys.py); a full page load by its URL (`for=`, hashed by the server alone). `answered`: done.
 function progress() {
-  var timer = null;
-  var box = null;
-  var asking = null;  // the poll in flight, aborted when the wait ends
+  let timer = null, asking = null;  // the poll in flight, aborted when the wait ends
   function stop() {
-    if (timer) { clearInterval(timer); timer = null; }
-    if (asking) { asking.abort(); asking = null; }
-    if (box) box.hidden = true;
+    clearInterval(timer);
+    timer = null;
+    asking?.abort();
+    asking = null;
+    if (byId("progress")) byId("progress").hidden = true;
   }
   function render(p) {
-    if (!(p.total > 0) && p.seconds < 1) return;  // a page that counts nothing: shown once it takes a while
-    if (!box) {
-      box = document.createElement("div");
-      box.id = "progress";
-      box.setAttribute("role", "status");
-      box.innerHTML = "<progress></progress> <span></span>";
-      document.body.appendChild(box);
-    }
-    var bar = box.querySelector("progress");
-    if (p.total > 0) { bar.max = p.total; bar.value = p.done; } else { bar.removeAttribute("value"); }
+    const box = byId("progress");
+    if (!box || (!(p.total > 0) && p.seconds < 1)) return;  // a page that counts nothing: shown once it takes a while
+    const bar = box.querySelector("progress");
+    if (p.total > 0) Object.assign(bar, { max: p.total, value: p.done }); else bar.removeAttribute("value");
     box.querySelector("span").textContent = p.text ||
-      ((p.total > 0 ? p.done + " / " + p.total + " " + (p.unit || "") + " · " : "") + p.seconds + " s");
+      (p.total > 0 ? `${p.done} / ${p.total} ${p.unit || ""} · ` : "") + p.seconds + " s";
     box.hidden = false;
   }
-  // A page: what the browser shows in place of this one when it comes (not the API's files and JSON, which a link
-  // downloads or opens beside the page: nothing waits for them here).
-  function isPage(path) {
-    return !/^\/(api|static|vendor)\//.test(path) && !/\.(json|npz|csv|svg|png|zip)$/.test(path.split("?")[0]);
-  }
-  // `query`: the poll's query naming the request, "key=…" (an htmx request's own key) or "for=…" (a page's URL).
-  function start(query) {
+  // A page takes this one's place (the API's files and JSON do not: nothing waits for them).
+  const isPage = (url) => !/^\/(api|static|vendor)\/|\.(json|npz|csv|svg|png|zip)$/.test(url.split("?")[0]);
+  function start(query) {  // "key=…" (an htmx request's own key) or "for=…" (a page's URL)
     stop();
-    var lang = (document.documentElement.lang || "en").slice(0, 2) === "zh" ? "zh" : "en";
-    timer = setInterval(function () {
+    const lang = document.documentElement.lang.startsWith("zh") ? "zh" : "en";
+    timer = setInterval(() => {
       if (asking) return;  // the last poll not answered yet
-      var ask = asking = window.AbortController ? new AbortController() : null;
-      fetch("/api/v1/progress?" + query + "&lang=" + lang,
-            { headers: { Accept: "application/json" }, signal: ask ? ask.signal : undefined })
-        .then(function (res) { return res.ok ? res.json() : null; })
-        .then(function (p) {
+      const ask = asking = new AbortController();
+      fetch(`/api/v1/progress?${query}&lang=${lang}`, { headers: { Accept: "application/json" }, signal: ask.signal })
+        .then((res) => (res.ok ? res.json() : null))
+        .then((p) => {
           if (asking === ask) asking = null;
-          if (!timer) return;
-          if (p && !p.answered) render(p); else stop();  // answered (or not served here): nothing more to wait for
+          if (timer && p && !p.answered) render(p); else if (timer) stop();  // answered, or not served here
         })
-        .catch(function () { if (asking === ask) asking = null; });
+        .catch(() => { if (asking === ask) asking = null; });
     }, 600);
   }
-  // A full page load is known by its URL, which the poll sends when it is short enough (a long text's is not).
-  function startFor(url) {
+  function startFor(url) {  // a full page load, by its URL when it is short enough (a long text's is not)
     if (isPage(url) && url.length <= 8000) start("for=" + encodeURIComponent(url)); else stop();
   }
-  document.addEventListener("htmx:configRequest", function (e) {
+  on("htmx:configRequest", (e) => {
+    if (quiet(e)) return;
     if (!isPage(e.detail.path || "")) return stop();
-    var key = newKey();
+    const key = Array.from(crypto.getRandomValues(new Uint8Array(8)), (b) => (b + 256).toString(16).slice(1)).join("");
     e.detail.headers["X-Progress-Key"] = key;
     start("key=" + key);
   });
-  document.addEventListener("htmx:afterRequest", stop);
-  // Full page loads: a GET form or a plain link; the old page polls until the new one arrives.
-  document.addEventListener("submit", function (e) {
-    var form = e.target;
-    if (e.defaultPrevented || (form.method || "get").toLowerCase() !== "get") return;
-    if (form.target && form.target !== "_self") return;  // another tab: this page is not waiting for it
-    var action = new URL(form.action, location.href);
-    if (action.origin !== location.origin) return;
-    startFor(action.pathname + "?" + new URLSearchParams(new FormData(form)).toString());
+  on("htmx:afterRequest", (e) => { if (!quiet(e)) stop(); });
+  // Full page loads: a GET form or a plain link to this site in this tab; the old page polls until the new one comes.
+  const otherTab = (el) => el.target && el.target !== "_self";
+  on("submit", (e) => {
+    const form = e.target, action = new URL(form.action, location.href);
+    if (e.defaultPrevented || form.method !== "get" || otherTab(form) || action.origin !== location.origin) return;
+    startFor(action.pathname + "?" + new URLSearchParams(new FormData(form)));
   });
-  document.addEventListener("click", function (e) {
-    var a = e.target.closest && e.target.closest("a[href]");
-    if (!a || e.defaultPrevented || a.hasAttribute("download") || a.origin !== location.origin) return;
-    if (a.target && a.target !== "_self") return;  // another tab: this page is not waiting for it
+  on("click", (e) => {
+    const a = e.target.closest?.("a[href]");
+    if (!a || e.defaultPrevented || a.hasAttribute("download") || a.origin !== location.origin || otherTab(a)) return;
     if (a.hash && a.pathname === location.pathname && a.search === location.search) return;  // a place on this page
     if (a.closest("[hx-boost=true]") && a.getAttribute("hx-boost") !== "false") return;  // htmx's own request
     startFor(a.pathname + a.search);
   });
-  // Back to a page that polled (restored from the back-forward cache); not the first load's own pageshow, which
-  // would stop a page's first request (a deferred page's shell asks for its page by htmx as it loads, #42).
-  window.addEventListener("pageshow", function (e) { if (e.persisted) stop(); });
+  // Back to a page that polled (from the back-forward cache; not the first load, a deferred page's own request).
+  on("pageshow", (e) => { if (e.persisted) stop(); }, window);
 }
 
-// A lesson step's place on its page (the step's #fragment, e.g. /demos#scaling, as data-anchor on its panel): a
-// screen that reached the step without it — stepped by the teacher's remote, joined by the room's link (a room's
-// view has no fragment) — scrolls there as the step's own link would have.
-function toAnchor() {
-  function toAnchor() {
-    var panel = document.querySelector(".lesson-panel[data-anchor]");
-    var place = panel && document.getElementById(panel.getAttribute("data-anchor"));
-    var own = location.hash && document.getElementById(decodeURIComponent(location.hash.slice(1)));
-    if (!place || own) return;  // the address's own place (not a room's #follow) is the browser's to scroll to
-    place.scrollIntoView();
-    window.requestAnimationFrame(function () { place.scrollIntoView(); });  // under the lesson's panel, once measured
-  }
-  document.addEventListener("DOMContentLoaded", toAnchor);
-  document.addEventListener("room:followed", toAnchor);
-}
-
-// Whenever the page's layout may have changed (loaded, fonts in, resized, a panel swapped, a class step followed),
-// run `fn`: the one list of those moments for the measuring code below.
-function onLayout(fn) {
-  document.addEventListener("DOMContentLoaded", fn);
-  window.addEventListener("load", fn);
-  if (document.fonts && document.fonts.ready) document.fonts.ready.then(fn); // the math font changes widths
-  window.addEventListener("resize", fn);
-  document.addEventListener("htmx:afterSettle", fn);
-  document.addEventListener("room:followed", fn);
-  document.addEventListener("room:resized", fn);
-  // A lesson's answer opened or shut: the page's explanations come and go with it (static/lab.css, data-hint).
-  document.addEventListener("toggle", function (e) {
-    if (e.target.matches && e.target.matches(".lesson-panel details.answer")) fn();
-  }, true);
-}
-
-// A deferred page's shell (templates/_deferred.html: /heads and /patch answer a browser's navigation at once and ask
-// for their numbers by htmx, the progress box counting meanwhile): once the page is swapped in, scroll to the place
-// its #fragment (or the lesson step's anchor) names, as a plain load would have; if it could not come (a busy
-// server, an error), say so beside the plain link to it.
-function deferredPage() {
-  var arrived = false;
-  function deferred(e) { var elt = e.detail && e.detail.elt; return !!(elt && elt.closest && elt.closest("[data-deferred]")); }
-  document.addEventListener("htmx:beforeSwap", function (e) { if (deferred(e)) arrived = true; });
-  document.addEventListener("htmx:afterSettle", function () {
-    if (!arrived) return;
+// Places: a lesson step's (data-anchor) is scrolled to by a screen that came without its #fragment (a remote, a room);
+// a deferred page's shell (templates/_deferred.html), once its page is swapped in, scrolls to its #fragment (or the
+// step's place) as a plain load would, or says that the page could not come, beside the plain link.
+function places() {
+  on("DOMContentLoaded room:followed", () => {
+    const place = byId(anchorOf());
+    if (place && !hashTarget()) scrollToPlace(place);  // the address's own place is the browser's to scroll to
+  });
+  let arrived = false;
+  const shell = (e) => e.detail.elt.closest?.("[data-deferred]");
+  on("htmx:beforeSwap", (e) => { if (shell(e)) arrived = true; });
+  on("htmx:afterSettle", () => {
+    const place = arrived && (location.hash ? hashTarget() : byId(anchorOf()));
     arrived = false;
-    var panel = document.querySelector(".lesson-panel[data-anchor]");
-    var id = location.hash ? decodeURIComponent(location.hash.slice(1)) : panel && panel.getAttribute("data-anchor");
-    var place = id && document.getElementById(id);
-    if (!place) return;
-    place.scrollIntoView();
-    window.requestAnimationFrame(function () { place.scrollIntoView(); });  // after the fitters have sized the page
+    if (place) scrollToPlace(place);
   });
-  function failed(e) {
-    if (!deferred(e)) return;
-    var shell = e.detail.elt.closest("[data-deferred]");
-    var said = shell.querySelector("[data-deferred-failed]");
-    if (said) said.hidden = false;
-    var status = shell.querySelector("#deferred-status");
-    if (status) status.hidden = true;
-  }
-  document.addEventListener("htmx:responseError", failed);
-  document.addEventListener("htmx:sendError", failed);
+  on("htmx:responseError htmx:sendError", (e) => {
+    if (!shell(e)) return;
+    shell(e).querySelector("[data-deferred-failed]").hidden = false;
+    shell(e).querySelector("#deferred-status").hidden = true;
+  });
 }
 
-// Presenter mode on /heads and /patch, and a step that lands on a place on any page: the lesson's panel stays at the
-// top of the screen (lab.css) while the page scrolls to the step's figure, so the question is read beside it; the
-// figures and the scroll's stop are sized to the room it leaves (--lesson-h: the height on screen, 0 when it does not
-// stay; a phone's panel keeps only its question and buttons there, --lesson-fold: the height above them). Until the
-// reader scrolls, the page stays at the step's place as the layout settles (the panel measured after the step's
-// scroll, a class's bar and a follower's page swapped in, fonts).
+// The lesson's panel stays at the top (lab.css) beside a step's place: its height (--lesson-h; a phone's fold above
+// the question, --lesson-fold) sizes the figures, and the page stays at the place until the reader scrolls.
 function stickyLesson() {
-  var held = true;
-  ["wheel", "touchstart", "keydown", "mousedown"].forEach(function (e) {
-    window.addEventListener(e, function () { held = false; }, { passive: true });
-  });
-  document.addEventListener("room:followed", function () { held = true; });
-  function measure() {
-    var beside = document.querySelector("body > .lesson-beside"), root = document.documentElement.style;
-    var box = beside && beside.getBoundingClientRect(), question = beside && beside.querySelector(".question");
-    var fold = question ? question.getBoundingClientRect().top - box.top - 4 : 0;
+  let held = true;
+  on("wheel touchstart keydown mousedown", () => { held = false; }, window, { passive: true });
+  on("room:followed", () => { held = true; });
+  onLayout(() => {
+    const beside = document.querySelector("body > .lesson-beside"), root = document.documentElement.style;
+    const box = beside?.getBoundingClientRect(), question = beside?.querySelector(".question");
+    const fold = question ? question.getBoundingClientRect().top - box.top - 4 : 0;
     root.setProperty("--lesson-fold", Math.max(0, Math.floor(fold)) + "px");
-    var style = beside && getComputedStyle(beside);  // its top: 0, or minus the fold on a phone
-    var h = style && style.position === "sticky" ? box.height + Math.min(0, parseFloat(style.top) || 0) : 0;
+    const style = beside && getComputedStyle(beside);  // its top: 0, or minus the fold on a phone
+    const h = style?.position === "sticky" ? box.height + Math.min(0, parseFloat(style.top) || 0) : 0;
     root.setProperty("--lesson-h", Math.ceil(h) + "px");
-    var anchor = question && question.closest(".lesson-panel").getAttribute("data-anchor");
-    var place = h && anchor && document.getElementById(anchor), hash = decodeURIComponent(location.hash.slice(1));
-    if (!held || !place || (hash !== anchor && document.getElementById(hash))) return;
-    if (Math.abs(place.getBoundingClientRect().top - parseFloat(getComputedStyle(place).scrollMarginTop)) > 2) {
-      place.scrollIntoView();
-    }
-  }
-  onLayout(measure);
-  document.addEventListener("toggle", measure, true);  // the answer opened in the panel
+    const anchor = question?.closest(".lesson-panel").getAttribute("data-anchor");
+    const place = h && anchor && byId(anchor), hash = decodeURIComponent(location.hash.slice(1));
+    if (!held || !place || (hash !== anchor && byId(hash))) return;
+    const off = place.getBoundingClientRect().top - parseFloat(getComputedStyle(place).scrollMarginTop);
+    if (Math.abs(off) > 2) place.scrollIntoView();
+  });
 }
 
-// The class bar along the bottom arrives, and grows when a question opens or its reveal comes: one observer of it
-// tells every fitter above (onLayout's "room:resized"), at most once a frame, so the numbers make room for it.
+// The class bar (#room) comes and grows: its height as --room-h, and "room:resized" for the fitters, once a frame.
 function barResized() {
-  var watched = null, queued = false;
-  function resized() {  // its height also as --room-h: the page's end and a scrolled-to cell stay above it
-    var room = document.getElementById("room");
-    document.documentElement.style.setProperty("--room-h", (room ? Math.ceil(room.offsetHeight) : 0) + "px");
+  let watched = null, queued = false;
+  function resized() {
+    document.documentElement.style.setProperty("--room-h", Math.ceil(byId("room")?.offsetHeight || 0) + "px");
     document.dispatchEvent(new CustomEvent("room:resized"));
   }
-  document.addEventListener("room:bar", function () {
-    var room = document.getElementById("room");
-    if (!room || watched === room || !window.ResizeObserver) return resized();
+  on("room:bar htmx:afterSettle", () => {
+    const room = byId("room");
+    if (room === watched) return;
     watched = room;
-    new ResizeObserver(function () {
-      if (queued) return;
+    if (!room) return resized();
+    new ResizeObserver(() => {
+      if (queued || room !== watched) return;
       queued = true;
-      window.requestAnimationFrame(function () { queued = false; resized(); });
+      requestAnimationFrame(() => { queued = false; resized(); });
     }).observe(room);
   });
 }
 
-// The largest whole size in lo…hi at which `fits()` holds once `set(size)` is applied (lo when none does), left
-// applied: the one search behind every "as large as the projector allows" below.
+// Presenter mode wider than a phone (by layout width: a page zoomed out has a wide innerWidth).
+const projector = () => document.body.classList.contains("present") && document.documentElement.clientWidth > 700;
+// Whether no element of `els` shown needs a sideways scroll.
+const noSideways = (els) => els.every((el) => !el.offsetParent || el.scrollWidth <= el.clientWidth + 1);
+
+// The largest whole size in lo…hi at which `fits()` holds after `set(size)` (lo when none does), left applied.
 function largest(lo, hi, set, fits) {
   set(hi);
   if (fits()) return hi;
   while (hi - lo > 1) {
-    var mid = (lo + hi) >> 1;
+    const mid = (lo + hi) >> 1;
     set(mid);
     if (fits()) lo = mid; else hi = mid;
   }
@@ -518,242 +387,169 @@ function largest(lo, hi, set, fits) {
   return lo;
 }
 
-// Presenter mode: size the numbers to the projector. The largest font (8–64 px) at which the stage's matrices fit
-// their column and the stage (matrices and the open cell's arithmetic included) ends above the bottom of the screen
-// (and above the class bar). Measured, not guessed: a 5 × 5 softmax gets big numbers, stage 1's three matrices less.
+// Presenter mode's stage: the largest font (8–64 px) at which its matrices fit their column and it ends on screen.
 function presenterNumbers() {
-  function fit() {
-    if (!document.body.classList.contains("present")) return;
-    var stage = document.getElementById("stage");
-    var data = stage && stage.querySelector(".stage-data");
-    if (!data || !data.querySelector("table[data-matrix]")) return;
-    // A phone opened in presenter mode: the phone layout, no projector sizing (its layout width: a page zoomed out
-    // to show something too wide has a wide innerWidth, and the numbers sized to it kept it wide).
-    if (document.documentElement.clientWidth <= 700) {
-      stage.style.removeProperty("--fit");
-      stage.style.removeProperty("--fit-arith");
-      return;
+  onLayout(() => {
+    const stage = byId("stage"), data = stage?.querySelector(".stage-data"), css = stage?.style;
+    if (!document.body.classList.contains("present") || !data?.querySelector("table[data-matrix]")) return;
+    if (!projector()) return ["--fit", "--fit-arith"].forEach((v) => css.removeProperty(v));
+    const bottom = screenBottom(4), boxes = [data, ...data.querySelectorAll(".scroll, figure.matrix")];
+    const body = stage.querySelector(".stage-body")?.style, text = stage.querySelector(".stage-text");
+    const fits = () => noSideways(boxes) && data.getBoundingClientRect().bottom <= bottom;
+    const textFits = () => !text || text.getBoundingClientRect().bottom <= bottom;
+    const numbers = () => largest(8, 64, (px) => {
+      css.setProperty("--fit", px + "px");
+      css.setProperty("--fit-arith", Math.min(30, Math.max(12, Math.round(px * 0.7))) + "px");
+    }, fits);
+    const columns = (value) => (value ? body.setProperty("grid-template-columns", value)
+                                      : body.removeProperty("grid-template-columns"));
+    // The words' column ends on screen too: it takes width from the numbers (1 : 1.5 … 1 : 0.8) while they keep 24 px
+    // (or less had) and fit, then its type shrinks to 14 px at the least (#32), the question's size kept.
+    if (body) columns("");
+    css.removeProperty("--fit-text");
+    let px = numbers();
+    const floor = Math.min(24, px);
+    for (const share of [1.5, 1.2, 1, 0.8]) {
+      if (!body || textFits()) break;
+      const was = body.getPropertyValue("grid-template-columns");
+      columns(`minmax(0, 1fr) minmax(0, ${share}fr)`);
+      const got = numbers();
+      if (got >= floor && fits()) { px = got; continue; }
+      columns(was);
+      px = numbers();
+      break;
     }
-    var room = document.getElementById("room");
-    var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - 4;
-    var boxes = data.querySelectorAll(".scroll, figure.matrix");
-    function fits() {
-      if (data.scrollWidth > data.clientWidth + 1) return false;
-      for (var i = 0; i < boxes.length; i++) {  // a matrix in its own scrolling box must not need to scroll
-        if (boxes[i].offsetParent !== null && boxes[i].scrollWidth > boxes[i].clientWidth + 1) return false;
-      }
-      return data.getBoundingClientRect().bottom <= bottom;
-    }
-    function set(px) {
-      stage.style.setProperty("--fit", px + "px");
-      stage.style.setProperty("--fit-arith", Math.min(30, Math.max(12, Math.round(px * 0.7))) + "px");
-    }
-    function numbers() { return largest(8, 64, set, fits); }
-    // The words' column (the class's QR and address, the lesson's question, what happens, what to notice) must end
-    // on screen too. It takes width from the numbers (the stylesheet's share, then 1 : 1.5 … 1 : 0.8) while they keep
-    // 24 px (or what they had) and their column ends on screen, then its type shrinks, to 14 px at the least: readable
-    // from the room at 1280×720 (#32: 10 px was not); what still does not fit ends under the screen, after the
-    // question, which keeps its size throughout.
-    var body = stage.querySelector(".stage-body"), text = stage.querySelector(".stage-text");
-    function textFits() { return !text || text.getBoundingClientRect().bottom <= bottom; }
-    if (body) body.style.removeProperty("grid-template-columns");
-    stage.style.removeProperty("--fit-text");
-    var px = numbers(), floor = Math.min(24, px), shares = [1.5, 1.2, 1, 0.8], i = 0;
-    function widen() {
-      for (; body && i < shares.length && !textFits(); i++) {
-        var was = body.style.getPropertyValue("grid-template-columns");
-        body.style.setProperty("grid-template-columns", "minmax(0, 1fr) minmax(0, " + shares[i] + "fr)");
-        var got = numbers();
-        if (got < floor || !fits()) {  // nor may the numbers' column then end under the screen
-          if (was) body.style.setProperty("grid-template-columns", was);
-          else body.style.removeProperty("grid-template-columns");
-          px = numbers();
-          return;
-        }
-        px = got;
-      }
-    }
-    function shrink(least) {
-      if (!text || textFits()) return;
-      var size = parseFloat(getComputedStyle(text.querySelector(".explain") || text).fontSize);
-      while (size > least && !textFits()) {
-        size -= 1;
-        stage.style.setProperty("--fit-text", size + "px");
-      }
+    if (!textFits()) {
+      let size = parseFloat(getComputedStyle(text.querySelector(".explain") || text).fontSize);
+      while (size > 14 && !textFits()) css.setProperty("--fit-text", --size + "px");
       px = numbers();
     }
-    widen();
-    shrink(14);
     stage.setAttribute("data-fit", String(px));
     settleFormulas();  // the arithmetic's new size: its lines fit again
-  }
-  onLayout(fit);
+  });
+}
+
+// The model view's grids and /predict's tables: the largest type (lo…hi px) at which nothing scrolls sideways and
+// they end on screen.
+const FITTED = [["main.model-view [data-fit-grids]", "--grid-fit", 8, 48], [".train-scroll", "--table-fit", 10, 32]];
+function presenterTables() {
+  onLayout(() => {
+    for (const [selector, property, lo, hi] of FITTED) {
+      for (const box of document.querySelectorAll("body.present " + selector)) {
+        if (!projector()) { box.style.removeProperty(property); continue; }
+        const bottom = screenBottom(4), boxes = [box, box.closest("main") || box, ...box.querySelectorAll(".scroll")];
+        const fits = () => noSideways(boxes) && box.getBoundingClientRect().bottom + scrollY <= bottom;
+        box.setAttribute("data-fit", largest(lo, hi, (px) => box.style.setProperty(property, px + "px"), fits));
+      }
+    }
+  });
 }
 
 // The header's "More" menu (#42): a disclosure that closes as a menu does, on a click elsewhere or Escape.
 function moreMenu() {
-  function close(except) {
-    document.querySelectorAll("details[data-more-nav][open]").forEach(function (d) { if (d !== except) d.open = false; });
-  }
-  document.addEventListener("click", function (e) { close(e.target.closest && e.target.closest("details[data-more-nav]")); });
-  document.addEventListener("keydown", function (e) {
-    if (e.key !== "Escape") return;
-    var open = document.querySelector("details[data-more-nav][open]");
+  on("click", (e) => {
+    const mine = e.target.closest?.("details[data-more-nav]");
+    for (const d of document.querySelectorAll("details[data-more-nav][open]")) if (d !== mine) d.open = false;
+  });
+  on("keydown", (e) => {
+    const open = e.key === "Escape" && document.querySelector("details[data-more-nav][open]");
     if (!open) return;
     open.open = false;
     open.querySelector("summary").focus();
   });
 }
 
-// The open cell's arithmetic (#42): a number clicked, or a view loaded or followed with a cell open, scrolls the page
-// only as far as needed for its box (under the matrices) to be on screen, and never so far that the clicked number
-// leaves the top of the screen (outside presenter mode the box waits at the window's foot: the number is lifted
-// above it); once per cell opened, so a reader scrolling away is not pulled back. Runs after the
-// presenter-mode fitter above (registered before it), which sizes the numbers for the screen first.
+// The open cell's arithmetic (#42) is scrolled on screen, the clicked number kept below the top (outside presenter
+// mode the box waits at the window's foot: the number is lifted above it); once per cell, not pulling a reader back.
 function arithmeticInView() {
-  var shown = null;
-  function reveal() {
-    var box = document.getElementById("arithmetic");
-    var key = box && (location.pathname + "#" + box.getAttribute("data-cell"));
-    var sticky = box && getComputedStyle(box).position === "sticky";
-    // Waiting at the window's foot (lab.css), the box may grow as the math font arrives: the number is lifted above
-    // it again then (never moved when it is clear of the box, so a reader scrolling away is not pulled back).
-    var again = key === shown;
+  let shown = null;
+  onLayout(() => {
+    const box = byId("arithmetic"), key = box && location.pathname + "#" + box.getAttribute("data-cell");
+    const sticky = box && getComputedStyle(box).position === "sticky";
+    // At the window's foot the box may grow with the math font: the number is lifted again (if it is under it).
+    const again = key === shown;
     if (!box || (again && !sticky)) { shown = key || null; return; }
-    var r = box.getBoundingClientRect();
+    const r = box.getBoundingClientRect();
     if (!r.height) return;  // not laid out yet (a hidden panel): the next layout moment tries again
     shown = key;
-    var cell = document.querySelector("#stage td.selected");
-    var top = cell ? cell.getBoundingClientRect().top : r.top;
-    var margin = 8, room = document.getElementById("room");
-    var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - margin;
-    var by = 0;
-    if (cell && sticky) {  // the box waits at the window's foot: lift the cell above it, if it is on screen
-      var c = cell.getBoundingClientRect();
+    const cell = document.querySelector("#stage td.selected"), top = cell ? cell.getBoundingClientRect().top : r.top;
+    const margin = 8, bottom = screenBottom(margin);
+    let by = 0;
+    if (cell && sticky) {  // lift the cell above the box at the window's foot, if it is on screen
+      const c = cell.getBoundingClientRect();
       if (!again || (c.bottom > r.top - margin && c.top < r.top)) by = Math.max(0, c.bottom - (r.top - margin));
-    } else if (r.bottom > bottom) by = Math.min(r.bottom - bottom, top - margin);  // up to the box's end, keeping the cell
+    } else if (r.bottom > bottom) by = Math.min(r.bottom - bottom, top - margin);  // to the box's end, keeping the cell
     else if (r.top < margin) by = r.top - margin;
     if (cell && top - by < margin) by = top - margin;  // the cell itself above the screen: bring it back
-    if (Math.abs(by) >= 1) window.scrollBy(0, by);
-  }
-  onLayout(reveal);
+    if (Math.abs(by) >= 1) scrollBy(0, by);
+  });
 }
 
-// A formula wider than its box is scaled down to fit rather than clipped; so is a line of the open cell's arithmetic
-// (its Σ line ended cut at the right, in a box that scrolls): on the projector as far as it takes, elsewhere to 70 %
-// of its size at most (a phone's line past that scrolls, rather than shrink out of reach of the eye).
-function formulas() { onLayout(settleFormulas); }
+// A formula or arithmetic line wider than its box shrinks to fit (outside presenter mode to 70 %, then it scrolls).
 function settleFormulas() {
-  document.querySelectorAll(".explain .formula, .stage-data > .arithmetic li").forEach(function (box) {
-    var m = box.querySelector("math");
-    if (!m) return;
+  for (const box of document.querySelectorAll(".explain .formula, .stage-data > .arithmetic li")) {
+    const m = box.querySelector("math");
+    if (!m) continue;
     m.style.removeProperty("font-size");
-    // A block formula's own box is as wide as its column, whatever it holds: what overflows is the column's scroll.
-    var w = Math.max(m.getBoundingClientRect().width, box.scrollWidth), room = box.clientWidth;
-    if (w > room && room > 0) {
-      var size = parseFloat(getComputedStyle(m).fontSize);
-      var least = box.closest("body.present") || !box.closest(".arithmetic") ? 8 : Math.ceil(size * 0.7);
-      m.style.setProperty("font-size", Math.max(least, Math.floor(size * room / w * 0.98)) + "px");
+    // A block formula's box is as wide as its column: what overflows is the column's scroll.
+    const w = Math.max(m.getBoundingClientRect().width, box.scrollWidth), room = box.clientWidth;
+    if (w <= room || room <= 0) continue;
+    const size = parseFloat(getComputedStyle(m).fontSize);
+    const least = box.closest("body.present") || !box.closest(".arithmetic") ? 8 : Math.ceil(size * 0.7);
+    m.style.setProperty("font-size", Math.max(least, Math.floor(size * room / w * 0.98)) + "px");
+  }
+}
+
+// Phones: rows that scroll sideways (step tabs, the block's flow, /predict's table) keep the current step in view.
+function currentInView() {
+  onLayout(() => {
+    for (const row of document.querySelectorAll("ol.flow, ol.tabs, .train-scroll")) {
+      const cur = row.querySelector("a[aria-current], td.chosen");
+      if (!cur || row.scrollWidth <= row.clientWidth) continue;
+      const r = cur.getBoundingClientRect(), box = row.getBoundingClientRect();
+      row.scrollLeft += (r.left + r.width / 2) - (box.left + box.width / 2);
     }
   });
 }
 
-// Phones: the step tabs, the block's flow and /predict's table are one row that scrolls sideways; keep the current
-// step (the chosen position: a following student's phone shows the one the teacher picked) in view, after a load
-// and after each swap, without moving the page.
-function currentInView() {
-  function reveal() {
-    document.querySelectorAll("ol.flow, ol.tabs, .train-scroll").forEach(function (row) {
-      var cur = row.querySelector("a[aria-current], td.chosen");
-      if (!cur || row.scrollWidth <= row.clientWidth) return;
-      var r = cur.getBoundingClientRect(), box = row.getBoundingClientRect();
-      row.scrollLeft += (r.left + r.width / 2) - (box.left + box.width / 2);
-    });
-  }
-  onLayout(reveal);
+// The Show code panel's Copy buttons (templates/_export.html): the snippet to the clipboard, or selected for Ctrl+C
+// where there is no Clipboard API (a page served over plain http to another machine).
+function copyCode() {
+  on("click", async (e) => {
+    const b = e.target.closest?.("button[data-copy-code]");
+    const pre = b?.closest("details").querySelector(`pre[data-code-text="${b.dataset.copyCode}"]`);
+    if (!pre) return;
+    try { await navigator.clipboard.writeText(pre.textContent); } catch { return getSelection().selectAllChildren(pre); }
+    const label = b.textContent;
+    b.textContent = b.dataset.done;
+    setTimeout(() => { b.textContent = label; }, 1500);
+  });
 }
 
-// The model view on the projector (templates/model.html, presenter mode): the largest type (8–48 px) at which its
-// grids ([data-fit-grids]: one grid, a tall one's two halves, or the two texts' grids) fit the page's width and end
-// above the bottom of the screen (and above a class bar). Measured, as the lab's numbers are above.
-function modelFit() {
-  function fit() {
-    var box = document.querySelector("body.present main.model-view [data-fit-grids]");
-    if (!box) return;
-    if (document.documentElement.clientWidth <= 700) return box.style.removeProperty("--grid-fit");  // a phone: the phone layout
-    var room = document.getElementById("room");
-    var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - 4;
-    var scrolls = box.querySelectorAll(".scroll");
-    var main = box.closest("main");
-    function fits() {
-      if (box.scrollWidth > box.clientWidth + 1 || main.scrollWidth > main.clientWidth + 1) return false;
-      for (var i = 0; i < scrolls.length; i++) {  // no grid may need its own scroll bar
-        if (scrolls[i].scrollWidth > scrolls[i].clientWidth + 1) return false;
-      }
-      return box.getBoundingClientRect().bottom + window.scrollY <= bottom;
-    }
-    var px = largest(8, 48, function (v) { box.style.setProperty("--grid-fit", v + "px"); }, fits);
-    box.setAttribute("data-fit", String(px));
-  }
-  onLayout(fit);
-  document.addEventListener("toggle", function (e) {  // the form or the tokens unfolded above the grids
-    if (e.target.closest && e.target.closest("main.model-view")) fit();
-  }, true);
-}
-
-// Presenter mode's prediction tables (/predict: one column per position, the second prompt's too): the largest type
-// (10–32 px) at which a table needs no sideways scroll in its box and ends above the bottom of the screen (and the
-// class bar). The numbers take that size whole, the tokens a little less (lab.css).
-function predictFit() {
-  function fit() {
-    var boxes = document.querySelectorAll("body.present .train-scroll");
-    var room = document.getElementById("room");
-    var bottom = window.innerHeight - (room ? room.getBoundingClientRect().height : 0) - 4;
-    boxes.forEach(function (box) {
-      if (document.documentElement.clientWidth <= 700) return box.style.removeProperty("--table-fit");  // a phone: the phone layout
-      function fits() {
-        return box.scrollWidth <= box.clientWidth + 1 && box.getBoundingClientRect().bottom + window.scrollY <= bottom;
-      }
-      var px = largest(10, 32, function (v) { box.style.setProperty("--table-fit", v + "px"); }, fits);
-      box.setAttribute("data-fit", String(px));
-    });
-  }
-  onLayout(fit);
-  document.addEventListener("toggle", function (e) {  // the form unfolded above the table
-    if (e.target.closest && e.target.closest("main.predict-page")) fit();
-  }, true);
-}
-
-// A token the model predicts may be a byte piece that only begins a character (⟨e7⟩: the engine's labels,
-// engine/models/labels.py, name no character it does not finish): wherever one is shown, on every page, it says so
-// in the reader's language (a dotted underline and a tooltip; a tooltip that already names it gets the sentence).
+// A byte piece that only begins a character (⟨e7⟩: engine/models/labels.py) says so in a tooltip, on any page.
 function bytePieces() {
-  var piece = /⟨[0-9a-f]{2}⟩(?:⟨[0-9a-f]{2}⟩)*/;
-  function explain() {
-    var say = document.body.getAttribute("data-byte-piece");
-    if (!say || document.body.textContent.indexOf("⟨") < 0 && !document.querySelector("[title*='⟨']")) return;
-    var walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT), node, seen = [];
-    while ((node = walk.nextNode())) {
-      var el = node.parentElement, m = piece.exec(node.nodeValue);
+  const piece = /⟨[0-9a-f]{2}⟩(?:⟨[0-9a-f]{2}⟩)*/;
+  on("DOMContentLoaded htmx:afterSettle room:followed", () => {
+    const say = document.body.getAttribute("data-byte-piece"), seen = [];
+    if (!say || (!document.body.textContent.includes("⟨") && !document.querySelector("[title*='⟨']"))) return;
+    const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let node; (node = walk.nextNode());) {
+      const m = piece.exec(node.nodeValue), el = node.parentElement;
       if (m && el && !el.closest("script, style, textarea")) seen.push([el, m[0]]);
     }
-    document.querySelectorAll("[title*='⟨']:not([data-piece])").forEach(function (el) {
-      var m = piece.exec(el.getAttribute("title"));
+    for (const el of document.querySelectorAll("[title*='⟨']:not([data-piece])")) {
+      const m = piece.exec(el.getAttribute("title"));
       if (m) seen.push([el, m[0]]);
-    });
-    seen.forEach(function (found) {
-      var el = found[0], line = say.replace("{piece}", found[1]), title = el.getAttribute("title");
-      if (el.hasAttribute("data-piece")) return;
-      el.setAttribute("data-piece", found[1]);
+    }
+    for (const [el, found] of seen) {
+      if (el.hasAttribute("data-piece")) continue;
+      const line = say.replace("{piece}", found), title = el.getAttribute("title");
+      el.setAttribute("data-piece", found);
       el.setAttribute("title", title ? title + "\n" + line : line);
-    });
-  }
-  document.addEventListener("DOMContentLoaded", explain);
-  document.addEventListener("htmx:afterSettle", explain);
-  document.addEventListener("room:followed", explain);
+    }
+  });
 }
 
-window.lab = { onLayout: onLayout, largest: largest, settleFormulas: settleFormulas };
-[keyboard, relink, play, progress, refusedRequests, toAnchor, deferredPage, stickyLesson, barResized, presenterNumbers, moreMenu,
- arithmeticInView, formulas, currentInView, modelFit, predictFit, bytePieces].forEach(function (section) { section(); });
-})();
+for (const section of [keyboard, relink, play, progress, refusedRequests, places, stickyLesson, barResized,
+                       presenterNumbers, presenterTables, moreMenu, arithmeticInView, () => onLayout(settleFormulas),
+                       currentInView, copyCode, bytePieces]) section();
