@@ -99,7 +99,8 @@ def query_model(model: type[M]) -> type[M]:
                 try:
                     return json.loads(value)
                 except (ValueError, RecursionError):  # malformed, or nested deeper than any matrix
-                    raise PydanticCustomError("value_error", "must be JSON text, e.g. [[1, 0], [0, 1]]") from None
+                    raise PydanticCustomError("value_error", "must be JSON text, e.g. {example}",
+                                             {"code": "json_text", "example": "[[1, 0], [0, 1]]"}) from None  # fmt: skip
             return _value(value, field.item)
 
     Query.__name__ = Query.__qualname__ = f"{model.__name__}Query"
