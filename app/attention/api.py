@@ -32,10 +32,10 @@ from ..web.cache import cached_get
 from ..web.tensors import (
     KEY_AXIS,
     NPZ,
-    VIEW_PARAMS,
-    WINDOW_EXTRA,
+    Heat,
     Matrix,
     MatrixQuery,
+    Window,
     drawn,
     hatched,
     heatmap_route,
@@ -158,7 +158,7 @@ async def attention_matrix(req: AttentionRequest, m: MatrixQuery, lab: Lab) -> t
 
 @router.get("/attention/heatmap.png", summary="One head's matrix as a PNG heat map", **heatmap_route(AttentionRequest))
 @cached_get
-async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Attention, m: Matrix) -> Response:
+async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Attention, m: Heat) -> Response:
     """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
     (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is hatched
     grey, and a weight the mask set to 0 hatched light grey."""
@@ -177,10 +177,10 @@ async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: 
     "/attention/window",
     summary="Exact numbers of a rectangle of one matrix",
     response_model=CitedAnswer,  # documents the provenance a real model's window carries (`cited`)
-    openapi_extra={"parameters": query_parameters(AttentionRequest, WINDOW_EXTRA)},
+    openapi_extra={"parameters": query_parameters(AttentionRequest)},
 )
 @cached_get
-async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Attention, m: Matrix) -> Response:
+async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Attention, m: Window) -> Response:
     """Exact numbers of a rectangle of one head's matrix: `stage` or `tensor`, `head`, `row`, `col` (its top-left
     corner), `rows`, `cols` (at most 65,536 numbers). −∞ is null."""
     source = await attention_source(request, req, m, lab)
@@ -193,12 +193,12 @@ async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: A
 
 
 def file_route(media_type: str, description: str) -> dict[str, Any]:
-    """The route options of one matrix of the trace as a file of `media_type`: the attention fields and the view's
-    (`stage`, `tensor`, `head`) as query parameters."""
+    """The route options of one matrix of the trace as a file of `media_type`: the attention fields as query
+    parameters (`MatrixQuery` documents its own)."""
     return {
         "response_class": Response,
         "responses": {200: {"content": {media_type: {}}, "description": description}},
-        "openapi_extra": {"parameters": query_parameters(AttentionRequest, VIEW_PARAMS)},
+        "openapi_extra": {"parameters": query_parameters(AttentionRequest)},
     }
 
 

@@ -15,8 +15,8 @@ from ..web.answer import CitedAnswer, cited, respond, twins
 from ..web.cache import cached_get
 from ..web.tensors import (
     NPZ,
-    WINDOW_EXTRA,
-    Matrix,
+    Heat,
+    Window,
     drawn,
     heatmap_route,
     matrix_of,
@@ -71,7 +71,7 @@ async def _block_trace(req: BlockRequest, lab: Lab) -> BlockTrace:
 
 @router.get("/block/heatmap.png", summary="One block tensor as a PNG heat map", **heatmap_route(BlockRequest))
 @cached_get
-async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Block, m: Matrix) -> Response:
+async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Block, m: Heat) -> Response:
     """One tensor of one block stage as a PNG: the block fields plus `stage`, `tensor`, `head`, `size`."""
     tensor, a = matrix_of(m, await _block_trace(req, lab), default_stage="output")
     return await drawn(tensor, a, m.size, m.color)
@@ -81,10 +81,10 @@ async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)],
     "/block/window",
     summary="Exact numbers of a rectangle of one block tensor",
     response_model=CitedAnswer,  # documents the provenance a real model's window carries (`cited`)
-    openapi_extra={"parameters": query_parameters(BlockRequest, WINDOW_EXTRA)},
+    openapi_extra={"parameters": query_parameters(BlockRequest)},
 )
 @cached_get
-async def block_window(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Block, m: Matrix) -> Response:
+async def block_window(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Block, m: Window) -> Response:
     """Exact numbers of a rectangle of one block tensor (see /api/v1/attention/window)."""
     trace = await _block_trace(req, lab)
     tensor, a = matrix_of(m, trace, default_stage="output")

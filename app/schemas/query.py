@@ -127,7 +127,7 @@ def _bounds(prop: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def query_parameters(model: type[BaseModel], extra: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
     """OpenAPI descriptions of a GET route's query parameters, derived from the POST body model, so /docs and
     API fuzzers know the GET twin's fields: lists are comma-separated, matrices JSON text."""
     params = []
@@ -149,6 +149,4 @@ def query_parameters(model: type[BaseModel], extra: dict[str, dict[str, Any]] | 
         elif field.kind == "text" and "maxLength" in bounds:
             schema = {"type": "string", "maxLength": bounds["maxLength"]}
         params.append({"name": name, "in": "query", "required": False, "schema": schema, "description": note})
-    for name, schema in (extra or {}).items():
-        params.append({"name": name, "in": "query", "required": False, "schema": schema})
     return params

@@ -15,23 +15,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar
 from urllib.parse import urlencode
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from engine.errors import Message
 from engine.spec import PRESETS
 
 from ..errors import coded
-from ..schemas import ASCII_INT, BlockRequest, FieldError, query_model, request_fields, said
-
-
-def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, hi: int | None = None) -> int:
-    """`raw` as an integer in [lo, hi]; `default` when missing or empty."""
-    if raw is None or raw == "":
-        return default
-    if not ASCII_INT.fullmatch(raw):
-        raise FieldError(name, said("digits", value=show(raw)))
-    return within(name, int(raw), lo, hi)
+from ..schemas import ASCII_INT, BlockRequest, FieldError, int_or_empty, query_model, request_fields, said
 
 
 def parse_stage(raw: str | None, order: Sequence[str], default: str | None = None) -> str:
@@ -102,9 +93,8 @@ API_EXAMPLE = EXAMPLES["zh"]
 
 
 def within(name: str, value: int, lo: int | None, hi: int | None) -> int:
-    """`value` in [lo, hi] (either bound may be None), or a FieldError naming `name` and the bounds: the one range
-    check of `parse_int`, and of the bounds a page knows only once it has computed (a trace's heads, a
-    generation's steps)."""
+    """`value` in [lo, hi] (either bound may be None), or a FieldError naming `name` and the bounds: the bounds a
+    page knows only once it has computed (a trace's heads, a generation's steps; `digits` says the same)."""
     if (message := bounds_message(value, lo, hi)) is not None:
         raise FieldError(name, message)
     return value
@@ -149,18 +139,25 @@ def bounds_message(value: int, lo: int | None, hi: int | None) -> Message | None
     return said("at_least", low=lo, value=value) if lo is not None else said("at_most", high=hi)
 
 
-def Digits(lo: int | None = 0, hi: int | None = None) -> Any:
-    """An integer written with the digits 0-9 (`²` and `١` refused, as `int()` would take them), in [lo, hi]."""
-
-    return Annotated[int, BeforeValidator(lambda raw: digits(raw, lo, hi))]
+def Digits(lo: int | None = 0, hi: int | None = None, documented: tuple[int | None, int | None] | None = None) -> Any:
+    """An integer written with the digits 0-9 (`²` and `١` refused, as `int()` would take them), in [lo, hi]; its
+    JSON Schema (a route's query in /openapi.json) an integer in [lo, hi] or empty, or in the `documented` bounds
+    where the route checks tighter ones once it knows them (a window's row within the matrix)."""
+    schema = int_or_empty(*(documented or (lo, hi)))
+    return Annotated[int, BeforeValidator(lambda raw: digits(raw, lo, hi)), WithJsonSchema(schema)]
 
 
 def digits(raw: Any, lo: int | None = 0, hi: int | None = None) -> int:
-    """`raw` as an integer written with the digits 0-9, in [lo, hi], or a field's refusal in `parse_int`'s words."""
-    try:
-        return within("", raw, lo, hi) if type(raw) is int else parse_int("", str(raw), 0, lo, hi)
-    except FieldError as e:
-        raise refused(e.message) from None
+    """`raw` as an integer written with the digits 0-9, in [lo, hi] (empty text: 0), or a field's refusal."""
+    if type(raw) is not int:
+        if (text := str(raw)) == "":
+            return 0
+        if not ASCII_INT.fullmatch(text):
+            raise refused(said("digits", value=show(text)))
+        raw = int(text)
+    if (message := bounds_message(raw, lo, hi)) is not None:
+        raise refused(message)
+    return raw
 
 
 def Stage(order: Sequence[str]) -> Any:

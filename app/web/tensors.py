@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import anyio.to_thread
 import numpy as np
 from fastapi import Query, Response
-from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema, model_validator
 
 from engine.long import LongTrace
 from engine.spec import MAIN_TENSOR
@@ -23,22 +23,8 @@ from ..render.arrays import Traced, to_numpy
 from ..render.cells import full
 from ..render.heatmap import COLOR_MODES, png
 from ..render.payload import json_response
-from ..schemas import FieldError, head_within, int_or_empty, query_parameters
+from ..schemas import FieldError, head_within, query_parameters
 from .state import Digits, parse_stage, refused, within
-
-VIEW_PARAMS: dict[str, dict[str, Any]] = {
-    "stage": {"type": "string"},
-    "tensor": {"type": "string"},
-    "head": int_or_empty(0),
-}
-
-# The bounds `window` and the heat maps enforce (their upper bounds depend on the trace's shape).
-WINDOW_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS | {
-    "row": int_or_empty(0),
-    "col": int_or_empty(0),
-    "rows": int_or_empty(1),
-    "cols": int_or_empty(1),
-}
 
 NPZ: dict[int | str, dict[str, Any]] = {
     200: {"content": {"application/x-npz": {}}, "description": "np.load() gives x, q, k, v, raw, …, output"}
@@ -59,14 +45,10 @@ def key_tokens(trace: Traced | LongTrace) -> list[str]:
     return list(getattr(getattr(spec, "attn", spec), "kv_tokens", ()) or trace.tokens)
 
 
-COLOR_PARAM: dict[str, Any] = {"type": "string", "enum": [*COLOR_MODES, ""]}
-
-
 def heatmap_route(model: type[BaseModel]) -> dict[str, Any]:
-    """The route options of a PNG heat map of `model`'s trace: its fields, the view's, `size` and `color`."""
-    extra = VIEW_PARAMS | {"size": int_or_empty(16, 2048), "color": COLOR_PARAM}
+    """The route options of a PNG heat map of `model`'s trace: its fields (`HeatQuery` documents its own)."""
     return {"response_class": Response, "responses": HEATMAP_DOC,
-            "openapi_extra": {"parameters": query_parameters(model, extra)}}  # fmt: skip
+            "openapi_extra": {"parameters": query_parameters(model)}}  # fmt: skip
 
 
 def colour_mode(mode: str) -> str:
@@ -76,26 +58,19 @@ def colour_mode(mode: str) -> str:
     return mode
 
 
-Colour = Annotated[str, AfterValidator(colour_mode)]
+Colour = Annotated[str, AfterValidator(colour_mode), WithJsonSchema({"type": "string", "enum": [*COLOR_MODES, ""]})]
 
 
 class MatrixQuery(BaseModel):
     """The matrix a heat map, a window or a file shows, as its route's query (beside the request's fields): `stage`
     (a key or its 1-based place, checked against the trace's order), `tensor` (the stage's main one by default),
-    `head`; a window's top-left corner `row`, `col` and its `rows`, `cols`; a heat map's `size` (its longer side in
-    pixels) and `color`. Empty means the default; the bounds a trace sets are checked once it is known."""
+    `head`. Empty means the default; the bounds a trace sets are checked once it is known."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     stage: str = ""
     tensor: str = ""
-    head: Digits(None) = 0  # type: ignore[valid-type]
-    row: Digits(None) = 0  # type: ignore[valid-type]
-    col: Digits(None) = 0  # type: ignore[valid-type]
-    rows: Digits(None) = 16  # type: ignore[valid-type]
-    cols: Digits(None) = 16  # type: ignore[valid-type]
-    size: Digits(16, 2048) = 512  # type: ignore[valid-type]
-    color: Colour = "linear"
+    head: Digits(None, documented=(0, None)) = 0  # type: ignore[valid-type]
 
     @model_validator(mode="before")
     @classmethod
@@ -103,7 +78,26 @@ class MatrixQuery(BaseModel):
         return {k: v for k, v in data.items() if v != ""} if isinstance(data, dict) else data
 
 
-Matrix = Annotated[MatrixQuery, Query(include_in_schema=False)]  # documented by the routes' `openapi_extra`
+class WindowQuery(MatrixQuery):
+    """A window's matrix, its top-left corner `row`, `col` and its `rows`, `cols` (16 each, cut to the matrix)."""
+
+    row: Digits(None, documented=(0, None)) = 0  # type: ignore[valid-type]
+    col: Digits(None, documented=(0, None)) = 0  # type: ignore[valid-type]
+    rows: Digits(None, documented=(1, None)) = 16  # type: ignore[valid-type]
+    cols: Digits(None, documented=(1, None)) = 16  # type: ignore[valid-type]
+
+
+class HeatQuery(MatrixQuery):
+    """A heat map's matrix, its `size` (the longer side in pixels) and `color` (linear, log or row)."""
+
+    size: Digits(16, 2048) = 512  # type: ignore[valid-type]
+    color: Colour = "linear"
+
+
+# The routes' own query, documented by FastAPI in /openapi.json (the request's fields beside it by `openapi_extra`).
+Matrix = Annotated[MatrixQuery, Query()]
+Window = Annotated[WindowQuery, Query()]
+Heat = Annotated[HeatQuery, Query()]
 
 
 def pick(m: MatrixQuery, trace: Traced | LongTrace, default_stage: str = "softmax") -> tuple[str, str, int]:
@@ -149,11 +143,11 @@ async def drawn(tensor: str, a: np.ndarray, size: int, mode: str = "linear",
     return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 
 
-def window_response(m: MatrixQuery, trace: Traced, tensor: str, a: np.ndarray) -> Response:
+def window_response(m: WindowQuery, trace: Traced, tensor: str, a: np.ndarray) -> Response:
     return window_of(m, trace, tensor, a.shape, lambda r0, r1: a[r0:r1])
 
 
-def window_of(m: MatrixQuery, trace: Traced | LongTrace, tensor: str, shape: tuple[int, ...],
+def window_of(m: WindowQuery, trace: Traced | LongTrace, tensor: str, shape: tuple[int, ...],
               rows_of: Callable[[int, int], Any]) -> Response:  # fmt: skip
     """A rectangle of one matrix: `row`, `col` (its top-left corner), `rows`, `cols`; `rows_of(r0, r1)` gives the
     matrix's rows r0..r1 (a slice of a whole trace, or rows a lazy trace computes now)."""
@@ -180,7 +174,7 @@ def window_of(m: MatrixQuery, trace: Traced | LongTrace, tensor: str, shape: tup
     )
 
 
-def long_window(m: MatrixQuery, lt: LongTrace) -> Response:
+def long_window(m: WindowQuery, lt: LongTrace) -> Response:
     _, tensor, head = pick(m, lt)
     shape = (lt.row_count(tensor), lt.columns(tensor))
     return window_of(m, lt, tensor, shape, lambda r0, r1: lt.rows(tensor, head, r0, r1))
