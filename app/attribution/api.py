@@ -26,7 +26,7 @@ from ..lab import Lab, get_key
 from ..render.predicted import generators
 from ..schemas import ERRORS, FieldError, said
 from ..web.answer import twins
-from ..web.sequence import Text, text_of
+from ..web.sequence import Text, longer_than_traced, text_of
 
 router = APIRouter(prefix="/api/v1", tags=["attribution"], responses=ERRORS)
 
@@ -146,7 +146,7 @@ def text_for(req: Any, lab: Lab, max_tokens: int) -> Text:
         spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=lab.models,
                          device=lab.device, limits=lab.long_limits)  # fmt: skip
     except SpecError as e:
-        if e.field == field and ("at most" in e.message or "more than the" in e.message):
+        if longer_than_traced(e, field):
             raise FieldError(field, said("tokens_longer", room=room)) from None
         raise
     seq = P.sequence(model, spec.token_ids, req.bos, False)

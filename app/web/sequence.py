@@ -59,6 +59,11 @@ def decoder(lab: Lab, preset: str, views: str = "predictions", pre_ln: bool = Fa
     return model
 
 
+def longer_than_traced(e: SpecError, field: str) -> bool:
+    """Whether `e` refuses the text in `field` for its token count (by the engine's code, never its English)."""
+    return e.field == field and getattr(e.message, "code", None) in ("too_many_tokens_whole", "too_many_tokens_window")
+
+
 def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["inputs", "tokens"] = "inputs",
             least: int = 2, views: str = "predictions", pre_ln: bool = False) -> Text:  # fmt: skip
     """The request's `text` or `token_ids` as a sequence ([BOS] text [EOS] as asked), checked: a decoder this server
@@ -73,7 +78,7 @@ def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["in
         spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=lab.models,
                          device=lab.device, limits=lab.long_limits)  # fmt: skip
     except SpecError as e:  # past even a long context's bound: say this view's own, not that one
-        if e.field == field and ("at most" in e.message or "more than the" in e.message):
+        if longer_than_traced(e, field):
             raise FieldError(field, said(f"{counted}_longer", room=room)) from None
         raise
     seq = P.sequence(model, spec.token_ids, req.bos, eos)
