@@ -40,6 +40,8 @@ ENGLISH: dict[str, str] = {
     "decode_max": "decoding step by step is offered up to {limit} tokens",
     "prefill_range": "must be between 1 and the {n} tokens",
     "text_too_long": "is {length} characters long, over {limit}",
+    "not_a_head": "[{layer}, {head}] is not a head: layers 0..{last_layer}, heads 0..{last_head}",
+    "not_a_layer": "{layer} is not a layer: layers 0..{last}",
     "multi_token": "“{text}” is {n} tokens for {model}: {pieces}; an attribution splits one token's logit: give one of "
     "them, or its id as {field}_id",
 }

@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from .errors import Message, SpecError
+
 TOP = 5
 BLOCK = 256  # query rows per block: at most H × BLOCK × N scores exist at once
 
@@ -52,14 +54,15 @@ class Intervention:
         return sorted({h for i, h in self.ablate if i == layer})
 
     def check(self, n_layer: int, n_heads: int) -> None:
-        """Raises ValueError naming the field when a layer or head is out of range."""
+        """Raises SpecError (a ValueError) naming the field when a layer or head is out of range."""
         for i, h in self.ablate:
             if not (0 <= i < n_layer and 0 <= h < n_heads):
-                raise ValueError(f"ablate: [{i}, {h}] is not a head: layers 0..{n_layer - 1}, heads 0..{n_heads - 1}")
+                raise SpecError("ablate", Message("not_a_head", layer=i, head=h, last_layer=n_layer - 1,
+                                                  last_head=n_heads - 1))  # fmt: skip
         for name, layers in (("mask_off_layers", self.mask_off), ("drop_sink_layers", self.drop_sink)):
             for i in layers:
                 if not 0 <= i < n_layer:
-                    raise ValueError(f"{name}: {i} is not a layer: layers 0..{n_layer - 1}")
+                    raise SpecError(name, Message("not_a_layer", layer=i, last=n_layer - 1))
 
 
 NONE = Intervention()

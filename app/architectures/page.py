@@ -21,7 +21,7 @@ from ..errors import clean
 from ..lab import Lab, get_lab
 from ..lab.keys import request_key
 from ..schemas import FieldError
-from ..web.page import lab_url, language, serve
+from ..web.page import lab_url, language, query_of, serve
 from ..web.state import PageQuery
 from .view import (
     REAL,
@@ -54,8 +54,11 @@ async def newest_run(request: Request) -> Any:
 
 
 @router.get("/architectures", response_class=HTMLResponse)
-async def architectures_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = PageQuery.of(request.query_params, "/architectures", KEYS)
+async def architectures_page(
+    request: Request,
+    lab: Annotated[Lab, Depends(get_lab)],
+    state: Annotated[PageQuery, Depends(query_of(PageQuery, "/architectures", KEYS))],
+) -> Response:
     job = await newest_run(request)
     progress = request_key(request)
 

@@ -81,7 +81,7 @@ class DrawAhead:
         room = self.store.max_bytes // 8
         for key in [job.first, *(k for k in STAGES if k != job.first)]:
             tensor = MAIN_TENSOR[key]
-            mode = heat_mode(state.get("color"), tensor)
+            mode = heat_mode(state.color, tensor)
             heads = [to_numpy(h) for h in getattr(getattr(trace, key), tensor)]  # one matrix per head
             masked = hatched(trace, tensor, heads[0])  # the mask is every head's
             for size in (THUMB, zoom_size(heads[0].shape[0])):  # every thumbnail first: the page shows them all

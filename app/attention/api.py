@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import io
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from engine import PRESETS, STAGE_TENSORS, STAGES
@@ -23,17 +23,19 @@ from ..schemas import (
     AttentionResponse,
     FieldError,
     TilesRequest,
+    head_within,
+    query_model,
     query_parameters,
 )
-from ..web.answer import CitedAnswer, answer_document, cited, parse_query, respond, twins
+from ..web.answer import CitedAnswer, answer_document, cited, respond, twins
 from ..web.cache import cached_get
-from ..web.state import parse_head, parse_stage, query_int
 from ..web.tensors import (
     KEY_AXIS,
     NPZ,
-    VIEW_PARAMS,
-    WINDOW_EXTRA,
-    colour_mode,
+    Heat,
+    Matrix,
+    MatrixQuery,
+    Window,
     drawn,
     hatched,
     heatmap_route,
@@ -128,71 +130,75 @@ twins(
 )
 
 
-async def attention_source(request: Request, lab: Lab) -> Traced | LongTrace:
+# A matrix route's request: the attention fields of its query, read once (its matrix's are `Matrix`).
+if TYPE_CHECKING:
+    Attention = AttentionRequest
+else:
+    Attention = Annotated[query_model(AttentionRequest), Query(include_in_schema=False)]
+
+
+async def attention_source(request: Request, req: AttentionRequest, m: MatrixQuery, lab: Lab) -> Traced | LongTrace:
     """What a window or heat map reads: the whole trace, or for a pretrained model's context past a whole trace's
     length (up to MAX_LONG_TOKENS), a lazy trace that computes the rows asked for."""
-    req = parse_query(request, AttentionRequest)
     if req.preset in lab.models:
         spec = await lab.spec(req, lab.long_limits)
         if spec.n_tokens > lab.limits.max_tokens:
             return (await lab.compute(*lab.long_work(spec), progress=request_key(request)))[0]
     spec = await lab.spec(req)
-    return (await lab.trace(spec, [parse_head(request.query_params.get("head"), spec.n_heads)]))[0]
+    return (await lab.trace(spec, [head_within(m.head, spec.n_heads)]))[0]
 
 
-async def attention_matrix(request: Request, lab: Lab) -> tuple[Traced, str, np.ndarray]:
+async def attention_matrix(req: AttentionRequest, m: MatrixQuery, lab: Lab) -> tuple[Traced, str, np.ndarray]:
     """The trace a GET describes, and the (head of the) tensor its `stage`, `tensor` and `head` pick."""
-    spec = await lab.spec(parse_query(request, AttentionRequest))
-    trace, _ = await lab.trace(spec, [parse_head(request.query_params.get("head"), spec.n_heads)])
-    tensor, a = matrix_of(request, trace)
+    spec = await lab.spec(req)
+    trace, _ = await lab.trace(spec, [head_within(m.head, spec.n_heads)])
+    tensor, a = matrix_of(m, trace)
     return trace, tensor, a
 
 
 @router.get("/attention/heatmap.png", summary="One head's matrix as a PNG heat map", **heatmap_route(AttentionRequest))
 @cached_get
-async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+async def heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Attention, m: Heat) -> Response:
     """The attention fields as query parameters, plus `stage` (default softmax) or `tensor`, `head` and `size`
     (the longer side in pixels, 16–2048). Weights use viridis (0 → 1), other tensors RdBu around 0; −∞ is hatched
     grey, and a weight the mask set to 0 hatched light grey."""
-    size = query_int(request.query_params, "size", 512, 16, 2048)
-    mode = colour_mode(request.query_params)
-    source = await attention_source(request, lab)
+    source = await attention_source(request, req, m, lab)
     masked = None
     if isinstance(source, LongTrace):
-        _, tensor, head = pick(request, source)
+        _, tensor, head = pick(m, source)
         a = to_numpy(await run_in_threadpool(source.matrix, tensor, head))
     else:
-        tensor, a = matrix_of(request, source)
+        tensor, a = matrix_of(m, source)
         masked = hatched(source, tensor, a)
-    return await drawn(tensor, a, size, mode, masked)
+    return await drawn(tensor, a, m.size, m.color, masked)
 
 
 @router.get(
     "/attention/window",
     summary="Exact numbers of a rectangle of one matrix",
     response_model=CitedAnswer,  # documents the provenance a real model's window carries (`cited`)
-    openapi_extra={"parameters": query_parameters(AttentionRequest, WINDOW_EXTRA)},
+    openapi_extra={"parameters": query_parameters(AttentionRequest)},
 )
 @cached_get
-async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+async def window(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Attention, m: Window) -> Response:
     """Exact numbers of a rectangle of one head's matrix: `stage` or `tensor`, `head`, `row`, `col` (its top-left
     corner), `rows`, `cols` (at most 65,536 numbers). −∞ is null."""
-    source = await attention_source(request, lab)
+    source = await attention_source(request, req, m, lab)
     if isinstance(source, LongTrace):  # only the window's rows are computed, each from its whole row
-        answer = await run_in_threadpool(long_window, request, source)
+        answer = await run_in_threadpool(long_window, m, source)
     else:
-        tensor, a = matrix_of(request, source)
-        answer = window_response(request, source, tensor, a)
-    return await cited(lab, parse_query(request, AttentionRequest).preset, answer)  # a real model's provenance
+        tensor, a = matrix_of(m, source)
+        answer = window_response(m, source, tensor, a)
+    return await cited(lab, req.preset, answer)  # a real model's provenance
 
 
 def file_route(media_type: str, description: str) -> dict[str, Any]:
-    """The route options of one matrix of the trace as a file of `media_type`: the attention fields and the view's
-    (`stage`, `tensor`, `head`) as query parameters."""
+    """The route options of one matrix of the trace as a file of `media_type`: the attention fields as query
+    parameters (`MatrixQuery` documents its own)."""
     return {
         "response_class": Response,
         "responses": {200: {"content": {media_type: {}}, "description": description}},
-        "openapi_extra": {"parameters": query_parameters(AttentionRequest, VIEW_PARAMS)},
+        "openapi_extra": {"parameters": query_parameters(AttentionRequest)},
     }
 
 
@@ -202,11 +208,10 @@ def file_route(media_type: str, description: str) -> dict[str, Any]:
     **file_route("text/csv", "One head of one tensor, labelled; −∞ is -inf"),
 )
 @cached_get
-async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Attention, m: Matrix) -> Response:
     """One (head of a) tensor as CSV: a header row of key labels or dimensions, a token label on each row."""
-    trace, tensor, a = await attention_matrix(request, lab)
-    head = parse_head(request.query_params.get("head"), trace.n_heads)  # validated: the filename is plain ASCII
-    name = f"{tensor}-head{head}.csv"
+    trace, tensor, a = await attention_matrix(req, m, lab)
+    name = f"{tensor}-head{m.head}.csv"  # the head checked against the trace's: the filename is plain ASCII
     return Response(to_csv(trace, tensor, a), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
 
@@ -217,12 +222,10 @@ async def export_csv(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     **file_route("application/octet-stream", "np.load() gives the tensor"),
 )
 @cached_get
-async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Attention, m: Matrix) -> Response:
     """One whole tensor (every head) as a .npy file; `stage` and `tensor` choose it, −∞ stays −∞."""
-    spec = await lab.spec(parse_query(request, AttentionRequest))
-    trace, _ = await lab.trace(spec)
-    tensor, _ = matrix_of(request, trace)  # validates stage, tensor and head
-    stage = parse_stage(request.query_params.get("stage"), trace.order, "softmax")
+    trace, _ = await lab.trace(await lab.spec(req))
+    stage, tensor, _ = pick(m, trace)  # validates stage, tensor and head
     buf = io.BytesIO()
     np.save(buf, to_numpy(trace.stage(stage)[tensor]))
     return Response(buf.getvalue(), media_type="application/octet-stream",
@@ -235,9 +238,9 @@ async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)]) ->
     **file_route("image/svg+xml", "One head's matrix as an SVG heat map"),
 )
 @cached_get
-async def heatmap_svg(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+async def heatmap_svg(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Attention, m: Matrix) -> Response:
     """A vector heat map with token labels, for slides and papers (at most 64 × 64 cells; use the PNG beyond)."""
-    trace, tensor, a = await attention_matrix(request, lab)
+    trace, tensor, a = await attention_matrix(req, m, lab)
     if a.shape[0] > 64 or a.shape[1] > 64:
         raise FieldError(
             "tokens", f"an SVG heat map draws at most 64 × 64 cells, this one is {a.shape}: use heatmap.png"

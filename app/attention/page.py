@@ -27,10 +27,10 @@ from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES
 from ..render.heatmap import data_uri
 from ..render.page import SideSpec
-from ..schemas import AttentionRequest, FieldError
+from ..schemas import AttentionRequest, FieldError, head_within
 from ..web.page import language, serve
 from ..web.share import MAX_QR_CHARS, public_base, qr_svg, unreachable
-from ..web.state import DEPENDS, head_within, lab_like, url_fields
+from ..web.state import DEPENDS, lab_like, url_fields
 from .params import LabQuery
 from .view import (
     ColourBar,

@@ -8,6 +8,7 @@ from pydantic import AliasChoices, Field
 from engine import STAGES
 
 from ..web.state import CellField, Digits, PageQuery, Stage, TileField
+from ..web.tensors import Colour
 
 
 class LabQuery(PageQuery):
@@ -21,7 +22,7 @@ class LabQuery(PageQuery):
     compare_text: str = ""
     cell: CellField = None
     tile: TileField = (0, 0)
-    color: str = ""
+    color: Colour = ""
     hide: str = ""
     lesson_step: Digits(1) | None = Field(None, validation_alias=AliasChoices("lesson_step", "step"))  # type: ignore[valid-type]
 

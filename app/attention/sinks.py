@@ -17,9 +17,9 @@ from engine.sinks import SinkDrop, drop_sink
 from ..lab import Lab, get_lab
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, matrix_view
-from ..schemas import AttentionRequest, FieldError
+from ..schemas import AttentionRequest, FieldError, head_within
 from ..web.page import serve
-from ..web.state import head_within, url_fields
+from ..web.state import url_fields
 from ..web.view import View
 from .params import SinksQuery
 from .view import COLOR_TICKS, axis_labels

@@ -27,7 +27,7 @@ from ..render.heatmap import COLOR_MODES
 from ..render.page import Arithmetic, CellSide, Checks, SideSpec
 from ..web.lessons import Panel
 from ..web.share import QR
-from ..web.tensors import KEY_AXIS, colour_mode
+from ..web.tensors import KEY_AXIS
 from ..web.view import HIDDEN, StageView
 from .params import LabQuery
 
@@ -390,7 +390,7 @@ THUMB = 96  # pixels: each head's thumbnail
 def heat_mode(color: str, tensor: str) -> str:
     """The colour mode a heat map of `tensor` is drawn in: `color` (the URL's), else log for weights (near-uniform
     attention over many keys is one flat colour on a linear 0-1 scale) and linear for the rest."""
-    return colour_mode({"color": color}) if color else ("log" if tensor == "weights" else "linear")
+    return color or ("log" if tensor == "weights" else "linear")  # checked as the query was read (`Colour`)
 
 
 def zoom_size(n_rows: int) -> int:
@@ -418,7 +418,7 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: LabQuery
     spec = trace.spec
     tensor = MAIN_TENSOR[key]
     scale = stages.REGISTRY[key].scale  # the main tensor's colour scale: weights sequential, the rest diverging
-    mode = heat_mode(state.get("color"), tensor)
+    mode = heat_mode(state.color, tensor)
     if a is None:
         a = to_numpy(getattr(getattr(trace, key), tensor)[head])  # (N, N) or (N, d_k)
     finite = a[np.isfinite(a)]

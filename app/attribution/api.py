@@ -24,9 +24,9 @@ from engine.tracing import compute as compute_trace
 
 from ..lab import Lab, get_key
 from ..render.predicted import generators
-from ..schemas import ERRORS, FieldError
+from ..schemas import ERRORS, FieldError, said
 from ..web.answer import twins
-from ..web.sequence import Text, text_of
+from ..web.sequence import Text, longer_than_traced, text_of
 
 router = APIRouter(prefix="/api/v1", tags=["attribution"], responses=ERRORS)
 
@@ -111,7 +111,7 @@ def token_of(text: Text, raw: str | None, given: int | None, field: str) -> int 
     ids = text.model.tokenize(raw)
     ids = ids[text.model.specials_first(ids) :]
     if not ids:
-        raise FieldError(field, "the tokenizer gives no token for it")
+        raise FieldError(field, said("no_token"))
     if len(ids) > 1:  # a word of two pieces, or two words: which logit is meant is the user's to say, not ours
         pieces = " + ".join(f"“{p}”" for p in text.model.labels(ids))
         raise FieldError(field, Message("multi_token", text=raw, model=text.preset, n=len(ids), pieces=pieces,
@@ -139,15 +139,15 @@ def text_for(req: Any, lab: Lab, max_tokens: int) -> Text:
             raise FieldError("preset", f"attributions read a loaded model: {names}")
         return text_of(req, lab, max_tokens, False, "tokens", 1, "attributions", True)
     if req.text is None and req.token_ids is None:
-        raise FieldError("text", "give the text as text or token_ids")
+        raise FieldError("text", said("text_given"))
     field = "token_ids" if req.token_ids is not None else "text"
     room = min(max_tokens, model.info.n_ctx)
     try:
         spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=lab.models,
                          device=lab.device, limits=lab.long_limits)  # fmt: skip
     except SpecError as e:
-        if e.field == field and ("at most" in e.message or "more than the" in e.message):
-            raise FieldError(field, f"at most {room} tokens here; the text is longer") from None
+        if longer_than_traced(e, field):
+            raise FieldError(field, said("tokens_longer", room=room)) from None
         raise
     seq = P.sequence(model, spec.token_ids, req.bos, False)
     if len(seq) < 2:

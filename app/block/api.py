@@ -3,21 +3,20 @@ FFN → residual, every intermediate under a stable key."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from engine.block import BlockTrace
 
 from ..lab import Lab, get_lab
-from ..schemas import ERRORS, BlockRequest, query_parameters
-from ..web.answer import CitedAnswer, cited, parse_query, respond, twins
+from ..schemas import ERRORS, BlockRequest, query_model, query_parameters
+from ..web.answer import CitedAnswer, cited, respond, twins
 from ..web.cache import cached_get
-from ..web.state import query_int
 from ..web.tensors import (
     NPZ,
-    WINDOW_EXTRA,
-    colour_mode,
+    Heat,
+    Window,
     drawn,
     heatmap_route,
     matrix_of,
@@ -58,33 +57,35 @@ twins(router, "/block.npz", BlockRequest, answer_npz, "block_npz", "block_npz", 
       description="Every selected stage as a NumPy archive, names `stage.tensor` (e.g. `ln1.ln1`, `softmax.weights`).")  # fmt: skip
 
 
-async def _block_trace(request: Request, lab: Lab) -> BlockTrace:
-    spec = parse_query(request, BlockRequest).to_block_spec(lab.limits, lab.device, lab.models)
-    trace, _ = await lab.block(spec)
+# A matrix route's request: the block fields of its query, read once (its matrix's are `Matrix`).
+if TYPE_CHECKING:
+    Block = BlockRequest
+else:
+    Block = Annotated[query_model(BlockRequest), Query(include_in_schema=False)]
+
+
+async def _block_trace(req: BlockRequest, lab: Lab) -> BlockTrace:
+    trace, _ = await lab.block(req.to_block_spec(lab.limits, lab.device, lab.models))
     return trace
 
 
 @router.get("/block/heatmap.png", summary="One block tensor as a PNG heat map", **heatmap_route(BlockRequest))
 @cached_get
-async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+async def block_heatmap(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Block, m: Heat) -> Response:
     """One tensor of one block stage as a PNG: the block fields plus `stage`, `tensor`, `head`, `size`."""
-    size = query_int(request.query_params, "size", 512, 16, 2048)
-    mode = colour_mode(request.query_params)
-    trace = await _block_trace(request, lab)
-    tensor, a = matrix_of(request, trace, default_stage="output")
-    return await drawn(tensor, a, size, mode)
+    tensor, a = matrix_of(m, await _block_trace(req, lab), default_stage="output")
+    return await drawn(tensor, a, m.size, m.color)
 
 
 @router.get(
     "/block/window",
     summary="Exact numbers of a rectangle of one block tensor",
     response_model=CitedAnswer,  # documents the provenance a real model's window carries (`cited`)
-    openapi_extra={"parameters": query_parameters(BlockRequest, WINDOW_EXTRA)},
+    openapi_extra={"parameters": query_parameters(BlockRequest)},
 )
 @cached_get
-async def block_window(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+async def block_window(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Block, m: Window) -> Response:
     """Exact numbers of a rectangle of one block tensor (see /api/v1/attention/window)."""
-    trace = await _block_trace(request, lab)
-    tensor, a = matrix_of(request, trace, default_stage="output")
-    answer = window_response(request, trace, tensor, a)
-    return await cited(lab, parse_query(request, BlockRequest).preset, answer)  # a real model's provenance
+    trace = await _block_trace(req, lab)
+    tensor, a = matrix_of(m, trace, default_stage="output")
+    return await cited(lab, req.preset, window_response(m, trace, tensor, a))  # a real model's provenance

@@ -14,9 +14,9 @@ from engine.block import BlockTrace
 from ..lab import Lab, get_lab
 from ..render import page as view
 from ..render import stages
-from ..schemas import BlockRequest
+from ..schemas import BlockRequest, head_within
 from ..web.page import language, serve
-from ..web.state import Digits, PageQuery, head_within, lab_like, parse_stage, url_fields
+from ..web.state import Digits, PageQuery, lab_like, parse_stage, url_fields
 from .view import BlockView, stage_label, strip_box
 
 router = APIRouter(include_in_schema=False)

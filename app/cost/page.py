@@ -17,7 +17,7 @@ from ..errors import clean
 from ..lab import Lab, get_lab
 from ..schemas import FieldError
 from ..web.i18n import error_message, translator
-from ..web.page import language, serve
+from ..web.page import language, query_of, serve
 from ..web.state import PageQuery
 from .view import CostQuery, CostView, cost_view
 
@@ -46,8 +46,11 @@ def named(key: str, lang: str) -> str:
 
 
 @router.get("/cost", response_class=HTMLResponse)
-async def cost_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = PageQuery.of(request.query_params, "/cost", KEYS)
+async def cost_page(
+    request: Request,
+    lab: Annotated[Lab, Depends(get_lab)],
+    state: Annotated[PageQuery, Depends(query_of(PageQuery, "/cost", KEYS))],
+) -> Response:
     given = {k: v for k, v in state.params.items() if k in KEYS}
     lang = language(request)
     refused = refusals(given)

@@ -16,7 +16,7 @@ from engine.encdec_train import EncDecRun
 
 from ..lab import Lab, get_lab
 from ..schemas import FieldError
-from ..web.page import serve
+from ..web.page import query_of, serve
 from ..web.state import PageQuery
 from .view import CrossQuery, CrossView, Nonlinear, RunLink, cross_view, href, preview, smollm2_nonlinear
 
@@ -28,8 +28,11 @@ KEYS = tuple(k for k in CrossQuery.model_fields if k not in PageQuery.model_fiel
 
 
 @router.get("/cross", response_class=HTMLResponse)
-async def cross_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
-    state = PageQuery.of(request.query_params, "/cross", KEYS)
+async def cross_page(
+    request: Request,
+    lab: Annotated[Lab, Depends(get_lab)],
+    state: Annotated[PageQuery, Depends(query_of(PageQuery, "/cross", KEYS))],
+) -> Response:
     runs = request.app.state.train  # app/train's runs: in this process, or in Redis
     jobs = [j for j in await runs.all() if isinstance(j.run, EncDecRun)]
     run_id, preset = state.params.get("run", ""), state.params.get("preset", "")

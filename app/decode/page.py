@@ -9,9 +9,9 @@ from fastapi import APIRouter, Request
 from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.page import SMALL_DIMS, SMALL_TOKENS, kv_head
-from ..schemas import DecodeRequest, request_fields
+from ..schemas import DecodeRequest, head_within, request_fields
 from ..web.page import language, page_route
-from ..web.state import DEPENDS, Digits, PageQuery, head_within, lab_like, url_fields, within
+from ..web.state import DEPENDS, Digits, PageQuery, lab_like, url_fields, within
 from .view import GPT2_BYTES, DecodeView, cache_matrices, equals_full, row_matrices
 
 router = APIRouter(include_in_schema=False)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.errors import Message
 from engine.generate import Generation, generate
 from engine.models import Model
 from engine.sampling import Sampling, distributions
@@ -20,7 +21,7 @@ from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView
 from ..render.predicted import generators, top_labels
-from ..schemas import RETURNED, FieldError, LabField
+from ..schemas import RETURNED, FieldError, LabField, said
 from ..web.view import View
 
 
@@ -234,22 +235,22 @@ def generation_spec(req: GenerateRequest, limits: Limits, device: str, models: M
     """The prompt as a Spec (its tokens, ids and limits checked by make_spec) and the layer to watch."""
     if req.preset not in models or not getattr(models[req.preset], "generates", False):
         names = ", ".join(generators(models)) or "none on this server"
-        raise FieldError("preset", f"generation needs a causal language model: {names}")
+        raise FieldError("preset", said("generation_needs_decoder", names=names))
     info = models[req.preset].info
     layer = info.n_layer - 1 if req.layer is None else req.layer
     if not 0 <= layer < info.n_layer:
-        raise FieldError("layer", f"{req.preset} has layers 0..{info.n_layer - 1}, not {layer}")
+        raise FieldError("layer", Message("model_layers", model=req.preset, last=info.n_layer - 1, layer=layer))
     if req.max_new_tokens > max_new:
-        raise FieldError("max_new_tokens", f"at most {max_new} tokens per request, not {req.max_new_tokens}")
+        raise FieldError("max_new_tokens", said("max_new_tokens", limit=max_new, n=req.max_new_tokens))
     check_sampling(req, info.vocab, *caps)
     if req.text is None and req.token_ids is None:
-        raise FieldError("text", "give the prompt as text or token_ids")
+        raise FieldError("text", said("prompt_text"))
     spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=layer, models=models,
                      device=device, limits=limits)  # fmt: skip
     room = min(limits.max_tokens, info.n_ctx)
     if spec.n_tokens + req.max_new_tokens > room:
         field = "token_ids" if req.token_ids is not None else "text"
-        raise FieldError(field, f"prompt ({spec.n_tokens} tokens) + max_new_tokens must fit {room} tokens")
+        raise FieldError(field, said("prompt_fit", n=spec.n_tokens, room=room))
     return spec, layer
 
 

@@ -12,7 +12,7 @@ from engine import predict as P
 from engine.models import Model
 
 from ..lab import Lab, job_kind
-from ..schemas import FieldError
+from ..schemas import FieldError, said
 from ..web.knockouts import intervention
 from ..web.sequence import Text, decoder
 from ..web.sequence import text_of as sequence_text
@@ -180,7 +180,7 @@ async def prune_job(req: PruneRequest, lab: Lab, key: str | None) -> Pruned:
     t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_prune_tokens, req.eos, "inputs")
     n = len(t.seq) - 1
     if req.loss_from >= n:
-        raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
+        raise FieldError("loss_from", said("nothing_scored", last=n - 1))
     mean = req.ablate_mode == "mean"
     compute_key = (req.preset, t.seq, req.loss_from, mean)
 
@@ -220,7 +220,7 @@ def prompts_of(req: PatchRequest, lab: Lab) -> tuple[Text, Text]:
     for name in ("answer", "wrong"):
         v = getattr(req, name)
         if v is not None and v >= model.arch.vocab:
-            raise FieldError(name, f"{model.name}'s vocabulary has ids 0..{model.arch.vocab - 1}")
+            raise FieldError(name, said("vocab_ids", model=model.name, last=model.arch.vocab - 1))
     if req.metric == "logit_diff" and req.answer is not None and req.answer == req.wrong:
         raise FieldError("wrong", "must differ from answer: their logit difference would be 0 in every run")
     return a, b

@@ -12,7 +12,7 @@ from engine.models import Model
 
 from ..lab import Lab, job_kind
 from ..render.predicted import top_labels
-from ..schemas import FieldError
+from ..schemas import FieldError, said
 from ..web.knockouts import intervention
 from ..web.sequence import Text, text_of
 from ..web.view import OPTIONAL
@@ -40,7 +40,7 @@ async def predict_of(req: PredictRequest, lab: Lab, key: str | None) -> tuple[Te
             raise FieldError("replace", f"token_id: {t.model.name}'s vocabulary has ids 0..{t.model.arch.vocab - 1}")
         replace = (req.replace.position, req.replace.token_id)
     if req.loss_from >= n:
-        raise FieldError("loss_from", f"the inputs have positions 0..{n - 1}: nothing would be scored")
+        raise FieldError("loss_from", said("nothing_scored", last=n - 1))
     compute_key = (req.preset, t.seq, iv, req.loss_from, replace, req.top)
 
     def work(progress: Any) -> P.Prediction:
@@ -393,7 +393,7 @@ async def ranking_job(req: RankRequest, lab: Lab, key: str | None) -> Ranked:
                          f"in this text, not {position}")  # fmt: skip
     target = t.seq[position + 1] if req.target_id is None else req.target_id
     if target >= t.model.arch.vocab:
-        raise FieldError("target_id", f"{t.model.name}'s vocabulary has ids 0..{t.model.arch.vocab - 1}")
+        raise FieldError("target_id", said("vocab_ids", model=t.model.name, last=t.model.arch.vocab - 1))
     field = "position" if req.position is not None else "token_ids" if req.token_ids is not None else "text"
     passes = rank_cost(t.model, position + 1, lab.settings.max_rank_cost)
     check_rank_cost(passes, field)

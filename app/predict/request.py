@@ -5,7 +5,6 @@ one of them."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
@@ -14,11 +13,12 @@ from urllib.parse import urlencode
 from fastapi import Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from engine.errors import Message
 from engine.models import Model
 
 from ..lab import Lab
 from ..render.predicted import generators
-from ..schemas import FieldError, LabField, query_model
+from ..schemas import FieldError, LabField, query_model, said
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
 from ..web.page import Refused
 from ..web.sequence import DECODER, InputText, Preset, decoder
@@ -113,7 +113,7 @@ def lens_cell(raw: Any) -> tuple[int, int]:
         return raw
     layer, dot, where = raw.partition(".")
     if not dot:
-        raise refused(f"must be layer.position, e.g. 29.3; got {show(raw, 30)}")
+        raise refused(said("layer_position", value=show(raw, 30)))
     return digits(layer, 0), position(where)
 
 
@@ -155,7 +155,7 @@ FLAGS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off":
 
 def parse_flag(name: str, raw: str) -> bool:
     if raw.lower() not in FLAGS:
-        raise FieldError(name, f"must be 1 or 0 (true or false), got {show(raw, 30)}")
+        raise FieldError(name, said("flag", value=show(raw, 30)))
     return FLAGS[raw.lower()]
 
 
@@ -184,7 +184,7 @@ def token_of(model: Model, text: str) -> tuple[int, int]:
     if ids and len(ids) > 1 and ids[0] == model.bos_id:
         ids = ids[1:]
     if not ids:
-        raise FieldError("replace_token", "the tokenizer gives no token for it")
+        raise FieldError("replace_token", said("no_token"))
     return ids[0], len(ids)
 
 
@@ -202,29 +202,29 @@ async def request_body(
     for name in ("bos", "eos"):
         if name in model_cls.model_fields and state.get(name):
             body[name] = parse_flag(name, state.get(name))
-    said: dict[str, Any] = {}
+    replaced: dict[str, Any] = {}
     if body.get("loss_from"):  # the page's number; the API counts the sequence (the BOS first, when there is one)
         body["loss_from"] += bos_offset(lab, body)
     if "replace" not in model_cls.model_fields or not isinstance(state, PredictQuery):
-        return body, said
+        return body, replaced
     at, by_id, by_text = state.get("replace_at"), state.get("replace_id"), state.get("replace_token")
     if not (at or by_id or by_text):
-        return body, said
+        return body, replaced
     if not at:
-        raise FieldError("replace_at", "give the input position whose token is replaced")
+        raise FieldError("replace_at", said("replace_at"))
     where = state.replace_at or 0  # given (`at`), so read
     if by_id and by_text:
-        raise FieldError("replace_token", "give the new token by its id or by its text, not both")
+        raise FieldError("replace_token", said("replace_both"))
     if by_id:
         token = state.replace_id
     elif by_text:
         model = decoder(lab, str(body.get("preset", "smollm2")))
         token, n = await lab.off_loop(model.name if model.name in lab.models else None, token_of, model, by_text)
-        said = {"text": by_text, "n": n}
+        replaced = {"text": by_text, "n": n}
     else:
-        raise FieldError("replace_id", "give the new token: its id, or its text in replace_token")
+        raise FieldError("replace_id", said("replace_none"))
     body["replace"] = {"position": where + bos_offset(lab, body), "token_id": token}
-    return body, said
+    return body, replaced
 
 
 def bos_offset(lab: Lab, body: Mapping[str, Any]) -> int:
@@ -264,10 +264,10 @@ async def read_page(state: PageQuery, lab: Lab, key: str, ctx: dict[str, Any], m
     how it read the form (`request_body`)."""
     prompt = {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[ctx["lang"]]}
     with page_fields(state):
-        body, said = await request_body(state, prompt, lab, model_cls)
+        body, replaced = await request_body(state, prompt, lab, model_cls)
         req = model_cls.model_validate(body)
         try:
-            return req, await compute(req, lab, key), prompt, said
+            return req, await compute(req, lab, key), prompt, replaced
         except FieldError as e:  # a text longer than the view reads: offer a window of it (first or last part)
             if (room := too_long(e)) is not None:
                 offer = await lab.off_loop(body.get("preset", "smollm2"), windows, state, req, lab, room, ctx["t"])
@@ -276,9 +276,14 @@ async def read_page(state: PageQuery, lab: Lab, key: str, ctx: dict[str, Any], m
 
 
 def too_long(e: FieldError) -> int | None:
-    """The view's limit when `e` refuses a text for its length ("at most 1024 input tokens here, …")."""
-    m = re.match(r"at most (\d+) (?:input )?tokens here", e.message)
-    return int(m[1]) if m and e.field in ("text", "token_ids") else None
+    """The view's limit when `e` refuses a text for its length ("at most 1024 input tokens here, …": its code)."""
+    m = e.message
+    if isinstance(m, Message) and m.code in LONG and e.field in ("text", "token_ids"):
+        return int(m.params["room"])
+    return None
+
+
+LONG = ("inputs_here", "tokens_here", "inputs_longer", "tokens_longer")  # web/sequence.py's codes for a long text
 
 
 WINDOW_MARGIN = 8  # tokens kept free of the limit: BOS and EOS, and a text cut mid-word that tokenises a little longer

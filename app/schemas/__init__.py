@@ -20,7 +20,7 @@ Everything is importable from `app.schemas`.
 
 from __future__ import annotations
 
-from .fields import FieldError, LabField, head_within, request_fields
+from .fields import FieldError, LabField, head_within, request_fields, said
 from .query import ASCII_INT, ASCII_NUMBER, LIST_FIELDS, int_or_empty, query_model, query_parameters
 from .request_models import RETURNED, AttentionRequest, BlockRequest, DecodeRequest, Selection, TilesRequest
 from .responses import ERRORS, AttentionResponse, Problem
@@ -28,5 +28,5 @@ from .responses import ERRORS, AttentionResponse, Problem
 __all__ = [
     "ASCII_INT", "ASCII_NUMBER", "ERRORS", "LIST_FIELDS", "RETURNED", "AttentionRequest", "AttentionResponse",
     "BlockRequest", "DecodeRequest", "FieldError", "LabField", "Problem", "Selection", "TilesRequest", "head_within",
-    "int_or_empty", "query_model", "query_parameters", "request_fields",
+    "int_or_empty", "query_model", "query_parameters", "request_fields", "said",
 ]  # fmt: skip

@@ -7,24 +7,38 @@ engine's (engine/masks.py), read by `mask_depends`."""
 from __future__ import annotations
 
 import inspect
+import json
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from pydantic_core import PydanticUndefined
 
 from engine import masks
+from engine.errors import Message
 from engine.spec import Limits, SpecError
+
+CATALOGUE = Path(__file__).parents[1] / "web" / "locales" / "errors.json"
 
 # The one error type of a request: the engine's, named here as the web layer has always called it.
 FieldError = SpecError
+
+# The app's own messages by code, in English (locales/errors.json "en"; its "zh" says them in Chinese).
+APP_ENGLISH: dict[str, str] = json.loads(CATALOGUE.read_text(encoding="utf-8"))["en"]
+
+
+def said(code: str, **params: Any) -> Message:
+    """The app's message `code` in English, keeping its code and parameters: a page says it in its reader's language
+    from the catalogue (app/web/i18n.py), never by reading the English back."""
+    return Message.worded(APP_ENGLISH[code].format(**params), code, **params)
 
 
 def head_within(value: int, n_heads: int, name: str = "head") -> int:
     """`value`, a head of a trace with `n_heads` heads, or a FieldError naming `name`."""
     if not 0 <= value < n_heads:
-        raise FieldError(name, f"head {value} does not exist: this trace has heads 0..{n_heads - 1}")
+        raise FieldError(name, said("no_head", head=value, last=n_heads - 1))
     return value
 
 

@@ -99,7 +99,8 @@ def query_model(model: type[M]) -> type[M]:
                 try:
                     return json.loads(value)
                 except (ValueError, RecursionError):  # malformed, or nested deeper than any matrix
-                    raise PydanticCustomError("value_error", "must be JSON text, e.g. [[1, 0], [0, 1]]") from None
+                    raise PydanticCustomError("value_error", "must be JSON text, e.g. {example}",
+                                             {"code": "json_text", "example": "[[1, 0], [0, 1]]"}) from None  # fmt: skip
             return _value(value, field.item)
 
     Query.__name__ = Query.__qualname__ = f"{model.__name__}Query"
@@ -126,7 +127,7 @@ def _bounds(prop: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def query_parameters(model: type[BaseModel], extra: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
     """OpenAPI descriptions of a GET route's query parameters, derived from the POST body model, so /docs and
     API fuzzers know the GET twin's fields: lists are comma-separated, matrices JSON text."""
     params = []
@@ -148,6 +149,4 @@ def query_parameters(model: type[BaseModel], extra: dict[str, dict[str, Any]] | 
         elif field.kind == "text" and "maxLength" in bounds:
             schema = {"type": "string", "maxLength": bounds["maxLength"]}
         params.append({"name": name, "in": "query", "required": False, "schema": schema, "description": note})
-    for name, schema in (extra or {}).items():
-        params.append({"name": name, "in": "query", "required": False, "schema": schema})
     return params

@@ -23,7 +23,6 @@ from .cache import cached_get
 from .state import PageQuery, show
 from .view import OPTIONAL, Provenance, subclasses
 
-M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 Answer = Callable[[Request, Any, Lab], Awaitable[Response]]
 
@@ -177,13 +176,6 @@ def view_keys(app: Starlette) -> frozenset[str]:
 def field_name(key: str) -> str:
     """A key the user sent, as an error names it: itself, or a bounded printable echo of a long or odd one."""
     return key if 0 < len(key) <= 30 and key.isprintable() else show(key, 30)
-
-
-def parse_query(request: Request, model: type[M]) -> M:
-    """`model` of a route's query (a route that takes its own parameters beside the request's: /window, the images),
-    read once by its query model."""
-    params = request.query_params
-    return query_model(model).model_validate({k: params.getlist(k) for k in params})
 
 
 def mib(n: int) -> str:

@@ -9,7 +9,6 @@ per request by the page kernel.
 from __future__ import annotations
 
 import json
-import re
 import string
 from collections.abc import Callable
 from pathlib import Path
@@ -69,27 +68,20 @@ def translator(lang: str) -> Callable[..., str]:
 
 
 ERRORS = json.loads((LOCALES / "errors.json").read_text(encoding="utf-8"))
-# A message by its code (engine.errors.Message; "pydantic.<type>" for validation errors, filled from their ctx).
-ERROR_CODES: dict[str, dict[str, str]] = {lang: ERRORS.get(lang, {}) for lang in LANGS}
-# The app's messages that carry no code yet, matched whole (their raise sites still write English).
-ERROR_PATTERNS: dict[str, list[tuple[re.Pattern[str], str]]] = {
-    lang: [(re.compile(p), template) for p, template in ERRORS.get(f"{lang}_by_english", [])] for lang in LANGS
-}
+# A message by its code (engine.errors.Message, the app's `said`; "pydantic.<type>" for validation errors, filled
+# from their ctx). English is the message itself (the API's words): "en" holds the app's templates for `said`.
+ERROR_CODES: dict[str, dict[str, str]] = {lang: ERRORS[lang] for lang in LANGS if lang != "en"}
 
 
 def error_message(message: str, lang: str) -> str:
-    """An engine or validation message (always English at the source: the API's words) in the page's language: by
-    its code and parameters from locales/errors.json when it carries them (`engine.errors.Message`), else by the
-    first pattern of the app's uncoded messages that matches it whole; anything else stays as it is."""
+    """An engine or validation message (always English at the source: the API's words) in the page's language, by
+    its code and parameters from locales/errors.json (`engine.errors.Message`); one without a code, or whose code
+    the catalogue does not know, stays as it is (never read back from its English)."""
     code = getattr(message, "code", None)
     template = ERROR_CODES.get(lang, {}).get(code) if code else None
-    if template is not None:
-        try:
-            return _PLURAL.format(template, **getattr(message, "params", {}))
-        except (KeyError, IndexError, ValueError):  # a validation error whose ctx lacks a parameter: its English
-            return message
-    for pattern, template in ERROR_PATTERNS.get(lang, []):
-        m = pattern.fullmatch(message)
-        if m:
-            return template.format(*m.groups())
-    return message
+    if template is None:
+        return message
+    try:
+        return _PLURAL.format(template, **getattr(message, "params", {}))
+    except (KeyError, IndexError, ValueError):  # a validation error whose ctx lacks a parameter: its English
+        return message

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine import predict as P
 from engine.models.families import Model
 
-from ..schemas import FieldError, LabField, query_model
-from .state import PageQuery, parse_heads
+from ..schemas import FieldError, LabField, query_model, said
+from .state import PageQuery, parse_heads, refused
 
 LAYERS = 'A list of layers (0 is the first), or "all".'
 
@@ -31,7 +31,7 @@ def layer_list(value: Any) -> Any:
             return value
     elif value is None or value == "all":
         return value
-    raise ValueError('a list of layers (integers, 0 is the first) or "all"')
+    raise refused(said("layer_list"))
 
 
 class Knockouts(BaseModel):
@@ -67,11 +67,7 @@ def intervention(req: Knockouts, model: Model) -> P.Intervention:
         mask_off=layers_of(getattr(req, "mask_off_layers", None), a.n_layer),
         drop_sink=layers_of(getattr(req, "drop_sink_layers", None), a.n_layer),
     )  # fmt: skip
-    try:
-        iv.check(a.n_layer, a.n_heads)
-    except ValueError as e:
-        name, _, message = str(e).partition(": ")
-        raise FieldError(name, message) from None
+    iv.check(a.n_layer, a.n_heads)  # a SpecError naming the field, its message coded
     return iv
 
 

@@ -32,7 +32,7 @@ from engine.budget import Busy
 from ..errors import clean
 from ..lab import Lab, get_lab, request_key
 from ..render.payload import OPTIONS
-from ..schemas import FieldError
+from ..schemas import FieldError, said
 from ..templating import TEMPLATES
 from . import lessons, provenance, remote
 from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
@@ -87,16 +87,16 @@ def language(request: Request) -> str:
 def inline_errors(ctx: dict[str, Any], t: Any) -> Iterator[None]:
     """Bad input is shown in the page, in its language, with a 422 (503 when the server is busy)."""
 
-    def said(field: str, message: str) -> str:
+    def shown(field: str, message: str) -> str:
         return t("error.field", field=field, message=error_message(message, ctx["lang"]))
 
     try:
         yield
     except ValidationError as exc:
-        ctx["error"] = [said(e["loc"][1 if len(e["loc"]) > 1 else 0], e["msg"]) for e in clean(exc.errors(), "query")]
+        ctx["error"] = [shown(e["loc"][1 if len(e["loc"]) > 1 else 0], e["msg"]) for e in clean(exc.errors(), "query")]
         ctx["status"] = 422
     except SpecError as exc:
-        ctx["error"] = [said(exc.field, exc.message)]
+        ctx["error"] = [shown(exc.field, exc.message)]
         ctx["status"] = 422
         if isinstance(exc, Refused):  # what the page offers instead (a text too long: windows of it)
             ctx.update(exc.shown)
@@ -118,7 +118,7 @@ def lesson_panel(state: PageQuery, lang: str) -> lessons.Panel | None:
         typed = state.spelled.get("lesson", "lesson")
         state.params.pop("lesson", None)
         state.params.pop("lesson_step", None)
-        raise FieldError(typed, f"no lesson {show(state.lesson, 30)}; see /lessons")
+        raise FieldError(typed, said("no_lesson", slug=show(state.lesson, 30)))
     k = within(state.spelled.get("lesson_step", "lesson_step"), state.lesson_step or 1, 1, len(lesson.steps))
     carry = {name: state.params[name] for name in ("present", "hints") if state.params.get(name)}
     panel = lessons.panel(lesson.slug, k, lang, carry)
@@ -346,10 +346,15 @@ def page_route(
     def query(request: Request) -> PageQuery:  # the page's query model, validated once (errors raised in the page)
         return state_of(request, path, keys, model)
 
-    async def route(request: Request, lab: Annotated[Lab, Depends(get_lab)], state: PageQuery) -> Response:
+    # The query's dependency is a local: FastAPI's classic `= Depends(...)` (an annotation naming it could not be
+    # resolved from this module's globals).
+    async def route(
+        request: Request,
+        lab: Annotated[Lab, Depends(get_lab)],
+        state: PageQuery = Depends(query),  # noqa: B008
+    ) -> Response:
         build = functools.partial(view, state, lab, request_key(request))
         return await serve(request, lab, template, state, build, blocks=blocks, deferred=deferred,
                            **form(lab, state, language(request)))  # fmt: skip
 
-    route.__annotations__["state"] = Annotated[model, Depends(query)]  # a local: no name for the annotation's text
     router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)

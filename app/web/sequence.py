@@ -16,7 +16,7 @@ from engine.spec import SpecError, make_spec
 
 from ..lab import Lab
 from ..render.predicted import generators
-from ..schemas import FieldError
+from ..schemas import FieldError, said
 
 # The request fields every view that reads a text through a loaded decoder takes (the prediction and head views):
 # `preset: Preset = DECODER`, `text: InputText = None`.
@@ -51,11 +51,17 @@ def decoder(lab: Lab, preset: str, views: str = "predictions", pre_ln: bool = Fa
     models: Mapping[str, Model] = lab.models
     if preset not in models or not getattr(models[preset], "generates", False):
         names = ", ".join(generators(models)) or "none on this server"
-        raise FieldError("preset", f"{views} need a causal language model: {names}")
+        raise FieldError("preset", said("predictions_need_decoder", names=names) if views == "predictions"
+                         else f"{views} need a causal language model: {names}")  # fmt: skip
     model = models[preset]
     if pre_ln and model.arch.placement != "pre":
         raise FieldError("preset", f"{preset} is Post-LN: {views} read a Pre-LN decoder")
     return model
+
+
+def longer_than_traced(e: SpecError, field: str) -> bool:
+    """Whether `e` refuses the text in `field` for its token count (by the engine's code, never its English)."""
+    return e.field == field and getattr(e.message, "code", None) in ("too_many_tokens_whole", "too_many_tokens_window")
 
 
 def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["inputs", "tokens"] = "inputs",
@@ -65,22 +71,22 @@ def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["in
     its inputs (teacher forcing: every token but the last) or every token."""
     model = decoder(lab, req.preset, views, pre_ln)
     if req.text is None and req.token_ids is None:
-        raise FieldError("text", "give the text as text or token_ids")
+        raise FieldError("text", said("text_given"))
     field = "token_ids" if req.token_ids is not None else "text"
     room = min(max_tokens, model.info.n_ctx)
-    what = "input tokens" if counted == "inputs" else "tokens"
     try:
         spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=lab.models,
                          device=lab.device, limits=lab.long_limits)  # fmt: skip
     except SpecError as e:  # past even a long context's bound: say this view's own, not that one
-        if e.field == field and ("at most" in e.message or "more than the" in e.message):
-            raise FieldError(field, f"at most {room} {what} here; the text is longer") from None
+        if longer_than_traced(e, field):
+            raise FieldError(field, said(f"{counted}_longer", room=room)) from None
         raise
     seq = P.sequence(model, spec.token_ids, req.bos, eos)
     if len(seq) < least:
-        why = " (one input and its target), or keep bos/eos on" if least == 2 and counted == "inputs" else ""
-        raise FieldError(field, f"give at least {'two tokens' if least == 2 else 'one token'}{why}")
+        if least == 2 and counted == "inputs":
+            raise FieldError(field, said("two_inputs"))
+        raise FieldError(field, f"give at least {'two tokens' if least == 2 else 'one token'}")
     n = len(seq) - 1 if counted == "inputs" else len(seq)
     if n > room:
-        raise FieldError(field, f"at most {room} {what} here, got {n}")
+        raise FieldError(field, said(f"{counted}_here", room=room, n=n))
     return Text(req.preset, model, tuple(seq), tuple(model.labels(list(seq))), model.specials_first(seq))

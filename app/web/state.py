@@ -15,25 +15,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar
 from urllib.parse import urlencode
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from engine.errors import Message
 from engine.spec import PRESETS
 
-from ..schemas import ASCII_INT, BlockRequest, FieldError, head_within, query_model, request_fields
-
-
-def parse_int(name: str, raw: str | None, default: int, lo: int | None = None, hi: int | None = None) -> int:
-    """`raw` as an integer in [lo, hi]; `default` when missing or empty."""
-    if raw is None or raw == "":
-        return default
-    if not ASCII_INT.fullmatch(raw):
-        raise FieldError(name, f"must be an integer written with the digits 0-9, got {show(raw)}")
-    return within(name, int(raw), lo, hi)
-
-
-def query_int(params: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
-    return parse_int(name, params.get(name), default, lo, hi)
+from ..errors import coded
+from ..schemas import ASCII_INT, BlockRequest, FieldError, int_or_empty, query_model, request_fields, said
 
 
 def parse_stage(raw: str | None, order: Sequence[str], default: str | None = None) -> str:
@@ -45,11 +34,7 @@ def parse_stage(raw: str | None, order: Sequence[str], default: str | None = Non
         return text
     if ASCII_INT.fullmatch(text) and 1 <= int(text) <= len(order):
         return order[int(text) - 1]
-    raise FieldError("stage", f"unknown stage {show(text)}; use 1-{len(order)} or one of {', '.join(order)}")
-
-
-def parse_head(raw: str | None, n_heads: int, name: str = "head") -> int:
-    return head_within(parse_int(name, raw, 0), n_heads, name)
+    raise FieldError("stage", said("unknown_stage", value=show(text), n=len(order), stages=", ".join(order)))
 
 
 @dataclass(frozen=True)
@@ -108,11 +93,10 @@ API_EXAMPLE = EXAMPLES["zh"]
 
 
 def within(name: str, value: int, lo: int | None, hi: int | None) -> int:
-    """`value` in [lo, hi] (either bound may be None), or a FieldError naming `name` and the bounds: the one range
-    check of `parse_int`, and of the bounds a page knows only once it has computed (a trace's heads, a
-    generation's steps)."""
-    if (said := bounds_message(value, lo, hi)) is not None:
-        raise FieldError(name, said)
+    """`value` in [lo, hi] (either bound may be None), or a FieldError naming `name` and the bounds: the bounds a
+    page knows only once it has computed (a trace's heads, a generation's steps; `digits` says the same)."""
+    if (message := bounds_message(value, lo, hi)) is not None:
+        raise FieldError(name, message)
     return value
 
 
@@ -128,10 +112,10 @@ def parse_heads(raw: str, name: str = "heads") -> list[list[int]]:
     for item in (p for p in re.split(r"[\s,;，；、]+", NAMED_HEAD.sub(r"\1:\2", raw.strip())) if p):
         m = HEAD.fullmatch(item)
         if m is None:
-            raise FieldError(name, f"write each head as L<layer> H<head>, e.g. L1 H0, L16 H0; got {show(item, 30)}")
+            raise FieldError(name, said("head_syntax", value=show(item, 30)))
         out.append([int(m[1]), int(m[2])])
     if len(out) > 4096:
-        raise FieldError(name, f"at most 4096 heads, got {len(out)}")
+        raise FieldError(name, said("many_heads", n=len(out)))
     return out
 
 
@@ -139,31 +123,41 @@ def parse_heads(raw: str, name: str = "heads") -> list[list[int]]:
 
 
 def refused(message: str) -> PydanticCustomError:
-    """A field's refusal in the English words the catalogues translate (locales/errors.json), its loc the key typed."""
+    """A field's refusal in the API's English words, its loc the key typed; a coded message (`said`) keeps its code
+    and parameters in the error's context, for a page to say it from the catalogue (app/errors.py `coded`)."""
+    if isinstance(message, Message):
+        return PydanticCustomError("value_error", message, {"code": message.code, **message.params})
     return PydanticCustomError("value_error", message)
 
 
-def bounds_message(value: int, lo: int | None, hi: int | None) -> str | None:
+def bounds_message(value: int, lo: int | None, hi: int | None) -> Message | None:
     """What `within` says of `value` outside [lo, hi]; None inside."""
     if (lo is None or value >= lo) and (hi is None or value <= hi):
         return None
     if lo is not None and hi is not None:
-        return f"has no valid value here, got {value}" if hi < lo else f"must be between {lo} and {hi}, got {value}"
-    return f"must be at least {lo}, got {value}" if lo is not None else f"must be at most {hi}"
+        return said("no_valid_value", value=value) if hi < lo else Message("between", low=lo, high=hi, value=value)
+    return said("at_least", low=lo, value=value) if lo is not None else said("at_most", high=hi)
 
 
-def Digits(lo: int | None = 0, hi: int | None = None) -> Any:
-    """An integer written with the digits 0-9 (`²` and `١` refused, as `int()` would take them), in [lo, hi]."""
-
-    return Annotated[int, BeforeValidator(lambda raw: digits(raw, lo, hi))]
+def Digits(lo: int | None = 0, hi: int | None = None, documented: tuple[int | None, int | None] | None = None) -> Any:
+    """An integer written with the digits 0-9 (`²` and `١` refused, as `int()` would take them), in [lo, hi]; its
+    JSON Schema (a route's query in /openapi.json) an integer in [lo, hi] or empty, or in the `documented` bounds
+    where the route checks tighter ones once it knows them (a window's row within the matrix)."""
+    schema = int_or_empty(*(documented or (lo, hi)))
+    return Annotated[int, BeforeValidator(lambda raw: digits(raw, lo, hi)), WithJsonSchema(schema)]
 
 
 def digits(raw: Any, lo: int | None = 0, hi: int | None = None) -> int:
-    """`raw` as an integer written with the digits 0-9, in [lo, hi], or a field's refusal in `parse_int`'s words."""
-    try:
-        return within("", raw, lo, hi) if type(raw) is int else parse_int("", str(raw), 0, lo, hi)
-    except FieldError as e:
-        raise refused(e.message) from None
+    """`raw` as an integer written with the digits 0-9, in [lo, hi] (empty text: 0), or a field's refusal."""
+    if type(raw) is not int:
+        if (text := str(raw)) == "":
+            return 0
+        if not ASCII_INT.fullmatch(text):
+            raise refused(said("digits", value=show(text)))
+        raw = int(text)
+    if (message := bounds_message(raw, lo, hi)) is not None:
+        raise refused(message)
+    return raw
 
 
 def Stage(order: Sequence[str]) -> Any:
@@ -290,7 +284,7 @@ class PageQuery(BaseModel):
             error = None
         except ValidationError as exc:
             first = exc.errors()[0]
-            error = FieldError(str(first["loc"][0]), first["msg"])
+            error = FieldError(str(first["loc"][0]), coded(first["msg"], first["type"], first.get("ctx")))
             bad = {str(e["loc"][0]) for e in exc.errors()}
             done = cls.model_validate({k: v for k, v in given.items() if k not in bad})  # the rest, for the links
         done._path, done._api_keys, done._spelled, done._error = path, api_keys, spelled, error

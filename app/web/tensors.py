@@ -1,18 +1,19 @@
 """One 2-D matrix out of a trace, for every route that shows one: heat maps (PNG), windows of exact numbers (JSON)
-and CSV. The attention and block APIs share these; `stage`, `tensor` and `head` are parsed once, in state.py."""
+and CSV. The attention and block APIs share these; the matrix's query (`stage`, `tensor`, `head`, a window's
+rectangle, a heat map's size and colours) is read once, by `MatrixQuery` (a FastAPI dependency)."""
 
 from __future__ import annotations
 
 import csv
 import functools
 import io
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import anyio.to_thread
 import numpy as np
-from fastapi import Request, Response
-from pydantic import BaseModel
+from fastapi import Query, Response
+from pydantic import AfterValidator, BaseModel, ConfigDict, WithJsonSchema, model_validator
 
 from engine.long import LongTrace
 from engine.spec import MAIN_TENSOR
@@ -22,22 +23,8 @@ from ..render.arrays import Traced, to_numpy
 from ..render.cells import full
 from ..render.heatmap import COLOR_MODES, png
 from ..render.payload import json_response
-from ..schemas import FieldError, int_or_empty, query_parameters
-from .state import parse_head, parse_stage, query_int
-
-VIEW_PARAMS: dict[str, dict[str, Any]] = {
-    "stage": {"type": "string"},
-    "tensor": {"type": "string"},
-    "head": int_or_empty(0),
-}
-
-# The bounds `window` and the heat maps enforce (their upper bounds depend on the trace's shape).
-WINDOW_EXTRA: dict[str, dict[str, Any]] = VIEW_PARAMS | {
-    "row": int_or_empty(0),
-    "col": int_or_empty(0),
-    "rows": int_or_empty(1),
-    "cols": int_or_empty(1),
-}
+from ..schemas import FieldError, head_within, query_parameters
+from .state import Digits, parse_stage, refused, within
 
 NPZ: dict[int | str, dict[str, Any]] = {
     200: {"content": {"application/x-npz": {}}, "description": "np.load() gives x, q, k, v, raw, …, output"}
@@ -58,40 +45,76 @@ def key_tokens(trace: Traced | LongTrace) -> list[str]:
     return list(getattr(getattr(spec, "attn", spec), "kv_tokens", ()) or trace.tokens)
 
 
-COLOR_PARAM: dict[str, Any] = {"type": "string", "enum": [*COLOR_MODES, ""]}
-
-
 def heatmap_route(model: type[BaseModel]) -> dict[str, Any]:
-    """The route options of a PNG heat map of `model`'s trace: its fields, the view's, `size` and `color`."""
-    extra = VIEW_PARAMS | {"size": int_or_empty(16, 2048), "color": COLOR_PARAM}
+    """The route options of a PNG heat map of `model`'s trace: its fields (`HeatQuery` documents its own)."""
     return {"response_class": Response, "responses": HEATMAP_DOC,
-            "openapi_extra": {"parameters": query_parameters(model, extra)}}  # fmt: skip
+            "openapi_extra": {"parameters": query_parameters(model)}}  # fmt: skip
 
 
-def colour_mode(params: Mapping[str, str]) -> str:
-    """`color`: linear (the default), log or row."""
-    mode = params.get("color") or "linear"
-    if mode not in COLOR_MODES:
-        raise FieldError("color", f"must be one of {', '.join(COLOR_MODES)}, got {mode[:40]!r}")
+def colour_mode(mode: str) -> str:
+    """`color`: linear, log or row (empty: the view's default)."""
+    if mode and mode not in COLOR_MODES:
+        raise refused(f"must be one of {', '.join(COLOR_MODES)}, got {mode[:40]!r}")
     return mode
 
 
-def pick(request: Request, trace: Traced | LongTrace, default_stage: str = "softmax") -> tuple[str, str, int]:
+Colour = Annotated[str, AfterValidator(colour_mode), WithJsonSchema({"type": "string", "enum": [*COLOR_MODES, ""]})]
+
+
+class MatrixQuery(BaseModel):
+    """The matrix a heat map, a window or a file shows, as its route's query (beside the request's fields): `stage`
+    (a key or its 1-based place, checked against the trace's order), `tensor` (the stage's main one by default),
+    `head`. Empty means the default; the bounds a trace sets are checked once it is known."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    stage: str = ""
+    tensor: str = ""
+    head: Digits(None, documented=(0, None)) = 0  # type: ignore[valid-type]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _given(cls, data: Any) -> Any:
+        return {k: v for k, v in data.items() if v != ""} if isinstance(data, dict) else data
+
+
+class WindowQuery(MatrixQuery):
+    """A window's matrix, its top-left corner `row`, `col` and its `rows`, `cols` (16 each, cut to the matrix)."""
+
+    row: Digits(None, documented=(0, None)) = 0  # type: ignore[valid-type]
+    col: Digits(None, documented=(0, None)) = 0  # type: ignore[valid-type]
+    rows: Digits(None, documented=(1, None)) = 16  # type: ignore[valid-type]
+    cols: Digits(None, documented=(1, None)) = 16  # type: ignore[valid-type]
+
+
+class HeatQuery(MatrixQuery):
+    """A heat map's matrix, its `size` (the longer side in pixels) and `color` (linear, log or row)."""
+
+    size: Digits(16, 2048) = 512  # type: ignore[valid-type]
+    color: Colour = "linear"
+
+
+# The routes' own query, documented by FastAPI in /openapi.json (the request's fields beside it by `openapi_extra`).
+Matrix = Annotated[MatrixQuery, Query()]
+Window = Annotated[WindowQuery, Query()]
+Heat = Annotated[HeatQuery, Query()]
+
+
+def pick(m: MatrixQuery, trace: Traced | LongTrace, default_stage: str = "softmax") -> tuple[str, str, int]:
     """`stage` (key or 1-based index), `tensor` (the stage's main one by default) and `head` of a trace's matrix,
     a whole one or a lazy one."""
-    q = request.query_params
-    head = parse_head(q.get("head"), trace.n_heads)  # checked even where the tensor has no heads
-    stage = parse_stage(q.get("stage"), trace.order, default_stage)
+    head = head_within(m.head, trace.n_heads)  # checked even where the tensor has no heads
+    stage = parse_stage(m.stage, trace.order, default_stage)
     names = list(trace.stage(stage))
-    tensor = q.get("tensor") or MAIN_TENSOR.get(stage) or names[-1]
+    tensor = m.tensor or MAIN_TENSOR.get(stage) or names[-1]
     if tensor not in names:
         raise FieldError("tensor", f"stage {stage} has no tensor {tensor!r}; it has {', '.join(names)}")
     return stage, tensor, head
 
 
-def matrix_of(request: Request, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
+def matrix_of(m: MatrixQuery, trace: Traced, default_stage: str = "softmax") -> tuple[str, np.ndarray]:
     """The 2-D matrix a heat map or a window shows: `stage`, `tensor` and `head` (for tensors with a head axis)."""
-    stage, tensor, head = pick(request, trace, default_stage)
+    stage, tensor, head = pick(m, trace, default_stage)
     t = trace.stage(stage)[tensor]
     return tensor, to_numpy(t[head] if t.dim() == 3 else t)
 
@@ -120,19 +143,18 @@ async def drawn(tensor: str, a: np.ndarray, size: int, mode: str = "linear",
     return Response(body, media_type="image/png", headers={"Cache-Control": "public, max-age=3600"})
 
 
-def window_response(request: Request, trace: Traced, tensor: str, a: np.ndarray) -> Response:
-    return window_of(request, trace, tensor, a.shape, lambda r0, r1: a[r0:r1])
+def window_response(m: WindowQuery, trace: Traced, tensor: str, a: np.ndarray) -> Response:
+    return window_of(m, trace, tensor, a.shape, lambda r0, r1: a[r0:r1])
 
 
-def window_of(request: Request, trace: Traced | LongTrace, tensor: str, shape: tuple[int, ...],
+def window_of(m: WindowQuery, trace: Traced | LongTrace, tensor: str, shape: tuple[int, ...],
               rows_of: Callable[[int, int], Any]) -> Response:  # fmt: skip
     """A rectangle of one matrix: `row`, `col` (its top-left corner), `rows`, `cols`; `rows_of(r0, r1)` gives the
     matrix's rows r0..r1 (a slice of a whole trace, or rows a lazy trace computes now)."""
-    q = request.query_params
-    r0 = query_int(q, "row", 0, 0, shape[0] - 1)
-    c0 = query_int(q, "col", 0, 0, shape[1] - 1)
-    rows = query_int(q, "rows", 16, 1, shape[0])
-    cols = query_int(q, "cols", 16, 1, shape[1])
+    r0, c0 = within("row", m.row, 0, shape[0] - 1), within("col", m.col, 0, shape[1] - 1)
+    given = m.model_fields_set  # a size not given is 16, cut to the matrix's
+    rows = within("rows", m.rows, 1, shape[0]) if "rows" in given else m.rows
+    cols = within("cols", m.cols, 1, shape[1]) if "cols" in given else m.cols
     if rows * cols > 65_536:
         raise FieldError("rows", f"a window holds at most 65,536 numbers; {rows} × {cols} asked for")
     tok, keys = list(trace.tokens), key_tokens(trace)
@@ -152,10 +174,10 @@ def window_of(request: Request, trace: Traced | LongTrace, tensor: str, shape: t
     )
 
 
-def long_window(request: Request, lt: LongTrace) -> Response:
-    _, tensor, head = pick(request, lt)
+def long_window(m: WindowQuery, lt: LongTrace) -> Response:
+    _, tensor, head = pick(m, lt)
     shape = (lt.row_count(tensor), lt.columns(tensor))
-    return window_of(request, lt, tensor, shape, lambda r0, r1: lt.rows(tensor, head, r0, r1))
+    return window_of(m, lt, tensor, shape, lambda r0, r1: lt.rows(tensor, head, r0, r1))
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

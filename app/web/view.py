@@ -29,15 +29,12 @@ is what the engine or an API answer already writes as one: a request's `summary`
 from __future__ import annotations
 
 import functools
-import json
 import math
-import re
 from typing import Annotated, Any, ClassVar, Self, TypeVar
 
 import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, TypeAdapter, WithJsonSchema
-from pydantic.json_schema import models_json_schema
 
 T = TypeVar("T")
 
@@ -185,14 +182,10 @@ def all_views() -> list[type[View]]:
 
 
 def view_schemas(ref_template: str = "#/components/schemas/{model}") -> dict[str, Any]:
-    """Every page's JSON face as a JSON Schema, with the types it nests (for /openapi.json's components)."""
-    views = all_views()
-    _, top = models_json_schema([(c, "serialization") for c in views], ref_template=ref_template)
-    defs: dict[str, Any] = top.get("$defs", {})
-    # Only what a JSON face holds (a hidden field's type, e.g. the parsed Spec, is defined but never written).
-    prefix, todo, shown = ref_template.split("{model}")[0], [c.__name__ for c in views], {}
-    while todo:
-        if (name := todo.pop()) not in shown:
-            shown[name] = defs[name]
-            todo += [ref.removeprefix(prefix) for ref in re.findall(r'"\$ref": "([^"]+)"', json.dumps(defs[name]))]
-    return dict(sorted(shown.items()))
+    """Every page's JSON face as a JSON Schema, with the types it nests (for /openapi.json's components): pydantic's
+    schema of each View, which defines only what its JSON face writes (not a hidden field's type, e.g. the Spec)."""
+    out: dict[str, Any] = {}
+    for view in all_views():
+        schema = view.model_json_schema(ref_template=ref_template, mode="serialization")
+        out |= schema.pop("$defs", {}) | {view.__name__: schema}
+    return dict(sorted(out.items()))

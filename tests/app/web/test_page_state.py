@@ -11,8 +11,8 @@ from bs4 import BeautifulSoup
 from pydantic import AliasChoices, BeforeValidator, Field
 
 from app.attention.params import LabQuery
-from app.schemas import FieldError
-from app.web.state import Cell, PageQuery, digits, head_within, within
+from app.schemas import FieldError, head_within
+from app.web.state import Cell, PageQuery, digits, within
 
 
 class Counted(PageQuery):
@@ -68,7 +68,7 @@ def test_common_parameters_every_page_shares() -> None:
     assert state({}).page_keys == ("preset", "n", "word", "present", "hints", "lesson", "lesson_step", "lang")
 
 
-def test_bounds_known_after_computing_say_what_parse_int_says() -> None:
+def test_bounds_known_after_computing_say_what_digits_says() -> None:
     assert within("step", 3, 0, 5) == 3
     with pytest.raises(FieldError, match="must be between 0 and 5, got 9"):
         within("step", 9, 0, 5)
