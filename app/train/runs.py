@@ -52,8 +52,11 @@ def _child(config: dict[str, Any], conn: Any, cancel: Any) -> None:
     try:
         run = arch.train(config, lambda kind, data: conn.send((kind, data)), cancel)
         conn.send(("params", {k: v.numpy() for k, v in run.params.items()}))
+    except (BrokenPipeError, ConnectionResetError):  # the server stopped listening (shutting down): no one to tell
+        pass
     except Exception as e:  # reported to the page, not lost in a child's stderr
-        conn.send(("failed", {"message": f"{type(e).__name__}: {e}"}))
+        with contextlib.suppress(OSError):  # unless the server has gone meanwhile
+            conn.send(("failed", {"message": f"{type(e).__name__}: {e}"}))
     finally:
         conn.close()
 
