@@ -118,15 +118,19 @@ def preset_of(p: twin.Page) -> str:
 
 async def ids_of(request: Request, p: twin.Page) -> list[int] | None:
     """A logit lens page's token ids as the lab tokenised them (its View shows the tokens, not their ids): asked
-    of the lab's own /api/v1/logit_lens with the page's sequence. /model's: its text through the model's own
-    tokenizer, as the page's request reads it (`make_spec`)."""
+    of the lab's own /api/v1/logit_lens with the page's sequence (the text its View shows when its URL names none:
+    the API has no default text). /model's: its text through the model's own tokenizer, as the page's request reads
+    it (`make_spec`)."""
     if p.path == "/model":
         return await run_in_threadpool(model_ids, request, p)
     if p.path != "/lens":
         return None
     keys = ("preset", "text", "token_ids", "bos")
+    query = [(k, v) for k, v in p.query if k in keys]
+    if not any(k in ("text", "token_ids") for k, _ in query) and p.twin.get("text"):
+        query.append(("text", str(p.twin["text"])))  # a first visit's text, the page's language's (its View's)
     try:
-        answer = await twin.fetch_json(request.app, "/api/v1/logit_lens", [(k, v) for k, v in p.query if k in keys])
+        answer = await twin.fetch_json(request.app, "/api/v1/logit_lens", query)
     except twin.BadPage:
         return None
     ids = answer.get("token_ids")

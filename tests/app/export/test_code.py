@@ -160,6 +160,18 @@ def test_a_real_models_snippets_are_transformers_own_numbers(client: TestClient,
         check_lab(client, base, REAL)
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_first_visit_to_lens_has_its_torch_snippet(client: TestClient, smollm2, lang: str) -> None:  # type: ignore[no-untyped-def]
+    """/lens with no text in its URL shows its language's first text: its torch snippet reads that text's ids (it
+    asked /api/v1/logit_lens with no query, a 422 in the browser's console, and the snippet was refused)."""
+    page = f"/lens?lang={lang}"
+    twin = client.get(page, headers={"Accept": "application/json"}).json()
+    r = client.get("/api/v1/code", params={"page": page, "kind": "torch"})
+    assert r.status_code == 200, r.text
+    ids = client.get("/api/v1/logit_lens", params={"text": twin["text"]}).json()["token_ids"]
+    assert f"ids = torch.tensor([{ids!r}])" in r.text
+
+
 def test_htmx_gets_the_snippet_as_escaped_html(client: TestClient) -> None:
     r = client.get("/api/v1/code", params={"page": "/?tokens=a+b&stage=4"}, headers={"HX-Request": "true"})
     assert r.headers["content-type"].startswith("text/html")
