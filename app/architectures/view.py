@@ -115,7 +115,6 @@ class ArchitecturesView(View):
     template = "architectures.html"
     blocks = ()
     kind = "architectures"
-    own_present_toggle = True  # a deferred page: its <main> (what htmx swaps in) holds the switch
 
     tokens: list[str]  # the input with its padding
     target: list[str]  # the encoder–decoder's target here: the input reversed (/cross's reverse task)
