@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse
 
 from ..errors import field_error
 from ..schemas import ERRORS
+from ..web.i18n import negotiate, translator
 from . import cite, twin
 from . import code as snippets
 from . import notebook as notebooks
@@ -150,6 +151,12 @@ def model_ids(request: Request, p: twin.Page) -> list[int] | None:
     return list(spec.token_ids or ())
 
 
+def comments_in(request: Request, p: twin.Page) -> snippets.T:
+    """The snippets' comments in the page's language: its URL's `lang`, else the reader's (Accept-Language: the page
+    that asks for its code in its "Show code" panel is shown to the same browser)."""
+    return translator(negotiate(p.params.get("lang"), request.headers.get("accept-language")))
+
+
 @router.get(
     "/code",
     summary="Python that prints a page's numbers: the lab's client, or plain torch",
@@ -160,15 +167,16 @@ async def code(request: Request, page: PageParam, kind: CodeKind = "lab") -> Res
     """A short runnable snippet generated from the page's state (its JSON twin): `kind=lab` with the lab's package
     (`attention_lab`), `kind=torch` recomputing the page's numbers with plain torch (and transformers for a real
     model). It prints every matrix the page shows. Asked by htmx (the page's "Show code" panel), it comes as
-    escaped HTML."""
+    escaped HTML. Its comments are in the page's language."""
     p = await page_of(request, page)
     if isinstance(p, Response):
         return p
+    t = comments_in(request, p)
     try:
         if kind == "lab":
-            text = snippets.lab_snippet(p, str(request.base_url).rstrip("/"))
+            text = snippets.lab_snippet(p, str(request.base_url).rstrip("/"), t)
         else:
-            text = snippets.torch_snippet(p, model_files(request, preset_of(p)), await ids_of(request, p))
+            text = snippets.torch_snippet(p, model_files(request, preset_of(p)), await ids_of(request, p), t)
     except snippets.NoCode as e:
         return field_error("query", "kind" if kind == "torch" and p.path in ("/", "/embed") else "page", str(e))
     if request.headers.get("hx-request"):
@@ -237,9 +245,10 @@ async def notebook(request: Request, page: PageParam) -> Response:
         except snippets.NoCode:
             return None
 
-    lab_code = maybe(lambda: snippets.lab_snippet(p, base_url(request)))
+    t = comments_in(request, p)
+    lab_code = maybe(lambda: snippets.lab_snippet(p, base_url(request), t))
     ids = await ids_of(request, p)
-    torch_code = maybe(lambda: snippets.torch_snippet(p, model_files(request, preset_of(p)), ids))
+    torch_code = maybe(lambda: snippets.torch_snippet(p, model_files(request, preset_of(p)), ids, t))
     settings = request.app.state.settings
     try:
         png: bytes | None = await run_in_threadpool(
