@@ -185,7 +185,6 @@ class AttributionView(View):
     template = "attribution.html"
     blocks = ("body",)
     kind = "attribution"
-    own_present_toggle = True
 
     preset: str = ""
     tokens: tuple[str, ...] = ()

@@ -177,6 +177,8 @@ def test_a_head_out_of_range_says_whether_its_layer_or_its_head_is(tiny: TestCli
         assert r.status_code == 422
         said = BeautifulSoup(r.text, "html.parser").select_one(".error[role=alert]").text
         assert "head" in said and words[lang] in said, said
+        (switch,) = BeautifulSoup(r.text, "html.parser").select("a[data-toggle=present]")  # the header's alone
+        assert switch.find_parent("header") is not None
         api = tiny.get("/attribution.json", params={"preset": "tiny", "text": TEXT, "head": typed})
         assert api.status_code == 422 and api.json()["detail"][0]["loc"][-1] == "head", api.text
         assert words["en"] in api.json()["message"], api.text
