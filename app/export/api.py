@@ -13,10 +13,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
+from pydantic import ValidationError
 
 from ..errors import field_error
-from ..schemas import ERRORS
+from ..predict.request import LensRequest
+from ..schemas import ERRORS, FieldError, query_model
 from ..web.i18n import negotiate, translator
+from ..web.sequence import text_of
 from . import cite, twin
 from . import code as snippets
 from . import notebook as notebooks
@@ -118,24 +121,26 @@ def preset_of(p: twin.Page) -> str:
 
 
 async def ids_of(request: Request, p: twin.Page) -> list[int] | None:
-    """A logit lens page's token ids as the lab tokenised them (its View shows the tokens, not their ids): asked
-    of the lab's own /api/v1/logit_lens with the page's sequence (the text its View shows when its URL names none:
-    the API has no default text). /model's: its text through the model's own tokenizer, as the page's request reads
-    it (`make_spec`)."""
+    """A logit lens page's token ids as the lab tokenised them (its View shows the tokens, not their ids): its
+    sequence read as /api/v1/logit_lens reads it (`text_of`, tokenising only), from the page's query, or the text
+    its View shows when its URL names none (the API has no default text). Not asked of the API itself: that is a
+    heavy request, refused (429) while the same address's other export of the page still computes (the "Show code"
+    panel asks for both snippets at once). /model's: its text through the model's own tokenizer, as the page's
+    request reads it (`make_spec`)."""
     if p.path == "/model":
         return await run_in_threadpool(model_ids, request, p)
     if p.path != "/lens":
         return None
-    keys = ("preset", "text", "token_ids", "bos")
-    query = [(k, v) for k, v in p.query if k in keys]
-    if not any(k in ("text", "token_ids") for k, _ in query) and p.twin.get("text"):
-        query.append(("text", str(p.twin["text"])))  # a first visit's text, the page's language's (its View's)
+    query = {k: v for k, v in p.query if k in ("preset", "text", "token_ids", "bos")}
+    if "text" not in query and "token_ids" not in query and p.twin.get("text"):
+        query["text"] = str(p.twin["text"])  # a first visit's text, the page's language's (its View's)
+    lab = request.app.state.lab
     try:
-        answer = await twin.fetch_json(request.app, "/api/v1/logit_lens", query)
-    except twin.BadPage:
+        req = query_model(LensRequest).model_validate(query)
+        t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, False, "tokens", 1)
+    except (ValidationError, FieldError):
         return None
-    ids = answer.get("token_ids")
-    return [int(i) for i in ids] if isinstance(ids, list) else None
+    return list(t.seq)
 
 
 def model_ids(request: Request, p: twin.Page) -> list[int] | None:

@@ -131,11 +131,18 @@ def lab_snippet(p: Page, base_url: str, t: T = ENGLISH) -> str:
         how = c(t, "lab_trace")
     else:
         params = {k: v for k, v in p.query if k != "lang"}
+        # A first visit's text is its language's: the client asks in the page's language (its own `lang`).
+        named = {"text", "token_ids", "tokens"} & set(p.params)
+        client = (
+            f"{base_url!r}, lang={p.params['lang']!r}"
+            if not named and p.params.get("lang", "en") != "en"
+            else repr(base_url)
+        )
         if p.twin.get("key"):
             params.setdefault("stage", p.twin["key"])
         body = (
             "from attention_lab import Client\n\n" + show(t) + "\n\n"
-            f"lab = Client({base_url!r})  # {c(t, 'running')}\n"
+            f"lab = Client({client})  # {c(t, 'running')}\n"
             f"view = lab.view({p.path!r}, **{params!r})  # {c(t, 'view_json')}\n"
         )
         how = c(t, "lab_client")

@@ -164,13 +164,18 @@ def test_a_real_models_snippets_are_transformers_own_numbers(client: TestClient,
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_first_visit_to_lens_has_its_torch_snippet(client: TestClient, smollm2, lang: str) -> None:  # type: ignore[no-untyped-def]
     """/lens with no text in its URL shows its language's first text: its torch snippet reads that text's ids (it
-    asked /api/v1/logit_lens with no query, a 422 in the browser's console, and the snippet was refused)."""
+    asked /api/v1/logit_lens with no query, a 422 in the browser's console, and the snippet was refused), read as
+    the API reads them without asking it (a heavy request, refused while the page's other snippet computes); its
+    lab snippet reads the page in the page's language."""
     page = f"/lens?lang={lang}"
     twin = client.get(page, headers={"Accept": "application/json"}).json()
     r = client.get("/api/v1/code", params={"page": page, "kind": "torch"})
     assert r.status_code == 200, r.text
     ids = client.get("/api/v1/logit_lens", params={"text": twin["text"]}).json()["token_ids"]
     assert f"ids = torch.tensor([{ids!r}])" in r.text
+    # The lab's client asks for the page in its language, whose first text it is (the client's default is English).
+    lab = client.get("/api/v1/code", params={"page": page, "kind": "lab"}).text
+    assert ("Client('http://testserver', lang='zh')" if lang == "zh" else "Client('http://testserver')") in lab
 
 
 ZH_PAGES = ["/?tokens=cat+sat+on+the+mat&stage=4&mask=causal&lang=zh",
