@@ -13,13 +13,12 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..errors import field_error
-from ..predict.request import LensRequest
 from ..schemas import ERRORS, FieldError, query_model
 from ..web.i18n import negotiate, translator
-from ..web.sequence import text_of
+from ..web.sequence import DECODER, InputText, Preset, text_of
 from . import cite, twin
 from . import code as snippets
 from . import notebook as notebooks
@@ -120,6 +119,16 @@ def preset_of(p: twin.Page) -> str:
     return str(p.summary.get("preset") or p.twin.get("preset") or p.params.get("preset") or "")
 
 
+class LensText(BaseModel):
+    """The fields of /api/v1/logit_lens's request that name its sequence (app/predict/request.py `LensRequest`,
+    another feature's: not imported here), with the same defaults."""
+
+    preset: Preset = DECODER
+    text: InputText = None
+    token_ids: list[int] | None = None
+    bos: bool = True
+
+
 async def ids_of(request: Request, p: twin.Page) -> list[int] | None:
     """A logit lens page's token ids as the lab tokenised them (its View shows the tokens, not their ids): its
     sequence read as /api/v1/logit_lens reads it (`text_of`, tokenising only), from the page's query, or the text
@@ -136,7 +145,7 @@ async def ids_of(request: Request, p: twin.Page) -> list[int] | None:
         query["text"] = str(p.twin["text"])  # a first visit's text, the page's language's (its View's)
     lab = request.app.state.lab
     try:
-        req = query_model(LensRequest).model_validate(query)
+        req = query_model(LensText).model_validate(query)
         t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, False, "tokens", 1)
     except (ValidationError, FieldError):
         return None
