@@ -36,7 +36,9 @@ from .view import (
 
 router = APIRouter(include_in_schema=False)
 KEYS = tuple(k for k in ArchitecturesQuery.model_fields if k not in PageQuery.model_fields)  # its own
-EXAMPLES = {"en": "the cat sat on the mat", "zh": "猫 坐 在 垫子 上"}
+# Each language's default words; the Chinese ones are all in MiniLM's WordPiece vocabulary (bert-base-uncased's, which
+# has about 240 CJK characters: 猫 坐 在 垫 are not among them, and read as [UNK]).
+EXAMPLES = {"en": "the cat sat on the mat", "zh": "天 上 有 月 和 星"}
 LABELS = {"text": "architectures.text", "pad": "architectures.pad", "pos": "architectures.pos"} | {
     k: f"architectures.head.{k}" for k in ("minilm", "smollm2", "encdec")
 }  # each field's label in the form

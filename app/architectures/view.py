@@ -14,7 +14,7 @@ task's vocabulary (the input when every word is in it, else its held-out probe).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 import numpy as np
@@ -82,6 +82,7 @@ class Pattern:
     above: float  # the largest weight above the diagonal (0 in a causal pattern; square patterns only)
     lab_url: str | None  # the same head on the lab's stages
     picture: Annotated[str, HIDDEN] = ""
+    unknown: int = 0  # its tokens that its vocabulary lacks ([UNK]: MiniLM's WordPiece has few CJK characters)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,6 @@ class ArchitecturesView(View):
     template = "architectures.html"
     blocks = ()
     kind = "architectures"
-    own_present_toggle = True  # a deferred page: its <main> (what htmx swaps in) holds the switch
 
     tokens: list[str]  # the input with its padding
     target: list[str]  # the encoder–decoder's target here: the input reversed (/cross's reverse task)
@@ -172,7 +172,8 @@ def real_pattern(model: Any, text: str, at: tuple[int, int], pos: int, t: Any) -
     labels = numbered(model.labels(ids))
     shown = pattern("decoder" if a.decoder else "encoder", model.name, w, at, (a.n_layer, a.n_heads), labels, labels,
                     pos, title, t)  # fmt: skip
-    return Computed([shown], ids)
+    unknown = sum(label == "[UNK]" for label in model.labels(ids))
+    return Computed([replace(shown, unknown=unknown)], ids)
 
 
 def encdec_patterns(job: Any, words: list[str], at: tuple[int, int], pos: int, t: Any) -> Computed:

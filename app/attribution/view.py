@@ -19,12 +19,13 @@ import orjson
 import torch
 
 from engine import attribution as A
+from engine.errors import Message
 from engine.spec import PRESETS
 
 from ..lab import Lab
 from ..render import cells
 from ..render.predicted import generators
-from ..schemas import FieldError, query_model
+from ..schemas import FieldError, head_within, query_model
 from ..web.page import lab_url, twin_url
 from ..web.sequence import DECODER, Text
 from ..web.state import PageQuery, within
@@ -184,7 +185,6 @@ class AttributionView(View):
     template = "attribution.html"
     blocks = ("body",)
     kind = "attribution"
-    own_present_toggle = True
 
     preset: str = ""
     tokens: tuple[str, ...] = ()
@@ -297,6 +297,15 @@ TERMS = 8  # the score split's largest terms shown; the others summed
 MAX_RUNS = 4096  # the engine's own bound on a layer's weight-against-effect runs (heads × sources)
 
 
+def head_of(chosen: tuple[int, int], n_layer: int, n_heads: int, model: str) -> tuple[int, int]:
+    """The page's `head` (layer.head) inside the model's grid, or a 422 naming `head` that says which of the two is
+    out of range: its layer (the model's layers) or its head (the layer's heads)."""
+    layer, head = chosen
+    if not 0 <= layer < n_layer:
+        raise FieldError("head", Message("model_layers", model=model, last=n_layer - 1, layer=layer))
+    return layer, head_within(head, n_heads)
+
+
 async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any],
                            chosen_head: tuple[int, int] | None, sort: str,
                            key: int | None = None) -> AttributionView:  # fmt: skip
@@ -348,8 +357,7 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     if chosen_head is None:  # the head that adds (or takes) the most
         flat = max(((abs(v), li, h) for li, row in enumerate(heads) for h, v in enumerate(row)))
         chosen_head = (flat[1], flat[2])
-    layer = within("head", chosen_head[0], 0, n_layer - 1)
-    head = within("head", chosen_head[1], 0, n_heads - 1)
+    layer, head = head_of(chosen_head, n_layer, n_heads, ctx["t"]("preset." + text.preset))
     sources = p + 1  # every source of the query's row (a sliding window's hidden ones are not run)
     all_heads = n_heads * sources <= MAX_RUNS
 
@@ -387,8 +395,7 @@ async def encoder_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str,
     if chosen_head is None:  # the head that writes the most at the position
         flat = max((v, li, h) for li, row in enumerate(grid) for h, v in enumerate(row))
         chosen_head = (flat[1], flat[2])
-    layer = within("head", chosen_head[0], 0, n_layer - 1)
-    head = within("head", chosen_head[1], 0, n_heads - 1)
+    layer, head = head_of(chosen_head, n_layer, n_heads, ctx["t"]("preset." + text.preset))
 
     def detail(_: Any) -> Detail:
         norms = A.value_weighted_norms(model, seq, layer, max_tokens=limit)
@@ -437,8 +444,7 @@ async def builtin_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str,
     grid = tuple(tuple(float(x) for x in row) for row in doc["head_norms"])
     if chosen_head is None:  # the head that writes the most at the position
         chosen_head = (0, max(range(len(grid[0])), key=lambda h: grid[0][h]))
-    within("head", chosen_head[0], 0, 0)
-    head = within("head", chosen_head[1], 0, len(grid[0]) - 1)
+    _, head = head_of(chosen_head, 1, len(grid[0]), ctx["t"]("preset." + req.preset))
     if key is not None:
         within("key", key, 0, span - 1)
 

@@ -40,7 +40,6 @@ class CostView(View):
     template = "cost.html"
     blocks = ()
     kind = "cost"
-    own_present_toggle = True  # a deferred page: its <main> (what htmx swaps in) holds the switch, as its shell's does
 
     model: str
     d: int

@@ -13,9 +13,12 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, ValidationError
 
 from ..errors import field_error
-from ..schemas import ERRORS
+from ..schemas import ERRORS, FieldError, query_model
+from ..web.i18n import negotiate, translator
+from ..web.sequence import DECODER, InputText, Preset, text_of
 from . import cite, twin
 from . import code as snippets
 from . import notebook as notebooks
@@ -116,21 +119,37 @@ def preset_of(p: twin.Page) -> str:
     return str(p.summary.get("preset") or p.twin.get("preset") or p.params.get("preset") or "")
 
 
+class LensText(BaseModel):
+    """The fields of /api/v1/logit_lens's request that name its sequence (app/predict/request.py `LensRequest`,
+    another feature's: not imported here), with the same defaults."""
+
+    preset: Preset = DECODER
+    text: InputText = None
+    token_ids: list[int] | None = None
+    bos: bool = True
+
+
 async def ids_of(request: Request, p: twin.Page) -> list[int] | None:
-    """A logit lens page's token ids as the lab tokenised them (its View shows the tokens, not their ids): asked
-    of the lab's own /api/v1/logit_lens with the page's sequence. /model's: its text through the model's own
-    tokenizer, as the page's request reads it (`make_spec`)."""
+    """A logit lens page's token ids as the lab tokenised them (its View shows the tokens, not their ids): its
+    sequence read as /api/v1/logit_lens reads it (`text_of`, tokenising only), from the page's query, or the text
+    its View shows when its URL names none (the API has no default text). Not asked of the API itself: that is a
+    heavy request, refused (429) while the same address's other export of the page still computes (the "Show code"
+    panel asks for both snippets at once). /model's: its text through the model's own tokenizer, as the page's
+    request reads it (`make_spec`)."""
     if p.path == "/model":
         return await run_in_threadpool(model_ids, request, p)
     if p.path != "/lens":
         return None
-    keys = ("preset", "text", "token_ids", "bos")
+    query = {k: v for k, v in p.query if k in ("preset", "text", "token_ids", "bos")}
+    if "text" not in query and "token_ids" not in query and p.twin.get("text"):
+        query["text"] = str(p.twin["text"])  # a first visit's text, the page's language's (its View's)
+    lab = request.app.state.lab
     try:
-        answer = await twin.fetch_json(request.app, "/api/v1/logit_lens", [(k, v) for k, v in p.query if k in keys])
-    except twin.BadPage:
+        req = query_model(LensText).model_validate(query)
+        t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_predict_tokens, False, "tokens", 1)
+    except (ValidationError, FieldError):
         return None
-    ids = answer.get("token_ids")
-    return [int(i) for i in ids] if isinstance(ids, list) else None
+    return list(t.seq)
 
 
 def model_ids(request: Request, p: twin.Page) -> list[int] | None:
@@ -146,6 +165,12 @@ def model_ids(request: Request, p: twin.Page) -> list[int] | None:
     return list(spec.token_ids or ())
 
 
+def comments_in(request: Request, p: twin.Page) -> snippets.T:
+    """The snippets' comments in the page's language: its URL's `lang`, else the reader's (Accept-Language: the page
+    that asks for its code in its "Show code" panel is shown to the same browser)."""
+    return translator(negotiate(p.params.get("lang"), request.headers.get("accept-language")))
+
+
 @router.get(
     "/code",
     summary="Python that prints a page's numbers: the lab's client, or plain torch",
@@ -156,15 +181,16 @@ async def code(request: Request, page: PageParam, kind: CodeKind = "lab") -> Res
     """A short runnable snippet generated from the page's state (its JSON twin): `kind=lab` with the lab's package
     (`attention_lab`), `kind=torch` recomputing the page's numbers with plain torch (and transformers for a real
     model). It prints every matrix the page shows. Asked by htmx (the page's "Show code" panel), it comes as
-    escaped HTML."""
+    escaped HTML. Its comments are in the page's language."""
     p = await page_of(request, page)
     if isinstance(p, Response):
         return p
+    t = comments_in(request, p)
     try:
         if kind == "lab":
-            text = snippets.lab_snippet(p, str(request.base_url).rstrip("/"))
+            text = snippets.lab_snippet(p, str(request.base_url).rstrip("/"), t)
         else:
-            text = snippets.torch_snippet(p, model_files(request, preset_of(p)), await ids_of(request, p))
+            text = snippets.torch_snippet(p, model_files(request, preset_of(p)), await ids_of(request, p), t)
     except snippets.NoCode as e:
         return field_error("query", "kind" if kind == "torch" and p.path in ("/", "/embed") else "page", str(e))
     if request.headers.get("hx-request"):
@@ -233,9 +259,10 @@ async def notebook(request: Request, page: PageParam) -> Response:
         except snippets.NoCode:
             return None
 
-    lab_code = maybe(lambda: snippets.lab_snippet(p, base_url(request)))
+    t = comments_in(request, p)
+    lab_code = maybe(lambda: snippets.lab_snippet(p, base_url(request), t))
     ids = await ids_of(request, p)
-    torch_code = maybe(lambda: snippets.torch_snippet(p, model_files(request, preset_of(p)), ids))
+    torch_code = maybe(lambda: snippets.torch_snippet(p, model_files(request, preset_of(p)), ids, t))
     settings = request.app.state.settings
     try:
         png: bytes | None = await run_in_threadpool(

@@ -73,7 +73,6 @@ class HeadsView(View):
     template = "heads.html"
     blocks = ()
     kind = "heads"
-    own_present_toggle = True
 
     preset: str = ""
     layers: int = 0
@@ -198,7 +197,6 @@ class PatchView(View):
     template = "patch.html"
     blocks = ()
     kind = "patch"
-    own_present_toggle = True
 
     preset: str = ""
     layers: int = 0

@@ -78,15 +78,7 @@ def test_real_patterns_beside_their_masks(page: Page, server: str, lang: str) ->
     expect(page.locator("input[name=minilm]")).to_have_value("9.0")
 
 
-def beside_the_title(page: Page) -> bool:
-    """The presenter switch on the title's line (as the page's shell and /heads and /patch place it), not under it."""
-    return bool(
-        page.evaluate("""() => {
-      const h = document.querySelector('main h2').getBoundingClientRect();
-      const s = document.querySelector('main [data-toggle=present]').getBoundingClientRect();
-      const y = (s.top + s.bottom) / 2;
-      return h.top < y && y < h.bottom && s.left > h.right; }""")
-    )
+SWITCH = "header a[data-toggle=present]"  # the presenter switch: the header's, as on every page (its shell's too)
 
 
 # Each matrix's labels as drawn on the screen (CSS pixels), and its width: [[smallest label, width], …]
@@ -104,13 +96,13 @@ def test_presenter_mode_and_a_phone(page: Page, server: str, lang: str) -> None:
     page.goto(f"{server}/architectures?lang={lang}")
     expect(real(page, "decoder", "smollm2").locator("svg")).to_be_visible()
     normal = page.evaluate(LABELS)
-    assert beside_the_title(page)
-    page.locator("main [data-toggle=present]").click()
+    expect(page.locator("a[data-toggle=present]")).to_have_count(1)
+    page.locator(SWITCH).click()
     expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
-    expect(page.locator("main [data-toggle=present]")).to_have_text(LEAVE[lang])
+    expect(page.locator(SWITCH)).to_have_text(LEAVE[lang])
     expect(real(page, "decoder", "smollm2").locator("svg")).to_be_visible()
     big = page.evaluate(LABELS)
-    assert beside_the_title(page)
+    expect(page.locator("a[data-toggle=present]")).to_have_count(1)  # the shell's header switch, none in <main>
     assert len(big) == len(normal) >= 7, big  # 5 masks, MiniLM's and SmolLM2's patterns at least
     assert min(px for px, _ in big) >= 20, big  # every matrix's labels, read from the back of the room
     assert all(w > w0 for (_, w), (_, w0) in zip(big, normal, strict=True)), (big, normal)  # the figures grew

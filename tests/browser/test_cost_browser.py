@@ -52,15 +52,7 @@ def overflow(page: Page) -> int:
     return int(page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth"))
 
 
-def beside_the_title(page: Page) -> bool:
-    """The presenter switch on the title's line (as the page's shell and /heads and /patch place it), not under it."""
-    return bool(
-        page.evaluate("""() => {
-      const h = document.querySelector('main h2').getBoundingClientRect();
-      const s = document.querySelector('main [data-toggle=present]').getBoundingClientRect();
-      const y = (s.top + s.bottom) / 2;
-      return h.top < y && y < h.bottom && s.left > h.right; }""")
-    )
+SWITCH = "header a[data-toggle=present]"  # the presenter switch: the header's, as on every page (its shell's too)
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -68,11 +60,11 @@ def test_presenter_mode_by_its_switch(page: Page, server: str, lang: str) -> Non
     page.set_viewport_size({"width": 1280, "height": 720})
     page.goto(f"{server}/cost?model=toy&n_max=64&lang={lang}")
     expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("toy"))
-    assert beside_the_title(page)
-    page.locator("main [data-toggle=present]").click()
+    expect(page.locator("a[data-toggle=present]")).to_have_count(1)
+    page.locator(SWITCH).click()
     expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     expect(page).to_have_url(re.compile(r"present=1"))
-    assert beside_the_title(page)
+    expect(page.locator("a[data-toggle=present]")).to_have_count(1)
     crossover_line = page.locator(".cost-crossover")
     expect(crossover_line).to_have_attribute("data-crossover", crossing("toy"))
     expect(crossover_line).to_be_visible()
@@ -83,7 +75,7 @@ def test_presenter_mode_by_its_switch(page: Page, server: str, lang: str) -> Non
         assert box is not None and box["width"] <= 1280 and box["x"] >= 0
         expect(page.locator(f"svg[data-chart='{name}-narrow']")).to_be_hidden()
     assert overflow(page) == 0
-    expect(page.locator("main [data-toggle=present]")).to_have_text(LEAVE[lang])
+    expect(page.locator(SWITCH)).to_have_text(LEAVE[lang])
 
 
 TICKS = """() => Object.fromEntries(['flops', 'time'].map(name => {
@@ -101,7 +93,7 @@ def test_the_charts_grow_with_the_projector(page: Page, server: str, lang: str) 
     page.set_viewport_size({"width": 1920, "height": 1080})
     page.goto(f"{server}/cost?model=toy&n_max=64&lang={lang}")
     expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("toy"))
-    page.locator("main [data-toggle=present]").click()
+    page.locator(SWITCH).click()
     expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("toy"))
     for name, c in page.evaluate(TICKS).items():
@@ -157,3 +149,7 @@ def test_a_bad_value_keeps_the_form(page: Page, server: str, lang: str) -> None:
     expect(beside).to_be_visible()
     expect(beside).to_contain_text("2048")
     assert overflow(page) == 0
+    expect(page.locator("a[data-toggle=present]")).to_have_count(1)  # the header's, not a second one in <main>
+    page.goto(f"{server}/cost?model=gpt3&n_max=abc&lang={lang}")  # neither value one the form offers
+    expect(page.locator("select[name=model]")).to_have_value("gpt3")  # shown as typed, not GPT-2
+    expect(page.locator("input[name=n_max]")).to_have_value("abc")  # a number field would show it empty

@@ -47,7 +47,7 @@ def test_the_page_in_both_languages(client: TestClient, lang: str) -> None:
     assert len(soup.select(".arch-mask svg")) == 5
     assert soup.select_one("[data-mask='cross']")["data-rows"] != soup.select_one("[data-mask='cross']")["data-cols"]
     if lang == "zh":
-        assert "猫" in soup.select_one("input[name='text']")["value"] and "因果" in soup.text
+        assert soup.select_one("input[name='text']")["value"] == "天 上 有 月 和 星" and "因果" in soup.text
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -86,3 +86,26 @@ def test_a_refused_field_is_named_by_its_label_and_key(client: TestClient, lang:
     assert soup.select_one(f"input[name={key}]")["value"] == query.split("=")[1]
     j = client.get(f"/architectures.json?{query}")
     assert j.status_code == 422 and j.json()["detail"][0]["loc"][-1] == key
+
+
+NAVIGATE = {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}  # a browser's own navigation: the shell
+
+
+@pytest.mark.parametrize("path", ["/architectures?pad=3", "/cost?model=toy&n_max=128"])  # not asked before: a shell
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_deferred_page_and_its_shell_hold_one_presenter_switch_in_the_header(client: TestClient, path: str,
+                                                                               lang: str) -> None:  # fmt: skip
+    """The shell (templates/_deferred.html) and the page htmx swaps in both leave the switch to the header, as every
+    other page does (they drew one beside the title, in <main>): one switch, whichever is shown, pointing at the
+    page's own URL with present=1, and back."""
+    url = f"{path}{'&' if '?' in path else '?'}lang={lang}"
+    shell = BeautifulSoup(client.get(url, headers=NAVIGATE).text, "html.parser")
+    whole = BeautifulSoup(client.get(url).text, "html.parser")
+    assert shell.select_one("main[data-deferred]") is not None and whole.select_one("main[data-deferred]") is None
+    for soup in (shell, whole):
+        (switch,) = soup.select("a[data-toggle=present]")
+        assert switch.find_parent("header") is not None and switch.find_parent("main") is None
+        assert "present=1" in switch["href"] and switch["href"].startswith(path.split("?")[0] + "?")
+    presented = BeautifulSoup(client.get(url + "&present=1", headers=NAVIGATE).text, "html.parser")
+    (leave,) = presented.select("header a[data-toggle=present]")
+    assert "present=1" not in leave["href"] and leave.text.strip() in ("Leave presenter mode", "退出演示模式")

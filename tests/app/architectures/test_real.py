@@ -85,6 +85,24 @@ def test_causal_zeros_and_bidirectional_full_rows(real_client: TestClient, lang:
     assert "WordPiece" in soup.text  # each model's own tokens, said
 
 
+@needs_models
+def test_the_chinese_default_is_in_minilms_vocabulary_and_unknown_words_are_said(real_client: TestClient) -> None:
+    """The zh page's default words are all MiniLM tokens (猫 坐 在 垫子 上 read as four [UNK]); a typed text MiniLM
+    lacks is drawn still, with a note saying how many of its tokens are [UNK] (SmolLM2's byte pieces have none)."""
+    view = real_client.get("/architectures.json?lang=zh").json()
+    (bi,) = family(view, "encoder_only")["real"]
+    assert bi["unknown"] == 0 and not [r for r in bi["rows"] if r.endswith("[UNK]")], bi["rows"]
+    assert [r.split(":", 1)[1] for r in bi["rows"][1:-1]] == view["tokens"][: len(bi["rows"]) - 2]  # one per word
+    soup = BeautifulSoup(real_client.get("/architectures?lang=zh").text, "html.parser")
+    assert not soup.select("[data-unknown]")
+    for lang, said in (("en", "4 of these tokens are [UNK]"), ("zh", "其中 4 个词元是 [UNK]")):
+        r = real_client.get("/architectures", params={"lang": lang, "text": "猫 坐 在 垫子 上"})
+        soup = BeautifulSoup(r.text, "html.parser")
+        (note,) = soup.select("[data-real='encoder'] [data-unknown]")
+        assert note["data-unknown"] == "4" and said in note.text, note.text
+        assert not soup.select("[data-real='decoder'] [data-unknown]")
+
+
 @pytest.fixture(scope="module")
 def client():
     with TestClient(create_app(Settings(pretrained=False, train_max_steps=3000))) as c:

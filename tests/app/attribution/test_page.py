@@ -162,6 +162,28 @@ def test_a_bad_field_is_an_inline_422_naming_it(tiny: TestClient, params: dict[s
     assert tiny.get("/attribution.json", params={"preset": "tiny", "text": TEXT} | params).status_code == 422
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_head_out_of_range_says_whether_its_layer_or_its_head_is(tiny: TestClient, lang: str) -> None:
+    """`head` is layer.head: a layer past the model's says the model's layers (it said "must be between 0 and N"
+    under `head`, which read as the head's range), a head past the layer's says its heads; both name `head`, the
+    field the user typed."""
+    v = twin(tiny)
+    layers, heads = v["layers"], v["n_heads"]
+    for typed, words in ((f"{layers}.0", {"en": f"has layers 0..{layers - 1}, not {layers}",
+                                          "zh": f"的层编号是 0..{layers - 1}，没有 {layers}"}),
+                         (f"0.{heads}", {"en": f"head {heads} does not exist: this trace has heads 0..{heads - 1}",
+                                         "zh": f"头 {heads} 不存在：这次计算只有头 0..{heads - 1}"})):  # fmt: skip
+        r = tiny.get("/attribution", params={"preset": "tiny", "text": TEXT, "lang": lang, "head": typed})
+        assert r.status_code == 422
+        said = BeautifulSoup(r.text, "html.parser").select_one(".error[role=alert]").text
+        assert "head" in said and words[lang] in said, said
+        (switch,) = BeautifulSoup(r.text, "html.parser").select("a[data-toggle=present]")  # the header's alone
+        assert switch.find_parent("header") is not None
+        api = tiny.get("/attribution.json", params={"preset": "tiny", "text": TEXT, "head": typed})
+        assert api.status_code == 422 and api.json()["detail"][0]["loc"][-1] == "head", api.text
+        assert words["en"] in api.json()["message"], api.text
+
+
 def test_a_head_chosen_by_htmx_swaps_its_section(tiny: TestClient) -> None:
     soup = page(tiny)
     form = soup.select_one('form[hx-target="#head"]')

@@ -57,11 +57,12 @@ def query(href: str) -> dict[str, str]:
 
 
 def carriers(page: BeautifulSoup) -> dict[str, dict[str, str]]:
-    """Every link and form on the page that carries its state, as the query it would send."""
+    """Every link and form on the page that carries its state, as the query it would send. The presenter switch is
+    the header's (outside what a swap redraws): static/lab.js points it at each URL a swap pushes (`relink`)."""
+    assert page.select_one('header a[data-toggle="present"][data-kernel]') is not None
     found = {
         "flow": query(page.select_one('#flow a[data-link="flow"]')["href"]),
         "twin": query(page.select_one('a[data-twin="json"]')["href"]),
-        "present": query(page.select_one('a[data-toggle="present"]')["href"]),
         "grid": fields(page.select_one('form[hx-target="#head"]:has(#dla-grid)')),
         "tokens": fields(page.select_one("form.attr-tokens")),
         "form": fields(page.select_one("#attr-form")),

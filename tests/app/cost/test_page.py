@@ -151,22 +151,28 @@ def test_phone_and_page_drawings(client: TestClient) -> None:
 @pytest.mark.parametrize(("lang", "query", "label", "typed"), [
     ("en", "model=toy&n_max=5000", "Time up to N (n_max)", {"n_max": "5000", "model": "toy"}),
     ("zh", "model=smollm2&n_max=5000", "计时到 N（n_max）", {"n_max": "5000", "model": "smollm2"}),
-    ("en", "model=bert&n_max=128", "Shapes (model)", {"n_max": "128", "model": "gpt2"}),
+    ("en", "model=bert&n_max=128", "Shapes (model)", {"n_max": "128", "model": "bert"}),
     ("zh", "model=toy&n_max=x", "计时到 N（n_max）", {"n_max": "x", "model": "toy"}),
 ])  # fmt: skip
 def test_a_bad_value_keeps_the_form_and_says_its_label(client: TestClient, lang: str, query: str, label: str,
                                                       typed: dict[str, str]) -> None:  # fmt: skip
-    """The form stays as typed (not reset to its defaults), the refused field says why beside itself, and the error
-    names the field by the label the user sees and by its URL key, in the page's language."""
+    """The form stays as typed (not reset to its defaults: a model the menu lacks is its own chosen option, not
+    GPT-2; an n_max that is no number is in a text field, which a browser shows, not a number field, which it shows
+    empty), the refused field says why beside itself, and the error names the field by the label the user sees and
+    by its URL key, in the page's language. One presenter switch, the header's."""
     r = client.get(f"/cost?{query}&lang={lang}")
     assert r.status_code == 422
     soup = BeautifulSoup(r.text, "html.parser")
     assert label in soup.select_one("[role=alert]").text
-    assert soup.select_one("input[name=n_max]")["value"] == typed["n_max"]
+    n_max = soup.select_one("input[name=n_max]")
+    assert n_max["value"] == typed["n_max"]
     assert soup.select_one("select[name=model] option[selected]")["value"] == typed["model"]
     key = label.split("(")[-1].split("（")[-1].strip(")）")
+    assert (n_max["type"] == "number") == (key != "n_max")  # a refused n_max in a text field: shown as typed
     beside = soup.select_one(f"[data-field-error='{key}']")
     assert beside is not None and beside.find_parent("label").select_one(f"[name={key}]")["aria-invalid"] == "true"
     if lang == "zh":
         assert "2048" in beside.text or "整数" in beside.text  # the message in Chinese too
     assert len(soup.select("[data-field-error]")) == 1
+    (switch,) = soup.select("a[data-toggle=present]")
+    assert switch.find_parent("header") is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -158,6 +159,55 @@ def test_a_real_models_snippets_are_transformers_own_numbers(client: TestClient,
     check(client, REAL, kinds=("torch",), timeout=600)  # transformers de-quantizes the GGUF file once a snippet
     with served({}) as (base, _):
         check_lab(client, base, REAL)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_first_visit_to_lens_has_its_torch_snippet(client: TestClient, smollm2, lang: str) -> None:  # type: ignore[no-untyped-def]
+    """/lens with no text in its URL shows its language's first text: its torch snippet reads that text's ids (it
+    asked /api/v1/logit_lens with no query, a 422 in the browser's console, and the snippet was refused), read as
+    the API reads them without asking it (a heavy request, refused while the page's other snippet computes); its
+    lab snippet reads the page in the page's language."""
+    page = f"/lens?lang={lang}"
+    twin = client.get(page, headers={"Accept": "application/json"}).json()
+    r = client.get("/api/v1/code", params={"page": page, "kind": "torch"})
+    assert r.status_code == 200, r.text
+    ids = client.get("/api/v1/logit_lens", params={"text": twin["text"]}).json()["token_ids"]
+    assert f"ids = torch.tensor([{ids!r}])" in r.text
+    # The lab's client asks for the page in its language, whose first text it is (the client's default is English).
+    lab = client.get("/api/v1/code", params={"page": page, "kind": "lab"}).text
+    assert ("Client('http://testserver', lang='zh')" if lang == "zh" else "Client('http://testserver')") in lab
+
+
+ZH_PAGES = ["/?tokens=cat+sat+on+the+mat&stage=4&mask=causal&lang=zh",
+            "/block?tokens=cat+sat+on+the+mat&stage=output&lang=zh"]  # fmt: skip
+
+
+def comment_words(lang: str) -> set[str]:
+    """Each line of the snippets' comments and docstrings in `lang` (the catalogues' export.code.c.*), but the ones
+    written the same in both languages."""
+    from app.web.i18n import MESSAGES
+
+    def lines(table: dict[str, str]) -> set[str]:  # the words between the placeholders, long enough to say something
+        return {part.strip() for k, v in table.items() if k.startswith("export.code.c.") for line in v.splitlines()
+                for part in re.split(r"\{[^}]*\}", line) if len(re.findall(r"[A-Za-z\u4e00-\u9fff]", part)) >= 8}  # fmt: skip
+
+    return lines(MESSAGES[lang]) - lines(MESSAGES["zh" if lang == "en" else "en"])
+
+
+def test_a_chinese_pages_snippets_comment_in_chinese_and_still_run(client: TestClient) -> None:
+    """A zh page's snippets say their docstrings and comments in Chinese (the catalogues' export.code.c.*: they were
+    English on every page), by the page's lang or the reader's Accept-Language; they run and print the page's
+    numbers as before."""
+    english, chinese = comment_words("en"), comment_words("zh")
+    for page in ZH_PAGES:
+        for kind in ("lab", "torch") if page.startswith("/?") else ("torch",):
+            for url, headers in ((page, {}), (page.replace("&lang=zh", ""), {"Accept-Language": "zh-CN,zh;q=0.9"})):
+                text = client.get("/api/v1/code", params={"page": url, "kind": kind}, headers=headers).text
+                compile(text, "snippet.py", "exec")
+                assert not [w for w in english if w in text], (url, kind, [w for w in english if w in text])
+                assert len([w for w in chinese if w in text]) >= (3 if kind == "lab" else 8), (url, kind, text)
+    check(client, ZH_PAGES[:1])
+    check(client, ZH_PAGES[1:], kinds=("torch",))
 
 
 def test_htmx_gets_the_snippet_as_escaped_html(client: TestClient) -> None:

@@ -68,6 +68,22 @@ def test_every_lesson_step_opens_and_lab_steps_show_the_panel(client):
                     assert step.text(lang)[1] in panel.get_text()
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_lessons_back_link_and_the_stages_say_different_words(client, lang: str) -> None:
+    """A lesson step beside the lab shows two ways back: the lab's previous stage and the lesson's previous step.
+    On a phone both stand on one screen: they read differently ("← 上一步" twice in Chinese, the lesson's own key
+    lesson.prev_step unused), the lesson's as its way on does ("课程下一步 →")."""
+    from app.web.i18n import translator
+
+    t = translator(lang)
+    page = BeautifulSoup(client.get(f"/?stage=2&lesson=five-stages&lesson_step=2&lang={lang}").text, "html.parser")
+    stage, step = page.select_one("[data-action=prev]"), page.select_one(".lesson-panel [data-lesson-step=prev]")
+    assert stage.get_text(strip=True) == t("prev") and step.get_text(strip=True) == t("lesson.prev_step")
+    assert t("prev") != t("lesson.prev_step")
+    labels = [a.get_text(strip=True) for a in page.select("main a, main span.btn, aside a, .lesson-beside a")]
+    assert len([x for x in labels if x == t("prev")]) == 1, labels
+
+
 def test_the_lesson_panel_follows_the_lab_and_leads_on(client):
     from bs4 import BeautifulSoup
 
