@@ -203,16 +203,6 @@
     presentRoom();
     addAsk();
     document.addEventListener("htmx:afterSettle", function () { presentRoom(); addAsk(); });
-    var endForm = q("[data-room-end-form]");
-    endForm.addEventListener("submit", function (e) {
-      e.preventDefault();
-      if (!window.confirm(endForm.getAttribute("data-confirm"))) return;
-      endForm.elements.present.value = new URLSearchParams(location.search).get("present") || ""; // kept on redirect
-      // The projector stays on its page and says the class has ended, as when the phone ends it.
-      fetch(endForm.action, { method: "POST", credentials: "same-origin", redirect: "manual", body: new URLSearchParams(new FormData(endForm)) })
-        .then(function (res) { if (res.type === "opaqueredirect" || res.ok) ended(); else endForm.submit(); })
-        .catch(function () { endForm.submit(); });
-    });
     // A step of the projector's own wins over a remote step that arrived before it.
     document.addEventListener("htmx:beforeRequest", function (e) {
       if (!bar.contains(e.detail.elt)) { navigating = true; remoteState = null; }

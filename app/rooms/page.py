@@ -11,17 +11,20 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from ..schemas.query import query_model
 from ..templating import TEMPLATES
 from ..web.i18n import LANGS, translator
 from ..web.lessons import LESSONS, with_query
 from ..web.page import language
 from ..web.share import MAX_QR_CHARS, qr_svg, unreachable
+from .api import prepared_poll
+from .bodies import LessonPollIn
 from .fragments import Role, poll_box
 from .service import (
     ROOM_COOKIE,
@@ -37,7 +40,7 @@ from .service import (
     store_errors,
     token_hash,
 )
-from .store import Room, normal_code
+from .store import Poll, Room, normal_code
 from .summary import end_class, teachers_summary
 
 router = APIRouter(include_in_schema=False)
@@ -409,6 +412,25 @@ async def teach(code: str, request: Request, rooms: RoomsDep) -> Response:
                  lang_urls={c: f"/r/{room.code}/teach?lang={c}" for c in LANGS})  # fmt: skip
 
 
+ASK = query_model(LessonPollIn)  # the lesson poll's body, read from a GET query
+
+
+@router.get("/r/{code}/prepared", response_class=HTMLResponse)
+async def prepared(code: str, request: Request, rooms: RoomsDep, ask: Annotated[ASK, Query()]) -> Response:
+    """A lesson step's prepared question on the teacher's remote (templates/_room_prepared.html): its options, its
+    key (a cell named by the tokens of the matrix the class sees, `row_labels` and `col_labels` as the page has them)
+    and "Ask the class" with the body it posts. The teacher's alone; 204 (no card) for a step without a question."""
+    try:
+        await rooms.teacher(request, code)
+        poll, _ = prepared_poll(ask.lesson, ask.step, ask.lang, None, None)
+    except RoomError as exc:
+        return Response(status_code=exc.status if exc.status in (429, 503) else 204, headers=exc.headers)
+    labels = {"row_labels": tuple(ask.row_labels or ()), "col_labels": tuple(ask.col_labels or ())}
+    key = Poll("", "", poll.kind, **labels).cell_label(poll.answer) if poll.answer is not None else "—"
+    return _page(request, "_room_prepared.html", headers=NO_STORE, poll=poll, key=key,
+                 ask=ask.model_dump(exclude_none=True))  # fmt: skip
+
+
 @router.post("/r/{code}/end", response_class=HTMLResponse)
 async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The teacher ends the class (every follower is told); a student's "leave" only forgets the room here."""
@@ -426,8 +448,10 @@ async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
             return _page(request, "room_join.html", exc.status, error=str(exc), disabled=rooms.disabled)
         target, not_teacher = "/", True  # not this room's teacher, or no such room: only forget it here
     # Not this room's teacher: forget the room here. Its teacher keeps the token (it expires with the room's
-    # lifetime): it opens the class summary (/r/<code>/summary) after the end.
-    return _forget(RedirectResponse(target, 303), request, token=not_teacher)
+    # lifetime): it opens the class summary (/r/<code>/summary) after the end. A screen that ended it by htmx (the
+    # projector's bar, the remote) stays where it is: the room's `end` event says so there.
+    done = Response(status_code=204) if request.headers.get("hx-request") else RedirectResponse(target, 303)
+    return _forget(done, request, token=not_teacher)
 
 
 # ---- after the class: its summary, for the teacher ----------------------------------------------------------------
