@@ -17,9 +17,7 @@ window.labRoomKit = (function () {
     return a.page === b.page && pa.toString() === pb.toString();
   }
 
-  // The matrix a cell question is about (the page's first): its shape and its rows' and columns' labels (the
-  // tokens), so that every screen names its cells by their tokens. A window of a larger matrix (cells not from 0)
-  // sends no labels.
+  // The matrix a cell question is about (the page's first): its shape and labels (tokens; none for a window).
   function matrixShape(table) {
     if (!table) return {};
     var out = { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
@@ -54,8 +52,7 @@ window.labRoomKit = (function () {
     json(api).catch(function (status) { if (status === 404) then(); });
   }
 
-  // A button that changes the room (reveal, clear: templates/_room_poll.html, _room_results.html) posts to the
-  // rooms API, whose bodies are JSON (it refuses a form's POST).
+  // Reveal and clear (templates/_room_poll.html, _room_results.html) post to the rooms API (JSON, never a form).
   document.addEventListener("click", function (e) {
     var b = e.target.closest && e.target.closest("button[data-room-post]");
     if (b) json(b.getAttribute("data-room-post"), "POST").catch(function () {});

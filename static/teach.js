@@ -1,8 +1,5 @@
-// The teacher's remote (/r/<code>/teach). The server renders all it shows: the page the class sees renders its
-// controls for the remote (templates/_remote.html, app/web/remote.py), a lesson step's prepared question comes from
-// /r/<code>/prepared, the results card from the room's stream (`poll-html`); ending and unpairing are htmx forms.
-// Here: loading the class's page into "now", a button's view announced to the class, a question asked, a cell
-// chosen, a custom poll written, and the end shown. The room's events come over htmx's SSE extension.
+// The teacher's remote (/r/<code>/teach): the server renders what it shows (templates/_remote.html, _room_prepared.html,
+// _room_results.html). Here: the class's page loaded into "now", views announced, questions asked, a cell chosen.
 (function () {
   "use strict";
   var root = document.querySelector("[data-teach]");
@@ -57,8 +54,7 @@
   });
   kindShown();
 
-  // After a swap: a running lesson's steps lead; while a poll is open (the results card says so), "Ask the class"
-  // says so instead of asking again (which would close it and start over); the histogram's bars take their length.
+  // After a swap: a running lesson's steps lead; while a poll is open, "Ask the class" says so (and is no button).
   document.addEventListener("htmx:afterSettle", function () {
     var ask = $("[data-ask]"), open = !!$("[data-results][data-open]");
     root.toggleAttribute("data-lesson-running", !!$("[data-remote-now][data-lesson]"));
@@ -68,8 +64,7 @@
     ask.textContent = ask.getAttribute(open ? "data-label-open" : "data-label");
   });
 
-  // The room's events: a new view loads its page's controls into "now"; the end. A stream that fails on a room that
-  // is gone has ended.
+  // The room's events: a new view loads its page's controls into "now"; the end (or a stream failing on a gone room).
   document.addEventListener("htmx:sseMessage", function (e) {
     var v = e.detail.type === "state" && JSON.parse(e.detail.data), p = v && new URLSearchParams(v.query);
     if (e.detail.type === "end") ended();

@@ -377,6 +377,12 @@ async def poll_results(code: str, poll_id: NotLesson, request: Request, rooms: R
 @router.post("/{code}/polls/{poll_id}/answers", summary="Answer a poll (student)", response_model=AnswerOut, responses=REFUSALS | {
     409: problem_doc("The poll is closed")})  # fmt: skip
 async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request, rooms: RoomsDep) -> Response:
+    return json_response({"answer": (await record_answer(rooms, request, code, poll_id, body))[2]})
+
+
+async def record_answer(rooms: Rooms, request: Request, code: str, poll_id: str, body: AnswerIn) -> tuple[Room, Poll, str]:
+    """A student's answer counted (a later one replaces theirs), within the address's and the student's limits: the
+    room, the poll and the answer as counted (an option's text, or "row,col"). Also a poll box's (app/rooms/page.py)."""
     address = client_address(request)
     await rooms.address_answers.check(address, "answer", "answers from this address")
     await rooms.answers.check(f"{address}/{body.student}", "answer", "answers from this student")
@@ -403,7 +409,7 @@ async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request,
     ):
         raise RoomError(429, "answer", f"{cap} students from this address have answered this poll, its limit "
                         "(ROOM_ANSWERS_PER_ADDRESS_PER_POLL)", {"Retry-After": "60"})  # fmt: skip
-    return json_response({"answer": value})
+    return room, poll, value
 
 
 @router.post(

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Query, Request
+from pydantic import ValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..schemas.query import query_model
@@ -23,11 +24,12 @@ from ..web.i18n import LANGS, translator
 from ..web.lessons import LESSONS, with_query
 from ..web.page import language
 from ..web.share import MAX_QR_CHARS, qr_svg, unreachable
-from .api import prepared_poll
-from .bodies import LessonPollIn
+from .api import prepared_poll, record_answer
+from .bodies import AnswerIn, LessonPollIn
 from .fragments import Role, poll_box
 from .service import (
     ROOM_COOKIE,
+    STUDENT_COOKIE,
     TEACHER_COOKIE,
     RoomError,
     Rooms,
@@ -165,9 +167,10 @@ async def join_confirmed(code: str, request: Request, rooms: RoomsDep) -> Respon
 
 
 @router.get("/r/{code}/bar", response_class=HTMLResponse)
-async def bar(code: str, request: Request, rooms: RoomsDep, student: str | None = None) -> Response:
+async def bar(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The room bar for this browser: the teacher's (code, QR, followers, polls) or a student's (follow / explore,
-    the open poll; `student`, the id this browser answers with, so that its poll box shows its own answer). 404
+    the open poll; its cookie lab_student, the id this browser answers with, so that its poll box shows its own
+    answer, given here the first time). 404
     with an empty body when the room is gone, so the page drops its bar."""
     try:
         room = await rooms.room(code, request)
@@ -179,13 +182,17 @@ async def bar(code: str, request: Request, rooms: RoomsDep, student: str | None 
     lang = language(request)
     url = join_url(request, room.code)
     ctx = {"t": translator(lang), "lang": lang, "room": room, "teacher": teacher, "join_url": url,
-           "student": (student or "")[:64],
+           "student": (student := (request.cookies.get(STUDENT_COOKIE) or secrets.token_hex(12))[:64]),
            # the count as the bar arrives: a teacher's new page read "0" until its first refresh came back
            "followers": await rooms.store.followers(room.code) if teacher else 0,
            "qr": qr_svg(url) if teacher and len(url) <= MAX_QR_CHARS else None,
            "loopback": teacher and unreachable(urlsplit(url).hostname or "", rooms.settings.bind_host,
                                                rooms.settings.public_url)}  # fmt: skip
-    return TEMPLATES.TemplateResponse(request, "room_bar.html", ctx, headers={"Cache-Control": "no-store"})
+    response = TEMPLATES.TemplateResponse(request, "room_bar.html", ctx, headers={"Cache-Control": "no-store"})
+    if request.cookies.get(STUDENT_COOKIE) != student:  # this browser's id from now on, sent with its poll box
+        response.set_cookie(STUDENT_COOKIE, student, max_age=int(rooms.settings.room_idle_s), httponly=True,
+                            samesite="lax", secure=request.url.scheme == "https")  # fmt: skip
+    return response
 
 
 @router.get("/r/{code}/followers", response_class=HTMLResponse)
@@ -236,6 +243,25 @@ async def poll(code: str, poll_id: str, request: Request, rooms: RoomsDep, stude
         return Response(status_code=204)
     role: Role = "teacher" if await rooms.is_teacher(request, room) else "student"
     html = await poll_box(rooms.store, room.code, found, role, language(request), (student or "")[:64])
+    return HTMLResponse(html, headers=NO_STORE)
+
+
+@router.post("/r/{code}/poll/{poll_id}/answer", response_class=HTMLResponse)
+async def answer(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
+    """A student's answer from their poll box (htmx: `student`, `answer`, `nickname`, as a form), counted as the API
+    counts it: the box again, with the answer in it. A refusal (its status) leaves the box as it was."""
+    form = await _form(request)
+    given = form.get("answer", "")
+    try:
+        check_same_origin(request)
+        body = AnswerIn.model_validate(form | {"answer": int(given) if given.isdigit() else given,
+                                               "nickname": form.get("nickname") or None})  # fmt: skip
+        room, poll, _ = await record_answer(rooms, request, code, poll_id, body)
+    except ValidationError:
+        return Response(status_code=422)
+    except RoomError as exc:
+        return Response(status_code=exc.status, headers=exc.headers)
+    html = await poll_box(rooms.store, room.code, poll, "student", language(request), body.student)
     return HTMLResponse(html, headers=NO_STORE)
 
 
