@@ -52,12 +52,6 @@ window.labRoomKit = (function () {
     json(api).catch(function (status) { if (status === 404) then(); });
   }
 
-  // Reveal and clear (templates/_room_poll.html, _room_results.html) post to the rooms API (JSON, never a form).
-  document.addEventListener("click", function (e) {
-    var b = e.target.closest && e.target.closest("button[data-room-post]");
-    if (b) json(b.getAttribute("data-room-post"), "POST").catch(function () {});
-  });
-
   // Growing pauses: 1 s, 2 s, 4 s … 30 s, jittered, never sooner than `minSeconds` (a Retry-After).
   function backoff(attempt, minSeconds) {
     var ms = Math.min(30000, 1000 * Math.pow(2, attempt)) * (0.75 + Math.random() / 2);

@@ -24,7 +24,7 @@ from ..web.i18n import LANGS, translator
 from ..web.lessons import LESSONS, with_query
 from ..web.page import language
 from ..web.share import MAX_QR_CHARS, qr_svg, unreachable
-from .api import prepared_poll, record_answer
+from .api import clear_poll, close_poll, prepared_poll, record_answer
 from .bodies import AnswerIn, LessonPollIn
 from .fragments import Role, poll_box
 from .service import (
@@ -263,6 +263,17 @@ async def answer(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> 
         return Response(status_code=exc.status, headers=exc.headers)
     html = await poll_box(rooms.store, room.code, poll, "student", language(request), body.student)
     return HTMLResponse(html, headers=NO_STORE)
+
+
+@router.post("/r/{code}/poll/{poll_id}/{action}", response_class=HTMLResponse)
+async def reveal_or_clear(code: str, poll_id: str, action: str, request: Request, rooms: RoomsDep) -> Response:
+    """The teacher's Reveal and Clear buttons (the projector's bar, the remote; htmx): the API's close and clear. The
+    screens hear of it from the room's stream."""
+    if action not in ("close", "clear"):
+        return Response(status_code=404)
+    check_same_origin(request)  # a refusal (RoomError) is the rooms API's answer: its status and message
+    await (close_poll if action == "close" else clear_poll)(code, poll_id, request, rooms)
+    return Response(status_code=204)
 
 
 FORM_FIELDS = 8  # the lab's forms send three (page, query, lang); any past the first 8 are ignored
