@@ -1,12 +1,11 @@
 // The teacher's remote (/r/<code>/teach): the server renders what it shows (templates/_remote.html, _room_prepared.html,
-// _room_results.html). Here: the class's page loaded into "now", views announced, questions asked, a cell chosen.
+// _room_results.html, and the stream's `now` loads the class's page). Here: views announced, questions asked, a cell chosen.
 (function () {
   "use strict";
   var root = document.querySelector("[data-teach]");
   if (!root) return;
-  var code = root.getAttribute("data-code"), lang = root.getAttribute("data-lang"), api = "/api/v1/rooms/" + code;
-  var kit = window.labRoomKit, json = kit.json, now = root.querySelector(".teach-now"), form = root.querySelector("[data-poll-form]");
-  var version = 0;
+  var api = "/api/v1/rooms/" + root.getAttribute("data-code"), kit = window.labRoomKit, json = kit.json;
+  var form = root.querySelector("[data-poll-form]");
 
   function $(sel) { return root.querySelector(sel); }
   function each(sel, fn) { root.querySelectorAll(sel).forEach(fn); }
@@ -64,15 +63,8 @@
     ask.textContent = ask.getAttribute(open ? "data-label-open" : "data-label");
   });
 
-  // The room's events: a new view loads its page's controls into "now"; the end (or a stream failing on a gone room).
-  document.addEventListener("htmx:sseMessage", function (e) {
-    var v = e.detail.type === "state" && JSON.parse(e.detail.data), p = v && new URLSearchParams(v.query);
-    if (e.detail.type === "end") ended();
-    if (!v || v.version <= version) return;
-    version = v.version;
-    p.set("lang", lang);
-    window.htmx.ajax("GET", v.page + "?" + p.toString(), { source: now, target: now, swap: "innerHTML", headers: { "X-Lab-Remote": "1" } });
-  });
+  // The room's end (or a stream failing on a room that is gone). Its `now` loads a new view's controls by itself.
+  document.addEventListener("htmx:sseMessage", function (e) { if (e.detail.type === "end") ended(); });
   document.addEventListener("htmx:sseError", function () { kit.ifGone(api, ended); });
   function ended() { // one line, and the class summary, which stays for its teacher
     var card = $("[data-results]");

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, parse_qsl, urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response
+from markupsafe import Markup
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 from starlette.background import BackgroundTask
@@ -216,6 +217,12 @@ async def end_room(code: str, request: Request, rooms: RoomsDep) -> Response:
     return Response(status_code=204)
 
 
+# What the remote's stream sends (`now`) as the class moves: htmx asks the page for its controls (app/web/remote.py)
+# and swaps them into the remote's "now" (a newer view's request replaces an older one's).
+NOW = ('<div hx-get="{url}" hx-headers=\'{{"X-Lab-Remote": "1"}}\' hx-trigger="load" hx-target=".teach-now" '
+       'hx-swap="innerHTML" hx-sync=".teach-now:replace"></div>')
+
+
 @router.get(
     "/{code}/events",
     summary="Follow a room: its views and polls as server-sent events",
@@ -259,8 +266,13 @@ async def events(
                 return await results_card(rooms.store, room.code, poll, lang, cleared)
             return await poll_box(rooms.store, room.code, poll, role, lang, student)
 
+    def now(page: str, query: str) -> str:  # the remote loads the controls of the page the class sees
+        url = f"{page}?{query}&lang={lang}" if query else f"{page}?lang={lang}"
+        return Markup(NOW).format(url=url)
+
     keepalive = rooms.settings.room_keepalive_s
-    follow = Follow(rooms.store, room.code, room.version, follower, after, keepalive, render, remote)
+    follow = Follow(rooms.store, room.code, room.version, follower, after, keepalive, render, remote,
+                    now=now if remote and lang else None)  # fmt: skip
     # `unfollow` also runs when the stream never started (its client left at once): it is idempotent.
     return sse.stream(follow.stream(), keepalive, background=BackgroundTask(follow.unfollow))
 
