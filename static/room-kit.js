@@ -1,6 +1,6 @@
 // What a class's screens (static/room.js) and the teacher's remote (static/teach.js) share: a view without what
-// belongs to one screen, a cell named by its tokens, the matrix a cell question is about, the length of a
-// histogram's bars, the rooms API's JSON, the end of the room's stream and growing pauses. The room's event stream is htmx's SSE extension's.
+// belongs to one screen, the matrix a cell question is about, the length of a histogram's bars, the rooms API's
+// JSON, the end of the room's stream and growing pauses. The room's event stream is htmx's SSE extension's.
 window.labRoomKit = (function () {
   "use strict";
   var PERSONAL = ["lang", "present", "room"];
@@ -17,23 +17,7 @@ window.labRoomKit = (function () {
     return a.page === b.page && pa.toString() === pb.toString();
   }
 
-  // A cell ("row,col") by its tokens, "猫→猫": the query's (its row), then the key's (its column), as the page
-  // labels its matrix; a token it shows twice says its place ("the (4)→the (0)"). "(0, 0)" without labels.
-  // (app/rooms/store.py's Poll.cell_label says it the same way.)
-  function tokensOf(cell, rows, cols) {
-    var m = /^(\d+),(\d+)$/.exec(cell);
-    if (!m) return cell;
-    var i = Number(m[1]), j = Number(m[2]);
-    if (!rows || !cols || i >= rows.length || j >= cols.length) return "(" + i + ", " + j + ")";
-    var qt = rows[i], kt = cols[j];
-    if (rows.indexOf(qt) !== rows.lastIndexOf(qt)) qt += " (" + i + ")";
-    if (cols.indexOf(kt) !== cols.lastIndexOf(kt)) kt += " (" + j + ")";
-    return qt + "→" + kt;
-  }
-
-  // The matrix a cell question is about (the page's first): its shape and its rows' and columns' labels (the
-  // tokens), so that every screen names its cells by their tokens. A window of a larger matrix (cells not from 0)
-  // sends no labels.
+  // The matrix a cell question is about (the page's first): its shape and labels (tokens; none for a window).
   function matrixShape(table) {
     if (!table) return {};
     var out = { rows: table.querySelectorAll("tbody tr").length, cols: table.querySelectorAll("tbody tr:first-child td").length };
@@ -68,20 +52,13 @@ window.labRoomKit = (function () {
     json(api).catch(function (status) { if (status === 404) then(); });
   }
 
-  // A button that changes the room (reveal, clear: templates/_room_poll.html, _room_results.html) posts to the
-  // rooms API, whose bodies are JSON (it refuses a form's POST).
-  document.addEventListener("click", function (e) {
-    var b = e.target.closest && e.target.closest("button[data-room-post]");
-    if (b) json(b.getAttribute("data-room-post"), "POST").catch(function () {});
-  });
-
   // Growing pauses: 1 s, 2 s, 4 s … 30 s, jittered, never sooner than `minSeconds` (a Retry-After).
   function backoff(attempt, minSeconds) {
     var ms = Math.min(30000, 1000 * Math.pow(2, attempt)) * (0.75 + Math.random() / 2);
     return Math.max(ms, (minSeconds || 0) * 1000);
   }
 
-  return { asView: asView, sameView: sameView, tokensOf: tokensOf, matrixShape: matrixShape,
+  return { asView: asView, sameView: sameView, matrixShape: matrixShape,
            bars: bars, json: json, backoff: backoff,
            close: close, ifGone: ifGone };
 })();

@@ -1,16 +1,14 @@
-// Attention Lab: live rooms. In a room (cookie lab_room) every page gets the room bar from /r/<code>/bar, which
-// follows the room's events with htmx's SSE extension (templates/room_bar.html): the poll box is rendered by the
-// server for this screen and swapped in by htmx (`poll-html`, templates/_room_poll.html); here, `state` moves a
-// following screen to the teacher's view (fetched and swapped in by htmx, the bar kept out of the swap) and `end` closes the class.
-// Also here: exploring, answering, a cell poll's cells, the teacher's announcing, a lesson's held answers.
+// Live rooms. In a room (cookie lab_room) every page gets its bar from /r/<code>/bar (templates/room_bar.html), which
+// follows the room's events over htmx's SSE extension; the server renders its poll box (`poll-html`). Here: `state`
+// moves a following screen to the teacher's view, `end` closes the class; exploring, a cell poll's cells, the
+// teacher's announcing, a lesson's held answers.
 (function () {
   "use strict";
   var kit = window.labRoomKit;
   var code = (document.cookie.match(/(?:^|; )lab_room=([A-Z2-9]{6})(?:;|$)/) || [])[1];
   // The teacher's remote (static/teach.js) and the pairing pages are the teacher's own, never a view of the class.
   if (!code || document.querySelector("[data-teach], [data-room-pair]")) return;
-  // Until the bar says who this screen is, a lesson step's answer stays shut (a student's waits for the reveal);
-  // so do the steps' answers of a lesson's own page (/lessons/<slug>).
+  // A lesson step's answer (and a lesson page's) stays shut until the bar says who this screen is.
   each(".lesson-panel details.answer, main.lesson[data-lesson] .lesson-step details.answer", function (a) { a.hidden = true; });
   var lang = (document.documentElement.lang || "en").slice(0, 2);
   var api = "/api/v1/rooms/" + code, modeKey = "lab_room_mode_" + code;
@@ -45,8 +43,7 @@
       })
       .then(function (html) {
         if (html === null || mine !== seq || (role === "student" && !following())) return; // newer, or exploring
-        // htmx swaps the page in (its title too) and processes it; the bar, and with it the room's event stream, is
-        // kept out of the swap, which would clean it up.
+        // htmx swaps the page in (its title too); the bar and its event stream are kept out of the swap.
         bar.remove();
         window.htmx.swap(document.body, html, { swapStyle: "innerHTML" });
         document.body.appendChild(bar);
@@ -73,8 +70,7 @@
     }
     return null;
   }
-  // A followed page lands as a navigation would: at its place if it has one, else at its top (the swap keeps the
-  // scroll of the page before, which left a phone at the foot of the new page, its lesson panel off screen above).
+  // A followed page lands as a navigation would: at its place if it has one, else at its top.
   function toPlace(id) {
     var el = id && document.getElementById(id);
     var land = el ? function () { el.scrollIntoView({ block: "start" }); } : function () { window.scrollTo(0, 0); };
@@ -82,30 +78,12 @@
     requestAnimationFrame(land);
   }
 
-  function studentId() {
-    var id = localStorage.getItem("lab_student") ||
-      Array.from(crypto.getRandomValues(new Uint8Array(12)), function (b) { return (b + 256).toString(16).slice(1); }).join("");
-    localStorage.setItem("lab_student", id);
-    return id;
-  }
   // The poll this screen shows, as the server rendered it into the bar (templates/_room_poll.html).
   function poll() {
     var box = q("[data-poll]");
     return box && { id: box.getAttribute("data-poll"), kind: box.getAttribute("data-poll-kind"),
                     status: box.getAttribute("data-poll-status"), answer: box.getAttribute("data-poll-answer"),
                     mine: box.getAttribute("data-poll-mine"), counts: JSON.parse(box.getAttribute("data-poll-counts") || "{}") };
-  }
-  function send(answer) {
-    var p = poll(), nick = q("[data-room-nickname]");
-    if (!p || p.status !== "open") return;
-    var body = { student: studentId(), answer: answer };
-    if (nick && nick.value.trim()) body.nickname = nick.value.trim();
-    kit.json(api + "/polls/" + p.id + "/answers", "POST", body).then(function () {
-      // The box again, with this student's answer in it.
-      var box = q("[data-room-poll]");
-      window.htmx.ajax("GET", "/r/" + code + "/poll/" + p.id + "?lang=" + lang + "&student=" + studentId(),
-                       { source: box, target: box, swap: "outerHTML" });
-    }).catch(function () {});
   }
   // Cell polls: every matrix cell shows how many chose it (once revealed), or which one this student chose.
   function markCells(p) {
@@ -131,25 +109,23 @@
     markCells(p);
     holdAnswers();
   }
+  // A cell poll's answer is a cell tapped on the page (a choice's options answer from the box, by htmx).
   document.addEventListener("click", function (e) {
-    var p = poll(), td = e.target.closest && e.target.closest("td[data-row][data-col]");
+    var p = poll(), box = q("[data-room-poll]"), td = e.target.closest && e.target.closest("td[data-row][data-col]");
     if (role !== "student" || !p || p.kind !== "cell" || p.status !== "open" || !td || bar.contains(td)) return;
     e.preventDefault();
     e.stopPropagation();
-    send([Number(td.getAttribute("data-row")), Number(td.getAttribute("data-col"))]);
+    var answer = td.getAttribute("data-row") + "," + td.getAttribute("data-col");
+    window.htmx.ajax("POST", box.getAttribute("data-answer"), { source: box, target: box, swap: "outerHTML", values: { answer: answer } });
   }, true);
-  bar.addEventListener("click", function (e) {
-    var b = e.target.closest("button"), p = poll();
-    if (!b || !p) return;
-    if (b.closest("[data-room-options]")) send(Number(b.getAttribute("data-index")));
-    if (b.hasAttribute("data-room-dismiss")) { dismiss(); pollChanged(); } // a revealed result leaves this phone
+  bar.addEventListener("click", function (e) { // a revealed result leaves this phone
+    if (e.target.closest("[data-room-dismiss]")) { dismiss(); pollChanged(); }
   });
   function dismiss() {
     var box = q("[data-room-poll]");
     if (box) { box.hidden = true; box.removeAttribute("data-poll"); }
   }
-  // Anything the student does on the page itself (a link, a form, a key) means exploring on their own; a heavy
-  // page's shell asking for its own numbers as it loads (main[data-deferred], #42) is not the student's doing.
+  // A student's own request on the page means exploring (not a heavy page's shell asking for its numbers, #42).
   document.addEventListener("htmx:beforeRequest", function (e) {
     var elt = e.detail && e.detail.elt;
     if (!elt || bar.contains(elt) || (elt.closest && elt.closest("[data-deferred]"))) return;
@@ -176,8 +152,7 @@
     remoteState = null;
     if (state.version > ownVersion && !(announced && kit.sameView(state, announced))) go(state);
   }
-  // "Ask the class" on a lesson step (the bar's button, templates/room_bar.html): the question, its options and its
-  // key come from the lesson on the server.
+  // "Ask the class" on a lesson step (the bar's <template>): the question and its key come from the lesson.
   function addAsk() {
     var panel = document.querySelector(".lesson-panel[data-lesson]");
     if (role !== "teacher" || over || !panel || panel.querySelector("[data-room-ask]")) return;
@@ -191,8 +166,7 @@
     kit.json(api + "/polls/lesson", "POST", body).then(function () { bar.classList.remove("refused"); })
       .catch(function () { bar.classList.add("refused"); });
   });
-  // Presenter mode's QR (the view's own address) becomes the room's, as the bar renders it: students scan it and
-  // follow (and when phones cannot reach this server, the wall says so).
+  // Presenter mode's QR (the view's own address) becomes the room's, as the bar renders it: students scan it.
   function presentRoom() {
     var aside = document.querySelector("aside.qr"), wall = q("template[data-room-wall]");
     if (!aside || aside.hasAttribute("data-room-join") || !wall || over) return;
@@ -203,16 +177,6 @@
     presentRoom();
     addAsk();
     document.addEventListener("htmx:afterSettle", function () { presentRoom(); addAsk(); });
-    var endForm = q("[data-room-end-form]");
-    endForm.addEventListener("submit", function (e) {
-      e.preventDefault();
-      if (!window.confirm(endForm.getAttribute("data-confirm"))) return;
-      endForm.elements.present.value = new URLSearchParams(location.search).get("present") || ""; // kept on redirect
-      // The projector stays on its page and says the class has ended, as when the phone ends it.
-      fetch(endForm.action, { method: "POST", credentials: "same-origin", redirect: "manual", body: new URLSearchParams(new FormData(endForm)) })
-        .then(function (res) { if (res.type === "opaqueredirect" || res.ok) ended(); else endForm.submit(); })
-        .catch(function () { endForm.submit(); });
-    });
     // A step of the projector's own wins over a remote step that arrived before it.
     document.addEventListener("htmx:beforeRequest", function (e) {
       if (!bar.contains(e.detail.elt)) { navigating = true; remoteState = null; }
@@ -224,7 +188,6 @@
     };
     document.addEventListener("htmx:afterSettle", settled);
     document.addEventListener("htmx:afterRequest", function (e) { if (!e.detail || !e.detail.successful) settled(); });
-    document.addEventListener("htmx:sendError", settled);
     document.addEventListener("htmx:pushedIntoHistory", announce);
     document.addEventListener("htmx:replacedInHistory", announce);
     window.addEventListener("popstate", function () { setTimeout(announce, 0); });
@@ -267,15 +230,11 @@
     pollChanged();
   }
 
-  // A student opens a lesson step's answer only once the teacher has revealed that step's poll or moved the class
-  // on from the step (asking first, answering after): until then the answer's place says so.
+  // A student's lesson step answer opens once its poll is revealed or the class moved on; until then a note says so.
   var releasedKey = "lab_room_released_" + code;
-  function released() {
-    try { return JSON.parse(sessionStorage.getItem(releasedKey) || "[]"); } catch (e) { return []; }
-  }
+  function released() { return (sessionStorage.getItem(releasedKey) || "").split("\n"); }
   function release(step) {
-    var r = released();
-    if (step && r.indexOf(step) < 0) { r.push(step); sessionStorage.setItem(releasedKey, JSON.stringify(r)); }
+    if (step && released().indexOf(step) < 0) sessionStorage.setItem(releasedKey, released().concat(step).join("\n"));
   }
   // A step: a lesson's, else the page's stage (app/rooms/fragments.py step_of says it the same way).
   function stepOf(view) {
@@ -318,7 +277,6 @@
     var type = e.detail && e.detail.type;
     if (type === "state") onState(JSON.parse(e.detail.data));
     else if (type === "end") ended();
-    else if (type === "poll-html") pollChanged();
   });
   document.addEventListener("htmx:sseOpen", function () { bar.removeAttribute("data-room-offline"); });
   // A stream that fails: offline until it is back; a room that is gone has ended.
@@ -330,7 +288,7 @@
   // The bar first: while the room store is away (503) or the network is, try again with growing pauses.
   var tries = 0;
   function loadBar() {
-    fetch("/r/" + code + "/bar?lang=" + lang + "&student=" + studentId(), { credentials: "same-origin" })
+    fetch("/r/" + code + "/bar?lang=" + lang, { credentials: "same-origin" }) // it gives this browser its student id
       .then(function (res) {
         if (res.status === 404) { forget(); holdAnswers(); return null; }
         if (!res.ok) { setTimeout(loadBar, kit.backoff(tries++, Number(res.headers.get("Retry-After")) || 0)); return null; }

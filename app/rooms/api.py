@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, parse_qsl, urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response
+from markupsafe import Markup
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 from starlette.background import BackgroundTask
@@ -216,6 +217,12 @@ async def end_room(code: str, request: Request, rooms: RoomsDep) -> Response:
     return Response(status_code=204)
 
 
+# What the remote's stream sends (`now`) as the class moves: htmx asks the page for its controls (app/web/remote.py)
+# and swaps them into the remote's "now" (a newer view's request replaces an older one's).
+NOW = ('<div hx-get="{url}" hx-headers=\'{{"X-Lab-Remote": "1"}}\' hx-trigger="load" hx-target=".teach-now" '
+       'hx-swap="innerHTML" hx-sync=".teach-now:replace"></div>')
+
+
 @router.get(
     "/{code}/events",
     summary="Follow a room: its views and polls as server-sent events",
@@ -259,8 +266,13 @@ async def events(
                 return await results_card(rooms.store, room.code, poll, lang, cleared)
             return await poll_box(rooms.store, room.code, poll, role, lang, student)
 
+    def now(page: str, query: str) -> str:  # the remote loads the controls of the page the class sees
+        url = f"{page}?{query}&lang={lang}" if query else f"{page}?lang={lang}"
+        return Markup(NOW).format(url=url)
+
     keepalive = rooms.settings.room_keepalive_s
-    follow = Follow(rooms.store, room.code, room.version, follower, after, keepalive, render, remote)
+    follow = Follow(rooms.store, room.code, room.version, follower, after, keepalive, render, remote,
+                    now=now if remote and lang else None)  # fmt: skip
     # `unfollow` also runs when the stream never started (its client left at once): it is idempotent.
     return sse.stream(follow.stream(), keepalive, background=BackgroundTask(follow.unfollow))
 
@@ -377,6 +389,12 @@ async def poll_results(code: str, poll_id: NotLesson, request: Request, rooms: R
 @router.post("/{code}/polls/{poll_id}/answers", summary="Answer a poll (student)", response_model=AnswerOut, responses=REFUSALS | {
     409: problem_doc("The poll is closed")})  # fmt: skip
 async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request, rooms: RoomsDep) -> Response:
+    return json_response({"answer": (await record_answer(rooms, request, code, poll_id, body))[2]})
+
+
+async def record_answer(rooms: Rooms, request: Request, code: str, poll_id: str, body: AnswerIn) -> tuple[Room, Poll, str]:
+    """A student's answer counted (a later one replaces theirs), within the address's and the student's limits: the
+    room, the poll and the answer as counted (an option's text, or "row,col"). Also a poll box's (app/rooms/page.py)."""
     address = client_address(request)
     await rooms.address_answers.check(address, "answer", "answers from this address")
     await rooms.answers.check(f"{address}/{body.student}", "answer", "answers from this student")
@@ -403,7 +421,7 @@ async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request,
     ):
         raise RoomError(429, "answer", f"{cap} students from this address have answered this poll, its limit "
                         "(ROOM_ANSWERS_PER_ADDRESS_PER_POLL)", {"Retry-After": "60"})  # fmt: skip
-    return json_response({"answer": value})
+    return room, poll, value
 
 
 @router.post(

@@ -46,8 +46,10 @@ def labels(poll: Poll, lang: str) -> tuple[str, list[str]]:
     return poll.prompt, list(poll.options)
 
 
-def render(poll: Poll | None, role: Role, lang: str, counts: dict[str, int], mine: str | None, code: str) -> str:
-    """The box (empty without a poll): the question and its options (a student's, with their own answer), or the
+def render(poll: Poll | None, role: Role, lang: str, counts: dict[str, int], mine: str | None, code: str,
+           student: str | None = None) -> str:
+    """The box (empty without a poll): the question and its options (a student's, with their own answer, which
+    `student` sends from there), or the
     prompt and the number of answers (the projector's, never the open histogram); the key and the histogram once
     the poll is closed."""
     if poll is None:
@@ -70,7 +72,7 @@ def render(poll: Poll | None, role: Role, lang: str, counts: dict[str, int], min
     ctx: dict[str, Any] = {"t": translator(lang), "lang": lang, "poll": poll, "role": role, "prompt": prompt,
                            "options": options, "closed": closed, "bars": bars, "total": sum(counts.values()),
                            "key": label(poll.answer) if closed else None, "mine": mine, "mine_label": label(mine) if mine else None,
-                           "code": code, "counts": shown}  # fmt: skip
+                           "code": code, "counts": shown, "student": student}  # fmt: skip
     return TEMPLATES.get_template("_room_poll.html").render(ctx)
 
 
@@ -83,7 +85,7 @@ async def poll_box(store: Store, code: str, poll: Poll | None, role: Role, lang:
     mine = None
     if role == "student" and student:
         mine = next((a.answer for a in await store.answers(code, poll.id) if a.student == student), None)
-    return render(poll, role, lang, counts, mine, code)
+    return render(poll, role, lang, counts, mine, code, student)
 
 
 async def results_card(store: Store, code: str, poll: Poll | None, lang: str, cleared: bool) -> str:

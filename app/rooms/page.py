@@ -11,20 +11,25 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
+from pydantic import ValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from ..schemas.query import query_model
 from ..templating import TEMPLATES
 from ..web.i18n import LANGS, translator
 from ..web.lessons import LESSONS, with_query
 from ..web.page import language
 from ..web.share import MAX_QR_CHARS, qr_svg, unreachable
+from .api import clear_poll, close_poll, prepared_poll, record_answer
+from .bodies import AnswerIn, LessonPollIn
 from .fragments import Role, poll_box
 from .service import (
     ROOM_COOKIE,
+    STUDENT_COOKIE,
     TEACHER_COOKIE,
     RoomError,
     Rooms,
@@ -37,7 +42,7 @@ from .service import (
     store_errors,
     token_hash,
 )
-from .store import Room, normal_code
+from .store import Poll, Room, normal_code
 from .summary import end_class, teachers_summary
 
 router = APIRouter(include_in_schema=False)
@@ -162,9 +167,10 @@ async def join_confirmed(code: str, request: Request, rooms: RoomsDep) -> Respon
 
 
 @router.get("/r/{code}/bar", response_class=HTMLResponse)
-async def bar(code: str, request: Request, rooms: RoomsDep, student: str | None = None) -> Response:
+async def bar(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The room bar for this browser: the teacher's (code, QR, followers, polls) or a student's (follow / explore,
-    the open poll; `student`, the id this browser answers with, so that its poll box shows its own answer). 404
+    the open poll; its cookie lab_student, the id this browser answers with, so that its poll box shows its own
+    answer, given here the first time). 404
     with an empty body when the room is gone, so the page drops its bar."""
     try:
         room = await rooms.room(code, request)
@@ -176,13 +182,17 @@ async def bar(code: str, request: Request, rooms: RoomsDep, student: str | None 
     lang = language(request)
     url = join_url(request, room.code)
     ctx = {"t": translator(lang), "lang": lang, "room": room, "teacher": teacher, "join_url": url,
-           "student": (student or "")[:64],
+           "student": (student := (request.cookies.get(STUDENT_COOKIE) or secrets.token_hex(12))[:64]),
            # the count as the bar arrives: a teacher's new page read "0" until its first refresh came back
            "followers": await rooms.store.followers(room.code) if teacher else 0,
            "qr": qr_svg(url) if teacher and len(url) <= MAX_QR_CHARS else None,
            "loopback": teacher and unreachable(urlsplit(url).hostname or "", rooms.settings.bind_host,
                                                rooms.settings.public_url)}  # fmt: skip
-    return TEMPLATES.TemplateResponse(request, "room_bar.html", ctx, headers={"Cache-Control": "no-store"})
+    response = TEMPLATES.TemplateResponse(request, "room_bar.html", ctx, headers={"Cache-Control": "no-store"})
+    if request.cookies.get(STUDENT_COOKIE) != student:  # this browser's id from now on, sent with its poll box
+        response.set_cookie(STUDENT_COOKIE, student, max_age=int(rooms.settings.room_idle_s), httponly=True,
+                            samesite="lax", secure=request.url.scheme == "https")  # fmt: skip
+    return response
 
 
 @router.get("/r/{code}/followers", response_class=HTMLResponse)
@@ -234,6 +244,36 @@ async def poll(code: str, poll_id: str, request: Request, rooms: RoomsDep, stude
     role: Role = "teacher" if await rooms.is_teacher(request, room) else "student"
     html = await poll_box(rooms.store, room.code, found, role, language(request), (student or "")[:64])
     return HTMLResponse(html, headers=NO_STORE)
+
+
+@router.post("/r/{code}/poll/{poll_id}/answer", response_class=HTMLResponse)
+async def answer(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
+    """A student's answer from their poll box (htmx: `student`, `answer`, `nickname`, as a form), counted as the API
+    counts it: the box again, with the answer in it. A refusal (its status) leaves the box as it was."""
+    form = await _form(request)
+    given = form.get("answer", "")
+    try:
+        check_same_origin(request)
+        body = AnswerIn.model_validate(form | {"answer": int(given) if given.isdigit() else given,
+                                               "nickname": form.get("nickname") or None})  # fmt: skip
+        room, poll, _ = await record_answer(rooms, request, code, poll_id, body)
+    except ValidationError:
+        return Response(status_code=422)
+    except RoomError as exc:
+        return Response(status_code=exc.status, headers=exc.headers)
+    html = await poll_box(rooms.store, room.code, poll, "student", language(request), body.student)
+    return HTMLResponse(html, headers=NO_STORE)
+
+
+@router.post("/r/{code}/poll/{poll_id}/{action}", response_class=HTMLResponse)
+async def reveal_or_clear(code: str, poll_id: str, action: str, request: Request, rooms: RoomsDep) -> Response:
+    """The teacher's Reveal and Clear buttons (the projector's bar, the remote; htmx): the API's close and clear. The
+    screens hear of it from the room's stream."""
+    if action not in ("close", "clear"):
+        return Response(status_code=404)
+    check_same_origin(request)  # a refusal (RoomError) is the rooms API's answer: its status and message
+    await (close_poll if action == "close" else clear_poll)(code, poll_id, request, rooms)
+    return Response(status_code=204)
 
 
 FORM_FIELDS = 8  # the lab's forms send three (page, query, lang); any past the first 8 are ignored
@@ -409,6 +449,25 @@ async def teach(code: str, request: Request, rooms: RoomsDep) -> Response:
                  lang_urls={c: f"/r/{room.code}/teach?lang={c}" for c in LANGS})  # fmt: skip
 
 
+ASK = query_model(LessonPollIn)  # the lesson poll's body, read from a GET query
+
+
+@router.get("/r/{code}/prepared", response_class=HTMLResponse)
+async def prepared(code: str, request: Request, rooms: RoomsDep, ask: Annotated[ASK, Query()]) -> Response:
+    """A lesson step's prepared question on the teacher's remote (templates/_room_prepared.html): its options, its
+    key (a cell named by the tokens of the matrix the class sees, `row_labels` and `col_labels` as the page has them)
+    and "Ask the class" with the body it posts. The teacher's alone; 204 (no card) for a step without a question."""
+    try:
+        await rooms.teacher(request, code)
+        poll, _ = prepared_poll(ask.lesson, ask.step, ask.lang, None, None)
+    except RoomError as exc:
+        return Response(status_code=exc.status if exc.status in (429, 503) else 204, headers=exc.headers)
+    labels = {"row_labels": tuple(ask.row_labels or ()), "col_labels": tuple(ask.col_labels or ())}
+    key = Poll("", "", poll.kind, **labels).cell_label(poll.answer) if poll.answer is not None else "—"
+    return _page(request, "_room_prepared.html", headers=NO_STORE, poll=poll, key=key,
+                 ask=ask.model_dump(exclude_none=True))  # fmt: skip
+
+
 @router.post("/r/{code}/end", response_class=HTMLResponse)
 async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The teacher ends the class (every follower is told); a student's "leave" only forgets the room here."""
@@ -426,8 +485,10 @@ async def end(code: str, request: Request, rooms: RoomsDep) -> Response:
             return _page(request, "room_join.html", exc.status, error=str(exc), disabled=rooms.disabled)
         target, not_teacher = "/", True  # not this room's teacher, or no such room: only forget it here
     # Not this room's teacher: forget the room here. Its teacher keeps the token (it expires with the room's
-    # lifetime): it opens the class summary (/r/<code>/summary) after the end.
-    return _forget(RedirectResponse(target, 303), request, token=not_teacher)
+    # lifetime): it opens the class summary (/r/<code>/summary) after the end. A screen that ended it by htmx (the
+    # projector's bar, the remote) stays where it is: the room's `end` event says so there.
+    done = Response(status_code=204) if request.headers.get("hx-request") else RedirectResponse(target, 303)
+    return _forget(done, request, token=not_teacher)
 
 
 # ---- after the class: its summary, for the teacher ----------------------------------------------------------------

@@ -36,6 +36,7 @@ from .store import MemoryStore, Room, Store, new_code, normal_code
 PERSONAL = frozenset({"lang", "present", "room"})
 TEACHER_COOKIE = "lab_teacher"  # "<code>.<token>", HttpOnly
 ROOM_COOKIE = "lab_room"  # the room this browser is in (the code is no secret: it is on the projector)
+STUDENT_COOKIE = "lab_student"  # the random id a student's browser answers with (given by its first bar)
 
 
 class RoomError(Exception):

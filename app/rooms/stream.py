@@ -10,7 +10,8 @@ A screen of the lab (its bar, static/room.js) asks for its own language (`render
 poll it shows changes, it also gets `poll-html`, the bar's poll box rendered for its role and language, which htmx's
 SSE extension swaps in (`sse-swap`). The stream knows which poll its screen shows: the one last opened or revealed,
 until it is cleared or (revealed) the class moves on to another step. The teacher's remote (`remote`) gets its
-results card instead, which keeps a revealed poll whatever the step, and a cleared one (marked so) until the next,
+results card instead, which keeps a revealed poll whatever the step (and `now`, which loads the controls of the
+page the class sees), and a cleared one (marked so) until the next,
 unless the server cleared it because the class left the poll's page or stage."""
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Follow:
     keepalive: float
     render: Render | None = None
     remote: bool = False
+    now: Callable[[str, str], str] | None = None  # the remote's: a view as the element that loads its controls
     retry_ms: int = field(default_factory=lambda: random.randint(*RETRY_MS))
     sent: int = 0  # the last version this stream sent
     step: str = ""  # the class's step (app/rooms/fragments.py step_of)
@@ -119,6 +121,12 @@ class Follow:
                 else:
                     self.shown, self.dirty = None, True
 
+    def loads(self, change: Event) -> list[ServerSentEvent]:
+        """`now` after a state event, for the teacher's remote: what loads the page's controls (its `sse-swap`)."""
+        if self.now is None or change.kind != "state":
+            return []
+        return [event("now", self.now(change.data["page"], change.data["query"]), None)]
+
     async def rendered(self) -> AsyncIterator[ServerSentEvent]:
         if self.render is not None and self.dirty:
             self.dirty = False
@@ -144,6 +152,8 @@ class Follow:
                 return
             view = Event(current.version, "state", {"page": current.page, "query": current.query})
             yield sse(view)
+            for out in self.loads(view):
+                yield out
             self.track(view)
             self.sent = current.version
             if current.poll and (poll := await self.store.poll(self.code, current.poll)) is not None:
@@ -171,6 +181,8 @@ class Follow:
             if change.id <= self.sent:
                 continue
             yield sse(change)
+            for out in self.loads(change):
+                yield out
             self.track(change)
             self.sent = change.id
             if change.kind == "end":

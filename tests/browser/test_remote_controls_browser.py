@@ -12,7 +12,7 @@ from playwright.sync_api import Browser, Dialog, Page, expect
 
 from app.web.lessons import BY_SLUG
 
-from .remote import PHONE, WAIT_MS, fits_the_phone, pair_phone, reaches, room_query, until
+from .remote import PHONE, WAIT_MS, fits_the_phone, pair_phone, reaches, remote_shows, room_query, until
 
 pytestmark = pytest.mark.browser
 
@@ -85,6 +85,7 @@ def test_the_phone_chooses_cells_heads_and_runs_a_lesson_first(browser: Browser,
         form.locator("button[type=submit]").click()
         reaches(live_server, code, "cell", "weights.0.7.3")
         on(tp, cell="weights.0.7.3")
+        remote_shows(ph, cell="weights.0.7.3")  # the phone rendered the view it asked for (the typed 7 is no proof)
         expect(form.locator("[name=row]")).to_have_value("7", timeout=WAIT_MS)  # the open cell, read back
         form.locator("[name=row]").fill("12")  # past the matrix: refused on the phone, the class stays
         form.locator("button[type=submit]").click()

@@ -130,8 +130,8 @@ def test_unpairing_on_the_phone_asks_first_and_tells_that_phone_in_its_language(
         assert phone.post("/" + path, data={"lang": "zh"}).status_code == 200
         on_phone = phone.get(f"/r/{code}/teach?lang=zh").text
         on_laptop = laptop.get(f"/r/{code}/teach?lang=en").text
-        assert 'data-confirm="取消所有设备的配对（包括这部手机）？' in on_phone  # the phone is told it is one of them
-        assert 'data-confirm="Unpair every paired device? None of them' in on_laptop
+        assert 'hx-confirm="取消所有设备的配对（包括这部手机）？' in on_phone  # the phone is told it is one of them
+        assert 'hx-confirm="Unpair every paired device? None of them' in on_laptop
         assert '<input type="hidden" name="lang" value="zh">' in on_phone.split("data-unpair-form")[1][:400]
 
         gone = phone.post(f"/r/{code}/unpair", data={"lang": "zh"})
@@ -170,4 +170,4 @@ def test_the_remote_puts_a_lessons_steps_first_and_names_the_stages(
     assert 'data-go="lesson-next" data-page' in shown and f">{lesson_next}</button>" in shown
     assert f">{stage_next}</button>" in shown and "data-lesson-nav hidden" not in shown
     assert "data-cells hidden" in page and f'<span class="teach-label">{cell}:</span>' in page
-    assert 'name="row" type="number"' in page and 'name="col" type="number"' in page
+    assert 'data-cell-matrix="weights"' in shown and 'data-cell-table="weights"' in shown  # a toy's grid of cells

@@ -167,7 +167,7 @@ def test_the_projected_bar_has_no_poll_form_and_no_open_histogram() -> None:
     bar = BeautifulSoup(teacher.get(f"/r/{code}/bar?lang=en").text, "html.parser")
     assert bar.select_one("form[data-room-poll-form]") is None  # written on the remote, not on the wall
     assert bar.select_one("a[data-room-remote]")["href"] == f"/r/{code}/teach?lang=en"
-    assert bar.select_one("form[data-room-end-form]")["data-confirm"]
+    assert bar.select_one("form[data-room-end-form]")["hx-confirm"]
     # The poll box the server renders for the projector (templates/_room_poll.html): an open poll's count, its
     # histogram hidden and no key, even with an answer in.
     body = {"prompt": "Which?", "kind": "choice", "options": ["A", "B"], "answer": "A"}
