@@ -15,8 +15,8 @@ from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Query, Request
-from pydantic import ValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
 
 from ..schemas.query import query_model
 from ..templating import TEMPLATES
