@@ -219,8 +219,10 @@ async def end_room(code: str, request: Request, rooms: RoomsDep) -> Response:
 
 # What the remote's stream sends (`now`) as the class moves: htmx asks the page for its controls (app/web/remote.py)
 # and swaps them into the remote's "now" (a newer view's request replaces an older one's).
-NOW = ('<div hx-get="{url}" hx-headers=\'{{"X-Lab-Remote": "1"}}\' hx-trigger="load" hx-target=".teach-now" '
-       'hx-swap="innerHTML" hx-sync=".teach-now:replace"></div>')
+NOW = (
+    '<div hx-get="{url}" hx-headers=\'{{"X-Lab-Remote": "1"}}\' hx-trigger="load" hx-target=".teach-now" '
+    'hx-swap="innerHTML" hx-sync=".teach-now:replace"></div>'
+)
 
 
 @router.get(
@@ -392,7 +394,9 @@ async def answer_poll(code: str, poll_id: str, body: AnswerIn, request: Request,
     return json_response({"answer": (await record_answer(rooms, request, code, poll_id, body))[2]})
 
 
-async def record_answer(rooms: Rooms, request: Request, code: str, poll_id: str, body: AnswerIn) -> tuple[Room, Poll, str]:
+async def record_answer(
+    rooms: Rooms, request: Request, code: str, poll_id: str, body: AnswerIn
+) -> tuple[Room, Poll, str]:
     """A student's answer counted (a later one replaces theirs), within the address's and the student's limits: the
     room, the poll and the answer as counted (an option's text, or "row,col"). Also a poll box's (app/rooms/page.py)."""
     address = client_address(request)

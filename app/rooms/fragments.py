@@ -46,8 +46,15 @@ def labels(poll: Poll, lang: str) -> tuple[str, list[str]]:
     return poll.prompt, list(poll.options)
 
 
-def render(poll: Poll | None, role: Role, lang: str, counts: dict[str, int], mine: str | None, code: str,
-           student: str | None = None) -> str:
+def render(
+    poll: Poll | None,
+    role: Role,
+    lang: str,
+    counts: dict[str, int],
+    mine: str | None,
+    code: str,
+    student: str | None = None,
+) -> str:
     """The box (empty without a poll): the question and its options (a student's, with their own answer, which
     `student` sends from there), or the
     prompt and the number of answers (the projector's, never the open histogram); the key and the histogram once

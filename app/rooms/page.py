@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Query, Request
@@ -449,7 +449,10 @@ async def teach(code: str, request: Request, rooms: RoomsDep) -> Response:
                  lang_urls={c: f"/r/{room.code}/teach?lang={c}" for c in LANGS})  # fmt: skip
 
 
-ASK = query_model(LessonPollIn)  # the lesson poll's body, read from a GET query
+if TYPE_CHECKING:
+    ASK = LessonPollIn
+else:
+    ASK = query_model(LessonPollIn)  # the lesson poll's body, read from a GET query
 
 
 @router.get("/r/{code}/prepared", response_class=HTMLResponse)
@@ -462,8 +465,8 @@ async def prepared(code: str, request: Request, rooms: RoomsDep, ask: Annotated[
         poll, _ = prepared_poll(ask.lesson, ask.step, ask.lang, None, None)
     except RoomError as exc:
         return Response(status_code=exc.status if exc.status in (429, 503) else 204, headers=exc.headers)
-    labels = {"row_labels": tuple(ask.row_labels or ()), "col_labels": tuple(ask.col_labels or ())}
-    key = Poll("", "", poll.kind, **labels).cell_label(poll.answer) if poll.answer is not None else "—"
+    labelled = Poll("", "", poll.kind, row_labels=tuple(ask.row_labels or ()), col_labels=tuple(ask.col_labels or ()))
+    key = labelled.cell_label(poll.answer) if poll.answer is not None else "—"
     return _page(request, "_room_prepared.html", headers=NO_STORE, poll=poll, key=key,
                  ask=ask.model_dump(exclude_none=True))  # fmt: skip
 
