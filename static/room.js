@@ -174,6 +174,9 @@
     aside.replaceChildren(wall.content.cloneNode(true));
   }
   function teacherControls() {
+    // The class as it stood when this page loaded is no step of the remote's: a page the class cannot follow (a
+    // refused announcement) stays on the projector instead of going back to it.
+    ownVersion = Number(q("[data-room-loaded]").getAttribute("data-room-loaded")) || 0;
     presentRoom();
     addAsk();
     document.addEventListener("htmx:afterSettle", function () { presentRoom(); addAsk(); });

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
-from ..schemas.query import query_model
+from ..schemas import query_model
 from ..templating import TEMPLATES
 from ..web.i18n import LANGS, translator
 from ..web.lessons import LESSONS, with_query

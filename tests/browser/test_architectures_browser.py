@@ -74,7 +74,7 @@ def test_real_patterns_beside_their_masks(page: Page, server: str, lang: str) ->
     expect(page.locator("input[name=smollm2]")).to_have_value("3.5")
     page.locator("input[name=minilm]").fill("9.0")  # MiniLM has 6 layers: refused, named, the form kept
     page.locator("form.arch-form button[type=submit]").click()
-    expect(page.locator("[role=alert]")).to_contain_text("minilm")
+    expect(page.locator(".error[role=alert]")).to_contain_text("minilm")
     expect(page.locator("input[name=minilm]")).to_have_value("9.0")
 
 

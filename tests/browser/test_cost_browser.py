@@ -142,7 +142,7 @@ def test_a_changed_setting_brings_its_crossover(page: Page, server: str, lang: s
 def test_a_bad_value_keeps_the_form(page: Page, server: str, lang: str) -> None:
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(f"{server}/cost?model=smollm2&n_max=5000&lang={lang}")
-    expect(page.locator("[role=alert]")).to_contain_text(LABEL[lang])
+    expect(page.locator(".error[role=alert]")).to_contain_text(LABEL[lang])
     expect(page.locator("select[name=model]")).to_have_value("smollm2")  # not reset to the first choice
     expect(page.locator("input[name=n_max]")).to_have_value("5000")
     beside = page.locator("[data-field-error=n_max]")

@@ -197,3 +197,31 @@ def test_the_remote_offers_what_the_projected_page_offers(browser: Browser, live
         assert phone.evaluate("document.documentElement.scrollWidth") <= 390
     finally:
         teacher.close()
+
+
+def test_the_teacher_opens_a_page_the_class_cannot_follow_and_stays_there(browser: Browser, live_server: str) -> None:
+    """A class walk (stop 55): the teacher opened /models during a class; its announcement was refused (the class
+    follows no model list) and the projector went back to the class's view, as if the remote had stepped it."""
+    teacher = browser.new_context(viewport={"width": 1280, "height": 720})
+    # every URL this screen's scripts fetch, recorded in the page as they are asked for (room.js follows with fetch)
+    teacher.add_init_script("""{ const f = window.fetch; window.fetched = [];
+      window.fetch = (u, o) => { window.fetched.push(String(u)); return f(u, o); }; }""")
+    try:
+        tp = teacher.new_page()
+        tp.goto(f"{live_server}/?lang=en&stage=scores")
+        tp.click("[data-room-start] button")
+        expect(tp.locator("#room [data-room-role=teacher]")).to_be_visible()
+        code = tp.locator("[data-room-code-text]").inner_text().strip()
+        tp.click("[data-action=next]")  # a step the class follows
+        wait_until(lambda: "stage=mask" in httpx.get(f"{live_server}/api/v1/rooms/{code}").json()["query"], 60)
+        tp.goto(f"{live_server}/models?lang=en")
+        expect(tp.locator("#room")).to_have_attribute("data-room-version", re.compile(r"\d+"))  # the class's state came
+        expect(tp.locator("#room")).to_have_class(re.compile(r"\brefused\b"))  # /models announced: refused (422)
+        tp.evaluate("() => new Promise(r => setTimeout(r, 0))")  # what the refusal's handlers start has started
+        assert not [u for u in tp.evaluate("window.fetched") if urlparse(u).path == "/"]  # no way back to the class
+        assert urlparse(tp.url).path == "/models"
+        expect(tp.locator("table.models").first).to_be_visible()
+        room = httpx.get(f"{live_server}/api/v1/rooms/{code}").json()
+        assert room["page"] == "/" and "stage=mask" in room["query"]  # the class stays where it was
+    finally:
+        teacher.close()
