@@ -166,7 +166,7 @@ function relink() {
 // step, a click elsewhere or a key. Each step swaps #stage, the button too: the state lives here, each new button is
 // drawn from it and keeps the old one's focus.
 function play() {
-  let playing = false, timer = null, hadFocus = false, stepping = null;  // stepping: the link Play followed
+  let playing = false, timer = null, hadFocus = false, stepping = null, asked = null;  // the link followed, its request
   const nextLink = () => document.querySelector("a[data-action=next][href]");
   function draw() {
     for (const b of document.querySelectorAll("[data-play]")) {
@@ -178,8 +178,8 @@ function play() {
   function stop() {
     clearTimeout(timer);
     timer = null;
-    if (stepping) htmx.trigger(stepping, "htmx:abort");  // a step on its way would move the paused page on
-    stepping = null;
+    asked?.abort();  // a step on its way would move the paused page on (the request itself: htmx:abort missed it)
+    stepping = asked = null;
     if (playing) { playing = false; draw(); }
   }
   function step(a) { stepping = a; follow(a); }
@@ -215,6 +215,8 @@ function play() {
     hadFocus = false;
     if (playing && !nextLink()) stop(); else schedule();  // the last step: done, the button reads "Play" again
   });
+  on("htmx:beforeSend", (e) => { if (stepping && e.detail.elt === stepping) asked = e.detail.xhr; });
+  on("htmx:afterRequest", (e) => { if (e.detail.elt === stepping) stepping = asked = null; });
   on("htmx:responseError htmx:sendError htmx:historyRestore", stop);
 }
 
