@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, Field
+from typing_extensions import TypeAliasType
 
 from .request_models import StageKey
 
@@ -33,10 +34,14 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 # Response models: they describe the JSON for /docs; the routes serialise with orjson directly.
 
 
+# A tensor as nested lists of numbers (any depth: (H, T, T) scores, (T, d) projections); −∞ written as null.
+Numbers = TypeAliasType("Numbers", "list[float | None] | list[Numbers]")
+
+
 class StageOut(BaseModel):
     index: int = Field(description="1..5, the stage's place in the computation")
     key: StageKey
-    tensors: dict[str, list[Any]] = Field(
+    tensors: dict[str, Numbers] = Field(
         description="Tensors by name. (H, …) tensors hold the selected heads in order. A masked entry (−∞) is null."
     )
 
