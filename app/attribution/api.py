@@ -6,6 +6,8 @@ layer each, no unembedding), read from the lab's own trace of them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -90,13 +92,19 @@ class AttributionRequest(BaseModel):
 
 @dataclass(frozen=True)
 class Answer:
-    """The JSON answer, as the lab's response cache keeps it (by its size)."""
+    """The answer as the lab's cache keeps it, one entry for the API and the page: the document the page reads and
+    its JSON the API sends, written once where it is computed (nothing reads the JSON back)."""
 
+    doc: dict[str, Any]
     body: bytes
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> Answer:
+        return cls(doc, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
 
     @property
     def nbytes(self) -> int:
-        return len(self.body)
+        return 2 * len(self.body)  # the JSON and the document it was written from (about as large)
 
 
 def token_of(text: Text, raw: str | None, given: int | None, field: str) -> int | None:
@@ -326,33 +334,53 @@ def compute_encoder(text: Text, req: AttributionRequest, max_tokens: int, flow_t
         raise FieldError("norms_layer", f"{text.preset} has layers 0..{model.arch.n_layer - 1}")
     check_flow(text, req, position, flow_tokens)
     asked = check_split(text, req, position)
-    try:
-        extra: dict[str, Any] = {}
-        if asked is not None:
-            extra["score_split"] = split_part(*score_split(text, ids, *asked[:2], position, asked[2], max_tokens,
-                                                           device, limits), req.decimals)  # fmt: skip
+    with engine_bounds():
+        extra = parts(text, req, position, asked, max_tokens, flow_tokens, device, limits)
         head_norms = A.head_output_norms(model, ids, position, max_tokens=max_tokens)
-        if req.rollout or req.flow:
-            r = A.rollout(model, ids, max_tokens=max_tokens)
-            if req.rollout:
-                extra["rollout"] = {"layers": rounded(r.layers[:, position], req.decimals),
-                                    "final": rounded(r.cumulative[-1, position], req.decimals)}  # fmt: skip
-            if req.flow:
-                extra["flow"] = flow_part(text, req, position, r.layers, flow_tokens)
-        if req.norms_layer is not None:
-            v = A.value_weighted_norms(model, ids, req.norms_layer, max_tokens=max_tokens)
-            extra["norms"] = {"layer": v.layer, "weights": rounded(v.weights[:, position], req.decimals),
-                              "value_weighted": rounded(v.norms[:, position], req.decimals)}  # fmt: skip
-    except ValueError as e:
-        field, _, message = str(e).partition(": ")
-        raise FieldError(field if field in AttributionRequest.model_fields else "text", message or str(e)) from None
     return {
         "preset": text.preset, "decoder": False, "no_dla": NO_DLA.format(preset=text.preset),
         "tokens": list(text.labels), "token_ids": ids, "text_start": text.text_start, "position": position,
-        "target": None, "contrast": None, "norm": model.arch.norm, "scale": None, "heads": None, "mlps": None,
-        "attn_bias": None, "embed": None, "total": None, "norm_bias": None, "logit": None, "remainder": None,
+        "target": None, "contrast": None, "norm": model.arch.norm, **NO_LOGIT,
         "head_norms": rounded(head_norms, req.decimals), **extra,
     }  # fmt: skip
+
+
+# An answer without a logit to split (an encoder's, a built-in preset's): its direct-logit fields.
+NO_LOGIT = dict.fromkeys(("scale", "heads", "mlps", "attn_bias", "embed", "total", "norm_bias", "logit", "remainder"))
+
+
+@contextmanager
+def engine_bounds() -> Iterator[None]:
+    """The engine's own bounds name their parameter: raised as the request's field of that name (else `text`)."""
+    try:
+        yield
+    except ValueError as e:
+        field, _, message = str(e).partition(": ")
+        raise FieldError(field if field in AttributionRequest.model_fields else "text", message or str(e)) from None
+
+
+def parts(text: Text, req: AttributionRequest, position: int, asked: tuple[int, int, int] | None, max_tokens: int,
+          flow_tokens: int, device: str, limits: Any) -> dict[str, Any]:  # fmt: skip
+    """The parts asked for beside the attribution: the score split, rollout, flow and one layer's value-weighted
+    norms, over the tokens the position reads (a decoder's up to it, an encoder's every one, both directions)."""
+    model = text.model
+    ids = list(text.seq[: position + 1] if model.decoder else text.seq)
+    extra: dict[str, Any] = {}
+    if asked is not None:
+        extra["score_split"] = split_part(*score_split(text, ids, *asked[:2], position, asked[2], max_tokens, device,
+                                                       limits), req.decimals)  # fmt: skip
+    if req.rollout or req.flow:
+        r = A.rollout(model, ids, max_tokens=max_tokens)
+        if req.rollout:
+            extra["rollout"] = {"layers": rounded(r.layers[:, position], req.decimals),
+                                "final": rounded(r.cumulative[-1, position], req.decimals)}  # fmt: skip
+        if req.flow:
+            extra["flow"] = flow_part(text, req, position, r.layers, flow_tokens)
+    if req.norms_layer is not None:
+        v = A.value_weighted_norms(model, ids, req.norms_layer, max_tokens=max_tokens)
+        extra["norms"] = {"layer": v.layer, "weights": rounded(v.weights[:, position], req.decimals),
+                          "value_weighted": rounded(v.norms[:, position], req.decimals)}  # fmt: skip
+    return extra
 
 
 def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: int = 24, device: str = "cpu",
@@ -372,27 +400,10 @@ def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: i
     if req.norms_layer is not None and req.norms_layer >= model.arch.n_layer:
         raise FieldError("norms_layer", f"{text.preset} has layers 0..{model.arch.n_layer - 1}")
     asked = check_split(text, req, position)
-    try:
+    with engine_bounds():
         a = A.direct_logit_attribution(model, ids, position, target, contrast, max_tokens=max_tokens)
         target = a.target
-        extra: dict[str, Any] = {}
-        if asked is not None:
-            extra["score_split"] = split_part(*score_split(text, ids[: position + 1], *asked[:2], position, asked[2],
-                                                           max_tokens, device, limits), req.decimals)  # fmt: skip
-        if req.rollout or req.flow:
-            r = A.rollout(model, ids[: position + 1], max_tokens=max_tokens)
-            if req.rollout:
-                extra["rollout"] = {"layers": rounded(r.layers[:, position], req.decimals),
-                                    "final": rounded(r.cumulative[-1, position], req.decimals)}  # fmt: skip
-            if req.flow:
-                extra["flow"] = flow_part(text, req, position, r.layers, flow_tokens)
-        if req.norms_layer is not None:
-            v = A.value_weighted_norms(model, ids[: position + 1], req.norms_layer, max_tokens=max_tokens)
-            extra["norms"] = {"layer": v.layer, "weights": rounded(v.weights[:, position], req.decimals),
-                              "value_weighted": rounded(v.norms[:, position], req.decimals)}  # fmt: skip
-    except ValueError as e:  # the engine's own bounds name their parameter: the request's field of that name
-        field, _, message = str(e).partition(": ")
-        raise FieldError(field if field in AttributionRequest.model_fields else "text", message or str(e)) from None
+        extra = parts(text, req, position, asked, max_tokens, flow_tokens, device, limits)
     labels = text.labels
     return {
         "preset": text.preset,
@@ -518,8 +529,7 @@ def compute_builtin(req: AttributionRequest, spec: Any, block: bool, trace: Any,
         "preset": attn.preset, "decoder": False, "no_dla": NO_UNEMBEDDING.format(preset=attn.preset,
                                                                                  where=WHERE[block]),
         "tokens": list(attn.tokens), "token_ids": None, "text_start": 0, "position": position, "target": None,
-        "contrast": None, "norm": spec.norm if block else "none", "scale": None, "heads": None, "mlps": None,
-        "attn_bias": None, "embed": None, "total": None, "norm_bias": None, "logit": None, "remainder": None,
+        "contrast": None, "norm": spec.norm if block else "none", **NO_LOGIT,
         "head_norms": rounded(A.trace_head_norms(trace, position), req.decimals), **extra, "causal": causal,
         "trace": "block" if block else "attention", "trace_url": trace_url(spec, block),
     }  # fmt: skip
@@ -531,7 +541,7 @@ async def builtin_answer(req: AttributionRequest, lab: Lab, progress: str | None
     flow_tokens = lab.settings.max_flow_tokens
 
     def work(_: Any) -> Answer:
-        return Answer(orjson.dumps(compute_builtin(req, spec, block, trace, flow_tokens)))
+        return Answer.of(compute_builtin(req, spec, block, trace, flow_tokens))
 
     done, _ = await lab.compute("attribution", ("builtin", spec, req.model_dump_json()), lab.cost(spec), work,
                                 progress=progress)  # fmt: skip
@@ -562,19 +572,26 @@ async def answer(request: Request, req: AttributionRequest, lab: Lab) -> Respons
     if req.tokens is not None or req.block is not None or req.seed:
         name = "tokens" if req.tokens is not None else "block" if req.block is not None else "seed"
         raise FieldError(name, f"is for the built-in presets ({', '.join(BUILTIN)}); {req.preset} reads text")
-    limit = lab.settings.max_predict_tokens
-    text = await lab.off_loop(req.preset, text_for, req, lab, limit)
-    flow_tokens = lab.settings.max_flow_tokens
-
-    def work(progress: Any) -> Answer:
-        return Answer(orjson.dumps(compute(text, req, limit, flow_tokens, lab.device, lab.long_limits),
-                                   option=orjson.OPT_SERIALIZE_NUMPY))  # fmt: skip
-
-    info = text.model.info
-    cost = 4 * len(text.seq) * (info.d_model * 8 + len(text.seq) * info.n_heads) * info.n_layer
-    key = (text.preset, text.seq, req.model_dump_json())
-    done, _ = await lab.compute("attribution", key, cost, work, progress=get_key(request))
+    text = await lab.off_loop(req.preset, text_for, req, lab, lab.settings.max_predict_tokens)
+    done = await text_answer(req, text, lab, get_key(request))
     return Response(done.body, media_type="application/json")
+
+
+def text_cost(text: Text) -> int:
+    info, n = text.model.info, len(text.seq)
+    return 4 * n * (info.d_model * 8 + n * info.n_heads) * info.n_layer
+
+
+async def text_answer(req: AttributionRequest, text: Text, lab: Lab, progress: str | None) -> Answer:
+    """A loaded model's answer for the request's text (one cache entry for the API and the page)."""
+    limit, flow_tokens = lab.settings.max_predict_tokens, lab.settings.max_flow_tokens
+
+    def work(_: Any) -> Answer:
+        return Answer.of(compute(text, req, limit, flow_tokens, lab.device, lab.long_limits))
+
+    key = (text.preset, text.seq, req.model_dump_json())
+    done, _ = await lab.compute("attribution", key, text_cost(text), work, progress=progress)
+    return done
 
 
 twins(router, "/attribution", AttributionRequest, answer, "attribution",

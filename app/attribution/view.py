@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-import orjson
 import torch
 
 from engine import attribution as A
@@ -32,14 +31,14 @@ from ..web.state import PageQuery, within
 from ..web.view import HIDDEN, View
 from .api import (
     BUILTIN,
-    Answer,
     AttributionRequest,
     builtin_answer,
     builtin_trace,
-    compute,
     encoder,
     encoders,
     score_split,
+    text_answer,
+    text_cost,
     text_for,
 )
 
@@ -324,19 +323,10 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     text: Text = await lab.off_loop(req.preset, text_for, req, lab, limit)
     model, seq = text.model, list(text.seq)
     flow_tokens = lab.settings.max_flow_tokens
-    info = text.model.info
-    n = len(seq)
-    if n < 2:  # the sink contrast compares the first token with the others
+    if len(seq) < 2:  # the sink contrast compares the first token with the others
         raise FieldError("token_ids" if req.token_ids is not None else "text", "give at least two tokens")
-    cost = 4 * n * (info.d_model * 8 + n * info.n_heads) * info.n_layer
-
-    def work(_: Any) -> Answer:  # the API's own answer to the same request: one cache entry for both
-        return Answer(orjson.dumps(compute(text, req, limit, flow_tokens, lab.device, lab.long_limits),
-                                   option=orjson.OPT_SERIALIZE_NUMPY))  # fmt: skip
-
-    done, _ = await lab.compute("attribution", (text.preset, text.seq, req.model_dump_json()), cost, work,
-                                progress=progress)  # fmt: skip
-    doc = orjson.loads(done.body)
+    cost = text_cost(text)
+    doc = (await text_answer(req, text, lab, progress)).doc  # the API's own answer: one cache entry for both
     p = int(doc["position"])
     dec = bool(doc["decoder"])
     if not dec:
@@ -434,8 +424,7 @@ async def builtin_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str,
     layer as the grid, the chosen head's and the sink head's rows, the one layer's rollout (½A + ½I) and its score
     split, all from the lab's own trace (the same cache entry as `/`'s or /block's)."""
     req = page_request(state)
-    done = await builtin_answer(req, lab, progress)
-    doc = orjson.loads(done.body)
+    doc = (await builtin_answer(req, lab, progress)).doc
     spec, block, trace = await builtin_trace(req, lab)
     if len(doc["tokens"]) < 2:  # the sink contrast compares the first token with the others
         raise FieldError("text", "give at least two tokens")

@@ -35,6 +35,7 @@ from starlette.exceptions import HTTPException
 from engine.budget import Busy
 
 from .cancel import Cancelled
+from .redis_io import LUA_NOW, as_str, async_client, queue_message
 
 if TYPE_CHECKING:
     import dramatiq
@@ -106,24 +107,14 @@ def make_broker(url: str) -> dramatiq.Broker:
     return broker
 
 
-def job_message(jid: str) -> dramatiq.Message[Any]:
-    import dramatiq
-
-    return dramatiq.Message(queue_name=JOBS_QUEUE, actor_name=JOB_ACTOR, args=(jid,), kwargs={}, options={})
-
-
 def lost_message(lease_s: float) -> str:
     """What a job whose worker died says (JSON-safe: no quotes, no backslashes)."""
     return (f"the queue worker computing it stopped answering: no heartbeat for {lease_s:g} s (TRAIN_LEASE_S); "
             "ask again to compute it again")  # fmt: skip
 
 
-LUA = f"""
+LUA = f"""{LUA_NOW}
 local function job(id) return '{PREFIX}' .. id end
-local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) + tonumber(t[2]) / 1000000
-end
 local function ended(id, status, field, value, ttl)
   redis.call('HSET', job(id), 'status', status, field, value, 'finished', now())
   redis.call('EXPIRE', job(id), ttl)
@@ -190,10 +181,6 @@ def lua(script: str) -> str:
     return LUA + script
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def raise_error(error: dict[str, Any]) -> None:
     """A job's error as the request's own: a field's 422 (FieldError), or the HTTP error the computation raised."""
     from ..schemas import FieldError
@@ -225,13 +212,9 @@ class LoopRedis:
         self.scripts: dict[str, Any] = {}
 
     def __call__(self) -> Any:
-        import redis.asyncio as aioredis
-
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
-            pool = aioredis.BlockingConnectionPool.from_url(self.url, max_connections=32, timeout=10, socket_timeout=5,
-                                                            socket_connect_timeout=5)  # fmt: skip
-            self._client, self._loop = aioredis.Redis(connection_pool=pool), loop
+            self._client, self._loop = async_client(self.url), loop
             self.scripts = {name: self._client.register_script(lua(src)) for name, src in self.sources.items()}
         return self._client
 
@@ -275,7 +258,7 @@ class RedisJobs:
     def _enqueue(self, jid: str) -> None:
         if self._broker is None:
             self._broker = make_broker(self.url)
-        self._broker.enqueue(job_message(jid))
+        self._broker.enqueue(queue_message(JOBS_QUEUE, JOB_ACTOR, jid))
 
     async def workers(self) -> bool:
         """Whether a queue worker has beaten in the last minute (asked of Redis at most once a second while one has)."""
@@ -299,11 +282,8 @@ class RedisJobs:
         request = req.model_dump(mode="json")
         jid = job_id(kind.name, request)
         r = self.redis
-        got = _s(
-            await self.client.script("submit")(
-                args=[jid, kind.name, orjson.dumps(request), client, self.cap, LIVE_TTL_S]
-            )
-        )
+        args = [jid, kind.name, orjson.dumps(request), client, self.cap, LIVE_TTL_S]
+        got = as_str(await self.client.script("submit")(args=args))
         retry = max(1, round(self.settings.queue_wait_s))
         if got == "full":
             raise Busy(0, lab.budget.limit, retry)
@@ -340,7 +320,7 @@ class RedisJobs:
                         raise Cancelled(lab.stopping)
                     fields = ("status", "done", "total", "result", "error", "message", "lease")
                     got = await self.redis.hmget(job_key(jid), *fields)
-                    status, done, total, result, error, message, lease = (None if v is None else _s(v) for v in got)
+                    status, done, total, result, error, message, lease = (None if v is None else as_str(v) for v in got)
                     if status is None:
                         raise HTTPException(503, "the job was dropped before it ended; ask again",
                                             headers={"Retry-After": "1"})  # fmt: skip

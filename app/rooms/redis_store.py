@@ -27,14 +27,13 @@ import time
 from typing import Any, cast
 
 import orjson
-import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from ..lab.redis_io import as_str, as_strs, async_client
 from .store import FOLLOWER_TTL_S, LOG_BYTES, LOG_LENGTH, Answer, Event, Kind, Poll, Room, Store, logged_after
 
 PREFIX = "lab:room:"
 ROOMS = "lab:rooms"
-MAX_CONNECTIONS = 32  # per process
 LOG = logging.getLogger("attention_lab.rooms")
 
 # KEYS: room hash, log; ARGV: kind, data JSON, page, query, idle seconds, channel, log length, set state (1/0),
@@ -89,18 +88,10 @@ return 1
 """
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 class RedisStore(Store):
     def __init__(self, url: str, idle_s: float) -> None:
         super().__init__(idle_s)
-        # A bounded pool that waits for a free connection (the default pool refuses past its size): a class of
-        # hundreds shares a few dozen connections per process.
-        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=10,
-                                                        socket_timeout=5, socket_connect_timeout=5)  # fmt: skip
-        self.redis = aioredis.Redis(connection_pool=pool)
+        self.redis = async_client(url)  # a few dozen connections per process, shared by a class of hundreds
         self._publish = self.redis.register_script(PUBLISH)
         self._answer = self.redis.register_script(ANSWER)
         self._follow = self.redis.register_script(FOLLOW)
@@ -137,7 +128,7 @@ class RedisStore(Store):
                         continue
                     if kind != "pmessage":
                         continue
-                    code = _s(message["channel"])[len(PREFIX) : -len(":events")]
+                    code = as_str(message["channel"])[len(PREFIX) : -len(":events")]
                     event = Event.loads(message["data"])
                     self.hub.deliver(code, event)
                     if event.kind == "end":
@@ -208,14 +199,14 @@ class RedisStore(Store):
 
     async def rooms_of(self, address: str) -> int:
         key = ROOMS + ":from:" + address
-        codes = [_s(c) for c in await self.redis.smembers(key)]
+        codes = [as_str(c) for c in await self.redis.smembers(key)]
         if not codes:
             return 0
         async with self.redis.pipeline(transaction=False) as p:
             for code in codes:
                 p.hget(self._key(code), "address")
             owners = await p.execute()
-        gone = [c for c, owner in zip(codes, owners, strict=True) if owner is None or _s(owner) != address]
+        gone = [c for c, owner in zip(codes, owners, strict=True) if owner is None or as_str(owner) != address]
         if gone:
             await self.redis.srem(key, *gone)
         return len(codes) - len(gone)
@@ -224,7 +215,7 @@ class RedisStore(Store):
         h = await self.redis.hgetall(self._key(code))
         if not h or b"version" not in h:
             return None
-        d = {_s(k): _s(v) for k, v in h.items()}
+        d = as_strs(h)
         return Room(code, d["page"], d["query"], int(d["version"]), d["token"], d["poll"] or None,
                     tuple(d.get("devices", "").split()))  # fmt: skip
 
@@ -240,7 +231,7 @@ class RedisStore(Store):
         await self.publish(code, "end", {})
         polls = await self.redis.hkeys(self._key(code, ":polls"))
         keys = [self._key(code, s) for s in ("", ":log", ":followers", ":polls")]
-        keys += [self._key(code, f":{what}:" + _s(p)) for p in polls for what in ("answers", "voters")]
+        keys += [self._key(code, f":{what}:" + as_str(p)) for p in polls for what in ("answers", "voters")]
         await self.redis.delete(*keys)
         await self.redis.zrem(ROOMS, code)
         return True
@@ -288,7 +279,7 @@ class RedisStore(Store):
             await self._touch(code)
             return
         await self.redis.hset(self._key(code, ":polls"), poll.id, poll.dumps())
-        if _s(await self.redis.hget(self._key(code), "poll") or b"") == poll.id:
+        if as_str(await self.redis.hget(self._key(code), "poll") or b"") == poll.id:
             await self.redis.hset(self._key(code), "poll", "")
 
     async def poll(self, code: str, poll_id: str) -> Poll | None:
@@ -306,7 +297,7 @@ class RedisStore(Store):
         out = []
         for student, record in raw.items():
             d = orjson.loads(record)
-            out.append(Answer(_s(student), d["answer"], d.get("nickname"), d.get("at", 0.0)))
+            out.append(Answer(as_str(student), d["answer"], d.get("nickname"), d.get("at", 0.0)))
         return out
 
     async def polls(self, code: str) -> list[Poll]:

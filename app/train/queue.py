@@ -46,11 +46,11 @@ from ..lab import jobs as J
 from ..lab.cancel import Cancelled
 from ..lab.jobs import JOB_ACTOR, JOBS_QUEUE, NAMESPACE, TRAIN_QUEUE, make_broker
 from ..lab.progress import JOB_PROGRESS
+from ..lab.redis_io import LUA_NOW, as_str, as_strs, async_client, queue_message
 from . import arch
 from .runs import POLL_S, Busy, Job, per_client_busy, supervise
 
 if TYPE_CHECKING:
-    import dramatiq
     import redis
 
     from ..settings import Settings
@@ -73,18 +73,10 @@ def run_key(run_id: str, suffix: str = "") -> str:
     return f"{PREFIX}run:{run_id}{suffix}"
 
 
-def client_key(address: str) -> str:
-    return f"{PREFIX}client:{address}"
-
-
-# What every script below begins with (`lua`): its run's keys built from its id (one Redis, as the rooms use; not a
-# cluster), the time on Redis's clock (one clock for every machine), a run's end.
-LUA_KEYS = f"""
+# What every script below begins with (`lua`): the time on Redis's clock (one clock for every machine), its run's
+# keys built from its id (one Redis, as the rooms use; not a cluster), a run's end.
+LUA_KEYS = f"""{LUA_NOW}
 local function run(id) return '{PREFIX}run:' .. id end
-local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) + tonumber(t[2]) / 1000000
-end
 local function finish(id, status, message, data, preset)
   local h = run(id)
   local n = redis.call('HINCRBY', h, 'events', 1)
@@ -175,16 +167,6 @@ def lost_message(lease_s: float) -> str:
             "the run is lost, start it again")  # fmt: skip
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def message_for(run_id: str) -> dramatiq.Message[Any]:
-    import dramatiq
-
-    return dramatiq.Message(queue_name=QUEUE, actor_name=ACTOR, args=(run_id,), kwargs={}, options={})
-
-
 def save_weights(params: dict[str, Any]) -> bytes:
     """numpy arrays or tensors as safetensors bytes."""
     import torch
@@ -213,16 +195,12 @@ class RedisRuns:
     its hash and event stream on every read), trained by whichever queue worker takes it."""
 
     def __init__(self, url: str, settings: Settings, presets: Presets | None = None) -> None:
-        import redis.asyncio as aioredis
-
         s = settings
         self.max_running, self.max_queued, self.max_kept = s.train_max_running, s.train_max_queued, s.train_max_kept
         self.max_wall_s, self.max_per_client, self.presets = s.train_max_wall_s, s.train_max_per_client, presets
         self.lease_s = s.train_lease_s
         self.url = url
-        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=32, timeout=10, socket_timeout=5,
-                                                        socket_connect_timeout=5)  # fmt: skip
-        self.redis = aioredis.Redis(connection_pool=pool)
+        self.redis = async_client(url)
         self._start, self._finish = self.redis.register_script(lua(START)), self.redis.register_script(lua(FINISH))
         self._reap = self.redis.register_script(lua(REAP))
         self.jobs: dict[str, Job] = {}  # mirrors, by id
@@ -235,7 +213,7 @@ class RedisRuns:
     def _enqueue(self, run_id: str) -> None:
         if self._broker is None:
             self._broker = make_broker(self.url)
-        self._broker.enqueue(message_for(run_id))
+        self._broker.enqueue(queue_message(QUEUE, ACTOR, run_id))
 
     async def start(self, config: arch.AnyConfig, text: str | None = None, client: str = "") -> Job:
         new = arch.new_run(config, "queued", text)  # the task's own errors (a text too short) before it is queued
@@ -272,14 +250,14 @@ class RedisRuns:
         return int(await self._reap(args=[lost_message(self.lease_s)]))
 
     async def _drop_old(self) -> None:
-        ids = [_s(i) for i in await self.redis.zrange(RUNS, 0, -1)]
+        ids = [as_str(i) for i in await self.redis.zrange(RUNS, 0, -1)]
         if len(ids) <= self.max_kept:
             return
         async with self.redis.pipeline(transaction=False) as p:
             for run_id in ids:
                 p.hget(run_key(run_id), "status")
             statuses = await p.execute()
-        finished = [i for i, st in zip(ids, statuses, strict=True) if st is None or _s(st) not in LIVE_STATUSES]
+        finished = [i for i, st in zip(ids, statuses, strict=True) if st is None or as_str(st) not in LIVE_STATUSES]
         for run_id in finished[: len(ids) - self.max_kept]:
             async with self.redis.pipeline(transaction=True) as p:
                 p.delete(run_key(run_id), run_key(run_id, ":events"), run_key(run_id, ":weights"))
@@ -299,13 +277,13 @@ class RedisRuns:
         if not raw:
             self.jobs.pop(run_id, None)
             return None
-        meta = {_s(k): _s(v) for k, v in raw.items()}
+        meta = as_strs(raw)
         if meta["status"] == "running" and float(meta.get("lease") or 0) < time.time() + 1 and await self.reap():
             return await self.get(run_id)  # reported failed just now: read again, with its end
         if job is None:
             job = self.jobs[run_id] = Job(run_id, run_of(meta), created=float(meta.get("created") or time.time()))
         for _, fields in events:
-            job.record(_s(fields[b"k"]), orjson.loads(fields[b"d"]))
+            job.record(as_str(fields[b"k"]), orjson.loads(fields[b"d"]))
         job.run.status, job.message = meta["status"], meta.get("message", "")
         job.started = float(meta["started"]) if meta.get("started") else None
         job.finished = float(meta["finished"]) if meta.get("finished") else None
@@ -326,7 +304,7 @@ class RedisRuns:
         return "waiting for a queue worker: none is running (start `attention-lab worker --redis URL`)"
 
     async def all(self) -> list[Job]:
-        ids = [_s(i) for i in await self.redis.zrange(RUNS, 0, -1)]
+        ids = [as_str(i) for i in await self.redis.zrange(RUNS, 0, -1)]
         for gone in set(self.jobs) - set(ids):
             self.jobs.pop(gone, None)
         jobs = [await self.get(run_id) for run_id in ids]
@@ -404,11 +382,11 @@ class RedisRuns:
                     return
                 entries: list[tuple[bytes, dict[bytes, bytes]]] = got[0][1]
                 for entry_id, fields in entries:
-                    self._log_id = _s(entry_id)
+                    self._log_id = as_str(entry_id)
                     if b"finished" in fields:
-                        await self.get(_s(fields[b"finished"]))  # serves its preset, when it has one
+                        await self.get(as_str(fields[b"finished"]))  # serves its preset, when it has one
                     elif b"dropped" in fields:
-                        run_id = _s(fields[b"dropped"])
+                        run_id = as_str(fields[b"dropped"])
                         self.jobs.pop(run_id, None)
                         name = f"train-{run_id}"
                         if name in self._loaded:
@@ -502,7 +480,7 @@ class RedisSink:
         from engine.train import export
 
         self.r.set(run_key(self.id, ":weights"), save_weights(params))
-        meta = {_s(k): _s(v) for k, v in self.r.hgetall(run_key(self.id)).items()}
+        meta = as_strs(self.r.hgetall(run_key(self.id)))
         run = run_of(meta)
         run.params = {k: torch.from_numpy(v) for k, v in params.items()}
         name = f"train-{self.id}"
@@ -606,7 +584,7 @@ class QueueWorker:
         raw = self.r.hgetall(run_key(run_id))
         if blob is None or not raw:
             return
-        run = run_of({_s(k): _s(v) for k, v in raw.items()})
+        run = run_of(as_strs(raw))
         if not isinstance(run, Run):
             return
         run.params = load_weights(bytes(blob))  # type: ignore[arg-type]
@@ -621,7 +599,7 @@ class QueueWorker:
         lease = self.settings.train_lease_s
         if not int(self.scripts["job_claim"](args=[jid, owner, lease])):
             return
-        meta = {_s(k): _s(v) for k, v in self.r.hgetall(J.job_key(jid)).items()}
+        meta = as_strs(self.r.hgetall(J.job_key(jid)))
         sink = JobSink(self.scripts, jid, owner, lease)
         LOG.info("job %s: %s (%s)", jid[:12], meta.get("kind"), owner)
         try:
@@ -656,7 +634,7 @@ class QueueWorker:
         lease = self.settings.train_lease_s
         if not int(self.scripts["claim"](args=[run_id, owner, lease])):
             return
-        meta = {_s(k): _s(v) for k, v in self.r.hgetall(run_key(run_id)).items()}
+        meta = as_strs(self.r.hgetall(run_key(run_id)))
         LOG.info("run %s: training (%s)", run_id, owner)
         sink = RedisSink(self.r, self.scripts, run_id, owner, lease, self.settings.max_model_mb, self.stopping)
         try:
