@@ -220,7 +220,7 @@ function play() {
   on("htmx:responseError htmx:sendError htmx:historyRestore", stop);
 }
 
-// A request that is not waited for: a live run's redraw (templates/_train.html), every second.
+// A request that is not waited for: a live run's redraw, every second, or its Stop (templates/_train.html).
 const quiet = (e) => e.detail.elt.closest("[data-quiet]");
 
 // A request the server turned away for now (429: this reader's share is taken; 503: full) says so, with its

@@ -20,6 +20,8 @@
   function each(sel, fn, root) { Array.prototype.forEach.call((root || document).querySelectorAll(sel), fn); }
   function forget() { document.cookie = "lab_room=; Max-Age=0; path=/"; }
   function ownView() { return kit.asView(location.href); } // without this screen's own language and presenter mode
+  // The bar's own request (its poll box) or a live run's redraw (/train, templates/_train.html): no step of the page's.
+  function quiet(elt) { return bar.contains(elt) || !!elt.closest("[data-quiet]"); }
 
   // ---- students: follow, explore, answer ----------------------------------------------------------------------
   function following() { return sessionStorage.getItem(modeKey) !== "exploring"; }
@@ -128,7 +130,7 @@
   // A student's own request on the page means exploring (not a heavy page's shell asking for its numbers, #42).
   document.addEventListener("htmx:beforeRequest", function (e) {
     var elt = e.detail && e.detail.elt;
-    if (!elt || bar.contains(elt) || (elt.closest && elt.closest("[data-deferred]"))) return;
+    if (!elt || quiet(elt) || elt.closest("[data-deferred]")) return;
     if (role === "student" && following()) setMode("exploring");
   });
 
@@ -182,10 +184,10 @@
     document.addEventListener("htmx:afterSettle", function () { presentRoom(); addAsk(); });
     // A step of the projector's own wins over a remote step that arrived before it.
     document.addEventListener("htmx:beforeRequest", function (e) {
-      if (!bar.contains(e.detail.elt)) { navigating = true; remoteState = null; }
+      if (!quiet(e.detail.elt)) { navigating = true; remoteState = null; }
     });
     var settled = function (e) {
-      if (e && e.detail && e.detail.elt && bar.contains(e.detail.elt)) return; // the bar's own (its poll box)
+      if (e && e.detail && e.detail.elt && quiet(e.detail.elt)) return;
       navigating = false;
       setTimeout(tryFollow, 0);
     };
@@ -267,7 +269,7 @@
   }
   document.addEventListener("htmx:afterSettle", pollChanged);
 
-  // ---- the room's events (htmx's SSE extension; a new stream after a reconnect starts with the room as it is) ----
+  // ---- the room's events on the bar (htmx's SSE extension; a reconnected stream starts with the room as it is) ----
   function onState(view) {
     if (latest && stepOf(latest) !== stepOf(view)) release(stepOf(latest)); // the class moved on from that step
     latest = view;
@@ -276,14 +278,14 @@
     if (role === "teacher" && (!remoteState || view.version > remoteState.version)) { remoteState = view; tryFollow(); }
     holdAnswers();
   }
-  document.addEventListener("htmx:sseMessage", function (e) {
+  bar.addEventListener("htmx:sseMessage", function (e) {
     var type = e.detail && e.detail.type;
     if (type === "state") onState(JSON.parse(e.detail.data));
     else if (type === "end") ended();
   });
-  document.addEventListener("htmx:sseOpen", function () { bar.removeAttribute("data-room-offline"); });
+  bar.addEventListener("htmx:sseOpen", function () { bar.removeAttribute("data-room-offline"); });
   // A stream that fails: offline until it is back; a room that is gone has ended.
-  document.addEventListener("htmx:sseError", function () {
+  bar.addEventListener("htmx:sseError", function () {
     bar.setAttribute("data-room-offline", "");
     if (!over) kit.ifGone(api, ended);
   });

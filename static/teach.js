@@ -37,11 +37,7 @@
     announce(f.getAttribute("data-page"), q.toString());
   });
 
-  // The teacher's own question: a choice's options split at commas; a cell question is about the class's matrix.
-  function kindShown() {
-    form.querySelectorAll("[data-for]").forEach(function (el) { el.hidden = el.getAttribute("data-for") !== form.elements.kind.value; });
-  }
-  form.elements.kind.addEventListener("change", kindShown);
+  // The teacher's own question (fields by kind: lab.css): options split at commas; a cell question, the class's matrix.
   form.addEventListener("submit", function (e) {
     e.preventDefault();
     var f = form.elements, body = { prompt: f.prompt.value, kind: f.kind.value }, key = f.answer.value.trim();
@@ -51,12 +47,10 @@
     json(api + "/polls", "POST", body).then(function () { form.classList.remove("refused"); form.closest("details").open = false; })
       .catch(function () { form.classList.add("refused"); });
   });
-  kindShown();
 
-  // After a swap: a running lesson's steps lead; while a poll is open, "Ask the class" says so (and is no button).
+  // After a swap (a running lesson's steps lead: lab.css): while a poll is open, "Ask the class" says so (no button).
   document.addEventListener("htmx:afterSettle", function () {
     var ask = $("[data-ask]"), open = !!$("[data-results][data-open]");
-    root.toggleAttribute("data-lesson-running", !!$("[data-remote-now][data-lesson]"));
     kit.bars(root);
     if (!ask) return; // its card is on its way (/r/<code>/prepared)
     ask.disabled = open;

@@ -1,8 +1,8 @@
 """The page /cross: cross-attention through its five stages on a held-out pair of the encoder–decoder the class
 trains (`"arch": "encoder-decoder"` runs of /api/v1/train), and its alignment forming over the run's snapshots.
 The View is built in app/cross/view.py; the runs are the app's (`app.state.train`); the form posts to /train's
-form handler, which starts the run and sends the page back here; static/train.js follows a live run and redraws the
-live block."""
+form handler, which starts the run and sends the page back here; a live run's events redraw the live block (htmx's
+SSE extension, `follow` in templates/_train.html)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The page /train: start a run, watch it learn (the loss curve with the phase change marked, every head's weights on
 the probe at log-spaced steps, the induction score over steps, samples), and two runs side by side (the mask-off
-cheat). Drawn by the server; static/train.js follows the run's events and asks for the live block again."""
+cheat). Drawn by the server; each live run's events ask for the live block again (htmx's SSE extension, `follow` in
+templates/_train.html)."""
 
 from __future__ import annotations
 

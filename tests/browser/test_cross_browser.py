@@ -3,7 +3,7 @@ lands on its stage with the lesson's question and Next still in view (the step's
 panel: the panel stays at the top of the screen and the stage stops under it), and the nonlinearity panel's tables
 are readable (every printed column in view at 1280×720 and in presenter mode at 1920×1080; on a 390×844 phone a
 wider table scrolls sideways with the site's fade), en and zh. From a second walk: the runs line follows a live run
-as its card does (both redrawn by static/train.js, no reload); in presenter mode (pressed, not asked in the URL) the
+as its card does (both redrawn on the run's events by htmx, no reload); in presenter mode (pressed, not asked in the URL) the
 Q/K/V tables fit the card at 1280×720 and 1920×1080 and the snapshots grow with the screen; the form offers a
 direction for number words alone, with a script and without.
 
@@ -82,7 +82,7 @@ def trained(page: Page, live_server: str, body: dict) -> str:
     """A run started through the API and polled until done; its id."""
     run_id = page.request.post(f"{live_server}/api/v1/train", data=body).json()["id"]
     page.goto(f"{live_server}/cross?run={run_id}")
-    expect(page.locator("#cross-run")).to_have_attribute("data-status", "done")  # train.js redraws it, polled
+    expect(page.locator("#cross-run")).to_have_attribute("data-status", "done")  # redrawn on the run's events, polled
     return run_id
 
 

@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from app.web.lessons import BY_SLUG, step_url
+from tests.wait import wait_until
 
 pytestmark = pytest.mark.browser
 SLOW = 180_000  # ms: two runs on two busy cores; every wait polls for a state and ends as soon as it is reached
@@ -136,3 +137,36 @@ def test_presenter_mode_reads_from_the_back_at_1080p(
         assert len(c["x"]) >= 3 and len(c["y"]) >= 3, c  # and numbered
         assert all(re.fullmatch(r"[\d.,]+", s) for s in c["x"] + c["y"]), c
         assert c["right"] <= 1920, c  # on the screen, not past its edge
+
+
+# The live block's redraws the page asks for (htmx's requests from the followers, #train-follow).
+ASKS = """window.asked = [];
+document.addEventListener("htmx:beforeRequest", e => {
+  if (e.detail.elt.closest("#train-follow")) window.asked.push(e.detail.pathInfo.requestPath);
+});"""
+LIVE = ("queued", "running")
+# A live run's stream answered as one burst, as a loaded server sends what piled up: steps, an eval, the end, the
+# stream then closed.
+BURST = "".join(
+    f"id: {i}\nevent: {kind}\ndata: {{}}\n\n" for i, kind in enumerate(["state", "step", "eval", "step", "end"], 1)
+)
+
+
+def test_an_end_right_after_a_step_is_still_redrawn(page: Page, live_server: str) -> None:
+    """The run's end asks for the live block again even when it comes within the second a step's redraw holds the
+    next one back (htmx's throttle is one per element, for all its triggers: b0fc53e's follower, with the end among
+    the steps' triggers, dropped such an end, and the page never showed the run done). Here: one redraw for the
+    steps, one for the end."""
+    run_id = page.request.post(f"{live_server}/api/v1/train", data={"steps": 5000}).json()["id"]
+    try:
+        page.route("**/api/v1/train/*/events", lambda route: route.fulfill(
+            status=200, headers={"Content-Type": "text/event-stream"}, body=BURST))  # fmt: skip
+        page.add_init_script(ASKS)
+        page.goto(f"{live_server}/train?run={run_id}")
+        expect(page.locator("#train-follow [sse-connect]")).to_have_count(1)
+        page.wait_for_function("() => window.asked.length >= 2", timeout=60_000)
+        assert all(url.startswith("/train?run=") for url in page.evaluate("window.asked"))
+    finally:  # the run stopped and ended, so the server that shuts down after this file waits for none
+        page.request.post(f"{live_server}/api/v1/train/{run_id}/stop")
+        status = lambda: page.request.get(f"{live_server}/api/v1/train/{run_id}").json()["status"]  # noqa: E731
+        wait_until(lambda: status() not in LIVE, timeout=120, what=f"run {run_id} ended after its stop")

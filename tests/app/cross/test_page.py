@@ -82,7 +82,7 @@ def test_a_trained_run_shows_its_snapshots(client: TestClient) -> None:
 
 
 def test_the_runs_line_follows_the_run_as_its_card_does(client: TestClient) -> None:
-    """The runs line is redrawn with the run's card (the live block that static/train.js asks for with HX-Request),
+    """The runs line is redrawn with the run's card (the live block that each live run's events ask for with htmx),
     so when the card says the run is done, so does the line: no more "0/40 · training" beside "step 40 of 40"."""
     run_id = client.post("/api/v1/train", json=TINY).json()["id"]
     first = client.get(f"/cross?run={run_id}").text  # the page as first drawn, while the run is queued or trains
@@ -105,7 +105,7 @@ def test_the_runs_line_follows_the_run_as_its_card_does(client: TestClient) -> N
 def test_bad_input_is_422_naming_the_field(client: TestClient, query: str, field: str) -> None:
     r = client.get(f"/cross?{query}")
     assert r.status_code == 422 and field in r.headers.get("X-Lab-Error", "")
-    # the live block alone, as static/train.js and htmx ask for it: the error in its place, not a 500
+    # the live block alone, as htmx asks for it: the error in its place, not a 500
     r = client.get(f"/cross?{query}", headers={"HX-Request": "true"})
     assert r.status_code == 422 and field in r.headers.get("X-Lab-Error", "")
     assert field in BeautifulSoup(r.text, "html.parser").select_one("#train-live .error").text

@@ -1,5 +1,5 @@
 """/train's page (#42): every label it shows comes from the catalogues (in Chinese no "repeat", "rope", "lr" or "seed"
-left in English), its live block renders alone as htmx and train.js ask for it, and its charts are the lab's, titled
+left in English), its live block renders alone as htmx asks for it, and its charts are the lab's, titled
 and numbered on both axes, the loss's x axis as long as the run."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_a_chinese_train_page_shows_no_english_label(client: TestClient, run_id:
 
 
 def test_the_live_block_renders_alone_with_its_run(client: TestClient, run_id: str) -> None:
-    """As train.js asks for it (#42: the block alone did not know the panel's macro, every redraw a 500)."""
+    """As a live run's redraw asks for it (#42: the block alone did not know the panel's macro, every redraw a 500)."""
     for lang in ("en", "zh"):
         whole = client.get(f"/train?run={run_id}&lang={lang}")
         block = client.get(f"/train?run={run_id}&lang={lang}", headers={"HX-Request": "true"})

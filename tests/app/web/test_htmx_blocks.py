@@ -9,8 +9,8 @@ is then asked for as htmx would ask:
 
 - every element with `hx-get` (a form's fields sent with it), with the `hx-target` / `hx-select` it inherits;
 - every boosted link and GET form (`hx-boost="true"` on an ancestor), one of each kind (path and query keys);
-- what the page's own scripts fetch with `HX-Request` (`SCRIPTS`: /train's redraw of `#train-live`, the lab's
-  zoomed tile), and the page's own URL.
+- what the page's own scripts fetch with `HX-Request` (`SCRIPTS`: the lab's zoomed tile), and the page's own URL
+  (/train's redraw of `#train-live` is an `hx-get` on each live run's event stream).
 
 Each answer must be no 5xx, and a swapped one (2xx, or the inline error of a 422) must hold what is swapped: the
 `hx-select`ed element, or the `#target` an outerHTML swap replaces, never a whole page (a whole page swapped into
@@ -107,14 +107,6 @@ def local(href: str) -> bool:
     return bool(href) and not href.startswith(("#", "mailto:", "javascript:", "data:")) and urlsplit(href).netloc == ""
 
 
-def train_js(page: BeautifulSoup, url: str) -> list[Ask]:
-    """static/train.js: on each of the run's events, the page's own URL again, its #train-live put in place of the
-    one shown."""
-    if page.select_one("#train-live") is None:
-        return []
-    return [Ask(url, "#train-live", "#train-live", "outerHTML", why="train.js's redraw")]
-
-
 def lab_js(page: BeautifulSoup, url: str) -> list[Ask]:
     """static/lab.js: a click on a long view's heat map opens its 16 × 16 window, a hidden link added to <main> (so
     boosted as main's links are) with ROW,COL filled in. (Its keys and ▶ Play click links the page draws.)"""
@@ -142,7 +134,6 @@ def teach_js(page: BeautifulSoup, url: str) -> list[Ask]:
 
 # Every script that makes htmx requests or hands htmx new elements says here what it asks for.
 SCRIPTS: dict[str, Callable[[BeautifulSoup, str], list[Ask]]] = {
-    "/static/train.js": train_js,
     "/static/lab.js": lab_js,
     "/static/room.js": room_js,
     "/static/teach.js": teach_js,
