@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from .lab import Lab, get_lab, progress_key
 from .render.payload import json_response
-from .web.i18n import LANGS, translator
+from .templating import LANGS, translator
 
 router = APIRouter(tags=["health"])
 

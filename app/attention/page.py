@@ -31,7 +31,6 @@ from ..schemas import AttentionRequest, FieldError, head_within
 from ..web.page import language, serve
 from ..web.share import MAX_QR_CHARS, public_base, qr_svg, unreachable
 from ..web.state import DEPENDS, lab_like, url_fields
-from .params import LabQuery
 from .view import (
     ColourBar,
     CompareAsk,
@@ -42,6 +41,7 @@ from .view import (
     DifferenceBar,
     DifferenceMap,
     HeatSide,
+    LabQuery,
     LabView,
     axis_labels,
     axis_tokens,

@@ -26,8 +26,7 @@ from engine import TraceCache
 from ..lab import ProgressKey
 from ..lab.keys import HEADER
 from ..limits import send_problem
-from ..templating import TEMPLATES
-from .i18n import LANGS, negotiate, translator
+from ..templating import LANGS, TEMPLATES, negotiate, translator
 
 if TYPE_CHECKING:
     from ..lab import HeavyWork, Lab

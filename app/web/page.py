@@ -33,10 +33,9 @@ from ..errors import clean
 from ..lab import Lab, get_lab, request_key
 from ..render.payload import OPTIONS
 from ..schemas import FieldError, said
-from ..templating import TEMPLATES
+from ..templating import LANGS, TEMPLATES, error_message, negotiate, translator
 from . import lessons, provenance, remote
 from .cache import is_fragment, page_key, remember_page, single_flight, store_of, stored
-from .i18n import LANGS, error_message, negotiate, translator
 from .knockouts import form_ablate, heads_text
 from .state import PageQuery, Q, show, within
 from .view import View

@@ -14,7 +14,7 @@ from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
 from app.render.heatmap import png
-from app.web.i18n import translator
+from app.templating import translator
 
 A = "The cat sat on the mat."
 TOKENS = " ".join(f"w{i}" for i in range(40))  # past 24 tokens: the comparison draws heat maps
