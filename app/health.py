@@ -1,5 +1,5 @@
 """`/healthz`: cheap, never computes, answers while large requests wait for the memory budget. `/api/v1/progress`:
-how far the request a page waits for has come (every page request is known to it while served: app/web/cache.py
+how far the request a page waits for has come (every page request is known to it while served: app/web/page.py
 `Kernel`)."""
 
 from __future__ import annotations

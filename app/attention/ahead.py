@@ -24,7 +24,7 @@ from typing import Any
 from engine.spec import MAIN_TENSOR, STAGES
 
 from ..render.arrays import to_numpy
-from ..web.cache import keep
+from ..web.page import keep
 from ..web.tensors import drawn, hatched
 from .view import HEATMAP_PATH, THUMB, LabQuery, heat_mode, heatmap_query, zoom_size
 

@@ -19,12 +19,11 @@ from engine.long import LongTrace
 from engine.models import Model
 from engine.spec import MAIN_TENSOR, PRESETS, STAGES, Spec
 
-from ..render import page as view
 from ..render import stages
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, RowStats, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
-from ..render.page import Arithmetic, CellSide, Checks, SideSpec
+from ..render.stages import Arithmetic, CellSide, Checks, SideSpec
 from ..web.lessons import Panel
 from ..web.share import QR
 from ..web.state import CellField, Digits, PageQuery, Stage, TileField
@@ -127,7 +126,7 @@ class CompareAsk:
 class Compared:
     """What two sides of a comparison share (app/attention/page.py `compared_view`): the tensor compared ("masked"
     or "weights"), the tolerance, the tokens the two prompts share first, each side's size, and where they differ
-    over the cells both have (`overlap`, rows and columns; render/page.py `difference`): the cells past the tolerance
+    over the cells both have (`overlap`, rows and columns; render/stages.py `difference`): the cells past the tolerance
     (a cell masked on one side only among them), the largest |Δ| of the rest, the first query row that changes and
     its token, and how many rows change."""
 
@@ -289,7 +288,7 @@ def edit_url(state: LabQuery, allow: np.ndarray, r: int, c: int) -> str:
 def small_context(trace: Trace, key: str, head: int, state: LabQuery, t: Any) -> dict[str, Any]:
     ctx: dict[str, Any] = {
         "matrices": stages.matrices(trace, key, head),
-        "weight_matrices": view.weight_matrices(trace, key),
+        "weight_matrices": stages.weight_matrices(trace, key),
     }
     if key in ("softmax", "weighted_sum"):
         w = to_numpy(trace.softmax.weights[head])
@@ -303,7 +302,7 @@ def small_context(trace: Trace, key: str, head: int, state: LabQuery, t: Any) ->
                 ]
     cell = state.cell
     if cell:
-        ctx["arithmetic"] = view.arithmetic(trace, cell.tensor, cell.head, cell.row, cell.col, t)
+        ctx["arithmetic"] = stages.arithmetic(trace, cell.tensor, cell.head, cell.row, cell.col, t)
         ctx["selected"] = astuple(cell)
     return ctx
 
@@ -312,7 +311,7 @@ def stage_fields(trace: Trace, key: str, head: int, state: LabQuery, t: Any) -> 
     """What one stage of a whole trace shows, links aside: the LabView's fields that come from the numbers. The
     page adds its links and switches; a notebook (`attention_lab.trace`) shows these alone."""
     spec = trace.spec
-    small = view.is_small(trace, key)
+    small = stages.is_small(trace, key)
     shown = small_context(trace, key, head, state, t) if small else {"large": large_context(trace, key, head, state)}
     return (
         shown
@@ -401,13 +400,13 @@ def sig(v: float) -> str:
 
 
 def difference_ticks(top: float | None, tol: float = 0.0) -> list[str]:
-    """The difference map's colour bar (app/render/page.py `difference_png`): log |Δ| from its floor (10⁻⁴ of the
+    """The difference map's colour bar (app/render/stages.py `difference_png`): log |Δ| from its floor (10⁻⁴ of the
     largest, or the tolerance `tol` where that is larger: what is below it is not counted; and less, 0 included)
     through the floor's and the top's geometric middle to the largest, `top`; a single 0 when nothing differs (the
     map is all the darkest)."""
     if top is None:
         return ["0"]
-    floor = view.difference_floor(top, tol)
+    floor = stages.difference_floor(top, tol)
     return ["≤ " + sig(floor), sig(math.sqrt(floor * top)), sig(top)]
 
 

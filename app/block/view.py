@@ -13,7 +13,7 @@ from engine.block import BlockSpec
 from engine.spec import Spec
 
 from ..render.cells import MatrixView
-from ..render.page import Checks
+from ..render.stages import Checks
 from ..web.view import StageView
 
 

@@ -229,7 +229,7 @@ def test_the_difference_map_draws_its_scale_from_the_tolerance() -> None:
     from PIL import Image
 
     from app.attention.view import difference_ticks
-    from app.render.page import difference_png
+    from app.render.stages import difference_png
 
     top, tol = 0.01, 1e-5  # 10⁻⁴ of the largest (10⁻⁶) is below the tolerance
     d = np.zeros((4, 4))
