@@ -42,7 +42,7 @@ def path_of(url: str = URL) -> list[str]:
         response = client.get(url)
     finally:
         sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
     response.raise_for_status()
     return list(seen)
 
