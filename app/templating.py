@@ -22,7 +22,6 @@ from jinja2.runtime import Context
 from jinja2_fragments.fastapi import Jinja2Blocks
 from markupsafe import Markup, escape
 
-from .render.predicted import small
 from .schemas import BlockRequest, request_fields
 from .web import registry
 from .web.knockouts import heads_typed
@@ -115,6 +114,18 @@ TEMPLATES.env.globals["nav"] = registry.nav
 TEMPLATES.env.globals["nav_here"] = registry.here
 # Where a newcomer begins (the lab's "Start here" line, #42): the course's first lesson.
 TEMPLATES.env.globals["first_lesson"] = LESSONS[0]
+
+
+def small(v: float) -> str:
+    """A number that may be tiny (max |Δ|, KL): 0, 3e-7, 0.012, 17.6 (the templates' `tiny` filter)."""
+    if v == 0:
+        return "0"
+    if abs(v) < 0.01:
+        mantissa, _, exp = f"{v:.0e}".partition("e")
+        return f"{mantissa}e{int(exp)}"
+    return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+
+
 # `{{ kl | tiny }}`: a number that may be tiny, 3e-7 rather than 0.000.
 TEMPLATES.env.filters["tiny"] = small
 # `{{ state.get('ablate') | heads_typed }}`: heads to knock out as the pages write them (L1 H0, not 1.0).
