@@ -68,7 +68,7 @@ def clean(errors: Any, where: str) -> list[dict[str, Any]]:
 
 def coded(msg: str, kind: str, ctx: dict[str, Any] | None) -> str:
     """Pydantic's message keeping its type and the bounds it names (its ctx's numbers and words, never the input),
-    for a page to say it in its reader's language (app/web/i18n.py `error_message`)."""
+    for a page to say it in its reader's language (app/templating.py `error_message`)."""
     params = {k: v for k, v in (ctx or {}).items() if isinstance(v, int | float | str) and k not in ("error", "code")}
     return Message.worded(msg, (ctx or {}).get("code") or f"pydantic.{kind}", **params)
 

@@ -1,5 +1,5 @@
 """`/healthz`: cheap, never computes, answers while large requests wait for the memory budget. `/api/v1/progress`:
-how far the request a page waits for has come (every page request is known to it while served: app/web/cache.py
+how far the request a page waits for has come (every page request is known to it while served: app/web/page.py
 `Kernel`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from .lab import Lab, get_lab, progress_key
 from .render.payload import json_response
-from .web.i18n import LANGS, translator
+from .templating import LANGS, translator
 
 router = APIRouter(tags=["health"])
 

@@ -43,7 +43,7 @@ from .rooms.service import Rooms
 from .schemas import LIST_FIELDS, Problem
 from .settings import Settings, get_settings
 from .train import api as train_api
-from .web import cache, registry
+from .web import page, registry
 from .web.page import not_found
 from .web.view import view_schemas
 
@@ -121,10 +121,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = Metrics()
     app.state.lab = Lab(settings, app.state.metrics)
-    # The kernel's response store (app/web/cache.py); the lab keeps a reference for its metrics only.
+    # The kernel's response store (app/web/page.py); the lab keeps a reference for its metrics only.
     app.state.responses = app.state.lab.responses = TraceCache(int(settings.response_cache_mb * 2**20))
     arena.configure(int(settings.arena_mb * 2**20))
-    app.state.flights = {}  # the keys of answers being computed now (cache.single_flight)
+    app.state.flights = {}  # the keys of answers being computed now (page.single_flight)
     app.state.lab.ahead = DrawAhead(app.state.responses, app.state.flights, settings.draw_ahead_traces)
     app.state.rooms = Rooms(settings)
     errors.install(app, html_404=not_found)  # a browser that navigates to no page gets a page saying so
@@ -134,7 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The page kernel's layer: page requests known to /api/v1/progress, `.json` twins, stored answers, and the heavy
     # pages and API routes (app/web/registry.py) queued for a slot after the store (a cached answer takes no place).
     heavy = HeavyWork(registry.heavy_paths(), per_client=settings.max_heavy_per_client)
-    app.add_middleware(cache.Kernel, store=app.state.responses, lab=app.state.lab, heavy=heavy)
+    app.add_middleware(page.Kernel, store=app.state.responses, lab=app.state.lab, heavy=heavy)
     train_api.catch_up(app)  # with Redis: the runs finished on any worker are presets here before a cached answer
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     # htmx and its SSE extension, installed by `make` from npm (package.json) beside the math font.

@@ -1,9 +1,18 @@
-"""The Jinja2 environment every page shares (jinja2-fragments, so a route can render one block)."""
+"""The Jinja2 environment every page shares (jinja2-fragments, so a route can render one block), and the words
+it says: the lab's message catalogues, every string the pages show, in English and Chinese.
+
+The catalogues are data, one JSON file per language in app/web/locales/ (a translator opens zh.json beside en.json;
+a test keeps their keys and `{placeholders}` equal). Templates call `t("key", **values)`; a missing key is a bug.
+The language comes from `?lang=`, else from Accept-Language (by quality), else English: `negotiate`, called once
+per request by the page kernel. An error message is said by its code from locales/errors.json (`error_message`).
+"""
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+import string
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
@@ -13,7 +22,6 @@ from jinja2.runtime import Context
 from jinja2_fragments.fastapi import Jinja2Blocks
 from markupsafe import Markup, escape
 
-from .render.predicted import small
 from .schemas import BlockRequest, request_fields
 from .web import registry
 from .web.knockouts import heads_typed
@@ -24,6 +32,79 @@ from .web.state import SHARED, url_fields
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+LANGS = ("en", "zh")
+LOCALES = Path(__file__).resolve().parent / "web" / "locales"
+
+MESSAGES: dict[str, dict[str, str]] = {
+    lang: json.loads((LOCALES / f"{lang}.json").read_text(encoding="utf-8")) for lang in LANGS
+}
+
+
+def negotiate(query_lang: str | None, accept_language: str | None) -> str:
+    """`?lang=` wins; otherwise the first supported language in Accept-Language by quality; else English."""
+    if query_lang in LANGS:
+        return query_lang
+    best, best_q = "en", -1.0
+    for part in (accept_language or "").split(",")[:32]:
+        tag, _, params = part.strip().partition(";")
+        q = 1.0
+        if params.strip().startswith("q="):
+            try:
+                q = float(params.strip()[2:])
+            except ValueError:
+                q = 0.0
+        lang = tag.split("-")[0].lower()
+        if lang in LANGS and q > best_q:
+            best, best_q = lang, q
+    return best
+
+
+class _Plural(string.Formatter):
+    """str.format, plus a count's word forms: `{n:token|tokens}` reads "token" when n is 1, else "tokens" (a
+    catalogue writes `{n} {n:token|tokens}`; Chinese needs no such field). Other format specs are Python's."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if "|" in format_spec:
+            one, _, other = format_spec.partition("|")
+            return one if value == 1 else other
+        return super().format_field(value, format_spec)
+
+
+_PLURAL = _Plural()
+
+
+def translator(lang: str) -> Callable[..., str]:
+    table = MESSAGES[lang]
+
+    def t(key: str, **values: object) -> str:
+        if key not in table and key.startswith("preset."):  # a model the server loaded (--model) is its own name
+            return key.removeprefix("preset.")
+        text = table[key]
+        return _PLURAL.format(text, **values) if values else text
+
+    return t
+
+
+ERRORS = json.loads((LOCALES / "errors.json").read_text(encoding="utf-8"))
+# A message by its code (engine.errors.Message, the app's `said`; "pydantic.<type>" for validation errors, filled
+# from their ctx). English is the message itself (the API's words): "en" holds the app's templates for `said`.
+ERROR_CODES: dict[str, dict[str, str]] = {lang: ERRORS[lang] for lang in LANGS if lang != "en"}
+
+
+def error_message(message: str, lang: str) -> str:
+    """An engine or validation message (always English at the source: the API's words) in the page's language, by
+    its code and parameters from locales/errors.json (`engine.errors.Message`); one without a code, or whose code
+    the catalogue does not know, stays as it is (never read back from its English)."""
+    code = getattr(message, "code", None)
+    template = ERROR_CODES.get(lang, {}).get(code) if code else None
+    if template is None:
+        return message
+    try:
+        return _PLURAL.format(template, **getattr(message, "params", {}))
+    except (KeyError, IndexError, ValueError):  # a validation error whose ctx lacks a parameter: its English
+        return message
+
+
 TEMPLATES = Jinja2Blocks(directory=str(Path(__file__).resolve().parent.parent / "templates"))
 TEMPLATES.env.globals["zip"] = zip
 # A page a class can follow: it offers "Start a class" (app/rooms).
@@ -33,6 +114,18 @@ TEMPLATES.env.globals["nav"] = registry.nav
 TEMPLATES.env.globals["nav_here"] = registry.here
 # Where a newcomer begins (the lab's "Start here" line, #42): the course's first lesson.
 TEMPLATES.env.globals["first_lesson"] = LESSONS[0]
+
+
+def small(v: float) -> str:
+    """A number that may be tiny (max |Δ|, KL): 0, 3e-7, 0.012, 17.6 (the templates' `tiny` filter)."""
+    if v == 0:
+        return "0"
+    if abs(v) < 0.01:
+        mantissa, _, exp = f"{v:.0e}".partition("e")
+        return f"{mantissa}e{int(exp)}"
+    return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+
+
 # `{{ kl | tiny }}`: a number that may be tiny, 3e-7 rather than 0.000.
 TEMPLATES.env.filters["tiny"] = small
 # `{{ state.get('ablate') | heads_typed }}`: heads to knock out as the pages write them (L1 H0, not 1.0).

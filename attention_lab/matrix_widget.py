@@ -39,9 +39,8 @@ class AttentionWidget(anywidget.AnyWidget):
         self._show()
 
     def _show(self) -> None:
-        from app.attention.params import LabQuery
-        from app.attention.view import LabView, stage_fields
-        from app.web.i18n import translator
+        from app.attention.view import LabQuery, LabView, stage_fields
+        from app.templating import translator
 
         fields = stage_fields(self._computed, self._stage, self.head, LabQuery.of({}, "/"), translator(self._lang))
         mats = LabView(**fields).to_json()["matrices"]

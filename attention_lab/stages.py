@@ -6,11 +6,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from app.attention.params import LabQuery
-from app.attention.view import LabView, stage_fields
+from app.attention.view import LabQuery, LabView, stage_fields
 from app.render.payload import OPTIONS
 from app.schemas import AttentionRequest
-from app.web.i18n import translator
+from app.templating import translator
 from app.web.notebook import render_views
 from engine.spec import STAGES, Limits
 

@@ -24,10 +24,9 @@ from typing import Any
 from engine.spec import MAIN_TENSOR, STAGES
 
 from ..render.arrays import to_numpy
-from ..web.cache import keep
+from ..web.page import keep
 from ..web.tensors import drawn, hatched
-from .params import LabQuery
-from .view import HEATMAP_PATH, THUMB, heat_mode, heatmap_query, zoom_size
+from .view import HEATMAP_PATH, THUMB, LabQuery, heat_mode, heatmap_query, zoom_size
 
 SEEN = 256  # traces remembered as drawn ahead (a trace's API query), so a page view schedules nothing twice
 

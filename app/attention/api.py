@@ -28,7 +28,7 @@ from ..schemas import (
     query_parameters,
 )
 from ..web.answer import CitedAnswer, answer_document, cited, respond, twins
-from ..web.cache import cached_get
+from ..web.page import cached_get
 from ..web.tensors import (
     KEY_AXIS,
     NPZ,

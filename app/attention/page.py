@@ -22,16 +22,15 @@ from engine import PRESETS, STAGES, SpecError
 from engine.spec import MAIN_TENSOR, Spec
 
 from ..lab import Lab, get_lab, request_key
-from ..render import page as view
+from ..render import stages
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES
 from ..render.heatmap import data_uri
-from ..render.page import SideSpec
+from ..render.stages import SideSpec
 from ..schemas import AttentionRequest, FieldError, head_within
 from ..web.page import language, serve
 from ..web.share import MAX_QR_CHARS, public_base, qr_svg, unreachable
 from ..web.state import DEPENDS, lab_like, url_fields
-from .params import LabQuery
 from .view import (
     ColourBar,
     CompareAsk,
@@ -42,6 +41,7 @@ from .view import (
     DifferenceBar,
     DifferenceMap,
     HeatSide,
+    LabQuery,
     LabView,
     axis_labels,
     axis_tokens,
@@ -257,14 +257,14 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
     sparsely) and its colour bar (ticks from the matrix it shows); the counts, and for two prompts the tokens they
     share first (under the causal mask, rows of the shared prefix read the same keys). `color` is the page's colour
     mode for heat maps (log for weights and linear for S′ by default)."""
-    name, a = view.compared(traces[0], head, key)
-    _, b = view.compared(traces[1], head, key)
+    name, a = stages.compared(traces[0], head, key)
+    _, b = stages.compared(traces[1], head, key)
     finite = np.concatenate([a[np.isfinite(a)].ravel(), b[np.isfinite(b)].ravel()])
     bound = float(np.abs(finite).max()) if finite.size else 0.0
     tol = COMPARE_TOL * (max(1.0, bound) if name == "masked" else 1.0)
     # Where the two sides differ, over the cells both have: the cells past the tolerance and their query rows (under
     # a causal mask, two prompts sharing a prefix agree on every row of it).
-    d = view.difference(a, b)
+    d = stages.difference(a, b)
     hit = d > tol
     rows_hit = np.flatnonzero(hit.any(axis=1))
     first = int(rows_hit[0]) if rows_hit.size else None
@@ -286,13 +286,13 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
         rows_changed=int(rows_hit.size),
         overlap=(d.shape[0], d.shape[1]),
     )
-    if all(t.spec.n_tokens <= view.SMALL_TOKENS for t in traces):
+    if all(t.spec.n_tokens <= stages.SMALL_TOKENS for t in traces):
         cells = []
         for t in traces:  # the outline at each side's own size (two prompts may differ in length)
             n_keys = len(t.spec.kv_tokens) or t.spec.n_tokens
             mine = np.zeros((t.spec.n_tokens, n_keys), dtype=bool)
             mine[: hit.shape[0], : hit.shape[1]] = hit
-            cells.append(view.compare_side(t, head, key, mine))
+            cells.append(stages.compare_side(t, head, key, mine))
         return ComparedCells(**vars(counts), sides=(cells[0], cells[1]))
     mode = heat_mode(color, name)
     scale = "sequential" if name == "weights" else "diverging"
@@ -319,7 +319,7 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
             colorbar=ColourBar(scale, mode, SWATCHES[scale],
                                colour_ticks(scale, mode, float(np.abs(finite).max()) if finite.size else 0.0)),
         ))  # fmt: skip
-    top = view.difference_top(d, tol)
+    top = stages.difference_top(d, tol)
     r, c = d.shape
 
     def both(sides: list[list[str]], n: int) -> list[str]:
@@ -336,7 +336,7 @@ def compared_view(kind: str, traces: list[Any], queries: list[str], head: int, k
         col_marks=col_marks,
         colorbar=DifferenceBar("sequential", "log", SWATCHES["sequential"], difference_ticks(top, tol),
                                max=top or 0.0,
-                               floor_is_tol=top is not None and view.difference_floor(top, tol) == tol),
+                               floor_is_tol=top is not None and stages.difference_floor(top, tol) == tol),
     )  # fmt: skip
-    png = view.difference_png(d, tol, 384)
+    png = stages.difference_png(d, tol, 384)
     return ComparedMaps(**vars(counts), sides=(maps[0], maps[1]), difference=difference_map, diff_src=data_uri(png))

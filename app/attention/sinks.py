@@ -21,8 +21,7 @@ from ..schemas import AttentionRequest, FieldError, head_within
 from ..web.page import serve
 from ..web.state import url_fields
 from ..web.view import View
-from .params import SinksQuery
-from .view import COLOR_TICKS, axis_labels
+from .view import COLOR_TICKS, SinksQuery, axis_labels
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = url_fields(AttentionRequest)

@@ -21,7 +21,7 @@ from ..schemas import FieldError, TilesRequest
 from ..web.page import language, serve
 from ..web.state import lab_like, url_fields, within
 from ..web.view import Array, View
-from .params import TilesQuery
+from .view import TilesQuery
 
 router = APIRouter(include_in_schema=False)
 TILE_KEYS = url_fields(TilesRequest)

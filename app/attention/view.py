@@ -12,26 +12,58 @@ from typing import Annotated, Any, Self
 from urllib.parse import urlencode
 
 import numpy as np
-from pydantic import Discriminator, Field, InstanceOf, Tag
+from pydantic import AliasChoices, Discriminator, Field, InstanceOf, Tag
 
 from engine.attention import Trace
 from engine.long import LongTrace
 from engine.models import Model
 from engine.spec import MAIN_TENSOR, PRESETS, STAGES, Spec
 
-from ..render import page as view
 from ..render import stages
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, RowStats, matrix_view, row_stats, short
 from ..render.heatmap import COLOR_MODES
-from ..render.page import Arithmetic, CellSide, Checks, SideSpec
+from ..render.stages import Arithmetic, CellSide, Checks, SideSpec
 from ..web.lessons import Panel
 from ..web.share import QR
-from ..web.tensors import KEY_AXIS
+from ..web.state import CellField, Digits, PageQuery, Stage, TileField
+from ..web.tensors import KEY_AXIS, Colour
 from ..web.view import HIDDEN, StageView
-from .params import LabQuery
 
 TILE = 16
+
+# The view parameters of the attention pages (the lab and /embed, /sinks, /tiles): what each page's URL carries
+# besides the request's fields, typed and read once (app/web/state.py `PageQuery`).
+
+
+class LabQuery(PageQuery):
+    """The lab's view: the stage on screen, the head, an open cell (`tensor.head.row.col`), the large view's tile
+    (`row,col`), a comparison (`compare=mask|scale|leak|text`, the second prompt in `compare_text`), the heat
+    maps' colour mode and the parts of an embedded view to hide. `step` is an older spelling of `lesson_step`."""
+
+    stage: Stage(STAGES) = STAGES[0]  # type: ignore[valid-type]
+    head: Digits(None) = 0  # type: ignore[valid-type]  # checked against the trace's heads once it is known
+    compare: str = ""
+    compare_text: str = ""
+    cell: CellField = None
+    tile: TileField = (0, 0)
+    color: Colour = ""
+    hide: str = ""
+    lesson_step: Digits(1) | None = Field(None, validation_alias=AliasChoices("lesson_step", "step"))  # type: ignore[valid-type]
+
+
+class SinksQuery(PageQuery):
+    """/sinks: the head whose sink share is drawn."""
+
+    head: Digits(None) = 0  # type: ignore[valid-type]
+
+
+class TilesQuery(PageQuery):
+    """/tiles: the query block and the key block of the walk-through (the key block's default is the first that
+    does something, known once the schedule is computed)."""
+
+    qb: Digits(None) = 0  # type: ignore[valid-type]
+    kb: Digits(None) | None = None  # type: ignore[valid-type]
 
 
 @dataclass(frozen=True)
@@ -94,7 +126,7 @@ class CompareAsk:
 class Compared:
     """What two sides of a comparison share (app/attention/page.py `compared_view`): the tensor compared ("masked"
     or "weights"), the tolerance, the tokens the two prompts share first, each side's size, and where they differ
-    over the cells both have (`overlap`, rows and columns; render/page.py `difference`): the cells past the tolerance
+    over the cells both have (`overlap`, rows and columns; render/stages.py `difference`): the cells past the tolerance
     (a cell masked on one side only among them), the largest |Δ| of the rest, the first query row that changes and
     its token, and how many rows change."""
 
@@ -256,7 +288,7 @@ def edit_url(state: LabQuery, allow: np.ndarray, r: int, c: int) -> str:
 def small_context(trace: Trace, key: str, head: int, state: LabQuery, t: Any) -> dict[str, Any]:
     ctx: dict[str, Any] = {
         "matrices": stages.matrices(trace, key, head),
-        "weight_matrices": view.weight_matrices(trace, key),
+        "weight_matrices": stages.weight_matrices(trace, key),
     }
     if key in ("softmax", "weighted_sum"):
         w = to_numpy(trace.softmax.weights[head])
@@ -270,7 +302,7 @@ def small_context(trace: Trace, key: str, head: int, state: LabQuery, t: Any) ->
                 ]
     cell = state.cell
     if cell:
-        ctx["arithmetic"] = view.arithmetic(trace, cell.tensor, cell.head, cell.row, cell.col, t)
+        ctx["arithmetic"] = stages.arithmetic(trace, cell.tensor, cell.head, cell.row, cell.col, t)
         ctx["selected"] = astuple(cell)
     return ctx
 
@@ -279,7 +311,7 @@ def stage_fields(trace: Trace, key: str, head: int, state: LabQuery, t: Any) -> 
     """What one stage of a whole trace shows, links aside: the LabView's fields that come from the numbers. The
     page adds its links and switches; a notebook (`attention_lab.trace`) shows these alone."""
     spec = trace.spec
-    small = view.is_small(trace, key)
+    small = stages.is_small(trace, key)
     shown = small_context(trace, key, head, state, t) if small else {"large": large_context(trace, key, head, state)}
     return (
         shown
@@ -368,13 +400,13 @@ def sig(v: float) -> str:
 
 
 def difference_ticks(top: float | None, tol: float = 0.0) -> list[str]:
-    """The difference map's colour bar (app/render/page.py `difference_png`): log |Δ| from its floor (10⁻⁴ of the
+    """The difference map's colour bar (app/render/stages.py `difference_png`): log |Δ| from its floor (10⁻⁴ of the
     largest, or the tolerance `tol` where that is larger: what is below it is not counted; and less, 0 included)
     through the floor's and the top's geometric middle to the largest, `top`; a single 0 when nothing differs (the
     map is all the darkest)."""
     if top is None:
         return ["0"]
-    floor = view.difference_floor(top, tol)
+    floor = stages.difference_floor(top, tol)
     return ["≤ " + sig(floor), sig(math.sqrt(floor * top)), sig(top)]
 
 

@@ -25,10 +25,9 @@ from engine.spec import PRESETS, SpecError, make_spec
 from engine.tracing import compute as compute_trace
 
 from ..lab import Lab, get_key
-from ..render.predicted import generators
 from ..schemas import ERRORS, FieldError, said
 from ..web.answer import twins
-from ..web.sequence import Text, longer_than_traced, text_of
+from ..web.sequence import Text, generators, longer_than_traced, text_of
 
 router = APIRouter(prefix="/api/v1", tags=["attribution"], responses=ERRORS)
 

@@ -12,8 +12,8 @@ from fastapi import APIRouter, Request
 from engine.spec import PRESETS
 
 from ..lab import Lab
-from ..render.predicted import generators
 from ..web.page import page_route
+from ..web.sequence import generators
 from ..web.state import Choice, Digits, HeadCell, PageQuery
 from .api import BUILTIN, AttributionRequest, encoders
 from .view import DEFAULT_TEXT, SORTS, AttributionView, attribution_view

@@ -23,10 +23,9 @@ from engine.spec import PRESETS
 
 from ..lab import Lab
 from ..render import cells
-from ..render.predicted import generators
 from ..schemas import FieldError, head_within, query_model
 from ..web.page import lab_url, twin_url
-from ..web.sequence import DECODER, Text
+from ..web.sequence import DECODER, Text, generators
 from ..web.state import PageQuery, within
 from ..web.view import HIDDEN, View
 from .api import (

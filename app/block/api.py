@@ -12,7 +12,7 @@ from engine.block import BlockTrace
 from ..lab import Lab, get_lab
 from ..schemas import ERRORS, BlockRequest, query_model, query_parameters
 from ..web.answer import CitedAnswer, cited, respond, twins
-from ..web.cache import cached_get
+from ..web.page import cached_get
 from ..web.tensors import (
     NPZ,
     Heat,

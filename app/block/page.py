@@ -12,7 +12,6 @@ from engine import STAGES
 from engine.block import BlockTrace
 
 from ..lab import Lab, get_lab
-from ..render import page as view
 from ..render import stages
 from ..schemas import BlockRequest, head_within
 from ..web.page import language, serve
@@ -60,7 +59,7 @@ async def block_view(state: BlockQuery, lab: Lab, ctx: dict[str, Any]) -> BlockV
     head = head_within(state.head, spec.attn.n_heads)
     trace, _ = await lab.block(spec)
     i = order.index(stage)
-    small = spec.attn.n_tokens <= view.SMALL_TOKENS and spec.attn.d_model <= view.SMALL_DIMS
+    small = spec.attn.n_tokens <= stages.SMALL_TOKENS and spec.attn.d_model <= stages.SMALL_DIMS
     shown: dict[str, Any] = stages.present(trace, stage, t)  # formula, explain, notice
     if not small:
         shown |= strips(trace, stage, head, state)

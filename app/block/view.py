@@ -1,5 +1,5 @@
 """The block page's view. Its stages' formulas, notices and matrices are their presentations in the kernel
-(app/render/block_stages.py for the norms, residuals and FFN around the attention; the attention stages inside are
+(app/render/stages.py, for the norms, residuals and FFN around the attention; the attention stages inside are
 presented exactly as on the lab page, on the block's own attention trace)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from engine.block import BlockSpec
 from engine.spec import Spec
 
 from ..render.cells import MatrixView
-from ..render.page import Checks
+from ..render.stages import Checks
 from ..web.view import StageView
 
 

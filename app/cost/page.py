@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from ..errors import clean
 from ..lab import Lab, get_lab
 from ..schemas import FieldError
-from ..web.i18n import error_message, translator
+from ..templating import error_message, translator
 from ..web.page import language, query_of, serve
 from ..web.state import PageQuery
 from .view import CostQuery, CostView, cost_view

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 
 from ..lab import Lab
 from ..render.arrays import to_numpy
-from ..render.page import SMALL_DIMS, SMALL_TOKENS, kv_head
+from ..render.stages import SMALL_DIMS, SMALL_TOKENS, kv_head
 from ..schemas import DecodeRequest, head_within, request_fields
 from ..web.page import language, page_route
 from ..web.state import DEPENDS, Digits, PageQuery, lab_like, url_fields, within

@@ -14,7 +14,7 @@ from ..errors import problem
 from ..render.figure import chart_figure
 from ..render.payload import json_response
 from ..schemas import ERRORS
-from ..web.i18n import translator
+from ..templating import translator
 from .view import PermutationQuery, RopeQuery, SoftmaxQuery, logits_of, permutation_of, run_demos, scaling_specs
 
 router = APIRouter(prefix="/api/v1/demo", tags=["demonstrations"], responses=ERRORS)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import field_error
 from ..schemas import ERRORS, FieldError, query_model
-from ..web.i18n import negotiate, translator
+from ..templating import negotiate, translator
 from ..web.sequence import DECODER, InputText, Preset, text_of
 from . import cite, twin
 from . import code as snippets

@@ -18,10 +18,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..web.i18n import translator
+from ..templating import translator
 from .twin import Page
 
-T = Callable[..., str]  # a catalogue's translator (app/web/i18n.py): the snippet's comments in the page's language
+T = Callable[..., str]  # a catalogue's translator (app/templating.py): the snippet's comments in the page's language
 ENGLISH = translator("en")
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..render.figure import FORMATS, WORDS, Curves, Figure, Heat, TooLarge, cjk_font, draw
-from ..web.i18n import LANGS, MESSAGES, translator
+from ..templating import LANGS, MESSAGES, translator
 
 __all__ = ["FORMATS", "NoFigure", "TooLarge", "cjk_font", "draw", "panels"]
 

@@ -20,8 +20,8 @@ from engine.spec import Limits, Spec, make_spec
 from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.cells import MatrixView
-from ..render.predicted import generators, top_labels
 from ..schemas import RETURNED, FieldError, LabField, said
+from ..web.sequence import generators, top_labels
 from ..web.view import View
 
 

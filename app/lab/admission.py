@@ -117,7 +117,7 @@ class HeavyWork:
     always takes a large-work slot): `serve` marks each, so that the lab takes its place in the queue before it
     tokenises its text (`Lab.off_loop`), and its work takes a slot whatever its size (`Lab.offload`); and gives the
     place back when the request ends, if its work never took a slot. No layer of its own: the page kernel's
-    (app/web/cache.py `Kernel`) calls it, after the response cache, so a cached answer never queues.
+    (app/web/page.py `Kernel`) calls it, after the response cache, so a cached answer never queues.
 
     One client address holds at most `per_client` heavy requests at once (0: no cap), so that one address cannot
     hold every large-work slot; a GET of a URL already being computed (for anyone) is free, since it waits for that

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from engine.models import Model
 
     from ..metrics import Metrics
-    from ..web.cache import CachedResponse
+    from ..web.page import CachedResponse
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)

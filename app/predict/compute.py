@@ -11,10 +11,9 @@ from engine import predict as P
 from engine.models import Model
 
 from ..lab import Lab, job_kind
-from ..render.predicted import top_labels
 from ..schemas import FieldError, said
 from ..web.knockouts import intervention
-from ..web.sequence import Text, text_of
+from ..web.sequence import Text, text_of, top_labels
 from ..web.view import OPTIONAL
 from .request import LensRequest, PredictRequest, RankRequest
 

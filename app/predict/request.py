@@ -17,11 +17,10 @@ from engine.errors import Message
 from engine.models import Model
 
 from ..lab import Lab
-from ..render.predicted import generators
 from ..schemas import FieldError, LabField, query_model, said
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
 from ..web.page import Refused
-from ..web.sequence import DECODER, InputText, Preset, decoder
+from ..web.sequence import DECODER, InputText, Preset, decoder, generators
 from ..web.state import Digits, Flag, PageQuery, Q, digits, refused, show
 
 IDS = Field(None, max_length=65_536, description="The text as token ids instead (a view's own limit applies: "

@@ -25,8 +25,8 @@ from engine import STAGES
 
 from ..render.payload import json_response
 from ..schemas import FieldError, Problem
+from ..templating import LANGS
 from ..web import lessons, sse
-from ..web.i18n import LANGS
 from ..web.state import parse_stage, show
 from .bodies import (
     AnswerIn,

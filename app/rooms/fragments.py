@@ -11,8 +11,7 @@ from urllib.parse import parse_qs
 
 from markupsafe import Markup
 
-from ..templating import TEMPLATES
-from ..web.i18n import translator
+from ..templating import TEMPLATES, translator
 from .store import Poll, Store
 
 Role = Literal["teacher", "student", "remote"]  # the projector's bar, a student's, the teacher's remote (live)

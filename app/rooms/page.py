@@ -19,8 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
 from ..schemas import query_model
-from ..templating import TEMPLATES
-from ..web.i18n import LANGS, translator
+from ..templating import LANGS, TEMPLATES, translator
 from ..web.lessons import LESSONS, with_query
 from ..web.page import language
 from ..web.share import MAX_QR_CHARS, qr_svg, unreachable

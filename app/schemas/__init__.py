@@ -10,9 +10,9 @@
   ranges; the engine's `make_*` check every rule that depends on other fields or on the server's configured
   limits, raising `SpecError` (alias `FieldError`, the one error type) naming the field at fault, so every bad
   input becomes a 422 that names it.
-- `query`: a GET request carries the same fields as query parameters (`tokens` as one space-separated string,
-  lists as repeated or comma-separated values, explicit matrices as JSON text): `query_model(Model)` reads them
-  (FastAPI's query model of a GET twin, a page's request), `query_parameters` describes them for OpenAPI.
+  A GET request carries the same fields as query parameters (`tokens` as one space-separated string, lists as
+  repeated or comma-separated values, explicit matrices as JSON text): `query_model(Model)` reads them (FastAPI's
+  query model of a GET twin, a page's request), `query_parameters` describes them for OpenAPI.
 - `responses`: the answers' models for /docs (`Problem`, `ERRORS`, `AttentionResponse`).
 
 Everything is importable from `app.schemas`.
@@ -21,8 +21,20 @@ Everything is importable from `app.schemas`.
 from __future__ import annotations
 
 from .fields import FieldError, LabField, head_within, request_fields, said
-from .query import ASCII_INT, ASCII_NUMBER, LIST_FIELDS, int_or_empty, query_model, query_parameters
-from .request_models import RETURNED, AttentionRequest, BlockRequest, DecodeRequest, Selection, TilesRequest
+from .request_models import (
+    ASCII_INT,
+    ASCII_NUMBER,
+    LIST_FIELDS,
+    RETURNED,
+    AttentionRequest,
+    BlockRequest,
+    DecodeRequest,
+    Selection,
+    TilesRequest,
+    int_or_empty,
+    query_model,
+    query_parameters,
+)
 from .responses import ERRORS, AttentionResponse, Problem
 
 __all__ = [

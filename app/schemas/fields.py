@@ -31,7 +31,7 @@ APP_ENGLISH: dict[str, str] = json.loads(CATALOGUE.read_text(encoding="utf-8"))[
 
 def said(code: str, **params: Any) -> Message:
     """The app's message `code` in English, keeping its code and parameters: a page says it in its reader's language
-    from the catalogue (app/web/i18n.py), never by reading the English back."""
+    from the catalogue (app/templating.py), never by reading the English back."""
     return Message.worded(APP_ENGLISH[code].format(**params), code, **params)
 
 

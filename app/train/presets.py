@@ -27,7 +27,7 @@ from engine.encdec_train import export as export_encdec
 from engine.models import ModelError, load
 from engine.train import Run, export
 
-from ..web.cache import forget_pages, forget_preset
+from ..web.page import forget_pages, forget_preset
 
 if TYPE_CHECKING:
     from ..lab import Lab

@@ -19,7 +19,7 @@ from ..render.arrays import Traced
 from ..render.payload import OPTIONS, TooLarge, json_response, min_numbers, to_json, to_npz
 from ..schemas import FieldError, Selection, query_model, query_parameters
 from . import provenance
-from .cache import cached_get
+from .page import cached_get
 from .state import PageQuery, show
 from .view import OPTIONAL, Provenance, subclasses
 

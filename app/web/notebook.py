@@ -21,8 +21,7 @@ from jinja2 import ChainableUndefined
 from jinja2_fragments import render_block
 from markupsafe import escape
 
-from ..templating import TEMPLATES
-from .i18n import translator
+from ..templating import TEMPLATES, translator
 from .state import PageQuery
 
 STATIC = Path(__file__).resolve().parent.parent.parent / "static"

@@ -1,6 +1,7 @@
 """A request's text as a decoder's sequence, for every view that runs a loaded decoder over a text (the prediction
 views, the head views): the model checked, the text tokenised once through the engine's `make_spec`, BOS/EOS added
-as asked, and the count held to the view's own limit — the one a refusal states."""
+as asked, and the count held to the view's own limit — the one a refusal states; which loaded models are decoders
+(`generators`) and how a predicted token is labelled next to the text's own pieces (`top_labels`)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,28 @@ from engine.models import Model
 from engine.spec import SpecError, make_spec
 
 from ..lab import Lab
-from ..render.predicted import generators
 from ..schemas import FieldError, said
+
+
+def generators(models: Mapping[str, Any]) -> list[str]:
+    """The causal language models the lab can decode with: every loaded decoder."""
+    return [name for name, m in models.items() if getattr(m, "generates", False)]
+
+
+TAIL = 4  # context tokens a candidate is read after: a UTF-8 character has at most 4 bytes, a piece at least 1
+
+
+def top_labels(
+    model: Model, ids: list[int], labels: list[str], context: int, top_ids: tuple[int, ...] | list[int]
+) -> list[str]:
+    """The candidates of the step predicted from `ids[:context]`, labelled as the text labels its pieces: the token
+    that was chosen exactly as the text shows it (猫₁ when the next piece finishes 猫); any other as if it came next,
+    after the context's last pieces (猫₂ when it finishes a character the context began; bytes that begin a
+    character it does not finish as ⟨e7⟩). Never U+FFFD, which `decode` gives for a piece of a character."""
+    chosen = ids[context] if context < len(ids) else None
+    tail = list(ids[max(0, context - TAIL) : context])
+    return [labels[context] if t == chosen else model.labels([*tail, t])[-1] for t in top_ids]
+
 
 # The request fields every view that reads a text through a loaded decoder takes (the prediction and head views):
 # `preset: Preset = DECODER`, `text: InputText = None`.

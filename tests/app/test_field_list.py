@@ -29,7 +29,7 @@ from app.schemas import (
 )
 from app.schemas.fields import LabField
 from app.settings import LIMIT_SETTINGS, Settings
-from app.web.i18n import MESSAGES
+from app.templating import MESSAGES
 from app.web.state import DEPENDS, url_fields
 from engine import masks, reference
 from engine import spec as engine_spec

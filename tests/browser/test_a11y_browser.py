@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from app.render.page import SMALL_TOKENS
+from app.render.stages import SMALL_TOKENS
 
 pytestmark = pytest.mark.browser
 

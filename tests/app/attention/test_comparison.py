@@ -14,7 +14,7 @@ from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
 from app.render.heatmap import png
-from app.web.i18n import translator
+from app.templating import translator
 
 A = "The cat sat on the mat."
 TOKENS = " ".join(f"w{i}" for i in range(40))  # past 24 tokens: the comparison draws heat maps
@@ -229,7 +229,7 @@ def test_the_difference_map_draws_its_scale_from_the_tolerance() -> None:
     from PIL import Image
 
     from app.attention.view import difference_ticks
-    from app.render.page import difference_png
+    from app.render.stages import difference_png
 
     top, tol = 0.01, 1e-5  # 10⁻⁴ of the largest (10⁻⁶) is below the tolerance
     d = np.zeros((4, 4))

@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from bs4 import BeautifulSoup
 
-from app.web.i18n import MESSAGES, negotiate
+from app.templating import MESSAGES, negotiate
 
 
 def soup(r):

@@ -14,7 +14,7 @@ import torch
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
-from app.render.page import difference, difference_png
+from app.render.stages import difference, difference_png
 from engine import predict as P
 from engine.pretrained import SmolLM2
 

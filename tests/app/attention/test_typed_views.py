@@ -20,7 +20,7 @@ from app.attention.view import (
     LongView,
 )
 from app.render.cells import MatrixView, RowStats
-from app.render.page import CellSide, SideSpec
+from app.render.stages import CellSide, SideSpec
 from tests.conftest import make_client
 
 TOKENS = " ".join(f"w{i}" for i in range(40))  # past 24 tokens: heat maps

@@ -57,7 +57,7 @@ def test_the_scaling_svg_is_matplotlibs_with_the_pages_title_and_labels(client, 
     """/api/v1/demo/scaling.svg is drawn by matplotlib from the page's own chart (the same data and words): its
     title, axis titles and legend are the inline chart's, in the page's language."""
     from app.demos.view import scaling_specs
-    from app.web.i18n import translator
+    from app.templating import translator
 
     svg = client.get("/api/v1/demo/scaling.svg", params={"chart": chart, "lang": lang})
     assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")

@@ -185,7 +185,7 @@ ZH_PAGES = ["/?tokens=cat+sat+on+the+mat&stage=4&mask=causal&lang=zh",
 def comment_words(lang: str) -> set[str]:
     """Each line of the snippets' comments and docstrings in `lang` (the catalogues' export.code.c.*), but the ones
     written the same in both languages."""
-    from app.web.i18n import MESSAGES
+    from app.templating import MESSAGES
 
     def lines(table: dict[str, str]) -> set[str]:  # the words between the placeholders, long enough to say something
         return {part.strip() for k, v in table.items() if k.startswith("export.code.c.") for line in v.splitlines()

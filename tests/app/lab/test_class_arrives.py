@@ -16,7 +16,7 @@ from fastapi import Response
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.web.cache import single_flight
+from app.web.page import single_flight
 from app.web.state import PageQuery
 from tests.conftest import make_client, run_async
 from tests.wait import until, wait_until

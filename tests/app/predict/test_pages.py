@@ -16,8 +16,8 @@ from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
 from app.predict.shown import spans
-from app.render.predicted import small
 from app.schemas import FieldError
+from app.templating import small
 from app.web.share import FOLLOWABLE
 from app.web.state import parse_heads
 from engine.pretrained import SmolLM2

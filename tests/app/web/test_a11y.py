@@ -14,7 +14,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from app.render.cells import SWATCHES, colour
-from app.render.page import SMALL_DIMS, SMALL_TOKENS, is_small
+from app.render.stages import SMALL_DIMS, SMALL_TOKENS, is_small
 from app.web.share import qr_svg
 from engine import make_spec
 from engine.pretrained import MiniLM

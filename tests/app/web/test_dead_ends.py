@@ -12,7 +12,7 @@ import pytest
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
-from app.render.predicted import top_labels
+from app.web.sequence import top_labels
 from engine.models.labels import piece_labels, piece_runs
 from engine.pretrained import SmolLM2
 from tests.conftest import make_client

@@ -12,7 +12,7 @@ import pytest
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
-from app.web.i18n import MESSAGES, translator
+from app.templating import MESSAGES, translator
 from tests.conftest import make_client
 
 

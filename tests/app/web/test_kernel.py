@@ -13,7 +13,7 @@ from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
 from app.schemas import AttentionRequest, BlockRequest
-from app.web.i18n import LANGS, MESSAGES
+from app.templating import LANGS, MESSAGES
 from app.web.state import url_fields
 from engine import STAGES
 
@@ -358,7 +358,7 @@ def test_every_coded_error_has_its_translation_with_the_same_parameters() -> Non
 
     from app.schemas import said
     from app.schemas.fields import APP_ENGLISH
-    from app.web.i18n import ERROR_CODES, ERRORS, error_message
+    from app.templating import ERROR_CODES, ERRORS, error_message
     from engine.errors import ENGLISH, Message
 
     def names(template: str) -> set[str]:

@@ -10,7 +10,7 @@ import pytest
 from bs4 import BeautifulSoup
 from pydantic import AliasChoices, BeforeValidator, Field
 
-from app.attention.params import LabQuery
+from app.attention.view import LabQuery
 from app.schemas import FieldError, head_within
 from app.web.state import Cell, PageQuery, digits, within
 

@@ -8,9 +8,10 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
+from app import templating as i18n
 from app.main import create_app
 from app.settings import Settings
-from app.web import i18n, registry
+from app.web import registry
 from app.web.registry import PAGES, Page
 
 FAKE = Page("fake", "/fake", "tests.app.web.fakepage.page", "models.html", nav="more", heavy=True)

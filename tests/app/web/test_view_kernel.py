@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from pydantic import PydanticSchemaGenerationError, create_model
 
 from app.params.view import ParamsQuery, ParamsView, params_view
-from app.web.i18n import translator
+from app.templating import translator
 from app.web.view import View, all_views
 from tests.app.web.test_json_faces import walk
 
