@@ -113,16 +113,17 @@ def test_each_row_reads_its_mirrored_source_token(client: TestClient) -> None:  
     w = np.array(v["stages"]["weights"])
     assert v["head"] == 0 and v["step"] == v["steps"] == 500 and v["writes"][:5] == ["B", "F", "H", "D", "C"]
     assert [int(w[i].argmax()) for i in range(5)] == [4, 3, 2, 1, 0]  # the anti-diagonal
-    assert round(w[0, 4], 1) == 0.9
+    assert w[0, 4] >= 0.9  # "nearly all of its weight (0.9 or more)"
     assert key(3) == "“B”, the last source token"
 
 
 def test_the_alignment_forms_over_the_snapshots(client: TestClient) -> None:  # step 4
     snaps = twin(client, 4)["snaps"]
     assert len(snaps) == 10 and snaps[0]["step"] == 0 and snaps[-1]["step"] == 500
-    assert round(snaps[0]["alignment"], 2) == 0.2 and round(snaps[-1]["alignment"], 1) == 0.8
+    assert round(snaps[0]["alignment"], 2) == 0.2 and snaps[-1]["alignment"] > 0.6  # 0.74 on one CPU, 0.8 on another
     assert snaps[-1]["accuracy"] == 1.0
-    assert key(4) == "About 0.8"
+    assert key(4) == "Above 0.6"
+    assert all(s["alignment"] < 0.5 for s in snaps if s["step"] <= 32)  # the distractors stay wrong: no early jump
 
 
 def test_two_target_characters_read_twelve(client: TestClient) -> None:  # step 5
@@ -136,22 +137,22 @@ def test_two_target_characters_read_twelve(client: TestClient) -> None:  # step 
     assert key(5) == "“twelve”"
 
 
-def test_the_held_out_match_peaks_mid_run_and_falls_back(client: TestClient) -> None:  # step 6
+def test_the_held_out_match_peaks_mid_run(client: TestClient) -> None:  # step 6
+    """What the answer claims holds on any CPU: training's last digits differ between machines (on one the last
+    snapshot fell back to 7 in 8, on another to 63 in 64), so the answer names no final match, only what every run
+    showed: 100% by step 126, the held-out loss jumping afterwards."""
     v = twin(client, 6)
     snaps = v["snaps"]
     acc = [s["accuracy"] for s in snaps]
     best = acc.index(max(acc))
-    assert max(acc) == 1.0 and 0 < best < len(acc) - 1 and snaps[best]["step"] == 126  # 100% mid-run …
-    assert [s["step"] for s in snaps if s["accuracy"] == 1.0] == [126, 251]
-    last = snaps[-1]
-    assert last["step"] == 500 and round(last["accuracy"] * 8) == 7 and last["accuracy"] < 1  # … 7 in 8 at the end
-    assert last["output"] == "一 百 一 十 二"
+    assert max(acc) == 1.0 and 0 < best < len(acc) - 1 and snaps[best]["step"] <= 126  # 100% mid-run
+    assert snaps[-1]["step"] == 500 and snaps[-1]["output"] == "一 百 一 十 二"
     state = client.get(f"/api/v1/train/{v['run']}").json()
     late = [loss for step, loss in zip(state["eval_steps"], state["eval_loss"], strict=True) if step > 300]
     assert min(late) < 0.001 and max(late) > 0.09  # the held-out loss jumps up and down at the end (the answer says)
-    assert key(6) == "It reaches 100% mid-run, then falls back to about 7 in 8"
+    assert key(6) == "It reaches 100% mid-run, long before the last step"
     answer = BY_SLUG[SLUG].steps[5].text("en").answer
-    assert "126" in answer and "251" in answer and "88%" in answer and "longer run" not in answer
+    assert "126" in answer and "88%" not in answer and "longer run" not in answer
 
 
 def test_the_steps_and_the_page_agree_on_the_default_run(client: TestClient) -> None:  # steps 5 and 6, the hint
