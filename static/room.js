@@ -6,8 +6,9 @@
   "use strict";
   var kit = window.labRoomKit;
   var code = (document.cookie.match(/(?:^|; )lab_room=([A-Z2-9]{6})(?:;|$)/) || [])[1];
-  // The teacher's remote (static/teach.js) and the pairing pages are the teacher's own, never a view of the class.
-  if (!code || document.querySelector("[data-teach], [data-room-pair]")) return;
+  // The teacher's remote (static/teach.js), the pairing pages and the class summary are the teacher's own, never a
+  // view of the class (the summary, read after the end, asked for the ended class's bar: a 404 in the console).
+  if (!code || document.querySelector("[data-teach], [data-room-pair], main[data-summary]")) return;
   // A lesson step's answer (and a lesson page's) stays shut until the bar says who this screen is.
   each(".lesson-panel details.answer, main.lesson[data-lesson] .lesson-step details.answer", function (a) { a.hidden = true; });
   var lang = (document.documentElement.lang || "en").slice(0, 2);
