@@ -32,8 +32,13 @@ def test_a_lesson_page_asks_each_steps_question(browser: Browser, live_server: s
         expect(sp.locator("main.lesson[data-lesson=row-one]")).to_be_visible()  # the phone follows the lesson page
         steps.nth(1).locator("[data-room-ask]").click()
         question = sp.locator("[data-room-question] [data-room-prompt]")
-        expect(question).to_have_text(steps.nth(1).locator(".question").evaluate(
-            "q => [...q.childNodes].filter(n => !(n.matches && n.matches('strong, button'))).map(n => n.textContent).join('').trim()"))
+        expect(question).to_have_text(
+            steps.nth(1)
+            .locator(".question")
+            .evaluate(
+                "q => [...q.childNodes].filter(n => !(n.matches && n.matches('strong, button'))).map(n => n.textContent).join('').trim()"
+            )
+        )
         expect(sp.locator("[data-room-options] button")).to_have_count(4)
         expect(tp.locator("main.lesson [data-room-ask]").first).to_be_hidden()  # one question at a time
     finally:
