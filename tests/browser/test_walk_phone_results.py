@@ -1,7 +1,8 @@
 """A class walk (walk 6): a revealed poll on a student's 390×844 phone. The bar (capped at a third of the screen)
 held the question, the options again (disabled), the answer, the key, the histogram and Dismiss below them: the
 results ran below the screen's edge inside the bar and Dismiss was off screen, reachable only by scrolling a bar a
-phone shows no scrollbar for. Now the revealed results read whole on the first screen of the bar (no option twice:
+phone shows no scrollbar for (and, answered and still open, "Your answer" ran 15 px under the edge). Now the
+revealed results read whole on the first screen of the bar (no option twice:
 the histogram names each), and Dismiss is on screen and takes the tap where it is."""
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def test_a_revealed_poll_reads_whole_on_a_phone_and_dismisses_there(browser: Bro
         expect(sp.locator("[data-room-question] [data-room-options] button").first).to_be_visible()
         sp.locator("[data-room-options] button").first.tap()
         expect(tp.locator("[data-room-total]")).to_have_text("1")
+        expect(sp.locator("[data-room-options] button[aria-pressed=true]")).to_be_visible()
+        sp.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        answered = sp.evaluate(
+            "() => { const r = document.getElementById('room'); return r.scrollHeight - r.clientHeight; }"
+        )
+        assert answered <= 1, answered  # answered, still open: the question, the options (theirs marked) whole
         tp.click("#room [data-room-close]")
         expect(sp.locator("[data-room-reveal] ol.histogram")).to_be_visible()
         sp.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")  # laid out
