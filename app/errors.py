@@ -69,8 +69,21 @@ def clean(errors: Any, where: str) -> list[dict[str, Any]]:
 def coded(msg: str, kind: str, ctx: dict[str, Any] | None) -> str:
     """Pydantic's message keeping its type and the bounds it names (its ctx's numbers and words, never the input),
     for a page to say it in its reader's language (app/templating.py `error_message`)."""
-    params = {k: v for k, v in (ctx or {}).items() if isinstance(v, int | float | str) and k not in ("error", "code")}
+    params: dict[str, Any] = {k: v for k, v in (ctx or {}).items()
+                              if isinstance(v, int | float | str) and k not in ("error", "code")}  # fmt: skip
+    if kind in ("literal_error", "enum") and (choices := choices_of(params.get("expected"))):
+        params["choices"] = choices  # the catalogue joins them in its own words (`{choices:、}`)
     return Message.worded(msg, (ctx or {}).get("code") or f"pydantic.{kind}", **params)
+
+
+def choices_of(expected: object) -> tuple[str, ...] | None:
+    """A choice field's values from pydantic's ctx["expected"] (its own rendering of the field's values, never the
+    input: "'a', 'b' or 'c'"), for a catalogue to join in its language; None when they do not read back as written."""
+    if not isinstance(expected, str):
+        return None
+    head, _, last = expected.rpartition(" or ")
+    choices = (*head.split(", "), last) if head else (last,)
+    return choices if " or ".join((", ".join(choices[:-1]), choices[-1])).removeprefix(" or ") == expected else None
 
 
 def field_error(where: str, field: str, message: str, status: int = 422) -> Response:

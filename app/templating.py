@@ -61,9 +61,12 @@ def negotiate(query_lang: str | None, accept_language: str | None) -> str:
 
 class _Plural(string.Formatter):
     """str.format, plus a count's word forms: `{n:token|tokens}` reads "token" when n is 1, else "tokens" (a
-    catalogue writes `{n} {n:token|tokens}`; Chinese needs no such field). Other format specs are Python's."""
+    catalogue writes `{n} {n:token|tokens}`; Chinese needs no such field), and a list's separator: `{choices:、}`
+    joins a tuple's values with "、". Other format specs are Python's."""
 
     def format_field(self, value: Any, format_spec: str) -> str:
+        if isinstance(value, tuple):  # a list of values (a field's choices): `{choices:、}` joins them with "、"
+            return format_spec.join(map(str, value))
         if "|" in format_spec:
             one, _, other = format_spec.partition("|")
             return one if value == 1 else other

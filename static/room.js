@@ -6,8 +6,9 @@
   "use strict";
   var kit = window.labRoomKit;
   var code = (document.cookie.match(/(?:^|; )lab_room=([A-Z2-9]{6})(?:;|$)/) || [])[1];
-  // The teacher's remote (static/teach.js) and the pairing pages are the teacher's own, never a view of the class.
-  if (!code || document.querySelector("[data-teach], [data-room-pair]")) return;
+  // The teacher's remote (static/teach.js), the pairing pages and the class summary are the teacher's own, never a
+  // view of the class (the summary, read after the end, asked for the ended class's bar: a 404 in the console).
+  if (!code || document.querySelector("[data-teach], [data-room-pair], main[data-summary]")) return;
   // A lesson step's answer (and a lesson page's) stays shut until the bar says who this screen is.
   each(".lesson-panel details.answer, main.lesson[data-lesson] .lesson-step details.answer", function (a) { a.hidden = true; });
   var lang = (document.documentElement.lang || "en").slice(0, 2);
@@ -154,16 +155,21 @@
     remoteState = null;
     if (state.version > ownVersion && !(announced && kit.sameView(state, announced))) go(state);
   }
-  // "Ask the class" on a lesson step (the bar's <template>): the question and its key come from the lesson.
+  // "Ask the class" on a lesson step (the bar's <template>): the question and its key come from the lesson. On the
+  // lab's lesson panel, and on a lesson's own page beside each step the class answers there (a choice).
   function addAsk() {
-    var panel = document.querySelector(".lesson-panel[data-lesson]");
-    if (role !== "teacher" || over || !panel || panel.querySelector("[data-room-ask]")) return;
-    (panel.querySelector(".question") || panel).appendChild(q("template[data-room-ask-button]").content.cloneNode(true));
+    if (role !== "teacher" || over) return;
+    each(".lesson-panel[data-lesson], main.lesson[data-lesson] .lesson-step[data-poll-kind=choice]", function (box) {
+      if (box.querySelector("[data-room-ask]")) return;
+      (box.querySelector(".question") || box).appendChild(q("template[data-room-ask-button]").content.cloneNode(true));
+    });
   }
   document.addEventListener("click", function (e) {
-    var panel = e.target.closest && e.target.closest("[data-room-ask]") && e.target.closest(".lesson-panel[data-lesson]");
-    if (!panel || over) return;
-    var body = Object.assign({ lesson: panel.getAttribute("data-lesson"), step: Number(panel.getAttribute("data-step")), lang: lang },
+    var ask = e.target.closest && e.target.closest("[data-room-ask]");
+    var panel = ask && ask.closest(".lesson-panel[data-lesson], .lesson-step[data-step]");
+    if (!panel || over || bar.contains(ask)) return;
+    var body = Object.assign({ lesson: panel.closest("[data-lesson]").getAttribute("data-lesson"),
+                               step: Number(panel.getAttribute("data-step")), lang: lang },
                              kit.matrixShape(document.querySelector("table[data-matrix]")));
     kit.json(api + "/polls/lesson", "POST", body).then(function () { bar.classList.remove("refused"); })
       .catch(function () { bar.classList.add("refused"); });

@@ -67,8 +67,15 @@ async def lesson_view(lesson: Lesson, state: PageQuery, ctx: dict[str, Any]) -> 
     lang, hints = ctx["lang"], state.hints
     carry: dict[str, str] = {k: state.params[k] for k in ("present", "hints") if k in state.params}  # the screen's
     steps = tuple(
-        LessonStep(k, step_url(lesson, k, lang, carry), look, question, answer if hints else None)
-        for k, (look, question, answer) in enumerate((s.text(lang) for s in lesson.steps), start=1)
+        LessonStep(
+            k,
+            step_url(lesson, k, lang, carry),
+            look,
+            question,
+            answer if hints else None,
+            step.poll.kind if step.poll else None,
+        )
+        for k, (step, (look, question, answer)) in enumerate(((s, s.text(lang)) for s in lesson.steps), start=1)
     )
     i = LESSONS.index(lesson)
     return LessonView(

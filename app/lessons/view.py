@@ -30,13 +30,16 @@ class LessonsView(View):
 @dataclass(frozen=True)
 class LessonStep:
     """One step: a link into the lab (carrying the lesson and the hints switch), what to look at, the question
-    and its answer (None while hints are off: the teacher shows it when the class has answered)."""
+    and its answer (None while hints are off: the teacher shows it when the class has answered), and the kind of
+    its prepared question (a class asked from this page answers a "choice"; a "cell" is asked on the step's page).
+    The key is never here."""
 
     k: int  # from 1
     url: str
     look: str
     question: str
     answer: str | None
+    poll: str | None = None
 
 
 class LessonView(View):

@@ -345,7 +345,8 @@ async def pair(code: str, request: Request, rooms: RoomsDep) -> Response:
     secret = secrets.token_urlsafe(16)
     ttl = rooms.settings.room_pair_s
     await rooms.store.add_pairing(room.code, token_hash(secret), ttl)
-    url = join_url(request, room.code) + "/pair/" + secret
+    # The link speaks the teacher's language: the phone that opens it may ask for another (its Accept-Language).
+    url = join_url(request, room.code) + "/pair/" + secret + "?lang=" + language(request)
     return _page(request, "room_pair.html", headers=SECRET, room=room, pair_url=url, qr=qr_svg(url),
                  minutes=max(1, round(ttl / 60)), paired=len(room.devices))  # fmt: skip
 

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -83,6 +84,8 @@ class Follow:
     shown_open: bool = False
     shown_cleared: bool = False  # the remote's: cleared off the class's screens, kept on the remote
     dirty: bool = True  # the screen's poll box is not the one shown: render it
+    clock: Callable[[], float] = field(default_factory=lambda: time.monotonic)  # when the heartbeats are due
+    beaten: float = 0.0  # the follower's last heartbeat (the events route counted it just before the stream)
 
     async def unfollow(self) -> None:
         """Stop counting the follower (idempotent: also run when the stream never started)."""
@@ -90,7 +93,15 @@ class Follow:
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):  # Redis may be the reason
                 await self.store.unfollow(self.code, self.follower)
 
+    async def heartbeat(self, due: bool = False) -> None:
+        """Keep the follower counted (FOLLOWER_TTL_S): once every `keepalive` seconds, whether the room is quiet
+        (`due`) or busy. Only on quiet ones, a teacher stepping faster than that left every phone uncounted."""
+        if self.follower and (due or self.clock() - self.beaten >= self.keepalive):
+            self.beaten = self.clock()
+            await self.store.follow(self.code, self.follower)
+
     async def stream(self) -> AsyncIterator[ServerSentEvent]:
+        self.beaten = self.clock()
         with self.store.hub.listen(self.code) as queue:  # listening before the snapshot: nothing falls in between
             try:
                 yield ServerSentEvent(comment=f"following room {self.code}", retry=self.retry_ms, sep="\n")
@@ -170,9 +181,9 @@ class Follow:
                 change = await asyncio.wait_for(queue.get(), self.keepalive)
             except TimeoutError:
                 yield keepalive()
-                if self.follower:
-                    await self.store.follow(self.code, self.follower)  # the heartbeat that keeps it counted
+                await self.heartbeat(due=True)
                 continue
+            await self.heartbeat()  # a busy room's followers stay counted too
             if change is None:
                 return
             if change is RETRY:

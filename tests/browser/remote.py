@@ -71,7 +71,8 @@ def pair_phone(laptop: BrowserContext, phone: BrowserContext, live_server: str, 
     pair_url = remote.locator("[data-pair-url]").get_attribute("href")
     assert pair_url
     # The link names the machine's LAN address for a real phone; this test's phone stays on loopback.
-    pair = live_server + urlparse(pair_url).path
+    link = urlparse(pair_url)
+    pair = live_server + link.path + (f"?{link.query}" if link.query else "")  # the language the teacher paired in
     ph.goto(pair)
     ph.click("[data-pair-confirm]")
     expect(ph.locator("[data-teach]")).to_be_visible(timeout=WAIT_MS)

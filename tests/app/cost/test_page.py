@@ -176,3 +176,15 @@ def test_a_bad_value_keeps_the_form_and_says_its_label(client: TestClient, lang:
     assert len(soup.select("[data-field-error]")) == 1
     (switch,) = soup.select("a[data-toggle=present]")
     assert switch.find_parent("header") is not None
+
+
+@pytest.mark.parametrize("page", ["/cost?model=bert", "/block?norm=bogus", "/?mask=bogus", "/params?preset=bogus"])
+def test_a_value_outside_the_menu_is_refused_in_chinese_words(client: TestClient, page: str) -> None:
+    """A value that is none of a field's choices (pydantic's literal_error, "Input should be 'a', 'b' or 'c'") names
+    the choices in the page's language: on a Chinese page no English "or" joins them (the class walk found "应为
+    'toy', 'gpt2' or 'smollm2'" on /cost); the API keeps its English."""
+    r = client.get(f"{page}&lang=zh")
+    assert r.status_code == 422
+    said = BeautifulSoup(r.text, "html.parser").select_one(".error[role=alert]").text
+    assert "应为以下之一：" in said and " or " not in said and "、" in said, said
+    assert " or " in client.get(f"{page}&lang=en").text  # the English page (and the API) as before

@@ -36,7 +36,7 @@ def pairing_link(laptop: httpx.Client, code: str) -> str:
     r = laptop.post(f"/r/{code}/pair?lang=en")
     assert r.status_code == 200 and r.headers["cache-control"] == "no-store", r.text[:300]
     assert r.headers["referrer-policy"] == "no-referrer"
-    m = re.search(rf"data-pair-url[^>]*>(https?://[^<]+/r/{code}/pair/[A-Za-z0-9_-]+)<", r.text)
+    m = re.search(rf"data-pair-url[^>]*>(https?://[^<]+/r/{code}/pair/[A-Za-z0-9_-]+)(?:\?lang=en)?<", r.text)
     assert m is not None and "<svg" in r.text  # the link and its QR code
     return m.group(1)
 
@@ -67,6 +67,25 @@ def test_the_teachers_phone_pairs_once_and_runs_the_remote(lab: str, laptop: htt
         assert phone.get(f"/r/{code}/teach").status_code == 403
         assert phone.put(f"/api/v1/rooms/{code}/state", json={"query": "stage=mask"}).status_code == 403
         assert laptop.get(f"/r/{code}/teach").status_code == 200
+
+
+def test_the_pairing_link_opens_in_the_teachers_language(lab: str, laptop: httpx.Client) -> None:
+    """The class walk: a teacher working in Chinese paired a phone whose browser asks for English, and the phone's
+    confirmation and remote came in English (the link carried no `lang`). The link (and its QR code) carries the
+    language the teacher paired in; the confirmation and the remote it opens speak it."""
+    code = start_class(laptop)
+    r = laptop.post(f"/r/{code}/pair?lang=zh")
+    m = re.search(r"data-pair-url[^>]*>(https?://[^<]+)<", r.text)
+    assert r.status_code == 200 and m is not None, r.text[:300]
+    link = httpx.URL(m.group(1).replace("&amp;", "&"))
+    assert link.params.get("lang") == "zh", link
+    with httpx.Client(base_url=lab, timeout=30, follow_redirects=True,
+                      headers={"Accept-Language": "en-US,en;q=0.9", "Origin": lab}) as phone:  # fmt: skip
+        shown = phone.get(link.raw_path.decode())
+        assert shown.status_code == 200 and '<html lang="zh-CN"' in shown.text and "data-pair-confirm" in shown.text
+        assert 'name="lang" value="zh"' in shown.text
+        taken = phone.post(link.raw_path.decode(), data={"lang": "zh"})
+        assert taken.status_code == 200 and taken.url.params.get("lang") == "zh" and "data-teach" in taken.text
 
 
 def test_only_the_teacher_makes_a_pairing_link_and_never_from_another_site(lab: str, laptop: httpx.Client) -> None:
