@@ -622,5 +622,7 @@ def test_what_a_page_asks_at_once_is_what_each_function_gives_alone(built, arch:
         for e in effects:
             one = A.weight_effect(model, ids, layer, e.head, POS, ids[POS + 1], contrast=3, max_rows=5)
             assert torch.equal(e.weights, one.weights) and torch.equal(e.norms, one.norms) and e.clean == one.clean
-            torch.testing.assert_close(e.effects, one.effects, rtol=0, atol=1e-6)
+            # A batch of patched runs rounds its float32 sums in another order than one run alone: 1.2e-6 apart on an
+            # AMD EPYC, within 1e-6 on the CPUs before it; effects are logit differences of order 1.
+            torch.testing.assert_close(e.effects, one.effects, rtol=0, atol=1e-5)
         assert [e.head for e in effects] == (list(range(model.arch.n_heads)) if heads is None else heads)
