@@ -117,6 +117,9 @@ TEMPLATES.env.globals["nav"] = registry.nav
 TEMPLATES.env.globals["nav_here"] = registry.here
 # Where a newcomer begins (the lab's "Start here" line, #42): the course's first lesson.
 TEMPLATES.env.globals["first_lesson"] = LESSONS[0]
+# The header's parts that follow the page's URL (templates/_base.html): a swap of part of a whole page whose URL htmx
+# pushes takes them from the answer too (hx-select-oob), as a page's htmx blocks bring them (app/web/page.py).
+TEMPLATES.env.globals["header_oob"] = ",".join([*(f"#lang-{code}" for code in LANGS), "#view-links"])
 
 
 def small(v: float) -> str:

@@ -22,13 +22,6 @@ function hiddenLink(href, parent) {
   return a;
 }
 
-// This page's address with its query edited by `edit(params)`.
-function here(edit) {
-  const url = new URL(location.href);
-  edit(url.searchParams);
-  return url.pathname + url.search + url.hash;
-}
-
 // Where the screen ends for the page: above the class bar along the bottom, `margin` px more.
 const screenBottom = (margin) => innerHeight - (byId("room")?.getBoundingClientRect().height || 0) - margin;
 
@@ -131,34 +124,24 @@ function keyboard() {
   });
 }
 
-// What sits outside the swapped panel (language links, JSON twin, "Start a class", presenter switch) follows the URL
-// htmx pushes. The toy's example (#42, <meta name=lab-example>) is named in the address, so a class or a copied link
-// shows the same numbers in any language, and left out of the language links, so each shows its own.
+// The toy's example (#42, <meta name=lab-example>) is named in the address, so a class or a copied link shows the
+// same numbers in any language. What else sits outside the swapped panel and follows the URL htmx pushes (language
+// links, "Start a class", presenter switch) comes with htmx's answer, out of band (app/web/page.py blocks_answer);
+// the JSON twin's <link> in <head> is copied here, as a history restore and a class's follow swap the body alone.
 function relink() {
   const example = document.querySelector('meta[name="lab-example"]')?.getAttribute("content");
   function pin() {
-    const q = new URL(location.href).searchParams;
+    const url = new URL(location.href), q = url.searchParams;
     const named = ["tokens", "text", "token_ids"].some((k) => q.get(k)) || (q.get("preset") || "toy") !== "toy";
     if (!example || named) return;
-    history.replaceState(history.state, "", here((p) => p.set("tokens", example)));
+    q.set("tokens", example);
+    history.replaceState(history.state, "", url.pathname + url.search + url.hash);
   }
   pin();  // now, before room.js announces this view to a class
   on("htmx:pushedIntoHistory htmx:historyRestore htmx:afterSettle DOMContentLoaded", () => {
     pin();
-    const twin = document.querySelector("a[data-twin=json]");
-    const alt = document.querySelector('link[rel=alternate][type="application/json"]');
-    if (twin && alt) alt.setAttribute("href", twin.getAttribute("href"));
-    for (const a of document.querySelectorAll("a[data-lang]")) {
-      a.setAttribute("href", here((p) => {
-        p.set("lang", a.dataset.lang);
-        if (example && p.get("tokens") === example) p.delete("tokens");
-      }));
-    }
-    const start = document.querySelector("form[data-room-start] input[name=query]");
-    if (start) start.value = location.search.replace(/^\?/, "");
-    for (const a of document.querySelectorAll("a[data-toggle=present][data-kernel]")) {
-      a.setAttribute("href", here((p) => (p.get("present") === "1" ? p.delete("present") : p.set("present", "1"))));
-    }
+    const twin = document.querySelector("a[data-twin=json]")?.getAttribute("href");
+    if (twin) document.querySelector('link[rel=alternate][type="application/json"]')?.setAttribute("href", twin);
   });
 }
 

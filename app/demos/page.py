@@ -28,8 +28,8 @@ async def demos_page(
     lab: Annotated[Lab, Depends(get_lab)],
     state: Annotated[PageQuery, Depends(query_of(PageQuery, "/demos", KEYS))],
 ) -> Response:
-    if "tokens" not in state.params:  # the permutation's tokens: the reader's language's example, as the lab's toy
-        state.shows(EXAMPLES.get(language(request)))
+    # The permutation's tokens when the URL names none: the reader's language's example, as the lab's toy.
+    state.shows(EXAMPLES.get(language(request)))
     build = functools.partial(demos_view, state, wants_json(request))
     return await serve(request, lab, "demos.html", state, build, json_url="/api/v1/demo/all?" + state.api_query(),
                        blocks=(), values=state.params)  # fmt: skip

@@ -194,4 +194,4 @@ def samples_form(lab: Lab, state: GenerateQuery, lang: str) -> dict[str, Any]:
 
 page_route(router, "/generate", "generate.html", API_KEYS, GenerateQuery, generate_view, form, GenerateView.blocks)
 page_route(router, "/generate/samples", "generate_samples.html", API_KEYS, GenerateQuery, samples_page, samples_form,
-           SamplesView.blocks)  # fmt: skip
+           SamplesView.blocks, pushed=False)  # fmt: skip

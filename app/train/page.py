@@ -210,7 +210,8 @@ async def train_page(
     shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in await runs_of(request).all())  # the list
     json_url = f"/api/v1/train/{chosen[0].id}" if chosen[0] else "/api/v1/train"
     build = functools.partial(train_view, request, state)
-    return await serve(request, lab, "train.html", state, build, json_url=json_url, shows=shows, blocks=("live",))
+    return await serve(request, lab, "train.html", state, build, json_url=json_url, shows=shows, blocks=("live",),
+                       pushed=False)  # fmt: skip
 
 
 async def train_view(request: Request, state: TrainQuery, ctx: dict[str, Any]) -> TrainView:

@@ -3,7 +3,8 @@
 One pipeline for all pages: the language (`?lang=`, else Accept-Language), the rendered-page cache (keyed by URL,
 language, face — whole page, htmx panel, JSON — and whatever else the page shows), the page's base context (language
 links, its JSON twin), inline errors (a bad field is shown in the page, in its language, with a 422; a busy server
-with a 503), and the rendering: the whole page, or for an htmx request only the blocks it swaps, with `Vary`.
+with a 503), and the rendering: the whole page, or for an htmx request only the blocks it swaps (and, out of band,
+the header's parts that follow the URL: `blocks_answer`), with `Vary`.
 
 A page module is then a view state and a `build(ctx) -> View` (app/web/view.py): the View is what the page shows,
 and the kernel picks its face — the template (or its htmx blocks), or the same View as JSON when the client asks
@@ -33,6 +34,7 @@ import orjson
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
+from jinja2_fragments import render_blocks
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -419,16 +421,19 @@ async def serve(
     shows: str = "",
     blocks: tuple[str, ...] = ("stage", "controls"),
     deferred: bool = False,
+    pushed: bool = True,
     **extra: Any,
 ) -> Response:
     """Render `template` for `state`: from the cache when this exact view was rendered before.
 
     `shows` names anything else the page shows that its URL does not (presenter mode's public address), so the
-    cache keys by it; `blocks` are what an htmx request swaps; `page` (the template's name by default) marks the
-    navigation's current link. A `deferred` page (its View is heavy work: a real model's heads, patching) answers a
-    browser's navigation at once with its shell when it is not rendered yet (`shell`), and the shell asks for the
-    page by htmx, showing its progress meanwhile; every other request (htmx, a script, a room, the JSON face, a
-    test client) gets the page itself, so a deferred page draws its whole page for htmx too (no `blocks`)."""
+    cache keys by it; `blocks` are what an htmx request swaps, the view at a URL htmx `pushed` (their answer brings
+    the header's parts that follow the URL: `blocks_answer`), or not (blocks redrawn in place, a part another page
+    asks for); `page` (the template's name by default) marks the navigation's current link. A `deferred` page (its
+    View is heavy work: a real model's heads, patching) answers a browser's navigation at once with its shell when
+    it is not rendered yet (`shell`), and the shell asks for the page by htmx, showing its progress meanwhile; every
+    other request (htmx, a script, a room, the JSON face, a test client) gets the page itself, so a deferred page
+    draws its whole page for htmx too (no `blocks`)."""
     lang = language(request)
     t = translator(lang)
     as_json = wants_json(request)
@@ -444,7 +449,8 @@ async def serve(
             "lang": lang,
             "langs": LANGS,
             "state": state,
-            "lang_urls": {code: state.url(lang=code) for code in LANGS},
+            "lang_urls": {code: state.lang_url(code) for code in LANGS},
+            "room_query": room_query(request, state),
             "json_url": json_url,
             "error": None,
             "status": 200,
@@ -486,7 +492,7 @@ async def serve(
                 name = view.template
         headers = {"Vary": VARY}
         if ctx["error"]:  # the links a refused page still draws leave out what it refused (an unknown lesson)
-            ctx["lang_urls"] = {code: state.url(lang=code) for code in LANGS}
+            ctx["lang_urls"] = {code: state.lang_url(code) for code in LANGS}
             ctx["present_url"] = state.url(present=None if state.present else "1")
             # The refusal in words, for callers that read no HTML (a room checking a shared view).
             headers["X-Lab-Error"] = quote("; ".join(ctx["error"]), safe=" :;,.()'=-_")
@@ -498,14 +504,11 @@ async def serve(
             ctx |= {"remote": remote.controls(ctx["remote_controls"], state.path), "title": remote.title(TEMPLATES.env, name, ctx),
                     "status": 200, "view_url": request.url.path + "?" + request.url.query}  # fmt: skip
             name = "_remote.html"
-        response = TEMPLATES.TemplateResponse(
-            request,
-            name,
-            ctx,
-            status_code=ctx["status"],
-            block_names=list(view.blocks if view is not None else blocks) if fragment else [],
-            headers=headers,
-        )
+        if fragment:
+            names = view.blocks if view is not None else blocks
+            response = blocks_answer(request, name, names, ctx, pushed, status_code=ctx["status"], headers=headers)
+        else:
+            response = TEMPLATES.TemplateResponse(request, name, ctx, status_code=ctx["status"], headers=headers)
         return remember_page(request, key, response)
 
     if deferred and not as_json and navigating(request) and request.query_params.get(WAIT) != "1":
@@ -519,6 +522,37 @@ async def serve(
             return await compute(ctx)
         return shell(request, ctx, state, lang)
     return await single_flight(request, key, lambda: stored(store_of(request), key), compute)
+
+
+# _base.html's blocks of what follows the page's URL outside the blocks an htmx request swaps: the language links,
+# and the slot of the presenter switch and "Start a class".
+HEADER_BLOCKS = ("lang_links", "view_links")
+
+
+def blocks_answer(request: Request, name: str, blocks: Sequence[str], ctx: dict[str, Any], pushed: bool,
+                  status_code: int, headers: Mapping[str, str]) -> Response:  # fmt: skip
+    """An htmx request's answer: the page's `blocks` of template `name`, and when htmx pushes its URL (`pushed`),
+    the header's parts that follow the URL (`HEADER_BLOCKS`), which htmx swaps out of band (drawn with
+    `hx-swap-oob` in a fragment), so nothing outside the swapped blocks keeps the view from before the swap. A page
+    without the header (/embed) gets its blocks alone."""
+    ctx.setdefault("request", request)
+    html = render_blocks(TEMPLATES.env, name, list(blocks), ctx)
+    if pushed and not ctx.get("embedded"):
+        html += render_blocks(TEMPLATES.env, "_base.html", list(HEADER_BLOCKS), ctx)
+    return HTMLResponse(html, status_code=status_code, headers=headers)
+
+
+def room_query(request: Request, state: PageQuery) -> str:
+    """The query "Start a class" sends: this URL's, naming the toy's example the page shows when it names no
+    sequence (as static/lab.js `pin` names it in the address, #42), so every screen of the class shows the same
+    numbers whatever its language."""
+    query, given = request.url.query, request.query_params
+    if state.example is None or any(given.get(k) for k in ("tokens", "text", "token_ids")):
+        return query
+    if (given.get("preset") or "toy") != "toy":
+        return query
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "tokens"]
+    return urlencode([*kept, ("tokens", state.example)])
 
 
 def screen_carry(params: Mapping[str, str], lang: str) -> dict[str, str]:
@@ -593,11 +627,12 @@ def page_route(
     blocks: tuple[str, ...] = (),
     state_of: StateOf = of_query,
     deferred: bool = False,
+    pushed: bool = True,
 ) -> None:
     """The page at `path`, named `<template>_page`: its query (`state_of` the request, the page's request `keys`
     and its query `model`: a FastAPI dependency), its View built by `view(state, lab, progress key, ctx)`, the `blocks` an htmx request swaps
-    (none: the whole page). `form(lab, state, lang)` is what the page draws whatever its View says, even a refusal
-    (an unknown lesson, a field out of range): its form's choices (`models`, `presets`) and its JSON twin
+    (none: the whole page; `pushed`: as `serve` says). `form(lab, state, lang)` is what the page draws whatever its
+    View says, even a refusal (an unknown lesson, a field out of range): its form's choices (`models`, `presets`) and its JSON twin
     (`json_url`), given to `serve` before anything can fail. A `deferred` page (heavy work) answers a browser's
     navigation with its shell at once and its View by htmx (`serve`); it draws its own presenter-mode switch."""
     assert not (deferred and blocks), "a deferred page swaps its whole <main>, not blocks"
@@ -613,7 +648,7 @@ def page_route(
         state: PageQuery = Depends(query),  # noqa: B008
     ) -> Response:
         build = functools.partial(view, state, lab, request_key(request))
-        return await serve(request, lab, template, state, build, blocks=blocks, deferred=deferred,
+        return await serve(request, lab, template, state, build, blocks=blocks, deferred=deferred, pushed=pushed,
                            **form(lab, state, language(request)))  # fmt: skip
 
     router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)

@@ -244,9 +244,10 @@ class PageQuery(BaseModel):
     _spelled: dict[str, str] = PrivateAttr(default_factory=dict)
     _error: FieldError | None = PrivateAttr(None)
     _encoded: dict[tuple[str, str], str] = PrivateAttr(default_factory=dict)
-    # The toy's example the page shows when its URL names no tokens (`lab_like`): the page computes it (and its
-    # links to the API name it), its links leave it unnamed (another language shows its own), and what leaves the
-    # page for other screens (the students' QR code, the address a class follows: `pinned`) names it.
+    # The toy's example of the page's language, which it shows when its URL names no tokens (`lab_like`): the page
+    # computes it (and its links to the API name it), its links leave it unnamed (another language shows its own:
+    # the language links leave it out even when the URL names it, `lang_url`), and what leaves the page for other
+    # screens (the students' QR code, the address a class follows: `pinned`) names it.
     _example: str | None = PrivateAttr(None)
 
     @classmethod
@@ -311,10 +312,11 @@ class PageQuery(BaseModel):
 
     @property
     def example(self) -> str | None:
-        return self._example
+        """The example the page shows: None when its URL names tokens."""
+        return None if "tokens" in self._text else self._example
 
     def shows(self, example: str | None) -> None:
-        """The page shows `example` (its URL names no tokens)."""
+        """The page shows `example`, its language's, when its URL names no tokens."""
         self._example = example
 
     @property
@@ -343,6 +345,13 @@ class PageQuery(BaseModel):
         p = changed(self._text, changes)
         ordered = [(k, p[k]) for k in self.page_keys if k in p]
         return f"{self._path}?{self._encode(ordered)}" if ordered else self._path
+
+    def lang_url(self, lang: str) -> str:
+        """The page's link in the language `lang`: the example of the page's own language left out, named in the
+        URL or not, so that language shows its own (#42)."""
+        if self._example is not None and self._text.get("tokens") == self._example:
+            return self.url(lang=lang, tokens=None)
+        return self.url(lang=lang)
 
     def api_params(self) -> dict[str, str]:
         """The request the page computes: its fields, and the example it shows when it names no tokens (the API's
@@ -393,6 +402,6 @@ def lab_like(q: Q, models: Mapping[str, object] | None = None, lang: str | None 
         if "text" in params and "tokens" not in params:
             params["tokens"] = params.pop("text")
         params.pop("text", None)
-        if lang in EXAMPLES and "tokens" not in params and params.get("preset", "toy") == "toy":
+        if lang in EXAMPLES and params.get("preset", "toy") == "toy":
             q.shows(EXAMPLES[lang])
     return q

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -98,6 +99,35 @@ def test_language_switch_keeps_the_state(page: Page, live_server: str):
     page.click("[data-lang=en]")
     expect(page.locator("html")).to_have_attribute("lang", "en")
     expect(page.locator(".notice")).to_contain_text("The first row is exactly 1.00")
+
+
+@pytest.mark.parametrize("mode", ["", "&present=1&hints=off&lesson=five-stages&lesson_step=2"])
+def test_after_a_step_the_header_follows_the_new_view(page: Page, live_server: str, mode: str):
+    """The language links and "Start a class" come with each step's answer, out of band (#43): the language link
+    opens the stage stepped to, keeping presenter mode, hints off and the lesson, and leaving the example to the
+    language; back to the stage before (htmx's history) shows its own links again."""
+    page.goto(f"{live_server}/?lang=en&stage=scores{mode}")
+    stage = page.locator("#stage")
+    zh = page.locator("a[data-lang=zh]")
+    expect(stage).to_have_attribute("data-stage", "scores")
+    page.click("[data-action=next]")
+    expect(stage).to_have_attribute("data-stage", "mask")
+    expect(zh).to_have_attribute("href", re.compile(r"[?&]stage=mask(&|$)"))
+    linked = parse_qs(urlparse(zh.get_attribute("href") or "").query)
+    assert linked["lang"] == ["zh"] and "tokens" not in linked
+    for key, value in parse_qs(mode).items():
+        assert linked[key] == value
+    start = parse_qs(page.locator("form[data-room-start] input[name=query]").input_value())
+    assert start["stage"] == ["mask"] and start["tokens"] == ["cat sat on the mat"]  # the class sees the same numbers
+    page.go_back()
+    expect(stage).to_have_attribute("data-stage", "scores")
+    expect(zh).to_have_attribute("href", re.compile(r"[?&]stage=scores(&|$)"))
+    page.go_forward()
+    expect(stage).to_have_attribute("data-stage", "mask")
+    zh.click()
+    expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
+    expect(stage).to_have_attribute("data-stage", "mask")
+    expect(page.locator("table[data-matrix] tbody th").first).to_have_text("猫")  # the Chinese example
 
 
 def test_clicking_a_cell_shows_its_arithmetic(page: Page, live_server: str):

@@ -43,6 +43,7 @@ def test_the_samples_are_the_apis_for_the_same_setting(api: TestClient, lang: st
     block = soup(api.get(asked, headers={"HX-Request": "true"}))
     section = block.select_one("section[data-samples]")
     assert block.select_one("header") is None and section is not None  # the block alone
+    assert block.select("[hx-swap-oob], [data-lang]") == []  # not the header's links: htmx pushes no URL for it
     doc = api.get(section.select_one("a[data-twin=json]")["href"]).json()
     assert [s["seed"] for s in doc["samples"]] == list(range(4, 12))
     rows = section.select("li[data-sample]")
