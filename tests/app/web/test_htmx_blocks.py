@@ -40,7 +40,10 @@ ON_TINY = "text=ABCDABCD&probe_n=4"  # a text the finished run's model reads (it
 # A Compute button's block (the heads ranked, the pruning curve) is pressed on the finished run's tiny model only:
 # on SmolLM2 each press is 5–60 s of work on two busy cores, and the block drawn is the same.
 COMPUTE_KEYS = ("prune", "rank")
-LONG = TINY | {"steps": 3000, "eval_every": 100}  # still training (or queued) while the pages are read
+# Still training (or queued) while the pages are read, on a loaded machine too: the form's most steps (20,000, some
+# 7 minutes a run on two busy cores, the twin queued behind it; 3,000 ended before /train was read once the suite
+# ran beside a fresh clone); stopped when the file is done.
+LONG = TINY | {"steps": 20_000, "eval_every": 100}
 SAME_SITE = {"Sec-Fetch-Site": "same-origin"}
 NAVIGATION = {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document", "Sec-Fetch-Site": "same-origin"}
 URL_SAFE = "/?&=%:#,+;@!$'()*[]~"
@@ -269,7 +272,8 @@ def wait_for_end(client: TestClient, run_id: str) -> None:
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
-    app = create_app(Settings(device="cpu", train_max_running=1, train_max_queued=2))
+    app = create_app(Settings(device="cpu", train_max_running=1, train_max_queued=2, train_max_steps=20_000,
+                              train_max_wall_s=3600))  # fmt: skip
     with TestClient(app, raise_server_exceptions=False) as client:
         done = client.post("/api/v1/train", json=TINY).json()["id"]
         wait_for_end(client, done)
