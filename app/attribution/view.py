@@ -327,75 +327,49 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
     cost = text_cost(text)
     doc = (await text_answer(req, text, lab, progress)).doc  # the API's own answer: one cache entry for both
     p = int(doc["position"])
-    dec = bool(doc["decoder"])
-    if not dec:
-        return await encoder_view(state, lab, progress, ctx, chosen_head, text, doc, cost, key)
-    target, contrast = int(doc["target"]["token_id"]), doc["contrast"] and int(doc["contrast"]["token_id"])
-    heads = tuple(tuple(float(x) for x in row) for row in doc["heads"])
-    n_layer, n_heads = len(heads), len(heads[0])
+    dec = bool(doc["decoder"])  # an encoder (no logit): each head's output norm is the grid, every token a source
+    grid = tuple(tuple(float(x) for x in row) for row in doc["heads" if dec else "head_norms"])
+    n_layer, n_heads = len(grid), len(grid[0])
+    reads = seq[: p + 1] if dec else seq  # the sources of the query's row (a sliding window's hidden ones not run)
 
     def more(_: Any) -> Computed:
-        if p + 1 == len(seq):  # the last position (the page's default): one forward pass gives both
+        if not dec or p + 1 == len(seq):  # the last position (a decoder's default) or an encoder: one pass for both
             sink, both = A.sinks_and_rollout(model, seq, max_tokens=limit)
             assert both is not None
             return Computed(both, sink)
-        return Computed(A.rollout(model, seq[: p + 1], max_tokens=limit), A.sink_contrast(model, seq, max_tokens=limit))
+        return Computed(A.rollout(model, reads, max_tokens=limit), A.sink_contrast(model, seq, max_tokens=limit))
 
     extra, _ = await lab.compute("attribution_rollout", (text.preset, text.seq, p), cost, more, progress=progress)
     sinks = extra.sink
-    if chosen_head is None:  # the head that adds (or takes) the most
-        flat = max(((abs(v), li, h) for li, row in enumerate(heads) for h, v in enumerate(row)))
+    if chosen_head is None:  # the head that adds (or takes; an encoder's: writes) the most
+        flat = max(((abs(v), li, h) for li, row in enumerate(grid) for h, v in enumerate(row)))
         chosen_head = (flat[1], flat[2])
     layer, head = head_of(chosen_head, n_layer, n_heads, ctx["t"]("preset." + text.preset))
-    sources = p + 1  # every source of the query's row (a sliding window's hidden ones are not run)
-    all_heads = n_heads * sources <= MAX_RUNS
+    if dec:
+        target, contrast = int(doc["target"]["token_id"]), doc["contrast"] and int(doc["contrast"]["token_id"])
+        all_heads = n_heads * len(reads) <= MAX_RUNS
 
-    def detail(_: Any) -> Detail:  # one clean run: the head's layer (every head) and the sink head, with their norms
-        (effects, norms), (sink, sink_norms) = A.head_effects(
-            model, seq, [(layer, None if all_heads else [head]), (sinks.layer, [sinks.head])], p, target, contrast,
-            max_tokens=limit, max_runs=MAX_RUNS,
-        )  # fmt: skip
-        return Detail(norms, sink_norms, sink[0], tuple(effects))
+        def detail(_: Any) -> Detail:  # one clean run: the head's layer (every head) and the sink head, with norms
+            (effects, norms), (sink, sink_norms) = A.head_effects(
+                model, seq, [(layer, None if all_heads else [head]), (sinks.layer, [sinks.head])], p, target,
+                contrast, max_tokens=limit, max_runs=MAX_RUNS,
+            )  # fmt: skip
+            return Detail(norms, sink_norms, sink[0], tuple(effects))
 
-    key_of = (text.preset, text.seq, p, target, contrast, layer, None if all_heads else head)
-    got, _ = await lab.compute("attribution_head", key_of, cost * (n_heads if all_heads else 1), detail,
-                               progress=progress)  # fmt: skip
-    why = await why_score(lab, text, seq[: p + 1], layer, head, p, key, got.norms, progress, cost)
-    return build(state, ctx, text, doc, extra, got, (layer, head), sort, flow_tokens, why)
+        key_of: tuple[Any, ...] = (text.preset, text.seq, p, target, contrast, layer, None if all_heads else head)
+        cost_of = cost * (n_heads if all_heads else 1)
+    else:
 
+        def detail(_: Any) -> Detail:
+            norms = A.value_weighted_norms(model, seq, layer, max_tokens=limit)
+            sink_norms = norms if sinks.layer == layer else A.value_weighted_norms(model, seq, sinks.layer,
+                                                                                   max_tokens=limit)  # fmt: skip
+            return Detail(norms, sink_norms, None, ())
 
-async def encoder_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any],
-                       chosen_head: tuple[int, int] | None, text: Text, doc: dict[str, Any],
-                       cost: int, key: int | None = None) -> AttributionView:  # fmt: skip
-    """An encoder's page: no logit (the API's answer says why); each head's output norm as the grid, the chosen
-    head's and the sink head's rows (weights and norms over every token), rollout over every token."""
-    model, seq, limit = text.model, list(text.seq), lab.settings.max_predict_tokens
-    p = int(doc["position"])
-    grid = tuple(tuple(float(x) for x in row) for row in doc["head_norms"])
-    n_layer, n_heads = len(grid), len(grid[0])
-
-    def more(_: Any) -> Computed:  # an encoder's query reads every token, before and after it: one pass for both
-        sink, both = A.sinks_and_rollout(model, seq, max_tokens=limit)
-        assert both is not None
-        return Computed(both, sink)
-
-    extra, _ = await lab.compute("attribution_rollout", (text.preset, text.seq, p), cost, more, progress=progress)
-    sinks = extra.sink
-    if chosen_head is None:  # the head that writes the most at the position
-        flat = max((v, li, h) for li, row in enumerate(grid) for h, v in enumerate(row))
-        chosen_head = (flat[1], flat[2])
-    layer, head = head_of(chosen_head, n_layer, n_heads, ctx["t"]("preset." + text.preset))
-
-    def detail(_: Any) -> Detail:
-        norms = A.value_weighted_norms(model, seq, layer, max_tokens=limit)
-        sink_norms = norms if sinks.layer == layer else A.value_weighted_norms(model, seq, sinks.layer,
-                                                                               max_tokens=limit)  # fmt: skip
-        return Detail(norms, sink_norms, None, ())
-
-    got, _ = await lab.compute("attribution_head", (text.preset, text.seq, p, layer), cost, detail,
-                               progress=progress)  # fmt: skip
-    why = await why_score(lab, text, seq, layer, head, p, key, got.norms, progress, cost)
-    return build(state, ctx, text, doc, extra, got, (layer, head), "abs", lab.settings.max_flow_tokens, why)
+        key_of, cost_of = (text.preset, text.seq, p, layer), cost
+    got, _ = await lab.compute("attribution_head", key_of, cost_of, detail, progress=progress)
+    why = await why_score(lab, text, reads, layer, head, p, key, got.norms, progress, cost)
+    return build(state, ctx, text, doc, extra, got, (layer, head), sort if dec else "abs", flow_tokens, why)
 
 
 @dataclass(frozen=True)
