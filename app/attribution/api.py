@@ -6,7 +6,7 @@ layer each, no unembedding), read from the lab's own trace of them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -248,20 +248,25 @@ def split_part(split: A.ScoreSplit, cell: float, decimals: int | None) -> dict[s
     ).model_dump()  # fmt: skip
 
 
-def check_split(text: Text, req: AttributionRequest, position: int) -> tuple[int, int, int] | None:
-    """The score split asked for (layer, head, key), each a 422 naming its field when out of range."""
+def checked(req: AttributionRequest, preset: str, layers: str, n_layer: int, n_heads: int, span: int,
+            position: int, flow_tokens: int, too_long: FieldError) -> tuple[int, int, int] | None:  # fmt: skip
+    """The parts asked for, each a 422 naming its field when out of range: `norms_layer` (the model's `layers`, in
+    words), attention flow over more than `flow_tokens` of the `span` tokens the position reads (`too_long`), and
+    the score split (layer, head, key: returned)."""
+    if req.norms_layer is not None and req.norms_layer >= n_layer:
+        raise FieldError("norms_layer", f"{preset} has {layers}")
+    if req.flow and span > flow_tokens:
+        raise too_long
     asked = (req.score_layer, req.score_head, req.score_key)
     if all(a is None for a in asked):
         return None
     for name, value in zip(("score_layer", "score_head", "score_key"), asked, strict=True):
         if value is None:
             raise FieldError(name, "the score split takes score_layer, score_head and score_key together")
-    arch = text.model.arch
-    span = position + 1 if text.model.decoder else len(text.seq)
-    if req.score_layer >= arch.n_layer:  # type: ignore[operator]
-        raise FieldError("score_layer", f"{text.preset} has layers 0..{arch.n_layer - 1}")
-    if req.score_head >= arch.n_heads:  # type: ignore[operator]
-        raise FieldError("score_head", f"{text.preset} has heads 0..{arch.n_heads - 1}")
+    if req.score_layer >= n_layer:  # type: ignore[operator]
+        raise FieldError("score_layer", f"{preset} has {layers}")
+    if req.score_head >= n_heads:  # type: ignore[operator]
+        raise FieldError("score_head", f"{preset} has heads 0..{n_heads - 1}")
     if req.score_key >= span:  # type: ignore[operator]
         raise FieldError("score_key", f"the query at position {position} reads keys 0..{span - 1}")
     return asked  # type: ignore[return-value]
@@ -279,24 +284,21 @@ NO_DLA = ("{preset} is an encoder: it predicts no next token, so it has no next-
           "rollout and flow need none.")  # fmt: skip
 
 
-def flow_part(text: Text, req: AttributionRequest, position: int, layers: torch.Tensor, flow_tokens: int) -> Any:
-    """Attention flow from `position` through `layers` (each layer's Â, rollout's), bounded by `flow_tokens`."""
-    model = text.model
-    n = len(layers[0])
-    edges = A.flow_edges(model.arch.n_layer, n, model.decoder)
-    values = A.flow_of(layers, position, max_edges=edges)
-    return {"values": rounded(values, req.decimals), "tokens": n, "edges": edges, "max_flows": n}
-
-
-def check_flow(text: Text, req: AttributionRequest, position: int, flow_tokens: int) -> None:
-    """A 422 naming the text (or its token ids) when the flow would read more than `flow_tokens` tokens."""
+def too_long(text: Text, req: AttributionRequest, position: int, flow_tokens: int) -> FieldError:
+    """The 422 naming the text (or its token ids) of a flow that would read more than `flow_tokens` tokens."""
     n = position + 1 if text.model.decoder else len(text.seq)
-    if req.flow and n > flow_tokens:
-        upto = f" up to position {position}" if text.model.decoder else ""
-        raise FieldError("token_ids" if req.token_ids is not None else "text",
-                         f"attention flow reads at most {flow_tokens} tokens (MAX_FLOW_TOKENS: one max-flow per token "
-                         f"through every layer); this text has {n}{upto}: shorten it"
-                         f"{', pick an earlier position' if text.model.decoder else ''} or leave flow off")  # fmt: skip
+    upto = f" up to position {position}" if text.model.decoder else ""
+    return FieldError("token_ids" if req.token_ids is not None else "text",
+                      f"attention flow reads at most {flow_tokens} tokens (MAX_FLOW_TOKENS: one max-flow per token "
+                      f"through every layer); this text has {n}{upto}: shorten it"
+                      f"{', pick an earlier position' if text.model.decoder else ''} or leave flow off")  # fmt: skip
+
+
+def model_checked(text: Text, req: AttributionRequest, position: int, flow_tokens: int) -> tuple[int, int, int] | None:
+    """`checked` for a loaded model's text."""
+    arch, span = text.model.arch, position + 1 if text.model.decoder else len(text.seq)
+    return checked(req, text.preset, f"layers 0..{arch.n_layer - 1}", arch.n_layer, arch.n_heads, span, position,
+                   flow_tokens, too_long(text, req, position, flow_tokens))  # fmt: skip
 
 
 def last_word(model: Any, ids: list[int]) -> int:
@@ -317,33 +319,6 @@ def last_word(model: Any, ids: list[int]) -> int:
     return len(ids) - 1
 
 
-def compute_encoder(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: int, device: str = "cpu",
-                    limits: Any = None) -> dict[str, Any]:  # fmt: skip
-    """An encoder's answer: no logit to split (the DLA fields are null, `no_dla` says why); each head's output norm
-    at the position (`head_norms`), and rollout, flow and one layer's norms as asked, over every token (both
-    directions)."""
-    model, ids = text.model, list(text.seq)
-    position = last_word(model, ids) if req.position is None else req.position
-    if position >= len(ids):
-        raise FieldError("position", f"the text has positions 0..{len(ids) - 1}, not {position}")
-    for name in ("target", "target_id", "contrast", "contrast_id"):
-        if getattr(req, name) is not None:
-            raise FieldError(name, f"{text.preset} is an encoder: it has no next-token logit to split; leave it out")
-    if req.norms_layer is not None and req.norms_layer >= model.arch.n_layer:
-        raise FieldError("norms_layer", f"{text.preset} has layers 0..{model.arch.n_layer - 1}")
-    check_flow(text, req, position, flow_tokens)
-    asked = check_split(text, req, position)
-    with engine_bounds():
-        extra = parts(text, req, position, asked, max_tokens, flow_tokens, device, limits)
-        head_norms = A.head_output_norms(model, ids, position, max_tokens=max_tokens)
-    return {
-        "preset": text.preset, "decoder": False, "no_dla": NO_DLA.format(preset=text.preset),
-        "tokens": list(text.labels), "token_ids": ids, "text_start": text.text_start, "position": position,
-        "target": None, "contrast": None, "norm": model.arch.norm, **NO_LOGIT,
-        "head_norms": rounded(head_norms, req.decimals), **extra,
-    }  # fmt: skip
-
-
 # An answer without a logit to split (an encoder's, a built-in preset's): its direct-logit fields.
 NO_LOGIT = dict.fromkeys(("scale", "heads", "mlps", "attn_bias", "embed", "total", "norm_bias", "logit", "remainder"))
 
@@ -358,51 +333,80 @@ def engine_bounds() -> Iterator[None]:
         raise FieldError(field if field in AttributionRequest.model_fields else "text", message or str(e)) from None
 
 
-def parts(text: Text, req: AttributionRequest, position: int, asked: tuple[int, int, int] | None, max_tokens: int,
-          flow_tokens: int, device: str, limits: Any) -> dict[str, Any]:  # fmt: skip
-    """The parts asked for beside the attribution: the score split, rollout, flow and one layer's value-weighted
-    norms, over the tokens the position reads (a decoder's up to it, an encoder's every one, both directions)."""
-    model = text.model
-    ids = list(text.seq[: position + 1] if model.decoder else text.seq)
+def parts(req: AttributionRequest, position: int, span: int, causal: bool, n_layer: int,
+          asked: tuple[int, int, int] | None, split: Callable[[int, int, int], tuple[A.ScoreSplit, float]],
+          rollout: Callable[[], A.Rollout], norms: Callable[[int], A.ValueNorms]) -> dict[str, Any]:  # fmt: skip
+    """The parts asked for beside the attribution: the score split (`split(layer, head, key)`, with the same cell of
+    the layer's trace), rollout, flow and one layer's value-weighted norms, over the `span` tokens the position
+    reads (a decoder's up to it, an encoder's every one, both directions)."""
     extra: dict[str, Any] = {}
     if asked is not None:
-        extra["score_split"] = split_part(*score_split(text, ids, *asked[:2], position, asked[2], max_tokens, device,
-                                                       limits), req.decimals)  # fmt: skip
+        extra["score_split"] = split_part(*split(*asked), req.decimals)
     if req.rollout or req.flow:
-        r = A.rollout(model, ids, max_tokens=max_tokens)
+        r = rollout()
         if req.rollout:
-            extra["rollout"] = {"layers": rounded(r.layers[:, position], req.decimals),
-                                "final": rounded(r.cumulative[-1, position], req.decimals)}  # fmt: skip
+            extra["rollout"] = {"layers": rounded(r.layers[:, position, :span], req.decimals),
+                                "final": rounded(r.cumulative[-1, position, :span], req.decimals)}  # fmt: skip
         if req.flow:
-            extra["flow"] = flow_part(text, req, position, r.layers, flow_tokens)
+            edges = A.flow_edges(n_layer, span, causal)
+            values = A.flow_of(r.layers[:, :span, :span], position, max_edges=edges)
+            extra["flow"] = {"values": rounded(values, req.decimals), "tokens": span, "edges": edges, "max_flows": span}
     if req.norms_layer is not None:
-        v = A.value_weighted_norms(model, ids, req.norms_layer, max_tokens=max_tokens)
-        extra["norms"] = {"layer": v.layer, "weights": rounded(v.weights[:, position], req.decimals),
-                          "value_weighted": rounded(v.norms[:, position], req.decimals)}  # fmt: skip
+        v = norms(req.norms_layer)
+        extra["norms"] = {"layer": req.norms_layer, "weights": rounded(v.weights[:, position, :span], req.decimals),
+                          "value_weighted": rounded(v.norms[:, position, :span], req.decimals)}  # fmt: skip
     return extra
+
+
+def model_parts(text: Text, req: AttributionRequest, position: int, asked: tuple[int, int, int] | None,
+                max_tokens: int, device: str, limits: Any) -> dict[str, Any]:  # fmt: skip
+    """`parts` of a loaded model's text (the engine's own runs over the tokens the position reads)."""
+    model = text.model
+    ids = list(text.seq[: position + 1] if model.decoder else text.seq)
+    return parts(
+        req, position, len(ids), model.decoder, model.arch.n_layer, asked,
+        lambda layer, head, key: score_split(text, ids, layer, head, position, key, max_tokens, device, limits),
+        lambda: A.rollout(model, ids, max_tokens=max_tokens),
+        lambda layer: A.value_weighted_norms(model, ids, layer, max_tokens=max_tokens),
+    )  # fmt: skip
 
 
 def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: int = 24, device: str = "cpu",
             limits: Any = None) -> dict[str, Any]:  # fmt: skip
-    """The attribution (and the parts asked for) of the request's text: runs in the lab's worker thread."""
-    if not text.model.decoder:
-        return compute_encoder(text, req, max_tokens, flow_tokens, device, limits)
+    """The attribution (and the parts asked for) of the request's text: runs in the lab's worker thread. An encoder
+    has no logit to split (the DLA fields are null, `no_dla` says why): each head's output norm at the position
+    (`head_norms`) instead, and the parts over every token (both directions)."""
     model, ids = text.model, list(text.seq)
-    position = len(ids) - 1 if req.position is None else req.position
+    position = (len(ids) - 1 if model.decoder else last_word(model, ids)) if req.position is None else req.position
     if position >= len(ids):
         raise FieldError("position", f"the text has positions 0..{len(ids) - 1}, not {position}")
-    check_flow(text, req, position, flow_tokens)
+    if not model.decoder:
+        for name in ("target", "target_id", "contrast", "contrast_id"):
+            if getattr(req, name) is not None:
+                raise FieldError(
+                    name, f"{text.preset} is an encoder: it has no next-token logit to split; leave it out"
+                )
+        asked = model_checked(text, req, position, flow_tokens)
+        with engine_bounds():
+            extra = model_parts(text, req, position, asked, max_tokens, device, limits)
+            head_norms = A.head_output_norms(model, ids, position, max_tokens=max_tokens)
+        return {
+            "preset": text.preset, "decoder": False, "no_dla": NO_DLA.format(preset=text.preset),
+            "tokens": list(text.labels), "token_ids": ids, "text_start": text.text_start, "position": position,
+            "target": None, "contrast": None, "norm": model.arch.norm, **NO_LOGIT,
+            "head_norms": rounded(head_norms, req.decimals), **extra,
+        }  # fmt: skip
+    if req.flow and position + 1 > flow_tokens:
+        raise too_long(text, req, position, flow_tokens)
     target = token_of(text, req.target, req.target_id, "target")
     contrast = token_of(text, req.contrast, req.contrast_id, "contrast")
     if target is None and position + 1 < len(ids):  # the text's next token; at its end, the model's most likely
         target = ids[position + 1]  # (read by the attribution from its own run: `target` None)
-    if req.norms_layer is not None and req.norms_layer >= model.arch.n_layer:
-        raise FieldError("norms_layer", f"{text.preset} has layers 0..{model.arch.n_layer - 1}")
-    asked = check_split(text, req, position)
+    asked = model_checked(text, req, position, flow_tokens)
     with engine_bounds():
         a = A.direct_logit_attribution(model, ids, position, target, contrast, max_tokens=max_tokens)
         target = a.target
-        extra = parts(text, req, position, asked, max_tokens, flow_tokens, device, limits)
+        extra = model_parts(text, req, position, asked, max_tokens, device, limits)
     labels = text.labels
     return {
         "preset": text.preset,
@@ -491,39 +495,15 @@ def compute_builtin(req: AttributionRequest, spec: Any, block: bool, trace: Any,
         raise FieldError("position", f"the text has positions 0..{n - 1}, not {position}")
     causal = attn.mask == "causal"
     span = position + 1 if causal else n
-    if req.norms_layer not in (None, 0):
-        raise FieldError("norms_layer", f"{attn.preset} has one layer: 0")
-    if req.flow and span > flow_tokens:
-        raise FieldError(field, f"attention flow reads at most {flow_tokens} tokens (MAX_FLOW_TOKENS); this text has "
-                                f"{span}: shorten it or leave flow off")  # fmt: skip
-    asked = (req.score_layer, req.score_head, req.score_key)
-    extra: dict[str, Any] = {}
-    if any(a is not None for a in asked):
-        for name, value in zip(("score_layer", "score_head", "score_key"), asked, strict=True):
-            if value is None:
-                raise FieldError(name, "the score split takes score_layer, score_head and score_key together")
-        if req.score_layer != 0:
-            raise FieldError("score_layer", f"{attn.preset} has one layer: 0")
-        if req.score_head >= h:
-            raise FieldError("score_head", f"{attn.preset} has heads 0..{h - 1}")
-        if req.score_key >= span:  # type: ignore[operator]
-            raise FieldError("score_key", f"the query at position {position} reads keys 0..{span - 1}")
-        head, key = int(req.score_head), int(req.score_key)  # type: ignore[arg-type]
-        split = A.trace_score_split(trace, head, position, key)
-        extra["score_split"] = split_part(split, float(trace.scores.scaled[head, position, key]), req.decimals)
-    if req.rollout or req.flow:
-        r = A.trace_rollout(trace)
-        if req.rollout:
-            extra["rollout"] = {"layers": rounded(r.layers[:, position, :span], req.decimals),
-                                "final": rounded(r.cumulative[-1, position, :span], req.decimals)}  # fmt: skip
-        if req.flow:
-            edges = A.flow_edges(1, span, causal)
-            values = A.flow_of(r.layers[:, :span, :span], position, max_edges=edges)
-            extra["flow"] = {"values": rounded(values, req.decimals), "tokens": span, "edges": edges, "max_flows": span}
-    if req.norms_layer is not None:
-        v = A.trace_value_norms(trace)
-        extra["norms"] = {"layer": 0, "weights": rounded(v.weights[:, position, :span], req.decimals),
-                          "value_weighted": rounded(v.norms[:, position, :span], req.decimals)}  # fmt: skip
+    long_flow = FieldError(field, f"attention flow reads at most {flow_tokens} tokens (MAX_FLOW_TOKENS); this text "
+                                 f"has {span}: shorten it or leave flow off")  # fmt: skip
+    asked = checked(req, attn.preset, "one layer: 0", 1, h, span, position, flow_tokens, long_flow)
+    extra = parts(
+        req, position, span, causal, 1, asked,
+        lambda _, head, key: (A.trace_score_split(trace, head, position, key),
+                              float(trace.scores.scaled[head, position, key])),
+        lambda: A.trace_rollout(trace), lambda _: A.trace_value_norms(trace),
+    )  # fmt: skip
     return {
         "preset": attn.preset, "decoder": False, "no_dla": NO_UNEMBEDDING.format(preset=attn.preset,
                                                                                  where=WHERE[block]),
