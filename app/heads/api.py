@@ -10,7 +10,7 @@ from ..render.payload import json_response
 from ..schemas import ERRORS
 from ..web.answer import twins
 from ..web.view import plain
-from .compute import patch_of, prune_of, roles_document, roles_of
+from .compute import patch_job, prune_job, roles_document, roles_of
 from .request import PatchRequest, PruneRequest, RolesRequest
 
 router = APIRouter(prefix="/api/v1", tags=["heads"], responses=ERRORS)
@@ -34,7 +34,7 @@ async def prune(request: Request, req: PruneRequest, lab: Lab) -> Response:
     knocked out together (k = 0 … layers × heads). can_go: the most heads that can go before the loss rises by
     more than `rise` (a fraction of the plain loss); fraction = can_go / all heads. Progress under
     /api/v1/progress for a GET."""
-    return json_response(plain(await prune_of(req, lab, get_key(request))))
+    return json_response(plain(await lab.job(prune_job, req, get_key(request))))
 
 
 async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
@@ -44,7 +44,7 @@ async def patch(request: Request, req: PatchRequest, lab: Lab) -> Response:
     stream entering the layer, the layer's attention output after W_O, its MLP output), grids.head is layer × head
     (the head's output at every position). The prompts must have the same number of tokens (a 422 shows both
     tokenisations). Progress under /api/v1/progress for a GET."""
-    return json_response(plain(await patch_of(req, lab, get_key(request))))
+    return json_response(plain(await lab.job(patch_job, req, get_key(request))))
 
 
 twins(

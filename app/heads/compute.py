@@ -5,7 +5,8 @@ pruning curve (/api/v1/prune) and activation patching (/api/v1/patch). The engin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from functools import partial
+from typing import Any
 
 from engine import heads as E
 from engine import predict as P
@@ -19,10 +20,8 @@ from ..web.sequence import text_of as sequence_text
 from ..web.view import finite
 from .request import PatchRequest, PruneRequest, RolesRequest
 
-
-def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["inputs", "tokens"] = "tokens") -> Text:
-    """The request's text as a sequence for the head views (a Pre-LN decoder; every token counted unless `counted`)."""
-    return sequence_text(req, lab, max_tokens, eos, counted, views="the head views", pre_ln=True)
+# The request's text as a sequence for the head views: a Pre-LN decoder's.
+text_of = partial(sequence_text, views="the head views", pre_ln=True)
 
 
 Grid = tuple[tuple[float | None, ...], ...]  # layer × head (or position); a non-finite number is None
@@ -44,7 +43,7 @@ def cost(model: Model, rows: int, logits_rows: int) -> int:
 
 
 async def roles_of(req: RolesRequest, lab: Lab, key: str | None) -> tuple[Text, P.Intervention, E.Roles]:
-    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_roles_tokens, False)
+    t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_roles_tokens, False, "tokens")
     iv = intervention(req, t.model)
     limit = lab.settings.max_probe_n
     if req.probe_n > limit:
@@ -170,11 +169,7 @@ class Pruned:
     fraction: float
 
 
-async def prune_of(req: PruneRequest, lab: Lab, key: str | None) -> Pruned:
-    """The pruning curve, computed here or (--redis) by a queue worker (`Lab.job`)."""
-    return await lab.job(prune_job, req, key)
-
-
+# Computed here or (--redis) by a queue worker: `lab.job(prune_job, req, key)`.
 @job_kind("prune", PruneRequest, Pruned)
 async def prune_job(req: PruneRequest, lab: Lab, key: str | None) -> Pruned:
     t = await lab.off_loop(req.preset, text_of, req, lab, lab.settings.max_prune_tokens, req.eos, "inputs")
@@ -253,11 +248,7 @@ class Patched:
     grids: dict[str, Grid]
 
 
-async def patch_of(req: PatchRequest, lab: Lab, key: str | None) -> Patched:
-    """The patching grids, computed here or (--redis) by a queue worker (`Lab.job`)."""
-    return await lab.job(patch_job, req, key)
-
-
+# Computed here or (--redis) by a queue worker: `lab.job(patch_job, req, key)`.
 @job_kind("patch", PatchRequest, Patched)
 async def patch_job(req: PatchRequest, lab: Lab, key: str | None) -> Patched:
     a, b = await lab.off_loop(req.preset, prompts_of, req, lab)

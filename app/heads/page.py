@@ -26,10 +26,9 @@ from .compute import (
     Grid,
     Probe,
     ProbeLoss,
-    Pruned,
     Token,
-    patch_of,
-    prune_of,
+    patch_job,
+    prune_job,
     roles_document,
     roles_of,
 )
@@ -125,7 +124,6 @@ def form(api: str) -> Callable[[Lab, PageQuery, str], dict[str, Any]]:
 
 
 async def heads_view(state: HeadsQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> HeadsView:
-    p = state
     typed = state.spelled.get("ablate", "ablate")
     default = {} if state.get("text") or state.get("token_ids") else {"text": DEFAULT_TEXT[ctx["lang"]]}
     req = form_request(state, RolesRequest, default | bos_as_page_reads_it(state))
@@ -134,8 +132,8 @@ async def heads_view(state: HeadsQuery, lab: Lab, progress: str, ctx: dict[str, 
     doc = roles_document(t, iv, roles, req.top)
     model = t.model
     n_layer, n_heads = model.arch.n_layer, model.arch.n_heads
-    if p.knock is not None:
-        k = within("knock", p.knock, 1, n_layer * n_heads)
+    if state.knock is not None:
+        k = within("knock", state.knock, 1, n_layer * n_heads)
         req = req.model_copy(update={"ablate": [[li, h] for li, h, _ in roles.top("induction", k)]})
     ablated = None
     if req.ablate:
@@ -144,10 +142,10 @@ async def heads_view(state: HeadsQuery, lab: Lab, progress: str, ctx: dict[str, 
         except FieldError as e:
             raise FieldError(typed if e.field == "ablate" else e.field, e.message) from None
         ablated = Ablated.of(iv, knocked)
-    role = p.role
+    role = state.role
     scores = doc.roles[role]
     present = state.present
-    chosen = p.head or (roles.top("induction", 1)[0][0], roles.top("induction", 1)[0][1])
+    chosen = state.head or (roles.top("induction", 1)[0][0], roles.top("induction", 1)[0][1])
     layer = within("head", chosen[0], 0, n_layer - 1)
     head = within("head", chosen[1], 0, n_heads - 1)
 
@@ -166,7 +164,9 @@ async def heads_view(state: HeadsQuery, lab: Lab, progress: str, ctx: dict[str, 
         preq = PruneRequest(preset=req.preset, text=req.text, token_ids=req.token_ids, bos=req.bos,
                             ablate_mode=req.ablate_mode)  # fmt: skip
         try:
-            curve = curve_of(await prune_of(preq, lab, progress), ctx["t"])
+            pruned = await lab.job(prune_job, preq, progress)
+            curve = Curve(pruned.order, pruned.mean_loss, pruned.clean_loss, pruned.can_go, pruned.fraction, pruned.rise,
+                          pruning_chart(pruned.mean_loss, pruned.clean_loss, pruned.rise, pruned.can_go, ctx["t"]))  # fmt: skip
         except FieldError as e:
             prune_error = f"{e.field}: {e.message}"
     return HeadsView(
@@ -183,11 +183,6 @@ async def heads_view(state: HeadsQuery, lab: Lab, progress: str, ctx: dict[str, 
         lab_url=lab_url(model.name, roles.probe, layer, head, ctx["lang"], present),
         json_url="/api/v1/head_roles?" + state.api_query(), present_url=state.url(present=None if present else "1"),
     )  # fmt: skip
-
-
-def curve_of(p: Pruned, t: Callable[..., str]) -> Curve:
-    return Curve(p.order, p.mean_loss, p.clean_loss, p.can_go, p.fraction, p.rise,
-                 pruning_chart(p.mean_loss, p.clean_loss, p.rise, p.can_go, t))  # fmt: skip
 
 
 # -- /patch ------------------------------------------------------------------------------------------------------
@@ -223,10 +218,9 @@ class PatchView(View):
 
 
 async def patch_view(state: PatchQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> PatchView:
-    p = state
     req = form_request(state, PatchRequest, bos_as_page_reads_it(state))
-    doc = await patch_of(req, lab, progress)
-    kind = p.grid
+    doc = await lab.job(patch_job, req, progress)
+    kind = state.grid
     rows = doc.grids[kind]
     if kind == "head":
         columns = tuple(str(h) for h in range(doc.heads))
@@ -242,9 +236,9 @@ async def patch_view(state: PatchQuery, lab: Lab, progress: str, ctx: dict[str, 
     strongest = tuple(sorted(flat, key=lambda c: -abs(c.value or 0))[:5])
     chosen, values = None, {}
     clean_lab = corrupted_lab = ""
-    if p.cell is not None:
-        li = within("cell", p.cell[0], 0, doc.layers - 1)
-        c = within("cell", p.cell[1], 0, len(columns) - 1)
+    if state.cell is not None:
+        li = within("cell", state.cell[0], 0, doc.layers - 1)
+        c = within("cell", state.cell[1], 0, len(columns) - 1)
         chosen = (li, c)
         values = {k: doc.grids[k][li][c] for k in KINDS if (k == "head") == (kind == "head")}
         head = c if kind == "head" else 0
