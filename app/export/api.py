@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from html import escape
-from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import field_error
 from ..schemas import ERRORS, FieldError, query_model
 from ..templating import negotiate, translator
+from ..web.provenance import model_path
 from ..web.sequence import DECODER, InputText, Preset, text_of
 from . import cite, twin
 from . import code as snippets
@@ -106,12 +106,11 @@ async def figure(request: Request, page: PageParam, format: Literal["svg", "pdf"
 CodeKind = Literal["lab", "torch"]
 
 
-def model_files(request: Request, preset: str) -> tuple[str, str | None] | None:
+def model_files(request: Request, p: twin.Page) -> tuple[str, str | None] | None:
     """A real model's files as transformers reads them: (directory, None) or (directory, the GGUF file's name)."""
-    model = request.app.state.lab.models.get(preset)
-    if model is None:
+    path = model_path(request.app.state.lab, preset_of(p))
+    if path is None:
         return None
-    path = Path(model.path)
     return (str(path.parent), path.name) if path.is_file() else (str(path), None)
 
 
@@ -190,7 +189,7 @@ async def code(request: Request, page: PageParam, kind: CodeKind = "lab") -> Res
         if kind == "lab":
             text = snippets.lab_snippet(p, str(request.base_url).rstrip("/"), t)
         else:
-            text = snippets.torch_snippet(p, model_files(request, preset_of(p)), await ids_of(request, p), t)
+            text = snippets.torch_snippet(p, model_files(request, p), await ids_of(request, p), t)
     except snippets.NoCode as e:
         return field_error("query", "kind" if kind == "torch" and p.path in ("/", "/embed") else "page", str(e))
     if request.headers.get("hx-request"):
@@ -203,14 +202,8 @@ def base_url(request: Request) -> str:
     return (public or str(request.base_url)).rstrip("/")
 
 
-def model_path(request: Request, p: twin.Page) -> Path | None:
-    """A real model's path (its .gguf file or its directory), None for a random preset."""
-    model = request.app.state.lab.models.get(preset_of(p))
-    return None if model is None else Path(model.path)
-
-
 async def provenance_of(request: Request, p: twin.Page) -> dict[str, object]:
-    path = model_path(request, p)
+    path = model_path(request.app.state.lab, preset_of(p))
     return await run_in_threadpool(cite.provenance, p, base_url(request) + p.url, path)
 
 
@@ -262,7 +255,7 @@ async def notebook(request: Request, page: PageParam) -> Response:
     t = comments_in(request, p)
     lab_code = maybe(lambda: snippets.lab_snippet(p, base_url(request), t))
     ids = await ids_of(request, p)
-    torch_code = maybe(lambda: snippets.torch_snippet(p, model_files(request, preset_of(p)), ids, t))
+    torch_code = maybe(lambda: snippets.torch_snippet(p, model_files(request, p), ids, t))
     settings = request.app.state.settings
     try:
         png: bytes | None = await run_in_threadpool(
