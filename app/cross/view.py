@@ -234,9 +234,7 @@ def smollm2_nonlinear(model: Any, q: CrossQuery) -> Nonlinear:
     except SpecError as e:
         raise SpecError(f"nl_{e.field}" if e.field in ("text", "layer", "head") else e.field, e.message) from None
     labels = model.labels(ids)
-    scale = {k: v for k, v in d["scale"].items()}
-    add = {k: v for k, v in d["sum"].items()}
-    return Nonlinear(0, q.nl_layer, q.nl_head, labels[-1], labels, min(model.arch.d_k, NL_SHOWN), scale, add,
+    return Nonlinear(0, q.nl_layer, q.nl_head, labels[-1], labels, min(model.arch.d_k, NL_SHOWN), d["scale"], d["sum"],
                      "smollm2", d["kv"], model.arch.n_layer, model.arch.n_heads, q.nl_text)  # fmt: skip
 
 
