@@ -1,6 +1,6 @@
 """The page `/attribution`: is a big attention weight an important one? Its query (the API's request fields and the
-page's own `head` and `sort`), its View (app/attribution/view.py) and its template; htmx redraws the page's body
-(`blocks`), and a head chosen on the grid swaps that head's section alone."""
+page's own `head`, `sort` and `key`) and View (app/attribution/view.py) and its template; htmx redraws the page's
+body (`blocks`), and a head chosen on the grid swaps that head's section alone."""
 
 from __future__ import annotations
 
@@ -14,27 +14,12 @@ from engine.spec import PRESETS
 from ..lab import Lab
 from ..web.page import page_route
 from ..web.sequence import generators
-from ..web.state import Choice, Digits, HeadCell, PageQuery
 from .api import BUILTIN, AttributionRequest, encoders
-from .view import DEFAULT_TEXT, SORTS, AttributionView, attribution_view
+from .view import DEFAULT_TEXT, AttributionQuery, AttributionView, attribution_view
 
 router = APIRouter(include_in_schema=False)
 API_KEYS = ("preset", "text", "token_ids", "bos", "position", "target", "contrast", "flow")
 assert set(API_KEYS) <= set(AttributionRequest.model_fields)
-
-
-class AttributionQuery(PageQuery):
-    """/attribution's view: the head whose row is shown (layer.head; default: the largest |attribution|) and the
-    order of the top heads' list; `key`, the key position of the chosen head's score split (default: the key it
-    weights most)."""
-
-    head: HeadCell | None = None
-    sort: Choice(SORTS) = "abs"  # type: ignore[valid-type]
-    key: Digits(0, 1_000_000) | None = None  # type: ignore[valid-type]
-
-
-async def view(state: AttributionQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> AttributionView:
-    return await attribution_view(state, lab, progress, ctx, state.head, state.sort, state.key)
 
 
 # What names a place in one model's tokens, heads or vocabulary: meaningless in another's.
@@ -64,5 +49,5 @@ def form(lab: Lab, state: AttributionQuery, lang: str) -> dict[str, Any]:
             "default_text": " ".join(PRESETS[preset].tokens) if preset in BUILTIN else DEFAULT_TEXT}  # fmt: skip
 
 
-page_route(router, "/attribution", "attribution.html", API_KEYS, AttributionQuery, view, form, AttributionView.blocks,
+page_route(router, "/attribution", "attribution.html", API_KEYS, AttributionQuery, attribution_view, form, AttributionView.blocks,
            state_of)  # fmt: skip

@@ -26,7 +26,7 @@ from ..render import cells
 from ..schemas import FieldError, head_within, query_model
 from ..web.page import lab_url, twin_url
 from ..web.sequence import DECODER, Text, generators
-from ..web.state import PageQuery, within
+from ..web.state import Choice, Digits, HeadCell, PageQuery, within
 from ..web.view import HIDDEN, View
 from .api import (
     BUILTIN,
@@ -48,6 +48,16 @@ SORTS = ("abs", "pos", "neg")  # the top heads by |value|, the most positive fir
 TOP = 10  # heads listed beside the grid
 CELLS_UP_TO = 24  # sources: past this the rollout's strips carry no numbers (each still has its title)
 HiddenFields = tuple[tuple[str, str], ...]
+
+
+class AttributionQuery(PageQuery):
+    """/attribution's view: the head whose row is shown (layer.head; default: the largest |attribution|) and the
+    order of the top heads' list; `key`, the key position of the chosen head's score split (default: the key it
+    weights most)."""
+
+    head: HeadCell | None = None
+    sort: Choice(SORTS) = "abs"  # type: ignore[valid-type]
+    key: Digits(0, 1_000_000) | None = None  # type: ignore[valid-type]
 
 
 @dataclass(frozen=True)
@@ -276,7 +286,6 @@ class Computed(A.Held):
 
     rollout: A.Rollout
     sink: A.SinkContrast
-    head_norms: torch.Tensor | None = None  # an encoder's grid (the API's answer has it; kept for the key's sake)
 
 
 @dataclass(frozen=True)
@@ -304,10 +313,9 @@ def head_of(chosen: tuple[int, int], n_layer: int, n_heads: int, model: str) -> 
     return layer, head_within(head, n_heads)
 
 
-async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any],
-                           chosen_head: tuple[int, int] | None, sort: str,
-                           key: int | None = None) -> AttributionView:  # fmt: skip
+async def attribution_view(state: AttributionQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> AttributionView:
     """What /attribution shows for `state` (its JSON face is the page's `.json` twin)."""
+    chosen_head, key = state.head, state.key
     decoders = [*generators(lab.models), *encoders(lab)]
     if "preset" not in state.params and DECODER not in decoders and decoders:  # a server without SmolLM2
         state.params["preset"] = decoders[0]
@@ -316,7 +324,7 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
         for name in ("target", "contrast"):
             state.params.pop(name, None)
     if preset in BUILTIN:
-        return await builtin_view(state, lab, progress, ctx, chosen_head, key)
+        return await builtin_view(state, lab, progress, ctx)
     req = page_request(state)
     limit = lab.settings.max_predict_tokens
     text: Text = await lab.off_loop(req.preset, text_for, req, lab, limit)
@@ -369,7 +377,7 @@ async def attribution_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[
         key_of, cost_of = (text.preset, text.seq, p, layer), cost
     got, _ = await lab.compute("attribution_head", key_of, cost_of, detail, progress=progress)
     why = await why_score(lab, text, reads, layer, head, p, key, got.norms, progress, cost)
-    return build(state, ctx, text, doc, extra, got, (layer, head), sort if dec else "abs", flow_tokens, why)
+    return build(state, ctx, text, doc, extra, got, (layer, head), state.sort if dec else "abs", flow_tokens, why)
 
 
 @dataclass(frozen=True)
@@ -391,8 +399,7 @@ def builtin_link(preset: str, tokens: tuple[str, ...], block: bool, lang: str, p
     return link
 
 
-async def builtin_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any],
-                       chosen_head: tuple[int, int] | None, key: int | None) -> AttributionView:  # fmt: skip
+async def builtin_view(state: AttributionQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> AttributionView:
     """The toy's or gpt2-small's page: no unembedding (the answer says why); each head's output norm of the one
     layer as the grid, the chosen head's and the sink head's rows, the one layer's rollout (½A + ½I) and its score
     split, all from the lab's own trace (the same cache entry as `/`'s or /block's)."""
@@ -404,6 +411,7 @@ async def builtin_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str,
     p, causal = int(doc["position"]), bool(doc["causal"])
     span = p + 1 if causal else len(doc["tokens"])
     grid = tuple(tuple(float(x) for x in row) for row in doc["head_norms"])
+    key, chosen_head = state.key, state.head
     if chosen_head is None:  # the head that writes the most at the position
         chosen_head = (0, max(range(len(grid[0])), key=lambda h: grid[0][h]))
     _, head = head_of(chosen_head, 1, len(grid[0]), ctx["t"]("preset." + req.preset))
@@ -598,14 +606,11 @@ def why_of(why: tuple[Why, float] | None, labels: tuple[str, ...]) -> WhyScore |
     values = [float(x) for x in parts.tolist()]
     order = sorted(range(len(values)), key=lambda i: -abs(values[i]))
     bound = max((abs(v) for v in values), default=0.0) or 1.0
-
-    theta, angle = s.theta, s.angle
+    rope = (s.theta, s.angle) if s.theta is not None and s.angle is not None else None  # each pair's θ_f, rotation
 
     def term(i: int) -> Term:
-        rope = theta is not None and angle is not None
-        return Term(i, values[i], float(theta[i]) if theta is not None and rope else None,
-                    float(angle[i]) if angle is not None and rope else None,
-                    shade(values[i], "diverging", bound))  # fmt: skip
+        theta, angle = (float(rope[0][i]), float(rope[1][i])) if rope else (None, None)
+        return Term(i, values[i], theta, angle, shade(values[i], "diverging", bound))
 
     shown = order[:TERMS]
     return WhyScore(
