@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -65,11 +64,6 @@ async def fetch(app: ASGIApp, page: str, paths: tuple[str, ...] = PAGE_PATHS) ->
     """The page's JSON twin, asked of the app itself. A page that refuses its query (422, 404…) is refused here
     with its own message, naming `page`."""
     path, query = parse(page, paths)
-    return Page(path, query, await fetch_json(app, path, query))
-
-
-async def fetch_json(app: ASGIApp, path: str, query: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """A JSON object asked of the app itself (a page's twin, an API answer); a refusal is a BadPage."""
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=600) as client:
         r = await client.get(path, params=list(query), headers={"Accept": "application/json"})
@@ -82,4 +76,4 @@ async def fetch_json(app: ASGIApp, path: str, query: Sequence[tuple[str, str]]) 
                       422 if r.status_code < 500 else r.status_code)  # fmt: skip
     if not isinstance(data, dict):
         raise BadPage("the page's JSON twin is not an object")
-    return data
+    return Page(path, query, data)
