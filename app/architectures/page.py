@@ -109,14 +109,10 @@ async def architectures_page(
         else:
             c = job.run.config
             at = head_at("encdec", q.encdec, c.n_layer, c.n_heads, t)
-
-            def encdec(_: Any) -> Any:
-                return encdec_patterns(job, words, at, q.pos, t)
-
             key = (job.id, tuple(words), at, q.pos, lang)
-            done, _ = await lab.compute("architectures_encdec", key, 1 << 20, encdec)
+            done, _ = await lab.compute("architectures_encdec", key, 1 << 20,
+                                        lambda _: encdec_patterns(job, words, at, q.pos, t))  # fmt: skip
             ed.real.extend(done.patterns)
-            c = job.run.config
             ed.note = t("architectures.real.run", run=job.id, task=c.task, steps=c.steps) + " " + (
                 t("architectures.real.input") if done.read_input else t("architectures.real.probe"))  # fmt: skip
         heads = {k: "{}.{}".format(*getattr(q, k)) for k in (*REAL.values(), "encdec")}
