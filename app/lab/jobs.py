@@ -85,11 +85,6 @@ def job_kind(name: str, request: type[BaseModel], result: type[R],
     return register
 
 
-def job_id(kind: str, request: dict[str, Any]) -> str:
-    blob = orjson.dumps({"kind": kind, "request": request}, option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(blob).hexdigest()[:32]
-
-
 def job_key(jid: str) -> str:
     return PREFIX + jid
 
@@ -254,7 +249,8 @@ class RedisJobs:
         if not queued:  # no queue worker: computed here, as without Redis
             return await kind.here(req, lab, key)
         request = req.model_dump(mode="json")
-        jid = job_id(kind.name, request)
+        blob = orjson.dumps({"kind": kind.name, "request": request}, option=orjson.OPT_SORT_KEYS)
+        jid = hashlib.sha256(blob).hexdigest()[:32]  # the same computation asked for anywhere: one job
         r = self.redis
         cap = self.settings.max_large_concurrent + self.settings.max_large_queued
         args = [jid, kind.name, orjson.dumps(request), client, cap, LIVE_TTL_S]
