@@ -147,16 +147,6 @@ def lost_message(lease_s: float) -> str:
     return J.lost_message(lease_s, "training it", "the run is lost, start it again")
 
 
-def save_weights(params: dict[str, Any]) -> bytes:
-    """numpy arrays or tensors as safetensors bytes."""
-    import torch
-    from safetensors.torch import save
-
-    return save(
-        {k: (v if isinstance(v, torch.Tensor) else torch.from_numpy(v)).contiguous() for k, v in params.items()}
-    )
-
-
 def load_weights(blob: bytes) -> dict[str, Any]:
     from safetensors.torch import load
 
@@ -268,20 +258,15 @@ class RedisRuns:
         job.started = float(meta["started"]) if meta.get("started") else None
         job.finished = float(meta["finished"]) if meta.get("finished") else None
         job.preset = meta.get("preset") or None
-        if job.status == "queued" and not job.message and time.time() - job.created > NO_WORKER_S:
-            job.message = await self._no_worker()
+        waited = job.status == "queued" and not job.message and time.time() - job.created > NO_WORKER_S
+        if waited and not await self.redis.zcount(WORKERS, time.time() - 60, "+inf"):  # no queue worker beat (each
+            # beats every second in lab:train:workers, on its own clock) for a minute
+            job.message = "waiting for a queue worker: none is running (start `attention-lab worker --redis URL`)"
         if not job.live and (job.preset or arch.is_encdec(job.run.config)) and not job.run.params:
             await self.weights(job)  # an encoder–decoder is no preset, but its state says whether it exports
         if job.preset and job.preset not in self._loaded:
             await self._serve(run_id)
         return job
-
-    async def _no_worker(self) -> str:
-        """What a run queued for a while says when no queue worker has been heard from for a minute ("" if one has:
-        each beats every second in lab:train:workers, on its own clock)."""
-        if await self.redis.zcount(WORKERS, time.time() - 60, "+inf"):
-            return ""
-        return "waiting for a queue worker: none is running (start `attention-lab worker --redis URL`)"
 
     async def all(self) -> list[Job]:
         ids = [as_str(i) for i in await self.redis.zrange(RUNS, 0, -1)]
@@ -329,11 +314,6 @@ class RedisRuns:
             return False
         job.run.params = await asyncio.to_thread(load_weights, bytes(blob))
         return True
-
-    def export_zip(self, job: Job) -> bytes:
-        from .runs import export_zip
-
-        return export_zip(job)
 
     async def _serve(self, run_id: str) -> None:
         """Serve the finished run as a preset of this worker (its weights from Redis), if it is not yet: one at a
@@ -453,16 +433,16 @@ class RedisSink:
     def weights(self, params: dict[str, Any]) -> None:
         """Stored once, as safetensors; served as a preset if it loads as `serve --model` would load its export."""
         import torch
+        from safetensors.torch import save
 
         from engine.encdec_train import export as export_encdec
         from engine.encdec_train import load_export
         from engine.models import ModelError, load
         from engine.train import export
 
-        self.r.set(run_key(self.id, ":weights"), save_weights(params))
-        meta = as_strs(self.r.hgetall(run_key(self.id)))
-        run = run_of(meta)
+        run = run_of(as_strs(self.r.hgetall(run_key(self.id))))
         run.params = {k: torch.from_numpy(v) for k, v in params.items()}
+        self.r.set(run_key(self.id, ":weights"), save({k: v.contiguous() for k, v in run.params.items()}))
         name = f"train-{self.id}"
         with tempfile.TemporaryDirectory() as tmp:
             try:
