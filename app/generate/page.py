@@ -46,9 +46,10 @@ def default_prompt(state: GenerateQuery, lang: str) -> dict[str, str]:
     return {} if given else {"text": DEFAULT_TEXT[lang]}
 
 
-def twin(state: GenerateQuery, lang: str) -> str:
-    """The API's URL for the generation the page shows (the default prompt of a first visit included)."""
-    return "/api/v1/generate?" + state.api_query(**default_prompt(state, lang))
+def twin(state: GenerateQuery, lang: str, **more: str) -> str:
+    """The API's URL for the generation the page shows (the default prompt of a first visit included), or with
+    `more` (the samples block's `samples`)."""
+    return "/api/v1/generate?" + state.api_query(**default_prompt(state, lang), **more)
 
 
 async def generate_view(state: GenerateQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> GenerateView:
@@ -121,17 +122,12 @@ async def samples_page(state: GenerateQuery, lab: Lab, progress: str, ctx: dict[
     view = samples_view(req, lab.models[spec.preset], g, lambda seed: on("/generate", state, seed=seed),
                         ctx["t"], req.seed)  # fmt: skip
     return view.model_copy(update={"generate_url": on("/generate", state),
-                                   "json_url": samples_twin(state, lab, ctx["lang"])})  # fmt: skip
+                                   "json_url": twin(state, ctx["lang"], samples=samples(state, lab))})  # fmt: skip
 
 
 def samples(state: GenerateQuery, lab: Lab) -> str:
     """How many continuations the samples block draws: the URL's `samples`, else SAMPLES (capped by the server's)."""
     return state.get("samples") or str(min(SAMPLES, lab.settings.max_samples))
-
-
-def samples_twin(state: GenerateQuery, lab: Lab, lang: str) -> str:
-    """The API's URL for the samples block's continuations."""
-    return "/api/v1/generate?" + state.api_query(**default_prompt(state, lang), samples=samples(state, lab))
 
 
 def choosing(
@@ -189,7 +185,7 @@ def form(lab: Lab, state: GenerateQuery, lang: str) -> dict[str, Any]:
 
 
 def samples_form(lab: Lab, state: GenerateQuery, lang: str) -> dict[str, Any]:
-    return {"json_url": samples_twin(state, lab, lang)}
+    return {"json_url": twin(state, lang, samples=samples(state, lab))}
 
 
 page_route(router, "/generate", "generate.html", API_KEYS, GenerateQuery, generate_view, form, GenerateView.blocks)

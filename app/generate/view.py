@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
 
 from engine.errors import Message
 from engine.generate import Generation, generate
@@ -158,29 +158,17 @@ class GenerateRequest(BaseModel):
     do_sample: bool = Field(
         False, description="Draw each token (after the filters below) instead of taking the most likely."
     )
-    temperature: float = Field(
-        1.0,
-        gt=0,
-        le=100,
-        allow_inf_nan=False,
-        description="Divide the logits by this before the other filters (1: off).",
+    temperature: FiniteFloat = Field(
+        1.0, gt=0, le=100, description="Divide the logits by this before the other filters (1: off)."
     )
     top_k: int = Field(
         0, ge=0, le=1_000_000, description="Keep the k most likely tokens (0: off; the server's cap applies: 1000)."
     )
-    top_p: float = Field(
-        1.0,
-        gt=0,
-        le=1,
-        allow_inf_nan=False,
-        description="Keep the most likely tokens whose probabilities add up to p (1: off).",
+    top_p: FiniteFloat = Field(
+        1.0, gt=0, le=1, description="Keep the most likely tokens whose probabilities add up to p (1: off)."
     )
-    min_p: float = Field(
-        0.0,
-        ge=0,
-        le=1,
-        allow_inf_nan=False,
-        description="Keep the tokens at least min_p × the top token's probability (0: off).",
+    min_p: FiniteFloat = Field(
+        0.0, ge=0, le=1, description="Keep the tokens at least min_p × the top token's probability (0: off)."
     )
     seed: int = Field(
         0,
@@ -318,7 +306,7 @@ def document(model: Model, spec: Spec, g: Generation, decimals: int | None) -> d
         "text": tok.decode([s.token_id for s in g.steps]),
         "stopped_at_eos": g.stopped_at_eos,
         "kv_cache_bytes_per_token": g.kv_bytes_per_token,
-        "sampling": sampling_settings(g),
+        "sampling": asdict(g.sampling) | {"filters": list(g.sampling.active())},
         "logprob": g.logprob,
         "samples": [
             {
@@ -349,17 +337,10 @@ def document(model: Model, spec: Spec, g: Generation, decimals: int | None) -> d
 
 
 def npz(model: Model, spec: Spec, g: Generation) -> bytes:
-    """The generation as a NumPy archive: what `document` says in JSON, plus every filter's distribution over the whole
-    vocabulary (recomputed from each step's logits with the filters' own code: `g` must keep them). The names:
-
-    - `prompt_ids` (n,), `prompt_tokens` (n,) and `text_start`; `token_ids` (T,) and `tokens` (T,): the generated ones;
-    - `filters` (F,): "logits" and the filters that ran, in order; `probs` (T, F, V) float32: each step's
-      distribution after each filter (0 where it removed a token); `kept` (T, F): the tokens surviving;
-    - `candidates` (T, 12) and `candidate_probs` (T, F, 12) float64: the JSON's `candidates` and `filters[].probs`;
-    - `p`, `logp` (T,): the token taken, under the distribution it came from; `forced` (T,); `logprob` ();
-    - `top_ids`, `top_probs` (T, 5); `context` (T,); `attention` (T, H, n + T − 1) float32 at `layer`, NaN past each
-      step's context (absent when no layer is watched);
-    - `samples_seed`, `samples_logprob` (S,); `samples_token_ids` (S, T) with −1 after a sample ended; `distinct` ()."""
+    """The generation as a NumPy archive: what `document` says in JSON, plus every filter's whole distribution over the
+    vocabulary (recomputed from each step's logits with the filters' own code: `g` must keep them). Its arrays are
+    listed once, where the API describes it (api.py `answer_npz`); `probs` and `attention` are float32, the other
+    probabilities float64, the ids int64."""
     if any(s.logits is None for s in g.steps):  # (a generation cached without them)
         raise ValueError("the .npz needs a generation that kept its logits (run(..., logits=True))")
     ids = list(g.prompt_ids) + [s.token_id for s in g.steps]
@@ -405,12 +386,6 @@ def npz(model: Model, spec: Spec, g: Generation) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, **arrays)  # type: ignore[arg-type]
     return buf.getvalue()
-
-
-def sampling_settings(g: Generation) -> dict[str, Any]:
-    s = g.sampling
-    return {"do_sample": s.do_sample, "temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p,
-            "min_p": s.min_p, "seed": s.seed, "filters": list(s.active())}  # fmt: skip
 
 
 def chosen(model: Model, ids: list[int], labels: list[str], s: Any) -> dict[str, Any]:

@@ -5,8 +5,8 @@ reporting progress (`progress`) under a request's key (`keys`), and heavy comput
 
 from .admission import HEAVY, HeavyWork, LoopLimiter, QueuePlace
 from .cancel import CLIENT, Cancelled, Progress
-from .jobs import JobKind, job_kind
-from .keys import ProgressKey, get_key, progress_key, request_key, url_digest
+from .jobs import job_kind
+from .keys import ProgressKey, get_key, progress_key, request_key
 from .service import Lab, Work, get_lab
 
 __all__ = [
@@ -14,7 +14,6 @@ __all__ = [
     "HEAVY",
     "Cancelled",
     "HeavyWork",
-    "JobKind",
     "Lab",
     "LoopLimiter",
     "Progress",
@@ -26,5 +25,4 @@ __all__ = [
     "job_kind",
     "progress_key",
     "request_key",
-    "url_digest",
 ]

@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException
 from engine.budget import Busy
 
 from .cancel import Cancelled
-from .redis_io import LUA_NOW, as_str, async_client, queue_message
+from .redis_io import LUA_LEASES, LUA_NOW, as_str, async_client, queue_message
 
 if TYPE_CHECKING:
     import dramatiq
@@ -85,11 +85,6 @@ def job_kind(name: str, request: type[BaseModel], result: type[R],
     return register
 
 
-def job_id(kind: str, request: dict[str, Any]) -> str:
-    blob = orjson.dumps({"kind": kind, "request": request}, option=orjson.OPT_SORT_KEYS)
-    return hashlib.sha256(blob).hexdigest()[:32]
-
-
 def job_key(jid: str) -> str:
     return PREFIX + jid
 
@@ -107,73 +102,51 @@ def make_broker(url: str) -> dramatiq.Broker:
     return broker
 
 
-def lost_message(lease_s: float) -> str:
-    """What a job whose worker died says (JSON-safe: no quotes, no backslashes)."""
-    return (f"the queue worker computing it stopped answering: no heartbeat for {lease_s:g} s (TRAIN_LEASE_S); "
-            "ask again to compute it again")  # fmt: skip
+def lost_message(lease_s: float, doing: str = "computing it", then: str = "ask again to compute it again") -> str:
+    """What a job (or a run: `doing`, `then`) whose worker died says (JSON-safe: no quotes, no backslashes)."""
+    return f"the queue worker {doing} stopped answering: no heartbeat for {lease_s:g} s (TRAIN_LEASE_S); {then}"
 
 
 LUA = f"""{LUA_NOW}
-local function job(id) return '{PREFIX}' .. id end
+local function key(id) return '{PREFIX}' .. id end
 local function ended(id, status, field, value, ttl)
-  redis.call('HSET', job(id), 'status', status, field, value, 'finished', now())
-  redis.call('EXPIRE', job(id), ttl)
+  redis.call('HSET', key(id), 'status', status, field, value, 'finished', now())
+  redis.call('EXPIRE', key(id), ttl)
   redis.call('SREM', '{LIVE}', id)
 end
-"""
+{LUA_LEASES}"""
 
 # ARGV: id, kind, request, client, cap, live TTL. 'new' (queue it), 'full', or the live or finished job's status.
 SUBMIT = f"""
 local id = ARGV[1]
-local st = redis.call('HGET', job(id), 'status')
+local st = redis.call('HGET', key(id), 'status')
 if st == 'queued' or st == 'running' or st == 'done' then return st end
 if redis.call('SCARD', '{LIVE}') >= tonumber(ARGV[5]) then return 'full' end
-redis.call('DEL', job(id))
-redis.call('HSET', job(id), 'kind', ARGV[2], 'request', ARGV[3], 'status', 'queued', 'client', ARGV[4],
+redis.call('DEL', key(id))
+redis.call('HSET', key(id), 'kind', ARGV[2], 'request', ARGV[3], 'status', 'queued', 'client', ARGV[4],
            'created', now(), 'done', 0, 'total', 0)
-redis.call('EXPIRE', job(id), tonumber(ARGV[6]))
+redis.call('EXPIRE', key(id), tonumber(ARGV[6]))
 redis.call('SADD', '{LIVE}', id)
 return 'new'
 """
 
-# ARGV: id, owner, lease seconds. 1: this worker computes it now; 0: it is not queued (failed, taken, gone).
-CLAIM = """
-local h = job(ARGV[1])
-if redis.call('HGET', h, 'status') ~= 'queued' then return 0 end
-redis.call('HSET', h, 'status', 'running', 'owner', ARGV[2], 'started', now(), 'lease', now() + tonumber(ARGV[3]))
-return 1
-"""
-
 # ARGV: id, owner, lease seconds, done, total. 1, or 0: the job is no longer this worker's.
 RENEW = """
-local h = job(ARGV[1])
-if redis.call('HGET', h, 'status') ~= 'running' or redis.call('HGET', h, 'owner') ~= ARGV[2] then return 0 end
-redis.call('HSET', h, 'lease', now() + tonumber(ARGV[3]), 'done', ARGV[4], 'total', ARGV[5])
+if not holds(ARGV[1], ARGV[2]) then return 0 end
+redis.call('HSET', key(ARGV[1]), 'lease', now() + tonumber(ARGV[3]), 'done', ARGV[4], 'total', ARGV[5])
 return 1
 """
 
 # ARGV: id, owner, status, field, value, TTL. 1, or 0: the job is no longer this worker's (reported failed).
 FINISH = """
-local h = job(ARGV[1])
-if redis.call('HGET', h, 'status') ~= 'running' or redis.call('HGET', h, 'owner') ~= ARGV[2] then return 0 end
+if not holds(ARGV[1], ARGV[2]) then return 0 end
 ended(ARGV[1], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]))
 return 1
 """
 
 # ARGV: the message, TTL. Every running job whose lease ran out ends failed; ids of jobs gone leave the live set.
 REAP = f"""
-local reaped = 0
-local t = now()
-for _, id in ipairs(redis.call('SMEMBERS', '{LIVE}')) do
-  local st = redis.call('HGET', job(id), 'status')
-  if st ~= 'queued' and st ~= 'running' then
-    redis.call('SREM', '{LIVE}', id)
-  elseif st == 'running' and tonumber(redis.call('HGET', job(id), 'lease') or '0') < t then
-    ended(id, 'failed', 'message', ARGV[1], tonumber(ARGV[2]))
-    reaped = reaped + 1
-  end
-end
-return reaped
+return reap('{LIVE}', function(id) ended(id, 'failed', 'message', ARGV[1], tonumber(ARGV[2])) end)
 """
 
 
@@ -251,10 +224,6 @@ class RedisJobs:
     def redis(self) -> Any:
         return self.client()
 
-    @property
-    def cap(self) -> int:
-        return self.settings.max_large_concurrent + self.settings.max_large_queued
-
     def _enqueue(self, jid: str) -> None:
         if self._broker is None:
             self._broker = make_broker(self.url)
@@ -280,13 +249,14 @@ class RedisJobs:
         if not queued:  # no queue worker: computed here, as without Redis
             return await kind.here(req, lab, key)
         request = req.model_dump(mode="json")
-        jid = job_id(kind.name, request)
+        blob = orjson.dumps({"kind": kind.name, "request": request}, option=orjson.OPT_SORT_KEYS)
+        jid = hashlib.sha256(blob).hexdigest()[:32]  # the same computation asked for anywhere: one job
         r = self.redis
-        args = [jid, kind.name, orjson.dumps(request), client, self.cap, LIVE_TTL_S]
+        cap = self.settings.max_large_concurrent + self.settings.max_large_queued
+        args = [jid, kind.name, orjson.dumps(request), client, cap, LIVE_TTL_S]
         got = as_str(await self.client.script("submit")(args=args))
-        retry = max(1, round(self.settings.queue_wait_s))
         if got == "full":
-            raise Busy(0, lab.budget.limit, retry)
+            raise Busy(0, lab.budget.limit, max(1, round(self.settings.queue_wait_s)))
         if got == "new":
             try:
                 await asyncio.to_thread(self._enqueue, jid)

@@ -19,11 +19,6 @@ HEADER = "x-progress-key"  # the key a page's request names itself by (static/la
 KEY = re.compile(r"[0-9a-f]{16}")
 
 
-def given(value: str | None) -> str | None:
-    """The key a request names itself by (its X-Progress-Key header) when it is one (16 hex digits), else None."""
-    return value if value is not None and KEY.fullmatch(value) else None
-
-
 def url_digest(data: bytes) -> str:
     """The hash behind a URL's key: BLAKE2b, 8 bytes, as 16 hex digits."""
     return hashlib.blake2b(data, digest_size=8).hexdigest()
@@ -64,7 +59,7 @@ class ProgressKey(str):
     pure Python, so it is not done on the event loop, nor for a request whose work never begins (refused, or
     cancelled in the queue): `Lab.tracking` asks for it in the worker thread that starts the work, or a poll does.
     `params`: the request's query as Starlette parsed it, reused (None: parse `query` then). `named`: the key the
-    request named itself by (`given`), which is then its key."""
+    request named itself by (its X-Progress-Key header), which is then its key when it is one."""
 
     path: str
     query: str
@@ -73,7 +68,8 @@ class ProgressKey(str):
 
     def __new__(cls, path: str, query: str, params: QueryParams | None = None, named: str | None = None) -> ProgressKey:
         self = super().__new__(cls, f"{path}?{query}")
-        self.path, self.query, self.params, self._hex = path, query, params, given(named)
+        self.path, self.query, self.params = path, query, params
+        self._hex = named if named is not None and KEY.fullmatch(named) else None  # a key only if 16 hex digits
         return self
 
     @property

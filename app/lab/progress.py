@@ -14,6 +14,7 @@ from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from typing import Any, NamedTuple, TypeVar
 
+import orjson
 from redis.exceptions import RedisError
 
 from ..settings import Settings
@@ -100,7 +101,6 @@ class Tracking:
         self.pending: set[_Tracked] = set()
         # Page requests answered lately, oldest first (`serving`): a poll that crossed its answer finds it answered.
         self.answered: deque[tuple[float, _Tracked]] = deque(maxlen=ANSWERED_MAX)
-        self._redis: Any = None  # --redis: progress entries shared by every worker
 
     def serving(self, key: str) -> Callable[..., None]:
         """A page request known to a poll while it is served: from now (its arrival, on the event loop: nothing is
@@ -142,14 +142,14 @@ class Tracking:
             yield JOB_PROGRESS.get()
             return
         tracked = _Tracked(key, time.time(), unit)
-        shared = self._shared_progress()
+        shared = self._shared_progress
 
         def update(done: int, total: int) -> None:
             name = tracked.name
-            self.progress[name] = Entry(done, total, tracked.start, unit)
+            entry = self.progress[name] = Entry(done, total, tracked.start, unit)
             if shared is not None:  # progress is a courtesy: a Redis hiccup never fails the computation
                 with suppress(RedisError):
-                    shared.set(_progress_name(name), f"{done},{total},{tracked.start},{unit}", ex=PROGRESS_TTL_S)
+                    shared.set(_progress_name(name), orjson.dumps([*entry]), ex=PROGRESS_TTL_S)
 
         def begin() -> None:
             if not tracked.begun:
@@ -168,7 +168,8 @@ class Tracking:
                 self.progress.pop(name, None)
                 if shared is not None:  # every worker says "answered" a while, as this one does (`serving`): a
                     with suppress(RedisError):  # poll reaching another worker as the answer leaves is no 404
-                        shared.set(_progress_name(name), f"0,0,{tracked.start},{unit},answered", ex=int(ANSWERED_S))
+                        entry = Entry(0, 0, tracked.start, unit, answered=True)
+                        shared.set(_progress_name(name), orjson.dumps([*entry]), ex=int(ANSWERED_S))
 
     def progress_of(self, key: str) -> Entry | None:
         """This worker's entry for `key` (a request whose work has not begun, or a page served that counts nothing:
@@ -185,26 +186,21 @@ class Tracking:
             for when, tracked in list(self.answered):  # newest last; the event loop appends meanwhile
                 if now - when <= ANSWERED_S and tracked.name == key:
                     entry = Entry(0, 0, tracked.start, tracked.unit, answered=True)
-        shared = self._shared_progress()
+        shared = self._shared_progress
         if entry is not None or shared is None:
             return entry
         try:
             raw = shared.get(_progress_name(key))
         except RedisError:
             return None
-        if raw is None:
-            return None
-        parts = raw.decode().split(",")
-        answered = parts[-1] == "answered"
-        done, total, start, *unit = parts[:-1] if answered else parts
-        return Entry(int(done), int(total), float(start), unit[0] if unit else "layers", answered)
+        return None if raw is None else Entry(*orjson.loads(raw))  # as `tracking` wrote it: the Entry, a JSON list
 
+    @functools.cached_property
     def _shared_progress(self) -> Any:
-        """A plain (blocking) Redis client for progress entries, made on first use; None without --redis."""
+        """A plain (blocking) Redis client for the progress entries every worker shares (--redis), made on first use;
+        None without --redis."""
         if not self.settings.redis_url:
             return None
-        if self._redis is None:
-            import redis
+        import redis
 
-            self._redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
-        return self._redis
+        return redis.Redis.from_url(self.settings.redis_url, socket_timeout=2, socket_connect_timeout=2)

@@ -17,6 +17,36 @@ local function now()
 end
 """
 
+# What the scripts of a queue's leases share (the jobs', the runs'), after the module's own `key(id)`, the hash of a
+# job or a run: a queue worker's claim of a queued one, whether it still holds it, and reaping, from the set `live`,
+# the ids gone and the running ones whose lease ran out (each ended by `lost(id)`).
+LUA_LEASES = """
+local function claim(id, owner, lease)
+  if redis.call('HGET', key(id), 'status') ~= 'queued' then return 0 end
+  redis.call('HSET', key(id), 'status', 'running', 'owner', owner, 'started', now(), 'lease', now() + tonumber(lease))
+  return 1
+end
+local function holds(id, owner)
+  return redis.call('HGET', key(id), 'status') == 'running' and redis.call('HGET', key(id), 'owner') == owner
+end
+local function reap(live, lost)
+  local reaped, t = 0, now()
+  for _, id in ipairs(redis.call('SMEMBERS', live)) do
+    local st = redis.call('HGET', key(id), 'status')
+    if st ~= 'queued' and st ~= 'running' then
+      redis.call('SREM', live, id)
+    elseif st == 'running' and tonumber(redis.call('HGET', key(id), 'lease') or '0') < t then
+      lost(id)
+      reaped = reaped + 1
+    end
+  end
+  return reaped
+end
+"""
+# ARGV: id, owner, lease seconds. 1: this worker computes (or trains) it now; 0: it is not queued (stopped, failed,
+# taken, gone).
+CLAIM = "return claim(ARGV[1], ARGV[2], ARGV[3])"
+
 
 def async_client(url: str) -> aioredis.Redis:
     """A client on a bounded pool that waits for a free connection (the default pool refuses past its size): a class

@@ -109,10 +109,6 @@ class LensView(View):
 # -- /lens ---------------------------------------------------------------------------------------------------------
 
 
-def top_words(top: tuple[Candidate, ...]) -> str:
-    return ", ".join(f"{c.token!r} {c.p:.2f}" for c in top)
-
-
 def lens_window(state: LensQuery, n: int, chosen: tuple[int, int] | None, first: int = 0) -> tuple[int, int, int]:
     """The window of columns the page draws: from `start` (a parameter: the number of its first position, 0 …; 0
     takes the BOS before it too, `first` = 1), else the window of the chosen cell, else the first; one past its
@@ -166,7 +162,7 @@ async def build_lens(state: LensQuery, lab: Lab, key: str, ctx: dict[str, Any]) 
         for i, p in enumerate(row):
             top = candidates(read.top(li, i), read.final_ids[i])
             title = t("lens.cell", layer=li, i=label(i, at0), p=f"{p:.3f}", final=read.final[i],
-                      top=top_words(top)) if start <= i < stop else ""  # fmt: skip
+                      top=", ".join(f"{c.token!r} {c.p:.2f}" for c in top)) if start <= i < stop else ""  # fmt: skip
             cells.append(LensCell(p, top, first[i] == li, bool(top) and top[0].target,
                                   f"sq-{min(10, max(0, round(p * 10)))}", title))  # fmt: skip
         rows.append(tuple(cells))

@@ -152,12 +152,6 @@ class LensQuery(PageQuery):
 FLAGS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
 
 
-def parse_flag(name: str, raw: str) -> bool:
-    if raw.lower() not in FLAGS:
-        raise FieldError(name, said("flag", value=show(raw, 30)))
-    return FLAGS[raw.lower()]
-
-
 def state_of(request: Request, path: str, keys: tuple[str, ...], query: type[Q]) -> Q:
     """The page's query; a submitted form's unticked boxes become explicit `0`s (and `form` is dropped)."""
     state = query.of(request.query_params, path, keys)
@@ -199,8 +193,10 @@ async def request_body(
     if heads := form_ablate(state.get("ablate"), state.spelled.get("ablate", "ablate")):
         body["ablate"] = heads
     for name in ("bos", "eos"):
-        if name in model_cls.model_fields and state.get(name):
-            body[name] = parse_flag(name, state.get(name))
+        if name in model_cls.model_fields and (flag := state.get(name)):
+            if flag.lower() not in FLAGS:
+                raise FieldError(name, said("flag", value=show(flag, 30)))
+            body[name] = FLAGS[flag.lower()]
     replaced: dict[str, Any] = {}
     if body.get("loss_from"):  # the page's number; the API counts the sequence (the BOS first, when there is one)
         body["loss_from"] += bos_offset(lab, body)

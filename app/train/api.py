@@ -19,7 +19,7 @@ from ..schemas import ERRORS, FieldError
 from ..web.sse import RESPONSES, EventSourceResponse, ServerSentEvent, event, stream
 from . import arch
 from .presets import Presets
-from .runs import Busy, Job, Runs
+from .runs import Busy, Job, Runs, export_zip
 
 if TYPE_CHECKING:
     from .queue import RedisRuns
@@ -162,7 +162,7 @@ async def runs(request: Request) -> dict[str, Any]:
     for job in await runs_of(request).all():
         r = job.run
         out.append({"id": job.id, "status": r.status, "step": r.step, "steps": r.config.steps, "task": r.config.task,
-                    "causal": getattr(r.config, "causal", None), "arch": arch.arch_of(r.config), "loss": r.loss[-1] if r.loss else None,
+                    "causal": getattr(r.config, "causal", None), "arch": arch.ENCDEC if arch.is_encdec(r.config) else "gpt", "loss": r.loss[-1] if r.loss else None,
                     "eval_loss": r.eval_loss[-1] if r.eval_loss else None, "preset": job.preset})  # fmt: skip
     return {"runs": out}
 
@@ -243,7 +243,7 @@ async def export_run(request: Request, run_id: RunId) -> Response:
     if not await runs_of(request).weights(job):
         return JSONResponse({"message": f"run {job.id} is {job.status}: its weights come when it ends",
                              "detail": []}, status_code=409)  # fmt: skip
-    body = await asyncio.to_thread(runs_of(request).export_zip, job)
+    body = await asyncio.to_thread(export_zip, job)  # the weights here now (`weights`)
     return Response(body, media_type="application/zip",
                     headers={"Content-Disposition": f'attachment; filename="train-{job.id}.zip"'})  # fmt: skip
 

@@ -20,10 +20,6 @@ def is_encdec(config: AnyConfig | dict[str, Any]) -> bool:
     return arch == ENCDEC
 
 
-def arch_of(config: AnyConfig) -> str:
-    return ENCDEC if isinstance(config, EncDecConfig) else "gpt"
-
-
 def config_of(d: dict[str, Any]) -> AnyConfig:
     """A run's config from its JSON (`asdict` of either)."""
     if is_encdec(d):

@@ -46,7 +46,7 @@ from ..lab import jobs as J
 from ..lab.cancel import Cancelled
 from ..lab.jobs import JOB_ACTOR, JOBS_QUEUE, NAMESPACE, TRAIN_QUEUE, make_broker
 from ..lab.progress import JOB_PROGRESS
-from ..lab.redis_io import LUA_NOW, as_str, as_strs, async_client, queue_message
+from ..lab.redis_io import CLAIM, LUA_LEASES, LUA_NOW, as_str, as_strs, async_client, queue_message
 from . import arch
 from .runs import POLL_S, Busy, Job, per_client_busy, supervise
 
@@ -74,11 +74,11 @@ def run_key(run_id: str, suffix: str = "") -> str:
 
 
 # What every script below begins with (`lua`): the time on Redis's clock (one clock for every machine), its run's
-# keys built from its id (one Redis, as the rooms use; not a cluster), a run's end.
+# keys built from its id (one Redis, as the rooms use; not a cluster), a run's end, the leases' scripts.
 LUA_KEYS = f"""{LUA_NOW}
-local function run(id) return '{PREFIX}run:' .. id end
+local function key(id) return '{PREFIX}run:' .. id end
 local function finish(id, status, message, data, preset)
-  local h = run(id)
+  local h = key(id)
   local n = redis.call('HINCRBY', h, 'events', 1)
   redis.call('XADD', h .. ':events', '0-' .. n, 'k', 'end', 'd', data)
   redis.call('HSET', h, 'status', status, 'message', message, 'finished', now(), 'preset', preset)
@@ -87,7 +87,7 @@ local function finish(id, status, message, data, preset)
   redis.call('XADD', '{RUN_LOG}', 'MAXLEN', '~', '1000', '*', 'finished', id)
   return n
 end
-"""
+{LUA_LEASES}"""
 
 # ARGV: id, cap, per-client cap (0: none), client, then the hash's field/value pairs. 1, 0 (full), -1 (the client's).
 START = f"""
@@ -95,26 +95,18 @@ local id, cap, mine = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local ckey = '{PREFIX}client:' .. ARGV[4]
 if redis.call('SCARD', '{LIVE}') >= cap then return 0 end
 if mine > 0 and redis.call('SCARD', ckey) >= mine then return -1 end
-redis.call('HSET', run(id), unpack(ARGV, 5))
-redis.call('HSET', run(id), 'created', now())
+redis.call('HSET', key(id), unpack(ARGV, 5))
+redis.call('HSET', key(id), 'created', now())
 redis.call('SADD', '{LIVE}', id)
 redis.call('SADD', ckey, id)
 redis.call('ZADD', '{RUNS}', now(), id)
 return 1
 """
 
-# ARGV: id, owner, lease seconds. 1: this worker runs it now; 0: it is not queued (stopped, failed, taken).
-CLAIM = """
-local h = run(ARGV[1])
-if redis.call('HGET', h, 'status') ~= 'queued' then return 0 end
-redis.call('HSET', h, 'status', 'running', 'owner', ARGV[2], 'started', now(), 'lease', now() + tonumber(ARGV[3]))
-return 1
-"""
-
 # ARGV: id, owner, kind, data, step ('' : none). The event's number, or 0: the run is no longer this worker's.
 APPEND = """
-local h = run(ARGV[1])
-if redis.call('HGET', h, 'status') ~= 'running' or redis.call('HGET', h, 'owner') ~= ARGV[2] then return 0 end
+if not holds(ARGV[1], ARGV[2]) then return 0 end
+local h = key(ARGV[1])
 local n = redis.call('HINCRBY', h, 'events', 1)
 redis.call('XADD', h .. ':events', '0-' .. n, 'k', ARGV[3], 'd', ARGV[4])
 if ARGV[5] ~= '' then redis.call('HSET', h, 'step', ARGV[5]) end
@@ -123,16 +115,15 @@ return n
 
 # ARGV: id, owner, lease seconds. 1: stop it (asked for), 0: go on, -1: the run is no longer this worker's.
 RENEW = """
-local h = run(ARGV[1])
-if redis.call('HGET', h, 'status') ~= 'running' or redis.call('HGET', h, 'owner') ~= ARGV[2] then return -1 end
-redis.call('HSET', h, 'lease', now() + tonumber(ARGV[3]))
-return tonumber(redis.call('HGET', h, 'cancel') or '0')
+if not holds(ARGV[1], ARGV[2]) then return -1 end
+redis.call('HSET', key(ARGV[1]), 'lease', now() + tonumber(ARGV[3]))
+return tonumber(redis.call('HGET', key(ARGV[1]), 'cancel') or '0')
 """
 
 # ARGV: id, the status it must have, owner ('': any), status, message, end data (JSON), preset. The end event's
 # number, or 0 (the run was not in that status, or not this owner's).
 FINISH = """
-local h = run(ARGV[1])
+local h = key(ARGV[1])
 if redis.call('HGET', h, 'status') ~= ARGV[2] then return 0 end
 if ARGV[3] ~= '' and redis.call('HGET', h, 'owner') ~= ARGV[3] then return 0 end
 return finish(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
@@ -140,20 +131,10 @@ return finish(ARGV[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 
 # ARGV: the message. Every running run whose lease ran out ends failed; ids of runs gone leave the live set.
 REAP = f"""
-local reaped = 0
-local t = now()
-for _, id in ipairs(redis.call('SMEMBERS', '{LIVE}')) do
-  local h = run(id)
-  local st = redis.call('HGET', h, 'status')
-  if st ~= 'queued' and st ~= 'running' then
-    redis.call('SREM', '{LIVE}', id)
-  elseif st == 'running' and tonumber(redis.call('HGET', h, 'lease') or '0') < t then
-    local step = redis.call('HGET', h, 'step') or '0'
-    finish(id, 'failed', ARGV[1], '{{"status":"failed","step":' .. step .. ',"message":"' .. ARGV[1] .. '"}}', '')
-    reaped = reaped + 1
-  end
-end
-return reaped
+return reap('{LIVE}', function(id)
+  local step = redis.call('HGET', key(id), 'step') or '0'
+  finish(id, 'failed', ARGV[1], '{{"status":"failed","step":' .. step .. ',"message":"' .. ARGV[1] .. '"}}', '')
+end)
 """
 
 
@@ -162,19 +143,8 @@ def lua(script: str) -> str:
 
 
 def lost_message(lease_s: float) -> str:
-    """What a run whose worker died says (JSON-safe: no quotes, no backslashes)."""
-    return (f"the queue worker training it stopped answering: no heartbeat for {lease_s:g} s (TRAIN_LEASE_S); "
-            "the run is lost, start it again")  # fmt: skip
-
-
-def save_weights(params: dict[str, Any]) -> bytes:
-    """numpy arrays or tensors as safetensors bytes."""
-    import torch
-    from safetensors.torch import save
-
-    return save(
-        {k: (v if isinstance(v, torch.Tensor) else torch.from_numpy(v)).contiguous() for k, v in params.items()}
-    )
+    """What a run whose worker died says."""
+    return J.lost_message(lease_s, "training it", "the run is lost, start it again")
 
 
 def load_weights(blob: bytes) -> dict[str, Any]:
@@ -288,20 +258,15 @@ class RedisRuns:
         job.started = float(meta["started"]) if meta.get("started") else None
         job.finished = float(meta["finished"]) if meta.get("finished") else None
         job.preset = meta.get("preset") or None
-        if job.status == "queued" and not job.message and time.time() - job.created > NO_WORKER_S:
-            job.message = await self._no_worker()
+        waited = job.status == "queued" and not job.message and time.time() - job.created > NO_WORKER_S
+        if waited and not await self.redis.zcount(WORKERS, time.time() - 60, "+inf"):  # no queue worker beat (each
+            # beats every second in lab:train:workers, on its own clock) for a minute
+            job.message = "waiting for a queue worker: none is running (start `attention-lab worker --redis URL`)"
         if not job.live and (job.preset or arch.is_encdec(job.run.config)) and not job.run.params:
             await self.weights(job)  # an encoder–decoder is no preset, but its state says whether it exports
         if job.preset and job.preset not in self._loaded:
             await self._serve(run_id)
         return job
-
-    async def _no_worker(self) -> str:
-        """What a run queued for a while says when no queue worker has been heard from for a minute ("" if one has:
-        each beats every second in lab:train:workers, on its own clock)."""
-        if await self.redis.zcount(WORKERS, time.time() - 60, "+inf"):
-            return ""
-        return "waiting for a queue worker: none is running (start `attention-lab worker --redis URL`)"
 
     async def all(self) -> list[Job]:
         ids = [as_str(i) for i in await self.redis.zrange(RUNS, 0, -1)]
@@ -349,11 +314,6 @@ class RedisRuns:
             return False
         job.run.params = await asyncio.to_thread(load_weights, bytes(blob))
         return True
-
-    def export_zip(self, job: Job) -> bytes:
-        from .runs import export_zip
-
-        return export_zip(job)
 
     async def _serve(self, run_id: str) -> None:
         """Serve the finished run as a preset of this worker (its weights from Redis), if it is not yet: one at a
@@ -473,16 +433,16 @@ class RedisSink:
     def weights(self, params: dict[str, Any]) -> None:
         """Stored once, as safetensors; served as a preset if it loads as `serve --model` would load its export."""
         import torch
+        from safetensors.torch import save
 
         from engine.encdec_train import export as export_encdec
         from engine.encdec_train import load_export
         from engine.models import ModelError, load
         from engine.train import export
 
-        self.r.set(run_key(self.id, ":weights"), save_weights(params))
-        meta = as_strs(self.r.hgetall(run_key(self.id)))
-        run = run_of(meta)
+        run = run_of(as_strs(self.r.hgetall(run_key(self.id))))
         run.params = {k: torch.from_numpy(v) for k, v in params.items()}
+        self.r.set(run_key(self.id, ":weights"), save({k: v.contiguous() for k, v in run.params.items()}))
         name = f"train-{self.id}"
         with tempfile.TemporaryDirectory() as tmp:
             try:
@@ -551,7 +511,7 @@ class QueueWorker:
         self.scripts = {name: self.r.register_script(lua(src))
                         for name, src in (("claim", CLAIM), ("append", APPEND), ("renew", RENEW), ("finish", FINISH),
                                           ("reap", REAP))}  # fmt: skip
-        for name, src in (("claim", J.CLAIM), ("renew", J.RENEW), ("finish", J.FINISH), ("reap", J.REAP)):
+        for name, src in (("claim", CLAIM), ("renew", J.RENEW), ("finish", J.FINISH), ("reap", J.REAP)):
             self.scripts[f"job_{name}"] = self.r.register_script(J.lua(src))
         self.stopping = threading.Event()
         self.name = f"{socket.gethostname()}:{os.getpid()}"

@@ -14,7 +14,8 @@ while it waits, and tells the sink how the run ended. Two places host it:
 
 A run that ends with its weights is served as a preset (app/train/presets.py) before its end is told: a page that
 hears `end` can open the lab on it; a dropped run's preset goes with it. The web side's interface (`start`, `get`,
-`all`, `wait`, `stop`, `weights`, `export_zip`) is the same for both, so the API and the page have one path."""
+`all`, `wait`, `stop`, `weights`) is the same for both, so the API and the page have one path; a run whose weights
+are here is exported by one `export_zip`."""
 
 from __future__ import annotations
 
@@ -326,9 +327,6 @@ class Runs:
     async def weights(self, job: Job) -> bool:
         """Whether the run's weights are here (the export's): in this process, once it has ended with them."""
         return bool(job.run.params)
-
-    def export_zip(self, job: Job) -> bytes:
-        return export_zip(job)
 
 
 def export_zip(job: Job) -> bytes:
