@@ -56,7 +56,7 @@ from .service import (
     store_down,
 )
 from .store import Answer, Poll, Room
-from .stream import Follow, last_event
+from .stream import Follow
 from .summary import cell_safe, csv_file, end_class, summary_rows, teachers_summary
 
 __all__ = ["PollIn", "install", "router", "view_limits"]
@@ -88,6 +88,8 @@ TEACHER: dict[int | str, dict[str, Any]] = REFUSALS | {
     401: problem_doc("No teacher token (Authorization: Bearer <teacher_token>)"),
     403: problem_doc("A token that is not this room's teacher token, or a change sent by another site's page"),
 }
+OPENED: dict[str, Any] = {"status_code": 201, "response_model": PollCreated, "responses": TEACHER}  # a poll opens
+CSV: dict[str, Any] = {"responses": TEACHER | {200: {"content": {"text/csv": {}}}}, "response_class": Response}
 
 
 def install(app: FastAPI) -> None:
@@ -103,6 +105,7 @@ def install(app: FastAPI) -> None:
         return refused(store_down(exc))
 
 
+# Where each refused field came from, for `detail[].loc` (the same shape as every other 4xx of the API).
 WHERE = {"code": "path", "poll": "path", "authorization": "header", "last-event-id": "header",
          "sec-fetch-site": "header", "origin": "header", "content-type": "header",
          "query": "body", "page": "body", "answer": "body", "lang": "query"}  # fmt: skip
@@ -250,7 +253,8 @@ async def events(
         raise RoomError(422, "lang", f"must be one of {', '.join(LANGS)}")
     await rooms.joins.check(client_address(request), "events", "joins from this address")
     room = await rooms.room(code, request)
-    after = last_event(last_event_id)
+    if last_event_id is not None and not (last_event_id.isascii() and last_event_id.isdigit()):
+        raise RoomError(422, "last-event-id", "must be a version number from an earlier event")
     await rooms.store.listening()  # Redis: not before this process receives the room's events again
     # The teacher's own page listens too (poll events), but is no follower. A follower is counted before its
     # stream starts, in one step with the limit's check.
@@ -273,19 +277,14 @@ async def events(
         return Markup(NOW).format(url=url)
 
     keepalive = rooms.settings.room_keepalive_s
+    after = None if last_event_id is None else int(last_event_id)  # the version a reconnecting client saw last
     follow = Follow(rooms.store, room.code, room.version, follower, after, keepalive, render, remote,
                     now=now if remote and lang else None)  # fmt: skip
     # `unfollow` also runs when the stream never started (its client left at once): it is idempotent.
     return sse.stream(follow.stream(), keepalive, background=BackgroundTask(follow.unfollow))
 
 
-@router.post(
-    "/{code}/polls",
-    summary="Open a poll on the current view (teacher)",
-    status_code=201,
-    response_model=PollCreated,
-    responses=TEACHER,
-)
+@router.post("/{code}/polls", summary="Open a poll on the current view (teacher)", **OPENED)
 async def open_poll(code: str, body: PollIn, request: Request, rooms: RoomsDep) -> Response:
     """Open a poll on the current view (any open one closes): students see it at once and answer once."""
     return await ask(rooms, await rooms.teacher(request, code), body)
@@ -331,13 +330,7 @@ def prepared_poll(slug: str, k: int, lang: str, rows: int | None, cols: int | No
     return poll, languages
 
 
-@router.post(
-    "/{code}/polls/lesson",
-    summary="Ask a lesson step's prepared question (teacher)",
-    status_code=201,
-    response_model=PollCreated,
-    responses=TEACHER,
-)
+@router.post("/{code}/polls/lesson", summary="Ask a lesson step's prepared question (teacher)", **OPENED)
 async def open_lesson_poll(code: str, body: LessonPollIn, request: Request, rooms: RoomsDep) -> Response:
     """Ask the class a lesson step's own question: its options and its key come from the lesson (never from the
     projected page, which does not hold the key); students see the question at once, the key when it closes."""
@@ -346,13 +339,15 @@ async def open_lesson_poll(code: str, body: LessonPollIn, request: Request, room
     return await ask(rooms, room, *prepared_poll(body.lesson, body.step, body.lang, body.rows, body.cols, labels))
 
 
-async def _poll_of(rooms: Rooms, room: Room, poll_id: str, request: Request) -> Poll:
-    """The room's poll; a poll id not found costs what an unknown code does."""
+async def _poll_of(rooms: Rooms, request: Request, code: str, poll_id: str, teacher: bool = False) -> tuple[Room, Poll]:
+    """The room (when `teacher`, only for its teacher) and its poll; a poll id not found costs what an unknown code
+    does."""
+    room = await (rooms.teacher(request, code) if teacher else rooms.room(code, request))
     poll = await rooms.store.poll(room.code, poll_id[:16])
     if poll is None:
         await rooms.missed(request)
         raise RoomError(404, "poll", f"no poll {poll_id[:16]!r} in room {room.code}")
-    return poll
+    return room, poll
 
 
 @router.get(
@@ -379,8 +374,7 @@ async def poll_results(code: str, poll_id: NotLesson, request: Request, rooms: R
     """The answers counted so far (a student's later answer replaces the earlier) and the key: to everyone once
     the poll is closed; while it is open, to the room's teacher alone (the remote shows them live), and to
     everyone else no counts at all (`counts` empty, `total` null), so that nobody can steer the vote by them."""
-    room = await rooms.room(code, request)
-    poll = await _poll_of(rooms, room, poll_id, request)
+    room, poll = await _poll_of(rooms, request, code, poll_id)
     shown = poll.status == "closed" or await rooms.is_teacher(request, room)
     counts = await rooms.store.counts(room.code, poll.id) if shown else {}
     out = poll.public() | {"answer": poll.answer if shown else None, "counts": counts,
@@ -402,8 +396,7 @@ async def record_answer(
     address = client_address(request)
     await rooms.address_answers.check(address, "answer", "answers from this address")
     await rooms.answers.check(f"{address}/{body.student}", "answer", "answers from this student")
-    room = await rooms.room(code, request)
-    poll = await _poll_of(rooms, room, poll_id, request)
+    room, poll = await _poll_of(rooms, request, code, poll_id)
     if poll.status != "open":
         raise RoomError(409, "poll", "this poll is closed")
     if poll.kind == "choice":
@@ -436,8 +429,7 @@ async def record_answer(
 )
 async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Close the poll and reveal it: the counts and the key go to every follower."""
-    room = await rooms.teacher(request, code)
-    poll = await _poll_of(rooms, room, poll_id, request)
+    room, poll = await _poll_of(rooms, request, code, poll_id, teacher=True)
     closed = await rooms.store.close_poll(room.code, poll.id)
     assert closed is not None
     counts = await rooms.store.counts(room.code, poll.id)
@@ -453,21 +445,18 @@ async def close_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep)
 async def clear_poll(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Take the poll off every screen (the students' phones, the projector, the remote), closing it first if it is
     still open: `event: poll` with `{"id", "status": "cleared"}`. Its answers stay (results, CSV)."""
-    room = await rooms.teacher(request, code)
-    poll = await _poll_of(rooms, room, poll_id, request)
+    room, poll = await _poll_of(rooms, request, code, poll_id, teacher=True)
     if poll.status == "open":
         await rooms.store.close_poll(room.code, poll.id)
     version = await rooms.store.publish(room.code, "poll", {"id": poll.id, "status": "cleared"})
     return json_response({"version": version})
 
 
-@router.get("/{code}/polls/{poll_id}/answers.csv", summary="A poll's answers as CSV (teacher)", responses=TEACHER | {200: {"content": {"text/csv": {}}}},
-            response_class=Response)  # fmt: skip
+@router.get("/{code}/polls/{poll_id}/answers.csv", summary="A poll's answers as CSV (teacher)", **CSV)
 async def poll_csv(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """Every answer (student id, nickname, answer) for the teacher's records (UTF-8 with a byte order mark, as the
     class summary's CSV: Excel opens Chinese answers as written)."""
-    room = await rooms.teacher(request, code)
-    poll = await _poll_of(rooms, room, poll_id, request)
+    room, poll = await _poll_of(rooms, request, code, poll_id, teacher=True)
     rows = [["student", "nickname", "answer", "correct"]]
     for a in sorted(await rooms.store.answers(room.code, poll.id), key=lambda a: a.student):
         correct = "" if poll.answer is None else str(a.answer == poll.answer).lower()
@@ -490,12 +479,7 @@ async def class_summary(code: str, request: Request, rooms: RoomsDep) -> Respons
     return json_response(summary, headers={"Cache-Control": "no-store"})
 
 
-@router.get(
-    "/{code}/summary.csv",
-    summary="The class summary as CSV (teacher)",
-    responses=TEACHER | {200: {"content": {"text/csv": {}}}},
-    response_class=Response,
-)
+@router.get("/{code}/summary.csv", summary="The class summary as CSV (teacher)", **CSV)
 async def class_summary_csv(code: str, request: Request, rooms: RoomsDep) -> Response:
     """The class summary as CSV: one row per answer (poll, question, key, opened, closed, audience, student,
     nickname, answer, correct, seconds after the opening); a poll nobody answered has one row with no student. UTF-8

@@ -88,10 +88,9 @@ def view_limits(schema: dict[str, Any], settings: Settings) -> None:
     query = schema.get("components", {}).get("schemas", {}).get("ViewIn", {}).get("properties", {}).get("query")
     if query is not None:
         query["maxLength"] = min(query.get("maxLength", max_query_bytes), max_query_bytes)
-        spare = len(SHOWN_WITH)
         query["description"] += (
             f"; at most {max_query_bytes:,} bytes (UTF-8) on this server (MAX_QUERY_KB, less "
-            f"{spare} for the language a view is shown in)"
+            f"{len(SHOWN_WITH)} for the language a view is shown in)"
         )
 
 
@@ -165,17 +164,15 @@ class PollIn(Body):
                 raise ValueError("options: a cell poll has none (students click a cell)")
             if self.answer is not None:
                 self.answer = cell_key(self.answer, self.rows, self.cols, "answer")
-        labelled(self.kind, self.rows, self.cols, self.row_labels, self.col_labels)
+            # Its labels name its matrix's rows and columns, one each when its shape is given (as a cell outside the
+            # matrix, no JSON Schema says it). A choice poll's are not kept.
+            for name, labels, n in (
+                ("row_labels", self.row_labels, self.rows),
+                ("col_labels", self.col_labels, self.cols),
+            ):
+                if labels is not None and n is not None and len(labels) != n:
+                    raise ValueError(f"{name}: one label for each of the matrix's {n} {name[:3]}s, not {len(labels)}")
         return self
-
-
-def labelled(kind: str, rows: int | None, cols: int | None, row_labels: list[str] | None,
-             col_labels: list[str] | None) -> None:  # fmt: skip
-    """A cell poll's labels name its matrix's rows and columns, one each when its shape is given: a ValueError naming
-    the field if not (as a cell outside the matrix is; no JSON Schema says it). A choice poll's are not kept."""
-    for name, labels, n in (("row_labels", row_labels, rows), ("col_labels", col_labels, cols)):
-        if kind == "cell" and labels is not None and n is not None and len(labels) != n:
-            raise ValueError(f"{name}: one label for each of the matrix's {n} {name[:3]}s, not {len(labels)}")
 
 
 def _whole_number(p: Any) -> bool:
@@ -286,6 +283,3 @@ class SummaryOut(BaseModel):
                                         "counts, answers [{student, nickname, answer, after_s, correct}]")  # fmt: skip
     participation: dict[str, Any] = Field(description="polls, students (who answered at least one), answered_all, "
                                           "by_student [{student, nickname, polls}]")  # fmt: skip
-
-
-# Where each refused field came from, for `detail[].loc` (the same shape as every other 4xx of the API).

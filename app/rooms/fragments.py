@@ -85,11 +85,9 @@ def render(
 async def poll_box(store: Store, code: str, poll: Poll | None, role: Role, lang: str, student: str | None) -> str:
     """The box for `poll` as the store has it now: its counts (all of them for the projector's tally; shown only
     once closed) and, for a student, their own answer."""
-    if poll is None:
-        return render(None, role, lang, {}, None, code)
-    counts = await store.counts(code, poll.id)
+    counts = await store.counts(code, poll.id) if poll else {}
     mine = None
-    if role == "student" and student:
+    if poll and role == "student" and student:
         mine = next((a.answer for a in await store.answers(code, poll.id) if a.student == student), None)
     return render(poll, role, lang, counts, mine, code, student)
 

@@ -217,31 +217,28 @@ async def poll_total(code: str, poll_id: str, request: Request, rooms: RoomsDep)
 @router.get("/r/{code}/poll/{poll_id}/live", response_class=HTMLResponse)
 async def poll_live(code: str, poll_id: str, request: Request, rooms: RoomsDep) -> Response:
     """The teacher's remote's results (templates/_room_poll.html): the histogram with the key, live while open."""
-    try:
-        room = await rooms.teacher(request, code)
-        found = await rooms.store.poll(room.code, poll_id[:64])
-    except RoomError as exc:
-        return Response(status_code=exc.status if exc.status in (429, 503) else 204, headers=exc.headers)
-    if found is None:
-        return Response(status_code=204)
-    return HTMLResponse(
-        await poll_box(rooms.store, room.code, found, "remote", language(request), None), headers=NO_STORE
-    )
+    return await _poll_box(code, poll_id, request, rooms, None)
 
 
 @router.get("/r/{code}/poll/{poll_id}", response_class=HTMLResponse)
 async def poll(code: str, poll_id: str, request: Request, rooms: RoomsDep, student: str | None = None) -> Response:
     """The poll box of this browser's bar (templates/_room_poll.html), with a student's own answer after they gave
     it. Empty (204) when the room or the poll is gone."""
+    return await _poll_box(code, poll_id, request, rooms, (student or "")[:64])
+
+
+async def _poll_box(code: str, poll_id: str, request: Request, rooms: Rooms, student: str | None) -> Response:
+    """A poll box for this browser's role; the remote's (`student` None: the teacher's alone) shows live counts."""
+    remote = student is None
     try:
-        room = await rooms.room(code, request)
+        room = await (rooms.teacher(request, code) if remote else rooms.room(code, request))
         found = await rooms.store.poll(room.code, poll_id[:64])
     except RoomError as exc:
         return Response(status_code=exc.status if exc.status in (429, 503) else 204, headers=exc.headers)
     if found is None:
         return Response(status_code=204)
-    role: Role = "teacher" if await rooms.is_teacher(request, room) else "student"
-    html = await poll_box(rooms.store, room.code, found, role, language(request), (student or "")[:64])
+    role: Role = "remote" if remote else "teacher" if await rooms.is_teacher(request, room) else "student"
+    html = await poll_box(rooms.store, room.code, found, role, language(request), student)
     return HTMLResponse(html, headers=NO_STORE)
 
 
@@ -324,10 +321,9 @@ async def _own_room(request: Request, rooms: Rooms) -> Room | None:
     if not code:
         return None
     try:
-        room = await rooms.room(code, request)
+        return await rooms.teacher(request, code)
     except RoomError:
         return None
-    return room if await rooms.is_teacher(request, room) else None
 
 
 # ---- pairing: the teacher's role handed to a second device (the teacher's phone) ---------------------------------

@@ -150,8 +150,7 @@ class RedisStore(Store):
                     await pubsub.aclose()
 
     async def listening(self) -> None:
-        if self._listener is None or self._listener.done():
-            await self.start()
+        await self.start()  # again, if the listener ended
         try:
             await asyncio.wait_for(self._subscribed.wait(), 5)
         except TimeoutError:
@@ -220,15 +219,12 @@ class RedisStore(Store):
                     tuple(d.get("devices", "").split()))  # fmt: skip
 
     async def count(self) -> int:
-        now = time.time()
-        await self.redis.zremrangebyscore(ROOMS, "-inf", now - self.idle)
+        await self.redis.zremrangebyscore(ROOMS, "-inf", time.time() - self.idle)
         return int(await self.redis.zcard(ROOMS))
 
     async def delete(self, code: str) -> bool:
-        room = await self.get(code)
-        if room is None:
+        if not await self.publish(code, "end", {}):  # 0: no such room
             return False
-        await self.publish(code, "end", {})
         polls = await self.redis.hkeys(self._key(code, ":polls"))
         keys = [self._key(code, s) for s in ("", ":log", ":followers", ":polls")]
         keys += [self._key(code, f":{what}:" + as_str(p)) for p in polls for what in ("answers", "voters")]

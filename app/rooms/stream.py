@@ -29,22 +29,12 @@ from redis.exceptions import RedisError
 
 from ..web.sse import ServerSentEvent, event, keepalive
 from .fragments import step_of
-from .service import RoomError
 from .store import RETRY, RETRY_MS, Event, Poll, Store
 
 LOG = logging.getLogger("attention_lab.rooms")
 
 # The poll box of this stream's screen (app/rooms/fragments.py), or the remote's results card: (poll, cleared)
 Render = Callable[[Poll | None, bool], Awaitable[str]]
-
-
-def last_event(header: str | None) -> int | None:
-    """The version a reconnecting client saw last (its Last-Event-ID header), or None on a first connection."""
-    if header is None:
-        return None
-    if not (header.isascii() and header.isdigit()):
-        raise RoomError(422, "last-event-id", "must be a version number from an earlier event")
-    return int(header)
 
 
 def sse(change: Event, with_id: bool = True) -> ServerSentEvent:
