@@ -189,9 +189,11 @@ def matrix_view(
     head: int | None = None,
     bound: float | None = None,
     masked: np.ndarray | None = None,
+    links: bool = True,
 ) -> MatrixView:
     """`bound` fixes the diverging scale (so a tensor keeps its colours when a toggle changes other cells);
-    by default it is the largest finite |value|. `masked` marks entries the mask removed."""
+    by default it is the largest finite |value|. `masked` marks entries the mask removed. `links`: the cells open
+    their arithmetic."""
     if bound is None:
         finite = a[np.isfinite(a)]
         bound = float(np.abs(finite).max()) if finite.size else 0.0
@@ -202,7 +204,7 @@ def matrix_view(
         for row, hrow in zip(a, hidden, strict=True)
     ]  # fmt: skip
     shape = f"{shape_symbols} = ({', '.join(str(s) for s in a.shape)})"
-    return MatrixView(name, label, head, rows, cols, cells, shape, scale, bound=bound)
+    return MatrixView(name, label, head, rows, cols, cells, shape, scale, links, bound=bound)
 
 
 def dims(n: int, prefix: str = "") -> list[str]:
