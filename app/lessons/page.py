@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, Response
 from ..lab import Lab, get_lab
 from ..schemas import ERRORS, Problem
 from ..web.lessons import BY_SLUG, LESSONS, Lesson, step_url, with_query
-from ..web.page import query_of, serve
+from ..web.page import page_route, serve
 from ..web.state import PageQuery, show
 from .view import LessonLink, LessonStep, LessonsView, LessonView
 
@@ -45,20 +45,14 @@ def link(lesson: Lesson, lang: str, carry: dict[str, str] | None = None) -> Less
     return LessonLink(lesson.slug, title, url, len(lesson.steps))
 
 
-async def lessons_view(ctx: dict[str, Any]) -> LessonsView:
+async def lessons_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> LessonsView:
     """What /lessons shows: every lesson, linked."""
     lang = ctx["lang"]
     return LessonsView(lessons=tuple(link(lesson, lang) for lesson in LESSONS),
                        json_url=with_query("/api/v1/lessons", lang=lang))  # fmt: skip
 
 
-@router.get("/lessons", response_class=HTMLResponse)
-async def lessons_index(
-    request: Request,
-    lab: Annotated[Lab, Depends(get_lab)],
-    state: Annotated[PageQuery, Depends(query_of(PageQuery, "/lessons"))],
-) -> Response:
-    return await serve(request, lab, "lessons.html", state, lessons_view, blocks=())
+page_route(router, "/lessons", "lessons.html", (), PageQuery, lessons_view, lambda lab, state, lang: {})
 
 
 async def lesson_view(lesson: Lesson, state: PageQuery, ctx: dict[str, Any]) -> LessonView:
