@@ -372,8 +372,8 @@ def chart_figure(chart: Any, fmt: str, caption: str, lang: str = "en") -> bytes:
 
 
 def heat_svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str) -> str:
-    """One matrix as a labelled SVG heat map drawn by matplotlib (−∞ hatched, its numbers in the cells when small),
-    its title the caption too."""
+    """One matrix as a labelled SVG heat map to download (slides, papers), as every figure the lab gives away is: a
+    colour bar, −∞ hatched, its numbers in the cells when small; its title the caption too."""
     values = np.where(np.isneginf(a), np.nan, a).astype(np.float64)
     heat = Heat(title, rows, cols, values, np.isnan(values), scale)
     return draw(Figure(title, [heat]), "svg", f"Attention Lab · {title}").decode()
