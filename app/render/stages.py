@@ -561,15 +561,18 @@ def weighted_sum_matrices(trace: Trace, head: int) -> list[MatrixView]:
     ]  # fmt: skip
 
 
-# The table: one row per stage, in order — key, formula, notice, matrices, the main tensor's colour scale.
+# The table: one row per stage, in order — key, formula, notice, matrices. The main tensor's colour scale is
+# sequential for the weights (from 0 to 1), diverging for the rest (S′ = S + M keeps the colours of S).
 ATTENTION_STAGES: dict[str, Presentation] = {
-    key: Presentation(formula, said(f"explain.{key}"), notice, matrices, scale)
-    for key, formula, notice, matrices, scale in (
-        ("projection", projection_formula, projection_notice, projection_matrices, "diverging"),
-        ("scores", scores_formula, scores_notice, scores_matrices, "diverging"),
-        ("mask", mask_formula, mask_notice, mask_matrices, "diverging"),  # S′ = S + M keeps the colours of S
-        ("softmax", softmax_formula, softmax_notice, softmax_matrices, "sequential"),  # weights from 0 to 1
-        ("weighted_sum", weighted_sum_formula, weighted_sum_notice, weighted_sum_matrices, "diverging"),
+    key: Presentation(
+        formula, said(f"explain.{key}"), notice, matrices, "sequential" if key == "softmax" else "diverging"
+    )
+    for key, formula, notice, matrices in (
+        ("projection", projection_formula, projection_notice, projection_matrices),
+        ("scores", scores_formula, scores_notice, scores_matrices),
+        ("mask", mask_formula, mask_notice, mask_matrices),
+        ("softmax", softmax_formula, softmax_notice, softmax_matrices),
+        ("weighted_sum", weighted_sum_formula, weighted_sum_notice, weighted_sum_matrices),
     )
 }
 
