@@ -60,22 +60,16 @@ async def lesson_view(lesson: Lesson, state: PageQuery, ctx: dict[str, Any]) -> 
     lab) the answers stay hidden, and the steps' links carry the switch into the lab."""
     lang, hints = ctx["lang"], state.hints
     carry: dict[str, str] = {k: state.params[k] for k in ("present", "hints") if k in state.params}  # the screen's
-    steps = tuple(
-        LessonStep(
-            k,
-            step_url(lesson, k, lang, carry),
-            look,
-            question,
-            answer if hints else None,
-            step.poll.kind if step.poll else None,
-        )
-        for k, (step, (look, question, answer)) in enumerate(((s, s.text(lang)) for s in lesson.steps), start=1)
-    )
+    steps = []
+    for k, step in enumerate(lesson.steps, start=1):
+        look, question, answer = step.text(lang)
+        poll = step.poll.kind if step.poll else None
+        steps.append(LessonStep(k, step_url(lesson, k, lang, carry), look, question, answer if hints else None, poll))
     i = LESSONS.index(lesson)
     return LessonView(
         slug=lesson.slug,
         title=lesson.title.get(lang, lesson.title["en"]),
-        steps=steps,
+        steps=tuple(steps),
         hints=hints,
         hidden_note="" if hints else ctx["t"]("hints.hidden"),
         lessons_url=with_query("/lessons", lang=lang),
