@@ -134,23 +134,13 @@ def lab_query(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> LabQue
     return state
 
 
-@router.get("/embed", response_class=HTMLResponse)
-async def embed_page(
-    request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[LabQuery, Depends(lab_query)]
-) -> Response:
-    """One view without the page's chrome, for course pages: the same parameters, plus `hide=`."""
-    return await render_lab(request, lab, state, embed=True)
-
-
 @router.get("/", response_class=HTMLResponse)
+@router.get("/embed", response_class=HTMLResponse, name="embed_page")
 async def lab_page(
     request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[LabQuery, Depends(lab_query)]
 ) -> Response:
-    return await render_lab(request, lab, state, embed=False)
-
-
-async def render_lab(request: Request, lab: Lab, state: LabQuery, embed: bool) -> Response:
-    present = state.present
+    """The lab; at /embed one view without the page's chrome, for course pages: the same parameters, plus `hide=`."""
+    present, embed = state.present, request.url.path.endswith("/embed")
     hide = {h for h in state.get("hide").split(",") if h in HIDEABLE} | ({"controls"} if present else set())
     if not state.hints:  # what to notice and the lesson's answer stay hidden until the teacher shows them
         hide |= {"notice"}
