@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NotRequired
+from typing import Any, NotRequired, cast
 
 import numpy as np
 from markupsafe import Markup, escape
@@ -77,16 +77,8 @@ class MatrixView:
 
     def face(self) -> Matrix:
         """The JSON face of a View: labels and float values (−∞ becomes null there, as in the API)."""
-        out: Matrix = {
-            "name": self.name,
-            "label": self.label,
-            "head": self.head,
-            "shape": self.shape,
-            "scale": self.scale,
-            "rows": self.rows,
-            "cols": self.cols,
-            "values": [[float(c.value) for c in row] for row in self.cells],
-        }
+        named = {k: getattr(self, k) for k in ("name", "label", "head", "shape", "scale", "rows", "cols")}
+        out = cast(Matrix, named | {"values": [[float(c.value) for c in row] for row in self.cells]})
         if self.scale == "diverging":
             out["bound"] = self.bound  # the colour scale runs from −bound to +bound
         if any(c.cls.startswith("masked") for row in self.cells for c in row):
