@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 from engine.spec import MAIN_TENSOR, STAGES
@@ -31,19 +30,12 @@ from .view import HEATMAP_PATH, THUMB, LabQuery, heat_mode, heatmap_query, zoom_
 SEEN = 256  # traces remembered as drawn ahead (a trace's API query), so a page view schedules nothing twice
 
 
-@dataclass
-class Job:
-    trace: Any
-    state: LabQuery
-    first: str  # the stage on screen: drawn first
-
-
 class DrawAhead:
     def __init__(self, store: Any, flights: dict[Any, asyncio.Event], max_traces: int) -> None:
         self.store = store
         self.flights = flights  # URLs being answered now (cache.single_flight): not drawn twice
         self.max_traces = max_traces
-        self.jobs: OrderedDict[str, Job] = OrderedDict()
+        self.jobs: OrderedDict[str, tuple[Any, LabQuery, str]] = OrderedDict()  # trace, its query, stage on screen
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.drawn = 0  # heat maps drawn ahead, all told
         self.task: asyncio.Task[None] | None = None
@@ -61,7 +53,7 @@ class DrawAhead:
             return
         if len(self.jobs) >= self.max_traces:
             return  # the class has moved on faster than drawing: the rest is drawn on demand
-        self.jobs[key] = Job(trace, state, stage)
+        self.jobs[key] = (trace, state, stage)
         loop = asyncio.get_running_loop()
         # One drawing task per event loop (a test client may run each request on a loop of its own).
         if self.task is None or self.task.done() or self.task.get_loop() is not loop:
@@ -73,12 +65,11 @@ class DrawAhead:
             self.seen[key] = None
             while len(self.seen) > SEEN:
                 self.seen.popitem(last=False)
-            await self._draw(job)
+            await self._draw(*job)
 
-    async def _draw(self, job: Job) -> None:
-        trace, state = job.trace, job.state
+    async def _draw(self, trace: Any, state: LabQuery, first: str) -> None:
         room = self.store.max_bytes // 8
-        for key in [job.first, *(k for k in STAGES if k != job.first)]:
+        for key in [first, *(k for k in STAGES if k != first)]:  # the stage on screen first
             tensor = MAIN_TENSOR[key]
             mode = heat_mode(state.color, tensor)
             heads = [to_numpy(h) for h in getattr(getattr(trace, key), tensor)]  # one matrix per head

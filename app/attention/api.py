@@ -16,7 +16,7 @@ from engine.long import LongTrace
 
 from ..lab import Lab, get_lab, request_key
 from ..render.arrays import Traced, to_numpy
-from ..render.heatmap import svg as heatmap_svg_of
+from ..render.figure import heat_svg
 from ..schemas import (
     ERRORS,
     AttentionRequest,
@@ -51,36 +51,28 @@ from .tiles import tiles_document
 router = APIRouter(prefix="/api/v1", tags=["attention"], responses=ERRORS)
 
 
-async def answer(request: Request, req: AttentionRequest, lab: Lab, fmt: str) -> Response:
-    """Validate, compute (off the event loop, through the cache) and serialise one attention request."""
-    spec = await lab.spec(req)
-    return await respond(request, lab, fmt, spec, lab.trace_work(spec), req.view(spec), "attention")
-
-
 @router.get("/presets", summary="The presets, stage names and this server's limits")
 def presets(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     limits = lab.limits
+
+    def sizes(d_model: int, n_heads: int, n_ctx: int) -> dict[str, int]:
+        return {
+            "d_model": d_model,
+            "n_heads": n_heads,
+            "d_k": d_model // n_heads,
+            "n_ctx": n_ctx,
+            "max_tokens": min(n_ctx, limits.max_tokens),
+        }
+
     return {
         "presets": {
-            name: {
-                "d_model": p.d_model,
-                "n_heads": p.n_heads,
-                "d_k": p.d_model // p.n_heads,
-                "n_ctx": p.n_ctx,
-                "max_tokens": min(p.n_ctx, limits.max_tokens),
-                "bias": p.bias,
-                "init_std": p.init_std,
-                "tokens": list(p.tokens),
-            }
+            name: sizes(p.d_model, p.n_heads, p.n_ctx)
+            | {"bias": p.bias, "init_std": p.init_std, "tokens": list(p.tokens)}
             for name, p in PRESETS.items()
         }
         | {
-            name: {
-                "d_model": m.info.d_model,
-                "n_heads": m.info.n_heads,
-                "d_k": m.info.d_model // m.info.n_heads,
-                "n_ctx": m.info.n_ctx,
-                "max_tokens": min(m.info.n_ctx, limits.max_tokens),
+            name: sizes(m.info.d_model, m.info.n_heads, m.info.n_ctx)
+            | {
                 "n_layer": m.info.n_layer,
                 "vocab": m.info.vocab,
                 "pretrained": True,
@@ -96,11 +88,12 @@ def presets(lab: Annotated[Lab, Depends(get_lab)]) -> dict[str, Any]:
     }
 
 
-async def answer_json(request: Request, req: AttentionRequest, lab: Lab) -> Response:
+async def answer(request: Request, req: AttentionRequest, lab: Lab, fmt: str = "json") -> Response:
     """JSON has no −∞: a masked entry is null. Tensors: projection x (N,d), q k v (H,N,d_k); scores raw, scaled
     (H,N,N); mask mask (N,N), masked (H,N,N); softmax weights (H,N,N); weighted_sum heads (H,N,d_k), concat (N,d),
     output (N,d). A query row whose every key is masked has all-zero weights."""
-    return await answer(request, req, lab, "json")
+    spec = await lab.spec(req)  # validated; computed off the event loop, through the cache
+    return await respond(request, lab, fmt, spec, lab.trace_work(spec), req.view(spec), "attention")
 
 
 async def answer_npz(request: Request, req: AttentionRequest, lab: Lab) -> Response:
@@ -112,10 +105,9 @@ twins(
     router,
     "/attention",
     AttentionRequest,
-    answer_json,
+    answer,
     "attention",
     response_model=AttentionResponse,
-    responses=ERRORS,
     summary="Trace the five stages of attention (masked entries are null)",
 )
 twins(
@@ -248,19 +240,15 @@ async def heatmap_svg(request: Request, lab: Annotated[Lab, Depends(get_lab)], r
     tok, keys = list(trace.tokens), key_tokens(trace)
     cols = keys if tensor in KEY_AXIS else [str(j) for j in range(a.shape[1])]
     rows = tok if a.shape[0] == len(tok) else keys
-    svg = heatmap_svg_of(a, rows, cols, "sequential" if tensor == "weights" else "diverging", tensor)
+    svg = heat_svg(a, rows, cols, "sequential" if tensor == "weights" else "diverging", tensor)
     return Response(svg, media_type="image/svg+xml")
 
 
-TILES_NOTE = (
-    "FlashAttention's online softmax for one head: for each block of block_q queries, each block of block_k keys "
-    "updates the running row maximum m, the running sum l (after multiplying the earlier one by rescale = "
-    "exp(m_before - m_after)) and the unnormalised accumulator acc; a block whose every entry is masked is skipped. "
-    "output = acc / l equals stage 5's heads (max_abs_diff_vs_staged). m is null (−∞) until a row has read a key."
-)
-
-
 async def answer_tiles(request: Request, req: TilesRequest, lab: Lab) -> Response:
+    """FlashAttention's online softmax for one head: for each block of block_q queries, each block of block_k keys
+    updates the running row maximum m, the running sum l (after multiplying the earlier one by rescale =
+    exp(m_before - m_after)) and the unnormalised accumulator acc; a block whose every entry is masked is skipped.
+    output = acc / l equals stage 5's heads (max_abs_diff_vs_staged). m is null (−∞) until a row has read a key."""
     spec = await lab.off_loop(req.preset, req.to_tiles_spec, lab.limits, lab.device, lab.models)
     n_kv = len(spec.kv_tokens) or spec.n_tokens
     numbers = spec.n_tokens * (-(-n_kv // req.block_k)) * (spec.d_k + 3) + 2 * spec.n_tokens * spec.d_k
@@ -276,17 +264,7 @@ twins(
     TilesRequest,
     answer_tiles,
     "tiles",
-    responses=ERRORS,
-    description=TILES_NOTE,
     summary="FlashAttention's tiled online softmax, block by block",
-)
-
-
-SINK_NOTE = (
-    "Attention sinks: sink_share[h] is head h's mean weight on key 0 over queries 1…N−1. Dropping the sink gives "
-    "every query but the first zero weight on key 0 and renormalises the rest (a row that was all sink becomes zero); "
-    "output_change[i] = ‖O′ᵢ − Oᵢ‖₂ for the layer's output O = Concat(AV)W_O + b_O, relative_change divides by "
-    "‖Oᵢ‖₂. weights holds the renormalised weights of the selected heads."
 )
 
 
@@ -306,6 +284,10 @@ def sink_document(trace: Traced, heads: tuple[int, ...]) -> dict[str, Any]:
 
 
 async def answer_sink(request: Request, req: AttentionRequest, lab: Lab) -> Response:
+    """Attention sinks: sink_share[h] is head h's mean weight on key 0 over queries 1…N−1. Dropping the sink gives
+    every query but the first zero weight on key 0 and renormalises the rest (a row that was all sink becomes zero);
+    output_change[i] = ‖O′ᵢ − Oᵢ‖₂ for the layer's output O = Concat(AV)W_O + b_O, relative_change divides by ‖Oᵢ‖₂.
+    weights holds the renormalised weights of the selected heads."""
     spec = await lab.spec(req)
     heads = req.view(spec).heads
     numbers = len(heads) * spec.n_tokens * (len(spec.kv_tokens) or spec.n_tokens) + 3 * spec.n_tokens
@@ -321,7 +303,5 @@ twins(
     AttentionRequest,
     answer_sink,
     "sink",
-    responses=ERRORS,
-    description=SINK_NOTE,
     summary="Attention sinks: each head's weight on the first token",
 )

@@ -43,12 +43,14 @@ from .view import (
     HeatSide,
     LabQuery,
     LabView,
+    LongView,
     axis_labels,
     axis_tokens,
     colour_ticks,
     difference_ticks,
     heat_mode,
-    long_context,
+    large_context,
+    on_screen,
     sig,
     stage_fields,
     step_links,
@@ -69,23 +71,45 @@ COMPARE_PAIRS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 async def long_view(
     req: AttentionRequest, state: LabQuery, lab: Lab, progress: str, ctx: dict[str, Any]
 ) -> LabView | None:
-    """A pretrained model's text past a whole trace's length, within MAX_LONG_TOKENS: the large view of its lazy
-    trace (engine/long.py), which computes what the page shows and no more (the layers below once, then one head's
-    matrix, the window's rows). None when the whole trace was refused for another reason: its error stands."""
+    """A pretrained model's text past a whole trace's length, within MAX_LONG_TOKENS (templates/_long.html): the
+    large view of its lazy trace (engine/long.py), which computes what the page shows and no more (the layers below
+    once, then one head's matrix, the window's rows), with the stage, head and layer pickers and the model view of
+    the same text. None when the whole trace was refused for another reason: its error stands."""
     if req.preset not in lab.models:
         return None
     spec = await lab.spec(req, lab.long_limits)  # past MAX_LONG_TOKENS too: says so
     if spec.n_tokens <= lab.limits.max_tokens:
         return None
-    p = state
-    key, head = p.stage, head_within(p.head, spec.n_heads)
-    lt, _ = await lab.compute(
-        *lab.long_work(spec), progress=progress
-    )  # the layers below, reported to /api/v1/progress as they run
+    key, head = state.stage, head_within(state.head, spec.n_heads)
+    lt, _ = await lab.compute(*lab.long_work(spec), progress=progress)  # the layers below, reported as they run
     a = await run_in_threadpool(lambda: to_numpy(lt.matrix(MAIN_TENSOR[key], head)))
     model = lab.models[spec.preset]
-    shown = long_context(lt, key, head, state, a, model, lab.limits.max_tokens, ctx["lang"], ctx["t"])
-    return LabView(**shown, lesson=ctx["lesson_panel"], **switches(state, spec))
+    large = large_context(lt, key, head, state, a)
+    r0, r1, c0, c1 = large.tile_range
+    model_url = None
+    if getattr(model, "one_pass_view", False):  # the model view reads every layer of a long text in one pass
+        seq = {"text": state.get("text")} if state.get("text") else {"token_ids": ",".join(map(str, spec.token_ids))}
+        model_url = "/model?" + urlencode({"preset": spec.preset, **seq, "lang": ctx["lang"]})
+    n_layer = model.info.n_layer
+    return LabView(
+        **on_screen(spec, key, head),
+        **step_links(state, key, spec.n_heads),
+        large=large,
+        formula=stages.REGISTRY[key].formula(lt),
+        explain=str(ctx["t"](stages.REGISTRY[key].explain(lt))),
+        # The page's JSON twin: the window's exact numbers, as the table shows them.
+        json_url=large.window_api + f"&row={r0}&col={c0}&rows={r1 - r0 + 1}&cols={c1 - c0 + 1}",
+        long=LongView(
+            max_tokens=lab.limits.max_tokens,
+            n_layer=n_layer,
+            layer_fields=[(k, v) for k, v in state.params.items() if k not in ("layer", "tile")],
+            prev_layer=state.url(layer=spec.layer - 1, tile=None) if spec.layer > 0 else None,
+            next_layer=state.url(layer=spec.layer + 1, tile=None) if spec.layer + 1 < n_layer else None,
+            model_url=model_url,
+        ),
+        lesson=ctx["lesson_panel"],
+        **switches(state, spec),
+    )
 
 
 def switches(state: LabQuery, spec: Spec) -> dict[str, Any]:
@@ -110,23 +134,13 @@ def lab_query(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> LabQue
     return state
 
 
-@router.get("/embed", response_class=HTMLResponse)
-async def embed_page(
-    request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[LabQuery, Depends(lab_query)]
-) -> Response:
-    """One view without the page's chrome, for course pages: the same parameters, plus `hide=`."""
-    return await render_lab(request, lab, state, embed=True)
-
-
 @router.get("/", response_class=HTMLResponse)
+@router.get("/embed", response_class=HTMLResponse, name="embed_page")
 async def lab_page(
     request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[LabQuery, Depends(lab_query)]
 ) -> Response:
-    return await render_lab(request, lab, state, embed=False)
-
-
-async def render_lab(request: Request, lab: Lab, state: LabQuery, embed: bool) -> Response:
-    present = state.present
+    """The lab; at /embed one view without the page's chrome, for course pages: the same parameters, plus `hide=`."""
+    present, embed = state.present, request.url.path.endswith("/embed")
     hide = {h for h in state.get("hide").split(",") if h in HIDEABLE} | ({"controls"} if present else set())
     if not state.hints:  # what to notice and the lesson's answer stay hidden until the teacher shows them
         hide |= {"notice"}
@@ -148,7 +162,6 @@ def custom_mask_start(state: LabQuery) -> None:
 async def lab_view(state: LabQuery, lab: Lab, student_base: str | None, progress: str, ctx: dict[str, Any]) -> LabView:
     """What the lab shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
     t = ctx["t"]
-    p = state  # a malformed stage, head, cell or tile was the request's error, before any computing (`check`)
     req = state.request(AttentionRequest)
     try:
         spec = await lab.spec(req)  # a model's tokenizer off the event loop (its first use loads it)
@@ -156,9 +169,9 @@ async def lab_view(state: LabQuery, lab: Lab, student_base: str | None, progress
         if (long := await long_view(req, state, lab, progress, ctx)) is not None:
             return long  # too long to trace whole: the view that computes only what it shows
         raise
-    key, head = p.stage, head_within(p.head, spec.n_heads)
+    # A malformed stage, head, cell or tile was the request's error, before any computing (`check`).
+    key, head = state.stage, head_within(state.head, spec.n_heads)
     trace, _ = await lab.trace(spec)
-    present = state.present
     shown = stage_fields(trace, key, head, state, t)
     if not shown["small"] and ctx.get("html") and lab.ahead is not None:
         lab.ahead.schedule(trace, state, key)  # the class's next steps, drawn in the background
@@ -168,7 +181,7 @@ async def lab_view(state: LabQuery, lab: Lab, student_base: str | None, progress
         ids_text=ids_text(lab, spec) if req.token_ids is not None else None,
         lesson=ctx["lesson_panel"],
         **switches(state, spec),
-        **(share(state, student_base, lab) if present and student_base is not None else {}),
+        **(share(state, student_base, lab) if state.present and student_base is not None else {}),
         json_url="/api/v1/attention?" + state.api_query(),
         npz_url="/api/v1/attention.npz?" + state.api_query(),
         real_model_url=state.url(preset="smollm2", text=" ".join(spec.tokens), tokens=None, d_model=None, n_heads=None)

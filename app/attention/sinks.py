@@ -4,21 +4,19 @@ the layer's output does when that sink is dropped (key 0 masked for every query 
 
 from __future__ import annotations
 
-import functools
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import APIRouter, Request
 
 from engine.attention import Trace
 from engine.sinks import SinkDrop, drop_sink
 
-from ..lab import Lab, get_lab
+from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, matrix_view
 from ..schemas import AttentionRequest, FieldError, head_within
-from ..web.page import serve
+from ..web.page import page_route
 from ..web.state import url_fields
 from ..web.view import View
 from .view import COLOR_TICKS, SinksQuery, axis_labels
@@ -54,21 +52,10 @@ class SinksView(View):
     json_url: str | None = None
 
 
-@router.get("/sinks", response_class=HTMLResponse)
-async def sinks_page(
-    request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[SinksQuery, Depends(sinks_query)]
-) -> Response:
-    build = functools.partial(sinks_view, state, lab)
-    # The page has no htmx-swapped blocks (no #stage, no #controls): an htmx request (a room checking a shared
-    # view, a boosted link) gets the whole page, as /tiles and /model do.
-    return await serve(request, lab, "sinks.html", state, build, page="sinks", blocks=(), json_url=api_url(state),
-                       swatches=SWATCHES["sequential"])  # fmt: skip
-
-
-def sinks_query(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> SinksQuery:
+def sinks_query(request: Request, path: str, keys: tuple[str, ...], query: type[SinksQuery]) -> SinksQuery:
     """A trained model by default (random weights have no sinks), and a middle layer (the sinks are plain there;
     layer 0 barely has them): in the query, so every link and image keeps them."""
-    state = SinksQuery.of(request.query_params, "/sinks", API_KEYS)
+    lab, state = request.app.state.lab, query.of(request.query_params, path, keys)
     state.params.setdefault("preset", "smollm2" if "smollm2" in lab.models else next(iter(lab.models), "toy"))
     if state.params["preset"] in lab.models:
         state.params.setdefault("layer", str(lab.models[state.params["preset"]].info.n_layer // 2))
@@ -80,7 +67,11 @@ def api_url(state: SinksQuery) -> str:
     return "/api/v1/attention/sink?" + state.api_query()
 
 
-async def sinks_view(state: SinksQuery, lab: Lab, ctx: dict[str, Any]) -> SinksView:
+def form(lab: Lab, state: SinksQuery, lang: str) -> dict[str, Any]:
+    return {"json_url": api_url(state), "swatches": SWATCHES["sequential"]}
+
+
+async def sinks_view(state: SinksQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> SinksView:
     """What /sinks shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
     req = state.request(AttentionRequest)
     if req.preset not in lab.models:
@@ -120,9 +111,13 @@ def sink_matrices(trace: Trace, d: SinkDrop, head: int, tokens: list[str]) -> li
     hidden = ~np.isfinite(to_numpy(trace.mask.mask))  # weights the mask set to 0: hatched, not small
     dropped = hidden.copy()
     dropped[1:, 0] = True  # key 0, dropped for every query but the first
-    before = matrix_view("weights", "A", to_numpy(trace.softmax.weights[head]), tokens, tokens, "(N, N)",
-                         "sequential", head, masked=hidden)  # fmt: skip
-    after = matrix_view("dropped", "A′", to_numpy(d.weights[head]), tokens, tokens, "(N, N)", "sequential",
-                        head, masked=dropped)  # fmt: skip
-    before.links = after.links = False
-    return [before, after]
+    return [
+        matrix_view(name, label, to_numpy(w[head]), tokens, tokens, "(N, N)", "sequential", head, masked=m, links=False)
+        for name, label, w, m in (
+            ("weights", "A", trace.softmax.weights, hidden),
+            ("dropped", "A′", d.weights, dropped),
+        )
+    ]
+
+
+page_route(router, "/sinks", "sinks.html", API_KEYS, SinksQuery, sinks_view, form, state_of=sinks_query)

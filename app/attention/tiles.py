@@ -3,22 +3,20 @@ the /tiles page reads), and the page."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import torch
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, Response
 
 from engine.spec import DTYPE_BYTES
 
-from ..lab import Lab, get_lab
+from ..lab import Lab
 from ..render.arrays import Traced, to_numpy
 from ..schemas import FieldError, TilesRequest
-from ..web.page import language, serve
+from ..web.page import language, page_route
 from ..web.state import lab_like, url_fields, within
 from ..web.view import Array, View
 from .view import TilesQuery
@@ -141,27 +139,14 @@ def first_step(steps: tuple[TileStep, ...]) -> int:
     return next((j for j, s in enumerate(steps) if not s.skipped), 0)
 
 
-def tiles_query(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> TilesQuery:
-    return lab_like(TilesQuery.of(request.query_params, "/tiles", TILE_KEYS), lab.models, language(request))
-
-
-@router.get("/tiles", response_class=HTMLResponse)
-async def tiles_page(
-    request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[TilesQuery, Depends(tiles_query)]
-) -> Response:
-    """FlashAttention, walked through: one query block at a time, each key block updating m, l and the accumulator;
-    it opens on the first query block's first key block that does something."""
-    build = functools.partial(tiles_view, state, lab)
-    return await serve(request, lab, "tiles.html", state, build, json_url=api_url(state), blocks=())
-
-
 def api_url(state: TilesQuery) -> str:
     """The API's schedule for the page's request."""
     return "/api/v1/attention/tiles?" + state.api_query()
 
 
-async def tiles_view(state: TilesQuery, lab: Lab, ctx: dict[str, Any]) -> TilesView:
-    """What /tiles shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
+async def tiles_view(state: TilesQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> TilesView:
+    """What /tiles shows for `state`: FlashAttention, walked through: one query block at a time, each key block
+    updating m, l and the accumulator; it opens on the first query block's first key block that does something."""
     t = ctx["t"]
     req = state.request(TilesRequest)
     spec = await lab.off_loop(req.preset, req.to_tiles_spec, lab.limits, lab.device, lab.models)
@@ -169,11 +154,10 @@ async def tiles_view(state: TilesQuery, lab: Lab, ctx: dict[str, Any]) -> TilesV
         raise FieldError("tokens", "the walk-through prints every running value: at most 64 tokens here")
     trace, _ = await lab.trace(spec)
     doc = await run_in_threadpool(tiles_document, trace, req)
-    p = state
-    qb = within("qb", p.qb, 0, len(doc.blocks) - 1)
+    qb = within("qb", state.qb, 0, len(doc.blocks) - 1)
     block = doc.blocks[qb]
     steps = block.steps
-    kb = first_step(steps) if p.kb is None else within("kb", p.kb, 0, len(steps) - 1)
+    kb = first_step(steps) if state.kb is None else within("kb", state.kb, 0, len(steps) - 1)
     step, memory = steps[kb], doc.memory_bytes
     (r0, r1), (c0, c1) = block.rows, step.cols
     return TilesView(
@@ -199,3 +183,14 @@ async def tiles_view(state: TilesQuery, lab: Lab, ctx: dict[str, Any]) -> TilesV
         prev_url=state.url(qb=qb, kb=kb - 1) if kb > 0 else None,
         next_url=state.url(qb=qb, kb=kb + 1) if kb + 1 < len(steps) else None,
     )
+
+
+def tiles_query(request: Request, path: str, keys: tuple[str, ...], query: type[TilesQuery]) -> TilesQuery:
+    return lab_like(query.of(request.query_params, path, keys), request.app.state.lab.models, language(request))
+
+
+def form(lab: Lab, state: TilesQuery, lang: str) -> dict[str, Any]:
+    return {"json_url": api_url(state)}
+
+
+page_route(router, "/tiles", "tiles.html", TILE_KEYS, TilesQuery, tiles_view, form, state_of=tiles_query)

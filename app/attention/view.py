@@ -9,14 +9,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import astuple, dataclass
 from typing import Annotated, Any, Self
-from urllib.parse import urlencode
 
 import numpy as np
 from pydantic import AliasChoices, Discriminator, Field, InstanceOf, Tag
 
 from engine.attention import Trace
 from engine.long import LongTrace
-from engine.models import Model
 from engine.spec import MAIN_TENSOR, PRESETS, STAGES, Spec
 
 from ..render import stages
@@ -504,38 +502,4 @@ def large_context(trace: Trace | LongTrace, key: str, head: int, state: LabQuery
         moves=moves,
         tile_stats=stats,
         scale_kind=scale,
-    )
-
-
-def long_context(lt: LongTrace, key: str, head: int, state: LabQuery, a: Any, model: Model, max_tokens: int,
-                 lang: str, t: Any) -> dict[str, Any]:  # fmt: skip
-    """The lab's view of a pretrained model's text past a whole trace's length (templates/_long.html): the large
-    view of one head of stage `key` from the lazy trace, whose matrix `a` the caller computed, with the stage, head
-    and layer pickers and the model view of the same text."""
-    spec = lt.spec
-    large = large_context(lt, key, head, state, a)
-    r0, r1, c0, c1 = large.tile_range
-    model_url = None
-    if getattr(model, "one_pass_view", False):  # the model view reads every layer of a long text in one pass
-        seq = {"text": state.get("text")} if state.get("text") else {"token_ids": ",".join(map(str, spec.token_ids))}
-        model_url = "/model?" + urlencode({"preset": spec.preset, **seq, "lang": lang})
-    n_layer = model.info.n_layer
-    return (
-        on_screen(spec, key, head)
-        | step_links(state, key, spec.n_heads)
-        | {
-            "large": large,
-            "formula": stages.REGISTRY[key].formula(lt),
-            "explain": str(t(stages.REGISTRY[key].explain(lt))),
-            # The page's JSON twin: the window's exact numbers, as the table shows them.
-            "json_url": large.window_api + f"&row={r0}&col={c0}&rows={r1 - r0 + 1}&cols={c1 - c0 + 1}",
-            "long": LongView(
-                max_tokens=max_tokens,
-                n_layer=n_layer,
-                layer_fields=[(k, v) for k, v in state.params.items() if k not in ("layer", "tile")],
-                prev_layer=state.url(layer=spec.layer - 1, tile=None) if spec.layer > 0 else None,
-                next_layer=state.url(layer=spec.layer + 1, tile=None) if spec.layer + 1 < n_layer else None,
-                model_url=model_url,
-            ),
-        }
     )

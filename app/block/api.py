@@ -26,22 +26,18 @@ from ..web.tensors import (
 router = APIRouter(prefix="/api/v1", tags=["block"], responses=ERRORS)
 
 
-async def answer_block(request: Request, req: BlockRequest, lab: Lab, fmt: str) -> Response:
-    spec = req.to_block_spec(lab.limits, lab.device, lab.models)
-    return await respond(request, lab, fmt, spec, lab.block_work(spec), req.block_view(spec), "block")
-
-
-async def answer_json(request: Request, req: BlockRequest, lab: Lab) -> Response:
+async def answer_json(request: Request, req: BlockRequest, lab: Lab, fmt: str = "json") -> Response:
     """Stages in computation order. Pre-LN: ln1 (input, ln1), projection … weighted_sum (the attention of
     /api/v1/attention on ln1), residual1, ln2, ffn_hidden (pre_activation, ffn_hidden | gate, up, ffn_hidden),
     ffn_out, output. Post-LN: the attention on the input, residual1 (input, residual1), ln1, ffn_hidden, ffn_out,
     ln2 (residual2, ln2), output. checks adds max_abs_diff_vs_reference: the block recomputed with torch's own
     layer_norm / rms_norm, scaled_dot_product_attention and gelu / silu."""
-    return await answer_block(request, req, lab, "json")
+    spec = req.to_block_spec(lab.limits, lab.device, lab.models)
+    return await respond(request, lab, fmt, spec, lab.block_work(spec), req.block_view(spec), "block")
 
 
 async def answer_npz(request: Request, req: BlockRequest, lab: Lab) -> Response:
-    return await answer_block(request, req, lab, "npz")
+    return await answer_json(request, req, lab, "npz")
 
 
 twins(
@@ -50,7 +46,6 @@ twins(
     BlockRequest,
     answer_json,
     "block",
-    responses=ERRORS,
     summary="A whole transformer block, stage by stage (LayerNorm, attention, FFN, residuals)",
 )
 twins(router, "/block.npz", BlockRequest, answer_npz, "block_npz", "block_npz", summary="A block's stages as a NumPy archive", response_class=Response, responses=NPZ,

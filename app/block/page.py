@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import functools
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import APIRouter, Request
 
 from engine import STAGES
 from engine.block import BlockTrace
 
-from ..lab import Lab, get_lab
+from ..lab import Lab
 from ..render import stages
 from ..schemas import BlockRequest, head_within
-from ..web.page import language, serve
+from ..web.page import language, page_route
 from ..web.state import Digits, PageQuery, lab_like, parse_stage, url_fields
 from .view import BlockView, stage_label, strip_box
 
@@ -31,25 +29,12 @@ class BlockQuery(PageQuery):
     head: Digits(None) = 0  # type: ignore[valid-type]
 
 
-def block_query(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> BlockQuery:
-    return lab_like(BlockQuery.of(request.query_params, "/block", API_KEYS), lab.models, language(request))
-
-
-@router.get("/block", response_class=HTMLResponse)
-async def block_page(
-    request: Request, lab: Annotated[Lab, Depends(get_lab)], state: Annotated[BlockQuery, Depends(block_query)]
-) -> Response:
-    build = functools.partial(block_view, state, lab)
-    return await serve(request, lab, "block.html", state, build, json_url=api_url(state),
-                       presets=["toy", "gpt2-small", *lab.models], models=lab.models)  # fmt: skip
-
-
 def api_url(state: BlockQuery, npz: bool = False) -> str:
     """The API's answer for the page's request (its numbers as JSON, or as NumPy arrays)."""
     return "/api/v1/block" + (".npz" if npz else "") + "?" + state.api_query()
 
 
-async def block_view(state: BlockQuery, lab: Lab, ctx: dict[str, Any]) -> BlockView:
+async def block_view(state: BlockQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> BlockView:
     """What /block shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
     t = ctx["t"]
     req = state.request(BlockRequest)
@@ -96,3 +81,14 @@ def strips(trace: BlockTrace, stage: str, head: int, state: BlockQuery) -> dict[
         "per_head": tuple(n for n, a in tensors.items() if a.dim() == 3),
         "boxes": {n: strip_box(a.shape[-2:]) for n, a in tensors.items()},
     }
+
+
+def form(lab: Lab, state: BlockQuery, lang: str) -> dict[str, Any]:
+    return {"json_url": api_url(state), "presets": ["toy", "gpt2-small", *lab.models], "models": lab.models}
+
+
+def block_query(request: Request, path: str, keys: tuple[str, ...], query: type[BlockQuery]) -> BlockQuery:
+    return lab_like(query.of(request.query_params, path, keys), request.app.state.lab.models, language(request))
+
+
+page_route(router, "/block", "block.html", API_KEYS, BlockQuery, block_view, form, BlockView.blocks, block_query)

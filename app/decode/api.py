@@ -16,6 +16,7 @@ from ..schemas import ERRORS, DecodeRequest
 from ..web.answer import answer_document, twins
 
 router = APIRouter(prefix="/api/v1", tags=["kv cache"], responses=ERRORS)
+STEP_TENSORS = ("q", "k_new", "v_new", "scores", "weights", "heads", "output")  # each step's, in the answer's order
 
 
 def document(t: DecodeTrace, decimals: int | None) -> dict[str, Any]:
@@ -34,13 +35,7 @@ def document(t: DecodeTrace, decimals: int | None) -> dict[str, Any]:
             {
                 "position": s.position,
                 "token": t.spec.tokens[s.position],
-                "q": to_numpy(s.q, decimals),
-                "k_new": to_numpy(s.k_new, decimals),
-                "v_new": to_numpy(s.v_new, decimals),
-                "scores": to_numpy(s.scores, decimals),
-                "weights": to_numpy(s.weights, decimals),
-                "heads": to_numpy(s.heads, decimals),
-                "output": to_numpy(s.output, decimals),
+                **{n: to_numpy(getattr(s, n), decimals) for n in STEP_TENSORS},
                 "cache_len": s.position + 1,
                 "cache_bytes": (s.position + 1) * per_token,
                 "max_abs_diff_vs_full": s.max_abs_diff_vs_full,

@@ -60,21 +60,15 @@ class DecodeView(View):
     head_urls: list[tuple[int, str]] | None = None
 
 
-def _fixed(views: list[MatrixView]) -> list[MatrixView]:
-    """The matrices as the page draws them: numbers only, no cell links into the lab."""
-    for m in views:
-        m.links = False
-    return views
-
-
 def cache_matrices(
     k: np.ndarray, v: np.ndarray, rows: list[str], d_k: int, g: int, t: Callable[..., str]
 ) -> list[MatrixView]:
-    """The K and V cache of K/V head `g`, one row per cached token, titled in the page's language."""
+    """The K and V cache of K/V head `g`, one row per cached token, titled in the page's language: numbers only, no
+    cell links into the lab (as every matrix of the page)."""
     cache = (("k_cache", t("decode.k_cache"), k), ("v_cache", t("decode.v_cache"), v))
-    return _fixed(
-        [matrix_view(name, label, a, rows, dims(d_k), "(t + 1, d_k)", "diverging", g) for name, label, a in cache]
-    )
+    return [
+        matrix_view(n, label, a, rows, dims(d_k), "(t + 1, d_k)", "diverging", g, links=False) for n, label, a in cache
+    ]
 
 
 def row_matrices(cur: DecodeStep, spec: Spec, head: int, cached: list[str], small: bool) -> list[MatrixView]:
@@ -83,13 +77,14 @@ def row_matrices(cur: DecodeStep, spec: Spec, head: int, cached: list[str], smal
     rows = [spec.tokens[cur.position]]  # one row: the step's token
     q, scores, weights = (to_numpy(a[head])[None] for a in (cur.q, cur.scores, cur.weights))  # the head's, (1, …)
     out = [
-        matrix_view("q", "q_t", q, rows, dims(spec.d_k), "(1, d_k)", head=head),
-        matrix_view("scores", "q_t Kᵀ / s", scores, rows, cached, "(1, t + 1)", head=head),
-        matrix_view("weights", "a_t", weights, rows, cached, "(1, t + 1)", "sequential", head=head),
+        matrix_view("q", "q_t", q, rows, dims(spec.d_k), "(1, d_k)", head=head, links=False),
+        matrix_view("scores", "q_t Kᵀ / s", scores, rows, cached, "(1, t + 1)", head=head, links=False),
+        matrix_view("weights", "a_t", weights, rows, cached, "(1, t + 1)", "sequential", head=head, links=False),
     ]
     if small:
-        out.append(matrix_view("output", "o_t", to_numpy(cur.output)[None], rows, dims(spec.d_model), "(1, d)"))
-    return _fixed(out)
+        o = to_numpy(cur.output)[None]
+        out.append(matrix_view("output", "o_t", o, rows, dims(spec.d_model), "(1, d)", links=False))
+    return out
 
 
 def equals_full(trace: DecodeTrace, cur: DecodeStep) -> bool:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import functools
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, Response
 
 from engine import demos
 
-from ..lab import Lab, get_lab
-from ..web.page import language, query_of, serve, wants_json
+from ..lab import Lab
+from ..web.page import language, page_route
 from ..web.state import EXAMPLES, PageQuery
 from .view import DemosView, PermutationQuery, RopeQuery, SoftmaxQuery, run_demos, scaling_charts
 
@@ -22,25 +20,23 @@ router = APIRouter(include_in_schema=False)
 KEYS = tuple(dict.fromkeys((*PermutationQuery.model_fields, *RopeQuery.model_fields, *SoftmaxQuery.model_fields)))
 
 
-@router.get("/demos", response_class=HTMLResponse)
-async def demos_page(
-    request: Request,
-    lab: Annotated[Lab, Depends(get_lab)],
-    state: Annotated[PageQuery, Depends(query_of(PageQuery, "/demos", KEYS))],
-) -> Response:
-    # The permutation's tokens when the URL names none: the reader's language's example, as the lab's toy.
+def demos_query(request: Request, path: str, keys: tuple[str, ...], query: type[PageQuery]) -> PageQuery:
+    """The permutation's tokens when the URL names none: the reader's language's example, as the lab's toy."""
+    state = query.of(request.query_params, path, keys)
     state.shows(EXAMPLES.get(language(request)))
-    build = functools.partial(demos_view, state, wants_json(request))
-    return await serve(request, lab, "demos.html", state, build, json_url="/api/v1/demo/all?" + state.api_query(),
-                       blocks=(), values=state.params)  # fmt: skip
+    return state
 
 
-async def demos_view(state: PageQuery, as_json: bool, ctx: dict[str, Any]) -> DemosView:
+def form(lab: Lab, state: PageQuery, lang: str) -> dict[str, Any]:
+    return {"json_url": "/api/v1/demo/all?" + state.api_query(), "values": state.params}
+
+
+async def demos_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> DemosView:
     """What /demos shows for `state`: every demonstration that its parameters allow, the others' errors in words
     (with a 422). On the JSON face an error is the API's 422, every bad field named, as /api/v1/demo/all says."""
     t = ctx["t"]
     sections, errors = run_demos(state.api_params())
-    if errors and as_json:
+    if errors and not ctx["html"]:
         raise RequestValidationError(
             [{"loc": ("query", field), "msg": message, "type": "value_error"} for field, message in errors.values()]
         )
@@ -76,3 +72,6 @@ def notices(sections: dict[str, Any], t: Any) -> dict[str, str]:
     if (sm := sections.get("softmax")) is not None:
         out["softmax"] = t("demo.softmax_notice", max=f"{sm['max_finite']:,.0f}", dtype=sm["dtype"])
     return out
+
+
+page_route(router, "/demos", "demos.html", KEYS, PageQuery, demos_view, form, state_of=demos_query)

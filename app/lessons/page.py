@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, Response
 from ..lab import Lab, get_lab
 from ..schemas import ERRORS, Problem
 from ..web.lessons import BY_SLUG, LESSONS, Lesson, step_url, with_query
-from ..web.page import query_of, serve
+from ..web.page import page_route, serve
 from ..web.state import PageQuery, show
 from .view import LessonLink, LessonStep, LessonsView, LessonView
 
@@ -45,20 +45,14 @@ def link(lesson: Lesson, lang: str, carry: dict[str, str] | None = None) -> Less
     return LessonLink(lesson.slug, title, url, len(lesson.steps))
 
 
-async def lessons_view(ctx: dict[str, Any]) -> LessonsView:
+async def lessons_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> LessonsView:
     """What /lessons shows: every lesson, linked."""
     lang = ctx["lang"]
     return LessonsView(lessons=tuple(link(lesson, lang) for lesson in LESSONS),
                        json_url=with_query("/api/v1/lessons", lang=lang))  # fmt: skip
 
 
-@router.get("/lessons", response_class=HTMLResponse)
-async def lessons_index(
-    request: Request,
-    lab: Annotated[Lab, Depends(get_lab)],
-    state: Annotated[PageQuery, Depends(query_of(PageQuery, "/lessons"))],
-) -> Response:
-    return await serve(request, lab, "lessons.html", state, lessons_view, blocks=())
+page_route(router, "/lessons", "lessons.html", (), PageQuery, lessons_view, lambda lab, state, lang: {})
 
 
 async def lesson_view(lesson: Lesson, state: PageQuery, ctx: dict[str, Any]) -> LessonView:
@@ -66,22 +60,16 @@ async def lesson_view(lesson: Lesson, state: PageQuery, ctx: dict[str, Any]) -> 
     lab) the answers stay hidden, and the steps' links carry the switch into the lab."""
     lang, hints = ctx["lang"], state.hints
     carry: dict[str, str] = {k: state.params[k] for k in ("present", "hints") if k in state.params}  # the screen's
-    steps = tuple(
-        LessonStep(
-            k,
-            step_url(lesson, k, lang, carry),
-            look,
-            question,
-            answer if hints else None,
-            step.poll.kind if step.poll else None,
-        )
-        for k, (step, (look, question, answer)) in enumerate(((s, s.text(lang)) for s in lesson.steps), start=1)
-    )
+    steps = []
+    for k, step in enumerate(lesson.steps, start=1):
+        look, question, answer = step.text(lang)
+        poll = step.poll.kind if step.poll else None
+        steps.append(LessonStep(k, step_url(lesson, k, lang, carry), look, question, answer if hints else None, poll))
     i = LESSONS.index(lesson)
     return LessonView(
         slug=lesson.slug,
         title=lesson.title.get(lang, lesson.title["en"]),
-        steps=steps,
+        steps=tuple(steps),
         hints=hints,
         hidden_note="" if hints else ctx["t"]("hints.hidden"),
         lessons_url=with_query("/lessons", lang=lang),

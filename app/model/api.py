@@ -13,15 +13,12 @@ from .view import ModelViewRequest, model_view_of
 
 router = APIRouter(prefix="/api/v1", tags=["model view"], responses=ERRORS)
 
-NOTE = (
-    "stats[layer][head], over the query rows: entropy (mean row entropy, nats), sink (mean weight on key 0, rows "
-    "from 1: the sink share /sinks and /head_roles give), previous (mean weight on key i-1, rows from 1), self (mean "
-    "weight on key i); entropy and self over every row. Each layer's trace is computed "
-    "(and cached) as /api/v1/attention?preset=…&layer=… would."
-)
-
 
 async def answer(request: Request, req: ModelViewRequest, lab: Lab) -> Response:
+    """stats[layer][head], over the query rows: entropy (mean row entropy, nats), sink (mean weight on key 0, rows
+    from 1: the sink share /sinks and /head_roles give), previous (mean weight on key i-1, rows from 1), self (mean
+    weight on key i); entropy and self over every row. Each layer's trace is computed (and cached) as
+    /api/v1/attention?preset=…&layer=… would."""
     _, summarised = await model_view_of(req, lab, get_key(request))
     return json_response(plain(summarised))
 
@@ -32,6 +29,5 @@ twins(
     ModelViewRequest,
     answer,
     "model_view",
-    description=NOTE,
     summary="Every layer and head of a model at a glance (entropy, sinks, distance)",
 )

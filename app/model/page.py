@@ -50,8 +50,7 @@ def api_url(state: ModelQuery, ablate: list[list[int]] | None = None) -> str:
 async def model_page_view(state: ModelQuery, lab: Lab, progress: str, ctx: dict[str, Any]) -> ModelView:
     """What /model shows for `state`: the page's View."""
     can_knock = knocks(lab, state)
-    p = state
-    stat = p.stat
+    stat = state.stat
     req = form_request(state, ModelViewRequest)
     try:
         spec, doc = await model_view_of(req, lab, progress)
@@ -61,8 +60,8 @@ async def model_page_view(state: ModelQuery, lab: Lab, progress: str, ctx: dict[
     present = state.present
     spec_b, doc_b = None, None
     knocked: tuple[tuple[int, int], ...] = ()
-    if p.compare_text:  # a second text beside the first (heads knocked out of both, if any)
-        other = req.model_copy(update={"text": p.compare_text, "token_ids": None})
+    if state.compare_text:  # a second text beside the first (heads knocked out of both, if any)
+        other = req.model_copy(update={"text": state.compare_text, "token_ids": None})
         try:
             spec_b, doc_b = await model_view_of(other, lab, progress)
         except FieldError as e:
@@ -86,7 +85,7 @@ async def model_page_view(state: ModelQuery, lab: Lab, progress: str, ctx: dict[
 
     grid = tuple(tuple(link(li, hi, v, colour(v)) for hi, v in enumerate(row)) for li, row in enumerate(values))
     compare = None
-    text_b = p.compare_text or req.text  # the second grid's text: the one compared, or the same one knocked out
+    text_b = state.compare_text or req.text  # the second grid's text: the one compared, or the same one knocked out
     if spec_b is not None and doc_b is not None:
         values_b = doc_b.grid(stat)
         moved = sorted(((abs(b - a), b - a, li, hi)
@@ -100,7 +99,7 @@ async def model_page_view(state: ModelQuery, lab: Lab, progress: str, ctx: dict[
 
         grid = tuple(tuple(mark(c) for c in row) for row in grid)
         compare = ModelCompare(
-            text=p.compare_text or state.get("text"),
+            text=state.compare_text or state.get("text"),
             knocked=knocked,
             knocked_mode=req.ablate_mode if knocked else "",
             tokens=doc_b.tokens,
@@ -115,9 +114,9 @@ async def model_page_view(state: ModelQuery, lab: Lab, progress: str, ctx: dict[
     ranked = sorted(((v, li, hi) for li, row in enumerate(values) for hi, v in enumerate(row)),
                     reverse=stat != "entropy")[:10]  # fmt: skip
     chosen = None
-    if p.layer is not None or p.head is not None:
-        layer = within("layer", p.layer or 0, 0, doc.layers - 1)
-        head = within("head", p.head or 0, 0, spec.n_heads - 1)
+    if state.layer is not None or state.head is not None:
+        layer = within("layer", state.layer or 0, 0, doc.layers - 1)
+        head = within("head", state.head or 0, 0, spec.n_heads - 1)
         like = tuple(link(li, hi, d) for li, hi, d in similar_heads(doc.stats, layer, head))
         knock = (state.url(ablate=head_name(layer, head), compare_text=None, layer=None, head=None) + "#compare"
                  if can_knock else "")  # fmt: skip

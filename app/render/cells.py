@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NotRequired
+from typing import Any, NotRequired, cast
 
 import numpy as np
 from markupsafe import Markup, escape
@@ -77,16 +77,8 @@ class MatrixView:
 
     def face(self) -> Matrix:
         """The JSON face of a View: labels and float values (−∞ becomes null there, as in the API)."""
-        out: Matrix = {
-            "name": self.name,
-            "label": self.label,
-            "head": self.head,
-            "shape": self.shape,
-            "scale": self.scale,
-            "rows": self.rows,
-            "cols": self.cols,
-            "values": [[float(c.value) for c in row] for row in self.cells],
-        }
+        named = {k: getattr(self, k) for k in ("name", "label", "head", "shape", "scale", "rows", "cols")}
+        out = cast(Matrix, named | {"values": [[float(c.value) for c in row] for row in self.cells]})
         if self.scale == "diverging":
             out["bound"] = self.bound  # the colour scale runs from −bound to +bound
         if any(c.cls.startswith("masked") for row in self.cells for c in row):
@@ -189,9 +181,11 @@ def matrix_view(
     head: int | None = None,
     bound: float | None = None,
     masked: np.ndarray | None = None,
+    links: bool = True,
 ) -> MatrixView:
     """`bound` fixes the diverging scale (so a tensor keeps its colours when a toggle changes other cells);
-    by default it is the largest finite |value|. `masked` marks entries the mask removed."""
+    by default it is the largest finite |value|. `masked` marks entries the mask removed. `links`: the cells open
+    their arithmetic."""
     if bound is None:
         finite = a[np.isfinite(a)]
         bound = float(np.abs(finite).max()) if finite.size else 0.0
@@ -202,7 +196,7 @@ def matrix_view(
         for row, hrow in zip(a, hidden, strict=True)
     ]  # fmt: skip
     shape = f"{shape_symbols} = ({', '.join(str(s) for s in a.shape)})"
-    return MatrixView(name, label, head, rows, cols, cells, shape, scale, bound=bound)
+    return MatrixView(name, label, head, rows, cols, cells, shape, scale, links, bound=bound)
 
 
 def dims(n: int, prefix: str = "") -> list[str]:

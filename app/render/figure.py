@@ -335,11 +335,9 @@ def _curves(ax: Any, c: Curves, words: dict[str, str], max_labels: int) -> None:
         ax.legend(fontsize=6, ncols=2 if len(c.series) > 6 else 1)
 
 
-MARKERS_UP_TO = 60  # as the inline charts: a long series is its line alone
-
-
 def _lines(ax: Any, c: Lines) -> None:
-    from .charts import OKABE_ITO  # the inline charts' colour-blind-safe palette, in the same order
+    # The inline charts' colour-blind-safe palette, in the same order; a long series is its line alone, as there.
+    from .charts import MARKERS_UP_TO, OKABE_ITO
 
     for i, (name, xs, ys, dashed) in enumerate(c.series[:12]):
         shown = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(y) and (not c.xlog or x > 0)]
@@ -372,8 +370,8 @@ def chart_figure(chart: Any, fmt: str, caption: str, lang: str = "en") -> bytes:
 
 
 def heat_svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str) -> str:
-    """One matrix as a labelled SVG heat map drawn by matplotlib (−∞ hatched, its numbers in the cells when small),
-    its title the caption too."""
+    """One matrix as a labelled SVG heat map to download (slides, papers), as every figure the lab gives away is: a
+    colour bar, −∞ hatched, its numbers in the cells when small; its title the caption too."""
     values = np.where(np.isneginf(a), np.nan, a).astype(np.float64)
     heat = Heat(title, rows, cols, values, np.isnan(values), scale)
     return draw(Figure(title, [heat]), "svg", f"Attention Lab · {title}").decode()

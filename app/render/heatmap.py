@@ -30,12 +30,8 @@ HATCH = {  # (stripe, gap) colours of the diagonal hatching: −∞ scores, and 
 HATCH_PERIOD = 8  # pixels along a row from one stripe to the next
 
 
-def _rgb(hexes: list[str]) -> np.ndarray:
-    return np.array([[int(h[i : i + 2], 16) for i in (1, 3, 5)] for h in hexes], dtype=np.float64)
-
-
 def _lut(hexes: list[str], n: int = 256) -> np.ndarray:
-    anchors = _rgb(hexes)
+    anchors = np.array([[int(h[i : i + 2], 16) for i in (1, 3, 5)] for h in hexes], dtype=np.float64)
     xs = np.linspace(0, 1, len(anchors))
     t = np.linspace(0, 1, n)
     return np.stack([np.interp(t, xs, anchors[:, c]) for c in range(3)], axis=1).round().astype(np.uint8)
@@ -103,13 +99,6 @@ def _stripes(h: int, w: int) -> np.ndarray:
     return stripe
 
 
-def _hatch(rgb: np.ndarray, where: np.ndarray, colours: tuple[tuple[int, int, int], tuple[int, int, int]]) -> None:
-    """Diagonal stripes (top-right to bottom-left, as the cells' 135° gradient) over the pixels `where` is true."""
-    stripe = _stripes(*where.shape)
-    rgb[where & stripe] = colours[0]
-    rgb[where & ~stripe] = colours[1]
-
-
 def _at(cells: np.ndarray, target: tuple[int, int], enlarge: bool) -> np.ndarray:
     """A boolean (R, C) map of cells at the image's pixel size (W, H): a pixel is set when most of it is."""
     img = Image.fromarray(cells.astype(np.uint8) * 255, "L")
@@ -142,8 +131,10 @@ def png(a: np.ndarray, scale: str, size: int, mode: str = "linear", masked: np.n
     hatched = [("neginf", neginf)] + ([("masked", masked & ~neginf)] if masked is not None else [])
     if any(cells.any() for _, cells in hatched):
         rgb = np.array(img)
-        for kind, cells in hatched:
-            _hatch(rgb, _at(cells, target, factor >= 1), HATCH[kind])
+        for kind, cells in hatched:  # diagonal stripes, top-right to bottom-left as the cells' 135° gradient
+            where = _at(cells, target, factor >= 1)
+            stripe = _stripes(*where.shape)
+            rgb[where & stripe], rgb[where & ~stripe] = HATCH[kind]
         img = Image.fromarray(rgb, "RGB")
     buf = io.BytesIO()
     img.save(buf, "PNG", optimize=False, compress_level=3)
@@ -153,14 +144,6 @@ def png(a: np.ndarray, scale: str, size: int, mode: str = "linear", masked: np.n
 def data_uri(png_bytes: bytes) -> str:
     """A PNG inside the page itself (img-src allows data:): a picture made for one page, never asked for again."""
     return "data:image/png;base64," + base64.b64encode(png_bytes).decode()
-
-
-def svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str) -> str:
-    """A labelled vector heat map to download (slides, papers): drawn by matplotlib (app/render/figure.py), as
-    every figure the lab gives away is: a colour bar, −∞ hatched, the numbers in the cells of a small one."""
-    from .figure import heat_svg
-
-    return heat_svg(a, rows, cols, scale, title)
 
 
 LABEL = 11  # the inline heat map's row and column labels, in its drawing's units

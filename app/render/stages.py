@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Literal, NotRequired
 
 import numpy as np
@@ -68,12 +68,10 @@ def weight_matrices(trace: Trace, key: str) -> list[MatrixView]:
     w = trace.weights
     d = dims(trace.spec.d_model)
     names = {"projection": ("w_q", "w_k", "w_v"), "weighted_sum": ("w_o",)}.get(key, ())
-    out = []
-    for n in names:
-        mv = matrix_view(n, n.upper(), to_numpy(getattr(w, n)), d, d, "(d_model, d_model)", "diverging")
-        mv.links = False
-        out.append(mv)
-    return out
+    return [
+        matrix_view(n, n.upper(), to_numpy(getattr(w, n)), d, d, "(d_model, d_model)", "diverging", links=False)
+        for n in names
+    ]
 
 
 MINUS = re.compile(r"(?<![\w.])-(?=[\d.]|inf)")
@@ -292,13 +290,12 @@ def compare_side(trace: Trace, head: int, key: str, hit: np.ndarray) -> CellSide
     name, a = compared(trace, head, key)
     if name == "masked":
         bound = float(np.abs(to_numpy(trace.scores.scaled[head])).max())
-        mv = matrix_view("masked", "S′ = S + M", a, tok, keys, "(N, N)", "diverging", head, bound=bound)
+        mv = matrix_view("masked", "S′ = S + M", a, tok, keys, "(N, N)", "diverging", head, bound=bound, links=False)
         stats = None
     else:
         hidden = ~np.isfinite(to_numpy(trace.mask.mask))
-        mv = matrix_view("weights", "A", a, tok, keys, "(N, N)", "sequential", head, masked=hidden)
+        mv = matrix_view("weights", "A", a, tok, keys, "(N, N)", "sequential", head, masked=hidden, links=False)
         stats = row_stats(a, keys)
-    mv.links = False
     for r, c in np.argwhere(hit):
         mv.cells[r][c] = replace(mv.cells[r][c], cls=mv.cells[r][c].cls + " changed")
     return CellSide(mv, stats, SideSpec.of(trace))
@@ -564,18 +561,19 @@ def weighted_sum_matrices(trace: Trace, head: int) -> list[MatrixView]:
     ]  # fmt: skip
 
 
-# The table: one row per stage, in order — key, formula, notice, matrices, the main tensor's colour scale.
-Row = tuple[str, Callable[[Trace], str], Callable[[Trace, Any], str], Callable[[Trace, int], list[MatrixView]], Scale]
-ROWS: tuple[Row, ...] = (
-    ("projection", projection_formula, projection_notice, projection_matrices, "diverging"),
-    ("scores", scores_formula, scores_notice, scores_matrices, "diverging"),
-    ("mask", mask_formula, mask_notice, mask_matrices, "diverging"),  # S′ = S + M keeps the colours of S
-    ("softmax", softmax_formula, softmax_notice, softmax_matrices, "sequential"),  # weights from 0 to 1
-    ("weighted_sum", weighted_sum_formula, weighted_sum_notice, weighted_sum_matrices, "diverging"),
-)
+# The table: one row per stage, in order — key, formula, notice, matrices. The main tensor's colour scale is
+# sequential for the weights (from 0 to 1), diverging for the rest (S′ = S + M keeps the colours of S).
 ATTENTION_STAGES: dict[str, Presentation] = {
-    key: Presentation(formula, said(f"explain.{key}"), notice, matrices, scale)
-    for key, formula, notice, matrices, scale in ROWS
+    key: Presentation(
+        formula, said(f"explain.{key}"), notice, matrices, "sequential" if key == "softmax" else "diverging"
+    )
+    for key, formula, notice, matrices in (
+        ("projection", projection_formula, projection_notice, projection_matrices),
+        ("scores", scores_formula, scores_notice, scores_matrices),
+        ("mask", mask_formula, mask_notice, mask_matrices),
+        ("softmax", softmax_formula, softmax_notice, softmax_matrices),
+        ("weighted_sum", weighted_sum_formula, weighted_sum_notice, weighted_sum_matrices),
+    )
 }
 
 
@@ -678,23 +676,15 @@ def output_notice(trace: BlockTrace, t: Any) -> str:
 # The matrices: every tensor of the stage, (N, d_model) or (N, d_ff), cell by cell.
 
 
-def stage_tensors(trace: BlockTrace, key: str) -> list[MatrixView]:
-    tok = list(trace.tokens)
+def stage_tensors(trace: BlockTrace, head: int, key: str) -> list[MatrixView]:
+    """Stage `key`'s matrices, the same for every head."""
+    tok, ff = list(trace.tokens), trace.spec.ff
     out = []
     for name, tensor in trace.stages[key].items():
         a = to_numpy(tensor)
-        symbol = (
-            "(N, d_ff)" if a.shape[1] == trace.spec.ff and a.shape[1] != trace.spec.attn.d_model else "(N, d_model)"
-        )
-        m = matrix_view(name, name, a, tok, dims(a.shape[1]), symbol, "diverging")
-        m.links = False
-        out.append(m)
+        symbol = "(N, d_ff)" if a.shape[1] == ff != trace.spec.attn.d_model else "(N, d_model)"
+        out.append(matrix_view(name, name, a, tok, dims(a.shape[1]), symbol, "diverging", links=False))
     return out
-
-
-def tensors(key: str) -> Callable[[BlockTrace, int], list[MatrixView]]:
-    """Stage `key`'s matrices, the same for every head."""
-    return lambda trace, head: stage_tensors(trace, key)
 
 
 def placed(key: str) -> Callable[[BlockTrace], str]:
@@ -704,7 +694,7 @@ def placed(key: str) -> Callable[[BlockTrace], str]:
 
 # The table: one row per stage, in the Pre-LN order.
 BLOCK_STAGES: dict[str, Presentation] = {
-    key: Presentation(formula, explain, notice, tensors(key), "diverging")
+    key: Presentation(formula, explain, notice, partial(stage_tensors, key=key), "diverging")
     for key, formula, explain, notice in (
         ("ln1", norm_formula, placed("ln1"), ln1_notice),
         ("residual1", residual1_formula, placed("residual1"), residual1_notice),

@@ -10,10 +10,8 @@ from typing import Any
 import pytest
 from bs4 import BeautifulSoup
 
-from app.attention import sinks, tiles
 from app.attention.sinks import SinksView
 from app.attention.tiles import TilesView
-from app.block import page as block_page
 from app.block.view import BlockView
 from app.decode.view import DecodeView
 from app.generate.view import GenerateView
@@ -172,8 +170,8 @@ def test_the_accept_header_is_the_twin(client) -> None:
 
 
 VIEWS = [BlockView, DecodeView, GenerateView, TilesView, SinksView]
-# /decode, /generate and the other whole pages are routed by the kernel's `page_route`.
-ROUTES = [block_page.block_page, page_route, tiles.tiles_page, sinks.sinks_page]
+# /block, /decode, /generate, /tiles, /sinks and the other whole pages are routed by the kernel's `page_route`.
+ROUTES = [page_route]
 
 
 @pytest.mark.parametrize("view", VIEWS)
