@@ -225,18 +225,9 @@ class Kernel:
             page = "/" if page == "/index" else page
             headers = [(k, v) for k, v in scope["headers"] if k not in (b"accept", b"hx-request")]
             scope = dict(scope, path=page, raw_path=page.encode(), headers=[*headers, (b"accept", b"application/json")])
-        if scope["method"] == "GET" and self.store.max_bytes:
-            hit = self.store.get((scope["path"], query))
-            if hit is not None:
-                headers = [
-                    (b"content-type", hit.media_type.encode()),
-                    (b"content-length", str(len(hit.body)).encode()),
-                    (b"x-cache", b"hit"),
-                    *((k.encode(), v.encode()) for k, v in hit.headers),
-                ]
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                await send({"type": "http.response.body", "body": hit.body})
-                return
+        if scope["method"] == "GET" and (hit := stored(self.store, (scope["path"], query))) is not None:
+            await hit(scope, receive, send)
+            return
         if self.heavy is not None and scope["path"] in self.heavy.paths:
             await self.heavy.serve(self.app, scope, receive, send, refuse_heavy)
         else:
@@ -258,15 +249,12 @@ async def refuse_heavy(scope: Scope, receive: Receive, send: Send, cap: int) -> 
                    "(MAX_HEAVY_PER_CLIENT); retry when it is done")  # fmt: skip
         await send_problem(send, 429, "request", message, "too_many_heavy", extra=((b"retry-after", HEAVY_RETRY),))
         return
-    lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
-    t = translator(lang)
+    lang = language(request)
     url = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     kept = [(k, v) for k, v in request.query_params.multi_items() if k != "lang"]
     lang_urls = {code: f"{request.url.path}?{urlencode([*kept, ('lang', code)])}" for code in LANGS}  # this page
-    ctx = {"page": "refused", "t": t, "lang": lang, "langs": LANGS, "json_url": None, "error": ["429"],
-           "lang_urls": lang_urls, "status": 429, "fragment": False, "html": True,
-           "hints": True, "lesson_panel": None, "present": False, "present_url": None, "carry": {},
-           "message": t("refused.heavy", cap=cap, seconds=int(HEAVY_RETRY)), "retry_url": url}  # fmt: skip
+    message = translator(lang)("refused.heavy", cap=cap, seconds=int(HEAVY_RETRY))
+    ctx = page_context("refused", lang, lang_urls, 429, error=["429"], message=message, retry_url=url)
     headers = {"Retry-After": HEAVY_RETRY.decode(), "Vary": "Accept, Accept-Language"}
     page = TEMPLATES.TemplateResponse(request, "refused.html", ctx, status_code=429, headers=headers)
     await page(scope, receive, send)
@@ -303,6 +291,15 @@ def remember_page(
 # --- The page kernel ----------------------------------------------------------------------------------------------
 
 VARY = "HX-Request, Accept-Language, Accept"
+
+
+def page_context(page: str, lang: str, lang_urls: dict[str, str], status: int = 200, **given: Any) -> dict[str, Any]:
+    """What every page's template reads (_base.html), as a page that shows no query has it (a 404, a refusal);
+    `given` sets the rest."""
+    return {"page": page, "t": translator(lang), "lang": lang, "langs": LANGS, "lang_urls": lang_urls, "status": status,
+            "json_url": None, "error": None, "fragment": False, "html": True, "hints": True, "lesson_panel": None,
+            "present": False, "present_url": None, "carry": {}} | given  # fmt: skip
+
 
 Build = Callable[[dict[str, Any]], Awaitable["View | None"]]
 PageView = Callable[[Any, Lab, str, dict[str, Any]], Awaitable[View]]  # (query, lab, progress key, ctx)
@@ -443,27 +440,26 @@ async def serve(
     key = page_key(request, lang, face, shows, fragment=False if deferred or controls else None)
 
     def base(fragment: bool) -> dict[str, Any]:
-        return {
-            "page": page or template.removesuffix(".html"),
-            "t": t,
-            "lang": lang,
-            "langs": LANGS,
-            "state": state,
-            "lang_urls": {code: state.lang_url(code) for code in LANGS},
-            "room_query": room_query(request, state),
-            "json_url": json_url,
-            "error": None,
-            "status": 200,
-            "fragment": fragment,
-            "html": not as_json,  # a page a browser shows (its heat maps will be asked for), not its JSON face
-            "hints": state.hints,
-            "lesson_panel": None,
-            # Presenter mode is a layout of every page (_base.html), switched by a link the header holds on any
-            # page that does not place its own; every link and form of the page keeps it.
-            "present": state.present,
-            "present_url": state.url(present=None if state.present else "1"),
-            "carry": screen_carry(state.params, lang),  # what `url()` adds to every internal link (app/templating.py)
-        } | extra
+        lang_urls = {code: state.lang_url(code) for code in LANGS}
+        return (
+            page_context(
+                page or template.removesuffix(".html"),
+                lang,
+                lang_urls,
+                state=state,
+                json_url=json_url,
+                room_query=room_query(request, state),
+                fragment=fragment,
+                hints=state.hints,
+                html=not as_json,  # a page a browser shows (its heat maps will be asked for), not its JSON face
+                # Presenter mode is a layout of every page (_base.html), switched by a link the header holds on any
+                # page that does not place its own; every link and form of the page keeps it.
+                present=state.present,
+                present_url=state.url(present=None if state.present else "1"),
+                carry=screen_carry(state.params, lang),  # what `url()` adds to every internal link (app/templating.py)
+            )
+            | extra
+        )
 
     async def compute(refused: dict[str, Any] | None = None) -> Response:  # once however many ask at the same time
         name = template
@@ -586,9 +582,7 @@ def not_found(request: Request) -> Response | None:
     if not navigating(request) or request.method != "GET" or request.url.path.startswith("/api/"):
         return None
     lang = language(request)
-    ctx = {"page": "not_found", "t": translator(lang), "lang": lang, "langs": LANGS, "json_url": None, "error": ["404"],
-           "lang_urls": {code: f"/?lang={code}" for code in LANGS}, "status": 404, "fragment": False, "html": True,
-           "hints": True, "lesson_panel": None, "present": False, "present_url": None, "carry": {}}  # fmt: skip
+    ctx = page_context("not_found", lang, {code: f"/?lang={code}" for code in LANGS}, 404, error=["404"])
     return TEMPLATES.TemplateResponse(request, "not_found.html", ctx, status_code=404, headers={"Vary": VARY})
 
 
@@ -611,11 +605,6 @@ def query_of(model: type[Q], path: str, keys: tuple[str, ...] = ()) -> Callable[
     return query
 
 
-def of_query(request: Request, path: str, keys: tuple[str, ...], query: type[Q]) -> Q:
-    """A page's query read from the URL alone (a page_route's, unless it reads more of the request)."""
-    return query.of(request.query_params, path, keys)
-
-
 def page_route(
     router: APIRouter,
     path: str,
@@ -625,7 +614,7 @@ def page_route(
     view: PageView,
     form: Callable[[Lab, Any, str], dict[str, Any]],
     blocks: tuple[str, ...] = (),
-    state_of: StateOf = of_query,
+    state_of: StateOf | None = None,
     deferred: bool = False,
     pushed: bool = True,
 ) -> None:
@@ -638,7 +627,7 @@ def page_route(
     assert not (deferred and blocks), "a deferred page swaps its whole <main>, not blocks"
 
     def query(request: Request) -> PageQuery:  # the page's query model, validated once (errors raised in the page)
-        return state_of(request, path, keys, model)
+        return state_of(request, path, keys, model) if state_of else model.of(request.query_params, path, keys)
 
     # The query's dependency is a local: FastAPI's classic `= Depends(...)` (an annotation naming it could not be
     # resolved from this module's globals).
