@@ -1,15 +1,10 @@
 """The page kernel: every HTML page goes through `serve`, and every request through its ASGI layer, `Kernel`.
 
-One pipeline for all pages: the language (`?lang=`, else Accept-Language), the rendered-page cache (keyed by URL,
-language, face — whole page, htmx panel, JSON — and whatever else the page shows), the page's base context (language
-links, its JSON twin), inline errors (a bad field is shown in the page, in its language, with a 422; a busy server
-with a 503), and the rendering: the whole page, or for an htmx request only the blocks it swaps (and, out of band,
-the header's parts that follow the URL: `blocks_answer`), with `Vary`.
-
-A page module is then a view state and a `build(ctx) -> View` (app/web/view.py): the View is what the page shows,
-and the kernel picks its face — the template (or its htmx blocks), or the same View as JSON when the client asks
-for `application/json` (the page's `.json` twin URL sets that header: `Kernel`). On the JSON face a bad input is the
-API's own 4xx (the exception handlers of app/errors.py), not a page.
+One pipeline for all pages: the language (`?lang=`, else Accept-Language), the rendered-page cache (`page_key`), the
+page's base context (`page_context`), inline errors (a bad field is shown in the page, in its language, with a 422; a
+busy server with a 503), and the face of the page's View (app/web/view.py): its template (or for an htmx request
+only the blocks it swaps: `blocks_answer`), or the View as JSON when the client asks for `application/json` (the
+page's `.json` twin URL sets that header: `Kernel`), where a bad input is the API's own 4xx (app/errors.py).
 
 The response store (`app.state.responses`, byte-bounded like the trace cache): a finished GET answer (an API
 route's, filled by `cached_get`, or a page's) is kept by its URL, so a class asking for the same few views again

@@ -20,10 +20,9 @@ written as null, as in the API (pydantic's `ser_json_inf_nan`; `to_json` gives t
 JSON face (`model_validate`: a field it does not know is refused). `plain` and `read` do the same for the APIs'
 dataclass answers (and the job queue's results).
 
-Moving from the hand-made serializer (`jsonable`) changed no twin's keys or values (a crawl of every page's twin
-compared key by key). The schemas are now exact (defaults, required fields, nested types); what stays an open object
-is what the engine or an API answer already writes as one: a request's `summary` (`Spec.summary()`), /params'
-`counts`, /demos' answers, /train's runs and defaults, /models' summaries.
+The schemas are exact (defaults, required fields, nested types); what stays an open object is what the engine or
+an API answer already writes as one: a request's `summary` (`Spec.summary()`), /params' `counts`, /demos' answers,
+/train's runs and defaults, /models' summaries.
 """
 
 from __future__ import annotations
