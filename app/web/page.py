@@ -157,6 +157,7 @@ def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awa
     return wrapper
 
 
+@dataclass
 class Kernel:
     """The page kernel's ASGI layer, inside the app's limits (app/limits.py `Edge`), before routing:
 
@@ -175,12 +176,10 @@ class Kernel:
     QUIET = ("/api/v1/progress", "/static/", "/vendor/", "/healthz", "/metrics")  # known to no poll
     TWINLESS = ("/api/", "/static/", "/vendor/", "/openapi.json")  # a `.json` there is itself
 
-    def __init__(self, app: ASGIApp, store: TraceCache[tuple[str, str], CachedResponse], lab: Lab | None = None,
-                 heavy: HeavyWork | None = None) -> None:  # fmt: skip
-        self.app = app
-        self.store = store
-        self.lab = lab
-        self.heavy = heavy
+    app: ASGIApp
+    store: TraceCache[tuple[str, str], CachedResponse]
+    lab: Lab | None = None
+    heavy: HeavyWork | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
