@@ -55,10 +55,6 @@ if TYPE_CHECKING:
 # --- The store of finished answers and pages, and the kernel's ASGI layer ----------------------------------------
 
 
-def store_of(request: Request) -> TraceCache[tuple[str, str], CachedResponse]:
-    return request.app.state.responses
-
-
 async def single_flight(
     request: Request,
     key: tuple[str, str],
@@ -144,7 +140,7 @@ def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awa
 
     @functools.wraps(handler)
     async def wrapper(request: Request, lab: Lab, **given: Any) -> Response:
-        store = store_of(request)
+        store = request.app.state.responses
         key = (request.url.path, request.url.query)
 
         async def compute() -> Response:
@@ -278,7 +274,7 @@ def remember_page(
     request: Request, key: tuple[str, str], response: Response, media_type: str = "text/html; charset=utf-8"
 ) -> Response:
     """Keep a successful page: the class asks for the same few views again and again."""
-    keep(store_of(request), key, response, media_type, kept=("vary",))
+    keep(request.app.state.responses, key, response, media_type, kept=("vary",))
     return response
 
 
@@ -502,7 +498,7 @@ async def serve(
         return remember_page(request, key, response)
 
     if deferred and not as_json and navigating(request) and request.query_params.get(WAIT) != "1":
-        if (found := stored(store_of(request), key)) is not None:
+        if (found := stored(request.app.state.responses, key)) is not None:
             return found
         ctx = base(False)
         with inline_errors(ctx, t):
@@ -511,7 +507,7 @@ async def serve(
         if ctx["error"]:  # a refused lesson: the page says so at once (nothing is computed)
             return await compute(ctx)
         return shell(request, ctx, state, lang)
-    return await single_flight(request, key, lambda: stored(store_of(request), key), compute)
+    return await single_flight(request, key, lambda: stored(request.app.state.responses, key), compute)
 
 
 # _base.html's blocks of what follows the page's URL outside the blocks an htmx request swaps: the language links,
