@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from engine.models import Model
 
 GRACEFUL_SHUTDOWN_S = 8
-STAGE_ALIASES = {"1": "projection", "2": "scores", "3": "mask", "4": "softmax", "5": "weighted_sum"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -171,7 +170,7 @@ def model_setting(models: Sequence[Sequence[str | None]]) -> str:
 def _stage(text: str) -> str:
     from engine.spec import STAGES
 
-    key = STAGE_ALIASES.get(text, text)
+    key = {str(i): stage for i, stage in enumerate(STAGES, 1)}.get(text, text)  # 1-5, or a stage's key
     if key not in STAGES:
         raise argparse.ArgumentTypeError(f"unknown stage {text!r}; use 1-5 or one of {', '.join(STAGES)}")
     return key

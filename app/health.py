@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from .lab import Lab, get_lab, progress_key
 from .render.payload import json_response
-from .templating import LANGS, translator
+from .templating import translator
 
 router = APIRouter(tags=["health"])
 
@@ -60,31 +60,21 @@ async def progress(
             {"loc": ["query", "key"], "msg": "Field required", "type": "missing"}]}  # fmt: skip
         return json_response(body, 422)
     name = "key" if key is not None else "for"
-    entry = await run_in_threadpool(lambda: lab.progress_of(key if key is not None else url_key(url or "")))
+    # The progress key of `for=`'s URL, in a worker thread: hashing a long URL takes milliseconds.
+    path, _, query = (url or "").partition("?")
+    entry = await run_in_threadpool(lambda: lab.progress_of(key if key is not None else progress_key(path, query)))
     if entry is None:
         body = {"message": f"{name}: nothing is being computed for this request here", "detail": [
             {"loc": ["query", name], "msg": "nothing in progress", "type": "not_found"}]}  # fmt: skip
         return json_response(body, 404)
-    seconds = round(time.time() - entry.start, 1)
-    text = _TEXTS[lang]("progress.answered") if entry.answered else progress_text(
-        entry.done, entry.total, entry.unit, seconds, lang)  # fmt: skip
+    seconds, t = round(time.time() - entry.start, 1), translator(lang)
+    # The line a page shows while it waits, its count with its unit: "21 / 31 layers · 6.2 s" ("working · 6.2 s"
+    # while nothing is counted).
+    if entry.answered:
+        text = t("progress.answered")
+    elif entry.total > 0:
+        text = t("progress.count." + entry.unit, done=entry.done, total=entry.total, s=seconds)
+    else:
+        text = t("progress.waiting", s=seconds)
     return json_response({"done": entry.done, "total": entry.total, "unit": entry.unit, "seconds": seconds,
                           "answered": entry.answered, "text": text})  # fmt: skip
-
-
-_TEXTS = {lang: translator(lang) for lang in LANGS}
-
-
-def progress_text(done: int, total: int, unit: str, seconds: float, lang: str) -> str:
-    """The line a page shows while it waits, its count with its unit: "21 / 31 layers · 6.2 s" ("working · 6.2 s"
-    while nothing is counted)."""
-    t = _TEXTS[lang]
-    if total > 0:
-        return t("progress.count." + unit, done=done, total=total, s=seconds)
-    return t("progress.waiting", s=seconds)
-
-
-def url_key(url: str) -> str:
-    """The progress key of `for=`'s URL (in a worker thread: hashing a long URL takes milliseconds)."""
-    path, _, query = url.partition("?")
-    return progress_key(path, query)

@@ -14,6 +14,7 @@ import logging
 import socket
 import struct
 import time
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -69,21 +70,20 @@ class _TooLong(Exception):
     """A streamed body went past the limit (raised from the app's `receive`)."""
 
 
+@dataclass
 class Edge:
     """The one ASGI layer around the whole app (see the module's docstring). Each part is off when its setting is
     None: `send_timeout_s`, `max_query_bytes` (`repeatable`: the list parameters, which may repeat),
     `max_body_bytes`, `metrics` (with `lab`, whose gauges are published after each request with several workers)."""
 
-    def __init__(self, app: ASGIApp, *, send_timeout_s: float | None = None, max_query_bytes: int | None = None,
-                 repeatable: frozenset[str] = frozenset(), max_body_bytes: int | None = None,
-                 metrics: Metrics | None = None, lab: Lab | None = None) -> None:  # fmt: skip
-        self.app = app
-        self.send_timeout_s = send_timeout_s
-        self.max_query_bytes = max_query_bytes
-        self.repeatable = repeatable
-        self.max_body_bytes = max_body_bytes
-        self.metrics = metrics
-        self.lab = lab
+    app: ASGIApp
+    _: KW_ONLY
+    send_timeout_s: float | None = None
+    max_query_bytes: int | None = None
+    repeatable: frozenset[str] = frozenset()
+    max_body_bytes: int | None = None
+    metrics: Metrics | None = None
+    lab: Lab | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -40,7 +40,7 @@ from .params import api as params_api
 from .predict import api as predict_api
 from .rooms import api as rooms_api
 from .rooms.service import Rooms
-from .schemas import LIST_FIELDS, Problem
+from .schemas import LIST_FIELDS
 from .settings import Settings, get_settings
 from .train import api as train_api
 from .web import page, registry
@@ -187,12 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def body_limit(schema: dict[str, Any], mib: float) -> None:
     """Every operation that takes a body documents the body limit's 413 (app/limits.py `Edge`), which answers before
-    any route."""
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
-    if "Problem" not in components:
-        problem = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
-        components.update(problem.pop("$defs", {}))
-        components["Problem"] = problem
+    any route (its `Problem` is the schema every route's 4xx names: app.schemas.ERRORS)."""
     too_large = {
         "description": f"The body is over the server's {mib:g} MiB limit (BODY_LIMIT_MB)",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}},

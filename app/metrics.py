@@ -70,10 +70,6 @@ class Metrics:
             "attention_lab_memory_budget_in_use_bytes", "Estimated bytes of computations in flight.", **gauge
         )
 
-    def request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, method, str(status)).inc()
-        self.latency.labels(route).observe(seconds)
-
     def stage(self, name: str, seconds: float) -> None:
         self.stages.labels(name).observe(seconds)
 
@@ -92,7 +88,8 @@ class Metrics:
         """One request answered (app/limits.py `Edge`): counted and timed by its route template (a stored answer,
         `cache` its X-Cache, by its path; anything else no route matched, "unmatched"), and the access log's line."""
         route = getattr(scope.get("route"), "path", None) or (scope["path"] if cache else "unmatched")
-        self.request(route, scope["method"], status, seconds)
+        self.requests.labels(route, scope["method"], str(status)).inc()
+        self.latency.labels(route).observe(seconds)
         if lab is not None and multiprocess():  # other workers' scrapes read this process's gauges
             self.publish(lab)
         if ACCESS.isEnabledFor(logging.INFO):

@@ -83,9 +83,8 @@ class Settings(LimitSettings):
     room_unknown_codes_per_minute: int = Field(30, ge=1)  # lookups of codes that do not exist, per client address
     room_answers_per_address_per_poll: int = Field(200, ge=1)  # students answering one poll from one address
     room_answers_per_address_per_minute: int = Field(600, ge=1)  # answers per client address (a class shares one)
-    room_pair_s: float = Field(
-        120, gt=0, le=3600
-    )  # how long a one-time link that pairs the teacher's phone stays valid
+    # How long a one-time link that pairs the teacher's phone stays valid.
+    room_pair_s: float = Field(120, gt=0, le=3600)
     room_max_devices: int = Field(4, ge=1, le=64)  # devices paired with one room's teacher at once (phones, tablets)
     # /train: tiny GPTs trained on the server, each in a process of its own (docs/train.md)
     train_max_running: int = Field(1, ge=1)  # runs training at once (one is right for 2 cores)

@@ -296,15 +296,10 @@ class Selection(BaseModel):
 M = TypeVar("M", bound=BaseModel)
 
 
-def _union(kind: str) -> tuple[str, ...]:
-    """The names of one kind across every request model here (for rules that see only a query's names)."""
-    names: dict[str, None] = {}
-    for model in (AttentionRequest, BlockRequest, TilesRequest, DecodeRequest):
-        names |= {n: None for n, f in request_fields(model).items() if f.kind == kind}
-    return tuple(names)
-
-
-LIST_FIELDS = _union("list")  # repeatable query parameters: pad_positions, segment_ids, token_ids, stages, heads
+# The repeatable query parameters of every request model here (pad_positions, segment_ids, token_ids, stages, heads),
+# for rules that see only a query's names.
+LIST_FIELDS = tuple(dict.fromkeys(n for model in (AttentionRequest, BlockRequest, TilesRequest, DecodeRequest)
+                                  for n, f in request_fields(model).items() if f.kind == "list"))  # fmt: skip
 
 
 # Numbers as query text may write them: ASCII digits only (int() and float() would also take "²", "٣" or "1_1").

@@ -5,11 +5,10 @@ links wrote it, still read), and the engine's
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError
 
 from engine import predict as P
 from engine.models.families import Model
@@ -97,17 +96,14 @@ def form_ablate(raw: str, name: str = "ablate") -> list[list[int]]:
     `1.0` as older links did) or as the API's GET does (`[[1, 0], [16, 0]]`); an error names the key typed."""
     if raw.lstrip().startswith("["):
         try:
-            pairs = json.loads(raw)
-        except ValueError:
-            pairs = None
-        if not isinstance(pairs, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(type(v) is int for v in p) for p in pairs
-        ):
-            raise FieldError(
-                name, "write each head as L<layer> H<head> (L1 H0, L16 H0), or the pairs as JSON ([[1, 0]])"
-            )
-        return pairs
+            return PAIRS.validate_json(raw)
+        except ValidationError:
+            message = "write each head as L<layer> H<head> (L1 H0, L16 H0), or the pairs as JSON ([[1, 0]])"
+            raise FieldError(name, message) from None
     return parse_heads(raw, name)
+
+
+PAIRS = TypeAdapter(list[Annotated[list[StrictInt], Field(min_length=2, max_length=2)]])  # [[1, 0], [16, 0]]
 
 
 Req = TypeVar("Req", bound=BaseModel)

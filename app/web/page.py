@@ -1,15 +1,10 @@
 """The page kernel: every HTML page goes through `serve`, and every request through its ASGI layer, `Kernel`.
 
-One pipeline for all pages: the language (`?lang=`, else Accept-Language), the rendered-page cache (keyed by URL,
-language, face — whole page, htmx panel, JSON — and whatever else the page shows), the page's base context (language
-links, its JSON twin), inline errors (a bad field is shown in the page, in its language, with a 422; a busy server
-with a 503), and the rendering: the whole page, or for an htmx request only the blocks it swaps (and, out of band,
-the header's parts that follow the URL: `blocks_answer`), with `Vary`.
-
-A page module is then a view state and a `build(ctx) -> View` (app/web/view.py): the View is what the page shows,
-and the kernel picks its face — the template (or its htmx blocks), or the same View as JSON when the client asks
-for `application/json` (the page's `.json` twin URL sets that header: `Kernel`). On the JSON face a bad input is the
-API's own 4xx (the exception handlers of app/errors.py), not a page.
+One pipeline for all pages: the language (`?lang=`, else Accept-Language), the rendered-page cache (`page_key`), the
+page's base context (`page_context`), inline errors (a bad field is shown in the page, in its language, with a 422; a
+busy server with a 503), and the face of the page's View (app/web/view.py): its template (or for an htmx request
+only the blocks it swaps: `blocks_answer`), or the View as JSON when the client asks for `application/json` (the
+page's `.json` twin URL sets that header: `Kernel`), where a bad input is the API's own 4xx (app/errors.py).
 
 The response store (`app.state.responses`, byte-bounded like the trace cache): a finished GET answer (an API
 route's, filled by `cached_get`, or a page's) is kept by its URL, so a class asking for the same few views again
@@ -58,10 +53,6 @@ if TYPE_CHECKING:
 
 
 # --- The store of finished answers and pages, and the kernel's ASGI layer ----------------------------------------
-
-
-def store_of(request: Request) -> TraceCache[tuple[str, str], CachedResponse]:
-    return request.app.state.responses
 
 
 async def single_flight(
@@ -149,7 +140,7 @@ def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awa
 
     @functools.wraps(handler)
     async def wrapper(request: Request, lab: Lab, **given: Any) -> Response:
-        store = store_of(request)
+        store = request.app.state.responses
         key = (request.url.path, request.url.query)
 
         async def compute() -> Response:
@@ -162,6 +153,7 @@ def cached_get(handler: Callable[..., Awaitable[Response]]) -> Callable[..., Awa
     return wrapper
 
 
+@dataclass
 class Kernel:
     """The page kernel's ASGI layer, inside the app's limits (app/limits.py `Edge`), before routing:
 
@@ -180,12 +172,10 @@ class Kernel:
     QUIET = ("/api/v1/progress", "/static/", "/vendor/", "/healthz", "/metrics")  # known to no poll
     TWINLESS = ("/api/", "/static/", "/vendor/", "/openapi.json")  # a `.json` there is itself
 
-    def __init__(self, app: ASGIApp, store: TraceCache[tuple[str, str], CachedResponse], lab: Lab | None = None,
-                 heavy: HeavyWork | None = None) -> None:  # fmt: skip
-        self.app = app
-        self.store = store
-        self.lab = lab
-        self.heavy = heavy
+    app: ASGIApp
+    store: TraceCache[tuple[str, str], CachedResponse]
+    lab: Lab | None = None
+    heavy: HeavyWork | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -225,18 +215,9 @@ class Kernel:
             page = "/" if page == "/index" else page
             headers = [(k, v) for k, v in scope["headers"] if k not in (b"accept", b"hx-request")]
             scope = dict(scope, path=page, raw_path=page.encode(), headers=[*headers, (b"accept", b"application/json")])
-        if scope["method"] == "GET" and self.store.max_bytes:
-            hit = self.store.get((scope["path"], query))
-            if hit is not None:
-                headers = [
-                    (b"content-type", hit.media_type.encode()),
-                    (b"content-length", str(len(hit.body)).encode()),
-                    (b"x-cache", b"hit"),
-                    *((k.encode(), v.encode()) for k, v in hit.headers),
-                ]
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                await send({"type": "http.response.body", "body": hit.body})
-                return
+        if scope["method"] == "GET" and (hit := stored(self.store, (scope["path"], query))) is not None:
+            await hit(scope, receive, send)
+            return
         if self.heavy is not None and scope["path"] in self.heavy.paths:
             await self.heavy.serve(self.app, scope, receive, send, refuse_heavy)
         else:
@@ -258,15 +239,12 @@ async def refuse_heavy(scope: Scope, receive: Receive, send: Send, cap: int) -> 
                    "(MAX_HEAVY_PER_CLIENT); retry when it is done")  # fmt: skip
         await send_problem(send, 429, "request", message, "too_many_heavy", extra=((b"retry-after", HEAVY_RETRY),))
         return
-    lang = negotiate(request.query_params.get("lang"), request.headers.get("accept-language"))
-    t = translator(lang)
+    lang = language(request)
     url = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     kept = [(k, v) for k, v in request.query_params.multi_items() if k != "lang"]
     lang_urls = {code: f"{request.url.path}?{urlencode([*kept, ('lang', code)])}" for code in LANGS}  # this page
-    ctx = {"page": "refused", "t": t, "lang": lang, "langs": LANGS, "json_url": None, "error": ["429"],
-           "lang_urls": lang_urls, "status": 429, "fragment": False, "html": True,
-           "hints": True, "lesson_panel": None, "present": False, "present_url": None, "carry": {},
-           "message": t("refused.heavy", cap=cap, seconds=int(HEAVY_RETRY)), "retry_url": url}  # fmt: skip
+    message = translator(lang)("refused.heavy", cap=cap, seconds=int(HEAVY_RETRY))
+    ctx = page_context("refused", lang, lang_urls, 429, error=["429"], message=message, retry_url=url)
     headers = {"Retry-After": HEAVY_RETRY.decode(), "Vary": "Accept, Accept-Language"}
     page = TEMPLATES.TemplateResponse(request, "refused.html", ctx, status_code=429, headers=headers)
     await page(scope, receive, send)
@@ -296,13 +274,22 @@ def remember_page(
     request: Request, key: tuple[str, str], response: Response, media_type: str = "text/html; charset=utf-8"
 ) -> Response:
     """Keep a successful page: the class asks for the same few views again and again."""
-    keep(store_of(request), key, response, media_type, kept=("vary",))
+    keep(request.app.state.responses, key, response, media_type, kept=("vary",))
     return response
 
 
 # --- The page kernel ----------------------------------------------------------------------------------------------
 
 VARY = "HX-Request, Accept-Language, Accept"
+
+
+def page_context(page: str, lang: str, lang_urls: dict[str, str], status: int = 200, **given: Any) -> dict[str, Any]:
+    """What every page's template reads (_base.html), as a page that shows no query has it (a 404, a refusal);
+    `given` sets the rest."""
+    return {"page": page, "t": translator(lang), "lang": lang, "langs": LANGS, "lang_urls": lang_urls, "status": status,
+            "json_url": None, "error": None, "fragment": False, "html": True, "hints": True, "lesson_panel": None,
+            "present": False, "present_url": None, "carry": {}} | given  # fmt: skip
+
 
 Build = Callable[[dict[str, Any]], Awaitable["View | None"]]
 PageView = Callable[[Any, Lab, str, dict[str, Any]], Awaitable[View]]  # (query, lab, progress key, ctx)
@@ -443,27 +430,26 @@ async def serve(
     key = page_key(request, lang, face, shows, fragment=False if deferred or controls else None)
 
     def base(fragment: bool) -> dict[str, Any]:
-        return {
-            "page": page or template.removesuffix(".html"),
-            "t": t,
-            "lang": lang,
-            "langs": LANGS,
-            "state": state,
-            "lang_urls": {code: state.lang_url(code) for code in LANGS},
-            "room_query": room_query(request, state),
-            "json_url": json_url,
-            "error": None,
-            "status": 200,
-            "fragment": fragment,
-            "html": not as_json,  # a page a browser shows (its heat maps will be asked for), not its JSON face
-            "hints": state.hints,
-            "lesson_panel": None,
-            # Presenter mode is a layout of every page (_base.html), switched by a link the header holds on any
-            # page that does not place its own; every link and form of the page keeps it.
-            "present": state.present,
-            "present_url": state.url(present=None if state.present else "1"),
-            "carry": screen_carry(state.params, lang),  # what `url()` adds to every internal link (app/templating.py)
-        } | extra
+        lang_urls = {code: state.lang_url(code) for code in LANGS}
+        return (
+            page_context(
+                page or template.removesuffix(".html"),
+                lang,
+                lang_urls,
+                state=state,
+                json_url=json_url,
+                room_query=room_query(request, state),
+                fragment=fragment,
+                hints=state.hints,
+                html=not as_json,  # a page a browser shows (its heat maps will be asked for), not its JSON face
+                # Presenter mode is a layout of every page (_base.html), switched by a link the header holds on any
+                # page that does not place its own; every link and form of the page keeps it.
+                present=state.present,
+                present_url=state.url(present=None if state.present else "1"),
+                carry=screen_carry(state.params, lang),  # what `url()` adds to every internal link (app/templating.py)
+            )
+            | extra
+        )
 
     async def compute(refused: dict[str, Any] | None = None) -> Response:  # once however many ask at the same time
         name = template
@@ -512,7 +498,7 @@ async def serve(
         return remember_page(request, key, response)
 
     if deferred and not as_json and navigating(request) and request.query_params.get(WAIT) != "1":
-        if (found := stored(store_of(request), key)) is not None:
+        if (found := stored(request.app.state.responses, key)) is not None:
             return found
         ctx = base(False)
         with inline_errors(ctx, t):
@@ -521,7 +507,7 @@ async def serve(
         if ctx["error"]:  # a refused lesson: the page says so at once (nothing is computed)
             return await compute(ctx)
         return shell(request, ctx, state, lang)
-    return await single_flight(request, key, lambda: stored(store_of(request), key), compute)
+    return await single_flight(request, key, lambda: stored(request.app.state.responses, key), compute)
 
 
 # _base.html's blocks of what follows the page's URL outside the blocks an htmx request swaps: the language links,
@@ -586,9 +572,7 @@ def not_found(request: Request) -> Response | None:
     if not navigating(request) or request.method != "GET" or request.url.path.startswith("/api/"):
         return None
     lang = language(request)
-    ctx = {"page": "not_found", "t": translator(lang), "lang": lang, "langs": LANGS, "json_url": None, "error": ["404"],
-           "lang_urls": {code: f"/?lang={code}" for code in LANGS}, "status": 404, "fragment": False, "html": True,
-           "hints": True, "lesson_panel": None, "present": False, "present_url": None, "carry": {}}  # fmt: skip
+    ctx = page_context("not_found", lang, {code: f"/?lang={code}" for code in LANGS}, 404, error=["404"])
     return TEMPLATES.TemplateResponse(request, "not_found.html", ctx, status_code=404, headers={"Vary": VARY})
 
 
@@ -611,11 +595,6 @@ def query_of(model: type[Q], path: str, keys: tuple[str, ...] = ()) -> Callable[
     return query
 
 
-def of_query(request: Request, path: str, keys: tuple[str, ...], query: type[Q]) -> Q:
-    """A page's query read from the URL alone (a page_route's, unless it reads more of the request)."""
-    return query.of(request.query_params, path, keys)
-
-
 def page_route(
     router: APIRouter,
     path: str,
@@ -625,7 +604,7 @@ def page_route(
     view: PageView,
     form: Callable[[Lab, Any, str], dict[str, Any]],
     blocks: tuple[str, ...] = (),
-    state_of: StateOf = of_query,
+    state_of: StateOf | None = None,
     deferred: bool = False,
     pushed: bool = True,
 ) -> None:
@@ -638,7 +617,7 @@ def page_route(
     assert not (deferred and blocks), "a deferred page swaps its whole <main>, not blocks"
 
     def query(request: Request) -> PageQuery:  # the page's query model, validated once (errors raised in the page)
-        return state_of(request, path, keys, model)
+        return state_of(request, path, keys, model) if state_of else model.of(request.query_params, path, keys)
 
     # The query's dependency is a local: FastAPI's classic `= Depends(...)` (an annotation naming it could not be
     # resolved from this module's globals).

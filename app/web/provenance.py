@@ -10,8 +10,8 @@ computed once per file (keyed by its path, size and modification time) and kept 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +19,17 @@ from .. import __version__
 
 TITLE = "Attention Lab"
 
-_hashes: dict[tuple[str, int, int], str] = {}
-_lock = threading.Lock()
-
 
 def sha256(path: Path) -> str:
     """The file's sha256 (hex), computed once per (path, size, mtime) in this process."""
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    with _lock:
-        known = _hashes.get(key)
-    if known:
-        return known
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
-    with _lock:
-        _hashes[key] = digest
-    return digest
+    return _sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.cache
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def weights_files(path: Path) -> list[Path]:

@@ -39,10 +39,6 @@ class Page:
     def label(self) -> str:
         return f"nav.{self.name}"
 
-    @property
-    def section(self) -> str:
-        return f"{self.name}."
-
 
 PAGES: tuple[Page, ...] = (
     Page("lab", "/", "app.attention.page", "lab.html", nav="first"),
@@ -89,14 +85,13 @@ HEAVY_API = frozenset({
 })  # fmt: skip
 
 
-def heavy_paths(pages: tuple[Page, ...] | None = None) -> frozenset[str]:
-    return HEAVY_API | {p.path for p in (PAGES if pages is None else pages) if p.heavy}
+def heavy_paths() -> frozenset[str]:
+    return HEAVY_API | {p.path for p in PAGES if p.heavy}
 
 
-def routers(pages: tuple[Page, ...] | None = None) -> list[APIRouter]:
+def routers() -> list[APIRouter]:
     """Each page module's router, once, in `PAGES` order."""
-    modules = dict.fromkeys(p.module for p in (PAGES if pages is None else pages))
-    return [importlib.import_module(m).router for m in modules]
+    return [importlib.import_module(m).router for m in dict.fromkeys(p.module for p in PAGES)]
 
 
 @lru_cache(maxsize=8)

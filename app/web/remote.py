@@ -30,10 +30,6 @@ def as_view(href: str, path: str) -> dict[str, str]:
     return {"page": u.path or "/", "query": urlencode(query)}
 
 
-def _labels(values: Any) -> list[str]:
-    return [str(v).strip()[:64] for v in values]
-
-
 def _matrix(data: dict[str, Any], path: str) -> dict[str, Any]:
     """One matrix of the page: its cells as the remote's grid (each cell's view), or its bounds for the form;
     `links`: its cells open their arithmetic (a page whose URL has a `cell`)."""
@@ -84,7 +80,7 @@ def controls(recorded: list[dict[str, Any]], path: str) -> dict[str, Any]:
     if first:  # the matrix a cell question is about, named by its tokens when it starts at (0, 0)
         shape = {"rows": len(first["rows"]), "cols": len(first["rows"][0]) if first["rows"] else 0}
         if first["row0"] == 0 and first["col0"] == 0 and len(first["col_labels"]) == shape["cols"]:
-            shape |= {"row_labels": _labels(first["row_labels"]), "col_labels": _labels(first["col_labels"])}
+            shape |= {k: [str(v).strip()[:64] for v in first[k]] for k in ("row_labels", "col_labels")}
     return {"groups": groups, "go": go, "staged": staged, "lesson": lesson, "cells": cells, "chosen": chosen,
             "key_matrix": first, "shape": shape}  # fmt: skip
 

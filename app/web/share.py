@@ -106,9 +106,7 @@ class QR:
     __str__ = __html__
 
 
-def qr_svg(url: str) -> QR:
-    """The URL as a QR code, drawn (SVG, presentation attributes only) where a template shows it."""
-    return QR(url)
+qr_svg = QR  # the URL as a QR code, drawn (SVG, presentation attributes only) where a template shows it
 
 
 # Pages a class can follow in a room (app/rooms), from the page registry: the lab and the pages built on it.

@@ -20,10 +20,9 @@ written as null, as in the API (pydantic's `ser_json_inf_nan`; `to_json` gives t
 JSON face (`model_validate`: a field it does not know is refused). `plain` and `read` do the same for the APIs'
 dataclass answers (and the job queue's results).
 
-Moving from the hand-made serializer (`jsonable`) changed no twin's keys or values (a crawl of every page's twin
-compared key by key). The schemas are now exact (defaults, required fields, nested types); what stays an open object
-is what the engine or an API answer already writes as one: a request's `summary` (`Spec.summary()`), /params'
-`counts`, /demos' answers, /train's runs and defaults, /models' summaries.
+The schemas are exact (defaults, required fields, nested types); what stays an open object is what the engine or
+an API answer already writes as one: a request's `summary` (`Spec.summary()`), /params' `counts`, /demos' answers,
+/train's runs and defaults, /models' summaries.
 """
 
 from __future__ import annotations
@@ -43,25 +42,18 @@ def finite(v: float) -> float | None:
     return v if math.isfinite(v) else None  # JSON has no −∞: null, as the API writes a masked score
 
 
-def _none(value: Any) -> bool:
-    return value is None
-
-
 # A View field the template needs but the JSON face leaves out (it repeats another field, e.g. a parsed `Spec` kept
 # beside its summary, or a QR code drawn from an address): `qr: Annotated[QR | None, HIDDEN] = None`.
 HIDDEN = Field(exclude=True)
 # A field the JSON face leaves out while it is None (a run compared with none has no `before`).
-OPTIONAL = Field(exclude_if=_none)
-
-
-def _as_array(value: Any) -> np.ndarray:
-    return value if isinstance(value, np.ndarray) else np.asarray(value, dtype=np.float64)
+OPTIONAL = Field(exclude_if=lambda value: value is None)
 
 
 # A NumPy array a View holds (a tile's running statistics): written as (nested) lists of floats, read back as one.
 Array = Annotated[
     np.ndarray,
-    PlainValidator(_as_array, json_schema_input_type=list[Any]),
+    PlainValidator(lambda v: v if isinstance(v, np.ndarray) else np.asarray(v, dtype=np.float64),
+                   json_schema_input_type=list[Any]),
     PlainSerializer(lambda a: a.tolist(), return_type=list[Any]),
     WithJsonSchema({"type": "array", "items": {"anyOf": [{"type": "number"}, {"type": "null"},
                                                          {"type": "array", "items": {"type": ["number", "null"]}}]}}),
@@ -134,8 +126,7 @@ class View(BaseModel):
             raise TypeError(f"the JSON of a {data['view']} view is not a {cls.kind} view")
         return cls.model_validate({k: v for k, v in data.items() if k not in ("view", "lang")})
 
-    def _repr_json_(self) -> dict[str, Any]:
-        return self.to_json()
+    _repr_json_ = to_json
 
     def _repr_html_(self) -> str:
         from .notebook import render
