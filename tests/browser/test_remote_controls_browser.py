@@ -163,6 +163,9 @@ def test_the_phone_chooses_cells_heads_and_runs_a_lesson_first(browser: Browser,
         step2 = se.locator(".lesson-panel[data-lesson=mask-toggle][data-step='2']")
         expect(step2).to_be_attached(timeout=WAIT_MS)
         expect(step2.locator("details.answer")).to_be_hidden()  # a new step: shut again
+        # The phone's remote at step 2, the lesson's last, before it is pressed: pressed while the remote still drew
+        # step 1, the button went to step 2 again (a fresh clone's run; the remote redraws after the students' pages).
+        expect(ph.locator("[data-go=lesson-next]")).to_have_text("Next lesson →", timeout=WAIT_MS)
         ph.click("[data-go=lesson-next]")  # moved on (to the next lesson) without asking step 2's question
         reaches(live_server, code, "lesson", "row-one")
         expect(se.locator(".lesson-panel[data-lesson=row-one]")).to_be_attached(timeout=WAIT_MS)
