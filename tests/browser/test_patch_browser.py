@@ -22,7 +22,10 @@ CORRUPTED = "The Colosseum stands tall in the middle of the lovely old city of"
 
 def test_the_patching_grid_shows_its_progress_then_its_grid(page: Page, live_server: str) -> None:
     page.set_default_timeout(SLOW)
-    page.goto(f"{live_server}/patch?lang=en")  # its shell at once, its grid by htmx once computed (#42)
+    # Its shell at once, its grid by htmx once computed (#42). It opens on two short prompts: the grid the form
+    # replaces needs only to be there (the default prompts' page is walked by test_presenter_browser and
+    # test_newcomer_browser), and a 2-token grid is computed in a fraction of the default prompts' 10-token one.
+    page.goto(f"{live_server}/patch?lang=en&clean=Paris+is&corrupted=Rome+is")
     expect(page.locator("table.patch-grid")).to_be_visible(timeout=SLOW)
     form = page.locator("form[data-patch-form]")
     form.locator("input[name=clean]").fill(CLEAN)
