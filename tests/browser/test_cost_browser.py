@@ -5,19 +5,12 @@ a bad value keeps the form as typed and says why beside the field, naming it by 
 
 from __future__ import annotations
 
-import os
 import re
-import socket
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from app.cost.flops import SHAPES, crossover
-from tests.servers import wait_healthy
 
 pytestmark = pytest.mark.browser
 LEAVE = {"en": "Leave presenter mode", "zh": "退出演示模式"}
@@ -25,22 +18,10 @@ LABEL = {"en": "Time up to N (n_max)", "zh": "计时到 N（n_max）"}
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """A server with no pretrained model to load: /cost needs only the shapes and this machine's matmuls."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = os.environ | {"ATTENTION_LAB_DEVICE": "cpu", "ATTENTION_LAB_PRETRAINED": "0"}
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
+def server(live_server: str) -> str:
+    """The session's server: /cost reads no model (only the shapes and this machine's matmuls), so the models it has
+    loaded change nothing here, and a server of this file's own cost a start (7 s on CI) for nothing."""
+    return live_server
 
 
 def crossing(model: str) -> str:
