@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.servers import served
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
@@ -20,9 +17,10 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def base() -> Iterator[str]:
-    with served({}) as (url, _):
-        yield url
+def base(live_server: str) -> str:
+    """The session's server: a server of this file's own was the same server (no setting of its own), started again
+    (4 s on CI)."""
+    return live_server
 
 
 @pytest.fixture
@@ -42,7 +40,8 @@ def page(browser):  # type: ignore[no-untyped-def]
     ],
 )
 def test_pressing_download_gives_the_figure(base: str, page, path: str, token: str) -> None:  # type: ignore[no-untyped-def]
-    page.goto(base + path, wait_until="networkidle")
+    # Its links and panels are in the page and htmx is ready at its load: no wait for the network to go quiet.
+    page.goto(base + path)
     for fmt in ("svg", "pdf"):
         with page.expect_download() as info:
             page.locator(f"[data-figure={fmt}]").first.click()
@@ -55,7 +54,7 @@ def test_pressing_download_gives_the_figure(base: str, page, path: str, token: s
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_show_code_and_cite_fill_in_when_opened(base: str, page, lang: str) -> None:  # type: ignore[no-untyped-def]
-    page.goto(f"{base}/?tokens=cat+sat+on&stage=4&lang={lang}", wait_until="networkidle")
+    page.goto(f"{base}/?tokens=cat+sat+on&stage=4&lang={lang}")
     page.locator("[data-show-code] > summary").click()
     page.locator("[data-code-text=lab] code").wait_for()
     page.locator("[data-code-text=torch] code").wait_for()
@@ -74,7 +73,7 @@ def test_copy_puts_the_snippet_on_the_clipboard_and_the_panel_spans_the_lab(base
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
     page = context.new_page()
-    page.goto(f"{base}/?tokens=cat+sat+on&stage=4&lang={lang}", wait_until="networkidle")
+    page.goto(f"{base}/?tokens=cat+sat+on&stage=4&lang={lang}")
     page.locator("[data-show-code] > summary").click()
     for kind in ("lab", "torch"):
         page.locator(f"[data-code-text={kind}] code").wait_for()
