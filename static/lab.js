@@ -225,6 +225,7 @@ function refusedRequests() {
 // Long work: while a page or a panel is computed, poll /api/v1/progress and show how far it has come in the server's
 // words ("21 / 31 layers · 6.2 s"). An htmx request names itself by a random key (X-Progress-Key, adopted by the
 // server: app/lab/keys.py); a full page load by its URL (`for=`, hashed by the server alone). `answered`: done.
+// While it polls, <html data-polling> says so: a test (or a reader's tools) waits for it to go, not for a time.
 function progress() {
   let timer = null, asking = null;  // the poll in flight, aborted when the wait ends
   function stop() {
@@ -232,6 +233,7 @@ function progress() {
     timer = null;
     asking?.abort();
     asking = null;
+    document.documentElement.removeAttribute("data-polling");
     if (byId("progress")) byId("progress").hidden = true;
   }
   function render(p) {
@@ -248,6 +250,7 @@ function progress() {
   function start(query) {  // "key=…" (an htmx request's own key) or "for=…" (a page's URL)
     stop();
     const lang = document.documentElement.lang.startsWith("zh") ? "zh" : "en";
+    document.documentElement.setAttribute("data-polling", "");
     timer = setInterval(() => {
       if (asking) return;  // the last poll not answered yet
       const ask = asking = new AbortController();

@@ -100,6 +100,15 @@ def follow(page: Page, href: str) -> None:
         page.click("a[data-test-link]")
 
 
+def no_poll_left(page: Page) -> None:
+    """Returns once the page's progress poller (static/lab.js `progress`, the one thing that asks the server on its
+    own after a click) has stopped: it stops at the first answer that is not "still working" (a 404 among them) or
+    when its request ends, so every poll it made has been answered (or aborted with its request) by then. It sets
+    <html data-polling> while it polls, from the moment a click or a request starts it. This replaced fixed waits of
+    3 s and 6 s, "the span in which a wrong poll would fail", which waited the same whether a poll came or not."""
+    page.wait_for_function("() => !document.documentElement.hasAttribute('data-polling')")
+
+
 def test_the_main_pages_load_without_a_failed_request(page: Page, live_server: str) -> None:
     """The console logged 404s for /api/v1/progress?key=… on many pages: the page polls for every page it waits
     for, and the server knew only the requests whose computation counts (a slow page that counts nothing, a
@@ -118,14 +127,12 @@ def test_the_main_pages_load_without_a_failed_request(page: Page, live_server: s
     follow(page, "/?lang=en&stage=softmax")
     with page.expect_download():
         page.click("a[href*='attention.npz']")  # the .npz: a download, the page stays
-    page.wait_for_timeout(3_000)  # a reader looks at what came: the span in which a wrong poll would fail (not sync)
+    no_poll_left(page)  # a poll the download started (a wrong one) has been answered: a 404 would be in `bad`
     page.click("[data-action=next]")
     expect(page.locator("#stage")).to_have_attribute("data-stage", "weighted_sum")
     page.click("table[data-matrix=output] td[data-row='1'][data-col='0'] a")
     expect(page.locator("#arithmetic")).to_be_visible()
-    # Not synchronisation but the span observed: polls of the last load had time to fail (they stopped at 8 misses,
-    # 600 ms apart), and no page state says "no poll will come".
-    page.wait_for_timeout(6_000)
+    no_poll_left(page)  # the step's and the click's polls are over, answered or aborted: none is left to fail
     assert not bad, bad
 
 
