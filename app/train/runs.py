@@ -38,28 +38,12 @@ from engine.encdec_train import export as export_encdec
 from engine.train import Run, export
 
 from . import arch
+from .child import _child
 from .presets import Presets
 
 # The run's process yields the cores to the server's own (nice 10): a request to any page waits on no training step.
 TRAIN_NICENESS = 10
 POLL_S = 0.5  # how often a supervisor asks its sink whether to stop (and a queue worker renews its lease)
-
-
-def _child(config: dict[str, Any], conn: Any, cancel: Any) -> None:
-    """In the run's own process: train and send every event, then the weights."""
-    import torch
-
-    torch.set_num_threads(1)  # tiny matrices: one thread is faster than two fighting the server for the cores
-    try:
-        run = arch.train(config, lambda kind, data: conn.send((kind, data)), cancel)
-        conn.send(("params", {k: v.numpy() for k, v in run.params.items()}))
-    except (BrokenPipeError, ConnectionResetError):  # the server stopped listening (shutting down): no one to tell
-        pass
-    except Exception as e:  # reported to the page, not lost in a child's stderr
-        with contextlib.suppress(OSError):  # unless the server has gone meanwhile
-            conn.send(("failed", {"message": f"{type(e).__name__}: {e}"}))
-    finally:
-        conn.close()
 
 
 class Sink(Protocol):
