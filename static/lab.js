@@ -223,16 +223,14 @@ function refusedRequests() {
 }
 
 // Long work: while a page or a panel is computed, poll /api/v1/progress and show how far it has come in the server's
-// words ("21 / 31 layers · 6.2 s"). An htmx request names itself by a random key (X-Progress-Key, adopted by the
-// server: app/lab/keys.py); a full page load by its URL (`for=`, hashed by the server alone). `answered`: done.
-// While it polls, <html data-polling> says so: a test (or a reader's tools) waits for it to go, not for a time.
+// words ("21 / 31 layers · 6.2 s"), with <html data-polling> set (a test waits for it to go). An htmx request names
+// itself by a random key (X-Progress-Key, adopted by the server); a full page load by its URL (`for=`).
 function progress() {
   let timer = null, asking = null;  // the poll in flight, aborted when the wait ends
   function stop() {
     clearInterval(timer);
-    timer = null;
     asking?.abort();
-    asking = null;
+    timer = asking = null;
     document.documentElement.removeAttribute("data-polling");
     if (byId("progress")) byId("progress").hidden = true;
   }
@@ -417,8 +415,7 @@ function presenterNumbers() {
   });
 }
 
-// The model view's grids and /predict's tables: the largest type (lo…hi px) at which nothing scrolls sideways and
-// they end on screen.
+// The model view's grids and /predict's tables: the largest type (lo…hi px) with nothing sideways, ending on screen.
 const FITTED = [["main.model-view [data-fit-grids]", "--grid-fit", 8, 48], [".train-scroll", "--table-fit", 10, 32]];
 function presenterTables() {
   onLayout(() => {
