@@ -97,9 +97,12 @@ def llama():  # type: ignore[no-untyped-def]
     pytest.importorskip("accelerate")
     import torch
 
-    reference = transformers.AutoModelForCausalLM.from_pretrained(
-        str(model.path.parent), gguf_file=model.path.name, attn_implementation="eager", dtype=torch.float32
-    )
+    from tests.gguf_once import read_once
+
+    with read_once():  # the file's metadata parsed once, not twice (see tests/gguf_once.py)
+        reference = transformers.AutoModelForCausalLM.from_pretrained(
+            str(model.path.parent), gguf_file=model.path.name, attn_implementation="eager", dtype=torch.float32
+        )
     return reference.eval()
 
 

@@ -3,13 +3,17 @@ the page's JSON twin to 1e-4."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
+import select
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 from fastapi.testclient import TestClient
@@ -27,43 +31,97 @@ def client() -> Iterator[TestClient]:
         yield c
 
 
-# Snippets of one run that load the same model get a fresh copy of it, loaded once (transformers de-quantizes a GGUF
-# file for a minute on a busy machine): each snippet still hooks and runs a model of its own.
-LOAD_ONCE = """import copy
-import transformers
-for cls in (transformers.AutoModel, transformers.AutoModelForCausalLM):
-    def cached(*a, _load=cls.from_pretrained, _kept={}, **k):
-        key = repr((a, sorted(k.items(), key=str)))
-        if key not in _kept:
-            _kept[key] = _load(*a, **k)
-        return copy.deepcopy(_kept[key])
-    cls.from_pretrained = cached
+# One interpreter per module runs every snippet of its tests, as a user would (python, from the repository, offline),
+# each in a namespace of its own: torch and transformers are imported once, not once a test. Snippets that load the
+# same model get a fresh copy of it, loaded once (transformers de-quantizes a GGUF file for a minute on a busy
+# machine, the file's metadata read once: tests/gguf_once.py): each snippet still hooks and runs a model of its own.
+RUNNER = """import contextlib, copy, io, json, sys, traceback
+reply, patched = sys.stdout, False
+
+
+def load_once():
+    import transformers
+    from tests.gguf_once import read_once
+
+    read_once().__enter__()
+    for cls in (transformers.AutoModel, transformers.AutoModelForCausalLM):
+        def cached(*a, _load=cls.from_pretrained, _kept={}, **k):
+            key = repr((a, sorted(k.items(), key=str)))
+            if key not in _kept:
+                _kept[key] = _load(*a, **k)
+            return copy.deepcopy(_kept[key])
+        cls.from_pretrained = cached
+
+
+for line in sys.stdin:
+    codes, out, error = json.loads(line), io.StringIO(), ''
+    try:
+        with contextlib.redirect_stdout(out):
+            if not patched and any('transformers' in c for c in codes):
+                load_once()
+                patched = True
+            for i, c in enumerate(codes):
+                print(f'=== snippet {i}')
+                exec(compile(c, f'snippet{i}.py', 'exec'), {'__name__': '__main__'})
+    except BaseException:
+        error = traceback.format_exc()
+    reply.write(json.dumps({'out': out.getvalue(), 'error': error}) + '\\n')
+    reply.flush()
 """
 
 
-def run(*codes: str, timeout: float = 240) -> list[dict[str, list[list[float]]]]:
-    """Run snippets as a user would (python, from the repository, offline; each in a namespace of its own, all in
-    one process so that torch is imported once) and read the matrices each prints."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
-    program = (LOAD_ONCE if any("transformers" in c for c in codes) else "") + "".join(f"print('=== snippet {i}')\nexec(compile({c!r}, 'snippet{i}.py', 'exec'), {{'__name__': '__main__'}})\n"
-                      for i, c in enumerate(codes))  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-c", program], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out: list[dict[str, list[list[float]]]] = []
-    name = ""
-    for line in done.stdout.splitlines():
-        if line.startswith("=== snippet"):
-            out.append({})
-            continue
-        words = line.split()
+class Snippets:
+    """The module's interpreter: `run(*codes)` execs each snippet in a fresh namespace and reads what it printed."""
+
+    def __init__(self, stderr: IO[str]) -> None:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
+        self.stderr = stderr  # transformers' progress bars: read back only on a failure
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", RUNNER], cwd=ROOT, env=env, text=True, bufsize=1,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+        )  # fmt: skip
+
+    def run(self, *codes: str, timeout: float = 240) -> list[dict[str, list[list[float]]]]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(codes) + "\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline() if ready else ""
+        if not line:
+            self.process.kill()
+            self.stderr.seek(0)
+            pytest.fail(f"the snippets ran past {timeout} s or their interpreter ended: {self.stderr.read()[-3000:]}")
+        done = json.loads(line)
+        assert not done["error"], done["error"][-3000:]
+        out: list[dict[str, list[list[float]]]] = []
+        name = ""
+        for line in done["out"].splitlines():
+            if line.startswith("=== snippet"):
+                out.append({})
+                continue
+            words = line.split()
+            try:
+                out[-1][name].append([float(w) for w in words])
+            except (ValueError, KeyError):
+                name = line.strip()
+                out[-1][name] = []
+        return out
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
         try:
-            out[-1][name].append([float(w) for w in words])
-        except (ValueError, KeyError):
-            name = line.strip()
-            out[-1][name] = []
-    return out
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+@pytest.fixture(scope="module")
+def snippets() -> Iterator[Snippets]:
+    with tempfile.TemporaryFile("w+") as stderr:
+        runner = Snippets(stderr)
+        yield runner
+        runner.close()
 
 
 def close(printed: list[list[float]], shown: list[list[float | None]]) -> None:
@@ -77,7 +135,11 @@ def close(printed: list[list[float]], shown: list[list[float | None]]) -> None:
 
 
 def check(
-    client: TestClient, pages: list[str], kinds: tuple[str, ...] = ("lab", "torch"), timeout: float = 240
+    snippets: Snippets,
+    client: TestClient,
+    pages: list[str],
+    kinds: tuple[str, ...] = ("lab", "torch"),
+    timeout: float = 240,
 ) -> None:
     codes, expected = [], []
     for page in pages:
@@ -89,7 +151,7 @@ def check(
             codes.append(r.text)
             expected.append((page, kind, printed(twin)))
     assert all(shown for _, _, shown in expected)
-    for got, (page, kind, shown) in zip(run(*codes, timeout=timeout), expected, strict=True):
+    for got, (page, kind, shown) in zip(snippets.run(*codes, timeout=timeout), expected, strict=True):
         assert set(got) == set(shown), (page, kind)
         for name, values in shown.items():
             close(got[name], values)
@@ -110,9 +172,9 @@ TOY = [
 ]
 
 
-def test_the_toy_labs_snippets_print_its_numbers(client: TestClient) -> None:
+def test_the_toy_labs_snippets_print_its_numbers(snippets: Snippets, client: TestClient) -> None:
     """Every stage, several masks and scales, GQA, Chinese tokens, and the random GPT-2-sized block: both kinds."""
-    check(client, ["/?" + q for q in TOY])
+    check(snippets, client, ["/?" + q for q in TOY])
 
 
 BLOCK = [f"/block?tokens=cat+sat+on+the+mat&stage={stage}" for stage in (
@@ -120,15 +182,15 @@ BLOCK = [f"/block?tokens=cat+sat+on+the+mat&stage={stage}" for stage in (
     "output")] + ["/block?tokens=a+b+c+d&stage=output&mask=none&seed=3&d_model=8&n_heads=2&head=1&bias=true"]  # fmt: skip
 
 
-def test_the_gpt2_blocks_snippets_print_its_numbers(client: TestClient) -> None:
+def test_the_gpt2_blocks_snippets_print_its_numbers(snippets: Snippets, client: TestClient) -> None:
     """/block (GPT-2's block: pre-norm LayerNorm, attention, GELU-tanh MLP, residuals), every stage, both kinds:
     the lab's `Client` against a running lab, plain torch from the engine's seeded inputs alone."""
     with served({}) as (base, _):
-        check(client, BLOCK, kinds=("torch",))
-        check_lab(client, base, BLOCK[-3:])
+        check(snippets, client, BLOCK, kinds=("torch",))
+        check_lab(snippets, client, base, BLOCK[-3:])
 
 
-def check_lab(client: TestClient, base: str, pages: list[str]) -> None:
+def check_lab(snippets: Snippets, client: TestClient, base: str, pages: list[str]) -> None:
     """kind=lab against the running lab at `base`: the snippet names it, and prints the page's numbers."""
     codes, expected = [], []
     for page in pages:
@@ -137,7 +199,7 @@ def check_lab(client: TestClient, base: str, pages: list[str]) -> None:
         assert "Client('http://testserver')" in code
         codes.append(code.replace("http://testserver", base))
         expected.append(printed(twin))
-    for got, shown in zip(run(*codes), expected, strict=True):
+    for got, shown in zip(snippets.run(*codes), expected, strict=True):
         assert set(got) == set(shown)
         for name, values in shown.items():
             close(got[name], values)
@@ -151,14 +213,14 @@ REAL = [
 
 
 @pytest.mark.timeout(1200)
-def test_a_real_models_snippets_are_transformers_own_numbers(client: TestClient, smollm2) -> None:  # type: ignore[no-untyped-def]
+def test_a_real_models_snippets_are_transformers_own_numbers(snippets: Snippets, client: TestClient, smollm2) -> None:  # type: ignore[no-untyped-def]
     """SmolLM2 at a chosen layer and head, its logit lens and knock-outs: kind=torch with transformers' own model
     (eager attention, float32), kind=lab against a running lab serving it."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    check(client, REAL, kinds=("torch",), timeout=600)  # transformers de-quantizes the GGUF file once a snippet
+    check(snippets, client, REAL, kinds=("torch",), timeout=600)  # transformers de-quantizes the GGUF file once
     with served({}) as (base, _):
-        check_lab(client, base, REAL)
+        check_lab(snippets, client, base, REAL)
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -194,7 +256,7 @@ def comment_words(lang: str) -> set[str]:
     return lines(MESSAGES[lang]) - lines(MESSAGES["zh" if lang == "en" else "en"])
 
 
-def test_a_chinese_pages_snippets_comment_in_chinese_and_still_run(client: TestClient) -> None:
+def test_a_chinese_pages_snippets_comment_in_chinese_and_still_run(snippets: Snippets, client: TestClient) -> None:
     """A zh page's snippets say their docstrings and comments in Chinese (the catalogues' export.code.c.*: they were
     English on every page), by the page's lang or the reader's Accept-Language; they run and print the page's
     numbers as before."""
@@ -206,8 +268,8 @@ def test_a_chinese_pages_snippets_comment_in_chinese_and_still_run(client: TestC
                 compile(text, "snippet.py", "exec")
                 assert not [w for w in english if w in text], (url, kind, [w for w in english if w in text])
                 assert len([w for w in chinese if w in text]) >= (3 if kind == "lab" else 8), (url, kind, text)
-    check(client, ZH_PAGES[:1])
-    check(client, ZH_PAGES[1:], kinds=("torch",))
+    check(snippets, client, ZH_PAGES[:1])
+    check(snippets, client, ZH_PAGES[1:], kinds=("torch",))
 
 
 def test_htmx_gets_the_snippet_as_escaped_html(client: TestClient) -> None:
@@ -234,12 +296,14 @@ ATTENTION_PAGES = [
 
 
 @pytest.mark.timeout(1200)
-def test_heads_model_and_sinks_torch_snippets_are_transformers_own_numbers(client: TestClient, smollm2) -> None:  # type: ignore[no-untyped-def]
+def test_heads_model_and_sinks_torch_snippets_are_transformers_own_numbers(
+    snippets: Snippets, client: TestClient, smollm2
+) -> None:  # type: ignore[no-untyped-def]
     """/heads (the chosen head on the probe), /model (one statistic of every head, recomputed from transformers'
     attention weights) and /sinks (the weights with and without key 0), kind=torch, held to the page's twin."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    check(client, ATTENTION_PAGES, kinds=("torch",), timeout=600)
+    check(snippets, client, ATTENTION_PAGES, kinds=("torch",), timeout=600)
 
 
 def test_a_real_blocks_page_has_no_numbers_to_print(client: TestClient, smollm2) -> None:  # type: ignore[no-untyped-def]
