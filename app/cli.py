@@ -334,12 +334,15 @@ def check_models() -> int:
     from pydantic import ValidationError
 
     from app.settings import Settings
-    from engine.models import ModelError, parse_entries, registry
 
     try:
         settings = Settings()
     except ValidationError as exc:
         return _fail(*(f"ATTENTION_LAB_{str(e['loc'][0]).upper()}: {e['msg']}" for e in exc.errors()))
+    if not settings.checkpoint and not any(e.strip() for e in (settings.models or "").split(os.pathsep)):
+        return 0  # nothing to check: the parent of --workers N never imports torch (engine.models), ~2 s of CPU
+    from engine.models import ModelError, parse_entries, registry
+
     entries: list[tuple[str, str | None]] = [(settings.checkpoint, "checkpoint")] if settings.checkpoint else []
     entries += parse_entries(settings.models)
     if not entries:

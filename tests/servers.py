@@ -44,7 +44,7 @@ def wait_healthy(base: str, proc: subprocess.Popen[bytes], wait_s: float = START
     """Returns once the server at `base` answers /healthz; RuntimeError if its process `proc` ends first, or past
     `wait_s` seconds."""
     try:
-        wait_until(lambda: proc.poll() is not None or healthy(base), wait_s, f"{base} answers /healthz", 0.2)
+        wait_until(lambda: proc.poll() is not None or healthy(base), wait_s, f"{base} answers /healthz", 0.05)
     except NeverHappened as exc:
         raise RuntimeError(f"the server did not start: {exc}") from None
     if proc.poll() is not None:

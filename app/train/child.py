@@ -1,6 +1,7 @@
-"""What a training run's own process runs (`runs.supervise` starts it by "spawn"): only this module and what it
-imports are loaded there. `app.train.runs` (the server's side) imports the web kernel, FastAPI and the presets for
-the pages; a run's process needs none of them, and a fresh interpreter took some 1.3 s more per run to load them."""
+"""What a training run's own process runs (`runs.supervise` forks it from the fork server, which imported this
+module once: app/train/forkserver.py): only this module and what it imports are loaded there. `app.train.runs` (the
+server's side) imports the web kernel, FastAPI and the presets for the pages; a run's process needs none of them
+(loading them took some 1.3 s of CPU, and the fork server would hold them all)."""
 
 from __future__ import annotations
 

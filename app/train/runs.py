@@ -42,8 +42,18 @@ from .child import _child
 from .presets import Presets
 
 # The run's process yields the cores to the server's own (nice 10): a request to any page waits on no training step.
-TRAIN_NICENESS = 10
+TRAIN_NICENESS = 10  # the fork server's too (app/train/forkserver.py NICENESS)
 POLL_S = 0.5  # how often a supervisor asks its sink whether to stop (and a queue worker renews its lease)
+
+
+def context() -> Any:
+    """Where a run's process comes from: a fork server, a clean process of its own (never a fork of the server, which
+    holds threads and sockets) started at the first run, that imported the trainer and torch with it once
+    (app/train/forkserver.py, at TRAIN_NICENESS); each run is forked from it ready to train. A spawned process imported
+    torch and the trainer again for every run: seconds of CPU before its first step, many more on a loaded machine."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["app.train.forkserver"])
+    return ctx
 
 
 class Sink(Protocol):
@@ -66,7 +76,7 @@ def supervise(config: dict[str, Any], sink: Sink, max_wall_s: float, cancel: Any
               ctx: Any = None) -> None:  # fmt: skip
     """Train `config` in a process of its own, every event to `sink`; stopped (between steps) when `cancel` is set,
     when the sink's `poll` says so, or past `max_wall_s`. Returns once the process is gone."""
-    ctx = ctx or mp.get_context("spawn")  # never fork a server that holds threads and sockets
+    ctx = ctx or context()
     cancel = cancel if cancel is not None else ctx.Event()
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(config, child, cancel), daemon=True)
@@ -223,7 +233,7 @@ class Runs:
         self.jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
         self._slots = threading.Semaphore(max_running)
-        self._ctx = mp.get_context("spawn")  # never fork a server that holds threads and sockets
+        self._ctx = context()
         self._threads: set[threading.Thread] = set()  # the runs' threads (queued or training), for `close`
 
     async def start(self, config: arch.AnyConfig, text: str | None = None, client: str = "") -> Job:

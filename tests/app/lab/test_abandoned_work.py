@@ -232,17 +232,17 @@ def test_model_views_and_generations_whose_clients_left_stop_on_a_real_server() 
             states = [progress(base, k) for k in keys]
             return sum(p is not None and p[0] >= 1 for p in states) == 2 and (0, 0) in states
 
-        wait_until(two_running, 180, "two views have done a layer, the third is queued", interval=0.2)
+        wait_until(two_running, 180, "two views have done a layer, the third is queued", interval=0.05)
         for conn, _ in asked:
             conn.close()
         # Without the fix each view runs on for a minute or more (about 3,200 tokens, 30 layers); with it each stops
         # at its next layer (a second or two on a loaded CPU) or leaves the queue. A generous bound for a busy box.
-        wait_until(lambda: not any(progress(base, k) for k in keys), 30, "every abandoned view stopped", interval=0.2)
+        wait_until(lambda: not any(progress(base, k) for k in keys), 30, "every abandoned view stopped", interval=0.05)
         # Generation too: stopped at its next token once its client leaves (1,000 tokens would take minutes).
         conn, key = ask(base, "/api/v1/generate", {"text": "Once upon a time", "max_new_tokens": "1000"})
-        wait_until(lambda: (p := progress(base, key)) is not None and p[0] >= 2, 120, "two tokens generated", 0.2)
+        wait_until(lambda: (p := progress(base, key)) is not None and p[0] >= 2, 120, "two tokens generated", 0.05)
         conn.close()
-        wait_until(lambda: progress(base, key) is None, 30, "the abandoned generation stopped", interval=0.2)
+        wait_until(lambda: progress(base, key) is None, 30, "the abandoned generation stopped", interval=0.05)
         assert httpx.get(base + "/healthz", timeout=10).status_code == 200
 
 
@@ -260,11 +260,11 @@ def test_sigterm_with_a_backlog_of_heavy_work_exits_within_ten_seconds() -> None
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: proc.poll() is None and _healthy(base), 90, "the server answers /healthz", 0.2)
+        wait_until(lambda: proc.poll() is None and _healthy(base), 90, "the server answers /healthz", 0.05)
         asked = [model_view(base, i) for i in range(4)]  # one runs, three wait; their clients stay connected
         keys = [key for _, key in asked]
         wait_until(lambda: any((p := progress(base, k)) is not None and p[0] >= 1 for k in keys), 180,
-                   "one view has done a layer", interval=0.2)  # fmt: skip
+                   "one view has done a layer", interval=0.05)  # fmt: skip
         proc.send_signal(signal.SIGTERM)
         # uvicorn alone waited for the whole backlog (minutes); a failure here names the bound.
         wait_until(lambda: proc.poll() is not None, 10, "the server exited after SIGTERM", interval=0.05)

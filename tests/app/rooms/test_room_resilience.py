@@ -76,7 +76,7 @@ def logged_server(settings: dict[str, str], *args: str) -> Iterator[tuple[str, i
 
 async def until(what: str, check: object, timeout: float = 45) -> object:
     """Poll `check()` (a coroutine function) until it returns something truthy; fail with `what` after `timeout`."""
-    return await wait.until(check, timeout, what, interval=0.2)  # type: ignore[arg-type]
+    return await wait.until(check, timeout, what, interval=0.05)  # type: ignore[arg-type]
 
 
 # ---- (3) a Redis restart mid-class --------------------------------------------------------------------------------

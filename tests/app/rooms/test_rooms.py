@@ -433,7 +433,7 @@ def test_idle_rooms_expire_in_redis(redis_url: str) -> None:
             async def expired() -> bool:
                 return await store.get("QWERTY") is None and await store.poll("QWERTY", "p1") is None
 
-            await until(expired, 60, "the idle room expired", interval=0.1)
+            await until(expired, 60, "the idle room expired", interval=0.02)
             assert await store.count() == 0
         finally:
             await store.close()

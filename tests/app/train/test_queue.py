@@ -43,7 +43,7 @@ LONG = TINY | {"steps": 3000, "eval_every": 100}
 
 def until(what: str, check: Callable[[], Any], timeout: float = 180) -> Any:
     """Poll `check` until it returns something true (a state reached); fail naming `what` past the deadline."""
-    return wait_until(check, timeout, what, interval=0.1)
+    return wait_until(check, timeout, what, interval=0.02)
 
 
 @contextmanager
