@@ -11,7 +11,7 @@ from typing import Any
 from . import arch
 
 
-def _child(config: dict[str, Any], conn: Any, cancel: Any) -> None:
+def train_in_child(config: dict[str, Any], conn: Any, cancel: Any) -> None:
     """In the run's own process: train and send every event, then the weights."""
     import torch
 

@@ -38,7 +38,7 @@ from engine.encdec_train import export as export_encdec
 from engine.train import Run, export
 
 from . import arch
-from .child import _child
+from .child import train_in_child
 from .presets import Presets
 
 # The run's process yields the cores to the server's own (nice 10): a request to any page waits on no training step.
@@ -79,7 +79,7 @@ def supervise(config: dict[str, Any], sink: Sink, max_wall_s: float, cancel: Any
     ctx = ctx or context()
     cancel = cancel if cancel is not None else ctx.Event()
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(config, child, cancel), daemon=True)
+    proc = ctx.Process(target=train_in_child, args=(config, child, cancel), daemon=True)
     proc.start()
     child.close()
     with contextlib.suppress(OSError, AttributeError):  # from its start (torch's import too): the lab first

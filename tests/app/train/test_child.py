@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from app.train import runs
+from app.train.child import train_in_child
 
 
 def test_a_run_whose_server_stopped_listening_ends_without_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -22,7 +23,7 @@ def test_a_run_whose_server_stopped_listening_ends_without_an_error(monkeypatch:
     monkeypatch.setattr(runs.arch, "train", train)
     parent, child = mp.get_context("spawn").Pipe(duplex=False)
     parent.close()
-    runs._child({}, child, None)  # returns: nothing raised
+    train_in_child({}, child, None)  # returns: nothing raised
     assert told == ["step"] and child.closed
 
 
@@ -32,5 +33,5 @@ def test_a_run_that_fails_still_says_why(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(runs.arch, "train", train)
     parent, child = mp.get_context("spawn").Pipe(duplex=False)
-    runs._child({}, child, None)
+    train_in_child({}, child, None)
     assert parent.recv() == ("failed", {"message": "ValueError: no such task"})
