@@ -6,7 +6,9 @@ runs alone through the blocks, its query attending to the cache (nothing is reco
 new query's attention weights over the whole context are kept, head by head: the row that *predicted* the token
 (the query is the context's last token). After the last block: the model's final norm, its logits, the token chosen
 (the most likely, or one drawn after the filters, each filter's distribution kept), and the five most likely with their
-probabilities. A branch forces chosen tokens at chosen steps and samples the rest.
+probabilities. A branch forces chosen tokens at chosen steps and samples the rest. Several samples of one prompt
+(`samples`, seeds seed, seed + 1, …) run the prompt once (`prefill`) and each continues from a copy of its K/V: the
+same numbers as one `generate` per sample, the prompt not recomputed.
 
 The same layers as the lab's traces (the model's embed, layer_qkv, layer_rest, final and unembed:
 engine/models/families.py); tests compare the tokens with transformers' greedy `generate` on the same weights.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -65,6 +67,74 @@ class Generation:
         return sum(t.numel() * 4 for t in kept) + 64 * len(self.steps) + sum(g.nbytes for g in self.others)
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """A prompt run once through every block (`prefill`): what each continuation of it starts from. Its K/V buffers
+    are never written by `generate`, which copies the prompt's part into its own; any number of continuations (other
+    seeds, other branches) can start from one Prefill, and each gets the numbers a fresh prefill would give it."""
+
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int  # the buffers hold the prompt and this many new tokens
+    layer: int | None  # where `seen` was kept
+    k: torch.Tensor  # (n_layer, kv, prompt + max_new_tokens, dk): the prompt's roped K in [:, :, :prompt]
+    v: torch.Tensor
+    hidden: torch.Tensor  # (d,) the prompt's last position after the last block
+    seen: torch.Tensor | None  # (H, prompt) the last query's weights at `layer`
+
+
+def _buffers(model: Any, total: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One buffer per layer for K (roped) and V: written in place, never reallocated while generating."""
+    info = model.info
+    kv = info.n_kv_heads or info.n_heads
+    shape = (info.n_layer, kv, total, info.d_model // info.n_heads)
+    return torch.empty(shape, device=model.device), torch.empty(shape, device=model.device)
+
+
+def _run(
+    model: Any, ids: list[int], start: int, k_cache: torch.Tensor, v_cache: torch.Tensor, layer: int | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The new tokens at positions start.. through every block (the model's own layer_qkv / layer_rest), their K and
+    V written into the cache; returns the last position's hidden state and, at `layer`, the last query's weights over
+    every cached key (H, start + len(ids))."""
+    info, dev = model.info, model.device
+    h = info.n_heads
+    kv, dk = k_cache.shape[1], k_cache.shape[3]
+    group = h // kv
+    window = getattr(info, "window", 0)
+    scale = 1.0 / math.sqrt(dk)
+    n = len(ids)
+    end = start + n
+    x = model.embed(ids, start)
+    pos = model.rotation(torch.arange(start, end, device=dev), x)  # RoPE's angles once for every layer
+    seen: torch.Tensor | None = None
+    # Each query sees itself and what came before (within the sliding window, if the model has one).
+    i_q = torch.arange(start, end, device=dev)[:, None]
+    j_k = torch.arange(end, device=dev)[None, :]
+    hidden = (j_k > i_q) | ((i_q - j_k >= window) if window else torch.zeros((), dtype=torch.bool, device=dev))
+    for i in range(info.n_layer):
+        q, k_cache[i, :, start:end], v_cache[i, :, start:end] = model.layer_qkv(i, x, pos)
+        # Head j reads K/V head j // group: the query heads grouped over their shared K/V head (no copies).
+        k = k_cache[i, :, :end].unsqueeze(1)  # (kv, 1, end, dk)
+        v = v_cache[i, :, :end].unsqueeze(1)
+        scores = (q.view(kv, group, n, dk) @ k.transpose(2, 3)) * scale  # (kv, group, n, end)
+        scores = scores.masked_fill(hidden, float("-inf"))
+        w = torch.softmax(scores, dim=-1)
+        if i == layer:
+            seen = w[:, :, -1].reshape(h, end).clone()
+        x = model.layer_rest(i, x, (w @ v).reshape(h, n, dk))
+    return x[-1], seen
+
+
+@torch.inference_mode()
+def prefill(model: Any, prompt_ids: tuple[int, ...], max_new_tokens: int, layer: int | None) -> Prefill:
+    """The prompt through every block once, its K and V kept in buffers with room for `max_new_tokens` more (the
+    same buffers' shape `generate` would allocate, so that every continuation computes on the same layout)."""
+    ids = tuple(prompt_ids)
+    k_cache, v_cache = _buffers(model, len(ids) + max_new_tokens)
+    hidden, seen = _run(model, list(ids), 0, k_cache, v_cache, layer)
+    return Prefill(ids, max_new_tokens, layer, k_cache, v_cache, hidden, seen)
+
+
 @torch.inference_mode()
 def generate(
     model: Any,
@@ -75,56 +145,37 @@ def generate(
     sampling: Sampling = GREEDY,
     forced: dict[int, int] | None = None,
     keep_logits: bool = False,
+    prefilled: Prefill | None = None,
 ) -> Generation:
     """Up to `max_new_tokens` after `prompt_ids`, chosen as `sampling` says (greedy by default); `forced` maps a step
     (0-based) to the token taken there instead (a branch: no draw is made at that step); `keep_logits` keeps each
     step's logits (V floats a step: every filter's whole distribution can then be recomputed, `sampling.distributions`).
+    `prefilled` (from `prefill` on the same model, prompt and max_new_tokens, and `layer` unless `layer` is None)
+    starts from the prompt already run: the same numbers, without running the prompt again.
     Stops after an end-of-text token."""
     info = model.info
-    dev = model.device
     n_layer, h = info.n_layer, info.n_heads
     kv = info.n_kv_heads or h
     dk = info.d_model // h
-    group = h // kv
-    window = getattr(info, "window", 0)
-    total = len(prompt_ids) + max_new_tokens
-    # One buffer per layer for K (roped) and V: written in place, never reallocated while generating.
-    k_cache = torch.empty(n_layer, kv, total, dk, device=dev)
-    v_cache = torch.empty(n_layer, kv, total, dk, device=dev)
+    n_prompt = len(prompt_ids)
+    if prefilled is None:
+        k_cache, v_cache = _buffers(model, n_prompt + max_new_tokens)
+        hidden, seen = _run(model, list(prompt_ids), 0, k_cache, v_cache, layer)
+    else:
+        if prefilled.prompt_ids != tuple(prompt_ids) or prefilled.max_new_tokens != max_new_tokens:
+            raise ValueError("prefilled: another prompt or another max_new_tokens")
+        if layer is not None and prefilled.layer != layer:
+            raise ValueError(f"prefilled: attention kept at layer {prefilled.layer}, not {layer}")
+        k_cache, v_cache = _buffers(model, n_prompt + max_new_tokens)
+        k_cache[:, :, :n_prompt] = prefilled.k[:, :, :n_prompt]  # the prompt's part: the rest is written below
+        v_cache[:, :, :n_prompt] = prefilled.v[:, :, :n_prompt]
+        hidden, seen = prefilled.hidden, (prefilled.seen if layer is not None else None)
     stops = set(model.eos_ids)
-    scale = 1.0 / math.sqrt(dk)
-
-    def run(ids: list[int], start: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The new tokens at positions start.. through every block (the model's own layer_qkv / layer_rest), their
-        K and V written into the cache; returns the last position's hidden state and, at `layer`, the last query's
-        weights over every cached key (H, start + len(ids))."""
-        n = len(ids)
-        end = start + n
-        x = model.embed(ids, start)
-        pos = model.rotation(torch.arange(start, end, device=dev), x)  # RoPE's angles once for every layer
-        seen: torch.Tensor | None = None
-        # Each query sees itself and what came before (within the sliding window, if the model has one).
-        i_q = torch.arange(start, end, device=dev)[:, None]
-        j_k = torch.arange(end, device=dev)[None, :]
-        hidden = (j_k > i_q) | ((i_q - j_k >= window) if window else torch.zeros((), dtype=torch.bool, device=dev))
-        for i in range(n_layer):
-            q, k_cache[i, :, start:end], v_cache[i, :, start:end] = model.layer_qkv(i, x, pos)
-            # Head j reads K/V head j // group: the query heads grouped over their shared K/V head (no copies).
-            k = k_cache[i, :, :end].unsqueeze(1)  # (kv, 1, end, dk)
-            v = v_cache[i, :, :end].unsqueeze(1)
-            scores = (q.view(kv, group, n, dk) @ k.transpose(2, 3)) * scale  # (kv, group, n, end)
-            scores = scores.masked_fill(hidden, float("-inf"))
-            w = torch.softmax(scores, dim=-1)
-            if i == layer:
-                seen = w[:, :, -1].reshape(h, end).clone()
-            x = model.layer_rest(i, x, (w @ v).reshape(h, n, dk))
-        return x[-1], seen
 
     steps: list[Step] = []
     forced = forced or {}
     generator = sampling.generator() if sampling.do_sample else None
-    hidden, seen = run(list(prompt_ids), 0)
-    context = len(prompt_ids)
+    context = n_prompt
     stopped = False
     for _ in range(max_new_tokens):
         logits = model.unembed(model.final(hidden))
@@ -142,6 +193,35 @@ def generate(
             break
         if len(steps) == max_new_tokens:
             break
-        hidden, seen = run([token], context)
+        hidden, seen = _run(model, [token], context, k_cache, v_cache, layer)
         context += 1
     return Generation(tuple(prompt_ids), tuple(steps), layer, 2 * n_layer * kv * dk * 4, stopped, sampling)
+
+
+def samples(
+    model: Any,
+    prompt_ids: tuple[int, ...],
+    max_new_tokens: int,
+    layer: int | None,
+    sampling: Sampling,
+    n: int,
+    forced: dict[int, int] | None = None,
+    keep_logits: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> Generation:
+    """`n` continuations of one prompt under the same settings, continuation i drawn with seed `sampling.seed + i`:
+    the first as `generate(..., layer, sampling, forced, keep_logits)` gives it, the others (no attention, no logits
+    kept) in its `others`. The prompt is run through the blocks once (`prefill`) and every continuation starts from
+    it: each is what its own `generate` call gives (the same tokens and probabilities), the prompt not recomputed.
+    `progress(done, n * max_new_tokens)` counts every continuation's tokens."""
+
+    def part(i: int) -> Callable[[int, int], None] | None:  # continuation i's tokens as a share of all of them
+        if progress is None:
+            return None
+        return lambda done, _: progress(i * max_new_tokens + done, n * max_new_tokens)
+
+    shared = prefill(model, prompt_ids, max_new_tokens, layer)
+    first = generate(model, prompt_ids, max_new_tokens, layer, part(0), sampling, forced, keep_logits, shared)
+    others = tuple(generate(model, prompt_ids, max_new_tokens, None, part(i), replace(sampling, seed=sampling.seed + i),
+                            forced, prefilled=shared) for i in range(1, n))  # fmt: skip
+    return replace(first, others=others)

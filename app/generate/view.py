@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
 
 from engine.errors import Message
-from engine.generate import Generation, generate
+from engine.generate import Generation, samples
 from engine.models import Model
 from engine.sampling import Sampling, distributions
 from engine.spec import Limits, Spec, make_spec
@@ -276,13 +276,8 @@ async def run(lab: Lab, req: GenerateRequest, key: str | None, logits: bool = Fa
     forced, n = req.forced(), req.max_new_tokens
 
     def work(progress: Any) -> Generation:
-        def part(i: int) -> Any:  # sample i's tokens as a share of every sample's
-            return None if progress is None else (lambda done, total: progress(i * n + done, req.samples * n))
-
-        first = generate(model, spec.token_ids, n, layer, part(0), req.sampling(), forced, logits)
-        others = tuple(generate(model, spec.token_ids, n, None, part(i), req.sampling(req.seed + i), forced)
-                       for i in range(1, req.samples))  # fmt: skip
-        return replace(first, others=others)
+        # Sample i with seed + i, every sample continuing from one run of the prompt (engine.generate.samples).
+        return samples(model, spec.token_ids, n, layer, req.sampling(), req.samples, forced, logits, progress)
 
     done = (spec.preset, spec.token_ids, n, layer, req.sampling() if req.do_sample else None, req.samples,
             tuple(sorted(forced.items())), logits)  # fmt: skip

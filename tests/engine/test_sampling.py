@@ -1,16 +1,19 @@
 """How the next token is chosen (engine/sampling.py): every filter's distribution against transformers' logits
 processors on the same logits, and the sampled tokens against transformers' `generate(do_sample=True)` with the same
-seed, on SmolLM2 and on tiny random models of two families; branches and the sequence's log-probability."""
+seed, on SmolLM2 and on tiny random models of two families; branches and the sequence's log-probability; several
+samples of one prompt continuing from one prefill, each what its own `generate` gives."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from engine.generate import generate
+import engine.generate as gen
+from engine.generate import Generation, generate, prefill, samples
 from engine.models import load
 from engine.sampling import Sampling, apply, choose, distributions
 from tests.own_models import build
@@ -172,3 +175,117 @@ def test_the_seeded_generator_is_the_global_one_seeded_alike() -> None:
     theirs = [int(torch.multinomial(probs, 1)[0, 0]) for _ in range(20)]
     g = Sampling(True, seed=9).generator()
     assert [int(torch.multinomial(probs, 1, generator=g)[0, 0]) for _ in range(20)] == theirs
+
+
+# -- several samples from one prefill (engine.generate.samples, /generate/samples) ----------------------------------
+
+
+def same_generation(shared: Generation, alone: Generation) -> None:
+    """A sample continued from the shared prefill against the same sample's own `generate`: the same tokens, their
+    probabilities (each filter's, the top five, the sequence's log-probability), attention and logits."""
+    assert shared.token_ids == alone.token_ids, shared.sampling
+    assert shared.sampling == alone.sampling and shared.stopped_at_eos == alone.stopped_at_eos
+    assert shared.layer == alone.layer and shared.kv_bytes_per_token == alone.kv_bytes_per_token
+    assert math.isclose(shared.logprob, alone.logprob, rel_tol=0, abs_tol=1e-5)  # −inf and −inf are close
+    for a, b in zip(shared.steps, alone.steps, strict=True):
+        assert (a.context, a.forced, a.top_ids) == (b.context, b.forced, b.top_ids)
+        assert a.choice is not None and b.choice is not None and a.choice.ids == b.choice.ids
+        torch.testing.assert_close(torch.tensor(a.top_probs), torch.tensor(b.top_probs), rtol=0, atol=1e-5)
+        for x, y in zip(a.choice.stages, b.choice.stages, strict=True):
+            assert (x.name, x.kept) == (y.name, y.kept)
+            torch.testing.assert_close(torch.tensor(x.probs), torch.tensor(y.probs), rtol=0, atol=1e-5)
+        for x, y in ((a.attention, b.attention), (a.logits, b.logits)):
+            assert (x is None) == (y is None)
+            if x is not None:
+                torch.testing.assert_close(x, y, rtol=0, atol=1e-5)
+
+
+def each_alone(model, ids: tuple[int, ...], n: int, layer: int, s: Sampling, count: int,  # type: ignore[no-untyped-def]
+               forced: dict[int, int] | None = None, keep_logits: bool = False) -> list[Generation]:  # fmt: skip
+    """What /generate/samples computed before the prompt was shared: one `generate` per sample, seed + i."""
+    first = generate(model, ids, n, layer, sampling=s, forced=forced, keep_logits=keep_logits)
+    return [first] + [generate(model, ids, n, None, sampling=replace(s, seed=s.seed + i), forced=forced)
+                      for i in range(1, count)]  # fmt: skip
+
+
+def prompts_run(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The lengths of the prompts run through the blocks from position 0 (each prefill), recorded."""
+    runs: list[int] = []
+    real = gen._run
+
+    def counted(model, ids, start, *rest):  # type: ignore[no-untyped-def]
+        if start == 0:
+            runs.append(len(ids))
+        return real(model, ids, start, *rest)
+
+    monkeypatch.setattr(gen, "_run", counted)
+    return runs
+
+
+SHARED = [Sampling(True, seed=3), Sampling(True, temperature=1.3, top_k=40, top_p=0.8, min_p=0.02, seed=11),
+          Sampling(True, top_p=0.9, seed=0), Sampling(True, temperature=0.01, seed=7)]  # fmt: skip
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
+@pytest.mark.parametrize("s", SHARED, ids=str)
+def test_samples_share_one_prefill_and_equal_their_own_generate(tiny, arch: str, s: Sampling,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """GPT-2 (LayerNorm, learned positions, 4 heads) and Qwen2 (RoPE, 4 query heads sharing 2 K/V heads): 5 samples
+    with seeds seed … seed + 4, the first keeping the last layer's attention and its logits."""
+    model, _ = tiny[arch]
+    ids = tuple(model.tokenize("The cat sat on the mat. The dog"))
+    layer = model.info.n_layer - 1
+    alone = each_alone(model, ids, 12, layer, s, 5, keep_logits=True)
+    runs = prompts_run(monkeypatch)
+    g = samples(model, ids, 12, layer, s, 5, keep_logits=True)
+    assert runs == [len(ids)]  # the prompt went through the blocks once for all five
+    shared = [g, *g.others]
+    assert [d.sampling.seed for d in shared] == [s.seed + i for i in range(5)]
+    assert all(st.attention is not None and st.logits is not None for st in g.steps)
+    assert all(st.attention is None and st.logits is None for d in g.others for st in d.steps)
+    for a, b in zip(shared, alone, strict=True):
+        same_generation(a, b)
+    assert len({d.token_ids for d in shared}) > 1 or s.temperature < 0.1  # the seeds draw different samples
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
+def test_a_branch_from_the_shared_prefill_forces_its_tokens_in_every_sample(tiny, arch: str) -> None:
+    """A branch (tokens forced at steps 0 and 3, the second one a filter may remove: its probability 0, the sequence's
+    log-probability −inf) drawn as 4 samples from one prefill, each its own `generate` with the same branch."""
+    model, _ = tiny[arch]
+    ids = tuple(model.tokenize("A small model"))
+    s = Sampling(True, temperature=0.9, top_k=5, seed=2)
+    last = generate(model, ids, 8, None).steps[3].choice.ids[-1]  # type: ignore[union-attr]
+    forced = {0: ids[0], 3: last}
+    g = samples(model, ids, 8, 1, s, 4, forced)
+    for a, b in zip([g, *g.others], each_alone(model, ids, 8, 1, s, 4, forced), strict=True):
+        same_generation(a, b)
+        assert a.steps[0].forced and a.steps[0].token_id == ids[0] and a.steps[3].token_id == last
+        assert a.logprob == -math.inf  # top-k 5 removed the forced twelfth most likely token
+
+
+def test_one_sample_greedy_is_generate(tiny) -> None:
+    """/generate's own generation (samples=1, greedy): `samples` gives exactly what `generate` gives, and a prefill
+    kept at another layer, or for another prompt, is refused rather than used."""
+    model, _ = tiny["qwen2"]
+    ids = tuple(model.tokenize("猫坐在垫子上"))
+    g = samples(model, ids, 10, 0, Sampling(), 1)
+    assert g.others == ()
+    same_generation(g, generate(model, ids, 10, 0))
+    p = prefill(model, ids, 10, 0)
+    with pytest.raises(ValueError, match="layer 0, not 1"):
+        generate(model, ids, 10, 1, prefilled=p)
+    with pytest.raises(ValueError, match="another prompt"):
+        generate(model, ids[:-1], 10, 0, prefilled=p)
+    with pytest.raises(ValueError, match="another prompt"):
+        generate(model, ids, 9, 0, prefilled=p)
+    same_generation(generate(model, ids, 10, 0, prefilled=p), generate(model, ids, 10, 0, prefilled=p))
+
+
+def test_samples_on_smollm2_equal_their_own_generate(smollm2) -> None:
+    """The real LLaMA (9 query heads sharing 3 K/V heads, RoPE): 3 samples of 4 tokens from one prefill."""
+    ids = tuple(smollm2.tokenize("Once upon a time, a small cat"))
+    s = Sampling(True, temperature=0.8, top_k=50, top_p=0.95, seed=2)
+    g = samples(smollm2, ids, 4, 29, s, 3)
+    for a, b in zip([g, *g.others], each_alone(smollm2, ids, 4, 29, s, 3), strict=True):
+        same_generation(a, b)
