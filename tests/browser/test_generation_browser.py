@@ -19,6 +19,7 @@ SLOW = 120_000  # ms: the first generation loads SmolLM2 (a minute and more on a
 @needs_smollm2
 def test_play_turns_into_pause_advances_and_stops_at_the_end(page: Page, live_server: str) -> None:
     page.set_default_timeout(SLOW)
+    page.clock.install()  # the page's timers on a clock that runs as time does, until the test moves it on (below)
     page.goto(f"{live_server}/generate?lang=en&text=The+cat+sat&max_new_tokens=4&layer=2&step=2")
     page.evaluate("window.__same_document = true")
     stage, play = page.locator("#stage"), page.locator("[data-play]")
@@ -41,8 +42,11 @@ def test_play_turns_into_pause_advances_and_stops_at_the_end(page: Page, live_se
     expect(play).to_have_attribute("aria-pressed", "false")
     expect(play).to_have_text("▶ Play")
     here = stage.get_attribute("data-index")
-    # The span observed, not synchronisation: more than two steps' worth, and a paused page stays where it is.
-    page.wait_for_timeout(2_000)
+    # A paused page stays where it is: two seconds of the page's time (more than two steps' worth: every timer due in
+    # them fires, at once rather than in real time) ask for no step and move nothing.
+    page.evaluate("window.__asked = 0; document.addEventListener('htmx:beforeRequest', () => window.__asked++)")
+    page.clock.run_for(2_000)
+    assert page.evaluate("window.__asked") == 0
     assert stage.get_attribute("data-index") == here
 
 
