@@ -248,7 +248,8 @@ async def events(
     `retry:` hint says when to reconnect; `retry` (no id) says the stream ends because the room store went away:
     reconnect with Last-Event-ID (a 503 with Retry-After while it is still away). With `lang` (the lab's own
     screens), also `poll-html`: the screen's poll box, rendered for its role and language, on connect and whenever
-    the poll it shows changes."""
+    the poll it shows changes. The teacher's streams (its token), also `followers`: how many follow (a bare number,
+    no id), on connect and whenever one joins or leaves, on any worker."""
     if lang is not None and lang not in LANGS:
         raise RoomError(422, "lang", f"must be one of {', '.join(LANGS)}")
     await rooms.joins.check(client_address(request), "events", "joins from this address")

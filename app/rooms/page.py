@@ -182,7 +182,7 @@ async def bar(code: str, request: Request, rooms: RoomsDep) -> Response:
     url = join_url(request, room.code)
     ctx = {"t": translator(lang), "lang": lang, "room": room, "teacher": teacher, "join_url": url,
            "student": (student := (request.cookies.get(STUDENT_COOKIE) or secrets.token_hex(12))[:64]),
-           # the count as the bar arrives: a teacher's new page read "0" until its first refresh came back
+           # the count as the bar arrives (its stream then sends every change: `followers`)
            "followers": await rooms.store.followers(room.code) if teacher else 0,
            "qr": qr_svg(url) if teacher and len(url) <= MAX_QR_CHARS else None,
            "loopback": teacher and unreachable(urlsplit(url).hostname or "", rooms.settings.bind_host,
@@ -196,7 +196,8 @@ async def bar(code: str, request: Request, rooms: RoomsDep) -> Response:
 
 @router.get("/r/{code}/followers", response_class=HTMLResponse)
 async def followers(code: str, request: Request, rooms: RoomsDep) -> Response:
-    """How many screens follow the class, for the teacher's bar (every few seconds); 204 when the room is gone."""
+    """How many screens follow the class, as text (the teacher's screens get each change over the room's stream,
+    `followers`; this answers a script or a page that asks); 204 when the room is gone."""
     try:
         room = await rooms.room(code, request)
     except RoomError as exc:
@@ -441,7 +442,7 @@ async def teach(code: str, request: Request, rooms: RoomsDep) -> Response:
         message = t("room.remote_only_teacher") if status == 403 else t("room.not_found")
         return _page(request, "room_join.html", status, error=message, disabled=rooms.disabled)
     return _page(request, "room_teach.html", headers=NO_STORE, room=room, join_url=join_url(request, room.code),
-                 lessons=lesson_starts(lang), paired_here=_paired_device(request, room),
+                 followers=await rooms.store.followers(room.code), lessons=lesson_starts(lang), paired_here=_paired_device(request, room),
                  lang_urls={c: f"/r/{room.code}/teach?lang={c}" for c in LANGS})  # fmt: skip
 
 

@@ -5,7 +5,8 @@ Keys, all under `lab:room:<code>` and all expiring after `idle_s` without activi
   (hash)        page, query, version, token, poll    the view students follow, the teacher token's hash
   :log          (list)   the last events, newest first, for streams that reconnect with Last-Event-ID (at most
                          LOG_LENGTH of them and LOG_BYTES in all)
-  :followers    (zset)   stream id -> time of its last heartbeat
+  :followers    (zset)   stream id -> time of its last heartbeat (a change of their number is published on
+                         the room's channel, without a version: store.counted)
   :polls        (hash)   poll id -> poll JSON
   :answers:<id> (hash)   student -> answer JSON (a later answer replaces the earlier)
   :voters:<id>  (hash)   client address -> students from it who answered (the per-address cap)
@@ -73,19 +74,42 @@ return 1
 """
 
 
-# KEYS: followers zset, room hash; ARGV: follower, now, follower TTL, limit (0: none), idle seconds. 1: following,
+# Both follower scripts: publish the count (store.counted) on the room's channel when it is no longer `before`.
+COUNTED = """
+local function counted(before, channel)
+  local n = redis.call('ZCARD', KEYS[1])
+  if n ~= before then redis.call('PUBLISH', channel, '{"id":0,"kind":"followers","data":{"n":' .. n .. '}}') end
+  return n
+end
+"""
+
+# KEYS: followers zset, room hash; ARGV: follower, now, follower TTL, limit (0: none), channel. 1: following,
 # 0: a new follower past the limit. Dropping the stale, counting and adding are one step, so a burst of connections
 # to one room cannot all be counted before any of them is recorded.
-FOLLOW = """
+FOLLOW = (
+    COUNTED
+    + """
 if redis.call('EXISTS', KEYS[2]) == 0 then return 1 end
-local now, limit = tonumber(ARGV[2]), tonumber(ARGV[4])
+local now, limit, before = tonumber(ARGV[2]), tonumber(ARGV[4]), redis.call('ZCARD', KEYS[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]))
-if limit > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= limit then
-  return 0
-end
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-return 1
+local refused = limit > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= limit
+if not refused then redis.call('ZADD', KEYS[1], now, ARGV[1]) end
+counted(before, ARGV[5])
+return refused and 0 or 1
 """
+)
+
+# KEYS: followers zset; ARGV: a follower that leaves ('': none), now, follower TTL, channel. The count, the stale
+# dropped (the change published, as FOLLOW's).
+COUNT = (
+    COUNTED
+    + """
+local before = redis.call('ZCARD', KEYS[1])
+if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[3]))
+return counted(before, ARGV[4])
+"""
+)
 
 
 class RedisStore(Store):
@@ -95,6 +119,7 @@ class RedisStore(Store):
         self._publish = self.redis.register_script(PUBLISH)
         self._answer = self.redis.register_script(ANSWER)
         self._follow = self.redis.register_script(FOLLOW)
+        self._count = self.redis.register_script(COUNT)
         self._listener: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()  # set while this process receives every room's events
         self.idle = max(1, int(idle_s))
@@ -252,19 +277,21 @@ class RedisStore(Store):
 
     async def follow(self, code: str, follower: str, limit: int | None = None) -> bool:
         keys = [self._key(code, ":followers"), self._key(code)]
-        args: list[str | float | int] = [follower, time.time(), FOLLOWER_TTL_S, limit or 0, self.idle]
+        args: list[str | float | int] = [follower, time.time(), FOLLOWER_TTL_S, limit or 0, self._key(code, ":events")]
         if not int(await self._follow(keys=keys, args=args)):
             return False
         await self._touch(code)
         return True
 
+    async def _counted(self, code: str, leaving: str = "") -> int:
+        args: list[str | float] = [leaving, time.time(), FOLLOWER_TTL_S, self._key(code, ":events")]
+        return int(await self._count(keys=[self._key(code, ":followers")], args=args))
+
     async def unfollow(self, code: str, follower: str) -> None:
-        await self.redis.zrem(self._key(code, ":followers"), follower)
+        await self._counted(code, follower)
 
     async def followers(self, code: str) -> int:
-        key = self._key(code, ":followers")
-        await self.redis.zremrangebyscore(key, "-inf", time.time() - FOLLOWER_TTL_S)
-        return int(await self.redis.zcard(key))
+        return await self._counted(code)
 
     async def _save_poll(self, code: str, poll: Poll) -> None:
         if poll.status == "open":

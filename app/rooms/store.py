@@ -34,7 +34,7 @@ LOG_LENGTH = 64  # events kept for reconnecting streams; one that missed more ge
 LOG_BYTES = 256 * 1024
 FOLLOWER_TTL_S = 45.0  # a follower that sent no heartbeat for this long is no longer counted
 
-Kind = Literal["state", "poll", "end", "retry"]
+Kind = Literal["state", "poll", "end", "retry", "followers"]
 RETRY_MS = (1000, 4000)  # the `retry:` hint a stream sends, drawn per stream so a class does not reconnect at once
 
 
@@ -74,6 +74,13 @@ class Event:
 # came back after a gap): each sends `event: retry` and ends; its client reconnects with Last-Event-ID and gets what
 # it missed, or the room as it is then.
 RETRY = Event(0, "retry", {"reason": "the room store is unreachable; reconnect"})
+
+
+def counted(n: int) -> Event:
+    """How many follow the room now, for its teacher's screens: sent whenever a follower joins or leaves (or is
+    dropped as stale), through the store (Redis: published to every process), never logged and without a version:
+    a stream that reconnects is sent the count as it is then."""
+    return Event(0, "followers", {"n": n})
 
 
 @dataclass(frozen=True)
@@ -170,9 +177,20 @@ class Answer:
 
 
 @dataclass(eq=False)  # each listener is itself (hashable by identity)
-class _Listener:
+class Listener:
+    """One stream's queue of its room's events. The teacher's (`counts`) also gets `followers` (counted), coalesced:
+    while one waits in the queue, a newer count replaces it (`count`, what the stream sends when it gets there), so
+    a class joining at once neither fills the queue nor sends the teacher every number on the way."""
+
+    counts: bool = False
     queue: asyncio.Queue[Event | None] = field(default_factory=lambda: asyncio.Queue(maxsize=64))
     dropped: bool = False
+    count: Event | None = None
+
+    def latest(self) -> Event | None:
+        """The newest count delivered (once: taking it lets the next count queue again)."""
+        latest, self.count = self.count, None
+        return latest
 
 
 class Hub:
@@ -180,14 +198,14 @@ class Hub:
     with Last-Event-ID and catches up), so one stuck phone never holds memory for the class."""
 
     def __init__(self) -> None:
-        self.rooms: dict[str, set[_Listener]] = {}
+        self.rooms: dict[str, set[Listener]] = {}
 
     @contextmanager
-    def listen(self, code: str) -> Iterator[asyncio.Queue[Event | None]]:
-        listener = _Listener()
+    def listen(self, code: str, counts: bool = False) -> Iterator[Listener]:
+        listener = Listener(counts)
         self.rooms.setdefault(code, set()).add(listener)
         try:
-            yield listener.queue
+            yield listener
         finally:
             listeners = self.rooms.get(code)
             if listeners is not None:
@@ -199,6 +217,12 @@ class Hub:
         for listener in list(self.rooms.get(code, ())):
             if listener.dropped:
                 continue
+            if event is not None and event.kind == "followers":  # the teacher's alone, coalesced
+                if not listener.counts:
+                    continue
+                waiting, listener.count = listener.count is not None, event
+                if waiting:
+                    continue
             try:
                 listener.queue.put_nowait(event)
             except asyncio.QueueFull:
@@ -277,13 +301,15 @@ class Store(ABC):
     async def follow(self, code: str, follower: str, limit: int | None = None) -> bool:
         """Count a stream as following (again: a heartbeat); keeps the room alive. A new follower is refused
         (False) when the room already has `limit` of them: the check and the add are one step, so a burst of
-        connections cannot overshoot it. True for a known follower, and for a room that is gone."""
+        connections cannot overshoot it. True for a known follower, and for a room that is gone. Every change of
+        the count (here and below, stale followers dropped too) is delivered everywhere as `counted(n)`."""
 
     @abstractmethod
     async def unfollow(self, code: str, follower: str) -> None: ...
 
     @abstractmethod
-    async def followers(self, code: str) -> int: ...
+    async def followers(self, code: str) -> int:
+        """How many follow the room (those without a heartbeat for FOLLOWER_TTL_S dropped)."""
 
     async def open_poll(self, code: str, poll: Poll) -> int:
         """Store the poll as the room's open one (closing any other) and announce it; returns the version."""
@@ -437,23 +463,28 @@ class MemoryStore(Store):
         entry = self._live(code)
         if entry is None:
             return True
-        if follower not in entry.followers and limit is not None and await self.followers(code) >= limit:
+        new = follower not in entry.followers
+        if new and limit is not None and await self.followers(code) >= limit:
             return False
         entry.followers[follower] = self.clock()
         entry.touched = self.clock()
+        if new:
+            self.hub.deliver(code, counted(len(entry.followers)))
         return True
 
     async def unfollow(self, code: str, follower: str) -> None:
         entry = self.rooms.get(code)
-        if entry is not None:
-            entry.followers.pop(follower, None)
+        if entry is not None and entry.followers.pop(follower, None) is not None:
+            self.hub.deliver(code, counted(len(entry.followers)))
 
     async def followers(self, code: str) -> int:
         entry = self._live(code)
         if entry is None:
             return 0
-        now = self.clock()
+        now, before = self.clock(), len(entry.followers)
         entry.followers = {k: seen for k, seen in entry.followers.items() if now - seen <= FOLLOWER_TTL_S}
+        if len(entry.followers) != before:
+            self.hub.deliver(code, counted(len(entry.followers)))
         return len(entry.followers)
 
     async def _save_poll(self, code: str, poll: Poll) -> None:

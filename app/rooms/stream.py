@@ -12,7 +12,12 @@ SSE extension swaps in (`sse-swap`). The stream knows which poll its screen show
 until it is cleared or (revealed) the class moves on to another step. The teacher's remote (`remote`) gets its
 results card instead, which keeps a revealed poll whatever the step (and `now`, which loads the controls of the
 page the class sees), and a cleared one (marked so) until the next,
-unless the server cleared it because the class left the poll's page or stage."""
+unless the server cleared it because the class left the poll's page or stage.
+
+The teacher's streams (no `follower`: its bar, its remote, an API client with its token) also get `followers`, how
+many follow (a bare number, which the extension swaps in as it is): on connect, then whenever a follower joins or
+leaves on any process (the store delivers the change, store.counted). A reconnect is sent the count as it is, so the
+teacher's screens poll nothing."""
 
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ from redis.exceptions import RedisError
 
 from ..web.sse import ServerSentEvent, event, keepalive
 from .fragments import step_of
-from .store import RETRY, RETRY_MS, Event, Poll, Store
+from .store import RETRY, RETRY_MS, Event, Listener, Poll, Store
 
 LOG = logging.getLogger("attention_lab.rooms")
 
@@ -41,6 +46,11 @@ def sse(change: Event, with_id: bool = True) -> ServerSentEvent:
     """A change as its event: a state event's data gains the version (its id)."""
     data = change.data | {"version": change.id} if change.kind == "state" else change.data
     return event(change.kind, data, change.id if with_id else None)
+
+
+def counted(n: int) -> ServerSentEvent:
+    """How many follow, for the teacher's screens: a bare number (htmx swaps it in as it is), without an id."""
+    return event("followers", str(n))
 
 
 def retry_event(retry_ms: int) -> ServerSentEvent:
@@ -85,20 +95,24 @@ class Follow:
 
     async def heartbeat(self, due: bool = False) -> None:
         """Keep the follower counted (FOLLOWER_TTL_S): once every `keepalive` seconds, whether the room is quiet
-        (`due`) or busy. Only on quiet ones, a teacher stepping faster than that left every phone uncounted."""
-        if self.follower and (due or self.clock() - self.beaten >= self.keepalive):
+        (`due`) or busy. Only on quiet ones, a teacher stepping faster than that left every phone uncounted. The
+        teacher's quiet stream counts instead: followers a gone process left behind are dropped, and announced."""
+        if self.follower is None and due:
+            await self.store.followers(self.code)
+        elif self.follower and (due or self.clock() - self.beaten >= self.keepalive):
             self.beaten = self.clock()
             await self.store.follow(self.code, self.follower)
 
     async def stream(self) -> AsyncIterator[ServerSentEvent]:
         self.beaten = self.clock()
-        with self.store.hub.listen(self.code) as queue:  # listening before the snapshot: nothing falls in between
+        # Listening before the snapshot: nothing falls in between.
+        with self.store.hub.listen(self.code, counts=self.follower is None) as listener:
             try:
                 yield ServerSentEvent(comment=f"following room {self.code}", retry=self.retry_ms, sep="\n")
                 async for out in self.catch_up():
                     yield out
                 if self.sent >= 0:
-                    async for out in self.live(queue):
+                    async for out in self.live(listener):
                         yield out
             except (RedisError, OSError) as exc:  # the store went away: say so and end; the client reconnects
                 LOG.info("rooms: a stream of %s ends: the store failed (%s)", self.code, type(exc).__name__)
@@ -163,12 +177,14 @@ class Follow:
                 self.track(opened)
         async for out in self.rendered():
             yield out
+        if self.follower is None:
+            yield counted(await self.store.followers(self.code))
 
-    async def live(self, queue: asyncio.Queue[Event | None]) -> AsyncIterator[ServerSentEvent]:
+    async def live(self, listener: Listener) -> AsyncIterator[ServerSentEvent]:
         """Every change after `sent`, until the room ends, the hub closes or the store asks the client to retry."""
         while True:
             try:
-                change = await asyncio.wait_for(queue.get(), self.keepalive)
+                change = await asyncio.wait_for(listener.queue.get(), self.keepalive)
             except TimeoutError:
                 yield keepalive()
                 await self.heartbeat(due=True)
@@ -179,6 +195,9 @@ class Follow:
             if change is RETRY:
                 yield retry_event(self.retry_ms)
                 return
+            if change.kind == "followers":  # the teacher's alone (the newest, if several came), never versioned
+                yield counted((listener.latest() or change).data["n"])
+                continue
             if change.id <= self.sent:
                 continue
             yield sse(change)

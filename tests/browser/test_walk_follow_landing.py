@@ -62,8 +62,8 @@ def test_a_followed_page_lands_at_its_anchor_or_its_top_and_the_count_holds(
         shows(sp, "/demos", lesson="scale", lesson_step="3")
         until(lambda: sp.evaluate(SIGHT, "#scaling"), lambda: f"#scaling not in view: scrollY {sp.evaluate('scrollY')}")
 
-        # The teacher's new page: its bar says who follows as it arrives, not "0" until a refresh comes back (here
-        # none ever does: the refresh is refused, as a busy server's can be).
+        # The teacher's new page: its bar says who follows as it arrives (and from its stream), not "0" until a
+        # refresh comes back (were it to ask /followers, it is refused here, as a busy server's can be).
         def refused(route: Route) -> None:
             route.abort()
 

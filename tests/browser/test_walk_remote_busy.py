@@ -1,7 +1,8 @@
 """A class walk (walk 6): on the teacher's phone (the paired remote, 390×844) "Computing…" came up over the remote's
 buttons, as on the lab's pages: the page's busy sign is fixed at the screen's bottom right, where the remote has the
 matrix's cells and its steps, and the remote's own polling (who follows, the live answers) raised it every few
-seconds. Now the remote's busy sign sits in its status line, in the flow, and its polling raises none."""
+seconds. Now the remote's busy sign sits in its status line, in the flow, and its polling raises none (who follows
+is no longer polled at all: the room's stream pushes the count)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,7 @@ def test_the_remotes_busy_sign_covers_no_button(browser: Browser, live_server: s
         tp.goto(f"{live_server}/?stage=mask&lang={lang}")
         tp.click("[data-room-start] button")
         code = tp.locator("[data-room-code-text]").inner_text().strip()
-        # Recorded from the remote's load on: its first poll of who follows (hx-trigger "load, every 5s") is the
-        # same request as every later one, so no wait of up to 5 s for the next.
+        # Recorded from the remote's load on: who follows comes over its stream, so it asks /followers for nothing.
         phone.add_init_script(f"({RECORD})()")
         remote = pair_phone(laptop, phone, live_server, code)
         remote.set_default_timeout(WAIT_MS)
@@ -46,12 +46,12 @@ def test_the_remotes_busy_sign_covers_no_button(browser: Browser, live_server: s
         remote.locator("[data-go=next]").tap()
         remote_shows(remote, stage="softmax")
         expect(remote.locator("[data-followers]")).to_have_text("0")
-        remote.wait_for_function("() => window.busy.some(b => b.path.includes('/followers'))", timeout=WAIT_MS)
         busy = remote.evaluate("window.busy")
         after = busy[pressed:]
-        assert any("/followers" not in b["path"] for b in after), busy  # the new view's controls were fetched
+        assert after, busy  # the new view's controls were fetched
         assert all(not b["covered"] for b in busy), busy
-        assert all(not b["signs"] for b in busy if "/followers" in b["path"] or "/live" in b["path"]), busy
+        assert not any("/followers" in b["path"] for b in busy), busy  # the count is pushed, never polled
+        assert all(not b["signs"] for b in busy if "/live" in b["path"]), busy
     finally:
         laptop.close()
         phone.close()

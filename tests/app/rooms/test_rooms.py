@@ -4,6 +4,7 @@ redis-server), with real event-stream clients, reconnects and polls counted exac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import io
 import re
@@ -16,7 +17,7 @@ from bs4 import BeautifulSoup
 from app.rooms.store import ALPHABET, CODE_LENGTH, Answer, MemoryStore, Poll
 from tests.app.web.test_kernel import LATIN_OK
 from tests.conftest import ROOM_SETTINGS
-from tests.rooms_client import run, stream
+from tests.rooms_client import Stream, run, stream
 from tests.servers import free_port, served
 from tests.wait import until, wait_until
 
@@ -119,6 +120,36 @@ def test_followers_get_the_state_on_connect_and_every_step(lab: str) -> None:
     run(main())
     # The streams are closed: they stop counting (keep-alive 0.5 s notices a gone client).
     wait_until(lambda: httpx.get(f"{lab}/api/v1/rooms/{code}").json()["followers"] == 0, 60, "no follower counted", 0.2)
+
+
+def test_the_teacher_is_told_each_join_and_leave_over_its_stream(lab: str) -> None:
+    """Who follows reaches the teacher's stream as it changes, never polled: each student that joins (on either
+    worker, with Redis: a fresh connection each) and each that leaves; a student's own stream gets no count."""
+    code, auth = create(lab, "stage=scores")
+
+    async def main() -> None:
+        async with httpx.AsyncClient(timeout=30, headers=auth) as teacher, httpx.AsyncClient(timeout=30) as students:
+
+            async def counted(t: Stream, n: int) -> None:  # counts may come together: the newest is sent
+                while (m := await t.next()).event != "followers" or m.data != n:
+                    assert m.event in ("state", "followers"), m
+
+            async with stream(teacher, lab, code) as t:
+                await asyncio.wait_for(counted(t, 0), 60)  # on connect
+                async with contextlib.AsyncExitStack() as joined:
+                    followed = []
+                    for n in range(1, 4):
+                        followed.append(await joined.enter_async_context(stream(students, lab, code)))
+                        await asyncio.wait_for(counted(t, n), 60)
+                    r = await students.put(f"{lab}/api/v1/rooms/{code}/state", json={"query": "stage=softmax"},
+                                           headers=auth)  # fmt: skip
+                    assert r.status_code == 200, r.text
+                    for s in followed:  # the views, and no count between them
+                        while (m := await s.next()).event != "state" or m.data["query"] != "stage=softmax":
+                            assert m.event == "state", m
+                await asyncio.wait_for(counted(t, 0), 60)  # all three left (keep-alive 0.5 s notices)
+
+    run(main())
 
 
 def test_a_reconnect_resumes_after_its_last_event_id(lab: str) -> None:
