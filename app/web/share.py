@@ -92,18 +92,25 @@ class QR:
     url: str
 
     def svg(self, label: str | None = None) -> Markup:
-        import segno
-
-        text = html.escape(label or f"QR code: {self.url}", quote=True)
-        buf = io.BytesIO()
-        segno.make(self.url, error="m").save(buf, kind="svg", scale=5, border=2, xmldecl=False, svgns=True, nl=False,
-                                             title=label or f"QR code: {self.url}")  # fmt: skip
-        return Markup(buf.getvalue().decode().replace("<svg ", f'<svg role="img" aria-label="{text}" ', 1))
+        return Markup(drawn(self.url, label))
 
     def __html__(self) -> str:
         return self.svg()
 
     __str__ = __html__
+
+
+@lru_cache(maxsize=128)
+def drawn(url: str, label: str | None) -> str:
+    """The QR code's SVG: encoding a URL took ~10 ms (segno's mask search), and a presenter page draws its students'
+    URL again on each htmx swap of the stage (a class steps through the same lesson's URLs): drawn once per URL."""
+    import segno
+
+    text = html.escape(label or f"QR code: {url}", quote=True)
+    buf = io.BytesIO()
+    segno.make(url, error="m").save(buf, kind="svg", scale=5, border=2, xmldecl=False, svgns=True, nl=False,
+                                    title=label or f"QR code: {url}")  # fmt: skip
+    return buf.getvalue().decode().replace("<svg ", f'<svg role="img" aria-label="{text}" ', 1)
 
 
 qr_svg = QR  # the URL as a QR code, drawn (SVG, presentation attributes only) where a template shows it

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Annotated, Any, ClassVar, TypeVar
 from urllib.parse import urlencode
 
@@ -83,6 +84,16 @@ def changed(params: Mapping[str, str], changes: Mapping[str, object]) -> dict[st
 
 def drop_unused(p: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in p.items() if k not in DEPENDS or p.get(DEPENDS[k][0]) == DEPENDS[k][1]}
+
+
+@cache
+def link_keys(page: type[PageQuery], api_keys: tuple[str, ...]) -> tuple[str, ...]:
+    """`PageQuery.page_keys` of a page's query model and request fields, worked out once: a page writes hundreds of
+    links (one per cell of a matrix), each in this order, and reading the models' fields again for each was a
+    third of drawing the lab's stage."""
+    shared = tuple(PageQuery.aliases())
+    own = tuple(k for k in page.aliases() if k not in shared and k not in api_keys)
+    return (*api_keys, *own, *(k for k in shared if k != "lang"), "lang")
 
 
 # The toy's example when a page's URL names no tokens, in the page's language (#42): the course's sentence in Chinese
@@ -323,9 +334,7 @@ class PageQuery(BaseModel):
     def page_keys(self) -> tuple[str, ...]:
         """Every key of the page's links, in their order: the request's fields, the page's own, the shared ones,
         `lang` last."""
-        shared = tuple(PageQuery.aliases())
-        own = tuple(k for k in type(self).aliases() if k not in shared and k not in self._api_keys)
-        return (*self._api_keys, *own, *(k for k in shared if k != "lang"), "lang")
+        return link_keys(type(self), self._api_keys)
 
     def get(self, key: str, default: str = "") -> str:
         return self._text.get(key, default)
@@ -334,9 +343,10 @@ class PageQuery(BaseModel):
         """urlencode(pairs), each pair encoded once per query: a page of a long text writes dozens of links, each
         carrying the whole text, and percent-encoding it again for each one cost more than drawing the page."""
         out = []
+        encoded = self._encoded  # read once: a private attribute is a lookup through pydantic's __getattr__
         for pair in pairs:
-            if (done := self._encoded.get(pair)) is None:
-                done = self._encoded[pair] = urlencode((pair,))
+            if (done := encoded.get(pair)) is None:
+                done = encoded[pair] = urlencode((pair,))
             out.append(done)
         return "&".join(out)
 
@@ -356,7 +366,8 @@ class PageQuery(BaseModel):
     def api_params(self) -> dict[str, str]:
         """The request the page computes: its fields, and the example it shows when it names no tokens (the API's
         own default is the Chinese one: named when it is another)."""
-        p = {k: self._text[k] for k in self._api_keys if k in self._text}
+        text = self._text
+        p = {k: text[k] for k in self._api_keys if k in text}
         if self.example is not None and self.example != API_EXAMPLE and "tokens" not in p:
             p = {"tokens": self.example, **p}
         return p

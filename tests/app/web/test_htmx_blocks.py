@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlencode, urljoin, urlsplit
@@ -85,14 +86,14 @@ def inherited(el: Tag, attr: str) -> str | None:
 def form_query(form: Tag) -> list[tuple[str, str]]:
     """What a browser sends for a form as it stands: every enabled named field's value."""
     sent = []
-    for box in form.select("[name]"):
+    for box in form.find_all(attrs={"name": True}):
         if box.has_attr("disabled") or box.name == "button" or box.get("type") in ("submit", "button", "image"):
             continue
         name = str(box["name"])
         if box.name == "textarea":
             sent.append((name, box.get_text()))
         elif box.name == "select":
-            chosen = box.select("option[selected]") or box.select("option")[:1]
+            chosen = box.find_all("option", selected=True) or box.find_all("option", limit=1)
             sent += [(name, str(o.get("value", o.get_text()))) for o in chosen]
         elif box.get("type") in ("checkbox", "radio"):
             if box.has_attr("checked"):
@@ -115,7 +116,7 @@ def lab_js(page: BeautifulSoup, url: str) -> list[Ask]:
     """static/lab.js: a click on a long view's heat map opens its 16 × 16 window, a hidden link added to <main> (so
     boosted as main's links are) with ROW,COL filled in. (Its keys and ▶ Play click links the page draws.)"""
     asks = []
-    for img in page.select("img#zoom[data-tile-url]"):
+    for img in page.find_all("img", id="zoom", attrs={"data-tile-url": True}):
         href = str(img["data-tile-url"]).replace("ROW%2CCOL", "0%2C0").replace("ROW,COL", "0,0")
         main = img.find_parent("main") or img
         asks.append(Ask(urljoin(url, href), inherited(main, "hx-target"), inherited(main, "hx-select"),
@@ -148,7 +149,7 @@ def asks_of(page: BeautifulSoup, url: str) -> list[Ask]:
     """Everything `page` (loaded from `url`) asks for as htmx: its hx-get elements, one boosted link or form of each
     kind, its scripts' requests and its own URL."""
     asks = [Ask(url, None, why="the page's own URL")]
-    for el in page.select("[hx-get]"):
+    for el in page.find_all(attrs={"hx-get": True}):
         target = inherited(el, "hx-target")
         href = urljoin(url, str(el["hx-get"]).partition("#")[0])  # a fragment is never sent
         if el.name == "form":
@@ -156,8 +157,8 @@ def asks_of(page: BeautifulSoup, url: str) -> list[Ask]:
         asks.append(Ask(href, target, inherited(el, "hx-select"), inherited(el, "hx-swap") or "innerHTML",
                         why=f"hx-get on <{el.name}> {dict(list(el.attrs.items())[:3])}"))  # fmt: skip
     kinds: set[tuple[str, frozenset[str]]] = set()
-    for el in page.select("a[href], form"):
-        if el.has_attr("hx-get") or inherited(el, "hx-boost") != "true":
+    for el in page.find_all(["a", "form"]):
+        if (el.name == "a" and not el.has_attr("href")) or el.has_attr("hx-get") or inherited(el, "hx-boost") != "true":
             continue
         if el.name == "a":
             href = str(el["href"])
@@ -175,7 +176,7 @@ def asks_of(page: BeautifulSoup, url: str) -> list[Ask]:
         asks.append(Ask(href, inherited(el, "hx-target"), inherited(el, "hx-select"),
                         inherited(el, "hx-swap") or "innerHTML", boosted=True,
                         why=f"boosted <{el.name}> {el.get('href') or el.get('action')}"))  # fmt: skip
-    for script in page.select("script[src]"):
+    for script in page.find_all("script", src=True):
         src = urlsplit(str(script["src"])).path
         if src in SCRIPTS:
             asks += SCRIPTS[src](page, url)
@@ -193,7 +194,7 @@ def check(client: TestClient, url: str, swapped: set[str] | None = None) -> list
         if r.status_code >= 500:
             return [f"{url}: the page itself answers {r.status_code}"]
         shown.append(BeautifulSoup(r.text, "html.parser"))
-        if shown[0].select_one("[data-deferred]") is None:
+        if shown[0].find(attrs={"data-deferred": True}) is None:
             break  # the navigation had the page itself
     for page in shown:
         wrong += asks_answered(client, url, page, swapped)
@@ -235,8 +236,15 @@ class Tags(HTMLParser):
         return simple["id"] in self.ids if simple["id"] else simple["tag"] in self.names
 
 
+@lru_cache(maxsize=64)
+def tags(text: str) -> Tags:
+    """An answer's tags, read once: the pages' menus ask for the same pages (one state's answers the same) again and
+    again."""
+    return Tags(text)
+
+
 def asks_answered(client: TestClient, url: str, page: BeautifulSoup, swapped: set[str] | None) -> list[str]:
-    ids = {str(el["id"]) for el in page.select("[id]")}
+    ids = {str(el["id"]) for el in page.find_all(id=True)}
     wrong = []
     for ask in asks_of(page, url):
         headers = {"HX-Request": "true", "HX-Current-URL": "http://testserver" + quote(url, safe=URL_SAFE)}
@@ -254,7 +262,7 @@ def asks_answered(client: TestClient, url: str, page: BeautifulSoup, swapped: se
             continue
         if got.status_code not in SWAPPED and got.status_code != 422:
             continue  # not swapped: htmx leaves the page as it is (a busy server's 429 says when to try again)
-        fragment = Tags(got.text)
+        fragment = tags(got.text)
         expected = ask.expects()
         if expected and not fragment.has(expected):
             wrong.append(f"{where}: {got.status_code} without {expected}: {got.text[:200]!r}")
