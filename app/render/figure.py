@@ -186,6 +186,9 @@ def _draw(spec: Figure, fmt: str, caption: str, lang: str, max_cells: int, max_l
         fig.text(0.5, 0.0, caption, ha="center", va="bottom", fontsize=7, color="#444444", wrap=True)
         fig.get_layout_engine().set(h_pad=0.08, rect=(0, 0.05, 1, 0.95))  # type: ignore[union-attr, call-arg]
         _declutter(fig, labelled)
+        # The layout _declutter checked is the one written: with an engine, savefig lays the figure out again (at
+        # its own dpi, for the same result within a point) in a draw of its own before the draw it writes.
+        fig.set_layout_engine(None)
         if inspect is not None:
             inspect(fig)
         buf = io.BytesIO()
@@ -212,10 +215,11 @@ def _declutter(fig: Any, labelled: list[tuple[Any, str, list[str]]]) -> None:
     """Thin the token labels of each axis (every k-th), and turn a crowded key axis's labels upright, until no two
     neighbours' boxes, as matplotlib lays them out, come within LABEL_GAP_PX: a long probe's 65 keys no longer print
     over each other, a short sentence keeps every label. Each round lays the figure out again (the labels' room
-    changes the axes' size)."""
+    changes the axes' size): the layout engine alone, as a draw would run it first, without drawing every artist;
+    the tick labels' boxes follow the axes' new transforms. The figure leaves laid out for its final ticks."""
+    engine, renderer = fig.get_layout_engine(), fig.canvas.get_renderer()
     for _ in range(DECLUTTER_ROUNDS):
-        fig.draw_without_rendering()
-        renderer = fig.canvas.get_renderer()
+        engine.execute(fig)
         crowded = False
         for ax, which, labels in labelled:
             texts = [t for t in (ax.get_xticklabels() if which == "x" else ax.get_yticklabels()) if t.get_text()]
@@ -237,6 +241,7 @@ def _declutter(fig: Any, labelled: list[tuple[Any, str, list[str]]]) -> None:
             _set_ticks(ax, which, labels, max(step + 1, math.ceil(step * need / max(pitch, 1e-6))), rotation)
         if not crowded:
             return
+    engine.execute(fig)  # the last round's ticks
 
 
 def _set_ticks(ax: Any, which: str, labels: list[str], step: int, rotation: float = 0) -> None:

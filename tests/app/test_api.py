@@ -416,6 +416,7 @@ def test_access_log_is_one_json_object_per_request(caplog):
     [
         ({"n_heads": True}, "n_heads"),
         ({"x": [[True, 0, 0, 0]] * 5}, "x"),
+        ({"x": [[0.5, 1, 2.0, 3]] * 4 + [[0.0, 0.0, 0.0, False]]}, "x"),  # past rows of plain numbers, skipped at once
         ({"mask": "padding", "pad_positions": [False]}, "pad_positions"),
     ],
 )

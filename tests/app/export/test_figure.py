@@ -231,3 +231,31 @@ def test_a_long_probes_token_labels_do_not_overlap(lang: str) -> None:
                  np.zeros((5, 5), bool), "sequential")  # fmt: skip
     draw(Figure("lab", [short]), "svg", "Attention Lab · /", lang, inspect=check)
     assert seen["overlaps"] == [] and seen["keys"] == ["cat", "sat", "on", "the", "mat"]
+
+
+def test_a_figure_whose_labels_fit_is_laid_out_once_and_drawn_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layout _declutter checked is the one written: no draw to find the labels' boxes, and savefig neither
+    lays the figure out again nor draws it twice (two layouts and three draws before; the same figure within a
+    point)."""
+    import numpy as np
+    from matplotlib.figure import Figure as MplFigure
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    from app.render.figure import heat_svg
+
+    calls = {"layout": 0, "draw": 0}
+    execute, draw = ConstrainedLayoutEngine.execute, MplFigure.draw
+
+    def counting_execute(self, fig):  # type: ignore[no-untyped-def]
+        calls["layout"] += 1
+        return execute(self, fig)
+
+    def counting_draw(self, renderer):  # type: ignore[no-untyped-def]
+        calls["draw"] += 1
+        return draw(self, renderer)
+
+    monkeypatch.setattr(ConstrainedLayoutEngine, "execute", counting_execute)
+    monkeypatch.setattr(MplFigure, "draw", counting_draw)
+    tokens = ["猫", "坐", "在", "垫子", "上"]
+    svg = heat_svg(np.tril(np.full((5, 5), 0.2)), tokens, tokens, "sequential", "weights")
+    assert "垫子" in svg and calls == {"layout": 1, "draw": 1}
