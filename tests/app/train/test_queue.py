@@ -21,9 +21,8 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import orjson
@@ -32,11 +31,10 @@ import redis
 from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 
-from app.lab.jobs import JOBS_QUEUE
-from app.lab.jobs import LIVE as JOBS_LIVE
 from app.main import create_app
 from app.settings import Settings
-from app.train.queue import LIVE, NAMESPACE, QUEUE, WORKERS
+from app.train.queue import NAMESPACE, QUEUE
+from tests.queue_worker import Shared, fresh
 from tests.redis_server import available, redis_server
 from tests.servers import served
 from tests.wait import wait_until
@@ -72,40 +70,18 @@ def queue_worker(url: str, stderr: Any = subprocess.PIPE) -> Iterator[subprocess
                 proc.wait()
 
 
-@dataclass(frozen=True)
-class Shared:
-    """The module's Redis and its queue worker (its log in a file: read, never a pipe left to fill)."""
-
-    url: str
-    worker: subprocess.Popen[bytes]
-    log: IO[bytes]
-
-
 @pytest.fixture(scope="module")
 def shared() -> Iterator[Shared]:
     """One redis-server and one queue worker (with its fork server, its torch imported once) for the tests that
-    neither kill nor stop them; the tests that do (a worker killed mid-run, the caps with no worker) start their own."""
+    neither kill nor starve them; the tests that do (a worker killed mid-run, the caps with no worker) start their own."""
     with redis_server() as url, tempfile.TemporaryFile() as log, queue_worker(url, stderr=log) as worker:
         yield Shared(url, worker, log)
 
 
 @pytest.fixture
 def url(shared: Shared) -> str:
-    """The shared Redis, as a fresh one for this test: once no run or job is live and the queues are empty (the
-    previous test's work all ended), every key goes but the queue worker's own (its Dramatiq heartbeat, its beat in
-    lab:train:workers), so that no test sees another's runs, jobs, logs or presets."""
-    r = redis.Redis.from_url(shared.url)
-    assert shared.worker.poll() is None, "the shared queue worker exited"
-    queues = [f"{NAMESPACE}:{q}" for q in (QUEUE, JOBS_QUEUE)]
-    until("the previous test's runs and jobs to end", lambda: not any(r.exists(k) for k in (LIVE, JOBS_LIVE, *queues)),
-          timeout=60)  # fmt: skip
-    keep = {f"{NAMESPACE}:__heartbeats__".encode(), WORKERS.encode()}
-    gone = [k for k in r.scan_iter() if k not in keep]
-    if gone:
-        r.delete(*gone)
-    until("the queue worker to beat", lambda: r.zcard(WORKERS), timeout=60)
-    r.close()
-    return shared.url
+    """The shared Redis, emptied for this test (tests/queue_worker.py)."""
+    return fresh(shared)
 
 
 def web(url: str, **overrides: Any) -> Settings:
@@ -316,7 +292,7 @@ class Marker:
 
 def test_a_pickled_message_is_never_unpickled(shared: Shared, url: str, tmp_path: Path) -> None:
     marker = tmp_path / "unpickled"
-    logged = shared.log.seek(0, io.SEEK_END)  # the worker's log before this test
+    logged = shared.log_end()  # the worker's log before this test
     with TestClient(create_app(web(url))) as a:
         r = redis.Redis.from_url(url)
         payload = pickle.dumps({"queue_name": QUEUE, "actor_name": "train_run", "args": [Marker(marker)],
@@ -329,9 +305,6 @@ def test_a_pickled_message_is_never_unpickled(shared: Shared, url: str, tmp_path
         run_id = a.post("/api/v1/train", json=TINY).json()["id"]  # the worker still trains what comes next
         assert events_until_end(a, run_id)[-1][1]["status"] == "done"
         assert not marker.exists()  # ...and the worker never unpickled it
-
-    def log() -> bytes:
-        shared.log.seek(logged)
-        return shared.log.read()
-
-    until("the worker to log its refusal", lambda: b"DecodeError" in log(), timeout=30)  # refused as it was read
+    until(
+        "the worker to log its refusal", lambda: b"DecodeError" in shared.log_since(logged), timeout=30
+    )  # refused as it was read
