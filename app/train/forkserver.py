@@ -15,6 +15,6 @@ NICENESS = 10  # app/train/runs.py TRAIN_NICENESS (imported here it would nice w
 with contextlib.suppress(OSError):  # never less nice than a worker started with --nice
     os.setpriority(os.PRIO_PROCESS, 0, max(NICENESS, os.getpriority(os.PRIO_PROCESS, 0)))
 
-from . import child  # noqa: E402, F401  (after the nice: torch's import is the bulk of a run's start)
-
 import torch._dynamo  # noqa: E402, F401  (what AdamW's first construction imports, once here rather than per run)
+
+from . import child  # noqa: E402, F401  (after the nice: torch's import is the bulk of a run's start)
