@@ -608,7 +608,7 @@ class QueueWorker:
 
     def _reaper(self) -> None:
         message = lost_message(self.settings.train_lease_s)
-        while not self.stopping.wait(1.0):
+        while True:  # beats at once (the web workers queue jobs only once a worker has beaten), then every second
             with contextlib.suppress(Exception):
                 self.r.zadd(WORKERS, {self.name: time.time()})
                 self.r.zremrangebyscore(WORKERS, "-inf", time.time() - 3600)
@@ -617,6 +617,8 @@ class QueueWorker:
                 if n := int(self.scripts["job_reap"](args=[J.lost_message(self.settings.train_lease_s),
                                                            J.RESULT_TTL_S])):  # fmt: skip
                     LOG.warning("%d job(s) lost their queue worker: reported failed", n)
+            if self.stopping.wait(1.0):
+                return
 
     def run(self) -> int:
         import dramatiq

@@ -19,7 +19,7 @@ from tests.wait import wait_until
 
 
 def wait_for(predicate, bound_s: float) -> None:  # type: ignore[no-untyped-def]
-    wait_until(predicate, bound_s, getattr(predicate, "__name__", ""), interval=0.2)
+    wait_until(predicate, bound_s, getattr(predicate, "__name__", ""), interval=0.05)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

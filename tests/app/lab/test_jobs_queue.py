@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -25,6 +26,7 @@ from app.lab.jobs import LIVE, PREFIX, WORKERS
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import make_client
+from tests.queue_worker import Shared, fresh
 from tests.redis_server import available, redis_server
 
 pytestmark = pytest.mark.skipif(not available(), reason="redis-server is not installed")
@@ -62,7 +64,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @contextmanager
-def queue_worker(url: str, models: str) -> Iterator[subprocess.Popen[bytes]]:
+def queue_worker(url: str, models: str, stderr: Any = subprocess.PIPE) -> Iterator[subprocess.Popen[bytes]]:
     """`attention-lab worker --redis URL` with the web workers' models and limits, once it has beaten in Redis."""
     env = os.environ | {"ATTENTION_LAB_TRAIN_LEASE_S": str(LEASE_S), "PYTHONPATH": str(ROOT),
                         "ATTENTION_LAB_MODELS": models, "ATTENTION_LAB_PRETRAINED": "false",
@@ -71,7 +73,7 @@ def queue_worker(url: str, models: str) -> Iterator[subprocess.Popen[bytes]]:
     r = redis.Redis.from_url(url)
     before = {m for m, _ in r.zrange(WORKERS, 0, -1, withscores=True)}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--redis", url], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)  # fmt: skip
     try:
         until("the queue worker to beat", lambda: set(r.zrange(WORKERS, 0, -1)) - before or proc.poll() is not None)
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
@@ -84,6 +86,20 @@ def queue_worker(url: str, models: str) -> Iterator[subprocess.Popen[bytes]]:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+@pytest.fixture(scope="module")
+def shared(models: str) -> Iterator[Shared]:
+    """One redis-server and one queue worker (its imports, its lab and its models loaded once) for the tests that
+    neither kill nor stop it; those that do, and the one without a worker, start their own (tests/queue_worker.py)."""
+    with redis_server() as url, tempfile.TemporaryFile() as log, queue_worker(url, models, stderr=log) as worker:
+        yield Shared(url, worker, log)
+
+
+@pytest.fixture
+def url(shared: Shared) -> str:
+    """The shared Redis, emptied for this test."""
+    return fresh(shared)
 
 
 def web(url: str, models: str, **overrides: Any) -> Settings:
@@ -121,11 +137,12 @@ ASKED = [
 ]
 
 
-def test_heavy_work_is_a_job_any_web_worker_answers(models: str) -> None:
+def test_heavy_work_is_a_job_any_web_worker_answers(models: str, shared: Shared, url: str) -> None:
     with make_client(pretrained=False, models=models, **LIMITS) as alone:  # no Redis: computed in-process, as today
         expected = {kind: alone.get(path, params=params).json() for kind, path, params in ASKED}
         assert local_cached(alone, "prune")
-    with redis_server() as url, queue_worker(url, models) as worker, two_web_workers(url, models) as (a, b):
+    worker = shared.worker
+    with two_web_workers(url, models) as (a, b):
         # It yields the cores to the pages served beside it (--nice 10 by default): a page waits on no curve.
         assert os.getpriority(os.PRIO_PROCESS, worker.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
         r = redis.Redis.from_url(url)
@@ -208,16 +225,17 @@ def test_a_queue_worker_stopped_mid_job_ends_it_at_once_and_another_web_worker_j
 
 
 @pytest.mark.parametrize("per_client", [1, 0])
-def test_a_full_queue_and_one_clients_share_hold_across_web_workers(models: str, per_client: int) -> None:
+def test_a_full_queue_and_one_clients_share_hold_across_web_workers(models: str, url: str, per_client: int) -> None:
     """One job in flight at once in all (MAX_LARGE_CONCURRENT 1 + MAX_LARGE_QUEUED 0): a second computation asked of
     the other web worker is a 503 with Retry-After; with MAX_HEAVY_PER_CLIENT 1 the same client (one address for both
-    test clients) is refused first, a 429 naming the setting, by the worker that does not hold its request."""
+    test clients) is refused first, a 429 naming the setting, by the worker that does not hold its request. Each case
+    asks for a curve of its own text: the shared queue worker keeps the curves it computed, and the one in flight must
+    be computed."""
     from concurrent.futures import ThreadPoolExecutor
 
-    slow = {"preset": "slow", "text": TEXT}
-    with redis_server() as url, queue_worker(url, models), two_web_workers(url, models, max_large_concurrent=1,
-                                                                           max_large_queued=0,
-                                                                           max_heavy_per_client=per_client) as (a, b):  # fmt: skip
+    slow = {"preset": "slow", "text": f"{TEXT} ({per_client})"}
+    with two_web_workers(url, models, max_large_concurrent=1, max_large_queued=0,
+                         max_heavy_per_client=per_client) as (a, b):  # fmt: skip
         r = redis.Redis.from_url(url)
         with ThreadPoolExecutor(1) as pool:
             asked = pool.submit(a.get, "/api/v1/prune", params=slow)
@@ -239,12 +257,13 @@ def test_without_a_queue_worker_the_web_worker_computes(models: str) -> None:
         assert local_cached(a, kind) and jobs(redis.Redis.from_url(url)) == {}
 
 
-def test_a_pickled_job_message_is_never_unpickled(models: str, tmp_path: Path) -> None:
+def test_a_pickled_job_message_is_never_unpickled(models: str, shared: Shared, url: str, tmp_path: Path) -> None:
     from app.lab.jobs import JOB_ACTOR, JOBS_QUEUE, NAMESPACE
     from tests.app.train.test_queue import Marker
 
     marker = tmp_path / "unpickled"
-    with redis_server() as url, queue_worker(url, models) as worker, two_web_workers(url, models) as (a, _):
+    logged = shared.log_end()  # the worker's log before this test
+    with two_web_workers(url, models) as (a, _):
         import pickle
 
         r = redis.Redis.from_url(url)
@@ -257,6 +276,4 @@ def test_a_pickled_job_message_is_never_unpickled(models: str, tmp_path: Path) -
         assert a.get(path, params=params).status_code == 200  # the worker still computes what comes next
         assert [j["status"] for j in jobs(r).values()] == ["done"]
         assert not marker.exists()
-        worker.terminate()
-        worker.wait(30)
-    assert worker.stderr is not None and b"DecodeError" in worker.stderr.read()
+    until("the worker to log its refusal", lambda: b"DecodeError" in shared.log_since(logged), timeout=30)

@@ -2,7 +2,11 @@
 (two apps, each with its own lab, sharing one Redis) and `attention-lab worker` processes. A run started on one is
 seen by the other (status, page, stream resumed from Last-Event-ID, export, stop), is a preset on both once it ends;
 a queue worker killed mid-run has its run reported failed within TRAIN_LEASE_S; the caps hold across web workers; a
-pickled message put into Redis by hand is never unpickled. Every wait polls for a state, with a deadline."""
+pickled message put into Redis by hand is never unpickled. Every wait polls for a state, with a deadline.
+
+One redis-server and one queue worker serve the tests that neither kill nor starve a worker (`shared`), each test
+starting on an emptied Redis (`url`); the two that need a worker of their own (killed mid-run) or none (the caps)
+start their own Redis and worker."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -29,6 +34,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from app.train.queue import NAMESPACE, QUEUE
+from tests.queue_worker import Shared, fresh
 from tests.redis_server import available, redis_server
 from tests.servers import served
 from tests.wait import wait_until
@@ -47,11 +53,11 @@ def until(what: str, check: Callable[[], Any], timeout: float = 180) -> Any:
 
 
 @contextmanager
-def queue_worker(url: str) -> Iterator[subprocess.Popen[bytes]]:
+def queue_worker(url: str, stderr: Any = subprocess.PIPE) -> Iterator[subprocess.Popen[bytes]]:
     """`attention-lab worker --redis URL` in a process of its own (its own session: a kill takes its runs with it)."""
     env = os.environ | {"ATTENTION_LAB_TRAIN_LEASE_S": str(LEASE_S), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "worker", "--redis", url], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)  # fmt: skip
     try:
         yield proc
     finally:
@@ -62,6 +68,20 @@ def queue_worker(url: str) -> Iterator[subprocess.Popen[bytes]]:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Shared]:
+    """One redis-server and one queue worker (with its fork server, its torch imported once) for the tests that
+    neither kill nor starve them; the tests that do (a worker killed mid-run, the caps with no worker) start their own."""
+    with redis_server() as url, tempfile.TemporaryFile() as log, queue_worker(url, stderr=log) as worker:
+        yield Shared(url, worker, log)
+
+
+@pytest.fixture
+def url(shared: Shared) -> str:
+    """The shared Redis, emptied for this test (tests/queue_worker.py)."""
+    return fresh(shared)
 
 
 def web(url: str, **overrides: Any) -> Settings:
@@ -85,8 +105,8 @@ def status(client: TestClient, run_id: str) -> dict[str, Any]:
     return body
 
 
-def test_a_run_started_on_one_worker_is_everywhere() -> None:
-    with redis_server() as url, queue_worker(url), two_web_workers(url) as (a, b):
+def test_a_run_started_on_one_worker_is_everywhere(url: str) -> None:
+    with two_web_workers(url) as (a, b):
         r = a.post("/api/v1/train", json=TINY)
         assert r.status_code == 202, r.text
         run_id = r.json()["id"]
@@ -139,13 +159,12 @@ def sse_kinds(url: str, headers: dict[str, str] | None = None) -> list[tuple[str
     return out
 
 
-def test_serve_two_workers_with_redis_from_fresh_connections() -> None:
+def test_serve_two_workers_with_redis_from_fresh_connections(url: str) -> None:
     """`serve --workers 2 --redis` as an operator runs it (the issue's report: 404s, 422s, streams cut short), each
     request on a connection of its own, so that either worker may answer it: 100 requests for the run's status, page,
     stream and export all succeed; its preset answers on every worker, and a pruning curve and a patching grid on it
     are jobs a queue worker computes (loading the run's weights from Redis), the same answer from either worker."""
-    with redis_server() as url, queue_worker(url), served({"PRETRAINED": "false", "TRAIN_LEASE_S": str(LEASE_S)},
-                                                          "--workers", "2", "--redis", url) as (base, _):  # fmt: skip
+    with served({"PRETRAINED": "false", "TRAIN_LEASE_S": str(LEASE_S)}, "--workers", "2", "--redis", url) as (base, _):
         r = httpx.post(base + "/api/v1/train", json=TINY)
         assert r.status_code == 202, r.text
         run_id = r.json()["id"]
@@ -183,10 +202,10 @@ def test_serve_two_workers_with_redis_from_fresh_connections() -> None:
         assert kinds == [b"patch", b"prune"] and all(r.hget(k, "status") == b"done" for k in r.scan_iter("lab:job:*"))
 
 
-def test_a_dropped_run_leaves_every_worker() -> None:
+def test_a_dropped_run_leaves_every_worker(url: str) -> None:
     """TRAIN_MAX_KEPT = 1: the next run drops the first, and its preset is gone from both workers (a 422 naming
     `preset`), the new one served on both."""
-    with redis_server() as url, queue_worker(url), two_web_workers(url, train_max_kept=1) as (a, b):
+    with two_web_workers(url, train_max_kept=1) as (a, b):
         first = a.post("/api/v1/train", json=TINY).json()["id"]
         assert events_until_end(b, first)[-1][1]["status"] == "done"
         for c in (a, b):
@@ -201,15 +220,14 @@ def test_a_dropped_run_leaves_every_worker() -> None:
             assert r.status_code == 422 and any("preset" in d["loc"] for d in r.json()["detail"])
 
 
-def test_a_web_worker_restarted_mid_run_loses_nothing() -> None:
-    with redis_server() as url, queue_worker(url):
-        with TestClient(create_app(web(url))) as a:
-            run_id = a.post("/api/v1/train", json=TINY | {"steps": 400, "eval_every": 50}).json()["id"]
-            until("the run to train", lambda: status(a, run_id)["step"] > 0)
-        with TestClient(create_app(web(url))) as again:  # a fresh worker: the run went on, its stream resumes
-            assert events_until_end(again, run_id)[-1][1]["status"] == "done"
-            state = status(again, run_id)
-            assert state["step"] == 400 and state["preset"] == f"train-{run_id}"
+def test_a_web_worker_restarted_mid_run_loses_nothing(url: str) -> None:
+    with TestClient(create_app(web(url))) as a:
+        run_id = a.post("/api/v1/train", json=TINY | {"steps": 400, "eval_every": 50}).json()["id"]
+        until("the run to train", lambda: status(a, run_id)["step"] > 0)
+    with TestClient(create_app(web(url))) as again:  # a fresh worker: the run went on, its stream resumes
+        assert events_until_end(again, run_id)[-1][1]["status"] == "done"
+        state = status(again, run_id)
+        assert state["step"] == 400 and state["preset"] == f"train-{run_id}"
 
 
 def test_a_queue_worker_killed_mid_run_fails_the_run_with_a_message() -> None:
@@ -230,8 +248,8 @@ def test_a_queue_worker_killed_mid_run_fails_the_run_with_a_message() -> None:
             assert events_until_end(a, again)[-1][1]["status"] == "done"
 
 
-def test_stop_from_the_other_worker() -> None:
-    with redis_server() as url, queue_worker(url), two_web_workers(url) as (a, b):
+def test_stop_from_the_other_worker(url: str) -> None:
+    with two_web_workers(url) as (a, b):
         run_id = a.post("/api/v1/train", json=LONG).json()["id"]
         until("the run to train", lambda: status(b, run_id)["step"] > 0)
         r = b.post(f"/api/v1/train/{run_id}/stop")
@@ -272,9 +290,10 @@ class Marker:
         return (Path.touch, (self.path,))
 
 
-def test_a_pickled_message_is_never_unpickled(tmp_path: Path) -> None:
+def test_a_pickled_message_is_never_unpickled(shared: Shared, url: str, tmp_path: Path) -> None:
     marker = tmp_path / "unpickled"
-    with redis_server() as url, queue_worker(url) as worker, TestClient(create_app(web(url))) as a:
+    logged = shared.log_end()  # the worker's log before this test
+    with TestClient(create_app(web(url))) as a:
         r = redis.Redis.from_url(url)
         payload = pickle.dumps({"queue_name": QUEUE, "actor_name": "train_run", "args": [Marker(marker)],
                                 "kwargs": {}, "options": {}, "message_id": "x", "message_timestamp": 0})  # fmt: skip
@@ -286,4 +305,6 @@ def test_a_pickled_message_is_never_unpickled(tmp_path: Path) -> None:
         run_id = a.post("/api/v1/train", json=TINY).json()["id"]  # the worker still trains what comes next
         assert events_until_end(a, run_id)[-1][1]["status"] == "done"
         assert not marker.exists()  # ...and the worker never unpickled it
-    assert worker.stderr is not None and b"DecodeError" in worker.stderr.read()  # refused as it was read
+    until(
+        "the worker to log its refusal", lambda: b"DecodeError" in shared.log_since(logged), timeout=30
+    )  # refused as it was read
