@@ -231,7 +231,8 @@ async def export_npy(request: Request, lab: Annotated[Lab, Depends(get_lab)], re
 )
 @cached_get
 async def heatmap_svg(request: Request, lab: Annotated[Lab, Depends(get_lab)], req: Attention, m: Matrix) -> Response:
-    """A vector heat map with token labels, for slides and papers (at most 64 × 64 cells; use the PNG beyond)."""
+    """A vector heat map with token labels, for slides and papers (at most 64 × 64 cells; use the PNG beyond); −∞
+    and a weight the mask set to 0 are hatched, as in the PNG."""
     trace, tensor, a = await attention_matrix(req, m, lab)
     if a.shape[0] > 64 or a.shape[1] > 64:
         raise FieldError(
@@ -240,7 +241,8 @@ async def heatmap_svg(request: Request, lab: Annotated[Lab, Depends(get_lab)], r
     tok, keys = list(trace.tokens), key_tokens(trace)
     cols = keys if tensor in KEY_AXIS else [str(j) for j in range(a.shape[1])]
     rows = tok if a.shape[0] == len(tok) else keys
-    svg = heat_svg(a, rows, cols, "sequential" if tensor == "weights" else "diverging", tensor)
+    scale = "sequential" if tensor == "weights" else "diverging"
+    svg = heat_svg(a, rows, cols, scale, tensor, hatched(trace, tensor, a))
     return Response(svg, media_type="image/svg+xml")
 
 

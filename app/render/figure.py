@@ -171,10 +171,11 @@ def _draw(spec: Figure, fmt: str, caption: str, lang: str, max_cells: int, max_l
         FigureCanvasAgg(fig)
         fig.suptitle(spec.title, fontsize=12, fontweight="bold")
         labelled: list[tuple[Any, str, list[str]]] = []  # the axes whose tick labels are tokens or positions
+        cells: list[tuple[Any, int, list[Any]]] = []  # each heat map's axes, its columns, the numbers in its cells
         for i, p in enumerate(panels):
             ax = fig.add_subplot(nrows, ncols, i + 1)
             if isinstance(p, Heat):
-                _heat(fig, ax, p, words, max_labels)
+                cells.append((ax, p.values.shape[1], _heat(fig, ax, p, words, max_labels)))
                 labelled += [(ax, "x", p.cols), (ax, "y", p.rows)]
             elif isinstance(p, Lines):
                 _lines(ax, p)
@@ -186,6 +187,7 @@ def _draw(spec: Figure, fmt: str, caption: str, lang: str, max_cells: int, max_l
         fig.text(0.5, 0.0, caption, ha="center", va="bottom", fontsize=7, color="#444444", wrap=True)
         fig.get_layout_engine().set(h_pad=0.08, rect=(0, 0.05, 1, 0.95))  # type: ignore[union-attr, call-arg]
         _declutter(fig, labelled)
+        _fit_cells(fig, cells)
         # The layout _declutter checked is the one written: with an engine, savefig lays the figure out again (at
         # its own dpi, for the same result within a point) in a draw of its own before the draw it writes.
         fig.set_layout_engine(None)
@@ -244,6 +246,30 @@ def _declutter(fig: Any, labelled: list[tuple[Any, str, list[str]]]) -> None:
     engine.execute(fig)  # the last round's ticks
 
 
+CELL_FONT_MIN = 4.5  # points: numbers that would need a smaller font to fit their cells are left out
+
+
+def _fit_cells(fig: Any, cells: list[tuple[Any, int, list[Any]]]) -> None:
+    """Numbers printed in the cells of a wide panel (a 5 × 16 map in a figure of three columns) would run into
+    their neighbours at 7 pt: as laid out, each panel's numbers shrink until the widest fits its cell's width, and
+    a panel whose numbers would need less than CELL_FONT_MIN points shows none (its colours and colour bar say it).
+    Text inside the axes does not move the layout, so the layout `_declutter` checked stays the one written."""
+    renderer = fig.canvas.get_renderer()
+    for ax, m, texts in cells:
+        if not texts:
+            continue
+        room = 0.9 * ax.get_window_extent(renderer).width / m
+        widest = max(t.get_window_extent(renderer).width for t in texts)
+        if widest <= room:
+            continue
+        size = texts[0].get_fontsize() * room / widest
+        for t in texts:
+            if size < CELL_FONT_MIN:
+                t.remove()
+            else:
+                t.set_fontsize(size)
+
+
 def _set_ticks(ax: Any, which: str, labels: list[str], step: int, rotation: float = 0) -> None:
     idx = list(range(0, len(labels), step))
     shown = [labels[i] for i in idx]
@@ -261,7 +287,8 @@ def _ticks(labels: list[str], max_labels: int) -> tuple[list[int], list[str]]:
     return idx, [labels[i] for i in idx]
 
 
-def _heat(fig: Any, ax: Any, h: Heat, words: dict[str, str], max_labels: int) -> None:
+def _heat(fig: Any, ax: Any, h: Heat, words: dict[str, str], max_labels: int) -> list[Any]:
+    """Draw `h` on `ax`; returns the numbers printed in its cells (none past ANNOTATE_CELLS), for `_fit_cells`."""
     import matplotlib as mpl
     from matplotlib.colors import Colormap, ListedColormap, Normalize, TwoSlopeNorm
     from matplotlib.patches import Rectangle
@@ -306,6 +333,7 @@ def _heat(fig: Any, ax: Any, h: Heat, words: dict[str, str], max_labels: int) ->
     ax.set_xlabel(words.get(h.xlabel, h.xlabel))
     ax.set_ylabel(words.get(h.ylabel, h.ylabel))
     ax.tick_params(length=0)
+    cells = []
     if n * m <= ANNOTATE_CELLS:
         for i in range(n):
             for j in range(m):
@@ -318,10 +346,11 @@ def _heat(fig: Any, ax: Any, h: Heat, words: dict[str, str], max_labels: int) ->
                     colour = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
                 if h.hatched[i, j] and not np.isnan(v):
                     colour = "#333333"
-                ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour, zorder=2)
+                cells.append(ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour, zorder=2))
     if h.scale != "plain":
         bar = fig.colorbar(mesh, ax=ax, shrink=0.85)
         bar.ax.tick_params(labelsize=7)
+    return cells
 
 
 def _curves(ax: Any, c: Curves, words: dict[str, str], max_labels: int) -> None:
@@ -374,9 +403,12 @@ def chart_figure(chart: Any, fmt: str, caption: str, lang: str = "en") -> bytes:
     return draw(Figure(chart.title, [lines]), fmt, caption, lang)
 
 
-def heat_svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str) -> str:
+def heat_svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str,
+             masked: np.ndarray | None = None) -> str:  # fmt: skip
     """One matrix as a labelled SVG heat map to download (slides, papers), as every figure the lab gives away is: a
-    colour bar, −∞ hatched, its numbers in the cells when small; its title the caption too."""
+    colour bar, −∞ hatched, and a weight the mask set to 0 (`masked`) hatched too, as the PNG does; its numbers in
+    the cells when small; its title the caption too."""
     values = np.where(np.isneginf(a), np.nan, a).astype(np.float64)
-    heat = Heat(title, rows, cols, values, np.isnan(values), scale)
+    hidden = np.isnan(values) if masked is None else np.isnan(values) | masked
+    heat = Heat(title, rows, cols, values, hidden, scale)
     return draw(Figure(title, [heat]), "svg", f"Attention Lab · {title}").decode()

@@ -40,6 +40,23 @@ def test_svg_heat_map_for_slides(client):
     assert big.status_code == 422 and "heatmap.png" in big.json()["message"]
 
 
+def test_svg_heat_map_hatches_the_weights_the_mask_set_to_0_as_the_png_does(client, monkeypatch):
+    """The causal mask's weights are 0, not −∞: the PNG hatched them and the SVG drew them as small weights."""
+    import app.render.figure as figure
+
+    drawn, draw = [], figure.draw
+    monkeypatch.setattr(figure, "draw", lambda spec, *a, **k: drawn.append(spec.panels[0]) or draw(spec, *a, **k))
+    tokens = "one two three four"
+    causal = client.get("/api/v1/attention/heatmap.svg", params={"tokens": tokens, "mask": "causal"})
+    plain = client.get("/api/v1/attention/heatmap.svg", params={"tokens": tokens, "mask": "none"})
+    assert causal.status_code == plain.status_code == 200
+    assert [h.hatched.tolist() for h in drawn] == [
+        np.triu(np.ones((4, 4), bool), 1).tolist(),
+        np.zeros((4, 4), bool).tolist(),
+    ]
+    assert "hatched" in causal.text and "hatched" not in plain.text  # the caption says what the hatching means
+
+
 def test_presenter_mode_shows_a_qr_code_of_the_student_view(client):
     page = soup(client.get("/?stage=4&mask=causal&present=1&lang=en"))
     assert "present" in page.body["class"]

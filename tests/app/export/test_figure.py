@@ -259,3 +259,34 @@ def test_a_figure_whose_labels_fit_is_laid_out_once_and_drawn_once(monkeypatch: 
     tokens = ["猫", "坐", "在", "垫子", "上"]
     svg = heat_svg(np.tril(np.full((5, 5), 0.2)), tokens, tokens, "sequential", "weights")
     assert "垫子" in svg and calls == {"layout": 1, "draw": 1}
+
+
+def test_numbers_in_a_wide_panels_cells_fit_their_cells() -> None:
+    """Three 5 × 16 panels side by side (/block's figure): at 7 pt a cell's number ran into its neighbours'. Each
+    panel's numbers shrink to fit their cells (never under CELL_FONT_MIN points); a 5 × 5 map keeps 7 pt."""
+    import numpy as np
+
+    from app.render.figure import CELL_FONT_MIN, Figure, Heat, draw
+
+    rng = np.random.default_rng(0)
+    seen: dict[str, list] = {}
+
+    def check(fig) -> None:  # type: ignore[no-untyped-def]
+        renderer = fig.canvas.get_renderer()
+        seen["panels"] = []
+        for ax in fig.axes:
+            if not ax.texts:
+                continue
+            boxes = [t.get_window_extent(renderer) for t in ax.texts]
+            cell = ax.get_window_extent(renderer).width / len(ax.get_xticks())
+            assert max(b.width for b in boxes) <= cell
+            assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+            seen["panels"].append({t.get_fontsize() for t in ax.texts})
+
+    wide = [Heat(f"h{i}", [f"t{r}" for r in range(5)], [str(c) for c in range(16)], rng.normal(size=(5, 16)),
+                 np.zeros((5, 16), bool), "diverging") for i in range(3)]  # fmt: skip
+    draw(Figure("block", wide), "svg", "Attention Lab · /block", inspect=check)
+    assert len(seen["panels"]) == 3 and all(len(s) == 1 and CELL_FONT_MIN <= min(s) < 7 for s in seen["panels"])
+    small = Heat("A", list("abcde"), list("abcde"), rng.random((5, 5)), np.zeros((5, 5), bool), "sequential")
+    draw(Figure("lab", [small]), "svg", "Attention Lab · /", inspect=check)
+    assert seen["panels"] == [{7}]
