@@ -202,18 +202,23 @@ def test_a_queue_worker_stopped_mid_job_ends_it_at_once_and_another_web_worker_j
     """SIGTERM: the job in hand stops at its next step and is reported failed with a message (its client hears a
     503 with Retry-After at once, not after the lease); a second web worker asking for the same computation
     meanwhile (the same URL: free of its client's share) waits for the same job (one job in Redis), and hears the
-    same."""
+    same. The text is three sentences long so that the job outlasts the second worker's joining on a loaded machine
+    (at 21 tokens it took 1.4 s, and a second request slowed by a busy core found it done); the worker is stopped as
+    soon as the second one waits, so the length costs no time."""
     from concurrent.futures import ThreadPoolExecutor
 
-    params = {"preset": "slow", "text": TEXT}
+    params = {"preset": "slow", "text": " ".join([TEXT] * 3)}
     with redis_server() as url, two_web_workers(url, models) as (a, b):
         r = redis.Redis.from_url(url)
         with queue_worker(url, models) as worker, ThreadPoolExecutor(2) as pool:
             first = pool.submit(a.get, "/api/v1/prune", params=params)
-            until("the job to report progress", lambda: [j for j in jobs(r).values() if int(j.get("done", 0))])
+            until("the job to report progress",
+                  lambda: first.done() or [j for j in jobs(r).values() if int(j.get("done", 0))])  # fmt: skip
+            assert not first.done(), first.result().text[:300]
             second = pool.submit(b.get, "/api/v1/prune", params=params)  # the other worker: the same job
             waiting = b.app.state.lab.jobs.waiting  # type: ignore[attr-defined]
-            until("the second worker to wait for the job", lambda: list(waiting.values()) == [1])
+            until("the second worker to wait for the job", lambda: list(waiting.values()) == [1] or second.done())
+            assert not second.done(), f"answered before the job was stopped: {second.result().text[:300]} {jobs(r)}"
             worker.terminate()
             stopped = time.monotonic()
             answers = [first.result(timeout=60), second.result(timeout=60)]
