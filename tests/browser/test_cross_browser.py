@@ -124,7 +124,8 @@ def test_presenter_mode_fits_the_tables_and_grows_the_snapshots(browser: Browser
             run_id = run_id or trained(page, live_server, body)
             page.goto(f"{live_server}/cross?run={run_id}&lang={lang}")
             page.click("a.present-toggle")  # presenter mode as a teacher reaches it
-            page.wait_for_function("() => document.body.classList.contains('present')")
+            page.wait_for_selector("body.present")  # the link navigates: a predicate on document.body can meet no body
+            page.wait_for_load_state("load")
             tables = page.evaluate(STAGE_TABLES)
             assert [t["stage"] for t in tables][:3] == ["stage-projection"] * 3  # Q, K, V: d_k = 16 columns
             for t in tables:  # every column in view, at the projector's size of number (26 px at 1080p)
