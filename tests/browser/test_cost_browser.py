@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from app.cost.flops import SHAPES, crossover
+from tests.browser.navigate import click_to_load
 
 pytestmark = pytest.mark.browser
 LEAVE = {"en": "Leave presenter mode", "zh": "退出演示模式"}
@@ -42,7 +43,7 @@ def test_presenter_mode_by_its_switch(page: Page, server: str, lang: str) -> Non
     page.goto(f"{server}/cost?model=toy&n_max=64&lang={lang}")
     expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("toy"))
     expect(page.locator("a[data-toggle=present]")).to_have_count(1)
-    page.locator(SWITCH).click()
+    click_to_load(page, page.locator(SWITCH))  # a plain link: the new page loaded before it is measured
     expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     expect(page).to_have_url(re.compile(r"present=1"))
     expect(page.locator("a[data-toggle=present]")).to_have_count(1)
@@ -74,7 +75,7 @@ def test_the_charts_grow_with_the_projector(page: Page, server: str, lang: str) 
     page.set_viewport_size({"width": 1920, "height": 1080})
     page.goto(f"{server}/cost?model=toy&n_max=64&lang={lang}")
     expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("toy"))
-    page.locator(SWITCH).click()
+    click_to_load(page, page.locator(SWITCH))  # a plain link: the new page loaded before it is measured
     expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     expect(page.locator(".cost-crossover")).to_have_attribute("data-crossover", crossing("toy"))
     for name, c in page.evaluate(TICKS).items():
