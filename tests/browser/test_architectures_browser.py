@@ -20,6 +20,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.app.train.test_encdec import TINY
+from tests.browser.navigate import click_to_load
 from tests.servers import wait_healthy
 
 pytestmark = pytest.mark.browser
@@ -97,7 +98,7 @@ def test_presenter_mode_and_a_phone(page: Page, server: str, lang: str) -> None:
     expect(real(page, "decoder", "smollm2").locator("svg")).to_be_visible()
     normal = page.evaluate(LABELS)
     expect(page.locator("a[data-toggle=present]")).to_have_count(1)
-    page.locator(SWITCH).click()
+    click_to_load(page, page.locator(SWITCH))  # a plain link: the new page loaded before it is measured
     expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     expect(page.locator(SWITCH)).to_have_text(LEAVE[lang])
     expect(real(page, "decoder", "smollm2").locator("svg")).to_be_visible()

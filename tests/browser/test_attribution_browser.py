@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.navigate import click_to_load
 from tests.servers import wait_healthy
 
 pytestmark = pytest.mark.browser
@@ -164,7 +165,7 @@ def test_the_grids_headings_stay_on_one_line(page: Page, tiny_server: str, lang:
         page.set_viewport_size({"width": size[0], "height": size[1]})
         page.goto(f"{tiny_server}/attribution?preset=tiny&text={TEXT}&lang={lang}")
         if present:  # reached as a teacher does: the page's own button
-            page.locator("a[data-toggle=present]:visible").first.click()
+            click_to_load(page, page.locator("a[data-toggle=present]:visible").first)  # measured once loaded
             expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
         expect(page.locator("table.attr-grid").first).to_be_visible()
         got = page.evaluate(LINES)
@@ -189,7 +190,7 @@ def test_the_lesson_clicked_through(page: Page, live_server: str, lang: str, siz
     page.set_viewport_size({"width": size[0], "height": size[1]})
     page.goto(f"{live_server}{steps[0].url}&lesson=big-weight&lesson_step=1&lang={lang}")
     if present:
-        page.locator("a[data-toggle=present]:visible").first.click()
+        click_to_load(page, page.locator("a[data-toggle=present]:visible").first)  # measured once loaded
         expect(page.locator("body")).to_have_class(re.compile(r"\bpresent\b"))
     for k, step in enumerate(steps, start=1):
         panel = page.locator(".lesson-panel")

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from tests.browser.navigate import click_to_load
+
 pytestmark = pytest.mark.browser
 
 SIZES = [(1280, 720), (1920, 1080)]
@@ -131,7 +133,7 @@ def joined(page: Page) -> None:
 def present(page: Page, url: str) -> None:
     """Open `url` and press its presenter switch (a full page load), as the teacher does."""
     page.goto(url)
-    page.locator("a[data-toggle=present]:visible").first.click()
+    click_to_load(page, page.locator("a[data-toggle=present]:visible").first)  # measured once the new page is loaded
     expect(page.locator("body")).to_have_class("present ")
     # A heavy page (/heads, /patch) answers with its shell first and brings its numbers by htmx (#42).
     expect(page.locator("main[data-deferred]")).to_have_count(0, timeout=180_000)
