@@ -8,6 +8,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.navigate import click_to_load
+
 pytestmark = pytest.mark.browser
 
 
@@ -277,7 +279,7 @@ def test_a_lesson_reveals_its_answer_and_opens_the_lab(page: Page, live_server: 
     page.click("li.lesson-step[data-step='1'] details.answer summary")
     expect(answer).to_be_visible()
     expect(answer).to_contain_text("exp(−∞) = 0")
-    page.click("li.lesson-step[data-step='1'] a[data-open=lab]")
+    click_to_load(page, "li.lesson-step[data-step='1'] a[data-open=lab]")  # the lab's page, loaded before it is read
     expect(page.locator("#stage")).to_have_attribute("data-index", "4")
     assert row(page, "weights", 0) == ["1.0", "0.0", "0.0", "0.0", "0.0"]
     expect(page.locator("#arithmetic")).to_have_count(0)  # the cell the lesson asks about is not opened for them
