@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, Route, expect
 
 from engine.pretrained import SmolLM2
+from tests.wait import wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -133,9 +135,22 @@ def test_a_first_load_says_it_computes_then_shows_the_numbers(browser: Browser, 
     page = browser.new_page()
     try:
         page.set_default_timeout(SLOW)
+        # The shell's own request for the page is held until the shell has been seen: a shell that lasts only as long
+        # as the computation is a moment a test may miss (a quick machine, a page computed before), not a state.
+        held: list[Route] = []
+        shell_asks = lambda url: urlparse(url).path == "/patch"  # noqa: E731
+        page.route(shell_asks, lambda r: held.append(r) if r.request.headers.get("hx-request") else r.continue_())
         page.goto(f"{live_server}{view}{fresh}", wait_until="commit")
         expect(page.locator("main[data-deferred] #deferred-status")).to_be_visible()
         expect(page.locator(".lesson-panel .question")).to_be_visible()  # the step's question meanwhile
+
+        def asked() -> bool:
+            page.evaluate("0")  # Playwright reads its messages (the route's handler runs) while it waits on the page
+            return bool(held)
+
+        wait_until(asked, what="the shell asked for its page")
+        held[0].continue_()
+        page.unroute(shell_asks)  # (a request it still held goes on)
         expect(page.locator("table.patch-grid")).to_be_visible(timeout=SLOW)
         expect(page.locator("main[data-deferred]")).to_have_count(0)
         expect(page.locator(".patch-metric")).to_contain_text("logit difference")
