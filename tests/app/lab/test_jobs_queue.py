@@ -222,8 +222,9 @@ def test_a_queue_worker_stopped_mid_job_ends_it_at_once_and_another_web_worker_j
             worker.terminate()
             stopped = time.monotonic()
             answers = [first.result(timeout=60), second.result(timeout=60)]
+            heard = time.monotonic() - stopped  # the clients' answers, not the worker's own exit that follows
             assert worker.wait(30) == 0
-        assert time.monotonic() - stopped < LEASE_S
+        assert heard < LEASE_S
         for answer in answers:
             assert answer.status_code == 503 and "shut down" in answer.json()["message"], answer.text
         assert [j["status"] for j in jobs(r).values()] == ["failed"]
