@@ -37,13 +37,15 @@ def client() -> Iterator[TestClient]:
 # machine, the file's metadata read once: tests/gguf_once.py): each snippet still hooks and runs a model of its own.
 RUNNER = """import contextlib, copy, io, json, sys, traceback
 reply, patched = sys.stdout, False
+kept_open = contextlib.ExitStack()  # read_once() stays open as long as the interpreter (a bare __enter__() was closed
+                                    # at once: its generator collected, its finally undid the patch)
 
 
 def load_once():
     import transformers
     from tests.gguf_once import read_once
 
-    read_once().__enter__()
+    kept_open.enter_context(read_once())
     for cls in (transformers.AutoModel, transformers.AutoModelForCausalLM):
         def cached(*a, _load=cls.from_pretrained, _kept={}, **k):
             key = repr((a, sorted(k.items(), key=str)))
