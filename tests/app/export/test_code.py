@@ -37,13 +37,15 @@ def client() -> Iterator[TestClient]:
 # machine, the file's metadata read once: tests/gguf_once.py): each snippet still hooks and runs a model of its own.
 RUNNER = """import contextlib, copy, io, json, sys, traceback
 reply, patched = sys.stdout, False
+kept_open = contextlib.ExitStack()  # read_once() stays open as long as the interpreter (a bare __enter__() was closed
+                                    # at once: its generator collected, its finally undid the patch)
 
 
 def load_once():
     import transformers
     from tests.gguf_once import read_once
 
-    read_once().__enter__()
+    kept_open.enter_context(read_once())
     for cls in (transformers.AutoModel, transformers.AutoModelForCausalLM):
         def cached(*a, _load=cls.from_pretrained, _kept={}, **k):
             key = repr((a, sorted(k.items(), key=str)))
@@ -117,6 +119,14 @@ class Snippets:
 
 
 @pytest.fixture(scope="module")
+def lab_server() -> Iterator[str]:
+    """One running lab (`attention-lab serve`) for the module's kind=lab snippets, started once: they only read
+    pages from it (the toy block's, SmolLM2's), so no test leaves it a state another one's numbers depend on."""
+    with served({}) as (base, _):
+        yield base
+
+
+@pytest.fixture(scope="module")
 def snippets() -> Iterator[Snippets]:
     with tempfile.TemporaryFile("w+") as stderr:
         runner = Snippets(stderr)
@@ -182,12 +192,11 @@ BLOCK = [f"/block?tokens=cat+sat+on+the+mat&stage={stage}" for stage in (
     "output")] + ["/block?tokens=a+b+c+d&stage=output&mask=none&seed=3&d_model=8&n_heads=2&head=1&bias=true"]  # fmt: skip
 
 
-def test_the_gpt2_blocks_snippets_print_its_numbers(snippets: Snippets, client: TestClient) -> None:
+def test_the_gpt2_blocks_snippets_print_its_numbers(snippets: Snippets, client: TestClient, lab_server: str) -> None:
     """/block (GPT-2's block: pre-norm LayerNorm, attention, GELU-tanh MLP, residuals), every stage, both kinds:
     the lab's `Client` against a running lab, plain torch from the engine's seeded inputs alone."""
-    with served({}) as (base, _):
-        check(snippets, client, BLOCK, kinds=("torch",))
-        check_lab(snippets, client, base, BLOCK[-3:])
+    check(snippets, client, BLOCK, kinds=("torch",))
+    check_lab(snippets, client, lab_server, BLOCK[-3:])
 
 
 def check_lab(snippets: Snippets, client: TestClient, base: str, pages: list[str]) -> None:
@@ -213,14 +222,15 @@ REAL = [
 
 
 @pytest.mark.timeout(1200)
-def test_a_real_models_snippets_are_transformers_own_numbers(snippets: Snippets, client: TestClient, smollm2) -> None:  # type: ignore[no-untyped-def]
+def test_a_real_models_snippets_are_transformers_own_numbers(
+    snippets: Snippets, client: TestClient, smollm2, lab_server: str
+) -> None:  # type: ignore[no-untyped-def]
     """SmolLM2 at a chosen layer and head, its logit lens and knock-outs: kind=torch with transformers' own model
     (eager attention, float32), kind=lab against a running lab serving it."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     check(snippets, client, REAL, kinds=("torch",), timeout=600)  # transformers de-quantizes the GGUF file once
-    with served({}) as (base, _):
-        check_lab(snippets, client, base, REAL)
+    check_lab(snippets, client, lab_server, REAL)
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

@@ -200,9 +200,14 @@ def smollm2_or_skip() -> None:
 
 
 def progress(base: str, key: str) -> tuple[int, int] | None:
-    """(done, total) of the computation the request with `key` started, or None when none runs."""
+    """(done, total) of the computation the request with `key` started, or None when none runs: nothing known (404),
+    or the request over, `answered` (it stays known so ANSWERED_S, 15 s, after its work's entry is gone: waiting for
+    the 404 waited those 15 s on every stop). A running or queued request is never `answered` (app/lab/progress.py
+    `progress_of` answers from its work's entry, then the pending ones, then the answered ones)."""
     r = httpx.get(base + "/api/v1/progress", params={"key": key}, timeout=30)
-    return (r.json()["done"], r.json()["total"]) if r.status_code == 200 else None
+    if r.status_code != 200 or r.json()["answered"]:
+        return None
+    return r.json()["done"], r.json()["total"]
 
 
 def ask(base: str, path: str, params: dict[str, str]) -> tuple[socket.socket, str]:
