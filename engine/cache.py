@@ -79,8 +79,10 @@ class TraceCache(Generic[K, V]):
             return value
 
     def put(self, key: K, value: V) -> None:
+        """Keep `value` under `key`, unless a value is kept there already or is being computed (`get_or_compute`
+        stores its own)."""
         with self._lock:
-            if key not in self._items:
+            if key not in self._items and key not in self._pending:
                 self._store(key, value)
 
     def discard(self, doomed: Callable[[K], bool]) -> int:

@@ -208,11 +208,14 @@ def samples(
     forced: dict[int, int] | None = None,
     keep_logits: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    first: Generation | None = None,
 ) -> Generation:
     """`n` continuations of one prompt under the same settings, continuation i drawn with seed `sampling.seed + i`:
     the first as `generate(..., layer, sampling, forced, keep_logits)` gives it, the others (no attention, no logits
     kept) in its `others`. The prompt is run through the blocks once (`prefill`) and every continuation starts from
     it: each is what its own `generate` call gives (the same tokens and probabilities), the prompt not recomputed.
+    `first`: the first continuation already computed (`samples(..., n=1)` with the same arguments: /generate's step
+    page computed it before its samples block asks for all n), taken as it is and not drawn again.
     `progress(done, n * max_new_tokens)` counts every continuation's tokens."""
 
     def part(i: int) -> Callable[[int, int], None] | None:  # continuation i's tokens as a share of all of them
@@ -220,8 +223,14 @@ def samples(
             return None
         return lambda done, _: progress(i * max_new_tokens + done, n * max_new_tokens)
 
+    if first is not None and (first.prompt_ids != tuple(prompt_ids) or first.sampling != sampling
+                              or first.layer != layer or len(first.steps) > max_new_tokens):  # fmt: skip
+        raise ValueError("first: a continuation of another prompt, setting or layer")
+    if first is not None and n == 1:
+        return replace(first, others=())
     shared = prefill(model, prompt_ids, max_new_tokens, layer)
-    first = generate(model, prompt_ids, max_new_tokens, layer, part(0), sampling, forced, keep_logits, shared)
+    if first is None:
+        first = generate(model, prompt_ids, max_new_tokens, layer, part(0), sampling, forced, keep_logits, shared)
     others = tuple(generate(model, prompt_ids, max_new_tokens, None, part(i), replace(sampling, seed=sampling.seed + i),
                             forced, prefilled=shared) for i in range(1, n))  # fmt: skip
     return replace(first, others=others)

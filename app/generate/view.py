@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -275,12 +275,19 @@ async def run(lab: Lab, req: GenerateRequest, key: str | None, logits: bool = Fa
     model = lab.models[spec.preset]
     forced, n = req.forced(), req.max_new_tokens
 
-    def work(progress: Any) -> Generation:
-        # Sample i with seed + i, every sample continuing from one run of the prompt (engine.generate.samples).
-        return samples(model, spec.token_ids, n, layer, req.sampling(), req.samples, forced, logits, progress)
-
     done = (spec.preset, spec.token_ids, n, layer, req.sampling() if req.do_sample else None, req.samples,
             tuple(sorted(forced.items())), logits)  # fmt: skip
+    alone = (*done[:5], 1, *done[6:])  # the first sample's own generation: /generate's step page computes it
+
+    def work(progress: Any) -> Generation:
+        # Sample i with seed + i, every sample continuing from one run of the prompt (engine.generate.samples); the
+        # first is taken from the cache when the step page computed it, and kept for the step page when it did not.
+        first = lab.kept("generate", alone) if req.samples > 1 else None
+        g = samples(model, spec.token_ids, n, layer, req.sampling(), req.samples, forced, logits, progress, first)
+        if req.samples > 1 and first is None:
+            lab.keep("generate", alone, replace(g, others=()))
+        return g
+
     size = cost(spec, n, model.info) + (4 * n * model.info.vocab if logits else 0)
     result, _ = await lab.compute("generate", done, size, work, progress=key, unit="tokens")
     return spec, layer, result

@@ -172,6 +172,15 @@ class Lab(Cancelling, Admission, Tracking):
             return computed(), False
         return self.cache.get_or_compute(_cache_key(work.kind, work.key), computed)
 
+    def kept(self, kind: str, key: Hashable) -> Any:
+        """The value `compute` keeps for (kind, key), or None when none is kept (nothing is computed)."""
+        return self.cache.get(_cache_key(kind, key))
+
+    def keep(self, kind: str, key: Hashable, value: Any) -> None:
+        """Keep `value` as what `compute` would compute for (kind, key) (a part of a larger computation that is a
+        computation of its own), unless it is kept or being computed already."""
+        self.cache.put(_cache_key(kind, key), value)
+
     @overload
     async def compute(self, kind: str, key: Hashable, cost: int, fn: Callable[[Progress | None], T],
                       heavy: bool = False, *, progress: str | None = None,

@@ -289,3 +289,31 @@ def test_samples_on_smollm2_equal_their_own_generate(smollm2) -> None:
     g = samples(smollm2, ids, 4, 29, s, 3)
     for a, b in zip([g, *g.others], each_alone(smollm2, ids, 4, 29, s, 3), strict=True):
         same_generation(a, b)
+
+
+def test_samples_take_a_first_continuation_already_computed(tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/generate's step page computes the first sample (`samples(..., n=1)`) before its samples block asks for all
+    n: given it, `samples` draws only the others, and the whole is what it computes alone; a first continuation of
+    another setting is refused."""
+    model, _ = tiny["qwen2"]
+    ids = tuple(model.tokenize("The cat sat on the mat. The dog"))
+    s = Sampling(True, temperature=1.2, top_p=0.9, seed=5)
+    whole = samples(model, ids, 6, 1, s, 4)
+    one = samples(model, ids, 6, 1, s, 1)
+    drawn: list[int] = []
+    real = gen.generate
+
+    def counted(model, prompt_ids, n, layer, progress=None, sampling=gen.GREEDY, *rest, **more):  # type: ignore[no-untyped-def]
+        drawn.append(sampling.seed)
+        return real(model, prompt_ids, n, layer, progress, sampling, *rest, **more)
+
+    monkeypatch.setattr(gen, "generate", counted)
+    reused = samples(model, ids, 6, 1, s, 4, first=one)
+    assert drawn == [6, 7, 8]  # seed 5's continuation was given
+    assert reused.steps is one.steps
+    for a, b in zip([reused, *reused.others], [whole, *whole.others], strict=True):
+        same_generation(a, b)
+    with pytest.raises(ValueError, match="another prompt, setting or layer"):
+        samples(model, ids, 6, 1, replace(s, seed=6), 4, first=one)
+    with pytest.raises(ValueError, match="another prompt, setting or layer"):
+        samples(model, ids, 6, 0, s, 4, first=one)

@@ -107,3 +107,36 @@ def test_a_bad_setting_is_named_in_the_block(api: TestClient, query: str, field:
     assert r.status_code == 422
     error = BeautifulSoup(r.text, "html.parser").select_one("[data-samples] .error")
     assert error is not None and f"“{field}”" in error.get_text()
+
+
+def test_the_block_draws_only_the_samples_the_step_page_has_not(
+    api: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step page computed sample 1 (the page's own seed): its samples block draws the seven others, sample 1
+    taken from the page's; asked for first, the block draws all eight and the step page then computes nothing."""
+    import engine.generate as gen
+
+    drawn: list[int] = []
+    real = gen.generate
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        drawn.append(args[5].seed)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "generate", counted)
+    query = QUERY.replace("seed=4", "seed=30")
+    page = soup(api.get(f"/generate?lang=en&{query}"))
+    assert drawn == [30]
+    block = soup(api.get(page.select_one("[data-samples-slot]")["hx-get"], headers={"HX-Request": "true"}))
+    assert drawn == list(range(30, 38))
+    doc = api.get(f"/api/v1/generate?{query}&samples=8").json()
+    rows = block.select("li[data-sample]")
+    assert [int(li["data-seed"]) for li in rows] == [s["seed"] for s in doc["samples"]] == list(range(30, 38))
+    step = api.get(f"/api/v1/generate?{query}").json()
+    assert [g["token_id"] for g in step["generated"]] == doc["samples"][0]["token_ids"]
+    drawn.clear()
+    query = QUERY.replace("seed=4", "seed=50")
+    soup(api.get(f"/generate/samples?lang=en&{query}&samples=8", headers={"HX-Request": "true"}))
+    assert drawn == list(range(50, 58))
+    soup(api.get(f"/generate?lang=en&{query}"))
+    assert drawn == list(range(50, 58))  # the step page's generation: the block's first sample
