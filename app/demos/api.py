@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -46,11 +47,17 @@ async def scaling_svg(
 ) -> Response:
     """One of /demos' three √d_k charts, drawn by matplotlib as the page's figures are (app/render/figure.py: text
     kept as text, Chinese in a system CJK font): the same data and words as the page's inline chart."""
-    data = await run_in_threadpool(demos.scaling)
+    return Response(await run_in_threadpool(scaling_chart, chart, lang), media_type="image/svg+xml")
+
+
+@lru_cache(maxsize=6)
+def scaling_chart(chart: str, lang: str) -> bytes:
+    """One of the three charts in one language, drawn once: its data (`demos.scaling()`, seeded) and words are
+    fixed, so the six SVGs are kept (drawing one takes matplotlib 0.3–1 s)."""
+    data = demos.scaling()
     spec = scaling_specs(data, translator(lang))[chart]
     caption = f"Attention Lab · /demos · {data['samples']} samples, {data['n_keys']} keys"
-    body = await run_in_threadpool(chart_figure, spec, "svg", caption, lang)
-    return Response(body, media_type="image/svg+xml")
+    return chart_figure(spec, "svg", caption, lang)
 
 
 @router.get("/softmax", summary="Softmax in float16 without and with the row maximum subtracted")

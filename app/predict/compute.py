@@ -403,6 +403,7 @@ async def ranking_job(req: RankRequest, lab: Lab, key: str | None) -> Ranked:
         return P.rank_heads(t.model, t.seq, position, target, req.ablate_mode == "mean", progress=progress)
 
     cost = forward_cost(t.model, position + 1, 1) + a.n_layer * (position + 1) * a.d_model * 4
+    cost += 3 * min(P.LOGIT_ROWS, a.n_layer * a.n_heads) * a.vocab * 4  # the copies' logits, LOGIT_ROWS at a time
     r, _ = await lab.compute("rank", compute_key, cost, work, progress=key)
     return Ranked(t.preset, t.labels[: r.position + 1], r.position,
                   top_labels(t.model, list(t.seq), list(t.labels), r.position + 1, [r.target])[0], r.target,

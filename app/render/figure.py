@@ -15,6 +15,7 @@ import logging
 import math
 import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -403,12 +404,30 @@ def chart_figure(chart: Any, fmt: str, caption: str, lang: str = "en") -> bytes:
     return draw(Figure(chart.title, [lines]), fmt, caption, lang)
 
 
+SVG_KEPT = 32  # heat maps `heat_svg` keeps, the most recently drawn (each at most 64 × 64 cells: some 100 kB)
+_svgs: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+_svgs_lock = threading.Lock()
+
+
 def heat_svg(a: np.ndarray, rows: list[str], cols: list[str], scale: str, title: str,
              masked: np.ndarray | None = None) -> str:  # fmt: skip
     """One matrix as a labelled SVG heat map to download (slides, papers), as every figure the lab gives away is: a
     colour bar, −∞ hatched, and a weight the mask set to 0 (`masked`) hatched too, as the PNG does; its numbers in
-    the cells when small; its title the caption too."""
+    the cells when small; its title the caption too. The drawing is a function of these arguments alone, so the
+    last SVG_KEPT are kept by their content: the same matrix asked for by another URL (a default spelled out, a
+    parameter the matrix does not depend on) is not drawn again (matplotlib takes 0.3–3 s for one)."""
+    key = (a.dtype.str, a.shape, a.tobytes(), tuple(rows), tuple(cols), scale, title,
+           None if masked is None else (masked.shape, np.packbits(masked).tobytes()))  # fmt: skip
+    with _svgs_lock:
+        if key in _svgs:
+            _svgs.move_to_end(key)
+            return _svgs[key]
     values = np.where(np.isneginf(a), np.nan, a).astype(np.float64)
     hidden = np.isnan(values) if masked is None else np.isnan(values) | masked
     heat = Heat(title, rows, cols, values, hidden, scale)
-    return draw(Figure(title, [heat]), "svg", f"Attention Lab · {title}").decode()
+    svg = draw(Figure(title, [heat]), "svg", f"Attention Lab · {title}").decode()
+    with _svgs_lock:
+        _svgs[key] = svg
+        while len(_svgs) > SVG_KEPT:
+            _svgs.popitem(last=False)
+    return svg

@@ -72,6 +72,28 @@ def test_the_scaling_svg_is_matplotlibs_with_the_pages_title_and_labels(client, 
         assert any("熵" in t for t in texts)
 
 
+def test_a_scaling_chart_is_drawn_once_and_kept(client, monkeypatch):
+    """The chart's data and words are fixed: the second request for it (here with a parameter the route ignores)
+    is the SVG kept, not drawn again; the other language is its own chart."""
+    from app.demos import api
+
+    draws: list[str] = []
+    chart_figure = api.chart_figure
+
+    def counting(spec, fmt, caption, lang):  # type: ignore[no-untyped-def]
+        draws.append(lang)
+        return chart_figure(spec, fmt, caption, lang)
+
+    monkeypatch.setattr(api, "chart_figure", counting)
+    api.scaling_chart.cache_clear()
+    first = client.get("/api/v1/demo/scaling.svg", params={"chart": "max"})
+    again = client.get("/api/v1/demo/scaling.svg", params={"chart": "max", "unknown": "1"})
+    zh = client.get("/api/v1/demo/scaling.svg", params={"chart": "max", "lang": "zh"})
+    assert first.status_code == again.status_code == zh.status_code == 200
+    assert again.content == first.content != zh.content and draws == ["en", "zh"]
+    api.scaling_chart.cache_clear()  # none drawn by the counting wrapper kept for another test
+
+
 @pytest.mark.parametrize(("path", "params", "field"), [
     ("/api/v1/demo/permutation", {"perm": "0,0,1,2,3"}, "perm"),
     ("/api/v1/demo/permutation", {"perm": "x"}, "perm"),

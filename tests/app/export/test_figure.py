@@ -241,6 +241,7 @@ def test_a_figure_whose_labels_fit_is_laid_out_once_and_drawn_once(monkeypatch: 
     from matplotlib.figure import Figure as MplFigure
     from matplotlib.layout_engine import ConstrainedLayoutEngine
 
+    from app.render import figure
     from app.render.figure import heat_svg
 
     calls = {"layout": 0, "draw": 0}
@@ -256,9 +257,18 @@ def test_a_figure_whose_labels_fit_is_laid_out_once_and_drawn_once(monkeypatch: 
 
     monkeypatch.setattr(ConstrainedLayoutEngine, "execute", counting_execute)
     monkeypatch.setattr(MplFigure, "draw", counting_draw)
+    monkeypatch.setattr(figure, "_svgs", type(figure._svgs)())  # none kept from another test
     tokens = ["猫", "坐", "在", "垫子", "上"]
     svg = heat_svg(np.tril(np.full((5, 5), 0.2)), tokens, tokens, "sequential", "weights")
     assert "垫子" in svg and calls == {"layout": 1, "draw": 1}
+    # The same matrix again (another URL for it) is the SVG kept, not drawn again; another matrix is drawn.
+    assert heat_svg(np.tril(np.full((5, 5), 0.2)), tokens, tokens, "sequential", "weights") == svg
+    assert calls == {"layout": 1, "draw": 1}
+    other = heat_svg(np.tril(np.full((5, 5), 0.3)), tokens, tokens, "sequential", "weights")
+    assert other != svg and calls == {"layout": 2, "draw": 2}
+    masked = np.triu(np.ones((5, 5), dtype=bool), 1)
+    assert heat_svg(np.tril(np.full((5, 5), 0.2)), tokens, tokens, "sequential", "weights", masked) != svg
+    assert calls == {"layout": 3, "draw": 3}
 
 
 def test_numbers_in_a_wide_panels_cells_fit_their_cells() -> None:
