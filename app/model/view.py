@@ -122,6 +122,18 @@ def view_spec(req: ModelViewRequest, lab: Lab) -> Spec:
 Stats = dict[str, float]  # one head's four statistics by name (engine/model_view.py STATS)
 
 
+@dataclass(frozen=True)
+class Pass:
+    """One pass's statistics, `[layer][head]`, as the lab's cache keeps them: a statistic, a head or a layer
+    picked on /model is the same pass, drawn again without computing it again."""
+
+    stats: tuple[tuple[Stats, ...], ...]
+
+    @property
+    def nbytes(self) -> int:
+        return 512 * sum(map(len, self.stats))  # a dict of four floats per head, about
+
+
 @pydantic_dataclass(frozen=True)
 class Summarised:
     """/api/v1/model_view's answer, and what /model draws: the four statistics of every head (`stats[layer][head]`,
@@ -157,25 +169,27 @@ async def model_view_of(req: ModelViewRequest, lab: Lab, key: str | None = None)
             raise FieldError("ablate", f"heads are knocked out of a causal decoder's forward pass; {req.preset} is "
                              "an encoder, its view traces each layer on its own")  # fmt: skip
         iv = intervention(req, model)
-    # Through the lab's one compute path, under no cache key (the answer is what the response cache keeps) and its
-    # own bytes held by no reservation of the whole: each layer's trace holds its own (through the trace cache), the
-    # one pass a block at a time. Watched: when the client goes away the pass stops at its next layer (Cancelled).
+    # Through the lab's one compute path, cached by what the numbers depend on (the model, the tokens, the heads
+    # knocked out), so the page's statistic, layer and head pick from one pass; its own bytes held by no reservation
+    # of the whole: each layer's trace holds its own (through the trace cache), the one pass a block at a time.
+    # Watched: when the client goes away the pass stops at its next layer (Cancelled).
+    done = (spec.preset, tuple(spec.token_ids), iv)
     if getattr(model, "one_pass_view", False):
 
-        def one_pass(progress: Progress | None) -> list[list[Stats]]:  # layer by layer, for /api/v1/progress
-            return one_pass_stats(model, spec.token_ids, iv=iv, progress=progress)
+        def one_pass(progress: Progress | None) -> Pass:  # layer by layer, for /api/v1/progress
+            return Pass(tuple(map(tuple, one_pass_stats(model, spec.token_ids, iv=iv, progress=progress))))
 
-        stats, _ = await lab.compute("model_view", None, 0, one_pass, progress=key)
+        stats, _ = await lab.compute("model_view", done, 0, one_pass, progress=key)
     else:
 
-        def layers(check: Progress | None) -> list[list[Stats]]:
+        def layers(check: Progress | None) -> Pass:
             def layer(s: Spec) -> Any:
                 if check is not None:
                     check(0, 0)
                 return lab.run(lab.trace_work(s))[0]
 
-            return traced_stats(spec, model.info.n_layer, layer)
+            return Pass(tuple(map(tuple, traced_stats(spec, model.info.n_layer, layer))))
 
-        stats, _ = await lab.compute("model_view", None, 0, layers)
-    return spec, Summarised(spec.preset, spec.tokens, model.info.n_layer, spec.n_heads, tuple(map(tuple, stats)),
+        stats, _ = await lab.compute("model_view", done, 0, layers)
+    return spec, Summarised(spec.preset, spec.tokens, model.info.n_layer, spec.n_heads, stats.stats,
                             iv.ablate, "mean" if iv.mean else "zero")  # fmt: skip

