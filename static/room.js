@@ -88,9 +88,27 @@
                     status: box.getAttribute("data-poll-status"), answer: box.getAttribute("data-poll-answer"),
                     mine: box.getAttribute("data-poll-mine"), counts: JSON.parse(box.getAttribute("data-poll-counts") || "{}") };
   }
+  // Where a view's matrices are (app/rooms/api.py view_place): its page, stage, step and lesson step, the lab's
+  // stages by name whether the address numbers them or not.
+  var LAB_STAGES = ["projection", "scores", "mask", "softmax", "weighted_sum"];
+  function matrixPlace(page, query) {
+    var p = new URLSearchParams(query || ""), out = { page: page };
+    ["stage", "step", "lesson_step"].forEach(function (k) { out[k] = (p.get(k) || "").trim(); });
+    if (page === "/" && /^[1-5]$/.test(out.stage)) out.stage = LAB_STAGES[Number(out.stage) - 1];
+    return out;
+  }
+  // A cell poll asks about the class's matrix (the server closes it once the class moves to another page or stage):
+  // a student exploring another stage or page sees no votes or key on that page's matrices (a revealed key on
+  // stage 5's cell [0, 0] named a number nobody was asked about), and a tap there opens the cell as ever instead of
+  // answering with it (the class walk). What either address leaves unnamed is not told apart.
+  function atPollMatrix() {
+    if (role !== "student" || following() || !latest) return true;
+    var a = matrixPlace(location.pathname, location.search), b = matrixPlace(latest.page, latest.query);
+    return a.page === b.page && ["stage", "step", "lesson_step"].every(function (k) { return !a[k] || !b[k] || a[k] === b[k]; });
+  }
   // Cell polls: every matrix cell shows how many chose it (once revealed), or which one this student chose.
   function markCells(p) {
-    var cell = p && p.kind === "cell", top = 0;
+    var cell = p && p.kind === "cell" && atPollMatrix(), top = 0;
     Object.keys(cell ? p.counts : {}).forEach(function (k) { top = Math.max(top, p.counts[k]); });
     each("td[data-row][data-col]", function (td) {
       if (bar.contains(td)) return;
@@ -115,7 +133,7 @@
   // A cell poll's answer is a cell tapped on the page (a choice's options answer from the box, by htmx).
   document.addEventListener("click", function (e) {
     var p = poll(), box = q("[data-room-poll]"), td = e.target.closest && e.target.closest("td[data-row][data-col]");
-    if (role !== "student" || !p || p.kind !== "cell" || p.status !== "open" || !td || bar.contains(td)) return;
+    if (role !== "student" || !p || p.kind !== "cell" || p.status !== "open" || !td || bar.contains(td) || !atPollMatrix()) return;
     e.preventDefault();
     e.stopPropagation();
     var answer = td.getAttribute("data-row") + "," + td.getAttribute("data-col");
