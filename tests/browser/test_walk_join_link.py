@@ -2,8 +2,9 @@
 then shown the class's code had no way to type it: the join form (/r) was linked from nowhere, and a phone's header
 hides "Start a class". Every page's header now offers "Join a class" (a laptop's beside "Start a class", a phone's on
 the lab's name's row, so the header gains no row); it leads to the join form, and the code typed there follows the
-class. It is not on the projector, and not once this screen is in a class. A phone's header shows no presenter
-switch (the lab's and /predict's are hidden on a phone already): the row has room for the link."""
+class. It is not on the projector, and not while this screen is in a class (again once the class has ended). A
+phone's header shows no presenter switch (the lab's and /predict's are hidden on a phone already): the row has room
+for the link."""
 
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ def test_a_phone_joins_a_class_from_any_page_by_its_code(browser: Browser, live_
         expect(sp.locator("#stage")).to_have_attribute("data-stage", "softmax")  # the teacher's view, followed
         expect(sp).to_have_url(re.compile(rf"[?&]lang={lang}(&|$)"))
         expect(sp.locator(JOIN)).to_be_hidden()  # in a class: no second way in
+        tp.once("dialog", lambda d: d.accept())
+        tp.click("#room [data-room-end]")  # the class ends: the phone's page stays, and the next code can be typed
+        expect(sp.locator("[data-room-ended]")).to_be_visible()
+        expect(sp.locator(JOIN)).to_be_visible()
     finally:
         laptop.close()
         phone.close()
