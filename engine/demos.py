@@ -69,14 +69,18 @@ def rope_relative(m: int, n: int, d_k: int = 8, base: float = 10000.0, pairing: 
 @lru_cache(maxsize=8)
 def scaling(samples: int = 2000, n_keys: int = 16, seed: int = 0) -> dict[str, Any]:
     """Var(q·k) against d_k for q, k ~ N(0, I), and softmax's largest weight and entropy over `n_keys` keys
-    when the scores are divided by 1, √d_k or d_k."""
+    when the scores are divided by 1, √d_k or d_k.
+
+    Each sample is one q and its `n_keys` scores q·k_j, drawn as ‖q‖·z_j with z ~ N(0, I_n_keys): given q, the q·k_j
+    of independent k_j ~ N(0, I_d) are independent N(0, ‖q‖²), so the scores have exactly the distribution of the
+    dot products, without drawing the keys (samples × n_keys × d numbers: 65 million, 3-4 s, for the defaults)."""
     g = torch.Generator().manual_seed(seed)
     rows = []
     for e in range(2, 11):
         d = 2**e
         q = torch.randn(samples, d, generator=g, dtype=torch.float64)
-        k = torch.randn(samples, n_keys, d, generator=g, dtype=torch.float64)
-        dots = torch.einsum("sd,snd->sn", q, k)  # (samples, n_keys)
+        z = torch.randn(samples, n_keys, generator=g, dtype=torch.float64)
+        dots = torch.linalg.vector_norm(q, dim=-1, keepdim=True) * z  # (samples, n_keys): q·k_j for each key
         row = {"d_k": d, "var": float(dots[:, 0].var()), "expected_var": float(d)}
         for name, s in (("none", 1.0), ("sqrt_dk", math.sqrt(d)), ("dk", float(d))):
             p = torch.softmax(dots / s, dim=-1)

@@ -33,6 +33,42 @@ def test_scaling_variance_tracks_dk_and_sqrt_dk_keeps_softmax_steady():
     assert last["entropy_dk"] == pytest.approx(math.log(16), abs=0.05)  # ÷ d_k: nearly uniform
 
 
+def test_scaling_draws_the_scores_not_the_keys(monkeypatch):
+    """The scores q·k_j are drawn as ‖q‖·z_j (the same distribution): 4 million numbers for the defaults, not the
+    keys' 65 million (3-4 s of one core, once per process, on every first visit to /demos)."""
+    import torch
+
+    drawn = []
+    randn = torch.randn
+
+    def counting(*size, **kw):
+        out = randn(*size, **kw)
+        drawn.append(out.numel())
+        return out
+
+    monkeypatch.setattr(torch, "randn", counting)
+    demos.scaling.__wrapped__(2000, 16, 0)
+    assert sum(drawn) == sum(2000 * (2**e + 16) for e in range(2, 11))  # each q, and one z per key
+
+
+@pytest.mark.parametrize("d", [4, 64])
+def test_scaling_scores_are_distributed_as_the_dot_products_of_drawn_keys(d):
+    """Each d_k's statistics agree with the same statistics of q·k for drawn keys, to the sampling error."""
+    import torch
+
+    s = next(r for r in demos.scaling()["rows"] if r["d_k"] == d)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(4000, d, generator=g, dtype=torch.float64)
+    dots = torch.einsum("sd,snd->sn", q, torch.randn(4000, 16, d, generator=g, dtype=torch.float64))
+    assert s["var"] == pytest.approx(float(dots[:, 0].var()), rel=0.25)  # 5 standard errors at d_k = 4
+    for name, scale in (("none", 1.0), ("sqrt_dk", math.sqrt(d)), ("dk", float(d))):
+        p = torch.softmax(dots / scale, dim=-1)
+        peak, entropy = p.max(-1).values, -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+        for shown, drawn in ((s[f"max_{name}"], peak), (s[f"entropy_{name}"], entropy)):
+            error = math.sqrt(float(drawn.var()) * (1 / 2000 + 1 / 4000))  # the two means' standard error
+            assert abs(shown - float(drawn.mean())) < 5 * error, (name, shown, float(drawn.mean()))
+
+
 def test_float16_softmax_overflows_without_the_max_subtracted():
     r = demos.softmax_stability([10.0, 11.0, 12.0])
     assert r["naive_exp"][2] is None and not r["naive_ok"]
