@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-import httpx
 from starlette.types import ASGIApp
 
 PAGE_PATHS = ("/", "/embed", "/block", "/heads", "/model", "/lens", "/predict", "/sinks")  # what exports draw
@@ -63,6 +62,8 @@ def parse(page: str, paths: tuple[str, ...] = PAGE_PATHS) -> tuple[str, tuple[tu
 async def fetch(app: ASGIApp, page: str, paths: tuple[str, ...] = PAGE_PATHS) -> Page:
     """The page's JSON twin, asked of the app itself. A page that refuses its query (422, 404…) is refused here
     with its own message, naming `page`."""
+    import httpx  # here, not at start: with click, rich and pygments it is ~0.07 s of a server's start (first export)
+
     path, query = parse(page, paths)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=600) as client:

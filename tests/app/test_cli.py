@@ -44,6 +44,19 @@ def test_help_does_not_import_torch():
     assert out.strip().endswith("False")
 
 
+def test_a_servers_start_imports_no_library_only_a_later_request_needs():
+    """What `serve` does before its first answer (the app's modules, create_app) leaves out the libraries that only
+    some request uses, each imported at its first use: the exports' in-process client (httpx, with click, rich and
+    pygments: ~0.07 s of CPU), figures (matplotlib), notebooks (nbformat), QR codes (segno), the Redis queue
+    (dramatiq), Hugging Face checkpoints (transformers)."""
+    later = ["httpx", "matplotlib", "nbformat", "segno", "dramatiq", "transformers"]
+    code = (
+        f"import sys; from app.main import create_app; create_app(); print([m for m in {later!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
 def test_model_view_prints_progress_per_layer_and_the_statistics(capsys) -> None:
     import json
 
