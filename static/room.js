@@ -88,22 +88,16 @@
                     status: box.getAttribute("data-poll-status"), answer: box.getAttribute("data-poll-answer"),
                     mine: box.getAttribute("data-poll-mine"), counts: JSON.parse(box.getAttribute("data-poll-counts") || "{}") };
   }
-  // Where a view's matrices are (app/rooms/api.py view_place): its page, stage, step and lesson step, the lab's
-  // stages by name whether the address numbers them or not.
-  var LAB_STAGES = ["projection", "scores", "mask", "softmax", "weighted_sum"];
-  function matrixPlace(page, query) {
-    var p = new URLSearchParams(query || ""), out = { page: page };
-    ["stage", "step", "lesson_step"].forEach(function (k) { out[k] = (p.get(k) || "").trim(); });
-    if (page === "/" && /^[1-5]$/.test(out.stage)) out.stage = LAB_STAGES[Number(out.stage) - 1];
-    return out;
+  // A cell poll asks about the class's matrix (app/rooms/api.py view_place): a student exploring another page or stage
+  // sees no votes or key there, and a tap opens the cell instead of answering (the class walk). Unnamed parts match.
+  function place(page, query) {
+    var p = new URLSearchParams(query || ""), at = function (k) { return (p.get(k) || "").trim(); }, s = at("stage");
+    if (page === "/" && /^[1-5]$/.test(s)) s = ["projection", "scores", "mask", "softmax", "weighted_sum"][s - 1];
+    return { page: page, stage: s, step: at("step"), lesson_step: at("lesson_step") };
   }
-  // A cell poll asks about the class's matrix (the server closes it once the class moves to another page or stage):
-  // a student exploring another stage or page sees no votes or key on that page's matrices (a revealed key on
-  // stage 5's cell [0, 0] named a number nobody was asked about), and a tap there opens the cell as ever instead of
-  // answering with it (the class walk). What either address leaves unnamed is not told apart.
   function atPollMatrix() {
     if (role !== "student" || following() || !latest) return true;
-    var a = matrixPlace(location.pathname, location.search), b = matrixPlace(latest.page, latest.query);
+    var a = place(location.pathname, location.search), b = place(latest.page, latest.query);
     return a.page === b.page && ["stage", "step", "lesson_step"].every(function (k) { return !a[k] || !b[k] || a[k] === b[k]; });
   }
   // Cell polls: every matrix cell shows how many chose it (once revealed), or which one this student chose.
