@@ -42,21 +42,22 @@ def seen_training(page: Page, run_ids: list[str]) -> None:
     first = {run_id: page.evaluate(SHOWN, run_id) for run_id in run_ids}
     assert all(first.values()), f"no panel for a run: {first}"
     page.evaluate("window.seenTraining = {}")
-    page.wait_for_function(
-        """([ids, first]) => {
+    for seen in range(1, len(run_ids) + 1):  # each run its own bound (SLOW), as the runs train one after the other
+        page.wait_for_function(
+            """([ids, first, seen]) => {
           const shown = """
-        + SHOWN
-        + """;
+            + SHOWN
+            + """;
           for (const id of ids) {
             const now = shown(id);
             if (now !== null && now.status === "running" && now.step > 0 && now.step !== first[id].step
                 && /^\\d+\\.\\d+$/.test(now.loss) && now.loss !== first[id].loss) window.seenTraining[id] = now;
           }
-          return ids.every(id => id in window.seenTraining);
+          return ids.filter(id => id in window.seenTraining).length >= seen;
         }""",
-        arg=[run_ids, first],
-        timeout=SLOW,
-    )
+            arg=[run_ids, first, seen],
+            timeout=SLOW,
+        )
 
 
 def test_the_class_trains_its_own_gpt_and_watches_the_loss_fall(page: Page, live_server: str) -> None:
