@@ -155,6 +155,9 @@ def _draw(spec: Figure, fmt: str, caption: str, lang: str, max_cells: int, max_l
     rc: dict[str, Any] = {
         "font.family": ["DejaVu Sans", *([cjk] if cjk else [])],  # matplotlib falls back glyph by glyph
         "svg.fonttype": "none",  # text stays text: the labels are searchable and selectable
+        # The SVG's ids (clip paths, hatches) hashed with a fixed salt, not a random one per draw: with no date in
+        # the metadata either (`_metadata`), the same figure is the same bytes whenever it is drawn.
+        "svg.hashsalt": "attention-lab",
         "pdf.fonttype": 42,  # TrueType embedded (Type 3 cannot hold CJK well)
         "hatch.color": "#8a8a8a",
         "hatch.linewidth": 0.6,
@@ -201,12 +204,14 @@ def _draw(spec: Figure, fmt: str, caption: str, lang: str, max_cells: int, max_l
 
 
 def _metadata(fmt: str, title: str, caption: str, extra: dict[str, str]) -> dict[str, Any]:
+    """The file's own metadata; no date (matplotlib writes the time of the draw unless told None, and PNG has none):
+    a figure is a function of what it shows, byte for byte, cached or drawn again (`heat_svg` keeps its SVGs)."""
     if fmt == "pdf":
         return {"Title": title, "Subject": caption, "Creator": "Attention Lab (matplotlib)",
-                "Keywords": "; ".join(f"{k}={v}" for k, v in extra.items())}  # fmt: skip
+                "Keywords": "; ".join(f"{k}={v}" for k, v in extra.items()), "CreationDate": None}  # fmt: skip
     if fmt == "svg":
         return {"Title": title, "Description": caption + "\n" + "\n".join(f"{k}: {v}" for k, v in extra.items()),
-                "Creator": "Attention Lab (matplotlib)"}  # fmt: skip
+                "Creator": "Attention Lab (matplotlib)", "Date": None}  # fmt: skip
     return {"Title": title, "Description": caption, "Software": "Attention Lab (matplotlib)", **extra}
 
 

@@ -65,7 +65,10 @@ def live_server() -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = os.environ | {"ATTENTION_LAB_DEVICE": "cpu"}
+    # Each training step at least 0.02 s (app/train/child.py MIN_STEP_S; here a step takes more than that already):
+    # test_train_browser's 300-step runs then last 6 s or more on any machine, several of the page's redraws (one a
+    # second at most), and a fast machine cannot end a run between two of them before the page has shown it training.
+    env = os.environ | {"ATTENTION_LAB_DEVICE": "cpu", "ATTENTION_LAB_TEST_TRAIN_MIN_STEP_S": "0.02"}
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],

@@ -34,22 +34,30 @@ SHOWN = """id => {
 }"""
 
 
-def changed_while_training(page: Page, run_id: str) -> None:
-    """Wait until the run's panel shows it training with a step count and a loss number other than the ones it
-    showed first (a number, not "—"), the page never reloaded."""
-    first = page.evaluate(SHOWN, run_id)
-    assert first is not None, f"no panel for run {run_id}"
-    page.wait_for_function(
-        """([id, first]) => {
-          const now = ("""
-        + SHOWN
-        + """)(id);
-          return now !== null && now.status === "running" && now.step > 0 && now.step !== first.step
-            && /^\\d+\\.\\d+$/.test(now.loss) && now.loss !== first.loss;
+def seen_training(page: Page, run_ids: list[str]) -> None:
+    """Wait until the page has shown each run training, with a step count and a loss number (not "—") other than
+    the ones it showed first, the page never reloaded. Each run's state is read from the page as it is redrawn and
+    kept once seen, whichever run trains first (the slot is not promised to the first one asked for); every run's
+    steps take 0.02 s at least (tests/browser/conftest.py), so a run lasts several redraws however fast the machine."""
+    first = {run_id: page.evaluate(SHOWN, run_id) for run_id in run_ids}
+    assert all(first.values()), f"no panel for a run: {first}"
+    page.evaluate("window.seenTraining = {}")
+    for seen in range(1, len(run_ids) + 1):  # each run its own bound (SLOW), as the runs train one after the other
+        page.wait_for_function(
+            """([ids, first, seen]) => {
+          const shown = """
+            + SHOWN
+            + """;
+          for (const id of ids) {
+            const now = shown(id);
+            if (now !== null && now.status === "running" && now.step > 0 && now.step !== first[id].step
+                && /^\\d+\\.\\d+$/.test(now.loss) && now.loss !== first[id].loss) window.seenTraining[id] = now;
+          }
+          return ids.filter(id => id in window.seenTraining).length >= seen;
         }""",
-        arg=[run_id, first],
-        timeout=SLOW,
-    )
+            arg=[run_ids, first, seen],
+            timeout=SLOW,
+        )
 
 
 def test_the_class_trains_its_own_gpt_and_watches_the_loss_fall(page: Page, live_server: str) -> None:
@@ -71,8 +79,7 @@ def test_the_class_trains_its_own_gpt_and_watches_the_loss_fall(page: Page, live
     expect(page.locator(".lesson-panel")).to_be_visible()  # the lesson stays beside the runs
     page.evaluate("window.stillTheSamePage = true")  # a reload or a navigation would lose it
 
-    changed_while_training(page, honest)  # the honest run (mask on) trains first
-    changed_while_training(page, twin)  # then its twin, mask off
+    seen_training(page, [honest, twin])  # the honest run (mask on) and its twin (mask off), one after the other
 
     for run_id in (honest, twin):
         expect(page.locator(f"#run-{run_id}")).to_have_attribute("data-status", "done", timeout=SLOW)

@@ -300,3 +300,24 @@ def test_numbers_in_a_wide_panels_cells_fit_their_cells() -> None:
     small = Heat("A", list("abcde"), list("abcde"), rng.random((5, 5)), np.zeros((5, 5), bool), "sequential")
     draw(Figure("lab", [small]), "svg", "Attention Lab · /", inspect=check)
     assert seen["panels"] == [{7}]
+
+
+def test_the_same_figure_is_the_same_bytes_whenever_drawn() -> None:
+    """No time of drawing and no random ids in the file: an SVG kept by `heat_svg` (its LRU) is the same bytes as the
+    same heat map drawn again after it left (it held the date of its first draw in dc:date, and ids hashed with a
+    salt drawn per draw); a PDF held its CreationDate. The PNG never held either."""
+    import numpy as np
+
+    from app.render import figure
+
+    values = np.array([[1.0, -np.inf, -np.inf], [0.25, 0.75, -np.inf], [0.2, 0.3, 0.5]])
+    masked = np.isneginf(values)
+    first = figure.heat_svg(values, ["a", "b", "c"], ["a", "b", "c"], "linear", "weights", masked)
+    with figure._svgs_lock:
+        figure._svgs.clear()  # drawn again, not served from the cache
+    again = figure.heat_svg(values, ["a", "b", "c"], ["a", "b", "c"], "linear", "weights", masked)
+    assert first == again and "dc:date" not in first and "url(#" in first  # its ids: hashed, and the same
+    spec = figure.Figure("t", [figure.Heat("h", ["a", "b"], ["a", "b"], np.eye(2), np.eye(2) == 0, "linear")])
+    for fmt in ("svg", "pdf", "png"):
+        assert figure.draw(spec, fmt, "cap") == figure.draw(spec, fmt, "cap"), fmt
+    assert b"CreationDate" not in figure.draw(spec, "pdf", "cap")
