@@ -22,7 +22,7 @@ from pydantic_core import PydanticCustomError
 
 from engine.spec import DTYPES, MASKS, PAIRINGS, POSITIONS, SCALES, STAGES, Limits, Spec, make_decode_spec, make_spec
 
-from .fields import FieldError, LabField, head_within, mask_parameters, request_fields
+from .fields import MAX_ITEMS, FieldError, LabField, head_within, mask_parameters, request_fields
 
 if TYPE_CHECKING:  # engine.block imports torch: the CLI's --help builds its options from these models without it
     from engine.block import BlockSpec
@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # engine.block imports torch: the CLI's --help builds its opt
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Row = Annotated[list[Finite], Field(max_length=4096)]
 MatrixIn = Annotated[list[Row], Field(max_length=4096)]
+Strings = Annotated[list[str], Field(max_length=MAX_ITEMS)]
+Ints = Annotated[list[int], Field(max_length=MAX_ITEMS)]
 
 # The engine's choices as Literal types (pydantic's check, /openapi.json's enum, the form's <select>); mypy, which
 # cannot read a Literal made from a tuple, sees the strings they are.
@@ -83,7 +85,7 @@ class AttentionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=mask_parameters)
 
-    tokens: list[str] | str | None = LabField(
+    tokens: Strings | str | None = LabField(
         None,
         "The sequence: a list of tokens, or one string split on whitespace.",
         examples=["猫 坐 在 垫子 上"],
@@ -101,9 +103,7 @@ class AttentionRequest(BaseModel):
     text: str | None = LabField(
         None, "Pretrained models: text for the model's own tokenizer.", form="sequence", only="pretrained"
     )
-    token_ids: list[int] | None = LabField(
-        None, "Pretrained models: token ids.", max_length=4096, form="sequence", only="pretrained"
-    )
+    token_ids: Ints | None = LabField(None, "Pretrained models: token ids.", form="sequence", only="pretrained")
     layer: int | None = LabField(
         None, "Pretrained models: the layer (block) to trace, from 0.", ge=0, form="sequence", only="pretrained"
     )
@@ -152,14 +152,14 @@ class AttentionRequest(BaseModel):
     n_kv_heads: int | None = LabField(
         None, "GQA/MQA: K/V heads shared by groups of query heads.", ge=1, only="builtin", limit="max_heads"
     )
-    kv_tokens: list[str] | str | None = LabField(
+    kv_tokens: Strings | str | None = LabField(
         None,
         "Cross-attention: the sequence K and V come from (Q comes from `tokens`).",
         only="builtin",
         limit="max_tokens",
     )
-    pad_positions: list[int] = LabField(description="0-based key positions never attended to.", default_factory=list)
-    segment_ids: list[int] = LabField(
+    pad_positions: Ints = LabField(description="0-based key positions never attended to.", default_factory=list)
+    segment_ids: Ints = LabField(
         description="mask=document: one id per token; a token sees its own document, causally.", default_factory=list
     )
     scale: Scale = LabField("sqrt_dk", "Divide QKᵀ by √d_k, 1 or d_k.", form="main")
@@ -174,8 +174,10 @@ class AttentionRequest(BaseModel):
     b_k: Row | None = LabField(None, "Explicit (d_kv,) bias of K.", **EXPLICIT)
     b_v: Row | None = LabField(None, "Explicit (d_kv,) bias of V.", **EXPLICIT)
     b_o: Row | None = LabField(None, "Explicit (d_model,) bias of the output.", **EXPLICIT)
-    stages: list[StageKey] | None = LabField(None, "Stages to return; all when omitted.", **RETURNED)
-    heads: list[int] | None = LabField(None, "Heads to return (0-based); all when omitted.", **RETURNED)
+    stages: Annotated[list[StageKey], Field(max_length=MAX_ITEMS)] | None = LabField(
+        None, "Stages to return; all when omitted.", **RETURNED
+    )
+    heads: Ints | None = LabField(None, "Heads to return (0-based); all when omitted.", **RETURNED)
     decimals: int | None = LabField(None, "Round every returned number.", ge=0, le=8, **RETURNED)
 
     @field_validator("*", mode="before")
@@ -243,7 +245,7 @@ class BlockRequest(AttentionRequest):
     gelu: Literal["tanh", "exact"] | None = Field(
         None, description="GPT-2's tanh approximation (the default), or the erf form"
     )
-    stages: list[BlockStageKey] | None = LabField(  # type: ignore[assignment]
+    stages: Annotated[list[BlockStageKey], Field(max_length=MAX_ITEMS)] | None = LabField(  # type: ignore[assignment]
         None, "Stages to return; all when omitted.", **RETURNED
     )
 
