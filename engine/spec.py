@@ -452,10 +452,11 @@ def make_spec(
     for name, value in (("token_ids", token_ids), ("layer", layer)):
         if value is not None:
             raise SpecError(name, f"is only used with a pretrained model preset, not {preset}")
+    named = "tokens"  # the field the sequence came from: a built-in preset reads `text` as its tokens
     if text is not None:
         if tokens is not None:
             raise SpecError("text", Message("tokens_or_text"))
-        tokens = text
+        tokens, named = text, "text"
     mask = mask or ("none" if options["kv_tokens"] else p.default_mask)  # cross-attention has no "earlier"
     _check_choices(mask, scale, dtype, device)
 
@@ -489,16 +490,16 @@ def make_spec(
         elif tokens is None:
             tokens = list(p.tokens)
         else:
-            raise SpecError("tokens", Message("no_tokens"))
+            raise SpecError(named, Message("no_tokens"))
     for i, t in enumerate(tokens):
         if not isinstance(t, str) or not t.strip():
-            raise SpecError("tokens", Message("empty_token", i=i))
+            raise SpecError(named, Message("empty_token", i=i))
         if len(t) > limits.max_token_chars:
-            raise SpecError("tokens", f"token {i} is {len(t)} characters long, over {limits.max_token_chars}")
+            raise SpecError(named, f"token {i} is {len(t)} characters long, over {limits.max_token_chars}")
     n = len(tokens)
     max_n = min(limits.max_tokens, p.n_ctx)
     if n > max_n:
-        raise SpecError("tokens", Message("too_many_tokens", n=n, limit=max_n, model=preset))
+        raise SpecError(named, Message("too_many_tokens", n=n, limit=max_n, model=preset))
 
     if given:
         if d_model > limits.max_explicit_d_model:

@@ -214,6 +214,9 @@ def _assert_422(r, field):
         ({"tokens": 5}, "tokens"),
         ({"tokens": []}, "tokens"),
         ({"tokens": ["a"] * 1025}, "tokens"),
+        ({"text": ""}, "text"),  # a built-in preset reads `text` as its tokens: its errors name `text`, not `tokens`
+        ({"text": "a " * 1025}, "text"),
+        ({"text": "x" * 10_001}, "text"),
         ({"d_model": "wide"}, "d_model"),
         ({"d_model": 10, "n_heads": 3}, "n_heads"),
         ({"d_model": 8192}, "d_model"),
