@@ -38,7 +38,7 @@ class Knockouts(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    ablate: list[Annotated[list[int], Field(max_length=MAX_ITEMS)]] | None = LabField(
+    ablate: list[Annotated[list[int], Field(max_length=2)]] | None = LabField(
         None, "Heads to knock out, as [layer, head] pairs: their output is replaced before W_O (see ablate_mode).",
         kind="json", max_length=MAX_ITEMS)  # fmt: skip
     ablate_mode: Literal["zero", "mean"] = Field(

@@ -265,6 +265,10 @@ def test_bad_input_is_422_naming_the_field(client, body, field):
         ("/api/v1/predict", "mask_off_layers", ["a"] * 100_000),
         ("/api/v1/predict", "drop_sink_layers", ["a"] * 100_000),
         ("/api/v1/model_view", "ablate", [["a"] * 100_000]),
+        ("/api/v1/attention", "x", [["a"] * 1000] * 1000),  # was a 136 MB answer after 78 s
+        ("/api/v1/attention", "w_o", [[0.5] * 1000] * 999 + [[0.5] * 999 + ["a"]]),
+        ("/api/v1/attention", "b_k", ["a"] * 4000),
+        ("/api/v1/block", "mask_matrix", [[2] * 1000] * 1000),
     ],
 )
 def test_a_long_list_of_bad_entries_is_one_short_422(client, path, field, value):
