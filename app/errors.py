@@ -59,8 +59,10 @@ def clean(errors: Any, where: str) -> list[dict[str, Any]]:
         elif where == "body" and raw_loc == ["body"] and kind in ("model_attributes_type", "dict_type"):
             loc, msg = ["body"], NOT_AN_OBJECT
         else:
-            # Union members add their type name to the location (tokens.list[str].0); keep only the field.
-            parts = [str(p) for p in raw_loc if p not in ("body", "query")]
+            # The location (body, query, path) first, then the field: a field may itself be called `query` (a
+            # room's view), so only the first entry is the location. Union members add their type name
+            # (tokens.list[str].0): the field and its entry are kept.
+            parts = [str(p) for p in (raw_loc[1:] if raw_loc[:1] in (["body"], ["query"], ["path"]) else raw_loc)]
             loc = [where, parts[0] if parts else "request", *parts[1:]]
         out.append({"loc": loc, "msg": coded(msg, kind, e.get("ctx")), "type": kind})
     return out

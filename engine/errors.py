@@ -42,6 +42,14 @@ ENGLISH: dict[str, str] = {
     "text_too_long": "is {length} characters long, over {limit}",
     "not_a_head": "[{layer}, {head}] is not a head: layers 0..{last_layer}, heads 0..{last_head}",
     "not_a_layer": "{layer} is not a layer: layers 0..{last}",
+    "token_too_long": "token {i} is {length} characters long, over {limit}",
+    "kv_token_bad": "token {i} is empty, not a string or too long",
+    "too_many_kv_tokens": "{n} tokens is more than the {limit} this server traces",
+    "learned_positions": "learned positions stop at n_ctx = {n_ctx}: token {token} has no position vector",
+    "segment_negative": "segment ids must be non-negative integers",
+    "mask_matrix_needed": "mask=custom needs an {n} × {m} matrix of 0 and 1",
+    "mask_matrix_shape": "must be {n} × {m} (queries × keys)",
+    "mask_matrix_entries": "entries are 1 (may read) or 0 (may not)",
     "multi_token": "“{text}” is {n} tokens for {model}: {pieces}; an attribution splits one token's logit: give one of "
     "them, or its id as {field}_id",
 }

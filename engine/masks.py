@@ -79,7 +79,7 @@ def _segment_ids(value: Any, s: Sizes) -> tuple[int, ...]:
     if len(segs) != s.n_keys:
         raise SpecError("segment_ids", Message("segment_count", given=len(segs), n=s.n_keys))
     if any(seg < 0 for seg in segs):
-        raise SpecError("segment_ids", "segment ids must be non-negative integers")
+        raise SpecError("segment_ids", Message("segment_negative"))
     return segs
 
 
@@ -98,11 +98,11 @@ def _prefix(value: Any, s: Sizes) -> int:
 def _mask_matrix(value: Any, s: Sizes) -> tuple[tuple[bool, ...], ...]:
     n, m = s.n, s.n_keys
     if value is None:
-        raise SpecError("mask_matrix", f"mask=custom needs an {n} × {m} matrix of 0 and 1")
+        raise SpecError("mask_matrix", Message("mask_matrix_needed", n=n, m=m))
     if len(value) != n or any(not isinstance(r, list | tuple) or len(r) != m for r in value):
-        raise SpecError("mask_matrix", f"must be {n} × {m} (queries × keys)")
+        raise SpecError("mask_matrix", Message("mask_matrix_shape", n=n, m=m))
     if any(v not in (0, 1, True, False) or (isinstance(v, float) and not v.is_integer()) for r in value for v in r):
-        raise SpecError("mask_matrix", "entries are 1 (may read) or 0 (may not)")
+        raise SpecError("mask_matrix", Message("mask_matrix_entries"))
     return tuple(tuple(bool(v) for v in r) for r in value)
 
 

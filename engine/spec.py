@@ -277,9 +277,9 @@ def _check_kv_tokens(kv_tokens: Sequence[str] | str | None, limits: Limits) -> t
     items = kv_tokens.split() if isinstance(kv_tokens, str) else list(kv_tokens)
     for i, t in enumerate(items):
         if not isinstance(t, str) or not t.strip() or len(t) > limits.max_token_chars:
-            raise SpecError("kv_tokens", f"token {i} is empty, not a string or too long")
+            raise SpecError("kv_tokens", Message("kv_token_bad", i=i))
     if len(items) > limits.max_tokens:
-        raise SpecError("kv_tokens", f"{len(items)} tokens is more than the {limits.max_tokens} this server traces")
+        raise SpecError("kv_tokens", Message("too_many_kv_tokens", n=len(items), limit=limits.max_tokens))
     return tuple(items)
 
 
@@ -305,9 +305,7 @@ def _with_positions(spec: Spec, options: dict[str, Any]) -> Spec:
     if not 1 <= n_ctx <= 1_000_000:
         raise SpecError("n_ctx", f"must be between 1 and 1,000,000, got {n_ctx}")
     if positions == "learned" and max(n, n_keys) > n_ctx:
-        raise SpecError(
-            "tokens", f"learned positions stop at n_ctx = {n_ctx}: token {n_ctx + 1} has no position vector"
-        )
+        raise SpecError("tokens", Message("learned_positions", n_ctx=n_ctx, token=n_ctx + 1))
     return replace(spec, positions=positions, rope_base=base, rope_pairing=pairing, n_ctx=n_ctx)
 
 
@@ -452,10 +450,11 @@ def make_spec(
     for name, value in (("token_ids", token_ids), ("layer", layer)):
         if value is not None:
             raise SpecError(name, f"is only used with a pretrained model preset, not {preset}")
+    named = "tokens"  # the field the sequence came from: a built-in preset reads `text` as its tokens
     if text is not None:
         if tokens is not None:
             raise SpecError("text", Message("tokens_or_text"))
-        tokens = text
+        tokens, named = text, "text"
     mask = mask or ("none" if options["kv_tokens"] else p.default_mask)  # cross-attention has no "earlier"
     _check_choices(mask, scale, dtype, device)
 
@@ -489,16 +488,16 @@ def make_spec(
         elif tokens is None:
             tokens = list(p.tokens)
         else:
-            raise SpecError("tokens", Message("no_tokens"))
+            raise SpecError(named, Message("no_tokens"))
     for i, t in enumerate(tokens):
         if not isinstance(t, str) or not t.strip():
-            raise SpecError("tokens", Message("empty_token", i=i))
+            raise SpecError(named, Message("empty_token", i=i))
         if len(t) > limits.max_token_chars:
-            raise SpecError("tokens", f"token {i} is {len(t)} characters long, over {limits.max_token_chars}")
+            raise SpecError(named, Message("token_too_long", i=i, length=len(t), limit=limits.max_token_chars))
     n = len(tokens)
     max_n = min(limits.max_tokens, p.n_ctx)
     if n > max_n:
-        raise SpecError("tokens", Message("too_many_tokens", n=n, limit=max_n, model=preset))
+        raise SpecError(named, Message("too_many_tokens", n=n, limit=max_n, model=preset))
 
     if given:
         if d_model > limits.max_explicit_d_model:

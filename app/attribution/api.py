@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 import orjson
@@ -25,7 +25,7 @@ from engine.spec import PRESETS, SpecError, make_spec
 from engine.tracing import compute as compute_trace
 
 from ..lab import Lab, get_key
-from ..schemas import ERRORS, FieldError, said
+from ..schemas import ERRORS, MAX_ITEMS, FieldError, said
 from ..web.answer import twins
 from ..web.sequence import Text, generators, longer_than_traced, text_of
 
@@ -45,7 +45,7 @@ class AttributionRequest(BaseModel):
                         "value-weighted norms, rollout, flow and the score split).")  # fmt: skip
     text: str | None = Field(None, max_length=8000, description="The text, for the model's own tokenizer (toy and "
                              "gpt2-small: the tokens, split on whitespace, as `tokens`).")  # fmt: skip
-    tokens: list[str] | str | None = Field(None, description="toy and gpt2-small: the sequence, as "
+    tokens: Annotated[list[str], Field(max_length=MAX_ITEMS)] | str | None = Field(None, description="toy and gpt2-small: the sequence, as "
                                            "/api/v1/attention takes it (a list, or one string split on whitespace); "
                                            "default: the preset's own.")  # fmt: skip
     seed: int = Field(0, ge=0, le=2**63 - 1, description="toy and gpt2-small: the seed of their generated embeddings "

@@ -17,7 +17,7 @@ from engine.errors import Message
 from engine.models import Model
 
 from ..lab import Lab
-from ..schemas import FieldError, LabField, query_model, said
+from ..schemas import MAX_ITEMS, FieldError, LabField, query_model, said
 from ..web.knockouts import LAYERS, Knockouts, form_ablate, layer_list
 from ..web.page import Refused
 from ..web.sequence import DECODER, InputText, Preset, decoder, generators
@@ -32,10 +32,10 @@ EOS = Field(True, description="End it with the model's EOS token (when it define
 class Switches(Knockouts):
     """The interventions every prediction view takes."""
 
-    mask_off_layers: list[int] | Literal["all"] | None = LabField(
+    mask_off_layers: Annotated[list[int], Field(max_length=MAX_ITEMS)] | Literal["all"] | None = LabField(
         None, "Layers whose causal mask is removed (every query reads every key). " + LAYERS, kind="list"
     )
-    drop_sink_layers: list[int] | Literal["all"] | None = LabField(
+    drop_sink_layers: Annotated[list[int], Field(max_length=MAX_ITEMS)] | Literal["all"] | None = LabField(
         None, "Layers where no query but the first reads position 0 (the attention sink). " + LAYERS, kind="list"
     )
 

@@ -7,7 +7,7 @@ models for /docs. Everything is importable from `app.schemas`.
 
 from __future__ import annotations
 
-from .fields import FieldError, LabField, head_within, request_fields, said
+from .fields import MAX_ITEMS, FieldError, LabField, head_within, request_fields, said
 from .request_models import (
     ASCII_INT,
     ASCII_NUMBER,
@@ -25,7 +25,7 @@ from .request_models import (
 from .responses import ERRORS, AttentionResponse, Problem
 
 __all__ = [
-    "ASCII_INT", "ASCII_NUMBER", "ERRORS", "LIST_FIELDS", "RETURNED", "AttentionRequest", "AttentionResponse",
+    "ASCII_INT", "ASCII_NUMBER", "ERRORS", "LIST_FIELDS", "MAX_ITEMS", "RETURNED", "AttentionRequest", "AttentionResponse",
     "BlockRequest", "DecodeRequest", "FieldError", "LabField", "Problem", "Selection", "TilesRequest", "head_within",
     "int_or_empty", "query_model", "query_parameters", "request_fields", "said",
 ]  # fmt: skip

@@ -12,6 +12,7 @@ twin takes from FastAPI (`Annotated[query_model(Model), Query()]`) and a page ma
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from functools import cache
@@ -22,7 +23,7 @@ from pydantic_core import PydanticCustomError
 
 from engine.spec import DTYPES, MASKS, PAIRINGS, POSITIONS, SCALES, STAGES, Limits, Spec, make_decode_spec, make_spec
 
-from .fields import FieldError, LabField, head_within, mask_parameters, request_fields
+from .fields import MAX_ITEMS, FieldError, LabField, head_within, mask_parameters, request_fields
 
 if TYPE_CHECKING:  # engine.block imports torch: the CLI's --help builds its options from these models without it
     from engine.block import BlockSpec
@@ -30,6 +31,8 @@ if TYPE_CHECKING:  # engine.block imports torch: the CLI's --help builds its opt
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Row = Annotated[list[Finite], Field(max_length=4096)]
 MatrixIn = Annotated[list[Row], Field(max_length=4096)]
+Strings = Annotated[list[str], Field(max_length=MAX_ITEMS)]
+Ints = Annotated[list[int], Field(max_length=MAX_ITEMS)]
 
 # The engine's choices as Literal types (pydantic's check, /openapi.json's enum, the form's <select>); mypy, which
 # cannot read a Literal made from a tuple, sees the strings they are.
@@ -64,6 +67,30 @@ def _anywhere(v: Any, test: Callable[[Any], bool]) -> bool:
     return False
 
 
+def _numbers_row(row: list[Any]) -> bool:
+    """Every entry a finite number (a boolean passes: `_no_booleans` names it), in C-level passes."""
+    return {int, float, bool}.issuperset(map(type, row)) and all(map(math.isfinite, row))
+
+
+def _bits_row(row: list[Any]) -> bool:
+    return {int}.issuperset(map(type, row)) and {0, 1}.issuperset(row)
+
+
+def _entries(v: Any, ok: Callable[[list[Any]], bool], what: str) -> Any:
+    """A matrix (or one row) whose entries are not all `what`: one error naming the first, found a row at a time
+    by `ok` before pydantic checks each entry, which reported every one (a 1000 × 1000 matrix of strings, a 5 MB
+    body, was a 136 MB answer after 78 s). Anything else is left to pydantic."""
+    if not isinstance(v, list):
+        return v
+    rows = v if v and all(isinstance(r, list) for r in v) else [v]
+    for i, row in enumerate(rows):
+        if not ok(row):
+            j = next(j for j, x in enumerate(row) if not ok([x]))
+            where = f"[{i}][{j}]" if rows is v else f"[{j}]"
+            raise ValueError(f"entry {where} is {row[j]!r:.40}; entries are {what}")
+    return v
+
+
 def _surrogate(v: Any) -> bool:
     """A lone UTF-16 surrogate (JSON's "\\ud800") is not text: it cannot be hashed, tokenized or sent back."""
     return isinstance(v, str) and any("\ud800" <= ch <= "\udfff" for ch in v)
@@ -83,7 +110,7 @@ class AttentionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=mask_parameters)
 
-    tokens: list[str] | str | None = LabField(
+    tokens: Strings | str | None = LabField(
         None,
         "The sequence: a list of tokens, or one string split on whitespace.",
         examples=["猫 坐 在 垫子 上"],
@@ -101,9 +128,7 @@ class AttentionRequest(BaseModel):
     text: str | None = LabField(
         None, "Pretrained models: text for the model's own tokenizer.", form="sequence", only="pretrained"
     )
-    token_ids: list[int] | None = LabField(
-        None, "Pretrained models: token ids.", max_length=4096, form="sequence", only="pretrained"
-    )
+    token_ids: Ints | None = LabField(None, "Pretrained models: token ids.", form="sequence", only="pretrained")
     layer: int | None = LabField(
         None, "Pretrained models: the layer (block) to trace, from 0.", ge=0, form="sequence", only="pretrained"
     )
@@ -152,14 +177,14 @@ class AttentionRequest(BaseModel):
     n_kv_heads: int | None = LabField(
         None, "GQA/MQA: K/V heads shared by groups of query heads.", ge=1, only="builtin", limit="max_heads"
     )
-    kv_tokens: list[str] | str | None = LabField(
+    kv_tokens: Strings | str | None = LabField(
         None,
         "Cross-attention: the sequence K and V come from (Q comes from `tokens`).",
         only="builtin",
         limit="max_tokens",
     )
-    pad_positions: list[int] = LabField(description="0-based key positions never attended to.", default_factory=list)
-    segment_ids: list[int] = LabField(
+    pad_positions: Ints = LabField(description="0-based key positions never attended to.", default_factory=list)
+    segment_ids: Ints = LabField(
         description="mask=document: one id per token; a token sees its own document, causally.", default_factory=list
     )
     scale: Scale = LabField("sqrt_dk", "Divide QKᵀ by √d_k, 1 or d_k.", form="main")
@@ -174,8 +199,10 @@ class AttentionRequest(BaseModel):
     b_k: Row | None = LabField(None, "Explicit (d_kv,) bias of K.", **EXPLICIT)
     b_v: Row | None = LabField(None, "Explicit (d_kv,) bias of V.", **EXPLICIT)
     b_o: Row | None = LabField(None, "Explicit (d_model,) bias of the output.", **EXPLICIT)
-    stages: list[StageKey] | None = LabField(None, "Stages to return; all when omitted.", **RETURNED)
-    heads: list[int] | None = LabField(None, "Heads to return (0-based); all when omitted.", **RETURNED)
+    stages: Annotated[list[StageKey], Field(max_length=MAX_ITEMS)] | None = LabField(
+        None, "Stages to return; all when omitted.", **RETURNED
+    )
+    heads: Ints | None = LabField(None, "Heads to return (0-based); all when omitted.", **RETURNED)
     decimals: int | None = LabField(None, "Round every returned number.", ge=0, le=8, **RETURNED)
 
     @field_validator("*", mode="before")
@@ -187,6 +214,16 @@ class AttentionRequest(BaseModel):
         if _anywhere(v, _surrogate):
             raise ValueError("contains a lone UTF-16 surrogate (e.g. \\ud800), which is not text")
         return v
+
+    @field_validator("x", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", mode="before")
+    @classmethod
+    def _numbers(cls, v: Any) -> Any:
+        return _entries(v, _numbers_row, "finite numbers")
+
+    @field_validator("mask_matrix", mode="before")
+    @classmethod
+    def _bits(cls, v: Any) -> Any:
+        return _entries(v, _bits_row, "1 (may read) or 0 (may not)")
 
     @field_validator("tokens", mode="before")
     @classmethod
@@ -243,7 +280,7 @@ class BlockRequest(AttentionRequest):
     gelu: Literal["tanh", "exact"] | None = Field(
         None, description="GPT-2's tanh approximation (the default), or the erf form"
     )
-    stages: list[BlockStageKey] | None = LabField(  # type: ignore[assignment]
+    stages: Annotated[list[BlockStageKey], Field(max_length=MAX_ITEMS)] | None = LabField(  # type: ignore[assignment]
         None, "Stages to return; all when omitted.", **RETURNED
     )
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, Valid
 from engine import predict as P
 from engine.models.families import Model
 
-from ..schemas import FieldError, LabField, query_model, said
+from ..schemas import MAX_ITEMS, FieldError, LabField, query_model, said
 from .state import PageQuery, parse_heads, refused
 
 LAYERS = 'A list of layers (0 is the first), or "all".'
@@ -38,9 +38,9 @@ class Knockouts(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    ablate: list[list[int]] | None = LabField(
+    ablate: list[Annotated[list[int], Field(max_length=2)]] | None = LabField(
         None, "Heads to knock out, as [layer, head] pairs: their output is replaced before W_O (see ablate_mode).",
-        kind="json", max_length=4096)  # fmt: skip
+        kind="json", max_length=MAX_ITEMS)  # fmt: skip
     ablate_mode: Literal["zero", "mean"] = Field(
         "zero", description="zero: the head's output becomes 0; mean: at position t, the head's mean output over "
         "positions 0…t (no future token leaks in).")  # fmt: skip

@@ -116,7 +116,9 @@ def matrix_of(m: MatrixQuery, trace: Traced, default_stage: str = "softmax") -> 
     """The 2-D matrix a heat map or a window shows: `stage`, `tensor` and `head` (for tensors with a head axis)."""
     stage, tensor, head = pick(m, trace, default_stage)
     t = trace.stage(stage)[tensor]
-    return tensor, to_numpy(t[head] if t.dim() == 3 else t)
+    if t.dim() == 3:  # K and V under GQA have n_kv_heads heads: query head h reads K/V head h // (H / H_kv)
+        t = t[head * t.shape[0] // trace.n_heads]
+    return tensor, to_numpy(t)
 
 
 def hatched(trace: Any, tensor: str, a: np.ndarray) -> np.ndarray | None:

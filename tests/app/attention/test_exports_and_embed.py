@@ -32,6 +32,32 @@ def test_npy_export_keeps_every_head_and_minus_infinity(client):
     assert a.shape == (12, 3, 3) and a[0, 0, 1] == -np.inf
 
 
+def test_a_query_heads_k_and_v_under_gqa_are_the_kv_head_it_reads(client):
+    # 4 query heads share 2 K/V heads: head 3 reads K/V head 1 (the long trace's and the page's rule); K's head 3
+    # was an IndexError (500) in every matrix route
+    q = {"tokens": "a b c", "d_model": 8, "n_heads": 4, "n_kv_heads": 2, "stage": "projection"}
+    whole = np.load(io.BytesIO(client.get("/api/v1/attention/export.npy", params={**q, "tensor": "k"}).content))
+    assert whole.shape == (2, 3, 2)
+    for tensor in ("k", "v"):
+        for head, kv in ((0, 0), (1, 0), (2, 1), (3, 1)):
+            r = client.get("/api/v1/attention/export.csv", params={**q, "tensor": tensor, "head": head})
+            assert r.status_code == 200, r.text
+            rows = list(csv.reader(io.StringIO(r.text)))[1:]
+            npy = np.load(
+                io.BytesIO(client.get("/api/v1/attention/export.npy", params={**q, "tensor": tensor}).content)
+            )
+            assert (
+                np.array([[float(v) for v in row[1:]] for row in rows], dtype=np.float32).tolist() == npy[kv].tolist()
+            )
+            w = client.get("/api/v1/attention/window", params={**q, "tensor": tensor, "head": head})
+            assert w.status_code == 200 and np.array(w.json()["values"], dtype=np.float32).tolist() == npy[kv].tolist()
+            assert (
+                client.get("/api/v1/attention/heatmap.png", params={**q, "tensor": tensor, "head": head}).status_code
+                == 200
+            )
+    assert client.get("/api/v1/attention/window", params={**q, "tensor": "k", "head": 4}).status_code == 422
+
+
 def test_svg_heat_map_for_slides(client):
     r = client.get("/api/v1/attention/heatmap.svg", params={"mask": "causal"})
     assert r.status_code == 200 and "猫" in r.text  # drawn by matplotlib: each of the 25 cells holds its number

@@ -211,6 +211,22 @@ def test_bad_parameters_show_an_inline_error_naming_the_field(client, url, field
     assert soup(r).select_one("form#controls") is not None  # the user can fix it in place
 
 
+@pytest.mark.parametrize(
+    ("url", "field", "said"),
+    [
+        ("/?tokens=a+b&mask=custom&mask_matrix=[[1]]", "mask_matrix", "必须是 2 × 2（查询 × 键）"),
+        ("/?tokens=a+b&mask=document&segment_ids=-1,0", "segment_ids", "段编号必须是非负整数"),
+        ("/?tokens=a+b+c&positions=learned&n_ctx=2", "tokens", "可学习位置只到 n_ctx = 2：第 3 个词元没有位置向量"),
+        ("/?tokens=" + "x" * 10_001, "tokens", "位置 0 的词元长 10001 个字符，超过了上限 10000"),
+    ],
+)
+def test_an_engine_refusal_is_said_in_the_readers_language(client, url, field, said):
+    # these were English inside the Chinese page's error ("“mask_matrix” 有误：must be 2 × 2 (queries × keys)")
+    err = soup(client.get(url + "&lang=zh")).select_one("#stage .error")
+    assert f"“{field}”" in err.text and said in err.text, err.text
+    assert said not in soup(client.get(url + "&lang=en")).select_one("#stage .error").text
+
+
 def test_user_text_is_escaped(client):
     evil = '<script>alert(1)</script> "quoted" \u202eevil 🙂'
     r = client.get("/", params={"tokens": evil, "stage": "4", "cell": "weights.0.1.0"})

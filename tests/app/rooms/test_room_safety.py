@@ -386,3 +386,11 @@ def test_a_reconnect_replays_each_missed_event_not_a_snapshot(lab: str) -> None:
                 assert [(m.event, m.id) for m in got] == [("state", "5"), ("state", "6")]
 
     run(main())
+
+
+@pytest.mark.parametrize("body", [{"query": 5}, {"query": "a b"}, {"query": ["stage=1"]}])
+def test_a_bad_view_query_is_refused_naming_query(client: TestClient, body: dict[str, object]) -> None:
+    # the error cleaner took the field `query` for the location and named the field "request" instead
+    r = client.post("/api/v1/rooms", json=body)
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["body", "query"] and r.json()["message"].startswith("query: "), r.text
