@@ -510,12 +510,15 @@ class Patching:
 
 
 def metric_of(model: Any, last: torch.Tensor, metric: str, answer: int, wrong: int | None) -> torch.Tensor:
-    """The metric of final streams at the last position (rows, d): logit[answer] − logit[wrong], or p(answer)."""
-    logits = model.unembed(model.final(last)).float()
+    """The metric of final streams at the last position (rows, d): logit[answer] − logit[wrong], or p(answer).
+    A logit difference reads only its two tokens' logits (their rows of the output projection), not the whole
+    vocabulary's: on SmolLM2 the (rows, 49,152) products were an eighth of /patch's time."""
     if metric == "prob":
+        logits = model.unembed(model.final(last)).float()
         return torch.softmax(logits.double(), -1)[:, answer]
     assert wrong is not None
-    return (logits[:, answer] - logits[:, wrong]).double()
+    two = (model.final(last) @ model.unembedding([answer, wrong]).T).float()  # (rows, 2): answer's, wrong's
+    return (two[:, 0] - two[:, 1]).double()
 
 
 def answers(model: Any, clean: Sequence[int], corrupted: Sequence[int]) -> tuple[int, int]:
