@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -149,11 +149,21 @@ def probe_loss(model: Any, probe: Sequence[int], n: int, x: torch.Tensor) -> Pro
 
 @torch.inference_mode()
 def head_roles(
-    model: Any, ids: Sequence[int], n: int = 32, seed: int = 0, iv: Intervention = NONE, progress: Progress = None
+    model: Any, ids: Sequence[int], n: int = 32, seed: int = 0, iv: Intervention = NONE, progress: Progress = None,
+    plain: Roles | None = None,
 ) -> Roles:  # fmt: skip
     """The four role scores of every head (previous token and sink on `ids`, duplicate token and induction on the
-    probe) and the probe's loss; under `iv` (heads knocked out) the probe's loss again, for the two side by side."""
+    probe) and the probe's loss; under `iv` (heads knocked out) the probe's loss again, for the two side by side.
+    The scores and the plain loss never depend on `iv`: `plain`, the same ids, n and seed's roles already computed
+    without it, gives them, and only the knocked pass runs (one pass of three)."""
     probe = probe_ids(model, n, seed)
+    if plain is not None:
+        if plain.tokens != tuple(ids) or plain.n != n or plain.seed != seed:
+            raise ValueError("plain: the roles of another text, probe length or seed")
+        if not iv.ablate:
+            return replace(plain, ablated_loss=None)
+        _, y = _diagonals(model, probe, {}, range(0), Intervention(ablate=iv.ablate, mean=iv.mean), progress)
+        return replace(plain, ablated_loss=probe_loss(model, probe, n, y))
     b = len(probe) - 2 * n
     passes = 3 if iv.ablate else 2
 
