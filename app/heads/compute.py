@@ -52,11 +52,15 @@ async def roles_of(req: RolesRequest, lab: Lab, key: str | None) -> tuple[Text, 
         raise FieldError("probe_n", f"the probe has 2 × {req.probe_n} + 1 tokens, over {t.model.name}'s context "
                          f"of {t.model.info.n_ctx}")  # fmt: skip
     ablate = P.Intervention(ablate=iv.ablate, mean=iv.mean)
-    compute_key = (req.preset, t.seq, req.probe_n, req.seed, ablate)
+    # Without a head knocked out the mode changes nothing: one computation (and cache entry) for both.
+    compute_key = (req.preset, t.seq, req.probe_n, req.seed, ablate if ablate.ablate else P.NONE)
+    # Heads knocked out change only the probe's loss: the scores and the plain loss are the plain request's (its
+    # cached roles when /heads drew them first), and the knocked pass is the one run here.
+    plain = (await roles_of(req.model_copy(update={"ablate": None}), lab, key))[2] if ablate.ablate else None
 
     def work(progress: Any) -> E.Roles:
         try:
-            return E.head_roles(t.model, t.seq, req.probe_n, req.seed, ablate, progress=progress)
+            return E.head_roles(t.model, t.seq, req.probe_n, req.seed, ablate, progress=progress, plain=plain)
         except ValueError as e:
             name, _, message = str(e).partition(": ")
             raise FieldError(name, message) from None

@@ -58,6 +58,28 @@ def test_head_roles_are_the_engines_get_and_post(tiny) -> None:
     assert knocked["ablated"]["ablate"] == [[1, 2], [2, 0]] and knocked["roles"] == doc["roles"]
 
 
+def test_heads_knocked_out_reuse_the_plain_roles(tiny, monkeypatch) -> None:
+    """/heads draws the plain roles, then (knock=k) the same text with heads knocked out: that second request runs
+    only the knocked pass of the probe (the scores and the plain loss are the first's), whatever the mode."""
+    c, model = tiny
+    text = "A text these roles are read on once."
+    passes = []
+    diagonals = E._diagonals
+    monkeypatch.setattr(E, "_diagonals", lambda *a, **k: passes.append(1) or diagonals(*a, **k))
+    plain = get(c, "/api/v1/head_roles", preset="tiny", text=text, probe_n=8)
+    assert len(passes) == 2
+    for mode in ("zero", "mean"):
+        r = c.post("/api/v1/head_roles", json={"preset": "tiny", "text": text, "probe_n": 8, "ablate": [[1, 2], [2, 0]],
+                                               "ablate_mode": mode})  # fmt: skip
+        assert r.status_code == 200, r.text
+        knocked = r.json()
+        ids = P.sequence(model, model.tokenize(text), True, False)
+        theirs = E.head_roles(model, ids, 8, 0, P.Intervention(ablate=((1, 2), (2, 0)), mean=mode == "mean"))
+        assert knocked["roles"] == plain["roles"] and knocked["probe_loss"] == plain["probe_loss"]
+        assert knocked["ablated"]["probe_loss"]["positions"] == list(theirs.ablated_loss.positions)  # type: ignore[union-attr]
+    assert len(passes) == 2 + 2 * 1 + 2 * 3  # one knocked pass per request (the two whole computations: 3 each)
+
+
 def test_the_pruning_curve_is_the_engines(tiny) -> None:
     c, model = tiny
     doc = get(c, "/api/v1/prune", preset="tiny", text="The cat sat on the mat.", ablate_mode="mean", rise=0.1)
