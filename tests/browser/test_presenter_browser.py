@@ -384,3 +384,32 @@ def test_the_sinks_page_on_the_projector_is_one_screen(browser: Browser, live_se
         expect(page.locator("main.sinks form[action='/sinks']")).to_be_visible()
     finally:
         ctx.close()
+
+
+MODELS_FIT = """() => { const box = document.querySelector('main.models-page .scroll');
+  const t = box.querySelector('table.models');
+  return {page: document.documentElement.scrollWidth, width: innerWidth, box: box.scrollWidth, shown: box.clientWidth,
+    right: t.getBoundingClientRect().right, px: Math.min(...[...t.querySelectorAll('tbody td')].map(
+      e => parseFloat(getComputedStyle(e).fontSize)))}; }"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_models_table_fits_the_projector(browser: Browser, live_server: str, lang: str) -> None:
+    """/models in presenter mode: all thirteen columns on screen at 1280×720 and 1920×1080, nothing to scroll sideways
+    in the table's box either (at 22 px it ran 250 px past 1280, from float32 weights on); its words 16 px at 720p
+    and 22 px at 1080p. A phone keeps the table in its own scroll box, the page not scrolling sideways."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        present(page, f"{live_server}/models?lang={lang}")
+        for (width, height), least in zip(SIZES, (16, 22), strict=True):
+            page.set_viewport_size({"width": width, "height": height})
+            got = page.evaluate(MODELS_FIT)
+            assert got["page"] <= got["width"] and got["box"] <= got["shown"], (width, got)
+            assert got["right"] <= got["width"] and got["px"] >= least, (width, got)
+        page.set_viewport_size({"width": 390, "height": 844})
+        got = page.evaluate(MODELS_FIT)
+        assert got["page"] <= got["width"] and got["shown"] <= got["width"], got
+    finally:
+        ctx.close()
+
