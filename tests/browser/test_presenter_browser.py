@@ -384,3 +384,59 @@ def test_the_sinks_page_on_the_projector_is_one_screen(browser: Browser, live_se
         expect(page.locator("main.sinks form[action='/sinks']")).to_be_visible()
     finally:
         ctx.close()
+
+
+MODELS_FIT = """() => { const box = document.querySelector('main.models-page .scroll');
+  const t = box.querySelector('table.models');
+  return {page: document.documentElement.scrollWidth, width: innerWidth, box: box.scrollWidth, shown: box.clientWidth,
+    right: t.getBoundingClientRect().right, px: Math.min(...[...t.querySelectorAll('tbody td')].map(
+      e => parseFloat(getComputedStyle(e).fontSize)))}; }"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_models_table_fits_the_projector(browser: Browser, live_server: str, lang: str) -> None:
+    """/models in presenter mode: all thirteen columns on screen at 1280×720 and 1920×1080, nothing to scroll sideways
+    in the table's box either (at 22 px it ran 250 px past 1280, from float32 weights on); its words 16 px at 720p
+    and 22 px at 1080p. A phone keeps the table in its own scroll box, the page not scrolling sideways."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        present(page, f"{live_server}/models?lang={lang}")
+        for (width, height), least in zip(SIZES, (16, 22), strict=True):
+            page.set_viewport_size({"width": width, "height": height})
+            got = page.evaluate(MODELS_FIT)
+            assert got["page"] <= got["width"] and got["box"] <= got["shown"], (width, got)
+            assert got["right"] <= got["width"] and got["px"] >= least, (width, got)
+        page.set_viewport_size({"width": 390, "height": 844})
+        got = page.evaluate(MODELS_FIT)
+        assert got["page"] <= got["width"] and got["shown"] <= got["width"], got
+    finally:
+        ctx.close()
+
+
+TICKS = """() => [...document.querySelectorAll('.colorbar')].filter(e => e.getBoundingClientRect().width > 0).map(c => {
+  const r = [...c.querySelectorAll('.ticks > span')].map(s => s.getBoundingClientRect());
+  return {px: parseFloat(getComputedStyle(c.querySelector('.ticks > span')).fontSize),
+    apart: r.every((b, i) => i === 0 || b.left >= r[i - 1].right), inside: r.every(b => b.right <= innerWidth)}; })"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_colour_bar_ticks_read_on_the_projector(browser: Browser, live_server: str, lang: str) -> None:
+    """A heat map's colour-bar values in presenter mode: at least 14 px at 1280×720 (they were 10 px, smaller than
+    normal mode's 12.75 px) and 19 px at 1080p, apart from each other and on screen; normal mode keeps its 12.75 px."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        for path in ("/?stage=2", "/model?preset=smollm2&text=The+cat+sat+on+the+mat."):
+            url = f"{live_server}{path}&lang={lang}"
+            page.goto(url)
+            normal = page.evaluate(TICKS)
+            assert normal and all(b["px"] == 12.75 for b in normal), (path, normal)
+            present(page, url)
+            for (width, height), least in zip(SIZES, (14, 17), strict=True):
+                page.set_viewport_size({"width": width, "height": height})
+                got = measure(page, None) and page.evaluate(TICKS)
+                assert got and all(b["px"] >= least and b["apart"] and b["inside"] for b in got), (path, width, got)
+            page.set_viewport_size({"width": 1280, "height": 720})
+    finally:
+        ctx.close()
