@@ -460,8 +460,8 @@ class RedisSink:
 
     def end(self, data: dict[str, Any]) -> None:
         message = self.message or ("stopped" if data["status"] == "cancelled" else "")
-        self.scripts["finish"](args=[self.id, "running", self.owner, data["status"], message, orjson.dumps(data),
-                                     self.preset])  # fmt: skip
+        end = orjson.dumps({**data, "message": message})  # the same end event as every other (`Job.record`'s)
+        self.scripts["finish"](args=[self.id, "running", self.owner, data["status"], message, end, self.preset])
 
     def died(self, message: str) -> None:
         message = self.message or message

@@ -205,9 +205,9 @@ class LocalSink:
 
     def end(self, data: dict[str, Any]) -> None:
         job = self.job
-        job.record("end", data)
         if data["status"] == "cancelled" and not job.message:
             job.message = "stopped"
+        job.record("end", {**data, "message": job.message})  # every end says why, as `end_run`'s and a late stream's
 
     def died(self, message: str) -> None:
         if self.job.live:

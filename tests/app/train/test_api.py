@@ -46,6 +46,10 @@ def test_a_run_trains_streams_and_exports(client: TestClient) -> None:
     seen = events_until_end(client, run_id)
     kinds = [k for k, _ in seen]
     assert kinds[0] == "state" and kinds[-1] == "end" and seen[-1][1]["status"] == "done"
+    # A stream opened after the end reads the same end as the one that watched it (a late client saw a `message`
+    # the live one lacked, and a test comparing the two under load failed by chance).
+    assert seen[-1] == ("end", {"status": "done", "step": 20, "message": ""})
+    assert events_until_end(client, run_id)[-1] == seen[-1]
     state = client.get(f"/api/v1/train/{run_id}").json()
     assert state["status"] == "done" and state["step"] == 20 and len(state["loss"]) == 20
     assert state["eval_steps"][0] == 0 and len(state["eval_loss"]) == len(state["eval_steps"])
