@@ -27,9 +27,21 @@ from .render.payload import json_response
 OUT_OF_MEMORY: type[Exception] = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
 
 
-def problem(status: int, errors: list[dict[str, Any]]) -> Response:
-    message = "; ".join(f"{_path(e['loc'])}: {e['msg']}" for e in errors)
-    return json_response({"message": message, "detail": errors}, status)
+# The most errors one answer lists (settings.max_errors, its default here): a request can hold thousands of bad
+# entries (4096 bad pairs were 4096 errors, near 1 MB); past it `omitted` counts those left out.
+MAX_ERRORS = 50
+
+
+def problem(status: int, errors: list[dict[str, Any]], limit: int = MAX_ERRORS) -> Response:
+    """The error answer: the first `limit` errors, in `message` and `detail`; `omitted` (only when some were) counts
+    the rest."""
+    shown, omitted = errors[:limit], max(0, len(errors) - limit)
+    message = "; ".join(f"{_path(e['loc'])}: {e['msg']}" for e in shown)
+    body: dict[str, Any] = {"message": message, "detail": shown}
+    if omitted:
+        body["message"] += f"; and {omitted} more {'error' if omitted == 1 else 'errors'}"
+        body["omitted"] = omitted
+    return json_response(body, status)
 
 
 def _path(loc: list[str]) -> str:
@@ -119,7 +131,8 @@ def install(app: FastAPI, html_404: Callable[[Request], Response | None] | None 
     @app.exception_handler(RequestValidationError)
     @app.exception_handler(ValidationError)
     async def _invalid(request: Request, exc: RequestValidationError | ValidationError) -> Response:
-        return problem(422, clean(exc.errors(), where_of(request)))
+        limit = getattr(getattr(request.app.state, "settings", None), "max_errors", MAX_ERRORS)
+        return problem(422, clean(exc.errors(), where_of(request)), limit)
 
     @app.exception_handler(SpecError)  # the one error type of a request (app.schemas.FieldError is its name there)
     async def _spec_invalid(request: Request, exc: SpecError) -> Response:

@@ -47,6 +47,7 @@ class Settings(LimitSettings):
     max_prune_tokens: int = Field(64, ge=1)  # /api/v1/prune: input tokens (two forward passes per head)
     max_patch_tokens: int = Field(32, ge=1)  # /api/v1/patch: tokens of each prompt (a run per layer, position, head)
     max_flow_tokens: int = Field(24, ge=1)  # /api/v1/attribution flow=true: tokens the flow reads (a max-flow each)
+    max_errors: int = Field(50, ge=1)  # errors one 4xx answer lists; `omitted` counts the rest (app/errors.py)
     memory_budget_mb: float = Field(2048, gt=0)  # all computations in flight together, estimated before computing
     compute_wait_s: float = Field(10, ge=0)  # how long a request waits for budget before a 503
     large_request_mb: float = Field(64, ge=0)  # estimated bytes above which a request is "large" work

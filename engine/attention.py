@@ -17,6 +17,7 @@ import torch
 
 from . import masks, positions, reference
 from .arena import ARENA
+from .errors import Message
 from .memo import python_bytes, tensor_bytes
 from .sources import Weights
 from .spec import STAGES, OfSpec, Spec, SpecError
@@ -331,11 +332,7 @@ def finite_or_refuse(spec: Spec, p: Projection, sc: Scores) -> None:
     for name, t in (("q", p.q), ("k", p.k), ("v", p.v), ("QKᵀ", sc.raw), ("QKᵀ / s", sc.scaled)):
         if not bool(torch.isfinite(t).all()):
             biggest = float(t.float().nan_to_num(posinf=float("inf")).abs().max())
-            raise SpecError(
-                "dtype",
-                f"{spec.dtype} overflows here: {name} has values beyond its range (largest {biggest:.3g}); "
-                "use float32, or bfloat16 (float32's range at lower precision), or smaller inputs",
-            )
+            raise SpecError("dtype", Message("overflow", dtype=spec.dtype, name=name, biggest=biggest))
 
 
 def mask_of(spec: Spec, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -90,9 +90,9 @@ def make_block_spec(
         own = {k: getattr(model, k) for k in chosen}
         for k, v in chosen.items():
             if v is not None and v != own[k]:
-                raise SpecError(k, f"{attn.preset}'s blocks use {k}={own[k]}")
+                raise SpecError(k, Message("block_uses", model=attn.preset, name=k, value=own[k]))
         if d_ff is not None:
-            raise SpecError("d_ff", f"{attn.preset}'s FFN width is fixed")
+            raise SpecError("d_ff", Message("ffn_fixed", model=attn.preset))
         defaults, d_ff = own, model.d_ff
         eps = model.eps if eps is None else eps
     norm, ffn, placement, gelu = (v if v is not None else defaults[k] for k, v in chosen.items())
@@ -107,17 +107,17 @@ def make_block_spec(
             raise SpecError(name, Message("unknown_choice", kind=name, value=value, choices=", ".join(choices)))
     d_ff = d_ff or 0
     if not 0 <= d_ff <= max_d_ff:
-        raise SpecError("d_ff", f"must be between 1 and {max_d_ff} (or 0 for 4·d_model), got {d_ff}")
+        raise SpecError("d_ff", Message("d_ff_block", limit=max_d_ff, value=d_ff))
     if not (math.isfinite(eps) and 0 < eps <= 1):
-        raise SpecError("eps", f"must be in (0, 1], got {eps}")
+        raise SpecError("eps", Message("eps_range", value=eps))
     if attn.kv_tokens:
-        raise SpecError("kv_tokens", "a decoder block attends to itself; cross-attention is an attention trace")
+        raise SpecError("kv_tokens", Message("block_self"))
     spec = BlockSpec(attn, norm, ffn, d_ff, placement, gelu, eps)
     if memory_budget_bytes is not None:
         n, d = attn.n_tokens, attn.d_model
         extra = (3 * n * spec.ff + 8 * n * d + 3 * d * spec.ff) * 4
         if extra > memory_budget_bytes:
-            raise SpecError("d_ff", "this block's FFN needs more memory than the server's budget")
+            raise SpecError("d_ff", Message("ffn_budget"))
     return spec
 
 

@@ -72,7 +72,7 @@ def make_config(**given: Any) -> EncDecConfig:
     known = EncDecConfig.__dataclass_fields__
     for name in given:
         if name not in known:
-            raise SpecError(name, f"unknown setting; known: {', '.join(known)}")
+            raise SpecError(name, Message("unknown_setting", known=", ".join(known)))
     c = EncDecConfig(**given)
     for name, choices in (("task", TASKS), ("direction", DIRECTIONS), ("device", ("cpu", "cuda")),
                           ("arch", ("encoder-decoder",))):  # fmt: skip
@@ -83,17 +83,17 @@ def make_config(**given: Any) -> EncDecConfig:
     for name, (low, high) in LIMITS.items():
         value = getattr(c, name)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise SpecError(name, f"must be an integer from {low} to {high}, got {value!r}")
+            raise SpecError(name, Message("integer_range", low=low, high=high, value=value))
     if c.d_model % c.n_heads:
-        raise SpecError("d_model", f"{c.d_model} must divide into {c.n_heads} heads")
+        raise SpecError("d_model", Message("heads_divide", d_model=c.d_model, n_heads=c.n_heads))
     for name in ("lr", "weight_decay"):
         value = getattr(c, name)
         if not (isinstance(value, int | float) and math.isfinite(value) and 0 <= value <= 1):
-            raise SpecError(name, f"must be a number from 0 to 1, got {value!r}")
+            raise SpecError(name, Message("unit_number", value=value))
     if c.lr <= 0:
-        raise SpecError("lr", "must be above 0")
+        raise SpecError("lr", Message("above_zero"))
     if c.device == "cuda" and not torch.cuda.is_available():
-        raise SpecError("device", "PyTorch sees no CUDA device")
+        raise SpecError("device", Message("no_cuda"))
     return c
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .errors import SpecError
+from .errors import Message, SpecError
 from .positions import angles, rotate
 
 MAX_TOKENS = 48  # the text's tokens: the model runs up to the layer over them (bounded; 422 naming `text`)
@@ -56,13 +56,13 @@ def head_map(model: Any, h: dict[str, Any], x: torch.Tensor,
 
 def check(model: Any, ids: Sequence[int], layer: int, head: int, max_tokens: int = MAX_TOKENS) -> None:
     if not getattr(model, "decoder", False):
-        raise SpecError("preset", f"{model.name} is no decoder: the panel reads a causal head")
+        raise SpecError("preset", Message("not_decoder_panel", model=model.name))
     if not 2 <= len(ids) <= max_tokens:
-        raise SpecError("text", f"give 2 to {max_tokens} tokens, got {len(ids)}")
+        raise SpecError("text", Message("tokens_range", limit=max_tokens, n=len(ids)))
     if not 0 <= layer < model.arch.n_layer:
-        raise SpecError("layer", f"must be an integer from 0 to {model.arch.n_layer - 1}, got {layer}")
+        raise SpecError("layer", Message("integer_range", low=0, high=model.arch.n_layer - 1, value=layer))
     if not 0 <= head < model.arch.n_heads:
-        raise SpecError("head", f"must be an integer from 0 to {model.arch.n_heads - 1}, got {head}")
+        raise SpecError("head", Message("integer_range", low=0, high=model.arch.n_heads - 1, value=head))
 
 
 @torch.inference_mode()

@@ -57,15 +57,15 @@ def validate(shape: ModelShape) -> ModelShape:
         if not lo <= value <= hi:
             raise SpecError(name, Message("between", low=lo, high=f"{hi:,}", value=value))
     if shape.ffn not in ("gelu", "swiglu"):
-        raise SpecError("ffn", f"unknown ffn {shape.ffn!r}; choose gelu or swiglu")
+        raise SpecError("ffn", Message("unknown_either", kind="ffn", value=shape.ffn, a="gelu", b="swiglu"))
     if shape.norm not in ("layernorm", "rmsnorm"):
-        raise SpecError("norm", f"unknown norm {shape.norm!r}; choose layernorm or rmsnorm")
+        raise SpecError("norm", Message("unknown_either", kind="norm", value=shape.norm, a="layernorm", b="rmsnorm"))
     if shape.d_model % shape.n_heads:
         raise SpecError("n_heads", Message("not_divisible", d_model=shape.d_model, n_heads=shape.n_heads))
     if not 0 <= shape.d_ff <= 10_000_000:
-        raise SpecError("d_ff", f"must be between 0 (meaning 4·d_model) and 10,000,000, got {shape.d_ff}")
+        raise SpecError("d_ff", Message("d_ff_range", value=shape.d_ff))
     if not 0 <= shape.n_kv_heads <= shape.n_heads or (shape.n_kv_heads and shape.n_heads % shape.n_kv_heads):
-        raise SpecError("n_kv_heads", f"must divide n_heads {shape.n_heads} (0 means n_heads), got {shape.n_kv_heads}")
+        raise SpecError("n_kv_heads", Message("kv_heads_divide", n_heads=shape.n_heads, value=shape.n_kv_heads))
     return shape
 
 
@@ -78,7 +78,7 @@ def shape_from(preset: str | None = None, **overrides: object) -> ModelShape:
         return validate(replace(MODELS[preset], **given))  # type: ignore[arg-type]
     missing = [f for f in ("n_layer", "d_model", "n_heads", "vocab") if f not in given]
     if missing:
-        raise SpecError(missing[0], "is required without a preset")
+        raise SpecError(missing[0], Message("required_without_preset"))
     given.setdefault("n_ctx", 0)
     return validate(ModelShape(**given))  # type: ignore[arg-type]
 

@@ -211,33 +211,34 @@ def estimate_bytes(n: int, d: int, h: int, dtype: str = "float32") -> int:
 
 def _matrix(name: str, value: object, rows: int | None, cols: int | None, limits: Limits) -> Matrix:
     if not isinstance(value, list | tuple) or not value:
-        raise SpecError(name, "must be a non-empty list of rows")
+        raise SpecError(name, Message("rows_list"))
     out = []
     for i, row in enumerate(value):
         if not isinstance(row, list | tuple):
-            raise SpecError(name, f"row {i} must be a list of numbers")
-        out.append(_vector(name, row, cols, limits, where=f"row {i}"))
+            raise SpecError(name, Message("row_numbers", i=i))
+        out.append(_vector(name, row, cols, limits, row=i))
         cols = len(out[-1])
     if rows is not None and len(out) != rows:
-        raise SpecError(name, f"has {len(out)} rows, expected {rows}")
+        raise SpecError(name, Message("row_count", n=len(out), rows=rows))
     return tuple(out)
 
 
-def _vector(name: str, value: object, length: int | None, limits: Limits, where: str = "") -> Vector:
-    prefix = f"{where} " if where else ""
+def _vector(name: str, value: object, length: int | None, limits: Limits, row: int | None = None) -> Vector:
+    """Its errors say which row (of a matrix) when `row` is given."""
+    in_row = "" if row is None else "row_"
     if not isinstance(value, list | tuple) or not value:
-        raise SpecError(name, f"{prefix}must be a non-empty list of numbers")
+        raise SpecError(name, Message(f"{in_row}numbers_list", i=row))
     if length is not None and len(value) != length:
-        raise SpecError(name, f"{prefix}has {len(value)} entries, expected {length}")
+        raise SpecError(name, Message(f"{in_row}entry_count", i=row, n=len(value), length=length))
     out = []
     for v in value:
         if isinstance(v, bool) or not isinstance(v, int | float):
-            raise SpecError(name, f"{prefix}must contain only numbers")
+            raise SpecError(name, Message(f"{in_row}only_numbers", i=row))
         f = float(v)
         if not math.isfinite(f):
-            raise SpecError(name, f"{prefix}contains a non-finite number ({v}); only finite numbers are allowed")
+            raise SpecError(name, Message(f"{in_row}non_finite", i=row, v=v))
         if abs(f) > limits.max_abs_value:
-            raise SpecError(name, f"{prefix}contains {v}, beyond ±{limits.max_abs_value:g}")
+            raise SpecError(name, Message(f"{in_row}beyond", i=row, v=v, limit=limits.max_abs_value))
         out.append(f)
     return tuple(out)
 
@@ -247,14 +248,14 @@ def _check_choices(mask: str, scale: str, dtype: str, device: str) -> None:
         if value not in choices:
             raise SpecError(name, Message("unknown_choice", kind=name, value=value, choices=", ".join(choices)))
     if device not in ("cpu", "cuda"):
-        raise SpecError("device", f"unknown device {device!r}; choose cpu or cuda")
+        raise SpecError("device", Message("unknown_either", kind="device", value=device, a="cpu", b="cuda"))
     if dtype != "float32" and device != "cuda":
-        raise SpecError("dtype", f"{dtype} is only offered on CUDA; this server computes on {device}")
+        raise SpecError("dtype", Message("cuda_only", dtype=dtype, device=device))
 
 
 def _check_cost(seed: int, n: int, d_model: int, n_heads: int, dtype: str, limits: Limits) -> None:
     if not 0 <= seed < 2**63:
-        raise SpecError("seed", "must be between 0 and 2^63 - 1")
+        raise SpecError("seed", Message("seed_range"))
     needed = estimate_bytes(n, d_model, n_heads, dtype)
     if needed > limits.memory_budget_bytes:
         mib, budget_mib = f"{needed / 2**20:.0f}", f"{limits.memory_budget_bytes / 2**20:.0f}"
@@ -265,9 +266,7 @@ def _check_kv_heads(n_kv_heads: int | None, n_heads: int) -> int:
     if n_kv_heads is None or n_kv_heads == 0:
         return n_heads
     if not 1 <= n_kv_heads <= n_heads or n_heads % n_kv_heads:
-        raise SpecError(
-            "n_kv_heads", f"must divide n_heads {n_heads} (1 is MQA, {n_heads} is plain MHA), got {n_kv_heads}"
-        )
+        raise SpecError("n_kv_heads", Message("kv_heads_mqa", n_heads=n_heads, value=n_kv_heads))
     return n_kv_heads
 
 
@@ -292,18 +291,20 @@ def _with_positions(spec: Spec, options: dict[str, Any]) -> Spec:
                                                  choices=", ".join(POSITIONS)))  # fmt: skip
     pairing = options["rope_pairing"] or spec.rope_pairing
     if pairing not in PAIRINGS:
-        raise SpecError("rope_pairing", f"unknown pairing {pairing!r}; choose adjacent or half")
+        raise SpecError(
+            "rope_pairing", Message("unknown_either", kind="pairing", value=pairing, a="adjacent", b="half")
+        )
     base = spec.rope_base if options["rope_base"] is None else float(options["rope_base"])
     if not (math.isfinite(base) and 1 < base <= 1e9):
-        raise SpecError("rope_base", f"must be a number above 1 and at most 1e9, got {options['rope_base']}")
+        raise SpecError("rope_base", Message("rope_base", value=options["rope_base"]))
     if positions == "rope":
         if spec.d_k % 2:
             raise SpecError("positions", Message("rope_even", d_k=spec.d_k))
         if spec.kv_tokens:
-            raise SpecError("positions", "RoPE is for self-attention here: cross-attention has no shared positions")
+            raise SpecError("positions", Message("rope_cross"))
     n_ctx = spec.n_ctx if options["n_ctx"] is None else int(options["n_ctx"])
     if not 1 <= n_ctx <= 1_000_000:
-        raise SpecError("n_ctx", f"must be between 1 and 1,000,000, got {n_ctx}")
+        raise SpecError("n_ctx", Message("between", low=1, high="1,000,000", value=n_ctx))
     if positions == "learned" and max(n, n_keys) > n_ctx:
         raise SpecError("tokens", Message("learned_positions", n_ctx=n_ctx, token=n_ctx + 1))
     return replace(spec, positions=positions, rope_base=base, rope_pairing=pairing, n_ctx=n_ctx)
@@ -335,7 +336,7 @@ def _model_spec(
     """A trace of a pretrained model: its sizes, its tokenizer, one of its layers."""
     info = model.info
     if given:
-        raise SpecError(next(iter(given)), f"{info.name} brings its own x and weights; explicit ones are not used")
+        raise SpecError(next(iter(given)), Message("own_weights", model=info.name))
     for name, value, own in (("d_model", d_model, info.d_model), ("n_heads", n_heads, info.n_heads)):
         if value is not None and value != own:
             raise SpecError(name, Message("fixed_size", model=info.name, name=name, value=own))
@@ -347,10 +348,10 @@ def _model_spec(
         ids = list(token_ids)
         bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < info.vocab)]
         if bad:
-            raise SpecError("token_ids", f"id {bad[0]} is outside the vocabulary 0..{info.vocab - 1}")
+            raise SpecError("token_ids", Message("id_outside", id=bad[0], last=info.vocab - 1))
     else:
         if not model.has_tokenizer:
-            raise SpecError("text", f"{info.name} has no tokenizer.json: give token_ids")
+            raise SpecError("text", Message("no_tokenizer_json", model=info.name))
         text = info.default_text if text is None else text
         if len(text) > limits.max_token_chars * 4:
             raise SpecError("text", Message("text_too_long", length=len(text), limit=limits.max_token_chars * 4))
@@ -425,7 +426,7 @@ def make_spec(
     unknown = set(explicit) - {"x", *MATRICES, *BIASES, *mask_names}
     if unknown:
         name = sorted(unknown)[0]
-        raise SpecError(name, "is not a field of an attention trace")
+        raise SpecError(name, Message("not_a_trace_field"))
     mask_params = {k: v for k, v in explicit.items() if k in mask_names}
     given = {k: v for k, v in explicit.items() if v is not None and k not in mask_names}
     options = {"positions": positions, "rope_base": rope_base, "rope_pairing": rope_pairing, "n_ctx": n_ctx,
@@ -433,7 +434,7 @@ def make_spec(
     if preset in models:
         for name in ("positions", "n_kv_heads", "kv_tokens", "n_ctx", "rope_base", "rope_pairing"):
             if options[name] not in (None, "none", ()):
-                raise SpecError(name, f"{preset} is a pretrained model: its positions and heads are its own")
+                raise SpecError(name, Message("pretrained_own", model=preset))
         own_window = getattr(models[preset].info, "window", 0)  # a sliding-window model's own, unless given
         chosen = mask or models[preset].info.default_mask
         if own_window and mask_params.get("window") is None and chosen == "sliding_window":
@@ -442,14 +443,14 @@ def make_spec(
                            mask, mask_params, scale, seed, device, dtype, limits)  # fmt: skip
         return _with_positions(spec, options)
     if preset in OPTIONAL_MODELS:
-        raise SpecError("preset", f"{preset} needs a package this server does not have: {OPTIONAL_MODELS[preset]}")
+        raise SpecError("preset", Message("needs_package", model=preset, package=OPTIONAL_MODELS[preset]))
     if preset not in PRESETS:
         names = ", ".join([*PRESETS, *models])
         raise SpecError("preset", Message("unknown_choice", kind="preset", value=preset, choices=names))
     p = PRESETS[preset]
     for name, value in (("token_ids", token_ids), ("layer", layer)):
         if value is not None:
-            raise SpecError(name, f"is only used with a pretrained model preset, not {preset}")
+            raise SpecError(name, Message("pretrained_only", preset=preset))
     named = "tokens"  # the field the sequence came from: a built-in preset reads `text` as its tokens
     if text is not None:
         if tokens is not None:
@@ -501,12 +502,9 @@ def make_spec(
 
     if given:
         if d_model > limits.max_explicit_d_model:
-            raise SpecError(
-                next(iter(given)),
-                f"explicit inputs are for toy sizes: d_model must be at most {limits.max_explicit_d_model}",
-            )
+            raise SpecError(next(iter(given)), Message("explicit_d_model", limit=limits.max_explicit_d_model))
         if n > limits.max_explicit_tokens:
-            raise SpecError("x", f"explicit inputs are for toy sizes: at most {limits.max_explicit_tokens} tokens")
+            raise SpecError("x", Message("explicit_tokens", limit=limits.max_explicit_tokens))
     norm: dict[str, Matrix | Vector] = {}
     if "x" in given:
         norm["x"] = _matrix("x", given["x"], n, d_model, limits)
@@ -521,7 +519,7 @@ def make_spec(
     kv_tokens = _check_kv_tokens(options["kv_tokens"], limits)  # type: ignore[arg-type]
     if kv_tokens and not masks.KINDS[mask].cross:
         cross = [name for name, kind in masks.KINDS.items() if kind.cross]
-        raise SpecError("mask", f"cross-attention reads another sequence: use {', '.join(cross[:-1])} or {cross[-1]}")
+        raise SpecError("mask", Message("cross_mask", choices=", ".join(cross[:-1]), last=cross[-1]))
     n_keys = len(kv_tokens) or n
     params = masks.check(mask, mask_params, masks.Sizes(n, n_keys, limits.max_tokens))
     _check_cost(seed, max(n, n_keys), d_model, n_heads, dtype, limits)
@@ -551,10 +549,10 @@ def make_decode_spec(
     causal (or `none`, to show why a bidirectional model cannot reuse its cache), at most `max_tokens` tokens step
     by step, and the first `prefill` (1..N) are processed at once. Raises `SpecError` naming the field at fault."""
     if mask not in (None, "causal", "none"):
-        raise SpecError("mask", "decoding with a KV cache is causal (or none, to see why it must be): causal or none")
+        raise SpecError("mask", Message("decode_mask"))
     spec = make_spec(mask=mask, **fields)
     if spec.kv_tokens:
-        raise SpecError("kv_tokens", "the KV cache here is a decoder's self-attention cache")
+        raise SpecError("kv_tokens", Message("decode_self"))
     if max_tokens is not None and spec.n_tokens > max_tokens:
         raise SpecError("tokens", Message("decode_max", limit=max_tokens))
     if not 1 <= prefill <= spec.n_tokens:

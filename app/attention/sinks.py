@@ -15,7 +15,7 @@ from engine.sinks import SinkDrop, drop_sink
 from ..lab import Lab
 from ..render.arrays import to_numpy
 from ..render.cells import SWATCHES, MatrixView, matrix_view
-from ..schemas import AttentionRequest, FieldError, head_within
+from ..schemas import AttentionRequest, FieldError, head_within, said
 from ..web.page import page_route
 from ..web.state import url_fields
 from ..web.view import View
@@ -75,8 +75,8 @@ async def sinks_view(state: SinksQuery, lab: Lab, progress: str, ctx: dict[str, 
     """What /sinks shows for `state`: the page's View (its JSON face is the page's `.json` twin)."""
     req = state.request(AttentionRequest)
     if req.preset not in lab.models:
-        raise FieldError("preset", "attention sinks are a trained model's habit: choose " +
-                         (", ".join(lab.models) or "a pretrained model (none on this server)"))  # fmt: skip
+        names = ", ".join(lab.models)
+        raise FieldError("preset", said("sinks_models", names=names) if names else said("sinks_none"))
     spec = await lab.spec(req)  # the model's tokenizer off the event loop
     trace, _ = await lab.trace(spec)
     head = head_within(state.head, spec.n_heads)

@@ -15,7 +15,7 @@ from engine.spec import DTYPE_BYTES
 
 from ..lab import Lab
 from ..render.arrays import Traced, to_numpy
-from ..schemas import FieldError, TilesRequest
+from ..schemas import FieldError, TilesRequest, said
 from ..web.page import language, page_route
 from ..web.state import lab_like, url_fields, within
 from ..web.view import Array, View
@@ -151,7 +151,7 @@ async def tiles_view(state: TilesQuery, lab: Lab, progress: str, ctx: dict[str, 
     req = state.request(TilesRequest)
     spec = await lab.off_loop(req.preset, req.to_tiles_spec, lab.limits, lab.device, lab.models)
     if spec.n_tokens > 64:
-        raise FieldError("tokens", "the walk-through prints every running value: at most 64 tokens here")
+        raise FieldError("tokens", said("walk_tokens"))
     trace, _ = await lab.trace(spec)
     doc = await run_in_threadpool(tiles_document, trace, req)
     qb = within("qb", state.qb, 0, len(doc.blocks) - 1)

@@ -108,10 +108,10 @@ class Answer:
 
 def token_of(text: Text, raw: str | None, given: int | None, field: str) -> int | None:
     if raw is not None and given is not None:
-        raise FieldError(field, f"give {field} or {field}_id, not both")
+        raise FieldError(field, said("name_or_id", field=field))
     if given is not None:
         if given >= text.model.info.vocab:
-            raise FieldError(f"{field}_id", f"is outside the vocabulary 0..{text.model.info.vocab - 1}")
+            raise FieldError(f"{field}_id", said("outside_vocab", last=text.model.info.vocab - 1))
         return given
     if raw is None:
         return None
@@ -143,7 +143,7 @@ def text_for(req: Any, lab: Lab, max_tokens: int) -> Text:
     if model is None:
         if req.preset not in lab.models:
             names = ", ".join([*generators(lab.models), *encoders(lab), *BUILTIN])
-            raise FieldError("preset", f"attributions read a loaded model: {names}")
+            raise FieldError("preset", said("attributions_model", names=names))
         return text_of(req, lab, max_tokens, False, "tokens", 1, "attributions", True)
     if req.text is None and req.token_ids is None:
         raise FieldError("text", said("text_given"))
@@ -158,9 +158,9 @@ def text_for(req: Any, lab: Lab, max_tokens: int) -> Text:
         raise
     seq = P.sequence(model, spec.token_ids, req.bos, False)
     if len(seq) < 2:
-        raise FieldError(field, "give at least two tokens")
+        raise FieldError(field, said("two_tokens"))
     if len(seq) > room:
-        raise FieldError(field, f"at most {room} tokens here, got {len(seq)}")
+        raise FieldError(field, said("tokens_here", room=room, n=len(seq)))
     return Text(req.preset, model, tuple(seq), tuple(model.labels(list(seq))), model.specials_first(seq))
 
 
@@ -248,13 +248,13 @@ def split_part(split: A.ScoreSplit, cell: float, decimals: int | None) -> dict[s
     ).model_dump()  # fmt: skip
 
 
-def checked(req: AttributionRequest, preset: str, layers: str, n_layer: int, n_heads: int, span: int,
+def checked(req: AttributionRequest, preset: str, layers: Message, n_layer: int, n_heads: int, span: int,
             position: int, flow_tokens: int, too_long: FieldError) -> tuple[int, int, int] | None:  # fmt: skip
-    """The parts asked for, each a 422 naming its field when out of range: `norms_layer` (the model's `layers`, in
-    words), attention flow over more than `flow_tokens` of the `span` tokens the position reads (`too_long`), and
+    """The parts asked for, each a 422 naming its field when out of range: `norms_layer` (`layers`: the model's layers,
+    said), attention flow over more than `flow_tokens` of the `span` tokens the position reads (`too_long`), and
     the score split (layer, head, key: returned)."""
     if req.norms_layer is not None and req.norms_layer >= n_layer:
-        raise FieldError("norms_layer", f"{preset} has {layers}")
+        raise FieldError("norms_layer", layers)
     if req.flow and span > flow_tokens:
         raise too_long
     asked = (req.score_layer, req.score_head, req.score_key)
@@ -262,13 +262,13 @@ def checked(req: AttributionRequest, preset: str, layers: str, n_layer: int, n_h
         return None
     for name, value in zip(("score_layer", "score_head", "score_key"), asked, strict=True):
         if value is None:
-            raise FieldError(name, "the score split takes score_layer, score_head and score_key together")
+            raise FieldError(name, said("score_together"))
     if req.score_layer >= n_layer:  # type: ignore[operator]
-        raise FieldError("score_layer", f"{preset} has {layers}")
+        raise FieldError("score_layer", layers)
     if req.score_head >= n_heads:  # type: ignore[operator]
-        raise FieldError("score_head", f"{preset} has heads 0..{n_heads - 1}")
+        raise FieldError("score_head", said("heads_range", model=preset, last=n_heads - 1))
     if req.score_key >= span:  # type: ignore[operator]
-        raise FieldError("score_key", f"the query at position {position} reads keys 0..{span - 1}")
+        raise FieldError("score_key", said("query_keys", position=position, last=span - 1))
     return asked  # type: ignore[return-value]
 
 
@@ -287,18 +287,20 @@ NO_DLA = ("{preset} is an encoder: it predicts no next token, so it has no next-
 def too_long(text: Text, req: AttributionRequest, position: int, flow_tokens: int) -> FieldError:
     """The 422 naming the text (or its token ids) of a flow that would read more than `flow_tokens` tokens."""
     n = position + 1 if text.model.decoder else len(text.seq)
-    upto = f" up to position {position}" if text.model.decoder else ""
-    return FieldError("token_ids" if req.token_ids is not None else "text",
-                      f"attention flow reads at most {flow_tokens} tokens (MAX_FLOW_TOKENS: one max-flow per token "
-                      f"through every layer); this text has {n}{upto}: shorten it"
-                      f"{', pick an earlier position' if text.model.decoder else ''} or leave flow off")  # fmt: skip
+    said_as = (
+        said("flow_long_upto", limit=flow_tokens, n=n, position=position)
+        if text.model.decoder
+        else said("flow_long_text", limit=flow_tokens, n=n)
+    )
+    return FieldError("token_ids" if req.token_ids is not None else "text", said_as)
 
 
 def model_checked(text: Text, req: AttributionRequest, position: int, flow_tokens: int) -> tuple[int, int, int] | None:
     """`checked` for a loaded model's text."""
     arch, span = text.model.arch, position + 1 if text.model.decoder else len(text.seq)
-    return checked(req, text.preset, f"layers 0..{arch.n_layer - 1}", arch.n_layer, arch.n_heads, span, position,
-                   flow_tokens, too_long(text, req, position, flow_tokens))  # fmt: skip
+    layers = said("has_layers", model=text.preset, last=arch.n_layer - 1)
+    return checked(req, text.preset, layers, arch.n_layer, arch.n_heads, span, position, flow_tokens,
+                   too_long(text, req, position, flow_tokens))  # fmt: skip
 
 
 def last_word(model: Any, ids: list[int]) -> int:
@@ -379,13 +381,11 @@ def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: i
     model, ids = text.model, list(text.seq)
     position = (len(ids) - 1 if model.decoder else last_word(model, ids)) if req.position is None else req.position
     if position >= len(ids):
-        raise FieldError("position", f"the text has positions 0..{len(ids) - 1}, not {position}")
+        raise FieldError("position", said("text_positions", last=len(ids) - 1, position=position))
     if not model.decoder:
         for name in ("target", "target_id", "contrast", "contrast_id"):
             if getattr(req, name) is not None:
-                raise FieldError(
-                    name, f"{text.preset} is an encoder: it has no next-token logit to split; leave it out"
-                )
+                raise FieldError(name, said("encoder_no_logit", model=text.preset))
         asked = model_checked(text, req, position, flow_tokens)
         with engine_bounds():
             extra = model_parts(text, req, position, asked, max_tokens, device, limits)
@@ -447,11 +447,11 @@ def builtin_spec(req: AttributionRequest, lab: Lab) -> tuple[Any, bool]:
     A target, a contrast or token ids are 422s naming them: there is no unembedding and no tokenizer."""
     for name in ("target", "target_id", "contrast", "contrast_id"):
         if getattr(req, name) is not None:
-            raise FieldError(name, f"{req.preset} has no unembedding: there is no logit to split; leave it out")
+            raise FieldError(name, said("no_unembedding", model=req.preset))
     if req.token_ids is not None:
-        raise FieldError("token_ids", f"{req.preset} has no tokenizer: give tokens (or text, split on whitespace)")
+        raise FieldError("token_ids", said("no_tokenizer_tokens", model=req.preset))
     if req.text is not None and req.tokens is not None:
-        raise FieldError("tokens", "give tokens or text, not both")
+        raise FieldError("tokens", said("tokens_text_both"))
     field = "text" if req.text is not None else "tokens"
     block = req.preset != "toy" if req.block is None else req.block
     limits = lab.limits
@@ -492,12 +492,13 @@ def compute_builtin(req: AttributionRequest, spec: Any, block: bool, trace: Any,
     field = "text" if req.text is not None else "tokens"
     position = n - 1 if req.position is None else req.position
     if position >= n:
-        raise FieldError("position", f"the text has positions 0..{n - 1}, not {position}")
+        raise FieldError("position", said("text_positions", last=n - 1, position=position))
     causal = attn.mask == "causal"
     span = position + 1 if causal else n
-    long_flow = FieldError(field, f"attention flow reads at most {flow_tokens} tokens (MAX_FLOW_TOKENS); this text "
-                                 f"has {span}: shorten it or leave flow off")  # fmt: skip
-    asked = checked(req, attn.preset, "one layer: 0", 1, h, span, position, flow_tokens, long_flow)
+    long_flow = FieldError(field, said("flow_long", limit=flow_tokens, n=span))
+    asked = checked(
+        req, attn.preset, said("has_one_layer", model=attn.preset), 1, h, span, position, flow_tokens, long_flow
+    )
     extra = parts(
         req, position, span, causal, 1, asked,
         lambda _, head, key: (A.trace_score_split(trace, head, position, key),
@@ -550,7 +551,7 @@ async def answer(request: Request, req: AttributionRequest, lab: Lab) -> Respons
         return Response(done.body, media_type="application/json")
     if req.tokens is not None or req.block is not None or req.seed:
         name = "tokens" if req.tokens is not None else "block" if req.block is not None else "seed"
-        raise FieldError(name, f"is for the built-in presets ({', '.join(BUILTIN)}); {req.preset} reads text")
+        raise FieldError(name, said("builtin_only", presets=", ".join(BUILTIN), model=req.preset))
     text = await lab.off_loop(req.preset, text_for, req, lab, lab.settings.max_predict_tokens)
     done = await text_answer(req, text, lab, get_key(request))
     return Response(done.body, media_type="application/json")

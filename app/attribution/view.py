@@ -23,7 +23,7 @@ from engine.spec import PRESETS
 
 from ..lab import Lab
 from ..render import cells
-from ..schemas import FieldError, head_within, query_model
+from ..schemas import FieldError, head_within, query_model, said
 from ..web.page import lab_url, twin_url
 from ..web.sequence import DECODER, Text, generators
 from ..web.state import Choice, Digits, HeadCell, PageQuery, within
@@ -331,7 +331,7 @@ async def attribution_view(state: AttributionQuery, lab: Lab, progress: str, ctx
     model, seq = text.model, list(text.seq)
     flow_tokens = lab.settings.max_flow_tokens
     if len(seq) < 2:  # the sink contrast compares the first token with the others
-        raise FieldError("token_ids" if req.token_ids is not None else "text", "give at least two tokens")
+        raise FieldError("token_ids" if req.token_ids is not None else "text", said("two_tokens"))
     cost = text_cost(text)
     doc = (await text_answer(req, text, lab, progress)).doc  # the API's own answer: one cache entry for both
     p = int(doc["position"])
@@ -407,7 +407,7 @@ async def builtin_view(state: AttributionQuery, lab: Lab, progress: str, ctx: di
     doc = (await builtin_answer(req, lab, progress)).doc
     spec, block, trace = await builtin_trace(req, lab)
     if len(doc["tokens"]) < 2:  # the sink contrast compares the first token with the others
-        raise FieldError("text", "give at least two tokens")
+        raise FieldError("text", said("two_tokens"))
     p, causal = int(doc["position"]), bool(doc["causal"])
     span = p + 1 if causal else len(doc["tokens"])
     grid = tuple(tuple(float(x) for x in row) for row in doc["head_norms"])
@@ -438,8 +438,8 @@ async def builtin_view(state: AttributionQuery, lab: Lab, progress: str, ctx: di
     link = builtin_link(str(doc["preset"]), tuple(doc["tokens"]), block, ctx["lang"], state.present)
     view = build(state, ctx, Named(str(doc["preset"])), doc, extra, detail, (0, head), "abs",
                  lab.settings.max_flow_tokens, why, link=link)  # fmt: skip
-    said = t(f"attribution.no_dla.{doc['trace']}", model=t("preset." + doc["preset"]))
-    return view.model_copy(update={"no_dla": said, "trace": str(doc["trace"]),
+    no_dla = t(f"attribution.no_dla.{doc['trace']}", model=t("preset." + doc["preset"]))
+    return view.model_copy(update={"no_dla": no_dla, "trace": str(doc["trace"]),
                                    "head_explain": "attribution.head.explain.trace"})  # fmt: skip
 
 

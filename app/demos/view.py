@@ -13,7 +13,7 @@ from engine import demos
 
 from ..errors import clean
 from ..render.charts import Chart, Series
-from ..schemas import ASCII_NUMBER, FieldError
+from ..schemas import ASCII_NUMBER, FieldError, said
 from ..web.view import View
 
 Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
@@ -62,23 +62,23 @@ class SoftmaxQuery(BaseModel):
 def permutation_of(q: PermutationQuery) -> dict[str, Any]:
     tokens = q.tokens.split()
     if not 1 <= len(tokens) <= 16:
-        raise FieldError("tokens", "give 1 to 16 tokens")
+        raise FieldError("tokens", said("demo_tokens"))
     parts = [p for p in q.perm.replace(" ", ",").split(",") if p]
     if not all(p.isascii() and p.isdigit() and len(p) <= 3 for p in parts):
-        raise FieldError("perm", "must be comma-separated integers written with the digits 0-9")
+        raise FieldError("perm", said("perm_digits"))
     perm = [int(p) for p in parts]
     if sorted(perm) != list(range(len(tokens))):
-        raise FieldError("perm", f"must reorder 0..{len(tokens) - 1}, each once")
+        raise FieldError("perm", said("perm_reorder", last=len(tokens) - 1))
     return demos.permutation(tokens, perm, q.seed)
 
 
 def logits_of(q: SoftmaxQuery) -> list[float]:
     parts = [v for v in q.logits.replace(" ", ",").split(",") if v]
     if not all(ASCII_NUMBER.fullmatch(v) for v in parts):
-        raise FieldError("logits", "must be comma-separated numbers such as 10, -2.5 or 1e3")
+        raise FieldError("logits", said("logits_numbers"))
     values = [float(v) for v in parts]
     if not 1 <= len(values) <= 32 or any(abs(v) > 1e6 or v != v for v in values):
-        raise FieldError("logits", "give 1 to 32 finite numbers between −1e6 and 1e6")
+        raise FieldError("logits", said("logits_range"))
     return values
 
 
@@ -127,7 +127,7 @@ def run_demos(params: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, tupl
             sections[name] = run(model.model_validate({k: v for k, v in params.items() if k in model.model_fields}))
         except ValidationError as exc:
             e = clean(exc.errors(), "query")[0]
-            errors[name] = (str(e["loc"][1]), str(e["msg"]))
+            errors[name] = (str(e["loc"][1]), e["msg"])  # its code kept: a page says it in its language
         except FieldError as exc:
             errors[name] = (exc.field, exc.message)
     return sections, errors

@@ -246,16 +246,16 @@ def check_sampling(req: GenerateRequest, vocab: int, max_samples: int, max_top_k
     """The sampling settings against the server's caps (MAX_SAMPLES, MAX_TOP_K) and the model's vocabulary: a 422
     naming the field past a bound."""
     if req.samples > max_samples:
-        raise FieldError("samples", f"at most {max_samples} continuations per request, not {req.samples}")
+        raise FieldError("samples", said("samples_max", limit=max_samples, n=req.samples))
     if req.top_k > max_top_k:
-        raise FieldError("top_k", f"at most {max_top_k}, not {req.top_k}")
+        raise FieldError("top_k", said("at_most_not", limit=max_top_k, n=req.top_k))
     if req.samples > 1 and not req.do_sample:
-        raise FieldError("samples", "several continuations need do_sample=true (greedy gives one)")
+        raise FieldError("samples", said("samples_sample"))
     forced = req.forced()
     if any(step >= req.max_new_tokens for step in forced):
-        raise FieldError("branch", f"steps count from 0 and stay under max_new_tokens ({req.max_new_tokens})")
+        raise FieldError("branch", said("branch_steps", limit=req.max_new_tokens))
     if any(token >= vocab for token in forced.values()):
-        raise FieldError("branch", f"token ids are under the vocabulary's size ({vocab})")
+        raise FieldError("branch", said("branch_ids", vocab=vocab))
 
 
 def cost(spec: Spec, max_new: int, info: Any) -> int:

@@ -47,10 +47,9 @@ async def roles_of(req: RolesRequest, lab: Lab, key: str | None) -> tuple[Text, 
     iv = intervention(req, t.model)
     limit = lab.settings.max_probe_n
     if req.probe_n > limit:
-        raise FieldError("probe_n", f"at most {limit} here, got {req.probe_n}")
+        raise FieldError("probe_n", said("at_most_here", limit=limit, n=req.probe_n))
     if 2 * req.probe_n + 1 > t.model.info.n_ctx:
-        raise FieldError("probe_n", f"the probe has 2 × {req.probe_n} + 1 tokens, over {t.model.name}'s context "
-                         f"of {t.model.info.n_ctx}")  # fmt: skip
+        raise FieldError("probe_n", said("probe_context", n=req.probe_n, model=t.model.name, n_ctx=t.model.info.n_ctx))
     ablate = P.Intervention(ablate=iv.ablate, mean=iv.mean)
     # Without a head knocked out the mode changes nothing: one computation (and cache entry) for both.
     compute_key = (req.preset, t.seq, req.probe_n, req.seed, ablate if ablate.ablate else P.NONE)
@@ -202,26 +201,27 @@ def prompts_of(req: PatchRequest, lab: Lab) -> tuple[Text, Text]:
     """The two prompts through the model's tokenizer, of the same length (a 422 showing both tokenisations)."""
     model = decoder(lab, req.preset, "the head views", pre_ln=True)
     if not model.has_tokenizer:
-        raise FieldError("preset", f"{req.preset} has no tokenizer: patching reads two prompts as text")
+        raise FieldError("preset", said("patch_tokenizer", model=req.preset))
     limit = min(lab.settings.max_patch_tokens, model.info.n_ctx)
     out = []
     for name in ("clean", "corrupted"):
         seq = P.sequence(model, model.tokenize(getattr(req, name)), req.bos, False)
         if not seq:  # a text of characters the tokenizer drops (a trained run's small vocabulary), and no BOS
-            raise FieldError(name, f"gives no tokens in {model.name}'s vocabulary")
+            raise FieldError(name, said("no_vocab_tokens", model=model.name))
         if len(seq) > limit:
-            raise FieldError(name, f"at most {limit} tokens here, got {len(seq)}")
+            raise FieldError(name, said("tokens_here", room=limit, n=len(seq)))
         out.append(Text(req.preset, model, tuple(seq), tuple(model.labels(seq))))
     a, b = out
     if len(a.seq) != len(b.seq):
-        raise FieldError("corrupted", f"the two prompts must have the same number of tokens: clean has "
-                         f"{len(a.seq)} {list(a.labels)}, corrupted has {len(b.seq)} {list(b.labels)}")  # fmt: skip
+        raise FieldError(
+            "corrupted", said("prompts_match", n=len(a.seq), labels=list(a.labels), m=len(b.seq), other=list(b.labels))
+        )
     for name in ("answer", "wrong"):
         v = getattr(req, name)
         if v is not None and v >= model.arch.vocab:
             raise FieldError(name, said("vocab_ids", model=model.name, last=model.arch.vocab - 1))
     if req.metric == "logit_diff" and req.answer is not None and req.answer == req.wrong:
-        raise FieldError("wrong", "must differ from answer: their logit difference would be 0 in every run")
+        raise FieldError("wrong", said("differ_answer"))
     return a, b
 
 

@@ -15,7 +15,7 @@ from engine.predict import NONE
 from engine.spec import Spec, make_spec
 
 from ..lab import Lab, Progress
-from ..schemas import FieldError
+from ..schemas import FieldError, said
 from ..web.knockouts import Knockouts, intervention
 from ..web.view import View
 
@@ -106,16 +106,16 @@ def view_spec(req: ModelViewRequest, lab: Lab) -> Spec:
     MAX_LONG_TOKENS; the others trace each layer whole, up to MAX_MODEL_VIEW_TOKENS."""
     models = lab.models
     if req.preset not in models:
-        names = ", ".join(models) or "none on this server"
-        raise FieldError("preset", f"the model view is for pretrained models: {names}")
+        names = ", ".join(models)
+        raise FieldError("preset", said("model_view_models", names=names) if names else said("model_view_none"))
     one_pass = getattr(models[req.preset], "one_pass_view", False)
     max_tokens = lab.limits.max_long_tokens if one_pass else lab.settings.max_model_view_tokens
     spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=models,
                      device=lab.device, limits=lab.long_limits)  # fmt: skip
     if spec.n_tokens > max_tokens:
         field = "token_ids" if req.token_ids is not None else "text"
-        how = "reads every layer" if one_pass else "traces every layer whole"
-        raise FieldError(field, f"the model view {how}: at most {max_tokens} tokens, got {spec.n_tokens}")
+        code = "model_view_one_pass" if one_pass else "model_view_whole"
+        raise FieldError(field, said(code, limit=max_tokens, n=spec.n_tokens))
     return spec
 
 
@@ -166,8 +166,7 @@ async def model_view_of(req: ModelViewRequest, lab: Lab, key: str | None = None)
     iv = NONE
     if req.ablate:
         if not getattr(model, "one_pass_view", False):
-            raise FieldError("ablate", f"heads are knocked out of a causal decoder's forward pass; {req.preset} is "
-                             "an encoder, its view traces each layer on its own")  # fmt: skip
+            raise FieldError("ablate", said("ablate_encoder", model=req.preset))
         iv = intervention(req, model)
     # Through the lab's one compute path, cached by what the numbers depend on (the model, the tokens, the heads
     # knocked out), so the page's statistic, layer and head pick from one pass; its own bytes held by no reservation

@@ -34,9 +34,9 @@ async def predict_of(req: PredictRequest, lab: Lab, key: str | None) -> tuple[Te
     replace = None
     if req.replace is not None:
         if req.replace.position >= n:
-            raise FieldError("replace", f"position: the inputs have positions 0..{n - 1}, not {req.replace.position}")
+            raise FieldError("replace", said("replace_position", last=n - 1, position=req.replace.position))
         if req.replace.token_id >= t.model.arch.vocab:
-            raise FieldError("replace", f"token_id: {t.model.name}'s vocabulary has ids 0..{t.model.arch.vocab - 1}")
+            raise FieldError("replace", said("replace_token_id", model=t.model.name, last=t.model.arch.vocab - 1))
         replace = (req.replace.position, req.replace.token_id)
     if req.loss_from >= n:
         raise FieldError("loss_from", said("nothing_scored", last=n - 1))
@@ -346,11 +346,9 @@ def check_rank_cost(cost: RankCost, field: str) -> None:
     """A ranking over the limit is refused before it starts, naming the field that sets its length."""
     if cost.allowed:
         return
-    fits = (f"rank at position {cost.max_tokens - 1} or earlier" if cost.max_tokens >= 2
-            else "this model's heads cannot be ranked under it")  # fmt: skip
-    raise FieldError(field, f"ranking {cost.heads:,} heads over {cost.tokens:,} tokens costs {cost.total:,} "
-                     f"token-layer passes ({cost.per_token:,} a token), over this server's limit of {cost.limit:,} "
-                     f"(MAX_RANK_COST): {fits}")  # fmt: skip
+    code = "rank_cost_at" if cost.max_tokens >= 2 else "rank_cost_none"
+    raise FieldError(field, said(code, heads=cost.heads, tokens=cost.tokens, total=cost.total, per_token=cost.per_token,
+                                 limit=cost.limit, position=cost.max_tokens - 1))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -388,8 +386,8 @@ async def ranking_job(req: RankRequest, lab: Lab, key: str | None) -> Ranked:
     position = n - 2 if req.position is None else req.position
     limit = n - 1 if req.target_id is not None else n - 2
     if position > limit:
-        raise FieldError("position", f"positions 0..{limit} have {'a place' if req.target_id else 'a next token'} "
-                         f"in this text, not {position}")  # fmt: skip
+        raise FieldError("position", said("positions_place" if req.target_id else "positions_next", limit=limit,
+                                          position=position))  # fmt: skip
     target = t.seq[position + 1] if req.target_id is None else req.target_id
     if target >= t.model.arch.vocab:
         raise FieldError("target_id", said("vocab_ids", model=t.model.name, last=t.model.arch.vocab - 1))

@@ -9,7 +9,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from ..schemas import FieldError
+from ..schemas import FieldError, said
 from ..web.knockouts import heads_text
 from ..web.state import PageQuery, within
 from .compute import Switched, Top
@@ -52,7 +52,7 @@ def index_of(key: str, p: int | None, first: int, n: int) -> int:
     if p is None or p < 0:
         if first:
             return 0
-        raise FieldError(key, "this sequence has no BOS: its positions are numbered from 0")
+        raise FieldError(key, said("no_bos"))
     return within(key, p, 0, n - 1 - first) + first
 
 

@@ -22,6 +22,11 @@ class Problem(BaseModel):
 
     message: str
     detail: list[ProblemItem]
+    omitted: int | None = Field(
+        None,
+        description="How many more errors the request had, left out of `detail` and `message`: an answer lists "
+        "at most the first `max_errors` (a setting, 50 by default). Absent when none were left out.",
+    )
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {

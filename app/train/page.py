@@ -21,7 +21,7 @@ from ..errors import field_error
 from ..lab import Lab, get_lab
 from ..render.charts import Series, line_chart
 from ..render.heatmap import data_uri, png
-from ..schemas import FieldError
+from ..schemas import FieldError, said
 from ..web.origin import foreign
 from ..web.page import query_of, serve
 from ..web.state import SHARED, Digits, PageQuery
@@ -191,9 +191,9 @@ async def find(request: Request, key: str, run_id: str) -> Job | None:
         return next((j for j in jobs if isinstance(j.run, Run) and j.run.config.causal == LATEST[run_id]), None)
     job = await runs_of(request).get(run_id)
     if job is None:
-        raise FieldError(key, f"no training run {run_id!r} (finished runs are kept while newer ones allow)")
+        raise FieldError(key, said("no_run", run=run_id))
     if not isinstance(job.run, Run):
-        raise FieldError(key, f"run {run_id!r} trains an encoder–decoder: /cross?run={run_id} shows it")
+        raise FieldError(key, said("run_encdec", run=run_id))
     return job
 
 

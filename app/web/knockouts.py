@@ -59,7 +59,7 @@ def intervention(req: Knockouts, model: Model) -> P.Intervention:
     that takes only `Knockouts` (the model view) changes no mask and no sink."""
     for pair in req.ablate or []:
         if len(pair) != 2:
-            raise FieldError("ablate", f"each entry is a [layer, head] pair, not {pair}")
+            raise FieldError("ablate", said("pair_entry", pair=pair))
     a = model.arch
     iv = P.Intervention(
         ablate=tuple(sorted({(p[0], p[1]) for p in req.ablate or []})), mean=req.ablate_mode == "mean",

@@ -106,7 +106,7 @@ def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["in
     if len(seq) < least:
         if least == 2 and counted == "inputs":
             raise FieldError(field, said("two_inputs"))
-        raise FieldError(field, f"give at least {'two tokens' if least == 2 else 'one token'}")
+        raise FieldError(field, said("two_tokens" if least == 2 else "one_token"))
     n = len(seq) - 1 if counted == "inputs" else len(seq)
     if n > room:
         raise FieldError(field, said(f"{counted}_here", room=room, n=n))

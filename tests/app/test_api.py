@@ -279,6 +279,41 @@ def test_a_long_list_of_bad_entries_is_one_short_422(client, path, field, value)
     assert len(r.content) < 2000 and len(r.json()["detail"]) <= 2, len(r.content)
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "errors"),
+    [
+        ("/api/v1/attention", {"stages": [{"x": 1}] * 4096}, 4096),  # 4096 entries, each wrong: within MAX_ITEMS
+        ("/api/v1/predict", {"ablate": [["a", "b"]] * 4096}, 8192),  # 4096 bad pairs: two errors a pair
+    ],
+)
+def test_an_error_answer_lists_at_most_max_errors_and_counts_the_rest(client, path, body, errors):
+    # Every error was listed: 4096 bad pairs were an answer of 8192 errors (~0.7 MB). Now the first 50 (the
+    # max_errors setting) and how many were left out.
+    r = client.post(path, json=body)
+    assert r.status_code == 422
+    answer = r.json()
+    assert len(answer["detail"]) == 50 and answer["omitted"] == errors - 50, (
+        len(answer["detail"]),
+        answer.get("omitted"),
+    )
+    assert answer["message"].count(": ") == 50 and answer["message"].endswith(f"; and {errors - 50} more errors")
+    assert len(r.content) < 20_000, len(r.content)
+    assert "omitted" not in client.post(path, json={"stages": ["nope"]}).json()  # a few errors: all, and no count
+
+
+def test_max_errors_is_a_setting():
+    with make_client(max_errors=3) as c:
+        answer = c.post("/api/v1/attention", json={"stages": [{"x": 1}] * 5}).json()
+        assert (
+            len(answer["detail"]) == 3 and answer["omitted"] == 2 and answer["message"].endswith("; and 2 more errors")
+        )
+        answer = c.post("/api/v1/attention", json={"stages": [{"x": 1}] * 4}).json()
+        assert (
+            len(answer["detail"]) == 3 and answer["omitted"] == 1 and answer["message"].endswith("; and 1 more error")
+        )
+        assert "omitted" not in c.post("/api/v1/attention", json={"stages": [{"x": 1}] * 3}).json()
+
+
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_numbers_are_422_not_500(client, literal):
     raw = '{"x": [[' + literal + ", 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]}"

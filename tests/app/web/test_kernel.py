@@ -353,6 +353,68 @@ def test_errors_on_chinese_pages_are_in_chinese(client: TestClient, query: str, 
     assert api.status_code == 200 or words not in api.text
 
 
+# An engine refusal as a page shows it in Chinese (the lab, /block, /decode, /params): each was English after the
+# field's name (“n_kv_heads” 有误：must divide n_heads 1 (1 is MQA, 1 is plain MHA), got 3) before it was coded.
+ENGINE_REFUSALS = [
+    ("/?tokens=a+b&n_kv_heads=3", "n_kv_heads", "必须能整除 n_heads 1（1 是 MQA，1 是普通的 MHA），收到的是 3"),
+    ("/?kv_tokens=c+d&positions=rope", "positions", "这里的 RoPE 只用于自注意力：交叉注意力没有共同的位置"),
+    ("/?kv_tokens=c+d&mask=causal", "mask", "交叉注意力读取另一个序列：请用 none, padding 或 custom"),
+    ("/decode?mask=sliding_window", "mask", "带 KV 缓存的解码是因果的（或选 none，看看为什么必须是因果的）"),
+    ("/block?d_ff=99999999", "d_ff", "必须在 1 到 16384 之间（或 0，表示 4·d_model），收到的是 99999999"),
+    ("/block?kv_tokens=a+b", "kv_tokens", "解码器块只对自身做注意力；交叉注意力请用注意力计算"),
+    ("/params?n_kv_heads=5", "n_layer", "不选预设时必须给出"),
+    ("/params?preset=gpt2-small&n_kv_heads=5", "n_kv_heads", "必须能整除 n_heads 12（0 表示等于 n_heads），收到的是 5"),
+]
+
+
+# The app's own refusals alike (“perm” 有误：must reorder 0..4, each once); /demos also said pydantic's in English.
+APP_REFUSALS = [
+    ("/demos?perm=1,1,1", "perm", "必须是 0..4 的一个排列，每个数恰好出现一次"),
+    ("/demos?logits=abc", "logits", "必须是用逗号分隔的数字，例如 10, -2.5 或 1e3"),
+    ("/demos?m=abc", "m", "应为整数"),
+    ("/train?run=nope", "run", "没有训练运行 'nope'（已结束的运行只在新运行允许时保留）"),
+    ("/cross?run=nope", "run", "没有训练运行 'nope'"),
+    ("/model?preset=toy", "preset", "模型视图只用于预训练模型："),
+    ("/sinks?preset=toy", "preset", "注意力汇聚是训练过的模型的习惯：请选择"),
+    ("/generate?top_k=99999", "top_k", "至多为 1000，不能是 99999"),
+    ("/heads?probe_n=9999", "probe_n", "这里至多为 128，收到的是 9999"),
+    ("/attribution?position=999", "position", "没有 999"),
+]
+
+
+@pytest.mark.parametrize(("url", "field", "said"), ENGINE_REFUSALS + APP_REFUSALS)
+def test_a_refusal_is_a_chinese_sentence_on_a_chinese_page(client: TestClient, url: str, field: str, said: str) -> None:
+    shown = BeautifulSoup(client.get(url + "&lang=zh").text, "html.parser").select_one(".error").get_text(" ")
+    assert f"“{field}”" in shown and said in shown, shown
+    sentence = shown.partition("有误：")[2]
+    assert not re.search(r"[A-Za-z]{2,}(?:[ ,;:]+[A-Za-z]{2,}){2,}", sentence), sentence  # no English run of words
+    # the English page (and the API) keep the English
+    english = BeautifulSoup(client.get(url + "&lang=en").text, "html.parser").select_one(".error").get_text(" ")
+    assert said not in english and not re.search(r"[\u4e00-\u9fff]", english), english
+
+
+def test_every_coded_message_is_a_chinese_sentence() -> None:
+    """Each code's Chinese (locales/errors.json "zh") is written in Chinese: no two English words in a row outside
+    its placeholders (names, values and choices stay as the API spells them), where every English template has."""
+    import string
+
+    from app.schemas.fields import APP_ENGLISH
+    from app.templating import ERROR_CODES
+    from engine.errors import ENGLISH
+
+    def literal(template: str) -> str:
+        return "".join(text for text, *_ in string.Formatter().parse(template))
+
+    english_run = re.compile(r"[A-Za-z]{2,}(?:[ ,;:]+[A-Za-z]{2,})+")
+    codes = {**ENGLISH, **APP_ENGLISH}
+    for code in codes:
+        zh = ERROR_CODES["zh"][code]
+        assert re.search(r"[\u4e00-\u9fff]", zh) and not english_run.search(literal(zh)), (code, zh)
+    # the check has reach: it catches the English of nearly every code (not "give 1 to 16 tokens")
+    caught = [code for code, english in codes.items() if english_run.search(literal(english))]
+    assert len(caught) > 0.9 * len(codes), sorted(set(codes) - set(caught))
+
+
 def test_every_coded_error_has_its_translation_with_the_same_parameters() -> None:
     import string
 
