@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine import encdec
 from engine.train import LIMITS, TrainConfig, make_config
 
-from ..schemas import ERRORS, FieldError
+from ..schemas import ERRORS, FieldError, said
 from ..web.sse import RESPONSES, EventSourceResponse, ServerSentEvent, event, stream
 from . import arch
 from .presets import Presets
@@ -84,16 +84,14 @@ def config_of(body: TrainIn) -> arch.AnyConfig:
     given = body.model_fields_set - {"arch"}
     if body.arch == "gpt":
         if body.task not in GPT_TASKS:
-            raise FieldError(
-                "task", f"the GPT trains {' or '.join(GPT_TASKS)} ({body.task!r} is the encoder-decoder's)"
-            )
+            raise FieldError("task", said("gpt_tasks", task=body.task))
         if wrong := sorted(given & ENCDEC_ONLY):
-            raise FieldError(wrong[0], 'is a setting of "arch": "encoder-decoder"')
+            raise FieldError(wrong[0], said("encdec_setting"))
         return make_config(**body.model_dump(exclude=set(ENCDEC_ONLY | {"arch"})))
     if "task" in given and body.task not in ENCDEC_TASKS:
-        raise FieldError("task", f"the encoder-decoder trains {' or '.join(ENCDEC_TASKS)}, not {body.task!r}")
+        raise FieldError("task", said("encdec_tasks", task=body.task))
     if wrong := sorted(given & GPT_ONLY):
-        raise FieldError(wrong[0], 'is a setting of the GPT ("arch": "gpt")')
+        raise FieldError(wrong[0], said("gpt_setting"))
     task = body.task if "task" in given else "reverse"
     return encdec.make_config(**{k: getattr(body, k) for k in given - {"task"}}, task=task)
 
@@ -123,7 +121,7 @@ async def start_run(request: Request, body: TrainIn) -> Job:
     limit = request.app.state.settings.train_max_steps
     config = config_of(body)
     if config.steps > limit:
-        raise FieldError("steps", f"must be at most {limit} on this server (TRAIN_MAX_STEPS)")
+        raise FieldError("steps", said("train_max_steps", limit=limit))
     client = (request.client.host if request.client else "") or "?"
     return await runs_of(request).start(config, client=client)
 

@@ -17,13 +17,14 @@ from pydantic import ValidationError
 
 from engine.train import Run, TrainConfig
 
-from ..errors import field_error
+from ..errors import clean, field_error
 from ..lab import Lab, get_lab
 from ..render.charts import Series, line_chart
 from ..render.heatmap import data_uri, png
 from ..schemas import FieldError, said
+from ..templating import LANGS, TEMPLATES, error_message, negotiate, translator
 from ..web.origin import foreign
-from ..web.page import query_of, serve
+from ..web.page import VARY, page_context, query_of, room_query, screen_carry, serve
 from ..web.state import SHARED, Digits, PageQuery
 from ..web.view import HIDDEN, View
 from .api import TrainIn, busy, runs_of, start_run
@@ -255,10 +256,50 @@ async def train_form(request: Request) -> Response:
             else None
         )
     except ValidationError as e:
-        raise FieldError(str(e.errors()[0]["loc"][0]), e.errors()[0]["msg"]) from None
+        if encdec:  # /cross's form: the API's answer, as before
+            raise FieldError(str(e.errors()[0]["loc"][0]), e.errors()[0]["msg"]) from None
+        bad = [(str(err["loc"][1]), err["msg"]) for err in clean(e.errors(), "body")]
+        return await refused_form(request, form, bad)
+    except FieldError as e:
+        if encdec:
+            raise
+        return await refused_form(request, form, [(e.field, e.message)])
     except Busy as e:
         return busy(e)
     carry = "".join(f"&{k}={quote(form[k])}" for k in SHARED if form.get(k))  # presenter mode, the lesson
     page = "/cross" if encdec else "/train"
     url = f"{page}?run={first.id}" + (f"&compare={second.id}" if second else "") + carry + f"&lang={lang}"
     return RedirectResponse(url, status_code=303)
+
+
+# The fields templates/train.html's form shows, each by its label's catalogue key (d_model is called so in both).
+FORM_LABELS = {"task": "train.task", "n_layer": "train.n_layer", "n_heads": "train.n_heads", "d_model": "",
+               "positions": "train.positions", "steps": "train.steps", "lr": "train.lr", "seed": "seed"}  # fmt: skip
+TYPED_CHARS = 40  # a typed value shown again in the form at most this long
+
+
+async def refused_form(request: Request, form: dict[str, str], bad: list[tuple[str, str]]) -> Response:
+    """The form refused (a field out of bounds, a d_model the heads do not divide, more steps than this server
+    allows): /train again with a 422, in the form's language, the values as typed kept in the form and each error
+    beside its field (those of fields the form does not show above it), as every page says bad input."""
+    lang = negotiate(form.get("lang"), request.headers.get("accept-language"))
+    t = translator(lang)
+    state = TrainQuery.of({k: form[k] for k in ("lang", *SHARED) if form.get(k)}, "/train")
+    ctx = page_context(
+        "train", lang, {code: state.lang_url(code) for code in LANGS}, 422, state=state, json_url="/api/v1/train",
+        room_query=room_query(request, state), hints=state.hints, present=state.present,
+        present_url=state.url(present=None if state.present else "1"), carry=screen_carry(state.params, lang),
+    )  # fmt: skip
+    view = await train_view(request, state, ctx)
+    ctx.update(view.context(), view=view)
+    said_ = {field: t("error.field", field=t(FORM_LABELS[field]) if FORM_LABELS.get(field) else field,
+                      message=error_message(message, lang)) for field, message in bad}  # fmt: skip
+    ctx["field_errors"] = {field: text for field, text in said_.items() if field in FORM_LABELS}
+    ctx["error"] = [text for field, text in said_.items() if field not in FORM_LABELS] or None
+    fields = set(TrainIn.model_fields) - {"arch"}
+    typed = {k: v[:TYPED_CHARS] for k, v in form.items() if k in fields and v != ""}
+    flags = {flag: form.get(flag) == "1" for flag in ("mlp", "causal", "cheat")}
+    ctx["defaults"] = view.defaults | typed | flags
+    headers = {"Vary": VARY, "Cache-Control": "no-store",
+               "X-Lab-Error": quote("; ".join(said_.values()), safe=" :;,.()'=-_")}  # fmt: skip
+    return TEMPLATES.TemplateResponse(request, "train.html", ctx, status_code=422, headers=headers)
