@@ -29,7 +29,7 @@ from engine.heads import layer_weights
 
 from ..render.heatmap import inline_svg as svg
 from ..schemas import FieldError
-from ..web.state import HeadCell, PageQuery
+from ..web.state import AsciiInt, HeadCell, PageQuery
 from ..web.view import HIDDEN, View
 
 PAD = "<pad>"
@@ -44,8 +44,8 @@ class ArchitecturesQuery(PageQuery):
     model_config = ConfigDict(extra="ignore")
 
     text: str = Field("the cat sat on the mat", max_length=200, description="the input, split on spaces (≤ 8)")
-    pad: int = Field(2, ge=0, le=4, description="<pad> tokens after it, as in a batch")
-    pos: int = Field(2, ge=0, le=11, description="the position whose reading is listed")
+    pad: AsciiInt = Field(2, ge=0, le=4, description="<pad> tokens after it, as in a batch")
+    pos: AsciiInt = Field(2, ge=0, le=11, description="the position whose reading is listed")
     minilm: HeadCell = Field((0, 0), description="MiniLM's head drawn: layer.head")
     smollm2: HeadCell = Field((0, 1), description="SmolLM2's head drawn: layer.head")
     encdec: HeadCell = Field((0, 0), description="the encoder–decoder's head drawn: layer.head")

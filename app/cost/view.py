@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 
 from ..render.charts import Series, line_chart
-from ..web.state import PageQuery
+from ..web.state import AsciiInt, PageQuery
 from ..web.view import HIDDEN, View
 from .flops import SHAPES, STAGES, crossover, flops, grid, measure, measured_crossover
 
@@ -21,7 +21,7 @@ class CostQuery(PageQuery):
     model_config = ConfigDict(extra="ignore")
 
     model: Literal["toy", "gpt2", "smollm2"] = Field("gpt2", description="the block's shapes: toy, gpt2, smollm2")
-    n_max: int = Field(1024, ge=64, le=2048, description="the longest sequence timed (64 to 2048)")
+    n_max: AsciiInt = Field(1024, ge=64, le=2048, description="the longest sequence timed (64 to 2048)")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from engine.encdec_train import EncDecRun, EncDecSnapshot, new_run, read_probe, 
 
 from ..render.charts import Series, line_chart
 from ..render.heatmap import inline_svg as svg
-from ..web.state import PageQuery
+from ..web.state import AsciiInt, AsciiIntOrNone, PageQuery
 from ..web.view import HIDDEN, View
 
 SMALL_ROWS, SMALL_DK = 10, 16  # every number on screen up to this many decoder rows and this head width
@@ -44,11 +44,11 @@ class CrossQuery(PageQuery):
         pattern=r"^(train-[A-Za-z0-9_-]{1,32})?$",
         description="a finished encoder-decoder run served as a preset (GET /api/v1/presets)",
     )
-    snap: int | None = Field(None, ge=0, le=100, description="the snapshot's index")
-    head: int = Field(0, ge=0, le=7, description="the cross-attention head")
+    snap: AsciiIntOrNone = Field(None, ge=0, le=100, description="the snapshot's index")
+    head: AsciiInt = Field(0, ge=0, le=7, description="the cross-attention head")
     nl: Literal["toy", "smollm2"] = Field("toy", description="the nonlinearity panel's model: the run's, or SmolLM2")
-    nl_layer: int = Field(NL_LAYER, ge=0, le=63, description="SmolLM2's layer in the nonlinearity panel")
-    nl_head: int = Field(NL_HEAD, ge=0, le=63, description="SmolLM2's query head in the nonlinearity panel")
+    nl_layer: AsciiInt = Field(NL_LAYER, ge=0, le=63, description="SmolLM2's layer in the nonlinearity panel")
+    nl_head: AsciiInt = Field(NL_HEAD, ge=0, le=63, description="SmolLM2's query head in the nonlinearity panel")
     nl_text: str = Field(NL_TEXT, min_length=1, max_length=NL_CHARS, description="the text SmolLM2 reads there")
 
 

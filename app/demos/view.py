@@ -14,6 +14,7 @@ from engine import demos
 from ..errors import clean
 from ..render.charts import Chart, Series
 from ..schemas import ASCII_NUMBER, FieldError, said
+from ..web.state import AsciiInt
 from ..web.view import View
 
 Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e6, le=1e6)]
@@ -42,16 +43,16 @@ class DemosView(View):
 class PermutationQuery(BaseModel):
     tokens: str = Field("猫 坐 在 垫子 上", max_length=2000, description="Space-separated, at most 16 tokens.")
     perm: str = Field("2,0,1,4,3", max_length=200, description="A reordering of 0..N−1, comma-separated.")
-    seed: int = Field(0, ge=0, le=2**63 - 1)
+    seed: AsciiInt = Field(0, ge=0, le=2**63 - 1)
 
 
 class RopeQuery(BaseModel):
-    m: int = Field(3, ge=0, le=100_000, description="The query's position.")
-    n: int = Field(7, ge=0, le=100_000, description="The key's position.")
-    d_k: int = Field(8, ge=2, le=1024, multiple_of=2)
+    m: AsciiInt = Field(3, ge=0, le=100_000, description="The query's position.")
+    n: AsciiInt = Field(7, ge=0, le=100_000, description="The key's position.")
+    d_k: AsciiInt = Field(8, ge=2, le=1024, multiple_of=2)
     base: float = Field(10000.0, gt=1, le=1e9, allow_inf_nan=False)
     pairing: Literal["adjacent", "half"] = "adjacent"
-    seed: int = Field(0, ge=0, le=2**63 - 1)
+    seed: AsciiInt = Field(0, ge=0, le=2**63 - 1)
 
 
 class SoftmaxQuery(BaseModel):

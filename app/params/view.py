@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.params import count, shape_from
 
+from ..web.state import AsciiIntOrNone
 from ..web.view import View
 
 
@@ -36,16 +37,16 @@ class ParamsQuery(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     preset: Literal["gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b"] | None = None
-    n_layer: int | None = Field(None, ge=1, le=10_000)
-    d_model: int | None = Field(None, ge=1, le=1_000_000)
-    n_heads: int | None = Field(None, ge=1, le=100_000)
-    vocab: int | None = Field(None, ge=1, le=100_000_000)
-    n_ctx: int | None = Field(None, ge=0, le=100_000_000, description="learned position rows; 0 for RoPE")
+    n_layer: AsciiIntOrNone = Field(None, ge=1, le=10_000)
+    d_model: AsciiIntOrNone = Field(None, ge=1, le=1_000_000)
+    n_heads: AsciiIntOrNone = Field(None, ge=1, le=100_000)
+    vocab: AsciiIntOrNone = Field(None, ge=1, le=100_000_000)
+    n_ctx: AsciiIntOrNone = Field(None, ge=0, le=100_000_000, description="learned position rows; 0 for RoPE")
     ffn: Literal["gelu", "swiglu"] | None = None
-    d_ff: int | None = Field(None, ge=0, le=10_000_000, description="0 means 4·d_model")
+    d_ff: AsciiIntOrNone = Field(None, ge=0, le=10_000_000, description="0 means 4·d_model")
     tied_embeddings: bool | None = None
     bias: bool | None = None
-    n_kv_heads: int | None = Field(None, ge=0, le=100_000, description="GQA/MQA; 0 means n_heads")
+    n_kv_heads: AsciiIntOrNone = Field(None, ge=0, le=100_000, description="GQA/MQA; 0 means n_heads")
     norm: Literal["layernorm", "rmsnorm"] | None = None
 
 

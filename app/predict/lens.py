@@ -5,6 +5,7 @@ however long the text. It computes through the API's own `lens_of` and its docum
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -109,6 +110,15 @@ class LensView(View):
 # -- /lens ---------------------------------------------------------------------------------------------------------
 
 
+def settled_by_half(first: Sequence[int | None]) -> int | None:
+    """The smallest layer by which at least half of the positions have settled (`first[i]` is the layer from which
+    position i's final prediction stays top-1, None where it never does), as the summary says it; None when fewer
+    than half ever settle. With an even count this is the lower median: of 8 positions, the 4th to settle."""
+    settled = sorted(f for f in first if f is not None)
+    need = (len(first) + 1) // 2  # at least half: 4 of 8, 4 of 7
+    return settled[need - 1] if 0 < need <= len(settled) else None
+
+
 def lens_window(state: LensQuery, n: int, chosen: tuple[int, int] | None, first: int = 0) -> tuple[int, int, int]:
     """The window of columns the page draws: from `start` (a parameter: the number of its first position, 0 …; 0
     takes the BOS before it too, `first` = 1), else the window of the chosen cell, else the first; one past its
@@ -182,7 +192,8 @@ async def build_lens(state: LensQuery, lab: Lab, key: str, ctx: dict[str, Any]) 
             p_final = np.array(layers, dtype=np.float32)
             overview = overview_png(p_final, len(windows) * size)
     settled = sorted(f for f in first if f is not None)
-    summary = t("lens.summary", n=n, layers=n_layer, median=settled[len(settled) // 2] if settled else "—",
+    half = settled_by_half(first)
+    summary = t("lens.summary", n=n, layers=n_layer, median="—" if half is None else half,
                 earliest=settled[0] if settled else "—")  # fmt: skip
     predict_params = {k: state.get(k) for k in PREDICT_KEYS if state.get(k)} | dict(prompt)
     if state.get("lang"):

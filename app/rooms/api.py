@@ -27,7 +27,7 @@ from ..render.payload import json_response
 from ..schemas import FieldError, Problem
 from ..templating import LANGS
 from ..web import lessons, sse
-from ..web.state import parse_stage, show
+from ..web.state import AsciiInt, parse_stage, show
 from .bodies import (
     AnswerIn,
     AnswerOut,
@@ -357,7 +357,7 @@ async def _poll_of(rooms: Rooms, request: Request, code: str, poll_id: str, teac
     response_model=PollIn,
     responses=TEACHER,
 )
-async def lesson_poll(code: str, lesson: str, step: int, request: Request, rooms: RoomsDep,
+async def lesson_poll(code: str, lesson: str, step: AsciiInt, request: Request, rooms: RoomsDep,
                       lang: Literal["en", "zh"] = "en") -> Response:  # fmt: skip
     """A lesson step's prepared question as the poll it would open, key included: for the teacher's remote only."""
     await rooms.teacher(request, code)

@@ -17,6 +17,7 @@ from engine.train import LIMITS, TrainConfig, make_config
 
 from ..schemas import ERRORS, FieldError, said
 from ..web.sse import RESPONSES, EventSourceResponse, ServerSentEvent, event, stream
+from ..web.state import AsciiInt
 from . import arch
 from .presets import Presets
 from .runs import Busy, Job, Runs, export_zip
@@ -50,26 +51,28 @@ class TrainIn(BaseModel):
     task: Literal["repeat", "text", "reverse", "numbers"] = Field(
         "repeat", description="gpt: repeat | text; encoder-decoder: reverse | numbers"
     )
-    n_layer: int = _bounded("n_layer", "decoder blocks")
-    n_heads: int = _bounded("n_heads", "heads per block")
-    d_model: int = _bounded("d_model", "width of the residual stream (a multiple of n_heads; of 2·n_heads with RoPE)")
+    n_layer: AsciiInt = _bounded("n_layer", "decoder blocks")
+    n_heads: AsciiInt = _bounded("n_heads", "heads per block")
+    d_model: AsciiInt = _bounded(
+        "d_model", "width of the residual stream (a multiple of n_heads; of 2·n_heads with RoPE)"
+    )
     mlp: bool = Field(False, description="each block with its MLP (false: attention only)")
     positions: Literal["rope", "learned"] = Field("rope", description="rope (exported as a Llama) | learned (a GPT-2)")
     causal: bool = Field(True, description="false: the mask-off cheat")
-    steps: int = _bounded("steps", "optimiser steps (at most the server's TRAIN_MAX_STEPS)")
-    batch: int = _bounded("batch", "sequences per step")
+    steps: AsciiInt = _bounded("steps", "optimiser steps (at most the server's TRAIN_MAX_STEPS)")
+    batch: AsciiInt = _bounded("batch", "sequences per step")
     lr: float = Field(3e-3, gt=0, le=1, description="AdamW's learning rate")
     weight_decay: float = Field(0.01, ge=0, le=1)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    n_repeat: int = _bounded("n_repeat", "repeat: random tokens in each copy")
-    vocab: int = _bounded("vocab", "repeat: kinds of token")
-    context: int = _bounded("context", "text: characters per training sequence")
-    eval_every: int = _bounded("eval_every", "steps between held-out losses")
-    n_snapshots: int = _bounded("n_snapshots", "log-spaced steps at which the heads are read")
-    sample_chars: int = _bounded("sample_chars", "text: characters written at each snapshot")
-    length: int = _encdec("length", "encoder-decoder, reverse: the longest sequence")
-    symbols: int = _encdec("symbols", "encoder-decoder, reverse: kinds of symbol")
-    max_number: int = _encdec("max_number", "encoder-decoder, numbers: 1 … max_number, a tenth held out")
+    seed: AsciiInt = Field(0, ge=0, le=2**31 - 1)
+    n_repeat: AsciiInt = _bounded("n_repeat", "repeat: random tokens in each copy")
+    vocab: AsciiInt = _bounded("vocab", "repeat: kinds of token")
+    context: AsciiInt = _bounded("context", "text: characters per training sequence")
+    eval_every: AsciiInt = _bounded("eval_every", "steps between held-out losses")
+    n_snapshots: AsciiInt = _bounded("n_snapshots", "log-spaced steps at which the heads are read")
+    sample_chars: AsciiInt = _bounded("sample_chars", "text: characters written at each snapshot")
+    length: AsciiInt = _encdec("length", "encoder-decoder, reverse: the longest sequence")
+    symbols: AsciiInt = _encdec("symbols", "encoder-decoder, reverse: kinds of symbol")
+    max_number: AsciiInt = _encdec("max_number", "encoder-decoder, numbers: 1 … max_number, a tenth held out")
     direction: Literal["en-zh", "zh-en"] = Field("en-zh", description="encoder-decoder, numbers: which way")
 
 

@@ -171,6 +171,21 @@ def digits(raw: Any, lo: int | None = 0, hi: int | None = None) -> int:
     return raw
 
 
+def ascii_int(raw: Any) -> Any:
+    """Query text as an integer only when it is written with the digits 0-9 (" 3 ", "3_0", "+3" and "3.0" are
+    refused, though pydantic's lax int would take them); anything not text passes on to the field's own checks."""
+    if isinstance(raw, str):
+        if not ASCII_INT.fullmatch(raw):
+            raise refused(said("digits", value=show(raw)))
+        return int(raw)
+    return raw
+
+
+# An integer field of a query model read by pydantic itself (no empty-means-0, bounds from its Field): ASCII digits.
+AsciiInt = Annotated[int, BeforeValidator(ascii_int)]
+AsciiIntOrNone = Annotated[int | None, BeforeValidator(ascii_int)]  # the check outside the union: one error, its bounds
+
+
 def Stage(order: Sequence[str]) -> Any:
     """A stage by key or by its 1-based place in `order`."""
 

@@ -284,3 +284,29 @@ def test_the_window_speaks_both_languages(tiny: TestClient, lang: str | None, he
     assert hint in nav.text
     if lang != "en":  # no English words in the Chinese window's words (digits and the arrows are shared)
         assert not re.findall(r"[A-Za-z]{3,}", nav.get_text(" ")), nav.get_text(" ")
+
+
+def by_half(first: list[int | None]) -> int | None:
+    """The smallest layer L by which at least half of the positions have settled: #{i: first[i] <= L} * 2 >= n."""
+    n = len(first)
+    layers = sorted({f for f in first if f is not None})
+    return next((L for L in layers if 2 * sum(1 for f in first if f is not None and f <= L) >= n), None)
+
+
+def test_the_summary_layer_is_where_half_of_the_positions_have_settled() -> None:
+    from app.predict.lens import settled_by_half
+
+    eight = [27, 3, 28, 29, 27, 10, 28, 29]  # sorted 3 10 27 27 | 28 28 29 29: four of eight by layer 27
+    assert settled_by_half(eight) == by_half(eight) == 27  # not the upper median, 28
+    assert settled_by_half([5, 1, 9, 2, 7, 3, 4]) == 4  # odd: 4 of 7 by layer 4
+    assert settled_by_half([None, None, 2, 6]) == 6  # half of all positions, not of the settled ones
+    assert settled_by_half([None, None, None, 1]) is None and settled_by_half([]) is None
+
+
+@pytest.mark.parametrize("text", ["The cat sat on the mat.", "A small bird landed on the fence.", SENTENCE])
+def test_the_pages_summary_names_the_layer_by_which_half_have_settled(tiny: TestClient, text: str) -> None:
+    doc = api(tiny, text)
+    want = by_half(doc["first_top1"])
+    shown, _ = page(tiny, preset="tiny", text=text)
+    summary = shown.select_one("[data-summary]").get_text(" ", strip=True)
+    assert f"by layer {'—' if want is None else want} at half of the positions" in summary, (doc["first_top1"], summary)

@@ -136,6 +136,19 @@ def test_a_bad_lesson_poll_is_a_422_naming_its_field(body: dict[str, object], fi
     assert field in str(r.json())
 
 
+@pytest.mark.parametrize("raw", [" 2 ", "2_0", "+2", "2.0", "٢", "abc"])
+def test_a_lesson_poll_previews_step_is_ascii_digits(raw: str) -> None:
+    """The preview's `step` query is an integer as every query's is (ASCII digits; pydantic's lax int took " 2 ")."""
+    teacher = make_client()
+    code = start(teacher)
+    r = teacher.get(f"/api/v1/rooms/{code}/polls/lesson", params={"lesson": "row-one", "step": raw})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"][-1] == "step"
+    assert (
+        teacher.get(f"/api/v1/rooms/{code}/polls/lesson", params={"lesson": "row-one", "step": "2"}).status_code == 200
+    )
+
+
 def test_every_lesson_step_can_be_asked_as_a_poll() -> None:
     teacher = make_client()
     code = start(teacher)
