@@ -168,7 +168,10 @@ def test_serve_two_workers_with_redis_from_fresh_connections(url: str) -> None:
         r = httpx.post(base + "/api/v1/train", json=TINY)
         assert r.status_code == 202, r.text
         run_id = r.json()["id"]
-        assert sse_kinds(f"{base}/api/v1/train/{run_id}/events")[-1] == ("end", {"status": "done", "step": 20, "message": ""})
+        assert sse_kinds(f"{base}/api/v1/train/{run_id}/events")[-1] == (
+            "end",
+            {"status": "done", "step": 20, "message": ""},
+        )
         failures = []
         for i in range(100):
             kind = ("status", "page", "stream", "export")[i % 4]
