@@ -67,7 +67,17 @@ def apply(name: str, scores: torch.Tensor, s: Sampling) -> torch.Tensor:
     """One filter on (1, V) float32 scores (logits, or what earlier filters left; removed tokens are -inf), as
     transformers' warper of the same name computes it (min_tokens_to_keep = 1)."""
     if name == "temperature":
-        return scores / s.temperature
+        out = scores / s.temperature
+        finite = torch.isfinite(scores)
+        if bool((finite & ~torch.isfinite(out)).any()):
+            # float32 overflows (|logit| / T past 3.4e38, e.g. T = 1e-38): transformers' softmax is then NaN and it
+            # cannot draw. The logits less their maximum (softmax ignores the shift) over the coldest temperature
+            # float32 holds them at: the order kept (no ties made), every gap past exp's range, as at T itself.
+            gaps = scores.double() - scores.masked_fill(~finite, float("-inf")).amax(dim=-1, keepdim=True).double()
+            spread = float(-gaps[finite].min())
+            cold = max(s.temperature, spread / (torch.finfo(scores.dtype).max / 2))
+            out = (gaps / cold).to(scores.dtype).masked_fill(~finite, float("-inf"))
+        return out
     if name == "top_k":
         k = min(s.top_k, scores.size(-1))
         return scores.masked_fill(scores < torch.topk(scores, k)[0][..., -1, None], float("-inf"))

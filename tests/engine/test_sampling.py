@@ -103,6 +103,25 @@ def test_greedy_takes_the_argmax_and_draws_nothing() -> None:
     assert torch.equal(g.get_state(), before)
 
 
+@pytest.mark.parametrize("temperature", [1e-38, 1e-45, 1e-300])
+def test_a_temperature_that_overflows_float32_draws_the_top_token(temperature: float) -> None:
+    """Logits over T past float32's range (|x| / T > 3.4e38) were ±inf, the softmax NaN and the draw a RuntimeError
+    (a 500 on /api/v1/generate for temperature=1e-38; transformers fails alike): the limit T → 0 is the top token."""
+    logits = torch.tensor([1.5, 3.25, -2.0, 0.5, 3.0])
+    s = Sampling(True, temperature=temperature, top_k=3, top_p=0.5, min_p=0.1)
+    c = choose(logits, s, s.generator())
+    assert c.token_id == 1 and c.p == 1.0 and c.logp == 0.0
+    assert [(st.name, st.kept) for st in c.stages] == [("logits", 5), ("temperature", 5), ("top_k", 3),
+                                                       ("top_p", 1), ("min_p", 1)]  # fmt: skip
+    assert all(st.probs[0] == 1.0 and sum(st.probs) == 1.0 for st in c.stages[1:])
+    names, probs, kept = distributions(logits, s)
+    assert names == ("logits", "temperature", "top_k", "top_p", "min_p") and not probs.isnan().any()
+    assert probs[1:, 1].tolist() == [1.0] * 4 and kept.tolist() == [5, 5, 3, 1, 1]
+    # a token a model masks (-inf) stays removed; a tie at the top splits evenly
+    tied = apply("temperature", torch.tensor([[2.0, float("-inf"), 2.0, 1.0]]), Sampling(True, temperature=1e-40))
+    assert torch.isinf(tied[0, 1]) and tied.softmax(-1)[0].tolist() == [0.5, 0.0, 0.5, 0.0]
+
+
 @pytest.mark.parametrize("bad", [{"temperature": 0}, {"top_k": -1}, {"top_p": 0}, {"top_p": 1.5}, {"min_p": 2}])
 def test_settings_out_of_range_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):

@@ -63,6 +63,21 @@ def test_several_samples_are_counted_and_seeded(api: TestClient) -> None:
     assert cold["samples"][0]["token_ids"] == [s["token_id"] for s in greedy["generated"]]
 
 
+@pytest.mark.parametrize("temperature", [1e-38, 1e-300])
+def test_a_temperature_past_float32s_range_is_greedy_not_a_500(api: TestClient, temperature: float) -> None:
+    """SmolLM2's logits (~20) over 1e-38 overflow float32: the softmax was NaN and the draw a 500. The limit T → 0
+    is the most likely token, drawn with probability 1, in JSON and in the archive alike."""
+    body = {"text": PROMPT, "max_new_tokens": 4, "do_sample": True, "temperature": temperature, "top_k": 5, "seed": 1}
+    r = api.post("/api/v1/generate", json=body)
+    assert r.status_code == 200, r.text[:300]
+    greedy = api.post("/api/v1/generate", json={"text": PROMPT, "max_new_tokens": 4}).json()
+    doc = r.json()
+    assert [s["token_id"] for s in doc["generated"]] == [s["token_id"] for s in greedy["generated"]]
+    assert all(s["p"] == 1.0 and s["filters"][1]["kept"] == s["filters"][0]["kept"] for s in doc["generated"])
+    assert all(s["filters"][2]["kept"] == 5 for s in doc["generated"])  # top-k still cuts 5 (no ties made)
+    assert api.post("/api/v1/generate.npz", json=body).status_code == 200
+
+
 def test_a_branch_forces_a_surviving_token(api: TestClient) -> None:
     base = {"text": PROMPT, "max_new_tokens": 5, "do_sample": True, "top_k": 5, "seed": 2}
     doc = api.post("/api/v1/generate", json=base).json()
@@ -93,3 +108,4 @@ def test_bounds_are_422s_naming_the_field(api: TestClient, body: dict[str, objec
     r = api.post("/api/v1/generate", json={"text": PROMPT, "max_new_tokens": 4} | body)
     assert r.status_code == 422, r.text
     assert field in r.text
+
