@@ -252,6 +252,10 @@ def check_sampling(req: GenerateRequest, vocab: int, max_samples: int, max_top_k
     if req.samples > 1 and not req.do_sample:
         raise FieldError("samples", said("samples_sample"))
     forced = req.forced()
+    pairs = [tuple(map(int, pair.split(":"))) for pair in req.branch.split(",")] if req.branch else []
+    for step, token in pairs:  # one step given two tokens: `forced` would keep the last one silently
+        if forced[step] != token:
+            raise FieldError("branch", said("branch_twice", step=step, a=token, b=forced[step]))
     if any(step >= req.max_new_tokens for step in forced):
         raise FieldError("branch", said("branch_steps", limit=req.max_new_tokens))
     if any(token >= vocab for token in forced.values()):

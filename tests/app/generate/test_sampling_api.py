@@ -101,6 +101,7 @@ def test_a_branch_forces_a_surviving_token(api: TestClient) -> None:
         ({"branch": "1-3"}, "branch"),
         ({"branch": "99:5"}, "branch"),
         ({"branch": "0:99999999"}, "branch"),
+        ({"branch": "0:5,2:7,0:6"}, "step 0 forces one token, not both 5 and 6"),
         ({"seed": -1}, "seed"),
     ],
 )
@@ -109,3 +110,9 @@ def test_bounds_are_422s_naming_the_field(api: TestClient, body: dict[str, objec
     assert r.status_code == 422, r.text
     assert field in r.text
 
+
+def test_a_step_given_twice_with_one_token_is_one_branch(api: TestClient) -> None:
+    body = {"text": PROMPT, "max_new_tokens": 3}
+    twice = api.post("/api/v1/generate", json=body | {"branch": "1:5,1:5"}).json()
+    assert [s["token_id"] for s in twice["generated"]][1] == 5
+    assert twice["generated"] == api.post("/api/v1/generate", json=body | {"branch": "1:5"}).json()["generated"]
