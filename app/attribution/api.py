@@ -48,7 +48,7 @@ class AttributionRequest(BaseModel):
     tokens: Annotated[list[str], Field(max_length=MAX_ITEMS)] | str | None = Field(None, description="toy and gpt2-small: the sequence, as "
                                            "/api/v1/attention takes it (a list, or one string split on whitespace); "
                                            "default: the preset's own.")  # fmt: skip
-    seed: int = Field(0, ge=0, le=2**63 - 1, description="toy and gpt2-small: the seed of their generated embeddings "
+    seed: int = Field(0, ge=0, lt=2**63, description="toy and gpt2-small: the seed of their generated embeddings "
                       "and weights (as /api/v1/attention's).")  # fmt: skip
     block: bool | None = Field(None, description="toy and gpt2-small: read the attention inside /block's whole block "
                                "(after its first LayerNorm; true) or the lab's attention on x as `/` traces it "

@@ -173,7 +173,7 @@ class GenerateRequest(BaseModel):
     seed: int = Field(
         0,
         ge=0,
-        le=2**63 - 1,
+        lt=2**63,  # not le=2**63 - 1: OpenAPI's bounds are floats, and 2**63 - 1 would be documented as 2**63
         description="The draws' seed: the same seed and settings, the same tokens (as torch.manual_seed(seed) before transformers' generate).",
     )
     samples: int = Field(

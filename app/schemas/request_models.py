@@ -188,7 +188,7 @@ class AttentionRequest(BaseModel):
         description="mask=document: one id per token; a token sees its own document, causally.", default_factory=list
     )
     scale: Scale = LabField("sqrt_dk", "Divide QKᵀ by √d_k, 1 or d_k.", form="main")
-    seed: int = LabField(0, "Seeds the generated x and weights.", ge=0, le=2**63 - 1, form="main")
+    seed: int = LabField(0, "Seeds the generated x and weights.", ge=0, lt=2**63, form="main")
     dtype: DType = LabField("float32", "Half precision needs CUDA.", form=None)
     x: MatrixIn | None = LabField(None, "Explicit input (N, d_model) instead of seeded embeddings.", **EXPLICIT)
     w_q: MatrixIn | None = LabField(None, "Explicit (d_model, d_model); Q = X W_Q + b_Q.", **EXPLICIT)

@@ -125,3 +125,36 @@ def test_a_long_text_is_told_the_limit_that_applies(client: Any, path: str, limi
 def test_the_lens_reads_a_single_token(client: Any) -> None:
     one = client.post("/api/v1/logit_lens", json={"text": "hello", "bos": False})
     assert one.status_code == 200 and one.json()["tokens"] == ["hello"] and len(one.json()["final"]) == 1
+
+
+def test_every_integer_bound_in_openapi_is_the_one_the_api_applies(client: Any) -> None:
+    """FastAPI writes /openapi.json's bounds as floats: a seed's `le=2**63 - 1` was documented as ≤ 2**63
+    (9223372036854775808, in docs/api.md too), a value every such field refused. Each request body's integer bounds,
+    as /openapi.json documents them, are exactly pydantic's (the ones applied); the largest seed documented is taken
+    and the next refused."""
+    from app.attribution.api import AttributionRequest
+    from app.generate.view import GenerateRequest
+    from app.schemas import AttentionRequest, BlockRequest, DecodeRequest, TilesRequest
+
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    models = (AttentionRequest, BlockRequest, DecodeRequest, TilesRequest, AttributionRequest, GenerateRequest)
+    checked = 0
+    for model in models:
+        documented = schemas[model.__name__]["properties"]
+        for field, prop in model.model_json_schema()["properties"].items():
+            for branch, shown in zip(
+                [prop, *prop.get("anyOf", [])], [documented[field], *documented[field].get("anyOf", [])], strict=True
+            ):
+                for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                    if branch.get("type") == "integer" and key in branch:
+                        assert shown[key] == branch[key], (
+                            f"{model.__name__}.{field}: {key} {shown[key]} is not {branch[key]}"
+                        )
+                        checked += 1
+    assert checked > 20
+    for name, path, body in (("GenerateRequest", "/api/v1/generate", {"text": "a b", "max_new_tokens": 1}),
+                             ("AttentionRequest", "/api/v1/attention", {"tokens": "a b"})):  # fmt: skip
+        bound = schemas[name]["properties"]["seed"]["exclusiveMaximum"]
+        refused = client.post(path, json=body | {"seed": int(bound)})
+        assert refused.status_code == 422 and "seed" in refused.json()["message"]
+    assert client.post("/api/v1/attention", json={"tokens": "a b", "seed": 2**63 - 1}).status_code == 200
