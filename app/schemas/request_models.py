@@ -320,8 +320,17 @@ class TilesRequest(AttentionRequest):
 
 
 class DecodeRequest(AttentionRequest):
-    """Prefill the first `prefill` tokens, then decode the rest one at a time against the KV cache."""
+    """Prefill the first `prefill` tokens, then decode the rest one at a time against the KV cache: one attention
+    layer of a built-in preset, causal (or mask=none, to see why a cache needs the causal mask). A loaded model
+    (its preset, token_ids, layer), kv_tokens and the other masks are refused, a 422 naming the field; a loaded
+    model decodes through its whole cache at /api/v1/generate."""
 
+    preset: str = LabField(
+        "toy",
+        "toy (d_model 4, 1 head) or gpt2-small (768, 12 heads): the built-in presets.",
+        max_length=64,
+        form="main",
+    )
     prefill: int = Field(1, ge=1, description="Tokens processed at once before the first decode step.")
     stages: None = LabField(None, "Not used: a decode answer has its own shape.", **RETURNED)
 

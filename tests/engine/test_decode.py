@@ -92,3 +92,21 @@ def test_history_does_not_change_under_the_causal_mask_and_does_without_it(clien
         t = step["position"]
         assert abs(step["earlier_change"] - float((outs[t][:t] - outs[t - 1][:t]).abs().max())) < 1e-5
         assert step["earlier_change"] > 1e-2
+
+
+def test_the_documented_presets_are_the_ones_decode_takes(client):
+    """DecodeRequest's preset was documented as AttentionRequest's ("or a pretrained model this server loaded"),
+    but the cache walk runs on the built-in presets alone: a loaded model was a 422. /openapi.json names exactly the
+    presets /api/v1/decode takes, and a loaded one is refused naming preset."""
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["DecodeRequest"]
+    said = schema["properties"]["preset"]["description"]
+    presets = client.get("/api/v1/presets").json()["presets"]
+    loaded = [name for name, p in presets.items() if p.get("pretrained")]
+    assert loaded and "pretrained" not in said and "/api/v1/generate" in schema["description"]
+    for name in presets:
+        r = client.post(
+            "/api/v1/decode", json={"preset": name, "tokens" if name in ("toy", "gpt2-small") else "text": "a b"}
+        )
+        assert (r.status_code == 200) == (name in said), (name, r.status_code)
+        if r.status_code != 200:
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "preset"]
