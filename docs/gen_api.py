@@ -72,6 +72,8 @@ def constraints(s: Schema) -> list[str]:
     for key, word in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<")):
         if key in s:
             out.append(f"{word} {number(s[key])}")
+    if "multipleOf" in s:
+        out.append(f"a multiple of {number(s['multipleOf'])}")
     if "minLength" in s or "maxLength" in s:
         lo, hi = s.get("minLength"), s.get("maxLength")
         out.append(f"{lo}–{hi} characters" if lo and hi is not None else f"≤ {hi} characters" if hi is not None else

@@ -353,3 +353,12 @@ def test_the_api_reference_is_what_the_schema_says() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     page = (DOCS / "api.md").read_text(encoding="utf-8")
     assert "### POST /api/v1/attention" in page and "### AttentionRequest" in page
+
+
+def test_the_api_reference_states_every_bound_a_field_has() -> None:
+    """/api/v1/demo/rope's d_k is a multiple of 2 (d_k=3 is a 422), but docs/api.md said "integer ≥ 2, ≤ 1024": the
+    reference dropped OpenAPI's multipleOf. Every parameter with one says it."""
+    page = (DOCS / "api.md").read_text(encoding="utf-8")
+    rope = page[page.index("### GET /api/v1/demo/rope") :].split("\n### ", 1)[0]
+    row = next(line for line in rope.splitlines() if line.startswith("| `d_k` |"))
+    assert "a multiple of 2" in row and "≥ 2" in row and "≤ 1024" in row
