@@ -100,6 +100,10 @@ def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["in
                          device=lab.device, limits=lab.long_limits)  # fmt: skip
     except SpecError as e:  # past even a long context's bound: say this view's own, not that one
         if longer_than_traced(e, field):
+            if req.token_ids is not None:  # ids are counted as given ("the text is longer" named no text)
+                seq = P.sequence(model, req.token_ids, req.bos, eos)
+                n = len(seq) - 1 if counted == "inputs" else len(seq)
+                raise FieldError(field, said(f"{counted}_here", room=room, n=n)) from None
             raise FieldError(field, said(f"{counted}_longer", room=room)) from None
         raise
     seq = P.sequence(model, spec.token_ids, req.bos, eos)

@@ -122,6 +122,17 @@ def test_a_long_text_is_told_the_limit_that_applies(client: Any, path: str, limi
     assert r.json()["detail"][0]["loc"] == ["body", "token_ids"]
 
 
+@pytest.mark.parametrize(("path", "counted"), [("/api/v1/predict", "input tokens"), ("/api/v1/logit_lens", "tokens")])
+def test_too_many_token_ids_are_counted_not_called_a_text(client: Any, path: str, counted: str) -> None:
+    """Past even a long context's bound, token_ids were refused with "the text is longer", though no text was given;
+    the ids are counted as a shorter excess is (with the BOS, and for predict the EOS, put around them: 7501 either
+    way, predict counting its inputs)."""
+    r = client.post(path, json={"token_ids": [300] * 7500})
+    assert r.status_code == 422 and r.json()["message"] == f"token_ids: at most 1024 {counted} here, got 7501"
+    short = client.post(path, json={"token_ids": [300] * 1100})
+    assert short.json()["message"] == f"token_ids: at most 1024 {counted} here, got 1101"
+
+
 def test_the_lens_reads_a_single_token(client: Any) -> None:
     one = client.post("/api/v1/logit_lens", json={"text": "hello", "bos": False})
     assert one.status_code == 200 and one.json()["tokens"] == ["hello"] and len(one.json()["final"]) == 1
