@@ -17,11 +17,22 @@ router = APIRouter(prefix="/api/v1", tags=["generation"], responses=ERRORS)
 
 
 async def answer(request: Request, req: GenerateRequest, lab: Lab) -> Response:
-    """Greedy decoding (the most likely token each time, as transformers' generate(do_sample=False)) through a KV
-    cache: the prompt runs once, then each token alone. generated[i]: token_id, token (its label), top (the five
-    most likely tokens, labelled like `token`, and their probabilities), context (tokens in the cache when it was
-    predicted), kv_cache_bytes, and attention (H, context): each head's weights at `layer`, for the query that
-    predicted it (the context's last token). Stops after the end-of-text token."""
+    """Generation through a KV cache: the prompt runs once, then each token alone. Each token is the most likely
+    (greedy, as transformers' generate(do_sample=False)) or, with do_sample, drawn after temperature, top_k, top_p
+    (the smallest set of the most likely tokens whose probabilities reach p, the token that crosses p included) and
+    min_p, in that order, from torch.manual_seed(seed)'s stream (the tokens of transformers' generate(do_sample=True));
+    branch forces chosen steps. Stops after the end-of-text token. The answer: preset, layer, the prompt's tokens and
+    token_ids (text_start: where its text begins), text (the generated tokens decoded), stopped_at_eos,
+    kv_cache_bytes_per_token (K and V of one token in every layer, float32: 2 · layers · kv heads · d_k · 4), sampling
+    (the settings, and filters: those that ran), logprob (the sequence's, under the distributions it was drawn from),
+    samples[s] (each continuation's seed, token_ids, text and logprob) and distinct (how many of them differ).
+    generated[i]: token_id, token (its label), top (the five most likely tokens of the raw logits, labelled like
+    `token`, and their probabilities), context (tokens in the cache when it was predicted), kv_cache_bytes (context ×
+    kv_cache_bytes_per_token), attention (H, context): each head's weights at `layer`, for the query that predicted
+    it (the context's last token); p and logp (its probability under the final distribution), forced (a branch's
+    token), candidates (the twelve most likely tokens of the raw logits: token_id, token) and filters[f] (name:
+    "logits", then each filter that ran; kept: the tokens it leaves; probs: the candidates' probabilities after it,
+    renormalised; rest: the probability of every other token it leaves)."""
     spec, _, g = await run(lab, req, get_key(request))
     return json_response(document(lab.models[spec.preset], spec, g, req.decimals))
 

@@ -142,7 +142,8 @@ class SamplesView(View):
 
 
 class GenerateRequest(BaseModel):
-    """A prompt for a causal language model, how many tokens to generate greedily, and the layer to watch."""
+    """A prompt for a causal language model, how many tokens to generate, greedily or drawn after the filters, and
+    the layer to watch."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 

@@ -116,3 +116,17 @@ def test_a_step_given_twice_with_one_token_is_one_branch(api: TestClient) -> Non
     twice = api.post("/api/v1/generate", json=body | {"branch": "1:5,1:5"}).json()
     assert [s["token_id"] for s in twice["generated"]][1] == 5
     assert twice["generated"] == api.post("/api/v1/generate", json=body | {"branch": "1:5"}).json()["generated"]
+
+
+def test_every_field_of_the_answer_is_named_in_its_documentation(api: TestClient) -> None:
+    """/openapi.json's description of /api/v1/generate told greedy decoding only and named none of the sampling
+    fields the answer carries (p, logp, forced, candidates, filters, sampling, samples, distinct, logprob…)."""
+    import re
+
+    body = {"text": PROMPT, "max_new_tokens": 2, "do_sample": True, "top_p": 0.9, "samples": 2, "branch": "1:5"}
+    doc = api.post("/api/v1/generate", json=body).json()
+    said = api.get("/openapi.json").json()["paths"]["/api/v1/generate"]["post"]["description"]
+    step = doc["generated"][0]
+    keys = {*doc, *step, *step["candidates"][0], *step["filters"][0], *doc["samples"][0], "filters"} - {"provenance"}
+    missing = sorted(k for k in keys if not re.search(rf"(?<![\w.]){k}(?!\w)", said))
+    assert missing == []
