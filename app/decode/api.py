@@ -59,12 +59,15 @@ def min_numbers(spec: Spec, prefill: int) -> int:
 
 
 async def answer(request: Request, req: DecodeRequest, lab: Lab) -> Response:
-    """prefill: the K and V cache after the prompt, (H_kv, prefill, d_k). Each step: the new token's q (H, d_k), the
-    k and v appended to the cache (H_kv, d_k), its row of scaled scores and weights over every cached key (H,
-    t+1), the heads (H, d_k) and the output after W_O (d,), the cache length and bytes, the largest difference
-    from the same row of a full recomputation (max_abs_diff_vs_full) and how far the earlier rows' outputs move when
-    the token arrives (earlier_change: 0 under the causal mask, so the cache stays exact; with mask=none, a
-    bidirectional encoder's, both are large: the cached rows go stale and the full row reads later tokens)."""
+    """The answer: spec (the computation's settings, with prefill and decimals), tokens, mask,
+    kv_cache_bytes_per_token (K and V of one token in this layer: 2 · kv heads · d_k · bytes per number). prefill:
+    the K and V cache after the prompt, k_cache and v_cache (H_kv, prefill, d_k), its cache_len and cache_bytes.
+    steps[t]: position and token, the new token's q (H, d_k), the k_new and v_new appended to the cache (H_kv, d_k),
+    its row of scaled scores and weights over every cached key (H, t+1), the heads (H, d_k) and the output after
+    W_O (d,), cache_len and cache_bytes after it, the largest difference from the same row of a full recomputation
+    (max_abs_diff_vs_full) and how far the earlier rows' outputs move when the token arrives (earlier_change: 0
+    under the causal mask, so the cache stays exact; with mask=none, a bidirectional encoder's, both are large: the
+    cached rows go stale and the full row reads later tokens). checks: both, the largest over the steps."""
     spec, prefill = req.to_decode_spec(lab.limits, lab.device, lab.settings.max_decode_tokens)
     return await answer_document(
         request, lab, lab.decode_work(spec, prefill), lambda t: document(t, req.decimals),

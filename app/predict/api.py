@@ -18,9 +18,11 @@ router = APIRouter(prefix="/api/v1", tags=["prediction"], responses=ERRORS)
 
 async def predict(request: Request, req: PredictRequest, lab: Lab) -> Response:
     """Teacher forcing: the text as a training sequence ([BOS] text [EOS], as the model defines them), inputs over
-    targets shifted by one; one forward pass predicts every position. positions[i]: input, target, p_target, loss
-    (−log p_target), rank (1: the target was the most likely), top (the most likely tokens), scored (i ≥ loss_from).
-    mean_loss over the scored positions, perplexity = exp(mean_loss). With switches (ablate, mask_off_layers,
+    targets shifted by one; one forward pass predicts every position. The answer: preset, tokens and token_ids (the
+    inputs), targets and target_ids, bos (the model's BOS id, or null), text_start (where the text begins among
+    the inputs), loss_from. positions[i]: position, input and input_id, target and target_id, p_target, loss
+    (−log p_target), rank (1: the target was the most likely), top (the most likely tokens: token, token_id, p),
+    scored (i ≥ loss_from). mean_loss over the scored positions, perplexity = exp(mean_loss). With switches (ablate, mask_off_layers,
     drop_sink_layers) or replace, each position also has before (the compared run: the text without the switches,
     or the unreplaced text under the same switches), kl (KL(before ‖ this run) of the next-token distributions) and
     max_abs_diff (max |Δ log p| over the vocabulary): with the causal mask, replacing token i changes no position
@@ -31,9 +33,13 @@ async def predict(request: Request, req: PredictRequest, lab: Lab) -> Response:
 
 async def logit_lens(request: Request, req: LensRequest, lab: Lab) -> Response:
     """The logit lens: after each layer, the residual stream through the model's final norm and unembedding.
-    layers[l][i]: top (the most likely tokens read from layer l at position i) and p_final (the probability there of
-    the model's final prediction, final[i]); the last entry of layers is the model's output. first_top1[i]: the
-    first layer from which final[i] stays the most likely token."""
+    The answer: preset, tokens and token_ids (text_start: where the text begins), final and final_ids (the model's
+    most likely next token at each position). layers[l][i]: top (the most likely tokens read from layer l at
+    position i: token, token_id, p) and p_final (the probability there of the model's final prediction, final[i]);
+    the last entry of layers is the model's output. first_top1[i]: the first layer from which final[i] stays the
+    most likely token. switches: the heads knocked out and layers changed (ablate, ablate_mode, mask_off_layers,
+    drop_sink_layers); with any, before is the same lens of the text without them (null otherwise) and changed
+    the positions whose final prediction they changed."""
     t, iv, lens = await lens_of(req, lab, get_key(request))
     # orjson writes the answer as it is (tuples as lists, a non-finite number as null), where a serializer would
     # walk a long text's 100,000 tops in Python once more.

@@ -169,3 +169,23 @@ def test_every_integer_bound_in_openapi_is_the_one_the_api_applies(client: Any) 
         refused = client.post(path, json=body | {"seed": int(bound)})
         assert refused.status_code == 422 and "seed" in refused.json()["message"]
     assert client.post("/api/v1/attention", json={"tokens": "a b", "seed": 2**63 - 1}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "inner"),
+    [
+        ("/api/v1/predict", {"text": "The cat"}, lambda d: [d["positions"][0], d["positions"][0]["top"][0]]),
+        ("/api/v1/logit_lens", {"text": "The cat"}, lambda d: [d["layers"][0][0], d["layers"][0][0]["top"][0]]),
+        ("/api/v1/decode", {"tokens": "a b c"}, lambda d: [d["prefill"], d["steps"][0], d["checks"]]),
+    ],
+)
+def test_every_field_of_an_answer_is_named_in_its_documentation(client: Any, path: str, body: Any, inner: Any) -> None:
+    """The operations' descriptions in /openapi.json left fields of their answers unnamed (predict: token_ids,
+    target_ids, text_start, input_id…; the lens: final_ids, switches, before, changed…; decode: k_new, v_new,
+    k_cache, cache_len, checks…)."""
+    import re
+
+    doc = client.post(path, json=body).json()
+    said = client.get("/openapi.json").json()["paths"][path]["post"]["description"]
+    keys = {*doc, *(k for part in inner(doc) for k in part)} - {"provenance"}
+    assert sorted(k for k in keys if not re.search(rf"(?<![\w.]){k}(?!\w)", said)) == []
