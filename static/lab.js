@@ -335,23 +335,24 @@ function stickyLesson() {
   });
 }
 
-// The class bar (#room) comes and grows: its height as --room-h, and "room:resized" for the fitters, once a frame.
+// The class bar (#room) comes, grows and goes: its height as --room-h, and "room:resized" for the fitters, once a
+// frame. Its own observer sees it go too, and not while a follower's page is swapped in without it (static/room.js).
 function barResized() {
   let watched = null, queued = false;
-  function resized() {
-    document.documentElement.style.setProperty("--room-h", Math.ceil(byId("room")?.offsetHeight || 0) + "px");
-    document.dispatchEvent(new CustomEvent("room:resized"));
-  }
+  const observer = new ResizeObserver(() => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => {
+      queued = false;
+      document.documentElement.style.setProperty("--room-h", Math.ceil(byId("room")?.offsetHeight || 0) + "px");
+      document.dispatchEvent(new CustomEvent("room:resized"));
+    });
+  });
   on("room:bar htmx:afterSettle", () => {
     const room = byId("room");
-    if (room === watched) return;
-    watched = room;
-    if (!room) return resized();
-    new ResizeObserver(() => {
-      if (queued || room !== watched) return;
-      queued = true;
-      requestAnimationFrame(() => { queued = false; resized(); });
-    }).observe(room);
+    if (!room || room === watched) return;
+    if (watched) observer.unobserve(watched);
+    observer.observe((watched = room));
   });
 }
 

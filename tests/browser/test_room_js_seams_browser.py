@@ -1,0 +1,51 @@
+"""Seams of the class's scripts (static/room.js, lab.js, teach.js) found reading them for #43:
+
+1. A followed page is swapped in while the class bar is out of the document (room.js keeps it out of the swap, and
+   htmx settles that swap at once): lab.js measured no bar and set --room-h to 0 px, so the page's foot and the
+   corner's boxes sat under the bar until some later swap. The bar's height holds across a follow."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from .remote import PHONE, WAIT_MS, until
+
+pytestmark = pytest.mark.browser
+
+ROOM_H = """() => [getComputedStyle(document.documentElement).getPropertyValue('--room-h').trim(),
+  Math.ceil(document.getElementById('room')?.offsetHeight || 0) + 'px']"""
+
+
+def start(tp: Page, sp: Page, live_server: str, lang: str) -> str:
+    for p in (tp, sp):
+        p.set_default_timeout(WAIT_MS)
+    tp.goto(f"{live_server}/?stage=2&lang={lang}")
+    tp.click("[data-room-start] button")
+    expect(tp.locator("#room [data-room-role=teacher]")).to_be_visible()
+    code = tp.locator("[data-room-code-text]").inner_text().strip()
+    sp.goto(f"{live_server}/r/{code}?lang={lang}")
+    expect(sp.locator("#room [data-room-role=student]")).to_be_visible()
+    return code
+
+
+def room_kept(page: Page) -> bool:
+    """--room-h (what the page keeps free at its foot, and the corner's boxes sit above) is the bar's height."""
+    kept, bar = page.evaluate(ROOM_H)
+    return bool(kept == bar != "0px")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_bar_keeps_its_room_across_a_follow(browser: Browser, live_server: str, lang: str) -> None:
+    laptop = browser.new_context(viewport={"width": 1280, "height": 720})
+    phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    try:
+        tp, sp = laptop.new_page(), phone.new_page()
+        start(tp, sp, live_server, lang)
+        until(lambda: room_kept(sp), lambda: f"joined: {sp.evaluate(ROOM_H)}")
+        tp.goto(f"{live_server}/?stage=4&lang={lang}")
+        until(lambda: "stage=4" in sp.evaluate("location.search"), lambda: sp.evaluate("location.href"))
+        until(lambda: room_kept(sp), lambda: f"followed: {sp.evaluate(ROOM_H)}")  # not 0 px
+    finally:
+        phone.close()
+        laptop.close()
