@@ -45,15 +45,14 @@
         return null;
       })
       .then(function (html) {
-        if (html === null || mine !== seq || (role === "student" && !following())) return; // newer, or exploring
-        // htmx swaps the page in (its title too); the bar and its event stream are kept out of the swap.
+        if (html === null || mine !== seq || over || (role === "student" && !following())) return; // newer, exploring, left
+        // htmx swaps the page in (its title too) and settles it at once: the htmx:afterSettle listeners below mark its
+        // cells and give the teacher's page its Ask and QR. The bar and its event stream are kept out of the swap.
         bar.remove();
         window.htmx.swap(document.body, html, { swapStyle: "innerHTML" });
         document.body.appendChild(bar);
-        if (role === "student") document.body.setAttribute("data-room-following", "1");
-        if (role === "teacher") { announced = view; addAsk(); presentRoom(); }
+        if (role === "teacher") announced = view;
         history.replaceState(null, "", url);
-        pollChanged();
         document.dispatchEvent(new CustomEvent("room:followed", { detail: view }));
         toPlace(place);
       })

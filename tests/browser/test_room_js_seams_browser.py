@@ -2,12 +2,14 @@
 
 1. A followed page is swapped in while the class bar is out of the document (room.js keeps it out of the swap, and
    htmx settles that swap at once): lab.js measured no bar and set --room-h to 0 px, so the page's foot and the
-   corner's boxes sat under the bar until some later swap. The bar's height holds across a follow."""
+   corner's boxes sat under the bar until some later swap. The bar's height holds across a follow.
+2. A student who leaves the class while its next page is on its way: the page came anyway, and with it the bar
+   (closed stream, Leave again) and "following". Leaving is leaving."""
 
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, Route, expect
 
 from .remote import PHONE, WAIT_MS, until
 
@@ -46,6 +48,39 @@ def test_the_bar_keeps_its_room_across_a_follow(browser: Browser, live_server: s
         tp.goto(f"{live_server}/?stage=4&lang={lang}")
         until(lambda: "stage=4" in sp.evaluate("location.search"), lambda: sp.evaluate("location.href"))
         until(lambda: room_kept(sp), lambda: f"followed: {sp.evaluate(ROOM_H)}")  # not 0 px
+    finally:
+        phone.close()
+        laptop.close()
+
+
+# Set once room.js has had the followed page's text: its next step runs before this timer.
+LANDED = """() => { const text = Response.prototype.text;
+  Response.prototype.text = function () {
+    return text.call(this).then((t) => { if (this.url.includes('stage=4')) setTimeout(() => { window.labLanded = true; }); return t; });
+  }; }"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_student_who_leaves_while_the_next_page_is_on_its_way_stays_out(
+    browser: Browser, live_server: str, lang: str
+) -> None:
+    laptop = browser.new_context(viewport={"width": 1280, "height": 720})
+    phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    try:
+        tp, sp = laptop.new_page(), phone.new_page()
+        sp.add_init_script(script=f"({LANDED})()")
+        start(tp, sp, live_server, lang)
+        held: list[Route] = []
+        sp.route(lambda url: "stage=4" in url, lambda route: held.append(route))
+        tp.goto(f"{live_server}/?stage=4&lang={lang}")
+        until(lambda: sp.evaluate("1") and held, lambda: "the phone never asked for the class's next page")
+        sp.click("[data-room-leave]")
+        expect(sp.locator("#room")).to_have_count(0)
+        held[0].continue_()
+        until(lambda: sp.evaluate("window.labLanded === true"), lambda: "the held page never reached room.js")
+        assert sp.locator("#room").count() == 0  # no bar back, with its Leave
+        assert sp.evaluate("document.body.getAttribute('data-room-following')") is None
+        assert "stage=2" in sp.evaluate("location.search")  # the page the student left the class on
     finally:
         phone.close()
         laptop.close()
