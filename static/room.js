@@ -116,7 +116,6 @@
   // A new poll box: the page's cells, and while the class votes no screen shows "what to notice" or the answer.
   function pollChanged() {
     var p = poll();
-    kit.bars(bar);
     if (p && p.status === "open") document.body.setAttribute("data-poll-open", "1");
     else document.body.removeAttribute("data-poll-open");
     if (p && p.status === "closed") release(stepOf(latest)); // revealed: the step's answer opens for students too

@@ -4,7 +4,9 @@
    htmx settles that swap at once): lab.js measured no bar and set --room-h to 0 px, so the page's foot and the
    corner's boxes sat under the bar until some later swap. The bar's height holds across a follow.
 2. A student who leaves the class while its next page is on its way: the page came anyway, and with it the bar
-   (closed stream, Leave again) and "following". Leaving is leaving."""
+   (closed stream, Leave again) and "following". Leaving is leaving.
+3. The teacher's remote redraws its live histogram every second: its bars were drawn at length 0 until htmx
+   settled the swap (20 ms later) and a script gave them their length. A bar is drawn at its share as it arrives."""
 
 from __future__ import annotations
 
@@ -81,6 +83,43 @@ def test_a_student_who_leaves_while_the_next_page_is_on_its_way_stays_out(
         assert sp.locator("#room").count() == 0  # no bar back, with its Leave
         assert sp.evaluate("document.body.getAttribute('data-room-following')") is None
         assert "stage=2" in sp.evaluate("location.search")  # the page the student left the class on
+    finally:
+        phone.close()
+        laptop.close()
+
+
+# Each redraw of the remote's live histogram, as htmx puts it in (before it settles): each bar's drawn share.
+DRAWN = """() => { window.labDrawn = [];
+  document.addEventListener('htmx:afterSwap', (e) => {
+    const bars = e.target.querySelectorAll('[data-histogram] .bar');
+    if (bars.length) window.labDrawn.push([...bars].map((b) => [b.getAttribute('data-share'),
+      b instanceof HTMLMeterElement ? b.value / b.max : b.getBoundingClientRect().width / b.offsetWidth]));
+  }); }"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_remotes_live_histogram_is_drawn_as_it_arrives(browser: Browser, live_server: str, lang: str) -> None:
+    laptop = browser.new_context(viewport={"width": 1280, "height": 720})
+    phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    try:
+        tp, sp = laptop.new_page(), phone.new_page()
+        code = start(tp, sp, live_server, lang)
+        remote = laptop.new_page()
+        remote.set_default_timeout(WAIT_MS)
+        remote.add_init_script(script=f"({DRAWN})()")
+        remote.goto(f"{live_server}/r/{code}/teach?lang={lang}")
+        poll = {"prompt": "Which?", "kind": "choice", "options": ["yes", "no", "maybe"], "answer": "yes"}
+        r = tp.request.post(f"{live_server}/api/v1/rooms/{code}/polls", data=poll, headers={"Origin": live_server})
+        assert r.status == 201, r.text()
+        sp.locator("[data-room-options] button").first.click()
+        expect(remote.locator("[data-histogram] li.key .n")).to_have_text("1")
+        until(
+            lambda: len(remote.evaluate("window.labDrawn")) >= 3,
+            lambda: f"redraws: {remote.evaluate('window.labDrawn')}",
+        )
+        for bars in remote.evaluate("window.labDrawn"):
+            assert [abs(float(share) - drawn) < 1e-6 for share, drawn in bars] == [True] * len(bars), bars
+        assert ["1.0", 1] in remote.evaluate("window.labDrawn")[-1]  # the key, answered by the one student
     finally:
         phone.close()
         laptop.close()
