@@ -6,7 +6,10 @@
 2. A student who leaves the class while its next page is on its way: the page came anyway, and with it the bar
    (closed stream, Leave again) and "following". Leaving is leaving.
 3. The teacher's remote redraws its live histogram every second: its bars were drawn at length 0 until htmx
-   settled the swap (20 ms later) and a script gave them their length. A bar is drawn at its share as it arrives."""
+   settled the swap (20 ms later) and a script gave them their length. A bar is drawn at its share as it arrives.
+4. The projector's bar counts the answers every second while a poll is open: each count was page work to lab.js
+   (the "Loading…" corner, a progress poller that replaced a slow page's own, and a refused note when the count was
+   turned away). The count is quiet, as a live run's redraw is."""
 
 from __future__ import annotations
 
@@ -120,6 +123,42 @@ def test_the_remotes_live_histogram_is_drawn_as_it_arrives(browser: Browser, liv
         for bars in remote.evaluate("window.labDrawn"):
             assert [abs(float(share) - drawn) < 1e-6 for share, drawn in bars] == [True] * len(bars), bars
         assert ["1.0", 1] in remote.evaluate("window.labDrawn")[-1]  # the key, answered by the one student
+    finally:
+        phone.close()
+        laptop.close()
+
+
+# What the page does while the projector's bar counts the answers: "Loading…" shown, a progress poller started.
+WORK = """() => { window.labWork = {loading: 0, polling: 0, counts: 0};
+  new MutationObserver((changes) => { for (const c of changes) {
+    if (c.target.id === 'loading' && c.target.classList.contains('htmx-request')) window.labWork.loading++;
+    if (c.attributeName === 'data-polling' && c.target.hasAttribute('data-polling')) window.labWork.polling++;
+  } }).observe(document, {attributes: true, subtree: true, attributeFilter: ['class', 'data-polling']});
+  document.addEventListener('htmx:afterRequest', (e) => {
+    if (e.detail.elt.matches('[data-room-total]')) window.labWork.counts++; }); }"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_projectors_answer_count_is_no_page_work(browser: Browser, live_server: str, lang: str) -> None:
+    laptop = browser.new_context(viewport={"width": 1280, "height": 720})
+    phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    try:
+        tp, sp = laptop.new_page(), phone.new_page()
+        tp.add_init_script(script=f"({WORK})()")
+        code = start(tp, sp, live_server, lang)
+        tp.goto(f"{live_server}/?stage=2&present=1&lang={lang}")
+        expect(tp.locator("#room [data-room-role=teacher]")).to_be_visible()
+        poll = {"prompt": "Which?", "kind": "choice", "options": ["yes", "no"], "answer": "yes"}
+        r = tp.request.post(f"{live_server}/api/v1/rooms/{code}/polls", data=poll, headers={"Origin": live_server})
+        assert r.status == 201, r.text()
+        until(lambda: tp.evaluate("window.labWork.counts") >= 3, lambda: f"counts: {tp.evaluate('window.labWork')}")
+        assert tp.evaluate("window.labWork") | {"counts": 0} == {"loading": 0, "polling": 0, "counts": 0}
+        # a count turned away (a busy server) leaves no note on the projected page: the next one comes in a second
+        tp.route("**/total", lambda route: route.fulfill(status=429, headers={"Retry-After": "5"}, body=""))
+        seen = tp.evaluate("window.labWork.counts")
+        until(lambda: tp.evaluate("window.labWork.counts") >= seen + 2, lambda: f"{tp.evaluate('window.labWork')}")
+        assert tp.locator("#refused").is_hidden()  # the note comes with the refusal (htmx:responseError), before these
+        expect(tp.locator("#room [data-room-total]")).to_have_text("0")
     finally:
         phone.close()
         laptop.close()
