@@ -53,14 +53,13 @@
         document.body.appendChild(bar);
         if (role === "teacher") announced = view;
         history.replaceState(null, "", url);
-        document.dispatchEvent(new CustomEvent("room:followed", { detail: view }));
-        toPlace(place);
+        document.dispatchEvent(new CustomEvent("room:followed", { detail: { view: view, place: place } })); // lab.js lands
       })
       .catch(function () { /* the next event (or "back to the teacher") tries again */ });
   }
   // The place the remote's press is about: the link to this view on the page shown now names it by its #fragment
-  // (e.g. "Rank the heads" → #ranking). A followed screen scrolls there, after the page's own layout has run. A
-  // link that names no sentence matches the view with the class's kept one (rooms/api.py kept_sentence).
+  // (e.g. "Rank the heads" → #ranking); a followed screen lands there (static/lab.js places). A link that names no
+  // sentence matches the view with the class's kept one (rooms/api.py kept_sentence).
   function placeOf(view) {
     var links = document.querySelectorAll("a[href*='#']"), kept = new URLSearchParams(view.query);
     kept.delete("tokens");
@@ -71,13 +70,6 @@
         return decodeURIComponent(u.hash.slice(1));
     }
     return null;
-  }
-  // A followed page lands as a navigation would: at its place if it has one, else at its top.
-  function toPlace(id) {
-    var el = id && document.getElementById(id);
-    var land = el ? function () { el.scrollIntoView({ block: "start" }); } : function () { window.scrollTo(0, 0); };
-    land();
-    requestAnimationFrame(land);
   }
 
   // The poll this screen shows, as the server rendered it into the bar (templates/_room_poll.html).
