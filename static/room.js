@@ -72,13 +72,8 @@
     return null;
   }
 
-  // The poll this screen shows, as the server rendered it into the bar (templates/_room_poll.html).
-  function poll() {
-    var box = q("[data-poll]");
-    return box && { id: box.getAttribute("data-poll"), kind: box.getAttribute("data-poll-kind"),
-                    status: box.getAttribute("data-poll-status"), answer: box.getAttribute("data-poll-answer"),
-                    mine: box.getAttribute("data-poll-mine"), counts: JSON.parse(box.getAttribute("data-poll-counts") || "{}") };
-  }
+  // The poll this screen shows, as the server rendered it into the bar (templates/_room_poll.html): its data-poll-*.
+  function poll() { return (q("[data-poll]") || {}).dataset; }
   // A cell poll asks about the class's matrix (app/rooms/api.py view_place): a student exploring another page or stage
   // sees no votes or key there, and a tap opens the cell instead of answering (the class walk). Unnamed parts match.
   function place(page, query) {
@@ -93,14 +88,14 @@
   }
   // Cell polls: every matrix cell shows how many chose it (once revealed), or which one this student chose.
   function markCells(p) {
-    var cell = p && p.kind === "cell" && atPollMatrix(), top = 0;
-    Object.keys(cell ? p.counts : {}).forEach(function (k) { top = Math.max(top, p.counts[k]); });
+    var cell = p && p.pollKind === "cell" && atPollMatrix(), counts = cell ? JSON.parse(p.pollCounts || "{}") : {}, top = 0;
+    Object.keys(counts).forEach(function (k) { top = Math.max(top, counts[k]); });
     each("td[data-row][data-col]", function (td) {
       if (bar.contains(td)) return;
-      var k = td.getAttribute("data-row") + "," + td.getAttribute("data-col"), n = cell ? p.counts[k] || 0 : 0;
-      td.classList.toggle("pollable", !!(cell && p.status === "open" && role === "student"));
-      td.classList.toggle("voted", !!(cell && p.mine === k));
-      td.classList.toggle("poll-key", !!(cell && p.status === "closed" && p.answer === k));
+      var k = td.getAttribute("data-row") + "," + td.getAttribute("data-col"), n = counts[k] || 0;
+      td.classList.toggle("pollable", !!(cell && p.pollStatus === "open" && role === "student"));
+      td.classList.toggle("voted", !!(cell && p.pollMine === k));
+      td.classList.toggle("poll-key", !!(cell && p.pollStatus === "closed" && p.pollAnswer === k));
       if (n) { td.setAttribute("data-votes", String(n)); td.style.setProperty("--votes", String(n / top)); }
       else { td.removeAttribute("data-votes"); td.style.removeProperty("--votes"); }
     });
@@ -108,16 +103,16 @@
   // A new poll box: the page's cells, and while the class votes no screen shows "what to notice" or the answer.
   function pollChanged() {
     var p = poll();
-    if (p && p.status === "open") document.body.setAttribute("data-poll-open", "1");
+    if (p && p.pollStatus === "open") document.body.setAttribute("data-poll-open", "1");
     else document.body.removeAttribute("data-poll-open");
-    if (p && p.status === "closed") release(stepOf(latest)); // revealed: the step's answer opens for students too
+    if (p && p.pollStatus === "closed") release(stepOf(latest)); // revealed: the step's answer opens for students too
     markCells(p);
     holdAnswers();
   }
   // A cell poll's answer is a cell tapped on the page (a choice's options answer from the box, by htmx).
   document.addEventListener("click", function (e) {
     var p = poll(), box = q("[data-room-poll]"), td = e.target.closest && e.target.closest("td[data-row][data-col]");
-    if (role !== "student" || !p || p.kind !== "cell" || p.status !== "open" || !td || bar.contains(td) || !atPollMatrix()) return;
+    if (role !== "student" || !p || p.pollKind !== "cell" || p.pollStatus !== "open" || !td || bar.contains(td) || !atPollMatrix()) return;
     e.preventDefault();
     e.stopPropagation();
     var answer = td.getAttribute("data-row") + "," + td.getAttribute("data-col");
