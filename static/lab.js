@@ -25,10 +25,11 @@ function hiddenLink(href, parent) {
 // Where the screen ends for the page: above the class bar along the bottom, `margin` px more.
 const screenBottom = (margin) => innerHeight - (byId("room")?.getBoundingClientRect().height || 0) - margin;
 
-// A place on the page, scrolled to now and once more after the next frame, when the fitters have sized the page.
+// A place (or the top), scrolled to now and once more after the next frame, when the fitters have sized the page.
 function scrollToPlace(place) {
-  place.scrollIntoView();
-  requestAnimationFrame(() => place.scrollIntoView());
+  const land = () => (place ? place.scrollIntoView() : scrollTo(0, 0));
+  land();
+  requestAnimationFrame(land);
 }
 const hashTarget = () => location.hash && byId(decodeURIComponent(location.hash.slice(1)));
 const anchorOf = () => document.querySelector(".lesson-panel[data-anchor]")?.getAttribute("data-anchor") ?? "";
@@ -291,13 +292,15 @@ function progress() {
 }
 
 // Places: a lesson step's (data-anchor) is scrolled to by a screen that came without its #fragment (a remote, a room);
-// a deferred page's shell (templates/_deferred.html), once its page is swapped in, scrolls to its #fragment (or the
+// a class's followed page (static/room.js) lands at the teacher's place or its top before the fitters measure it; a
+// deferred page's shell (templates/_deferred.html), once its page is swapped in, scrolls to its #fragment (or the
 // step's place) as a plain load would, or says that the page could not come, beside the plain link.
 function places() {
-  on("DOMContentLoaded room:followed", () => {
+  on("DOMContentLoaded", () => {
     const place = byId(anchorOf());
     if (place && !hashTarget()) scrollToPlace(place);  // the address's own place is the browser's to scroll to
   });
+  on("room:followed", (e) => scrollToPlace(byId(e.detail.place || "")));
   let arrived = false;
   const shell = (e) => e.detail.elt.closest?.("[data-deferred]");
   on("htmx:beforeSwap", (e) => { if (shell(e)) arrived = true; });
@@ -335,23 +338,24 @@ function stickyLesson() {
   });
 }
 
-// The class bar (#room) comes and grows: its height as --room-h, and "room:resized" for the fitters, once a frame.
+// The class bar (#room) comes, grows and goes: its height as --room-h, and "room:resized" for the fitters, once a
+// frame. Its own observer sees it go too, and not while a follower's page is swapped in without it (static/room.js).
 function barResized() {
   let watched = null, queued = false;
-  function resized() {
-    document.documentElement.style.setProperty("--room-h", Math.ceil(byId("room")?.offsetHeight || 0) + "px");
-    document.dispatchEvent(new CustomEvent("room:resized"));
-  }
+  const observer = new ResizeObserver(() => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => {
+      queued = false;
+      document.documentElement.style.setProperty("--room-h", Math.ceil(byId("room")?.offsetHeight || 0) + "px");
+      document.dispatchEvent(new CustomEvent("room:resized"));
+    });
+  });
   on("room:bar htmx:afterSettle", () => {
     const room = byId("room");
-    if (room === watched) return;
-    watched = room;
-    if (!room) return resized();
-    new ResizeObserver(() => {
-      if (queued || room !== watched) return;
-      queued = true;
-      requestAnimationFrame(() => { queued = false; resized(); });
-    }).observe(room);
+    if (!room || room === watched) return;
+    if (watched) observer.unobserve(watched);
+    observer.observe((watched = room));
   });
 }
 

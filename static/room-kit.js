@@ -1,6 +1,6 @@
 // What a class's screens (static/room.js) and the teacher's remote (static/teach.js) share: a view without what
-// belongs to one screen, the matrix a cell question is about, the length of a histogram's bars, the rooms API's
-// JSON, the end of the room's stream and growing pauses. The room's event stream is htmx's SSE extension's.
+// belongs to one screen, the matrix a cell question is about, the rooms API's JSON, the end of the room's stream and
+// growing pauses. The room's event stream is htmx's SSE extension's.
 window.labRoomKit = (function () {
   "use strict";
   var PERSONAL = ["lang", "present", "room"];
@@ -29,11 +29,6 @@ window.labRoomKit = (function () {
     return out;
   }
 
-  // A server-rendered histogram's bars (templates/_room_poll.html) take their length from `data-share`.
-  function bars(root) {
-    root.querySelectorAll("[data-share]").forEach(function (el) { el.style.setProperty("--share", el.getAttribute("data-share")); });
-  }
-
   function json(url, method, body) {
     return fetch(url, {
       method: method || "GET", credentials: "same-origin",
@@ -58,7 +53,6 @@ window.labRoomKit = (function () {
     return Math.max(ms, (minSeconds || 0) * 1000);
   }
 
-  return { asView: asView, sameView: sameView, matrixShape: matrixShape,
-           bars: bars, json: json, backoff: backoff,
+  return { asView: asView, sameView: sameView, matrixShape: matrixShape, json: json, backoff: backoff,
            close: close, ifGone: ifGone };
 })();

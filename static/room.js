@@ -45,23 +45,21 @@
         return null;
       })
       .then(function (html) {
-        if (html === null || mine !== seq || (role === "student" && !following())) return; // newer, or exploring
-        // htmx swaps the page in (its title too); the bar and its event stream are kept out of the swap.
+        if (html === null || mine !== seq || over || (role === "student" && !following())) return; // newer, exploring, left
+        // htmx swaps the page in (its title too) and settles it at once: the htmx:afterSettle listeners below mark its
+        // cells and give the teacher's page its Ask and QR. The bar and its event stream are kept out of the swap.
         bar.remove();
         window.htmx.swap(document.body, html, { swapStyle: "innerHTML" });
         document.body.appendChild(bar);
-        if (role === "student") document.body.setAttribute("data-room-following", "1");
-        if (role === "teacher") { announced = view; addAsk(); presentRoom(); }
+        if (role === "teacher") announced = view;
         history.replaceState(null, "", url);
-        pollChanged();
-        document.dispatchEvent(new CustomEvent("room:followed", { detail: view }));
-        toPlace(place);
+        document.dispatchEvent(new CustomEvent("room:followed", { detail: { view: view, place: place } })); // lab.js lands
       })
       .catch(function () { /* the next event (or "back to the teacher") tries again */ });
   }
   // The place the remote's press is about: the link to this view on the page shown now names it by its #fragment
-  // (e.g. "Rank the heads" → #ranking). A followed screen scrolls there, after the page's own layout has run. A
-  // link that names no sentence matches the view with the class's kept one (rooms/api.py kept_sentence).
+  // (e.g. "Rank the heads" → #ranking); a followed screen lands there (static/lab.js places). A link that names no
+  // sentence matches the view with the class's kept one (rooms/api.py kept_sentence).
   function placeOf(view) {
     var links = document.querySelectorAll("a[href*='#']"), kept = new URLSearchParams(view.query);
     kept.delete("tokens");
@@ -73,21 +71,9 @@
     }
     return null;
   }
-  // A followed page lands as a navigation would: at its place if it has one, else at its top.
-  function toPlace(id) {
-    var el = id && document.getElementById(id);
-    var land = el ? function () { el.scrollIntoView({ block: "start" }); } : function () { window.scrollTo(0, 0); };
-    land();
-    requestAnimationFrame(land);
-  }
 
-  // The poll this screen shows, as the server rendered it into the bar (templates/_room_poll.html).
-  function poll() {
-    var box = q("[data-poll]");
-    return box && { id: box.getAttribute("data-poll"), kind: box.getAttribute("data-poll-kind"),
-                    status: box.getAttribute("data-poll-status"), answer: box.getAttribute("data-poll-answer"),
-                    mine: box.getAttribute("data-poll-mine"), counts: JSON.parse(box.getAttribute("data-poll-counts") || "{}") };
-  }
+  // The poll this screen shows, as the server rendered it into the bar (templates/_room_poll.html): its data-poll-*.
+  function poll() { return (q("[data-poll]") || {}).dataset; }
   // A cell poll asks about the class's matrix (app/rooms/api.py view_place): a student exploring another page or stage
   // sees no votes or key there, and a tap opens the cell instead of answering (the class walk). Unnamed parts match.
   function place(page, query) {
@@ -102,14 +88,14 @@
   }
   // Cell polls: every matrix cell shows how many chose it (once revealed), or which one this student chose.
   function markCells(p) {
-    var cell = p && p.kind === "cell" && atPollMatrix(), top = 0;
-    Object.keys(cell ? p.counts : {}).forEach(function (k) { top = Math.max(top, p.counts[k]); });
+    var cell = p && p.pollKind === "cell" && atPollMatrix(), counts = cell ? JSON.parse(p.pollCounts || "{}") : {}, top = 0;
+    Object.keys(counts).forEach(function (k) { top = Math.max(top, counts[k]); });
     each("td[data-row][data-col]", function (td) {
       if (bar.contains(td)) return;
-      var k = td.getAttribute("data-row") + "," + td.getAttribute("data-col"), n = cell ? p.counts[k] || 0 : 0;
-      td.classList.toggle("pollable", !!(cell && p.status === "open" && role === "student"));
-      td.classList.toggle("voted", !!(cell && p.mine === k));
-      td.classList.toggle("poll-key", !!(cell && p.status === "closed" && p.answer === k));
+      var k = td.getAttribute("data-row") + "," + td.getAttribute("data-col"), n = counts[k] || 0;
+      td.classList.toggle("pollable", !!(cell && p.pollStatus === "open" && role === "student"));
+      td.classList.toggle("voted", !!(cell && p.pollMine === k));
+      td.classList.toggle("poll-key", !!(cell && p.pollStatus === "closed" && p.pollAnswer === k));
       if (n) { td.setAttribute("data-votes", String(n)); td.style.setProperty("--votes", String(n / top)); }
       else { td.removeAttribute("data-votes"); td.style.removeProperty("--votes"); }
     });
@@ -117,17 +103,16 @@
   // A new poll box: the page's cells, and while the class votes no screen shows "what to notice" or the answer.
   function pollChanged() {
     var p = poll();
-    kit.bars(bar);
-    if (p && p.status === "open") document.body.setAttribute("data-poll-open", "1");
+    if (p && p.pollStatus === "open") document.body.setAttribute("data-poll-open", "1");
     else document.body.removeAttribute("data-poll-open");
-    if (p && p.status === "closed") release(stepOf(latest)); // revealed: the step's answer opens for students too
+    if (p && p.pollStatus === "closed") release(stepOf(latest)); // revealed: the step's answer opens for students too
     markCells(p);
     holdAnswers();
   }
   // A cell poll's answer is a cell tapped on the page (a choice's options answer from the box, by htmx).
   document.addEventListener("click", function (e) {
     var p = poll(), box = q("[data-room-poll]"), td = e.target.closest && e.target.closest("td[data-row][data-col]");
-    if (role !== "student" || !p || p.kind !== "cell" || p.status !== "open" || !td || bar.contains(td) || !atPollMatrix()) return;
+    if (role !== "student" || !p || p.pollKind !== "cell" || p.pollStatus !== "open" || !td || bar.contains(td) || !atPollMatrix()) return;
     e.preventDefault();
     e.stopPropagation();
     var answer = td.getAttribute("data-row") + "," + td.getAttribute("data-col");

@@ -51,7 +51,6 @@
   // After a swap (a running lesson's steps lead: lab.css): while a poll is open, "Ask the class" says so (no button).
   document.addEventListener("htmx:afterSettle", function () {
     var ask = $("[data-ask]"), open = !!$("[data-results][data-open]");
-    kit.bars(root);
     if (!ask) return; // its card is on its way (/r/<code>/prepared)
     ask.disabled = open;
     ask.textContent = ask.getAttribute(open ? "data-label-open" : "data-label");
