@@ -24,7 +24,7 @@ from engine.spec import PRESETS, SpecError, make_spec
 from engine.tracing import compute as compute_trace
 
 from ..lab import Lab, get_key
-from ..schemas import ERRORS, MAX_ITEMS, FieldError, said
+from ..schemas import ERRORS, MAX_ITEMS, FieldError, no_surrogates, said
 from ..web.answer import twins
 from ..web.sequence import Text, generators, text_of
 
@@ -77,15 +77,9 @@ class AttributionRequest(BaseModel):
                                   "query is `position`; a decoder's key at most the position).")  # fmt: skip
     decimals: int | None = Field(None, ge=0, le=8, description="Round the returned numbers.")
 
-    @field_validator("text", "tokens", "target", "contrast", mode="before")
-    @classmethod
-    def _text(cls, v: Any) -> Any:
-        """A lone UTF-16 surrogate (JSON's "\\ud800") is not text: the toy cannot seed a vector from it, nor a
-        tokenizer read it (as /api/v1/attention refuses it)."""
-        if isinstance(v, list | str) and any(isinstance(t, str) and any("\ud800" <= ch <= "\udfff" for ch in t)
-                                             for t in (v if isinstance(v, list) else [v])):  # fmt: skip
-            raise ValueError("contains a lone UTF-16 surrogate (e.g. \\ud800), which is not text")
-        return v
+    # A lone UTF-16 surrogate (JSON's "\\ud800") is not text: the toy cannot seed a vector from it, nor a tokenizer
+    # read it (as /api/v1/attention refuses it).
+    _text = field_validator("text", "tokens", "target", "contrast", mode="before")(no_surrogates)
 
 
 @dataclass(frozen=True)
