@@ -122,5 +122,5 @@ async def architectures_page(
 
     shows = f"run:{job.id if job is not None else ''}|models:{','.join(sorted(lab.models))}"
     example = EXAMPLES.get(language(request), EXAMPLES["en"])  # the form's text when the URL names none
-    return await serve(request, lab, "architectures.html", state, build, blocks=(), deferred=True, shows=shows,
+    return await serve(request, "architectures.html", state, build, blocks=(), deferred=True, shows=shows,
                        example=example)  # fmt: skip

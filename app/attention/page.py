@@ -147,7 +147,7 @@ async def lab_page(
     # Presenter mode shows the students' address: the cache keys by it, never by the raw Host header alone.
     base = public_base(str(request.base_url), lab.settings.public_url) if present else None
     build = functools.partial(lab_view, state, lab, base, request_key(request))
-    return await serve(request, lab, "lab.html", state, build, shows=base or "", present=present, embedded=embed,
+    return await serve(request, "lab.html", state, build, shows=base or "", present=present, embedded=embed,
                        hide=hide, stages=STAGES, presets=[*PRESETS, *lab.models], models=lab.models,
                        svg_base="/api/v1/attention/heatmap.svg")  # fmt: skip
 

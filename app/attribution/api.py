@@ -18,16 +18,15 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine import attribution as A
-from engine import predict as P
 from engine.block import make_block_spec
 from engine.errors import Message
 from engine.spec import PRESETS, SpecError, make_spec
 from engine.tracing import compute as compute_trace
 
 from ..lab import Lab, get_key
-from ..schemas import ERRORS, MAX_ITEMS, FieldError, said
+from ..schemas import ERRORS, MAX_ITEMS, FieldError, no_surrogates, said
 from ..web.answer import twins
-from ..web.sequence import Text, generators, longer_than_traced, text_of
+from ..web.sequence import Text, generators, text_of
 
 router = APIRouter(prefix="/api/v1", tags=["attribution"], responses=ERRORS)
 
@@ -78,15 +77,9 @@ class AttributionRequest(BaseModel):
                                   "query is `position`; a decoder's key at most the position).")  # fmt: skip
     decimals: int | None = Field(None, ge=0, le=8, description="Round the returned numbers.")
 
-    @field_validator("text", "tokens", "target", "contrast", mode="before")
-    @classmethod
-    def _text(cls, v: Any) -> Any:
-        """A lone UTF-16 surrogate (JSON's "\\ud800") is not text: the toy cannot seed a vector from it, nor a
-        tokenizer read it (as /api/v1/attention refuses it)."""
-        if isinstance(v, list | str) and any(isinstance(t, str) and any("\ud800" <= ch <= "\udfff" for ch in t)
-                                             for t in (v if isinstance(v, list) else [v])):  # fmt: skip
-            raise ValueError("contains a lone UTF-16 surrogate (e.g. \\ud800), which is not text")
-        return v
+    # A lone UTF-16 surrogate (JSON's "\\ud800") is not text: the toy cannot seed a vector from it, nor a tokenizer
+    # read it (as /api/v1/attention refuses it).
+    _text = field_validator("text", "tokens", "target", "contrast", mode="before")(no_surrogates)
 
 
 @dataclass(frozen=True)
@@ -145,23 +138,7 @@ def text_for(req: Any, lab: Lab, max_tokens: int) -> Text:
             names = ", ".join([*generators(lab.models), *encoders(lab), *BUILTIN])
             raise FieldError("preset", said("attributions_model", names=names))
         return text_of(req, lab, max_tokens, False, "tokens", 1, "attributions", True)
-    if req.text is None and req.token_ids is None:
-        raise FieldError("text", said("text_given"))
-    field = "token_ids" if req.token_ids is not None else "text"
-    room = min(max_tokens, model.info.n_ctx)
-    try:
-        spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=lab.models,
-                         device=lab.device, limits=lab.long_limits)  # fmt: skip
-    except SpecError as e:
-        if longer_than_traced(e, field):
-            raise FieldError(field, said("tokens_longer", room=room)) from None
-        raise
-    seq = P.sequence(model, spec.token_ids, req.bos, False)
-    if len(seq) < 2:
-        raise FieldError(field, said("two_tokens"))
-    if len(seq) > room:
-        raise FieldError(field, said("tokens_here", room=room, n=len(seq)))
-    return Text(req.preset, model, tuple(seq), tuple(model.labels(list(seq))), model.specials_first(seq))
+    return text_of(req, lab, max_tokens, False, "tokens", model=model)  # [CLS] … [SEP], as its tokenizer gives it
 
 
 class ScoreSplitPart(BaseModel):

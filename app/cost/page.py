@@ -62,5 +62,5 @@ async def cost_page(
         return await asyncio.to_thread(cost_view, q, ctx["t"], ctx["lang"])  # the timing: off the event loop
 
     typed = {"model": given.get("model", "gpt2"), "n_max": given.get("n_max", "1024")}  # the form as typed
-    return await serve(request, lab, "cost.html", state, build, blocks=(), deferred=not refused,  # timing takes seconds
+    return await serve(request, "cost.html", state, build, blocks=(), deferred=not refused,  # timing takes seconds
                        typed=typed, refused={k: error_message(m, lang) for k, m in refused.items()})  # fmt: skip

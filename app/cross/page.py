@@ -44,7 +44,7 @@ async def cross_page(
     shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in jobs)
     json_url = f"/api/v1/train/{job.id}" if job else None
     build = functools.partial(cross_build, state, job, jobs, lab, served)
-    return await serve(request, lab, "cross.html", state, build, json_url=json_url, shows=shows, blocks=("live",),
+    return await serve(request, "cross.html", state, build, json_url=json_url, shows=shows, blocks=("live",),
                        pushed=False)  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..render.figure import FORMATS, WORDS, Curves, Figure, Heat, TooLarge, cjk_font, draw
+from ..render.figure import FORMATS, Curves, Figure, Heat, TooLarge, cjk_font, draw, words_of
 from ..templating import LANGS, MESSAGES, translator
 
 __all__ = ["FORMATS", "NoFigure", "TooLarge", "cjk_font", "draw", "panels"]
@@ -83,7 +83,7 @@ def panels(twin: dict[str, Any]) -> Figure:
     """The figure(s) a page shows, read from its JSON twin alone."""
     view = str(twin.get("view", ""))
     say = Say(str(twin.get("lang") or "en"))
-    words = WORDS[say.lang]
+    words = words_of(say.lang)
     fig = Figure(_figure_title(twin, say))
     mats = twin.get("matrices")
     if isinstance(mats, list):

@@ -4,12 +4,12 @@ under /api/v1/lessons."""
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
-from ..lab import Lab, get_lab
+from ..lab import Lab
 from ..schemas import ERRORS, Problem
 from ..web.lessons import BY_SLUG, LESSONS, Lesson, step_url, with_query
 from ..web.page import page_route, serve
@@ -79,10 +79,10 @@ async def lesson_view(lesson: Lesson, state: PageQuery, ctx: dict[str, Any]) -> 
 
 
 @router.get("/lessons/{slug}", response_class=HTMLResponse)
-async def lesson_page(request: Request, slug: str, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+async def lesson_page(request: Request, slug: str) -> Response:
     state = PageQuery.of(request.query_params, f"/lessons/{slug}")  # its path is the lesson's
     build = functools.partial(lesson_view, lesson_of(slug), state)
-    return await serve(request, lab, "lesson.html", state, build, page="lessons", blocks=())
+    return await serve(request, "lesson.html", state, build, page="lessons", blocks=())
 
 
 @api.get("/lessons", summary="The guided lessons, in English or Chinese")

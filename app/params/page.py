@@ -10,7 +10,6 @@ from fastapi.responses import HTMLResponse, Response
 
 from engine.params import MODELS
 
-from ..lab import Lab, get_lab
 from ..web.page import query_of, serve
 from ..web.state import PageQuery
 from .view import ParamsQuery, ParamsView, params_view
@@ -22,7 +21,6 @@ KEYS = tuple(ParamsQuery.model_fields)
 @router.get("/params", response_class=HTMLResponse)
 async def params_page(
     request: Request,
-    lab: Annotated[Lab, Depends(get_lab)],
     state: Annotated[PageQuery, Depends(query_of(PageQuery, "/params", KEYS))],
 ) -> Response:
     raw = form_values(state)
@@ -31,7 +29,7 @@ async def params_page(
     async def build(ctx: dict[str, Any]) -> ParamsView:
         return params_view(ParamsQuery.model_validate(raw), ctx["t"], json_url)
 
-    return await serve(request, lab, "params.html", state, build, json_url=json_url, blocks=(), models=list(MODELS),
+    return await serve(request, "params.html", state, build, json_url=json_url, blocks=(), models=list(MODELS),
                        values=raw)  # fmt: skip
 
 

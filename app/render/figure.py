@@ -27,18 +27,13 @@ PNG_DPI = 200  # 2× matplotlib's default 100 dpi: slides
 ANNOTATE_CELLS = 100  # matrices of at most this many cells get their numbers printed in the cells
 CJK_FAMILIES = ("WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "AR PL UMing CN")
 
-WORDS = {  # the axes' words in the page's language
-    "en": {"query": "query", "key": "key", "layer": "layer", "head": "head", "position": "position",
-           "feature": "dimension", "p": "probability", "loss": "loss (nats)", "hatched": "hatched: −∞ (masked)",
-           "per_position": "loss per position", "grid": "layer × head", "lens": "p(final prediction) · layer × position",
-           "lens_curves": "p(final prediction) by layer", "p_target": "p(target)", "loss_title": "loss",
-           "blocks": "mean of {k}×{k} blocks"},
-    "zh": {"query": "查询", "key": "键", "layer": "层", "head": "头", "position": "位置",
-           "feature": "维度", "p": "概率", "loss": "损失（nats）", "hatched": "斜线：−∞（被遮蔽）",
-           "per_position": "每个位置的损失", "grid": "层 × 头", "lens": "最终预测的概率 · 层 × 位置",
-           "lens_curves": "最终预测的概率（逐层）", "p_target": "目标词元的概率", "loss_title": "损失",
-           "blocks": "{k}×{k} 块的平均"},
-}  # fmt: skip
+AXIS = "export.fig.axis."  # the axes' words in the page's language: the catalogues' export.fig.axis.<word>
+
+
+def words_of(lang: str) -> dict[str, str]:
+    from ..templating import MESSAGES  # the catalogues (read when a figure is drawn)
+
+    return {k.removeprefix(AXIS): v for k, v in MESSAGES.get(lang, MESSAGES["en"]).items() if k.startswith(AXIS)}
 
 
 class TooLarge(ValueError):
@@ -104,7 +99,7 @@ def cjk_font() -> str | None:
     return next((n for n in CJK_FAMILIES if n in names), None)
 
 
-def _reduce(h: Heat, max_cells: int, words: dict[str, str] = WORDS["en"]) -> Heat:
+def _reduce(h: Heat, max_cells: int, words: dict[str, str]) -> Heat:
     """A heat map past `max_cells` cells averaged over blocks of k × k cells (hatched where any cell is), its labels
     every k-th: the same picture at a bounded cost."""
     n, m = h.values.shape
@@ -150,7 +145,7 @@ def _draw(spec: Figure, fmt: str, caption: str, lang: str, max_cells: int, max_l
     from matplotlib.figure import Figure as MplFigure
 
     logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)  # "no bold CJK face": the regular one is used
-    words = WORDS.get(lang, WORDS["en"])
+    words = words_of(lang)
     cjk = cjk_font()
     rc: dict[str, Any] = {
         "font.family": ["DejaVu Sans", *([cjk] if cjk else [])],  # matplotlib falls back glyph by glyph

@@ -296,12 +296,12 @@ class RedisStore(Store):
     async def _save_poll(self, code: str, poll: Poll) -> None:
         if poll.status == "open":
             async with self.redis.pipeline(transaction=True) as p:
-                p.hset(self._key(code, ":polls"), poll.id, poll.dumps())
+                p.hset(self._key(code, ":polls"), poll.id, orjson.dumps(poll))
                 p.hset(self._key(code), "poll", poll.id)
                 await p.execute()
             await self._touch(code)
             return
-        await self.redis.hset(self._key(code, ":polls"), poll.id, poll.dumps())
+        await self.redis.hset(self._key(code, ":polls"), poll.id, orjson.dumps(poll))
         if as_str(await self.redis.hget(self._key(code), "poll") or b"") == poll.id:
             await self.redis.hset(self._key(code), "poll", "")
 

@@ -61,9 +61,6 @@ class Event:
     kind: Kind
     data: dict[str, Any]
 
-    def dumps(self) -> bytes:
-        return orjson.dumps({"id": self.id, "kind": self.kind, "data": self.data})
-
     @classmethod
     def loads(cls, raw: bytes | str) -> Event:
         d = orjson.loads(raw)
@@ -127,9 +124,6 @@ class Poll:
                 out["counts"] = counts
                 out["total"] = sum(counts.values())
         return out
-
-    def dumps(self) -> bytes:
-        return orjson.dumps(self.__dict__ | {"options": list(self.options)})
 
     @classmethod
     def loads(cls, raw: bytes | str) -> Poll:
@@ -448,9 +442,9 @@ class MemoryStore(Store):
         entry.room = replace(entry.room, page=page, query=query, version=entry.room.version + 1)
         event = Event(entry.room.version, kind, data)
         entry.log.append(event)
-        entry.log_bytes += len(event.dumps())
+        entry.log_bytes += len(orjson.dumps(event))
         while len(entry.log) > LOG_LENGTH or (entry.log_bytes > LOG_BYTES and len(entry.log) > 1):
-            entry.log_bytes -= len(entry.log.popleft().dumps())
+            entry.log_bytes -= len(orjson.dumps(entry.log.popleft()))
         entry.touched = self.clock()
         self.hub.deliver(code, event)
         return event.id

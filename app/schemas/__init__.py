@@ -19,6 +19,7 @@ from .request_models import (
     Selection,
     TilesRequest,
     int_or_empty,
+    no_surrogates,
     query_model,
     query_parameters,
 )
@@ -27,5 +28,5 @@ from .responses import ERRORS, AttentionResponse, Problem
 __all__ = [
     "ASCII_INT", "ASCII_NUMBER", "ERRORS", "LIST_FIELDS", "MAX_ITEMS", "RETURNED", "AttentionRequest", "AttentionResponse",
     "BlockRequest", "DecodeRequest", "FieldError", "LabField", "Problem", "Selection", "TilesRequest", "head_within",
-    "int_or_empty", "query_model", "query_parameters", "request_fields", "said",
+    "int_or_empty", "no_surrogates", "query_model", "query_parameters", "request_fields", "said",
 ]  # fmt: skip

@@ -96,6 +96,13 @@ def _surrogate(v: Any) -> bool:
     return isinstance(v, str) and any("\ud800" <= ch <= "\udfff" for ch in v)
 
 
+def no_surrogates(v: Any) -> Any:
+    """A text field's validator (nested lists too): a lone UTF-16 surrogate anywhere in `v` is refused."""
+    if _anywhere(v, _surrogate):
+        raise ValueError("contains a lone UTF-16 surrogate (e.g. \\ud800), which is not text")
+    return v
+
+
 # `LabField` options: explicit weights (POST-sized, JSON text), and what to return, not what to compute.
 EXPLICIT: dict[str, Any] = {"form": None, "kind": "json", "limit": "max_explicit_d_model"}
 RETURNED: dict[str, Any] = {"form": None, "output": True}
@@ -211,9 +218,7 @@ class AttentionRequest(BaseModel):
         """JSON true is not the number 1: pydantic's lax ints and floats would take it, this API does not."""
         if _anywhere(v, lambda x: isinstance(x, bool)):
             raise ValueError("booleans are not numbers here; give a number")
-        if _anywhere(v, _surrogate):
-            raise ValueError("contains a lone UTF-16 surrogate (e.g. \\ud800), which is not text")
-        return v
+        return no_surrogates(v)
 
     @field_validator("x", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o", mode="before")
     @classmethod

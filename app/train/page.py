@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from engine.train import Run, TrainConfig
 
 from ..errors import clean, field_error
-from ..lab import Lab, get_lab
 from ..render.charts import Series, line_chart
 from ..render.heatmap import data_uri, png
 from ..schemas import FieldError, said
@@ -201,7 +200,6 @@ async def find(request: Request, key: str, run_id: str) -> Job | None:
 @router.get("/train", response_class=HTMLResponse)
 async def train_page(
     request: Request,
-    lab: Annotated[Lab, Depends(get_lab)],
     state: Annotated[TrainQuery, Depends(query_of(TrainQuery, "/train"))],
 ) -> Response:
     p = state
@@ -211,7 +209,7 @@ async def train_page(
     shows += "|runs:" + ",".join(f"{j.id}:{j.status}:{j.run.step}" for j in await runs_of(request).all())  # the list
     json_url = f"/api/v1/train/{chosen[0].id}" if chosen[0] else "/api/v1/train"
     build = functools.partial(train_view, request, state)
-    return await serve(request, lab, "train.html", state, build, json_url=json_url, shows=shows, blocks=("live",),
+    return await serve(request, "train.html", state, build, json_url=json_url, shows=shows, blocks=("live",),
                        pushed=False)  # fmt: skip
 
 

@@ -398,7 +398,6 @@ def differing_knockouts(step: str, state: PageQuery) -> tuple[str, str] | None:
 
 async def serve(
     request: Request,
-    lab: Lab,
     template: str,
     state: PageQuery,
     build: Build,
@@ -506,7 +505,7 @@ async def serve(
             ctx["lesson_panel"] = lesson_panel(state, lang)
         if ctx["error"]:  # a refused lesson: the page says so at once (nothing is computed)
             return await compute(ctx)
-        return shell(request, ctx, state, lang)
+        return shell(request, ctx)
     return await single_flight(request, key, lambda: stored(request.app.state.responses, key), compute)
 
 
@@ -576,7 +575,7 @@ def not_found(request: Request) -> Response | None:
     return TEMPLATES.TemplateResponse(request, "not_found.html", ctx, status_code=404, headers={"Vary": VARY})
 
 
-def shell(request: Request, ctx: dict[str, Any], state: PageQuery, lang: str) -> Response:
+def shell(request: Request, ctx: dict[str, Any]) -> Response:
     """A deferred page's shell (templates/_deferred.html): the page's header, lesson and title, a "computing"
     status, and htmx asking for the page at its own URL as soon as the shell is loaded (so its progress key is the
     page's, which the corner's box polls); the link for a browser without script adds `wait=1`. Never stored."""
@@ -627,7 +626,7 @@ def page_route(
         state: PageQuery = Depends(query),  # noqa: B008
     ) -> Response:
         build = functools.partial(view, state, lab, request_key(request))
-        return await serve(request, lab, template, state, build, blocks=blocks, deferred=deferred, pushed=pushed,
+        return await serve(request, template, state, build, blocks=blocks, deferred=deferred, pushed=pushed,
                            **form(lab, state, language(request)))  # fmt: skip
 
     router.get(path, response_class=HTMLResponse, name=f"{template.removesuffix('.html')}_page")(route)

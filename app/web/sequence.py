@@ -80,17 +80,13 @@ def decoder(lab: Lab, preset: str, views: str = "predictions", pre_ln: bool = Fa
     return model
 
 
-def longer_than_traced(e: SpecError, field: str) -> bool:
-    """Whether `e` refuses the text in `field` for its token count (by the engine's code, never its English)."""
-    return e.field == field and getattr(e.message, "code", None) in ("too_many_tokens_whole", "too_many_tokens_window")
-
-
 def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["inputs", "tokens"] = "inputs",
-            least: int = 2, views: str = "predictions", pre_ln: bool = False) -> Text:  # fmt: skip
+            least: int = 2, views: str = "predictions", pre_ln: bool = False, model: Model | None = None) -> Text:  # fmt: skip
     """The request's `text` or `token_ids` as a sequence ([BOS] text [EOS] as asked), checked: a decoder this server
-    loaded, at least `least` tokens, and at most `max_tokens` (and the model's context) of what the view `counted` —
-    its inputs (teacher forcing: every token but the last) or every token."""
-    model = decoder(lab, req.preset, views, pre_ln)
+    loaded (or the `model` the caller checked: an encoder), at least `least` tokens, and at most `max_tokens` (and
+    the model's context) of what the view `counted` — its inputs (teacher forcing: every token but the last) or
+    every token."""
+    model = decoder(lab, req.preset, views, pre_ln) if model is None else model
     if req.text is None and req.token_ids is None:
         raise FieldError("text", said("text_given"))
     field = "token_ids" if req.token_ids is not None else "text"
@@ -98,8 +94,8 @@ def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["in
     try:
         spec = make_spec(text=req.text, token_ids=req.token_ids, preset=req.preset, layer=0, models=lab.models,
                          device=lab.device, limits=lab.long_limits)  # fmt: skip
-    except SpecError as e:  # past even a long context's bound: say this view's own, not that one
-        if longer_than_traced(e, field):
+    except SpecError as e:  # past even a long context's bound (the engine's code, never its English): this view's
+        if e.field == field and getattr(e.message, "code", None) in ("too_many_tokens_whole", "too_many_tokens_window"):
             if req.token_ids is not None:  # ids are counted as given ("the text is longer" named no text)
                 seq = P.sequence(model, req.token_ids, req.bos, eos)
                 n = len(seq) - 1 if counted == "inputs" else len(seq)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from app.lab import Lab, get_lab
 from app.models.view import ModelsView
 from app.web.page import serve
 from app.web.state import PageQuery
@@ -16,10 +15,10 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get("/fake", response_class=HTMLResponse)
-async def fake_page(request: Request, lab: Annotated[Lab, Depends(get_lab)]) -> Response:
+async def fake_page(request: Request) -> Response:
     state = PageQuery.of(request.query_params, "/fake")
 
     async def build(ctx: dict[str, Any]) -> ModelsView:
         return ModelsView(models=())
 
-    return await serve(request, lab, "models.html", state, build, page="fake", blocks=())
+    return await serve(request, "models.html", state, build, page="fake", blocks=())
