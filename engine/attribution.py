@@ -339,12 +339,24 @@ def rollout_of(weights: Sequence[torch.Tensor]) -> Rollout:
     return Rollout(torch.stack(steps).cpu(), torch.stack(cum).cpu())
 
 
+def rollout_bytes(n_layer: int, n_heads: int, n: int) -> int:
+    """The float32 bytes a rollout of `n` tokens keeps: every layer's Â and product R (L, N, N), and one layer's
+    weights (H, N, N) while it is seen."""
+    return 4 * n * n * (2 * n_layer + n_heads)
+
+
+def rollout_tokens(n_layer: int, n_heads: int, max_bytes: int | None = None) -> int:
+    """The most tokens whose rollout fits in `max_bytes` (MAX_BYTES when None): what a caller checks before any
+    forward pass runs (SmolLM2's 30 layers of 9 heads: 986 tokens)."""
+    return math.isqrt((MAX_BYTES if max_bytes is None else max_bytes) // (4 * (2 * n_layer + n_heads)))
+
+
 @torch.inference_mode()
 def rollout(model: Any, ids: Sequence[int], max_tokens: int = MAX_TOKENS, max_bytes: int = MAX_BYTES) -> Rollout:
     """Attention rollout (Abnar & Zuidema 2020) through every layer of `model` on `ids`."""
     ids = check_ids(model, ids, max_tokens)
     n, n_layer, h = len(ids), model.arch.n_layer, model.arch.n_heads
-    check_bytes("ids", 4 * n * n * (2 * n_layer + h), max_bytes)
+    check_bytes("ids", rollout_bytes(n_layer, h, n), max_bytes)
     means: list[torch.Tensor] = []
     current: dict[int, torch.Tensor] = {}
 
@@ -693,7 +705,7 @@ def sinks_and_rollout(
     arch = model.arch
     n, h, dk = len(ids), arch.n_heads, arch.d_k
     if rollout:
-        check_bytes("ids", 4 * n * n * (2 * arch.n_layer + h), max_bytes)
+        check_bytes("ids", rollout_bytes(arch.n_layer, h, n), max_bytes)
     x = model.embed(ids)
     rot = model.rotation(torch.arange(n, device=x.device), x)
     weight_share, norm_share, ratio = (torch.zeros(arch.n_layer, h) for _ in range(3))

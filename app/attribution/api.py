@@ -272,9 +272,28 @@ def too_long(text: Text, req: AttributionRequest, position: int, flow_tokens: in
     return FieldError("token_ids" if req.token_ids is not None else "text", said_as)
 
 
+def rollout_fits(text: Text, req: AttributionRequest, span: int) -> None:
+    """A 422 naming the text (or its token ids) when the rollout of the `span` tokens the position reads would not
+    fit the engine's bound (every layer's Â and product kept, N × N each: `A.rollout_tokens`), said before any
+    forward pass runs: SmolLM2 at 986 tokens or more was a 422 after the whole attribution had run on the API, and a
+    500 on the page, which always shows the rollout."""
+    arch = text.model.arch
+    most = A.rollout_tokens(arch.n_layer, arch.n_heads)
+    if span > most:
+        raise FieldError("token_ids" if req.token_ids is not None else "text",
+                         said("rollout_long", limit=most, model=text.preset, n=span))  # fmt: skip
+
+
+def position_of(model: Any, ids: list[int], req: AttributionRequest) -> int:
+    """The position asked for, or the default: a decoder's last token, an encoder's last before its [SEP]."""
+    return (len(ids) - 1 if model.decoder else last_word(model, ids)) if req.position is None else req.position
+
+
 def model_checked(text: Text, req: AttributionRequest, position: int, flow_tokens: int) -> tuple[int, int, int] | None:
-    """`checked` for a loaded model's text."""
+    """`checked` for a loaded model's text, and the rollout's bound when it is asked for."""
     arch, span = text.model.arch, position + 1 if text.model.decoder else len(text.seq)
+    if req.rollout:
+        rollout_fits(text, req, span)
     layers = said("has_layers", model=text.preset, last=arch.n_layer - 1)
     return checked(req, text.preset, layers, arch.n_layer, arch.n_heads, span, position, flow_tokens,
                    too_long(text, req, position, flow_tokens))  # fmt: skip
@@ -356,7 +375,7 @@ def compute(text: Text, req: AttributionRequest, max_tokens: int, flow_tokens: i
     has no logit to split (the DLA fields are null, `no_dla` says why): each head's output norm at the position
     (`head_norms`) instead, and the parts over every token (both directions)."""
     model, ids = text.model, list(text.seq)
-    position = (len(ids) - 1 if model.decoder else last_word(model, ids)) if req.position is None else req.position
+    position = position_of(model, ids, req)
     if position >= len(ids):
         raise FieldError("position", said("text_positions", last=len(ids) - 1, position=position))
     if not model.decoder:

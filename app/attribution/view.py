@@ -35,6 +35,8 @@ from .api import (
     builtin_trace,
     encoder,
     encoders,
+    position_of,
+    rollout_fits,
     score_split,
     text_answer,
     text_cost,
@@ -332,6 +334,9 @@ async def attribution_view(state: AttributionQuery, lab: Lab, progress: str, ctx
     flow_tokens = lab.settings.max_flow_tokens
     if len(seq) < 2:  # the sink contrast compares the first token with the others
         raise FieldError("token_ids" if req.token_ids is not None else "text", said("two_tokens"))
+    first = position_of(model, seq, req)
+    if first < len(seq):  # the page always shows the rollout: past its bound, a 422 before anything runs
+        rollout_fits(text, req, first + 1 if model.decoder else len(seq))
     cost = text_cost(text)
     doc = (await text_answer(req, text, lab, progress)).doc  # the API's own answer: one cache entry for both
     p = int(doc["position"])

@@ -283,3 +283,32 @@ def test_minilms_default_position_is_the_last_word_not_sep(api: TestClient) -> N
     assert got["position"] == len(got["token_ids"]) - 1 and got["tokens"][-1] == "paris"
     page = api.get("/attribution.json", params={"preset": "minilm", "text": "The capital of France is Paris"}).json()
     assert page["position"] == doc["position"]
+
+
+def test_a_rollout_past_its_bound_is_refused_before_anything_runs(api: TestClient) -> None:
+    """SmolLM2's rollout keeps 30 layers' Â and product (N × N each): 986 tokens fit the engine's 256 MiB. A text of
+    more (within MAX_PREDICT_TOKENS = 1024) with rollout was a 422 only after the whole attribution had run, saying
+    `max_bytes=268,435,456`, a bound no field sets; now a 422 naming the text and the tokens that fit, first."""
+    from bs4 import BeautifulSoup
+
+    from engine import attribution as A
+
+    most = A.rollout_tokens(30, 9)
+    assert most == 986
+    text = " ".join(["word"] * most)  # the model's BOS and 986 words: 987 tokens
+    r = api.post("/api/v1/attribution", json={"text": text, "rollout": True})
+    assert r.status_code == 422, r.text
+    assert r.json()["message"].startswith("text: ") and f"at most {most} tokens" in r.json()["message"], r.text
+    assert "reads 987" in r.json()["message"]
+    ids = api.post("/api/v1/attribution", json={"text": "a b", "position": 0}).json()["token_ids"][:1] + [1] * most
+    r = api.post("/api/v1/attribution", json={"token_ids": ids, "bos": False, "rollout": True})
+    assert r.status_code == 422 and r.json()["message"].startswith("token_ids: "), r.text
+    early = api.post("/api/v1/attribution", json={"text": text, "rollout": True, "position": 3})  # reads 4 tokens
+    assert early.status_code == 200 and len(early.json()["rollout"]["final"]) == 4
+    # The page shows the rollout whatever it is asked: at the last position of that text it was a 500.
+    for lang, said in (("en", f"at most {most} tokens"), ("zh", f"最多读取 {most} 个词元")):
+        page = api.get("/attribution", params={"text": text, "lang": lang})
+        assert page.status_code == 422, page.text[:300]
+        alert = BeautifulSoup(page.text, "html.parser").select_one(".error[role=alert]").text
+        assert "text" in alert and said in alert, alert
+    assert api.get("/attribution.json", params={"text": text}).status_code == 422
