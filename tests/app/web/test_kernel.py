@@ -383,6 +383,9 @@ APP_REFUSALS = [
     ("/heads?preset=toy", "preset", "头视图需要因果语言模型：smollm2"),
     ("/patch?preset=toy", "preset", "头视图需要因果语言模型：smollm2"),
     ("/model?ablate=[x", "ablate", "每个头写成 L<层> H<头>（例如 L1 H0, L16 H0），或者把头对写成 JSON（[[1, 0]]）"),
+    # a zh walk of every form with a bad value in each field found these still English
+    ("/architectures?minilm=abc", "MiniLM 的头（层.头）（minilm）", "必须写成 层.头，例如 3.0；收到的是 'abc'"),
+    ("/demos?d_k=3", "d_k", "应为 2 的倍数"),  # pydantic's multiple_of
 ]
 
 
