@@ -223,8 +223,10 @@ def generation_spec(req: GenerateRequest, limits: Limits, device: str, models: M
                     max_new: int, caps: tuple[int, int] = (8, 1000)) -> tuple[Spec, int]:  # fmt: skip
     """The prompt as a Spec (its tokens, ids and limits checked by make_spec) and the layer to watch."""
     if req.preset not in models or not getattr(models[req.preset], "generates", False):
-        names = ", ".join(generators(models)) or "none on this server"
-        raise FieldError("preset", said("generation_needs_decoder", names=names))
+        names = ", ".join(generators(models))
+        raise FieldError(
+            "preset", said("generation_needs_decoder", names=names) if names else said("generation_no_decoder")
+        )
     info = models[req.preset].info
     layer = info.n_layer - 1 if req.layer is None else req.layer
     if not 0 <= layer < info.n_layer:

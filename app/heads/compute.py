@@ -21,7 +21,7 @@ from ..web.view import finite
 from .request import PatchRequest, PruneRequest, RolesRequest
 
 # The request's text as a sequence for the head views: a Pre-LN decoder's.
-text_of = partial(sequence_text, views="the head views", pre_ln=True)
+text_of = partial(sequence_text, views="heads", pre_ln=True)
 
 
 Grid = tuple[tuple[float | None, ...], ...]  # layer × head (or position); a non-finite number is None
@@ -199,7 +199,7 @@ async def prune_job(req: PruneRequest, lab: Lab, key: str | None) -> Pruned:
 
 def prompts_of(req: PatchRequest, lab: Lab) -> tuple[Text, Text]:
     """The two prompts through the model's tokenizer, of the same length (a 422 showing both tokenisations)."""
-    model = decoder(lab, req.preset, "the head views", pre_ln=True)
+    model = decoder(lab, req.preset, "heads", pre_ln=True)
     if not model.has_tokenizer:
         raise FieldError("preset", said("patch_tokenizer", model=req.preset))
     limit = min(lab.settings.max_patch_tokens, model.info.n_ctx)

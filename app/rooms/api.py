@@ -124,7 +124,7 @@ async def create_room(request: Request, rooms: RoomsDep, body: ViewIn | None = N
     """Start a room on a view (default: the lab's start). The teacher token in the answer is never shown again."""
     body = body or ViewIn()
     page, query = rooms.view(body.page, body.query)  # a body the schema refuses: 422 whatever this address did before
-    await rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
+    await rooms.creates.check(client_address(request), "rooms", "too_many_starts")
     await check_view(request.app, page, query)
     room, token = await rooms.create(page, query, client_address(request))
     out = {"code": room.code, "teacher_token": token, "join_url": join_url(request, room.code), "page": room.page,
@@ -252,7 +252,7 @@ async def events(
     no id), on connect and whenever one joins or leaves, on any worker."""
     if lang is not None and lang not in LANGS:
         raise RoomError(422, "lang", f"must be one of {', '.join(LANGS)}")
-    await rooms.joins.check(client_address(request), "events", "joins from this address")
+    await rooms.joins.check(client_address(request), "events", "too_many_joins")
     room = await rooms.room(code, request)
     if last_event_id is not None and not (last_event_id.isascii() and last_event_id.isdigit()):
         raise RoomError(422, "last-event-id", "must be a version number from an earlier event")
@@ -395,8 +395,8 @@ async def record_answer(
     """A student's answer counted (a later one replaces theirs), within the address's and the student's limits: the
     room, the poll and the answer as counted (an option's text, or "row,col"). Also a poll box's (app/rooms/page.py)."""
     address = client_address(request)
-    await rooms.address_answers.check(address, "answer", "answers from this address")
-    await rooms.answers.check(f"{address}/{body.student}", "answer", "answers from this student")
+    await rooms.address_answers.check(address, "answer", "too_many_answers_address")
+    await rooms.answers.check(f"{address}/{body.student}", "answer", "too_many_answers_student")
     room, poll = await _poll_of(rooms, request, code, poll_id)
     if poll.status != "open":
         raise RoomError(409, "poll", "this poll is closed")

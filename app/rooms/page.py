@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
 from ..schemas import query_model
-from ..templating import LANGS, TEMPLATES, translator
+from ..templating import LANGS, TEMPLATES, error_message, translator
 from ..web.lessons import LESSONS, with_query
 from ..web.page import language
 from ..web.share import MAX_QR_CHARS, qr_svg, unreachable
@@ -63,11 +63,17 @@ SECRET = NO_STORE | {"Referrer-Policy": "no-referrer"}  # a page whose URL holds
 
 
 def _page(
-    request: Request, template: str, status: int = 200, headers: dict[str, str] | None = None, **ctx: object
+    request: Request,
+    template: str,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+    lang: str | None = None,
+    **ctx: object,
 ) -> Response:
-    """The join page and its refusals. Not the page kernel's `serve`: that caches by URL alone, and a refusal of
-    POST /r must never be answered with the cached GET /r page (nor a room's state be cached at all)."""
-    lang = language(request)
+    """The join page and its refusals, in `lang` (a form's own, when it posted one) or the request's language. Not
+    the page kernel's `serve`: that caches by URL alone, and a refusal of POST /r must never be answered with the
+    cached GET /r page (nor a room's state be cached at all)."""
+    lang = _lang(lang) or language(request)
     base = {"t": translator(lang), "lang": lang, "langs": LANGS, "page": "room", "json_url": None, "spec": None,
             "lang_urls": {c: f"{request.url.path}?lang={c}" for c in LANGS}}  # fmt: skip
     response = TEMPLATES.TemplateResponse(request, template, base | ctx, status_code=status)
@@ -120,20 +126,30 @@ def _refusal(t: Any, exc: RoomError) -> str:
     return t("room.unreachable") if exc.field == "store" else t(REFUSED.get(exc.status, "room.not_found"))
 
 
-def _refused_page(request: Request, rooms: Rooms, exc: RoomError, message: str | None = None) -> Response:
+def _refused_page(request: Request, rooms: Rooms, exc: RoomError, message: str | None = None,
+                  lang: str | None = None) -> Response:  # fmt: skip
     """The join page with the refusal (in the page's words unless `message` is given), its status and its
     Retry-After; while the store is away, a link that tries the same class again."""
     retry = request.url.path if exc.field == "store" and request.method == "GET" else None
-    error = message or _refusal(translator(language(request)), exc)
-    return _page(request, "room_join.html", exc.status, exc.headers | NO_STORE, error=error, retry_url=retry,
+    error = message or _refusal(translator(_lang(lang) or language(request)), exc)
+    return _page(request, "room_join.html", exc.status, exc.headers | NO_STORE, lang, error=error, retry_url=retry,
                  disabled=rooms.disabled if exc.field != "store" else None)  # fmt: skip
+
+
+def _said(exc: RoomError, lang: str) -> str:
+    """A refusal of the "Start a class" form in the page's language: the field it names and its catalogue message
+    (the API's English where it has no code: another site's request, rooms switched off)."""
+    t = translator(lang)
+    if exc.field == "store":
+        return t("room.unreachable")
+    return t("error.field", field=exc.field, message=error_message(exc.message, lang))
 
 
 @router.get("/r/{code}", response_class=HTMLResponse)
 async def follow(code: str, request: Request, rooms: RoomsDep) -> Response:
     """A student joins: the browser remembers the room and opens the teacher's current view, following it."""
     try:
-        await rooms.joins.check(client_address(request), "join", "joins from this address")
+        await rooms.joins.check(client_address(request), "join", "too_many_joins")
         room = await rooms.room(code, request)
     except RoomError as exc:
         return _refused_page(request, rooms, exc)
@@ -158,10 +174,10 @@ async def join_confirmed(code: str, request: Request, rooms: RoomsDep) -> Respon
     form = await _form(request)
     try:
         check_same_origin(request)
-        await rooms.joins.check(client_address(request), "join", "joins from this address")
+        await rooms.joins.check(client_address(request), "join", "too_many_joins")
         room = await rooms.room(code, request)
     except RoomError as exc:
-        return _refused_page(request, rooms, exc, str(exc) if exc.status == 403 else None)
+        return _refused_page(request, rooms, exc, str(exc) if exc.status == 403 else None, form.get("lang"))
     return _joined(request, rooms, room, form.get("lang"))
 
 
@@ -293,7 +309,7 @@ async def start(request: Request, rooms: RoomsDep) -> Response:
     try:
         check_same_origin(request)  # another site's form must not replace this browser's class
     except RoomError as exc:
-        return _page(request, "room_join.html", exc.status, error=str(exc))
+        return _page(request, "room_join.html", exc.status, lang=lang, error=str(exc))
     current = await _own_room(request, rooms)
     # A class already runs in this browser: keep it (its students follow this view), never a second room.
     if current is not None:
@@ -303,15 +319,17 @@ async def start(request: Request, rooms: RoomsDep) -> Response:
             page, query = current.page, current.query
         return RedirectResponse(view_url(page, query, lang, _presenting(form.get("query", ""))), 303)
     try:
-        await rooms.creates.check(client_address(request), "rooms", "rooms started from this address")
+        await rooms.creates.check(client_address(request), "rooms", "too_many_starts")
         page, query = rooms.view(form.get("page", "/"), form.get("query", ""))
         await rooms.ready()  # rooms that are off say so before anything is rendered
-        await check_view(request.app, page, query)  # a view the lab refuses is refused here too, as by the API
+        shown = lang or language(request)
+        await check_view(request.app, page, query, shown)  # a view the lab refuses is refused here too, as by the API
         room, token = await rooms.create(page, query, client_address(request))
     except RoomError as exc:
         # "Rooms are off" only when they are (several workers without Redis); a full server, an address at its
-        # limit or a refused view say what they are.
-        return _page(request, "room_join.html", exc.status, error=str(exc), disabled=rooms.disabled)
+        # limit or a refused view say what they are, in the page's language.
+        said_ = None if rooms.disabled else _said(exc, lang or language(request))  # off: the warning says so
+        return _page(request, "room_join.html", exc.status, lang=lang, error=said_, disabled=rooms.disabled)
     response = RedirectResponse(view_url(page, query, lang, _presenting(form.get("query", ""))), 303)
     return _in_room(response, request, rooms, room.code, token)
 

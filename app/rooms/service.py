@@ -23,7 +23,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message
 
-from ..schemas import LIST_FIELDS
+from ..schemas import LIST_FIELDS, said
 from ..settings import Settings
 from ..web import lessons
 from ..web.origin import foreign
@@ -88,8 +88,8 @@ class RateLimit:
             reset, _ = await self.limiter.get_window_stats(self.item, key)
         return max(reset - time.time(), 0.001)
 
-    async def check(self, key: str, field: str, what: str) -> None:
-        refuse(await self.wait(key), field, what)
+    async def check(self, key: str, field: str, code: str) -> None:
+        refuse(await self.wait(key), field, code)
 
 
 def rate_storage(redis_url: str | None) -> Storage:
@@ -101,11 +101,11 @@ def rate_storage(redis_url: str | None) -> Storage:
     return RedisStorage(uri, implementation="redispy", key_prefix="attention-lab:limits")
 
 
-def refuse(wait: float, field: str, what: str) -> None:
-    """A 429 with Retry-After when `wait` (seconds) is not 0."""
+def refuse(wait: float, field: str, code: str) -> None:
+    """A 429 with Retry-After when `wait` (seconds) is not 0, said by its catalogue `code` (too_many_…)."""
     if wait:
         seconds = max(1, int(wait + 0.999))
-        raise RoomError(429, field, f"too many {what}; retry in {seconds} s", {"Retry-After": str(seconds)})
+        raise RoomError(429, field, said(code, seconds=seconds), {"Retry-After": str(seconds)})
 
 
 def token_hash(token: str) -> str:
@@ -142,9 +142,9 @@ def clean_query(raw: str, max_bytes: int) -> str:
     kept byte for byte. 422 for control characters, a repeated parameter or an oversized query."""
     raw = raw.removeprefix("?")
     if len(raw.encode()) > max_bytes:
-        raise RoomError(422, "query", f"over the {max_bytes:,}-byte limit")
+        raise RoomError(422, "query", said("query_over", limit=max_bytes))
     if any(ord(c) < 0x20 or ord(c) == 0x7F or c in "# " for c in raw):
-        raise RoomError(422, "query", "must be a URL query: no spaces, control characters or '#'")
+        raise RoomError(422, "query", said("query_chars"))
     kept, seen = [], set()
     for part in raw.split("&"):
         if not part:
@@ -153,7 +153,7 @@ def clean_query(raw: str, max_bytes: int) -> str:
         if name in PERSONAL:
             continue
         if name in seen and name not in LIST_FIELDS:  # the same rule as the API's (limits.QueryLimit)
-            raise RoomError(422, "query", f"{name!r} is given more than once")
+            raise RoomError(422, "query", said("given_twice", name=name))
         seen.add(name)
         kept.append(part)
     return "&".join(kept)
@@ -162,9 +162,9 @@ def clean_query(raw: str, max_bytes: int) -> str:
 def clean_page(raw: str) -> str:
     page = raw or "/"
     if not FOLLOWABLE.fullmatch(page):
-        raise RoomError(422, "page", "must be a lab page: /, /block, /decode, /lessons[/slug], /model, /tiles, …")
+        raise RoomError(422, "page", said("lab_page"))
     if page.startswith("/lessons/") and page.removeprefix("/lessons/") not in lessons.BY_SLUG:
-        raise RoomError(422, "page", f"no lesson {show(page.removeprefix('/lessons/'), 30)}; see /lessons")
+        raise RoomError(422, "page", said("no_lesson", slug=show(page.removeprefix("/lessons/"), 30)))
     return page
 
 
@@ -178,13 +178,15 @@ def query_limit(settings: Settings) -> int:
     return int(settings.max_query_kb * 1024) - len(SHOWN_WITH)
 
 
-async def check_view(app: ASGIApp, page: str, query: str) -> None:
-    """Ask the lab itself for the view (the panel alone, in English) and refuse it with the lab's own message when
-    the lab would: exactly the rules a student's browser will meet. It also warms the page cache for the class."""
+async def check_view(app: ASGIApp, page: str, query: str, lang: str = "en") -> None:
+    """Ask the lab itself for the view (the panel alone, in `lang`: the API's English, or the language of the page
+    whose button started the class) and refuse it with the lab's own message when the lab would: exactly the rules a
+    student's browser will meet. It also warms the page cache for the class."""
+    shown = f"&lang={lang}"  # as long as SHOWN_WITH: every language's code has two letters
     scope = {
         "type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1", "method": "GET",
         "scheme": "http", "path": page, "raw_path": page.encode(), "root_path": "",
-        "query_string": ((query + SHOWN_WITH) if query else SHOWN_WITH[1:]).encode(),
+        "query_string": ((query + shown) if query else shown[1:]).encode(),
         "headers": [(b"host", b"127.0.0.1"), (b"hx-request", b"true"), (b"accept-language", b"en")],
         "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 80),
     }  # fmt: skip
@@ -205,8 +207,8 @@ async def check_view(app: ASGIApp, page: str, query: str) -> None:
     if status == 200:
         return
     if status == 503:
-        raise RoomError(503, "query", "the server is busy computing this view; retry", {"Retry-After": "5"})
-    raise RoomError(422, "query", f"the lab refuses this view ({reason or f'HTTP {status}'})")
+        raise RoomError(503, "query", said("view_busy"), {"Retry-After": "5"})
+    raise RoomError(422, "query", said("view_refused", reason=reason or f"HTTP {status}"))
 
 
 class Rooms:
@@ -257,12 +259,10 @@ class Rooms:
         store = await self.ready()
         with store_errors():
             if await store.count() >= self.settings.max_rooms:
-                msg = f"the server has its limit of {self.settings.max_rooms} open rooms; retry later"
-                raise RoomError(503, "rooms", msg, {"Retry-After": "60"})
+                raise RoomError(503, "rooms", said("rooms_full", limit=self.settings.max_rooms), {"Retry-After": "60"})
             cap = self.settings.room_max_per_address
             if await store.rooms_of(address) >= cap:
-                raise RoomError(429, "rooms", f"this address has {cap} open rooms, its limit (ROOM_MAX_PER_ADDRESS); "
-                                "end one, or wait until one expires", {"Retry-After": "60"})  # fmt: skip
+                raise RoomError(429, "rooms", said("rooms_per_address", cap=cap), {"Retry-After": "60"})
             token = secrets.token_urlsafe(24)
             for _ in range(16):
                 code = new_code()
@@ -270,15 +270,14 @@ class Rooms:
                     room = await store.get(code)
                     assert room is not None
                     return room, token
-        raise RoomError(503, "rooms", "no free room code; retry")
+        raise RoomError(503, "rooms", said("no_room_code"))
 
     async def checked_code(self, raw_code: str, request: Request) -> str | None:
         """The code as stored (None when it cannot be one), once the client's address may still look codes up: every
         lookup that finds nothing counts against it (ROOM_UNKNOWN_CODES_PER_MINUTE); past it, every lookup from there
         is a 429 (found or not, so that the answers tell a guesser nothing) until the budget refills."""
         await self.ready()
-        refuse(await self.misses.due(client_address(request)), "code", "lookups of class codes that do not exist from this "
-               "address")  # fmt: skip
+        refuse(await self.misses.due(client_address(request)), "code", "too_many_lookups")
         return normal_code(raw_code)
 
     async def room(self, raw_code: str, request: Request) -> Room:

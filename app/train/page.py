@@ -23,7 +23,7 @@ from ..render.heatmap import data_uri, png
 from ..schemas import FieldError, said
 from ..templating import LANGS, TEMPLATES, error_message, negotiate, translator
 from ..web.origin import foreign
-from ..web.page import VARY, page_context, query_of, room_query, screen_carry, serve
+from ..web.page import VARY, Redraw, RefusedForm, page_context, query_of, room_query, screen_carry, serve, wants_json
 from ..web.state import SHARED, Digits, PageQuery
 from ..web.view import HIDDEN, View
 from .api import TrainIn, busy, runs_of, start_run
@@ -230,7 +230,9 @@ async def train_view(request: Request, state: TrainQuery, ctx: dict[str, Any]) -
 @router.post("/train")
 async def train_form(request: Request) -> Response:
     """The page's form: start a run (with `cheat=1`, two: the mask on and off, same seed) and show it. /cross's form
-    (`arch=encoder-decoder`) starts an encoder–decoder here too, and is sent back to /cross."""
+    (`arch=encoder-decoder`) starts an encoder–decoder here too, and is sent back to /cross. Refused, a form is its
+    page again with the error under its field (/train's `refused_form`, /cross's `cross_refused`); a client that
+    asks for JSON (`Accept: application/json`) gets the API's 422."""
     if (refused := foreign(request, "start a training run")) is not None:  # another site's form starts nothing here
         return field_error("header", refused[0], refused[1], status=403)
     raw = (await request.body()).decode("utf-8", "replace")
@@ -254,14 +256,15 @@ async def train_form(request: Request) -> Response:
             else None
         )
     except ValidationError as e:
-        if encdec:  # /cross's form: the API's answer, as before
+        if wants_json(request):  # a script that asks for JSON: the API's answer
             raise FieldError(str(e.errors()[0]["loc"][0]), e.errors()[0]["msg"]) from None
         bad = [(str(err["loc"][1]), err["msg"]) for err in clean(e.errors(), "body")]
-        return await refused_form(request, form, bad)
+        return cross_refused(form, bad) if encdec else await refused_form(request, form, bad)
     except FieldError as e:
-        if encdec:
+        if wants_json(request):
             raise
-        return await refused_form(request, form, [(e.field, e.message)])
+        bad = [(e.field, e.message)]
+        return cross_refused(form, bad) if encdec else await refused_form(request, form, bad)
     except Busy as e:
         return busy(e)
     carry = "".join(f"&{k}={quote(form[k])}" for k in SHARED if form.get(k))  # presenter mode, the lesson
@@ -274,6 +277,14 @@ async def train_form(request: Request) -> Response:
 FORM_LABELS = {"task": "train.task", "n_layer": "train.n_layer", "n_heads": "train.n_heads", "d_model": "",
                "positions": "train.positions", "steps": "train.steps", "lr": "train.lr", "seed": "seed"}  # fmt: skip
 TYPED_CHARS = 40  # a typed value shown again in the form at most this long
+
+
+def cross_refused(form: dict[str, str], bad: list[tuple[str, str]]) -> Response:
+    """/cross's form refused: /cross drawn again (by its own route: `Redraw`) with a 422, in the form's language,
+    each error under its field and the values as typed kept in the form, as /train's own form is."""
+    query = urlencode({k: form[k] for k in ("lang", *SHARED) if form.get(k)})
+    typed = {k: v[:TYPED_CHARS] for k, v in form.items() if k in ENCDEC_FORM and v != ""}
+    return Redraw("/cross" + (f"?{query}" if query else ""), RefusedForm(tuple(bad), typed))
 
 
 async def refused_form(request: Request, form: dict[str, str], bad: list[tuple[str, str]]) -> Response:

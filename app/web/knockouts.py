@@ -98,8 +98,7 @@ def form_ablate(raw: str, name: str = "ablate") -> list[list[int]]:
         try:
             return PAIRS.validate_json(raw)
         except ValidationError:
-            message = "write each head as L<layer> H<head> (L1 H0, L16 H0), or the pairs as JSON ([[1, 0]])"
-            raise FieldError(name, message) from None
+            raise FieldError(name, said("heads_or_pairs")) from None
     return parse_heads(raw, name)
 
 

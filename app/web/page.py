@@ -278,6 +278,45 @@ def remember_page(
     return response
 
 
+# --- A form refused on another route ------------------------------------------------------------------------------
+
+# A page whose form posts to another page's route (/cross's form starts its run through /train's handler) gets the
+# form back when it is refused: the page drawn again for the person who typed it, in the page's language, each error
+# under its field and what was typed kept (never the API's JSON, which a script asks for with Accept).
+REFUSED_FORM = "lab.refused_form"  # the scope's key of the redraw's `RefusedForm`
+
+
+@dataclass(frozen=True)
+class RefusedForm:
+    errors: tuple[tuple[str, str], ...]  # (field, message): a catalogue message (`said`, the engine's, pydantic's)
+    typed: Mapping[str, str]  # the form's values as typed
+
+
+class Redraw(Response):
+    """The page at `url` (a GET of this app's, routed past the page store) drawn with `refused`: a 422, never kept
+    (`serve` reads the refusal from the scope)."""
+
+    def __init__(self, url: str, refused: RefusedForm) -> None:
+        super().__init__()
+        self.url, self.refused = url, refused
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path, _, query = self.url.partition("?")
+        headers = [(k, v) for k, v in scope["headers"] if k not in (b"content-type", b"content-length", b"hx-request")]
+        page = dict(scope, method="GET", path=path, raw_path=path.encode(), query_string=query.encode("latin-1"),
+                    headers=headers, **{REFUSED_FORM: self.refused})  # fmt: skip
+        await scope["app"].router(page, receive, send)
+
+
+def said_beside(ctx: dict[str, Any], refused: RefusedForm) -> dict[str, str]:
+    """A refused form's errors in the page's language, by field (the template says each under its input, with its
+    label), and the refusal's headers' words."""
+    ctx |= {"field_errors": {field: error_message(message, ctx["lang"]) for field, message in refused.errors},
+            "typed": dict(refused.typed), "status": 422}  # fmt: skip
+    words = "; ".join(f"{field}: {message}" for field, message in ctx["field_errors"].items())
+    return {"Cache-Control": "no-store", "X-Lab-Error": quote(words, safe=" :;,.()'=-_")}
+
+
 # --- The page kernel ----------------------------------------------------------------------------------------------
 
 VARY = "HX-Request, Accept-Language, Accept"
@@ -476,6 +515,8 @@ async def serve(
                 ctx.update(view.context(), view=view)
                 name = view.template
         headers = {"Vary": VARY}
+        if form is not None and not ctx["error"]:  # a form posted elsewhere, refused: its errors beside its fields
+            headers |= said_beside(ctx, form)
         if ctx["error"]:  # the links a refused page still draws leave out what it refused (an unknown lesson)
             ctx["lang_urls"] = {code: state.lang_url(code) for code in LANGS}
             ctx["present_url"] = state.url(present=None if state.present else "1")
@@ -494,8 +535,10 @@ async def serve(
             response = blocks_answer(request, name, names, ctx, pushed, status_code=ctx["status"], headers=headers)
         else:
             response = TEMPLATES.TemplateResponse(request, name, ctx, status_code=ctx["status"], headers=headers)
-        return remember_page(request, key, response)
+        return response if form is not None else remember_page(request, key, response)
 
+    if (form := request.scope.get(REFUSED_FORM)) is not None:  # drawn for the one who typed it: never stored
+        return await compute()
     if deferred and not as_json and navigating(request) and request.query_params.get(WAIT) != "1":
         if (found := stored(request.app.state.responses, key)) is not None:
             return found

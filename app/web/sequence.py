@@ -67,21 +67,32 @@ class Text:
         return self.seq[:-1]
 
 
-def decoder(lab: Lab, preset: str, views: str = "predictions", pre_ln: bool = False) -> Model:
-    """The loaded causal language model `preset` (a Pre-LN one when `pre_ln`), or a 422 naming `preset`."""
+# The views that read a text through a loaded decoder, each refusal a catalogue message of its own (locales/errors.json):
+# a decoder asked for (the loaded ones named, or none on this server) and a Pre-LN one asked for.
+Views = Literal["predictions", "heads", "attributions"]
+REFUSALS: dict[str, tuple[str, str, str]] = {
+    "predictions": ("predictions_need_decoder", "predictions_no_decoder", "predictions_post_ln"),
+    "heads": ("head_views_need_decoder", "head_views_no_decoder", "head_views_post_ln"),
+    "attributions": ("attributions_need_decoder", "attributions_no_decoder", "attributions_post_ln"),
+}
+
+
+def decoder(lab: Lab, preset: str, views: Views = "predictions", pre_ln: bool = False) -> Model:
+    """The loaded causal language model `preset` (a Pre-LN one when `pre_ln`), or a 422 naming `preset`, said by
+    `views`' own codes (never English words filled into a message: a Chinese page says it all in Chinese)."""
     models: Mapping[str, Model] = lab.models
+    need, none, post_ln = REFUSALS[views]
     if preset not in models or not getattr(models[preset], "generates", False):
-        names = ", ".join(generators(models)) or "none on this server"
-        raise FieldError("preset", said("predictions_need_decoder", names=names) if views == "predictions"
-                         else f"{views} need a causal language model: {names}")  # fmt: skip
+        names = ", ".join(generators(models))
+        raise FieldError("preset", said(need, names=names) if names else said(none))
     model = models[preset]
     if pre_ln and model.arch.placement != "pre":
-        raise FieldError("preset", f"{preset} is Post-LN: {views} read a Pre-LN decoder")
+        raise FieldError("preset", said(post_ln, preset=preset))
     return model
 
 
 def text_of(req: Any, lab: Lab, max_tokens: int, eos: bool, counted: Literal["inputs", "tokens"] = "inputs",
-            least: int = 2, views: str = "predictions", pre_ln: bool = False, model: Model | None = None) -> Text:  # fmt: skip
+            least: int = 2, views: Views = "predictions", pre_ln: bool = False, model: Model | None = None) -> Text:  # fmt: skip
     """The request's `text` or `token_ids` as a sequence ([BOS] text [EOS] as asked), checked: a decoder this server
     loaded (or the `model` the caller checked: an encoder), at least `least` tokens, and at most `max_tokens` (and
     the model's context) of what the view `counted` — its inputs (teacher forcing: every token but the last) or

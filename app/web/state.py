@@ -238,7 +238,7 @@ def head_cell(raw: Any) -> tuple[int, int]:
         return raw
     layer, dot, head = raw.partition(".")
     if not dot:
-        raise refused(f"must be layer.head, e.g. 3.0; got {show(raw, 30)}")
+        raise refused(said("layer_head", value=show(raw, 30)))
     return digits(layer, 0), digits(head, 0)
 
 

@@ -6,6 +6,7 @@ a 422 naming the field; the form starting a run."""
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import numpy as np
@@ -141,6 +142,65 @@ def test_the_form_starts_a_run(client: TestClient) -> None:
     assert state["config"]["steps"] == 3 and state["config"]["seed"] == 1
     bad = client.post("/train", data=form | {"steps": "0"}, follow_redirects=False)
     assert bad.status_code == 422
+    # a person's bad value: /cross again in the form's language with the error under its field (was the API's JSON)
+    assert bad.headers["content-type"].startswith("text/html"), bad.text[:300]
+    said = BeautifulSoup(bad.text, "html.parser").select_one(".train-form #train-error-steps")
+    assert said is not None and "“步数” 有误：应大于或等于 1" in said.get_text(), bad.text[:2000]
+
+
+# What a student types on /cross: every field the form shows, away from its default, and one of them wrong; (what is
+# wrong, the field, the words of its error in en and zh).
+TYPED = {"arch": "encoder-decoder", "task": "numbers", "direction": "zh-en", "n_layer": "2", "n_heads": "2",
+         "d_model": "64", "steps": "100", "seed": "7"}  # fmt: skip
+CASES = {
+    "pydantic": ({"steps": "0"}, "steps", {"en": ("Steps", "greater than or equal to 1"), "zh": ("步数", "应大于或等于 1")}),
+    "digits": ({"seed": "x7"}, "seed", {"en": ("Seed", "written with the digits 0-9"), "zh": ("随机种子", "用数字 0-9 写成")}),
+    "engine": ({"d_model": "33", "n_heads": "4"}, "d_model", {"en": ("d_model", "33 must divide into 4 heads"),
+                                                              "zh": ("d_model", "33 必须能平均分给 4 个头")}),
+    "server": ({"steps": "4000"}, "steps", {"en": ("Steps", "must be at most 3000 on this server"),
+                                            "zh": ("步数", "在本服务器上最多为 3000")}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_bad_value_in_the_form_answers_the_page_with_the_error_under_its_field(
+    client: TestClient, case: str, lang: str
+) -> None:
+    """/cross's form posts to /train's handler: a bad value there answered the API's JSON to a person. Now it is
+    /cross again, a 422 in the form's language, the error under the field it names (by its label), what was typed
+    kept, and no run started; a script that asks for JSON keeps the API's answer."""
+    wrong, field, words = CASES[case]
+    form = TYPED | wrong | {"lang": lang}
+    before = client.get("/api/v1/train").json()
+    r = client.post("/train", data=form, headers={"Sec-Fetch-Site": "same-origin"}, follow_redirects=False)
+    assert r.status_code == 422 and r.headers["content-type"].startswith("text/html"), r.text[:300]
+    assert r.headers["cache-control"] == "no-store" and field in r.headers["X-Lab-Error"]
+    page = BeautifulSoup(r.text, "html.parser")
+    assert page.html["lang"].startswith(lang) and page.select_one("main.cross-page")
+    said = page.select_one(f".train-form #train-error-{field}")
+    assert said is not None, r.text[:2000]
+    label, sentence = words[lang]
+    assert f"“{label}”" in said.get_text() and sentence in said.get_text(), said.get_text()
+    if lang == "zh":
+        assert not re.search(r"[A-Za-z]{2,}(?:[ ,;:]+[A-Za-z]{2,}){2,}", said.get_text()), said.get_text()
+    assert page.select_one(f".train-form [name={field}]")["aria-invalid"] == "true"
+    assert len(page.select(".field-error")) == 1 and not page.select(".error")  # the one error, under its field
+    assert page.select_one(".train-form details, details.train-form").has_attr("open")
+    for name, value in form.items():  # the values as typed, kept (the wrong one too, to correct it)
+        if name in ("task", "direction"):
+            assert page.select_one(f".train-form select[name={name}] option[selected]")["value"] == value
+        elif name in ("lang", "arch"):
+            assert page.select_one(f".train-form input[name={name}]")["value"] == value
+        else:
+            assert page.select_one(f".train-form input[name={name}]")["value"] == value
+    assert client.get("/api/v1/train").json() == before  # nothing started
+    # The same post asking for JSON (a script): the API's 422, naming the field.
+    r = client.post("/train", data=form, headers={"Sec-Fetch-Site": "same-origin", "Accept": "application/json"})
+    assert r.status_code == 422 and r.headers["content-type"].startswith("application/json")
+    assert r.json()["detail"][0]["loc"][-1] == field and not re.search(r"[\u4e00-\u9fff]", r.text), r.text
+    # and the page itself, asked for again, is the plain page (the refusal was never stored as /cross)
+    assert not BeautifulSoup(client.get(f"/cross?lang={lang}").text, "html.parser").select(".field-error")
 
 
 # -- attention is nonlinear ---------------------------------------------------------------------------------------

@@ -342,6 +342,47 @@ def test_start_a_class_on_a_view_the_lab_refuses_is_a_422_on_the_page() -> None:
     assert "lab_teacher" not in teacher.cookies and "lab_room" not in teacher.cookies
 
 
+def test_a_refused_start_or_join_is_said_in_the_forms_language() -> None:
+    """The "Start a class" button and the switch page's join post their page's language in the form (`lang`), not in
+    the URL: a refusal was an English page (its words the API's: "query: the lab refuses this view (Problem with
+    “stage”…", "rooms: this address has 1 open rooms…") on a Chinese page. Now the page is in the form's language,
+    the refusal said from the catalogue; the API keeps its English, byte for byte."""
+    from bs4 import BeautifulSoup
+
+    def said(r: httpx.Response) -> tuple[str, str]:
+        page = BeautifulSoup(r.text, "html.parser")
+        return page.html["lang"], page.select_one("[data-room-error]").get_text(" ", strip=True)
+
+    teacher = make_client(room_max_per_address=1)
+    r = teacher.post("/r", data={"page": "/", "query": "stage=99", "lang": "zh"}, headers=BROWSER,
+                     follow_redirects=False)  # fmt: skip
+    lang, words = said(r)
+    assert r.status_code == 422 and lang.startswith("zh"), words
+    assert words.startswith("“query” 有误：实验室拒绝了这个视图（") and "未知的阶段 '99'" in words, words
+    r = teacher.post("/r", data={"page": "/nope", "query": "", "lang": "zh"}, headers=BROWSER, follow_redirects=False)
+    assert said(r) == (
+        "zh-CN",
+        "“page” 有误：必须是实验室的页面：/、/block、/decode、/lessons[/slug]、/model、/tiles 等",
+    )
+    assert teacher.post("/api/v1/rooms", json={}).status_code == 201  # the address's one room
+    other = TestClient(teacher.app)  # a second browser on the same address
+    r = other.post("/r", data={"page": "/", "query": "", "lang": "zh"}, headers=BROWSER, follow_redirects=False)
+    assert r.status_code == 429 and said(r)[1] == (
+        "“rooms” 有误：此地址已开着 1 个课堂，达到上限（ROOM_MAX_PER_ADDRESS）；请结束其中一个，或等它过期"
+    ), said(r)
+    r = other.post("/r/ZZZZZZ/join", data={"lang": "zh"}, headers=BROWSER, follow_redirects=False)
+    assert r.status_code == 404 and said(r)[0].startswith("zh") and "没有使用这个代码的课堂" in said(r)[1], said(r)
+    # the API's words, unchanged
+    api = other.post("/api/v1/rooms", json={"page": "/nope"})
+    assert (
+        api.json()["detail"][0]["msg"] == "must be a lab page: /, /block, /decode, /lessons[/slug], /model, /tiles, …"
+    )
+    api = other.post("/api/v1/rooms", json={})
+    assert api.json()["detail"][0]["msg"] == (
+        "this address has 1 open rooms, its limit (ROOM_MAX_PER_ADDRESS); end one, or wait until one expires"
+    ), api.text
+
+
 def test_a_last_event_id_the_room_never_reached_gets_the_room_as_it_is(lab: str) -> None:
     code, auth = create(lab, "stage=scores")
     assert put(lab, code, auth, "stage=mask").json() == {"version": 2}

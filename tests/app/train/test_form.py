@@ -76,6 +76,14 @@ def test_the_api_keeps_its_json_answer(client: TestClient) -> None:
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "d_model"]
 
 
+def test_the_form_asked_for_json_answers_the_apis_422(client: TestClient) -> None:
+    """A script posting the form with `Accept: application/json` gets the API's JSON, as every page's JSON face."""
+    form = TYPED | {"steps": "4000", "lang": "zh"}
+    r = client.post("/train", data=form, headers=SAME_SITE | {"Accept": "application/json"}, follow_redirects=False)
+    assert r.status_code == 422 and r.headers["content-type"].startswith("application/json"), r.text[:300]
+    assert r.json()["detail"][0]["loc"][-1] == "steps" and "at most 3000 on this server" in r.text
+
+
 def test_a_good_form_still_starts_a_run(client: TestClient) -> None:
     form = {k: str(v) for k, v in TINY.items()} | {"causal": "1", "lang": "zh"}
     r = client.post("/train", data=form, headers=SAME_SITE, follow_redirects=False)

@@ -379,7 +379,38 @@ APP_REFUSALS = [
     ("/generate?top_k=99999", "top_k", "至多为 1000，不能是 99999"),
     ("/heads?probe_n=9999", "probe_n", "这里至多为 128，收到的是 9999"),
     ("/attribution?position=999", "position", "没有 999"),
+    # the head views named the view in English words joined into the message (app/web/sequence.py `decoder`)
+    ("/heads?preset=toy", "preset", "头视图需要因果语言模型：smollm2"),
+    ("/patch?preset=toy", "preset", "头视图需要因果语言模型：smollm2"),
+    ("/model?ablate=[x", "ablate", "每个头写成 L<层> H<头>（例如 L1 H0, L16 H0），或者把头对写成 JSON（[[1, 0]]）"),
+    # a zh walk of every form with a bad value in each field found these still English
+    ("/architectures?minilm=abc", "MiniLM 的头（层.头）（minilm）", "必须写成 层.头，例如 3.0；收到的是 'abc'"),
+    ("/demos?d_k=3", "d_k", "应为 2 的倍数"),  # pydantic's multiple_of
 ]
+
+
+@pytest.mark.parametrize(
+    ("page", "api", "said", "english"),
+    [
+        ("/predict?preset=toy", "/api/v1/predict?preset=toy&text=ab", "预测需要因果语言模型：此服务器上没有",
+         "predictions need a causal language model: none on this server"),
+        ("/generate?preset=toy", "/api/v1/generate?preset=toy&text=a", "生成需要因果语言模型：此服务器上没有",
+         "generation needs a causal language model: none on this server"),
+        ("/patch?preset=toy", "/api/v1/patch?preset=toy&clean=a&corrupted=b", "头视图需要因果语言模型：此服务器上没有",
+         "the head views need a causal language model: none on this server"),
+    ],
+)  # fmt: skip
+def test_no_decoder_on_this_server_is_said_in_chinese(page: str, api: str, said: str, english: str) -> None:
+    """A server without a causal language model (no pretrained models) says so in the page's language: the words
+    "none on this server" were filled into the Chinese sentence. The API keeps its English, byte for byte."""
+    from app.main import create_app
+    from app.settings import Settings
+
+    with TestClient(create_app(Settings(pretrained=False))) as bare:
+        shown = BeautifulSoup(bare.get(page + "&lang=zh").text, "html.parser").select_one(".error").get_text(" ")
+        assert "“preset”" in shown and said in shown and "none" not in shown, shown
+        r = bare.get(api)
+        assert r.status_code == 422 and r.json()["detail"][0]["msg"] == english, r.text
 
 
 @pytest.mark.parametrize(("url", "field", "said"), ENGINE_REFUSALS + APP_REFUSALS)
