@@ -166,7 +166,10 @@ class GenerateRequest(BaseModel):
         0, ge=0, le=1_000_000, description="Keep the k most likely tokens (0: off; the server's cap applies: 1000)."
     )
     top_p: FiniteFloat = Field(
-        1.0, gt=0, le=1, description="Keep the fewest most likely tokens whose probabilities reach p, the one that crosses p included (1: off)."
+        1.0,
+        gt=0,
+        le=1,
+        description="Keep the fewest most likely tokens whose probabilities reach p, the one that crosses p included (1: off).",
     )
     min_p: FiniteFloat = Field(
         0.0, ge=0, le=1, description="Keep the tokens at least min_p × the top token's probability (0: off)."
