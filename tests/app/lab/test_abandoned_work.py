@@ -59,16 +59,26 @@ class Client:
 class Slow:
     """A computation of `steps` steps of `step_s` each, reporting after each; records how far it got."""
 
-    def __init__(self, steps: int = 600, step_s: float = 0.05) -> None:
+    def __init__(self, steps: int = 600, step_s: float = 0.05, paced: bool = False) -> None:
         self.steps, self.step_s = steps, step_s
         self.done = 0
         self.finished = False
         self.ended = threading.Event()
+        # Paced: each step waits for the test to allow it (`allow`) instead of taking `step_s`, so a test counts
+        # steps, not seconds.
+        self.allowed = threading.Semaphore(0) if paced else None
+
+    def allow(self, steps: int) -> None:
+        assert self.allowed is not None
+        self.allowed.release(steps)
 
     def __call__(self, progress: Callable[[int, int], None] | None) -> Any:
         try:
             for i in range(self.steps):
-                time.sleep(self.step_s)  # the slow computation itself (under test), not synchronisation
+                if self.allowed is not None:
+                    assert self.allowed.acquire(timeout=60), "the test never allowed the next step"
+                else:
+                    time.sleep(self.step_s)  # the slow computation itself (under test), not synchronisation
                 self.done = i + 1
                 if progress is not None:
                     progress(i + 1, self.steps)
@@ -89,23 +99,28 @@ async def asked(work: Lab, client: Client | None, fn: Slow, key: object = "k") -
 
 
 def test_a_computation_stops_soon_after_its_client_goes_away() -> None:
+    """Counted in the computation's steps, not in seconds: the client leaves while the computation is held after its
+    first step; the lab notices with no step taken meanwhile (the client's leaving is heard, not found by the
+    computation), and once steps are allowed again (all 600 of them) it stops at its very next progress report."""
     work = lab()
-    slow = Slow()
+    slow = Slow(paced=True)
 
-    async def main() -> tuple[object, float]:
+    async def main() -> object:
         client = Client()
         task = asyncio.create_task(asked(work, client, slow))
+        slow.allow(1)
         await until(lambda: slow.done >= 1, what="the computation has done a step")
+        (interest,) = work.interest.values()
         client.leave()
-        left = time.monotonic()
-        result = await asyncio.gather(task, return_exceptions=True)
-        return result[0], time.monotonic() - left
+        await until(lambda: interest.cancelled, what="the lab hears that the client left")
+        assert slow.done == 1  # heard while the computation was held: no step was needed to notice
+        slow.allow(slow.steps)
+        return (await asyncio.gather(task, return_exceptions=True))[0]
 
-    result, stopped_in = run(main)
+    result = run(main)
     assert isinstance(result, Cancelled) and not result.stopping
     assert slow.ended.is_set() and not slow.finished
-    assert 0 < slow.done < 100  # stopped at a step soon after, not run to its 600th
-    assert stopped_in < 5
+    assert slow.done == 2  # stopped at its next step's report, not run on to its 600th
     assert not work.interest and work.large_running == 0  # nothing left behind: the slot is free again
 
 
@@ -148,26 +163,27 @@ def test_a_request_that_waited_for_a_cancelled_computation_computes_it_itself() 
 
 
 def test_a_queued_request_whose_client_left_leaves_the_queue() -> None:
-    work = lab(max_large_concurrent=1, queue_wait_s=60)
+    work = lab(max_large_concurrent=1, queue_wait_s=3600)
     gate = threading.Event()
 
-    async def main() -> tuple[object, float, int]:
+    async def main() -> tuple[object, bool, int]:
         blocker = asyncio.create_task(work.offload(1, lambda: gate.wait(30), heavy=True))
         await until(lambda: work.large_running == 1, what="the blocker holds the one slot")
         client = Client()
         queued = asyncio.create_task(asked(work, client, Slow(steps=1), key="queued"))
         await until(lambda: work.large_waiting == 1, what="the second request queues for the slot")
         client.leave()
-        left = time.monotonic()
-        result = (await asyncio.gather(queued, return_exceptions=True))[0]
-        waited, waiting = time.monotonic() - left, work.large_waiting
+        await until(queued.done, what="the queued request leaves the queue")  # well inside its 3,600 s wait
+        result, waiting = (await asyncio.gather(queued, return_exceptions=True))[0], work.large_waiting
+        held = not blocker.done()
         gate.set()
         await blocker
-        return result, waited, waiting
+        return result, held, waiting
 
-    result, waited, waiting = run(main)
-    assert isinstance(result, Cancelled)
-    assert waited < 2 and waiting == 0  # dropped from the queue, not left waiting for its 60 s
+    result, held, waiting = run(main)
+    # Dropped from the queue while the slot was still held (not when it came free), as Cancelled (not refused at its
+    # wait's deadline, an hour away, which would be Busy): not left waiting.
+    assert isinstance(result, Cancelled) and held and waiting == 0
 
 
 def test_stopping_the_lab_stops_running_and_queued_work() -> None:

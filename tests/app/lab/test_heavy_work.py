@@ -81,37 +81,58 @@ def test_a_wait_for_a_slot_has_a_deadline() -> None:
 
 def test_a_waiter_is_woken_when_a_slot_is_given_back_and_when_the_lab_stops() -> None:
     """The wait for a slot sleeps until something changes (a slot given back, the server stopping: even from another
-    thread, as a signal handler's), not polling: the next in line starts as the first ends; a stop ends the wait."""
+    thread, as a signal handler's), not polling: the next in line starts as the first ends; a stop ends the wait.
+
+    Proved without reading a clock: while the slot is given back and while the lab stops, the event loop's clock is
+    held still (`frozen`), so no timer of the loop (a poll's sleep, the wait's own deadline) can fire; only being
+    woken ends the wait. A wait that polled, at any interval, would never see the slot free, and the watchdog (a
+    generous bound, on the wall clock) would find it still waiting."""
     from app.lab import Cancelled
 
     work = lab(max_large_concurrent=1, max_large_queued=5, queue_wait_s=60)
     first_gate, third_gate = threading.Event(), threading.Event()
-    started: list[float] = []
+    started: list[bool] = []
 
-    async def main() -> tuple[float, object]:
+    async def frozen(waited: asyncio.Future[object], what: str) -> object:
+        """`waited`'s outcome, awaited with the loop's clock stopped; fails if only a timer could have ended it."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        loop.time = lambda: now  # type: ignore[method-assign]  # timers due later never come due
+        timed_out: list[bool] = []
+
+        def watchdog() -> None:  # on the wall clock, from another thread: the wait was not woken
+            timed_out.append(True)
+            del loop.time  # the loop's own clock again, so a timer-driven wait ends and the test can say so
+
+        dog = threading.Timer(60, loop.call_soon_threadsafe, (watchdog,))
+        dog.start()
+        try:
+            outcome = (await asyncio.gather(waited, return_exceptions=True))[0]
+        finally:
+            dog.cancel()
+            if not timed_out:
+                del loop.time
+        assert not timed_out, f"{what}: not woken (only a timer ended the wait)"
+        return outcome
+
+    async def main() -> object:
         first = asyncio.create_task(work.offload(1, lambda: first_gate.wait(10), heavy=True))
-        while work.large_running < 1:
-            await asyncio.sleep(0.01)
-        second = asyncio.create_task(work.offload(1, lambda: started.append(time.monotonic()), heavy=True))
-        while work.large_waiting < 1:
-            await asyncio.sleep(0.01)
-        freed = time.monotonic()
-        first_gate.set()
-        await first
-        await second
-        lag = started[0] - freed
+        await until(lambda: work.large_running == 1, what="the first holds the one slot")
+        second = asyncio.create_task(work.offload(1, lambda: started.append(True), heavy=True))
+        await until(lambda: work.large_waiting == 1, what="the second waits for the slot")
+        first_gate.set()  # the slot is given back...
+        assert await frozen(first, "the first") is True
+        await frozen(second, "the second, when the first gave back its slot")  # ...and the next in line takes it
+        assert started == [True]
         third = asyncio.create_task(work.offload(1, lambda: third_gate.wait(10), heavy=True))
-        while work.large_running < 1:
-            await asyncio.sleep(0.01)
+        await until(lambda: work.large_running == 1, what="the third holds the one slot")
         fourth = asyncio.create_task(work.offload(1, lambda: None, heavy=True))
-        while work.large_waiting < 1:
-            await asyncio.sleep(0.01)
+        await until(lambda: work.large_waiting == 1, what="the fourth waits for the slot")
         threading.Thread(target=work.stop).start()  # as SIGTERM's handler does, off the loop
-        outcome = await asyncio.gather(fourth, return_exceptions=True)
+        outcome = await frozen(fourth, "the fourth, when the lab stopped")
         third_gate.set()
         await third
-        return lag, outcome[0]
+        return outcome
 
-    lag, fourth = run(main)
-    assert lag < 1.0
+    fourth = run(main)
     assert isinstance(fourth, Cancelled) and fourth.stopping
