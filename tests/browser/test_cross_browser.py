@@ -135,6 +135,7 @@ def test_presenter_mode_fits_the_tables_and_grows_the_snapshots(browser: Browser
             for t in tables:  # every column in view, at the projector's size of number (26 px at 1080p)
                 assert not t["scrolls"] and t["right"] <= t["card"] + 1, (width, t)
                 assert t["font"] >= (24 if width == 1920 else 14), (width, t)
+            expect(page.locator('#cross-run a[href$="/export"]')).to_be_hidden()  # the teacher's, as /train's
             widths[width] = page.evaluate(SNAPS)
             assert len(widths[width]) == 3
             if width == 1920:  # the loss chart's tick numbers read from the back, as /train's (18 px or more)
