@@ -148,9 +148,9 @@ function relink() {
 
 // ▶ Play (/generate): a step every 0.9 s from here (from the first at the last), "Pause" meanwhile, until the last
 // step, a click elsewhere or a key. Each step swaps #stage, the button too: the state lives here, each new button is
-// drawn from it and keeps the old one's focus.
+// drawn from it (its id keeps the old one's focus: htmx).
 function play() {
-  let playing = false, timer = null, hadFocus = false, stepping = null, asked = null;  // the link followed, its request
+  let playing = false, timer = null, stepping = null, asked = null;  // the link followed, its request
   const nextLink = () => document.querySelector("a[data-action=next][href]");
   function draw() {
     for (const b of document.querySelectorAll("[data-play]")) {
@@ -191,12 +191,9 @@ function play() {
     if (playing) stop(); else start(button);
   });
   on("keydown", (e) => { if (!e.target.closest?.("[data-play]")) stop(); });  // Enter or Space on it: the click toggles
-  on("htmx:beforeSwap", () => { hadFocus = !!document.activeElement?.matches("[data-play]"); });
   on("htmx:afterSettle", () => {
     for (const a of document.querySelectorAll("a[data-hidden-link]")) a.remove();
     draw();
-    if (hadFocus) document.querySelector("[data-play]")?.focus();
-    hadFocus = false;
     if (playing && !nextLink()) stop(); else schedule();  // the last step: done, the button reads "Play" again
   });
   on("htmx:beforeSend", (e) => { if (stepping && e.detail.elt === stepping) asked = e.detail.xhr; });

@@ -98,9 +98,17 @@ async def figure(request: Request, page: PageParam, format: Literal["svg", "pdf"
         )  # fmt: skip
     except TooLarge as e:
         return field_error("query", "page", f"{e} ({e.setting.upper()})")
-    name = "attention-lab-" + (p.path.strip("/") or "lab") + "." + format
-    headers = {"Content-Disposition": f'inline; filename="{name}"'}
-    return Response(body, media_type=FORMATS[format], headers=headers)
+    return Response(body, media_type=FORMATS[format], headers=named(p, "." + format))
+
+
+def file_name(path: str, suffix: str) -> str:
+    """What a download of the page at `path` is saved as: `attention-lab-<page><suffix>` (the lab's page is `lab`).
+    Never a module's name: a snippet saved as `torch.py` would be imported by its own `import torch`."""
+    return "attention-lab-" + (path.strip("/").replace("/", "-") or "lab") + suffix
+
+
+def named(p: twin.Page, suffix: str, how: str = "inline") -> dict[str, str]:
+    return {"Content-Disposition": f'{how}; filename="{file_name(p.path, suffix)}"'}
 
 
 CodeKind = Literal["lab", "torch"]
@@ -194,7 +202,7 @@ async def code(request: Request, page: PageParam, kind: CodeKind = "lab") -> Res
         return field_error("query", "kind" if kind == "torch" and p.path in ("/", "/embed") else "page", str(e))
     if request.headers.get("hx-request"):
         return HTMLResponse(f'<code class="language-python">{escape(text)}</code>')
-    return Response(text, media_type="text/x-python; charset=utf-8")
+    return Response(text, media_type="text/x-python; charset=utf-8", headers=named(p, f"-{kind}.py"))
 
 
 def base_url(request: Request) -> str:
@@ -209,6 +217,7 @@ async def provenance_of(request: Request, p: twin.Page) -> dict[str, object]:
 
 CITE_TYPES = {"bibtex": "application/x-bibtex", "csl": "application/vnd.citationstyles.csl+json",
               "json": "application/json", "html": "text/html"}  # fmt: skip
+CITE_SUFFIX = {"bibtex": ".bib", "csl": "-csl.json", "json": "-provenance.json"}  # a download's name (html: the panel)
 
 
 @router.get(
@@ -229,7 +238,9 @@ async def cite_page(
     text = {"bibtex": cite.bibtex, "csl": cite.csl, "html": cite.html, "json": lambda b: json.dumps(b, indent=2)}[
         format
     ](block)
-    return Response(text, media_type=CITE_TYPES[format] + ("; charset=utf-8" if format != "json" else ""))
+    headers = named(p, CITE_SUFFIX[format]) if format in CITE_SUFFIX else None
+    return Response(text, media_type=CITE_TYPES[format] + ("; charset=utf-8" if format != "json" else ""),
+                    headers=headers)  # fmt: skip
 
 
 @router.get(
@@ -268,6 +279,6 @@ async def notebook(request: Request, page: PageParam) -> Response:
     nb = await run_in_threadpool(notebooks.build, p, base_url(request) + p.url, lab_code, torch_code, png, block)
     import nbformat
 
-    name = "attention-lab-" + (p.path.strip("/") or "lab") + ".ipynb"
-    return Response(nbformat.writes(nb), media_type="application/x-ipynb+json",
-                    headers={"Content-Disposition": f'attachment; filename="{name}"'})  # fmt: skip
+    return Response(
+        nbformat.writes(nb), media_type="application/x-ipynb+json", headers=named(p, ".ipynb", "attachment")
+    )

@@ -214,3 +214,42 @@ def test_the_lesson_clicked_through(page: Page, live_server: str, lang: str, siz
         if k < len(steps):
             panel.locator("a[data-lesson-step=next]").click()
     expect(page.locator(".lesson-panel a[data-lesson-step=next]")).to_have_count(0)
+
+
+FOCUSED = "() => { const e = document.activeElement; return e && e !== document.body ? e.id : null; }"
+
+
+def focus_on(page: Page, element_id: str) -> None:
+    """Wait until the focus is on the element of that id (the swap that redraws it is htmx's, after the click)."""
+    page.wait_for_function("id => document.activeElement && document.activeElement.id === id", arg=element_id)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_keyboard_keeps_its_place_through_each_swap(page: Page, tiny_server: str, lang: str) -> None:
+    """A class walk with the keyboard: Enter on a head of the grid, on a token, on a sort and on "Why this score"'s
+    button redraws by htmx, and the focus stays on the control pressed (it fell to the page's body, and the next Tab
+    started again at the top of the page); the next Tab goes on to the control after it."""
+    page.goto(f"{tiny_server}/attribution?preset=tiny&text={TEXT}&lang={lang}&present=1")
+    page.evaluate("window.__kept = 1")  # gone if the page reloads
+    page.locator('td[data-layer="1"][data-head="2"] button').focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#head table.attr-row")).to_have_attribute("data-head", "2")
+    expect(page.locator("td.chosen")).to_have_attribute("data-layer", "1")
+    focus_on(page, "attr-h1-2")
+    page.keyboard.press("Tab")
+    assert page.evaluate(FOCUSED) == "attr-h1-3"
+    page.locator('.attr-tokens button[value="4"]').focus()
+    page.keyboard.press("Enter")
+    expect(page.locator(".attr-tokens button.current")).to_have_attribute("value", "4")
+    focus_on(page, "attr-pos-4")
+    page.locator("[data-sort]").nth(1).focus()
+    sort = page.locator("[data-sort]").nth(1).get_attribute("data-sort")
+    page.keyboard.press("Enter")
+    expect(page.locator(f'[data-sort="{sort}"]')).to_have_attribute("aria-current", "true")
+    focus_on(page, f"attr-sort-{sort}")
+    page.locator("#why select[name=key]").select_option("1")
+    page.locator("#why button[type=submit]").focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#why")).to_have_attribute("data-key", "1")
+    focus_on(page, "attr-key-show")
+    assert page.evaluate("window.__kept") == 1

@@ -4,7 +4,8 @@ panel: the panel stays at the top of the screen and the stage stops under it), a
 are readable (every printed column in view at 1280×720 and in presenter mode at 1920×1080; on a 390×844 phone a
 wider table scrolls sideways with the site's fade), en and zh. From a second walk: the runs line follows a live run
 as its card does (both redrawn on the run's events by htmx, no reload); in presenter mode (pressed, not asked in the URL) the
-Q/K/V tables fit the card at 1280×720 and 1920×1080 and the snapshots grow with the screen; the form offers a
+Q/K/V tables fit the card at 1280×720 and 1920×1080, the snapshots grow with the screen and the loss chart's numbers
+read from the back at 1920×1080 (18 px, as /train's); the form offers a
 direction for number words alone, with a script and without.
 
 Every wait polls the page for a state; none sleeps for a time."""
@@ -110,6 +111,9 @@ STAGE_TABLES = """() => [...document.querySelectorAll('.cross-stages table.cross
           fade: getComputedStyle(s).maskImage || getComputedStyle(s).webkitMaskImage || '',
           font: parseFloat(getComputedStyle(t.querySelector('td')).fontSize)}; })"""
 SNAPS = "() => [...document.querySelectorAll('.cross-snaps svg')].map(s => s.getBoundingClientRect().width)"
+# The loss chart's tick numbers as drawn on screen (their size in the drawing's units × the drawing's scale), px.
+TICKS = """() => [...document.querySelectorAll('.cross-chart svg text.tick')]
+  .map(t => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a)"""
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -131,8 +135,12 @@ def test_presenter_mode_fits_the_tables_and_grows_the_snapshots(browser: Browser
             for t in tables:  # every column in view, at the projector's size of number (26 px at 1080p)
                 assert not t["scrolls"] and t["right"] <= t["card"] + 1, (width, t)
                 assert t["font"] >= (24 if width == 1920 else 14), (width, t)
+            expect(page.locator('#cross-run a[href$="/export"]')).to_be_hidden()  # the teacher's, as /train's
             widths[width] = page.evaluate(SNAPS)
             assert len(widths[width]) == 3
+            if width == 1920:  # the loss chart's tick numbers read from the back, as /train's (18 px or more)
+                ticks = page.evaluate(TICKS)
+                assert ticks and min(ticks) >= 18, ticks
         finally:
             page.close()
     assert min(widths[1920]) >= 1.15 * max(widths[1280]) and min(widths[1920]) >= 240, widths

@@ -3,8 +3,12 @@ lab's "Show code" and "Cite" panels fill in when opened (htmx), in English and C
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -91,3 +95,42 @@ def test_copy_puts_the_snippet_on_the_clipboard_and_the_panel_spans_the_lab(base
         clipped = page.locator(f"[data-code-text={kind}]").evaluate("p => p.scrollWidth - p.clientWidth")
         assert clipped <= 0, (kind, clipped)
     context.close()
+
+
+def test_each_download_is_saved_under_a_name_that_opens_and_runs(base: str, page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """What a researcher takes away, clicked in the page: every download has its page's name and its format's
+    extension (the BibTeX once came as `cite`, no extension), and the plain-torch snippet, saved under the name the
+    page gives it, runs offline and prints the page's numbers (saved as the `torch.py` the panel once named it, its
+    own `import torch` imported itself: a circular-import error)."""
+    path = "/?tokens=cat+sat+on&stage=4"
+    page.goto(base + path)
+    page.locator("[data-show-code] > summary").click()
+    page.locator("[data-cite] > summary").click()
+    names = {}
+    for sel in ("[data-figure=svg]", "[data-figure=pdf]", "[data-notebook]", "[data-code=lab]", "[data-code=torch]",
+                "[data-cite-format=bibtex]", "[data-cite-format=csl]"):  # fmt: skip
+        with page.expect_download() as info:
+            page.locator(sel).first.click()
+        names[sel] = info.value.suggested_filename
+        info.value.save_as(tmp_path / names[sel])
+        if sel.startswith("[data-code="):  # the name the panel shows is the name it is saved as
+            assert page.locator(sel).inner_text() == names[sel]
+    assert names == {
+        "[data-figure=svg]": "attention-lab-lab.svg", "[data-figure=pdf]": "attention-lab-lab.pdf",
+        "[data-notebook]": "attention-lab-lab.ipynb", "[data-code=lab]": "attention-lab-lab-lab.py",
+        "[data-code=torch]": "attention-lab-lab-torch.py", "[data-cite-format=bibtex]": "attention-lab-lab.bib",
+        "[data-cite-format=csl]": "attention-lab-lab-csl.json",
+    }  # fmt: skip
+    assert (tmp_path / "attention-lab-lab.bib").read_text().startswith("@software{")
+    assert json.loads((tmp_path / "attention-lab-lab-csl.json").read_text())[0]["type"] == "software"
+    root = Path(__file__).resolve().parents[2]
+    ran = subprocess.run([sys.executable, "attention-lab-lab-torch.py"], cwd=tmp_path, capture_output=True, text=True,
+                         env=os.environ | {"PYTHONPATH": str(root)}, timeout=300)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    with urllib.request.urlopen(base + path.replace("/?", "/index.json?")) as r:
+        twin = json.load(r)
+    shown = [[float(x) for x in line.split()] for line in ran.stdout.splitlines()[1:]]
+    (weights,) = [m["values"] for m in twin["matrices"]]
+    assert all(
+        abs(a - b) < 1e-4 for row, want in zip(shown, weights, strict=True) for a, b in zip(row, want, strict=True)
+    )
