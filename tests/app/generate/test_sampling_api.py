@@ -93,3 +93,23 @@ def test_bounds_are_422s_naming_the_field(api: TestClient, body: dict[str, objec
     r = api.post("/api/v1/generate", json={"text": PROMPT, "max_new_tokens": 4} | body)
     assert r.status_code == 422, r.text
     assert field in r.text
+
+
+@pytest.mark.parametrize(
+    ("setting", "field", "schema"), [("max_samples", "samples", 64), ("max_new_tokens", "max_new_tokens", 4096)]
+)
+def test_a_configured_limit_past_the_requests_own_bound_is_refused_at_start_up(
+    setting: str, field: str, schema: int
+) -> None:
+    """MAX_SAMPLES and MAX_NEW_TOKENS are the limits a request meets: one the request's schema could never reach
+    (samples ≤ 64, max_new_tokens ≤ 4096: a 422 at the schema's bound, not the configured one) is refused when the
+    server starts, naming the setting; up to the schema's bound it is taken, and a request at it is let through."""
+    from pydantic import ValidationError
+
+    from app.generate.view import GenerateRequest
+    from app.settings import Settings
+
+    assert getattr(Settings(**{setting: schema}), setting) == schema
+    GenerateRequest(**{field: schema})  # the schema takes what the setting may allow
+    with pytest.raises(ValidationError, match=setting):
+        Settings(**{setting: schema + 1})
