@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 import torch
 
-from engine.generate import Generation, generate, prefill, rows_alike, samples
+from engine.generate import Generation, generate, output_rows_alike, prefill, rows_alike, samples
 from engine.models import load
 from engine.sampling import Sampling
 
@@ -128,10 +128,10 @@ def main() -> None:
             report.append(one_n(model, ref, ids, new, n, args.repeats))
     if args.json:
         print(orjson.dumps({"model": title, "prompt_tokens": len(ids), "new": new, "threads": torch.get_num_threads(),
-                            "rows_alike": rows_alike(model), "sampled": str(SETTINGS), "by_samples": report}).decode())  # fmt: skip
+                            "rows_alike": rows_alike(model), "output_rows_alike": output_rows_alike(model), "sampled": str(SETTINGS), "by_samples": report}).decode())  # fmt: skip
         return
     print(f"{title}, {len(ids)}-token prompt, {new} new tokens a sample, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, {rows_alike(model)} rows a forward (rows_alike), medians of "
+          f"{torch.get_num_threads()} threads, {rows_alike(model)} rows a forward through the blocks (rows_alike), {output_rows_alike(model)} through the output layer, medians of "
           f"{args.repeats} (each repeat runs every row in turn)")  # fmt: skip
     print(f"  sampled: temperature {SETTINGS.temperature}, top-k {SETTINGS.top_k}, top-p {SETTINGS.top_p}, "
           f"sample i seed {SETTINGS.seed} + i")  # fmt: skip

@@ -246,38 +246,59 @@ def samples(
 # rows or more take another kernel whose sums round otherwise (2e-6 to 4e-5 apart on GPT-2 sized layers); weights read
 # transposed, (out, in) as LLaMA's, Qwen2's, Mistral's, Gemma's and SmolLM2's, round otherwise from 2 rows on. How
 # many rows give every row its one-row numbers exactly is measured once per model, device and thread count
-# (`rows_alike`, on the model's own layers), and a step never runs more rows together than that: the batching
-# changes no number, and where no batch keeps them (1), every continuation runs alone, as `generate` would.
+# (`rows_alike` for the blocks, `output_rows_alike` for the output layer: a tied embedding is read transposed), and a
+# step never runs more rows together than that: the batching changes no number, and where no batch keeps them (1),
+# every continuation runs alone, as `generate` would.
 
 ROWS_TRIED = 8  # the most rows `rows_alike` tries in one forward
-_ROWS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], int]] = weakref.WeakKeyDictionary()
+_ROWS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], tuple[int, int]]] = weakref.WeakKeyDictionary()
 
 
 @torch.inference_mode()
 def rows_alike(model: Any) -> int:
-    """The most rows (1 … ROWS_TRIED) that one forward of this model may carry with each row getting, to the bit,
-    what it gets alone: every layer's `layer_qkv` and `layer_rest` and the output layer (`final`, `unembed`) run on
-    m random rows and on each row alone, for m = 2, 3, … until one differs (measured once per device and thread count:
-    which kernel a matrix product takes depends on its shape, never on its values)."""
+    """The most rows (1 … ROWS_TRIED) that one forward through the model's blocks may carry with each row getting, to
+    the bit, what it gets alone: every layer's `layer_qkv` and `layer_rest` run on m random rows and on each row
+    alone, for m = 2, 3, … until one differs (measured once per device and thread count: which kernel a matrix
+    product takes depends on its shape and layout, never on its values). `output_rows_alike`: the same for the output
+    layer (`final`, `unembed`)."""
+    return _measured(model)[0]
+
+
+@torch.inference_mode()
+def output_rows_alike(model: Any) -> int:
+    """The most rows the output layer (`final` then `unembed`) may take at once, each row's logits to the bit what
+    they are alone (1 where the output projection is read transposed, as a tied embedding: oneMKL rounds 2 rows
+    otherwise)."""
+    return _measured(model)[1]
+
+
+def _measured(model: Any) -> tuple[int, int]:
     key = (str(model.device), torch.get_num_threads())
     known = _ROWS.setdefault(model, {})
     if key not in known:
-        rows = 1
-        for m in range(2, ROWS_TRIED + 1):
-            if not _alike(model, m):
-                break
-            rows = m
-        known[key] = rows
+        found = []
+        for alike in (_blocks_alike, _output_alike):
+            rows = 1
+            for m in range(2, ROWS_TRIED + 1):
+                if not alike(model, m):
+                    break
+                rows = m
+            found.append(rows)
+        known[key] = (found[0], found[1])
     return known[key]
 
 
-def _alike(model: Any, m: int) -> bool:
+def _rows(model: Any, m: int) -> tuple[torch.Tensor, torch.Tensor]:
     info, dev = model.info, model.device
-    h, dk = info.n_heads, info.d_model // info.n_heads
     g = torch.Generator().manual_seed(m)
-    at = min(7, info.n_ctx - 1)
     x = torch.randn(m, info.d_model, generator=g).to(dev)
-    heads = torch.randn(h, m, dk, generator=g).to(dev)
+    return x, torch.randn(info.n_heads, m, info.d_model // info.n_heads, generator=g).to(dev)
+
+
+def _blocks_alike(model: Any, m: int) -> bool:
+    info, dev = model.info, model.device
+    at = min(7, info.n_ctx - 1)
+    x, heads = _rows(model, m)
     pos = model.rotation(torch.full((m,), at, device=dev), x)
     for i in range(info.n_layer):
         together = (*model.layer_qkv(i, x, pos), model.layer_rest(i, x, heads))
@@ -289,6 +310,11 @@ def _alike(model: Any, m: int) -> bool:
                 return False
             if not torch.equal(together[3][r : r + 1], alone[3]):
                 return False
+    return True
+
+
+def _output_alike(model: Any, m: int) -> bool:
+    x, _ = _rows(model, m)
     logits = model.unembed(model.final(x))
     return all(torch.equal(logits[r], model.unembed(model.final(x[r].clone()))) for r in range(m))
 
@@ -359,7 +385,7 @@ def continuations(
     steps: list[list[Step]] = [[] for _ in samplings]
     stopped = [False] * count
     going = list(range(count))
-    rows = rows_alike(model) if count > 1 else 1
+    rows, out_rows = _measured(model) if count > 1 else (1, 1)
     context = n_prompt
     first = model.unembed(model.final(shared.hidden))  # every continuation's first logits: the prompt's
     logits: dict[int, torch.Tensor] = dict.fromkeys(going, first)
@@ -383,11 +409,11 @@ def continuations(
         for at in range(0, len(going), rows):
             part = going[at : at + rows]
             x = _run_rows(model, [steps[c][-1].token_id for c in part], context, [caches[c] for c in part])
-            if len(part) == 1:  # alone: as `generate` takes its last row (a vector) to the output layer
-                logits[part[0]] = model.unembed(model.final(x[-1]))
-            else:
+            if 1 < len(part) <= out_rows:
                 out = model.unembed(model.final(x))
                 logits |= {c: out[r].clone() for r, c in enumerate(part)}
+            else:  # each row alone: as `generate` takes its last row (a vector) to the output layer
+                logits |= {c: model.unembed(model.final(x[r])) for r, c in enumerate(part)}
         context += 1
     return tuple(Generation(ids, tuple(steps[c]), None, 2 * n_layer * kv * dk * 4, stopped[c], samplings[c])
                  for c in range(count))  # fmt: skip
