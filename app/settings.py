@@ -35,8 +35,11 @@ class Settings(LimitSettings):
     # max_tokens, max_long_tokens, max_d_model, ...: every integer `max_*` of engine.spec.Limits, from LimitSettings.
     max_decode_tokens: int = Field(256, ge=1)  # /api/v1/decode answers one row per step
     max_model_view_tokens: int = Field(64, ge=1)  # /api/v1/model_view traces every layer
-    max_new_tokens: int = Field(64, ge=1)  # /api/v1/generate: tokens generated per request
-    max_samples: int = Field(8, ge=1)  # /api/v1/generate: continuations drawn per request (`samples`)
+    # /api/v1/generate: tokens generated per request, and continuations drawn per request (`samples`); each at most
+    # what the request's schema takes (GenerateRequest: max_new_tokens ≤ 4096, samples ≤ 64), so that a configured
+    # limit is the one a request meets (a larger one is refused at start-up, naming the setting)
+    max_new_tokens: int = Field(64, ge=1, le=4096)
+    max_samples: int = Field(8, ge=1, le=64)
     max_top_k: int = Field(1000, ge=1)  # /api/v1/generate: the largest top-k filter
     max_predict_tokens: int = Field(1024, ge=1)  # /api/v1/predict and /api/v1/logit_lens: input tokens
     max_rank_tokens: int = Field(256, ge=1)  # /api/v1/head_ranking: one forward pass per head, up to the position

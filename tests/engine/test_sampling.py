@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import engine.generate as gen
-from engine.generate import Generation, generate, prefill, samples
+import engine.sampling as sampling_module
+from engine.generate import Generation, continuations, generate, prefill, rows_alike, samples
 from engine.models import load
 from engine.sampling import Sampling, apply, choose, distributions
 from tests.own_models import build
@@ -241,6 +242,19 @@ def prompts_run(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return runs
 
 
+def seeds_drawn(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The seeds of the continuations drawn (each makes its own generator, `Sampling.generator`), recorded."""
+    drawn: list[int] = []
+    real = sampling_module.Sampling.generator
+
+    def counted(self: Sampling) -> torch.Generator:
+        drawn.append(self.seed)
+        return real(self)
+
+    monkeypatch.setattr(sampling_module.Sampling, "generator", counted)
+    return drawn
+
+
 SHARED = [Sampling(True, seed=3), Sampling(True, temperature=1.3, top_k=40, top_p=0.8, min_p=0.02, seed=11),
           Sampling(True, top_p=0.9, seed=0), Sampling(True, temperature=0.01, seed=7)]  # fmt: skip
 
@@ -319,14 +333,7 @@ def test_samples_take_a_first_continuation_already_computed(tiny, monkeypatch: p
     s = Sampling(True, temperature=1.2, top_p=0.9, seed=5)
     whole = samples(model, ids, 6, 1, s, 4)
     one = samples(model, ids, 6, 1, s, 1)
-    drawn: list[int] = []
-    real = gen.generate
-
-    def counted(model, prompt_ids, n, layer, progress=None, sampling=gen.GREEDY, *rest, **more):  # type: ignore[no-untyped-def]
-        drawn.append(sampling.seed)
-        return real(model, prompt_ids, n, layer, progress, sampling, *rest, **more)
-
-    monkeypatch.setattr(gen, "generate", counted)
+    drawn = seeds_drawn(monkeypatch)
     reused = samples(model, ids, 6, 1, s, 4, first=one)
     assert drawn == [6, 7, 8]  # seed 5's continuation was given
     assert reused.steps is one.steps
@@ -336,3 +343,81 @@ def test_samples_take_a_first_continuation_already_computed(tiny, monkeypatch: p
         samples(model, ids, 6, 1, replace(s, seed=6), 4, first=one)
     with pytest.raises(ValueError, match="another prompt, setting or layer"):
         samples(model, ids, 6, 0, s, 4, first=one)
+
+
+# -- the extra samples advance together (engine.generate.continuations): one forward a step for several -----------
+
+
+def same_to_the_bit(together: Generation, alone: Generation) -> None:
+    """Not close: equal. Every step's logits (torch.equal), so the same tokens, probabilities and draws."""
+    assert together.token_ids == alone.token_ids and together.stopped_at_eos == alone.stopped_at_eos
+    assert together.logprob == alone.logprob or (math.isinf(together.logprob) and math.isinf(alone.logprob))
+    for a, b in zip(together.steps, alone.steps, strict=True):
+        assert a.logits is not None and b.logits is not None and torch.equal(a.logits, b.logits)
+        assert (a.top_ids, a.top_probs, a.choice, a.context, a.forced) == (b.top_ids, b.top_probs, b.choice,
+                                                                           b.context, b.forced)  # fmt: skip
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
+@pytest.mark.parametrize("s", [*SHARED, Sampling()], ids=str)
+def test_continuations_together_equal_each_alone_to_the_bit(tiny, arch: str, s: Sampling) -> None:
+    """7 continuations of one prefill, several rows a forward, against each one's own `generate` from the same
+    prefill: the same logits at every step to the last bit (float32 sums rounded alike), for 3 × 7 seeds; some
+    stop early (the end-of-text token), and the others go on together."""
+    model, _ = tiny[arch]
+    for text, base in (("The cat sat on the mat. The dog", 0), ("猫坐在垫子上", 7), ("A", 14)):
+        ids = tuple(model.tokenize(text))
+        shared = prefill(model, ids, 14, None)
+        drawn = [replace(s, seed=s.seed + base + i) for i in range(7)]
+        together = continuations(model, shared, drawn, keep_logits=True)
+        assert [g.sampling for g in together] == drawn
+        for g, d in zip(together, drawn, strict=True):
+            same_to_the_bit(g, generate(model, ids, 14, None, sampling=d, keep_logits=True, prefilled=shared))
+
+
+def test_each_step_runs_the_unfinished_continuations_as_rows_of_few_forwards(tiny, monkeypatch: pytest.MonkeyPatch
+                                                                            ) -> None:  # fmt: skip
+    """The extra samples of /generate/samples advance together: each step runs its unfinished continuations as the
+    rows of ⌈unfinished / rows_alike⌉ forwards (one sample a forward before), and no forward carries more rows than
+    `rows_alike` measured to give every row its own numbers."""
+    model, _ = tiny["gpt2"]
+    rows = rows_alike(model)
+    ids = tuple(model.tokenize("The cat sat on the mat. The dog"))
+    s = Sampling(True, temperature=0.7, seed=1)
+    shared = prefill(model, ids, 10, None)
+    carried: list[int] = []
+    real = model.layer_qkv
+
+    def counted(i, x, pos):  # type: ignore[no-untyped-def]
+        if i == 0:
+            carried.append(x.shape[0])
+        return real(i, x, pos)
+
+    monkeypatch.setattr(model, "layer_qkv", counted)
+    together = continuations(model, shared, [replace(s, seed=1 + i) for i in range(7)])
+    going = [sum(len(g.steps) > k for g in together) for k in range(1, 10)]  # continued after their kth token
+    assert max(carried) <= rows and sum(carried) == sum(going)
+    assert len(carried) == sum(-(-n // rows) for n in going)  # ⌈n / rows⌉ forwards a step
+    assert rows > 1 or len(carried) == sum(going)
+
+
+def test_rows_that_would_round_otherwise_run_alone(tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward whose rows' numbers depend on how many rows it carries (a kernel for several rows that sums in
+    another order) is found by `rows_alike`: every continuation then runs alone, with its own `generate`'s numbers."""
+    from engine.models import load
+
+    model, _ = tiny["gpt2"]  # GPT-2's weights (in, out): up to 3 rows alike on oneMKL
+    other = load(model.path)
+    real = other.layer_rest
+
+    def rounded_by_rows(i, x, heads):  # type: ignore[no-untyped-def]
+        out = real(i, x, heads)
+        return out if x.shape[0] < 3 else out * (1 + 2**-20)  # three rows or more: another rounding
+
+    monkeypatch.setattr(other, "layer_rest", rounded_by_rows)
+    assert rows_alike(other) == min(2, rows_alike(model))  # never the third row that rounds otherwise
+    ids = tuple(other.tokenize("The cat sat"))
+    shared = prefill(other, ids, 6, None)
+    drawn = [Sampling(True, seed=i) for i in range(5)]
+    for g, d in zip(continuations(other, shared, drawn, keep_logits=True), drawn, strict=True):
+        same_to_the_bit(g, generate(other, ids, 6, None, sampling=d, keep_logits=True, prefilled=shared))

@@ -114,16 +114,16 @@ def test_the_block_draws_only_the_samples_the_step_page_has_not(
 ) -> None:
     """The step page computed sample 1 (the page's own seed): its samples block draws the seven others, sample 1
     taken from the page's; asked for first, the block draws all eight and the step page then computes nothing."""
-    import engine.generate as gen
+    import engine.sampling as sampling
 
-    drawn: list[int] = []
-    real = gen.generate
+    drawn: list[int] = []  # the seeds of the samples drawn: each draws with a generator of its own
+    real = sampling.Sampling.generator
 
-    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        drawn.append(args[5].seed)
-        return real(*args, **kwargs)
+    def counted(self):  # type: ignore[no-untyped-def]
+        drawn.append(self.seed)
+        return real(self)
 
-    monkeypatch.setattr(gen, "generate", counted)
+    monkeypatch.setattr(sampling.Sampling, "generator", counted)
     query = QUERY.replace("seed=4", "seed=30")
     page = soup(api.get(f"/generate?lang=en&{query}"))
     assert drawn == [30]

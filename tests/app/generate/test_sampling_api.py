@@ -130,3 +130,23 @@ def test_every_field_of_the_answer_is_named_in_its_documentation(api: TestClient
     keys = {*doc, *step, *step["candidates"][0], *step["filters"][0], *doc["samples"][0], "filters"} - {"provenance"}
     missing = sorted(k for k in keys if not re.search(rf"(?<![\w.]){k}(?!\w)", said))
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("setting", "field", "schema"), [("max_samples", "samples", 64), ("max_new_tokens", "max_new_tokens", 4096)]
+)
+def test_a_configured_limit_past_the_requests_own_bound_is_refused_at_start_up(
+    setting: str, field: str, schema: int
+) -> None:
+    """MAX_SAMPLES and MAX_NEW_TOKENS are the limits a request meets: one the request's schema could never reach
+    (samples ≤ 64, max_new_tokens ≤ 4096: a 422 at the schema's bound, not the configured one) is refused when the
+    server starts, naming the setting; up to the schema's bound it is taken, and a request at it is let through."""
+    from pydantic import ValidationError
+
+    from app.generate.view import GenerateRequest
+    from app.settings import Settings
+
+    assert getattr(Settings(**{setting: schema}), setting) == schema
+    GenerateRequest(**{field: schema})  # the schema takes what the setting may allow
+    with pytest.raises(ValidationError, match=setting):
+        Settings(**{setting: schema + 1})
