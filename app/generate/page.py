@@ -185,7 +185,9 @@ def form(lab: Lab, state: GenerateQuery, lang: str) -> dict[str, Any]:
 
 
 def samples_form(lab: Lab, state: GenerateQuery, lang: str) -> dict[str, Any]:
-    return {"json_url": twin(state, lang, samples=samples(state, lab))}
+    """What the block draws even when refused: its JSON twin, and (opened as a page of its own) the way back to the
+    step view of the same setting, where the form shows the field at fault."""
+    return {"json_url": twin(state, lang, samples=samples(state, lab)), "generate_url": on("/generate", state)}
 
 
 page_route(router, "/generate", "generate.html", API_KEYS, GenerateQuery, generate_view, form, GenerateView.blocks)

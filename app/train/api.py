@@ -4,8 +4,12 @@ Hugging Face directory (.zip). The page /train uses this API; so can scripts and
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import secrets
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import parse_qsl
 
 import orjson
 from fastapi import APIRouter, FastAPI, HTTPException, Path, Request, Response
@@ -15,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine import encdec
 from engine.train import LIMITS, TrainConfig, make_config
 
-from ..schemas import ERRORS, FieldError, said
+from ..errors import field_error
+from ..schemas import ERRORS, FieldError, Problem, said
 from ..web.sse import RESPONSES, EventSourceResponse, ServerSentEvent, event, stream
 from ..web.state import AsciiInt
 from . import arch
@@ -104,6 +109,61 @@ class Started(BaseModel):
     status_url: str
     events_url: str
     page_url: str
+    stop_token: str = Field(description="what stops the run (POST …/stop): shown only here, only to its starter")
+
+
+# Who may stop a run: whoever started it. The start answers a random stop token once (the API's JSON `stop_token`; the
+# page's form, a cookie of the browser that sent it, HttpOnly, sent only to that run's API paths); the run keeps only
+# its SHA-256 (with the run: in this process, or in its Redis hash, so any web worker checks it). A stop without the
+# token, or with another, is a 403 naming `stop_token`: a student who sees the projected run's id cannot stop it.
+STOP_FIELD = "stop_token"
+STOP_COOKIE_AGE_S = 86_400  # the browser keeps a run's stop token a day (a run lasts minutes)
+
+
+def stop_cookie(run_id: str) -> str:
+    return f"lab_stop_{run_id}"
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_stop_token() -> tuple[str, str]:
+    """A run's stop token and the hash the run keeps."""
+    token = secrets.token_urlsafe(24)
+    return token, token_hash(token)
+
+
+def holds_stop_token(job: Job, token: str | None) -> bool:
+    """The token is the one this run's start answered (compared in constant time; a run kept without one: no one)."""
+    return bool(token and job.stop_hash) and hmac.compare_digest(token_hash(token or ""), job.stop_hash)
+
+
+def set_stop_cookie(response: Response, request: Request, run_id: str, token: str) -> None:
+    """The browser that started the run keeps its stop token, sent back only to /api/v1/train/<id>…"""
+    response.set_cookie(stop_cookie(run_id), token, max_age=STOP_COOKIE_AGE_S, path=f"/api/v1/train/{run_id}",
+                        httponly=True, samesite="strict", secure=request.url.scheme == "https")  # fmt: skip
+
+
+async def presented_stop_token(request: Request, run_id: str) -> str | None:
+    """The stop token a stop presents: the body's `stop_token` (JSON or a form), `Authorization: Bearer`, or the
+    cookie of the browser that started the run."""
+    raw = await request.body()
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    token: Any = None
+    if raw and kind == "application/json":
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        token = body.get(STOP_FIELD) if isinstance(body, dict) else None
+    elif raw and kind == "application/x-www-form-urlencoded":
+        token = dict(parse_qsl(raw.decode("utf-8", "replace"))).get(STOP_FIELD)
+    auth = request.headers.get("authorization", "")
+    if not token and auth[:7].lower() == "bearer ":
+        token = auth[7:].strip()
+    token = token or request.cookies.get(stop_cookie(run_id))
+    return token if isinstance(token, str) and token else None
 
 
 def runs_of(request: Request) -> Runs | RedisRuns:
@@ -119,14 +179,16 @@ async def job_of(request: Request, run_id: str) -> Job:
     return job
 
 
-async def start_run(request: Request, body: TrainIn) -> Job:
-    """Check the body against the server's bounds and queue it (FieldError names the field; Busy is 503)."""
+async def start_run(request: Request, body: TrainIn) -> tuple[Job, str]:
+    """Check the body against the server's bounds and queue it (FieldError names the field; Busy is 503): the run
+    and its stop token, which only this answer holds."""
     limit = request.app.state.settings.train_max_steps
     config = config_of(body)
     if config.steps > limit:
         raise FieldError("steps", said("train_max_steps", limit=limit))
     client = (request.client.host if request.client else "") or "?"
-    return await runs_of(request).start(config, client=client)
+    token, hashed = new_stop_token()
+    return await runs_of(request).start(config, client=client, stop_hash=hashed), token
 
 
 def busy(exc: Busy) -> JSONResponse:
@@ -142,15 +204,22 @@ def busy(exc: Busy) -> JSONResponse:
     responses={422: ERRORS[422], 503: {"description": "busy"}},
 )
 async def start(request: Request, body: TrainIn) -> Any:
-    """Start a run; it trains in the background (one at a time by default), in a process of its own."""
+    """Start a run; it trains in the background (one at a time by default), in a process of its own. The answer's
+    `stop_token` is what stops it (POST …/stop): it is never shown again."""
     try:
-        job = await start_run(request, body)
+        job, token = await start_run(request, body)
     except Busy as e:
         return busy(e)
     base = f"/api/v1/train/{job.id}"
     page = "cross" if arch.is_encdec(job.run.config) else "train"
     return JSONResponse(
-        {"id": job.id, "status_url": base, "events_url": base + "/events", "page_url": f"/{page}?run={job.id}"},
+        {
+            "id": job.id,
+            "status_url": base,
+            "events_url": base + "/events",
+            "page_url": f"/{page}?run={job.id}",
+            "stop_token": token,
+        },
         status_code=202,
         headers={"Location": base},
     )
@@ -212,19 +281,42 @@ async def follow(runs: Runs | RedisRuns, job: Job, resume: int | None = None) ->
             await runs.wait(job, sent, 1.0)
 
 
-@router.post("/{run_id}/stop", summary="Stop a training run", responses={404: {"description": "no such run"}})
-async def stop(request: Request, run_id: RunId) -> dict[str, Any]:
-    """Stop a run at its next step (a queued one never starts); its numbers so far stay viewable."""
+class Stopped(BaseModel):
+    id: str
+    status: str = Field(description="the run's status as the stop found it")
+    stopping: bool = Field(description="true: it ends at its next step")
+
+
+STOP_BODY = {"schema": {"type": "object", "properties": {STOP_FIELD: {"type": "string"}}}}
+STOPPING: dict[str, Any] = {
+    "response_model": Stopped,
+    "responses": {403: {"model": Problem, "description": "no stop token, or not this run's: `detail[].loc` names "
+                                                         "`stop_token`; the run goes on"},
+                  404: {"description": "no such run"}},
+    "openapi_extra": {"requestBody": {"required": False, "content": {"application/json": STOP_BODY,
+                                                                     "application/x-www-form-urlencoded": STOP_BODY}}},
+}  # fmt: skip
+
+
+@router.post("/{run_id}/stop", summary="Stop a training run (its starter)", **STOPPING)
+async def stop(request: Request, run_id: RunId) -> Any:
+    """Stop a run at its next step (a queued one never starts); its numbers so far stay viewable. Only its starter
+    stops it: the `stop_token` its start answered, as the body's `stop_token` (JSON or a form), as `Authorization:
+    Bearer <stop_token>`, or the cookie /train's form left in the browser that started it; without it, or with
+    another run's, a 403 naming `stop_token` (the run goes on)."""
     job = await job_of(request, run_id)
+    token = await presented_stop_token(request, run_id)
+    if not holds_stop_token(job, token):
+        said_ = (f"stopping run {run_id} needs the stop_token its start answered" if token is None
+                 else f"this stop_token is not run {run_id}'s")  # fmt: skip
+        return field_error("body", STOP_FIELD, said_, status=403)
     await runs_of(request).stop(job)
     return {"id": job.id, "status": job.status, "stopping": job.live}
 
 
-@router.delete(
-    "/{run_id}", summary="Stop a training run (as POST …/stop)", responses={404: {"description": "no such run"}}
-)
-async def cancel(request: Request, run_id: RunId) -> dict[str, Any]:
-    """The same as POST …/stop."""
+@router.delete("/{run_id}", summary="Stop a training run (as POST …/stop)", **STOPPING)
+async def cancel(request: Request, run_id: RunId) -> Any:
+    """The same as POST …/stop, with the same stop token."""
     return await stop(request, run_id)
 
 

@@ -26,7 +26,7 @@ from ..web.origin import foreign
 from ..web.page import VARY, Redraw, RefusedForm, page_context, query_of, room_query, screen_carry, serve, wants_json
 from ..web.state import SHARED, Digits, PageQuery
 from ..web.view import HIDDEN, View
-from .api import TrainIn, busy, runs_of, start_run
+from .api import TrainIn, busy, runs_of, set_stop_cookie, start_run
 from .runs import Busy, Job
 
 router = APIRouter(include_in_schema=False)
@@ -249,7 +249,7 @@ async def train_form(request: Request) -> Response:
     lang = form.get("lang") or "en"
     try:
         body = TrainIn.model_validate(given)
-        first = await start_run(request, body)
+        first, first_token = await start_run(request, body)
         second = (
             await start_run(request, body.model_copy(update={"causal": not body.causal}))
             if form.get("cheat") and not encdec
@@ -269,8 +269,11 @@ async def train_form(request: Request) -> Response:
         return busy(e)
     carry = "".join(f"&{k}={quote(form[k])}" for k in SHARED if form.get(k))  # presenter mode, the lesson
     page = "/cross" if encdec else "/train"
-    url = f"{page}?run={first.id}" + (f"&compare={second.id}" if second else "") + carry + f"&lang={lang}"
-    return RedirectResponse(url, status_code=303)
+    url = f"{page}?run={first.id}" + (f"&compare={second[0].id}" if second else "") + carry + f"&lang={lang}"
+    response = RedirectResponse(url, status_code=303)
+    for job, token in ((first, first_token), *([second] if second else [])):  # this browser's Stop stops them
+        set_stop_cookie(response, request, job.id, token)
+    return response
 
 
 # The fields templates/train.html's form shows, each by its label's catalogue key (d_model is called so in both).

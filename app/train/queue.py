@@ -186,7 +186,9 @@ class RedisRuns:
             self._broker = make_broker(self.url)
         self._broker.enqueue(queue_message(QUEUE, ACTOR, run_id))
 
-    async def start(self, config: arch.AnyConfig, text: str | None = None, client: str = "") -> Job:
+    async def start(self, config: arch.AnyConfig, text: str | None = None, client: str = "",
+                    stop_hash: str = "") -> Job:  # fmt: skip
+        """Queue a run in Redis, with its stop token's hash (every web worker checks a stop against it)."""
         new = arch.new_run(config, "queued", text)  # the task's own errors (a text too short) before it is queued
         if text is not None:
             raise ValueError("a queued run trains on its task's own data")
@@ -194,7 +196,8 @@ class RedisRuns:
         run_id = secrets.token_urlsafe(8)
         fields: dict[str, bytes | str | int | float] = {"config": orjson.dumps(asdict(config)), "labels": orjson.dumps(new.labels),
                   "probe": orjson.dumps(new.probe), "status": "queued", "message": "", "preset": "",
-                  "events": 0, "step": 0, "client": client, "max_wall_s": self.max_wall_s}  # fmt: skip
+                  "events": 0, "step": 0, "client": client, "max_wall_s": self.max_wall_s,
+                  "stop_hash": stop_hash}  # fmt: skip
         flat: list[bytes | str | int | float] = [x for kv in fields.items() for x in kv]
         got = int(await self._start(args=[run_id, self.max_running + self.max_queued, self.max_per_client, client,
                                           *flat]))  # fmt: skip
@@ -259,6 +262,7 @@ class RedisRuns:
         job.started = float(meta["started"]) if meta.get("started") else None
         job.finished = float(meta["finished"]) if meta.get("finished") else None
         job.preset = meta.get("preset") or None
+        job.stop_hash = meta.get("stop_hash", "")
         waited = job.status == "queued" and not job.message and time.time() - job.created > NO_WORKER_S
         if waited and not await self.redis.zcount(WORKERS, time.time() - 60, "+inf"):  # no queue worker beat (each
             # beats every second in lab:train:workers, on its own clock) for a minute

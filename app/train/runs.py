@@ -140,6 +140,7 @@ class Job:
     cancel: Any = None
     preset: str | None = None  # the preset the finished run is served as (app/train/presets.py)
     client: str = ""  # the client address that started it (TRAIN_MAX_PER_CLIENT)
+    stop_hash: str = ""  # the SHA-256 of its stop token, which only its starter was given (app/train/api.py)
 
     @property
     def status(self) -> str:
@@ -236,8 +237,10 @@ class Runs:
         self._ctx = context()
         self._threads: set[threading.Thread] = set()  # the runs' threads (queued or training), for `close`
 
-    async def start(self, config: arch.AnyConfig, text: str | None = None, client: str = "") -> Job:
-        """Queue a run (Busy when the queue is full); its thread waits for a slot, then trains in a child."""
+    async def start(self, config: arch.AnyConfig, text: str | None = None, client: str = "",
+                    stop_hash: str = "") -> Job:  # fmt: skip
+        """Queue a run (Busy when the queue is full); its thread waits for a slot, then trains in a child. The run
+        keeps `stop_hash`, its stop token's hash (none: no one stops it but the server's end)."""
         run = arch.new_run(config, "queued", text)  # the task's own errors (a text too short) before it is queued
         with self._lock:
             live = [j for j in self.jobs.values() if j.live]
@@ -245,7 +248,7 @@ class Runs:
                 raise Busy(30)
             if self.max_per_client and sum(j.client == client for j in live) >= self.max_per_client:
                 raise per_client_busy(self.max_per_client)
-            job = Job(secrets.token_urlsafe(8), run, client=client)
+            job = Job(secrets.token_urlsafe(8), run, client=client, stop_hash=stop_hash)
             job.cancel = self._ctx.Event()
             self.jobs[job.id] = job
             self._drop_old()

@@ -164,7 +164,8 @@ def test_an_end_right_after_a_step_is_still_redrawn(page: Page, live_server: str
     next one back (htmx's throttle is one per element, for all its triggers: b0fc53e's follower, with the end among
     the steps' triggers, dropped such an end, and the page never showed the run done). Here: one redraw for the
     steps, one for the end."""
-    run_id = page.request.post(f"{live_server}/api/v1/train", data={"steps": 5000}).json()["id"]
+    started = page.request.post(f"{live_server}/api/v1/train", data={"steps": 5000}).json()
+    run_id = started["id"]
     try:
         page.route("**/api/v1/train/*/events", lambda route: route.fulfill(
             status=200, headers={"Content-Type": "text/event-stream"}, body=BURST))  # fmt: skip
@@ -174,6 +175,6 @@ def test_an_end_right_after_a_step_is_still_redrawn(page: Page, live_server: str
         page.wait_for_function("() => window.asked.length >= 2", timeout=60_000)
         assert all(url.startswith("/train?run=") for url in page.evaluate("window.asked"))
     finally:  # the run stopped and ended, so the server that shuts down after this file waits for none
-        page.request.post(f"{live_server}/api/v1/train/{run_id}/stop")
+        page.request.post(f"{live_server}/api/v1/train/{run_id}/stop", data={"stop_token": started["stop_token"]})
         status = lambda: page.request.get(f"{live_server}/api/v1/train/{run_id}").json()["status"]  # noqa: E731
         wait_until(lambda: status() not in LIVE, timeout=120, what=f"run {run_id} ended after its stop")

@@ -11,6 +11,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from tests.wait import wait_until
+
 from .remote import PHONE, WAIT_MS
 
 pytestmark = pytest.mark.browser
@@ -24,7 +26,7 @@ def test_a_following_student_watches_the_teachers_run_and_cannot_stop_it(
     with httpx.Client(base_url=live_server, timeout=30) as client:
         r = client.post("/api/v1/train", json={"steps": STEPS, "eval_every": 50})
         assert r.status_code == 202, r.text
-        run_id = r.json()["id"]
+        run_id, token = r.json()["id"], r.json()["stop_token"]
     laptop = browser.new_context(viewport={"width": 1280, "height": 720})
     phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
     try:
@@ -45,4 +47,45 @@ def test_a_following_student_watches_the_teachers_run_and_cannot_stop_it(
         laptop.close()
         phone.close()
         with httpx.Client(base_url=live_server, timeout=30) as client:
-            client.post(f"/api/v1/train/{run_id}/stop")
+            client.post(f"/api/v1/train/{run_id}/stop", json={"stop_token": token})
+
+
+def test_only_the_browser_that_started_the_run_stops_it(browser: Browser, live_server: str) -> None:
+    """The Stop button was hidden from a following student by CSS only: anyone who had the run's id (it is on the
+    projector and in every link) could stop the teacher's run. Now the browser whose form started the run holds its
+    stop token (a cookie for that run's API paths): another browser's Stop is a 403 and the run trains on; the
+    starter's Stop ends it."""
+    laptop = browser.new_context(viewport={"width": 1280, "height": 720})
+    other = browser.new_context(viewport={"width": 1280, "height": 720})
+    run_id = ""
+    try:
+        tp = laptop.new_page()
+        tp.goto(f"{live_server}/train?lang=en")
+        form = tp.locator(".train-form form")
+        form.locator("input[name=steps]").fill(str(STEPS))
+        form.get_by_role("button", name="Train").click()
+        tp.wait_for_url(re.compile(r"/train\?run=[\w-]+"), timeout=WAIT_MS)
+        run_id = re.search(r"run=([\w-]+)", tp.url).group(1)  # type: ignore[union-attr]
+        with httpx.Client(base_url=live_server, timeout=30) as client:
+
+            def step() -> int:
+                state = client.get(f"/api/v1/train/{run_id}").json()
+                return int(state["step"]) if state["status"] == "running" else -1
+
+            first = wait_until(step, WAIT_MS / 1000, f"run {run_id} training")
+            op = other.new_page()
+            op.goto(f"{live_server}/train?run={run_id}&lang=en")
+            theirs = op.locator(f"#run-{run_id} form.train-stop button")
+            with op.expect_response(lambda r: r.url.endswith(f"/api/v1/train/{run_id}/stop")) as refused:
+                theirs.click()
+            assert refused.value.status == 403
+            wait_until(lambda: step() > first, WAIT_MS / 1000, f"run {run_id} training on after a refused stop")
+            with tp.expect_response(lambda r: r.url.endswith(f"/api/v1/train/{run_id}/stop")) as stopped:
+                tp.locator(f"#run-{run_id} form.train-stop button").click()
+            assert stopped.value.status == 200
+            expect(tp.locator(f"#run-{run_id}")).to_have_attribute("data-status", "cancelled", timeout=WAIT_MS)
+    finally:
+        if run_id:  # the starter's browser stops it whatever happened (its cookie), as the suite needs no run left
+            laptop.request.post(f"{live_server}/api/v1/train/{run_id}/stop")
+        laptop.close()
+        other.close()

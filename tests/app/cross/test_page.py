@@ -304,7 +304,8 @@ def test_the_nonlinearity_panel_of_a_trained_run(client: TestClient) -> None:
 
 
 def test_no_nonlinearity_panel_while_a_run_trains(client: TestClient) -> None:
-    run_id = client.post("/api/v1/train", json=TINY | {"steps": 3000, "eval_every": 500}).json()["id"]
+    started = client.post("/api/v1/train", json=TINY | {"steps": 3000, "eval_every": 500}).json()
+    run_id = started["id"]
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # polled until its first snapshot is there
@@ -314,5 +315,5 @@ def test_no_nonlinearity_panel_while_a_run_trains(client: TestClient) -> None:
             time.sleep(0.05)
         assert v["run_status"] == "running" and v["nonlinear"] is None
     finally:
-        client.post(f"/api/v1/train/{run_id}/stop")
+        client.post(f"/api/v1/train/{run_id}/stop", json={"stop_token": started["stop_token"]})
     events_until_end(client, run_id)

@@ -101,6 +101,28 @@ def test_the_block_opened_as_a_page_links_back(api: TestClient) -> None:
     assert view["view"] == "generate_samples" and view["n"] == 3 and len(view["samples"]) == 3
 
 
+@pytest.mark.parametrize(("query", "lang", "present"), [("", "en", False), ("lang=zh&present=1", "zh", True),
+                                                      ("lang=zh&samples=9&do_sample=1", "zh", False)])  # fmt: skip
+def test_the_block_refused_as_a_page_still_links_back(api: TestClient, query: str, lang: str, present: bool) -> None:
+    """/generate/samples opened bare (no setting: greedy, so no samples) or with a bad field is a 422 page that named
+    the field and had no way back but the browser's; now it links to the step view of the same setting, in its
+    language and presenter mode, where the form shows the field at fault."""
+    r = api.get(f"/generate/samples?{query}".rstrip("?"))
+    assert r.status_code == 422
+    page = BeautifulSoup(r.text, "html.parser")
+    assert page.select_one("[data-samples] .error") is not None and "“samples”" in page.select_one(".error").text
+    back = page.select_one("main > p > a")
+    assert back is not None and back.text.strip() == ("回到逐步视图" if lang == "zh" else "Back to the step view")
+    url = urlsplit(back["href"])
+    assert url.path == "/generate"
+    q = parse_qs(url.query)
+    assert q.get("lang", ["en"]) == [lang] and ("present" in q) == present and q.get("present", ["1"]) == ["1"]
+    for key, value in parse_qs(query).items():
+        assert q[key] == value
+    fragment = api.get(f"/generate/samples?{query}", headers={"HX-Request": "true"})  # the block in /generate: no link
+    assert fragment.status_code == 422 and "main" not in fragment.text and "<a " not in fragment.text
+
+
 @pytest.mark.parametrize(("query", "field"), [("samples=9", "samples"), ("do_sample=false", "samples")])
 def test_a_bad_setting_is_named_in_the_block(api: TestClient, query: str, field: str) -> None:
     r = api.get(f"/generate/samples?lang=en&{QUERY}&{query}", headers={"HX-Request": "true"})

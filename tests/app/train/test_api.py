@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from tests.wait import wait_until
 
 TINY = {"n_layer": 1, "n_heads": 2, "d_model": 32, "n_repeat": 4, "vocab": 8, "batch": 8, "steps": 20,
         "eval_every": 5, "n_snapshots": 3}  # fmt: skip
@@ -83,11 +84,12 @@ def test_unknown_run_is_404(client: TestClient) -> None:
 
 def test_stop_the_queue_and_the_cheat_side_by_side(client: TestClient) -> None:
     long = TINY | {"steps": 3000, "eval_every": 100}
-    ids = [client.post("/api/v1/train", json=long).json()["id"] for _ in range(3)]  # one trains, two wait
+    started = [client.post("/api/v1/train", json=long).json() for _ in range(3)]  # one trains, two wait
+    ids = [s["id"] for s in started]
     full = client.post("/api/v1/train", json=long)
     assert full.status_code == 503 and int(full.headers["Retry-After"]) > 0
-    for run_id in ids:
-        assert client.post(f"/api/v1/train/{run_id}/stop").status_code == 200
+    for s in started:
+        assert client.post(f"/api/v1/train/{s['id']}/stop", json={"stop_token": s["stop_token"]}).status_code == 200
     for run_id in ids:
         assert events_until_end(client, run_id)[-1][1]["status"] == "cancelled"
     form = {k: str(v) for k, v in TINY.items()} | {"causal": "1", "cheat": "1", "lang": "zh"}
@@ -100,6 +102,65 @@ def test_stop_the_queue_and_the_cheat_side_by_side(client: TestClient) -> None:
     page = BeautifulSoup(client.get(url).text, "html.parser")
     assert page.select_one(".train-pair") and page.select_one(".train-cheat")
     assert "去掉掩码" in page.select_one(".train-cheat").text
+
+
+def trains_on(client: TestClient, run_id: str) -> None:
+    """Polls until the run is running with more steps than it had when asked: a refused stop left it training."""
+    before = client.get(f"/api/v1/train/{run_id}").json()["step"]
+    wait_until(lambda: (s := client.get(f"/api/v1/train/{run_id}").json())["status"] == "running"
+               and s["step"] > before, 120, f"run {run_id} training on")  # fmt: skip
+
+
+def test_only_the_runs_starter_stops_it(client: TestClient) -> None:
+    """Anyone who sees a run's id (a class watches it projected) could stop it: now only the stop token its start
+    answered does, as the body's stop_token, a form's, or Authorization: Bearer. Without it, or with a wrong one,
+    a 403 naming stop_token, and the run trains on; neither the token nor its hash is ever shown again."""
+    started = client.post("/api/v1/train", json=TINY | {"steps": 3000, "eval_every": 100})
+    assert started.status_code == 202 and "set-cookie" not in started.headers  # a script holds its token itself
+    run_id, token = started.json()["id"], started.json()["stop_token"]
+    assert len(token) >= 32
+    wait_until(lambda: client.get(f"/api/v1/train/{run_id}").json()["step"] > 0, 120, "the run to train")
+    stop = f"/api/v1/train/{run_id}/stop"
+    for r in (client.post(stop), client.post(stop, json={}), client.post(stop, json={"stop_token": token[::-1]}),
+              client.post(stop, data={"stop_token": "nope"}), client.post(stop, content=b"{", headers={
+                  "Content-Type": "application/json"}), client.post(stop, headers={"Authorization": "Bearer x"}),
+              client.delete(f"/api/v1/train/{run_id}")):  # fmt: skip
+        assert r.status_code == 403, r.text
+        assert r.json()["detail"][0]["loc"] == ["body", "stop_token"] and "stop_token" in r.json()["message"]
+    trains_on(client, run_id)
+    for shown in (
+        client.get(f"/api/v1/train/{run_id}").text,
+        client.get("/api/v1/train").text,
+        client.get(f"/train?run={run_id}").text,
+        client.get(f"/train.json?run={run_id}").text,
+    ):
+        assert token not in shown and "stop_hash" not in shown
+    r = client.post(stop, headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 200 and r.json()["stopping"], r.text
+    assert events_until_end(client, run_id)[-1][1]["status"] == "cancelled"
+
+
+def test_the_browser_that_started_a_run_stops_it_and_no_other(client: TestClient) -> None:
+    """/train's form leaves each run's stop token in the browser that sent it (an HttpOnly cookie sent only to that
+    run's API paths), so its page's Stop (an htmx POST of no fields) stops it; the same Stop from a student's phone,
+    which saw the projected run and its id, is a 403 and the run trains on."""
+    form = {k: str(v) for k, v in TINY.items()} | {"steps": "3000", "eval_every": "100", "causal": "1",
+                                                     "lang": "en"}  # fmt: skip
+    r = client.post("/train", data=form, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    run_id = r.headers["location"].split("run=")[1].split("&")[0]
+    cookie = r.headers["set-cookie"]
+    assert cookie.startswith(f"lab_stop_{run_id}=") and f"Path=/api/v1/train/{run_id}" in cookie
+    assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
+    stop = f"/api/v1/train/{run_id}/stop"
+    phone = TestClient(client.app)  # another browser: no cookie of the run's
+    wait_until(lambda: phone.get(f"/api/v1/train/{run_id}").json()["step"] > 0, 120, "the run to train")
+    refused = phone.post(stop, data={}, headers={"HX-Request": "true"})
+    assert refused.status_code == 403 and refused.json()["detail"][0]["loc"] == ["body", "stop_token"]
+    trains_on(phone, run_id)
+    r = client.post(stop, data={}, headers={"HX-Request": "true"})  # the starter's page: its cookie
+    assert r.status_code == 200 and r.json()["stopping"], r.text
+    assert events_until_end(client, run_id)[-1][1]["status"] == "cancelled"
 
 
 def test_another_sites_form_starts_no_run(client: TestClient) -> None:

@@ -145,8 +145,9 @@ def test_the_gpt_refuses_the_encoder_decoders_fields(client: TestClient, body: d
 
 
 def test_a_run_stops(client: TestClient) -> None:
-    run_id = client.post("/api/v1/train", json=TINY | {"steps": 3000, "eval_every": 500}).json()["id"]
-    assert client.post(f"/api/v1/train/{run_id}/stop").status_code == 200
+    started = client.post("/api/v1/train", json=TINY | {"steps": 3000, "eval_every": 500}).json()
+    run_id = started["id"]
+    assert client.post(f"/api/v1/train/{run_id}/stop", json={"stop_token": started["stop_token"]}).status_code == 200
     assert events_until_end(client, run_id)[-1][1]["status"] == "cancelled"
 
 

@@ -252,10 +252,20 @@ def test_a_queue_worker_killed_mid_run_fails_the_run_with_a_message() -> None:
 
 
 def test_stop_from_the_other_worker(url: str) -> None:
+    """Only the run's starter stops it, on either web worker: its stop token's hash is kept with the run in Redis. A
+    stop without it, or with a wrong one, is a 403 naming `stop_token` on the other worker, and the run trains on."""
     with two_web_workers(url) as (a, b):
-        run_id = a.post("/api/v1/train", json=LONG).json()["id"]
+        started = a.post("/api/v1/train", json=LONG).json()
+        run_id = started["id"]
         until("the run to train", lambda: status(b, run_id)["step"] > 0)
-        r = b.post(f"/api/v1/train/{run_id}/stop")
+        for refused in (b.post(f"/api/v1/train/{run_id}/stop"),
+                        b.post(f"/api/v1/train/{run_id}/stop", json={"stop_token": "x" + started["stop_token"]}),
+                        b.delete(f"/api/v1/train/{run_id}", headers={"Authorization": "Bearer nope"})):  # fmt: skip
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["detail"][0]["loc"] == ["body", "stop_token"]
+        step = status(a, run_id)["step"]
+        until("the run to train on", lambda: (s := status(b, run_id))["status"] == "running" and s["step"] > step)
+        r = b.post(f"/api/v1/train/{run_id}/stop", json={"stop_token": started["stop_token"]})
         assert r.status_code == 200 and r.json()["stopping"]
         assert events_until_end(a, run_id)[-1][1]["status"] == "cancelled"
         assert status(b, run_id)["message"] == "stopped"
@@ -265,18 +275,18 @@ def test_the_caps_hold_across_web_workers() -> None:
     """No queue worker here: the runs stay queued, so the caps are tested alone."""
     with redis_server() as url, two_web_workers(url, train_max_running=1, train_max_queued=1,
                                                 train_max_per_client=0) as (a, b):  # fmt: skip
-        first = a.post("/api/v1/train", json=TINY).json()["id"]
-        second = b.post("/api/v1/train", json=TINY).json()["id"]
+        first, token = (s := a.post("/api/v1/train", json=TINY).json())["id"], s["stop_token"]
+        second = b.post("/api/v1/train", json=TINY).json()
         full = a.post("/api/v1/train", json=TINY)
         assert full.status_code == 503 and int(full.headers["Retry-After"]) > 0
         assert b.post("/api/v1/train", json=TINY).status_code == 503
-        r = b.post(f"/api/v1/train/{first}/stop")  # a queued run stopped ends at once, on every worker
+        r = b.post(f"/api/v1/train/{first}/stop", json={"stop_token": token})  # a queued run ends at once, everywhere
         assert r.json()["status"] == "cancelled" and status(a, first)["message"] == "stopped before it started"
-        assert "none is running" in until("the message", lambda: status(a, second)["message"], timeout=30)
+        assert "none is running" in until("the message", lambda: status(a, second["id"])["message"], timeout=30)
         third = b.post("/api/v1/train", json=TINY)
         assert third.status_code == 202
-        for run_id in (second, third.json()["id"]):
-            a.post(f"/api/v1/train/{run_id}/stop")
+        for run in (second, third.json()):
+            a.post(f"/api/v1/train/{run['id']}/stop", json={"stop_token": run["stop_token"]})
     with redis_server() as url, two_web_workers(url, train_max_per_client=1) as (a, b):
         assert a.post("/api/v1/train", json=TINY).status_code == 202
         mine = b.post("/api/v1/train", json=TINY)  # the same address, the other worker
