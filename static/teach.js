@@ -37,16 +37,8 @@
     announce(f.getAttribute("data-page"), q.toString());
   });
 
-  // The teacher's own question (fields by kind: lab.css): options split at commas; a cell question, the class's matrix.
-  form.addEventListener("submit", function (e) {
-    e.preventDefault();
-    var f = form.elements, body = { prompt: f.prompt.value, kind: f.kind.value }, key = f.answer.value.trim();
-    if (body.kind === "choice") body.options = f.options.value.split(/[,，]/).map(function (s) { return s.trim(); }).filter(Boolean);
-    else Object.assign(body, JSON.parse($("[data-remote-now]").getAttribute("data-shape") || "{}"));
-    if (key) body.answer = key;
-    json(api + "/polls", "POST", body).then(function () { form.classList.remove("refused"); form.closest("details").open = false; })
-      .catch(function () { form.classList.add("refused"); });
-  });
+  // The teacher's own question (fields by kind: lab.css), posted by htmx (templates/room_teach.html): opened, it folds.
+  form.addEventListener("htmx:afterRequest", function (e) { if (e.detail.xhr.status === 201) form.closest("details").open = false; });
 
   // After a swap (a running lesson's steps lead: lab.css): while a poll is open, "Ask the class" says so (no button).
   document.addEventListener("htmx:afterSettle", function () {

@@ -8,7 +8,9 @@ import unicodedata
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
+from ..schemas.fields import said
 from ..settings import Settings
 from ..web import lessons
 from ..web.share import FOLLOWABLE
@@ -138,6 +140,14 @@ def _poll_kinds(schema: dict[str, Any]) -> None:
 Label = Annotated[str, Field(max_length=MAX_LABEL)]
 
 
+def refused(field: str, code: str, **params: int) -> PydanticCustomError:
+    """A poll's refusal as the API words it ("options: a choice poll needs at least two", a ValueError as before),
+    keeping its catalogue code, its parameters and its field (locales/errors.json): the remote's form says it under
+    that field in the page's language (app/rooms/page.py `ask_own`), never by reading the English back."""
+    english = f"{field}: {said(code, **params)}".replace("{", "{{").replace("}", "}}")
+    return PydanticCustomError("value_error", english, {"code": code, "field": field, **params})
+
+
 class PollIn(Body):
     model_config = ConfigDict(json_schema_extra=_poll_kinds)
     prompt: str = Field(min_length=1, max_length=300)
@@ -154,14 +164,14 @@ class PollIn(Body):
     def _consistent(self) -> PollIn:
         if self.kind == "choice":
             if len(self.options) < 2:
-                raise ValueError("options: a choice poll needs at least two")
+                raise refused("options", "poll_two_options")
             if len(set(self.options)) != len(self.options):
-                raise ValueError("options: each option must be different")
+                raise refused("options", "poll_options_differ")
             if self.answer is not None and self.answer not in self.options:
-                raise ValueError("answer: must be one of the options")
+                raise refused("answer", "poll_answer_option")
         else:
             if self.options:
-                raise ValueError("options: a cell poll has none (students click a cell)")
+                raise refused("options", "poll_cell_options")
             if self.answer is not None:
                 self.answer = cell_key(self.answer, self.rows, self.cols, "answer")
             # Its labels name its matrix's rows and columns, one each when its shape is given (as a cell outside the
@@ -171,7 +181,7 @@ class PollIn(Body):
                 ("col_labels", self.col_labels, self.cols),
             ):
                 if labels is not None and n is not None and len(labels) != n:
-                    raise ValueError(f"{name}: one label for each of the matrix's {n} {name[:3]}s, not {len(labels)}")
+                    raise refused(name, f"poll_{name}", n=n, given=len(labels))
         return self
 
 
@@ -186,10 +196,10 @@ def cell_key(raw: Any, rows: int | None, cols: int | None, field: str) -> str:
     """[row, col] (or "row,col") as the key "row,col", counting from 0 like the matrices' headers."""
     parts = raw.split(",") if isinstance(raw, str) else raw
     if not (isinstance(parts, list) and len(parts) == 2 and all(map(_whole_number, parts))):
-        raise ValueError(f"{field}: a cell is [row, col], two whole numbers from 0")
+        raise refused(field, "cell_form")
     r, c = (int(p) for p in parts)
     if r < 0 or c < 0 or (rows is not None and r >= rows) or (cols is not None and c >= cols) or max(r, c) > 4095:
-        raise ValueError(f"{field}: cell [{r}, {c}] is outside the matrix")
+        raise refused(field, "cell_outside", row=r, col=c)
     return f"{r},{c}"
 
 

@@ -9,6 +9,7 @@ view URL: room.js fetches it and swaps the page in place, keeping the bar and th
 from __future__ import annotations
 
 import hmac
+import json
 import re
 import secrets
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,13 +19,15 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
+from ..errors import clean
 from ..schemas import query_model
+from ..schemas.fields import said
 from ..templating import LANGS, TEMPLATES, error_message, translator
 from ..web.lessons import LESSONS, with_query
 from ..web.page import language
 from ..web.share import MAX_QR_CHARS, qr_svg, unreachable
-from .api import clear_poll, close_poll, prepared_poll, record_answer
-from .bodies import AnswerIn, LessonPollIn
+from .api import ask, clear_poll, close_poll, prepared_poll, record_answer
+from .bodies import AnswerIn, LessonPollIn, PollIn
 from .fragments import Role, poll_box
 from .service import (
     ROOM_COOKIE,
@@ -287,6 +290,69 @@ async def reveal_or_clear(code: str, poll_id: str, action: str, request: Request
     check_same_origin(request)  # a refusal (RoomError) is the rooms API's answer: its status and message
     await (close_poll if action == "close" else clear_poll)(code, poll_id, request, rooms)
     return Response(status_code=204)
+
+
+POLL_FORM = ("prompt", "kind", "options", "answer")  # the remote's own question: its fields, each with its error
+SHAPE = ("rows", "cols", "row_labels", "col_labels")  # a cell question's matrix, as the remote's `now` has it
+
+
+def own_poll(form: dict[str, str]) -> dict[str, Any]:
+    """The remote's form as the rooms API's body: a choice question's options split at commas (either width), a cell
+    question's matrix from the remote's view of the page (`shape`, templates/_remote.html), the key when given."""
+    body: dict[str, Any] = {"prompt": form.get("prompt", ""), "kind": form.get("kind", "")}
+    if body["kind"] == "choice":
+        body["options"] = [o.strip() for o in re.split("[,，]", form.get("options", "")) if o.strip()]
+    else:
+        try:
+            shape = json.loads(form.get("shape") or "{}")
+        except ValueError:
+            shape = {}
+        body |= {k: shape[k] for k in SHAPE if isinstance(shape, dict) and k in shape}
+    if key := form.get("answer", "").strip():
+        body["answer"] = key
+    return body
+
+
+def said_under(errors: list[dict[str, Any]], lang: str) -> dict[str, str]:
+    """The API's refusals (`clean`ed) by the form's field, in `lang`: a refusal of the poll as a whole names its
+    field (app/rooms/bodies.py `refused`), an option its number; one of a field the form does not show, under "".
+    The English is the catalogue's (the API's words without the field that the form shows beside them)."""
+    t, out = translator(lang), dict[str, str]()
+    for e in errors:
+        msg, loc = e["msg"], e["loc"]
+        params = dict(getattr(msg, "params", {}))
+        field = str(params.pop("field", None) or (loc[1] if len(loc) > 1 else "body"))
+        if "field" in getattr(msg, "params", {}):
+            msg = said(msg.code, **params)
+        words = error_message(msg, lang)
+        if field == "options" and len(loc) > 2 and str(loc[2]).isdigit():
+            words = f"{t('room.poll_option_n', n=int(loc[2]) + 1)}: {words}"
+        if field not in POLL_FORM:
+            field, words = "", t("error.field", field=field, message=words)
+        out[field] = f"{out[field]}; {words}" if field in out else words
+    return out
+
+
+@router.post("/r/{code}/ask", response_class=HTMLResponse)
+async def ask_own(code: str, request: Request, rooms: RoomsDep) -> Response:
+    """The remote's own question (htmx; templates/room_teach.html `poll_fields`): opened as the rooms API opens it
+    (POST /api/v1/rooms/<code>/polls), and its fields again: refused (422), each refusal under its field in the
+    page's language, the values as typed. A refusal of the room itself is the rooms API's (its status)."""
+    form = await _form(request)
+    lang = _lang(form.get("lang")) or language(request)
+    typed = {k: form.get(k, "")[:600] for k in POLL_FORM}
+    check_same_origin(request)
+    room = await rooms.teacher(request, code)
+    status, errors = 201, {}
+    try:
+        body = PollIn.model_validate(own_poll(form))
+    except ValidationError as exc:
+        status, errors = 422, said_under(clean(exc.errors(), "body"), lang)
+    else:
+        await ask(rooms, room, body)
+    ctx = {"t": translator(lang), "lang": lang, "typed": typed, "field_errors": errors}
+    return TEMPLATES.TemplateResponse(request, "room_teach.html", ctx, status_code=status, headers=NO_STORE,
+                                      block_name="poll_fields")  # fmt: skip
 
 
 FORM_FIELDS = 8  # the lab's forms send three (page, query, lang); any past the first 8 are ignored

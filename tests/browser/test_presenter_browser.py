@@ -440,3 +440,44 @@ def test_colour_bar_ticks_read_on_the_projector(browser: Browser, live_server: s
             page.set_viewport_size({"width": 1280, "height": 720})
     finally:
         ctx.close()
+
+
+CODE_IN_BAR = """() => {
+  const code = [...document.querySelectorAll('#room .room-bar .room-code')]
+    .find(e => e.getBoundingClientRect().width > 0);
+  if (!code) return null;
+  const r = code.getBoundingClientRect(), mine = code.closest('.room-bar > *');
+  const hits = [...document.querySelectorAll('#room .room-bar > *')].filter(e => e !== mine).filter(e => {
+    const o = e.getBoundingClientRect();
+    return o.width > 0 && o.height > 0 && o.left < r.right - 1 && r.left < o.right - 1 && o.top < r.bottom - 1
+      && r.top < o.bottom - 1; });
+  return { px: parseFloat(getComputedStyle(code).fontSize), inside: r.left >= 0 && r.right <= innerWidth
+           && r.top >= 0 && r.bottom <= innerHeight, overlaps: hits.map(e => e.className),
+           scrollWidth: document.documentElement.scrollWidth, width: innerWidth };
+}"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_class_code_in_the_bar_is_read_from_the_back(browser: Browser, live_server: str, lang: str) -> None:
+    """On a page whose class code is only in the room bar (every page but the lab's, which has its QR corner), the
+    code a student types to join is at least 24 px on the projector at 1280×720 as at 1080p (it was 16 px at 720p),
+    on screen and over nothing else of the bar; on a 390×844 phone it still fits, nothing sideways."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(120_000)
+        present(page, f"{live_server}/tiles?lang={lang}")
+        page.click("[data-room-start] button")
+        expect(page.locator("#room .room-bar .room-code")).to_be_visible()
+        for path in ("/tiles", "/predict", "/lessons", "/params", "/"):
+            page.goto(f"{live_server}{path}?present=1&lang={lang}")
+            expect(page.locator("#room .room-bar .room-code")).to_be_visible()
+            for width, height in ((1280, 720), (1920, 1080), (390, 844)):
+                page.set_viewport_size({"width": width, "height": height})
+                got = page.evaluate(CODE_IN_BAR)
+                where = (path, lang, width)
+                assert got and got["px"] >= 24 and got["inside"] and not got["overlaps"], (where, got)
+                assert got["scrollWidth"] <= got["width"], (where, got)
+            page.set_viewport_size({"width": 1280, "height": 720})
+    finally:
+        ctx.close()

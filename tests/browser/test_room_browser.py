@@ -225,3 +225,38 @@ def test_the_teacher_opens_a_page_the_class_cannot_follow_and_stays_there(browse
         assert room["page"] == "/" and "stage=mask" in room["query"]  # the class stays where it was
     finally:
         teacher.close()
+
+
+@pytest.mark.parametrize(("lang", "words"), [("en", "at most 80 characters"), ("zh", "最多 80 个字符")])
+def test_the_remote_says_why_its_own_question_was_refused(
+    browser: Browser, live_server: str, lang: str, words: str
+) -> None:
+    """An option too long on the teacher's remote (a phone): the refusal is said under the options, in the remote's
+    language, the form stays open with what was typed; fixed, the poll opens and the form folds (it used to be only
+    a red outline, no words)."""
+    teacher = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        tp = teacher.new_page()
+        tp.goto(f"{live_server}/?lang={lang}")
+        tp.click("[data-room-start] button")
+        expect(tp.locator("#room [data-room-role=teacher]")).to_be_visible()
+        code = tp.locator("[data-room-code-text]").inner_text().strip()
+        tp.set_viewport_size({"width": 390, "height": 844})  # the remote on a phone-sized screen
+        tp.goto(f"{live_server}/r/{code}/teach?lang={lang}")
+        tp.click(".teach-custom summary")
+        tp.fill("[data-poll-form] input[name=prompt]", "Which?")
+        tp.fill("[data-poll-form] input[name=options]", "A, " + "B" * 81)
+        tp.click("[data-poll-form] button[type=submit]")
+        said = tp.locator("[data-poll-form] [data-field-error=options]")
+        expect(said).to_be_visible()
+        expect(said).to_contain_text(words)
+        expect(tp.locator("[data-poll-form] input[name=options]")).to_have_attribute("aria-invalid", "true")
+        expect(tp.locator("[data-poll-form] input[name=prompt]")).to_have_value("Which?")
+        assert tp.evaluate("document.documentElement.scrollWidth") <= 390
+        tp.fill("[data-poll-form] input[name=options]", "A, B")
+        tp.click("[data-poll-form] button[type=submit]")
+        expect(tp.locator("details.teach-custom")).not_to_have_attribute("open", "")
+        wait_until(lambda: httpx.get(f"{live_server}/api/v1/rooms/{code}").json()["poll"] is not None)
+        expect(tp.locator("[data-poll-form] [data-field-error]")).to_have_count(0)
+    finally:
+        teacher.close()
