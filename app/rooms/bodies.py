@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..schemas.fields import said
+from ..schemas import said
 from ..settings import Settings
 from ..web import lessons
 from ..web.share import FOLLOWABLE

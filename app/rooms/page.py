@@ -20,8 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
 from ..errors import clean
-from ..schemas import query_model
-from ..schemas.fields import said
+from ..schemas import query_model, said
 from ..templating import LANGS, TEMPLATES, error_message, translator
 from ..web.lessons import LESSONS, with_query
 from ..web.page import language
