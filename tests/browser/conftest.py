@@ -68,7 +68,13 @@ def live_server() -> Iterator[str]:
     # Each training step at least 0.02 s (app/train/child.py MIN_STEP_S; here a step takes more than that already):
     # test_train_browser's 300-step runs then last 6 s or more on any machine, several of the page's redraws (one a
     # second at most), and a fast machine cannot end a run between two of them before the page has shown it training.
-    env = os.environ | {"ATTENTION_LAB_DEVICE": "cpu", "ATTENTION_LAB_TEST_TRAIN_MIN_STEP_S": "0.02"}
+    # Every class this worker's browser tests start comes from 127.0.0.1 to this one server and stays open until it
+    # expires: past ROOM_MAX_PER_ADDRESS (20 by default) the next "Start a class" was refused ("this address has 20
+    # open rooms"), so the class tests run last on a worker failed by their order. One address standing for many
+    # teachers, the server takes as many rooms as the browser suite starts; the limit itself is tested on its own
+    # servers (tests/app/rooms/test_room_safety.py).
+    env = os.environ | {"ATTENTION_LAB_DEVICE": "cpu", "ATTENTION_LAB_TEST_TRAIN_MIN_STEP_S": "0.02",
+                        "ATTENTION_LAB_ROOM_MAX_PER_ADDRESS": "500"}  # fmt: skip
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],

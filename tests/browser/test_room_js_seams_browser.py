@@ -193,6 +193,7 @@ def test_a_followed_projected_page_is_fitted_where_it_lands(browser: Browser, li
         fresh = screen.new_page()  # the same view loaded: the same size
         fresh.goto(sp.url)
         expect(fresh.locator("#stage[data-fit]")).to_be_attached()
+        expect(fresh.locator("#room")).to_be_attached()  # the class bar comes after the load: STAGE measures it
         until(lambda: fresh.evaluate(STAGE)[3] == fit, lambda: f"followed {fit}, loaded: {fresh.evaluate(STAGE)}")
     finally:
         screen.close()
