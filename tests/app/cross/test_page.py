@@ -317,3 +317,29 @@ def test_no_nonlinearity_panel_while_a_run_trains(client: TestClient) -> None:
     finally:
         client.post(f"/api/v1/train/{run_id}/stop", json={"stop_token": started["stop_token"]})
     events_until_end(client, run_id)
+
+
+def test_the_stop_button_tells_another_browser_why_it_stopped_nothing(client: TestClient) -> None:
+    """/cross's Stop is on every viewer's page; another browser's click (no stop token) was a 403 htmx swapped
+    nowhere. It posts to the page's stop now, which answers the reason in the page's language into the slot beside
+    the button (kept across the live block's redraws) and stops nothing; the starter's token stops the run."""
+    started = client.post("/api/v1/train", json=TINY | {"steps": 3000, "eval_every": 500}).json()
+    run_id = started["id"]
+    try:
+        wait_until(lambda: client.get(f"/api/v1/train/{run_id}").json()["status"] == "running", 120, "the run")
+        for lang, reason in (("en", "Only the browser that started this run can stop it"),
+                             ("zh", "只有启动这次训练的浏览器才能停止它")):  # fmt: skip
+            soup = BeautifulSoup(client.get(f"/cross?run={run_id}&lang={lang}").text, "html.parser")
+            form = soup.select_one("#train-live form.train-stop")
+            assert form["action"] == f"/api/v1/train/{run_id}/stop"
+            assert form["hx-post"] == f"/api/v1/train/{run_id}/stop/page?lang={lang}"
+            slot = soup.select_one(form["hx-target"])
+            assert slot is not None and slot.has_attr("hx-preserve") and slot.text == ""
+            said = client.post(form["hx-post"], data={}, headers={"HX-Request": "true"})
+            assert said.status_code == 200 and said.text == reason
+        assert client.get(f"/api/v1/train/{run_id}").json()["status"] == "running"
+        r = client.post(f"/api/v1/train/{run_id}/stop/page?lang=en", data={"stop_token": started["stop_token"]})
+        assert r.status_code == 200 and r.text == ""
+    finally:
+        client.post(f"/api/v1/train/{run_id}/stop", json={"stop_token": started["stop_token"]})
+    assert events_until_end(client, run_id)[-1][1]["status"] == "cancelled"
