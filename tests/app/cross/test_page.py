@@ -101,6 +101,25 @@ def test_the_runs_line_follows_the_run_as_its_card_does(client: TestClient) -> N
     assert line == f"{run_id} · reverse a sequence · 40/40 · done"
 
 
+def test_a_queued_run_is_shown_as_its_own_model_before_its_first_snapshot(client: TestClient) -> None:
+    """Until a run's first snapshot the card showed the DEFAULT config's untrained model: a queued 1,234-step run of
+    number words said "reverse a sequence · step 0 of 500" while the runs line beside it said 0/1234. It shows the
+    run's own model as initialised now (the weights the run starts from): its task, its steps, its source length."""
+    hold = client.post("/api/v1/train", json=TINY | {"steps": 3000, "eval_every": 500}).json()  # the training slot
+    queued = client.post("/api/v1/train", json=TINY | {"task": "numbers", "steps": 1234}).json()
+    try:
+        v = client.get(f"/cross.json?run={queued['id']}").json()
+        assert v["run_status"] == "queued" and [s["step"] for s in v["snaps"]] == [0]  # behind `hold` (one at a time)
+        assert (v["task"], v["steps"], v["step"]) == ("numbers", 1234, 0)
+        own = client.get(f"/cross.json?run={queued['id']}&lang=zh").json()
+        assert own["source"] == v["source"] and len(v["source"]) != len(client.get("/cross.json").json()["source"])
+    finally:
+        for run in (queued, hold):
+            client.post(f"/api/v1/train/{run['id']}/stop", json={"stop_token": run["stop_token"]})
+    for run in (queued, hold):
+        events_until_end(client, run["id"])
+
+
 @pytest.mark.parametrize(("query", "field"), [("run=nope", "run"), ("head=9", "head"), ("snap=-1", "snap"),
                                              ("preset=train-nope", "preset")])  # fmt: skip
 def test_bad_input_is_422_naming_the_field(client: TestClient, query: str, field: str) -> None:
