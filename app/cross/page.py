@@ -84,7 +84,8 @@ async def cross_build(state: PageQuery, job: Any, jobs: list[Any], lab: Lab, ser
         raise FieldError("run", said("run_gpt", run=q.run))
     lang = ctx["lang"]
     if job is None or not job.run.snapshots:
-        shown = preview()  # until the run's first snapshot: the default model as initialised
+        # until the run's first snapshot: its own model as initialised (its task, size and steps; none: the default)
+        shown = preview(None if job is None else job.run.config)
         if job is not None:
             shown.status = job.status
         message = "" if job is None else job.message

@@ -178,9 +178,10 @@ def nl_href(q: CrossQuery, model: str, lang: str) -> str:
     return "/cross?" + urlencode({k: v for k, v in query.items() if v}) + "#cross-nonlinear"
 
 
-def preview() -> EncDecRun:
-    """The default config's model as initialised: one snapshot at step 0 (no training: a few milliseconds)."""
-    c = EncDecConfig()
+def preview(c: EncDecConfig | None = None) -> EncDecRun:
+    """The model of config `c` (the default's when none) as initialised, the weights a run of `c` starts from: one
+    snapshot at step 0 (no training: a few milliseconds)."""
+    c = c or EncDecConfig()
     task = task_of(c)
     run = new_run(c, "untrained")
     d = read_probe(c, init_params(c, len(task.vocab), task.n_src, task.n_tgt), task)

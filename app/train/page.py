@@ -6,6 +6,7 @@ templates/_train.html)."""
 from __future__ import annotations
 
 import functools
+import html
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode
@@ -26,7 +27,17 @@ from ..web.origin import foreign
 from ..web.page import VARY, Redraw, RefusedForm, page_context, query_of, room_query, screen_carry, serve, wants_json
 from ..web.state import SHARED, Digits, PageQuery
 from ..web.view import HIDDEN, View
-from .api import TrainIn, busy, runs_of, set_stop_cookie, start_run
+from .api import (
+    RunId,
+    TrainIn,
+    busy,
+    holds_stop_token,
+    job_of,
+    presented_stop_token,
+    runs_of,
+    set_stop_cookie,
+    start_run,
+)
 from .runs import Busy, Job
 
 router = APIRouter(include_in_schema=False)
@@ -225,6 +236,24 @@ async def train_view(request: Request, state: TrainQuery, ctx: dict[str, Any]) -
             if isinstance(j.run, Run)]  # fmt: skip
     return TrainView(runs=runs, shown=a, compared=b, cheat=cheat_words(a, b, t) if a and b else None,
                      defaults=TrainIn().model_dump(), live=any(j.live for j in (shown, compared) if j))  # fmt: skip
+
+
+@router.post("/api/v1/train/{run_id}/stop/page", response_class=HTMLResponse)
+async def stop_from_page(request: Request, run_id: RunId) -> Response:
+    """The pages' Stop button (/train's run panel, /cross's status line), in htmx: the API's stop, answered in words.
+    The page is cached by URL, so every viewer has the button, and only the browser that started the run holds its
+    stop token (the cookie lab_stop_<id>, sent to /api/v1/train/<id>/… alone: hence this path). The JSON API's 403
+    was swallowed by htmx there (no swap), so another browser's click did nothing visible; here it stops nothing and
+    answers the reason, in the page's language (`?lang=`), into the slot beside the button, which htmx keeps across
+    the live block's redraws (hx-preserve). A 200: htmx swaps 2xx and 422 alone (templates/_base.html), and this
+    answer is the slot's words, not the API's refusal; the API's own 403 is unchanged. The starter's click stops the
+    run and empties the slot; the live block then shows it stopping."""
+    job = await job_of(request, run_id)
+    if not holds_stop_token(job, await presented_stop_token(request, run_id)):
+        t = translator(negotiate(request.query_params.get("lang"), request.headers.get("accept-language")))
+        return HTMLResponse(html.escape(t("train.stop_refused")), headers={"Cache-Control": "no-store"})
+    await runs_of(request).stop(job)
+    return HTMLResponse("", headers={"Cache-Control": "no-store"})
 
 
 @router.post("/train")

@@ -53,8 +53,9 @@ def test_a_following_student_watches_the_teachers_run_and_cannot_stop_it(
 def test_only_the_browser_that_started_the_run_stops_it(browser: Browser, live_server: str) -> None:
     """The Stop button was hidden from a following student by CSS only: anyone who had the run's id (it is on the
     projector and in every link) could stop the teacher's run. Now the browser whose form started the run holds its
-    stop token (a cookie for that run's API paths): another browser's Stop is a 403 and the run trains on; the
-    starter's Stop ends it."""
+    stop token (a cookie for that run's API paths): another browser's Stop stops nothing and says why beside the
+    button, in the page's language, and the words stay while the run's block redraws; the run trains on, and the
+    starter's Stop ends it. (Before, another browser's click was a 403 that htmx swapped nowhere: nothing showed.)"""
     laptop = browser.new_context(viewport={"width": 1280, "height": 720})
     other = browser.new_context(viewport={"width": 1280, "height": 720})
     run_id = ""
@@ -73,17 +74,26 @@ def test_only_the_browser_that_started_the_run_stops_it(browser: Browser, live_s
                 return int(state["step"]) if state["status"] == "running" else -1
 
             first = wait_until(step, WAIT_MS / 1000, f"run {run_id} training")
-            op = other.new_page()
-            op.goto(f"{live_server}/train?run={run_id}&lang=en")
-            theirs = op.locator(f"#run-{run_id} form.train-stop button")
-            with op.expect_response(lambda r: r.url.endswith(f"/api/v1/train/{run_id}/stop")) as refused:
-                theirs.click()
-            assert refused.value.status == 403
+            for lang, reason in (("en", "Only the browser that started this run can stop it"),
+                                 ("zh", "只有启动这次训练的浏览器才能停止它")):  # fmt: skip
+                op = other.new_page()
+                op.goto(f"{live_server}/train?run={run_id}&lang={lang}")
+                panel = op.locator(f"#run-{run_id}")
+                said = panel.locator(".train-stop-said")
+                expect(said).to_be_hidden()  # nothing said before a click
+                panel.locator("form.train-stop button").click()
+                expect(said).to_have_text(reason)
+                expect(said).to_be_visible()
+                shown = panel.locator(".train-status").inner_text()
+                expect(panel.locator(".train-status")).not_to_have_text(shown)  # the live block was redrawn
+                expect(said).to_have_text(reason)
+                expect(said).to_be_visible()
+                op.close()
+            assert other.request.post(f"{live_server}/api/v1/train/{run_id}/stop").status == 403  # the API's own
             wait_until(lambda: step() > first, WAIT_MS / 1000, f"run {run_id} training on after a refused stop")
-            with tp.expect_response(lambda r: r.url.endswith(f"/api/v1/train/{run_id}/stop")) as stopped:
-                tp.locator(f"#run-{run_id} form.train-stop button").click()
-            assert stopped.value.status == 200
+            tp.locator(f"#run-{run_id} form.train-stop button").click()
             expect(tp.locator(f"#run-{run_id}")).to_have_attribute("data-status", "cancelled", timeout=WAIT_MS)
+            expect(tp.locator(f"#run-{run_id} .train-stop-said")).to_have_count(0)  # no Stop, nothing said
     finally:
         if run_id:  # the starter's browser stops it whatever happened (its cookie), as the suite needs no run left
             laptop.request.post(f"{live_server}/api/v1/train/{run_id}/stop")

@@ -101,6 +101,25 @@ def test_the_runs_line_follows_the_run_as_its_card_does(client: TestClient) -> N
     assert line == f"{run_id} · reverse a sequence · 40/40 · done"
 
 
+def test_a_queued_run_is_shown_as_its_own_model_before_its_first_snapshot(client: TestClient) -> None:
+    """Until a run's first snapshot the card showed the DEFAULT config's untrained model: a queued 1,234-step run of
+    number words said "reverse a sequence · step 0 of 500" while the runs line beside it said 0/1234. It shows the
+    run's own model as initialised now (the weights the run starts from): its task, its steps, its source length."""
+    hold = client.post("/api/v1/train", json=TINY | {"steps": 3000, "eval_every": 500}).json()  # the training slot
+    queued = client.post("/api/v1/train", json=TINY | {"task": "numbers", "steps": 1234}).json()
+    try:
+        v = client.get(f"/cross.json?run={queued['id']}").json()
+        assert v["run_status"] == "queued" and [s["step"] for s in v["snaps"]] == [0]  # behind `hold` (one at a time)
+        assert (v["task"], v["steps"], v["step"]) == ("numbers", 1234, 0)
+        own = client.get(f"/cross.json?run={queued['id']}&lang=zh").json()
+        assert own["source"] == v["source"] and len(v["source"]) != len(client.get("/cross.json").json()["source"])
+    finally:
+        for run in (queued, hold):
+            client.post(f"/api/v1/train/{run['id']}/stop", json={"stop_token": run["stop_token"]})
+    for run in (queued, hold):
+        events_until_end(client, run["id"])
+
+
 @pytest.mark.parametrize(("query", "field"), [("run=nope", "run"), ("head=9", "head"), ("snap=-1", "snap"),
                                              ("preset=train-nope", "preset")])  # fmt: skip
 def test_bad_input_is_422_naming_the_field(client: TestClient, query: str, field: str) -> None:
@@ -317,3 +336,29 @@ def test_no_nonlinearity_panel_while_a_run_trains(client: TestClient) -> None:
     finally:
         client.post(f"/api/v1/train/{run_id}/stop", json={"stop_token": started["stop_token"]})
     events_until_end(client, run_id)
+
+
+def test_the_stop_button_tells_another_browser_why_it_stopped_nothing(client: TestClient) -> None:
+    """/cross's Stop is on every viewer's page; another browser's click (no stop token) was a 403 htmx swapped
+    nowhere. It posts to the page's stop now, which answers the reason in the page's language into the slot beside
+    the button (kept across the live block's redraws) and stops nothing; the starter's token stops the run."""
+    started = client.post("/api/v1/train", json=TINY | {"steps": 3000, "eval_every": 500}).json()
+    run_id = started["id"]
+    try:
+        wait_until(lambda: client.get(f"/api/v1/train/{run_id}").json()["status"] == "running", 120, "the run")
+        for lang, reason in (("en", "Only the browser that started this run can stop it"),
+                             ("zh", "只有启动这次训练的浏览器才能停止它")):  # fmt: skip
+            soup = BeautifulSoup(client.get(f"/cross?run={run_id}&lang={lang}").text, "html.parser")
+            form = soup.select_one("#train-live form.train-stop")
+            assert form["action"] == f"/api/v1/train/{run_id}/stop"
+            assert form["hx-post"] == f"/api/v1/train/{run_id}/stop/page?lang={lang}"
+            slot = soup.select_one(form["hx-target"])
+            assert slot is not None and slot.has_attr("hx-preserve") and slot.text == ""
+            said = client.post(form["hx-post"], data={}, headers={"HX-Request": "true"})
+            assert said.status_code == 200 and said.text == reason
+        assert client.get(f"/api/v1/train/{run_id}").json()["status"] == "running"
+        r = client.post(f"/api/v1/train/{run_id}/stop/page?lang=en", data={"stop_token": started["stop_token"]})
+        assert r.status_code == 200 and r.text == ""
+    finally:
+        client.post(f"/api/v1/train/{run_id}/stop", json={"stop_token": started["stop_token"]})
+    assert events_until_end(client, run_id)[-1][1]["status"] == "cancelled"

@@ -163,6 +163,39 @@ def test_the_browser_that_started_a_run_stops_it_and_no_other(client: TestClient
     assert events_until_end(client, run_id)[-1][1]["status"] == "cancelled"
 
 
+def test_the_pages_stop_tells_another_browser_why_it_stopped_nothing(client: TestClient) -> None:
+    """The page's Stop is on every viewer's page (cached by URL), and another browser's click was the API's 403, which
+    htmx swaps nowhere: a button that did nothing. The page's button posts to the page's stop (under the run's API
+    path, so the starter's cookie goes with it), which answers another browser the reason in its language, in the
+    slot beside the button (kept across redraws: hx-preserve), and stops nothing; the starter's click stops the
+    run. The JSON API's 403 is unchanged."""
+    form = {k: str(v) for k, v in TINY.items()} | {"steps": "3000", "eval_every": "100", "causal": "1",
+                                                     "lang": "en"}  # fmt: skip
+    r = client.post("/train", data=form, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    run_id = r.headers["location"].split("run=")[1].split("&")[0]
+    phone = TestClient(client.app)  # another browser: no cookie of the run's
+    wait_until(lambda: phone.get(f"/api/v1/train/{run_id}").json()["step"] > 0, 120, "the run to train")
+    for lang in ("en", "zh"):
+        page = BeautifulSoup(phone.get(f"/train?run={run_id}&lang={lang}").text, "html.parser")
+        button = page.select_one(f"#run-{run_id} form.train-stop")
+        assert button["action"] == f"/api/v1/train/{run_id}/stop"  # without JavaScript: the API's stop
+        slot = page.select_one(f"#train-stop-said-{run_id}")
+        assert button["hx-target"] == f"#train-stop-said-{run_id}" and slot.has_attr("hx-preserve")
+        assert slot.text == "" and slot["role"] == "status"
+        said = phone.post(button["hx-post"], data={}, headers={"HX-Request": "true"})
+        assert said.status_code == 200 and said.headers["content-type"].startswith("text/html")
+        assert said.text == {"en": "Only the browser that started this run can stop it",
+                             "zh": "只有启动这次训练的浏览器才能停止它"}[lang]  # fmt: skip
+    refused = phone.post(f"/api/v1/train/{run_id}/stop", data={}, headers={"HX-Request": "true"})
+    assert refused.status_code == 403 and refused.json()["detail"][0]["loc"] == ["body", "stop_token"]
+    trains_on(phone, run_id)
+    assert phone.post("/api/v1/train/nope/stop/page").status_code == 404
+    r = client.post(f"/api/v1/train/{run_id}/stop/page?lang=en", data={}, headers={"HX-Request": "true"})
+    assert r.status_code == 200 and r.text == "", r.text  # the starter's: stopped, the slot emptied
+    assert events_until_end(client, run_id)[-1][1]["status"] == "cancelled"
+
+
 def test_another_sites_form_starts_no_run(client: TestClient) -> None:
     """The page's form is a POST any site could send with a visitor's browser: only the lab's own pages start runs."""
     before = client.get("/api/v1/train").json()
